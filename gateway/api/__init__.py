@@ -1,0 +1,1 @@
+"""The REST API over the trajectory store (/api/...)."""

@@ -1,0 +1,84 @@
+"""REST routes: rollout identity and reading what was recorded."""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+from fastapi import APIRouter, Query, Request
+
+from gateway.api.protocol import CallDetail, CallView, CreateRollout, Page, RolloutCreated, RolloutView, RunView
+from gateway.errors import NotFound
+from gateway.state import StateDep
+from gateway.store.arrays import unpack_ids, unpack_logprobs
+from gateway.store.tables import Call
+
+Limit = Annotated[int, Query(ge=1, le=1000)]
+After = Annotated[int, Query(ge=0, description="return items with id greater than this cursor")]
+
+
+def _call_fields(call: Call) -> dict:
+    return dict(
+        id=call.id, rollout_id=call.rollout_id, parent_id=call.parent_id, dialect=call.dialect,
+        model=call.model, engine_model=call.engine_model, policy_version=call.policy_version,
+        prompt_ids=unpack_ids(call.prompt_ids), output_ids=unpack_ids(call.output_ids),
+        output_logprobs=unpack_logprobs(call.output_logprobs), finish_reason=call.finish_reason,
+        tags=call.tags, latency_ms=call.latency_ms, created_at=call.created_at,
+    )
+
+
+def _base_url(request: Request, public_url: str | None, token: str) -> str:
+    root = (public_url or str(request.base_url)).rstrip("/")
+    return f"{root}/r/{token}/v1"
+
+
+async def create_rollout(body: CreateRollout, request: Request, state: StateDep) -> RolloutCreated:
+    identity = await state.store.create_rollout(body.run, body.task, body.group, body.meta)
+    return RolloutCreated(id=identity.rollout_id, token=identity.token,
+                          base_url=_base_url(request, state.settings.public_url, identity.token))
+
+
+async def get_rollout(rollout_id: int, state: StateDep) -> RolloutView:
+    found = await state.store.get_rollout(rollout_id)
+    if found is None:
+        raise NotFound(f"rollout {rollout_id} not found")
+    rollout, run, task, group, num_calls = found
+    return RolloutView(id=rollout.id, run=run, task=task, group=group, status=rollout.status,
+                       reward=rollout.reward, error=rollout.error, meta=rollout.meta,
+                       num_calls=num_calls, created_at=rollout.created_at,
+                       finished_at=rollout.finished_at)
+
+
+async def list_rollout_calls(rollout_id: int, state: StateDep, after: After = 0,
+                             limit: Limit = 100) -> Page[CallView]:
+    if await state.store.get_rollout(rollout_id) is None:
+        raise NotFound(f"rollout {rollout_id} not found")
+    calls = await state.store.list_calls(rollout_id, after, limit)
+    return Page[CallView](data=[CallView(**_call_fields(c)) for c in calls],
+                          next_cursor=calls[-1].id if len(calls) == limit else None)
+
+
+async def get_call(call_id: int, state: StateDep) -> CallDetail:
+    call = await state.store.get_call(call_id)
+    if call is None:
+        raise NotFound(f"call {call_id} not found")
+    return CallDetail(**_call_fields(call), request=call.request, response=call.response)
+
+
+async def list_runs(state: StateDep, after: After = 0, limit: Limit = 100) -> Page[RunView]:
+    runs = await state.store.list_runs(after, limit)
+    return Page[RunView](
+        data=[RunView(id=r.id, name=r.name, config=r.config, created_at=r.created_at) for r in runs],
+        next_cursor=runs[-1].id if len(runs) == limit else None,
+    )
+
+
+def create_router() -> APIRouter:
+    router = APIRouter(prefix="/api", tags=["trajectories"])
+    router.add_api_route("/rollouts", create_rollout, methods=["POST"], status_code=201,
+                         response_model=RolloutCreated)
+    router.add_api_route("/rollouts/{rollout_id}", get_rollout, methods=["GET"], response_model=RolloutView)
+    router.add_api_route("/rollouts/{rollout_id}/calls", list_rollout_calls, methods=["GET"],
+                         response_model=Page[CallView])
+    router.add_api_route("/calls/{call_id}", get_call, methods=["GET"], response_model=CallDetail)
+    router.add_api_route("/runs", list_runs, methods=["GET"], response_model=Page[RunView])
+    return router

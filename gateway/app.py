@@ -1,0 +1,60 @@
+"""The gateway application factory."""
+
+from __future__ import annotations
+
+import logging
+from contextlib import asynccontextmanager
+
+from fastapi import FastAPI
+from fastapi.responses import JSONResponse
+
+from gateway.api.router import create_router as create_api_router
+from gateway.engine.client import EngineClient, VLLMEngineClient
+from gateway.errors import GatewayError, install_error_handlers
+from gateway.openai.router import create_router as create_openai_router
+from gateway.settings import GatewaySettings
+from gateway.state import GatewayState, StateDep
+from gateway.store.store import Store
+from gateway.store.writer import CallWriter
+
+logger = logging.getLogger(__name__)
+
+
+def create_app(settings: GatewaySettings, engine: EngineClient | None = None) -> FastAPI:
+    """The gateway; ``engine`` replaces the vLLM HTTP client (tests pass one on a fake engine).
+
+    The database must already be migrated (``harnessrl db upgrade``; ``harnessrl serve`` does it).
+    """
+
+    @asynccontextmanager
+    async def lifespan(app: FastAPI):
+        store = Store.from_url(settings.database_url)
+        writer = CallWriter(store)
+        writer.start()
+        client = engine or VLLMEngineClient(settings.engine_url, timeout_s=settings.engine_timeout_s)
+        state = GatewayState(settings, store, writer, client)
+        app.state.gateway = state
+        try:
+            await state.ensure_policy()
+        except GatewayError as exc:  # the engine may come up later; calls retry discovery
+            logger.warning("engine not ready at startup: %s", exc.message)
+        try:
+            yield
+        finally:
+            await writer.stop()
+            if engine is None:
+                await client.close()
+            await store.close()
+
+    app = FastAPI(title="harnessrl gateway", version="0.1.0", lifespan=lifespan)
+    install_error_handlers(app)
+    app.include_router(create_openai_router())
+    app.include_router(create_api_router())
+
+    @app.get("/health", tags=["admin"])
+    async def health(state: StateDep) -> JSONResponse:
+        engine_ok = await state.engine.health()
+        return JSONResponse({"status": "ok" if engine_ok else "engine_unavailable", "engine": engine_ok},
+                            status_code=200 if engine_ok else 503)
+
+    return app

@@ -1,0 +1,1 @@
+"""Engine clients: how the gateway talks to vLLM (or a fake that speaks the same HTTP)."""

@@ -1,0 +1,210 @@
+"""An in-process fake engine speaking the subset of vLLM's HTTP API the gateway uses.
+
+For fast unit tests and benchmarks only (zero latency, deterministic). Its "tokenizer" maps each
+UTF-8 byte to one id, so tests can check ids against text exactly. Scripted replies let tests
+drive exact scenarios (a planned tool call, then a final answer).
+"""
+
+from __future__ import annotations
+
+import itertools
+import json
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+from starlette.applications import Starlette
+from starlette.requests import Request
+from starlette.responses import JSONResponse, Response
+from starlette.routing import Route
+
+BYTE_OFFSET = 3  # ids 0..2 are special: 0 = <|endoftext|>, 1 = <|im_start|>, 2 = <|im_end|>
+IM_START, IM_END = 1, 2
+
+
+@dataclass(frozen=True)
+class FakeReply:
+    content: str = ""
+    tool_calls: tuple[tuple[str, dict], ...] = ()  # (function name, arguments)
+    finish_reason: str | None = None  # default: "tool_calls" when calling tools, else "stop"
+
+
+def encode(text: str) -> list[int]:
+    return [b + BYTE_OFFSET for b in text.encode()]
+
+
+def decode(ids: list[int]) -> str:
+    return bytes(i - BYTE_OFFSET for i in ids if i >= BYTE_OFFSET).decode(errors="replace")
+
+
+def logprob_at(position: int) -> float:
+    """Deterministic fake logprob of the sampled token at ``position`` of the output."""
+    return -0.125 * (position % 7)
+
+
+def render_chat(messages: list[dict]) -> list[int]:
+    """ChatML-shaped token ids of the conversation plus the generation prompt."""
+    ids: list[int] = []
+    for message in messages:
+        content = message.get("content") or ""
+        if isinstance(content, list):
+            content = "".join(part.get("text", "") for part in content if isinstance(part, dict))
+        for call in message.get("tool_calls") or []:
+            content += f"<tool_call>{json.dumps(call['function'])}</tool_call>"
+        ids += [IM_START, *encode(f"{message['role']}\n{content}"), IM_END, *encode("\n")]
+    return ids + [IM_START, *encode("assistant\n")]
+
+
+@dataclass
+class FakeEngine:
+    """Engine state: the served name, its context limit, a reply script and loaded adapters."""
+
+    model: str = "fake-base"
+    max_model_len: int = 4096
+    script: Callable[[dict], FakeReply] | list[FakeReply] | None = None
+    adapters: dict[str, str] = field(default_factory=dict)
+    requests: list[dict] = field(default_factory=list)  # every body received, for assertions
+    record_requests: bool = True
+    _ids: itertools.count = field(default_factory=itertools.count)
+
+    def next_reply(self, body: dict) -> FakeReply:
+        if callable(self.script):
+            return self.script(body)
+        if self.script:
+            return self.script.pop(0)
+        return FakeReply(content="Hello from the fake engine.")
+
+    def output_ids(self, reply: FakeReply) -> list[int]:
+        text = reply.content + "".join(
+            f"<tool_call>\n{json.dumps({'name': name, 'arguments': args})}\n</tool_call>"
+            for name, args in reply.tool_calls
+        )
+        return [*encode(text), IM_END]
+
+    def too_long(self, num_prompt: int, max_tokens: int | None) -> Response | None:
+        if num_prompt + (max_tokens or 1) <= self.max_model_len:
+            return None
+        message = (
+            f"This model's maximum context length is {self.max_model_len} tokens. However, your "
+            f"request has {num_prompt} input tokens. Please reduce the length of the input messages."
+        )
+        return JSONResponse(
+            {"error": {"message": message, "type": "BadRequestError", "param": None, "code": 400}},
+            status_code=400,
+        )
+
+    def check_model(self, name: str) -> Response | None:
+        if name == self.model or name in self.adapters:
+            return None
+        return JSONResponse(
+            {"error": {"message": f"The model `{name}` does not exist.", "type": "NotFoundError",
+                       "param": None, "code": 404}},
+            status_code=404,
+        )
+
+
+def _usage(prompt: int, completion: int) -> dict:
+    return {"prompt_tokens": prompt, "completion_tokens": completion, "total_tokens": prompt + completion}
+
+
+def _chat_choice(engine: FakeEngine, reply: FakeReply, ids: list[int]) -> dict:
+    tool_calls = [
+        {"id": f"chatcmpl-tool-{next(engine._ids)}", "type": "function",
+         "function": {"name": name, "arguments": json.dumps(args)}}
+        for name, args in reply.tool_calls
+    ]
+    content = [
+        {"token": decode([i]) if i >= BYTE_OFFSET else "<|im_end|>", "logprob": logprob_at(n),
+         "bytes": None, "top_logprobs": []}
+        for n, i in enumerate(ids)
+    ]
+    return {
+        "index": 0,
+        "message": {"role": "assistant", "content": reply.content or None, "tool_calls": tool_calls,
+                    "reasoning_content": None},
+        "logprobs": {"content": content},
+        "finish_reason": reply.finish_reason or ("tool_calls" if tool_calls else "stop"),
+        "stop_reason": None,
+        "token_ids": ids,
+    }
+
+
+async def _chat(request: Request) -> Response:
+    engine: FakeEngine = request.app.state.engine
+    body = json.loads(await request.body())
+    if engine.record_requests:
+        engine.requests.append(body)
+    error = engine.check_model(body.get("model", ""))
+    prompt_ids = render_chat(body["messages"])
+    error = error or engine.too_long(len(prompt_ids), body.get("max_tokens"))
+    if error:
+        return error
+    reply = engine.next_reply(body)
+    ids = engine.output_ids(reply)
+    return JSONResponse({
+        "id": f"chatcmpl-{next(engine._ids)}", "object": "chat.completion", "created": int(time.time()),
+        "model": body["model"], "choices": [_chat_choice(engine, reply, ids)],
+        "usage": _usage(len(prompt_ids), len(ids)), "prompt_logprobs": None,
+        "prompt_token_ids": prompt_ids,
+    })
+
+
+async def _completions(request: Request) -> Response:
+    engine: FakeEngine = request.app.state.engine
+    body = json.loads(await request.body())
+    if engine.record_requests:
+        engine.requests.append(body)
+    prompt = body["prompt"]
+    prompt_ids = list(prompt) if isinstance(prompt, list) else encode(prompt)
+    error = engine.check_model(body.get("model", "")) or engine.too_long(len(prompt_ids), body.get("max_tokens"))
+    if error:
+        return error
+    reply = engine.next_reply(body)
+    ids = engine.output_ids(reply)
+    logprobs = {"tokens": [decode([i]) for i in ids], "token_logprobs": [logprob_at(n) for n in range(len(ids))],
+                "top_logprobs": [{} for _ in ids], "text_offset": list(range(len(ids)))}
+    return JSONResponse({
+        "id": f"cmpl-{next(engine._ids)}", "object": "text_completion", "created": int(time.time()),
+        "model": body["model"],
+        "choices": [{"index": 0, "text": decode(ids), "logprobs": logprobs, "finish_reason": "stop",
+                     "stop_reason": None, "prompt_token_ids": prompt_ids, "token_ids": ids}],
+        "usage": _usage(len(prompt_ids), len(ids)),
+    })
+
+
+async def _models(request: Request) -> Response:
+    engine: FakeEngine = request.app.state.engine
+    base = {"id": engine.model, "object": "model", "owned_by": "fake", "root": engine.model,
+            "parent": None, "max_model_len": engine.max_model_len}
+    loras = [{"id": name, "object": "model", "owned_by": "fake", "root": path, "parent": engine.model,
+              "max_model_len": engine.max_model_len} for name, path in engine.adapters.items()]
+    return JSONResponse({"object": "list", "data": [base, *loras]})
+
+
+async def _load_adapter(request: Request) -> Response:
+    body = json.loads(await request.body())
+    request.app.state.engine.adapters[body["lora_name"]] = body["lora_path"]
+    return Response(f"Success: LoRA adapter '{body['lora_name']}' added successfully.")
+
+
+async def _unload_adapter(request: Request) -> Response:
+    body = json.loads(await request.body())
+    request.app.state.engine.adapters.pop(body["lora_name"], None)
+    return Response(f"Success: LoRA adapter '{body['lora_name']}' removed successfully.")
+
+
+async def _health(_request: Request) -> Response:
+    return Response(status_code=200)
+
+
+def create_fake_engine_app(engine: FakeEngine | None = None) -> Starlette:
+    app = Starlette(routes=[
+        Route("/health", _health),
+        Route("/v1/models", _models),
+        Route("/v1/chat/completions", _chat, methods=["POST"]),
+        Route("/v1/completions", _completions, methods=["POST"]),
+        Route("/v1/load_lora_adapter", _load_adapter, methods=["POST"]),
+        Route("/v1/unload_lora_adapter", _unload_adapter, methods=["POST"]),
+    ])
+    app.state.engine = engine or FakeEngine()
+    return app

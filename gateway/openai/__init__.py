@@ -1,0 +1,1 @@
+"""The OpenAI dialect: Chat Completions, Completions and Models."""

@@ -1,0 +1,60 @@
+"""Routes of the OpenAI dialect, at /v1/... and per rollout at /r/{token}/v1/..."""
+
+from __future__ import annotations
+
+import time
+
+from fastapi import APIRouter, Request
+from fastapi.responses import JSONResponse, StreamingResponse
+
+from gateway.identity import resolve_identity
+from gateway.openai.protocol import ModelCard, ModelList
+from gateway.openai.replay import chat_chunks, completion_chunks
+from gateway.openai.serving import OpenAIServing, ServedCall
+from gateway.state import StateDep, read_json_body
+
+CALL_ID_HEADER = "x-harnessrl-call-id"
+
+
+def _respond(served: ServedCall, chunks) -> JSONResponse | StreamingResponse:
+    headers = {CALL_ID_HEADER: str(served.call_id)}
+    if served.stream:
+        return StreamingResponse(chunks(served.body, served.include_usage),
+                                 media_type="text/event-stream", headers=headers)
+    return JSONResponse(served.body, headers=headers)
+
+
+async def chat_completions(request: Request, state: StateDep):
+    raw = await read_json_body(request, state.settings.max_body_bytes)
+    identity = await resolve_identity(request, state.store, state.settings.require_token)
+    serving = OpenAIServing(state.engine, await state.ensure_policy(), state.writer)
+    return _respond(await serving.chat(raw, identity), chat_chunks)
+
+
+async def completions(request: Request, state: StateDep):
+    raw = await read_json_body(request, state.settings.max_body_bytes)
+    identity = await resolve_identity(request, state.store, state.settings.require_token)
+    serving = OpenAIServing(state.engine, await state.ensure_policy(), state.writer)
+    return _respond(await serving.completions(raw, identity), completion_chunks)
+
+
+async def list_models(request: Request, state: StateDep) -> ModelList:
+    await resolve_identity(request, state.store, state.settings.require_token)
+    policy = await state.ensure_policy()
+    created = int(time.time())
+    cards = [ModelCard(id=policy.public_name, created=created, max_model_len=state.max_model_len,
+                       root=policy.base_model)]
+    for version, name in sorted(policy.loaded().items()):
+        if version:
+            cards.append(ModelCard(id=name, created=created, max_model_len=state.max_model_len,
+                                   root=name, parent=policy.base_model))
+    return ModelList(data=cards)
+
+
+def create_router() -> APIRouter:
+    router = APIRouter(tags=["openai"])
+    for prefix in ("/v1", "/r/{token}/v1"):
+        router.add_api_route(f"{prefix}/chat/completions", chat_completions, methods=["POST"])
+        router.add_api_route(f"{prefix}/completions", completions, methods=["POST"])
+        router.add_api_route(f"{prefix}/models", list_models, methods=["GET"], response_model=ModelList)
+    return router

@@ -1,0 +1,48 @@
+"""Which engine model serves the public model name (the current policy version)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class ResolvedModel:
+    public_name: str  # what the client asked for
+    engine_model: str  # vLLM's name: the base model or an adapter policy-v{N}
+    version: int  # 0 = base model
+
+
+def adapter_name(version: int) -> str:
+    return f"policy-v{version}"
+
+
+class PolicyRegistry:
+    """Maps the public name (default ``policy``) to the current adapter, or the base model.
+
+    Agents send odd model names (shortened ids on side calls, provider prefixes), so any name that
+    is not a loaded version is served by the current policy rather than refused.
+    """
+
+    def __init__(self, public_name: str, base_model: str):
+        self.public_name = public_name
+        self.base_model = base_model
+        self.current_version = 0
+        self._loaded: dict[int, str] = {0: base_model}
+
+    def resolve(self, requested: str) -> ResolvedModel:
+        for version, name in self._loaded.items():
+            if requested == name and version != 0:
+                return ResolvedModel(requested, name, version)
+        return ResolvedModel(requested, self._loaded[self.current_version], self.current_version)
+
+    def publish(self, version: int, engine_model: str) -> None:
+        """Make a loaded adapter the current policy for new calls."""
+        self._loaded[version] = engine_model
+        self.current_version = max(self.current_version, version)
+
+    def retire(self, version: int) -> None:
+        if version not in (0, self.current_version):
+            self._loaded.pop(version, None)
+
+    def loaded(self) -> dict[int, str]:
+        return dict(self._loaded)

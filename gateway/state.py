@@ -1,0 +1,73 @@
+"""The gateway's running parts, created by the app's lifespan and reached through dependencies."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from dataclasses import dataclass, field
+from typing import Annotated
+
+from fastapi import Depends, Request
+
+from gateway.engine.client import EngineClient
+from gateway.errors import EngineUnavailable, InvalidRequest, PayloadTooLarge
+from gateway.policy import PolicyRegistry
+from gateway.settings import GatewaySettings
+from gateway.store.store import Store
+from gateway.store.writer import CallWriter
+
+
+@dataclass
+class GatewayState:
+    settings: GatewaySettings
+    store: Store
+    writer: CallWriter
+    engine: EngineClient
+    policy: PolicyRegistry | None = None  # None until the engine's base model is known
+    max_model_len: int | None = None
+    _discover_lock: asyncio.Lock = field(default_factory=asyncio.Lock)
+
+    async def ensure_policy(self) -> PolicyRegistry:
+        """Learn the engine's base model (once); an engine that is still down is a 503."""
+        if self.policy is not None:
+            return self.policy
+        async with self._discover_lock:
+            if self.policy is None:
+                base, self.max_model_len = await self._discover_base_model()
+                self.policy = PolicyRegistry(self.settings.public_model, base)
+        return self.policy
+
+    async def _discover_base_model(self) -> tuple[str, int | None]:
+        if self.settings.base_model:
+            return self.settings.base_model, None
+        models = await self.engine.models()
+        bases = [m for m in models if not m.get("parent")]
+        if not bases:
+            raise EngineUnavailable("engine serves no base model yet")
+        return bases[0]["id"], bases[0].get("max_model_len")
+
+
+def get_state(request: Request) -> GatewayState:
+    return request.app.state.gateway
+
+
+StateDep = Annotated[GatewayState, Depends(get_state)]
+
+
+async def read_json_body(request: Request, max_bytes: int) -> dict:
+    """The request body as a JSON object, or a 400/413 naming what is wrong with it."""
+    declared = request.headers.get("content-length")
+    if declared and declared.isdigit() and int(declared) > max_bytes:
+        raise PayloadTooLarge(f"request body of {declared} bytes exceeds the limit of {max_bytes} bytes")
+    raw = await request.body()
+    if len(raw) > max_bytes:
+        raise PayloadTooLarge(f"request body of {len(raw)} bytes exceeds the limit of {max_bytes} bytes")
+    try:
+        body = json.loads(raw)
+    except UnicodeDecodeError:
+        raise InvalidRequest("request body is not valid UTF-8") from None
+    except json.JSONDecodeError as exc:
+        raise InvalidRequest(f"request body is not valid JSON: {exc}") from None
+    if not isinstance(body, dict):
+        raise InvalidRequest("request body must be a JSON object")
+    return body

@@ -1,0 +1,1 @@
+"""The SQL trajectory store: runs, tasks, groups, rollouts and recorded calls."""

@@ -1,0 +1,48 @@
+"""Connecting to the store: SQLite (WAL) by default, PostgreSQL via asyncpg."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from sqlalchemy import event
+from sqlalchemy.engine import make_url
+from sqlalchemy.ext.asyncio import (
+    AsyncConnection,
+    AsyncEngine,
+    AsyncSession,
+    async_sessionmaker,
+    create_async_engine,
+)
+
+
+def sqlite_url(path: Path) -> str:
+    return f"sqlite+aiosqlite:///{path}"
+
+
+def _sqlite_pragmas(dbapi_connection, _record) -> None:
+    cursor = dbapi_connection.cursor()
+    # WAL lets readers (REST, learner) run beside the writer; synchronous=NORMAL in WAL mode
+    # survives a killed process (only an OS crash can lose the last commits).
+    cursor.execute("PRAGMA journal_mode=WAL")
+    cursor.execute("PRAGMA synchronous=NORMAL")
+    cursor.execute("PRAGMA foreign_keys=ON")
+    cursor.execute("PRAGMA busy_timeout=10000")
+    cursor.close()
+
+
+def create_engine(url: str) -> AsyncEngine:
+    parsed = make_url(url)
+    if parsed.get_backend_name() == "sqlite":
+        if parsed.database and parsed.database != ":memory:":
+            Path(parsed.database).parent.mkdir(parents=True, exist_ok=True)
+        engine = create_async_engine(url)
+        event.listen(engine.sync_engine, "connect", _sqlite_pragmas)
+        return engine
+    return create_async_engine(url, pool_size=10, max_overflow=20, pool_pre_ping=True)
+
+
+def create_sessionmaker(bind: AsyncEngine | AsyncConnection) -> async_sessionmaker[AsyncSession]:
+    # On a connection (tests), each session's commit becomes a savepoint of the outer transaction.
+    if isinstance(bind, AsyncConnection):
+        return async_sessionmaker(bind, expire_on_commit=False, join_transaction_mode="create_savepoint")
+    return async_sessionmaker(bind, expire_on_commit=False)

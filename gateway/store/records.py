@@ -1,0 +1,33 @@
+"""Internal records passed between the gateway's layers (not wire, not table models)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+
+@dataclass(frozen=True)
+class RolloutIdentity:
+    """Who a call belongs to, resolved from its token (cached: tokens never change owner)."""
+
+    rollout_id: int
+    run_id: int
+    token: str
+
+
+@dataclass(frozen=True)
+class CallRecord:
+    """One engine call as it is written to the store."""
+
+    rollout_id: int
+    dialect: str  # chat | completions | responses | messages
+    model: str  # public model name the client asked for
+    engine_model: str  # the engine's name for it (base model or policy-v{N})
+    policy_version: int  # 0 = base model
+    prompt_ids: list[int]
+    output_ids: list[int]
+    output_logprobs: list[float]  # natural log, one per output id
+    finish_reason: str | None
+    request: dict  # the client's body
+    response: dict  # the engine's body
+    latency_ms: float  # engine round trip, milliseconds
+    tags: list[str] = field(default_factory=list)

@@ -1,0 +1,175 @@
+"""The store's queries: rollout identity, recorded calls and the REST listings."""
+
+from __future__ import annotations
+
+import secrets
+from collections.abc import Sequence
+from datetime import datetime, timezone
+
+from sqlalchemy import func, insert, select
+from sqlalchemy.exc import IntegrityError
+from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine, AsyncSession, async_sessionmaker
+
+from gateway.store.arrays import pack_ids, pack_logprobs
+from gateway.store.database import create_engine, create_sessionmaker
+from gateway.store.records import CallRecord, RolloutIdentity
+from gateway.store.tables import Call, Group, Rollout, Run, Task, utcnow
+
+ADHOC_RUN = "adhoc"
+DEFAULT_GROUP = "default"
+TOKEN_PREFIX = "hrl-"  # lets the gateway tell its tokens from placeholder API keys
+
+
+class Store:
+    def __init__(self, engine: AsyncEngine, bind: AsyncConnection | None = None):
+        """``bind`` runs every session inside one outer connection (tests roll it back)."""
+        self.engine = engine
+        self.sessions: async_sessionmaker[AsyncSession] = create_sessionmaker(bind or engine)
+        self._tokens: dict[str, RolloutIdentity] = {}
+        self._adhoc: RolloutIdentity | None = None
+
+    @classmethod
+    def from_url(cls, url: str) -> "Store":
+        return cls(create_engine(url))
+
+    async def close(self) -> None:
+        await self.engine.dispose()
+
+    # --- rollout identity -------------------------------------------------------------------
+
+    async def create_rollout(
+        self, run: str, task: str, group: str | None = None, meta: dict | None = None
+    ) -> RolloutIdentity:
+        async with self.sessions.begin() as session:
+            run_row = await _get_or_create(session, Run, name=run)
+            task_row = await _get_or_create(session, Task, run_id=run_row.id, name=task)
+            group_row = await _get_or_create(
+                session, Group, run_id=run_row.id, task_id=task_row.id, name=group or DEFAULT_GROUP
+            )
+            rollout = Rollout(
+                run_id=run_row.id,
+                task_id=task_row.id,
+                group_id=group_row.id,
+                token=TOKEN_PREFIX + secrets.token_urlsafe(24),
+                meta=meta or {},
+            )
+            session.add(rollout)
+            await session.flush()
+            identity = RolloutIdentity(rollout.id, run_row.id, rollout.token)
+        self._tokens[identity.token] = identity
+        return identity
+
+    async def identity_for_token(self, token: str) -> RolloutIdentity | None:
+        cached = self._tokens.get(token)
+        if cached is not None:
+            return cached
+        async with self.sessions() as session:
+            row = (
+                await session.execute(select(Rollout.id, Rollout.run_id).where(Rollout.token == token))
+            ).first()
+        if row is None:
+            return None
+        identity = RolloutIdentity(row.id, row.run_id, token)
+        self._tokens[token] = identity
+        return identity
+
+    async def adhoc_identity(self) -> RolloutIdentity:
+        """The rollout that collects calls made without a token, one per gateway process."""
+        if self._adhoc is None:
+            started = datetime.now(timezone.utc).strftime("%Y%m%dT%H%M%S")
+            self._adhoc = await self.create_rollout(
+                ADHOC_RUN, "adhoc", group=f"gateway-{started}-{secrets.token_hex(3)}"
+            )
+        return self._adhoc
+
+    # --- calls ------------------------------------------------------------------------------
+
+    async def insert_calls(self, records: Sequence[CallRecord]) -> list[int]:
+        """Insert and commit a batch of calls in one transaction; returns their ids in order."""
+        rows = [_call_row(record) for record in records]
+        async with self.sessions.begin() as session:
+            result = await session.execute(
+                insert(Call).returning(Call.id, sort_by_parameter_order=True), rows
+            )
+            return list(result.scalars())
+
+    async def get_call(self, call_id: int) -> Call | None:
+        async with self.sessions() as session:
+            return await session.get(Call, call_id)
+
+    async def list_calls(self, rollout_id: int, after: int, limit: int) -> list[Call]:
+        query = (
+            select(Call)
+            .where(Call.rollout_id == rollout_id, Call.id > after)
+            .order_by(Call.id)
+            .limit(limit)
+        )
+        async with self.sessions() as session:
+            return list((await session.scalars(query)).all())
+
+    # --- runs and rollouts ------------------------------------------------------------------
+
+    async def get_rollout(self, rollout_id: int) -> tuple[Rollout, str, str, str, int] | None:
+        """The rollout with its run, task and group names and its number of calls."""
+        query = (
+            select(Rollout, Run.name, Task.name, Group.name)
+            .join(Run, Run.id == Rollout.run_id)
+            .join(Task, Task.id == Rollout.task_id)
+            .join(Group, Group.id == Rollout.group_id)
+            .where(Rollout.id == rollout_id)
+        )
+        count = select(func.count()).select_from(Call).where(Call.rollout_id == rollout_id)
+        async with self.sessions() as session:
+            row = (await session.execute(query)).first()
+            if row is None:
+                return None
+            num_calls = (await session.execute(count)).scalar_one()
+        return row[0], row[1], row[2], row[3], num_calls
+
+    async def list_runs(self, after: int, limit: int) -> list[Run]:
+        query = select(Run).where(Run.id > after).order_by(Run.id).limit(limit)
+        async with self.sessions() as session:
+            return list((await session.scalars(query)).all())
+
+    async def finish_rollout(self, rollout_id: int, status: str, error: str | None = None) -> None:
+        async with self.sessions.begin() as session:
+            rollout = await session.get(Rollout, rollout_id)
+            if rollout is not None:
+                rollout.status, rollout.error, rollout.finished_at = status, error, utcnow()
+
+
+async def _get_or_create(session: AsyncSession, table: type, **key):
+    """Fetch the row with these column values, creating it when missing (safe under races)."""
+    query = select(table).filter_by(**key)
+    row = (await session.scalars(query)).first()
+    if row is not None:
+        return row
+    try:
+        async with session.begin_nested():
+            row = table(**key)
+            session.add(row)
+            await session.flush()
+        return row
+    except IntegrityError:  # created concurrently by another request
+        return (await session.scalars(query)).one()
+
+
+def _call_row(record: CallRecord) -> dict:
+    return {
+        "rollout_id": record.rollout_id,
+        "dialect": record.dialect,
+        "model": record.model,
+        "engine_model": record.engine_model,
+        "policy_version": record.policy_version,
+        "prompt_ids": pack_ids(record.prompt_ids),
+        "output_ids": pack_ids(record.output_ids),
+        "output_logprobs": pack_logprobs(record.output_logprobs),
+        "num_prompt_tokens": len(record.prompt_ids),
+        "num_output_tokens": len(record.output_ids),
+        "finish_reason": record.finish_reason,
+        "request": record.request,
+        "response": record.response,
+        "tags": list(record.tags),
+        "latency_ms": record.latency_ms,
+        "created_at": utcnow(),
+    }

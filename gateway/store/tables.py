@@ -1,0 +1,124 @@
+"""Table models of the trajectory store (SQLAlchemy 2 declarative, typed with ``Mapped``).
+
+Token and logprob arrays are packed binary (little-endian int32 / float32, see ``arrays``),
+never JSON: a 32k-token prompt is 128 KiB instead of ~200 KiB of text and decodes in microseconds.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime, timezone
+
+from sqlalchemy import (
+    JSON,
+    BigInteger,
+    DateTime,
+    Float,
+    ForeignKey,
+    Integer,
+    LargeBinary,
+    String,
+    Text,
+    UniqueConstraint,
+)
+from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
+
+# SQLite only auto-increments INTEGER PRIMARY KEY; PostgreSQL gets 64-bit ids.
+Id = BigInteger().with_variant(Integer(), "sqlite")
+
+
+def utcnow() -> datetime:
+    return datetime.now(timezone.utc)
+
+
+class Base(DeclarativeBase):
+    pass
+
+
+class Run(Base):
+    __tablename__ = "runs"
+
+    id: Mapped[int] = mapped_column(Id, primary_key=True)
+    name: Mapped[str] = mapped_column(String(200), unique=True)
+    config: Mapped[dict] = mapped_column(JSON, default=dict)
+    created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utcnow)
+
+
+class Task(Base):
+    __tablename__ = "tasks"
+    __table_args__ = (UniqueConstraint("run_id", "name"),)
+
+    id: Mapped[int] = mapped_column(Id, primary_key=True)
+    run_id: Mapped[int] = mapped_column(ForeignKey("runs.id"), index=True)
+    name: Mapped[str] = mapped_column(String(400))
+    spec: Mapped[dict] = mapped_column(JSON, default=dict)
+    created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utcnow)
+
+
+class Group(Base):
+    __tablename__ = "groups"
+    __table_args__ = (UniqueConstraint("task_id", "name"),)
+
+    id: Mapped[int] = mapped_column(Id, primary_key=True)
+    run_id: Mapped[int] = mapped_column(ForeignKey("runs.id"), index=True)
+    task_id: Mapped[int] = mapped_column(ForeignKey("tasks.id"), index=True)
+    name: Mapped[str] = mapped_column(String(200))
+    # open -> ready (every rollout ended and scored) -> consumed (trained on by the learner)
+    status: Mapped[str] = mapped_column(String(20), default="open", index=True)
+    created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utcnow)
+
+
+class Rollout(Base):
+    __tablename__ = "rollouts"
+
+    id: Mapped[int] = mapped_column(Id, primary_key=True)
+    run_id: Mapped[int] = mapped_column(ForeignKey("runs.id"), index=True)
+    task_id: Mapped[int] = mapped_column(ForeignKey("tasks.id"), index=True)
+    group_id: Mapped[int] = mapped_column(ForeignKey("groups.id"), index=True)
+    # Secret bearer token; the agent's base URL is /r/<token>/v1.
+    token: Mapped[str] = mapped_column(String(64), unique=True)
+    # running -> finished | failed
+    status: Mapped[str] = mapped_column(String(20), default="running", index=True)
+    reward: Mapped[float | None] = mapped_column(Float, nullable=True)
+    error: Mapped[str | None] = mapped_column(Text, nullable=True)
+    meta: Mapped[dict] = mapped_column(JSON, default=dict)
+    created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utcnow)
+    finished_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True), nullable=True)
+
+
+class Call(Base):
+    """One upstream engine call: the exact tokens the model saw and sampled."""
+
+    __tablename__ = "calls"
+
+    id: Mapped[int] = mapped_column(Id, primary_key=True)
+    rollout_id: Mapped[int] = mapped_column(ForeignKey("rollouts.id"), index=True)
+    # Filled in by the call graph (a later issue); null means root or not yet linked.
+    parent_id: Mapped[int | None] = mapped_column(ForeignKey("calls.id"), nullable=True)
+    dialect: Mapped[str] = mapped_column(String(20))  # chat | completions | responses | messages
+    model: Mapped[str] = mapped_column(String(200))  # the public name the client asked for
+    engine_model: Mapped[str] = mapped_column(String(200))  # base model or adapter name in vLLM
+    policy_version: Mapped[int] = mapped_column(Integer, default=0)
+    prompt_ids: Mapped[bytes] = mapped_column(LargeBinary)  # int32 LE
+    output_ids: Mapped[bytes] = mapped_column(LargeBinary)  # int32 LE
+    output_logprobs: Mapped[bytes] = mapped_column(LargeBinary)  # float32 LE, one per output id
+    num_prompt_tokens: Mapped[int] = mapped_column(Integer)
+    num_output_tokens: Mapped[int] = mapped_column(Integer)
+    finish_reason: Mapped[str | None] = mapped_column(String(40), nullable=True)
+    request: Mapped[dict] = mapped_column(JSON)  # the client's body, as received
+    response: Mapped[dict] = mapped_column(JSON)  # the engine's body, as received
+    tags: Mapped[list] = mapped_column(JSON, default=list)
+    latency_ms: Mapped[float] = mapped_column(Float)  # engine round trip
+    created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utcnow)
+
+
+class Adapter(Base):
+    """A published policy version (LoRA adapter) and whether engines hold it."""
+
+    __tablename__ = "adapters"
+
+    id: Mapped[int] = mapped_column(Id, primary_key=True)
+    version: Mapped[int] = mapped_column(Integer, unique=True)
+    name: Mapped[str] = mapped_column(String(200), unique=True)  # vLLM adapter name, policy-v{N}
+    path: Mapped[str] = mapped_column(Text)
+    loaded: Mapped[bool] = mapped_column(default=False)
+    created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utcnow)

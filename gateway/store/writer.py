@@ -1,0 +1,69 @@
+"""Group commit: concurrent calls share one transaction, each waits for its own commit.
+
+A call's response is released to the client only after ``record`` returns, so everything a
+client fully received is durable; batching keeps that guarantee cheap under concurrency.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+
+from gateway.store.records import CallRecord
+from gateway.store.store import Store
+
+logger = logging.getLogger(__name__)
+
+MAX_BATCH = 256  # calls per transaction
+
+
+class CallWriter:
+    def __init__(self, store: Store):
+        self._store = store
+        self._queue: asyncio.Queue[tuple[CallRecord, asyncio.Future[int]]] = asyncio.Queue()
+        self._task: asyncio.Task | None = None
+
+    def start(self) -> None:
+        self._task = asyncio.create_task(self._run(), name="call-writer")
+
+    async def stop(self) -> None:
+        """Drain what is queued, then stop."""
+        if self._task is None:
+            return
+        await self._queue.join()
+        self._task.cancel()
+        try:
+            await self._task
+        except asyncio.CancelledError:
+            pass
+        self._task = None
+
+    async def record(self, record: CallRecord) -> int:
+        """Queue the call and wait until it is committed; returns its id."""
+        if self._task is None or self._task.done():
+            raise RuntimeError("CallWriter is not running (create_app's lifespan starts it)")
+        future: asyncio.Future[int] = asyncio.get_running_loop().create_future()
+        await self._queue.put((record, future))
+        return await future
+
+    async def _run(self) -> None:
+        while True:
+            batch = [await self._queue.get()]
+            while len(batch) < MAX_BATCH and not self._queue.empty():
+                batch.append(self._queue.get_nowait())
+            await self._commit(batch)
+            for _ in batch:
+                self._queue.task_done()
+
+    async def _commit(self, batch: list[tuple[CallRecord, asyncio.Future[int]]]) -> None:
+        try:
+            ids = await self._store.insert_calls([record for record, _ in batch])
+        except Exception as exc:  # every waiter learns the write failed; nothing is acked
+            logger.exception("recording %d calls failed", len(batch))
+            for _, future in batch:
+                if not future.done():
+                    future.set_exception(exc)
+            return
+        for (_, future), call_id in zip(batch, ids):
+            if not future.done():
+                future.set_result(call_id)

@@ -1,0 +1,29 @@
+"""Builders for test data: request bodies and call records with sensible defaults."""
+
+from __future__ import annotations
+
+from gateway.store.records import CallRecord
+
+WEATHER_TOOL = {
+    "type": "function",
+    "function": {
+        "name": "get_weather",
+        "description": "Current weather for a city.",
+        "parameters": {"type": "object", "properties": {"city": {"type": "string"}},
+                       "required": ["city"]},
+    },
+}
+
+
+def chat_body(content: str = "Hello!", **overrides) -> dict:
+    return {"model": "policy", "messages": [{"role": "user", "content": content}], **overrides}
+
+
+def call_record(rollout_id: int, **overrides) -> CallRecord:
+    fields = dict(
+        rollout_id=rollout_id, dialect="chat", model="policy", engine_model="base",
+        policy_version=0, prompt_ids=[1, 2, 3], output_ids=[4, 5], output_logprobs=[-0.5, -0.25],
+        finish_reason="stop", request=chat_body(), response={"id": "x"}, latency_ms=1.0,
+    )
+    fields.update(overrides)
+    return CallRecord(**fields)

@@ -1,0 +1,59 @@
+"""Unit-tier fixtures: the gateway in process, in front of the in-process fake engine."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from dataclasses import dataclass
+
+import httpx
+import pytest
+from fastapi import FastAPI
+from openai import AsyncOpenAI
+
+from gateway.app import create_app
+from gateway.engine.client import VLLMEngineClient
+from gateway.engine.fake import FakeEngine, create_fake_engine_app
+from gateway.settings import GatewaySettings
+
+
+@dataclass
+class GatewayHarness:
+    app: FastAPI
+    http: httpx.AsyncClient  # talks to the gateway in process
+    fake: FakeEngine
+
+    def openai(self, base_url: str = "http://gateway/v1", api_key: str = "EMPTY") -> AsyncOpenAI:
+        return AsyncOpenAI(base_url=base_url, api_key=api_key, http_client=self.http, max_retries=0)
+
+    async def new_rollout(self, run: str = "test-run", task: str = "task-1", **extra) -> dict:
+        response = await self.http.post("/api/rollouts", json={"run": run, "task": task, **extra})
+        assert response.status_code == 201, response.text
+        return response.json()
+
+
+@pytest.fixture
+def fake_engine() -> FakeEngine:
+    return FakeEngine(model="fake-base", max_model_len=2048)
+
+
+async def start_gateway(settings: GatewaySettings, fake: FakeEngine) -> AsyncIterator[GatewayHarness]:
+    engine = VLLMEngineClient("http://engine", transport=httpx.ASGITransport(create_fake_engine_app(fake)))
+    app = create_app(settings, engine=engine)
+    async with app.router.lifespan_context(app):
+        transport = httpx.ASGITransport(app)
+        async with httpx.AsyncClient(transport=transport, base_url="http://gateway") as http:
+            yield GatewayHarness(app, http, fake)
+    await engine.close()
+
+
+@pytest.fixture
+async def gateway(sqlite_db: str, fake_engine: FakeEngine) -> AsyncIterator[GatewayHarness]:
+    async for harness in start_gateway(GatewaySettings(database_url=sqlite_db), fake_engine):
+        yield harness
+
+
+@pytest.fixture
+async def strict_gateway(sqlite_db: str, fake_engine: FakeEngine) -> AsyncIterator[GatewayHarness]:
+    settings = GatewaySettings(database_url=sqlite_db, require_token=True)
+    async for harness in start_gateway(settings, fake_engine):
+        yield harness

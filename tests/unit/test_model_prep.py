@@ -1,0 +1,214 @@
+import json
+import os
+import time
+from pathlib import Path
+
+import pytest
+
+from harnessrl import model_prep
+from harnessrl.model_prep import TEMPLATE_PATH, build_tiny_model, chat_template_path, prepare_smollm2
+
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+
+TOOLS = [
+    {
+        "type": "function",
+        "function": {
+            "name": "read_file",
+            "description": "Read a file.",
+            "parameters": {"type": "object", "properties": {"path": {"type": "string"}}, "required": ["path"]},
+        },
+    },
+    {
+        "type": "function",
+        "function": {
+            "name": "bash",
+            "description": "Run a shell command.",
+            "parameters": {"type": "object", "properties": {"command": {"type": "string"}}},
+        },
+    },
+]
+
+
+def _call(name, arguments, call_id):
+    return {"id": call_id, "type": "function", "function": {"name": name, "arguments": arguments}}
+
+
+# Each assistant turn is paired with the raw text the model would have generated for it.
+CONVERSATION = [
+    ({"role": "system", "content": "You are a coding agent."}, None),
+    ({"role": "user", "content": [{"type": "text", "text": "Look at a.txt"}, {"type": "text", "text": "then b.txt"}]}, None),
+    (
+        {"role": "assistant", "content": None, "tool_calls": [
+            _call("read_file", '{"path": "a.txt"}', "c1"), _call("read_file", {"path": "b.txt"}, "c2")]},
+        '<tool_call>\n{"name": "read_file", "arguments": {"path": "a.txt"}}\n</tool_call>\n'
+        '<tool_call>\n{"name": "read_file", "arguments": {"path": "b.txt"}}\n</tool_call>',
+    ),
+    ({"role": "tool", "tool_call_id": "c1", "content": "alpha"}, None),
+    ({"role": "tool", "tool_call_id": "c2", "content": [{"type": "text", "text": "beta"}]}, None),
+    (
+        {"role": "assistant", "content": "Now I count.", "tool_calls": [_call("bash", {"command": "wc -c a.txt"}, "c3")]},
+        'Now I count.\n<tool_call>\n{"name": "bash", "arguments": {"command": "wc -c a.txt"}}\n</tool_call>',
+    ),
+    ({"role": "tool", "tool_call_id": "c3", "content": "5 a.txt"}, None),
+    ({"role": "assistant", "content": "a.txt has 5 bytes."}, "a.txt has 5 bytes."),
+    ({"role": "user", "content": "Thanks, and b?"}, None),
+    ({"role": "assistant", "content": [{"type": "text", "text": "Also 4."}]}, "Also 4."),
+]
+
+
+def render(messages, tools=None, add_generation_prompt=False):
+    from transformers.utils.chat_template_utils import render_jinja_template
+
+    rendered, _ = render_jinja_template(
+        conversations=[messages], tools=tools, chat_template=TEMPLATE_PATH.read_text(),
+        add_generation_prompt=add_generation_prompt,
+    )
+    return rendered[0]
+
+
+@pytest.mark.parametrize("tools", [TOOLS, None], ids=["tools", "no-tools"])
+def test_template_is_prefix_preserving(tools):
+    messages = [m for m, _ in CONVERSATION]
+    full = render(messages, tools)
+    checked = 0
+    for k, (message, reply) in enumerate(CONVERSATION):
+        if message["role"] != "assistant":
+            continue
+        prompt = render(messages[:k], tools, add_generation_prompt=True)
+        assert prompt.endswith("<|im_start|>assistant\n")
+        turn = prompt + reply + "<|im_end|>"
+        assert full.startswith(turn), (k, turn[-200:], full[len(prompt) - 50 : len(turn) + 50])
+        assert render(messages[: k + 1], tools) == turn + "\n"
+        checked += 1
+    assert checked == 4
+
+
+def test_template_layout():
+    messages = [m for m, _ in CONVERSATION]
+    text = render(messages, TOOLS)
+    assert text.startswith("<|im_start|>system\nYou are a coding agent.\n\n# Tools\n")
+    tools_block = text.split("<tools>\n", 1)[1].split("\n</tools>", 1)[0].split("\n")
+    assert [json.loads(line) for line in tools_block] == TOOLS
+    assert '<|im_end|>\n<|im_start|>user\n<tool_response>\nalpha\n</tool_response>\n<tool_response>\nbeta\n</tool_response><|im_end|>\n' in text
+    assert "Look at a.txt\nthen b.txt" in text
+    assert text.count("<|im_start|>system") == 1
+    # No default system prompt, with or without tools.
+    assert render([{"role": "user", "content": "hi"}]) == "<|im_start|>user\nhi<|im_end|>\n"
+    assert render([{"role": "user", "content": "hi"}], TOOLS).startswith("<|im_start|>system\n# Tools\n")
+    assert render([], add_generation_prompt=True) == "<|im_start|>assistant\n"
+
+
+@pytest.fixture(scope="module")
+def tiny_dir(tmp_path_factory):
+    return build_tiny_model(tmp_path_factory.mktemp("tiny") / "model")
+
+
+def test_tiny_model_loads_and_tokenizes(tiny_dir):
+    import torch
+    from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer
+
+    config = AutoConfig.from_pretrained(tiny_dir)
+    assert config.head_dim == 64 and config.max_position_embeddings == 131072
+    tok = AutoTokenizer.from_pretrained(tiny_dir)
+    assert tok.eos_token == "<|im_end|>" and tok.pad_token == "<|endoftext|>"
+    assert len(tok) == config.vocab_size
+    for token in ["<|im_start|>", "<|im_end|>", "<|endoftext|>", *model_prep.TOOL_TOKENS]:
+        ids = tok.encode(f"a{token}b", add_special_tokens=False)
+        assert tok.convert_tokens_to_ids(token) in ids, token
+        assert tok.decode(ids) == f"a{token}b"
+    # Tool tags survive skip_special_tokens (the hermes parser reads them from text).
+    ids = tok.encode("<|im_start|>x<tool_call>y</tool_call>", add_special_tokens=False)
+    assert tok.decode(ids, skip_special_tokens=True) == "x<tool_call>y</tool_call>"
+    assert tok.encode("hello", add_special_tokens=True) == tok.encode("hello", add_special_tokens=False)
+
+    assert chat_template_path(tiny_dir).read_text() == TEMPLATE_PATH.read_text()
+    messages = [{"role": "user", "content": "hi"}]
+    assert tok.apply_chat_template(messages, tokenize=False, add_generation_prompt=True) == render(messages, add_generation_prompt=True)
+
+    model = AutoModelForCausalLM.from_pretrained(tiny_dir)
+    assert model.dtype == torch.bfloat16
+    input_ids = torch.tensor([tok.encode("def f(x):\n    return x")])
+    logits = model(input_ids).logits
+    assert logits.shape == (1, input_ids.shape[1], config.vocab_size)
+    assert torch.isfinite(logits.float()).all()
+
+
+def test_tiny_model_is_deterministic(tiny_dir, tmp_path):
+    started = time.monotonic()
+    again = build_tiny_model(tmp_path / "again")
+    assert time.monotonic() - started < 30
+    names = sorted(p.name for p in tiny_dir.iterdir())
+    assert names == sorted(p.name for p in again.iterdir())
+    for name in names:
+        assert (tiny_dir / name).read_bytes() == (again / name).read_bytes(), name
+    other = build_tiny_model(tmp_path / "other", seed=1)
+    assert (other / "model.safetensors").read_bytes() != (again / "model.safetensors").read_bytes()
+    assert (other / "tokenizer.json").read_bytes() == (again / "tokenizer.json").read_bytes()
+    # Rebuilding in place replaces the folder and leaves no temp siblings.
+    build_tiny_model(again, max_position_embeddings=4096)
+    assert json.loads((again / "config.json").read_text())["max_position_embeddings"] == 4096
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["again", "other"]
+
+
+def _fake_cache(root: Path) -> Path:
+    gguf = model_prep.smollm2_gguf_path()
+    dest = root / model_prep.SMOLLM2_DIRNAME
+    dest.mkdir(parents=True)
+    for name in ("config.json", "model.safetensors"):
+        (dest / name).write_text("{}")
+    (dest / "chat_template.jinja").write_text(TEMPLATE_PATH.read_text())
+    st = gguf.stat()
+    model_prep._write_marker(dest, source={"file": gguf.name, "size": st.st_size, "mtime_ns": st.st_mtime_ns, "sha256": "x"})
+    return dest
+
+
+def test_prepare_smollm2_is_a_noop_on_a_valid_cache(tmp_path):
+    dest = _fake_cache(tmp_path)
+    started = time.monotonic()
+    assert prepare_smollm2(tmp_path) == dest
+    assert time.monotonic() - started < 0.5
+    assert (dest / "config.json").read_text() == "{}"  # untouched
+
+
+def test_prepare_smollm2_detects_stale_caches(tmp_path, monkeypatch):
+    dest = _fake_cache(tmp_path)
+    gguf = model_prep.smollm2_gguf_path()
+    assert model_prep._marker_matches(dest, gguf)
+    marker = json.loads((dest / model_prep.MARKER_NAME).read_text())
+    marker["template_sha256"] = "0" * 64
+    (dest / model_prep.MARKER_NAME).write_text(json.dumps(marker))
+    assert not model_prep._marker_matches(dest, gguf)
+    _fake_cache(tmp_path / "b")
+    (tmp_path / "b" / model_prep.SMOLLM2_DIRNAME / "model.safetensors").unlink()
+    assert not model_prep._marker_matches(tmp_path / "b" / model_prep.SMOLLM2_DIRNAME, gguf)
+    # A moved mtime falls back to the sha256, which the fake marker does not have.
+    _fake_cache(tmp_path / "c")
+    monkeypatch.setattr(model_prep, "_sha256", lambda path: "y")
+    marker_path = tmp_path / "c" / model_prep.SMOLLM2_DIRNAME / model_prep.MARKER_NAME
+    marker = json.loads(marker_path.read_text())
+    marker["source"]["mtime_ns"] -= 1
+    marker_path.write_text(json.dumps(marker))
+    assert not model_prep._marker_matches(marker_path.parent, gguf)
+    marker["source"]["sha256"] = "y"
+    marker_path.write_text(json.dumps(marker))
+    assert model_prep._marker_matches(marker_path.parent, gguf)
+
+
+def test_prepare_smollm2_converts(tmp_path_factory):
+    """Real conversion (~20 s on 2 cores) into the shared cache; a no-op once it is there."""
+    from transformers import AutoConfig, AutoTokenizer
+
+    cache = Path(os.environ.get("HARNESSRL_TEST_MODEL_CACHE", model_prep.default_cache_root()))
+    dest = prepare_smollm2(cache)
+    started = time.monotonic()
+    assert prepare_smollm2(cache) == dest
+    assert time.monotonic() - started < 1.0
+    config = AutoConfig.from_pretrained(dest)
+    assert config.model_type == "llama" and config.vocab_size == 49152
+    assert getattr(config, "quantization_config", None) is None
+    tok = AutoTokenizer.from_pretrained(dest)
+    messages = [{"role": "user", "content": "hi"}]
+    assert tok.apply_chat_template(messages, tokenize=False, add_generation_prompt=True) == render(messages, add_generation_prompt=True)
+    assert chat_template_path(dest).read_text() == TEMPLATE_PATH.read_text()
+    assert not [p for p in cache.iterdir() if ".tmp-" in p.name or ".old-" in p.name]
