@@ -1,0 +1,1 @@
+"""harnessrl: train LoRA harness adapters inside off-the-shelf coding agents."""

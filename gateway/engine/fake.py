@@ -208,3 +208,23 @@ def create_fake_engine_app(engine: FakeEngine | None = None) -> Starlette:
     ])
     app.state.engine = engine or FakeEngine()
     return app
+
+
+def main() -> None:
+    """Serve the fake engine over HTTP: ``python -m gateway.engine.fake --port 8123``."""
+    import argparse
+
+    import uvicorn
+
+    parser = argparse.ArgumentParser(description=main.__doc__)
+    parser.add_argument("--host", default="127.0.0.1")
+    parser.add_argument("--port", type=int, default=8123)
+    parser.add_argument("--max-model-len", type=int, default=4096)
+    args = parser.parse_args()
+    engine = FakeEngine(max_model_len=args.max_model_len, record_requests=False)
+    uvicorn.run(create_fake_engine_app(engine), host=args.host, port=args.port, log_level="warning",
+                access_log=False, loop="uvloop", http="httptools")
+
+
+if __name__ == "__main__":
+    main()

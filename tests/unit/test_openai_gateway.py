@@ -83,7 +83,7 @@ async def test_streamed_tool_call_round_trip(gateway):
 async def test_legacy_completions_with_token_prompt_and_stream(gateway):
     client = gateway.openai()
     completion = await client.completions.create(model="policy", prompt=[5, 6, 7], max_tokens=8)
-    assert completion.choices[0].text == "Hello from the fake engine.<|im_end|>"[:0] + decode(encode("Hello from the fake engine."))
+    assert completion.choices[0].text == "Hello from the fake engine."
     stream = await client.completions.create(model="policy", prompt="abc", stream=True,
                                              stream_options={"include_usage": True})
     chunks = [c async for c in stream]

