@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import ctypes
 import os
 import signal
 import subprocess
@@ -12,6 +13,14 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import httpx
+
+
+def _die_with_parent() -> None:
+    """Runs in the child before exec: SIGTERM it when the gateway dies, even by kill -9."""
+    try:
+        ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
+    except OSError:  # not Linux: stop() still covers orderly shutdowns
+        pass
 
 
 class EngineFailed(RuntimeError):
@@ -89,6 +98,7 @@ class EngineProcess:
             self._proc = subprocess.Popen(
                 self.command, env=self.env, stdout=log,
                 stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True,
+                preexec_fn=_die_with_parent,
             )
         finally:
             log.close()

