@@ -47,7 +47,8 @@ class GatewayState:
         return bases[0]["id"], bases[0].get("max_model_len")
 
 
-def get_state(request: Request) -> GatewayState:
+async def get_state(request: Request) -> GatewayState:
+    # async: a sync dependency would cost a threadpool hop on every call
     return request.app.state.gateway
 
 

@@ -26,30 +26,40 @@ def uvicorn_server(settings: GatewaySettings, host: str, port: int, log_level: s
     return uvicorn.Server(config)
 
 
-class BackgroundGateway:
-    """The gateway on a uvicorn server in a daemon thread."""
+class BackgroundServer:
+    """An ASGI app on a uvicorn server in a daemon thread (its own event loop)."""
 
-    def __init__(self, settings: GatewaySettings, host: str = "127.0.0.1", port: int | None = None):
+    def __init__(self, app, host: str = "127.0.0.1", port: int | None = None):
+        self.app = app
         self.host, self.port = host, port or free_port(host)
         self.url = f"http://{self.host}:{self.port}"
-        self._server = uvicorn_server(settings, self.host, self.port)
-        self._thread = threading.Thread(target=self._server.run, name="gateway", daemon=True)
+        config = uvicorn.Config(app, host=self.host, port=self.port, log_level="warning",
+                                access_log=False, loop="uvloop", http="httptools")
+        self._server = uvicorn.Server(config)
+        self._thread = threading.Thread(target=self._server.run, name="uvicorn", daemon=True)
 
-    def start(self, timeout_s: float = 30.0) -> "BackgroundGateway":
+    def start(self, timeout_s: float = 30.0) -> "BackgroundServer":
         self._thread.start()
         deadline = time.monotonic() + timeout_s
         while not self._server.started:
             if not self._thread.is_alive() or time.monotonic() > deadline:
-                raise RuntimeError(f"gateway did not start on {self.url}")
-            time.sleep(0.05)
+                raise RuntimeError(f"server did not start on {self.url}")
+            time.sleep(0.02)
         return self
 
     def stop(self) -> None:
         self._server.should_exit = True
         self._thread.join(timeout=15)
 
-    def __enter__(self) -> "BackgroundGateway":
+    def __enter__(self) -> "BackgroundServer":
         return self.start()
 
     def __exit__(self, *exc) -> None:
         self.stop()
+
+
+class BackgroundGateway(BackgroundServer):
+    """The gateway in a thread (the demo, tests)."""
+
+    def __init__(self, settings: GatewaySettings, host: str = "127.0.0.1", port: int | None = None):
+        super().__init__(create_app(settings), host, port)

@@ -7,14 +7,17 @@ the answer to the client in the form it asked for.
 from __future__ import annotations
 
 import asyncio
+import json
+from dataclasses import dataclass
 from typing import Protocol
 
-import httpx
+import aiohttp
 
 from gateway.errors import EngineError, EngineUnavailable
 
 # Transport errors that mean "the request never reached a working engine": safe to retry.
-RETRYABLE = (httpx.ConnectError, httpx.ConnectTimeout, httpx.RemoteProtocolError)
+# (aiohttp, not httpx: httpx's pool cost per request grows with its number of connections.)
+RETRYABLE = (aiohttp.ClientConnectorError, aiohttp.ServerDisconnectedError)
 RETRY_DELAYS_S = (0.05, 0.25, 1.0)
 
 
@@ -28,57 +31,62 @@ class EngineClient(Protocol):
     async def close(self) -> None: ...
 
 
-class VLLMEngineClient:
-    """vLLM's OpenAI-compatible server over HTTP (also the fake engine, via an ASGI transport)."""
+@dataclass(frozen=True)
+class EngineResponse:
+    status: int
+    text: str
 
-    def __init__(self, base_url: str, *, timeout_s: float = 600.0,
-                 transport: httpx.AsyncBaseTransport | None = None):
+
+class VLLMEngineClient:
+    """vLLM's OpenAI-compatible server over HTTP (the fake engine speaks the same)."""
+
+    def __init__(self, base_url: str, *, timeout_s: float = 600.0):
         self.base_url = base_url.rstrip("/")
-        self._http = httpx.AsyncClient(
-            base_url=self.base_url,
-            transport=transport,
-            timeout=httpx.Timeout(timeout_s, connect=5.0),
-            limits=httpx.Limits(max_connections=1024, max_keepalive_connections=256),
-        )
+        self._timeout = aiohttp.ClientTimeout(total=timeout_s, sock_connect=5.0)
+        self._session: aiohttp.ClientSession | None = None
+
+    def _http(self) -> aiohttp.ClientSession:
+        # Created lazily: a ClientSession belongs to the running event loop.
+        if self._session is None or self._session.closed:
+            connector = aiohttp.TCPConnector(limit=1024, limit_per_host=0, keepalive_timeout=30)
+            self._session = aiohttp.ClientSession(connector=connector, timeout=self._timeout)
+        return self._session
 
     async def chat(self, body: dict) -> dict:
-        return await self._post("/v1/chat/completions", body)
+        return _json_or_raise(await self._send("POST", "/v1/chat/completions", body))
 
     async def completions(self, body: dict) -> dict:
-        return await self._post("/v1/completions", body)
+        return _json_or_raise(await self._send("POST", "/v1/completions", body))
 
     async def models(self) -> list[dict]:
-        response = await self._send("GET", "/v1/models")
-        return _json_or_raise(response)["data"]
+        return _json_or_raise(await self._send("GET", "/v1/models"))["data"]
 
     async def health(self) -> bool:
         try:
-            response = await self._http.get("/health", timeout=2.0)
-        except httpx.HTTPError:
+            async with self._http().get(f"{self.base_url}/health",
+                                        timeout=aiohttp.ClientTimeout(total=2.0)) as response:
+                return response.status == 200
+        except (aiohttp.ClientError, asyncio.TimeoutError):
             return False
-        return response.status_code == 200
 
     async def load_adapter(self, name: str, path: str) -> None:
-        await self._post("/v1/load_lora_adapter", {"lora_name": name, "lora_path": path}, text=True)
+        _raise_for_status(await self._send("POST", "/v1/load_lora_adapter", {"lora_name": name, "lora_path": path}))
 
     async def unload_adapter(self, name: str) -> None:
-        await self._post("/v1/unload_lora_adapter", {"lora_name": name}, text=True)
+        _raise_for_status(await self._send("POST", "/v1/unload_lora_adapter", {"lora_name": name}))
 
     async def close(self) -> None:
-        await self._http.aclose()
+        if self._session is not None:
+            await self._session.close()
 
-    async def _post(self, path: str, body: dict, text: bool = False):
-        response = await self._send("POST", path, json=body)
-        if text:
-            if response.status_code >= 400:
-                raise _engine_error(response)
-            return response.text
-        return _json_or_raise(response)
-
-    async def _send(self, method: str, path: str, **kwargs) -> httpx.Response:
+    async def _send(self, method: str, path: str, body: dict | None = None) -> EngineResponse:
+        data = None if body is None else json.dumps(body).encode()
+        headers = {"content-type": "application/json"} if data is not None else None
         for attempt, delay in enumerate((*RETRY_DELAYS_S, None)):
             try:
-                return await self._http.request(method, path, **kwargs)
+                async with self._http().request(method, f"{self.base_url}{path}", data=data,
+                                                headers=headers) as response:
+                    return EngineResponse(response.status, await response.text())
             except RETRYABLE as exc:
                 if delay is None:
                     raise EngineUnavailable(
@@ -87,22 +95,31 @@ class VLLMEngineClient:
                         f"one, --engine-url points at another)"
                     ) from exc
                 await asyncio.sleep(delay)
-            except httpx.TimeoutException as exc:
-                raise EngineUnavailable(f"engine at {self.base_url} timed out ({type(exc).__name__})") from exc
+            except asyncio.TimeoutError as exc:
+                raise EngineUnavailable(f"engine at {self.base_url} timed out") from exc
+            except aiohttp.ClientError as exc:
+                raise EngineUnavailable(f"engine at {self.base_url} failed: {type(exc).__name__}: {exc}") from exc
         raise AssertionError("unreachable")
 
 
-def _json_or_raise(response: httpx.Response) -> dict:
-    if response.status_code >= 400:
+def _raise_for_status(response: EngineResponse) -> None:
+    if response.status >= 400:
         raise _engine_error(response)
-    return response.json()
 
 
-def _engine_error(response: httpx.Response) -> EngineError:
+def _json_or_raise(response: EngineResponse) -> dict:
+    _raise_for_status(response)
+    try:
+        return json.loads(response.text)
+    except ValueError:
+        raise EngineError(502, f"engine answered with invalid JSON: {response.text[:200]}") from None
+
+
+def _engine_error(response: EngineResponse) -> EngineError:
     """Pass the engine's own message on, whatever shape it came in."""
     message, kind = response.text, None
     try:
-        body = response.json()
+        body = json.loads(response.text)
     except ValueError:
         body = None
     if isinstance(body, dict):
@@ -112,5 +129,5 @@ def _engine_error(response: httpx.Response) -> EngineError:
             kind = error.get("type")
         elif isinstance(error, str):
             message = error
-    status = response.status_code if response.status_code < 500 else 502
+    status = response.status if response.status < 500 else 502
     return EngineError(status, f"engine: {message}", kind if status < 500 else "engine_error")

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Iterator
 from dataclasses import dataclass
 
 import httpx
@@ -14,6 +14,7 @@ from gateway.app import create_app
 from gateway.engine.client import VLLMEngineClient
 from gateway.engine.fake import FakeEngine, create_fake_engine_app
 from gateway.settings import GatewaySettings
+from harnessrl.server import BackgroundServer
 
 
 @dataclass
@@ -31,13 +32,22 @@ class GatewayHarness:
         return response.json()
 
 
+@pytest.fixture(scope="session")
+def fake_engine_server() -> Iterator[BackgroundServer]:
+    """The fake engine on a loopback socket, so the real engine client code is exercised."""
+    with BackgroundServer(create_fake_engine_app()) as server:
+        yield server
+
+
 @pytest.fixture
-def fake_engine() -> FakeEngine:
-    return FakeEngine(model="fake-base", max_model_len=2048)
+def fake_engine(fake_engine_server) -> FakeEngine:
+    fake = FakeEngine(model="fake-base", max_model_len=2048)
+    fake_engine_server.app.state.engine = fake
+    return fake
 
 
 async def start_gateway(settings: GatewaySettings, fake: FakeEngine) -> AsyncIterator[GatewayHarness]:
-    engine = VLLMEngineClient("http://engine", transport=httpx.ASGITransport(create_fake_engine_app(fake)))
+    engine = VLLMEngineClient(settings.engine_url)
     app = create_app(settings, engine=engine)
     async with app.router.lifespan_context(app):
         transport = httpx.ASGITransport(app)
@@ -47,13 +57,14 @@ async def start_gateway(settings: GatewaySettings, fake: FakeEngine) -> AsyncIte
 
 
 @pytest.fixture
-async def gateway(sqlite_db: str, fake_engine: FakeEngine) -> AsyncIterator[GatewayHarness]:
-    async for harness in start_gateway(GatewaySettings(database_url=sqlite_db), fake_engine):
+async def gateway(sqlite_db: str, fake_engine: FakeEngine, fake_engine_server) -> AsyncIterator[GatewayHarness]:
+    settings = GatewaySettings(database_url=sqlite_db, engine_url=fake_engine_server.url)
+    async for harness in start_gateway(settings, fake_engine):
         yield harness
 
 
 @pytest.fixture
-async def strict_gateway(sqlite_db: str, fake_engine: FakeEngine) -> AsyncIterator[GatewayHarness]:
-    settings = GatewaySettings(database_url=sqlite_db, require_token=True)
+async def strict_gateway(sqlite_db: str, fake_engine: FakeEngine, fake_engine_server) -> AsyncIterator[GatewayHarness]:
+    settings = GatewaySettings(database_url=sqlite_db, engine_url=fake_engine_server.url, require_token=True)
     async for harness in start_gateway(settings, fake_engine):
         yield harness

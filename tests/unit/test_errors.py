@@ -7,9 +7,9 @@ import openai
 import pytest
 
 from gateway.app import create_app
-from gateway.engine.client import VLLMEngineClient
 from gateway.settings import GatewaySettings
 from tests.builders import chat_body
+from tests.unit.conftest import start_gateway
 
 
 def assert_openai_error(response: httpx.Response, status: int) -> dict:
@@ -45,9 +45,8 @@ async def test_unparsable_bodies_are_400(gateway, content):
     assert_openai_error(response, 400)
 
 
-async def test_huge_body_is_413(sqlite_db, fake_engine):
-    from tests.unit.conftest import start_gateway
-    settings = GatewaySettings(database_url=sqlite_db, max_body_bytes=1000)
+async def test_huge_body_is_413(sqlite_db, fake_engine, fake_engine_server):
+    settings = GatewaySettings(database_url=sqlite_db, engine_url=fake_engine_server.url, max_body_bytes=1000)
     async for gateway in start_gateway(settings, fake_engine):
         response = await gateway.http.post("/v1/chat/completions", json=chat_body("x" * 5000))
         assert_openai_error(response, 413)
