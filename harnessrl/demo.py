@@ -24,7 +24,10 @@ WEATHER_TOOL = {
     "function": {
         "name": "get_weather",
         "description": "Get the current weather for a city.",
-        "parameters": {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]},
+        "parameters": {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"],
+                       "additionalProperties": False},
+        # strict: vLLM enforces the argument schema on a forced call only for strict tools.
+        "strict": True,
     },
 }
 CONTEXT_SHOWN = 12  # prompt tokens shown before each call's sampled tokens

@@ -107,6 +107,8 @@ def _atomic_replace(tmp: Path, dest: Path) -> None:
         os.chmod(path, 0o644)
     old = None
     if dest.exists():
+        if any(dest.iterdir()) and not (dest / MARKER_NAME).is_file():
+            raise FileExistsError(f"{dest} exists and is not a harnessrl model folder; not replacing it")
         old = dest.with_name(f".{dest.name}.old-{os.getpid()}")
         os.rename(dest, old)
     os.rename(tmp, dest)

@@ -9,8 +9,11 @@ WEATHER_TOOL = {
     "function": {
         "name": "get_weather",
         "description": "Current weather for a city.",
-        "parameters": {"type": "object", "properties": {"city": {"type": "string"}},
-                       "required": ["city"]},
+        # strict + enum: a forced call is fully determined by the grammar but for the choice, so
+        # even the tiny random model finishes it in a few tokens.
+        "parameters": {"type": "object", "properties": {"city": {"type": "string", "enum": ["Paris", "London"]}},
+                       "required": ["city"], "additionalProperties": False},
+        "strict": True,
     },
 }
 

@@ -149,6 +149,13 @@ def test_tiny_model_is_deterministic(tiny_dir, tmp_path):
     build_tiny_model(again, max_position_embeddings=4096)
     assert json.loads((again / "config.json").read_text())["max_position_embeddings"] == 4096
     assert sorted(p.name for p in tmp_path.iterdir()) == ["again", "other"]
+    # A foreign non-empty folder is never replaced.
+    (tmp_path / "foreign").mkdir()
+    (tmp_path / "foreign" / "keep.txt").write_text("x")
+    with pytest.raises(FileExistsError):
+        build_tiny_model(tmp_path / "foreign")
+    assert (tmp_path / "foreign" / "keep.txt").read_text() == "x"
+    assert not [p for p in tmp_path.iterdir() if ".tmp-" in p.name]
 
 
 def _fake_cache(root: Path) -> Path:

@@ -1,0 +1,36 @@
+"""Starting `harnessrl serve` as a real subprocess and finding what it started."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+from harnessrl.engine_process import EngineProcess
+from harnessrl.server import free_port
+
+
+def serve_process(tmp_path: Path, *args: str, port: int | None = None) -> EngineProcess:
+    """`harnessrl serve ARGS` on a free port; health is the gateway's /health."""
+    port = port or free_port()
+    command = [sys.executable, "-m", "harnessrl.cli", "serve", "--port", str(port), *args]
+    return EngineProcess(command, f"http://127.0.0.1:{port}", tmp_path / f"serve-{port}.log")
+
+
+def children_of(pid: int) -> list[int]:
+    found = []
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            fields = stat.read_text().rsplit(")", 1)[1].split()
+        except (OSError, IndexError):
+            continue
+        if int(fields[1]) == pid:
+            found.append(int(stat.parent.name))
+    return found
+
+
+def pid_alive(pid: int) -> bool:
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except OSError:
+        return False
+    return state != "Z"
