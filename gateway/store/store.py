@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 import secrets
-from collections.abc import Sequence
+from collections.abc import AsyncIterator, Sequence
+from contextlib import asynccontextmanager
 from datetime import datetime, timezone
 
 from sqlalchemy import func, insert, select
@@ -24,6 +25,7 @@ class Store:
     def __init__(self, engine: AsyncEngine, bind: AsyncConnection | None = None):
         """``bind`` runs every session inside one outer connection (tests roll it back)."""
         self.engine = engine
+        self._bind = bind
         self.sessions: async_sessionmaker[AsyncSession] = create_sessionmaker(bind or engine)
         self._tokens: dict[str, RolloutIdentity] = {}
         self._adhoc: RolloutIdentity | None = None
@@ -87,11 +89,23 @@ class Store:
     async def insert_calls(self, records: Sequence[CallRecord]) -> list[int]:
         """Insert and commit a batch of calls in one transaction; returns their ids in order."""
         rows = [_call_row(record) for record in records]
-        async with self.sessions.begin() as session:
-            result = await session.execute(
-                insert(Call).returning(Call.id, sort_by_parameter_order=True), rows
-            )
-            return list(result.scalars())
+        table = Call.__table__
+        # A Core insert on the session's connection: the ORM's bulk path costs ~1 ms per call.
+        statement = insert(table).returning(table.c.id, sort_by_parameter_order=True)
+        async with self._transaction() as connection:
+            if len(rows) == 1:  # a plain execute; the compiled statement is cached
+                return [(await connection.execute(statement, rows[0])).scalar_one()]
+            return list((await connection.execute(statement, rows)).scalars())
+
+    @asynccontextmanager
+    async def _transaction(self) -> AsyncIterator[AsyncConnection]:
+        """A Core transaction without an ORM session (the hot write path)."""
+        if self._bind is not None:
+            async with self._bind.begin_nested():
+                yield self._bind
+        else:
+            async with self.engine.begin() as connection:
+                yield connection
 
     async def get_call(self, call_id: int) -> Call | None:
         async with self.sessions() as session:
