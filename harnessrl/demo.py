@@ -87,8 +87,8 @@ def show_trajectory(gateway_url: str, rollout_id: int, model_dir) -> None:
     calls = httpx.get(f"{gateway_url}/api/rollouts/{rollout_id}/calls").json()["data"]
     for call in calls:
         console.print(token_table(call, tokenizer))
-    console.print(f"rollout {rollout_id}: {len(calls)} calls recorded; "
-                  f"browse them at {gateway_url}/api/rollouts/{rollout_id}/calls while serving")
+    console.print(f"rollout {rollout_id}: {len(calls)} calls recorded. To browse them later, run "
+                  f"`harnessrl serve --model {model_dir}` and open /api/rollouts/{rollout_id}/calls")
 
 
 def run_demo(database_url: str, max_model_len: int) -> int:
