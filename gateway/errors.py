@@ -7,6 +7,7 @@ Every error leaves the gateway as JSON in the dialect of the endpoint that raise
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
 
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
@@ -67,7 +68,24 @@ class EngineError(GatewayError):
 
 
 def error_body(exc: GatewayError) -> dict:
+    """OpenAI's error shape (Chat Completions, Completions, Responses, and the REST API)."""
     return {"error": {"message": exc.message, "type": exc.type, "param": exc.param, "code": exc.code}}
+
+
+ANTHROPIC_TYPES = {400: "invalid_request_error", 401: "authentication_error", 403: "permission_error",
+                   404: "not_found_error", 413: "request_too_large", 429: "rate_limit_error",
+                   503: "overloaded_error", 529: "overloaded_error"}
+
+
+def anthropic_error_body(exc: GatewayError) -> dict:
+    """Anthropic's error shape, for the Messages API."""
+    kind = ANTHROPIC_TYPES.get(exc.status_code, "invalid_request_error" if exc.status_code < 500 else "api_error")
+    return {"type": "error", "error": {"type": kind, "message": exc.message}}
+
+
+def _shape_for(request: Request) -> Callable[[GatewayError], dict]:
+    path = request.url.path
+    return anthropic_error_body if path.endswith(("/messages", "/messages/count_tokens")) else error_body
 
 
 def describe_validation_error(exc: ValidationError | RequestValidationError) -> tuple[str, str | None]:
@@ -81,24 +99,26 @@ def describe_validation_error(exc: ValidationError | RequestValidationError) -> 
 
 
 def install_error_handlers(app: FastAPI) -> None:
+    def respond(request: Request, exc: GatewayError) -> JSONResponse:
+        return JSONResponse(_shape_for(request)(exc), status_code=exc.status_code, headers=exc.headers)
+
     @app.exception_handler(GatewayError)
-    async def _gateway_error(_request: Request, exc: GatewayError) -> JSONResponse:
-        return JSONResponse(error_body(exc), status_code=exc.status_code, headers=exc.headers)
+    async def _gateway_error(request: Request, exc: GatewayError) -> JSONResponse:
+        return respond(request, exc)
 
     @app.exception_handler(RequestValidationError)
-    async def _validation(_request: Request, exc: RequestValidationError) -> JSONResponse:
+    async def _validation(request: Request, exc: RequestValidationError) -> JSONResponse:
         message, param = describe_validation_error(exc)
-        return JSONResponse(error_body(InvalidRequest(message, param=param)), status_code=400)
+        return respond(request, InvalidRequest(message, param=param))
 
     @app.exception_handler(StarletteHTTPException)
-    async def _http(_request: Request, exc: StarletteHTTPException) -> JSONResponse:
-        error = GatewayError(str(exc.detail))
+    async def _http(request: Request, exc: StarletteHTTPException) -> JSONResponse:
+        error = GatewayError(str(exc.detail), headers=exc.headers)
         error.status_code = exc.status_code
         error.type = "invalid_request_error" if exc.status_code < 500 else "server_error"
-        return JSONResponse(error_body(error), status_code=exc.status_code, headers=exc.headers)
+        return respond(request, error)
 
     @app.exception_handler(Exception)
-    async def _unexpected(_request: Request, exc: Exception) -> JSONResponse:
+    async def _unexpected(request: Request, exc: Exception) -> JSONResponse:
         logger.exception("unhandled error")
-        error = GatewayError(f"internal error: {type(exc).__name__}: {exc}")
-        return JSONResponse(error_body(error), status_code=500)
+        return respond(request, GatewayError(f"internal error: {type(exc).__name__}: {exc}"))

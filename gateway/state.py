@@ -11,6 +11,7 @@ from fastapi import Depends, Request
 
 from gateway.engine.client import EngineClient
 from gateway.errors import EngineUnavailable, InvalidRequest, PayloadTooLarge
+from gateway.pipeline import ChatPipeline
 from gateway.policy import PolicyRegistry
 from gateway.settings import GatewaySettings
 from gateway.store.store import Store
@@ -36,6 +37,9 @@ class GatewayState:
                 base, self.max_model_len = await self._discover_base_model()
                 self.policy = PolicyRegistry(self.settings.public_model, base)
         return self.policy
+
+    async def pipeline(self) -> ChatPipeline:
+        return ChatPipeline(self.engine, await self.ensure_policy(), self.writer)
 
     async def _discover_base_model(self) -> tuple[str, int | None]:
         if self.settings.base_model:

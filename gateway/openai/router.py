@@ -27,14 +27,14 @@ def _respond(served: ServedCall, chunks) -> JSONResponse | StreamingResponse:
 async def chat_completions(request: Request, state: StateDep):
     raw = await read_json_body(request, state.settings.max_body_bytes)
     identity = await resolve_identity(request, state.store, state.settings.require_token)
-    serving = OpenAIServing(state.engine, await state.ensure_policy(), state.writer)
+    serving = OpenAIServing(await state.pipeline())
     return _respond(await serving.chat(raw, identity), chat_chunks)
 
 
 async def completions(request: Request, state: StateDep):
     raw = await read_json_body(request, state.settings.max_body_bytes)
     identity = await resolve_identity(request, state.store, state.settings.require_token)
-    serving = OpenAIServing(state.engine, await state.ensure_policy(), state.writer)
+    serving = OpenAIServing(await state.pipeline())
     return _respond(await serving.completions(raw, identity), completion_chunks)
 
 

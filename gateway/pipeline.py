@@ -1,0 +1,89 @@
+"""The session pipeline every dialect goes through: one normalized chat call, recorded.
+
+Dialects (chat completions, responses, anthropic messages) translate their request into a Chat
+Completions body, call ``ChatPipeline.run``, and translate the engine's ``chat.completion`` answer
+back into their own shape. Recording (tokens, logprobs, policy version) happens here once.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+
+from gateway.engine.client import EngineClient
+from gateway.errors import EngineError
+from gateway.policy import PolicyRegistry, ResolvedModel
+from gateway.store.records import CallRecord, RolloutIdentity
+from gateway.store.writer import CallWriter
+
+
+@dataclass(frozen=True)
+class RecordedAnswer:
+    call_id: int
+    answer: dict  # the engine's response body, as received (chat.completion or text_completion)
+    resolved: ResolvedModel
+
+
+class ChatPipeline:
+    def __init__(self, engine: EngineClient, policy: PolicyRegistry, writer: CallWriter):
+        self.engine, self.policy, self.writer = engine, policy, writer
+
+    async def chat(self, chat_body: dict, identity: RolloutIdentity, dialect: str,
+                   client_request: dict, top_logprobs: int = 0) -> RecordedAnswer:
+        """Send a (validated) Chat Completions body to the engine and record the call.
+
+        ``client_request`` is what the client sent in its own dialect; it is stored verbatim.
+        """
+        resolved = self.policy.resolve(chat_body["model"])
+        body = {**chat_body, "model": resolved.engine_model, "stream": False, "return_token_ids": True,
+                "logprobs": True, "top_logprobs": top_logprobs}
+        body.pop("stream_options", None)
+        answer, latency_ms = await _timed(self.engine.chat(body))
+        choice = only_choice(answer)
+        logprobs = [entry["logprob"] for entry in (choice.get("logprobs") or {}).get("content") or []]
+        record = _record(identity, dialect, client_request, resolved, answer, latency_ms,
+                         answer.get("prompt_token_ids"), choice, logprobs)
+        return RecordedAnswer(await self.writer.record(record), answer, resolved)
+
+    async def completion(self, completion_body: dict, identity: RolloutIdentity,
+                         client_request: dict, logprobs: int = 0) -> RecordedAnswer:
+        """Send a Completions body (a single prompt) to the engine and record the call."""
+        resolved = self.policy.resolve(completion_body["model"])
+        body = {**completion_body, "model": resolved.engine_model, "stream": False,
+                "return_token_ids": True, "logprobs": logprobs}
+        body.pop("stream_options", None)
+        answer, latency_ms = await _timed(self.engine.completions(body))
+        choice = only_choice(answer)
+        token_logprobs = (choice.get("logprobs") or {}).get("token_logprobs") or []
+        record = _record(identity, "completions", client_request, resolved, answer, latency_ms,
+                         choice.get("prompt_token_ids"), choice, token_logprobs)
+        return RecordedAnswer(await self.writer.record(record), answer, resolved)
+
+
+async def _timed(awaitable) -> tuple[dict, float]:
+    started = time.perf_counter()
+    answer = await awaitable
+    return answer, (time.perf_counter() - started) * 1000.0
+
+
+def only_choice(answer: dict) -> dict:
+    choices = answer.get("choices") or []
+    if len(choices) != 1:
+        raise EngineError(502, f"engine returned {len(choices)} choices, expected 1")
+    return choices[0]
+
+
+def _record(identity: RolloutIdentity, dialect: str, client_request: dict, resolved: ResolvedModel,
+            answer: dict, latency_ms: float, prompt_ids: list[int] | None, choice: dict,
+            logprobs: list[float]) -> CallRecord:
+    output_ids = choice.get("token_ids")
+    if prompt_ids is None or output_ids is None:
+        raise EngineError(502, "engine did not return token ids (return_token_ids); the gateway "
+                               "needs vLLM >= 0.10.2 to record calls")
+    return CallRecord(
+        rollout_id=identity.rollout_id, dialect=dialect, model=resolved.public_name,
+        engine_model=resolved.engine_model, policy_version=resolved.version,
+        prompt_ids=prompt_ids, output_ids=output_ids, output_logprobs=logprobs,
+        finish_reason=choice.get("finish_reason"), request=client_request, response=answer,
+        latency_ms=latency_ms,
+    )
