@@ -43,6 +43,11 @@ class NotFound(GatewayError):
     type = "not_found_error"
 
 
+class Conflict(GatewayError):
+    status_code = 409
+    type = "conflict_error"
+
+
 class PayloadTooLarge(GatewayError):
     status_code = 413
     type = "invalid_request_error"
@@ -73,7 +78,7 @@ def error_body(exc: GatewayError) -> dict:
 
 
 ANTHROPIC_TYPES = {400: "invalid_request_error", 401: "authentication_error", 403: "permission_error",
-                   404: "not_found_error", 413: "request_too_large", 429: "rate_limit_error",
+                   404: "not_found_error", 409: "invalid_request_error", 413: "request_too_large", 429: "rate_limit_error",
                    503: "overloaded_error", 529: "overloaded_error"}
 
 

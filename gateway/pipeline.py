@@ -8,13 +8,16 @@ back into their own shape. Recording (tokens, logprobs, policy version) happens 
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
+from gateway.callgraph import CallGraphIndex, GraphNode
 from gateway.engine.client import EngineClient
 from gateway.errors import EngineError
 from gateway.policy import PolicyRegistry, ResolvedModel
+from gateway.store.arrays import pack_ids
 from gateway.store.records import CallRecord, RolloutIdentity
 from gateway.store.writer import CallWriter
+from gateway.tagging import side_call_tags
 
 
 @dataclass(frozen=True)
@@ -25,8 +28,9 @@ class RecordedAnswer:
 
 
 class ChatPipeline:
-    def __init__(self, engine: EngineClient, policy: PolicyRegistry, writer: CallWriter):
-        self.engine, self.policy, self.writer = engine, policy, writer
+    def __init__(self, engine: EngineClient, policy: PolicyRegistry, writer: CallWriter,
+                 graph: CallGraphIndex):
+        self.engine, self.policy, self.writer, self.graph = engine, policy, writer, graph
 
     async def chat(self, chat_body: dict, identity: RolloutIdentity, dialect: str,
                    client_request: dict, top_logprobs: int = 0) -> RecordedAnswer:
@@ -43,7 +47,8 @@ class ChatPipeline:
         logprobs = [entry["logprob"] for entry in (choice.get("logprobs") or {}).get("content") or []]
         record = _record(identity, dialect, client_request, resolved, answer, latency_ms,
                          answer.get("prompt_token_ids"), choice, logprobs)
-        return RecordedAnswer(await self.writer.record(record), answer, resolved)
+        tags = side_call_tags(chat_body.get("messages") or [], bool(chat_body.get("tools")), identity.harness)
+        return await self._commit(identity, record, answer, resolved, tags)
 
     async def completion(self, completion_body: dict, identity: RolloutIdentity,
                          client_request: dict, logprobs: int = 0) -> RecordedAnswer:
@@ -57,7 +62,18 @@ class ChatPipeline:
         token_logprobs = (choice.get("logprobs") or {}).get("token_logprobs") or []
         record = _record(identity, "completions", client_request, resolved, answer, latency_ms,
                          choice.get("prompt_token_ids"), choice, token_logprobs)
-        return RecordedAnswer(await self.writer.record(record), answer, resolved)
+        return await self._commit(identity, record, answer, resolved, [])
+
+    async def _commit(self, identity: RolloutIdentity, record: CallRecord, answer: dict,
+                      resolved: ResolvedModel, tags: list[str]) -> RecordedAnswer:
+        """Link the call into its rollout's graph, tag it, and wait until it is committed."""
+        link = await self.graph.link(identity.rollout_id, record.prompt_ids)
+        record = replace(record, tags=tags, parent_id=link.parent_id, fork_of=link.fork_of,
+                         drift_tokens=link.drift_tokens)
+        call_id = await self.writer.record(record)
+        sequence = pack_ids(record.prompt_ids) + pack_ids(record.output_ids)
+        await self.graph.add(identity.rollout_id, GraphNode(call_id, len(record.prompt_ids), sequence))
+        return RecordedAnswer(call_id, answer, resolved)
 
 
 async def _timed(awaitable) -> tuple[dict, float]:

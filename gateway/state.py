@@ -9,6 +9,7 @@ from typing import Annotated
 
 from fastapi import Depends, Request
 
+from gateway.callgraph import CallGraphIndex
 from gateway.engine.client import EngineClient
 from gateway.errors import EngineUnavailable, InvalidRequest, PayloadTooLarge
 from gateway.pipeline import ChatPipeline
@@ -26,7 +27,11 @@ class GatewayState:
     engine: EngineClient
     policy: PolicyRegistry | None = None  # None until the engine's base model is known
     max_model_len: int | None = None
+    graph: CallGraphIndex = field(init=False)
     _discover_lock: asyncio.Lock = field(default_factory=asyncio.Lock)
+
+    def __post_init__(self) -> None:
+        self.graph = CallGraphIndex(self.store.recent_graph_nodes)
 
     async def ensure_policy(self) -> PolicyRegistry:
         """Learn the engine's base model (once); an engine that is still down is a 503."""
@@ -39,7 +44,7 @@ class GatewayState:
         return self.policy
 
     async def pipeline(self) -> ChatPipeline:
-        return ChatPipeline(self.engine, await self.ensure_policy(), self.writer)
+        return ChatPipeline(self.engine, await self.ensure_policy(), self.writer, self.graph)
 
     async def _discover_base_model(self) -> tuple[str, int | None]:
         if self.settings.base_model:

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from datetime import datetime
-from typing import Any, Generic, TypeVar
+from typing import Any, Generic, Literal, TypeVar
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -18,13 +18,22 @@ class CreateRollout(BaseModel):
     run: str = NAME
     task: str = Field(min_length=1, max_length=400, pattern=r"^[^\x00-\x1f]+$")
     group: str | None = Field(default=None, min_length=1, max_length=200)
-    meta: dict[str, Any] = Field(default_factory=dict)
+    meta: dict[str, Any] = Field(default_factory=dict)  # e.g. {"harness": "opencode"}
+    # How the run's calls are captured; set when the run is created (default "engine").
+    capture: Literal["engine", "tito"] | None = None
 
 
 class RolloutCreated(BaseModel):
     id: int
     token: str
     base_url: str  # ends in /r/<token>/v1: the agent's OpenAI base URL
+
+
+class GraphStats(BaseModel):
+    calls: int
+    roots: int  # calls extending no earlier call: first turns, subagents, side calls, rewrites
+    forks: int  # roots that diverged inside an earlier call's sampled tokens
+    drift_tokens: int  # sampled tokens lost at those divergences
 
 
 class RolloutView(BaseModel):
@@ -37,6 +46,7 @@ class RolloutView(BaseModel):
     error: str | None
     meta: dict[str, Any]
     num_calls: int
+    graph: GraphStats
     created_at: datetime
     finished_at: datetime | None
 
@@ -45,6 +55,8 @@ class CallView(BaseModel):
     id: int
     rollout_id: int
     parent_id: int | None
+    fork_of: int | None
+    drift_tokens: int
     dialect: str
     model: str
     engine_model: str
@@ -61,6 +73,23 @@ class CallView(BaseModel):
 class CallDetail(CallView):
     request: dict[str, Any]
     response: dict[str, Any]
+
+
+class SampleView(BaseModel):
+    """One training sample: a root-to-leaf path of the call graph as a single token sequence."""
+
+    call_ids: list[int]  # root -> leaf
+    num_turns: int
+    input_ids: list[int]
+    loss_mask: list[int]  # 1 on tokens the model sampled; prompt and tool output are 0
+    old_logprobs: list[float]  # the sampler's logprobs, 0 where loss_mask is 0
+    policy_versions: list[int]  # version that sampled each token, -1 where loss_mask is 0
+
+
+class SampleList(BaseModel):
+    rollout_id: int
+    reward: float | None
+    data: list[SampleView]
 
 
 class RunView(BaseModel):

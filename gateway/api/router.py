@@ -6,10 +6,23 @@ from typing import Annotated
 
 from fastapi import APIRouter, Query, Request
 
-from gateway.api.protocol import CallDetail, CallView, CreateRollout, Page, RolloutCreated, RolloutView, RunView
-from gateway.errors import NotFound
+from gateway.api.protocol import (
+    CallDetail,
+    CallView,
+    CreateRollout,
+    GraphStats,
+    Page,
+    RolloutCreated,
+    RolloutView,
+    RunView,
+    SampleList,
+    SampleView,
+)
+from gateway.errors import Conflict, NotFound
 from gateway.state import StateDep
 from gateway.store.arrays import unpack_ids, unpack_logprobs
+from gateway.store.samples import build_samples
+from gateway.store.store import RunConflict
 from gateway.store.tables import Call
 
 Limit = Annotated[int, Query(ge=1, le=1000)]
@@ -18,7 +31,8 @@ After = Annotated[int, Query(ge=0, description="return items with id greater tha
 
 def _call_fields(call: Call) -> dict:
     return dict(
-        id=call.id, rollout_id=call.rollout_id, parent_id=call.parent_id, dialect=call.dialect,
+        id=call.id, rollout_id=call.rollout_id, parent_id=call.parent_id, fork_of=call.fork_of,
+        drift_tokens=call.drift_tokens, dialect=call.dialect,
         model=call.model, engine_model=call.engine_model, policy_version=call.policy_version,
         prompt_ids=unpack_ids(call.prompt_ids), output_ids=unpack_ids(call.output_ids),
         output_logprobs=unpack_logprobs(call.output_logprobs), finish_reason=call.finish_reason,
@@ -32,7 +46,10 @@ def _base_url(request: Request, public_url: str | None, token: str) -> str:
 
 
 async def create_rollout(body: CreateRollout, request: Request, state: StateDep) -> RolloutCreated:
-    identity = await state.store.create_rollout(body.run, body.task, body.group, body.meta)
+    try:
+        identity = await state.store.create_rollout(body.run, body.task, body.group, body.meta, body.capture)
+    except RunConflict as exc:
+        raise Conflict(str(exc), param="capture") from None
     return RolloutCreated(id=identity.rollout_id, token=identity.token,
                           base_url=_base_url(request, state.settings.public_url, identity.token))
 
@@ -42,10 +59,23 @@ async def get_rollout(rollout_id: int, state: StateDep) -> RolloutView:
     if found is None:
         raise NotFound(f"rollout {rollout_id} not found")
     rollout, run, task, group, num_calls = found
+    graph = GraphStats(**await state.store.graph_stats(rollout_id))
     return RolloutView(id=rollout.id, run=run, task=task, group=group, status=rollout.status,
                        reward=rollout.reward, error=rollout.error, meta=rollout.meta,
-                       num_calls=num_calls, created_at=rollout.created_at,
+                       num_calls=num_calls, graph=graph, created_at=rollout.created_at,
                        finished_at=rollout.finished_at)
+
+
+async def list_rollout_samples(rollout_id: int, state: StateDep, include_side: bool = False) -> SampleList:
+    found = await state.store.get_rollout(rollout_id)
+    if found is None:
+        raise NotFound(f"rollout {rollout_id} not found")
+    samples = build_samples(await state.store.call_nodes(rollout_id), include_side)
+    return SampleList(rollout_id=rollout_id, reward=found[0].reward, data=[
+        SampleView(call_ids=list(s.call_ids), num_turns=s.num_turns, input_ids=s.input_ids.tolist(),
+                   loss_mask=s.loss_mask.tolist(), old_logprobs=s.old_logprobs.tolist(),
+                   policy_versions=s.policy_versions.tolist())
+        for s in samples])
 
 
 async def list_rollout_calls(rollout_id: int, state: StateDep, after: After = 0,
@@ -79,6 +109,8 @@ def create_router() -> APIRouter:
     router.add_api_route("/rollouts/{rollout_id}", get_rollout, methods=["GET"], response_model=RolloutView)
     router.add_api_route("/rollouts/{rollout_id}/calls", list_rollout_calls, methods=["GET"],
                          response_model=Page[CallView])
+    router.add_api_route("/rollouts/{rollout_id}/samples", list_rollout_samples, methods=["GET"],
+                         response_model=SampleList)
     router.add_api_route("/calls/{call_id}", get_call, methods=["GET"], response_model=CallDetail)
     router.add_api_route("/runs", list_runs, methods=["GET"], response_model=Page[RunView])
     return router

@@ -12,6 +12,8 @@ class RolloutIdentity:
     rollout_id: int
     run_id: int
     token: str
+    capture: str = "engine"  # the run's capture mode: "engine" (vLLM renders) or "tito"
+    harness: str | None = None  # the agent driving the rollout (its side-call rules apply)
 
 
 @dataclass(frozen=True)
@@ -30,4 +32,7 @@ class CallRecord:
     request: dict  # the client's body
     response: dict  # the engine's body
     latency_ms: float  # engine round trip, milliseconds
-    tags: list[str] = field(default_factory=list)
+    tags: list[str] = field(default_factory=list)  # side-call tags ("title", "summary")
+    parent_id: int | None = None  # the call this one extends (call graph)
+    fork_of: int | None = None  # root that diverged inside this call's sampled tokens
+    drift_tokens: int = 0  # sampled tokens lost at that divergence

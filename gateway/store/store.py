@@ -7,16 +7,24 @@ from collections.abc import AsyncIterator, Sequence
 from contextlib import asynccontextmanager
 from datetime import datetime, timezone
 
+import numpy as np
 from sqlalchemy import func, insert, select
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine, AsyncSession, async_sessionmaker
 
+from gateway.callgraph import GraphNode
 from gateway.store.arrays import pack_ids, pack_logprobs
 from gateway.store.database import create_engine, create_sessionmaker
 from gateway.store.records import CallRecord, RolloutIdentity
+from gateway.store.samples import CallNode
 from gateway.store.tables import Call, Group, Rollout, Run, Task, utcnow
 
 ADHOC_RUN = "adhoc"
+CAPTURE_MODES = ("engine", "tito")
+
+
+class RunConflict(ValueError):
+    """The run exists with other settings than the ones asked for."""
 DEFAULT_GROUP = "default"
 TOKEN_PREFIX = "hrl-"  # lets the gateway tell its tokens from placeholder API keys
 
@@ -40,10 +48,17 @@ class Store:
     # --- rollout identity -------------------------------------------------------------------
 
     async def create_rollout(
-        self, run: str, task: str, group: str | None = None, meta: dict | None = None
+        self, run: str, task: str, group: str | None = None, meta: dict | None = None,
+        capture: str | None = None,
     ) -> RolloutIdentity:
+        """A new rollout (and its run, task and group when missing); ``capture`` sets a new run's mode."""
         async with self.sessions.begin() as session:
             run_row = await _get_or_create(session, Run, name=run)
+            run_capture = run_row.config.get("capture") if run_row.config else None
+            if run_capture is None:
+                run_row.config = {**(run_row.config or {}), "capture": capture or "engine"}
+            elif capture is not None and capture != run_capture:
+                raise RunConflict(f"run {run!r} captures in {run_capture!r} mode, not {capture!r}")
             task_row = await _get_or_create(session, Task, run_id=run_row.id, name=task)
             group_row = await _get_or_create(
                 session, Group, run_id=run_row.id, task_id=task_row.id, name=group or DEFAULT_GROUP
@@ -57,7 +72,8 @@ class Store:
             )
             session.add(rollout)
             await session.flush()
-            identity = RolloutIdentity(rollout.id, run_row.id, rollout.token)
+            identity = RolloutIdentity(rollout.id, run_row.id, rollout.token,
+                                       run_row.config["capture"], (meta or {}).get("harness"))
         self._tokens[identity.token] = identity
         return identity
 
@@ -65,13 +81,14 @@ class Store:
         cached = self._tokens.get(token)
         if cached is not None:
             return cached
+        query = (select(Rollout.id, Rollout.run_id, Rollout.meta, Run.config)
+                 .join(Run, Run.id == Rollout.run_id).where(Rollout.token == token))
         async with self.sessions() as session:
-            row = (
-                await session.execute(select(Rollout.id, Rollout.run_id).where(Rollout.token == token))
-            ).first()
+            row = (await session.execute(query)).first()
         if row is None:
             return None
-        identity = RolloutIdentity(row.id, row.run_id, token)
+        identity = RolloutIdentity(row.id, row.run_id, token, (row.config or {}).get("capture", "engine"),
+                                   (row.meta or {}).get("harness"))
         self._tokens[token] = identity
         return identity
 
@@ -106,6 +123,41 @@ class Store:
         else:
             async with self.engine.begin() as connection:
                 yield connection
+
+    async def recent_graph_nodes(self, rollout_id: int, limit: int) -> list[GraphNode]:
+        """The rollout's last ``limit`` calls as call-graph nodes, oldest first."""
+        query = (
+            select(Call.id, Call.num_prompt_tokens, Call.prompt_ids, Call.output_ids)
+            .where(Call.rollout_id == rollout_id).order_by(Call.id.desc()).limit(limit)
+        )
+        async with self.sessions() as session:
+            rows = (await session.execute(query)).all()
+        return [GraphNode(r.id, r.num_prompt_tokens, r.prompt_ids + r.output_ids) for r in reversed(rows)]
+
+    async def call_nodes(self, rollout_id: int) -> list[CallNode]:
+        """Every call of the rollout with its tokens (no bodies), for building samples."""
+        query = (
+            select(Call.id, Call.parent_id, Call.prompt_ids, Call.output_ids, Call.output_logprobs,
+                   Call.policy_version, Call.tags)
+            .where(Call.rollout_id == rollout_id).order_by(Call.id)
+        )
+        async with self.sessions() as session:
+            rows = (await session.execute(query)).all()
+        return [CallNode(r.id, r.parent_id, np.frombuffer(r.prompt_ids, "<i4"), np.frombuffer(r.output_ids, "<i4"),
+                         np.frombuffer(r.output_logprobs, "<f4"), r.policy_version, tuple(r.tags or ()))
+                for r in rows]
+
+    async def graph_stats(self, rollout_id: int) -> dict[str, int]:
+        """Calls, roots, forks and drift tokens of a rollout's call graph."""
+        query = select(
+            func.count(Call.id),
+            func.count(Call.id).filter(Call.parent_id.is_(None)),
+            func.count(Call.fork_of),
+            func.coalesce(func.sum(Call.drift_tokens), 0),
+        ).where(Call.rollout_id == rollout_id)
+        async with self.sessions() as session:
+            calls, roots, forks, drift = (await session.execute(query)).one()
+        return {"calls": calls, "roots": roots, "forks": forks, "drift_tokens": int(drift)}
 
     async def get_call(self, call_id: int) -> Call | None:
         async with self.sessions() as session:
@@ -184,6 +236,9 @@ def _call_row(record: CallRecord) -> dict:
         "request": record.request,
         "response": record.response,
         "tags": list(record.tags),
+        "parent_id": record.parent_id,
+        "fork_of": record.fork_of,
+        "drift_tokens": record.drift_tokens,
         "latency_ms": record.latency_ms,
         "created_at": utcnow(),
     }

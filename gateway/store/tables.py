@@ -92,8 +92,11 @@ class Call(Base):
 
     id: Mapped[int] = mapped_column(Id, primary_key=True)
     rollout_id: Mapped[int] = mapped_column(ForeignKey("rollouts.id"), index=True)
-    # Filled in by the call graph (a later issue); null means root or not yet linked.
-    parent_id: Mapped[int | None] = mapped_column(ForeignKey("calls.id"), nullable=True)
+    # The call graph: the earlier call this one extends (null: a root), and for a root that
+    # diverged inside an earlier call's sampled tokens, that call and how many tokens drifted.
+    parent_id: Mapped[int | None] = mapped_column(ForeignKey("calls.id"), nullable=True, index=True)
+    fork_of: Mapped[int | None] = mapped_column(ForeignKey("calls.id"), nullable=True)
+    drift_tokens: Mapped[int] = mapped_column(Integer, default=0, server_default="0")
     dialect: Mapped[str] = mapped_column(String(20))  # chat | completions | responses | messages
     model: Mapped[str] = mapped_column(String(200))  # the public name the client asked for
     engine_model: Mapped[str] = mapped_column(String(200))  # base model or adapter name in vLLM

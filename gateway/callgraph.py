@@ -1,0 +1,89 @@
+"""The call graph: which earlier call of a rollout each new call extends.
+
+A call's parent is the earlier call of the same rollout whose prompt + output is a token prefix of
+its prompt (the longest such). Retries share a parent and become siblings. A call that extends
+nothing is a new root; when it diverges *inside* an earlier call's sampled tokens (the agent sent
+back a re-serialized turn that tokenizes differently), it is a fork of that call and the sampled
+tokens lost from the divergence on are its drift.
+"""
+
+from __future__ import annotations
+
+from collections import OrderedDict, deque
+from collections.abc import Awaitable, Callable, Iterable
+from dataclasses import dataclass
+
+import numpy as np
+
+from gateway.store.arrays import pack_ids
+
+RECENT_CALLS = 64  # per rollout: candidates for parents (subagents interleave, but not 64 deep)
+ROLLOUTS_CACHED = 2048  # rollouts whose recent calls are kept in memory
+
+
+@dataclass(frozen=True)
+class GraphNode:
+    call_id: int
+    prompt_len: int  # tokens
+    sequence: bytes  # prompt + output ids, packed int32 LE
+
+
+@dataclass(frozen=True)
+class Link:
+    parent_id: int | None
+    fork_of: int | None = None  # the call whose sampled tokens this one diverged from
+    drift_tokens: int = 0  # sampled tokens of fork_of from the divergence point on
+
+
+def common_prefix_len(a: bytes, b: bytes) -> int:
+    """Length in tokens of the common prefix of two packed int32 sequences."""
+    n = min(len(a), len(b)) // 4
+    if n == 0:
+        return 0
+    x = np.frombuffer(a, dtype="<i4", count=n)
+    y = np.frombuffer(b, dtype="<i4", count=n)
+    mismatch = np.flatnonzero(x != y)
+    return int(mismatch[0]) if mismatch.size else n
+
+
+def link(prompt: bytes, candidates: Iterable[GraphNode]) -> Link:
+    """Find the parent (longest earlier sequence that prefixes ``prompt``), else the fork point."""
+    candidates = list(candidates)
+    parents = [node for node in candidates if prompt.startswith(node.sequence)]
+    if parents:  # longest wins; among equals the latest (a retry's result is the freshest)
+        best = max(parents, key=lambda node: (len(node.sequence), node.call_id))
+        return Link(parent_id=best.call_id)
+    fork, drift = None, 0
+    best_overlap = 0
+    for node in candidates:
+        shared = common_prefix_len(prompt, node.sequence)
+        # Divergence inside the node's sampled tokens is drift; inside its prompt is a rewrite.
+        if shared > node.prompt_len and shared >= best_overlap:
+            fork, best_overlap = node.call_id, shared
+            drift = len(node.sequence) // 4 - shared
+    return Link(parent_id=None, fork_of=fork, drift_tokens=drift)
+
+
+class CallGraphIndex:
+    """The recent calls of each active rollout, in memory; loaded from the store on first use."""
+
+    def __init__(self, load_recent: Callable[[int, int], Awaitable[list[GraphNode]]]):
+        self._load_recent = load_recent
+        self._rollouts: OrderedDict[int, deque[GraphNode]] = OrderedDict()
+
+    async def link(self, rollout_id: int, prompt_ids: list[int]) -> Link:
+        return link(pack_ids(prompt_ids), await self._recent(rollout_id))
+
+    async def add(self, rollout_id: int, node: GraphNode) -> None:
+        (await self._recent(rollout_id)).append(node)
+
+    async def _recent(self, rollout_id: int) -> deque[GraphNode]:
+        recent = self._rollouts.get(rollout_id)
+        if recent is None:
+            loaded = deque(await self._load_recent(rollout_id, RECENT_CALLS), maxlen=RECENT_CALLS)
+            recent = self._rollouts.setdefault(rollout_id, loaded)  # a concurrent load may have won
+            if len(self._rollouts) > ROLLOUTS_CACHED:
+                self._rollouts.popitem(last=False)
+        else:
+            self._rollouts.move_to_end(rollout_id)
+        return recent

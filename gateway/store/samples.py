@@ -1,0 +1,79 @@
+"""Training samples from a rollout's call graph: one per root-to-leaf path of non-side calls.
+
+Shared by the REST API (``/api/rollouts/{id}/samples``) and the learner, so both see the same
+tokens. Along a path every call's prompt + output prefixes the next call's prompt, so the leaf's
+prompt + output holds the whole conversation and each call's output sits at a known offset.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from dataclasses import dataclass
+
+import numpy as np
+
+
+@dataclass(frozen=True)
+class CallNode:
+    call_id: int
+    parent_id: int | None
+    prompt_ids: np.ndarray  # int32 [prompt_len]
+    output_ids: np.ndarray  # int32 [output_len]
+    output_logprobs: np.ndarray  # float32 [output_len], the sampler's logprobs
+    policy_version: int
+    tags: tuple[str, ...]  # side-call tags; empty for the agent's main loop
+
+
+@dataclass(frozen=True)
+class Sample:
+    call_ids: tuple[int, ...]  # root -> leaf
+    input_ids: np.ndarray  # int32 [T]: the leaf's prompt + output
+    loss_mask: np.ndarray  # int8 [T]: 1 on tokens sampled by a call of the path
+    old_logprobs: np.ndarray  # float32 [T]: sampler logprobs where loss_mask is 1, else 0
+    policy_versions: np.ndarray  # int32 [T]: version that sampled the token, -1 where loss_mask is 0
+
+    @property
+    def num_turns(self) -> int:
+        return len(self.call_ids)
+
+
+def root_to_leaf_paths(nodes: list[CallNode], include_side: bool = False) -> list[list[CallNode]]:
+    """Paths through the graph of kept calls; a call whose parent is not kept starts a path."""
+    kept = {n.call_id: n for n in nodes if include_side or not n.tags}
+    children: dict[int | None, list[CallNode]] = defaultdict(list)
+    for node in kept.values():
+        parent = node.parent_id if node.parent_id in kept else None
+        children[parent].append(node)
+    paths: list[list[CallNode]] = []
+    stack = [[root] for root in sorted(children[None], key=lambda n: n.call_id)]
+    while stack:
+        path = stack.pop(0)
+        below = sorted(children.get(path[-1].call_id, []), key=lambda n: n.call_id)
+        if not below:
+            paths.append(path)
+        stack[:0] = [path + [child] for child in below]
+    return paths
+
+
+def sample_from_path(path: list[CallNode]) -> Sample:
+    """Input ids, loss mask, old logprobs and versions for one root-to-leaf path.
+
+    Shapes: every array is [T] with T = len(leaf.prompt_ids) + len(leaf.output_ids).
+    """
+    leaf = path[-1]
+    input_ids = np.concatenate([leaf.prompt_ids, leaf.output_ids]).astype(np.int32)
+    mask = np.zeros(len(input_ids), dtype=np.int8)
+    logprobs = np.zeros(len(input_ids), dtype=np.float32)
+    versions = np.full(len(input_ids), -1, dtype=np.int32)
+    for node in path:
+        start, end = len(node.prompt_ids), len(node.prompt_ids) + len(node.output_ids)
+        if not np.array_equal(input_ids[start:end], node.output_ids):
+            raise ValueError(f"call {node.call_id} is not a prefix of call {leaf.call_id}: the graph is inconsistent")
+        mask[start:end] = 1
+        logprobs[start:end] = node.output_logprobs[: end - start]
+        versions[start:end] = node.policy_version
+    return Sample(tuple(n.call_id for n in path), input_ids, mask, logprobs, versions)
+
+
+def build_samples(nodes: list[CallNode], include_side: bool = False) -> list[Sample]:
+    return [sample_from_path(path) for path in root_to_leaf_paths(nodes, include_side)]

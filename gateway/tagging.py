@@ -1,0 +1,52 @@
+"""Side calls: title generation, summaries and other calls an agent makes beside its main loop.
+
+They are recorded like any call but tagged, so training leaves them out by default. Generic rules
+look at the instructions; harness adapters add their own through ``HARNESS_RULES``.
+"""
+
+from __future__ import annotations
+
+import re
+
+SCAN_CHARS = 4000  # of the system prompt and the last user message
+
+GENERIC_RULES: dict[str, re.Pattern] = {
+    "title": re.compile(
+        r"(title generator|generate (a |an )?(short |concise |brief )?title|"
+        r"(write|create|produce|suggest) (a |an )?(short |concise |brief )?title|title for (this|the) (conversation|chat|session))",
+        re.IGNORECASE),
+    "summary": re.compile(
+        r"(summari[sz]e (this|the) (conversation|chat|session|history)|(detailed |concise |brief )?summary of (this|the) "
+        r"(conversation|chat|session)|compact(ion)? (of )?(the )?(conversation|context|history))",
+        re.IGNORECASE),
+}
+
+# harness name -> extra rules (tag -> pattern); filled in by harness adapters as they learn quirks.
+HARNESS_RULES: dict[str, dict[str, re.Pattern]] = {}
+
+
+def _text(content) -> str:
+    if isinstance(content, str):
+        return content
+    if isinstance(content, list):
+        return "\n".join(p.get("text", "") for p in content if isinstance(p, dict) and p.get("text"))
+    return ""
+
+
+def instructions_of(messages: list[dict]) -> str:
+    """The text side-call rules look at: system prompts and the last user message."""
+    system = [_text(m.get("content"))[:SCAN_CHARS] for m in messages if m.get("role") in ("system", "developer")]
+    users = [m for m in messages if m.get("role") == "user"]
+    last_user = _text(users[-1].get("content"))[:SCAN_CHARS] if users else ""
+    return "\n".join([*system, last_user])
+
+
+def side_call_tags(messages: list[dict], has_tools: bool, harness: str | None = None) -> list[str]:
+    """Tags for a chat call; a call that offers tools is the agent's main loop, never a side call."""
+    if has_tools:
+        return []
+    text = instructions_of(messages)
+    rules = {**GENERIC_RULES, **HARNESS_RULES.get(harness or "", {})}
+    return [tag for tag, pattern in rules.items() if pattern.search(text)]
+
+
