@@ -12,6 +12,7 @@ from gateway.api.router import create_router as create_api_router
 from gateway.engine.client import EngineClient, VLLMEngineClient
 from gateway.errors import GatewayError, install_error_handlers
 from gateway.openai.router import create_router as create_openai_router
+from gateway.responses.router import create_router as create_responses_router
 from gateway.settings import GatewaySettings
 from gateway.state import GatewayState, StateDep
 from gateway.store.store import Store
@@ -49,6 +50,7 @@ def create_app(settings: GatewaySettings, engine: EngineClient | None = None) ->
     app = FastAPI(title="harnessrl gateway", version="0.1.0", lifespan=lifespan)
     install_error_handlers(app)
     app.include_router(create_openai_router())
+    app.include_router(create_responses_router())
     app.include_router(create_api_router())
 
     @app.get("/health", tags=["admin"])

@@ -8,6 +8,7 @@ back into their own shape. Recording (tokens, logprobs, policy version) happens 
 from __future__ import annotations
 
 import time
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, replace
 
 from gateway.callgraph import CallGraphIndex, GraphNode
@@ -18,6 +19,7 @@ from gateway.store.arrays import pack_ids
 from gateway.store.records import CallRecord, RolloutIdentity
 from gateway.store.writer import CallWriter
 from gateway.tagging import side_call_tags
+from gateway.tito.serving import TitoEngine
 
 
 @dataclass(frozen=True)
@@ -29,8 +31,10 @@ class RecordedAnswer:
 
 class ChatPipeline:
     def __init__(self, engine: EngineClient, policy: PolicyRegistry, writer: CallWriter,
-                 graph: CallGraphIndex):
+                 graph: CallGraphIndex, tito: Callable[[], Awaitable[TitoEngine]] | None = None,
+                 max_model_len: int | None = None):
         self.engine, self.policy, self.writer, self.graph = engine, policy, writer, graph
+        self._tito, self.max_model_len = tito, max_model_len
 
     async def chat(self, chat_body: dict, identity: RolloutIdentity, dialect: str,
                    client_request: dict, top_logprobs: int = 0) -> RecordedAnswer:
@@ -39,10 +43,15 @@ class ChatPipeline:
         ``client_request`` is what the client sent in its own dialect; it is stored verbatim.
         """
         resolved = self.policy.resolve(chat_body["model"])
-        body = {**chat_body, "model": resolved.engine_model, "stream": False, "return_token_ids": True,
-                "logprobs": True, "top_logprobs": top_logprobs}
-        body.pop("stream_options", None)
-        answer, latency_ms = await _timed(self.engine.chat(body))
+        if identity.capture == "tito" and self._tito is not None:
+            tito = await self._tito()
+            answer, latency_ms = await _timed(tito.chat(chat_body, resolved.engine_model, identity.rollout_id,
+                                                        self.max_model_len, top_logprobs))
+        else:
+            body = {**chat_body, "model": resolved.engine_model, "stream": False, "return_token_ids": True,
+                    "logprobs": True, "top_logprobs": top_logprobs}
+            body.pop("stream_options", None)
+            answer, latency_ms = await _timed(self.engine.chat(body))
         choice = only_choice(answer)
         logprobs = [entry["logprob"] for entry in (choice.get("logprobs") or {}).get("content") or []]
         record = _record(identity, dialect, client_request, resolved, answer, latency_ms,

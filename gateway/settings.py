@@ -15,3 +15,6 @@ class GatewaySettings:
     engine_timeout_s: float = 600.0  # one engine call, end to end
     max_body_bytes: int = 32 * 1024 * 1024  # larger bodies get a 413
     base_model: str | None = None  # the engine's base model name; discovered from /v1/models if None
+    # The model folder (chat template + tokenizer) for tito capture; discovered from the engine's
+    # /v1/models "root" when it is a local folder.
+    model_dir: str | None = None

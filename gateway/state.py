@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import json
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Annotated
 
 from fastapi import Depends, Request
@@ -17,6 +18,8 @@ from gateway.policy import PolicyRegistry
 from gateway.settings import GatewaySettings
 from gateway.store.store import Store
 from gateway.store.writer import CallWriter
+from gateway.tito.serving import TitoEngine
+from gateway.tito.template import ModelText
 
 
 @dataclass
@@ -28,6 +31,8 @@ class GatewayState:
     policy: PolicyRegistry | None = None  # None until the engine's base model is known
     max_model_len: int | None = None
     graph: CallGraphIndex = field(init=False)
+    model_root: str | None = None  # the engine's model folder, as /v1/models reports it
+    _tito: TitoEngine | None = None
     _discover_lock: asyncio.Lock = field(default_factory=asyncio.Lock)
 
     def __post_init__(self) -> None:
@@ -44,7 +49,21 @@ class GatewayState:
         return self.policy
 
     async def pipeline(self) -> ChatPipeline:
-        return ChatPipeline(self.engine, await self.ensure_policy(), self.writer, self.graph)
+        return ChatPipeline(self.engine, await self.ensure_policy(), self.writer, self.graph,
+                            tito=self.tito, max_model_len=self.max_model_len)
+
+    async def tito(self) -> TitoEngine:
+        """The tito renderer, loaded on first use (tokenizer and template of the model folder)."""
+        if self._tito is None:
+            await self.ensure_policy()
+            folder = self.settings.model_dir or self.model_root
+            if not folder or not Path(folder, "tokenizer.json").exists():
+                raise InvalidRequest(
+                    "tito capture needs the model folder (chat template and tokenizer): start the gateway "
+                    "with `harnessrl serve --model DIR`, or `--tokenizer DIR` when attaching to an engine")
+            text = await asyncio.to_thread(ModelText, Path(folder))
+            self._tito = TitoEngine(text, self.engine, self.store.recent_outputs)
+        return self._tito
 
     async def _discover_base_model(self) -> tuple[str, int | None]:
         if self.settings.base_model:
@@ -53,6 +72,7 @@ class GatewayState:
         bases = [m for m in models if not m.get("parent")]
         if not bases:
             raise EngineUnavailable("engine serves no base model yet")
+        self.model_root = bases[0].get("root")
         return bases[0]["id"], bases[0].get("max_model_len")
 
 

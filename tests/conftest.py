@@ -16,3 +16,11 @@ def sqlite_db(tmp_path: Path) -> str:
     url = sqlite_url(tmp_path / "harnessrl.db")
     upgrade(url)
     return url
+
+
+@pytest.fixture(scope="session")
+def tiny_model_dir(tmp_path_factory) -> Path:
+    """The tiny random model (Qwen2-style, ChatML template), built offline once per session."""
+    from harnessrl.model_prep import build_tiny_model
+
+    return build_tiny_model(tmp_path_factory.mktemp("models") / "tiny")

@@ -27,6 +27,7 @@ class FakeReply:
     content: str = ""
     tool_calls: tuple[tuple[str, dict], ...] = ()  # (function name, arguments)
     finish_reason: str | None = None  # default: "tool_calls" when calling tools, else "stop"
+    raw_text: str | None = None  # exact sampled text, overriding content + tool_calls (for tito tests)
 
 
 def encode(text: str) -> list[int]:
@@ -65,6 +66,9 @@ class FakeEngine:
     adapters: dict[str, str] = field(default_factory=dict)
     requests: list[dict] = field(default_factory=list)  # every body received, for assertions
     record_requests: bool = True
+    # The "tokenizer" of sampled text: bytes by default; tito tests plug in a real model's.
+    encode_text: Callable[[str], list[int]] = encode
+    decode_ids: Callable[[list[int]], str] = decode
     _ids: itertools.count = field(default_factory=itertools.count)
 
     def next_reply(self, body: dict) -> FakeReply:
@@ -75,11 +79,11 @@ class FakeEngine:
         return FakeReply(content="Hello from the fake engine.")
 
     def output_ids(self, reply: FakeReply) -> list[int]:
-        text = reply.content + "".join(
+        text = reply.raw_text if reply.raw_text is not None else reply.content + "".join(
             f"<tool_call>\n{json.dumps({'name': name, 'arguments': args})}\n</tool_call>"
             for name, args in reply.tool_calls
         )
-        return [*encode(text), IM_END]
+        return [*self.encode_text(text), IM_END]
 
     def too_long(self, num_prompt: int, max_tokens: int | None) -> Response | None:
         if num_prompt + (max_tokens or 1) <= self.max_model_len:
@@ -114,7 +118,7 @@ def _chat_choice(engine: FakeEngine, reply: FakeReply, ids: list[int]) -> dict:
         for name, args in reply.tool_calls
     ]
     content = [
-        {"token": decode([i]) if i >= BYTE_OFFSET else "<|im_end|>", "logprob": logprob_at(n),
+        {"token": engine.decode_ids([i]) if i != IM_END else "<|im_end|>", "logprob": logprob_at(n),
          "bytes": None, "top_logprobs": []}
         for n, i in enumerate(ids)
     ]
@@ -161,15 +165,24 @@ async def _completions(request: Request) -> Response:
         return error
     reply = engine.next_reply(body)
     ids = engine.output_ids(reply)
-    logprobs = {"tokens": [decode([i]) for i in ids], "token_logprobs": [logprob_at(n) for n in range(len(ids))],
+    logprobs = {"tokens": [engine.decode_ids([i]) for i in ids],
+                "token_logprobs": [logprob_at(n) for n in range(len(ids))],
                 "top_logprobs": [{} for _ in ids], "text_offset": list(range(len(ids)))}
     return JSONResponse({
         "id": f"cmpl-{next(engine._ids)}", "object": "text_completion", "created": int(time.time()),
         "model": body["model"],
-        "choices": [{"index": 0, "text": decode(ids), "logprobs": logprobs, "finish_reason": "stop",
+        "choices": [{"index": 0, "text": engine.decode_ids(ids), "logprobs": logprobs, "finish_reason": "stop",
                      "stop_reason": None, "prompt_token_ids": prompt_ids, "token_ids": ids}],
         "usage": _usage(len(prompt_ids), len(ids)),
     })
+
+
+async def _tokenize(request: Request) -> Response:
+    engine: FakeEngine = request.app.state.engine
+    body = json.loads(await request.body())
+    ids = render_chat(body["messages"]) if "messages" in body else encode(body.get("prompt", ""))
+    return JSONResponse({"count": len(ids), "max_model_len": engine.max_model_len, "tokens": ids,
+                         "token_strs": None})
 
 
 async def _models(request: Request) -> Response:
@@ -203,6 +216,7 @@ def create_fake_engine_app(engine: FakeEngine | None = None) -> Starlette:
         Route("/v1/models", _models),
         Route("/v1/chat/completions", _chat, methods=["POST"]),
         Route("/v1/completions", _completions, methods=["POST"]),
+        Route("/tokenize", _tokenize, methods=["POST"]),
         Route("/v1/load_lora_adapter", _load_adapter, methods=["POST"]),
         Route("/v1/unload_lora_adapter", _unload_adapter, methods=["POST"]),
     ])

@@ -13,7 +13,7 @@ from sqlalchemy.exc import IntegrityError
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine, AsyncSession, async_sessionmaker
 
 from gateway.callgraph import GraphNode
-from gateway.store.arrays import pack_ids, pack_logprobs
+from gateway.store.arrays import pack_ids, pack_logprobs, unpack_ids
 from gateway.store.database import create_engine, create_sessionmaker
 from gateway.store.records import CallRecord, RolloutIdentity
 from gateway.store.samples import CallNode
@@ -158,6 +158,19 @@ class Store:
         async with self.sessions() as session:
             calls, roots, forks, drift = (await session.execute(query)).one()
         return {"calls": calls, "roots": roots, "forks": forks, "drift_tokens": int(drift)}
+
+    async def recent_outputs(self, rollout_id: int, limit: int) -> list[tuple[dict, list[int]]]:
+        """The rollout's last chat answers (assistant message, sampled ids), oldest first."""
+        query = (select(Call.response, Call.output_ids).where(Call.rollout_id == rollout_id)
+                 .order_by(Call.id.desc()).limit(limit))
+        async with self.sessions() as session:
+            rows = (await session.execute(query)).all()
+        outputs = []
+        for response, output_ids in reversed(rows):
+            message = ((response or {}).get("choices") or [{}])[0].get("message")
+            if isinstance(message, dict):
+                outputs.append((message, unpack_ids(output_ids)))
+        return outputs
 
     async def get_call(self, call_id: int) -> Call | None:
         async with self.sessions() as session:

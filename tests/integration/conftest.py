@@ -14,17 +14,12 @@ import pytest
 from gateway.settings import GatewaySettings
 from gateway.store.database import sqlite_url
 from harnessrl.engine_process import EngineLaunch, EngineProcess
-from harnessrl.model_prep import build_tiny_model, prepare_smollm2
+from harnessrl.model_prep import prepare_smollm2
 from harnessrl.server import BackgroundGateway, free_port
 from migrations.runner import upgrade
 from tests.integration.postgres import PostgresCluster
 
 ENGINE_START_TIMEOUT_S = 900
-
-
-@pytest.fixture(scope="session")
-def tiny_model_dir(tmp_path_factory) -> Path:
-    return build_tiny_model(tmp_path_factory.mktemp("models") / "tiny")
 
 
 @pytest.fixture(scope="session")

@@ -1,0 +1,1 @@
+"""The OpenAI Responses dialect (/v1/responses), served through the chat session pipeline."""

@@ -1,0 +1,313 @@
+"""OpenAI Responses wire models (``/v1/responses``), mirroring the public spec.
+
+Only the stateless subset is served: the client sends its whole conversation as ``input`` every
+time (``store`` is accepted and ignored, ``previous_response_id`` is refused), and only function
+tools exist. Requests allow extra fields (Codex CLI sends ``include``, ``prompt_cache_key``...);
+field types are still checked, so a wrong type is a 400 before anything reaches the engine.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, Any, Literal, Union
+
+from pydantic import BaseModel, ConfigDict, Discriminator, Field, Tag, field_validator
+
+
+class ResponsesModel(BaseModel):
+    model_config = ConfigDict(extra="allow")
+
+
+# --- input content parts -------------------------------------------------------------------
+
+
+class InputText(ResponsesModel):
+    type: Literal["input_text"]
+    text: str
+
+
+class OutputText(ResponsesModel):
+    type: Literal["output_text"]
+    text: str
+    annotations: list[Any] = Field(default_factory=list)
+
+
+class InputImage(ResponsesModel):
+    type: Literal["input_image"]
+    image_url: str | None = None
+    file_id: str | None = None
+    detail: Literal["low", "high", "auto"] | None = None
+
+
+ContentPart = Annotated[Union[InputText, OutputText, InputImage], Field(discriminator="type")]
+
+
+# --- input items ---------------------------------------------------------------------------
+
+
+class MessageItem(ResponsesModel):
+    type: Literal["message"] = "message"  # optional on the wire ("easy input message")
+    role: Literal["user", "assistant", "system", "developer"]
+    content: str | list[ContentPart]
+    id: str | None = None
+    status: str | None = None
+
+
+class FunctionCallItem(ResponsesModel):
+    type: Literal["function_call"]
+    call_id: str
+    name: str
+    arguments: str
+    id: str | None = None
+    status: str | None = None
+
+
+class FunctionCallOutputItem(ResponsesModel):
+    type: Literal["function_call_output"]
+    call_id: str
+    output: str | list[InputText]
+    id: str | None = None
+    status: str | None = None
+
+
+class SummaryText(ResponsesModel):
+    type: Literal["summary_text"]
+    text: str
+
+
+class ReasoningText(ResponsesModel):
+    type: Literal["reasoning_text"]
+    text: str
+
+
+class ReasoningItem(ResponsesModel):
+    type: Literal["reasoning"]
+    id: str
+    summary: list[SummaryText]
+    content: list[ReasoningText] | None = None
+    encrypted_content: str | None = None
+    status: str | None = None
+
+
+def item_type(item: Any) -> str | None:
+    """The item's ``type``; message items may leave it out."""
+    if isinstance(item, dict):
+        return item.get("type", "message")
+    return getattr(item, "type", None)
+
+
+InputItem = Annotated[
+    Union[Annotated[MessageItem, Tag("message")], Annotated[FunctionCallItem, Tag("function_call")],
+          Annotated[FunctionCallOutputItem, Tag("function_call_output")],
+          Annotated[ReasoningItem, Tag("reasoning")]],
+    Discriminator(item_type),
+]
+
+
+# --- tools ---------------------------------------------------------------------------------
+
+
+class FunctionTool(ResponsesModel):
+    type: Literal["function"]
+    name: str
+    description: str | None = None
+    parameters: dict[str, Any] | None = None
+    strict: bool | None = None
+
+
+class ToolChoiceFunction(ResponsesModel):
+    type: Literal["function"]
+    name: str
+
+
+# --- request -------------------------------------------------------------------------------
+
+
+class ResponsesRequest(ResponsesModel):
+    model: str
+    # A string on the wire is one user message; it is parsed as that item so the union of the two
+    # shapes does not double every error message.
+    input: list[InputItem]
+    instructions: str | None = None
+    tools: list[FunctionTool] | None = None
+    tool_choice: Literal["auto", "none", "required"] | ToolChoiceFunction | None = None
+    parallel_tool_calls: bool | None = None
+    max_output_tokens: int | None = Field(default=None, ge=1)
+    temperature: float | None = Field(default=None, ge=0, le=2)
+    top_p: float | None = Field(default=None, ge=0, le=1)
+    stream: bool | None = False
+    store: bool | None = None
+    previous_response_id: str | None = None
+    text: dict[str, Any] | None = None
+    reasoning: dict[str, Any] | None = None
+    metadata: dict[str, str] | None = None
+    user: str | None = None
+    truncation: Literal["auto", "disabled"] | None = None
+
+    @field_validator("input", mode="before")
+    @classmethod
+    def _items(cls, value):
+        if not isinstance(value, (str, list)):
+            raise ValueError("input must be a string or a list of input items")
+        if not value:
+            raise ValueError("input must not be empty")
+        return [{"type": "message", "role": "user", "content": value}] if isinstance(value, str) else value
+
+    @field_validator("tools", mode="before")
+    @classmethod
+    def _function_tools_only(cls, tools):
+        if isinstance(tools, list):
+            other = [t.get("type") for t in tools if isinstance(t, dict) and t.get("type") != "function"]
+            if other:
+                raise ValueError(f"tool type(s) {', '.join(map(repr, other))} not supported; the "
+                                 "gateway serves function tools only")
+        return tools
+
+
+# --- response ------------------------------------------------------------------------------
+
+
+class OutputMessage(ResponsesModel):
+    type: Literal["message"] = "message"
+    id: str
+    role: Literal["assistant"] = "assistant"
+    status: Literal["in_progress", "completed", "incomplete"] = "completed"
+    content: list[OutputText]
+
+
+class OutputFunctionCall(ResponsesModel):
+    type: Literal["function_call"] = "function_call"
+    id: str
+    call_id: str
+    name: str
+    arguments: str
+    status: Literal["in_progress", "completed", "incomplete"] = "completed"
+
+
+class OutputReasoning(ResponsesModel):
+    type: Literal["reasoning"] = "reasoning"
+    id: str
+    summary: list[SummaryText] = Field(default_factory=list)
+    content: list[ReasoningText] | None = None
+
+
+OutputItem = Annotated[Union[OutputMessage, OutputFunctionCall, OutputReasoning], Field(discriminator="type")]
+
+
+class InputTokensDetails(ResponsesModel):
+    cached_tokens: int = 0
+
+
+class OutputTokensDetails(ResponsesModel):
+    reasoning_tokens: int = 0
+
+
+class ResponseUsage(ResponsesModel):
+    input_tokens: int
+    input_tokens_details: InputTokensDetails = Field(default_factory=InputTokensDetails)
+    output_tokens: int
+    output_tokens_details: OutputTokensDetails = Field(default_factory=OutputTokensDetails)
+    total_tokens: int
+
+
+class IncompleteDetails(ResponsesModel):
+    reason: Literal["max_output_tokens", "content_filter"]
+
+
+class Response(ResponsesModel):
+    id: str
+    object: Literal["response"] = "response"
+    created_at: int
+    status: Literal["completed", "incomplete", "in_progress"]
+    incomplete_details: IncompleteDetails | None = None
+    error: dict[str, Any] | None = None
+    model: str
+    output: list[OutputItem]
+    usage: ResponseUsage | None = None
+    # The request's settings, echoed (the SDK's Response requires tools, tool_choice,
+    # parallel_tool_calls).
+    instructions: str | None = None
+    tools: list[FunctionTool]
+    tool_choice: Literal["auto", "none", "required"] | ToolChoiceFunction
+    parallel_tool_calls: bool
+    max_output_tokens: int | None = None
+    temperature: float | None = None
+    top_p: float | None = None
+    previous_response_id: None = None
+    reasoning: dict[str, Any] | None = None
+    text: dict[str, Any]
+    truncation: Literal["auto", "disabled"]
+    metadata: dict[str, str]
+    user: str | None = None
+    store: bool = False  # nothing is kept for previous_response_id or GET /v1/responses/{id}
+    background: bool = False
+
+
+# --- stream events ---------------------------------------------------------------------------
+# Each SSE event is "event: <type>\ndata: <json>\n\n"; every payload carries its ``type`` and an
+# increasing ``sequence_number``.
+
+
+class StreamEvent(ResponsesModel):
+    type: str
+    sequence_number: int
+
+
+class ResponseLifecycleEvent(StreamEvent):
+    # response.created | response.in_progress | response.completed
+    response: Response
+
+
+class OutputItemEvent(StreamEvent):
+    # response.output_item.added | response.output_item.done
+    output_index: int
+    item: OutputItem
+
+
+class ContentPartEvent(StreamEvent):
+    # response.content_part.added | response.content_part.done
+    item_id: str
+    output_index: int
+    content_index: int
+    part: OutputText
+
+
+class OutputTextDeltaEvent(StreamEvent):
+    item_id: str
+    output_index: int
+    content_index: int
+    delta: str
+    logprobs: list[Any] = Field(default_factory=list)
+
+
+class OutputTextDoneEvent(StreamEvent):
+    item_id: str
+    output_index: int
+    content_index: int
+    text: str
+    logprobs: list[Any] = Field(default_factory=list)
+
+
+class ReasoningTextDeltaEvent(StreamEvent):
+    item_id: str
+    output_index: int
+    content_index: int
+    delta: str
+
+
+class ReasoningTextDoneEvent(StreamEvent):
+    item_id: str
+    output_index: int
+    content_index: int
+    text: str
+
+
+class FunctionCallArgumentsDeltaEvent(StreamEvent):
+    item_id: str
+    output_index: int
+    delta: str
+
+
+class FunctionCallArgumentsDoneEvent(StreamEvent):
+    item_id: str
+    output_index: int
+    arguments: str

@@ -1,0 +1,81 @@
+"""Replaying a finished Response to a client that asked for a stream (Responses SSE).
+
+The engine call is complete before the first byte is sent, so each output item is replayed whole:
+added, its text or arguments in one delta, done. The stream always ends with
+``response.completed`` carrying the full response, also when it was cut at max_output_tokens
+(its ``status`` says "incomplete"): Codex CLI and the SDK's stream helper fail a stream that lacks
+it, and an agent should see the truncated turn rather than a transport error. No ``[DONE]``.
+"""
+
+from __future__ import annotations
+
+import itertools
+from collections.abc import Iterator
+
+from gateway.responses.protocol import (
+    ContentPartEvent, FunctionCallArgumentsDeltaEvent, FunctionCallArgumentsDoneEvent, OutputFunctionCall,
+    OutputItemEvent, OutputMessage, OutputReasoning, OutputTextDeltaEvent, OutputTextDoneEvent,
+    ReasoningTextDeltaEvent, ReasoningTextDoneEvent, Response, ResponseLifecycleEvent, StreamEvent,
+)
+
+
+class _Events:
+    """Serializes events in order, numbering them."""
+
+    def __init__(self):
+        self._sequence = itertools.count()
+
+    def __call__(self, model: type[StreamEvent], type: str, **fields) -> str:
+        event = model(type=type, sequence_number=next(self._sequence), **fields)
+        return f"event: {type}\ndata: {event.model_dump_json()}\n\n"
+
+
+def response_events(response: Response) -> Iterator[str]:
+    event = _Events()
+    started = response.model_copy(update={"status": "in_progress", "output": [], "usage": None,
+                                          "incomplete_details": None})
+    yield event(ResponseLifecycleEvent, "response.created", response=started)
+    yield event(ResponseLifecycleEvent, "response.in_progress", response=started)
+    for index, item in enumerate(response.output):
+        if isinstance(item, OutputMessage):
+            yield from _message_events(event, index, item)
+        elif isinstance(item, OutputFunctionCall):
+            yield from _function_call_events(event, index, item)
+        else:
+            yield from _reasoning_events(event, index, item)
+    yield event(ResponseLifecycleEvent, "response.completed", response=response)
+
+
+def _message_events(event: _Events, index: int, item: OutputMessage) -> Iterator[str]:
+    where = {"item_id": item.id, "output_index": index}
+    yield event(OutputItemEvent, "response.output_item.added", output_index=index,
+                item=item.model_copy(update={"status": "in_progress", "content": []}))
+    for part_index, part in enumerate(item.content):
+        at = {**where, "content_index": part_index}
+        yield event(ContentPartEvent, "response.content_part.added", **at,
+                    part=part.model_copy(update={"text": ""}))
+        yield event(OutputTextDeltaEvent, "response.output_text.delta", **at, delta=part.text)
+        yield event(OutputTextDoneEvent, "response.output_text.done", **at, text=part.text)
+        yield event(ContentPartEvent, "response.content_part.done", **at, part=part)
+    yield event(OutputItemEvent, "response.output_item.done", output_index=index, item=item)
+
+
+def _function_call_events(event: _Events, index: int, item: OutputFunctionCall) -> Iterator[str]:
+    where = {"item_id": item.id, "output_index": index}
+    yield event(OutputItemEvent, "response.output_item.added", output_index=index,
+                item=item.model_copy(update={"status": "in_progress", "arguments": ""}))
+    yield event(FunctionCallArgumentsDeltaEvent, "response.function_call_arguments.delta", **where,
+                delta=item.arguments)
+    yield event(FunctionCallArgumentsDoneEvent, "response.function_call_arguments.done", **where,
+                arguments=item.arguments)
+    yield event(OutputItemEvent, "response.output_item.done", output_index=index, item=item)
+
+
+def _reasoning_events(event: _Events, index: int, item: OutputReasoning) -> Iterator[str]:
+    yield event(OutputItemEvent, "response.output_item.added", output_index=index,
+                item=item.model_copy(update={"content": []}))
+    for part_index, part in enumerate(item.content or []):
+        at = {"item_id": item.id, "output_index": index, "content_index": part_index}
+        yield event(ReasoningTextDeltaEvent, "response.reasoning_text.delta", **at, delta=part.text)
+        yield event(ReasoningTextDoneEvent, "response.reasoning_text.done", **at, text=part.text)
+    yield event(OutputItemEvent, "response.output_item.done", output_index=index, item=item)

@@ -1,0 +1,1 @@
+"""`tito` capture (token in, token out): the gateway renders, splices sampled tokens, parses."""

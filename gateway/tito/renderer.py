@@ -1,0 +1,152 @@
+"""Incremental rendering with splicing: the prompt ids of a chat, built turn by turn.
+
+ChatML-family templates render each turn on its own, and every turn starts with a special token,
+so the ids of a conversation are the concatenation of its turns' ids. A turn is rendered and
+tokenized once; later requests of the same conversation reuse its ids (a turn costs work in
+proportion to what it adds). An assistant turn whose parsed content and tool calls match what the
+model sampled earlier is replaced by the exact sampled ids, so turn k+1's prompt extends turn k's
+prompt + output by construction, however the agent re-serialized it.
+"""
+
+from __future__ import annotations
+
+import json
+from collections import OrderedDict
+from dataclasses import dataclass, field
+
+from gateway.tito.template import ModelText
+
+CONVERSATIONS_PER_ROLLOUT = 4  # main loop, subagents, side calls
+SAMPLED_PER_ROLLOUT = 512  # assistant turns remembered for splicing
+
+
+def _text(content) -> str:
+    if isinstance(content, str):
+        return content
+    if isinstance(content, list):
+        return "\n".join(p.get("text", "") for p in content if isinstance(p, dict) and p.get("text") is not None)
+    return ""
+
+
+def _arguments(arguments):
+    if isinstance(arguments, str):
+        try:
+            return json.loads(arguments) if arguments.strip() else {}
+        except ValueError:
+            return arguments  # not JSON: compared and rendered as the raw string
+    return arguments if arguments is not None else {}
+
+
+def fingerprint(message: dict) -> str:
+    """An assistant turn's identity by parsed content and tool calls, never by raw strings."""
+    calls = [[(c.get("function") or c).get("name"), _arguments((c.get("function") or c).get("arguments"))]
+             for c in message.get("tool_calls") or []]
+    return json.dumps([_text(message.get("content")).strip(), calls], sort_keys=True, ensure_ascii=False)
+
+
+def for_template(message: dict) -> dict:
+    """Tool-call arguments as objects, as vLLM hands them to the template."""
+    if not message.get("tool_calls"):
+        return message
+    calls = []
+    for call in message["tool_calls"]:
+        function = dict(call.get("function") or {})
+        function["arguments"] = _arguments(function.get("arguments"))
+        calls.append({**call, "function": function})
+    return {**message, "tool_calls": calls}
+
+
+def split_turns(messages: list[dict]) -> list[list[dict]]:
+    """One turn per message, except that consecutive tool results share one turn."""
+    turns: list[list[dict]] = []
+    for message in messages:
+        if message.get("role") == "tool" and turns and turns[-1][-1].get("role") == "tool":
+            turns[-1].append(message)
+        else:
+            turns.append([message])
+    return turns
+
+
+@dataclass
+class Conversation:
+    tools: list[dict] | None
+    turns: list[list[dict]]
+    ids: list[list[int]]  # per turn
+
+
+@dataclass
+class RolloutText:
+    """Per rollout: cached conversations and the sampled ids of its assistant turns."""
+
+    conversations: list[Conversation] = field(default_factory=list)
+    sampled: OrderedDict[str, list[int]] = field(default_factory=OrderedDict)
+
+    def remember(self, message: dict, output_ids: list[int]) -> None:
+        self.sampled[fingerprint(message)] = output_ids
+        self.sampled.move_to_end(fingerprint(message))
+        while len(self.sampled) > SAMPLED_PER_ROLLOUT:
+            self.sampled.popitem(last=False)
+
+
+class TurnRenderer:
+    def __init__(self, text: ModelText):
+        self.text = text
+        self.generation_prompt = text.encode(text.template.render([], add_generation_prompt=True))
+        self._after_eos = self._suffix_after_eos()
+
+    def _suffix_after_eos(self) -> list[int]:
+        """Ids the template puts after an assistant turn's end token (ChatML: a newline)."""
+        rendered = self.text.template.render([{"role": "assistant", "content": "x"}])
+        eos = self.text.tokenizer.id_to_token(self.text.eos_id) if self.text.eos_id is not None else None
+        if not eos or eos not in rendered:
+            raise ValueError("the chat template does not end assistant turns with the eos token; "
+                             "tito capture needs a ChatML-style template")
+        return self.text.encode(rendered.rsplit(eos, 1)[1])
+
+    def prompt_ids(self, messages: list[dict], tools: list[dict] | None, state: RolloutText) -> list[int]:
+        turns = split_turns(messages)
+        cached = _best_match(state.conversations, turns, tools)
+        ids: list[list[int]] = []
+        for index, turn in enumerate(turns):
+            if cached is not None and index < len(cached.turns) and cached.turns[index] == turn:
+                ids.append(cached.ids[index])
+            else:
+                cached = None  # reuse only a common prefix
+                ids.append(self._turn_ids(turn, tools if index == 0 else None, state))
+        _store(state, Conversation(tools, turns, ids))
+        return [token for turn_ids in ids for token in turn_ids] + self.generation_prompt
+
+    def _turn_ids(self, turn: list[dict], tools: list[dict] | None, state: RolloutText) -> list[int]:
+        message = turn[0]
+        if message.get("role") == "assistant" and not tools:
+            sampled = state.sampled.get(fingerprint(message))
+            if sampled is not None:
+                return self.spliced(sampled)
+        return self.text.encode(self.text.template.render([for_template(m) for m in turn], tools))
+
+    def spliced(self, sampled: list[int]) -> list[int]:
+        closed = sampled if sampled and sampled[-1] == self.text.eos_id else [*sampled, self.text.eos_id]
+        return [*self.generation_prompt, *closed, *self._after_eos]
+
+
+def _best_match(conversations: list[Conversation], turns: list[list[dict]],
+                tools: list[dict] | None) -> Conversation | None:
+    best, best_len = None, 0
+    for conversation in conversations:
+        if conversation.tools != tools:
+            continue
+        shared = 0
+        for mine, theirs in zip(conversation.turns, turns):
+            if mine != theirs:
+                break
+            shared += 1
+        if shared > best_len:
+            best, best_len = conversation, shared
+    return best
+
+
+def _store(state: RolloutText, conversation: Conversation) -> None:
+    """Keep the newest conversations; one extending a cached one replaces it."""
+    kept = [c for c in state.conversations
+            if not (len(c.turns) <= len(conversation.turns) and c.turns == conversation.turns[: len(c.turns)])]
+    state.conversations = [conversation, *kept][:CONVERSATIONS_PER_ROLLOUT]

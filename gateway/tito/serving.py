@@ -1,0 +1,108 @@
+"""The tito engine path: render and splice, send token ids to vLLM's completions, parse the text.
+
+It answers with a body shaped like vLLM's ``chat.completion`` (``prompt_token_ids``,
+``choices[0].token_ids``, logprobs), so dialects and recording treat both capture modes alike.
+"""
+
+from __future__ import annotations
+
+import secrets
+import time
+from collections import OrderedDict
+from collections.abc import Awaitable, Callable
+
+from gateway.engine.client import EngineClient
+from gateway.errors import InvalidRequest
+from gateway.tito.parser import parse_output
+from gateway.tito.renderer import RolloutText, TurnRenderer
+from gateway.tito.template import ModelText
+
+ROLLOUTS_CACHED = 1024
+# Sampling fields passed through to vLLM's completions unchanged.
+SAMPLING_FIELDS = ("temperature", "top_p", "top_k", "min_p", "stop", "seed", "presence_penalty",
+                   "frequency_penalty", "repetition_penalty", "logit_bias", "user")
+
+RecentOutputs = Callable[[int, int], Awaitable[list[tuple[dict, list[int]]]]]
+
+
+class TitoEngine:
+    def __init__(self, text: ModelText, engine: EngineClient, recent_outputs: RecentOutputs):
+        self.text, self.engine = text, engine
+        self.renderer = TurnRenderer(text)
+        self._recent_outputs = recent_outputs
+        self._rollouts: OrderedDict[int, RolloutText] = OrderedDict()
+
+    async def chat(self, body: dict, engine_model: str, rollout_id: int, max_model_len: int | None,
+                   top_logprobs: int) -> dict:
+        _check_supported(body)
+        state = await self._state(rollout_id)
+        tools = body.get("tools") or None
+        prompt_ids = self.renderer.prompt_ids(body["messages"], tools, state)
+        request = {"model": engine_model, "prompt": prompt_ids, "logprobs": top_logprobs,
+                   "return_token_ids": True, "skip_special_tokens": False, "stream": False,
+                   "max_tokens": _max_tokens(body, len(prompt_ids), max_model_len)}
+        request.update({k: body[k] for k in SAMPLING_FIELDS if body.get(k) is not None})
+        completion = await self.engine.completions(request)
+        answer = self._chat_answer(completion, body, prompt_ids, tools is not None and body.get("tool_choice") != "none")
+        message = answer["choices"][0]["message"]
+        state.remember(message, answer["choices"][0]["token_ids"])
+        return answer
+
+    def _chat_answer(self, completion: dict, body: dict, prompt_ids: list[int], tools_enabled: bool) -> dict:
+        choice = completion["choices"][0]
+        output_ids = choice.get("token_ids") or []
+        text_ids = output_ids[:-1] if output_ids and output_ids[-1] == self.text.eos_id else output_ids
+        parsed = parse_output(self.text.decode(text_ids), tools_enabled)
+        finish = choice.get("finish_reason")
+        if parsed.tool_calls and finish == "stop":
+            finish = "tool_calls"
+        logprobs = choice.get("logprobs") or {}
+        content = [{"token": token, "logprob": logprob, "bytes": None, "top_logprobs": []}
+                   for token, logprob in zip(logprobs.get("tokens") or [], logprobs.get("token_logprobs") or [])]
+        usage = completion.get("usage") or {}
+        return {
+            "id": f"chatcmpl-tito-{secrets.token_hex(8)}", "object": "chat.completion",
+            "created": int(time.time()), "model": body["model"],
+            "choices": [{"index": 0, "message": {"role": "assistant", "content": parsed.content,
+                                                 "tool_calls": parsed.tool_calls,
+                                                 "reasoning_content": parsed.reasoning},
+                         "logprobs": {"content": content}, "finish_reason": finish,
+                         "stop_reason": choice.get("stop_reason"), "token_ids": output_ids}],
+            "usage": {"prompt_tokens": len(prompt_ids), "completion_tokens": len(output_ids),
+                      "total_tokens": len(prompt_ids) + len(output_ids), **{k: v for k, v in usage.items() if k not in (
+                          "prompt_tokens", "completion_tokens", "total_tokens")}},
+            "prompt_token_ids": prompt_ids,
+        }
+
+    async def _state(self, rollout_id: int) -> RolloutText:
+        state = self._rollouts.get(rollout_id)
+        if state is None:
+            loaded = RolloutText()
+            for message, output_ids in await self._recent_outputs(rollout_id, 256):
+                loaded.remember(message, output_ids)  # splicing survives a gateway restart
+            state = self._rollouts.setdefault(rollout_id, loaded)
+            if len(self._rollouts) > ROLLOUTS_CACHED:
+                self._rollouts.popitem(last=False)
+        self._rollouts.move_to_end(rollout_id)
+        return state
+
+
+def _check_supported(body: dict) -> None:
+    choice = body.get("tool_choice")
+    if choice == "required" or isinstance(choice, dict):
+        raise InvalidRequest("tool_choice 'required' or a named function is not supported in tito capture "
+                             "mode; use tool_choice 'auto', or a run with capture 'engine'", param="tool_choice")
+    if body.get("response_format") and body["response_format"].get("type") != "text":
+        raise InvalidRequest("response_format is not supported in tito capture mode; use a run with "
+                             "capture 'engine'", param="response_format")
+
+
+def _max_tokens(body: dict, prompt_len: int, max_model_len: int | None) -> int | None:
+    asked = body.get("max_completion_tokens") or body.get("max_tokens")
+    room = max_model_len - prompt_len if max_model_len else None
+    if room is not None and room <= 0:
+        raise InvalidRequest(f"the prompt has {prompt_len} tokens; the engine's maximum context length "
+                             f"is {max_model_len} tokens", param="messages")
+    if asked is None:
+        return room  # completions default to 16 tokens; chat to the rest of the context
+    return min(asked, room) if room is not None else asked

@@ -1,0 +1,117 @@
+"""tito capture: rendering with the model's template, splicing sampled tokens, no drift forks."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import AsyncIterator
+
+import pytest
+
+from gateway.engine.fake import FakeEngine, FakeReply
+from gateway.settings import GatewaySettings
+from gateway.tito.renderer import RolloutText, TurnRenderer
+from gateway.tito.template import ModelText
+from tests.unit.conftest import GatewayHarness, start_gateway
+
+TOOL = {"type": "function", "function": {"name": "read_file", "description": "Read a file.",
+        "parameters": {"type": "object", "properties": {"path": {"type": "string"}}}}}
+
+
+@pytest.fixture(scope="module")
+def model_text(tiny_model_dir) -> ModelText:
+    return ModelText(tiny_model_dir)
+
+
+def conversation(turns: int) -> list[dict]:
+    messages = [{"role": "system", "content": "You are a coding agent."}, {"role": "user", "content": "Fix the bug."}]
+    for n in range(turns):
+        messages += [
+            {"role": "assistant", "content": f"Looking at file {n}.",
+             "tool_calls": [{"id": f"c{n}", "type": "function",
+                             "function": {"name": "read_file", "arguments": json.dumps({"path": f"f{n}.py"})}}]},
+            {"role": "tool", "tool_call_id": f"c{n}", "content": f"print({n})"},
+        ]
+    return messages
+
+
+def test_rendering_turn_by_turn_equals_the_whole_template(model_text, tiny_model_dir):
+    from transformers import AutoTokenizer
+
+    messages = conversation(3) + [{"role": "tool", "tool_call_id": "c2", "content": "second result"}]
+    ids = TurnRenderer(model_text).prompt_ids(messages, [TOOL], RolloutText())
+    reference = AutoTokenizer.from_pretrained(tiny_model_dir).apply_chat_template(
+        [dict(m) for m in messages], tools=[TOOL], add_generation_prompt=True, tokenize=True, return_dict=False)
+    assert ids == list(reference)
+
+
+def test_a_new_turn_costs_only_its_own_rendering(model_text, monkeypatch):
+    renderer, state = TurnRenderer(model_text), RolloutText()
+    renderer.prompt_ids(conversation(20), [TOOL], state)
+    rendered = []
+    original = model_text.template.render
+    monkeypatch.setattr(model_text.template, "render", lambda m, *a, **k: rendered.append(m) or original(m, *a, **k))
+    renderer.prompt_ids(conversation(21), [TOOL], state)
+    assert [[m["role"] for m in turn] for turn in rendered] == [["assistant"], ["tool"]]
+
+
+@pytest.fixture
+async def tito_gateway(sqlite_db, fake_engine: FakeEngine, fake_engine_server, tiny_model_dir,
+                       model_text) -> AsyncIterator[GatewayHarness]:
+    fake_engine.encode_text, fake_engine.decode_ids = model_text.encode, model_text.decode
+    fake_engine.max_model_len = 100_000
+    settings = GatewaySettings(database_url=sqlite_db, engine_url=fake_engine_server.url,
+                               model_dir=str(tiny_model_dir))
+    async for harness in start_gateway(settings, fake_engine):
+        yield harness
+
+
+async def run_tool_conversation(gateway: GatewayHarness, capture: str, turns: int) -> dict:
+    # The model writes arguments with odd spacing; the agent echoes them back re-serialized.
+    gateway.fake.script = [FakeReply(raw_text=f'Reading.\n<tool_call>\n{{"name": "read_file", "arguments": {{"path":   "f{n}.py"}}}}\n</tool_call>')
+                           for n in range(turns - 1)] + [FakeReply(content="Done: the bug is fixed.")]
+    rollout = await gateway.new_rollout(run=f"{capture}-run", capture=capture)
+    client = gateway.openai(api_key=rollout["token"])
+    messages = [{"role": "user", "content": "Fix the bug."}]
+    for _ in range(turns):
+        reply = (await client.chat.completions.create(model="policy", messages=messages, tools=[TOOL])).choices[0]
+        calls = reply.message.tool_calls or []
+        messages.append({"role": "assistant", "content": reply.message.content, "tool_calls": [
+            {"id": c.id, "type": "function", "function": {
+                "name": c.function.name, "arguments": json.dumps(json.loads(c.function.arguments), separators=(",", ":"))}}
+            for c in calls] or None})
+        messages += [{"role": "tool", "tool_call_id": c.id, "content": "x = 1\n"} for c in calls]
+    return rollout
+
+
+async def test_ten_tool_turns_in_tito_make_one_sample_without_forks(tito_gateway):
+    rollout = await run_tool_conversation(tito_gateway, "tito", turns=10)
+    http = tito_gateway.http
+    view = (await http.get(f"/api/rollouts/{rollout['id']}")).json()
+    assert view["graph"] == {"calls": 10, "roots": 1, "forks": 0, "drift_tokens": 0}
+    calls = (await http.get(f"/api/rollouts/{rollout['id']}/calls")).json()["data"]
+    [sample] = (await http.get(f"/api/rollouts/{rollout['id']}/samples")).json()["data"]
+    assert sample["input_ids"] == calls[-1]["prompt_ids"] + calls[-1]["output_ids"]
+    sent = [body["prompt"] for body in tito_gateway.fake.requests]
+    for earlier, later, call in zip(sent, sent[1:], calls):
+        assert later[: len(earlier) + len(call["output_ids"])] == earlier + call["output_ids"]
+    assert sum(sample["loss_mask"]) == sum(len(c["output_ids"]) for c in calls)
+
+
+async def test_a_history_rewrite_opens_a_new_root_in_tito(tito_gateway):
+    rollout = await run_tool_conversation(tito_gateway, "tito", turns=3)
+    client = tito_gateway.openai(api_key=rollout["token"])
+    tito_gateway.fake.script = [FakeReply(content="Summary continues.")]
+    await client.chat.completions.create(model="policy", tools=[TOOL], messages=[
+        {"role": "user", "content": "Fix the bug. (Earlier turns were compacted.)"}])
+    calls = (await tito_gateway.http.get(f"/api/rollouts/{rollout['id']}/calls")).json()["data"]
+    assert calls[-1]["parent_id"] is None and calls[-1]["fork_of"] is None
+    samples = (await tito_gateway.http.get(f"/api/rollouts/{rollout['id']}/samples")).json()["data"]
+    assert [len(s["call_ids"]) for s in samples] == [3, 1]
+
+
+async def test_forced_tool_choice_is_refused_in_tito(tito_gateway):
+    rollout = await tito_gateway.new_rollout(run="tito-forced", capture="tito")
+    response = await tito_gateway.http.post(f"/r/{rollout['token']}/v1/chat/completions", json={
+        "model": "policy", "messages": [{"role": "user", "content": "x"}], "tools": [TOOL],
+        "tool_choice": "required"})
+    assert response.status_code == 400 and "tito" in response.json()["error"]["message"]
