@@ -139,6 +139,42 @@ def _serve_until_stopped(server, engine) -> int:
 
 
 @app.command()
+def export(
+    run: Annotated[str, typer.Option(help="The run to export")],
+    out: Annotated[Path, typer.Option(help="Output file")],
+    format: Annotated[str, typer.Option("--format", help="jsonl or parquet")] = "jsonl",
+    model: Annotated[Optional[Path], typer.Option(help="Model folder, to decode prompt and completion text")] = None,
+    include_side: Annotated[bool, typer.Option(help="Also export side calls (titles, summaries)")] = False,
+    database_url: DatabaseUrl = None,
+) -> None:
+    """Write a run's training samples (one per root-to-leaf path of its call graph)."""
+    import asyncio
+
+    from harnessrl.export import export_run
+
+    if format not in ("jsonl", "parquet"):
+        raise fail(f"--format must be jsonl or parquet, not {format!r}")
+    decode = None
+    if model is not None:
+        from gateway.tito.template import ModelText
+        decode = ModelText(model).decode
+    count = asyncio.run(_export(_database_url(database_url), run, format, out, include_side, decode, export_run))
+    console.print(f"wrote {count} samples of run {run!r} to {out}")
+
+
+async def _export(url, run, fmt, out, include_side, decode, export_run) -> int:
+    from gateway.store.store import Store
+
+    store = Store.from_url(url)
+    try:
+        if not await store.run_exists(run):
+            raise fail(f"no run named {run!r} in {url}; GET /api/runs lists them")
+        return await export_run(store, run, fmt, out, include_side, decode)
+    finally:
+        await store.close()
+
+
+@app.command()
 def demo(
     max_model_len: int = 4096,
     database_url: DatabaseUrl = None,

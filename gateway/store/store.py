@@ -205,6 +205,18 @@ class Store:
             num_calls = (await session.execute(count)).scalar_one()
         return row[0], row[1], row[2], row[3], num_calls
 
+    async def run_rollouts(self, run: str, after: int, limit: int) -> list[tuple[Rollout, str]]:
+        """A page of a run's rollouts with their group names, by id."""
+        query = (select(Rollout, Group.name).join(Run, Run.id == Rollout.run_id)
+                 .join(Group, Group.id == Rollout.group_id)
+                 .where(Run.name == run, Rollout.id > after).order_by(Rollout.id).limit(limit))
+        async with self.sessions() as session:
+            return [(row[0], row[1]) for row in (await session.execute(query)).all()]
+
+    async def run_exists(self, run: str) -> bool:
+        async with self.sessions() as session:
+            return (await session.scalar(select(Run.id).where(Run.name == run))) is not None
+
     async def list_runs(self, after: int, limit: int) -> list[Run]:
         query = select(Run).where(Run.id > after).order_by(Run.id).limit(limit)
         async with self.sessions() as session:

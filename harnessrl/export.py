@@ -1,0 +1,105 @@
+"""`harnessrl export`: a run's training samples as JSONL or Parquet.
+
+Each record follows the data contract other async RL stacks read:
+``{"gen_id", "group_id", "prompt", "prompt_ids", "completion": {"text", "completion_ids",
+"old_logprobs", "action_mask", "reward"}, "metadata": {"timestamp", "status", "num_turns"}}``.
+The prompt is everything before the first sampled token; the completion is the rest of the
+conversation, with ``action_mask`` 1 on sampled tokens (tool output and later prompts are 0).
+Rollouts are read a page at a time, so a large run is never held in memory.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import AsyncIterator, Callable
+from pathlib import Path
+
+import numpy as np
+
+from gateway.store.samples import Sample, build_samples
+from gateway.store.store import Store
+from gateway.store.tables import Rollout
+
+PAGE = 100  # rollouts per read
+
+
+def sample_record(sample: Sample, index: int, rollout: Rollout, group: str,
+                  decode: Callable[[list[int]], str] | None) -> dict:
+    sampled = np.flatnonzero(sample.loss_mask)
+    split = int(sampled[0]) if sampled.size else len(sample.input_ids)
+    prompt_ids, completion_ids = sample.input_ids[:split].tolist(), sample.input_ids[split:].tolist()
+    return {
+        "gen_id": f"{rollout.id}-{index}",
+        "group_id": f"{rollout.group_id}:{group}",
+        "prompt": decode(prompt_ids) if decode else "",
+        "prompt_ids": prompt_ids,
+        "completion": {
+            "text": decode(completion_ids) if decode else "",
+            "completion_ids": completion_ids,
+            "old_logprobs": sample.old_logprobs[split:].tolist(),
+            "action_mask": sample.loss_mask[split:].astype(int).tolist(),
+            "reward": rollout.reward,
+        },
+        "metadata": {"timestamp": rollout.created_at.isoformat(), "status": rollout.status,
+                     "num_turns": sample.num_turns},
+    }
+
+
+async def run_records(store: Store, run: str, include_side: bool,
+                      decode: Callable[[list[int]], str] | None) -> AsyncIterator[list[dict]]:
+    """The run's sample records, one list per page of rollouts."""
+    after = 0
+    while True:
+        page = await store.run_rollouts(run, after, PAGE)
+        if not page:
+            return
+        records = []
+        for rollout, group in page:
+            samples = build_samples(await store.call_nodes(rollout.id), include_side)
+            records += [sample_record(s, i, rollout, group, decode) for i, s in enumerate(samples)]
+        yield records
+        after = page[-1][0].id
+
+
+async def export_run(store: Store, run: str, fmt: str, out: Path, include_side: bool = False,
+                     decode: Callable[[list[int]], str] | None = None) -> int:
+    """Write the run's samples to ``out``; returns how many were written."""
+    out.parent.mkdir(parents=True, exist_ok=True)
+    pages = run_records(store, run, include_side, decode)
+    if fmt == "jsonl":
+        return await _write_jsonl(pages, out)
+    return await _write_parquet(pages, out)
+
+
+async def _write_jsonl(pages: AsyncIterator[list[dict]], out: Path) -> int:
+    count = 0
+    with open(out, "w") as file:
+        async for records in pages:
+            for record in records:
+                file.write(json.dumps(record) + "\n")
+            count += len(records)
+    return count
+
+
+def parquet_schema():
+    import pyarrow as pa
+
+    completion = pa.struct([("text", pa.string()), ("completion_ids", pa.list_(pa.int32())),
+                            ("old_logprobs", pa.list_(pa.float32())), ("action_mask", pa.list_(pa.int8())),
+                            ("reward", pa.float64())])
+    metadata = pa.struct([("timestamp", pa.string()), ("status", pa.string()), ("num_turns", pa.int32())])
+    return pa.schema([("gen_id", pa.string()), ("group_id", pa.string()), ("prompt", pa.string()),
+                      ("prompt_ids", pa.list_(pa.int32())), ("completion", completion), ("metadata", metadata)])
+
+
+async def _write_parquet(pages: AsyncIterator[list[dict]], out: Path) -> int:
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    schema, count = parquet_schema(), 0
+    with pq.ParquetWriter(out, schema) as writer:  # an empty run still gets a readable file
+        async for records in pages:
+            if records:
+                writer.write_table(pa.Table.from_pylist(records, schema=schema))
+                count += len(records)
+    return count

@@ -1,0 +1,56 @@
+"""`harnessrl export`: samples as JSONL in the shared data contract, and Parquet datasets reads."""
+
+from __future__ import annotations
+
+import json
+
+from typer.testing import CliRunner
+
+from gateway.engine.fake import decode
+from harnessrl.cli import app
+from harnessrl.export import export_run
+
+
+async def record_two_turns(gateway, run: str) -> dict:
+    rollout = await gateway.new_rollout(run=run, task="t", group="g0")
+    client = gateway.openai(api_key=rollout["token"])
+    messages = [{"role": "user", "content": "hi"}]
+    reply = await client.chat.completions.create(model="policy", messages=messages)
+    messages += [{"role": "assistant", "content": reply.choices[0].message.content},
+                 {"role": "user", "content": "more"}]
+    await client.chat.completions.create(model="policy", messages=messages)
+    return rollout
+
+
+async def test_jsonl_export_follows_the_data_contract(gateway, tmp_path):
+    rollout = await record_two_turns(gateway, "export-run")
+    out = tmp_path / "samples.jsonl"
+    count = await export_run(gateway.app.state.gateway.store, "export-run", "jsonl", out, decode=decode)
+    [record] = [json.loads(line) for line in out.read_text().splitlines()]
+    assert count == 1 and record["gen_id"] == f"{rollout['id']}-0" and record["group_id"].endswith(":g0")
+    [sample] = (await gateway.http.get(f"/api/rollouts/{rollout['id']}/samples")).json()["data"]
+    completion = record["completion"]
+    assert record["prompt_ids"] + completion["completion_ids"] == sample["input_ids"]
+    assert completion["action_mask"][0] == 1 and len(completion["action_mask"]) == len(completion["completion_ids"])
+    assert sum(completion["action_mask"]) == sum(sample["loss_mask"])
+    assert completion["text"].startswith("Hello from the fake engine.")
+    assert record["metadata"]["num_turns"] == 2 and record["metadata"]["status"] == "running"
+
+
+async def test_parquet_export_loads_with_datasets(gateway, tmp_path):
+    import datasets
+
+    await record_two_turns(gateway, "parquet-run")
+    await record_two_turns(gateway, "parquet-run")
+    out = tmp_path / "samples.parquet"
+    assert await export_run(gateway.app.state.gateway.store, "parquet-run", "parquet", out) == 2
+    loaded = datasets.load_dataset("parquet", data_files=str(out), split="train")
+    assert loaded.num_rows == 2
+    assert set(loaded.column_names) == {"gen_id", "group_id", "prompt", "prompt_ids", "completion", "metadata"}
+    assert loaded[0]["completion"]["action_mask"][0] == 1
+
+
+def test_export_of_an_unknown_run_names_the_fix(sqlite_db, tmp_path):
+    result = CliRunner().invoke(app, ["export", "--run", "nope", "--out", str(tmp_path / "x.jsonl"),
+                                      "--database-url", sqlite_db])
+    assert result.exit_code == 1 and "no run named 'nope'" in result.output
