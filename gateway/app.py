@@ -8,6 +8,7 @@ from contextlib import asynccontextmanager
 from fastapi import FastAPI
 from fastapi.responses import JSONResponse
 
+from gateway.anthropic.router import create_router as create_anthropic_router
 from gateway.api.router import create_router as create_api_router
 from gateway.engine.client import EngineClient, VLLMEngineClient
 from gateway.errors import GatewayError, install_error_handlers
@@ -51,6 +52,7 @@ def create_app(settings: GatewaySettings, engine: EngineClient | None = None) ->
     install_error_handlers(app)
     app.include_router(create_openai_router())
     app.include_router(create_responses_router())
+    app.include_router(create_anthropic_router())
     app.include_router(create_api_router())
 
     @app.get("/health", tags=["admin"])

@@ -1,0 +1,1 @@
+"""The Anthropic dialect: Messages and count_tokens, served through the same session pipeline."""

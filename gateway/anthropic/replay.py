@@ -1,0 +1,55 @@
+"""Replaying a finished Message to a client that asked for a stream (Anthropic's Server-Sent Events).
+
+The upstream call is complete before the first byte is sent, so each content block goes out whole
+in one delta: the text, the thinking (then its signature), a tool call's whole input as one
+``partial_json``.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+
+from gateway.anthropic.protocol import (
+    ContentBlockDeltaEvent, ContentBlockStartEvent, ContentBlockStopEvent, DeltaUsage, InputJsonDelta,
+    Message, MessageDelta, MessageDeltaEvent, MessageStartEvent, MessageStopEvent, PingEvent,
+    SignatureDelta, TextContent, TextDelta, ThinkingContent, ThinkingDelta, ToolUseContent, Usage,
+)
+
+
+def _event(event) -> str:
+    return f"event: {event.type}\ndata: {event.model_dump_json()}\n\n"
+
+
+def message_events(message: Message) -> Iterator[str]:
+    """The SSE events of a finished Message."""
+    start = message.model_copy(update={"content": [], "stop_reason": None, "stop_sequence": None,
+                                       "usage": Usage(input_tokens=message.usage.input_tokens, output_tokens=0)})
+    yield _event(MessageStartEvent(message=start))
+    yield _event(PingEvent())
+    for index, block in enumerate(message.content):
+        yield _event(ContentBlockStartEvent(index=index, content_block=_opening(block)))
+        for delta in _deltas(block):
+            yield _event(ContentBlockDeltaEvent(index=index, delta=delta))
+        yield _event(ContentBlockStopEvent(index=index))
+    yield _event(MessageDeltaEvent(
+        delta=MessageDelta(stop_reason=message.stop_reason, stop_sequence=message.stop_sequence),
+        usage=DeltaUsage(output_tokens=message.usage.output_tokens)))
+    yield _event(MessageStopEvent())
+
+
+def _opening(block):
+    """The block as content_block_start announces it: empty, filled by the deltas."""
+    if isinstance(block, TextContent):
+        return TextContent(text="")
+    if isinstance(block, ThinkingContent):
+        return ThinkingContent(thinking="", signature="")
+    return ToolUseContent(id=block.id, name=block.name, input={})
+
+
+def _deltas(block) -> list:
+    if isinstance(block, TextContent):
+        return [TextDelta(text=block.text)]
+    if isinstance(block, ThinkingContent):
+        return [ThinkingDelta(thinking=block.thinking), SignatureDelta(signature=block.signature)]
+    return [InputJsonDelta(partial_json=json.dumps(block.input))]

@@ -1,0 +1,36 @@
+"""Routes of the Anthropic dialect, at /v1/messages and per rollout at /r/{token}/v1/messages."""
+
+from __future__ import annotations
+
+from fastapi import APIRouter, Request
+from fastapi.responses import JSONResponse, StreamingResponse
+
+from gateway.anthropic.replay import message_events
+from gateway.anthropic.serving import AnthropicServing
+from gateway.identity import resolve_identity
+from gateway.openai.router import CALL_ID_HEADER
+from gateway.state import StateDep, read_json_body
+
+
+async def messages(request: Request, state: StateDep):
+    raw = await read_json_body(request, state.settings.max_body_bytes)
+    identity = await resolve_identity(request, state.store, state.settings.require_token)
+    served = await AnthropicServing(await state.pipeline()).messages(raw, identity)
+    headers = {CALL_ID_HEADER: str(served.call_id)}
+    if served.stream:
+        return StreamingResponse(message_events(served.message), media_type="text/event-stream", headers=headers)
+    return JSONResponse(served.message.model_dump(mode="json"), headers=headers)
+
+
+async def count_tokens(request: Request, state: StateDep) -> JSONResponse:
+    raw = await read_json_body(request, state.settings.max_body_bytes)
+    await resolve_identity(request, state.store, state.settings.require_token)  # same access rule as calls
+    return JSONResponse(await AnthropicServing(await state.pipeline()).count_tokens(raw))
+
+
+def create_router() -> APIRouter:
+    router = APIRouter(tags=["anthropic"])
+    for prefix in ("/v1", "/r/{token}/v1"):
+        router.add_api_route(f"{prefix}/messages", messages, methods=["POST"])
+        router.add_api_route(f"{prefix}/messages/count_tokens", count_tokens, methods=["POST"])
+    return router

@@ -1,0 +1,298 @@
+"""Serving the Anthropic Messages dialect: translate to Chat Completions, run the pipeline, translate back.
+
+The translation is total and checked before the engine is called, so a request the gateway cannot
+represent is a 400 naming the field and nothing is recorded for it.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from typing import TypeVar
+
+from pydantic import ValidationError
+
+from gateway.anthropic.protocol import (
+    AssistantMessage, CountTokensRequest, DocumentBlock, ImageBlock, Message, MessagesRequest,
+    PromptFields, TextBlock, TextContent, ThinkingBlock, ThinkingContent, TokenCount, Tool, ToolChoice,
+    ToolResultBlock, ToolUseBlock, ToolUseContent, Usage,
+)
+from gateway.errors import InvalidRequest
+from gateway.pipeline import ChatPipeline
+from gateway.store.records import RolloutIdentity
+
+DIALECT = "messages"
+RAW_ARGUMENTS_KEY = "_raw"  # tool input holding arguments the model wrote that are not a JSON object
+RequestT = TypeVar("RequestT", bound=PromptFields)
+
+
+@dataclass(frozen=True)
+class ServedMessage:
+    call_id: int
+    message: Message
+    stream: bool
+
+
+class AnthropicServing:
+    def __init__(self, pipeline: ChatPipeline):
+        self.pipeline = pipeline
+
+    async def messages(self, raw: dict, identity: RolloutIdentity) -> ServedMessage:
+        request = parse_request(MessagesRequest, raw)
+        recorded = await self.pipeline.chat(chat_body(request), identity, DIALECT, raw)
+        return ServedMessage(recorded.call_id, to_message(recorded.answer, request), bool(request.stream))
+
+    async def count_tokens(self, raw: dict) -> dict:
+        """The prompt's length as the engine tokenizes it (nothing is generated or recorded)."""
+        request = parse_request(CountTokensRequest, raw)
+        engine_model = self.pipeline.policy.resolve(request.model).engine_model
+        answer = await self.pipeline.engine.tokenize({"model": engine_model, **prompt_fields(request)})
+        return TokenCount(input_tokens=answer["count"]).model_dump()
+
+
+# --- validation --------------------------------------------------------------------------------
+
+
+def parse_request(model: type[RequestT], raw: dict) -> RequestT:
+    try:
+        return model.model_validate(raw)
+    except ValidationError as exc:
+        message, param = describe_errors(exc, raw)
+        raise InvalidRequest(message, param=param) from None
+
+
+def describe_errors(exc: ValidationError, raw: dict) -> tuple[str, str | None]:
+    """One line naming each bad field by its path in the client's body, and the first as ``param``.
+
+    Pydantic's locations also name the union branch it tried (``user``, ``str``, ``list[...]``);
+    those are dropped, and a branch error is dropped when a deeper one explains the same field.
+    """
+    found: dict[str, list[str]] = {}
+    for error in exc.errors():
+        path = _body_path(raw, error["loc"], keep_last=error["type"] == "missing")
+        found.setdefault(path, [])
+        if error["msg"] not in found[path]:
+            found[path].append(error["msg"])
+    paths = [p for p in found if not any(other.startswith(f"{p}.") for other in found)][:5]
+    message = "; ".join(f"{p}: {' or '.join(found[p])}" if p else " or ".join(found[p]) for p in paths)
+    return message or "invalid request body", (paths[0] or None) if paths else None
+
+
+def _body_path(raw, loc: tuple, keep_last: bool) -> str:
+    parts, node = [], raw
+    for position, part in enumerate(loc):
+        if isinstance(node, dict) and part in node:
+            node = node[part]
+        elif isinstance(node, list) and isinstance(part, int) and 0 <= part < len(node):
+            node = node[part]
+        elif not (keep_last and position == len(loc) - 1):
+            continue  # a union branch's name, not a place in the body
+        parts.append(str(part))
+    return ".".join(parts)
+
+
+# --- request: Messages -> Chat Completions -------------------------------------------------
+
+
+def chat_body(request: MessagesRequest) -> dict:
+    body = {"model": request.model, "max_tokens": request.max_tokens, **prompt_fields(request)}
+    if request.tool_choice is not None:
+        body.update(chat_tool_choice(request.tool_choice))
+    if request.stop_sequences:
+        body["stop"] = request.stop_sequences
+    for name in ("temperature", "top_p", "top_k"):
+        if getattr(request, name) is not None:
+            body[name] = getattr(request, name)
+    return body
+
+
+def prompt_fields(request: PromptFields) -> dict:
+    """The fields that decide the prompt's tokens, as vLLM's chat and /tokenize both take them."""
+    messages = chat_messages(request)
+    fields: dict = {"messages": messages}
+    if isinstance(request.messages[-1], AssistantMessage):
+        # A final assistant turn is a prefill: the model continues it rather than starting anew.
+        fields.update(add_generation_prompt=False, continue_final_message=True)
+    else:
+        fields["add_generation_prompt"] = True
+    if request.tools:
+        fields["tools"] = [chat_tool(tool) for tool in request.tools]
+    if request.thinking is not None:
+        # The switch reasoning templates (Qwen3 and the like) read; others ignore it.
+        fields["chat_template_kwargs"] = {"enable_thinking": request.thinking.type != "disabled"}
+    return fields
+
+
+def chat_tool(tool: Tool) -> dict:
+    function = {"name": tool.name, "description": tool.description, "parameters": tool.input_schema,
+                "strict": tool.strict}
+    return {"type": "function", "function": {k: v for k, v in function.items() if v is not None}}
+
+
+def chat_tool_choice(choice: ToolChoice) -> dict:
+    fields: dict = {"tool_choice": {"auto": "auto", "any": "required", "none": "none"}.get(choice.type)
+                    or {"type": "function", "function": {"name": choice.name}}}
+    if choice.disable_parallel_tool_use:
+        fields["parallel_tool_calls"] = False
+    return fields
+
+
+def chat_messages(request: PromptFields) -> list[dict]:
+    messages = [] if not request.system else [{"role": "system", "content": _system_text(request.system)}]
+    called: set[str] = set()  # tool_use ids seen so far: a result must answer an earlier call
+    for index, message in enumerate(request.messages):
+        if isinstance(message, AssistantMessage):
+            messages.append(_assistant(message))
+            called.update(b.id for b in message.content if isinstance(b, ToolUseBlock))
+        else:
+            messages += _user(message.content, called, f"messages.{index}.content")
+    return messages
+
+
+def _system_text(system: str | list[TextBlock]) -> str:
+    return system if isinstance(system, str) else _join(block.text for block in system)
+
+
+def _join(texts) -> str:
+    # "\n" between text blocks, as the bundled chat template joins text parts.
+    return "\n".join(texts)
+
+
+def _user(content, called: set[str], where: str) -> list[dict]:
+    """One user turn becomes user messages and, for each tool_result, a tool message, in order."""
+    if isinstance(content, str):
+        return [{"role": "user", "content": content}]
+    messages, parts = [], []
+    for index, block in enumerate(content):
+        if isinstance(block, ToolResultBlock):
+            if block.tool_use_id not in called:
+                raise InvalidRequest(f"{where}.{index}.tool_use_id: tool result without a call: no earlier "
+                                     f"tool_use has id {block.tool_use_id!r}", param=f"{where}.{index}.tool_use_id")
+            messages += _user_message(parts)
+            parts = []
+            messages.append(_tool_message(block))
+        else:
+            parts.append(_user_part(block, f"{where}.{index}"))
+    return messages + _user_message(parts)
+
+
+def _user_message(parts: list[dict]) -> list[dict]:
+    if not parts:
+        return []
+    if all(part["type"] == "text" for part in parts):
+        return [{"role": "user", "content": _join(part["text"] for part in parts)}]
+    return [{"role": "user", "content": parts}]
+
+
+def _tool_message(block: ToolResultBlock) -> dict:
+    # is_error has no slot in a chat template; an error result's text says what went wrong.
+    content = block.content
+    if content is None or isinstance(content, str):
+        text = content or ""
+    else:
+        text = _join(part.text for part in content)
+    return {"role": "tool", "tool_call_id": block.tool_use_id, "content": text}
+
+
+def _user_part(block: TextBlock | ImageBlock | DocumentBlock, where: str) -> dict:
+    if isinstance(block, TextBlock):
+        return {"type": "text", "text": block.text}
+    if isinstance(block, ImageBlock):
+        return {"type": "image_url", "image_url": {"url": _image_url(block.source, where)}}
+    return {"type": "text", "text": _document_text(block.source, where)}
+
+
+def _image_url(source: dict, where: str) -> str:
+    if source.get("type") == "base64" and isinstance(source.get("data"), str):
+        return f"data:{source.get('media_type', 'image/png')};base64,{source['data']}"
+    if source.get("type") == "url" and isinstance(source.get("url"), str):
+        return source["url"]
+    raise InvalidRequest(f"{where}.source: an image source is base64 (media_type, data) or url",
+                         param=f"{where}.source")
+
+
+def _document_text(source: dict, where: str) -> str:
+    """Documents reach the engine as text; binary ones (PDF) cannot be read by a text model."""
+    kind, data, content = source.get("type"), source.get("data"), source.get("content")
+    if kind == "text" and isinstance(data, str):
+        return data
+    if kind == "content" and isinstance(content, str):
+        return content
+    if kind == "content" and isinstance(content, list) and all(
+            isinstance(b, dict) and b.get("type") == "text" and isinstance(b.get("text"), str) for b in content):
+        return _join(b["text"] for b in content)
+    raise InvalidRequest(f"{where}.source: only text documents are supported (type text, or content of "
+                         f"text blocks)", param=f"{where}.source")
+
+
+def _assistant(message: AssistantMessage) -> dict:
+    if isinstance(message.content, str):
+        return {"role": "assistant", "content": message.content}
+    texts = [b.text for b in message.content if isinstance(b, TextBlock)]
+    calls = [{"id": b.id, "type": "function", "function": {"name": b.name, "arguments": _arguments(b.input)}}
+             for b in message.content if isinstance(b, ToolUseBlock)]
+    reasoning = [b.thinking for b in message.content if isinstance(b, ThinkingBlock)]
+    # redacted_thinking carries only opaque data: nothing of it can be rendered.
+    chat: dict = {"role": "assistant", "content": _join(texts) if texts or not calls else None}
+    if calls:
+        chat["tool_calls"] = calls
+    if reasoning:
+        chat["reasoning_content"] = _join(reasoning)
+    return chat
+
+
+def _arguments(tool_input: dict) -> str:
+    if set(tool_input) == {RAW_ARGUMENTS_KEY} and isinstance(tool_input[RAW_ARGUMENTS_KEY], str):
+        return tool_input[RAW_ARGUMENTS_KEY]  # our own fallback coming back: the model's exact text
+    return json.dumps(tool_input)
+
+
+# --- answer: chat.completion -> Message ----------------------------------------------------
+
+
+def to_message(answer: dict, request: MessagesRequest) -> Message:
+    choice = answer["choices"][0]
+    message = choice.get("message") or {}
+    content: list = []
+    reasoning = message.get("reasoning_content") or message.get("reasoning")
+    if reasoning:
+        content.append(ThinkingContent(thinking=reasoning))
+    if message.get("content"):
+        content.append(TextContent(text=message["content"]))
+    for call in message.get("tool_calls") or []:
+        function = call.get("function") or {}
+        content.append(ToolUseContent(id=call["id"], name=function.get("name", ""),
+                                      input=_tool_input(function.get("arguments"))))
+    stop_reason, stop_sequence = _stop(choice, request, any(isinstance(b, ToolUseContent) for b in content))
+    return Message(id=_message_id(answer), content=content, model=request.model, stop_reason=stop_reason,
+                   stop_sequence=stop_sequence, usage=_usage(answer, choice))
+
+
+def _tool_input(arguments: str | None) -> dict:
+    """The call's arguments as an object; text that is not a JSON object is kept, not dropped."""
+    try:
+        parsed = json.loads(arguments or "{}")
+    except ValueError:
+        parsed = None
+    return parsed if isinstance(parsed, dict) else {RAW_ARGUMENTS_KEY: arguments}
+
+
+def _stop(choice: dict, request: MessagesRequest, called_tools: bool) -> tuple[str, str | None]:
+    if choice.get("finish_reason") == "length":
+        return "max_tokens", None
+    if called_tools:
+        return "tool_use", None
+    matched = choice.get("stop_reason")  # vLLM: the stop string that ended generation, if any
+    if isinstance(matched, str) and matched in (request.stop_sequences or ()):
+        return "stop_sequence", matched
+    return "end_turn", None
+
+
+def _usage(answer: dict, choice: dict) -> Usage:
+    usage = answer.get("usage") or {}
+    return Usage(input_tokens=usage.get("prompt_tokens", len(answer.get("prompt_token_ids") or ())),
+                 output_tokens=usage.get("completion_tokens", len(choice.get("token_ids") or ())))
+
+
+def _message_id(answer: dict) -> str:
+    return "msg_" + str(answer.get("id", "")).removeprefix("chatcmpl-")
