@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import shutil
 from pathlib import Path
 
 import pytest
@@ -10,12 +11,20 @@ from gateway.store.database import sqlite_url
 from migrations.runner import upgrade
 
 
+@pytest.fixture(scope="session")
+def migrated_sqlite_file(tmp_path_factory) -> Path:
+    """Migrations run once per session; each test copies the result (Alembic costs ~0.3 s)."""
+    path = tmp_path_factory.mktemp("schema") / "template.db"
+    upgrade(sqlite_url(path))
+    return path
+
+
 @pytest.fixture
-def sqlite_db(tmp_path: Path) -> str:
+def sqlite_db(tmp_path: Path, migrated_sqlite_file: Path) -> str:
     """A migrated SQLite database in a fresh file."""
-    url = sqlite_url(tmp_path / "harnessrl.db")
-    upgrade(url)
-    return url
+    path = tmp_path / "harnessrl.db"
+    shutil.copyfile(migrated_sqlite_file, path)
+    return sqlite_url(path)
 
 
 @pytest.fixture(scope="session")

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 
@@ -25,9 +26,9 @@ class CallRecord:
     model: str  # public model name the client asked for
     engine_model: str  # the engine's name for it (base model or policy-v{N})
     policy_version: int  # 0 = base model
-    prompt_ids: list[int]
-    output_ids: list[int]
-    output_logprobs: list[float]  # natural log, one per output id
+    prompt_ids: Sequence[int]  # int32 arrays on the hot path (lists in tests)
+    output_ids: Sequence[int]
+    output_logprobs: Sequence[float]  # natural log, one per output id
     finish_reason: str | None
     request: dict  # the client's body
     response: dict  # the engine's body

@@ -11,6 +11,7 @@ prompt + output by construction, however the agent re-serialized it.
 from __future__ import annotations
 
 import json
+from itertools import chain
 from collections import OrderedDict
 from dataclasses import dataclass, field
 
@@ -114,7 +115,7 @@ class TurnRenderer:
                 cached = None  # reuse only a common prefix
                 ids.append(self._turn_ids(turn, tools if index == 0 else None, state))
         _store(state, Conversation(tools, turns, ids))
-        return [token for turn_ids in ids for token in turn_ids] + self.generation_prompt
+        return list(chain.from_iterable(ids)) + self.generation_prompt
 
     def _turn_ids(self, turn: list[dict], tools: list[dict] | None, state: RolloutText) -> list[int]:
         message = turn[0]

@@ -1,0 +1,161 @@
+"""Gateway CPU per turn as a rollout's history grows from ~1k to ~32k tokens.
+
+Three ways to get a turn's prompt ids: ``engine`` (vLLM renders; the gateway forwards and records),
+``tito`` (the gateway renders turn by turn and splices sampled ids) and ``naive`` (the gateway
+re-renders and re-tokenizes the whole history every turn). Each turn runs the gateway's real
+pipeline (parse, validate, render, record to SQLite, answer) against a stub engine that costs
+nothing, and is timed with process CPU time. Run:
+`.venv/bin/python tests/benchmarks/turn_cost.py [--out FILE] [--repeats N]`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # run as a script from anywhere
+
+from gateway.callgraph import CallGraphIndex  # noqa: E402
+from gateway.openai.serving import OpenAIServing  # noqa: E402
+from gateway.pipeline import ChatPipeline  # noqa: E402
+from gateway.policy import PolicyRegistry  # noqa: E402
+from gateway.store.database import sqlite_url  # noqa: E402
+from gateway.store.store import Store  # noqa: E402
+from gateway.store.writer import CallWriter  # noqa: E402
+from gateway.tito.renderer import for_template  # noqa: E402
+from gateway.tito.serving import TitoEngine  # noqa: E402
+from gateway.tito.template import ModelText  # noqa: E402
+from migrations.runner import upgrade  # noqa: E402
+
+DEFAULT_OUT = Path(__file__).parent / "results" / "turn_cost.json"
+TOOL = {"type": "function", "function": {"name": "read_file", "description": "Read a file.",
+        "parameters": {"type": "object", "properties": {"path": {"type": "string"}}}}}
+TARGET_TOKENS = 32_768
+REPORT_AT = (1024, 2048, 4096, 8192, 16384, 32768)
+WORDS = "def return import class self value result error test file path line data index list".split()
+
+
+def tool_output(n: int, words: int = 420) -> str:
+    return " ".join(WORDS[(n * 7 + i) % len(WORDS)] + str(i % 10) for i in range(words))
+
+
+class StubEngine:
+    """Answers instantly: a tool call as text (completions) or as a parsed message (chat)."""
+
+    def __init__(self, text: ModelText):
+        self.text, self.turn, self.prompt_ids = text, 0, []
+
+    def sampled_text(self) -> str:
+        return f'<tool_call>\n{{"name": "read_file", "arguments": {{"path": "f{self.turn}.py"}}}}\n</tool_call>'
+
+    async def completions(self, body: dict) -> dict:
+        ids = self.text.encode(self.sampled_text()) + [self.text.eos_id]
+        return {"choices": [{"index": 0, "text": "", "finish_reason": "stop", "token_ids": ids,
+                             "prompt_token_ids": body["prompt"],
+                             "logprobs": {"tokens": ["t"] * len(ids), "token_logprobs": [-0.5] * len(ids)}}],
+                "usage": {"prompt_tokens": len(body["prompt"]), "completion_tokens": len(ids)}}
+
+    async def chat(self, body: dict) -> dict:
+        ids = self.text.encode(self.sampled_text()) + [self.text.eos_id]
+        call = {"id": f"call_{self.turn}", "type": "function",
+                "function": {"name": "read_file", "arguments": json.dumps({"path": f"f{self.turn}.py"})}}
+        return {"id": "x", "object": "chat.completion", "created": 0, "model": body["model"],
+                "choices": [{"index": 0, "message": {"role": "assistant", "content": None, "tool_calls": [call]},
+                             "logprobs": {"content": [{"token": "t", "logprob": -0.5}] * len(ids)},
+                             "finish_reason": "tool_calls", "token_ids": ids}],
+                "usage": {"prompt_tokens": len(self.prompt_ids), "completion_tokens": len(ids)},
+                "prompt_token_ids": self.prompt_ids}
+
+
+class NaiveTito(TitoEngine):
+    """Re-renders and re-tokenizes the whole history every turn (what incremental rendering avoids)."""
+
+    def __init__(self, *args):
+        super().__init__(*args)
+        renderer = self.renderer
+        renderer.prompt_ids = lambda messages, tools, state: self.text.encode(
+            self.text.template.render([for_template(m) for m in messages], tools, add_generation_prompt=True))
+        del renderer
+
+
+async def run_mode(mode: str, text: ModelText, workdir: Path) -> list[tuple[int, float]]:
+    """(history tokens, gateway CPU ms) for each turn of one conversation."""
+    url = sqlite_url(workdir / f"{mode}.db")
+    upgrade(url)
+    store = Store.from_url(url)
+    writer = CallWriter(store)
+    writer.start()
+    engine = StubEngine(text)
+    tito_engine = (NaiveTito if mode == "naive" else TitoEngine)(text, engine, store.recent_outputs)
+
+    async def tito() -> TitoEngine:
+        return tito_engine
+
+    pipeline = ChatPipeline(engine, PolicyRegistry("policy", "base"), writer,
+                            CallGraphIndex(store.recent_graph_nodes), tito=tito, max_model_len=200_000)
+    identity = await store.create_rollout(f"bench-{mode}", "t", capture="engine" if mode == "engine" else "tito")
+    serving = OpenAIServing(pipeline)
+    messages = [{"role": "system", "content": "You are a coding agent."}, {"role": "user", "content": "Fix the bug."}]
+    points, history = [], 0
+    while history < TARGET_TOKENS:
+        body = json.dumps({"model": "policy", "messages": messages, "tools": [TOOL], "max_tokens": 64}).encode()
+        if mode == "engine":  # the engine's rendering is not gateway work: done before the clock
+            engine.prompt_ids = text.encode(text.template.render([for_template(m) for m in messages], [TOOL], True))
+        started = time.process_time()
+        served = await serving.chat(json.loads(body), identity)
+        json.dumps(served.body)
+        points.append((history, (time.process_time() - started) * 1000.0))
+        message = served.body["choices"][0]["message"]
+        call = message["tool_calls"][0]
+        # The agent echoes the call back re-serialized, then appends the tool's output.
+        call = {**call, "function": {**call["function"], "arguments": json.dumps(
+            json.loads(call["function"]["arguments"]), separators=(",", ":"))}}
+        messages += [{"role": "assistant", "content": message.get("content"), "tool_calls": [call]},
+                     {"role": "tool", "tool_call_id": call["id"], "content": tool_output(engine.turn)}]
+        engine.turn += 1
+        history = served.body["usage"]["prompt_tokens"]
+    await writer.stop()
+    await store.close()
+    return points
+
+
+def at_sizes(points: list[tuple[int, float]]) -> dict[int, float]:
+    """CPU ms of the turn whose history is closest to each reported size."""
+    return {size: min(points, key=lambda p: abs(p[0] - size))[1] for size in REPORT_AT}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--out", type=Path, default=DEFAULT_OUT)
+    parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--model", type=Path, help="model folder (default: a tiny model built now)")
+    args = parser.parse_args()
+    workdir = Path(tempfile.mkdtemp(prefix="harnessrl-turn-cost-"))
+    if args.model is None:
+        from harnessrl.model_prep import build_tiny_model
+        args.model = build_tiny_model(workdir / "tiny")
+    text = ModelText(args.model)
+    report = {}
+    for mode in ("engine", "tito", "naive"):
+        runs = [at_sizes(asyncio.run(run_mode(mode, text, workdir / f"{mode}-{r}")))
+                for r in range(args.repeats) if (workdir / f"{mode}-{r}").mkdir(parents=True) is None]
+        per_size = {size: round(statistics.median(run[size] for run in runs), 3) for size in REPORT_AT}
+        report[mode] = {"cpu_ms_per_turn": per_size,
+                        "ratio_32k_to_1k": round(per_size[32768] / per_size[1024], 2)}
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    args.out.write_text(json.dumps({"benchmark": "turn_cost", "model": str(args.model), "results": report}, indent=2))
+    print(f"{'mode':<8}" + "".join(f"{size:>9}" for size in REPORT_AT) + f"{'32k/1k':>9}")
+    for mode, row in report.items():
+        print(f"{mode:<8}" + "".join(f"{row['cpu_ms_per_turn'][s]:>9.2f}" for s in REPORT_AT)
+              + f"{row['ratio_32k_to_1k']:>9.2f}")
+    print(f"CPU ms per turn by history size (tokens); written to {args.out}")
+
+
+if __name__ == "__main__":
+    main()
