@@ -92,6 +92,9 @@ def _check_supported(body: dict) -> None:
     if choice == "required" or isinstance(choice, dict):
         raise InvalidRequest("tool_choice 'required' or a named function is not supported in tito capture "
                              "mode; use tool_choice 'auto', or a run with capture 'engine'", param="tool_choice")
+    if body.get("continue_final_message"):
+        raise InvalidRequest("an assistant prefill (a final assistant turn to continue) is not supported in "
+                             "tito capture mode; use a run with capture 'engine'", param="messages")
     if body.get("response_format") and body["response_format"].get("type") != "text":
         raise InvalidRequest("response_format is not supported in tito capture mode; use a run with "
                              "capture 'engine'", param="response_format")

