@@ -8,6 +8,7 @@ from contextlib import asynccontextmanager
 from fastapi import FastAPI
 from fastapi.responses import JSONResponse
 
+from gateway.admin.router import create_router as create_admin_router
 from gateway.anthropic.router import create_router as create_anthropic_router
 from gateway.api.router import create_router as create_api_router
 from gateway.engine.client import EngineClient, VLLMEngineClient
@@ -54,6 +55,7 @@ def create_app(settings: GatewaySettings, engine: EngineClient | None = None) ->
     app.include_router(create_responses_router())
     app.include_router(create_anthropic_router())
     app.include_router(create_api_router())
+    app.include_router(create_admin_router())
 
     @app.get("/health", tags=["admin"])
     async def health(state: StateDep) -> JSONResponse:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import secrets
+
 from fastapi import Request
 
 from gateway.errors import Unauthorized
@@ -45,3 +47,17 @@ async def resolve_identity(request: Request, store: Store, require_token: bool) 
             code="missing_api_key",
         )
     return await store.adhoc_identity()
+
+
+def require_admin(request: Request, admin_key: str | None) -> None:
+    """Writes to the store's REST API and adapter admin need the admin key, when one is set."""
+    if admin_key is None:
+        return
+    presented = request.headers.get("x-admin-key") or ""
+    header = request.headers.get("authorization", "")
+    if not presented and header.lower().startswith("bearer "):
+        presented = header[7:].strip()
+    if not secrets.compare_digest(presented.encode(), admin_key.encode()):
+        raise Unauthorized("this endpoint needs the gateway's admin key (header x-admin-key); "
+                           "it is set with `harnessrl serve --admin-key` or HARNESSRL_ADMIN_KEY",
+                           code="invalid_admin_key")

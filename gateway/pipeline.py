@@ -43,7 +43,7 @@ class ChatPipeline:
 
         ``client_request`` is what the client sent in its own dialect; it is stored verbatim.
         """
-        resolved = self.policy.resolve(chat_body["model"])
+        resolved = self.policy.resolve_for(identity.rollout_id, chat_body["model"])
         if identity.capture == "tito" and self._tito is not None:
             tito = await self._tito()
             answer, latency_ms = await _timed(tito.chat(chat_body, resolved.engine_model, identity.rollout_id,
@@ -63,7 +63,7 @@ class ChatPipeline:
     async def completion(self, completion_body: dict, identity: RolloutIdentity,
                          client_request: dict, logprobs: int = 0) -> RecordedAnswer:
         """Send a Completions body (a single prompt) to the engine and record the call."""
-        resolved = self.policy.resolve(completion_body["model"])
+        resolved = self.policy.resolve_for(identity.rollout_id, completion_body["model"])
         body = {**completion_body, "model": resolved.engine_model, "stream": False,
                 "return_token_ids": True, "logprobs": logprobs}
         body.pop("stream_options", None)

@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+from collections import OrderedDict
 from dataclasses import dataclass
+
+PINNED_ROLLOUTS = 100_000  # rollouts whose starting version is remembered
 
 
 @dataclass(frozen=True)
@@ -28,12 +31,27 @@ class PolicyRegistry:
         self.base_model = base_model
         self.current_version = 0
         self._loaded: dict[int, str] = {0: base_model}
+        self._pinned: OrderedDict[int, int] = OrderedDict()  # rollout id -> version it started with
 
     def resolve(self, requested: str) -> ResolvedModel:
         for version, name in self._loaded.items():
             if requested == name and version != 0:
                 return ResolvedModel(requested, name, version)
         return ResolvedModel(requested, self._loaded[self.current_version], self.current_version)
+
+    def resolve_for(self, rollout_id: int, requested: str) -> ResolvedModel:
+        """Like ``resolve``, but a rollout keeps the version it started with while it is loaded."""
+        resolved = self.resolve(requested)
+        if requested in self._loaded.values() and resolved.version != self.current_version:
+            return resolved  # an explicitly named version
+        pinned = self._pinned.get(rollout_id)
+        if pinned is not None and pinned in self._loaded:
+            self._pinned.move_to_end(rollout_id)
+            return ResolvedModel(requested, self._loaded[pinned], pinned)
+        self._pinned[rollout_id] = resolved.version
+        if len(self._pinned) > PINNED_ROLLOUTS:
+            self._pinned.popitem(last=False)
+        return resolved
 
     def publish(self, version: int, engine_model: str) -> None:
         """Make a loaded adapter the current policy for new calls."""

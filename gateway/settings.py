@@ -18,3 +18,7 @@ class GatewaySettings:
     # The model folder (chat template + tokenizer) for tito capture; discovered from the engine's
     # /v1/models "root" when it is a local folder.
     model_dir: str | None = None
+    # Guards writes to /api (rollouts, rewards) and /admin (adapters): the runner and learner hold
+    # it, agents in sandboxes do not. None leaves them open (a single trusted user on loopback).
+    admin_key: str | None = None
+    max_staleness: int = 2  # adapter versions kept loaded beyond the current one: max_staleness + 1

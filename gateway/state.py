@@ -10,9 +10,11 @@ from typing import Annotated
 
 from fastapi import Depends, Request
 
+from gateway.adapters import restore_adapters
 from gateway.callgraph import CallGraphIndex
 from gateway.engine.client import EngineClient
 from gateway.errors import EngineUnavailable, InvalidRequest, PayloadTooLarge
+from gateway.identity import require_admin
 from gateway.pipeline import ChatPipeline
 from gateway.policy import PolicyRegistry
 from gateway.settings import GatewaySettings
@@ -34,6 +36,7 @@ class GatewayState:
     model_root: str | None = None  # the engine's model folder, as /v1/models reports it
     _tito: TitoEngine | None = None
     _discover_lock: asyncio.Lock = field(default_factory=asyncio.Lock)
+    publish_lock: asyncio.Lock = field(default_factory=asyncio.Lock)
 
     def __post_init__(self) -> None:
         self.graph = CallGraphIndex(self.store.recent_graph_nodes)
@@ -45,7 +48,9 @@ class GatewayState:
         async with self._discover_lock:
             if self.policy is None:
                 base, self.max_model_len = await self._discover_base_model()
-                self.policy = PolicyRegistry(self.settings.public_model, base)
+                policy = PolicyRegistry(self.settings.public_model, base)
+                await restore_adapters(self.engine, policy, self.store)
+                self.policy = policy
         return self.policy
 
     async def pipeline(self) -> ChatPipeline:
@@ -82,6 +87,15 @@ async def get_state(request: Request) -> GatewayState:
 
 
 StateDep = Annotated[GatewayState, Depends(get_state)]
+
+
+async def admin_state(request: Request) -> GatewayState:
+    state: GatewayState = request.app.state.gateway
+    require_admin(request, state.settings.admin_key)
+    return state
+
+
+AdminStateDep = Annotated[GatewayState, Depends(admin_state)]  # the same state, behind the admin key
 
 
 async def read_json_body(request: Request, max_bytes: int) -> dict:

@@ -83,6 +83,11 @@ def serve(
     max_model_len: int = 4096,
     max_lora_rank: int = 16,
     engine_start_timeout: float = 900.0,
+    admin_key: Annotated[Optional[str], typer.Option(
+        envvar="HARNESSRL_ADMIN_KEY", help="Required for /api writes and /admin (runner, learner)")] = None,
+    max_staleness: Annotated[int, typer.Option(help="Adapter versions kept loaded behind the current one")] = 2,
+    tokenizer: Annotated[Optional[Path], typer.Option(
+        help="Model folder for tito capture when attaching with --engine-url")] = None,
 ) -> None:
     """Start vLLM (or attach to one) and the recording gateway in front of it."""
     from gateway.settings import GatewaySettings
@@ -107,8 +112,10 @@ def serve(
                 engine.stop()
             raise fail(str(exc)) from None
         engine_url = engine.url
+    model_dir = model or tokenizer
     settings = GatewaySettings(database_url=url, engine_url=engine_url, public_model=public_model,
-                               require_token=require_token)
+                               require_token=require_token, admin_key=admin_key, max_staleness=max_staleness,
+                               model_dir=str(model_dir.resolve()) if model_dir else None)
     server = uvicorn_server(settings, host, port, log_level="info")
     exit_code = _serve_until_stopped(server, engine)
     raise typer.Exit(code=exit_code)

@@ -21,6 +21,34 @@ class CreateRollout(BaseModel):
     meta: dict[str, Any] = Field(default_factory=dict)  # e.g. {"harness": "opencode"}
     # How the run's calls are captured; set when the run is created (default "engine").
     capture: Literal["engine", "tito"] | None = None
+    # G, the group's size: the group becomes ready for the learner when all G rollouts ended.
+    group_size: int | None = Field(default=None, ge=1, le=4096)
+
+
+class AddReward(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    name: str = Field(default="api", min_length=1, max_length=200)
+    value: float | None  # None: this source has no opinion (left out of the total)
+
+
+class FinishRollout(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    status: Literal["finished", "failed"]
+    error: str | None = None  # why it failed: timeout, crash, ...
+    rewards: dict[str, float | None] = Field(default_factory=dict)  # final components, added first
+
+
+class GroupView(BaseModel):
+    id: int
+    run: str
+    task: str
+    name: str
+    status: str  # open | ready | consumed
+    size: int | None
+    ready_at: datetime | None
+    created_at: datetime
 
 
 class RolloutCreated(BaseModel):
@@ -43,6 +71,7 @@ class RolloutView(BaseModel):
     group: str
     status: str
     reward: float | None
+    rewards: dict[str, float | None]
     error: str | None
     meta: dict[str, Any]
     num_calls: int

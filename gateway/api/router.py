@@ -7,10 +7,13 @@ from typing import Annotated
 from fastapi import APIRouter, Query, Request
 
 from gateway.api.protocol import (
+    AddReward,
     CallDetail,
     CallView,
     CreateRollout,
+    FinishRollout,
     GraphStats,
+    GroupView,
     Page,
     RolloutCreated,
     RolloutView,
@@ -19,10 +22,10 @@ from gateway.api.protocol import (
     SampleView,
 )
 from gateway.errors import Conflict, NotFound
-from gateway.state import StateDep
+from gateway.state import AdminStateDep, StateDep
 from gateway.store.arrays import unpack_ids, unpack_logprobs
 from gateway.store.samples import build_samples
-from gateway.store.store import RunConflict
+from gateway.store.store import RolloutEnded, RunConflict
 from gateway.store.tables import Call
 
 Limit = Annotated[int, Query(ge=1, le=1000)]
@@ -45,9 +48,10 @@ def _base_url(request: Request, public_url: str | None, token: str) -> str:
     return f"{root}/r/{token}/v1"
 
 
-async def create_rollout(body: CreateRollout, request: Request, state: StateDep) -> RolloutCreated:
+async def create_rollout(body: CreateRollout, request: Request, state: AdminStateDep) -> RolloutCreated:
     try:
-        identity = await state.store.create_rollout(body.run, body.task, body.group, body.meta, body.capture)
+        identity = await state.store.create_rollout(body.run, body.task, body.group, body.meta, body.capture,
+                                                    body.group_size)
     except RunConflict as exc:
         raise Conflict(str(exc), param="capture") from None
     return RolloutCreated(id=identity.rollout_id, token=identity.token,
@@ -61,9 +65,35 @@ async def get_rollout(rollout_id: int, state: StateDep) -> RolloutView:
     rollout, run, task, group, num_calls = found
     graph = GraphStats(**await state.store.graph_stats(rollout_id))
     return RolloutView(id=rollout.id, run=run, task=task, group=group, status=rollout.status,
-                       reward=rollout.reward, error=rollout.error, meta=rollout.meta,
+                       reward=rollout.reward, rewards=rollout.rewards or {}, error=rollout.error, meta=rollout.meta,
                        num_calls=num_calls, graph=graph, created_at=rollout.created_at,
                        finished_at=rollout.finished_at)
+
+
+async def add_rollout_reward(rollout_id: int, body: AddReward, state: AdminStateDep) -> RolloutView:
+    if not await state.store.add_reward(rollout_id, body.name, body.value):
+        raise NotFound(f"rollout {rollout_id} not found")
+    return await get_rollout(rollout_id, state)
+
+
+async def finish_rollout(rollout_id: int, body: FinishRollout, state: AdminStateDep) -> RolloutView:
+    try:
+        found = await state.store.end_rollout(rollout_id, body.status, body.error, body.rewards)
+    except RolloutEnded as exc:
+        raise Conflict(str(exc)) from None
+    if not found:
+        raise NotFound(f"rollout {rollout_id} not found")
+    return await get_rollout(rollout_id, state)
+
+
+async def list_groups(state: StateDep, run: str | None = None, status: str | None = None,
+                      after: After = 0, limit: Limit = 100) -> Page[GroupView]:
+    rows = await state.store.list_groups(run, status, after, limit)
+    return Page[GroupView](
+        data=[GroupView(id=g.id, run=run_name, task=task, name=g.name, status=g.status, size=g.size,
+                        ready_at=g.ready_at, created_at=g.created_at) for g, run_name, task in rows],
+        next_cursor=rows[-1][0].id if len(rows) == limit else None,
+    )
 
 
 async def list_rollout_samples(rollout_id: int, state: StateDep, include_side: bool = False) -> SampleList:
@@ -109,6 +139,11 @@ def create_router() -> APIRouter:
     router.add_api_route("/rollouts/{rollout_id}", get_rollout, methods=["GET"], response_model=RolloutView)
     router.add_api_route("/rollouts/{rollout_id}/calls", list_rollout_calls, methods=["GET"],
                          response_model=Page[CallView])
+    router.add_api_route("/rollouts/{rollout_id}/reward", add_rollout_reward, methods=["POST"],
+                         response_model=RolloutView)
+    router.add_api_route("/rollouts/{rollout_id}/finish", finish_rollout, methods=["POST"],
+                         response_model=RolloutView)
+    router.add_api_route("/groups", list_groups, methods=["GET"], response_model=Page[GroupView])
     router.add_api_route("/rollouts/{rollout_id}/samples", list_rollout_samples, methods=["GET"],
                          response_model=SampleList)
     router.add_api_route("/calls/{call_id}", get_call, methods=["GET"], response_model=CallDetail)

@@ -16,8 +16,9 @@ from gateway.callgraph import GraphNode
 from gateway.store.arrays import pack_ids, pack_logprobs, unpack_ids
 from gateway.store.database import create_engine, create_sessionmaker
 from gateway.store.records import CallRecord, RolloutIdentity
+from gateway.store.rewards import ENDED, add_reward, end_rollout
 from gateway.store.samples import CallNode
-from gateway.store.tables import Call, Group, Rollout, Run, Task, utcnow
+from gateway.store.tables import Adapter, Call, Group, Rollout, Run, Task, utcnow
 
 ADHOC_RUN = "adhoc"
 CAPTURE_MODES = ("engine", "tito")
@@ -25,6 +26,10 @@ CAPTURE_MODES = ("engine", "tito")
 
 class RunConflict(ValueError):
     """The run exists with other settings than the ones asked for."""
+
+
+class RolloutEnded(ValueError):
+    """The rollout has already ended; it cannot end twice."""
 DEFAULT_GROUP = "default"
 TOKEN_PREFIX = "hrl-"  # lets the gateway tell its tokens from placeholder API keys
 
@@ -49,7 +54,7 @@ class Store:
 
     async def create_rollout(
         self, run: str, task: str, group: str | None = None, meta: dict | None = None,
-        capture: str | None = None,
+        capture: str | None = None, group_size: int | None = None,
     ) -> RolloutIdentity:
         """A new rollout (and its run, task and group when missing); ``capture`` sets a new run's mode."""
         async with self.sessions.begin() as session:
@@ -63,6 +68,8 @@ class Store:
             group_row = await _get_or_create(
                 session, Group, run_id=run_row.id, task_id=task_row.id, name=group or DEFAULT_GROUP
             )
+            if group_size is not None and group_row.size is None:
+                group_row.size = group_size
             rollout = Rollout(
                 run_id=run_row.id,
                 task_id=task_row.id,
@@ -222,12 +229,51 @@ class Store:
         async with self.sessions() as session:
             return list((await session.scalars(query)).all())
 
-    async def finish_rollout(self, rollout_id: int, status: str, error: str | None = None) -> None:
+    async def add_reward(self, rollout_id: int, name: str, value: float | None) -> bool:
         async with self.sessions.begin() as session:
             rollout = await session.get(Rollout, rollout_id)
-            if rollout is not None:
-                rollout.status, rollout.error, rollout.finished_at = status, error, utcnow()
+            if rollout is None:
+                return False
+            await add_reward(session, rollout, name, value)
+        return True
 
+    async def end_rollout(self, rollout_id: int, status: str, error: str | None = None,
+                          rewards: dict[str, float | None] | None = None) -> bool:
+        """Record the rollout's final rewards and end it; its group may become ready."""
+        async with self.sessions.begin() as session:
+            rollout = await session.get(Rollout, rollout_id, with_for_update=True)
+            if rollout is None:
+                return False
+            if rollout.status in ENDED:
+                raise RolloutEnded(f"rollout {rollout_id} already ended as {rollout.status!r}")
+            for name, value in (rewards or {}).items():
+                await add_reward(session, rollout, name, value)
+            await end_rollout(session, rollout, status, error)
+        return True
+
+    async def save_adapter(self, version: int, name: str, path: str, loaded: bool) -> None:
+        async with self.sessions.begin() as session:
+            row = (await session.scalars(select(Adapter).where(Adapter.version == version))).first()
+            if row is None:
+                session.add(Adapter(version=version, name=name, path=path, loaded=loaded))
+            else:
+                row.name, row.path, row.loaded = name, path, loaded
+
+    async def loaded_adapters(self) -> list[Adapter]:
+        query = select(Adapter).where(Adapter.loaded.is_(True)).order_by(Adapter.version)
+        async with self.sessions() as session:
+            return list((await session.scalars(query)).all())
+
+    async def list_groups(self, run: str | None, status: str | None, after: int, limit: int) -> list[tuple[Group, str, str]]:
+        """Groups with their run and task names, by id."""
+        query = (select(Group, Run.name, Task.name).join(Run, Run.id == Group.run_id)
+                 .join(Task, Task.id == Group.task_id).where(Group.id > after).order_by(Group.id).limit(limit))
+        if run is not None:
+            query = query.where(Run.name == run)
+        if status is not None:
+            query = query.where(Group.status == status)
+        async with self.sessions() as session:
+            return [(row[0], row[1], row[2]) for row in (await session.execute(query)).all()]
 
 async def _get_or_create(session: AsyncSession, table: type, **key):
     """Fetch the row with these column values, creating it when missing (safe under races)."""

@@ -62,8 +62,10 @@ class Group(Base):
     run_id: Mapped[int] = mapped_column(ForeignKey("runs.id"), index=True)
     task_id: Mapped[int] = mapped_column(ForeignKey("tasks.id"), index=True)
     name: Mapped[str] = mapped_column(String(200))
-    # open -> ready (every rollout ended and scored) -> consumed (trained on by the learner)
+    # open -> ready (all `size` rollouts ended and scored) -> consumed (trained on by the learner)
     status: Mapped[str] = mapped_column(String(20), default="open", index=True)
+    size: Mapped[int | None] = mapped_column(Integer, nullable=True)  # G; None: no readiness tracking
+    ready_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True), nullable=True, index=True)
     created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utcnow)
 
 
@@ -78,7 +80,9 @@ class Rollout(Base):
     token: Mapped[str] = mapped_column(String(64), unique=True)
     # running -> finished | failed
     status: Mapped[str] = mapped_column(String(20), default="running", index=True)
+    # The total of the non-None components in `rewards` (None when every component is None).
     reward: Mapped[float | None] = mapped_column(Float, nullable=True)
+    rewards: Mapped[dict] = mapped_column(JSON, default=dict, server_default="{}")  # name -> value | None
     error: Mapped[str | None] = mapped_column(Text, nullable=True)
     meta: Mapped[dict] = mapped_column(JSON, default=dict)
     created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utcnow)

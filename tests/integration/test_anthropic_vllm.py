@@ -17,6 +17,7 @@ from anthropic.types import Message
 
 from tests.builders import WEATHER_TOOL
 from tests.integration.test_vllm_gateway import engine_tokenization, new_rollout, recorded
+from tests.integration.sample_checks import check_rollout_samples
 
 ANTHROPIC_WEATHER_TOOL = {"name": "get_weather", "description": WEATHER_TOOL["function"]["description"],
                           "input_schema": WEATHER_TOOL["function"]["parameters"], "strict": True}
@@ -102,6 +103,7 @@ def test_tool_use_round_trip(live_gateway, engine):
                          "function": {"name": "get_weather", "arguments": json.dumps(tool_use.input)}}]},
                     {"role": "tool", "tool_call_id": tool_use.id, "content": result}]
     assert_faithful(calls[1], second_usage, engine, chat_history, [WEATHER_TOOL])
+    check_rollout_samples(live_gateway, rollout, calls)  # forks (re-serialized JSON) give extra paths
 
 
 def test_given_tool_history_reaches_the_engine_and_is_recorded_as_tokenized(live_gateway, engine):

@@ -6,6 +6,8 @@ from __future__ import annotations
 import httpx
 from openai import OpenAI
 
+from tests.integration.sample_checks import assert_samples_reproduce_calls
+
 TURNS = 10
 
 
@@ -30,17 +32,6 @@ def rollout_view(gateway, rollout: dict) -> tuple[dict, list[dict], list[dict]]:
     calls = httpx.get(f"{base}/calls").json()["data"]
     samples = httpx.get(f"{base}/samples").json()["data"]
     return view, calls, samples
-
-
-def assert_samples_reproduce_calls(calls: list[dict], samples: list[dict]) -> None:
-    by_id = {c["id"]: c for c in calls}
-    for sample in samples:
-        for call_id in sample["call_ids"]:
-            call = by_id[call_id]
-            start = len(call["prompt_ids"])
-            assert sample["input_ids"][:start] == call["prompt_ids"]
-            assert sample["input_ids"][start:start + len(call["output_ids"])] == call["output_ids"]
-            assert sample["old_logprobs"][start:start + len(call["output_ids"])] == call["output_logprobs"]
 
 
 def test_tito_conversation_is_one_sample_without_forks(live_gateway):

@@ -15,6 +15,7 @@ from openai.types.responses import Response
 
 from tests.builders import WEATHER_TOOL
 from tests.integration.test_vllm_gateway import client_for, engine_tokenization, new_rollout, recorded
+from tests.integration.sample_checks import check_rollout_samples
 
 RESPONSES_WEATHER_TOOL = {"type": "function", **WEATHER_TOOL["function"]}
 
@@ -86,6 +87,7 @@ def test_function_call_round_trip(live_gateway, engine):
             {"id": call.call_id, "type": "function", "function": {"name": "get_weather", "arguments": compact}}]},
         {"role": "tool", "tool_call_id": call.call_id, "content": result},
     ], [WEATHER_TOOL])
+    check_rollout_samples(live_gateway, rollout, calls)  # forks (re-serialized JSON) give extra paths
 
 
 def test_given_tool_history_reaches_the_engine_as_chat_messages(live_gateway, engine):

@@ -13,6 +13,7 @@ import pytest
 from openai import OpenAI
 
 from tests.builders import WEATHER_TOOL
+from tests.integration.sample_checks import check_rollout_samples
 
 FORCE_WEATHER = {"type": "function", "function": {"name": "get_weather"}}
 
@@ -95,6 +96,7 @@ def test_tool_call_round_trip(live_gateway, engine):
     assert len(calls) == 2
     assert_faithful(calls[0], first.usage, engine, messages[:1], [WEATHER_TOOL])
     assert_faithful(calls[1], second_usage, engine, messages, [WEATHER_TOOL])
+    check_rollout_samples(live_gateway, rollout, calls)  # forks (re-serialized JSON) give extra paths
 
 
 def test_tool_history_reaches_the_engine_and_is_recorded_as_tokenized(live_gateway, engine):

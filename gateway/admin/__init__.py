@@ -1,0 +1,1 @@
+"""Admin endpoints: publishing adapters (policy versions)."""

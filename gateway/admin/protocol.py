@@ -1,0 +1,26 @@
+"""Wire models of the admin API."""
+
+from __future__ import annotations
+
+from pydantic import BaseModel, ConfigDict, Field
+
+
+class PublishAdapter(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    version: int = Field(ge=1)  # N of policy-v{N}; must exceed the current version
+    path: str = Field(min_length=1)  # a PEFT adapter folder the engine can read
+
+
+class AdapterPublished(BaseModel):
+    version: int
+    name: str
+    load_s: float
+    unloaded: list[int]  # versions retired by this publication
+    loaded: dict[int, str]  # every version now served: version -> engine name (0 = base model)
+
+
+class PolicyView(BaseModel):
+    public_name: str
+    current_version: int
+    loaded: dict[int, str]

@@ -1,0 +1,31 @@
+"""Admin routes: publish a new adapter, show the policy versions being served."""
+
+from __future__ import annotations
+
+from fastapi import APIRouter
+
+from gateway.adapters import publish_adapter
+from gateway.admin.protocol import AdapterPublished, PolicyView, PublishAdapter
+from gateway.state import AdminStateDep, StateDep
+
+
+async def publish(body: PublishAdapter, state: AdminStateDep) -> AdapterPublished:
+    policy = await state.ensure_policy()
+    async with state.publish_lock:  # one publication at a time keeps versions ordered
+        done = await publish_adapter(state.engine, policy, state.store, body.version, body.path,
+                                     state.settings.max_staleness)
+    return AdapterPublished(version=done.version, name=done.name, load_s=done.load_s,
+                            unloaded=list(done.unloaded), loaded=policy.loaded())
+
+
+async def show_policy(state: StateDep) -> PolicyView:
+    policy = await state.ensure_policy()
+    return PolicyView(public_name=policy.public_name, current_version=policy.current_version,
+                      loaded=policy.loaded())
+
+
+def create_router() -> APIRouter:
+    router = APIRouter(prefix="/admin", tags=["admin"])
+    router.add_api_route("/adapters", publish, methods=["POST"], response_model=AdapterPublished)
+    router.add_api_route("/policy", show_policy, methods=["GET"], response_model=PolicyView)
+    return router
