@@ -1,0 +1,2 @@
+#!/bin/bash
+wc -w < story.txt > words.txt
