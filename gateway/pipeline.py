@@ -57,7 +57,8 @@ class ChatPipeline:
         logprobs = [entry["logprob"] for entry in (choice.get("logprobs") or {}).get("content") or []]
         record = _record(identity, dialect, client_request, resolved, answer, latency_ms,
                          answer.get("prompt_token_ids"), choice, logprobs)
-        tags = side_call_tags(chat_body.get("messages") or [], bool(chat_body.get("tools")), identity.harness)
+        tags = side_call_tags(chat_body.get("messages") or [], bool(chat_body.get("tools")), identity.harness,
+                              identity.side_patterns)
         return await self._commit(identity, record, answer, resolved, tags)
 
     async def completion(self, completion_body: dict, identity: RolloutIdentity,

@@ -7,6 +7,7 @@ look at the instructions; harness adapters add their own through ``HARNESS_RULES
 from __future__ import annotations
 
 import re
+from functools import lru_cache
 
 SCAN_CHARS = 4000  # of the system prompt and the last user message
 
@@ -41,12 +42,28 @@ def instructions_of(messages: list[dict]) -> str:
     return "\n".join([*system, last_user])
 
 
-def side_call_tags(messages: list[dict], has_tools: bool, harness: str | None = None) -> list[str]:
-    """Tags for a chat call; a call that offers tools is the agent's main loop, never a side call."""
+def side_call_tags(messages: list[dict], has_tools: bool, harness: str | None = None,
+                   extra: tuple[tuple[str, str], ...] = ()) -> list[str]:
+    """Tags for a chat call; a call that offers tools is the agent's main loop, never a side call.
+
+    ``extra`` are (tag, regex) rules a harness adapter declared for its rollouts.
+    """
     if has_tools:
         return []
     text = instructions_of(messages)
     rules = {**GENERIC_RULES, **HARNESS_RULES.get(harness or "", {})}
-    return [tag for tag, pattern in rules.items() if pattern.search(text)]
+    tags = [tag for tag, pattern in rules.items() if pattern.search(text)]
+    for tag, regex in extra:
+        if tag not in tags and _compiled(regex) is not None and _compiled(regex).search(text):
+            tags.append(tag)
+    return tags
+
+
+@lru_cache(maxsize=256)
+def _compiled(regex: str) -> re.Pattern | None:
+    try:
+        return re.compile(regex, re.IGNORECASE)
+    except re.error:  # a harness's bad pattern tags nothing rather than failing calls
+        return None
 
 

@@ -181,6 +181,33 @@ async def _export(url, run, fmt, out, include_side, decode, export_run) -> int:
         await store.close()
 
 
+@app.command("run")
+def run_rollouts(
+    tasks: Annotated[Path, typer.Option(help="A .jsonl task file or a folder of Harbor tasks")],
+    run: Annotated[str, typer.Option(help="The run's name; rerunning the same command resumes it")],
+    harness: Annotated[str, typer.Option(help="builtin | opencode | pi | hermes")] = "builtin",
+    group_size: Annotated[int, typer.Option(min=1, help="G: rollouts per task (one GRPO group)")] = 4,
+    concurrency: Annotated[int, typer.Option(min=1, help="Rollouts at once")] = 4,
+    sandbox: Annotated[str, typer.Option(help="local | docker")] = "local",
+    gateway: Annotated[str, typer.Option(envvar="HARNESSRL_GATEWAY", help="The gateway's URL")] = "http://127.0.0.1:8000",
+    admin_key: Annotated[Optional[str], typer.Option(envvar="HARNESSRL_ADMIN_KEY")] = None,
+    reward: Annotated[Optional[list[str]], typer.Option(help="module:function, repeatable")] = None,
+    capture: Annotated[Optional[str], typer.Option(help="engine | tito, for a new run")] = None,
+    memory_gib: Annotated[float, typer.Option(help="Memory limit per sandbox")] = 2.0,
+) -> None:
+    """Run G rollouts of a harness on every task, verify them and record their rewards."""
+    import asyncio
+
+    from harnesses.launch import launch_run
+
+    try:
+        summary = asyncio.run(launch_run(tasks, run, harness, group_size, concurrency, sandbox, gateway,
+                                         admin_key, reward or [], capture, memory_gib))
+    except (ValueError, RuntimeError) as exc:  # bad tasks, harness, reward spec, unreachable gateway
+        raise fail(str(exc)) from None
+    console.print(summary)
+
+
 @app.command()
 def demo(
     max_model_len: int = 4096,

@@ -57,6 +57,21 @@ class RolloutCreated(BaseModel):
     base_url: str  # ends in /r/<token>/v1: the agent's OpenAI base URL
 
 
+class RolloutSummary(BaseModel):
+    """A rollout in a listing (no call counts: listings stay one query)."""
+
+    id: int
+    run: str
+    task: str
+    group: str
+    status: str
+    reward: float | None
+    error: str | None
+    meta: dict[str, Any]
+    created_at: datetime
+    finished_at: datetime | None
+
+
 class GraphStats(BaseModel):
     calls: int
     roots: int  # calls extending no earlier call: first turns, subagents, side calls, rewrites

@@ -16,6 +16,7 @@ from gateway.api.protocol import (
     GroupView,
     Page,
     RolloutCreated,
+    RolloutSummary,
     RolloutView,
     RunView,
     SampleList,
@@ -86,6 +87,17 @@ async def finish_rollout(rollout_id: int, body: FinishRollout, state: AdminState
     return await get_rollout(rollout_id, state)
 
 
+async def list_rollouts(state: StateDep, run: str | None = None, task: str | None = None,
+                        status: str | None = None, after: After = 0, limit: Limit = 100) -> Page[RolloutSummary]:
+    rows = await state.store.list_rollouts(run, task, status, after, limit)
+    return Page[RolloutSummary](
+        data=[RolloutSummary(id=r.id, run=run_name, task=task_name, group=group, status=r.status,
+                             reward=r.reward, error=r.error, meta=r.meta, created_at=r.created_at,
+                             finished_at=r.finished_at) for r, run_name, task_name, group in rows],
+        next_cursor=rows[-1][0].id if len(rows) == limit else None,
+    )
+
+
 async def list_groups(state: StateDep, run: str | None = None, status: str | None = None,
                       after: After = 0, limit: Limit = 100) -> Page[GroupView]:
     rows = await state.store.list_groups(run, status, after, limit)
@@ -143,6 +155,7 @@ def create_router() -> APIRouter:
                          response_model=RolloutView)
     router.add_api_route("/rollouts/{rollout_id}/finish", finish_rollout, methods=["POST"],
                          response_model=RolloutView)
+    router.add_api_route("/rollouts", list_rollouts, methods=["GET"], response_model=Page[RolloutSummary])
     router.add_api_route("/groups", list_groups, methods=["GET"], response_model=Page[GroupView])
     router.add_api_route("/rollouts/{rollout_id}/samples", list_rollout_samples, methods=["GET"],
                          response_model=SampleList)

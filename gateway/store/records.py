@@ -15,6 +15,7 @@ class RolloutIdentity:
     token: str
     capture: str = "engine"  # the run's capture mode: "engine" (vLLM renders) or "tito"
     harness: str | None = None  # the agent driving the rollout (its side-call rules apply)
+    side_patterns: tuple[tuple[str, str], ...] = ()  # (tag, regex) the harness adapter declared
 
 
 @dataclass(frozen=True)

@@ -79,8 +79,7 @@ class Store:
             )
             session.add(rollout)
             await session.flush()
-            identity = RolloutIdentity(rollout.id, run_row.id, rollout.token,
-                                       run_row.config["capture"], (meta or {}).get("harness"))
+            identity = _identity(rollout.id, run_row.id, rollout.token, run_row.config, meta or {})
         self._tokens[identity.token] = identity
         return identity
 
@@ -94,8 +93,7 @@ class Store:
             row = (await session.execute(query)).first()
         if row is None:
             return None
-        identity = RolloutIdentity(row.id, row.run_id, token, (row.config or {}).get("capture", "engine"),
-                                   (row.meta or {}).get("harness"))
+        identity = _identity(row.id, row.run_id, token, row.config or {}, row.meta or {})
         self._tokens[token] = identity
         return identity
 
@@ -220,6 +218,18 @@ class Store:
         async with self.sessions() as session:
             return [(row[0], row[1]) for row in (await session.execute(query)).all()]
 
+    async def list_rollouts(self, run: str | None, task: str | None, status: str | None,
+                            after: int, limit: int) -> list[tuple[Rollout, str, str, str]]:
+        """Rollouts with their run, task and group names, by id, optionally filtered."""
+        query = (select(Rollout, Run.name, Task.name, Group.name).join(Run, Run.id == Rollout.run_id)
+                 .join(Task, Task.id == Rollout.task_id).join(Group, Group.id == Rollout.group_id)
+                 .where(Rollout.id > after).order_by(Rollout.id).limit(limit))
+        for column, value in ((Run.name, run), (Task.name, task), (Rollout.status, status)):
+            if value is not None:
+                query = query.where(column == value)
+        async with self.sessions() as session:
+            return [tuple(row) for row in (await session.execute(query)).all()]
+
     async def run_exists(self, run: str) -> bool:
         async with self.sessions() as session:
             return (await session.scalar(select(Run.id).where(Run.name == run))) is not None
@@ -274,6 +284,12 @@ class Store:
             query = query.where(Group.status == status)
         async with self.sessions() as session:
             return [(row[0], row[1], row[2]) for row in (await session.execute(query)).all()]
+
+def _identity(rollout_id: int, run_id: int, token: str, run_config: dict, meta: dict) -> RolloutIdentity:
+    patterns = meta.get("side_call_patterns") or {}
+    return RolloutIdentity(rollout_id, run_id, token, run_config.get("capture", "engine"), meta.get("harness"),
+                           tuple(sorted((str(k), str(v)) for k, v in patterns.items())))
+
 
 async def _get_or_create(session: AsyncSession, table: type, **key):
     """Fetch the row with these column values, creating it when missing (safe under races)."""

@@ -1,0 +1,58 @@
+"""The runner's view of the gateway's REST API (creating rollouts, ending them with rewards)."""
+
+from __future__ import annotations
+
+import asyncio
+
+import httpx
+
+RETRYABLE = (httpx.ConnectError, httpx.ConnectTimeout, httpx.RemoteProtocolError)
+RETRY_DELAYS_S = (0.2, 1.0, 3.0)
+
+
+class GatewayClient:
+    def __init__(self, url: str, admin_key: str | None = None):
+        headers = {"x-admin-key": admin_key} if admin_key else {}
+        self.url = url.rstrip("/")
+        self._http = httpx.AsyncClient(base_url=self.url, headers=headers, timeout=60.0)
+
+    async def create_rollout(self, run: str, task: str, group: str, group_size: int, meta: dict,
+                             capture: str | None = None) -> dict:
+        body = {"run": run, "task": task, "group": group, "group_size": group_size, "meta": meta}
+        if capture:
+            body["capture"] = capture
+        return await self._json("POST", "/api/rollouts", json=body)
+
+    async def finish(self, rollout_id: int, status: str, error: str | None, rewards: dict) -> dict:
+        return await self._json("POST", f"/api/rollouts/{rollout_id}/finish",
+                                json={"status": status, "error": error, "rewards": rewards})
+
+    async def rollout(self, rollout_id: int) -> dict:
+        return await self._json("GET", f"/api/rollouts/{rollout_id}")
+
+    async def rollouts(self, run: str) -> list[dict]:
+        found, after = [], 0
+        while True:
+            page = await self._json("GET", "/api/rollouts", params={"run": run, "after": after, "limit": 1000})
+            found += page["data"]
+            if page["next_cursor"] is None:
+                return found
+            after = page["next_cursor"]
+
+    async def close(self) -> None:
+        await self._http.aclose()
+
+    async def _json(self, method: str, path: str, **kwargs) -> dict:
+        for delay in (*RETRY_DELAYS_S, None):
+            try:
+                response = await self._http.request(method, path, **kwargs)
+                break
+            except RETRYABLE:
+                if delay is None:
+                    raise RuntimeError(f"gateway at {self.url} is unreachable; start it with `harnessrl serve` "
+                                       f"or pass --gateway URL") from None
+                await asyncio.sleep(delay)
+        if response.status_code >= 400:
+            raise RuntimeError(f"gateway {method} {path}: {response.status_code} {response.text[:500]}"
+                               + (" (pass --admin-key)" if response.status_code == 401 else ""))
+        return response.json()

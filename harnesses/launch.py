@@ -1,0 +1,38 @@
+"""`harnessrl run`: load tasks, harness and reward functions, then run with a live display."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from harnesses.gateway_client import GatewayClient
+from harnesses.progress import RunProgress
+from harnesses.registry import create_harness
+from harnesses.reward_functions import load_reward_function
+from harnesses.runner import RunPlan, Runner
+from harnesses.task import load_tasks
+from sandboxes import Limits, SandboxSpec
+
+
+async def launch_run(tasks: Path, run: str, harness: str, group_size: int, concurrency: int, sandbox: str,
+                     gateway_url: str, admin_key: str | None, rewards: list[str], capture: str | None,
+                     memory_gib: float) -> str:
+    if sandbox not in ("local", "docker"):
+        raise ValueError(f"--sandbox must be local or docker, not {sandbox!r}")
+    limits = Limits(memory_bytes=int(memory_gib * 2**30), cpus=1.0)
+    plan = RunPlan(run=run, tasks=load_tasks(tasks), harness=create_harness(harness), group_size=group_size,
+                   concurrency=concurrency, sandbox=sandbox, base_spec=SandboxSpec(limits=limits),
+                   rewards=tuple(load_reward_function(spec) for spec in rewards), capture=capture)
+    gateway = GatewayClient(gateway_url, admin_key)
+    try:
+        runner = Runner(plan, gateway)
+        pending = await runner.pending()
+        with RunProgress(len(pending)) as progress:
+            runner.on_start, runner.on_result = progress.started, progress.finished
+            results = await runner.run(pending)
+    finally:
+        await gateway.close()
+    finished = [r for r in results if r.status == "finished"]
+    scored = [r.reward for r in finished if r.reward is not None]
+    mean = sum(scored) / len(scored) if scored else float("nan")
+    return (f"run {run!r}: {len(results)} rollouts this time ({len(finished)} finished, "
+            f"{len(results) - len(finished)} failed), mean reward {mean:.3f}")

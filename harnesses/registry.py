@@ -1,0 +1,20 @@
+"""Harness adapters by name."""
+
+from __future__ import annotations
+
+from harnesses.adapter import HarnessAdapter
+from harnesses.builtin_agent import BuiltinHarness
+
+
+def harness_names() -> list[str]:
+    return ["builtin", "opencode", "pi", "hermes"]
+
+
+def create_harness(name: str) -> HarnessAdapter:
+    if name == "builtin":
+        return BuiltinHarness()
+    if name in ("opencode", "pi", "hermes"):
+        from harnesses import agents  # the CLI agents' adapters
+
+        return agents.create(name)
+    raise ValueError(f"unknown harness {name!r}; choose one of {', '.join(harness_names())}")

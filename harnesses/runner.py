@@ -1,0 +1,123 @@
+"""The rollout runner: G rollouts per task, C at a time, each in its own sandbox, verified and scored.
+
+A rollout's identity within a run is (task, index); re-running the same command skips the ones
+that ended and replaces the ones an interrupted runner left running. Every rollout ends as
+`finished` (with its rewards) or `failed` (with the reason); the run goes on either way.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable
+from dataclasses import dataclass, field, replace
+
+from harnesses.adapter import AgentOutcome, HarnessAdapter, RolloutTarget
+from harnesses.gateway_client import GatewayClient
+from harnesses.reward_functions import RewardFunction
+from harnesses.task import Task
+from harnesses.verify import Verdict, verify
+from sandboxes import SandboxSpec, create_sandbox
+
+ENDED = ("finished", "failed")
+GROUP = "g0"  # one group of G rollouts per task and run
+INTERRUPTED = "interrupted: the runner stopped before this rollout ended; rerun replaces it"
+
+
+@dataclass(frozen=True)
+class RunPlan:
+    run: str
+    tasks: list[Task]
+    harness: HarnessAdapter
+    group_size: int  # G
+    concurrency: int  # rollouts at once
+    sandbox: str  # "docker" | "local"
+    base_spec: SandboxSpec = field(default_factory=SandboxSpec)  # limits and options every sandbox shares
+    rewards: tuple[RewardFunction, ...] = ()
+    capture: str | None = None  # the run's capture mode when the runner creates it
+    sandbox_options: dict = field(default_factory=dict)  # e.g. {"isolation": "bwrap"} for local
+
+
+@dataclass(frozen=True)
+class RolloutResult:
+    task: str
+    index: int
+    rollout_id: int
+    status: str  # finished | failed
+    reward: float | None
+    error: str | None = None
+
+
+class Runner:
+    def __init__(self, plan: RunPlan, gateway: GatewayClient,
+                 on_result: Callable[[RolloutResult], None] = lambda result: None,
+                 on_start: Callable[[str, int], None] = lambda task, index: None):
+        self.plan, self.gateway = plan, gateway
+        self.on_result, self.on_start = on_result, on_start
+
+    async def pending(self) -> list[tuple[Task, int]]:
+        """(task, index) pairs still to run; rollouts left running by an interrupted runner fail."""
+        ended, interrupted = set(), []
+        for rollout in await self.gateway.rollouts(self.plan.run):
+            key = (rollout["task"], rollout["meta"].get("index"))
+            if rollout["status"] not in ENDED:
+                interrupted.append(rollout["id"])
+            elif rollout["error"] != INTERRUPTED:
+                ended.add(key)
+        for rollout_id in interrupted:
+            await self.gateway.finish(rollout_id, "failed", INTERRUPTED, {})
+        return [(task, index) for task in self.plan.tasks for index in range(self.plan.group_size)
+                if (task.name, index) not in ended]
+
+    async def run(self, pending: list[tuple[Task, int]] | None = None) -> list[RolloutResult]:
+        """Run what is pending (``pending()`` when not given) and return each rollout's result."""
+        limit = asyncio.Semaphore(self.plan.concurrency)
+
+        async def one(task: Task, index: int) -> RolloutResult:
+            async with limit:
+                self.on_start(task.name, index)
+                result = await self.run_one(task, index)
+                self.on_result(result)
+                return result
+
+        jobs = pending if pending is not None else await self.pending()
+        return list(await asyncio.gather(*[one(task, index) for task, index in jobs]))
+
+    async def run_one(self, task: Task, index: int) -> RolloutResult:
+        plan = self.plan
+        meta = {"harness": plan.harness.name, "index": index,
+                "side_call_patterns": plan.harness.side_call_patterns}
+        rollout = await self.gateway.create_rollout(plan.run, task.name, GROUP, plan.group_size, meta, plan.capture)
+        try:
+            status, error, rewards = await self._attempt(task, index, rollout)
+        except Exception as exc:  # a crashed sandbox or agent fails this rollout, not the run
+            status, error, rewards = "failed", f"{type(exc).__name__}: {exc}", {}
+        view = await self.gateway.finish(rollout["id"], status, error, rewards)
+        return RolloutResult(task.name, index, rollout["id"], status, view["reward"], error)
+
+    async def _attempt(self, task: Task, index: int, rollout: dict) -> tuple[str, str | None, dict]:
+        plan = self.plan
+        target = RolloutTarget(rollout["base_url"], rollout["token"])
+        base = replace(plan.base_spec, gateway_url=rollout["base_url"], name=f"{task.name}-{index}"[:40])
+        spec = plan.harness.sandbox_spec(task, target, base)
+        async with await create_sandbox(plan.sandbox, spec, **plan.sandbox_options) as sandbox:
+            outcome = await plan.harness.run(sandbox, task, target, task.agent_timeout_s)
+            if outcome.timed_out:
+                return "failed", f"agent timed out after {task.agent_timeout_s:.0f} s", {}
+            await sandbox.put_file("/logs/agent/final.txt", outcome.final_text.encode())
+            verdict = await verify(sandbox, task)
+        rewards = {"verifier": verdict.reward}
+        rewards.update(await self._reward_functions(task, rollout, verdict, outcome))
+        return "finished", verdict.error, rewards
+
+    async def _reward_functions(self, task: Task, rollout: dict, verdict: Verdict,
+                                outcome: AgentOutcome) -> dict[str, float | None]:
+        if not self.plan.rewards:
+            return {}
+        view = await self.gateway.rollout(rollout["id"])
+        scores = {}
+        for function in self.plan.rewards:
+            try:
+                scores[function.name] = await function(task=task, rollout=view, verdict=verdict, outcome=outcome)
+            except Exception:  # a broken reward function abstains instead of failing the rollout
+                scores[function.name] = None
+        return scores

@@ -1,0 +1,115 @@
+"""The runner with the builtin harness, driven by a scripted engine through a real gateway."""
+
+from __future__ import annotations
+
+import shutil
+from collections.abc import Iterator
+
+import pytest
+
+from gateway.engine.fake import FakeReply
+from gateway.settings import GatewaySettings
+from harnesses.builtin_agent import BuiltinHarness
+from harnesses.gateway_client import GatewayClient
+from harnesses.reward_functions import load_reward_function
+from harnesses.runner import RunPlan, Runner
+from harnesses.task import Task, builtin_tasks_path, load_tasks
+from harnessrl.server import BackgroundGateway
+
+TASKS = load_tasks(builtin_tasks_path())
+OPTIONS = {"isolation": "bwrap" if shutil.which("bwrap") else "subprocess"}
+needs_bwrap = pytest.mark.skipif(not shutil.which("bwrap"), reason="verifiers write /logs: apt-get install bubblewrap")
+
+
+def solving_script(tasks: list[Task]):
+    """The planned agent: run the task's reference solution with the bash tool, then answer."""
+    solutions = {t.instruction: t.solution for t in tasks}
+
+    def reply(body: dict) -> FakeReply:
+        messages = body["messages"]
+        if messages[-1]["role"] == "tool":
+            return FakeReply(content="Done.")
+        instruction = next(m["content"] for m in messages if m["role"] == "user")
+        return FakeReply(tool_calls=(("bash", {"command": solutions[instruction]}),))
+
+    return reply
+
+
+@pytest.fixture
+def live_gateway(sqlite_db, fake_engine, fake_engine_server) -> Iterator[BackgroundGateway]:
+    fake_engine.record_requests = False
+    with BackgroundGateway(GatewaySettings(database_url=sqlite_db, engine_url=fake_engine_server.url)) as gateway:
+        yield gateway
+
+
+def plan(tasks, **overrides) -> RunPlan:
+    fields = dict(run="runner-test", tasks=tasks, harness=BuiltinHarness(), group_size=2, concurrency=4,
+                  sandbox="local", sandbox_options=OPTIONS)
+    fields.update(overrides)
+    return RunPlan(**fields)
+
+
+@needs_bwrap
+async def test_builtin_harness_solves_every_builtin_task_with_the_scripted_engine(live_gateway, fake_engine):
+    fake_engine.script = solving_script(TASKS)
+    client = GatewayClient(live_gateway.url)
+    results = await Runner(plan(TASKS, group_size=1), client).run()
+    await client.close()
+    failed = {r.task: (r.status, r.reward, r.error) for r in results if r.reward != 1.0}
+    assert not failed and len(results) == len(TASKS)
+
+
+@needs_bwrap
+async def test_groups_become_ready_and_reward_functions_add_up(live_gateway, fake_engine, monkeypatch):
+    fake_engine.script = solving_script(TASKS)
+    client = GatewayClient(live_gateway.url)
+    bonus = load_reward_function("tests.unit.test_runner:half_point")
+    results = await Runner(plan(TASKS[:2], rewards=(bonus,)), client).run()
+    assert sorted(r.reward for r in results) == [1.5] * 4
+    groups = (await client._json("GET", "/api/groups", params={"run": "runner-test", "status": "ready"}))["data"]
+    assert len(groups) == 2 and all(g["size"] == 2 for g in groups)
+    await client.close()
+
+
+def half_point(task, verdict) -> float:
+    return 0.5 if verdict.reward == 1.0 and task.name else 0.0
+
+
+@needs_bwrap
+async def test_a_crashing_agent_fails_its_rollout_and_the_run_goes_on(live_gateway, fake_engine):
+    fake_engine.script = solving_script(TASKS)
+
+    class Crashing(BuiltinHarness):
+        async def run(self, sandbox, task, target, timeout_s):
+            if task.name == TASKS[0].name:
+                raise RuntimeError("agent binary segfaulted")
+            return await super().run(sandbox, task, target, timeout_s)
+
+    client = GatewayClient(live_gateway.url)
+    results = await Runner(plan(TASKS[:2], harness=Crashing(), group_size=1), client).run()
+    by_task = {r.task: r for r in results}
+    assert by_task[TASKS[0].name].status == "failed" and "segfaulted" in by_task[TASKS[0].name].error
+    assert by_task[TASKS[1].name].reward == 1.0
+    await client.close()
+
+
+@needs_bwrap
+async def test_rerunning_skips_ended_rollouts_and_replaces_interrupted_ones(live_gateway, fake_engine):
+    fake_engine.script = solving_script(TASKS)
+    client = GatewayClient(live_gateway.url)
+    # An interrupted earlier runner left (task 0, index 0) running.
+    await client.create_rollout("runner-test", TASKS[0].name, "g0", 2, {"harness": "builtin", "index": 0})
+    runner = Runner(plan(TASKS[:1]), client)
+    assert [(t.name, i) for t, i in await runner.pending()] == [(TASKS[0].name, 0), (TASKS[0].name, 1)]
+    await runner.run()
+    assert await Runner(plan(TASKS[:1]), client).pending() == []
+    rollouts = await client.rollouts("runner-test")
+    assert sorted((r["meta"]["index"], r["status"]) for r in rollouts) == [(0, "failed"), (0, "finished"), (1, "finished")]
+    await client.close()
+
+
+def test_reward_function_specs_are_checked():
+    with pytest.raises(ValueError, match="module:function"):
+        load_reward_function("nocolon")
+    with pytest.raises(ValueError, match="cannot load"):
+        load_reward_function("tests.unit.test_runner:missing")
