@@ -6,7 +6,8 @@ import logging
 from contextlib import asynccontextmanager
 
 from fastapi import FastAPI
-from fastapi.responses import JSONResponse
+from fastapi.responses import JSONResponse, Response
+from prometheus_client import CONTENT_TYPE_LATEST
 
 from gateway.admin.router import create_router as create_admin_router
 from gateway.anthropic.router import create_router as create_anthropic_router
@@ -56,6 +57,12 @@ def create_app(settings: GatewaySettings, engine: EngineClient | None = None) ->
     app.include_router(create_anthropic_router())
     app.include_router(create_api_router())
     app.include_router(create_admin_router())
+
+    @app.get("/metrics", tags=["admin"], include_in_schema=False)
+    async def metrics(state: StateDep) -> Response:
+        if state.policy is not None:
+            state.metrics.policy_version.set(state.policy.current_version)
+        return Response(state.metrics.exposition(), media_type=CONTENT_TYPE_LATEST)
 
     @app.get("/health", tags=["admin"])
     async def health(state: StateDep) -> JSONResponse:

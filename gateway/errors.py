@@ -105,6 +105,10 @@ def describe_validation_error(exc: ValidationError | RequestValidationError) -> 
 
 def install_error_handlers(app: FastAPI) -> None:
     def respond(request: Request, exc: GatewayError) -> JSONResponse:
+        state = getattr(request.app.state, "gateway", None)
+        if state is not None:  # counted here, the one place every failure passes
+            engine_kind = exc.code if isinstance(exc, (EngineError, EngineUnavailable)) else None
+            state.metrics.failed(request.url.path, exc.status_code, engine_kind)
         return JSONResponse(_shape_for(request)(exc), status_code=exc.status_code, headers=exc.headers)
 
     @app.exception_handler(GatewayError)

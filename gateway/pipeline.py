@@ -16,6 +16,7 @@ import numpy as np
 from gateway.callgraph import CallGraphIndex, GraphNode
 from gateway.engine.client import EngineClient
 from gateway.errors import EngineError
+from gateway.metrics import GatewayMetrics
 from gateway.policy import PolicyRegistry, ResolvedModel
 from gateway.store.records import CallRecord, RolloutIdentity
 from gateway.store.writer import CallWriter
@@ -33,9 +34,10 @@ class RecordedAnswer:
 class ChatPipeline:
     def __init__(self, engine: EngineClient, policy: PolicyRegistry, writer: CallWriter,
                  graph: CallGraphIndex, tito: Callable[[], Awaitable[TitoEngine]] | None = None,
-                 max_model_len: int | None = None):
+                 max_model_len: int | None = None, metrics: GatewayMetrics | None = None):
         self.engine, self.policy, self.writer, self.graph = engine, policy, writer, graph
         self._tito, self.max_model_len = tito, max_model_len
+        self.metrics = metrics or GatewayMetrics()
 
     async def chat(self, chat_body: dict, identity: RolloutIdentity, dialect: str,
                    client_request: dict, top_logprobs: int = 0) -> RecordedAnswer:
@@ -46,13 +48,13 @@ class ChatPipeline:
         resolved = self.policy.resolve_for(identity.rollout_id, chat_body["model"])
         if identity.capture == "tito" and self._tito is not None:
             tito = await self._tito()
-            answer, latency_ms = await _timed(tito.chat(chat_body, resolved.engine_model, identity.rollout_id,
+            answer, latency_ms = await self._timed(tito.chat(chat_body, resolved.engine_model, identity.rollout_id,
                                                         self.max_model_len, top_logprobs))
         else:
             body = {**chat_body, "model": resolved.engine_model, "stream": False, "return_token_ids": True,
                     "logprobs": True, "top_logprobs": top_logprobs}
             body.pop("stream_options", None)
-            answer, latency_ms = await _timed(self.engine.chat(body))
+            answer, latency_ms = await self._timed(self.engine.chat(body))
         choice = only_choice(answer)
         logprobs = [entry["logprob"] for entry in (choice.get("logprobs") or {}).get("content") or []]
         record = _record(identity, dialect, client_request, resolved, answer, latency_ms,
@@ -68,12 +70,21 @@ class ChatPipeline:
         body = {**completion_body, "model": resolved.engine_model, "stream": False,
                 "return_token_ids": True, "logprobs": logprobs}
         body.pop("stream_options", None)
-        answer, latency_ms = await _timed(self.engine.completions(body))
+        answer, latency_ms = await self._timed(self.engine.completions(body))
         choice = only_choice(answer)
         token_logprobs = (choice.get("logprobs") or {}).get("token_logprobs") or []
         record = _record(identity, "completions", client_request, resolved, answer, latency_ms,
                          choice.get("prompt_token_ids"), choice, token_logprobs)
         return await self._commit(identity, record, answer, resolved, [])
+
+    async def _timed(self, awaitable) -> tuple[dict, float]:
+        """The engine's answer and its round trip in milliseconds, counted as in flight meanwhile."""
+        self.metrics.in_flight.inc()
+        started = time.perf_counter()
+        try:
+            return await awaitable, (time.perf_counter() - started) * 1000.0
+        finally:
+            self.metrics.in_flight.dec()
 
     async def _commit(self, identity: RolloutIdentity, record: CallRecord, answer: dict,
                       resolved: ResolvedModel, tags: list[str]) -> RecordedAnswer:
@@ -82,15 +93,10 @@ class ChatPipeline:
         record = replace(record, tags=tags, parent_id=link.parent_id, fork_of=link.fork_of,
                          drift_tokens=link.drift_tokens)
         call_id = await self.writer.record(record)
+        self.metrics.recorded(record.dialect, record.latency_ms, len(record.prompt_ids), len(record.output_ids))
         sequence = record.prompt_ids.tobytes() + record.output_ids.tobytes()
         await self.graph.add(identity.rollout_id, GraphNode(call_id, len(record.prompt_ids), sequence))
         return RecordedAnswer(call_id, answer, resolved)
-
-
-async def _timed(awaitable) -> tuple[dict, float]:
-    started = time.perf_counter()
-    answer = await awaitable
-    return answer, (time.perf_counter() - started) * 1000.0
 
 
 def only_choice(answer: dict) -> dict:

@@ -15,6 +15,7 @@ from gateway.callgraph import CallGraphIndex
 from gateway.engine.client import EngineClient
 from gateway.errors import EngineUnavailable, InvalidRequest, PayloadTooLarge
 from gateway.identity import require_admin
+from gateway.metrics import GatewayMetrics
 from gateway.pipeline import ChatPipeline
 from gateway.policy import PolicyRegistry
 from gateway.settings import GatewaySettings
@@ -33,6 +34,7 @@ class GatewayState:
     policy: PolicyRegistry | None = None  # None until the engine's base model is known
     max_model_len: int | None = None
     graph: CallGraphIndex = field(init=False)
+    metrics: GatewayMetrics = field(default_factory=GatewayMetrics)
     model_root: str | None = None  # the engine's model folder, as /v1/models reports it
     _tito: TitoEngine | None = None
     _discover_lock: asyncio.Lock = field(default_factory=asyncio.Lock)
@@ -55,7 +57,7 @@ class GatewayState:
 
     async def pipeline(self) -> ChatPipeline:
         return ChatPipeline(self.engine, await self.ensure_policy(), self.writer, self.graph,
-                            tito=self.tito, max_model_len=self.max_model_len)
+                            tito=self.tito, max_model_len=self.max_model_len, metrics=self.metrics)
 
     async def tito(self) -> TitoEngine:
         """The tito renderer, loaded on first use (tokenizer and template of the model folder)."""

@@ -1,0 +1,49 @@
+"""Prometheus metrics of the gateway, on a registry per app (tests run several apps at once)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
+
+LATENCY_BUCKETS_S = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300)
+
+
+def dialect_of(path: str) -> str:
+    """The dialect a request path belongs to, for labels."""
+    for suffix, dialect in (("/chat/completions", "chat"), ("/completions", "completions"),
+                            ("/responses", "responses"), ("/messages", "messages"),
+                            ("/messages/count_tokens", "count_tokens")):
+        if path.endswith(suffix):
+            return dialect
+    return "other"
+
+
+@dataclass
+class GatewayMetrics:
+    registry: CollectorRegistry = field(default_factory=CollectorRegistry)
+
+    def __post_init__(self) -> None:
+        r = self.registry
+        self.calls = Counter("harnessrl_calls", "Model calls by dialect and outcome", ["dialect", "status"], registry=r)
+        self.latency = Histogram("harnessrl_engine_latency_seconds", "Engine round trip of recorded calls",
+                                 ["dialect"], buckets=LATENCY_BUCKETS_S, registry=r)
+        self.tokens_in = Counter("harnessrl_prompt_tokens", "Prompt tokens sent to the engine", ["dialect"], registry=r)
+        self.tokens_out = Counter("harnessrl_output_tokens", "Tokens sampled by the engine", ["dialect"], registry=r)
+        self.in_flight = Gauge("harnessrl_calls_in_flight", "Engine calls in progress", registry=r)
+        self.engine_errors = Counter("harnessrl_engine_errors", "Engine failures by kind", ["kind"], registry=r)
+        self.policy_version = Gauge("harnessrl_policy_version", "Current policy (adapter) version", registry=r)
+
+    def recorded(self, dialect: str, latency_ms: float, prompt_tokens: int, output_tokens: int) -> None:
+        self.calls.labels(dialect, "ok").inc()
+        self.latency.labels(dialect).observe(latency_ms / 1000.0)
+        self.tokens_in.labels(dialect).inc(prompt_tokens)
+        self.tokens_out.labels(dialect).inc(output_tokens)
+
+    def failed(self, path: str, status_code: int, engine_kind: str | None) -> None:
+        self.calls.labels(dialect_of(path), str(status_code)).inc()
+        if engine_kind:
+            self.engine_errors.labels(engine_kind).inc()
+
+    def exposition(self) -> bytes:
+        return generate_latest(self.registry)
