@@ -1,6 +1,6 @@
 """The rollout runner: G rollouts per task, C at a time, each in its own sandbox, verified and scored.
 
-A rollout's identity within a run is (task, index); re-running the same command skips the ones
+A rollout's identity within a run is (round, task, index); re-running the same command skips the ones
 that ended and replaces the ones an interrupted runner left running. Every rollout ends as
 `finished` (with its rewards) or `failed` (with the reason); the run goes on either way.
 """
@@ -19,7 +19,6 @@ from harnesses.verify import Verdict, verify
 from sandboxes import SandboxSpec, create_sandbox
 
 ENDED = ("finished", "failed")
-GROUP = "g0"  # one group of G rollouts per task and run
 INTERRUPTED = "interrupted: the runner stopped before this rollout ended; rerun replaces it"
 
 
@@ -35,6 +34,11 @@ class RunPlan:
     rewards: tuple[RewardFunction, ...] = ()
     capture: str | None = None  # the run's capture mode when the runner creates it
     sandbox_options: dict = field(default_factory=dict)  # e.g. {"isolation": "bwrap"} for local
+    round: int = 0  # training rounds sample every task again, each round into new groups
+
+    @property
+    def group(self) -> str:
+        return f"r{self.round}"
 
 
 @dataclass(frozen=True)
@@ -58,6 +62,8 @@ class Runner:
         """(task, index) pairs still to run; rollouts left running by an interrupted runner fail."""
         ended, interrupted = set(), []
         for rollout in await self.gateway.rollouts(self.plan.run):
+            if rollout["meta"].get("round", 0) != self.plan.round:
+                continue
             key = (rollout["task"], rollout["meta"].get("index"))
             if rollout["status"] not in ENDED:
                 interrupted.append(rollout["id"])
@@ -84,9 +90,10 @@ class Runner:
 
     async def run_one(self, task: Task, index: int) -> RolloutResult:
         plan = self.plan
-        meta = {"harness": plan.harness.name, "index": index,
+        meta = {"harness": plan.harness.name, "round": plan.round, "index": index,
                 "side_call_patterns": plan.harness.side_call_patterns}
-        rollout = await self.gateway.create_rollout(plan.run, task.name, GROUP, plan.group_size, meta, plan.capture)
+        rollout = await self.gateway.create_rollout(plan.run, task.name, plan.group, plan.group_size, meta,
+                                                    plan.capture)
         try:
             status, error, rewards = await self._attempt(task, index, rollout)
         except Exception as exc:  # a crashed sandbox or agent fails this rollout, not the run

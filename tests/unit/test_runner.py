@@ -98,13 +98,15 @@ async def test_rerunning_skips_ended_rollouts_and_replaces_interrupted_ones(live
     fake_engine.script = solving_script(TASKS)
     client = GatewayClient(live_gateway.url)
     # An interrupted earlier runner left (task 0, index 0) running.
-    await client.create_rollout("runner-test", TASKS[0].name, "g0", 2, {"harness": "builtin", "index": 0})
+    await client.create_rollout("runner-test", TASKS[0].name, "r0", 2, {"harness": "builtin", "round": 0, "index": 0})
     runner = Runner(plan(TASKS[:1]), client)
     assert [(t.name, i) for t, i in await runner.pending()] == [(TASKS[0].name, 0), (TASKS[0].name, 1)]
     await runner.run()
     assert await Runner(plan(TASKS[:1]), client).pending() == []
     rollouts = await client.rollouts("runner-test")
     assert sorted((r["meta"]["index"], r["status"]) for r in rollouts) == [(0, "failed"), (0, "finished"), (1, "finished")]
+    next_round = Runner(plan(TASKS[:1], round=1), client)
+    assert len(await next_round.pending()) == 2  # a new round samples the task again, in a new group
     await client.close()
 
 
