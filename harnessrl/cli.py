@@ -208,6 +208,60 @@ def run_rollouts(
     console.print(summary)
 
 
+@app.command("ls")
+def ls(
+    what: Annotated[str, typer.Argument(help="runs | groups | rollouts")],
+    run: Annotated[Optional[str], typer.Option(help="Only this run")] = None,
+    limit: int = 50,
+    database_url: DatabaseUrl = None,
+) -> None:
+    """List runs, groups or rollouts."""
+    from harnessrl.views import list_view, render
+
+    try:
+        render(_with_store(_database_url(database_url), lambda store: list_view(store, what, run, limit)))
+    except ValueError as exc:
+        raise fail(str(exc)) from None
+
+
+@app.command("show")
+def show(
+    what: Annotated[str, typer.Argument(help="rollout")],
+    rollout_id: Annotated[int, typer.Argument(help="The rollout's id")],
+    model: Annotated[Optional[Path], typer.Option(help="Model folder, to decode tokens")] = None,
+    tokens: Annotated[int, typer.Option(help="Sampled tokens shown per call")] = 40,
+    database_url: DatabaseUrl = None,
+) -> None:
+    """Show a rollout: its conversation, call by call, with a token table."""
+    from harnessrl.views import render, rollout_view
+
+    if what != "rollout":
+        raise fail(f"show knows `rollout ID`, not {what!r}")
+    decode = None
+    if model is not None:
+        from gateway.tito.template import ModelText
+        decode = ModelText(model).decode
+    try:
+        render(_with_store(_database_url(database_url), lambda store: rollout_view(store, rollout_id, decode, tokens)))
+    except ValueError as exc:
+        raise fail(str(exc)) from None
+
+
+def _with_store(url: str, work):
+    import asyncio
+
+    from gateway.store.store import Store
+
+    async def go():
+        store = Store.from_url(url)
+        try:
+            return await work(store)
+        finally:
+            await store.close()
+
+    return asyncio.run(go())
+
+
 @app.command()
 def demo(
     max_model_len: int = 4096,

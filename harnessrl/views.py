@@ -1,0 +1,90 @@
+"""`harnessrl ls` and `harnessrl show`: runs, groups, rollouts and a rollout's calls, with rich."""
+
+from __future__ import annotations
+
+import json
+
+from rich.console import Console, Group
+from rich.panel import Panel
+from rich.table import Table
+from rich.text import Text
+
+from gateway.store.arrays import unpack_ids, unpack_logprobs
+from gateway.store.store import Store
+
+LIMIT = 50
+
+
+async def list_view(store: Store, what: str, run: str | None, limit: int = LIMIT) -> Table:
+    if what == "runs":
+        table = _table("id", "name", "capture", "created")
+        for r in await store.list_runs(0, limit):
+            table.add_row(str(r.id), r.name, (r.config or {}).get("capture", "engine"), f"{r.created_at:%Y-%m-%d %H:%M}")
+        return table
+    if what == "groups":
+        table = _table("id", "run", "task", "group", "status", "size", "ready")
+        for g, run_name, task in await store.list_groups(run, None, 0, limit):
+            table.add_row(str(g.id), run_name, task, g.name, g.status, str(g.size or ""),
+                          f"{g.ready_at:%H:%M:%S}" if g.ready_at else "")
+        return table
+    if what == "rollouts":
+        table = _table("id", "run", "task", "group", "status", "reward", "error")
+        for r, run_name, task, group in await store.list_rollouts(run, None, None, 0, limit):
+            table.add_row(str(r.id), run_name, task, group, r.status,
+                          "" if r.reward is None else f"{r.reward:.3f}", (r.error or "")[:60])
+        return table
+    raise ValueError(f"ls shows runs, groups or rollouts, not {what!r}")
+
+
+async def rollout_view(store: Store, rollout_id: int, decode=None, tokens: int = 40) -> Group:
+    found = await store.get_rollout(rollout_id)
+    if found is None:
+        raise ValueError(f"rollout {rollout_id} not found")
+    rollout, run, task, group, num_calls = found
+    header = Text(f"rollout {rollout.id}  run {run}  task {task}  group {group}  {rollout.status}  "
+                  f"reward {rollout.reward}  calls {num_calls}", style="bold")
+    parts = [header]
+    for call in await store.list_calls(rollout_id, 0, 1000):
+        parts.append(_call_panel(call, decode, tokens))
+    return Group(*parts)
+
+
+def _call_panel(call, decode, tokens: int) -> Panel:
+    message = ((call.response or {}).get("choices") or [{}])[0].get("message") or {}
+    lines = [Text(f"{m.get('role')}: {_short(m.get('content'))}", style="dim")
+             for m in (call.request or {}).get("messages", [])[-2:]]
+    lines.append(Text(f"assistant: {_short(message.get('content'))}", style="green"))
+    for tool_call in message.get("tool_calls") or []:
+        lines.append(Text(f"  tool call {tool_call['function']['name']}({_short(tool_call['function']['arguments'])})",
+                          style="yellow"))
+    lines.append(_token_table(call, decode, tokens))
+    title = (f"call {call.id}  parent {call.parent_id}  v{call.policy_version}  {call.finish_reason}  "
+             f"{call.num_prompt_tokens}+{call.num_output_tokens} tokens  {' '.join(call.tags)}")
+    return Panel(Group(*lines), title=title, title_align="left")
+
+
+def _token_table(call, decode, tokens: int) -> Table:
+    table = _table("pos", "token", "id", "logprob")
+    prompt_len = call.num_prompt_tokens
+    for n, (token_id, logprob) in enumerate(zip(unpack_ids(call.output_ids)[:tokens],
+                                                unpack_logprobs(call.output_logprobs))):
+        shade = "green" if logprob > -0.5 else "yellow" if logprob > -2.5 else "red"
+        table.add_row(str(prompt_len + n), repr(decode([token_id])) if decode else "", str(token_id),
+                      Text(f"{logprob:.3f}", style=shade))
+    return table
+
+
+def _short(value, limit: int = 160) -> str:
+    text = value if isinstance(value, str) else json.dumps(value) if value is not None else ""
+    return text if len(text) <= limit else text[:limit] + "…"
+
+
+def _table(*columns: str) -> Table:
+    table = Table(show_lines=False)
+    for column in columns:
+        table.add_column(column)
+    return table
+
+
+def render(renderable) -> None:
+    Console().print(renderable)
