@@ -1,0 +1,299 @@
+"""The docker backend: one container per sandbox, through the docker SDK.
+
+The container has no network (`network_mode="none"`, only loopback). Its PID 1 is the forwarder
+(`forwarder.py tcp-to-unix`, copied in before start), listening on 127.0.0.1:PORT and forwarding to a
+unix socket in a host directory bind-mounted at /run/harnessrl/gw; on the host, `HostBridge` carries
+that socket to the gateway. So the agent uses `http://127.0.0.1:PORT/r/<token>/v1` and can reach
+nothing else. No bridge network is ever created. The bind mount needs the engine on this host (a
+remote DOCKER_HOST cannot see our socket).
+
+Limits: `mem_limit` (= memswap, no swap), `nano_cpus`, `pids_limit`; exec timeouts through GNU
+`timeout -s KILL` inside (kills the exec's process group); wall time kills the container. OOM kills
+are read from the engine's `oom` events and `State.OOMKilled`.
+
+The SDK blocks, so calls run in a dedicated thread pool: an exec holds a thread for as long as its
+command runs, and asyncio's default pool (a few threads) would cap concurrent rollouts.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import functools
+import io
+import secrets
+import shutil
+import tarfile
+import tempfile
+import time
+from collections.abc import Mapping
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+import docker
+import docker.errors
+
+from sandboxes.forwarder import READY_LINE, HostBridge
+from sandboxes.protocol import WORKSPACE, ExecResult, SandboxError, SandboxSpec
+from sandboxes.urls import gateway_target, inside_url
+
+RUN_DIR = "/run/harnessrl"
+SOCKET_DIR_INSIDE = f"{RUN_DIR}/gw"
+FORWARDER_INSIDE = "/opt/harnessrl/forwarder.py"
+LABEL = "harnessrl.sandbox"
+READY_TIMEOUT_S = 20.0
+OOM_EVENT_TRIES = 5
+STUCK_GRACE_S = 10.0  # past an exec's timeout, how long before we kill every exec of the container
+
+KILL_ALL = (  # every process but PID 1 (init), this shell and the gateway forwarder
+    'for d in /proc/[0-9]*; do p=${d#/proc/}; [ "$p" = 1 ] || [ "$p" = $$ ] && continue; '
+    'grep -q forwarder.py "$d/cmdline" 2>/dev/null && continue; kill -9 "$p" 2>/dev/null; done')
+
+_pool = ThreadPoolExecutor(max_workers=256, thread_name_prefix="harnessrl-docker")
+_client: docker.DockerClient | None = None
+
+
+def default_client() -> docker.DockerClient:
+    """A process-wide client (DOCKER_HOST or the local socket), checked once."""
+    global _client
+    if _client is None:
+        try:
+            client = docker.from_env(max_pool_size=256, timeout=600)
+            client.ping()
+        except docker.errors.DockerException as exc:
+            raise SandboxError("docker engine not reachable: run docker/setup-engine.sh or set "
+                               f"DOCKER_HOST ({exc})") from exc
+        _client = client
+    return _client
+
+
+async def _call(fn, *args, **kwargs):
+    return await asyncio.get_running_loop().run_in_executor(_pool, functools.partial(fn, *args, **kwargs))
+
+
+def _tar(files: Mapping[str, bytes], mode: int = 0o644) -> bytes:
+    """A tar archive of path -> content; the engine creates missing parent directories."""
+    buffer = io.BytesIO()
+    with tarfile.open(fileobj=buffer, mode="w") as tar:
+        for path, data in files.items():
+            info = tarfile.TarInfo(path.lstrip("/"))
+            info.size, info.mode, info.mtime = len(data), mode, int(time.time())
+            tar.addfile(info, io.BytesIO(data))
+    return buffer.getvalue()
+
+
+class DockerSandbox:
+    def __init__(self, spec: SandboxSpec, client: docker.DockerClient) -> None:
+        self.spec, self.client, self.api = spec, client, client.api
+        self.id = f"{spec.name or 'sbx'}-{secrets.token_hex(4)}"
+        self.container_id: str | None = None
+        self._dir = Path(tempfile.mkdtemp(prefix=f"harnessrl-{self.id}-"))
+        self._bridge: HostBridge | None = None
+        self._created = time.time()
+        self._ooms_seen = 0
+        self._deadline = time.monotonic() + spec.limits.wall_time_s if spec.limits.wall_time_s else None
+        self._watchdog: asyncio.TimerHandle | None = None
+        self._expired = self._closed = False
+
+    @classmethod
+    async def create(cls, spec: SandboxSpec, client: docker.DockerClient | None = None) -> DockerSandbox:
+        if not spec.image:
+            raise SandboxError("a docker sandbox needs SandboxSpec.image (e.g. debian:bookworm-slim)")
+        if spec.gateway_url:
+            gateway_target(spec.gateway_url)  # a malformed URL fails before any container exists
+        client = client or await _call(default_client)
+        sandbox = cls(spec, client)
+        try:
+            await sandbox._start()
+        except BaseException:
+            await sandbox.close()
+            raise
+        return sandbox
+
+    async def _start(self) -> None:
+        socket_dir = self._dir / "gw"
+        socket_dir.mkdir()
+        socket_dir.chmod(0o777)  # the container's user may not be root
+        if self.spec.gateway_url:
+            host, port = gateway_target(self.spec.gateway_url)
+            self._bridge = await HostBridge(str(socket_dir / "gateway.sock"), host, port).start()
+        self.container_id = await _call(self._create_container, socket_dir)
+        files = {f"{WORKSPACE}/{rel}": data for rel, data in self.spec.files.items()}
+        files[FORWARDER_INSIDE] = Path(__file__).with_name("forwarder.py").read_bytes()
+        await _call(self.api.put_archive, self.container_id, "/", _tar(files))
+        await _call(self.api.start, self.container_id)
+        if self._bridge is not None:
+            await self._wait_forwarder()
+        if self._deadline is not None:
+            delay = self._deadline - time.monotonic()
+            self._watchdog = asyncio.get_running_loop().call_later(
+                delay, lambda: asyncio.ensure_future(self._expire()))
+
+    def _create_container(self, socket_dir: Path) -> str:
+        limits = self.spec.limits
+        if self._bridge is not None:
+            port = gateway_target(self.gateway_url_inside)[1]
+            command = ["python3", FORWARDER_INSIDE, "tcp-to-unix", "--listen", f"127.0.0.1:{port}",
+                       "--socket", f"{SOCKET_DIR_INSIDE}/gateway.sock"]
+        else:
+            command = ["sleep", "infinity"]
+        volumes = {str(socket_dir): {"bind": SOCKET_DIR_INSIDE, "mode": "rw"}}
+        volumes.update({p: {"bind": p, "mode": "ro"} for p in self.spec.ro_binds})
+        try:
+            container = self.client.containers.create(
+                self.spec.image, command=command, name=f"harnessrl-{self.id}", detach=True,
+                network_mode="none", hostname="sandbox", working_dir=WORKSPACE,
+                init=True,  # PID 1 reaps the orphans that killed exec process groups leave behind
+                environment=self._env({}), volumes=volumes, labels={LABEL: self.id},
+                mem_limit=limits.memory_bytes, memswap_limit=limits.memory_bytes,
+                nano_cpus=int(limits.cpus * 1e9) if limits.cpus else None,
+                pids_limit=limits.pids)
+        except docker.errors.ImageNotFound as exc:
+            raise SandboxError(f"image {self.spec.image!r} not found: build it (`harnessrl images "
+                               "build`; the base image: docker/setup-engine.sh)") from exc
+        return container.id
+
+    async def _wait_forwarder(self) -> None:
+        """PID 1 prints READY_LINE once it listens; an exec before that would find no gateway."""
+        deadline = time.monotonic() + READY_TIMEOUT_S
+        while time.monotonic() < deadline:
+            logs = await _call(self.api.logs, self.container_id, stdout=True, stderr=True)
+            if READY_LINE.encode() in logs:
+                return
+            state = (await _call(self.api.inspect_container, self.container_id))["State"]
+            if not state["Running"]:
+                raise SandboxError(f"sandbox {self.id}: the gateway forwarder exited ({logs[-500:]!r}); "
+                                   f"the image {self.spec.image!r} needs python3")
+            await asyncio.sleep(0.05)
+        raise SandboxError(f"sandbox {self.id}: the gateway forwarder did not start in {READY_TIMEOUT_S} s")
+
+    # -- Sandbox protocol -------------------------------------------------------------------------
+
+    @property
+    def workspace(self) -> str:
+        return WORKSPACE
+
+    @property
+    def gateway_url_inside(self) -> str | None:
+        if self.spec.gateway_url is None:
+            return None
+        return inside_url(self.spec.gateway_url, self.spec.gateway_port_inside)
+
+    async def exec(self, command: str | list[str], timeout_s: float | None = None,
+                   env: Mapping[str, str] | None = None, cwd: str | None = None) -> ExecResult:
+        if self._closed:
+            raise SandboxError(f"sandbox {self.id} is closed")
+        argv = ["/bin/sh", "-c", command] if isinstance(command, str) else list(command)
+        limit, reason = self._time_limit(timeout_s)
+        if limit is not None and limit <= 0:
+            return ExecResult(137, b"", b"wall time of the sandbox exceeded\n", True, 0.0, "wall_time")
+        if limit is not None:  # GNU timeout kills the exec's whole process group
+            argv = ["timeout", "-s", "KILL", f"{limit:.3f}s", *argv]
+        started = time.monotonic()
+        workdir = cwd if cwd and cwd.startswith("/") else f"{WORKSPACE}/{cwd}" if cwd else WORKSPACE
+        run = asyncio.ensure_future(_call(self._run_exec, argv, self._env(env or {}), workdir))
+        try:
+            code, stdout, stderr = await asyncio.wait_for(
+                asyncio.shield(run), None if limit is None else limit + STUCK_GRACE_S)
+        except asyncio.TimeoutError:
+            await self._kill_execs()  # a process left `timeout`'s group and holds the output open
+            code, stdout, stderr = await run
+        elapsed = time.monotonic() - started
+        timed_out = limit is not None and elapsed >= limit and code in (124, 137)
+        killed = "oom" if code != 0 and await self._new_oom(wait=code == 137 and not timed_out) else None
+        if killed is None and (timed_out or self._expired):
+            killed, timed_out = ("wall_time" if self._expired else reason), True
+        return ExecResult(code, stdout, stderr, timed_out, elapsed, killed)
+
+    def _run_exec(self, argv: list[str], env: dict[str, str], workdir: str) -> tuple[int, bytes, bytes]:
+        try:
+            exec_id = self.api.exec_create(self.container_id, argv, environment=env, workdir=workdir)["Id"]
+            stdout, stderr = self.api.exec_start(exec_id, demux=True)
+            code = self.api.exec_inspect(exec_id)["ExitCode"]
+        except docker.errors.APIError as exc:
+            if self._expired or "is not running" in str(exc):
+                return 137, b"", f"sandbox {self.id} is not running: {exc}\n".encode()
+            raise
+        return (137 if code is None else code), stdout or b"", stderr or b""
+
+    async def put_file(self, path: str, data: bytes, mode: int = 0o644) -> None:
+        target = path if path.startswith("/") else f"{WORKSPACE}/{path}"
+        await _call(self.api.put_archive, self.container_id, "/", _tar({target: data}, mode))
+
+    async def get_file(self, path: str) -> bytes:
+        target = path if path.startswith("/") else f"{WORKSPACE}/{path}"
+        try:
+            stream, _ = await _call(self.api.get_archive, self.container_id, target)
+            raw = await _call(b"".join, stream)
+        except docker.errors.NotFound as exc:
+            raise FileNotFoundError(f"{target} in sandbox {self.id}") from exc
+        with tarfile.open(fileobj=io.BytesIO(raw)) as tar:
+            member = tar.next()
+            if member is None or not member.isfile():
+                raise IsADirectoryError(f"{target} in sandbox {self.id} is not a regular file")
+            return tar.extractfile(member).read()
+
+    async def close(self) -> None:
+        if self._closed:
+            return
+        self._closed = True
+        if self._watchdog is not None:
+            self._watchdog.cancel()
+        if self.container_id is not None:
+            with contextlib.suppress(docker.errors.NotFound):
+                await _call(self.api.remove_container, self.container_id, force=True, v=True)
+        if self._bridge is not None:
+            await self._bridge.close()
+        await asyncio.to_thread(shutil.rmtree, self._dir, True)
+
+    async def __aenter__(self) -> DockerSandbox:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.close()
+
+    # -- helpers ----------------------------------------------------------------------------------
+
+    def _env(self, env: Mapping[str, str]) -> dict[str, str]:
+        base = {"HARNESSRL_GATEWAY_URL": self.gateway_url_inside} if self.gateway_url_inside else {}
+        return {**base, **self.spec.env, **env}
+
+    def _time_limit(self, timeout_s: float | None) -> tuple[float | None, str]:
+        if self._expired:
+            return 0.0, "wall_time"
+        remaining = None if self._deadline is None else self._deadline - time.monotonic()
+        if remaining is not None and (timeout_s is None or remaining < timeout_s):
+            return remaining, "wall_time"
+        return timeout_s, "timeout"
+
+    async def _new_oom(self, wait: bool) -> bool:
+        """Whether the kernel OOM-killed something in the container since we last looked."""
+        # The engine learns of the OOM on another path than the exec's exit: for a SIGKILL,
+        # give its event a moment to arrive.
+        for _ in range(OOM_EVENT_TRIES if wait else 1):
+            state = (await _call(self.api.inspect_container, self.container_id))["State"]
+            events = await _call(self._oom_events)
+            fresh = events > self._ooms_seen
+            self._ooms_seen = events
+            if fresh or state.get("OOMKilled"):
+                return True
+            await asyncio.sleep(0.1)
+        return False
+
+    def _oom_events(self) -> int:
+        # `until` in the future would hold the stream open until then: now, to the nanosecond.
+        stream = self.api.events(since=int(self._created) - 1, until=f"{time.time():.9f}", decode=True,
+                                 filters={"container": self.container_id, "event": "oom"})
+        return sum(1 for _ in stream)
+
+    async def _kill_execs(self) -> None:
+        """Kill every process but init and the forwarder: the last resort for a stuck exec."""
+        with contextlib.suppress(docker.errors.APIError):
+            exec_id = (await _call(self.api.exec_create, self.container_id, ["/bin/sh", "-c", KILL_ALL]))["Id"]
+            await _call(self.api.exec_start, exec_id)
+
+    async def _expire(self) -> None:
+        """Wall time is up: kill the container (every process in it), keep it for inspection."""
+        self._expired = True
+        with contextlib.suppress(docker.errors.APIError):
+            await _call(self.api.kill, self.container_id)

@@ -1,0 +1,268 @@
+"""The local backend: bubblewrap when present, a plain subprocess otherwise.
+
+Each sandbox owns a private host directory (mode 0700) holding its workspace, /tmp, home and extra
+writable dirs, which persist across execs.
+
+- `bwrap` (isolated): every exec is one bubblewrap run with the layout of `sandboxes.bwrap` (read-only
+  system dirs, private writable dirs, no network). The gateway is reached through a unix socket in the
+  sandbox's directory: the host serves it with `forwarder.HostBridge`, and inside the exec runs under
+  `forwarder.py tcp-to-unix`, which listens on 127.0.0.1:PORT for the agent. Processes an exec leaves
+  in the background die with it (own pid namespace).
+- `subprocess` (UNISOLATED): the command runs as this user in the host's file system and network,
+  with the workspace as cwd; only limits and the process-group kill apply. The gateway URL is passed
+  unchanged. For trusted agents and machines without bubblewrap.
+
+Limits: `sandboxes.limits` (cgroup, else rlimit); timeouts and the wall time SIGKILL the whole
+process group (and every process left in the cgroup at wall time).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+import secrets
+import shutil
+import signal
+import tempfile
+import time
+from collections.abc import Mapping
+from pathlib import Path
+from urllib.parse import urlsplit
+
+from sandboxes import bwrap
+from sandboxes.forwarder import HostBridge
+from sandboxes.limits import ProcessLimits
+from sandboxes.protocol import WORKSPACE, ExecResult, SandboxError, SandboxSpec
+from sandboxes.urls import gateway_target, inside_url
+
+MAX_OUTPUT = 16 * 1024 * 1024  # bytes kept per stream; the rest is drained and dropped
+KILL_GRACE_S = 2.0  # after a kill, how long to wait for the pipes to close before giving up on them
+HOST_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
+
+
+class LocalSandbox:
+    def __init__(self, spec: SandboxSpec, isolation: str) -> None:
+        self.spec, self.isolation = spec, isolation
+        self.id = f"{spec.name or 'sbx'}-{secrets.token_hex(4)}"
+        self.dir = Path(tempfile.mkdtemp(prefix=f"harnessrl-{self.id}-"))  # mkdtemp: mode 0700
+        self.limits = ProcessLimits.create(self.id, spec.limits)
+        self._bridge: HostBridge | None = None
+        self._running: set[asyncio.subprocess.Process] = set()
+        self._deadline = time.monotonic() + spec.limits.wall_time_s if spec.limits.wall_time_s else None
+        self._watchdog: asyncio.TimerHandle | None = None
+        self._expired = self._closed = False
+        self.layout = self._make_layout()
+
+    @classmethod
+    async def create(cls, spec: SandboxSpec, isolation: str = "auto") -> LocalSandbox:
+        """isolation: "bwrap", "subprocess", or "auto" (bwrap when installed)."""
+        if isolation == "auto":
+            isolation = "bwrap" if bwrap.bwrap_path() else "subprocess"
+        if isolation == "bwrap" and not bwrap.bwrap_path():
+            raise SandboxError("bubblewrap not found: apt-get install -y bubblewrap (or use isolation='subprocess')")
+        if spec.root is not None and isolation != "bwrap":
+            raise SandboxError("spec.root needs bubblewrap: apt-get install -y bubblewrap")
+        if spec.gateway_url:
+            gateway_target(spec.gateway_url)  # a malformed URL fails here, with the fix in its message
+        sandbox = cls(spec, isolation)
+        try:
+            await sandbox._start()
+        except BaseException:
+            await sandbox.close()
+            raise
+        return sandbox
+
+    def _make_layout(self) -> bwrap.Layout:
+        inside = [WORKSPACE, "/tmp", bwrap.HOME, *self.spec.writable_dirs]
+        binds = {path: self.dir / path.strip("/").replace("/", "_") for path in inside}
+        for host in binds.values():
+            host.mkdir(mode=0o755)
+        (self.dir / "tmp").chmod(0o1777)
+        socket_dir = self.dir / "gw" if self.spec.gateway_url else None
+        return bwrap.Layout(root=self.spec.root, binds=binds, ro_binds=self.spec.ro_binds,
+                            socket_dir=socket_dir, forwarder=Path(__file__).with_name("forwarder.py"))
+
+    async def _start(self) -> None:
+        for rel, data in self.spec.files.items():
+            await self.put_file(rel, data)
+        if self.spec.gateway_url and self.isolation == "bwrap":
+            self.layout.socket_dir.mkdir(mode=0o755)
+            host, port = gateway_target(self.spec.gateway_url)
+            self._bridge = await HostBridge(str(self.layout.socket_dir / "gateway.sock"), host, port).start()
+        if self._deadline is not None:
+            delay = self._deadline - time.monotonic()
+            self._watchdog = asyncio.get_running_loop().call_later(delay, self._expire)
+
+    # -- Sandbox protocol -------------------------------------------------------------------------
+
+    @property
+    def workspace(self) -> str:
+        return WORKSPACE if self.isolation == "bwrap" else str(self.layout.binds[WORKSPACE])
+
+    @property
+    def gateway_url_inside(self) -> str | None:
+        if self.spec.gateway_url is None or self.isolation != "bwrap":
+            return self.spec.gateway_url  # unisolated: the host's network, the URL as is
+        return inside_url(self.spec.gateway_url, self.spec.gateway_port_inside)
+
+    async def exec(self, command: str | list[str], timeout_s: float | None = None,
+                   env: Mapping[str, str] | None = None, cwd: str | None = None) -> ExecResult:
+        if self._closed:
+            raise SandboxError(f"sandbox {self.id} is closed")
+        argv = ["/bin/sh", "-c", command] if isinstance(command, str) else list(command)
+        limit, reason = self._time_limit(timeout_s)
+        if limit is not None and limit <= 0:
+            return ExecResult(137, b"", b"wall time of the sandbox exceeded\n", True, 0.0, "wall_time")
+        full_env = self._env(env)
+        argv = self._command(argv, full_env, os.path.join(self.workspace, cwd) if cwd else self.workspace)
+        oom_before = self.limits.oom_kills()
+        started = time.monotonic()
+        try:
+            proc = await asyncio.create_subprocess_exec(
+                *argv, stdin=asyncio.subprocess.DEVNULL, stdout=asyncio.subprocess.PIPE,
+                stderr=asyncio.subprocess.PIPE, start_new_session=True,  # own group: killed as one
+                env=full_env if self.isolation == "subprocess" else {"PATH": HOST_PATH},
+                cwd=str(self._host_cwd(cwd)) if self.isolation == "subprocess" else None)
+        except OSError as exc:  # no such program or cwd: a failing command, as a shell reports it
+            return ExecResult(127, b"", f"{exc}\n".encode(), False, time.monotonic() - started)
+        self._running.add(proc)
+        try:
+            stdout, stderr, timed_out = await _collect(proc, limit)
+        finally:
+            self._running.discard(proc)
+        code = _exit_code(proc.returncode)
+        killed = None
+        if self.limits.oom_kills() > oom_before and code != 0:
+            killed = "oom"
+        elif timed_out or self._expired:
+            killed, timed_out = ("wall_time" if self._expired else reason), True
+        return ExecResult(code, stdout, stderr, timed_out, time.monotonic() - started, killed)
+
+    async def put_file(self, path: str, data: bytes, mode: int = 0o644) -> None:
+        target = self._host_file(path, writing=True)
+        await asyncio.to_thread(_write_file, target, data, mode)
+
+    async def get_file(self, path: str) -> bytes:
+        target = self._host_file(path, writing=False)
+        if target is None:  # e.g. a file of the read-only root: read it from inside
+            result = await self.exec(["cat", "--", path], timeout_s=60)
+            if result.exit_code != 0:
+                raise FileNotFoundError(f"{path} in sandbox {self.id}: {result.text().strip()}")
+            return result.stdout
+        return await asyncio.to_thread(target.read_bytes)
+
+    async def close(self) -> None:
+        if self._closed:
+            return
+        self._closed = True
+        if self._watchdog is not None:
+            self._watchdog.cancel()
+        self._kill_running()
+        await asyncio.to_thread(self.limits.close)
+        if self._bridge is not None:
+            await self._bridge.close()
+        await asyncio.to_thread(shutil.rmtree, self.dir, True)
+
+    async def __aenter__(self) -> LocalSandbox:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.close()
+
+    # -- helpers ----------------------------------------------------------------------------------
+
+    def _time_limit(self, timeout_s: float | None) -> tuple[float | None, str]:
+        """The tighter of the exec's timeout and the sandbox's remaining wall time, and its name."""
+        if self._expired:
+            return 0.0, "wall_time"
+        remaining = None if self._deadline is None else self._deadline - time.monotonic()
+        if remaining is not None and (timeout_s is None or remaining < timeout_s):
+            return remaining, "wall_time"
+        return timeout_s, "timeout"
+
+    def _env(self, env: Mapping[str, str] | None) -> dict[str, str]:
+        home = bwrap.HOME if self.isolation == "bwrap" else str(self.layout.binds[bwrap.HOME])
+        tmp = "/tmp" if self.isolation == "bwrap" else str(self.layout.binds["/tmp"])
+        base = {"PATH": HOST_PATH, "HOME": home, "TMPDIR": tmp, "LANG": "C.UTF-8"}
+        if self.gateway_url_inside:
+            base["HARNESSRL_GATEWAY_URL"] = self.gateway_url_inside
+        return {**base, **self.spec.env, **(env or {})}
+
+    def _command(self, argv: list[str], env: dict[str, str], cwd: str) -> list[str]:
+        if self.isolation == "subprocess":
+            return self.limits.wrap(argv)
+        if self._bridge is not None:
+            port = urlsplit(self.gateway_url_inside).port
+            argv = ["python3", bwrap.FORWARDER_INSIDE, "tcp-to-unix", "--listen", f"127.0.0.1:{port}",
+                    "--socket", f"{bwrap.SOCKET_DIR_INSIDE}/gateway.sock", "--", *argv]
+        return self.limits.wrap(bwrap.command(self.layout, argv, env, cwd))
+
+    def _host_cwd(self, cwd: str | None) -> Path:
+        return self.layout.binds[WORKSPACE] if cwd is None else self.layout.binds[WORKSPACE] / cwd
+
+    def _host_file(self, path: str, writing: bool) -> Path | None:
+        if self.isolation == "subprocess":
+            return self.layout.binds[WORKSPACE] / path  # absolute paths stay absolute: unisolated
+        inside = path if path.startswith("/") else f"{WORKSPACE}/{path}"
+        host = self.layout.host_path(os.path.normpath(inside))
+        if host is not None and not self._stays_inside(host):
+            host = None  # a symlink the agent made points elsewhere: never follow it on the host
+        if host is None and writing:
+            writable = ", ".join(self.layout.binds)
+            raise SandboxError(f"{path} is read-only in sandbox {self.id}: write under {writable} "
+                               "(or add its directory to SandboxSpec.writable_dirs)")
+        return host
+
+    def _stays_inside(self, host: Path) -> bool:
+        """Whether host, symlinks resolved, is still within one of the sandbox's own dirs."""
+        real = Path(os.path.realpath(host))
+        return any(real.is_relative_to(os.path.realpath(d)) for d in self.layout.binds.values())
+
+    def _kill_running(self) -> None:
+        for proc in list(self._running):
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.killpg(proc.pid, signal.SIGKILL)
+
+    def _expire(self) -> None:
+        """Wall time is up: kill everything, including processes that left their group."""
+        self._expired = True
+        self._kill_running()
+        self.limits.kill_all()
+
+
+async def _collect(proc: asyncio.subprocess.Process, limit: float | None) -> tuple[bytes, bytes, bool]:
+    """Read both pipes until exit or `limit` seconds; on expiry SIGKILL the process group."""
+    buffers = (bytearray(), bytearray())
+    readers = [asyncio.ensure_future(_drain(s, b)) for s, b in zip((proc.stdout, proc.stderr), buffers)]
+    waiter = asyncio.ensure_future(proc.wait())
+    done, _ = await asyncio.wait({waiter}, timeout=limit)
+    timed_out = not done
+    if timed_out:
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(proc.pid, signal.SIGKILL)
+        await waiter
+    # A process that escaped the group may hold the pipes open: wait a little, then stop reading.
+    _, pending = await asyncio.wait(readers, timeout=KILL_GRACE_S)
+    for task in pending:
+        task.cancel()
+    return bytes(buffers[0]), bytes(buffers[1]), timed_out
+
+
+async def _drain(stream: asyncio.StreamReader, into: bytearray) -> None:
+    while chunk := await stream.read(65536):
+        if len(into) < MAX_OUTPUT:
+            into += chunk[: MAX_OUTPUT - len(into)]
+
+
+def _exit_code(returncode: int | None) -> int:
+    """Shell convention: 128 + N for a process killed by signal N."""
+    if returncode is None:
+        return -1
+    return 128 - returncode if returncode < 0 else returncode
+
+
+def _write_file(target: Path, data: bytes, mode: int) -> None:
+    target.parent.mkdir(parents=True, exist_ok=True)
+    target.write_bytes(data)
+    target.chmod(mode)

@@ -1,0 +1,100 @@
+"""The `Sandbox` protocol and the records it speaks in.
+
+A sandbox is a place where an agent runs: a root file system (a Docker image or a local root), a
+writable workspace, resource limits, and one network route only, to the harnessrl gateway. Callers
+(the rollout runner) hold many at once, so every method is async.
+
+Paths given to `put_file`/`get_file`/`exec(cwd=...)` are paths inside the sandbox; a relative path is
+relative to the workspace.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Literal, Protocol, runtime_checkable
+
+KilledReason = Literal["timeout", "wall_time", "oom"]
+
+WORKSPACE = "/workspace"  # where the workspace appears inside isolated sandboxes
+
+
+class SandboxError(RuntimeError):
+    """A sandbox could not be created or used; the message names the fix."""
+
+
+@dataclass(frozen=True)
+class Limits:
+    """Resource limits of one sandbox (all its processes together)."""
+
+    cpus: float | None = None  # CPU cores, may be fractional (0.5 = half a core); None = unlimited
+    memory_bytes: int | None = None  # resident memory in bytes, swap included; None = unlimited
+    wall_time_s: float | None = None  # seconds from creation; then every process is killed
+    pids: int | None = 512  # processes and threads at once (fork bombs); None = unlimited
+
+
+@dataclass(frozen=True)
+class SandboxSpec:
+    """What to create. `image` is for docker, `root` for local; the other fields are common."""
+
+    image: str | None = None  # docker: image name, e.g. "harnessrl/opencode:latest"
+    root: str | None = None  # local: host directory used as the read-only root; None = host system dirs
+    files: Mapping[str, bytes] = field(default_factory=dict)  # workspace-relative path -> content
+    env: Mapping[str, str] = field(default_factory=dict)  # environment of every exec
+    limits: Limits = field(default_factory=Limits)
+    gateway_url: str | None = None  # e.g. "http://127.0.0.1:8000/r/hrl-x/v1"; None = no network at all
+    gateway_port_inside: int | None = None  # port of the forwarded gateway inside; None = the gateway's
+    ro_binds: tuple[str, ...] = ()  # host paths shown read-only at the same path (e.g. an agent's install)
+    writable_dirs: tuple[str, ...] = ("/logs", "/tests")  # extra private writable dirs (Harbor verifiers)
+    name: str | None = None  # prefix of the sandbox's id, for logs and `docker ps`
+
+
+@dataclass(frozen=True)
+class ExecResult:
+    exit_code: int  # the command's exit status; 128 + N (or -N) when killed by signal N
+    stdout: bytes
+    stderr: bytes
+    timed_out: bool  # the exec's timeout or the sandbox's wall time expired before it finished
+    duration_s: float  # wall-clock seconds from start to exit
+    killed_reason: KilledReason | None = None  # why it was killed, when it was
+
+    @property
+    def ok(self) -> bool:
+        return self.exit_code == 0 and self.killed_reason is None
+
+    def text(self) -> str:
+        """stdout then stderr decoded leniently, for logs and error messages."""
+        return (self.stdout + self.stderr).decode("utf-8", "replace")
+
+
+@runtime_checkable
+class Sandbox(Protocol):
+    """A running sandbox. Create with `sandboxes.create_sandbox`; always `close()` (or `async with`)."""
+
+    id: str
+    spec: SandboxSpec
+
+    @property
+    def workspace(self) -> str:
+        """The workspace's path inside the sandbox (the default cwd of `exec`)."""
+
+    @property
+    def gateway_url_inside(self) -> str | None:
+        """The URL that reaches `spec.gateway_url` from inside (path kept), or None without a gateway."""
+
+    async def exec(self, command: str | list[str], timeout_s: float | None = None,
+                   env: Mapping[str, str] | None = None, cwd: str | None = None) -> ExecResult:
+        """Run a command (a string goes through `sh -c`); never raises for a failing command."""
+
+    async def put_file(self, path: str, data: bytes, mode: int = 0o644) -> None:
+        """Write a file, creating its parent directories."""
+
+    async def get_file(self, path: str) -> bytes:
+        """Read a file; FileNotFoundError when it does not exist."""
+
+    async def close(self) -> None:
+        """Kill every process, remove the sandbox and its workspace. Idempotent."""
+
+    async def __aenter__(self) -> Sandbox: ...
+
+    async def __aexit__(self, *exc: object) -> None: ...

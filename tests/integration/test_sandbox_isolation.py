@@ -1,0 +1,231 @@
+"""Isolation of real sandboxes: a docker container on a real dockerd, and bubblewrap.
+
+From inside, the agent reaches the gateway (a stand-in HTTP server on the host's loopback) through
+the forwarded URL and nothing else, sees no host files outside its own directories, and is killed at
+its memory limit (reported as "oom") and at its wall time. CI starts the engine and builds the base
+image with docker/setup-engine.sh before the tests; elsewhere the docker half skips, saying so.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import shutil
+import socket
+import tempfile
+from collections.abc import AsyncIterator
+from pathlib import Path
+
+import pytest
+
+from sandboxes import Limits, SandboxSpec, create_sandbox
+
+BASE_IMAGE = "debian:bookworm-slim"
+MiB = 1024 * 1024
+
+
+def _docker_skip_reason() -> str | None:
+    try:
+        import docker
+
+        client = docker.from_env(timeout=10)
+        client.ping()
+    except Exception as exc:  # noqa: BLE001 - any failure means "no engine here"
+        return f"docker engine not running ({type(exc).__name__}): run docker/setup-engine.sh"
+    try:
+        client.images.get(BASE_IMAGE)
+    except Exception:  # noqa: BLE001
+        return f"image {BASE_IMAGE} missing: run docker/setup-engine.sh"
+    return None
+
+
+DOCKER_SKIP = _docker_skip_reason()
+BACKENDS = [
+    pytest.param("docker", marks=pytest.mark.skipif(DOCKER_SKIP is not None, reason=DOCKER_SKIP or "")),
+    pytest.param("bwrap", marks=pytest.mark.skipif(shutil.which("bwrap") is None,
+                                                   reason="bubblewrap not installed: apt-get install -y bubblewrap")),
+]
+
+PROBE = """
+import json, socket, sys
+results = {}
+for target in sys.argv[1:]:
+    host, port = target.rsplit(":", 1)
+    try:
+        socket.create_connection((host, int(port)), timeout=3).close()
+        results[target] = "connected"
+    except OSError as exc:
+        results[target] = type(exc).__name__ + ": " + str(exc)
+print(json.dumps(results))
+"""
+
+FETCH = "import sys, urllib.request; print(urllib.request.urlopen(sys.argv[1], timeout=10).read().decode())"
+
+
+async def _http_server(host: str, name: str) -> tuple[asyncio.AbstractServer, int]:
+    """A tiny HTTP server answering `<name> saw <request line>`."""
+    async def handle(reader, writer):
+        request_line = (await reader.readline()).decode().strip()
+        while (await reader.readline()) not in (b"\r\n", b""):
+            pass
+        body = f"{name} saw {request_line}".encode()
+        writer.write(b"HTTP/1.1 200 OK\r\ncontent-length: %d\r\nconnection: close\r\n\r\n%s" % (len(body), body))
+        await writer.drain()
+        writer.close()
+
+    server = await asyncio.start_server(handle, host, 0)
+    return server, server.sockets[0].getsockname()[1]
+
+
+@pytest.fixture
+async def servers() -> AsyncIterator[dict[str, int]]:
+    """The stand-in gateway on 127.0.0.1, and another server on every host address."""
+    gateway, gateway_port = await _http_server("127.0.0.1", "gateway")
+    other, other_port = await _http_server("0.0.0.0", "other")
+    try:
+        yield {"gateway": gateway_port, "other": other_port}
+    finally:
+        gateway.close()
+        other.close()
+
+
+def _host_addresses() -> list[str]:
+    """This host's non-loopback IPv4 addresses (where the other server also listens)."""
+    addresses = set()
+    try:
+        for info in socket.getaddrinfo(socket.gethostname(), None, socket.AF_INET):
+            addresses.add(info[4][0])
+    except OSError:
+        pass
+    try:  # the source address of the default route; a UDP connect sends nothing
+        with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as probe:
+            probe.connect(("1.1.1.1", 80))
+            addresses.add(probe.getsockname()[0])
+    except OSError:
+        pass
+    return sorted(a for a in addresses if not a.startswith("127."))
+
+
+def _spec(backend: str, **fields) -> SandboxSpec:
+    return SandboxSpec(image=BASE_IMAGE if backend == "docker" else None, **fields)
+
+
+async def _create(backend: str, spec: SandboxSpec):
+    if backend == "docker":
+        return await create_sandbox("docker", spec)
+    return await create_sandbox("local", spec, isolation="bwrap")
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+async def test_only_the_gateway_is_reachable(backend, servers):
+    gateway_url = f"http://127.0.0.1:{servers['gateway']}/r/hrl-token/v1"
+    async with await _create(backend, _spec(backend, gateway_url=gateway_url)) as sb:
+        inside = sb.gateway_url_inside
+        assert inside.startswith("http://127.0.0.1:") and inside.endswith("/r/hrl-token/v1")
+        fetched = await sb.exec(["python3", "-c", FETCH, inside + "/models"], timeout_s=30)
+        assert fetched.ok, fetched.text()
+        assert fetched.stdout.decode().strip() == "gateway saw GET /r/hrl-token/v1/models HTTP/1.1"
+
+        for address in _host_addresses():  # the negative checks below mean something: the host can
+            socket.create_connection((address, servers["other"]), timeout=3).close()
+        targets = [f"127.0.0.1:{servers['other']}", "1.1.1.1:80", "8.8.8.8:53", "172.17.0.1:80",
+                   "10.0.0.1:80", *[f"{a}:{servers['other']}" for a in _host_addresses()]]
+        probe = await sb.exec(["python3", "-c", PROBE, *targets], timeout_s=60)
+        assert probe.ok, probe.text()
+        results = json.loads(probe.stdout)
+        print(backend, results)
+        assert not [t for t, outcome in results.items() if outcome == "connected"], results
+
+        interfaces = await sb.exec("tail -n +3 /proc/net/dev | cut -d: -f1 | tr -d ' '", timeout_s=10)
+        assert interfaces.stdout.split() == [b"lo"]
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+async def test_host_files_outside_the_workspace_are_invisible(backend):
+    secret_dir = Path(tempfile.mkdtemp(prefix="harnessrl-host-secret-"))
+    (secret_dir / "secret.txt").write_text("host secret")
+    repo = Path(__file__).resolve().parents[2]
+    try:
+        async with await _create(backend, _spec(backend, files={"mine.txt": b"mine"})) as sb:
+            assert (await sb.exec("cat mine.txt", timeout_s=10)).stdout == b"mine"
+            for path in (secret_dir / "secret.txt", secret_dir, repo / "pyproject.toml",
+                         Path("/root/.bash_history"), Path("/var/log/harnessrl-dockerd.log"),
+                         Path("/run/docker.sock")):
+                seen = await sb.exec(["test", "-e", str(path)], timeout_s=10)
+                assert seen.exit_code == 1, f"{path} is visible inside the {backend} sandbox"
+            assert (await sb.exec(["cat", str(secret_dir / "secret.txt")], timeout_s=10)).stdout == b""
+            tmp = await sb.exec("ls -A /tmp", timeout_s=10)
+            assert secret_dir.name.encode() not in tmp.stdout
+    finally:
+        shutil.rmtree(secret_dir)
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+async def test_killed_at_the_memory_limit(backend):
+    limits = Limits(memory_bytes=96 * MiB, cpus=1.0)
+    async with await _create(backend, _spec(backend, limits=limits)) as sb:
+        small = await sb.exec(["python3", "-c", "x = bytearray(16 << 20); print(len(x))"], timeout_s=60)
+        assert small.ok, small.text()
+        big = await sb.exec(["python3", "-c", "x = bytearray(512 << 20); print('survived')"], timeout_s=60)
+        assert big.killed_reason == "oom", big
+        assert big.exit_code == 137 and b"survived" not in big.stdout
+        assert (await sb.exec("echo alive", timeout_s=10)).stdout == b"alive\n"  # the sandbox lives on
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+async def test_killed_at_the_wall_time(backend):
+    async with await _create(backend, _spec(backend, limits=Limits(wall_time_s=3.0))) as sb:
+        assert (await sb.exec("echo early", timeout_s=10)).stdout == b"early\n"
+        result = await sb.exec("sleep 60 & sleep 60", timeout_s=120)
+        assert result.killed_reason == "wall_time" and result.timed_out, result
+        assert result.duration_s < 15
+        after = await sb.exec("echo late", timeout_s=10)
+        assert after.killed_reason == "wall_time" and after.stdout == b""
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+async def test_exec_timeout_and_verifier_files(backend):
+    async with await _create(backend, _spec(backend, files={"answer.txt": b"42\n"})) as sb:
+        slow = await sb.exec("sleep 60; echo never", timeout_s=1)
+        assert slow.timed_out and slow.killed_reason == "timeout" and slow.duration_s < 10
+        # Harbor-style: tests are uploaded after the agent ran, the verifier writes /logs/verifier.
+        test_sh = b'#!/bin/sh\nmkdir -p /logs/verifier\n[ "$(cat /workspace/answer.txt)" = 42 ] && ' \
+                  b'echo 1 > /logs/verifier/reward.txt\n'
+        await sb.put_file("/tests/test.sh", test_sh, mode=0o755)
+        verified = await sb.exec(["/tests/test.sh"], timeout_s=30)
+        assert verified.ok, verified.text()
+        assert await sb.get_file("/logs/verifier/reward.txt") == b"1\n"
+
+
+@pytest.mark.skipif(DOCKER_SKIP is not None, reason=DOCKER_SKIP or "")
+async def test_docker_sandboxes_run_concurrently(servers):
+    """An exec holds an SDK thread for its whole run: 16 one-second execs must overlap, not queue
+    (asyncio's default pool has min(32, cores + 4) threads: 6 here, which would take 3 s)."""
+    spec = SandboxSpec(image=BASE_IMAGE, gateway_url=f"http://127.0.0.1:{servers['gateway']}/r/t/v1")
+    boxes = await asyncio.gather(*(create_sandbox("docker", spec) for _ in range(4)))
+    code = "import time; time.sleep(1); " + FETCH
+    try:
+        started = asyncio.get_running_loop().time()
+        results = await asyncio.gather(*(sb.exec(["python3", "-c", code, sb.gateway_url_inside + "/models"],
+                                                 timeout_s=60) for sb in boxes for _ in range(4)))
+        elapsed = asyncio.get_running_loop().time() - started
+        assert all(r.ok and b"gateway saw GET /r/t/v1/models" in r.stdout for r in results), results
+        assert elapsed < 2.8, f"16 concurrent 1 s execs took {elapsed:.1f} s"
+    finally:
+        await asyncio.gather(*(sb.close() for sb in boxes))
+
+
+@pytest.mark.skipif(DOCKER_SKIP is not None, reason=DOCKER_SKIP or "")
+async def test_docker_sandbox_leaves_no_container():
+    import docker
+
+    client = docker.from_env()
+    networks_before = {n.id for n in client.networks.list()}
+    sb = await create_sandbox("docker", SandboxSpec(image=BASE_IMAGE, limits=Limits(cpus=0.5, pids=64)))
+    container = client.containers.get(sb.container_id)
+    host_config = container.attrs["HostConfig"]
+    assert host_config["NetworkMode"] == "none" and host_config["NanoCpus"] == 500_000_000
+    assert host_config["PidsLimit"] == 64
+    await sb.close()
+    assert not client.containers.list(all=True, filters={"label": f"harnessrl.sandbox={sb.id}"})
+    assert {n.id for n in client.networks.list()} == networks_before  # no network was created

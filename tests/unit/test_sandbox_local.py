@@ -1,0 +1,242 @@
+"""The local sandbox (plain subprocess, and bubblewrap where installed) and the gateway forwarders."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import shutil
+import time
+import uuid
+from pathlib import Path
+
+import pytest
+
+from sandboxes import Limits, SandboxError, SandboxSpec, create_sandbox
+from sandboxes.forwarder import HostBridge, serve_tcp_to_unix
+from sandboxes.urls import inside_url
+
+HAS_BWRAP = shutil.which("bwrap") is not None
+ISOLATIONS = [
+    "subprocess",
+    pytest.param("bwrap", marks=pytest.mark.skipif(not HAS_BWRAP, reason="bubblewrap not installed "
+                                                   "(apt-get install -y bubblewrap)")),
+]
+
+
+@pytest.fixture(params=ISOLATIONS)
+def isolation(request) -> str:
+    return request.param
+
+
+async def make(isolation: str, **spec) -> object:
+    return await create_sandbox("local", SandboxSpec(**spec), isolation=isolation)
+
+
+def host_processes_with(marker: str) -> list[int]:
+    """Host pids whose command line contains marker (works across pid namespaces)."""
+    found = []
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                if marker.encode() in (entry / "cmdline").read_bytes():
+                    found.append(int(entry.name))
+            except OSError:
+                pass
+    return found
+
+
+async def test_exec_output_exit_code_and_env(isolation):
+    async with await make(isolation, env={"A": "spec", "B": "spec"}) as sb:
+        result = await sb.exec('echo "$A $B"; echo oops >&2; exit 3', env={"B": "exec"}, timeout_s=10)
+        assert (result.exit_code, result.stdout, result.stderr) == (3, b"spec exec\n", b"oops\n")
+        assert not result.timed_out and result.killed_reason is None and result.duration_s < 5
+        listed = await sb.exec(["printf", "%s|", "a b", "c"], timeout_s=10)
+        assert listed.stdout == b"a b|c|" and listed.ok
+        missing = await sb.exec(["no-such-program-xyz"], timeout_s=10)
+        assert missing.exit_code != 0 and b"no-such-program-xyz" in missing.stderr  # never raises
+
+
+async def test_cwd_defaults_to_the_workspace(isolation):
+    async with await make(isolation, files={"sub/f.txt": b"x"}) as sb:
+        assert (await sb.exec("pwd", timeout_s=10)).stdout.decode().strip() == sb.workspace
+        assert (await sb.exec("cat f.txt", cwd="sub", timeout_s=10)).stdout == b"x"
+
+
+async def test_timeout_kills_the_whole_process_group(isolation):
+    marker = f"{1000 + uuid.uuid4().int % 1000}.{uuid.uuid4().int % 10**6}"  # a unique sleep length
+    async with await make(isolation) as sb:
+        started = time.monotonic()
+        result = await sb.exec(f"sleep {marker} & sleep {marker}; echo never", timeout_s=0.5)
+        assert time.monotonic() - started < 5
+        assert result.timed_out and result.killed_reason == "timeout" and result.exit_code == 137
+        assert b"never" not in result.stdout
+        for _ in range(50):  # SIGKILL is asynchronous: give the kernel a moment
+            if not host_processes_with(f"sleep {marker}"):
+                break
+            await asyncio.sleep(0.02)
+        assert host_processes_with(f"sleep {marker}") == []
+
+
+async def test_wall_time_ends_the_sandbox(isolation):
+    async with await make(isolation, limits=Limits(wall_time_s=1.0)) as sb:
+        result = await sb.exec("sleep 30", timeout_s=60)
+        assert result.killed_reason == "wall_time" and result.timed_out and result.duration_s < 5
+        after = await sb.exec("echo hi", timeout_s=5)
+        assert after.killed_reason == "wall_time" and after.stdout == b""
+
+
+async def test_files_in_and_out(isolation):
+    async with await make(isolation, files={"seed/a.txt": b"seeded"}) as sb:
+        assert await sb.get_file("seed/a.txt") == b"seeded"
+        await sb.put_file("bin/run.sh", b"#!/bin/sh\necho ran > out.txt\n", mode=0o755)
+        assert (await sb.exec("./bin/run.sh", timeout_s=10)).ok
+        assert await sb.get_file("out.txt") == b"ran\n"
+        assert await sb.get_file(f"{sb.workspace}/out.txt") == b"ran\n"
+        with pytest.raises(FileNotFoundError):
+            await sb.get_file("missing.txt")
+
+
+async def test_workspaces_are_private_and_removed(isolation):
+    async with await make(isolation, files={"secret.txt": b"first"}) as first:
+        first_dir = first.dir
+        assert first_dir.stat().st_mode & 0o777 == 0o700  # no other host user can look in
+        async with await make(isolation) as second:
+            assert second.dir != first_dir
+            look = await second.exec(f"cat secret.txt || cat {first_dir}/workspace/secret.txt", timeout_s=10)
+            if isolation == "bwrap":
+                assert look.exit_code != 0 and b"first" not in look.stdout
+            else:  # unisolated: only the workspaces differ
+                assert b"first" in look.stdout and (await second.exec("ls", timeout_s=10)).stdout == b""
+    assert not first_dir.exists()
+
+
+@pytest.mark.skipif(not HAS_BWRAP, reason="bubblewrap not installed (apt-get install -y bubblewrap)")
+async def test_bwrap_file_access_does_not_follow_symlinks_out(tmp_path):
+    outside = tmp_path / "host.txt"
+    outside.write_text("host only")
+    async with await make("bwrap") as sb:
+        made = await sb.exec(f"ln -s {outside} link.txt && ln -s {tmp_path} linkdir", timeout_s=10)
+        assert made.ok, made.text()
+        with pytest.raises(FileNotFoundError):  # read from inside, where the target does not exist
+            await sb.get_file("link.txt")
+        with pytest.raises(SandboxError, match="read-only"):
+            await sb.put_file("linkdir/planted.txt", b"x")
+    assert not (tmp_path / "planted.txt").exists() and outside.read_text() == "host only"
+
+
+FORK_40 = """
+import subprocess
+children = []
+for _ in range(40):
+    try:
+        children.append(subprocess.Popen(["sleep", "5"], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL))
+    except OSError:
+        break
+print(len(children))
+"""
+
+
+async def test_process_limit_holds(isolation):
+    async with await make(isolation, limits=Limits(pids=16)) as sb:
+        if not sb.limits.enforced.startswith("cgroup"):
+            pytest.skip(f"no cgroup could be created here (limits: {sb.limits.enforced})")
+        result = await sb.exec(["python3", "-c", FORK_40], timeout_s=20)
+        assert result.ok, result.text()
+        assert 0 < int(result.stdout) < 16
+        if isolation == "bwrap":  # the children die with the exec's pid namespace
+            for _ in range(100):
+                if not sb.limits.pids():
+                    break
+                await asyncio.sleep(0.02)
+            assert sb.limits.pids() == set()
+
+
+async def test_many_sandboxes_at_once(isolation):
+    async def one(i: int) -> bytes:
+        async with await make(isolation, files={"i.txt": str(i).encode()}) as sb:
+            return (await sb.exec("sleep 0.2; cat i.txt", timeout_s=20)).stdout
+
+    assert await asyncio.gather(*(one(i) for i in range(8))) == [str(i).encode() for i in range(8)]
+
+
+@pytest.mark.skipif(not HAS_BWRAP, reason="bubblewrap not installed (apt-get install -y bubblewrap)")
+async def test_bwrap_root_is_read_only_and_private_dirs_writable():
+    async with await make("bwrap") as sb:
+        assert (await sb.exec("touch /usr/x", timeout_s=10)).exit_code != 0
+        assert (await sb.exec("touch /x", timeout_s=10)).exit_code != 0
+        wrote = await sb.exec("echo t > /tmp/t && echo h > $HOME/h && mkdir -p /logs/verifier && "
+                              "echo 1 > /logs/verifier/reward.txt", timeout_s=10)
+        assert wrote.ok, wrote.text()
+        assert await sb.get_file("/logs/verifier/reward.txt") == b"1\n"
+        assert await sb.get_file("/tmp/t") == b"t\n"
+        with pytest.raises(SandboxError, match="read-only"):
+            await sb.put_file("/usr/x", b"no")
+        assert (await sb.exec("cat /etc/shadow", timeout_s=10)).stdout == b""
+
+
+async def test_gateway_url_inside(isolation):
+    url = "http://127.0.0.1:8000/r/hrl-abc/v1"
+    async with await make(isolation, gateway_url=url) as sb:
+        assert sb.gateway_url_inside == url  # bwrap: the same port on the sandbox's own loopback
+        assert (await sb.exec("echo $HARNESSRL_GATEWAY_URL", timeout_s=10)).stdout.decode().strip() == url
+    assert inside_url("http://gw.example:9000/r/t/v1", 8080) == "http://127.0.0.1:8080/r/t/v1"
+    with pytest.raises(SandboxError, match="http"):
+        await make(isolation, gateway_url="gateway:8000")
+
+
+async def _http_server() -> tuple[asyncio.AbstractServer, int]:
+    """A one-route HTTP stand-in for the gateway: echoes the request line."""
+    async def handle(reader, writer):
+        request_line = (await reader.readline()).decode().strip()
+        while (await reader.readline()) not in (b"\r\n", b""):
+            pass
+        body = f"gateway saw {request_line}".encode()
+        writer.write(b"HTTP/1.1 200 OK\r\ncontent-length: %d\r\nconnection: close\r\n\r\n%s" % (len(body), body))
+        await writer.drain()
+        writer.close()
+
+    server = await asyncio.start_server(handle, "127.0.0.1", 0)
+    return server, server.sockets[0].getsockname()[1]
+
+
+async def test_forwarders_round_trip(tmp_path):
+    server, port = await _http_server()
+    bridge = await HostBridge(str(tmp_path / "gw.sock"), "127.0.0.1", port).start()
+    inside = await serve_tcp_to_unix("127.0.0.1", 0, str(tmp_path / "gw.sock"))
+    inside_port = inside.sockets[0].getsockname()[1]
+    try:
+        reader, writer = await asyncio.open_connection("127.0.0.1", inside_port)
+        writer.write(b"GET /r/tok/v1/models HTTP/1.1\r\nhost: x\r\n\r\n")
+        await writer.drain()
+        reply = await asyncio.wait_for(reader.read(), 5)
+        writer.close()
+        assert reply.startswith(b"HTTP/1.1 200") and reply.endswith(b"gateway saw GET /r/tok/v1/models HTTP/1.1")
+    finally:
+        inside.close()
+        await bridge.close()
+        server.close()
+    assert not (tmp_path / "gw.sock").exists()
+
+
+@pytest.mark.skipif(not HAS_BWRAP, reason="bubblewrap not installed (apt-get install -y bubblewrap)")
+async def test_bwrap_reaches_the_gateway_through_the_socket():
+    server, port = await _http_server()
+    try:
+        async with await make("bwrap", gateway_url=f"http://127.0.0.1:{port}/r/tok/v1") as sb:
+            code = ("import os, urllib.request; "
+                    "print(urllib.request.urlopen(os.environ['HARNESSRL_GATEWAY_URL'] + '/models').read().decode())")
+            result = await sb.exec(["python3", "-c", code], timeout_s=20)
+            assert result.ok, result.text()
+            assert "gateway saw GET /r/tok/v1/models" in result.stdout.decode()
+    finally:
+        server.close()
+
+
+async def test_unknown_kind_and_missing_bwrap_name_the_fix(monkeypatch):
+    with pytest.raises(SandboxError, match="'docker' or 'local'"):
+        await create_sandbox("vm", SandboxSpec())
+    monkeypatch.setattr("sandboxes.bwrap.shutil.which", lambda name: None)
+    with pytest.raises(SandboxError, match="apt-get install -y bubblewrap"):
+        await create_sandbox("local", SandboxSpec(), isolation="bwrap")
+    async with await create_sandbox("local", SandboxSpec()) as sb:  # auto falls back, unisolated
+        assert sb.isolation == "subprocess" and os.path.isdir(sb.workspace)
