@@ -1,0 +1,67 @@
+"""`harnessrl run` as users run it: G=4, concurrency 8, 10 tasks; killed midway, rerun, resumed."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from collections import Counter
+from collections.abc import Iterator
+
+import httpx
+import pytest
+
+from gateway.engine.fake import FakeEngine, create_fake_engine_app
+from gateway.settings import GatewaySettings
+from harnesses.task import builtin_tasks_path, load_tasks
+from harnessrl.server import BackgroundGateway, BackgroundServer
+from tests.unit.test_runner import solving_script
+
+pytestmark = pytest.mark.skipif(not shutil.which("bwrap"), reason="needs bubblewrap (apt-get install bubblewrap)")
+TASKS = [t for t in load_tasks(builtin_tasks_path()) if t.dockerfile is None][:10]
+
+
+@pytest.fixture
+def gateway(sqlite_db, tmp_path) -> Iterator[BackgroundGateway]:
+    engine = FakeEngine(script=solving_script(TASKS), record_requests=False)
+    with BackgroundServer(create_fake_engine_app(engine)) as fake:
+        with BackgroundGateway(GatewaySettings(database_url=sqlite_db, engine_url=fake.url)) as gateway:
+            yield gateway
+
+
+def run_command(gateway: BackgroundGateway, tasks_file) -> list[str]:
+    return [sys.executable, "-m", "harnessrl.cli", "run", "--tasks", str(tasks_file), "--harness", "builtin",
+            "--group-size", "4", "--concurrency", "8", "--sandbox", "local", "--run", "cli-run",
+            "--gateway", gateway.url]
+
+
+def rollouts(gateway) -> list[dict]:
+    return httpx.get(f"{gateway.url}/api/rollouts", params={"run": "cli-run", "limit": 1000}).json()["data"]
+
+
+def test_run_finishes_and_resumes_after_an_interrupt(gateway, tmp_path):
+    tasks_file = tmp_path / "tasks.jsonl"
+    subset = [line for line in (builtin_tasks_path() / "builtin.jsonl").read_text().splitlines()
+              if any(f'"name": "{t.name}"' in line for t in TASKS)]
+    tasks_file.write_text("\n".join(subset) + "\n")
+    first = subprocess.Popen(run_command(gateway, tasks_file), stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                             start_new_session=True)
+    deadline = time.monotonic() + 300
+    while sum(r["status"] == "finished" for r in rollouts(gateway)) < 8 and time.monotonic() < deadline:
+        time.sleep(0.2)
+    os.killpg(first.pid, signal.SIGKILL)  # interrupted mid-run, rollouts in flight
+    first.wait()
+    interrupted = sum(r["status"] == "running" for r in rollouts(gateway))
+
+    second = subprocess.run(run_command(gateway, tasks_file), capture_output=True, text=True, timeout=600)
+    assert second.returncode == 0, second.stdout + second.stderr
+    final = rollouts(gateway)
+    done = Counter((r["task"], r["meta"]["index"]) for r in final if r["status"] == "finished")
+    assert sorted(done.values()) == [1] * 40  # every (task, index) finished exactly once
+    assert all(r["reward"] == 1.0 for r in final if r["status"] == "finished")
+    assert sum(r["status"] == "failed" for r in final) == interrupted  # the interrupted ones, replaced
+    groups = httpx.get(f"{gateway.url}/api/groups", params={"run": "cli-run", "status": "ready"}).json()["data"]
+    assert len(groups) == 10
