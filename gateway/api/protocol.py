@@ -79,20 +79,12 @@ class GraphStats(BaseModel):
     drift_tokens: int  # sampled tokens lost at those divergences
 
 
-class RolloutView(BaseModel):
-    id: int
-    run: str
-    task: str
-    group: str
-    status: str
-    reward: float | None
+class RolloutView(RolloutSummary):
+    """One rollout in full: its reward components, calls and call graph."""
+
     rewards: dict[str, float | None]
-    error: str | None
-    meta: dict[str, Any]
     num_calls: int
     graph: GraphStats
-    created_at: datetime
-    finished_at: datetime | None
 
 
 class CallView(BaseModel):
