@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import signal
 import threading
 from pathlib import Path
@@ -260,6 +261,67 @@ def _with_store(url: str, work):
             await store.close()
 
     return asyncio.run(go())
+
+
+@app.command()
+def train(
+    run: Annotated[str, typer.Option(help="The run whose ready groups to train on")],
+    config: Annotated[Optional[Path], typer.Option(
+        help="Learner settings (TOML); every key is optional, see --show-config for the defaults")] = None,
+    database_url: DatabaseUrl = None,
+    max_steps: Annotated[Optional[int], typer.Option(help="Stop after this many steps in total (0: never)")] = None,
+    show_config: Annotated[bool, typer.Option(help="Print the resolved settings as TOML and exit")] = False,
+) -> None:
+    """Train a LoRA adapter on the run's ready groups, continuously, publishing each new version."""
+    import asyncio
+    import logging
+
+    from learner.config import ConfigError, dump_toml, load_config
+    from learner.groups import ConsumeConflict
+    from learner.loop import LearnerError, train_from_url
+    from learner.publish import PublishError
+
+    try:
+        settings = _learner_settings(load_config(config, max_steps=max_steps), run)
+    except ConfigError as exc:
+        raise fail(f"{exc}") from None
+    if show_config:
+        print(dump_toml(settings), end="")
+        return
+    url = _database_url(database_url)
+    _upgrade(url)
+    logging.basicConfig(level=logging.WARNING, format="%(asctime)s %(name)s: %(message)s", datefmt="%H:%M:%S")
+    logging.getLogger("learner").setLevel(logging.INFO)
+    from transformers.utils import logging as hf_logging
+    hf_logging.disable_progress_bar()  # the per-step log lines are the learner's display
+    try:
+        result = asyncio.run(train_from_url(settings, url, run))
+    except (PublishError, ConsumeConflict, LearnerError, FileNotFoundError) as exc:
+        raise fail(str(exc)) from None
+    console.print(f"learner stopped ({result.reason}) at step {result.step}, policy version {result.version}; "
+                  f"checkpoints in {settings.checkpoint_dir}")
+
+
+def _learner_settings(settings, run: str):
+    """Fill what the config left to the environment: model folder, admin key, output folders."""
+    from dataclasses import replace
+
+    from harnessrl.model_prep import SMOLLM2_DIRNAME, default_cache_root
+    from harnessrl.settings import data_home
+    from learner.config import ConfigError, resolve_paths
+
+    if not settings.model_dir:
+        prepared = default_cache_root() / SMOLLM2_DIRNAME
+        if not (prepared / "config.json").exists():
+            raise ConfigError("no model_dir in the config and no prepared SmolLM2: set model_dir to the folder "
+                              "the engine serves, or run `harnessrl models prepare`")
+        settings = replace(settings, model_dir=str(prepared))
+    if not (Path(settings.model_dir) / "config.json").exists():
+        raise ConfigError(f"model_dir {settings.model_dir} is not a Hugging Face model folder (no config.json); "
+                          f"point it at the folder `harnessrl serve --model` was given")
+    if not settings.admin_key:
+        settings = replace(settings, admin_key=os.environ.get("HARNESSRL_ADMIN_KEY", ""))
+    return resolve_paths(settings, data_home() / "learner" / run)
 
 
 @app.command()

@@ -129,3 +129,39 @@ class Adapter(Base):
     path: Mapped[str] = mapped_column(Text)
     loaded: Mapped[bool] = mapped_column(default=False)
     created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utcnow)
+
+
+class LearnerCheckpoint(Base):
+    """A learner checkpoint that was fully written to disk, and the groups it covers.
+
+    The row is inserted in the same transaction that marks ``group_ids`` consumed, and only after
+    the checkpoint folder at ``path`` was renamed into place: a committed row always points at a
+    complete checkpoint, and a group is consumed exactly when a committed checkpoint covers it.
+    """
+
+    __tablename__ = "learner_checkpoints"
+    __table_args__ = (UniqueConstraint("run_id", "step"),)
+
+    id: Mapped[int] = mapped_column(Id, primary_key=True)
+    run_id: Mapped[int] = mapped_column(ForeignKey("runs.id"), index=True)
+    step: Mapped[int] = mapped_column(Integer)  # optimizer steps taken (batches trained) so far
+    version: Mapped[int] = mapped_column(Integer)  # policy version the learner holds at this step
+    path: Mapped[str] = mapped_column(Text)  # the checkpoint folder
+    group_ids: Mapped[list] = mapped_column(JSON)  # groups consumed since the previous checkpoint
+    # Consumed position: the last group covered, in (ready_at, id) order (for reports and checks).
+    last_ready_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True), nullable=True)
+    last_group_id: Mapped[int | None] = mapped_column(Id, nullable=True)
+    created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utcnow)
+
+
+class LearnerStep(Base):
+    """The metrics of one learner step (JSON: the keys evolve without migrations)."""
+
+    __tablename__ = "learner_steps"
+    __table_args__ = (UniqueConstraint("run_id", "step"),)
+
+    id: Mapped[int] = mapped_column(Id, primary_key=True)
+    run_id: Mapped[int] = mapped_column(ForeignKey("runs.id"), index=True)
+    step: Mapped[int] = mapped_column(Integer)
+    metrics: Mapped[dict] = mapped_column(JSON)
+    created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utcnow)

@@ -1,0 +1,273 @@
+"""The learner's continuous loop: wait for ready groups, train, checkpoint + mark consumed, publish.
+
+One iteration (a *step*):
+1. wait until ``groups_per_step`` ready groups exist that no step since the last checkpoint took;
+2. build the batch (samples, advantages, stale samples dropped) against the learner's version;
+3. pack and take one optimizer step (in a worker thread, so signals and the store stay served);
+4. on checkpoint steps: write the checkpoint atomically, then in ONE transaction record it and
+   mark every group trained since the previous checkpoint consumed;
+5. on publishing steps (always checkpoint steps too): save ``policy-v{N}`` and load it through the
+   gateway;
+6. store the step's metrics and write them to TensorBoard.
+
+Exactly once, whatever moment the process dies at: the model state and the consumed groups only
+ever move together (step 4), and a restart loads the checkpoint the store's newest row names. A
+version is published only after the checkpoint that produced it is committed, so a restart never
+retrains into a different adapter under a published version; one committed but not yet published
+is published on restart.
+
+SIGTERM / SIGINT stop it gracefully: the current step finishes, groups trained since the last
+checkpoint are checkpointed and committed, then it returns.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import signal
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+from gateway.store.store import Store
+from learner.checkpoint import load_checkpoint, prune_checkpoints, remove_orphans, save_checkpoint
+from learner.config import LearnerConfig
+from learner.groups import (
+    CheckpointRecord,
+    ReadyGroup,
+    build_batch,
+    commit_checkpoint,
+    find_run_id,
+    latest_checkpoint,
+    load_group,
+    ready_group_ids,
+)
+from learner.metrics import Metrics, MetricsSink, step_metrics
+from learner.publish import GatewayUnreachable, Publisher
+from learner.trainer import Trainer, build_trainer, train_batch
+
+logger = logging.getLogger("learner")
+
+
+class LearnerError(RuntimeError):
+    """The learner cannot continue as configured; the message says what to change."""
+
+
+@dataclass(frozen=True)
+class LearnerResult:
+    step: int  # steps taken in total (a resumed run counts the earlier ones)
+    version: int  # the policy version the learner ended with
+    reason: str  # "max_steps" or "stopped"
+
+
+@dataclass
+class _Progress:
+    """The loop's moving parts between steps (mutable on purpose; owned by one run_learner call)."""
+
+    step: int = 0
+    pending: list[ReadyGroup] = field(default_factory=list)  # trained since the last committed checkpoint
+    unpublished: bool = False  # a publication failed on transport: retry at the next publishing step
+
+
+async def run_learner(config: LearnerConfig, store: Store, run: str, *, publisher: Publisher | None = None,
+                      stop: asyncio.Event | None = None, on_step: Callable[[Metrics], None] | None = None,
+                      handle_signals: bool = True) -> LearnerResult:
+    """Train on the run's ready groups until ``max_steps`` (0: forever) or ``stop`` is set.
+
+    ``config`` must have its paths resolved (``learner.config.resolve_paths``). ``publisher``
+    overrides the one built from the config (tests pass one on the in-process gateway).
+    """
+    stop = stop or asyncio.Event()
+    restore = _install_signal_handlers(stop) if handle_signals else (lambda: None)
+    own_publisher = config.publish and publisher is None
+    if not config.publish:
+        publisher = None
+    elif own_publisher:
+        publisher = Publisher(config.gateway_url, config.admin_key, Path(config.adapters_dir),
+                              config.publish_retries, config.publish_timeout_s)
+    sink = None
+    try:
+        run_id = await _wait_for_run(store, run, config, stop)
+        if run_id is None:
+            return LearnerResult(0, 0, "stopped")
+        trainer = await asyncio.to_thread(build_trainer, config)
+        progress = _Progress(step=await _resume(store, run_id, config, trainer))
+        if publisher is not None:
+            await _sync_published(publisher, trainer, config, progress.step)
+        sink = MetricsSink(store, run_id, Path(config.tensorboard_dir))
+        reason = await _train(config, store, run, run_id, trainer, publisher, sink, progress, stop, on_step)
+        if progress.pending:  # graceful stop: keep the work done since the last checkpoint
+            await _checkpoint(config, store, run, run_id, trainer, progress)
+        return LearnerResult(progress.step, config.version_at(progress.step), reason)
+    finally:
+        restore()
+        if sink is not None:
+            sink.close()
+        if own_publisher and publisher is not None:
+            await publisher.close()
+
+
+async def train_from_url(config: LearnerConfig, database_url: str, run: str) -> LearnerResult:
+    """``harnessrl train``: the loop on the store at ``database_url`` (already migrated)."""
+    store = Store.from_url(database_url)
+    try:
+        return await run_learner(config, store, run)
+    finally:
+        await store.close()
+
+
+async def _train(config: LearnerConfig, store: Store, run: str, run_id: int, trainer: Trainer,
+                 publisher: Publisher | None, sink: MetricsSink, progress: _Progress, stop: asyncio.Event,
+                 on_step: Callable[[Metrics], None] | None) -> str:
+    while not config.max_steps or progress.step < config.max_steps:
+        waited = time.perf_counter()
+        groups = await _wait_for_groups(store, run_id, config, progress, stop)
+        if groups is None:
+            return "stopped"
+        started = time.perf_counter()
+        version = config.version_at(progress.step)
+        batch = build_batch(groups, version, config.max_staleness, config.scale_by_std)
+        lr = trainer.lr
+        result, too_long = await asyncio.to_thread(train_batch, trainer, batch, config)
+        progress.step += 1
+        progress.pending.extend(groups)
+        if config.checkpoints_at(progress.step):
+            await _checkpoint(config, store, run, run_id, trainer, progress)
+        step_s = time.perf_counter() - started
+        swap_s = await _publish(publisher, trainer, config, progress) if publisher else None
+        metrics = step_metrics(progress.step, version, lr, batch, too_long, result, step_s,
+                               started - waited, swap_s)
+        await sink.record(progress.step, metrics)
+        logger.info("step %d: %s", progress.step, _summary(metrics))
+        if on_step is not None:
+            on_step(metrics)
+        if stop.is_set():
+            return "stopped"
+    return "max_steps"
+
+
+async def _wait_for_run(store: Store, run: str, config: LearnerConfig, stop: asyncio.Event) -> int | None:
+    """The learner may start before the first rollout creates the run: wait for it."""
+    announced = False
+    while not stop.is_set():
+        run_id = await find_run_id(store, run)
+        if run_id is not None:
+            return run_id
+        if not announced:
+            logger.warning("run %r does not exist yet; waiting for its first rollout", run)
+            announced = True
+        await _sleep_or_stop(stop, config.poll_interval_s)
+    return None
+
+
+async def _wait_for_groups(store: Store, run_id: int, config: LearnerConfig, progress: _Progress,
+                           stop: asyncio.Event) -> list[ReadyGroup] | None:
+    taken = {g.group_id for g in progress.pending}
+    while not stop.is_set():
+        ids = await ready_group_ids(store, run_id, config.groups_per_step, taken)
+        if len(ids) >= config.groups_per_step:
+            return [await load_group(store, group_id, config.include_side) for group_id in ids]
+        await _sleep_or_stop(stop, config.poll_interval_s)
+    return None
+
+
+async def _sleep_or_stop(stop: asyncio.Event, seconds: float) -> None:
+    try:
+        await asyncio.wait_for(stop.wait(), seconds)
+    except TimeoutError:
+        pass
+
+
+async def _resume(store: Store, run_id: int, config: LearnerConfig, trainer: Trainer) -> int:
+    """Load the checkpoint the store last committed (if any); drop leftovers newer than it."""
+    record = await latest_checkpoint(store, run_id)
+    step = 0
+    if record is not None:
+        state = await asyncio.to_thread(load_checkpoint, Path(record.path), trainer.model, trainer.optimizer,
+                                        trainer.scheduler)
+        if state.step != record.step:
+            raise LearnerError(f"checkpoint {record.path} holds step {state.step} but the store recorded step "
+                               f"{record.step} there: two runs share this checkpoint dir; give each its own")
+        step = record.step
+        logger.info("resumed run at step %d (version %d) from %s", step, record.version, record.path)
+    for orphan in remove_orphans(Path(config.checkpoint_dir), step):
+        logger.info("removed uncommitted checkpoint %s", orphan)
+    return step
+
+
+async def _checkpoint(config: LearnerConfig, store: Store, run: str, run_id: int, trainer: Trainer,
+                      progress: _Progress) -> None:
+    """Write the checkpoint, then commit it together with the groups it consumes."""
+    step, groups = progress.step, progress.pending
+    version = config.version_at(step)
+    last = groups[-1] if groups else None
+    meta = {"run": run, "group_ids": [g.group_id for g in groups],
+            "last_ready_at": last.ready_at.isoformat() if last and last.ready_at else None,
+            "config": {k: v for k, v in asdict(config).items() if k != "admin_key"}}
+    path = await asyncio.to_thread(save_checkpoint, Path(config.checkpoint_dir), step, version, trainer.model,
+                                   trainer.optimizer, trainer.scheduler, meta)
+    record = CheckpointRecord(step, version, str(path), tuple(meta["group_ids"]),
+                              last.ready_at if last else None, last.group_id if last else None)
+    await commit_checkpoint(store, run_id, record)
+    progress.pending = []
+    prune_checkpoints(Path(config.checkpoint_dir), step, config.keep_checkpoints)
+
+
+async def _publish(publisher: Publisher, trainer: Trainer, config: LearnerConfig, progress: _Progress) -> float | None:
+    """Publish the new version on publishing steps; a gateway that is down is retried next time."""
+    if not (config.publishes_at(progress.step) or progress.unpublished):
+        return None
+    if not config.checkpoints_at(progress.step):
+        return None  # a failed publication waits for the next checkpointed step
+    version = config.version_at(progress.step)
+    try:
+        published = await publisher.publish(trainer.model, version)
+    except GatewayUnreachable as exc:
+        logger.warning("could not publish policy-v%d, will publish a newer version later: %s", version, exc)
+        progress.unpublished = True
+        return None
+    progress.unpublished = False
+    logger.info("published %s in %.2f s", published.name, published.swap_s)
+    return published.swap_s
+
+
+async def _sync_published(publisher: Publisher, trainer: Trainer, config: LearnerConfig, step: int) -> None:
+    """On start: publish the resumed version if the gateway lacks it (a crash between commit and
+    publication); refuse a gateway that already serves a newer version than this learner holds."""
+    want = config.version_at(step)
+    current = await publisher.current_version()
+    if current > want:
+        raise LearnerError(
+            f"the gateway at {config.gateway_url} serves policy-v{current}, newer than this run's learner "
+            f"(v{want} at step {step}): another learner publishes to it, or this run's checkpoints were reset. "
+            f"Versions are per gateway: give each run its own gateway, or set publish = false")
+    if want > current:
+        published = await publisher.publish(trainer.model, want)
+        logger.info("published %s (committed before the last stop, not yet served)", published.name)
+
+
+def _install_signal_handlers(stop: asyncio.Event) -> Callable[[], None]:
+    """SIGTERM/SIGINT set ``stop``; returns a function that restores the previous handlers."""
+    if threading.current_thread() is not threading.main_thread():
+        return lambda: None
+    loop = asyncio.get_running_loop()
+    installed = []
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        try:
+            loop.add_signal_handler(sig, stop.set)
+            installed.append(sig)
+        except (NotImplementedError, RuntimeError):  # not supported on this platform / loop
+            pass
+    return lambda: [loop.remove_signal_handler(sig) for sig in installed]
+
+
+def _summary(metrics: Metrics) -> str:
+    keys = ("reward_mean", "groups_kept", "samples", "samples_stale", "staleness_max", "loss", "grad_norm",
+            "step_time_s", "swap_time_s")
+    return " ".join(f"{k}={_fmt(metrics.get(k))}" for k in keys)
+
+
+def _fmt(value) -> str:
+    return f"{value:.4g}" if isinstance(value, float) else str(value)

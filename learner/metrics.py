@@ -1,0 +1,105 @@
+"""Per-step metrics: gathered from the batch, the train step and the clock; stored and sent to TensorBoard.
+
+Stored as one JSON row per (run, step) in ``learner_steps`` so dashboards and tests read them from
+the same store as the trajectories; a step replayed after a crash overwrites its row. TensorBoard
+gets every numeric value under ``learner/<key>``.
+"""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+from typing import Any
+
+from sqlalchemy import delete, select
+
+from gateway.store.store import Store
+from gateway.store.tables import LearnerStep
+from learner.groups import Batch
+
+Metrics = dict[str, float | int | bool | None]
+
+# Keys of learner.step.train_step's result that are reported as they are.
+TRAIN_KEYS = ("loss", "kl", "entropy", "grad_norm", "ratio_min", "ratio_mean", "ratio_max", "is_masked_fraction",
+              "clip_frac_low", "clip_frac_high", "tokens", "tokens_sampled", "tokens_trained", "rows",
+              "optimizer_stepped")
+
+
+def batch_metrics(batch: Batch, samples_too_long: int) -> Metrics:
+    """What the data looked like: rewards, drops, staleness."""
+    adv = batch.advantages
+    ages = batch.staleness
+    return {
+        "groups": len(batch.groups),
+        "groups_kept": adv.groups_kept,
+        "groups_zero_std": adv.groups_zero_std,
+        "groups_empty": adv.groups_empty,
+        "frac_reward_zero_std": adv.frac_reward_zero_std,
+        "reward_mean": adv.reward_mean_all,  # every scored rollout of every group read
+        "reward_mean_kept": adv.reward_mean_kept,  # rollouts of groups with a learning signal
+        "rollouts_unscored": adv.rollouts_unscored,
+        "samples_read": batch.samples_read,
+        "samples": len(batch.samples) - samples_too_long,  # trained on
+        "samples_stale": batch.samples_stale,
+        "samples_unscored": batch.samples_unscored,
+        "samples_empty": batch.samples_empty,
+        "samples_too_long": samples_too_long,
+        "staleness_mean": sum(ages) / len(ages) if ages else None,
+        "staleness_max": max(ages) if ages else None,
+    }
+
+
+def step_metrics(step: int, version: int, lr: float, batch: Batch, samples_too_long: int, train: dict[str, Any],
+                 step_s: float, wait_s: float, swap_s: float | None) -> Metrics:
+    metrics: Metrics = {"step": step, "version": version, "lr": lr}
+    metrics.update(batch_metrics(batch, samples_too_long))
+    metrics.update({key: train.get(key) for key in TRAIN_KEYS})
+    metrics.update({
+        "step_time_s": step_s,  # batch, packing, forward/backward, optimizer, checkpoint (not waiting)
+        "wait_time_s": wait_s,  # waiting for enough ready groups
+        "swap_time_s": swap_s,  # adapter save -> gateway's answer; None when not published this step
+        "trained_tokens_per_s": (train.get("tokens") or 0) / step_s if step_s > 0 else None,
+    })
+    return {key: _finite(value) for key, value in metrics.items()}
+
+
+def _finite(value: Any) -> Any:
+    """JSON columns (PostgreSQL's especially) refuse NaN and infinity: store None instead."""
+    if isinstance(value, float) and not math.isfinite(value):
+        return None
+    return value
+
+
+class MetricsSink:
+    """Writes each step's metrics to the store and to TensorBoard."""
+
+    def __init__(self, store: Store, run_id: int, tensorboard_dir: Path | None):
+        self.store = store
+        self.run_id = run_id
+        self.writer = None
+        if tensorboard_dir is not None:
+            from torch.utils.tensorboard import SummaryWriter  # imports tensorboard: only when asked for
+
+            self.writer = SummaryWriter(log_dir=str(tensorboard_dir))
+
+    async def record(self, step: int, metrics: Metrics) -> None:
+        async with self.store.sessions.begin() as session:
+            await session.execute(delete(LearnerStep).where(LearnerStep.run_id == self.run_id,
+                                                            LearnerStep.step == step))
+            session.add(LearnerStep(run_id=self.run_id, step=step, metrics=metrics))
+        if self.writer is not None:
+            for key, value in metrics.items():
+                if isinstance(value, (int, float)) and key != "step":
+                    self.writer.add_scalar(f"learner/{key}", float(value), step)
+            self.writer.flush()
+
+    def close(self) -> None:
+        if self.writer is not None:
+            self.writer.close()
+
+
+async def step_history(store: Store, run_id: int) -> list[Metrics]:
+    """Every stored step of the run, in step order."""
+    query = select(LearnerStep.metrics).where(LearnerStep.run_id == run_id).order_by(LearnerStep.step)
+    async with store.sessions() as session:
+        return list((await session.scalars(query)).all())

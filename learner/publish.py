@@ -1,0 +1,138 @@
+"""Publishing a policy version: save the adapter as ``policy-v{N}``, ask the gateway to load it.
+
+The gateway (``POST /admin/adapters {"version", "path"}``, header ``x-admin-key``) loads the folder
+into every engine under the new name, makes it current for new rollouts and unloads versions older
+than ``max_staleness + 1``. The folder must be readable by the engine at that path: the adapters dir
+is absolute and on a disk the engine shares.
+
+Only transport errors are retried (the request may not have arrived), with doubling delays up to
+``retries`` times; an HTTP error answer is a configuration problem and is raised with the fix.
+A retried request may already have been applied (a timeout after the gateway loaded it): the
+gateway then answers 409 and the learner checks ``GET /admin/policy`` before calling it an error.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import httpx
+
+from learner.checkpoint import atomic_write_dir
+
+# Errors where the gateway may never have seen the request, or its answer was lost on the way.
+RETRYABLE = (httpx.ConnectError, httpx.ConnectTimeout, httpx.PoolTimeout, httpx.ReadTimeout, httpx.ReadError,
+             httpx.WriteError, httpx.RemoteProtocolError)
+MAX_DELAY_S = 10.0
+
+
+class PublishError(RuntimeError):
+    """The gateway refused the adapter or stayed unreachable; the message says what to fix."""
+
+
+class GatewayUnreachable(PublishError):
+    """Transport errors outlasted the retries: nothing is wrong with the adapter or the config."""
+
+
+@dataclass(frozen=True)
+class Published:
+    version: int
+    name: str  # the engine's adapter name, policy-v{N}
+    path: str  # the adapter folder the engine loaded
+    save_s: float  # writing the adapter folder
+    swap_s: float  # save start -> the gateway's answer (the adapter is then current)
+    engine_load_s: float | None  # the engine's own load time, as the gateway reports it
+    attempts: int
+
+
+def adapter_name(version: int) -> str:
+    return f"policy-v{version}"  # gateway.policy.adapter_name: the gateway names engine adapters so
+
+
+class Publisher:
+    def __init__(self, gateway_url: str, admin_key: str, adapters_dir: Path, retries: int = 5,
+                 timeout_s: float = 120.0, client: httpx.AsyncClient | None = None,
+                 sleep: Callable[[float], Awaitable[Any]] = asyncio.sleep):
+        """``client``: an existing client (tests pass the in-process gateway's); else one is made."""
+        self.url = gateway_url.rstrip("/")
+        self.headers = {"x-admin-key": admin_key} if admin_key else {}
+        self.adapters_dir = Path(adapters_dir)
+        self.retries = retries
+        self._own_client = client is None
+        self.client = client or httpx.AsyncClient(timeout=timeout_s)
+        self._sleep = sleep
+
+    async def close(self) -> None:
+        if self._own_client:
+            await self.client.aclose()
+
+    async def current_version(self) -> int:
+        """The version the gateway serves to new rollouts (0: the base model)."""
+        response = await self._send("GET", "/admin/policy")
+        return int(response.json()["current_version"])
+
+    async def publish(self, model: Any, version: int) -> Published:
+        """Save ``model`` (a peft model) as policy-v{version} and make the gateway serve it."""
+        name = adapter_name(version)
+        started = time.perf_counter()
+        path = atomic_write_dir(self.adapters_dir / name, lambda tmp: model.save_pretrained(tmp))
+        save_s = time.perf_counter() - started
+        body = {"version": version, "path": str(path)}
+        attempts, response = await self._send_counted("POST", "/admin/adapters", body)
+        swap_s = time.perf_counter() - started
+        if response.status_code == 409 and await self._serves(version, name):
+            # an earlier attempt landed (its answer was lost to a timeout): the version is served
+            return Published(version, name, str(path), save_s, swap_s, None, attempts)
+        _raise_for(response, version)
+        return Published(version, name, str(path), save_s, swap_s, response.json().get("load_s"), attempts)
+
+    async def _serves(self, version: int, name: str) -> bool:
+        """Whether ``name`` is the gateway's current version (published by us, answer lost)."""
+        response = await self._send("GET", "/admin/policy")
+        if response.status_code != 200:
+            return False
+        view = response.json()
+        return view.get("current_version") == version and name in view.get("loaded", {}).values()
+
+    async def _send(self, method: str, path: str, body: dict | None = None) -> httpx.Response:
+        return (await self._send_counted(method, path, body))[1]
+
+    async def _send_counted(self, method: str, path: str, body: dict | None) -> tuple[int, httpx.Response]:
+        delay = 0.5
+        for attempt in range(1, self.retries + 2):
+            try:
+                return attempt, await self.client.request(method, self.url + path, json=body, headers=self.headers)
+            except RETRYABLE as exc:
+                if attempt > self.retries:
+                    raise GatewayUnreachable(
+                        f"gateway at {self.url} unreachable after {attempt} attempts ({type(exc).__name__}: {exc}); "
+                        f"start it with `harnessrl serve`, fix gateway_url in the learner config, "
+                        f"or set publish = false to train without publishing") from exc
+                await self._sleep(delay)
+                delay = min(delay * 2, MAX_DELAY_S)
+        raise AssertionError("unreachable")  # pragma: no cover
+
+
+def _raise_for(response: httpx.Response, version: int) -> None:
+    if response.status_code < 400:
+        return
+    message = _error_message(response)
+    if response.status_code == 401:
+        raise PublishError(f"the gateway refused the admin key ({message}): set admin_key in the learner config "
+                           f"or HARNESSRL_ADMIN_KEY to the key `harnessrl serve --admin-key` was given")
+    if response.status_code == 409:
+        raise PublishError(f"the gateway refused policy-v{version} ({message}): it already serves a newer version, "
+                           f"so another learner publishes to it or this run's checkpoints were reset; "
+                           f"give each learner its own gateway")
+    raise PublishError(f"publishing policy-v{version} failed with HTTP {response.status_code}: {message}")
+
+
+def _error_message(response: httpx.Response) -> str:
+    try:
+        return str(response.json()["error"]["message"])
+    except Exception:  # noqa: BLE001 - any non-standard body: show its start
+        return response.text[:300]

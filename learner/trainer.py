@@ -1,0 +1,79 @@
+"""The model side of the learner: base model + LoRA (peft), AdamW on the LoRA weights, the LR schedule,
+and one optimizer step on a batch (packing, then ``learner.step.train_step``)."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+
+from learner.config import LearnerConfig
+from learner.groups import Batch
+from learner.packing import pack_samples
+from learner.step import train_step
+
+
+@dataclass
+class Trainer:
+    """Mutable by nature: the weights and optimizer state a step updates in place."""
+
+    model: Any  # peft PeftModel
+    optimizer: torch.optim.Optimizer
+    scheduler: torch.optim.lr_scheduler.LambdaLR
+
+    @property
+    def lr(self) -> float:
+        return float(self.optimizer.param_groups[0]["lr"])
+
+
+def build_trainer(config: LearnerConfig) -> Trainer:
+    """Load the base model from ``model_dir`` and wrap it with a freshly initialised LoRA adapter."""
+    from peft import LoraConfig, get_peft_model
+    from transformers import AutoModelForCausalLM
+
+    torch.manual_seed(config.seed)  # LoRA's A matrices are random: the same seed gives the same start
+    base = AutoModelForCausalLM.from_pretrained(config.model_dir, dtype=getattr(torch, config.dtype),
+                                                attn_implementation=config.attn_implementation)
+    lora = LoraConfig(r=config.lora_rank, lora_alpha=config.lora_alpha, lora_dropout=config.lora_dropout,
+                      target_modules=list(config.lora_targets), task_type="CAUSAL_LM")
+    model = get_peft_model(base, lora)
+    model.train()  # with lora_dropout 0 (the default) train and eval modes give the same logits
+    params = [p for p in model.parameters() if p.requires_grad]
+    optimizer = torch.optim.AdamW(params, lr=config.lr, betas=config.adam_betas, weight_decay=config.weight_decay)
+    scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda k: lr_factor(config, k))
+    return Trainer(model, optimizer, scheduler)
+
+
+def lr_factor(config: LearnerConfig, k: int) -> float:
+    """Multiplier of ``lr`` for optimizer step k (0-based): linear warm-up, then the schedule.
+
+    Warm-up reaches the full rate at step warmup_steps - 1 (never a wasted step at lr 0); linear and
+    cosine decay to min_lr_ratio at max_steps.
+    """
+    if k < config.warmup_steps:
+        return (k + 1) / config.warmup_steps
+    if config.scheduler == "constant":
+        return 1.0
+    span = max(1, config.max_steps - config.warmup_steps)
+    progress = min(1.0, (k - config.warmup_steps) / span)
+    low = config.min_lr_ratio
+    if config.scheduler == "linear":
+        return 1.0 - (1.0 - low) * progress
+    return low + (1.0 - low) * 0.5 * (1.0 + math.cos(math.pi * progress))
+
+
+def train_batch(trainer: Trainer, batch: Batch, config: LearnerConfig) -> tuple[dict[str, Any], int]:
+    """Pack the batch's samples under token_budget and take one optimizer step (gradients accumulated
+    over every packed row). Returns train_step's metrics and how many samples were too long to pack.
+
+    The scheduler advances only when the optimizer did: a batch with nothing to train (all groups
+    zero-std, all samples stale) must not eat into the warm-up or the decay.
+    """
+    packing = pack_samples([s.sample for s in batch.samples], [s.advantage for s in batch.samples],
+                           config.token_budget)
+    result = train_step(trainer.model, trainer.optimizer, list(packing.rows), config.step())
+    if result["optimizer_stepped"]:
+        trainer.scheduler.step()
+    return result, len(packing.refused)
