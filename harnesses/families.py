@@ -1,0 +1,34 @@
+"""Generated task families: many small tasks of one kind, for learning curves.
+
+``arithmetic``: "What is a + b? Reply with just the number." graded from the agent's final reply.
+SmolLM2-135M solves a fraction of them at first (it tends to answer in prose), enough for
+GRPO groups with a spread of rewards; a policy that learns to answer tersely and right gains.
+"""
+
+from __future__ import annotations
+
+import random
+
+from harnesses.task import Task
+
+CHECK = """import re, sys
+text = open("/logs/agent/final.txt").read()
+numbers = re.findall(r"-?\\d+", text)
+sys.exit(0 if numbers and numbers[0] == sys.argv[1] and len(text.strip()) <= 40 else 1)
+"""
+
+
+def arithmetic_tasks(count: int = 16, seed: int = 0) -> list[Task]:
+    rng = random.Random(seed)
+    tasks = []
+    for n in range(count):
+        a, b = rng.randint(1, 9), rng.randint(1, 9)
+        tasks.append(Task(
+            name=f"add-{n:03d}-{a}+{b}",
+            instruction=f"What is {a} + {b}? Reply with just the number.",
+            tests={"check.py": CHECK.encode()},
+            verifier=f"python3 /tests/check.py {a + b}",
+            solution=f"mkdir -p /logs/agent && echo {a + b} > /logs/agent/final.txt",
+            agent_timeout_s=120.0, verifier_timeout_s=30.0, source=f"arithmetic family, seed {seed}",
+        ))
+    return tasks

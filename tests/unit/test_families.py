@@ -1,0 +1,27 @@
+"""Generated task families are deterministic and verifiable."""
+
+from __future__ import annotations
+
+import shutil
+
+import pytest
+
+from harnesses.families import arithmetic_tasks
+from harnesses.verify import verify
+from sandboxes import SandboxSpec, create_sandbox
+
+
+def test_arithmetic_family_is_deterministic_per_seed():
+    assert [t.instruction for t in arithmetic_tasks(8, seed=1)] == [t.instruction for t in arithmetic_tasks(8, seed=1)]
+    assert [t.name for t in arithmetic_tasks(8, seed=1)] != [t.name for t in arithmetic_tasks(8, seed=2)]
+
+
+@pytest.mark.skipif(not shutil.which("bwrap"), reason="the verifier reads /logs: apt-get install bubblewrap")
+@pytest.mark.parametrize("answer, expected", [("right", 1.0), ("wrong", 0.0), ("verbose", 0.0)])
+async def test_arithmetic_answers_are_graded_on_the_final_reply(answer, expected):
+    task = arithmetic_tasks(1, seed=3)[0]
+    right = task.verifier.split()[-1]
+    text = {"right": right, "wrong": str(int(right) + 1), "verbose": f"{right} " + "because " * 10}[answer]
+    async with await create_sandbox("local", SandboxSpec(), isolation="bwrap") as sandbox:
+        await sandbox.put_file("/logs/agent/final.txt", text.encode())
+        assert (await verify(sandbox, task)).reward == expected
