@@ -40,6 +40,8 @@ class BuiltinSettings:
     max_tokens: int = 256  # per model call
     temperature: float = 1.0
     command_timeout_s: float = 30.0
+    system: str | None = SYSTEM  # None: no system prompt (tiny models answer plain questions better)
+    tools: bool = True  # offer the function tools (bash blocks in replies run either way)
 
 
 class BuiltinHarness:
@@ -66,12 +68,15 @@ class BuiltinHarness:
 
     async def _loop(self, client: AsyncOpenAI, sandbox: Sandbox, task: Task, target: RolloutTarget,
                     log: list[str]) -> str:
-        messages: list[dict] = [{"role": "system", "content": SYSTEM}, {"role": "user", "content": task.instruction}]
+        messages: list[dict] = [{"role": "user", "content": task.instruction}]
+        if self.settings.system:
+            messages.insert(0, {"role": "system", "content": self.settings.system})
         last_text = ""
         for _ in range(self.settings.max_turns):
             reply = (await client.chat.completions.create(
-                model=target.model, messages=messages, tools=TOOLS, max_tokens=self.settings.max_tokens,
-                temperature=self.settings.temperature)).choices[0].message
+                model=target.model, messages=messages, max_tokens=self.settings.max_tokens,
+                temperature=self.settings.temperature, **({"tools": TOOLS} if self.settings.tools else {}),
+            )).choices[0].message
             log.append(f"assistant: {reply.content or ''} {[c.function.name for c in reply.tool_calls or []]}")
             messages.append(_assistant_message(reply))
             last_text = reply.content or last_text

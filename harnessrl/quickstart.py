@@ -43,7 +43,8 @@ class QuickstartPlan:
     concurrency: int = 8
     max_model_len: int = 2048
     # One reply per rollout, short: the arithmetic family is graded on the final answer.
-    agent: BuiltinSettings = field(default_factory=lambda: BuiltinSettings(max_turns=1, max_tokens=32))
+    agent: BuiltinSettings = field(default_factory=lambda: BuiltinSettings(
+        max_turns=1, max_tokens=32, system=None, tools=False))
     groups_per_step: int = 4  # the learner's batch
     backlog_steps: int = 2  # rollouts pause while this many learner steps' worth of groups wait
     learner: dict = field(default_factory=dict)  # more learner config keys (see learner/config.py)

@@ -21,7 +21,8 @@ def test_arithmetic_family_is_deterministic_per_seed():
 async def test_arithmetic_answers_are_graded_on_the_final_reply(answer, expected):
     task = arithmetic_tasks(1, seed=3)[0]
     right = task.verifier.split()[-1]
-    text = {"right": right, "wrong": str(int(right) + 1), "verbose": f"{right} " + "because " * 10}[answer]
+    text = {"right": f"The answer is {right}.", "wrong": str(int(right) + 1),
+            "verbose": " ".join(str(n) for n in range(20))}[answer]
     async with await create_sandbox("local", SandboxSpec(), isolation="bwrap") as sandbox:
         await sandbox.put_file("/logs/agent/final.txt", text.encode())
         assert (await verify(sandbox, task)).reward == expected
