@@ -6,15 +6,24 @@ import asyncio
 
 import httpx
 
-RETRYABLE = (httpx.ConnectError, httpx.ConnectTimeout, httpx.RemoteProtocolError)
+# Transport errors worth a retry: the gateway is (re)starting, or it closed a kept-alive
+# connection just as a request went out on it.
+RETRYABLE = (httpx.ConnectError, httpx.ConnectTimeout, httpx.RemoteProtocolError, httpx.ReadError,
+             httpx.WriteError)
 RETRY_DELAYS_S = (0.2, 1.0, 3.0)
+
+
+class AlreadyEnded(RuntimeError):
+    """The rollout had already ended (409)."""
 
 
 class GatewayClient:
     def __init__(self, url: str, admin_key: str | None = None):
         headers = {"x-admin-key": admin_key} if admin_key else {}
         self.url = url.rstrip("/")
-        self._http = httpx.AsyncClient(base_url=self.url, headers=headers, timeout=60.0)
+        # Idle connections expire before the server's keep-alive (uvicorn: 5 s) closes them.
+        limits = httpx.Limits(max_connections=256, keepalive_expiry=2.0)
+        self._http = httpx.AsyncClient(base_url=self.url, headers=headers, timeout=60.0, limits=limits)
 
     async def create_rollout(self, run: str, task: str, group: str, group_size: int, meta: dict,
                              capture: str | None = None) -> dict:
@@ -24,8 +33,11 @@ class GatewayClient:
         return await self._json("POST", "/api/rollouts", json=body)
 
     async def finish(self, rollout_id: int, status: str, error: str | None, rewards: dict) -> dict:
-        return await self._json("POST", f"/api/rollouts/{rollout_id}/finish",
-                                json={"status": status, "error": error, "rewards": rewards})
+        try:
+            return await self._json("POST", f"/api/rollouts/{rollout_id}/finish",
+                                    json={"status": status, "error": error, "rewards": rewards})
+        except AlreadyEnded:  # a retried request whose first attempt did land
+            return await self.rollout(rollout_id)
 
     async def rollout(self, rollout_id: int) -> dict:
         return await self._json("GET", f"/api/rollouts/{rollout_id}")
@@ -59,6 +71,8 @@ class GatewayClient:
                     raise RuntimeError(f"gateway at {self.url} is unreachable; start it with `harnessrl serve` "
                                        f"or pass --gateway URL") from None
                 await asyncio.sleep(delay)
+        if response.status_code == 409 and "already ended" in response.text:
+            raise AlreadyEnded(response.text)
         if response.status_code >= 400:
             raise RuntimeError(f"gateway {method} {path}: {response.status_code} {response.text[:500]}"
                                + (" (pass --admin-key)" if response.status_code == 401 else ""))

@@ -98,7 +98,10 @@ class Runner:
             status, error, rewards = await self._attempt(task, index, rollout)
         except Exception as exc:  # a crashed sandbox or agent fails this rollout, not the run
             status, error, rewards = "failed", f"{type(exc).__name__}: {exc}", {}
-        view = await self.gateway.finish(rollout["id"], status, error, rewards)
+        try:
+            view = await self.gateway.finish(rollout["id"], status, error, rewards)
+        except RuntimeError as exc:  # the gateway went away: report it, leave the rollout to a rerun
+            return RolloutResult(task.name, index, rollout["id"], "failed", None, f"could not end the rollout: {exc}")
         return RolloutResult(task.name, index, rollout["id"], status, view["reward"], error)
 
     async def _attempt(self, task: Task, index: int, rollout: dict) -> tuple[str, str | None, dict]:
