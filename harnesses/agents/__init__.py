@@ -1,0 +1,24 @@
+"""Adapters for the real CLI coding agents: OpenCode, pi and Hermes (see `cli_agent` for the common part).
+
+    harness = create("opencode", sandbox="docker")   # image harnessrl/opencode:latest
+    harness = create("pi")                           # local sandbox: the host's install, read-only
+"""
+
+from __future__ import annotations
+
+from harnesses.agents.cli_agent import AgentNotInstalled, AgentSettings, CliAgentHarness
+from harnesses.agents.hermes import HermesHarness
+from harnesses.agents.opencode import OpenCodeHarness
+from harnesses.agents.pi import PiHarness
+
+AGENTS: dict[str, type[CliAgentHarness]] = {"opencode": OpenCodeHarness, "pi": PiHarness, "hermes": HermesHarness}
+
+__all__ = ["AGENTS", "AgentNotInstalled", "AgentSettings", "CliAgentHarness", "HermesHarness", "OpenCodeHarness",
+           "PiHarness", "create"]
+
+
+def create(name: str, sandbox: str = "local", settings: AgentSettings | None = None) -> CliAgentHarness:
+    """The adapter for agent ``name``, for sandboxes of kind ``sandbox`` ("local" or "docker")."""
+    if name not in AGENTS:
+        raise ValueError(f"unknown agent {name!r}; choose one of {', '.join(AGENTS)}")
+    return AGENTS[name](sandbox=sandbox, settings=settings)

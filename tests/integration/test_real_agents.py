@@ -1,0 +1,156 @@
+"""The real OpenCode, pi and Hermes binaries, in sandboxes, driven through a real gateway.
+
+A scripted engine stands in for the model: asked with tools, it calls the agent's own file-writing
+tool (found in the request's `tools`) to write hello.txt, then answers "Done."; asked without tools
+(a side call: a title, a summary) it answers with a short title. Each rollout runs through the
+runner end to end: the agent writes the file, the verifier scores 1 (it also checks the final answer
+the adapter extracted), and every engine call is recorded under the rollout, side calls tagged.
+
+Local sandboxes need bubblewrap and the agents installed on the host (`.ci/run` installs them);
+docker sandboxes need a Docker engine and the harness images (`docker/setup-engine.sh`, then
+`harnessrl images build`). Whatever is missing is skipped, with the command that provides it.
+"""
+
+from __future__ import annotations
+
+import shutil
+from collections.abc import Iterator
+
+import httpx
+import pytest
+
+from gateway.engine.fake import FakeEngine, FakeReply, create_fake_engine_app
+from gateway.settings import GatewaySettings
+from harnesses.agents import AgentNotInstalled, create
+from harnesses.gateway_client import GatewayClient
+from harnesses.runner import RunPlan, Runner
+from harnesses.task import Task
+from harnessrl.server import BackgroundGateway, BackgroundServer
+from sandboxes import WORKSPACE, Limits, SandboxSpec
+
+AGENTS = ("opencode", "pi", "hermes")
+WRITE_TOOLS = ("write", "write_file")  # OpenCode and pi: write; Hermes: write_file
+PATH_KEYS = ("filePath", "path", "file_path")
+TITLE = "Hello file"
+TASK = Task(
+    name="hello-file",
+    instruction="Create a file hello.txt in the current directory containing exactly: hello",
+    # The file the agent's tool wrote, and the final answer the adapter parsed from the agent's output.
+    verifier='test "$(cat hello.txt)" = hello && grep -qx Done. /logs/agent/final.txt',
+    agent_timeout_s=240.0,
+    verifier_timeout_s=60.0,
+)
+
+
+def planned_write(tools: list[dict]) -> tuple[str, dict]:
+    """The agent's own write tool, called with hello.txt in the workspace (absolute path)."""
+    functions = {t["function"]["name"]: t["function"] for t in tools if t.get("type") == "function"}
+    name = next((n for n in WRITE_TOOLS if n in functions), None)
+    assert name, f"no file-writing tool among {sorted(functions)}"
+    properties = functions[name].get("parameters", {}).get("properties", {})
+    path_key = next(k for k in PATH_KEYS if k in properties)
+    return name, {path_key: f"{WORKSPACE}/hello.txt", "content": "hello"}
+
+
+def script(body: dict) -> FakeReply:
+    if not body.get("tools"):
+        return FakeReply(content=TITLE)  # a side call
+    messages = body["messages"]
+    last_user = max(i for i, m in enumerate(messages) if m["role"] == "user")
+    if any(m["role"] == "tool" for m in messages[last_user:]):
+        return FakeReply(content="Done.")
+    return FakeReply(tool_calls=(planned_write(body["tools"]),))
+
+
+@pytest.fixture(scope="module")
+def engine_server() -> Iterator[BackgroundServer]:
+    # Bytes are tokens here and agents send 10-40 kB of system prompt and tools, asking for
+    # max_tokens in the tens of thousands: a context far above any real one.
+    engine = FakeEngine(model="fake-base", max_model_len=1_000_000)
+    with BackgroundServer(create_fake_engine_app(engine)) as server:
+        yield server
+
+
+@pytest.fixture
+def engine(engine_server) -> FakeEngine:
+    fake = engine_server.app.state.engine
+    fake.script, fake.requests = script, []
+    return fake
+
+
+@pytest.fixture
+def gateway(sqlite_db, engine_server) -> Iterator[BackgroundGateway]:
+    with BackgroundGateway(GatewaySettings(database_url=sqlite_db, engine_url=engine_server.url)) as gw:
+        yield gw
+
+
+def local_harness(name: str):
+    if not shutil.which("bwrap"):
+        pytest.skip("bubblewrap not installed: apt-get install -y bubblewrap")
+    harness = create(name, sandbox="local")
+    try:
+        harness.host_install()
+    except AgentNotInstalled as exc:
+        pytest.skip(str(exc))
+    return harness
+
+
+def docker_harness(name: str):
+    docker = pytest.importorskip("docker")
+    try:
+        client = docker.from_env(timeout=10)
+        client.ping()
+    except docker.errors.DockerException as exc:
+        pytest.skip(f"no Docker engine reachable (run docker/setup-engine.sh): {type(exc).__name__}")
+    harness = create(name, sandbox="docker")
+    try:
+        client.images.get(harness.image)
+    except docker.errors.ImageNotFound:
+        pytest.skip(f"image {harness.image} missing: harnessrl images build --harness {name}")
+    return harness
+
+
+async def run_one(harness, gateway: BackgroundGateway, sandbox: str, options: dict):
+    plan = RunPlan(run=f"real-{harness.name}-{sandbox}", tasks=[TASK], harness=harness, group_size=1,
+                   concurrency=1, sandbox=sandbox, sandbox_options=options,
+                   base_spec=SandboxSpec(limits=Limits(memory_bytes=2 * 2**30, cpus=1.0)))
+    client = GatewayClient(gateway.url)
+    try:
+        [result] = await Runner(plan, client).run()
+    finally:
+        await client.close()
+    return result
+
+
+def recorded_calls(gateway: BackgroundGateway, rollout_id: int) -> list[dict]:
+    with httpx.Client(base_url=gateway.url, timeout=30) as http:
+        calls = http.get(f"/api/rollouts/{rollout_id}/calls", params={"limit": 1000}).json()["data"]
+        return [http.get(f"/api/calls/{c['id']}").json() for c in calls]
+
+
+def check_recorded(gateway: BackgroundGateway, engine: FakeEngine, rollout_id: int) -> None:
+    calls = recorded_calls(gateway, rollout_id)
+    # Every engine call of this test belongs to this rollout (nothing went to the adhoc run).
+    assert len(calls) == len(engine.requests)
+    main = [c for c in calls if c["request"].get("tools")]
+    side = [c for c in calls if not c["request"].get("tools")]
+    assert len(main) >= 2, "expected the tool call and the final answer"
+    assert all(c["tags"] == [] for c in main)
+    assert all(c["tags"] for c in side), [(c["tags"], str(c["request"]["messages"])[:300]) for c in side]
+    assert {c["model"] for c in main} == {"policy"}
+
+
+@pytest.mark.parametrize("name", AGENTS)
+async def test_agent_in_local_sandbox_writes_the_file_and_scores_one(name, gateway, engine):
+    harness = local_harness(name)
+    result = await run_one(harness, gateway, "local", {"isolation": "bwrap"})
+    assert (result.status, result.reward, result.error) == ("finished", 1.0, None)
+    check_recorded(gateway, engine, result.rollout_id)
+
+
+@pytest.mark.parametrize("name", AGENTS)
+async def test_agent_in_docker_sandbox_writes_the_file_and_scores_one(name, gateway, engine):
+    harness = docker_harness(name)
+    result = await run_one(harness, gateway, "docker", {})
+    assert (result.status, result.reward, result.error) == ("finished", 1.0, None)
+    check_recorded(gateway, engine, result.rollout_id)
