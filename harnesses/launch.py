@@ -19,7 +19,7 @@ async def launch_run(tasks: Path, run: str, harness: str, group_size: int, concu
     if sandbox not in ("local", "docker"):
         raise ValueError(f"--sandbox must be local or docker, not {sandbox!r}")
     limits = Limits(memory_bytes=int(memory_gib * 2**30), cpus=1.0)
-    plan = RunPlan(run=run, tasks=load_tasks(tasks), harness=create_harness(harness), group_size=group_size,
+    plan = RunPlan(run=run, tasks=load_tasks(tasks), harness=create_harness(harness, sandbox), group_size=group_size,
                    concurrency=concurrency, sandbox=sandbox, base_spec=SandboxSpec(limits=limits),
                    rewards=tuple(load_reward_function(spec) for spec in rewards), capture=capture)
     gateway = GatewayClient(gateway_url, admin_key)

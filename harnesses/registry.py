@@ -10,11 +10,12 @@ def harness_names() -> list[str]:
     return ["builtin", "opencode", "pi", "hermes"]
 
 
-def create_harness(name: str) -> HarnessAdapter:
+def create_harness(name: str, sandbox: str = "local") -> HarnessAdapter:
+    """The adapter for ``name``; CLI agents are set up for the sandbox kind they will run in."""
     if name == "builtin":
         return BuiltinHarness()
     if name in ("opencode", "pi", "hermes"):
         from harnesses import agents  # the CLI agents' adapters
 
-        return agents.create(name)
+        return agents.create(name, sandbox=sandbox)
     raise ValueError(f"unknown harness {name!r}; choose one of {', '.join(harness_names())}")
