@@ -68,27 +68,22 @@ async def learner_steps(engine: AsyncEngine, run: str) -> list[dict]:
 
 
 def save_reward_curve(dashboard: Dashboard, path: Path) -> Path:
+    """Mean reward per round of rollouts (left) and the learner's loss per step (right)."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
     rounds = sorted(dashboard.rewards_by_round)
-    means = [statistics.fmean(dashboard.rewards_by_round[r]) for r in rounds]
-    figure, axes = plt.subplots(figsize=(7, 4))
-    axes.plot(rounds, means, marker="o", label="mean reward per round")
-    if dashboard.steps:
-        axes2 = axes.twinx()
-        trained = [s for s in dashboard.steps if s.get("loss") is not None]
-        axes2.plot([s["step"] for s in trained], [s["loss"] for s in trained],
-                   color="grey", alpha=0.5, label="learner loss (by step)")
-        axes2.set_ylabel("loss")
-    axes.set_xlabel("round")
-    axes.set_ylabel("reward")
-    axes.set_title(f"harnessrl quickstart: {dashboard.run}")
-    axes.legend(loc="upper left")
+    figure, (rewards, losses) = plt.subplots(1, 2, figsize=(10, 4))
+    rewards.plot(rounds, [statistics.fmean(dashboard.rewards_by_round[r]) for r in rounds], marker="o")
+    rewards.set(xlabel="round of rollouts", ylabel="mean reward", title="reward", ylim=(-0.02, 1.02))
+    trained = [s for s in dashboard.steps if s.get("loss") is not None]
+    losses.plot([s["step"] for s in trained], [s["loss"] for s in trained], color="grey", marker=".")
+    losses.set(xlabel="learner step", ylabel="loss", title="learner loss (steps that trained)")
+    figure.suptitle(f"harnessrl quickstart: {dashboard.run}")
     figure.tight_layout()
     path.parent.mkdir(parents=True, exist_ok=True)
-    figure.savefig(path, dpi=120)
+    figure.savefig(path, dpi=110)
     plt.close(figure)
     return path

