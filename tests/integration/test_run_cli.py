@@ -16,6 +16,7 @@ import pytest
 
 from gateway.engine.fake import FakeEngine, create_fake_engine_app
 from gateway.settings import GatewaySettings
+from harnesses.runner import INTERRUPTED
 from harnesses.task import builtin_tasks_path, load_tasks
 from harnessrl.server import BackgroundGateway, BackgroundServer
 from tests.unit.test_runner import solving_script
@@ -62,6 +63,9 @@ def test_run_finishes_and_resumes_after_an_interrupt(gateway, tmp_path):
     done = Counter((r["task"], r["meta"]["index"]) for r in final if r["status"] == "finished")
     assert sorted(done.values()) == [1] * 40  # every (task, index) finished exactly once
     assert all(r["reward"] == 1.0 for r in final if r["status"] == "finished")
-    assert sum(r["status"] == "failed" for r in final) == interrupted  # the interrupted ones, replaced
+    # Rollouts the killed runner left running were ended as interrupted and replaced (requests it had
+    # in flight may still land after the kill, so there can be more than were counted right then).
+    failed = [r for r in final if r["status"] == "failed"]
+    assert len(failed) >= interrupted and all(r["error"] == INTERRUPTED for r in failed)
     groups = httpx.get(f"{gateway.url}/api/groups", params={"run": "cli-run", "status": "ready"}).json()["data"]
     assert len(groups) == 10
