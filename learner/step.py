@@ -4,7 +4,9 @@ Each packed row is one micro-batch (batch size 1, padding-free). The loss is nor
 of tokens actually trained over the whole step, which is only known once every row has been through
 the importance-ratio mask; so each row back-propagates its *sum* of per-token losses and the summed
 gradients are divided by the final count before clipping. That is exact (gradients are linear) and
-needs no second forward. Under DDP the count must be all-reduced first (not done here yet).
+needs no second forward. Under ``torchrun`` each rank passes its share of the rows
+(``learner.distributed.shard``); the gradients and the counts are summed over ranks before scaling, so
+the update is the one a single process would take on all the rows (see learner.distributed).
 
 The model is typically a peft ``PeftModel`` with LoRA; only parameters with ``requires_grad`` are
 clipped. Its train/eval mode is the caller's: with LoRA dropout 0 (recommended, so the learner's
@@ -19,6 +21,7 @@ from dataclasses import dataclass, field
 import torch
 from torch import Tensor, nn
 
+from learner.distributed import all_reduce_gradients, all_reduce_stats, sum_over_ranks
 from learner.loss import LossConfig, LossOutput, LossStats, grpo_loss, token_entropy, token_logprobs
 from learner.packing import PackedRow, block_causal_mask
 
@@ -82,7 +85,10 @@ def train_step(
     the gradient is not finite, so a bad batch cannot corrupt the adapter or the optimizer state."""
     params = [p for p in model.parameters() if p.requires_grad]
     optimizer.zero_grad(set_to_none=True)
-    stats = accumulate_gradients(model, rows, config)
+    device = _device(model)
+    # distributed: every rank sums over all ranks, so all see the same count, norm and skip decision
+    stats = all_reduce_stats(accumulate_gradients(model, rows, config), device)
+    all_reduce_gradients(params)
     grad_norm, stepped = 0.0, False
     if stats.tokens_trained > 0:
         _scale_grads(params, 1.0 / stats.tokens_trained)
@@ -91,12 +97,13 @@ def train_step(
             optimizer.step()
             stepped = True
     optimizer.zero_grad(set_to_none=True)
+    num_rows, tokens = sum_over_ranks([len(rows), sum(row.num_tokens for row in rows)], device)
     return {
         **stats.metrics(),
         "grad_norm": grad_norm,  # before clipping
         "optimizer_stepped": stepped,
-        "rows": len(rows),
-        "tokens": sum(row.num_tokens for row in rows),  # forwarded tokens, prompts included
+        "rows": int(num_rows),
+        "tokens": int(tokens),  # forwarded tokens, prompts included
     }
 
 

@@ -10,6 +10,7 @@ from typing import Any
 import torch
 
 from learner.config import LearnerConfig
+from learner.distributed import broadcast_trainable, shard, world
 from learner.groups import Batch
 from learner.packing import pack_samples
 from learner.step import train_step
@@ -40,6 +41,7 @@ def build_trainer(config: LearnerConfig) -> Trainer:
                       target_modules=list(config.lora_targets), task_type="CAUSAL_LM")
     model = get_peft_model(base, lora)
     model.train()  # with lora_dropout 0 (the default) train and eval modes give the same logits
+    broadcast_trainable(model)  # under torchrun every rank starts from rank 0's adapter
     params = [p for p in model.parameters() if p.requires_grad]
     optimizer = torch.optim.AdamW(params, lr=config.lr, betas=config.adam_betas, weight_decay=config.weight_decay)
     scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda k: lr_factor(config, k))
@@ -66,14 +68,16 @@ def lr_factor(config: LearnerConfig, k: int) -> float:
 
 def train_batch(trainer: Trainer, batch: Batch, config: LearnerConfig) -> tuple[dict[str, Any], int]:
     """Pack the batch's samples under token_budget and take one optimizer step (gradients accumulated
-    over every packed row). Returns train_step's metrics and how many samples were too long to pack.
+    over every packed row; under torchrun each rank takes its share of the rows and train_step sums
+    across ranks). Returns train_step's metrics and how many samples were too long to pack.
 
     The scheduler advances only when the optimizer did: a batch with nothing to train (all groups
     zero-std, all samples stale) must not eat into the warm-up or the decay.
     """
     packing = pack_samples([s.sample for s in batch.samples], [s.advantage for s in batch.samples],
                            config.token_budget)
-    result = train_step(trainer.model, trainer.optimizer, list(packing.rows), config.step())
+    rows = shard(packing.rows, [row.num_tokens for row in packing.rows], *world())  # all of them in one process
+    result = train_step(trainer.model, trainer.optimizer, rows, config.step())
     if result["optimizer_stepped"]:
         trainer.scheduler.step()
     return result, len(packing.refused)

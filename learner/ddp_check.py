@@ -1,0 +1,104 @@
+"""Does a data-parallel step equal one process on the whole batch? A tiny random Qwen2 with LoRA, a
+fixed batch of packed rows, the learner's own ``train_step``.
+
+Run under torchrun (gloo on CPU); each rank writes its LoRA weights and step metrics to
+``OUT/rank{R}.pt`` for comparison with ``run_steps(all rows)`` in one process::
+
+    python -m torch.distributed.run --standalone --nproc_per_node 2 -m learner.ddp_check --out DIR
+
+The batch is built so that every code path that must agree across ranks is exercised: rows of
+unequal length split unevenly, old log-probs perturbed off-policy so some tokens are masked by the
+importance ratio and some clipped, and a gradient norm above ``max_grad_norm`` so clipping uses the
+global norm.
+"""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+import numpy as np
+import torch
+import torch.distributed as dist
+
+from gateway.store.samples import Sample
+from learner.distributed import broadcast_trainable, shard, world
+from learner.loss import token_logprobs
+from learner.packing import PackedRow, pack_samples
+from learner.step import StepConfig, train_step
+
+VOCAB = 256
+TOKEN_BUDGET = 64
+LR = 1e-2
+MAX_GRAD_NORM = 0.1  # below this batch's norm (~0.3): clipping is on
+
+
+def tiny_lora_model(seed: int = 0) -> torch.nn.Module:
+    """A ~0.3M-parameter Qwen2 (float32, sdpa) with LoRA r8 on the attention projections."""
+    from peft import LoraConfig, get_peft_model
+    from transformers import Qwen2Config, Qwen2ForCausalLM
+
+    torch.manual_seed(seed)
+    config = Qwen2Config(vocab_size=VOCAB, hidden_size=64, intermediate_size=128, num_hidden_layers=2,
+                         num_attention_heads=2, num_key_value_heads=1, head_dim=32, max_position_embeddings=256,
+                         attn_implementation="sdpa")
+    lora = LoraConfig(r=8, lora_alpha=16, lora_dropout=0.0, target_modules=["q_proj", "k_proj", "v_proj", "o_proj"])
+    model = get_peft_model(Qwen2ForCausalLM(config), lora)
+    with torch.no_grad():  # B = 0 at init would make the first step's gradient reach only B
+        for name, p in model.named_parameters():
+            if "lora_B" in name:
+                p.normal_(0.0, 0.05)
+    return model
+
+
+def fixed_rows(model: torch.nn.Module, seed: int = 0, n: int = 12) -> list[PackedRow]:
+    """Packed rows of ``n`` samples (lengths 5..40); old log-probs = the model's own + noise."""
+    rng = np.random.default_rng(seed)
+    samples, advantages = [], []
+    for _ in range(n):
+        length = int(rng.integers(5, 41))
+        ids = rng.integers(0, VOCAB, length)
+        mask = np.zeros(length, np.int8)
+        mask[int(rng.integers(1, length - 1)):] = 1
+        with torch.no_grad():
+            ids_t = torch.from_numpy(ids)[None]
+            own = token_logprobs(model(input_ids=ids_t).logits, ids_t)[0].numpy()
+        noise = rng.normal(0.0, 1.0, length)  # ratios spread over ~[0.05, 20]: masking and clipping both happen
+        old = np.where(mask == 1, own + noise, 0).astype(np.float32)
+        samples.append(Sample((0,), ids.astype(np.int32), mask, old, np.where(mask == 1, 0, -1).astype(np.int32)))
+        advantages.append(float(rng.normal()))
+    return list(pack_samples(samples, advantages, TOKEN_BUDGET).rows)
+
+
+def run_steps(model: torch.nn.Module, rows: list[PackedRow], steps: int = 2) -> list[dict]:
+    """``steps`` AdamW steps on the same rows (the second one also checks the optimizer state agrees)."""
+    optimizer = torch.optim.AdamW([p for p in model.parameters() if p.requires_grad], lr=LR)
+    return [train_step(model, optimizer, rows, StepConfig(max_grad_norm=MAX_GRAD_NORM)) for _ in range(steps)]
+
+
+def lora_weights(model: torch.nn.Module) -> dict[str, torch.Tensor]:
+    return {name: p.detach().clone() for name, p in model.named_parameters() if p.requires_grad}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--out", type=Path, required=True, help="folder for rank{R}.pt")
+    parser.add_argument("--steps", type=int, default=2)
+    args = parser.parse_args()
+    dist.init_process_group("gloo")
+    try:
+        rank, size = world()
+        model = tiny_lora_model()
+        broadcast_trainable(model)
+        rows = fixed_rows(model)  # every rank builds the same batch, then takes its share
+        mine = shard(rows, [row.num_tokens for row in rows], rank, size)
+        metrics = run_steps(model, mine, args.steps)
+        args.out.mkdir(parents=True, exist_ok=True)
+        torch.save({"weights": lora_weights(model), "metrics": metrics, "rows": len(mine), "of_rows": len(rows)},
+                   args.out / f"rank{rank}.pt")
+    finally:
+        dist.destroy_process_group()
+
+
+if __name__ == "__main__":
+    main()
