@@ -34,6 +34,7 @@ import docker
 import docker.errors
 
 from sandboxes.forwarder import READY_LINE, HostBridge
+from sandboxes.limits import exec_time_limit
 from sandboxes.protocol import WORKSPACE, ExecResult, SandboxError, SandboxSpec
 from sandboxes.urls import gateway_target, inside_url
 
@@ -259,12 +260,7 @@ class DockerSandbox:
         return {**base, **self.spec.env, **env}
 
     def _time_limit(self, timeout_s: float | None) -> tuple[float | None, str]:
-        if self._expired:
-            return 0.0, "wall_time"
-        remaining = None if self._deadline is None else self._deadline - time.monotonic()
-        if remaining is not None and (timeout_s is None or remaining < timeout_s):
-            return remaining, "wall_time"
-        return timeout_s, "timeout"
+        return exec_time_limit(timeout_s, self._deadline, self._expired)
 
     async def _new_oom(self, wait: bool) -> bool:
         """Whether the kernel OOM-killed something in the container since we last looked."""

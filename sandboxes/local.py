@@ -32,7 +32,7 @@ from urllib.parse import urlsplit
 
 from sandboxes import bwrap
 from sandboxes.forwarder import HostBridge
-from sandboxes.limits import ProcessLimits
+from sandboxes.limits import ProcessLimits, exec_time_limit
 from sandboxes.protocol import WORKSPACE, ExecResult, SandboxError, SandboxSpec
 from sandboxes.urls import gateway_target, inside_url
 
@@ -173,13 +173,7 @@ class LocalSandbox:
     # -- helpers ----------------------------------------------------------------------------------
 
     def _time_limit(self, timeout_s: float | None) -> tuple[float | None, str]:
-        """The tighter of the exec's timeout and the sandbox's remaining wall time, and its name."""
-        if self._expired:
-            return 0.0, "wall_time"
-        remaining = None if self._deadline is None else self._deadline - time.monotonic()
-        if remaining is not None and (timeout_s is None or remaining < timeout_s):
-            return remaining, "wall_time"
-        return timeout_s, "timeout"
+        return exec_time_limit(timeout_s, self._deadline, self._expired)
 
     def _env(self, env: Mapping[str, str] | None) -> dict[str, str]:
         home = bwrap.HOME if self.isolation == "bwrap" else str(self.layout.binds[bwrap.HOME])
