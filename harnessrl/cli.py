@@ -156,30 +156,29 @@ def export(
     database_url: DatabaseUrl = None,
 ) -> None:
     """Write a run's training samples (one per root-to-leaf path of its call graph)."""
-    import asyncio
-
     from harnessrl.export import export_run
 
     if format not in ("jsonl", "parquet"):
         raise fail(f"--format must be jsonl or parquet, not {format!r}")
-    decode = None
-    if model is not None:
-        from gateway.tito.template import ModelText
-        decode = ModelText(model).decode
-    count = asyncio.run(_export(_database_url(database_url), run, format, out, include_side, decode, export_run))
+    decode = _decoder(model)
+    url = _database_url(database_url)
+
+    async def work(store) -> int:
+        if not await store.run_exists(run):
+            raise fail(f"no run named {run!r} in {url}; GET /api/runs lists them")
+        return await export_run(store, run, format, out, include_side, decode)
+
+    count = _with_store(url, work)
     console.print(f"wrote {count} samples of run {run!r} to {out}")
 
 
-async def _export(url, run, fmt, out, include_side, decode, export_run) -> int:
-    from gateway.store.store import Store
+def _decoder(model: Path | None):
+    """Token ids -> text with the model folder's tokenizer, or None without one."""
+    if model is None:
+        return None
+    from gateway.tito.template import ModelText
 
-    store = Store.from_url(url)
-    try:
-        if not await store.run_exists(run):
-            raise fail(f"no run named {run!r} in {url}; GET /api/runs lists them")
-        return await export_run(store, run, fmt, out, include_side, decode)
-    finally:
-        await store.close()
+    return ModelText(model).decode
 
 
 @app.command("run")
@@ -238,10 +237,7 @@ def show(
 
     if what != "rollout":
         raise fail(f"show knows `rollout ID`, not {what!r}")
-    decode = None
-    if model is not None:
-        from gateway.tito.template import ModelText
-        decode = ModelText(model).decode
+    decode = _decoder(model)
     try:
         render(_with_store(_database_url(database_url), lambda store: rollout_view(store, rollout_id, decode, tokens)))
     except ValueError as exc:
