@@ -56,6 +56,11 @@ def link(prompt: bytes, candidates: Iterable[GraphNode]) -> Link:
     fork, drift = None, 0
     best_overlap = 0
     for node in candidates:
+        # A fork extends the node's whole prompt and goes on inside its output: cheap byte checks
+        # rule most candidates out before the element-wise comparison (retries repeat a prompt).
+        prompt_bytes = node.prompt_len * 4
+        if len(prompt) <= prompt_bytes or not prompt.startswith(node.sequence[:prompt_bytes]):
+            continue
         shared = common_prefix_len(prompt, node.sequence)
         # Divergence inside the node's sampled tokens is drift; inside its prompt is a rewrite.
         if shared > node.prompt_len and shared >= best_overlap:
