@@ -66,6 +66,7 @@ def vllm_env(launch: EngineLaunch) -> dict[str, str]:
     env = dict(os.environ)
     env.setdefault("VLLM_CPU_KVCACHE_SPACE", str(launch.kv_cache_gib))
     env["VLLM_ALLOW_RUNTIME_LORA_UPDATING"] = "True"  # hot-swapping adapters
+    env.setdefault("VLLM_HTTP_TIMEOUT_KEEP_ALIVE", "75")  # idle gaps between hot swaps outlive 5 s
     env.setdefault("HF_HUB_OFFLINE", "1")
     env.setdefault("VLLM_NO_USAGE_STATS", "1")
     env.setdefault("DO_NOT_TRACK", "1")

@@ -5,8 +5,9 @@ into every engine under the new name, makes it current for new rollouts and unlo
 than ``max_staleness + 1``. The folder must be readable by the engine at that path: the adapters dir
 is absolute and on a disk the engine shares.
 
-Only transport errors are retried (the request may not have arrived), with doubling delays up to
-``retries`` times; an HTTP error answer is a configuration problem and is raised with the fix.
+Transport errors (the request may not have arrived) and 503 answers (the gateway's engine is briefly
+unavailable) are retried with doubling delays up to ``retries`` times; any other HTTP error answer is
+a configuration problem and is raised with the fix.
 A retried request may already have been applied (a timeout after the gateway loaded it): the
 gateway then answers 409 and the learner checks ``GET /admin/policy`` before calling it an error.
 """
@@ -105,15 +106,18 @@ class Publisher:
         delay = 0.5
         for attempt in range(1, self.retries + 2):
             try:
-                return attempt, await self.client.request(method, self.url + path, json=body, headers=self.headers)
+                response = await self.client.request(method, self.url + path, json=body, headers=self.headers)
+                if response.status_code != 503 or attempt > self.retries:
+                    return attempt, response
+                # 503: the gateway's engine is briefly unavailable (restarting, a dropped connection)
             except RETRYABLE as exc:
                 if attempt > self.retries:
                     raise GatewayUnreachable(
                         f"gateway at {self.url} unreachable after {attempt} attempts ({type(exc).__name__}: {exc}); "
                         f"start it with `harnessrl serve`, fix gateway_url in the learner config, "
                         f"or set publish = false to train without publishing") from exc
-                await self._sleep(delay)
-                delay = min(delay * 2, MAX_DELAY_S)
+            await self._sleep(delay)
+            delay = min(delay * 2, MAX_DELAY_S)
         raise AssertionError("unreachable")  # pragma: no cover
 
 

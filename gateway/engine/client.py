@@ -16,8 +16,13 @@ import aiohttp
 from gateway.errors import EngineError, EngineUnavailable
 
 # Transport errors that mean "the request never reached a working engine": safe to retry.
-# (aiohttp, not httpx: httpx's pool cost per request grows with its number of connections.)
-RETRYABLE = (aiohttp.ClientConnectorError, aiohttp.ServerDisconnectedError)
+# ClientOSError is how a pooled connection that the engine closed while idle fails on write
+# ("Can not write request body"). (aiohttp, not httpx: httpx's pool cost per request grows with
+# its number of connections.)
+RETRYABLE = (aiohttp.ClientConnectorError, aiohttp.ServerDisconnectedError, aiohttp.ClientOSError)
+# vLLM's server closes idle connections after VLLM_HTTP_TIMEOUT_KEEP_ALIVE (5 s by default); the
+# pool drops them sooner so it never hands out one the engine is closing.
+KEEPALIVE_S = 4.0
 RETRY_DELAYS_S = (0.05, 0.25, 1.0)
 
 
@@ -49,7 +54,7 @@ class VLLMEngineClient:
     def _http(self) -> aiohttp.ClientSession:
         # Created lazily: a ClientSession belongs to the running event loop.
         if self._session is None or self._session.closed:
-            connector = aiohttp.TCPConnector(limit=1024, limit_per_host=0, keepalive_timeout=30)
+            connector = aiohttp.TCPConnector(limit=1024, limit_per_host=0, keepalive_timeout=KEEPALIVE_S)
             self._session = aiohttp.ClientSession(connector=connector, timeout=self._timeout)
         return self._session
 

@@ -421,3 +421,25 @@ def test_the_default_config_round_trips_through_toml(tmp_path):
     loaded = load_config(path, max_steps=5)
     assert loaded.lr == 1.0 and loaded.lora_targets == ("q_proj",) and loaded.adam_betas == (0.9, 1.0)
     assert loaded.max_steps == 5
+
+
+async def test_publishing_waits_out_a_briefly_unavailable_engine(tmp_path):
+    answers = [503, 503, 200]
+    sleeps: list[float] = []
+
+    def handler(request: httpx.Request) -> httpx.Response:
+        status = answers.pop(0) if answers else 503
+        if status == 503:
+            return httpx.Response(503, json={"error": {"message": "engine at http://e failed: ClientOSError"}})
+        return httpx.Response(200, json={"version": 1, "name": "policy-v1", "load_s": 0.01, "unloaded": [],
+                                         "loaded": {"0": "base", "1": "policy-v1"}})
+
+    async def no_sleep(seconds: float) -> None:
+        sleeps.append(seconds)
+
+    client = httpx.AsyncClient(transport=httpx.MockTransport(handler))
+    publisher = Publisher("http://gw", ADMIN, tmp_path / "adapters", retries=3, client=client, sleep=no_sleep)
+    assert (await publisher.publish(TinySaver(), 1)).attempts == 3 and sleeps == [0.5, 1.0]
+    with pytest.raises(PublishError, match="HTTP 503"):
+        await publisher.publish(TinySaver(), 2)  # still down after retries + 1 attempts: raised, named
+    assert len(sleeps) == 2 + 3
