@@ -20,6 +20,7 @@ from gateway.settings import GatewaySettings
 from gateway.state import GatewayState, StateDep
 from gateway.store.store import Store
 from gateway.store.writer import CallWriter
+from gateway.ui import create_router as create_ui_router
 
 logger = logging.getLogger(__name__)
 
@@ -57,6 +58,7 @@ def create_app(settings: GatewaySettings, engine: EngineClient | None = None) ->
     app.include_router(create_anthropic_router())
     app.include_router(create_api_router())
     app.include_router(create_admin_router())
+    app.include_router(create_ui_router())  # the trajectory viewer at /ui
 
     @app.get("/metrics", tags=["admin"], include_in_schema=False)
     async def metrics(state: StateDep) -> Response:

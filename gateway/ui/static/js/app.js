@@ -1,0 +1,64 @@
+// The viewer's entry point: hash routes to views. Each navigation aborts the previous view's
+// requests, so a slow page can never draw over the one the user moved on to.
+
+import { ApiError } from "./api.js";
+import { errorBox, h } from "./dom.js";
+import { callView } from "./views/call.js";
+import { groupView } from "./views/group.js";
+import { rolloutView } from "./views/rollout.js";
+import { runView } from "./views/run.js";
+import { runsView } from "./views/runs.js";
+
+const ROUTES = [
+  [/^\/runs\/?$/, () => runsView],
+  [/^\/runs\/([^/]+)$/, (m) => (ctx) => runView(ctx, decodeURIComponent(m[1]))],
+  [/^\/groups\/(\d+)$/, (m) => (ctx) => groupView(ctx, m[1])],
+  [/^\/rollouts\/(\d+)$/, (m) => (ctx) => rolloutView(ctx, m[1])],
+  [/^\/calls\/(\d+)$/, (m) => (ctx) => callView(ctx, m[1])],
+];
+
+const main = document.getElementById("app");
+const crumbsNav = document.getElementById("crumbs");
+let current = null;
+
+function setCrumbs(items) {
+  crumbsNav.replaceChildren(...items.filter(Boolean).flatMap(([label, url], i) =>
+    [i ? h("span", { class: "sep" }, "/") : null, h("a", { href: url }, label)].filter(Boolean)));
+}
+
+function resolve(path) {
+  for (const [pattern, make] of ROUTES) {
+    const match = path.match(pattern);
+    if (match) return make(match);
+  }
+  return null;
+}
+
+async function render() {
+  current?.abort();
+  const controller = new AbortController();
+  current = controller;
+  const path = location.hash.replace(/^#/, "") || "/runs";
+  const view = resolve(path);
+  const live = () => !controller.signal.aborted;
+  const ctx = {
+    signal: controller.signal,
+    show: (...nodes) => live() && main.replaceChildren(...nodes),
+    crumbs: (items) => live() && setCrumbs(items),
+  };
+  main.dataset.state = "loading";
+  main.replaceChildren(h("p", { class: "muted" }, "Loading…"));
+  window.scrollTo(0, 0);
+  try {
+    if (!view) throw new ApiError(404, `no page at #${path}`);
+    await view(ctx);
+  } catch (error) {
+    if (!live()) return;
+    main.replaceChildren(errorBox(error));
+  }
+  // Tests and people alike can tell a finished page from one still loading.
+  if (live()) main.dataset.state = "ready";
+}
+
+window.addEventListener("hashchange", render);
+render();

@@ -1,0 +1,112 @@
+// #/rollouts/ID: the rollout's outcome, the conversation as the agent saw it, and its calls.
+
+import { get, pager } from "../api.js";
+import { badge, callLink, dash, facts, fmtDuration, fmtNum, fmtTime, h, href, link, section, tagList } from "../dom.js";
+import { pagedTable } from "../table.js";
+
+const CLIP_CHARS = 2000; // system prompts of real agents run to tens of kilobytes
+
+/** Text in a <pre>, clipped with a button that shows the rest. */
+export function clippedText(text, testid) {
+  const pre = h("pre", { class: "content", testid });
+  if (text.length <= CLIP_CHARS) {
+    pre.textContent = text;
+    return pre;
+  }
+  pre.textContent = `${text.slice(0, CLIP_CHARS)}…`;
+  const button = h("button", { type: "button", class: "linkish" }, `show all ${fmtNum(text.length)} characters`);
+  button.addEventListener("click", () => { pre.textContent = text; button.remove(); });
+  return h("div", {}, pre, button);
+}
+
+function prettyArguments(args) {
+  try {
+    return JSON.stringify(JSON.parse(args), null, 2);
+  } catch {
+    return String(args); // the model may emit arguments that are not JSON: show them as sampled
+  }
+}
+
+function toolCall(call) {
+  return h("div", { class: "tool-call", testid: "tool-call", dataset: { name: call.name } },
+    h("div", {}, h("span", { class: "fn" }, call.name), h("span", { class: "muted small" }, ` ${call.id ?? ""}`)),
+    h("pre", { class: "args", testid: "tool-arguments" }, prettyArguments(call.arguments)));
+}
+
+function message(m, index) {
+  const label = m.role === "tool" && m.tool_call_id ? `tool result · ${m.tool_call_id}` : m.role;
+  return h("article", { class: `msg role-${m.role}`, testid: "message", dataset: { role: m.role, index: String(index) } },
+    h("header", {}, h("span", { class: "role" }, label),
+      m.call_id != null ? link(href.call(m.call_id), `call #${m.call_id}`, { testid: "message-call-link" }) : null),
+    m.content ? clippedText(m.content, "message-content") : null,
+    (m.tool_calls || []).map(toolCall));
+}
+
+function header(rollout) {
+  const components = Object.entries(rollout.rewards || {});
+  const graph = rollout.graph || {};
+  return section("Rollout",
+    facts([
+      ["run", link(href.run(rollout.run), rollout.run)],
+      ["task", rollout.task],
+      ["group", rollout.group_id != null ? link(href.group(rollout.group_id), rollout.group) : rollout.group],
+      ["status", h("span", { testid: "rollout-status" }, badge(rollout.status))],
+      ["reward", h("span", { testid: "rollout-reward", class: "big" }, fmtNum(rollout.reward, 4))],
+      ["components", components.length
+        ? h("span", { testid: "reward-components" }, components.map(([name, value]) =>
+            h("span", { class: "component", dataset: { name } }, `${name} = ${fmtNum(value, 4)}`)))
+        : dash()],
+      rollout.error ? ["error", h("span", { class: "error-text", testid: "rollout-error" }, rollout.error)] : null,
+      ["harness", rollout.meta?.harness ?? dash()],
+      ["calls", `${fmtNum(rollout.num_calls)} · ${fmtNum(graph.roots)} roots · ${fmtNum(graph.forks)} forks · `
+                + `${fmtNum(graph.drift_tokens)} drift tokens`],
+      ["started", fmtTime(rollout.created_at)],
+      ["duration", fmtDuration(rollout.created_at, rollout.finished_at)],
+    ], { testid: "rollout-header" }));
+}
+
+function forkCell(c) {
+  if (c.fork_of == null) return dash();
+  return h("span", { class: "fork", testid: "call-fork" }, "fork of ", callLink(c.fork_of),
+    ` · ${fmtNum(c.drift_tokens)} drift`);
+}
+
+function callsTable(ctx, rolloutId) {
+  return pagedTable({
+    pages: pager(`rollouts/${rolloutId}/calls`, { tokens: "false" }, ctx.signal),
+    testid: "calls-table",
+    empty: "No calls recorded.",
+    rowAttrs: (c) => ({ testid: "call-row", class: c.tags?.length ? "side" : null,
+                        dataset: { callId: String(c.id), tags: (c.tags || []).join(",") } }),
+    columns: [
+      { label: "call", cell: (c) => callLink(c.id, { testid: "call-link" }) },
+      { label: "parent", cell: (c) => callLink(c.parent_id) },
+      { label: "fork", cell: forkCell },
+      { label: "tags", cell: (c) => h("span", { testid: "call-tags" }, tagList(c.tags)) },
+      { label: "dialect", cell: (c) => c.dialect },
+      { label: "finish", cell: (c) => c.finish_reason ?? dash() },
+      { label: "version", numeric: true, cell: (c) => `v${c.policy_version}` },
+      { label: "prompt", numeric: true, cell: (c) => fmtNum(c.num_prompt_tokens) },
+      { label: "output", numeric: true, cell: (c) => fmtNum(c.num_output_tokens) },
+      { label: "latency", numeric: true, cell: (c) => `${fmtNum(c.latency_ms, 0)} ms` },
+    ],
+  });
+}
+
+export async function rolloutView(ctx, id) {
+  const [rollout, conversation] = await Promise.all([
+    get(`rollouts/${id}`, {}, ctx.signal), get(`rollouts/${id}/conversation`, {}, ctx.signal)]);
+  ctx.crumbs([["runs", href.runs()], [rollout.run, href.run(rollout.run)],
+    rollout.group_id != null ? [`group #${rollout.group_id}`, href.group(rollout.group_id)] : null,
+    [`rollout #${rollout.id}`, href.rollout(rollout.id)]]);
+  const messages = conversation.messages || [];
+  const calls = callsTable(ctx, rollout.id);
+  ctx.show(
+    h("h1", {}, `Rollout #${rollout.id} `, h("span", { class: "muted" }, rollout.task)),
+    header(rollout),
+    section(`Conversation (${messages.length} messages)`,
+      h("div", { class: "conversation", testid: "conversation" },
+        messages.length ? messages.map(message) : h("p", { class: "muted" }, "No calls recorded."))),
+    section("Calls", calls.el));
+  await calls.ready;
+}

@@ -1,0 +1,115 @@
+// #/runs/NAME: the run's summary, the learner's metrics, its groups and its rollouts.
+
+import { get, pager } from "../api.js";
+import { badge, dash, facts, fmtNum, fmtPct, fmtTime, h, href, link, section } from "../dom.js";
+import { lineChart, metricKeys, seriesOf } from "../charts.js";
+import { filterBar } from "../filters.js";
+import { pagedTable } from "../table.js";
+import { rewardCell, rewardScale, rolloutList } from "./rollouts.js";
+
+const GROUP_STATUSES = ["open", "ready", "consumed"];
+const MAX_STEP_PAGES = 10; // 10,000 steps: far more than a chart can show apart
+
+function counts(byStatus, testid) {
+  const entries = Object.entries(byStatus || {});
+  if (!entries.length) return dash();
+  return h("span", { class: "counts", testid }, entries.map(([status, n]) =>
+    h("span", { class: "count", dataset: { status } }, badge(status), ` ${fmtNum(n)}`)));
+}
+
+function summaryCard(summary) {
+  const byVersion = summary.reward_by_version || [];
+  const versions = byVersion.length
+    ? h("table", { class: "grid narrow", testid: "reward-by-version" },
+        h("thead", {}, h("tr", {}, h("th", { class: "num" }, "policy version"), h("th", { class: "num" }, "rollouts"),
+          h("th", { class: "num" }, "mean reward"))),
+        h("tbody", {}, byVersion.map((v) => h("tr", { dataset: { version: String(v.policy_version) } },
+          h("td", { class: "num" }, `v${v.policy_version}`), h("td", { class: "num" }, fmtNum(v.rollouts)),
+          h("td", { class: "num" }, fmtNum(v.reward_mean, 4))))))
+    : h("p", { class: "muted" }, "No calls yet.");
+  return section("Summary",
+    h("div", { class: "two-col" },
+      facts([
+        ["rollouts", h("span", { testid: "stat-rollouts" }, fmtNum(summary.rollouts))],
+        ["by status", counts(summary.rollouts_by_status, "rollouts-by-status")],
+        ["groups", counts(summary.groups_by_status, "groups-by-status")],
+        ["mean reward", h("span", { testid: "stat-reward-mean" }, fmtNum(summary.reward_mean, 4))],
+        ["calls", `${fmtNum(summary.calls)} (${fmtNum(summary.side_calls)} side calls)`],
+        ["roots / forks", `${fmtNum(summary.roots)} / ${fmtNum(summary.forks)}`],
+        ["fork rate", h("span", { testid: "stat-fork-rate" }, fmtPct(summary.fork_rate))],
+        ["drift tokens", fmtNum(summary.drift_tokens)],
+        ["tokens", `${fmtNum(summary.prompt_tokens)} prompt · ${fmtNum(summary.output_tokens)} output`],
+        ["learner steps", h("span", { testid: "stat-learner-steps" }, fmtNum(summary.learner_steps))],
+      ], { testid: "run-summary" }),
+      h("div", {}, h("h3", {}, "Reward by policy version"), versions)));
+}
+
+async function loadSteps(name, signal) {
+  const pages = pager(`runs/${encodeURIComponent(name)}/steps`, {}, signal, 1000);
+  const steps = [];
+  for (let i = 0; i < MAX_STEP_PAGES && !pages.done; i++) steps.push(...await pages.next());
+  return { steps, truncated: !pages.done };
+}
+
+function chartsCard(steps, truncated) {
+  if (!steps.length) return section("Learner", h("p", { class: "muted", testid: "no-steps" }, "No learner steps yet."));
+  const [main, rest] = metricKeys(steps);
+  const more = h("details", { class: "more-metrics" }, h("summary", {}, `more metrics (${rest.length})`));
+  // The other charts are drawn when first opened: a learner reports ~30 keys.
+  more.addEventListener("toggle", () => {
+    if (more.open && more.childElementCount === 1) {
+      more.append(h("div", { class: "charts" }, rest.map((k) => lineChart(k, seriesOf(steps, k)))));
+    }
+  });
+  return section("Learner",
+    h("p", { class: "muted small" }, `${fmtNum(steps.length)} steps`, truncated ? " (first pages only)" : ""),
+    h("div", { class: "charts", testid: "charts" }, main.map((k) => lineChart(k, seriesOf(steps, k)))),
+    rest.length ? more : null);
+}
+
+function groupsCard(ctx, run) {
+  const slot = h("div");
+  const scale = rewardScale();
+  const show = (filters) => {
+    const table = pagedTable({
+      pages: pager("groups", { run, ...filters }, ctx.signal),
+      testid: "groups-table",
+      empty: "No groups match.",
+      onRows: (rows) => scale.see(rows.flatMap((g) => (g.rollouts || []).map((r) => r.reward))),
+      rowAttrs: (g) => ({ testid: "group-row", dataset: { groupId: String(g.id), status: g.status } }),
+      columns: [
+        { label: "group", cell: (g) => link(href.group(g.id), `#${g.id} ${g.name}`, { testid: "group-link" }) },
+        { label: "task", cell: (g) => g.task },
+        { label: "status", cell: (g) => badge(g.status) },
+        { label: "size", numeric: true, cell: (g) => fmtNum(g.size) },
+        { label: "rewards", cell: (g) => h("span", { class: "reward-row" },
+          (g.rollouts || []).map((r) => rewardCell(r, scale))) },
+        { label: "ready", cell: (g) => fmtTime(g.ready_at) },
+      ],
+    });
+    slot.replaceChildren(table.el);
+    return table.ready;
+  };
+  const filters = filterBar([
+    { name: "status", label: "status", type: "select", options: GROUP_STATUSES },
+    { name: "task", label: "task", size: 16 },
+  ], show, "group-filters");
+  return { el: section("Groups", filters, slot), ready: show({}) };
+}
+
+export async function runView(ctx, name) {
+  ctx.crumbs([["runs", href.runs()], [name, href.run(name)]]);
+  const path = `runs/${encodeURIComponent(name)}`;
+  const [run, summary, steps] = await Promise.all([
+    get(path, {}, ctx.signal), get(`${path}/summary`, {}, ctx.signal), loadSteps(name, ctx.signal)]);
+  const groups = groupsCard(ctx, name);
+  const rollouts = rolloutList(ctx, { run: name });
+  ctx.show(
+    h("h1", {}, "Run ", h("span", { testid: "run-name" }, run.name)),
+    h("p", { class: "muted small" }, `created ${fmtTime(run.created_at)} · capture ${run.config?.capture ?? "engine"}`),
+    summaryCard(summary),
+    chartsCard(steps.steps, steps.truncated),
+    groups.el,
+    section("Rollouts", rollouts.el));
+  await Promise.all([groups.ready, rollouts.ready]);
+}
