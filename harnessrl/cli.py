@@ -244,6 +244,39 @@ def show(
         raise fail(str(exc)) from None
 
 
+@app.command()
+def report(
+    run: Annotated[str, typer.Option(help="The run to plot")],
+    out: Annotated[Path, typer.Option(help="Folder for the PNG files")],
+    database_url: DatabaseUrl = None,
+) -> None:
+    """Plot a run's reward, staleness and throughput curves as PNG files; print their paths."""
+    from sqlalchemy.exc import DBAPIError
+
+    from harnessrl.report import write_report
+    from harnessrl.report_data import gather_report, known_runs
+
+    url = _database_url(database_url)
+
+    async def work(store):
+        data = await gather_report(store, run)
+        if data is None:
+            known = ", ".join(await known_runs(store)) or "none"
+            raise fail(f"no run named {run!r} in {url} (runs: {known}); `harnessrl ls runs` lists them")
+        return data
+
+    try:
+        data = _with_store(url, work)
+    except DBAPIError as exc:
+        raise fail(f"could not read {url}: {exc.orig}; check --database-url, "
+                   f"or run `harnessrl db upgrade` on an older store") from None
+    result = write_report(data, out)
+    for note in result.notes:
+        console.print(f"[yellow]note:[/] {note}")
+    for path in result.paths:
+        print(path)
+
+
 def _with_store(url: str, work):
     import asyncio
 

@@ -1,0 +1,153 @@
+"""`harnessrl report`: a run's training curves as PNG files (matplotlib, Agg: no display needed).
+
+One figure per question: is the reward rising (per learner step, per policy version), how old is
+the data the learner trains on (staleness), how fast do the engine and the learner go (generation
+and training throughput). A figure without data (no learner steps yet, no calls) is skipped with
+a note saying why, never drawn empty.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+from harnessrl.report_data import ReportData
+
+SIZE_IN = (8.0, 4.5)  # figure size, inches
+DPI = 110  # -> 880 x 495 pixels; fixed (no tight bounding box) so every plot has the same size
+PIXELS = (int(SIZE_IN[1] * DPI), int(SIZE_IN[0] * DPI))  # (height, width) as image arrays hold them
+BLUE, ORANGE, GREY = "#1f77b4", "#ff7f0e", "#b0b0b0"
+
+
+@dataclass(frozen=True)
+class ReportResult:
+    paths: tuple[Path, ...]  # PNG files written
+    notes: tuple[str, ...]  # why a plot was left out
+
+
+def write_report(data: ReportData, out_dir: Path) -> ReportResult:
+    """Draw every plot the data allows into ``out_dir``."""
+    _agg()
+    out_dir.mkdir(parents=True, exist_ok=True)
+    paths, notes = [], []
+    for name, draw, missing in _plots(data):
+        if missing:
+            notes.append(f"{name}.png skipped: {missing}")
+            continue
+        paths.append(_save(draw, data.run, out_dir / f"{name}.png"))
+    return ReportResult(tuple(paths), tuple(notes))
+
+
+def _plots(data: ReportData) -> list[tuple[str, Callable, str | None]]:
+    """(file name, drawing function, reason it cannot be drawn or None)."""
+    no_steps = None if data.steps else (f"run {data.run!r} has no learner steps yet "
+                                        f"(start the learner: `harnessrl train --run {data.run}`)")
+    no_calls = None if data.generation else f"run {data.run!r} has no recorded calls"
+    no_rewards = None if data.versions else f"run {data.run!r} has no scored rollouts with calls"
+    return [
+        ("reward_per_step", lambda fig: _reward_per_step(fig, data), no_steps),
+        ("reward_per_version", lambda fig: _reward_per_version(fig, data), no_rewards),
+        ("staleness", lambda fig: _staleness(fig, data), no_steps),
+        ("generation_throughput", lambda fig: _generation(fig, data), no_calls),
+        ("training_throughput", lambda fig: _training(fig, data), no_steps),
+    ]
+
+
+def _agg() -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")  # files only: works without a display, in CI and over ssh
+
+
+def _save(draw: Callable, run: str, path: Path) -> Path:
+    import matplotlib.pyplot as plt
+
+    figure = plt.figure(figsize=SIZE_IN, dpi=DPI)
+    try:
+        draw(figure)
+        figure.text(0.995, 0.005, f"run {run}", ha="right", va="bottom", fontsize=7, color="grey")
+        figure.tight_layout(rect=(0, 0.02, 1, 1))
+        figure.savefig(path, dpi=DPI)
+    finally:
+        plt.close(figure)
+    return path
+
+
+def _reward_per_step(figure, data: ReportData) -> None:
+    ax = figure.add_subplot()
+    steps = [p.step for p in data.steps]
+    ax.plot(steps, [_nan(p.reward_mean) for p in data.steps], color=BLUE, marker=".", label="all scored rollouts")
+    ax.plot(steps, [_nan(p.reward_mean_kept) for p in data.steps], color=ORANGE, marker=".", alpha=0.8,
+            label="groups with a learning signal (reward std > 0)")
+    ax.set(xlabel="learner step", ylabel="mean reward of the step's groups", title="reward per learner step")
+    _finish(ax)
+
+
+def _reward_per_version(figure, data: ReportData) -> None:
+    ax = figure.add_subplot()
+    counts = ax.twinx()  # rollout counts behind the means, so a mean over 3 rollouts reads as such
+    versions = [v.version for v in data.versions]
+    counts.bar(versions, [v.rollouts for v in data.versions], color=GREY, alpha=0.35, width=0.8,
+               label="rollouts (right axis)")
+    counts.set_ylabel("rollouts", color="grey")
+    counts.tick_params(axis="y", colors="grey")
+    ax.set_zorder(counts.get_zorder() + 1)
+    ax.patch.set_visible(False)
+    ax.errorbar(versions, [v.reward_mean for v in data.versions], yerr=[v.stderr for v in data.versions],
+                color=BLUE, marker="o", markersize=4, capsize=2, label="mean reward ± standard error")
+    ax.set(xlabel="policy version (0 = base model)", ylabel="mean reward",
+           title="reward per policy version (a rollout counts for the version of its first call)")
+    ax.xaxis.get_major_locator().set_params(integer=True)
+    handles = ax.get_legend_handles_labels()[0] + counts.get_legend_handles_labels()[0]
+    ax.legend(handles=handles, loc="best", fontsize=8)
+    ax.grid(alpha=0.3)
+
+
+def _staleness(figure, data: ReportData) -> None:
+    ax = figure.add_subplot()
+    steps = [p.step for p in data.steps]
+    ax.plot(steps, [_nan(p.staleness_mean) for p in data.steps], color=BLUE, marker=".", label="mean")
+    ax.step(steps, [_nan(p.staleness_max) for p in data.steps], where="mid", color=ORANGE, label="max")
+    ax.set(xlabel="learner step", ylabel="policy versions behind the learner",
+           title="staleness of the samples each step trained on")
+    ax.yaxis.get_major_locator().set_params(integer=True)
+    ax.set_ylim(bottom=0)
+    _finish(ax)
+
+
+def _generation(figure, data: ReportData) -> None:
+    ax = figure.add_subplot()
+    gen = data.generation
+    ax.step(gen.minutes, gen.tokens_per_min, where="post", color=BLUE)
+    ax.fill_between(gen.minutes, gen.tokens_per_min, step="post", color=BLUE, alpha=0.15)
+    total = sum(gen.tokens)
+    ax.set(xlabel="minutes since the run's first call", ylabel="sampled output tokens / min",
+           title=f"generation throughput ({total:,} tokens in {sum(gen.calls):,} calls, "
+                 f"{gen.bucket_s} s buckets)")
+    ax.set_ylim(bottom=0)
+    ax.grid(alpha=0.3)
+
+
+def _training(figure, data: ReportData) -> None:
+    rate, samples = figure.subplots(2, 1, sharex=True)
+    steps = [p.step for p in data.steps]
+    rate.plot(steps, [_nan(p.trained_tokens_per_s) for p in data.steps], color=BLUE, marker=".")
+    rate.set(ylabel="trained tokens / s", title="training throughput (tokens the loss covered / step time)")
+    rate.set_ylim(bottom=0)
+    rate.grid(alpha=0.3)
+    samples.bar(steps, [p.samples for p in data.steps], color=ORANGE, width=0.8)
+    samples.set(xlabel="learner step", ylabel="samples / step")
+    samples.xaxis.get_major_locator().set_params(integer=True)
+    samples.grid(alpha=0.3, axis="y")
+
+
+def _finish(ax) -> None:
+    ax.xaxis.get_major_locator().set_params(integer=True)
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=8)
+
+
+def _nan(value) -> float:
+    """Matplotlib leaves a gap at NaN; None (a step that did not report the value) becomes one."""
+    return float("nan") if value is None else float(value)
