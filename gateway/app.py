@@ -12,6 +12,7 @@ from prometheus_client import CONTENT_TYPE_LATEST
 from gateway.admin.router import create_router as create_admin_router
 from gateway.anthropic.router import create_router as create_anthropic_router
 from gateway.api.router import create_router as create_api_router
+from gateway.docs import install_docs
 from gateway.engine.client import EngineClient, VLLMEngineClient
 from gateway.errors import GatewayError, install_error_handlers
 from gateway.openai.router import create_router as create_openai_router
@@ -51,8 +52,10 @@ def create_app(settings: GatewaySettings, engine: EngineClient | None = None) ->
                 await client.close()
             await store.close()
 
-    app = FastAPI(title="harnessrl gateway", version="0.1.0", lifespan=lifespan)
+    # No CDN pages: /docs is served from local assets, and ReDoc has no local copy.
+    app = FastAPI(title="harnessrl gateway", version="0.1.0", lifespan=lifespan, docs_url=None, redoc_url=None)
     install_error_handlers(app)
+    install_docs(app)  # Swagger UI at /docs
     app.include_router(create_openai_router())
     app.include_router(create_responses_router())
     app.include_router(create_anthropic_router())

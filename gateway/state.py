@@ -12,8 +12,9 @@ from fastapi import Depends, Request
 
 from gateway.adapters import restore_adapters
 from gateway.callgraph import CallGraphIndex
+from gateway.decoding import TokenDecoder, tokenizer_folder
 from gateway.engine.client import EngineClient
-from gateway.errors import EngineUnavailable, InvalidRequest, PayloadTooLarge
+from gateway.errors import EngineUnavailable, GatewayError, InvalidRequest, PayloadTooLarge
 from gateway.identity import require_admin
 from gateway.metrics import GatewayMetrics
 from gateway.pipeline import ChatPipeline
@@ -37,6 +38,8 @@ class GatewayState:
     metrics: GatewayMetrics = field(default_factory=GatewayMetrics)
     model_root: str | None = None  # the engine's model folder, as /v1/models reports it
     _tito: TitoEngine | None = None
+    _decoder: TokenDecoder | None = None
+    _decoder_lock: asyncio.Lock = field(default_factory=asyncio.Lock)
     _discover_lock: asyncio.Lock = field(default_factory=asyncio.Lock)
     publish_lock: asyncio.Lock = field(default_factory=asyncio.Lock)
 
@@ -71,6 +74,26 @@ class GatewayState:
             text = await asyncio.to_thread(ModelText, Path(folder))
             self._tito = TitoEngine(text, self.engine, self.store.recent_outputs)
         return self._tito
+
+    async def decoder(self) -> TokenDecoder | None:
+        """The model's tokenizer for decoding, loaded once off the event loop; None without one."""
+        if self._decoder is not None:
+            return self._decoder
+        async with self._decoder_lock:
+            if self._decoder is None:
+                folder = tokenizer_folder(self.settings.model_dir, await self._model_root())
+                if folder is None:
+                    return None  # not cached: the engine may report its folder later
+                self._decoder = await asyncio.to_thread(TokenDecoder.load, folder)
+        return self._decoder
+
+    async def _model_root(self) -> str | None:
+        if self.model_root is None and self.policy is None and not self.settings.model_dir:
+            try:  # reading needs no engine: a down engine only means no tokenizer yet
+                await self.ensure_policy()
+            except GatewayError:
+                pass
+        return self.model_root
 
     async def _discover_base_model(self) -> tuple[str, int | None]:
         if self.settings.base_model:

@@ -173,12 +173,15 @@ def export(
 
 
 def _decoder(model: Path | None):
-    """Token ids -> text with the model folder's tokenizer, or None without one."""
+    """Token ids -> text with the model folder's tokenizer (the gateway's decoder), or None without one."""
     if model is None:
         return None
-    from gateway.tito.template import ModelText
+    from gateway.decoding import TokenDecoder
 
-    return ModelText(model).decode
+    try:
+        return TokenDecoder.load(model).decode
+    except FileNotFoundError as exc:
+        raise fail(str(exc)) from None
 
 
 @app.command("run")
@@ -211,15 +214,25 @@ def run_rollouts(
 @app.command("ls")
 def ls(
     what: Annotated[str, typer.Argument(help="runs | groups | rollouts")],
-    run: Annotated[Optional[str], typer.Option(help="Only this run")] = None,
+    run: Annotated[Optional[str], typer.Option(help="Only this run (runs: names containing it)")] = None,
+    status: Annotated[Optional[str], typer.Option(help="groups: open|ready|consumed; rollouts: "
+                                                       "running|finished|failed")] = None,
+    task: Annotated[Optional[str], typer.Option(help="Only this task (groups, rollouts)")] = None,
+    harness: Annotated[Optional[str], typer.Option(help="Rollouts of this harness")] = None,
+    policy_version: Annotated[Optional[int], typer.Option(help="Rollouts with a call of this version")] = None,
+    reward_min: Annotated[Optional[float], typer.Option(help="Rollouts with reward >= this")] = None,
+    reward_max: Annotated[Optional[float], typer.Option(help="Rollouts with reward <= this")] = None,
     limit: int = 50,
     database_url: DatabaseUrl = None,
 ) -> None:
-    """List runs, groups or rollouts."""
+    """List runs, groups or rollouts, filtered as GET /api/runs, /api/groups and /api/rollouts are."""
+    from gateway.store.listings import RolloutFilter
     from harnessrl.views import list_view, render
 
+    where = RolloutFilter(run=run, task=task, status=status, harness=harness, policy_version=policy_version,
+                          reward_min=reward_min, reward_max=reward_max)
     try:
-        render(_with_store(_database_url(database_url), lambda store: list_view(store, what, run, limit)))
+        render(_with_store(_database_url(database_url), lambda store: list_view(store, what, where, limit)))
     except ValueError as exc:
         raise fail(str(exc)) from None
 

@@ -10,26 +10,29 @@ from rich.table import Table
 from rich.text import Text
 
 from gateway.store.arrays import unpack_ids, unpack_logprobs
+from gateway.store.listings import GroupFilter, RolloutFilter
 from gateway.store.store import Store
 
 LIMIT = 50
 
 
-async def list_view(store: Store, what: str, run: str | None, limit: int = LIMIT) -> Table:
+async def list_view(store: Store, what: str, where: RolloutFilter, limit: int = LIMIT) -> Table:
+    """A table of runs, groups or rollouts; ``where`` filters rollouts (groups use run, task, status)."""
     if what == "runs":
         table = _table("id", "name", "capture", "created")
-        for r in await store.list_runs(0, limit):
+        for r in await store.listings.runs(where.run, 0, limit):
             table.add_row(str(r.id), r.name, (r.config or {}).get("capture", "engine"), f"{r.created_at:%Y-%m-%d %H:%M}")
         return table
     if what == "groups":
         table = _table("id", "run", "task", "group", "status", "size", "ready")
-        for g, run_name, task in await store.list_groups(run, None, 0, limit):
+        groups = GroupFilter(run=where.run, task=where.task, status=where.status)
+        for g, run_name, task in await store.listings.groups(groups, 0, limit):
             table.add_row(str(g.id), run_name, task, g.name, g.status, str(g.size or ""),
                           f"{g.ready_at:%H:%M:%S}" if g.ready_at else "")
         return table
     if what == "rollouts":
         table = _table("id", "run", "task", "group", "status", "reward", "error")
-        for r, run_name, task, group in await store.list_rollouts(run, None, None, 0, limit):
+        for r, run_name, task, group in await store.listings.rollouts(where, 0, limit):
             table.add_row(str(r.id), run_name, task, group, r.status,
                           "" if r.reward is None else f"{r.reward:.3f}", (r.error or "")[:60])
         return table

@@ -40,6 +40,12 @@ class FinishRollout(BaseModel):
     rewards: dict[str, float | None] = Field(default_factory=dict)  # final components, added first
 
 
+class GroupRollout(BaseModel):
+    id: int
+    status: str
+    reward: float | None
+
+
 class GroupView(BaseModel):
     id: int
     run: str
@@ -49,6 +55,7 @@ class GroupView(BaseModel):
     size: int | None
     ready_at: datetime | None
     created_at: datetime
+    rollouts: list[GroupRollout]  # by id: the group's rewards side by side
 
 
 class RolloutCreated(BaseModel):
@@ -64,6 +71,7 @@ class RolloutSummary(BaseModel):
     run: str
     task: str
     group: str
+    group_id: int
     status: str
     reward: float | None
     error: str | None
@@ -97,9 +105,11 @@ class CallView(BaseModel):
     model: str
     engine_model: str
     policy_version: int
-    prompt_ids: list[int]
+    prompt_ids: list[int]  # [] in listings asked with tokens=false
     output_ids: list[int]
     output_logprobs: list[float]
+    num_prompt_tokens: int
+    num_output_tokens: int
     finish_reason: str | None
     tags: list[str]
     latency_ms: float
@@ -109,6 +119,12 @@ class CallView(BaseModel):
 class CallDetail(CallView):
     request: dict[str, Any]
     response: dict[str, Any]
+    # decode=true: the text (null without a tokenizer), one piece per id, and the prompt's mask
+    prompt_text: str | None = None
+    output_text: str | None = None
+    prompt_pieces: list[str] | None = None
+    output_pieces: list[str] | None = None
+    prompt_mask: list[int] | None = None  # 1 where an ancestor call sampled the prompt token (trained on)
 
 
 class SampleView(BaseModel):
@@ -120,6 +136,7 @@ class SampleView(BaseModel):
     loss_mask: list[int]  # 1 on tokens the model sampled; prompt and tool output are 0
     old_logprobs: list[float]  # the sampler's logprobs, 0 where loss_mask is 0
     policy_versions: list[int]  # version that sampled each token, -1 where loss_mask is 0
+    pieces: list[str] | None = None  # decode=true with a tokenizer: one decoded string per input id
 
 
 class SampleList(BaseModel):
@@ -133,6 +150,59 @@ class RunView(BaseModel):
     name: str
     config: dict[str, Any]
     created_at: datetime
+
+
+class RewardByVersion(BaseModel):
+    policy_version: int  # a rollout's version: the lowest policy version among its calls
+    rollouts: int
+    reward_mean: float | None
+
+
+class RunSummary(BaseModel):
+    """A run in numbers, all SQL aggregates."""
+
+    run: str
+    rollouts: int
+    rollouts_by_status: dict[str, int]
+    groups_by_status: dict[str, int]
+    reward_mean: float | None
+    reward_by_version: list[RewardByVersion]
+    calls: int
+    side_calls: int  # calls with tags (titles, summaries): left out of training
+    roots: int
+    forks: int
+    fork_rate: float | None  # forks / calls
+    drift_tokens: int
+    prompt_tokens: int
+    output_tokens: int
+    learner_steps: int
+
+
+class LearnerStepView(BaseModel):
+    step: int
+    metrics: dict[str, Any]
+    created_at: datetime
+
+
+class ToolCallView(BaseModel):
+    id: str
+    name: str
+    arguments: str
+
+
+class ConversationMessage(BaseModel):
+    """A chat message of any dialect, normalized; absent keys are left out of the JSON."""
+
+    role: str
+    content: str
+    tool_calls: list[ToolCallView] | None = None
+    tool_call_id: str | None = None
+    call_id: int | None = None  # on assistant messages: the recorded call that produced it
+
+
+class Conversation(BaseModel):
+    rollout_id: int
+    messages: list[ConversationMessage]
 
 
 class Page(BaseModel, Generic[T]):

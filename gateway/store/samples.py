@@ -77,3 +77,30 @@ def sample_from_path(path: list[CallNode]) -> Sample:
 
 def build_samples(nodes: list[CallNode], include_side: bool = False) -> list[Sample]:
     return [sample_from_path(path) for path in root_to_leaf_paths(nodes, include_side)]
+
+
+@dataclass(frozen=True)
+class Ancestor:
+    """A call above another on its path: its output sits in the descendant's prompt at ``offset``."""
+
+    call_id: int
+    offset: int  # the ancestor's prompt length
+    output_ids: np.ndarray  # int32 [output_len]
+    tags: tuple[str, ...]
+
+
+def prompt_mask(prompt_ids: np.ndarray, ancestors: list[Ancestor], include_side: bool = False) -> np.ndarray:
+    """int8 [prompt_len]: 1 on prompt tokens an ancestor sampled (what a sample trains on), else 0.
+
+    ``ancestors`` runs parent first. As in ``root_to_leaf_paths``, a side-call ancestor ends the
+    path unless side calls are included, so the mask equals the sample's loss mask on the prompt.
+    """
+    mask = np.zeros(len(prompt_ids), dtype=np.int8)
+    for ancestor in ancestors:
+        if ancestor.tags and not include_side:
+            break
+        end = ancestor.offset + len(ancestor.output_ids)
+        if end > len(prompt_ids) or not np.array_equal(prompt_ids[ancestor.offset:end], ancestor.output_ids):
+            raise ValueError(f"call {ancestor.call_id} is not a prefix of its descendant: the graph is inconsistent")
+        mask[ancestor.offset:end] = 1
+    return mask

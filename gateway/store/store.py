@@ -1,4 +1,4 @@
-"""The store's queries: rollout identity, recorded calls and the REST listings."""
+"""The store's queries: rollout identity, recorded calls, rewards (listings: ``listings``)."""
 
 from __future__ import annotations
 
@@ -8,16 +8,17 @@ from contextlib import asynccontextmanager
 from datetime import datetime, timezone
 
 import numpy as np
-from sqlalchemy import func, insert, select
+from sqlalchemy import String, cast, func, insert, select
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine, AsyncSession, async_sessionmaker
 
 from gateway.callgraph import GraphNode
 from gateway.store.arrays import pack_ids, pack_logprobs, unpack_ids
 from gateway.store.database import create_engine, create_sessionmaker
+from gateway.store.listings import Listings
 from gateway.store.records import CallRecord, RolloutIdentity
 from gateway.store.rewards import ENDED, add_reward, end_rollout
-from gateway.store.samples import CallNode
+from gateway.store.samples import Ancestor, CallNode
 from gateway.store.tables import Adapter, Call, Group, Rollout, Run, Task, utcnow
 
 ADHOC_RUN = "adhoc"
@@ -40,6 +41,7 @@ class Store:
         self.engine = engine
         self._bind = bind
         self.sessions: async_sessionmaker[AsyncSession] = create_sessionmaker(bind or engine)
+        self.listings = Listings(self.sessions)
         self._tokens: dict[str, RolloutIdentity] = {}
         self._adhoc: RolloutIdentity | None = None
 
@@ -152,6 +154,17 @@ class Store:
                          np.frombuffer(r.output_logprobs, "<f4"), r.policy_version, tuple(r.tags or ()))
                 for r in rows]
 
+    async def ancestors(self, call_id: int) -> list[Ancestor]:
+        """The calls above this one on its path, parent first (one recursive query)."""
+        chain = select(Call.id, Call.parent_id).where(Call.id == call_id).cte("chain", recursive=True)
+        chain = chain.union_all(select(Call.id, Call.parent_id).join(chain, Call.id == chain.c.parent_id))
+        query = (select(Call.id, Call.num_prompt_tokens, Call.output_ids, Call.tags)
+                 .join(chain, Call.id == chain.c.id).where(Call.id != call_id).order_by(Call.id.desc()))
+        async with self.sessions() as session:
+            rows = (await session.execute(query)).all()
+        return [Ancestor(r.id, r.num_prompt_tokens, np.frombuffer(r.output_ids, "<i4"), tuple(r.tags or ()))
+                for r in rows]
+
     async def graph_stats(self, rollout_id: int) -> dict[str, int]:
         """Calls, roots, forks and drift tokens of a rollout's call graph."""
         query = select(
@@ -180,6 +193,20 @@ class Store:
     async def get_call(self, call_id: int) -> Call | None:
         async with self.sessions() as session:
             return await session.get(Call, call_id)
+
+    async def last_main_call(self, rollout_id: int) -> Call | None:
+        """The rollout's last call that is not a side call (the agent's latest view of its task)."""
+        query = (select(Call).where(Call.rollout_id == rollout_id, cast(Call.tags, String) == "[]")
+                 .order_by(Call.id.desc()).limit(1))
+        async with self.sessions() as session:
+            return (await session.scalars(query)).first()
+
+    async def answers_before(self, rollout_id: int, call_id: int) -> list[tuple[int, dict]]:
+        """(id, engine response) of the rollout's calls before ``call_id``, oldest first (no token blobs)."""
+        query = (select(Call.id, Call.response).where(Call.rollout_id == rollout_id, Call.id < call_id)
+                 .order_by(Call.id))
+        async with self.sessions() as session:
+            return [(row.id, row.response) for row in (await session.execute(query)).all()]
 
     async def list_calls(self, rollout_id: int, after: int, limit: int) -> list[Call]:
         query = (
@@ -218,26 +245,9 @@ class Store:
         async with self.sessions() as session:
             return [(row[0], row[1]) for row in (await session.execute(query)).all()]
 
-    async def list_rollouts(self, run: str | None, task: str | None, status: str | None,
-                            after: int, limit: int) -> list[tuple[Rollout, str, str, str]]:
-        """Rollouts with their run, task and group names, by id, optionally filtered."""
-        query = (select(Rollout, Run.name, Task.name, Group.name).join(Run, Run.id == Rollout.run_id)
-                 .join(Task, Task.id == Rollout.task_id).join(Group, Group.id == Rollout.group_id)
-                 .where(Rollout.id > after).order_by(Rollout.id).limit(limit))
-        for column, value in ((Run.name, run), (Task.name, task), (Rollout.status, status)):
-            if value is not None:
-                query = query.where(column == value)
-        async with self.sessions() as session:
-            return [tuple(row) for row in (await session.execute(query)).all()]
-
     async def run_exists(self, run: str) -> bool:
         async with self.sessions() as session:
             return (await session.scalar(select(Run.id).where(Run.name == run))) is not None
-
-    async def list_runs(self, after: int, limit: int) -> list[Run]:
-        query = select(Run).where(Run.id > after).order_by(Run.id).limit(limit)
-        async with self.sessions() as session:
-            return list((await session.scalars(query)).all())
 
     async def add_reward(self, rollout_id: int, name: str, value: float | None) -> bool:
         async with self.sessions.begin() as session:
@@ -274,16 +284,6 @@ class Store:
         async with self.sessions() as session:
             return list((await session.scalars(query)).all())
 
-    async def list_groups(self, run: str | None, status: str | None, after: int, limit: int) -> list[tuple[Group, str, str]]:
-        """Groups with their run and task names, by id."""
-        query = (select(Group, Run.name, Task.name).join(Run, Run.id == Group.run_id)
-                 .join(Task, Task.id == Group.task_id).where(Group.id > after).order_by(Group.id).limit(limit))
-        if run is not None:
-            query = query.where(Run.name == run)
-        if status is not None:
-            query = query.where(Group.status == status)
-        async with self.sessions() as session:
-            return [(row[0], row[1], row[2]) for row in (await session.execute(query)).all()]
 
 def _identity(rollout_id: int, run_id: int, token: str, run_config: dict, meta: dict) -> RolloutIdentity:
     patterns = meta.get("side_call_patterns") or {}

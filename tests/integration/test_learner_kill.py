@@ -13,6 +13,7 @@ from pathlib import Path
 
 import numpy as np
 
+from gateway.store.listings import GroupFilter
 from gateway.store.store import Store
 from learner.groups import consumed_history, find_run_id
 from tests.builders import call_record
@@ -88,7 +89,7 @@ async def test_kill_9_and_restart_consume_every_group_exactly_once(database_url,
         consumed = [g for record in history for g in record.group_ids]
         assert consumed == groups  # each exactly once, in ready order, none skipped
         assert history[-1].step == GROUPS
-        assert {g.status for g, _, _ in await store.list_groups(RUN, None, 0, 100)} == {"consumed"}
+        assert {g.status for g, _, _ in await store.listings.groups(GroupFilter(run=RUN), 0, 100)} == {"consumed"}
         assert "stopped (stopped)" in (tmp_path / "train.log").read_text()
     finally:
         await store.close()

@@ -17,6 +17,7 @@ from safetensors.torch import load_file
 import learner.loop
 from gateway.settings import GatewaySettings
 from gateway.store.database import sqlite_url
+from gateway.store.listings import GroupFilter
 from gateway.store.samples import Sample
 from gateway.store.store import Store
 from learner.config import ConfigError, LearnerConfig, config_from_dict, dump_toml, load_config, resolve_paths
@@ -111,7 +112,7 @@ def assert_same_weights(a: dict[str, torch.Tensor], b: dict[str, torch.Tensor]) 
 
 
 async def statuses(store: Store) -> dict[int, str]:
-    return {g.id: g.status for g, _, _ in await store.list_groups(RUN, None, 0, 1000)}
+    return {g.id: g.status for g, _, _ in await store.listings.groups(GroupFilter(run=RUN), 0, 1000)}
 
 
 # --- order and exactly once --------------------------------------------------------------------

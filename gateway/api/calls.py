@@ -1,0 +1,73 @@
+"""REST routes for recorded calls: listings (tokens on request) and one call, decoded."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Annotated
+
+import numpy as np
+from fastapi import Query
+from sqlalchemy.engine import Row
+
+from gateway.api.params import After, Limit, page_of
+from gateway.api.protocol import CallDetail, CallView, Page
+from gateway.decoding import TokenDecoder
+from gateway.errors import NotFound
+from gateway.state import StateDep
+from gateway.store.arrays import unpack_ids, unpack_logprobs
+from gateway.store.listings import CALL_COLUMNS, CallFilter
+from gateway.store.samples import prompt_mask
+
+Tokens = Annotated[bool, Query(description="false leaves prompt_ids, output_ids and output_logprobs empty")]
+
+
+def call_view(row: Row, tokens: bool) -> CallView:
+    """A call (ORM object or listing row) as its wire model; token arrays only with ``tokens``."""
+    fields = {column.key: getattr(row, column.key) for column in CALL_COLUMNS}
+    fields["tags"] = fields["tags"] or []
+    if tokens:
+        fields.update(prompt_ids=unpack_ids(row.prompt_ids), output_ids=unpack_ids(row.output_ids),
+                      output_logprobs=unpack_logprobs(row.output_logprobs))
+    else:
+        fields.update(prompt_ids=[], output_ids=[], output_logprobs=[])
+    return CallView(**fields)
+
+
+async def list_calls(state: StateDep, run: str | None = None, rollout_id: int | None = None,
+                     tag: str | None = None, finish_reason: str | None = None, dialect: str | None = None,
+                     after: After = 0, limit: Limit = 100) -> Page[CallView]:
+    where = CallFilter(run=run, rollout_id=rollout_id, tag=tag, finish_reason=finish_reason, dialect=dialect)
+    rows = await state.store.listings.calls(where, after, limit, tokens=False)
+    return page_of([call_view(r, tokens=False) for r in rows], limit)
+
+
+async def list_rollout_calls(rollout_id: int, state: StateDep, tag: str | None = None,
+                             finish_reason: str | None = None, tokens: Tokens = True, after: After = 0,
+                             limit: Limit = 100) -> Page[CallView]:
+    if await state.store.get_rollout(rollout_id) is None:
+        raise NotFound(f"rollout {rollout_id} not found")
+    where = CallFilter(rollout_id=rollout_id, tag=tag, finish_reason=finish_reason)
+    rows = await state.store.listings.calls(where, after, limit, tokens=tokens)
+    return page_of([call_view(r, tokens) for r in rows], limit)
+
+
+async def get_call(call_id: int, state: StateDep, decode: bool = False) -> CallDetail:
+    call = await state.store.get_call(call_id)
+    if call is None:
+        raise NotFound(f"call {call_id} not found")
+    detail = CallDetail(**call_view(call, tokens=True).model_dump(), request=call.request, response=call.response)
+    if decode:
+        prompt = np.frombuffer(call.prompt_ids, "<i4")
+        mask = prompt_mask(prompt, await state.store.ancestors(call_id), include_side=bool(call.tags))
+        detail.prompt_mask = mask.tolist()
+        decoder = await state.decoder()
+        if decoder is not None:
+            text = await asyncio.to_thread(_decoded, decoder, detail.prompt_ids, detail.output_ids)
+            for name, value in text.items():
+                setattr(detail, name, value)
+    return detail
+
+
+def _decoded(decoder: TokenDecoder, prompt_ids: list[int], output_ids: list[int]) -> dict:
+    return {"prompt_text": decoder.decode(prompt_ids), "output_text": decoder.decode(output_ids),
+            "prompt_pieces": decoder.pieces(prompt_ids), "output_pieces": decoder.pieces(output_ids)}

@@ -1,0 +1,71 @@
+"""REST routes for runs (listing, summary, learner steps) and groups."""
+
+from __future__ import annotations
+
+from fastapi import Query
+
+from gateway.api.params import After, Limit, page_of
+from gateway.api.protocol import GroupRollout, GroupView, LearnerStepView, Page, RunSummary, RunView
+from gateway.errors import NotFound
+from gateway.state import StateDep
+from gateway.store.listings import GroupFilter
+from gateway.store.summary import run_summary
+from gateway.store.tables import Group, Run
+
+
+def run_view(run: Run) -> RunView:
+    return RunView(id=run.id, name=run.name, config=run.config or {}, created_at=run.created_at)
+
+
+async def list_runs(state: StateDep, name: str | None = Query(None, description="substring of the run's name"),
+                    after: After = 0, limit: Limit = 100) -> Page[RunView]:
+    runs = await state.store.listings.runs(name, after, limit)
+    return page_of([run_view(r) for r in runs], limit)
+
+
+async def _run(state, name: str) -> Run:
+    run = await state.store.listings.run(name)
+    if run is None:
+        raise NotFound(f"run {name!r} not found")
+    return run
+
+
+async def get_run(name: str, state: StateDep) -> RunView:
+    return run_view(await _run(state, name))
+
+
+async def get_run_summary(name: str, state: StateDep) -> RunSummary:
+    run = await _run(state, name)
+    return RunSummary(run=run.name, **await run_summary(state.store.sessions, run.id))
+
+
+async def list_run_steps(name: str, state: StateDep, after: int = Query(-1, ge=-1, description="a step"),
+                         limit: Limit = 100) -> Page[LearnerStepView]:
+    run = await _run(state, name)
+    steps = await state.store.listings.steps(run.id, after, limit)
+    views = [LearnerStepView(step=s.step, metrics=s.metrics or {}, created_at=s.created_at) for s in steps]
+    return page_of(views, limit, cursor=lambda view: view.step)
+
+
+def group_view(group: Group, run: str, task: str, rollouts: list) -> GroupView:
+    return GroupView(id=group.id, run=run, task=task, name=group.name, status=group.status, size=group.size,
+                     ready_at=group.ready_at, created_at=group.created_at,
+                     rollouts=[GroupRollout(id=r.id, status=r.status, reward=r.reward) for r in rollouts])
+
+
+async def list_groups(state: StateDep, run: str | None = None, task: str | None = None,
+                      status: str | None = None, after: After = 0, limit: Limit = 100) -> Page[GroupView]:
+    listings = state.store.listings
+    rows = await listings.groups(GroupFilter(run=run, task=task, status=status), after, limit)
+    rollouts = await listings.group_rollouts([g.id for g, _, _ in rows])
+    return page_of([group_view(g, run_name, task_name, rollouts.get(g.id, []))
+                    for g, run_name, task_name in rows], limit)
+
+
+async def get_group(group_id: int, state: StateDep) -> GroupView:
+    found = await state.store.listings.group(group_id)
+    if found is None:
+        raise NotFound(f"group {group_id} not found")
+    group, run, task = found
+    rollouts = await state.store.listings.group_rollouts([group.id])
+    return group_view(group, run, task, rollouts.get(group.id, []))

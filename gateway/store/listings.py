@@ -1,0 +1,147 @@
+"""Keyset-paged listings of runs, groups, rollouts, calls and learner steps, with their filters.
+
+Shared by the REST API and `harnessrl ls`. Every listing is one query ordered by id (by step for
+learner steps) with ``id > after`` and a ``LIMIT``: a page costs the same on the first run and on
+a run of 10,000 rollouts. Call listings leave the token blobs and bodies out unless asked.
+"""
+
+from __future__ import annotations
+
+import json
+from collections import defaultdict
+from dataclasses import dataclass
+
+from sqlalchemy import Select, String, cast, exists, select
+from sqlalchemy.engine import Row
+from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
+
+from gateway.store.tables import Call, Group, LearnerStep, Rollout, Run, Task
+
+
+@dataclass(frozen=True)
+class GroupFilter:
+    run: str | None = None
+    task: str | None = None
+    status: str | None = None
+
+
+@dataclass(frozen=True)
+class RolloutFilter:
+    run: str | None = None
+    task: str | None = None
+    group_id: int | None = None
+    status: str | None = None
+    harness: str | None = None  # rollout.meta["harness"]
+    policy_version: int | None = None  # rollouts with a call sampled by this version
+    reward_min: float | None = None  # inclusive
+    reward_max: float | None = None  # inclusive
+
+
+@dataclass(frozen=True)
+class CallFilter:
+    run: str | None = None
+    rollout_id: int | None = None
+    tag: str | None = None
+    finish_reason: str | None = None
+    dialect: str | None = None
+
+
+# A call without its token blobs and bodies: what listings of many calls show.
+CALL_COLUMNS = (Call.id, Call.rollout_id, Call.parent_id, Call.fork_of, Call.drift_tokens, Call.dialect,
+                Call.model, Call.engine_model, Call.policy_version, Call.num_prompt_tokens,
+                Call.num_output_tokens, Call.finish_reason, Call.tags, Call.latency_ms, Call.created_at)
+TOKEN_COLUMNS = (Call.prompt_ids, Call.output_ids, Call.output_logprobs)
+
+
+class Listings:
+    def __init__(self, sessions: async_sessionmaker[AsyncSession]):
+        self.sessions = sessions
+
+    async def runs(self, name: str | None, after: int, limit: int) -> list[Run]:
+        query = select(Run).where(Run.id > after).order_by(Run.id).limit(limit)
+        if name:
+            query = query.where(Run.name.contains(name, autoescape=True))
+        async with self.sessions() as session:
+            return list((await session.scalars(query)).all())
+
+    async def run(self, name: str) -> Run | None:
+        async with self.sessions() as session:
+            return (await session.scalars(select(Run).where(Run.name == name))).first()
+
+    async def steps(self, run_id: int, after: int, limit: int) -> list[LearnerStep]:
+        query = (select(LearnerStep).where(LearnerStep.run_id == run_id, LearnerStep.step > after)
+                 .order_by(LearnerStep.step).limit(limit))
+        async with self.sessions() as session:
+            return list((await session.scalars(query)).all())
+
+    async def groups(self, where: GroupFilter, after: int, limit: int) -> list[tuple[Group, str, str]]:
+        """Groups with their run and task names, by id."""
+        query = (select(Group, Run.name, Task.name).join(Run, Run.id == Group.run_id)
+                 .join(Task, Task.id == Group.task_id).where(Group.id > after).order_by(Group.id).limit(limit))
+        query = _equal(query, (Run.name, where.run), (Task.name, where.task), (Group.status, where.status))
+        async with self.sessions() as session:
+            return [(row[0], row[1], row[2]) for row in (await session.execute(query)).all()]
+
+    async def group(self, group_id: int) -> tuple[Group, str, str] | None:
+        query = (select(Group, Run.name, Task.name).join(Run, Run.id == Group.run_id)
+                 .join(Task, Task.id == Group.task_id).where(Group.id == group_id))
+        async with self.sessions() as session:
+            row = (await session.execute(query)).first()
+        return None if row is None else (row[0], row[1], row[2])
+
+    async def group_rollouts(self, group_ids: list[int]) -> dict[int, list[Row]]:
+        """The rollouts (id, status, reward) of each group, by id: one IN query for a page of groups."""
+        if not group_ids:
+            return {}
+        query = (select(Rollout.group_id, Rollout.id, Rollout.status, Rollout.reward)
+                 .where(Rollout.group_id.in_(group_ids)).order_by(Rollout.id))
+        found: dict[int, list[Row]] = defaultdict(list)
+        async with self.sessions() as session:
+            for row in (await session.execute(query)).all():
+                found[row.group_id].append(row)
+        return found
+
+    async def rollouts(self, where: RolloutFilter, after: int, limit: int) -> list[tuple[Rollout, str, str, str]]:
+        """Rollouts with their run, task and group names, by id."""
+        query = (select(Rollout, Run.name, Task.name, Group.name).join(Run, Run.id == Rollout.run_id)
+                 .join(Task, Task.id == Rollout.task_id).join(Group, Group.id == Rollout.group_id)
+                 .where(Rollout.id > after).order_by(Rollout.id).limit(limit))
+        query = _equal(query, (Run.name, where.run), (Task.name, where.task), (Rollout.group_id, where.group_id),
+                       (Rollout.status, where.status), (Rollout.meta["harness"].as_string(), where.harness))
+        if where.reward_min is not None:
+            query = query.where(Rollout.reward >= where.reward_min)
+        if where.reward_max is not None:
+            query = query.where(Rollout.reward <= where.reward_max)
+        if where.policy_version is not None:
+            # EXISTS probes the (rollout_id, policy_version, ...) index of migration 0005 per rollout.
+            query = query.where(exists().where(Call.rollout_id == Rollout.id,
+                                               Call.policy_version == where.policy_version))
+        async with self.sessions() as session:
+            return [tuple(row) for row in (await session.execute(query)).all()]
+
+    async def calls(self, where: CallFilter, after: int, limit: int, tokens: bool = False) -> list[Row]:
+        """Calls by id, as rows of ``CALL_COLUMNS`` (plus ``TOKEN_COLUMNS`` with ``tokens``)."""
+        columns = CALL_COLUMNS + TOKEN_COLUMNS if tokens else CALL_COLUMNS
+        query = select(*columns).where(Call.id > after).order_by(Call.id).limit(limit)
+        query = _equal(query, (Call.rollout_id, where.rollout_id), (Call.finish_reason, where.finish_reason),
+                       (Call.dialect, where.dialect))
+        if where.run is not None:
+            run_rollouts = select(Rollout.id).join(Run, Run.id == Rollout.run_id).where(Run.name == where.run)
+            query = query.where(Call.rollout_id.in_(run_rollouts))
+        if where.tag is not None:
+            query = query.where(has_tag(where.tag))
+        async with self.sessions() as session:
+            return list((await session.execute(query)).all())
+
+
+def has_tag(tag: str):
+    """``tags`` (a JSON list) holds ``tag``: a match on its JSON text, the same on SQLite and PostgreSQL."""
+    needle = json.dumps(tag)  # as SQLAlchemy serialized it, quotes included: "title" never matches "subtitle"
+    return cast(Call.tags, String).contains(needle, autoescape=True)
+
+
+def _equal(query: Select, *pairs) -> Select:
+    for column, value in pairs:
+        if value is not None:
+            query = query.where(column == value)
+    return query

@@ -1,0 +1,71 @@
+"""A run in numbers: rollouts, rewards per policy version, call-graph and token totals.
+
+SQL aggregates only; no row of the run is loaded. The call totals read only columns of the
+covering index ``ix_calls_rollout_stats`` (migration 0005), so on SQLite they never touch the
+table's rows, whose token blobs spill onto overflow pages.
+"""
+
+from __future__ import annotations
+
+from sqlalchemy import String, cast, func, select
+from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
+
+from gateway.store.tables import Call, Group, LearnerStep, Rollout
+
+
+async def run_summary(sessions: async_sessionmaker[AsyncSession], run_id: int) -> dict:
+    """Every number of ``RunSummary`` but the run's name (one session)."""
+    async with sessions() as session, session.begin():
+        return await _summary(session, run_id)
+
+
+async def _summary(session: AsyncSession, run_id: int) -> dict:
+    rollouts_by_status = await _counts(session, Rollout.status, Rollout.run_id == run_id)
+    calls = await _call_totals(session, run_id)
+    return {
+        "rollouts": sum(rollouts_by_status.values()),
+        "rollouts_by_status": rollouts_by_status,
+        "groups_by_status": await _counts(session, Group.status, Group.run_id == run_id),
+        "reward_mean": await session.scalar(select(func.avg(Rollout.reward)).where(Rollout.run_id == run_id)),
+        "reward_by_version": await _reward_by_version(session, run_id),
+        **calls,
+        "fork_rate": calls["forks"] / calls["calls"] if calls["calls"] else None,
+        "learner_steps": await session.scalar(
+            select(func.count()).select_from(LearnerStep).where(LearnerStep.run_id == run_id)),
+    }
+
+
+async def _counts(session: AsyncSession, column, where) -> dict[str, int]:
+    rows = (await session.execute(select(column, func.count()).where(where).group_by(column))).all()
+    return {value: n for value, n in rows}
+
+
+async def _call_totals(session: AsyncSession, run_id: int) -> dict[str, int]:
+    untagged = cast(Call.tags, String) == "[]"
+    query = select(
+        func.count(),
+        func.count().filter(~untagged),
+        func.count().filter(Call.parent_id.is_(None)),
+        func.count(Call.fork_of),
+        func.coalesce(func.sum(Call.drift_tokens), 0),
+        func.coalesce(func.sum(Call.num_prompt_tokens), 0),
+        func.coalesce(func.sum(Call.num_output_tokens), 0),
+    ).where(Call.rollout_id.in_(_run_rollout_ids(run_id)))
+    row = (await session.execute(query)).one()
+    names = ("calls", "side_calls", "roots", "forks", "drift_tokens", "prompt_tokens", "output_tokens")
+    return {name: int(value) for name, value in zip(names, row)}
+
+
+async def _reward_by_version(session: AsyncSession, run_id: int) -> list[dict]:
+    """Mean reward per policy version, a rollout counting under the lowest version among its calls."""
+    version = (select(Call.rollout_id, func.min(Call.policy_version).label("version"))
+               .where(Call.rollout_id.in_(_run_rollout_ids(run_id))).group_by(Call.rollout_id).subquery())
+    query = (select(version.c.version, func.count(), func.avg(Rollout.reward))
+             .join(Rollout, Rollout.id == version.c.rollout_id)
+             .group_by(version.c.version).order_by(version.c.version))
+    return [{"policy_version": v, "rollouts": n, "reward_mean": mean}
+            for v, n, mean in (await session.execute(query)).all()]
+
+
+def _run_rollout_ids(run_id: int):
+    return select(Rollout.id).where(Rollout.run_id == run_id)
