@@ -313,6 +313,8 @@ def quickstart(
     model: Annotated[Optional[Path], typer.Option(help="Model folder (default: SmolLM2, prepared)")] = None,
     group_size: int = 4,
     concurrency: int = 8,
+    learner_metrics_port: Annotated[Optional[int], typer.Option(
+        help="Port of the learner's Prometheus /metrics on 127.0.0.1 (default: a free one; 0: off)")] = None,
     database_url: DatabaseUrl = None,
 ) -> None:
     """Engine, gateway, rollouts and the learner on this machine, with one live display."""
@@ -320,12 +322,14 @@ def quickstart(
     from harnesses.task import load_tasks
     from harnessrl.model_prep import prepare_smollm2
     from harnessrl.quickstart import Quickstart, QuickstartPlan
+    from harnessrl.server import free_port
 
     url = _database_url(database_url)
     _upgrade(url)
     chosen = load_tasks(tasks) if tasks else arithmetic_tasks(16)
     plan = QuickstartPlan(run=run, model_dir=(model or prepare_smollm2()).resolve(), tasks=chosen,
-                          database_url=url, minutes=minutes, group_size=group_size, concurrency=concurrency)
+                          database_url=url, minutes=minutes, group_size=group_size, concurrency=concurrency,
+                          learner_metrics_port=free_port() if learner_metrics_port is None else learner_metrics_port)
     png, adapter = Quickstart(plan, console).run()
     console.print(f"reward curve: {png}")
     console.print(f"final adapter: {adapter or 'none published (the learner took no step)'}")
@@ -338,6 +342,8 @@ def train(
         help="Learner settings (TOML); every key is optional, see --show-config for the defaults")] = None,
     database_url: DatabaseUrl = None,
     max_steps: Annotated[Optional[int], typer.Option(help="Stop after this many steps in total (0: never)")] = None,
+    metrics_port: Annotated[Optional[int], typer.Option(
+        help="Serve Prometheus /metrics on 127.0.0.1:PORT (0: off; overrides the config's metrics_port)")] = None,
     show_config: Annotated[bool, typer.Option(help="Print the resolved settings as TOML and exit")] = False,
 ) -> None:
     """Train a LoRA adapter on the run's ready groups, continuously, publishing each new version."""
@@ -350,7 +356,7 @@ def train(
     from learner.publish import PublishError
 
     try:
-        settings = _learner_settings(load_config(config, max_steps=max_steps), run)
+        settings = _learner_settings(load_config(config, max_steps=max_steps, metrics_port=metrics_port), run)
     except ConfigError as exc:
         raise fail(f"{exc}") from None
     if show_config:

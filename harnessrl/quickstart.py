@@ -48,13 +48,15 @@ class QuickstartPlan:
     groups_per_step: int = 4  # the learner's batch
     backlog_steps: int = 2  # rollouts pause while this many learner steps' worth of groups wait
     learner: dict = field(default_factory=dict)  # more learner config keys (see learner/config.py)
+    learner_metrics_port: int = 0  # the learner's Prometheus /metrics on 127.0.0.1; 0 = off
 
 
 def learner_toml(plan: QuickstartPlan, gateway_url: str, output_dir: Path) -> str:
     values = {"model_dir": str(plan.model_dir), "gateway_url": gateway_url, "output_dir": str(output_dir),
               "token_budget": plan.max_model_len, "groups_per_step": plan.groups_per_step, "lora_rank": 16,
               "lr": 5e-4,
-              "max_staleness": 2, "weight_sync_steps": 1, "poll_interval_s": 1.0, **plan.learner}
+              "max_staleness": 2, "weight_sync_steps": 1, "poll_interval_s": 1.0,
+              "metrics_port": plan.learner_metrics_port, **plan.learner}
     return "".join(f"{key} = {_toml(value)}\n" for key, value in values.items())
 
 
@@ -101,6 +103,9 @@ class Quickstart:
                    "--database-url", self.plan.database_url]
         env = {**os.environ, "HARNESSRL_ADMIN_KEY": self.admin_key}
         learner = EngineProcess(command, gateway_url, logs_dir() / f"learner-{self.plan.run}.log", env)
+        if self.plan.learner_metrics_port:
+            self.console.print(f"learner metrics (Prometheus): "
+                               f"http://127.0.0.1:{self.plan.learner_metrics_port}/metrics")
         return learner.start()
 
     async def _rounds(self, gateway_url: str, learner: EngineProcess) -> None:

@@ -81,6 +81,7 @@ class LearnerConfig:
     keep_checkpoints: int = 2  # newest committed checkpoints kept on disk
     poll_interval_s: float = 2.0  # seconds between looks for ready groups
     max_steps: int = 0  # stop after this many steps in total (a resumed run counts earlier ones); 0 = never
+    metrics_port: int = 0  # serve Prometheus /metrics (harnessrl_learner_*) on 127.0.0.1:<port>; 0 = off
 
     def __post_init__(self) -> None:
         _validate(self)
@@ -129,6 +130,9 @@ def _validate(c: LearnerConfig) -> None:
         raise ConfigError("epsilon, epsilon_high, temperature and poll_interval_s must be positive")
     if not 0 <= c.lora_dropout < 1 or not 0 <= c.min_lr_ratio <= 1:
         raise ConfigError("lora_dropout must be in [0, 1) and min_lr_ratio in [0, 1]")
+    if not 0 <= c.metrics_port <= 65535:
+        raise ConfigError(f"metrics_port must be a TCP port (1-65535), or 0 for no metrics endpoint; "
+                          f"got {c.metrics_port}")
     if not c.lora_targets:
         raise ConfigError("lora_targets must name at least one module")
 

@@ -45,6 +45,7 @@ from learner.groups import (
     ready_group_ids,
 )
 from learner.metrics import Metrics, MetricsSink, step_metrics
+from learner.prometheus import LearnerExporter
 from learner.publish import GatewayUnreachable, Publisher
 from learner.trainer import Trainer, build_trainer, train_batch
 
@@ -96,7 +97,7 @@ async def run_learner(config: LearnerConfig, store: Store, run: str, *, publishe
         progress = _Progress(step=await _resume(store, run_id, config, trainer))
         if publisher is not None:
             await _sync_published(publisher, trainer, config, progress.step)
-        sink = MetricsSink(store, run_id, Path(config.tensorboard_dir))
+        sink = MetricsSink(store, run_id, Path(config.tensorboard_dir), _exporter(config))
         reason = await _train(config, store, run, run_id, trainer, publisher, sink, progress, stop, on_step)
         if progress.pending:  # graceful stop: keep the work done since the last checkpoint
             await _checkpoint(config, store, run, run_id, trainer, progress)
@@ -146,6 +147,20 @@ async def _train(config: LearnerConfig, store: Store, run: str, run_id: int, tra
         if stop.is_set():
             return "stopped"
     return "max_steps"
+
+
+def _exporter(config: LearnerConfig) -> LearnerExporter | None:
+    """The Prometheus endpoint, when metrics_port asks for one."""
+    if not config.metrics_port:
+        return None
+    exporter = LearnerExporter()
+    try:
+        exporter.serve(config.metrics_port)
+    except OSError as exc:
+        raise LearnerError(f"cannot serve learner metrics on 127.0.0.1:{config.metrics_port}: {exc}; "
+                           f"set metrics_port to a free port, or 0 for none") from None
+    logger.info("Prometheus metrics on http://127.0.0.1:%d/metrics", config.metrics_port)
+    return exporter
 
 
 async def _wait_for_run(store: Store, run: str, config: LearnerConfig, stop: asyncio.Event) -> int | None:

@@ -1,8 +1,10 @@
-"""Per-step metrics: gathered from the batch, the train step and the clock; stored and sent to TensorBoard.
+"""Per-step metrics: gathered from the batch, the train step and the clock; stored and sent to TensorBoard
+and Prometheus.
 
 Stored as one JSON row per (run, step) in ``learner_steps`` so dashboards and tests read them from
 the same store as the trajectories; a step replayed after a crash overwrites its row. TensorBoard
-gets every numeric value under ``learner/<key>``.
+gets every numeric value under ``learner/<key>``; the Prometheus exporter (``learner.prometheus``,
+when ``metrics_port`` is set) the same dict.
 """
 
 from __future__ import annotations
@@ -16,6 +18,7 @@ from sqlalchemy import delete, select
 from gateway.store.store import Store
 from gateway.store.tables import LearnerStep
 from learner.groups import Batch
+from learner.prometheus import LearnerExporter
 
 Metrics = dict[str, float | int | bool | None]
 
@@ -71,11 +74,13 @@ def _finite(value: Any) -> Any:
 
 
 class MetricsSink:
-    """Writes each step's metrics to the store and to TensorBoard."""
+    """Writes each step's metrics to the store, to TensorBoard and to the Prometheus exporter."""
 
-    def __init__(self, store: Store, run_id: int, tensorboard_dir: Path | None):
+    def __init__(self, store: Store, run_id: int, tensorboard_dir: Path | None,
+                 exporter: LearnerExporter | None = None):
         self.store = store
         self.run_id = run_id
+        self.exporter = exporter
         self.writer = None
         if tensorboard_dir is not None:
             from torch.utils.tensorboard import SummaryWriter  # imports tensorboard: only when asked for
@@ -87,6 +92,8 @@ class MetricsSink:
             await session.execute(delete(LearnerStep).where(LearnerStep.run_id == self.run_id,
                                                             LearnerStep.step == step))
             session.add(LearnerStep(run_id=self.run_id, step=step, metrics=metrics))
+        if self.exporter is not None:
+            self.exporter.observe(metrics)
         if self.writer is not None:
             for key, value in metrics.items():
                 if isinstance(value, (int, float)) and key != "step":
@@ -96,6 +103,8 @@ class MetricsSink:
     def close(self) -> None:
         if self.writer is not None:
             self.writer.close()
+        if self.exporter is not None:
+            self.exporter.close()
 
 
 async def step_history(store: Store, run_id: int) -> list[Metrics]:

@@ -1,0 +1,99 @@
+"""The learner's Prometheus endpoint: `/metrics` on 127.0.0.1:<metrics_port> (learner config; 0 = off).
+
+Fed from the same per-step metrics dict that is stored in ``learner_steps`` and written to
+TensorBoard (``learner.metrics.MetricsSink.record``), so the three never disagree. Gauges hold the
+latest step's value (NaN when the step did not produce one, e.g. no loss on a step with nothing to
+train); counters add up over the steps this process took (a restarted learner starts them at 0, as
+Prometheus expects of counters); histograms take the step and swap times.
+
+Its own CollectorRegistry: no process-wide default collectors, and tests can run several.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest, start_http_server
+
+PREFIX = "harnessrl_learner_"
+STEP_BUCKETS_S = (0.1, 0.25, 0.5, 1, 2.5, 5, 10, 20, 30, 60, 120, 300, 600, 1800)
+SWAP_BUCKETS_S = (0.05, 0.1, 0.25, 0.5, 1, 2, 5, 10, 30, 60, 120)
+
+# (step metrics key, gauge name, help): the latest step's value.
+GAUGES = (
+    ("step", "step", "Learner steps taken (a resumed run counts the earlier ones)"),
+    ("version", "policy_version", "Policy version the step's samples were judged against (the learner's "
+                                  "version when the step began)"),
+    ("lr", "lr", "Learning rate of the step"),
+    ("reward_mean", "reward_mean", "Mean reward of every scored rollout of the step's groups"),
+    ("reward_mean_kept", "reward_mean_kept", "Mean reward of the rollouts of groups with a learning signal"),
+    ("loss", "loss", "Policy loss of the step"),
+    ("kl", "kl", "KL to the base model (0 when beta = 0)"),
+    ("entropy", "entropy", "Mean entropy of the trained tokens"),
+    ("grad_norm", "grad_norm", "Global L2 norm of the LoRA gradients before clipping"),
+    ("staleness_mean", "staleness_mean", "Mean policy versions the step's samples were behind"),
+    ("staleness_max", "staleness_max", "Most policy versions a sample of the step was behind"),
+    ("ratio_min", "importance_ratio_min", "Smallest token importance ratio (learner / sampler probability)"),
+    ("ratio_mean", "importance_ratio_mean", "Mean token importance ratio"),
+    ("ratio_max", "importance_ratio_max", "Largest token importance ratio"),
+    ("is_masked_fraction", "importance_masked_fraction", "Sampled tokens masked out for an importance ratio "
+                                                         "outside [is_min, is_max]"),
+    ("clip_frac_low", "clip_fraction_low", "Trained tokens clipped below 1 - epsilon"),
+    ("clip_frac_high", "clip_fraction_high", "Trained tokens clipped above 1 + epsilon_high"),
+)
+
+# (step metrics key, counter name, help): added up over steps; exposed with a _total suffix.
+COUNTERS = (
+    ("samples", "samples_trained", "Samples trained on"),
+    ("tokens_trained", "tokens_trained", "Tokens the loss covered (sampled, not masked)"),
+    ("tokens", "tokens_processed", "Tokens of every packed row (prompt and sampled) through forward/backward"),
+    ("samples_stale", "samples_stale", "Samples dropped for being more than max_staleness versions behind"),
+    ("groups", "groups_consumed", "Groups taken by steps (consumed once their checkpoint commits)"),
+)
+
+
+@dataclass
+class LearnerExporter:
+    registry: CollectorRegistry = field(default_factory=CollectorRegistry)
+
+    def __post_init__(self) -> None:
+        r = self.registry
+        self.gauges = {key: Gauge(PREFIX + name, text, registry=r) for key, name, text in GAUGES}
+        self.counters = {key: Counter(PREFIX + name, text, registry=r) for key, name, text in COUNTERS}
+        self.step_time = Histogram(PREFIX + "step_time_seconds", "Step time: batch, packing, forward/backward, "
+                                   "optimizer, checkpoint (not waiting)", buckets=STEP_BUCKETS_S, registry=r)
+        self.swap_time = Histogram(PREFIX + "swap_time_seconds", "Adapter save until the gateway serves it",
+                                   buckets=SWAP_BUCKETS_S, registry=r)
+        self._server = None
+
+    def observe(self, metrics: dict) -> None:
+        """Take one step's metrics (learner.metrics.step_metrics)."""
+        for key, gauge in self.gauges.items():
+            gauge.set(_number(metrics.get(key)))
+        for key, counter in self.counters.items():
+            counter.inc(max(0, int(metrics.get(key) or 0)))
+        if metrics.get("step_time_s") is not None:
+            self.step_time.observe(metrics["step_time_s"])
+        if metrics.get("swap_time_s") is not None:  # None: nothing published this step
+            self.swap_time.observe(metrics["swap_time_s"])
+
+    def serve(self, port: int, host: str = "127.0.0.1") -> int:
+        """Serve /metrics in a daemon thread; returns the bound port (0 picks a free one)."""
+        self._server, _ = start_http_server(port, addr=host, registry=self.registry)
+        return self._server.server_address[1]
+
+    def close(self) -> None:
+        if self._server is not None:
+            self._server.shutdown()
+            self._server.server_close()
+            self._server = None
+
+    def exposition(self) -> bytes:
+        return generate_latest(self.registry)
+
+
+def _number(value) -> float:
+    if isinstance(value, bool):
+        return float(value)
+    return float(value) if isinstance(value, (int, float)) else math.nan

@@ -1,0 +1,84 @@
+"""The learner's Prometheus endpoint: scraped over HTTP while the loop runs, its values are the stored
+step metrics (gauges: the latest step; counters: summed over steps; histograms: step and swap times)."""
+
+from __future__ import annotations
+
+import math
+import socket
+
+import httpx
+import pytest
+from prometheus_client.parser import text_string_to_metric_families
+
+from harnessrl.server import free_port
+from learner.config import ConfigError, config_from_dict
+from learner.groups import find_run_id
+from learner.loop import LearnerError
+from learner.metrics import step_history
+from learner.prometheus import COUNTERS, GAUGES, PREFIX, LearnerExporter
+from tests.unit.test_learner_loop import RUN, config_for, fill, store, train  # noqa: F401 - store is a fixture
+
+
+def scrape(port: int) -> dict[str, float]:
+    """Every sample of the endpoint, by name (the metrics here carry no labels but histogram buckets)."""
+    text = httpx.get(f"http://127.0.0.1:{port}/metrics", timeout=5).text
+    return {sample.name + (f"{{le={sample.labels['le']}}}" if "le" in sample.labels else ""): sample.value
+            for family in text_string_to_metric_families(text) for sample in family.samples}
+
+
+def assert_same(scraped: float, stored) -> None:
+    if stored is None:
+        assert math.isnan(scraped)
+    else:
+        assert scraped == pytest.approx(float(stored), rel=1e-12, abs=1e-12)
+
+
+async def test_the_endpoint_serves_the_stored_step_metrics(store, tiny_model_dir, tmp_path):
+    await fill(store, 6)
+    port = free_port()
+    scraped: list[dict[str, float]] = []
+    config = config_for(tiny_model_dir, tmp_path / "out", max_steps=3, metrics_port=port)
+
+    # Scraped from on_step: the endpoint lives as long as the loop (its server thread answers).
+    await train(config, store, on_step=lambda metrics: scraped.append(scrape(port)))
+
+    rows = await step_history(store, await find_run_id(store, RUN))
+    assert len(scraped) == len(rows) == 3
+    for seen, upto in zip(scraped, range(1, 4)):
+        last, done = rows[upto - 1], rows[:upto]
+        for key, name, _ in GAUGES:
+            assert_same(seen[PREFIX + name], last[key])
+        for key, name, _ in COUNTERS:
+            assert seen[PREFIX + name + "_total"] == sum(row[key] or 0 for row in done), name
+        assert seen[PREFIX + "step_time_seconds_count"] == upto
+        assert seen[PREFIX + "step_time_seconds_sum"] == pytest.approx(sum(row["step_time_s"] for row in done))
+        assert seen[PREFIX + "swap_time_seconds_count"] == 0  # publish = false: nothing swapped
+    final = scraped[-1]
+    assert final[PREFIX + "step"] == 3 and final[PREFIX + "policy_version"] == 2
+    assert final[PREFIX + "samples_trained_total"] == 24 and final[PREFIX + "groups_consumed_total"] == 6
+    with pytest.raises(httpx.ConnectError):  # the loop closed it on the way out
+        scrape(port)
+
+
+def test_missing_values_read_as_nan_and_swaps_feed_their_histogram():
+    exporter = LearnerExporter()
+    exporter.observe({"step": 4, "loss": None, "samples": 3, "step_time_s": 1.5, "swap_time_s": 0.2,
+                      "optimizer_stepped": False})
+    exporter.observe({"step": 5, "loss": 0.25, "samples": None, "step_time_s": 2.5, "swap_time_s": None})
+    seen = {s.name: s.value for f in text_string_to_metric_families(exporter.exposition().decode())
+            for s in f.samples if "le" not in s.labels}
+    assert seen[PREFIX + "step"] == 5 and seen[PREFIX + "loss"] == 0.25 and math.isnan(seen[PREFIX + "kl"])
+    assert seen[PREFIX + "samples_trained_total"] == 3 and seen[PREFIX + "step_time_seconds_sum"] == 4.0
+    assert seen[PREFIX + "swap_time_seconds_count"] == 1 and seen[PREFIX + "swap_time_seconds_sum"] == 0.2
+
+
+async def test_a_taken_port_is_an_error_naming_the_setting(store, tiny_model_dir, tmp_path):
+    await fill(store, 2)
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        config = config_for(tiny_model_dir, tmp_path / "out", max_steps=1, metrics_port=taken.getsockname()[1])
+        with pytest.raises(LearnerError, match="set metrics_port to a free port, or 0"):
+            await train(config, store)
+    with pytest.raises(ConfigError, match="metrics_port must be a TCP port"):
+        config_from_dict({"metrics_port": 70000})
