@@ -81,7 +81,8 @@ export function fmtPct(value) {
 export function fmtTime(iso) {
   if (!iso) return "–";
   const date = new Date(iso);
-  return Number.isNaN(date.getTime()) ? iso : date.toLocaleString("en-GB", { hour12: false });
+  // sv-SE writes local time as "2026-01-31 13:05:09": unambiguous and sortable.
+  return Number.isNaN(date.getTime()) ? iso : date.toLocaleString("sv-SE");
 }
 
 export function fmtDuration(startIso, endIso) {

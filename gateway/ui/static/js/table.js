@@ -18,6 +18,7 @@ export function pagedTable({ pages, columns, rowAttrs = () => ({}), testid, empt
   let shown = 0;
 
   async function load() {
+    table.dataset.state = "loading"; // "ready" once the page is shown: for tests and people alike
     more.disabled = true;
     more.textContent = "Loading…";
     try {
@@ -34,6 +35,7 @@ export function pagedTable({ pages, columns, rowAttrs = () => ({}), testid, empt
     more.hidden = pages.done;
     more.disabled = false;
     more.textContent = `More (${shown} shown)`;
+    table.dataset.state = "ready";
   }
 
   more.addEventListener("click", load);

@@ -34,9 +34,10 @@ function toolCall(call) {
 }
 
 function message(m, index) {
-  const label = m.role === "tool" && m.tool_call_id ? `tool result · ${m.tool_call_id}` : m.role;
+  const label = m.role === "tool" ? "tool result" : m.role;
   return h("article", { class: `msg role-${m.role}`, testid: "message", dataset: { role: m.role, index: String(index) } },
-    h("header", {}, h("span", { class: "role" }, label),
+    h("header", {}, h("span", {}, h("span", { class: "role" }, label),
+      m.tool_call_id ? h("span", { class: "muted" }, ` for ${m.tool_call_id}`) : null),
       m.call_id != null ? link(href.call(m.call_id), `call #${m.call_id}`, { testid: "message-call-link" }) : null),
     m.content ? clippedText(m.content, "message-content") : null,
     (m.tool_calls || []).map(toolCall));
@@ -53,7 +54,7 @@ function header(rollout) {
       ["status", h("span", { testid: "rollout-status" }, badge(rollout.status))],
       ["reward", h("span", { testid: "rollout-reward", class: "big" }, fmtNum(rollout.reward, 4))],
       ["components", components.length
-        ? h("span", { testid: "reward-components" }, components.map(([name, value]) =>
+        ? h("span", { class: "components", testid: "reward-components" }, components.map(([name, value]) =>
             h("span", { class: "component", dataset: { name } }, `${name} = ${fmtNum(value, 4)}`)))
         : dash()],
       rollout.error ? ["error", h("span", { class: "error-text", testid: "rollout-error" }, rollout.error)] : null,
