@@ -77,8 +77,8 @@ def _save(draw: Callable, run: str, path: Path) -> Path:
 def _reward_per_step(figure, data: ReportData) -> None:
     ax = figure.add_subplot()
     steps = [p.step for p in data.steps]
-    ax.plot(steps, [_nan(p.reward_mean) for p in data.steps], color=BLUE, marker=".", label="all scored rollouts")
-    ax.plot(steps, [_nan(p.reward_mean_kept) for p in data.steps], color=ORANGE, marker=".", alpha=0.8,
+    ax.plot(steps, [_nan(p.reward_mean) for p in data.steps], color=BLUE, marker=_marker(steps), label="all scored rollouts")
+    ax.plot(steps, [_nan(p.reward_mean_kept) for p in data.steps], color=ORANGE, marker=_marker(steps), alpha=0.8,
             label="groups with a learning signal (reward std > 0)")
     ax.set(xlabel="learner step", ylabel="mean reward of the step's groups", title="reward per learner step")
     _finish(ax)
@@ -107,8 +107,11 @@ def _reward_per_version(figure, data: ReportData) -> None:
 def _staleness(figure, data: ReportData) -> None:
     ax = figure.add_subplot()
     steps = [p.step for p in data.steps]
-    ax.plot(steps, [_nan(p.staleness_mean) for p in data.steps], color=BLUE, marker=".", label="mean")
-    ax.step(steps, [_nan(p.staleness_max) for p in data.steps], where="mid", color=ORANGE, label="max")
+    most = [_nan(p.staleness_max) for p in data.steps]
+    # The max as a shaded band under the mean's line: over many steps two crossing lines are unreadable.
+    ax.fill_between(steps, most, step="mid", color=ORANGE, alpha=0.25, label="max")
+    ax.step(steps, most, where="mid", color=ORANGE, linewidth=0.8)
+    ax.plot(steps, [_nan(p.staleness_mean) for p in data.steps], color=BLUE, marker=_marker(steps), label="mean")
     ax.set(xlabel="learner step", ylabel="policy versions behind the learner",
            title="staleness of the samples each step trained on")
     ax.yaxis.get_major_locator().set_params(integer=True)
@@ -132,7 +135,7 @@ def _generation(figure, data: ReportData) -> None:
 def _training(figure, data: ReportData) -> None:
     rate, samples = figure.subplots(2, 1, sharex=True)
     steps = [p.step for p in data.steps]
-    rate.plot(steps, [_nan(p.trained_tokens_per_s) for p in data.steps], color=BLUE, marker=".")
+    rate.plot(steps, [_nan(p.trained_tokens_per_s) for p in data.steps], color=BLUE, marker=_marker(steps))
     rate.set(ylabel="trained tokens / s", title="training throughput (tokens the loss covered / step time)")
     rate.set_ylim(bottom=0)
     rate.grid(alpha=0.3)
@@ -146,6 +149,11 @@ def _finish(ax) -> None:
     ax.xaxis.get_major_locator().set_params(integer=True)
     ax.grid(alpha=0.3)
     ax.legend(fontsize=8)
+
+
+def _marker(points: list) -> str | None:
+    """Dots on a few points show where the data is; on many they only blur the line."""
+    return "." if len(points) <= 40 else None
 
 
 def _nan(value) -> float:
