@@ -47,6 +47,7 @@ VIEWPORT = {"width": 1280, "height": 800}
 class Recorded:
     url: str
     db_path: Path
+    engine_url: str
     weather_rollout: int  # the multi-turn one: side call, fork, a linked turn, hostile output
 
 
@@ -174,7 +175,7 @@ def recorded(tmp_path_factory, migrated_sqlite_file, fake_tokenizer_dir) -> Iter
         with BackgroundGateway(settings) as gateway:
             weather = _record_run(gateway.url)
             _write_steps(db_path, RUN)
-            yield Recorded(gateway.url, db_path, weather)
+            yield Recorded(gateway.url, db_path, fake.url, weather)
 
 
 @pytest.fixture(scope="module")
@@ -353,7 +354,12 @@ def _check_token_view(browser: Browser, call: Call, calls: dict[int, Call]) -> N
 
 
 def test_listings_page_with_more(recorded, browser):
-    browser.goto_hash(recorded.url, f"/runs/{MANY_RUN}")
+    browser.goto_hash(recorded.url, "/runs")
+    browser.page.locator("[data-testid=run-filters] [data-testid=filter-name]").fill("many")
+    browser.page.locator("[data-testid=run-filters] [data-testid=filter-name]").press("Enter")
+    browser.page.wait_for_function("() => document.querySelectorAll('[data-testid=run-row]').length === 1")
+    assert browser.attrs("[data-testid=run-row]", "data-run") == [MANY_RUN]
+    browser.click("[data-testid=run-link]")
     rows = browser.page.locator("[data-testid=rollouts-table] [data-testid=rollout-row]")
     assert rows.count() == 50
     browser.page.locator("[data-testid=rollouts-table] ~ [data-testid=more]").click()
@@ -416,3 +422,15 @@ def test_filters_query_the_store(recorded, db, browser):
     groups = db.scalars(select(Group).where(Group.run_id == run_id, Group.status == "open")).all()
     assert shown(filters="group-filters", name="status", value="open", table="groups-table", row="group-row",
                  key="data-group-id") == ids(groups)
+
+
+def test_call_without_a_tokenizer_shows_token_ids(recorded, db, browser):
+    settings = GatewaySettings(database_url=sqlite_url(recorded.db_path), engine_url=recorded.engine_url)
+    call = db.scalars(select(Call).where(Call.rollout_id == recorded.weather_rollout).order_by(Call.id)).first()
+    with BackgroundGateway(settings) as bare:  # no model_dir, and the fake engine names no model folder
+        browser.goto_hash(bare.url, f"/calls/{call.id}")
+        ids = unpack_ids(call.prompt_ids) + unpack_ids(call.output_ids)
+        assert browser.texts("[data-testid=token]") == [f"[{i}]" for i in ids]
+        assert "no tokenizer" in browser.page.locator(".legend .warn").inner_text()
+        assert browser.texts("[data-testid=call-tags] .tag") == call.tags == ["title"]
+        browser.shot("call-without-tokenizer")

@@ -52,7 +52,7 @@ export function lineChart(key, points) {
 }
 
 // The metrics people look at first, in this order; other numeric keys go under "more metrics".
-export const MAIN_METRICS = ["reward_mean", "loss", "staleness_mean", "kl", "entropy", "grad_norm", "step_time_s",
+const MAIN_METRICS = ["reward_mean", "loss", "staleness_mean", "kl", "entropy", "grad_norm", "step_time_s",
                              "trained_tokens_per_s", "clip_frac_high", "swap_time_s"];
 const NOT_CHARTED = new Set(["step"]);
 

@@ -18,7 +18,7 @@ function build(el, attrs, children) {
 }
 
 /** Appends children: nodes, strings (as text), arrays of either; null and undefined are skipped. */
-export function append(parent, children) {
+function append(parent, children) {
   for (const child of [children].flat(Infinity)) {
     if (child === null || child === undefined || child === false) continue;
     parent.append(child instanceof Node ? child : document.createTextNode(String(child)));
@@ -34,11 +34,6 @@ export function h(tag, attrs, ...children) {
 /** An SVG element (charts). */
 export function s(tag, attrs, ...children) {
   return build(document.createElementNS(SVG_NS, tag), attrs, children);
-}
-
-export function clear(el) {
-  el.replaceChildren();
-  return el;
 }
 
 // --- links -------------------------------------------------------------------------------------

@@ -2,7 +2,7 @@
 
 import { get } from "../api.js";
 import { badge, facts, fmtNum, fmtTime, h, href, link, section } from "../dom.js";
-import { rewardCell, rewardScale, rolloutList } from "./rollouts.js";
+import { rewardCell, RewardScale, rolloutList } from "./rollouts.js";
 
 function rewardStats(rollouts) {
   const rewards = rollouts.map((r) => r.reward).filter((r) => typeof r === "number");
@@ -17,8 +17,7 @@ export async function groupView(ctx, id) {
   const group = await get(`groups/${id}`, {}, ctx.signal);
   ctx.crumbs([["runs", href.runs()], [group.run, href.run(group.run)], [`group #${group.id}`, href.group(group.id)]]);
   const members = group.rollouts || [];
-  const scale = rewardScale();
-  scale.see(members.map((r) => r.reward));
+  const scale = new RewardScale().see(members.map((r) => r.reward));
   const rollouts = rolloutList(ctx, { group_id: group.id });
   ctx.show(
     h("h1", {}, `Group #${group.id} `, h("span", { class: "muted" }, group.name)),

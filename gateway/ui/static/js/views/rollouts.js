@@ -7,8 +7,27 @@ import { pagedTable } from "../table.js";
 
 const STATUSES = ["running", "finished", "failed"];
 
+/** Reward colours on a scale that starts at [0, 1] and widens to every reward seen (rewards are unbounded). */
+export class RewardScale {
+  lo = 0;
+  hi = 1;
+
+  see(rewards) {
+    for (const r of rewards) {
+      if (typeof r !== "number") continue;
+      this.lo = Math.min(this.lo, r);
+      this.hi = Math.max(this.hi, r);
+    }
+    return this;
+  }
+
+  color(reward) {
+    return rewardColor(reward, this.lo, this.hi);
+  }
+}
+
 /** One rollout's reward as a coloured cell linking to it ("rewards side by side"). */
-export function rewardCell(rollout, scale = [0, 1]) {
+export function rewardCell(rollout, scale) {
   const text = rollout.status === "running" ? "…"
     : rollout.reward === null || rollout.reward === undefined ? "–" : fmtNum(rollout.reward, 2);
   const cell = link(href.rollout(rollout.id), rollout.status === "failed" ? `✕ ${text}` : text, {
@@ -16,28 +35,15 @@ export function rewardCell(rollout, scale = [0, 1]) {
     title: `rollout ${rollout.id} · ${rollout.status} · reward ${fmtNum(rollout.reward, 4)}`,
     dataset: { rolloutId: String(rollout.id), reward: rollout.reward ?? "" },
   });
-  const color = rewardColor(rollout.reward, ...scale);
+  const color = scale.color(rollout.reward);
   if (color) cell.style.backgroundColor = color;
   return cell;
-}
-
-/** A scale that starts at [0, 1] and widens to every reward seen (rewards are not bounded). */
-export function rewardScale() {
-  const scale = [0, 1];
-  scale.see = (rewards) => {
-    for (const r of rewards) {
-      if (typeof r !== "number") continue;
-      scale[0] = Math.min(scale[0], r);
-      scale[1] = Math.max(scale[1], r);
-    }
-  };
-  return scale;
 }
 
 /** baseParams: the fixed part of the query ({run} or {group_id}); the filters add the rest. */
 export function rolloutList(ctx, baseParams) {
   const slot = h("div");
-  const scale = rewardScale();
+  const scale = new RewardScale();
   const show = (filters) => {
     const table = pagedTable({
       pages: pager("rollouts", { ...baseParams, ...filters }, ctx.signal),

@@ -5,7 +5,7 @@ import { badge, dash, facts, fmtNum, fmtPct, fmtTime, h, href, link, section } f
 import { lineChart, metricKeys, seriesOf } from "../charts.js";
 import { filterBar } from "../filters.js";
 import { pagedTable } from "../table.js";
-import { rewardCell, rewardScale, rolloutList } from "./rollouts.js";
+import { rewardCell, RewardScale, rolloutList } from "./rollouts.js";
 
 const GROUP_STATUSES = ["open", "ready", "consumed"];
 const MAX_STEP_PAGES = 10; // 10,000 steps: far more than a chart can show apart
@@ -69,7 +69,7 @@ function chartsCard(steps, truncated) {
 
 function groupsCard(ctx, run) {
   const slot = h("div");
-  const scale = rewardScale();
+  const scale = new RewardScale();
   const show = (filters) => {
     const table = pagedTable({
       pages: pager("groups", { run, ...filters }, ctx.signal),

@@ -26,7 +26,7 @@ export function runsView(ctx) {
   };
   ctx.show(
     h("h1", {}, "Runs"),
-    filterBar([{ name: "name", label: "name contains", size: 24 }], show),
-    slot);
+    h("section", { class: "card" }, filterBar([{ name: "name", label: "name contains", size: 24 }], show, "run-filters"),
+      slot));
   return show({});
 }
