@@ -21,11 +21,13 @@ function shown(piece) {
 }
 
 function tokenSpan(id, piece, { part, index, sampled, logprob }) {
-  const text = piece === null || piece === undefined ? `[${id}]` : shown(piece);
-  const title = [`${part} ${index}`, `id ${id}`, piece === null || piece === undefined ? null : JSON.stringify(piece),
+  const known = piece !== null && piece !== undefined;
+  const text = known ? shown(piece) : `[${id}]`;
+  const title = [`${part} ${index}`, `id ${id}`, known ? JSON.stringify(piece) : null,
                  logprob === undefined ? (sampled ? "sampled by an earlier call" : "not sampled")
                    : `logprob ${fmtNum(logprob, 4)}`].filter(Boolean).join(" · ");
-  const span = h("span", { class: `tok ${sampled ? "sampled" : "masked"} ${part}`, testid: "token", title });
+  const span = h("span", { class: `tok ${sampled ? "sampled" : "masked"} ${part}${known ? "" : " id-only"}`,
+                           testid: "token", title });
   span.textContent = text;
   if (sampled) span.dataset.sampled = "1";
   if (logprob !== undefined) span.style.backgroundColor = logprobColor(logprob);
