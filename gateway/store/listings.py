@@ -125,11 +125,19 @@ class Listings:
         query = select(*columns).where(Call.id > after).order_by(Call.id).limit(limit)
         query = _equal(query, (Call.rollout_id, where.rollout_id), (Call.finish_reason, where.finish_reason),
                        (Call.dialect, where.dialect))
-        if where.run is not None:
-            run_rollouts = select(Rollout.id).join(Run, Run.id == Rollout.run_id).where(Run.name == where.run)
-            query = query.where(Call.rollout_id.in_(run_rollouts))
+        run_rollouts = None if where.run is None else (
+            select(Rollout.id).join(Run, Run.id == Rollout.run_id).where(Run.name == where.run))
         if where.tag is not None:
-            query = query.where(has_tag(where.tag))
+            # The matching ids first, from the covering index that holds tags on SQLite (migration
+            # 0005); filtering the calls' rows instead reads their tags past the token blobs' overflow
+            # pages: 0.6 s rather than 25 ms for a first page of 200,000 calls. (No `id > after` in
+            # here: SQLite would then pick the rowid-ranged rollout_id index, which is not covering.)
+            matching = select(Call.id).where(has_tag(where.tag))
+            if run_rollouts is not None:
+                matching = matching.where(Call.rollout_id.in_(run_rollouts))
+            query = query.where(Call.id.in_(matching))
+        elif run_rollouts is not None:
+            query = query.where(Call.rollout_id.in_(run_rollouts))
         async with self.sessions() as session:
             return list((await session.execute(query)).all())
 

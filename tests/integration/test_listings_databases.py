@@ -1,0 +1,56 @@
+"""The viewer's store queries on SQLite and PostgreSQL: JSON filters, summaries, the ancestor CTE, migration 0005."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from gateway.store.listings import CallFilter, GroupFilter, RolloutFilter
+from gateway.store.samples import prompt_mask
+from gateway.store.store import Store
+from gateway.store.summary import run_summary
+from migrations.runner import alembic_config
+from tests.builders import call_record
+
+
+async def test_filters_summary_and_ancestors_agree_on_both_databases(database_url):
+    store = Store.from_url(database_url)
+    try:
+        a = await store.create_rollout("db-run", "t1", "g", {"harness": "pi"}, group_size=2)
+        b = await store.create_rollout("db-run", "t1", "g", {"harness": "opencode"}, group_size=2)
+        [first] = await store.insert_calls([call_record(a.rollout_id, prompt_ids=[1, 2], output_ids=[3, 4],
+                                                        output_logprobs=[-1.0, -1.0], policy_version=1)])
+        [second] = await store.insert_calls([call_record(a.rollout_id, prompt_ids=[1, 2, 3, 4, 5], output_ids=[6],
+                                                         output_logprobs=[-1.0], parent_id=first, policy_version=2)])
+        await store.insert_calls([call_record(b.rollout_id, tags=["title"], finish_reason="length", fork_of=first,
+                                              drift_tokens=2)])
+        await store.end_rollout(a.rollout_id, "finished", rewards={"v": 1.0})
+        await store.end_rollout(b.rollout_id, "finished", rewards={"v": 0.0})
+
+        listings = store.listings
+        assert [r.id for r, *_ in await listings.rollouts(RolloutFilter(harness="pi"), 0, 10)] == [a.rollout_id]
+        assert [r.id for r, *_ in await listings.rollouts(RolloutFilter(policy_version=2), 0, 10)] == [a.rollout_id]
+        assert [r.id for r, *_ in await listings.rollouts(RolloutFilter(reward_max=0.5), 0, 10)] == [b.rollout_id]
+        tagged = await listings.calls(CallFilter(run="db-run", tag="title"), 0, 10)
+        assert [c.rollout_id for c in tagged] == [b.rollout_id] and tagged[0].tags == ["title"]
+        assert [g.status for g, *_ in await listings.groups(GroupFilter(run="db-run"), 0, 10)] == ["ready"]
+        assert [r.name for r in await listings.runs("db-", 0, 10)] == ["db-run"]
+
+        run = await listings.run("db-run")
+        summary = await run_summary(store.sessions, run.id)
+        assert (summary["calls"], summary["side_calls"], summary["roots"], summary["forks"]) == (3, 1, 2, 1)
+        assert summary["reward_by_version"] == [{"policy_version": 0, "rollouts": 1, "reward_mean": 0.0},
+                                                {"policy_version": 1, "rollouts": 1, "reward_mean": 1.0}]
+        assert summary["prompt_tokens"] == 2 + 5 + 3 and summary["drift_tokens"] == 2
+
+        ancestors = await store.ancestors(second)
+        assert [x.call_id for x in ancestors] == [first]
+        assert prompt_mask(np.array([1, 2, 3, 4, 5]), ancestors).tolist() == [0, 0, 1, 1, 0]
+    finally:
+        await store.close()
+
+
+def test_migration_0005_goes_down_and_up(database_url):
+    from alembic import command
+
+    command.downgrade(alembic_config(database_url), "0004")
+    command.upgrade(alembic_config(database_url), "head")
