@@ -10,7 +10,7 @@ from rich.table import Table
 from rich.text import Text
 
 from gateway.store.arrays import unpack_ids, unpack_logprobs
-from gateway.store.listings import GroupFilter, RolloutFilter
+from gateway.store.listings import GroupFilter, RolloutFilter, RunCounts
 from gateway.store.store import Store
 
 LIMIT = 50
@@ -19,10 +19,7 @@ LIMIT = 50
 async def list_view(store: Store, what: str, where: RolloutFilter, limit: int = LIMIT) -> Table:
     """A table of runs, groups or rollouts; ``where`` filters rollouts (groups use run, task, status)."""
     if what == "runs":
-        table = _table("id", "name", "capture", "created")
-        for r in await store.listings.runs(where.run, 0, limit):
-            table.add_row(str(r.id), r.name, (r.config or {}).get("capture", "engine"), f"{r.created_at:%Y-%m-%d %H:%M}")
-        return table
+        return await _runs_table(store, where.run, limit)
     if what == "groups":
         table = _table("id", "run", "task", "group", "status", "size", "ready")
         groups = GroupFilter(run=where.run, task=where.task, status=where.status)
@@ -37,6 +34,21 @@ async def list_view(store: Store, what: str, where: RolloutFilter, limit: int = 
                           "" if r.reward is None else f"{r.reward:.3f}", (r.error or "")[:60])
         return table
     raise ValueError(f"ls shows runs, groups or rollouts, not {what!r}")
+
+
+async def _runs_table(store: Store, name: str | None, limit: int) -> Table:
+    """The newest runs, with their rollout counts: the viewer's runs page (GET /api/runs?order=desc)."""
+    table = _table("id", "name", "capture", "created", "rollouts", "finished", "reward", "last activity")
+    table.columns[1].no_wrap = True  # a name is what one copies into --run: never broken across lines
+    runs = await store.listings.runs(name, 0, limit, newest_first=True)
+    counts = await store.listings.run_counts([r.id for r in runs])
+    for r in runs:
+        c = counts.get(r.id, RunCounts())
+        reward = "" if c.reward_mean is None else f"{c.reward_mean:.3f}"
+        last = "" if c.last_activity is None else f"{c.last_activity:%Y-%m-%d %H:%M:%S}"
+        table.add_row(str(r.id), r.name, (r.config or {}).get("capture", "engine"), f"{r.created_at:%Y-%m-%d %H:%M}",
+                      str(c.rollouts), str(c.rollouts_finished), reward, last)
+    return table
 
 
 async def rollout_view(store: Store, rollout_id: int, decode=None, tokens: int = 40) -> Group:

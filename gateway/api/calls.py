@@ -16,7 +16,8 @@ from gateway.errors import NotFound
 from gateway.state import StateDep
 from gateway.store.arrays import unpack_ids, unpack_logprobs
 from gateway.store.listings import CALL_COLUMNS, CallFilter
-from gateway.store.samples import prompt_mask
+from gateway.store.samples import Ancestor, prompt_marks
+from gateway.store.tables import Call
 
 Tokens = Annotated[bool, Query(description="false leaves prompt_ids, output_ids and output_logprobs empty")]
 
@@ -57,15 +58,22 @@ async def get_call(call_id: int, state: StateDep, decode: bool = False) -> CallD
         raise NotFound(f"call {call_id} not found")
     detail = CallDetail(**call_view(call, tokens=True).model_dump(), request=call.request, response=call.response)
     if decode:
-        prompt = np.frombuffer(call.prompt_ids, "<i4")
-        mask = prompt_mask(prompt, await state.store.ancestors(call_id), include_side=bool(call.tags))
-        detail.prompt_mask = mask.tolist()
+        _mark_prompt(detail, call, await state.store.ancestors(call_id))
         decoder = await state.decoder()
         if decoder is not None:
             text = await asyncio.to_thread(_decoded, decoder, detail.prompt_ids, detail.output_ids)
             for name, value in text.items():
                 setattr(detail, name, value)
     return detail
+
+
+def _mark_prompt(detail: CallDetail, call: Call, ancestors: list[Ancestor]) -> None:
+    """The prompt's mask, logprobs and versions: what the sample through this call holds there."""
+    marks = prompt_marks(np.frombuffer(call.prompt_ids, "<i4"), ancestors, include_side=bool(call.tags))
+    sampled = marks.mask.astype(bool)
+    detail.prompt_mask = marks.mask.tolist()
+    detail.prompt_logprobs = [lp if keep else None for lp, keep in zip(marks.logprobs.tolist(), sampled.tolist())]
+    detail.prompt_versions = marks.versions.tolist()
 
 
 def _decoded(decoder: TokenDecoder, prompt_ids: list[int], output_ids: list[int]) -> dict:

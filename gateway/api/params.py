@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Annotated, TypeVar
+from typing import Annotated, Literal, TypeVar
 
 from fastapi import Query
 
@@ -13,6 +13,8 @@ T = TypeVar("T")
 
 Limit = Annotated[int, Query(ge=1, le=1000)]
 After = Annotated[int, Query(ge=0, description="return items with id greater than this cursor")]
+Order = Annotated[Literal["asc", "desc"], Query(description="by id: asc (oldest first) or desc (newest first; "
+                                                            "the cursor then returns items with smaller ids)")]
 
 
 def page_of(items: list[T], limit: int, cursor: Callable[[T], int] = lambda item: item.id) -> Page[T]:

@@ -125,6 +125,10 @@ class CallDetail(CallView):
     prompt_pieces: list[str] | None = None
     output_pieces: list[str] | None = None
     prompt_mask: list[int] | None = None  # 1 where an ancestor call sampled the prompt token (trained on)
+    # decode=true, one per prompt id: the ancestor's sampler logprob and policy version where prompt_mask
+    # is 1 (as the sample's old_logprobs and policy_versions), null and -1 where it is 0
+    prompt_logprobs: list[float | None] | None = None
+    prompt_versions: list[int] | None = None
 
 
 class SampleView(BaseModel):
@@ -150,6 +154,11 @@ class RunView(BaseModel):
     name: str
     config: dict[str, Any]
     created_at: datetime
+    # The run's rollouts in numbers (one GROUP BY per page of runs)
+    rollouts: int
+    rollouts_finished: int
+    reward_mean: float | None  # over the rollouts with a reward
+    last_activity: datetime | None  # the latest rollout's created_at; null before the first rollout
 
 
 class RewardByVersion(BaseModel):

@@ -2,25 +2,35 @@
 
 from __future__ import annotations
 
+import dataclasses
+
 from fastapi import Query
 
-from gateway.api.params import After, Limit, page_of
+from gateway.api.params import After, Limit, Order, page_of
 from gateway.api.protocol import GroupRollout, GroupView, LearnerStepView, Page, RunSummary, RunView
 from gateway.errors import NotFound
 from gateway.state import StateDep
-from gateway.store.listings import GroupFilter
+from gateway.store.listings import GroupFilter, Listings, RunCounts
 from gateway.store.summary import run_summary
 from gateway.store.tables import Group, Run
 
 
-def run_view(run: Run) -> RunView:
-    return RunView(id=run.id, name=run.name, config=run.config or {}, created_at=run.created_at)
+def run_view(run: Run, counts: RunCounts) -> RunView:
+    return RunView(id=run.id, name=run.name, config=run.config or {}, created_at=run.created_at,
+                   **dataclasses.asdict(counts))
+
+
+async def run_views(listings: Listings, runs: list[Run]) -> list[RunView]:
+    """Runs with their rollout counts (one query for all of them)."""
+    counts = await listings.run_counts([r.id for r in runs])
+    return [run_view(r, counts.get(r.id, RunCounts())) for r in runs]
 
 
 async def list_runs(state: StateDep, name: str | None = Query(None, description="substring of the run's name"),
-                    after: After = 0, limit: Limit = 100) -> Page[RunView]:
-    runs = await state.store.listings.runs(name, after, limit)
-    return page_of([run_view(r) for r in runs], limit)
+                    order: Order = "asc", after: After = 0, limit: Limit = 100) -> Page[RunView]:
+    listings = state.store.listings
+    runs = await listings.runs(name, after, limit, newest_first=order == "desc")
+    return page_of(await run_views(listings, runs), limit)
 
 
 async def _run(state, name: str) -> Run:
@@ -31,7 +41,8 @@ async def _run(state, name: str) -> Run:
 
 
 async def get_run(name: str, state: StateDep) -> RunView:
-    return run_view(await _run(state, name))
+    [view] = await run_views(state.store.listings, [await _run(state, name)])
+    return view
 
 
 async def get_run_summary(name: str, state: StateDep) -> RunSummary:

@@ -1,8 +1,9 @@
 """Keyset-paged listings of runs, groups, rollouts, calls and learner steps, with their filters.
 
 Shared by the REST API and `harnessrl ls`. Every listing is one query ordered by id (by step for
-learner steps) with ``id > after`` and a ``LIMIT``: a page costs the same on the first run and on
-a run of 10,000 rollouts. Call listings leave the token blobs and bodies out unless asked.
+learner steps) with ``id > after`` (runs newest first: ``id < after``) and a ``LIMIT``: a page costs
+the same on the first run and on a run of 10,000 rollouts. Call listings leave the token blobs and
+bodies out unless asked; a page of runs or groups adds one IN query for its counts or rewards.
 """
 
 from __future__ import annotations
@@ -10,12 +11,23 @@ from __future__ import annotations
 import json
 from collections import defaultdict
 from dataclasses import dataclass
+from datetime import datetime
 
-from sqlalchemy import Select, String, cast, exists, select
+from sqlalchemy import Select, String, cast, exists, func, select
 from sqlalchemy.engine import Row
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
 from gateway.store.tables import Call, Group, LearnerStep, Rollout, Run, Task
+
+
+@dataclass(frozen=True)
+class RunCounts:
+    """A run's rollouts in numbers, for a listing of runs (a run without rollouts: the defaults)."""
+
+    rollouts: int = 0
+    rollouts_finished: int = 0
+    reward_mean: float | None = None  # over the rollouts with a reward
+    last_activity: datetime | None = None  # the latest rollout's created_at
 
 
 @dataclass(frozen=True)
@@ -57,12 +69,28 @@ class Listings:
     def __init__(self, sessions: async_sessionmaker[AsyncSession]):
         self.sessions = sessions
 
-    async def runs(self, name: str | None, after: int, limit: int) -> list[Run]:
-        query = select(Run).where(Run.id > after).order_by(Run.id).limit(limit)
+    async def runs(self, name: str | None, after: int, limit: int, newest_first: bool = False) -> list[Run]:
+        """Runs by id, oldest first; ``newest_first`` pages down from ``after`` (0: from the newest)."""
+        if newest_first:
+            query = select(Run).order_by(Run.id.desc()).limit(limit)
+            query = query.where(Run.id < after) if after else query
+        else:
+            query = select(Run).where(Run.id > after).order_by(Run.id).limit(limit)
         if name:
             query = query.where(Run.name.contains(name, autoescape=True))
         async with self.sessions() as session:
             return list((await session.scalars(query)).all())
+
+    async def run_counts(self, run_ids: list[int]) -> dict[int, RunCounts]:
+        """Rollout counts of each run, by id: one GROUP BY over the runs' rollouts (ix_rollouts_run_id)."""
+        if not run_ids:
+            return {}
+        query = (select(Rollout.run_id, func.count(), func.count().filter(Rollout.status == "finished"),
+                        func.avg(Rollout.reward), func.max(Rollout.created_at))
+                 .where(Rollout.run_id.in_(run_ids)).group_by(Rollout.run_id))
+        async with self.sessions() as session:
+            rows = (await session.execute(query)).all()
+        return {run_id: RunCounts(n, finished, mean, last) for run_id, n, finished, mean, last in rows}
 
     async def run(self, name: str) -> Run | None:
         async with self.sessions() as session:

@@ -37,6 +37,30 @@ class Sample:
         return len(self.call_ids)
 
 
+@dataclass(frozen=True)
+class SampledMarks:
+    """Who sampled each token of a sequence: what a sample's loss mask, old logprobs and versions hold."""
+
+    mask: np.ndarray  # int8 [T]: 1 on tokens a call sampled
+    logprobs: np.ndarray  # float32 [T]: the sampler's logprob where mask is 1, else 0
+    versions: np.ndarray  # int32 [T]: the sampling call's policy version where mask is 1, else -1
+
+    @classmethod
+    def empty(cls, length: int) -> "SampledMarks":
+        return cls(np.zeros(length, dtype=np.int8), np.zeros(length, dtype=np.float32),
+                   np.full(length, -1, dtype=np.int32))
+
+    def mark(self, ids: np.ndarray, offset: int, output_ids: np.ndarray, output_logprobs: np.ndarray,
+             version: int, where: str) -> None:
+        """Marks a call's output, which sits in ``ids`` at ``offset``; ``where`` names it if it does not."""
+        end = offset + len(output_ids)
+        if end > len(ids) or not np.array_equal(ids[offset:end], output_ids):
+            raise ValueError(f"{where}: the graph is inconsistent")
+        self.mask[offset:end] = 1
+        self.logprobs[offset:end] = output_logprobs[: end - offset]
+        self.versions[offset:end] = version
+
+
 def root_to_leaf_paths(nodes: list[CallNode], include_side: bool = False) -> list[list[CallNode]]:
     """Paths through the graph of kept calls; a call whose parent is not kept starts a path."""
     kept = {n.call_id: n for n in nodes if include_side or not n.tags}
@@ -62,17 +86,11 @@ def sample_from_path(path: list[CallNode]) -> Sample:
     """
     leaf = path[-1]
     input_ids = np.concatenate([leaf.prompt_ids, leaf.output_ids]).astype(np.int32)
-    mask = np.zeros(len(input_ids), dtype=np.int8)
-    logprobs = np.zeros(len(input_ids), dtype=np.float32)
-    versions = np.full(len(input_ids), -1, dtype=np.int32)
+    marks = SampledMarks.empty(len(input_ids))
     for node in path:
-        start, end = len(node.prompt_ids), len(node.prompt_ids) + len(node.output_ids)
-        if not np.array_equal(input_ids[start:end], node.output_ids):
-            raise ValueError(f"call {node.call_id} is not a prefix of call {leaf.call_id}: the graph is inconsistent")
-        mask[start:end] = 1
-        logprobs[start:end] = node.output_logprobs[: end - start]
-        versions[start:end] = node.policy_version
-    return Sample(tuple(n.call_id for n in path), input_ids, mask, logprobs, versions)
+        marks.mark(input_ids, len(node.prompt_ids), node.output_ids, node.output_logprobs, node.policy_version,
+                   f"call {node.call_id} is not a prefix of call {leaf.call_id}")
+    return Sample(tuple(n.call_id for n in path), input_ids, marks.mask, marks.logprobs, marks.versions)
 
 
 def build_samples(nodes: list[CallNode], include_side: bool = False) -> list[Sample]:
@@ -87,20 +105,25 @@ class Ancestor:
     offset: int  # the ancestor's prompt length
     output_ids: np.ndarray  # int32 [output_len]
     tags: tuple[str, ...]
+    output_logprobs: np.ndarray  # float32 [output_len], the sampler's logprobs
+    policy_version: int
 
 
-def prompt_mask(prompt_ids: np.ndarray, ancestors: list[Ancestor], include_side: bool = False) -> np.ndarray:
-    """int8 [prompt_len]: 1 on prompt tokens an ancestor sampled (what a sample trains on), else 0.
+def prompt_marks(prompt_ids: np.ndarray, ancestors: list[Ancestor], include_side: bool = False) -> SampledMarks:
+    """Who sampled each prompt token: the sample's loss mask, old logprobs and versions on the prompt.
 
     ``ancestors`` runs parent first. As in ``root_to_leaf_paths``, a side-call ancestor ends the
-    path unless side calls are included, so the mask equals the sample's loss mask on the prompt.
+    path unless side calls are included, so the marks equal those of the sample through this call.
     """
-    mask = np.zeros(len(prompt_ids), dtype=np.int8)
+    marks = SampledMarks.empty(len(prompt_ids))
     for ancestor in ancestors:
         if ancestor.tags and not include_side:
             break
-        end = ancestor.offset + len(ancestor.output_ids)
-        if end > len(prompt_ids) or not np.array_equal(prompt_ids[ancestor.offset:end], ancestor.output_ids):
-            raise ValueError(f"call {ancestor.call_id} is not a prefix of its descendant: the graph is inconsistent")
-        mask[ancestor.offset:end] = 1
-    return mask
+        marks.mark(prompt_ids, ancestor.offset, ancestor.output_ids, ancestor.output_logprobs,
+                   ancestor.policy_version, f"call {ancestor.call_id} is not a prefix of its descendant")
+    return marks
+
+
+def prompt_mask(prompt_ids: np.ndarray, ancestors: list[Ancestor], include_side: bool = False) -> np.ndarray:
+    """int8 [prompt_len]: 1 on prompt tokens an ancestor sampled (what a sample trains on), else 0."""
+    return prompt_marks(prompt_ids, ancestors, include_side).mask

@@ -158,11 +158,13 @@ class Store:
         """The calls above this one on its path, parent first (one recursive query)."""
         chain = select(Call.id, Call.parent_id).where(Call.id == call_id).cte("chain", recursive=True)
         chain = chain.union_all(select(Call.id, Call.parent_id).join(chain, Call.id == chain.c.parent_id))
-        query = (select(Call.id, Call.num_prompt_tokens, Call.output_ids, Call.tags)
+        query = (select(Call.id, Call.num_prompt_tokens, Call.output_ids, Call.tags, Call.output_logprobs,
+                        Call.policy_version)
                  .join(chain, Call.id == chain.c.id).where(Call.id != call_id).order_by(Call.id.desc()))
         async with self.sessions() as session:
             rows = (await session.execute(query)).all()
-        return [Ancestor(r.id, r.num_prompt_tokens, np.frombuffer(r.output_ids, "<i4"), tuple(r.tags or ()))
+        return [Ancestor(r.id, r.num_prompt_tokens, np.frombuffer(r.output_ids, "<i4"), tuple(r.tags or ()),
+                         np.frombuffer(r.output_logprobs, "<f4"), r.policy_version)
                 for r in rows]
 
     async def graph_stats(self, rollout_id: int) -> dict[str, int]:

@@ -149,7 +149,7 @@ def endpoints() -> list[tuple[str, str]]:
     rollout = ROLLOUTS // 2 + 1
     leaf = (rollout - 1) * CALLS_PER_ROLLOUT + CALLS_PER_ROLLOUT  # its last call (ids follow the rollouts)
     return [
-        ("runs", "/api/runs"),
+        ("runs", "/api/runs?order=desc"),  # as the viewer asks: newest first, with rollout counts
         ("run summary", f"/api/runs/{RUN}/summary"),
         ("learner steps", f"/api/runs/{RUN}/steps"),
         ("groups of run", f"/api/groups?run={RUN}"),

@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 
 from gateway.store.listings import CallFilter, GroupFilter, RolloutFilter
-from gateway.store.samples import prompt_mask
+from gateway.store.samples import prompt_marks, prompt_mask
 from gateway.store.store import Store
 from gateway.store.summary import run_summary
 from migrations.runner import alembic_config
@@ -34,6 +34,15 @@ async def test_filters_summary_and_ancestors_agree_on_both_databases(database_ur
         assert [c.rollout_id for c in tagged] == [b.rollout_id] and tagged[0].tags == ["title"]
         assert [g.status for g, *_ in await listings.groups(GroupFilter(run="db-run"), 0, 10)] == ["ready"]
         assert [r.name for r in await listings.runs("db-", 0, 10)] == ["db-run"]
+        await store.create_rollout("db-later", "t1", "g", {})
+        newest = await listings.runs(None, 0, 1, newest_first=True)
+        assert [r.name for r in newest] == ["db-later"]
+        assert [r.name for r in await listings.runs(None, newest[0].id, 1, newest_first=True)] == ["db-run"]
+        runs = await listings.runs(None, 0, 10)
+        counts = await listings.run_counts([r.id for r in runs])
+        assert [(counts[r.id].rollouts, counts[r.id].rollouts_finished, counts[r.id].reward_mean) for r in runs] \
+            == [(2, 2, 0.5), (1, 0, None)]
+        assert all(counts[r.id].last_activity is not None for r in runs)
 
         run = await listings.run("db-run")
         summary = await run_summary(store.sessions, run.id)
@@ -45,6 +54,8 @@ async def test_filters_summary_and_ancestors_agree_on_both_databases(database_ur
         ancestors = await store.ancestors(second)
         assert [x.call_id for x in ancestors] == [first]
         assert prompt_mask(np.array([1, 2, 3, 4, 5]), ancestors).tolist() == [0, 0, 1, 1, 0]
+        marks = prompt_marks(np.array([1, 2, 3, 4, 5]), ancestors)
+        assert marks.logprobs.tolist() == [0, 0, -1.0, -1.0, 0] and marks.versions.tolist() == [-1, -1, 1, 1, -1]
     finally:
         await store.close()
 

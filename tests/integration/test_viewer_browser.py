@@ -23,7 +23,7 @@ from sqlalchemy.orm import Session
 
 from gateway.engine.fake import BYTE_OFFSET, FakeEngine, FakeReply, create_fake_engine_app, decode
 from gateway.settings import GatewaySettings
-from gateway.store.arrays import unpack_ids
+from gateway.store.arrays import unpack_ids, unpack_logprobs
 from gateway.store.database import sqlite_url
 from gateway.store.tables import Call, Group, LearnerStep, Rollout, Run
 from harnessrl.server import BackgroundGateway, BackgroundServer
@@ -268,7 +268,7 @@ def test_run_group_rollout_call_by_clicking(recorded, db, browser):
     page = browser.page
 
     browser.goto_hash(recorded.url, "/runs")
-    assert set(browser.attrs("[data-testid=run-row]", "data-run")) == {RUN, MANY_RUN}
+    _check_runs_page(browser, db)
     browser.shot("1-runs")
     browser.click(f"[data-testid=run-row][data-run={RUN}] [data-testid=run-link]")
 
@@ -330,6 +330,7 @@ def test_run_group_rollout_call_by_clicking(recorded, db, browser):
     assert f"#/calls/{leaf}" in browser.attrs("[data-testid=message-call-link]", "href")  # the answer's call
     browser.click(f"[data-testid=call-row][data-call-id='{leaf}'] [data-testid=call-link]")
     _check_token_view(browser, calls[leaf], calls)
+    assert _mask_sum(calls[leaf], calls) > 0 and len(set(_earlier_logprobs(calls[leaf], calls))) > 1
     browser.shot("5-call")
 
     browser.click("[data-testid=parent-link]")  # up to the fork
@@ -338,11 +339,45 @@ def test_run_group_rollout_call_by_clicking(recorded, db, browser):
     browser.shot("6-fork-call")
 
 
+def _check_runs_page(browser: Browser, db: Session) -> None:
+    """Newest run first, each with its rollouts counted as the store holds them."""
+    runs = db.scalars(select(Run).order_by(Run.id.desc())).all()
+    assert browser.attrs("[data-testid=run-row]", "data-run") == [r.name for r in runs] == [MANY_RUN, RUN]
+    for run in runs:
+        rollouts = db.scalars(select(Rollout).where(Rollout.run_id == run.id)).all()
+        rewards = [r.reward for r in rollouts if r.reward is not None]
+        row = f"[data-testid=run-row][data-run={run.name}]"
+        assert browser.texts(f"{row} [data-testid=run-rollouts]") == [str(len(rollouts))]
+        finished = sum(r.status == "finished" for r in rollouts)
+        assert browser.texts(f"{row} [data-testid=run-finished]") == [str(finished)]
+        [mean] = browser.texts(f"{row} [data-testid=run-reward-mean]")
+        assert (mean == "–") if not rewards else float(mean) == pytest.approx(sum(rewards) / len(rewards), abs=5e-4)
+        assert browser.texts(f"{row} [data-testid=run-last-activity]") != ["–"]
+
+
+def _earlier_logprobs(call: Call, calls: dict[int, Call]) -> list[float]:
+    """The sampler's logprobs of the prompt tokens the call's ancestors sampled, in prompt order."""
+    found, parent = {}, call.parent_id
+    while parent is not None:
+        ancestor = calls[parent]
+        found.update(enumerate(unpack_logprobs(ancestor.output_logprobs), start=ancestor.num_prompt_tokens))
+        parent = ancestor.parent_id
+    return [found[position] for position in sorted(found)]
+
+
 def _check_token_view(browser: Browser, call: Call, calls: dict[int, Call]) -> None:
     prompt, output = unpack_ids(call.prompt_ids), unpack_ids(call.output_ids)
     tokens = browser.page.locator("[data-testid=token]")
     assert tokens.count() == len(prompt) + len(output)
     assert browser.page.locator("[data-testid=token][data-sampled]").count() == len(output) + _mask_sum(call, calls)
+    # Prompt tokens an earlier call sampled are shaded by that call's logprob and marked as earlier.
+    earlier = browser.attrs("[data-testid=token].prompt.earlier", "data-logprob")
+    assert len(earlier) == browser.page.locator("[data-testid=token].prompt[data-logprob]").count() \
+        == _mask_sum(call, calls)
+    assert [float(x) for x in earlier] == _earlier_logprobs(call, calls)
+    shaded = browser.page.locator("[data-testid=token].prompt.earlier").evaluate_all(
+        "els => els.map(e => e.style.backgroundColor)")
+    assert all(shaded) and len(set(shaded)) == len(set(earlier))  # by value, not one flat colour
     titles = browser.attrs("[data-testid=token]", "title")
     assert [int(t.split(" · ")[1].removeprefix("id ")) for t in titles] == prompt + output
     assert all("logprob" in t for t in titles[len(prompt):])

@@ -6,13 +6,15 @@ import asyncio
 import statistics
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
+from datetime import datetime
 
 import pytest
+from sqlalchemy import delete, select
 from typer.testing import CliRunner
 
 from gateway.engine.fake import FakeReply
 from gateway.settings import GatewaySettings
-from gateway.store.tables import LearnerStep
+from gateway.store.tables import LearnerStep, Rollout, Run
 from harnessrl.cli import app as cli
 from tests.builders import call_record
 from tests.unit.conftest import GatewayHarness, start_gateway
@@ -89,6 +91,47 @@ async def test_runs_filter_by_name_substring_and_page_by_cursor(gateway):
     assert one["name"] == "other" and one["config"] == {"capture": "engine"}
 
 
+async def test_runs_newest_first_page_by_cursor_down(gateway):
+    for name in ("exp-a", "exp-b", "other", "exp-c", "exp-d"):
+        await gateway.new_rollout(run=name)
+    newest = ["exp-d", "exp-c", "other", "exp-b", "exp-a"]
+    for limit in (1, 2, 5, 7):
+        assert [r["name"] for r in await get_all(gateway, "/api/runs", limit=limit, order="desc")] == newest
+        assert [r["name"] for r in await get_all(gateway, "/api/runs", limit=limit, order="asc")] == newest[::-1]
+    first = (await gateway.http.get("/api/runs", params={"order": "desc", "limit": 2})).json()
+    assert [r["name"] for r in first["data"]] == ["exp-d", "exp-c"] and first["next_cursor"] == first["data"][1]["id"]
+    assert [r["name"] for r in await get_all(gateway, "/api/runs", limit=2, order="desc", name="exp-")] \
+        == ["exp-d", "exp-c", "exp-b", "exp-a"]
+    assert [r["name"] for r in await get_all(gateway, "/api/runs")] == newest[::-1]  # asc stays the default
+
+
+async def test_runs_carry_their_rollout_counts(gateway):
+    seeded = await seed(gateway)
+    await gateway.new_rollout(run="beta")  # a second running rollout
+    empty = await gateway.new_rollout(run="gamma")
+    store = gateway.app.state.gateway.store
+    async with store.sessions() as session:  # the store's rows, independently of the listing's query
+        rows = (await session.execute(select(Run.name, Rollout.status, Rollout.reward, Rollout.created_at)
+                                      .join(Run, Run.id == Rollout.run_id).where(Rollout.id != empty["id"]))).all()
+        await session.execute(delete(Rollout).where(Rollout.id == empty["id"]))
+        await session.commit()
+    runs = {r["name"]: r for r in await get_all(gateway, "/api/runs", limit=2, order="desc")}
+    assert set(runs) == {"alpha", "beta", "gamma"} and len(seeded.rollouts) == 9
+    for name in ("alpha", "beta"):
+        mine = [row for row in rows if row.name == name]
+        rewards = [row.reward for row in mine if row.reward is not None]
+        assert runs[name]["rollouts"] == len(mine)
+        assert runs[name]["rollouts_finished"] == sum(row.status == "finished" for row in mine)
+        assert runs[name]["reward_mean"] == (pytest.approx(statistics.mean(rewards)) if rewards else None)
+        assert datetime.fromisoformat(runs[name]["last_activity"]).replace(tzinfo=None) \
+            == max(row.created_at for row in mine).replace(tzinfo=None)
+    assert (runs["alpha"]["rollouts"], runs["alpha"]["rollouts_finished"], runs["beta"]["rollouts"]) == (8, 6, 2)
+    counts = ("rollouts", "rollouts_finished", "reward_mean", "last_activity")
+    assert [runs["gamma"][key] for key in counts] == [0, 0, None, None]  # a run without rollouts
+    one = (await gateway.http.get("/api/runs/alpha")).json()
+    assert one == runs["alpha"]
+
+
 async def test_unknown_things_are_404_in_openai_error_json(gateway):
     for path in ("/api/runs/nope", "/api/runs/nope/summary", "/api/runs/nope/steps", "/api/groups/99",
                  "/api/rollouts/99", "/api/rollouts/99/calls", "/api/rollouts/99/conversation", "/api/calls/99"):
@@ -100,7 +143,8 @@ async def test_unknown_things_are_404_in_openai_error_json(gateway):
 async def test_bad_parameters_are_400_in_openai_error_json(gateway):
     for path, params in (("/api/rollouts", {"reward_min": 1, "reward_max": 0}), ("/api/rollouts", {"limit": 0}),
                          ("/api/calls", {"limit": 1001}), ("/api/rollouts", {"policy_version": "x"}),
-                         ("/api/groups", {"after": -1}), ("/api/rollouts/1/calls", {"tokens": "maybe"})):
+                         ("/api/groups", {"after": -1}), ("/api/rollouts/1/calls", {"tokens": "maybe"}),
+                         ("/api/runs", {"order": "sideways"})):
         response = await gateway.http.get(path, params=params)
         assert response.status_code == 400, (path, params)
         assert response.json()["error"]["type"] == "invalid_request_error"
@@ -256,9 +300,11 @@ async def path_of_three_calls(gateway: GatewayHarness, prompt: list[int]) -> lis
     store = gateway.app.state.gateway.store
     outputs, tool = [[40, 41], [42], [43, 44, 45]], [50, 51]
     ids, parent, context = [], None, list(prompt)
-    for output in outputs:
+    for version, output in enumerate(outputs):
+        logprobs = [-0.25 * (version + 1) - 0.125 * j for j in range(len(output))]  # exact in float32
         [call_id] = await store.insert_calls([call_record(rollout["id"], prompt_ids=context, output_ids=output,
-                                                          output_logprobs=[-0.1] * len(output), parent_id=parent)])
+                                                          output_logprobs=logprobs, parent_id=parent,
+                                                          policy_version=version)])
         ids.append(call_id)
         parent, context = call_id, context + output + tool
     await store.insert_calls([call_record(rollout["id"], tags=["title"], prompt_ids=[7], output_ids=[8],
@@ -273,11 +319,19 @@ async def test_prompt_mask_marks_what_the_samples_train_on(gateway):
     assert sample["call_ids"] == call_ids
     assert leaf["prompt_mask"] == sample["loss_mask"][:leaf["num_prompt_tokens"]]
     assert leaf["prompt_mask"] == [0, 0, 0, 1, 1, 0, 0, 1, 0, 0]
+    # The sampler's logprobs and versions where an ancestor sampled the token: the sample's, else null / -1.
+    prompt_len = leaf["num_prompt_tokens"]
+    assert leaf["prompt_logprobs"] == [lp if m else None for lp, m in zip(sample["old_logprobs"][:prompt_len],
+                                                                         sample["loss_mask"][:prompt_len])]
+    assert leaf["prompt_logprobs"] == [None, None, None, -0.25, -0.375, None, None, -0.5, None, None]
+    assert leaf["prompt_versions"] == sample["policy_versions"][:prompt_len] == [-1, -1, -1, 0, 0, -1, -1, 1, -1, -1]
     assert leaf["prompt_text"] is None and leaf["prompt_pieces"] is None  # the plain gateway has no tokenizer
     first = (await gateway.http.get(f"/api/calls/{call_ids[0]}", params={"decode": "true"})).json()
-    assert first["prompt_mask"] == [0, 0, 0]
+    assert first["prompt_mask"] == [0, 0, 0] and first["prompt_logprobs"] == [None] * 3
+    assert first["prompt_versions"] == [-1] * 3
     plain = (await gateway.http.get(f"/api/calls/{call_ids[0]}")).json()
     assert plain["prompt_mask"] is None and plain["prompt_ids"] == [10, 11, 12]
+    assert plain["prompt_logprobs"] is None and plain["prompt_versions"] is None
 
 
 async def test_decode_gives_text_and_one_piece_per_token(decoding_gateway, tiny_model_dir):
@@ -393,3 +447,14 @@ async def test_ls_filters_like_the_rest_listings(gateway, sqlite_db):
     assert versions.exit_code == 0
     groups = await invoke("ls", "groups", "--run", "alpha", "--task", "task-1", "--status", "open")
     assert groups.exit_code == 0 and groups.output.count("task-1") == 1
+
+    # Runs, newest first, with the counts of GET /api/runs.
+    runs = await asyncio.to_thread(CliRunner().invoke, cli, ["ls", "runs", "--database-url", sqlite_db],
+                                   env={"COLUMNS": "200"})
+    rows = [line.strip("│ ").split("│") for line in runs.output.splitlines() if line.startswith("│")]
+    cells = {row[1].strip(): [cell.strip() for cell in row[4:7]] for row in rows if row[0].strip().isdigit()}
+    assert runs.exit_code == 0 and list(cells) == ["beta", "alpha"]
+    api = {r["name"]: r for r in await get_all(gateway, "/api/runs")}
+    for name, (rollouts, finished, reward) in cells.items():
+        assert (int(rollouts), int(finished)) == (api[name]["rollouts"], api[name]["rollouts_finished"])
+        assert reward == ("" if api[name]["reward_mean"] is None else f"{api[name]['reward_mean']:.3f}")

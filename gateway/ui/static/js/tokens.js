@@ -1,7 +1,8 @@
 // The token view of one call: its prompt then its output, one inline span per token id.
 //
 // Sampled tokens (the output, and prompt tokens an ancestor call sampled: prompt_mask = 1) are what
-// the learner trains on; the output's are shaded by the sampler's logprob. Prompt tokens the model
+// the learner trains on; both are shaded by the sampler's logprob (prompt_logprobs for the prompt's),
+// and the prompt's carry a mark of their own: an earlier call sampled them. Prompt tokens the model
 // did not sample (the template, user text, tool output: prompt_mask = 0) are dimmed.
 
 import { fmtNum, h } from "./dom.js";
@@ -20,31 +21,47 @@ function shown(piece) {
   return piece.replace(/\n/g, "↵\n").replace(/\t/g, "→\t");
 }
 
-function tokenSpan(id, piece, { part, index, sampled, logprob }) {
+function describe(sampled, logprob, version) {
+  const by = version === undefined || version < 0 ? "" : ` (v${version})`;
+  const origin = sampled === "earlier" ? `sampled by an earlier call${by}` : sampled ? null : "not sampled";
+  return [origin, logprob === undefined ? null : `logprob ${fmtNum(logprob, 4)}`];
+}
+
+/** sampled: true (this call's output), "earlier" (a prompt token an ancestor sampled) or false. */
+function tokenSpan(id, piece, { part, index, sampled, logprob, version }) {
   const known = piece !== null && piece !== undefined;
   const text = known ? shown(piece) : `[${id}]`;
   const title = [`${part} ${index}`, `id ${id}`, known ? JSON.stringify(piece) : null,
-                 logprob === undefined ? (sampled ? "sampled by an earlier call" : "not sampled")
-                   : `logprob ${fmtNum(logprob, 4)}`].filter(Boolean).join(" · ");
-  const span = h("span", { class: `tok ${sampled ? "sampled" : "masked"} ${part}${known ? "" : " id-only"}`,
-                           testid: "token", title });
+                 ...describe(sampled, logprob, version)].filter(Boolean).join(" · ");
+  const kind = sampled ? `sampled${sampled === "earlier" ? " earlier" : ""}` : "masked";
+  const span = h("span", { class: `tok ${kind} ${part}${known ? "" : " id-only"}`, testid: "token", title });
   span.textContent = text;
   if (sampled) span.dataset.sampled = "1";
-  if (logprob !== undefined) span.style.backgroundColor = logprobColor(logprob);
+  if (logprob !== undefined) {
+    span.dataset.logprob = String(logprob);
+    span.style.backgroundColor = logprobColor(logprob);
+  }
   return span;
+}
+
+/** The options of prompt token i: sampled earlier (prompt_mask 1) with its logprob when the API gives it. */
+function promptToken(call, i) {
+  if (!call.prompt_mask || call.prompt_mask[i] !== 1) return { part: "prompt", index: i, sampled: false };
+  const logprob = call.prompt_logprobs?.[i];
+  return { part: "prompt", index: i, sampled: "earlier", logprob: typeof logprob === "number" ? logprob : undefined,
+           version: call.prompt_versions?.[i] };
 }
 
 /**
  * call: a CallDetail with prompt_ids, output_ids, output_logprobs, and when decoded prompt_pieces,
- * output_pieces, prompt_mask. Returns the element (built in one fragment: prompts run to 32k tokens).
+ * output_pieces, prompt_mask, prompt_logprobs, prompt_versions. Returns the element (built in one
+ * fragment: prompts run to 32k tokens).
  */
 export function tokenView(call) {
   const frag = document.createDocumentFragment();
   const promptPieces = call.prompt_pieces || [];
   const outputPieces = call.output_pieces || [];
-  const mask = call.prompt_mask || [];
-  call.prompt_ids.forEach((id, i) => frag.append(
-    tokenSpan(id, promptPieces[i], { part: "prompt", index: i, sampled: mask[i] === 1 })));
+  call.prompt_ids.forEach((id, i) => frag.append(tokenSpan(id, promptPieces[i], promptToken(call, i))));
   frag.append(h("span", { class: "tok-divider", testid: "output-start", title: "the call's output starts here" },
     "▶ output"));
   call.output_ids.forEach((id, i) => frag.append(
@@ -59,8 +76,9 @@ export function tokenLegend(hasPieces) {
     return span;
   };
   return h("p", { class: "legend small" },
-    "Sampled output by logprob: ", sample("sampled", "0", logprobColor(0)), " ",
+    "Sampled tokens by logprob: ", sample("sampled", "0", logprobColor(0)), " ",
     sample("sampled", "−2.5", logprobColor(-2.5)), " ", sample("sampled", "≤ −5", logprobColor(-5)),
-    " · ", sample("sampled prompt", "sampled earlier"), " · ", sample("masked prompt", "not sampled (masked)"),
+    " · ", sample("sampled earlier prompt", "sampled by an earlier call", logprobColor(-0.5)),
+    " · ", sample("masked prompt", "not sampled (masked)"),
     hasPieces ? null : h("span", { class: "warn" }, " · no tokenizer on the gateway: token ids shown"));
 }
