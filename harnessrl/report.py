@@ -78,7 +78,9 @@ def _reward_per_step(figure, data: ReportData) -> None:
     ax = figure.add_subplot()
     steps = [p.step for p in data.steps]
     ax.plot(steps, [_nan(p.reward_mean) for p in data.steps], color=BLUE, marker=_marker(steps), label="all scored rollouts")
-    ax.plot(steps, [_nan(p.reward_mean_kept) for p in data.steps], color=ORANGE, marker=_marker(steps), alpha=0.8,
+    # Always dotted: once the policy solves most tasks few steps keep a group, and a value between
+    # two gaps would draw no line at all.
+    ax.plot(steps, [_nan(p.reward_mean_kept) for p in data.steps], color=ORANGE, marker=".", alpha=0.8,
             label="groups with a learning signal (reward std > 0)")
     ax.set(xlabel="learner step", ylabel="mean reward of the step's groups", title="reward per learner step")
     _finish(ax)
@@ -135,8 +137,12 @@ def _generation(figure, data: ReportData) -> None:
 def _training(figure, data: ReportData) -> None:
     rate, samples = figure.subplots(2, 1, sharex=True)
     steps = [p.step for p in data.steps]
-    rate.plot(steps, [_nan(p.trained_tokens_per_s) for p in data.steps], color=BLUE, marker=_marker(steps))
-    rate.set(ylabel="trained tokens / s", title="training throughput (tokens the loss covered / step time)")
+    # Steps that trained nothing (every group zero-std or stale) say nothing about speed: left out
+    # here, and visible as zero samples below.
+    rate.plot(steps, [p.trained_tokens_per_s if p.tokens_trained else float("nan") for p in data.steps],
+              color=BLUE, marker="o", markersize=3, linestyle="none")
+    rate.set(ylabel="trained tokens / s",
+             title="training throughput (tokens the loss covered / step time, steps that trained)")
     rate.set_ylim(bottom=0)
     rate.grid(alpha=0.3)
     samples.bar(steps, [p.samples for p in data.steps], color=ORANGE, width=0.8)
