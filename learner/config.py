@@ -64,9 +64,11 @@ class LearnerConfig:
     scale_by_std: bool = True  # advantage (r - mean) / std; false: r - mean ("Dr. GRPO")
     # --- policy versions and publishing ------------------------------------------------------
     # Samples more versions behind the learner are dropped; match `serve --max-staleness`. Versions
-    # advance with steps even when publish = false: raise it to train offline on old samples.
+    # advance even when publish = false: raise it to train offline on old samples.
     max_staleness: int = 2
-    weight_sync_steps: int = 1  # publish policy-v{step // weight_sync_steps} every this many steps
+    # Every this many steps, if the weights changed since the last version (an optimizer step was
+    # taken), the learner cuts policy-v{N+1} and publishes it; steps without a learning signal cut none.
+    weight_sync_steps: int = 1
     publish: bool = True  # false: train without a gateway (nothing is published)
     gateway_url: str = "http://127.0.0.1:8000"  # the gateway's admin API (`harnessrl serve`)
     admin_key: str = ""  # x-admin-key for /admin; the CLI falls back to $HARNESSRL_ADMIN_KEY
@@ -92,10 +94,6 @@ class LearnerConfig:
 
     def step(self) -> StepConfig:
         return StepConfig(loss=self.loss(), max_grad_norm=self.max_grad_norm, temperature=self.temperature)
-
-    def version_at(self, step: int) -> int:
-        """The policy version the learner holds after ``step`` steps (0 = the base model)."""
-        return step // self.weight_sync_steps
 
     def publishes_at(self, step: int) -> bool:
         return step > 0 and step % self.weight_sync_steps == 0

@@ -68,8 +68,14 @@ class _Progress:
     """The loop's moving parts between steps (mutable on purpose; owned by one run_learner call)."""
 
     step: int = 0
+    version: int = 0  # the policy version the learner holds (0 = the base model)
+    # The weights moved since ``version`` was cut: only then does a publishing step cut a new one
+    # (steps whose groups all lack a learning signal take no optimizer step; publishing their
+    # unchanged adapter would cost a swap and age every running rollout for nothing).
+    changed: bool = False
     pending: list[ReadyGroup] = field(default_factory=list)  # trained since the last committed checkpoint
     unpublished: bool = False  # a publication failed on transport: retry at the next publishing step
+    cut: bool = False  # this step cut a new version (it is checkpointed, then published)
 
 
 async def run_learner(config: LearnerConfig, store: Store, run: str, *, publisher: Publisher | None = None,
@@ -94,14 +100,14 @@ async def run_learner(config: LearnerConfig, store: Store, run: str, *, publishe
         if run_id is None:
             return LearnerResult(0, 0, "stopped")
         trainer = await asyncio.to_thread(build_trainer, config)
-        progress = _Progress(step=await _resume(store, run_id, config, trainer))
+        progress = await _resume(store, run_id, config, trainer)
         if publisher is not None:
-            await _sync_published(publisher, trainer, config, progress.step)
+            await _sync_published(publisher, trainer, config, progress)
         sink = MetricsSink(store, run_id, Path(config.tensorboard_dir), _exporter(config))
         reason = await _train(config, store, run, run_id, trainer, publisher, sink, progress, stop, on_step)
         if progress.pending:  # graceful stop: keep the work done since the last checkpoint
             await _checkpoint(config, store, run, run_id, trainer, progress)
-        return LearnerResult(progress.step, config.version_at(progress.step), reason)
+        return LearnerResult(progress.step, progress.version, reason)
     finally:
         restore()
         if sink is not None:
@@ -128,12 +134,16 @@ async def _train(config: LearnerConfig, store: Store, run: str, run_id: int, tra
         if groups is None:
             return "stopped"
         started = time.perf_counter()
-        version = config.version_at(progress.step)
+        version = progress.version
         batch = build_batch(groups, version, config.max_staleness, config.scale_by_std)
         lr = trainer.lr
         result, too_long = await asyncio.to_thread(train_batch, trainer, batch, config)
         progress.step += 1
         progress.pending.extend(groups)
+        progress.changed = progress.changed or bool(result.get("optimizer_stepped"))
+        progress.cut = config.publishes_at(progress.step) and progress.changed
+        if progress.cut:
+            progress.version, progress.changed = progress.version + 1, False
         if config.checkpoints_at(progress.step):
             await _checkpoint(config, store, run, run_id, trainer, progress)
         step_s = time.perf_counter() - started
@@ -195,10 +205,10 @@ async def _sleep_or_stop(stop: asyncio.Event, seconds: float) -> None:
         pass
 
 
-async def _resume(store: Store, run_id: int, config: LearnerConfig, trainer: Trainer) -> int:
+async def _resume(store: Store, run_id: int, config: LearnerConfig, trainer: Trainer) -> _Progress:
     """Load the checkpoint the store last committed (if any); drop leftovers newer than it."""
     record = await latest_checkpoint(store, run_id)
-    step = 0
+    step, progress = 0, _Progress()
     if record is not None:
         state = await asyncio.to_thread(load_checkpoint, Path(record.path), trainer.model, trainer.optimizer,
                                         trainer.scheduler)
@@ -206,19 +216,19 @@ async def _resume(store: Store, run_id: int, config: LearnerConfig, trainer: Tra
             raise LearnerError(f"checkpoint {record.path} holds step {state.step} but the store recorded step "
                                f"{record.step} there: two runs share this checkpoint dir; give each its own")
         step = record.step
+        progress = _Progress(step=step, version=record.version, changed=bool(state.meta.get("changed")))
         logger.info("resumed run at step %d (version %d) from %s", step, record.version, record.path)
     for orphan in remove_orphans(Path(config.checkpoint_dir), step):
         logger.info("removed uncommitted checkpoint %s", orphan)
-    return step
+    return progress
 
 
 async def _checkpoint(config: LearnerConfig, store: Store, run: str, run_id: int, trainer: Trainer,
                       progress: _Progress) -> None:
     """Write the checkpoint, then commit it together with the groups it consumes."""
-    step, groups = progress.step, progress.pending
-    version = config.version_at(step)
+    step, groups, version = progress.step, progress.pending, progress.version
     last = groups[-1] if groups else None
-    meta = {"run": run, "group_ids": [g.group_id for g in groups],
+    meta = {"run": run, "group_ids": [g.group_id for g in groups], "changed": progress.changed,
             "last_ready_at": last.ready_at.isoformat() if last and last.ready_at else None,
             "config": {k: v for k, v in asdict(config).items() if k != "admin_key"}}
     path = await asyncio.to_thread(save_checkpoint, Path(config.checkpoint_dir), step, version, trainer.model,
@@ -232,11 +242,11 @@ async def _checkpoint(config: LearnerConfig, store: Store, run: str, run_id: int
 
 async def _publish(publisher: Publisher, trainer: Trainer, config: LearnerConfig, progress: _Progress) -> float | None:
     """Publish the new version on publishing steps; a gateway that is down is retried next time."""
-    if not (config.publishes_at(progress.step) or progress.unpublished):
+    if not (progress.cut or progress.unpublished):
         return None
     if not config.checkpoints_at(progress.step):
         return None  # a failed publication waits for the next checkpointed step
-    version = config.version_at(progress.step)
+    version = progress.version
     try:
         published = await publisher.publish(trainer.model, version)
     except GatewayUnreachable as exc:
@@ -248,10 +258,11 @@ async def _publish(publisher: Publisher, trainer: Trainer, config: LearnerConfig
     return published.swap_s
 
 
-async def _sync_published(publisher: Publisher, trainer: Trainer, config: LearnerConfig, step: int) -> None:
+async def _sync_published(publisher: Publisher, trainer: Trainer, config: LearnerConfig,
+                          progress: _Progress) -> None:
     """On start: publish the resumed version if the gateway lacks it (a crash between commit and
     publication); refuse a gateway that already serves a newer version than this learner holds."""
-    want = config.version_at(step)
+    step, want = progress.step, progress.version
     current = await publisher.current_version()
     if current > want:
         raise LearnerError(

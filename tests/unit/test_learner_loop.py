@@ -444,3 +444,38 @@ async def test_publishing_waits_out_a_briefly_unavailable_engine(tmp_path):
     with pytest.raises(PublishError, match="HTTP 503"):
         await publisher.publish(TinySaver(), 2)  # still down after retries + 1 attempts: raised, named
     assert len(sleeps) == 2 + 3
+
+
+async def add_groups(store: Store, rewards: list[list[float]], seed: int) -> None:
+    for k, group in enumerate(rewards):
+        await add_group(store, f"task-{seed}-{k}", group, seed=seed + k)
+
+
+SIGNAL, FLAT = [[0.0, 1.0, 0.0, 1.0]] * 2, [[1.0, 1.0, 1.0, 1.0]] * 2  # two groups: one learner step
+
+
+async def test_a_step_without_a_learning_signal_cuts_no_new_version(store, tiny_model_dir, tmp_path):
+    for seed, rewards in enumerate((SIGNAL, FLAT, SIGNAL)):
+        await add_groups(store, rewards, seed * 10)
+    config = config_for(tiny_model_dir, tmp_path / "out", max_steps=3, weight_sync_steps=1, publish=True)
+    publisher = FlakyPublisher()
+    publisher.failures = 0
+    result = await train(config, store, publisher=publisher)
+    assert publisher.published == [1, 2] and result.version == 2  # the flat step published nothing
+    rows = await step_history(store, await find_run_id(store, RUN))
+    assert [row["optimizer_stepped"] for row in rows] == [True, False, True]
+    assert [row["version"] for row in rows] == [0, 1, 1]  # the version each batch was built against
+    assert [row["swap_time_s"] is None for row in rows] == [False, True, False]
+
+
+async def test_weights_changed_before_a_restart_still_cut_a_version_after_it(store, tiny_model_dir, tmp_path):
+    await add_groups(store, SIGNAL, 0)
+    await add_groups(store, FLAT, 10)
+    first = config_for(tiny_model_dir, tmp_path / "out", max_steps=1, weight_sync_steps=2, publish=True)
+    publisher = FlakyPublisher()
+    publisher.failures = 0
+    await train(first, store, publisher=publisher)  # trained, checkpointed, not a publishing step
+    assert publisher.published == []
+    again = config_for(tiny_model_dir, tmp_path / "out", max_steps=2, weight_sync_steps=2, publish=True)
+    result = await train(again, store, publisher=publisher)  # step 2 is flat, but step 1 changed the weights
+    assert publisher.published == [1] and result.version == 1
