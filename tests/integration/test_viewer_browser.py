@@ -283,6 +283,11 @@ def test_run_group_rollout_call_by_clicking(recorded, db, browser):
         chart = page.locator(f"svg[data-testid=chart][data-key={key}]")
         assert chart.get_attribute("data-points") == str(points)
         assert chart.locator("[data-testid=chart-point]").count() == points
+    calls = db.scalars(select(Call).join(Rollout, Rollout.id == Call.rollout_id).where(Rollout.run_id == run_id)).all()
+    pinned = {r.id: min(c.policy_version for c in calls if c.rollout_id == r.id)
+              for r in rollouts if any(c.rollout_id == r.id for c in calls)}
+    by_version = page.locator("svg[data-testid=chart][data-key='mean reward']")  # reward per policy version
+    assert by_version.get_attribute("data-points") == str(len(set(pinned.values())))
     assert page.locator("[data-testid=group-row]").count() == len(groups)
     for group in groups:
         members = [r for r in rollouts if r.group_id == group.id]

@@ -15,8 +15,9 @@ function extent(values) {
   return [lo, hi];
 }
 
-/** points: [{x: step, y: value|null}] in step order; null values leave a gap in the line. */
-export function lineChart(key, points) {
+/** points: [{x, y: value|null}] in x order; null values leave a gap in the line. ``xName`` labels
+ * the x axis ("step" for learner metrics, "v" for policy versions). */
+export function lineChart(key, points, xName = "step") {
   const known = points.filter((p) => typeof p.y === "number");
   const box = h("figure", { class: "chart", testid: "chart-box", dataset: { key } }, h("figcaption", {}, key));
   if (!known.length) return box;
@@ -34,16 +35,16 @@ export function lineChart(key, points) {
   const markers = known.length <= MAX_MARKERS
     ? known.map((p) => s("circle", { class: "point", testid: "chart-point", cx: sx(p.x).toFixed(1),
                                      cy: sy(p.y).toFixed(1), r: 2.5 },
-                         s("title", {}, `step ${p.x}: ${fmtNum(p.y, 4)}`)))
+                         s("title", {}, `${xName} ${p.x}: ${fmtNum(p.y, 4)}`)))
     : [];
   const svg = s("svg", { class: "chart-svg", testid: "chart", viewBox: `0 0 ${W} ${H}`, width: W, height: H,
-                         role: "img", "aria-label": `${key} per learner step`,
+                         role: "img", "aria-label": `${key} per ${xName}`,
                          dataset: { key, points: String(known.length) } },
     s("line", { class: "axis", x1: PAD.left, y1: H - PAD.bottom, x2: W - PAD.right, y2: H - PAD.bottom }),
     s("line", { class: "axis", x1: PAD.left, y1: PAD.top, x2: PAD.left, y2: H - PAD.bottom }),
     s("text", { class: "tick", x: PAD.left - 4, y: PAD.top + 8, "text-anchor": "end" }, fmtNum(y1, 3)),
     s("text", { class: "tick", x: PAD.left - 4, y: H - PAD.bottom, "text-anchor": "end" }, fmtNum(y0, 3)),
-    s("text", { class: "tick", x: PAD.left, y: H - 6 }, `step ${fmtNum(x0)}`),
+    s("text", { class: "tick", x: PAD.left, y: H - 6 }, `${xName} ${fmtNum(x0)}`),
     s("text", { class: "tick", x: W - PAD.right, y: H - 6, "text-anchor": "end" }, `${fmtNum(x1)}`),
     s("path", { class: "line", d }),
     markers);

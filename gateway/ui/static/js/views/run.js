@@ -17,16 +17,29 @@ function counts(byStatus, testid) {
     h("span", { class: "count", dataset: { status } }, badge(status), ` ${fmtNum(n)}`)));
 }
 
+const VERSION_ROWS_OPEN = 12; // more versions than this: the table starts folded under the chart
+
+function versionTable(byVersion) {
+  const table = h("table", { class: "grid narrow", testid: "reward-by-version" },
+    h("thead", {}, h("tr", {}, h("th", { class: "num" }, "policy version"), h("th", { class: "num" }, "rollouts"),
+      h("th", { class: "num" }, "mean reward"))),
+    h("tbody", {}, byVersion.map((v) => h("tr", { dataset: { version: String(v.policy_version) } },
+      h("td", { class: "num" }, `v${v.policy_version}`), h("td", { class: "num" }, fmtNum(v.rollouts)),
+      h("td", { class: "num" }, fmtNum(v.reward_mean, 4))))));
+  const box = h("details", { class: "version-table" }, h("summary", {}, `${byVersion.length} versions`),
+    h("div", { class: "scroll-box" }, table));
+  box.open = byVersion.length <= VERSION_ROWS_OPEN;
+  return box;
+}
+
+function versionsPanel(byVersion) {
+  if (!byVersion.length) return h("p", { class: "muted" }, "No calls yet.");
+  const points = byVersion.map((v) => ({ x: v.policy_version, y: v.reward_mean }));
+  return h("div", {}, lineChart("mean reward", points, "v"), versionTable(byVersion));
+}
+
 function summaryCard(summary) {
-  const byVersion = summary.reward_by_version || [];
-  const versions = byVersion.length
-    ? h("table", { class: "grid narrow", testid: "reward-by-version" },
-        h("thead", {}, h("tr", {}, h("th", { class: "num" }, "policy version"), h("th", { class: "num" }, "rollouts"),
-          h("th", { class: "num" }, "mean reward"))),
-        h("tbody", {}, byVersion.map((v) => h("tr", { dataset: { version: String(v.policy_version) } },
-          h("td", { class: "num" }, `v${v.policy_version}`), h("td", { class: "num" }, fmtNum(v.rollouts)),
-          h("td", { class: "num" }, fmtNum(v.reward_mean, 4))))))
-    : h("p", { class: "muted" }, "No calls yet.");
+  const versions = versionsPanel(summary.reward_by_version || []);
   return section("Summary",
     h("div", { class: "two-col" },
       facts([
