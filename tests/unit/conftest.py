@@ -14,6 +14,7 @@ from gateway.app import create_app
 from gateway.engine.client import VLLMEngineClient
 from gateway.engine.fake import FakeEngine, create_fake_engine_app
 from gateway.settings import GatewaySettings
+from gateway.tito.template import ModelText
 from harnessrl.server import BackgroundServer
 
 
@@ -66,5 +67,23 @@ async def gateway(sqlite_db: str, fake_engine: FakeEngine, fake_engine_server) -
 @pytest.fixture
 async def strict_gateway(sqlite_db: str, fake_engine: FakeEngine, fake_engine_server) -> AsyncIterator[GatewayHarness]:
     settings = GatewaySettings(database_url=sqlite_db, engine_url=fake_engine_server.url, require_token=True)
+    async for harness in start_gateway(settings, fake_engine):
+        yield harness
+
+
+@pytest.fixture(scope="session")
+def model_text(tiny_model_dir) -> ModelText:
+    """The tiny model's tokenizer and chat template, as the tito renderer uses them."""
+    return ModelText(tiny_model_dir)
+
+
+@pytest.fixture
+async def tito_gateway(sqlite_db, fake_engine: FakeEngine, fake_engine_server, tiny_model_dir,
+                       model_text) -> AsyncIterator[GatewayHarness]:
+    """A gateway that can capture in tito mode: the fake engine speaks the tiny model's tokens."""
+    fake_engine.encode_text, fake_engine.decode_ids = model_text.encode, model_text.decode
+    fake_engine.max_model_len = 100_000
+    settings = GatewaySettings(database_url=sqlite_db, engine_url=fake_engine_server.url,
+                               model_dir=str(tiny_model_dir))
     async for harness in start_gateway(settings, fake_engine):
         yield harness

@@ -3,23 +3,13 @@
 from __future__ import annotations
 
 import json
-from collections.abc import AsyncIterator
 
-import pytest
-
-from gateway.engine.fake import FakeEngine, FakeReply
-from gateway.settings import GatewaySettings
+from gateway.engine.fake import FakeReply
 from gateway.tito.renderer import RolloutText, TurnRenderer
-from gateway.tito.template import ModelText
-from tests.unit.conftest import GatewayHarness, start_gateway
+from tests.unit.conftest import GatewayHarness
 
 TOOL = {"type": "function", "function": {"name": "read_file", "description": "Read a file.",
         "parameters": {"type": "object", "properties": {"path": {"type": "string"}}}}}
-
-
-@pytest.fixture(scope="module")
-def model_text(tiny_model_dir) -> ModelText:
-    return ModelText(tiny_model_dir)
 
 
 def conversation(turns: int) -> list[dict]:
@@ -52,17 +42,6 @@ def test_a_new_turn_costs_only_its_own_rendering(model_text, monkeypatch):
     monkeypatch.setattr(model_text.template, "render", lambda m, *a, **k: rendered.append(m) or original(m, *a, **k))
     renderer.prompt_ids(conversation(21), [TOOL], state)
     assert [[m["role"] for m in turn] for turn in rendered] == [["assistant"], ["tool"]]
-
-
-@pytest.fixture
-async def tito_gateway(sqlite_db, fake_engine: FakeEngine, fake_engine_server, tiny_model_dir,
-                       model_text) -> AsyncIterator[GatewayHarness]:
-    fake_engine.encode_text, fake_engine.decode_ids = model_text.encode, model_text.decode
-    fake_engine.max_model_len = 100_000
-    settings = GatewaySettings(database_url=sqlite_db, engine_url=fake_engine_server.url,
-                               model_dir=str(tiny_model_dir))
-    async for harness in start_gateway(settings, fake_engine):
-        yield harness
 
 
 async def run_tool_conversation(gateway: GatewayHarness, capture: str, turns: int) -> dict:
