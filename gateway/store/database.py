@@ -19,7 +19,7 @@ def sqlite_url(path: Path) -> str:
     return f"sqlite+aiosqlite:///{path}"
 
 
-def _sqlite_pragmas(dbapi_connection, _record) -> None:
+def sqlite_pragmas(dbapi_connection, _record) -> None:
     cursor = dbapi_connection.cursor()
     # WAL lets readers (REST, learner) run beside the writer; synchronous=NORMAL in WAL mode
     # survives a killed process (only an OS crash can lose the last commits).
@@ -36,7 +36,7 @@ def create_engine(url: str) -> AsyncEngine:
         if parsed.database and parsed.database != ":memory:":
             Path(parsed.database).parent.mkdir(parents=True, exist_ok=True)
         engine = create_async_engine(url)
-        event.listen(engine.sync_engine, "connect", _sqlite_pragmas)
+        event.listen(engine.sync_engine, "connect", sqlite_pragmas)
         return engine
     return create_async_engine(url, pool_size=10, max_overflow=20, pool_pre_ping=True)
 

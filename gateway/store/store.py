@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import secrets
 from collections.abc import AsyncIterator, Sequence
 from contextlib import asynccontextmanager
@@ -19,6 +20,7 @@ from gateway.store.listings import Listings
 from gateway.store.records import CallRecord, RolloutIdentity
 from gateway.store.rewards import ENDED, add_reward, end_rollout
 from gateway.store.samples import Ancestor, CallNode
+from gateway.store.sqlite_inserts import SQLiteInserts
 from gateway.store.tables import Adapter, Call, Group, Rollout, Run, Task, utcnow
 
 ADHOC_RUN = "adhoc"
@@ -36,10 +38,13 @@ TOKEN_PREFIX = "hrl-"  # lets the gateway tell its tokens from placeholder API k
 
 
 class Store:
-    def __init__(self, engine: AsyncEngine, bind: AsyncConnection | None = None):
-        """``bind`` runs every session inside one outer connection (tests roll it back)."""
+    def __init__(self, engine: AsyncEngine, bind: AsyncConnection | None = None,
+                 inserts: SQLiteInserts | None = None):
+        """``bind`` runs every session inside one outer connection (tests roll it back);
+        ``inserts`` takes the call inserts off aiosqlite (SQLite files, see ``sqlite_inserts``)."""
         self.engine = engine
         self._bind = bind
+        self._inserts = inserts
         self.sessions: async_sessionmaker[AsyncSession] = create_sessionmaker(bind or engine)
         self.listings = Listings(self.sessions)
         self._tokens: dict[str, RolloutIdentity] = {}
@@ -47,9 +52,11 @@ class Store:
 
     @classmethod
     def from_url(cls, url: str) -> "Store":
-        return cls(create_engine(url))
+        return cls(create_engine(url), inserts=SQLiteInserts(url) if SQLiteInserts.applies_to(url) else None)
 
     async def close(self) -> None:
+        if self._inserts is not None:
+            await asyncio.to_thread(self._inserts.close)
         await self.engine.dispose()
 
     # --- rollout identity -------------------------------------------------------------------
@@ -116,6 +123,8 @@ class Store:
         table = Call.__table__
         # A Core insert on the session's connection: the ORM's bulk path costs ~1 ms per call.
         statement = insert(table).returning(table.c.id, sort_by_parameter_order=True)
+        if self._inserts is not None and self._bind is None:
+            return await self._inserts.insert(statement, rows)
         async with self._transaction() as connection:
             if len(rows) == 1:  # a plain execute; the compiled statement is cached
                 return [(await connection.execute(statement, rows[0])).scalar_one()]

@@ -94,3 +94,38 @@ async def test_writer_failure_reaches_every_waiter_and_the_writer_survives(store
 async def test_writer_refuses_work_when_not_started(store):
     with pytest.raises(RuntimeError, match="lifespan"):
         await CallWriter(store).record(call_record(1))
+
+
+@pytest.fixture
+async def file_store(sqlite_db: str) -> AsyncIterator[Store]:
+    """A store on a SQLite file as the gateway opens it (call inserts on their own thread)."""
+    store = Store.from_url(sqlite_db)
+    yield store
+    await store.close()
+
+
+async def test_call_batches_on_a_sqlite_file_commit_in_order_and_are_read_back(file_store):
+    assert file_store._inserts is not None  # the gateway's path on SQLite files
+    identity = await file_store.create_rollout("run-i", "task-1")
+    records = [call_record(identity.rollout_id, prompt_ids=[n, n + 1], output_ids=[n]) for n in range(5)]
+    ids = await file_store.insert_calls(records[:1]) + await file_store.insert_calls(records[1:])
+    assert ids == sorted(ids) and len(set(ids)) == 5
+    calls = await file_store.list_calls(identity.rollout_id, 0, 10)  # read on the async engine
+    assert [c.id for c in calls] == ids and [unpack_ids(c.prompt_ids)[0] for c in calls] == list(range(5))
+
+
+async def test_a_failed_call_batch_raises_and_commits_nothing(file_store):
+    identity = await file_store.create_rollout("run-f", "task-1")
+    good, orphan = call_record(identity.rollout_id), call_record(10**9)  # no such rollout: a foreign-key error
+    with pytest.raises(Exception, match="FOREIGN KEY"):
+        await file_store.insert_calls([good, orphan])
+    assert await file_store.list_calls(identity.rollout_id, 0, 10) == []
+    assert len(await file_store.insert_calls([good])) == 1  # the writer thread carries on
+
+
+def test_only_sqlite_files_take_the_threaded_insert_path():
+    from gateway.store.sqlite_inserts import SQLiteInserts
+
+    assert SQLiteInserts.applies_to("sqlite+aiosqlite:////tmp/x.db")
+    assert not SQLiteInserts.applies_to("sqlite+aiosqlite:///:memory:")
+    assert not SQLiteInserts.applies_to("postgresql+asyncpg://u@h/db")
