@@ -9,6 +9,7 @@ from rich.panel import Panel
 from rich.table import Table
 from rich.text import Text
 
+from gateway.api.conversation import rollout_conversation
 from gateway.store.arrays import unpack_ids, unpack_logprobs
 from gateway.store.listings import GroupFilter, RolloutFilter, RunCounts
 from gateway.store.store import Store
@@ -58,24 +59,35 @@ async def rollout_view(store: Store, rollout_id: int, decode=None, tokens: int =
     rollout, run, task, group, num_calls = found
     header = Text(f"rollout {rollout.id}  run {run}  task {task}  group {group}  {rollout.status}  "
                   f"reward {rollout.reward}  calls {num_calls}", style="bold")
-    parts = [header]
+    parts = [header, _conversation_panel(await rollout_conversation(store, rollout_id))]
     for call in await store.list_calls(rollout_id, 0, 1000):
         parts.append(_call_panel(call, decode, tokens))
     return Group(*parts)
 
 
+ROLE_STYLES = {"system": "dim", "user": "cyan", "assistant": "green", "tool": "yellow"}
+
+
+def _conversation_panel(messages: list[dict]) -> Panel:
+    """The conversation as the agent saw it (any dialect, normalized), answers tagged with their call."""
+    lines = []
+    for m in messages:
+        source = f" [call {m['call_id']}]" if m.get("call_id") else ""
+        result = f" for {m['tool_call_id']}" if m.get("tool_call_id") else ""
+        lines.append(Text(f"{m['role']}{result}{source}: {_short(m['content'], 400)}",
+                          style=ROLE_STYLES.get(m["role"], "")))
+        for tool_call in m.get("tool_calls") or []:
+            lines.append(Text(f"  tool call {tool_call['name']}({_short(tool_call['arguments'])})", style="yellow"))
+    return Panel(Group(*lines) if lines else Text("no calls yet", style="dim"), title="conversation",
+                 title_align="left")
+
+
 def _call_panel(call, decode, tokens: int) -> Panel:
-    message = ((call.response or {}).get("choices") or [{}])[0].get("message") or {}
-    lines = [Text(f"{m.get('role')}: {_short(m.get('content'))}", style="dim")
-             for m in (call.request or {}).get("messages", [])[-2:]]
-    lines.append(Text(f"assistant: {_short(message.get('content'))}", style="green"))
-    for tool_call in message.get("tool_calls") or []:
-        lines.append(Text(f"  tool call {tool_call['function']['name']}({_short(tool_call['function']['arguments'])})",
-                          style="yellow"))
-    lines.append(_token_table(call, decode, tokens))
     title = (f"call {call.id}  parent {call.parent_id}  v{call.policy_version}  {call.finish_reason}  "
              f"{call.num_prompt_tokens}+{call.num_output_tokens} tokens  {' '.join(call.tags)}")
-    return Panel(Group(*lines), title=title, title_align="left")
+    if call.fork_of is not None:
+        title += f"  fork of {call.fork_of} ({call.drift_tokens} drift tokens)"
+    return Panel(_token_table(call, decode, tokens), title=title, title_align="left")
 
 
 def _token_table(call, decode, tokens: int) -> Table:

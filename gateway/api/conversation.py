@@ -18,7 +18,16 @@ from gateway.anthropic.serving import chat_messages as anthropic_chat_messages
 from gateway.errors import GatewayError
 from gateway.responses.protocol import ResponsesRequest
 from gateway.responses.serving import chat_messages as responses_chat_messages
+from gateway.store.store import Store
 from gateway.store.tables import Call
+
+
+async def rollout_conversation(store: Store, rollout_id: int) -> list[dict]:
+    """The rollout's conversation (REST and ``harnessrl show``): its last main call, normalized."""
+    call = await store.last_main_call(rollout_id)
+    if call is None:
+        return []
+    return conversation(call, await store.answers_before(rollout_id, call.id))
 
 
 def conversation(call: Call, earlier: list[tuple[int, dict]]) -> list[dict]:

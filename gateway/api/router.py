@@ -7,7 +7,7 @@ import asyncio
 from fastapi import APIRouter, Request
 
 from gateway.api import calls, runs
-from gateway.api.conversation import conversation
+from gateway.api.conversation import rollout_conversation
 from gateway.api.params import After, Limit, page_of
 from gateway.api.protocol import (
     AddReward,
@@ -113,11 +113,7 @@ async def list_rollout_samples(rollout_id: int, state: StateDep, include_side: b
 async def get_conversation(rollout_id: int, state: StateDep) -> Conversation:
     if await state.store.get_rollout(rollout_id) is None:
         raise NotFound(f"rollout {rollout_id} not found")
-    call = await state.store.last_main_call(rollout_id)
-    if call is None:
-        return Conversation(rollout_id=rollout_id, messages=[])
-    earlier = await state.store.answers_before(rollout_id, call.id)
-    return Conversation(rollout_id=rollout_id, messages=conversation(call, earlier))
+    return Conversation(rollout_id=rollout_id, messages=await rollout_conversation(state.store, rollout_id))
 
 
 def create_router() -> APIRouter:
