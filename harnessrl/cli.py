@@ -363,15 +363,23 @@ def train(
         print(dump_toml(settings), end="")
         return
     url = _database_url(database_url)
-    _upgrade(url)
     logging.basicConfig(level=logging.WARNING, format="%(asctime)s %(name)s: %(message)s", datefmt="%H:%M:%S")
     logging.getLogger("learner").setLevel(logging.INFO)
     from transformers.utils import logging as hf_logging
     hf_logging.disable_progress_bar()  # the per-step log lines are the learner's display
+    from learner.ranks import follow, init_from_env, is_leader, shutdown
+
+    init_from_env()  # under torchrun: rank 0 leads the loop, the other ranks follow it
     try:
+        if not is_leader():
+            follow(settings)
+            return
+        _upgrade(url)
         result = asyncio.run(train_from_url(settings, url, run))
     except (PublishError, ConsumeConflict, LearnerError, FileNotFoundError) as exc:
         raise fail(str(exc)) from None
+    finally:
+        shutdown()
     console.print(f"learner stopped ({result.reason}) at step {result.step}, policy version {result.version}; "
                   f"checkpoints in {settings.checkpoint_dir}")
 

@@ -47,6 +47,7 @@ from learner.groups import (
 from learner.metrics import Metrics, MetricsSink, step_metrics
 from learner.prometheus import LearnerExporter
 from learner.publish import GatewayUnreachable, Publisher
+from learner.ranks import tell_followers
 from learner.trainer import Trainer, build_trainer, train_batch
 
 logger = logging.getLogger("learner")
@@ -76,6 +77,7 @@ class _Progress:
     pending: list[ReadyGroup] = field(default_factory=list)  # trained since the last committed checkpoint
     unpublished: bool = False  # a publication failed on transport: retry at the next publishing step
     cut: bool = False  # this step cut a new version (it is checkpointed, then published)
+    resumed_from: str | None = None  # the committed checkpoint this run started from
 
 
 async def run_learner(config: LearnerConfig, store: Store, run: str, *, publisher: Publisher | None = None,
@@ -96,11 +98,12 @@ async def run_learner(config: LearnerConfig, store: Store, run: str, *, publishe
                               config.publish_retries, config.publish_timeout_s)
     sink = None
     try:
+        trainer = await asyncio.to_thread(build_trainer, config)  # under torchrun, with the other ranks
         run_id = await _wait_for_run(store, run, config, stop)
         if run_id is None:
             return LearnerResult(0, 0, "stopped")
-        trainer = await asyncio.to_thread(build_trainer, config)
         progress = await _resume(store, run_id, config, trainer)
+        tell_followers("resume", progress.resumed_from)
         if publisher is not None:
             await _sync_published(publisher, trainer, config, progress)
         sink = MetricsSink(store, run_id, Path(config.tensorboard_dir), _exporter(config))
@@ -109,6 +112,7 @@ async def run_learner(config: LearnerConfig, store: Store, run: str, *, publishe
             await _checkpoint(config, store, run, run_id, trainer, progress)
         return LearnerResult(progress.step, progress.version, reason)
     finally:
+        tell_followers("stop")
         restore()
         if sink is not None:
             sink.close()
@@ -137,7 +141,7 @@ async def _train(config: LearnerConfig, store: Store, run: str, run_id: int, tra
         version = progress.version
         batch = build_batch(groups, version, config.max_staleness, config.scale_by_std)
         lr = trainer.lr
-        result, too_long = await asyncio.to_thread(train_batch, trainer, batch, config)
+        result, too_long = await asyncio.to_thread(_lead_step, trainer, batch, config)
         progress.step += 1
         progress.pending.extend(groups)
         progress.changed = progress.changed or bool(result.get("optimizer_stepped"))
@@ -157,6 +161,11 @@ async def _train(config: LearnerConfig, store: Store, run: str, run_id: int, tra
         if stop.is_set():
             return "stopped"
     return "max_steps"
+
+
+def _lead_step(trainer: Trainer, batch, config: LearnerConfig):
+    tell_followers("batch", batch)  # under torchrun the other ranks take their share of this batch
+    return train_batch(trainer, batch, config)
 
 
 def _exporter(config: LearnerConfig) -> LearnerExporter | None:
@@ -216,7 +225,8 @@ async def _resume(store: Store, run_id: int, config: LearnerConfig, trainer: Tra
             raise LearnerError(f"checkpoint {record.path} holds step {state.step} but the store recorded step "
                                f"{record.step} there: two runs share this checkpoint dir; give each its own")
         step = record.step
-        progress = _Progress(step=step, version=record.version, changed=bool(state.meta.get("changed")))
+        progress = _Progress(step=step, version=record.version, changed=bool(state.meta.get("changed")),
+                             resumed_from=record.path)
         logger.info("resumed run at step %d (version %d) from %s", step, record.version, record.path)
     for orphan in remove_orphans(Path(config.checkpoint_dir), step):
         logger.info("removed uncommitted checkpoint %s", orphan)

@@ -64,3 +64,86 @@ def test_one_rank_alone_would_take_a_different_step():
     half, _ = single_process(lambda rows: shard(rows, [r.num_tokens for r in rows], 0, 2))
     moved = max(float((half[k] - whole[k]).abs().max()) for k in whole)
     assert moved > 1e-4
+
+
+# --- the whole learner: `harnessrl train` under torchrun -----------------------------------------
+
+RUN = "ddp-run"
+
+
+async def _fill(url: str, groups: int) -> None:
+    """Ready groups of 4 one-call rollouts with varied rewards (a learning signal in each)."""
+    import numpy as np
+
+    from gateway.store.store import Store
+    from tests.builders import call_record
+
+    store = Store.from_url(url)
+    rng = np.random.default_rng(0)
+    try:
+        for g in range(groups):
+            for reward in (0.0, 1.0, 0.5, float(g % 2)):
+                identity = await store.create_rollout(RUN, f"task-{g}", group_size=4)
+                await store.insert_calls([call_record(
+                    identity.rollout_id, prompt_ids=rng.integers(10, 1000, int(rng.integers(8, 30))).tolist(),
+                    output_ids=rng.integers(10, 1000, 6).tolist(), output_logprobs=[-7.6] * 6)])
+                await store.end_rollout(identity.rollout_id, "finished", rewards={"verifier": reward})
+    finally:
+        await store.close()
+
+
+def _train(command_prefix: list[str], home: Path, db: Path, config: Path) -> subprocess.CompletedProcess:
+    from gateway.store.database import sqlite_url
+
+    # `--`: torchrun would take `--run` for an abbreviation of its own --run-path
+    command = [*command_prefix, "-m", "harnessrl.cli", "--", "train", "--run", RUN, "--config", str(config),
+               "--database-url", sqlite_url(db), "--max-steps", str(STEPS)]
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "HARNESSRL_HOME": str(home)}
+    done = subprocess.run(command, cwd=REPO, env=env, capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    return done
+
+
+def _adapter(home: Path) -> dict[str, torch.Tensor]:
+    from safetensors.torch import load_file
+
+    [path] = home.glob(f"**/step-{STEPS:08d}/adapter/adapter_model.safetensors")
+    return load_file(path)
+
+
+def _consumed_and_losses(db: Path) -> tuple[list, list]:
+    import sqlite3
+
+    with sqlite3.connect(db) as connection:
+        consumed = connection.execute("select id from groups where status = 'consumed' order by id").fetchall()
+        losses = [row[0] for row in connection.execute(
+            "select json_extract(metrics, '$.loss') from learner_steps order by step")]
+    return consumed, losses
+
+
+def test_harnessrl_train_under_torchrun_matches_one_process(tmp_path, tiny_model_dir, migrated_sqlite_file):
+    import asyncio
+    import shutil
+
+    from gateway.store.database import sqlite_url
+
+    template = tmp_path / "filled.db"
+    shutil.copyfile(migrated_sqlite_file, template)
+    asyncio.run(_fill(sqlite_url(template), groups=2 * STEPS))
+    config = tmp_path / "learner.toml"
+    config.write_text(f'model_dir = "{tiny_model_dir}"\ngroups_per_step = 2\nlr = 0.001\nlora_rank = 4\n'
+                      f'lora_alpha = 8\nmax_staleness = 100\npublish = false\npoll_interval_s = 0.05\n'
+                      f'token_budget = 64\n')  # several packed rows per step: both ranks get a share
+    one, two = tmp_path / "one.db", tmp_path / "two.db"
+    shutil.copyfile(template, one)
+    shutil.copyfile(template, two)
+
+    _train([sys.executable], tmp_path / "home-one", one, config)
+    ranks = _train([sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2"],
+                   tmp_path / "home-two", two, config)
+
+    assert "rank 1: rank 0 stopped after 2 steps here" in ranks.stderr
+    assert_same_weights(_adapter(tmp_path / "home-two"), _adapter(tmp_path / "home-one"))
+    (consumed_one, losses_one), (consumed_two, losses_two) = _consumed_and_losses(one), _consumed_and_losses(two)
+    assert consumed_two == consumed_one and len(consumed_one) == 2 * STEPS
+    assert losses_two == pytest.approx(losses_one, rel=1e-5, abs=1e-7) and len(losses_one) == STEPS
