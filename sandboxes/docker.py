@@ -35,7 +35,7 @@ import docker.errors
 
 from sandboxes.forwarder import READY_LINE, HostBridge
 from sandboxes.limits import exec_time_limit
-from sandboxes.protocol import WORKSPACE, ExecResult, SandboxError, SandboxSpec
+from sandboxes.protocol import WORKSPACE, ExecResult, SandboxError, SandboxSpec, exec_argv
 from sandboxes.urls import gateway_target, inside_url
 
 RUN_DIR = "/run/harnessrl"
@@ -184,10 +184,10 @@ class DockerSandbox:
                    env: Mapping[str, str] | None = None, cwd: str | None = None) -> ExecResult:
         if self._closed:
             raise SandboxError(f"sandbox {self.id} is closed")
-        argv = ["/bin/sh", "-c", command] if isinstance(command, str) else list(command)
+        argv = exec_argv(command)
         limit, reason = self._time_limit(timeout_s)
         if limit is not None and limit <= 0:
-            return ExecResult(137, b"", b"wall time of the sandbox exceeded\n", True, 0.0, "wall_time")
+            return ExecResult.wall_time_spent()
         if limit is not None:  # GNU timeout kills the exec's whole process group
             argv = ["timeout", "-s", "KILL", f"{limit:.3f}s", *argv]
         started = time.monotonic()

@@ -33,7 +33,7 @@ from urllib.parse import urlsplit
 from sandboxes import bwrap
 from sandboxes.forwarder import HostBridge
 from sandboxes.limits import ProcessLimits, exec_time_limit
-from sandboxes.protocol import WORKSPACE, ExecResult, SandboxError, SandboxSpec
+from sandboxes.protocol import WORKSPACE, ExecResult, SandboxError, SandboxSpec, exec_argv
 from sandboxes.urls import gateway_target, inside_url
 
 MAX_OUTPUT = 16 * 1024 * 1024  # bytes kept per stream; the rest is drained and dropped
@@ -110,10 +110,10 @@ class LocalSandbox:
                    env: Mapping[str, str] | None = None, cwd: str | None = None) -> ExecResult:
         if self._closed:
             raise SandboxError(f"sandbox {self.id} is closed")
-        argv = ["/bin/sh", "-c", command] if isinstance(command, str) else list(command)
+        argv = exec_argv(command)
         limit, reason = self._time_limit(timeout_s)
         if limit is not None and limit <= 0:
-            return ExecResult(137, b"", b"wall time of the sandbox exceeded\n", True, 0.0, "wall_time")
+            return ExecResult.wall_time_spent()
         full_env = self._env(env)
         argv = self._command(argv, full_env, os.path.join(self.workspace, cwd) if cwd else self.workspace)
         oom_before = self.limits.oom_kills()

@@ -62,6 +62,11 @@ class ExecResult:
     def ok(self) -> bool:
         return self.exit_code == 0 and self.killed_reason is None
 
+    @classmethod
+    def wall_time_spent(cls) -> "ExecResult":
+        """The answer to an exec asked for after the sandbox's wall time ran out: nothing ran."""
+        return cls(137, b"", b"wall time of the sandbox exceeded\n", True, 0.0, "wall_time")
+
     def text(self) -> str:
         """stdout then stderr decoded leniently, for logs and error messages."""
         return (self.stdout + self.stderr).decode("utf-8", "replace")
@@ -98,3 +103,8 @@ class Sandbox(Protocol):
     async def __aenter__(self) -> Sandbox: ...
 
     async def __aexit__(self, *exc: object) -> None: ...
+
+
+def exec_argv(command: str | list[str]) -> list[str]:
+    """An exec's argv: a string is a shell command line (``/bin/sh -c``), a list is the argv itself."""
+    return ["/bin/sh", "-c", command] if isinstance(command, str) else list(command)
