@@ -76,7 +76,6 @@ class _Progress:
     changed: bool = False
     pending: list[ReadyGroup] = field(default_factory=list)  # trained since the last committed checkpoint
     unpublished: bool = False  # a publication failed on transport: retry at the next publishing step
-    cut: bool = False  # this step cut a new version (it is checkpointed, then published)
     resumed_from: str | None = None  # the committed checkpoint this run started from
 
 
@@ -145,13 +144,13 @@ async def _train(config: LearnerConfig, store: Store, run: str, run_id: int, tra
         progress.step += 1
         progress.pending.extend(groups)
         progress.changed = progress.changed or bool(result.get("optimizer_stepped"))
-        progress.cut = config.publishes_at(progress.step) and progress.changed
-        if progress.cut:
+        if config.publishes_at(progress.step) and progress.changed:  # cut a new version
             progress.version, progress.changed = progress.version + 1, False
         if config.checkpoints_at(progress.step):
             await _checkpoint(config, store, run, run_id, trainer, progress)
         step_s = time.perf_counter() - started
-        swap_s = await _publish(publisher, trainer, config, progress) if publisher else None
+        cut = progress.version > version
+        swap_s = await _publish(publisher, trainer, config, progress, cut) if publisher else None
         metrics = step_metrics(progress.step, version, lr, batch, too_long, result, step_s,
                                started - waited, swap_s)
         await sink.record(progress.step, metrics)
@@ -250,9 +249,10 @@ async def _checkpoint(config: LearnerConfig, store: Store, run: str, run_id: int
     prune_checkpoints(Path(config.checkpoint_dir), step, config.keep_checkpoints)
 
 
-async def _publish(publisher: Publisher, trainer: Trainer, config: LearnerConfig, progress: _Progress) -> float | None:
-    """Publish the new version on publishing steps; a gateway that is down is retried next time."""
-    if not (progress.cut or progress.unpublished):
+async def _publish(publisher: Publisher, trainer: Trainer, config: LearnerConfig, progress: _Progress,
+                   cut: bool) -> float | None:
+    """Publish the version this step cut (``cut``); a gateway that is down is retried next time."""
+    if not (cut or progress.unpublished):
         return None
     if not config.checkpoints_at(progress.step):
         return None  # a failed publication waits for the next checkpointed step
