@@ -30,3 +30,19 @@ def call_record(rollout_id: int, **overrides) -> CallRecord:
     )
     fields.update(overrides)
     return CallRecord(**fields)
+
+
+async def run_single_rollout(harness, gateway_url: str, run: str, task, sandbox: str, options: dict):
+    """One rollout of ``task`` by ``harness`` through the real runner (2 GiB, 1 CPU); its result."""
+    from harnesses.gateway_client import GatewayClient
+    from harnesses.runner import RunPlan, Runner
+    from sandboxes import Limits, SandboxSpec
+
+    plan = RunPlan(run=run, tasks=[task], harness=harness, group_size=1, concurrency=1, sandbox=sandbox,
+                   sandbox_options=options, base_spec=SandboxSpec(limits=Limits(memory_bytes=2 * 2**30, cpus=1.0)))
+    client = GatewayClient(gateway_url)
+    try:
+        [result] = await Runner(plan, client).run()
+    finally:
+        await client.close()
+    return result

@@ -22,11 +22,10 @@ import pytest
 from gateway.engine.fake import FakeEngine, FakeReply, create_fake_engine_app
 from gateway.settings import GatewaySettings
 from harnesses.agents import AgentNotInstalled, create
-from harnesses.gateway_client import GatewayClient
-from harnesses.runner import RunPlan, Runner
 from harnesses.task import Task
 from harnessrl.server import BackgroundGateway, BackgroundServer
-from sandboxes import WORKSPACE, Limits, SandboxSpec
+from sandboxes import WORKSPACE
+from tests.builders import run_single_rollout
 
 AGENTS = ("opencode", "pi", "hermes")
 WRITE_TOOLS = ("write", "write_file")  # OpenCode and pi: write; Hermes: write_file
@@ -111,15 +110,7 @@ def docker_harness(name: str):
 
 
 async def run_one(harness, gateway: BackgroundGateway, sandbox: str, options: dict):
-    plan = RunPlan(run=f"real-{harness.name}-{sandbox}", tasks=[TASK], harness=harness, group_size=1,
-                   concurrency=1, sandbox=sandbox, sandbox_options=options,
-                   base_spec=SandboxSpec(limits=Limits(memory_bytes=2 * 2**30, cpus=1.0)))
-    client = GatewayClient(gateway.url)
-    try:
-        [result] = await Runner(plan, client).run()
-    finally:
-        await client.close()
-    return result
+    return await run_single_rollout(harness, gateway.url, f"real-{harness.name}-{sandbox}", TASK, sandbox, options)
 
 
 def recorded_calls(gateway: BackgroundGateway, rollout_id: int) -> list[dict]:

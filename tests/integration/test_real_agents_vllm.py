@@ -16,12 +16,10 @@ import pytest
 from gateway.settings import GatewaySettings
 from harnesses.agents import AgentNotInstalled, create
 from harnesses.agents.cli_agent import AgentSettings
-from harnesses.gateway_client import GatewayClient
-from harnesses.runner import RunPlan, Runner
 from harnesses.task import Task
 from harnessrl.engine_process import EngineLaunch, EngineProcess
 from harnessrl.server import BackgroundGateway, free_port
-from sandboxes import Limits, SandboxSpec
+from tests.builders import run_single_rollout
 
 LONG_CONTEXT = 131072
 TASK = Task(name="hello-file", instruction="Create a file hello.txt containing exactly: hello",
@@ -56,14 +54,7 @@ async def test_agent_completes_a_rollout_on_vllm(name, gateway):
         harness.host_install()
     except AgentNotInstalled as exc:
         pytest.skip(str(exc))
-    plan = RunPlan(run=f"vllm-{name}", tasks=[TASK], harness=harness, group_size=1, concurrency=1,
-                   sandbox="local", sandbox_options={"isolation": "bwrap"},
-                   base_spec=SandboxSpec(limits=Limits(memory_bytes=2 * 2**30, cpus=1.0)))
-    client = GatewayClient(gateway.url)
-    try:
-        [result] = await Runner(plan, client).run()
-    finally:
-        await client.close()
+    result = await run_single_rollout(harness, gateway.url, f"vllm-{name}", TASK, "local", {"isolation": "bwrap"})
     assert result.status == "finished", result.error
     assert result.reward in (0.0, 1.0)
     calls = httpx.get(f"{gateway.url}/api/rollouts/{result.rollout_id}/calls").json()["data"]
