@@ -17,7 +17,8 @@ from sqlalchemy import Float, Integer, cast, extract, func, literal, select
 from sqlalchemy.sql.elements import ColumnElement
 
 from gateway.store.store import Store
-from gateway.store.tables import Call, LearnerStep, Rollout, Run
+from gateway.store.summary import pinned_versions
+from gateway.store.tables import Call, LearnerStep, Rollout
 
 TARGET_BUCKETS = 40  # generation throughput: about this many points over the run's wall time
 BUCKET_WIDTHS_S = (5, 10, 15, 30, 60, 120, 300, 600, 900, 1800, 3600, 7200, 21600, 86400)
@@ -88,18 +89,17 @@ class ReportData:
 
 async def gather_report(store: Store, run: str) -> ReportData | None:
     """Everything the report plots; None when no run has that name."""
-    async with store.sessions() as session:
-        run_id = await session.scalar(select(Run.id).where(Run.name == run))
-    if run_id is None:
+    found = await store.listings.run(run)
+    if found is None:
         return None
+    run_id = found.id
     return ReportData(run, tuple(await step_points(store, run_id)), tuple(await reward_by_version(store, run_id)),
                       await generation_throughput(store, run_id))
 
 
 async def known_runs(store: Store, limit: int = 20) -> list[str]:
     """The newest run names, for an error message about a run that does not exist."""
-    async with store.sessions() as session:
-        return list((await session.scalars(select(Run.name).order_by(Run.id.desc()).limit(limit))).all())
+    return [r.name for r in await store.listings.runs(None, 0, limit, newest_first=True)]
 
 
 async def step_points(store: Store, run_id: int) -> list[StepPoint]:
@@ -119,9 +119,7 @@ def _step_point(step: int, m: dict) -> StepPoint:
 
 async def reward_by_version(store: Store, run_id: int) -> list[VersionReward]:
     """Mean and spread of the scored rollouts per policy version, aggregated in SQL."""
-    pinned = (select(Call.rollout_id, func.min(Call.policy_version).label("version"))
-              .join(Rollout, Rollout.id == Call.rollout_id).where(Rollout.run_id == run_id)
-              .group_by(Call.rollout_id).subquery())
+    pinned = pinned_versions(run_id)
     reward = cast(Rollout.reward, Float)
     query = (select(pinned.c.version, func.count(), func.avg(reward), func.avg(reward * reward))
              .join(Rollout, Rollout.id == pinned.c.rollout_id).where(Rollout.reward.is_not(None))

@@ -170,6 +170,11 @@ class Listings:
             return list((await session.execute(query)).all())
 
 
+def is_main_call():
+    """The call has no tags: the agent's own loop, not a side call (title, summary, ...)."""
+    return cast(Call.tags, String) == "[]"
+
+
 def has_tag(tag: str):
     """``tags`` (a JSON list) holds ``tag``: a match on its JSON text, the same on SQLite and PostgreSQL."""
     needle = json.dumps(tag)  # as SQLAlchemy serialized it, quotes included: "title" never matches "subtitle"

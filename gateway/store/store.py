@@ -9,14 +9,14 @@ from contextlib import asynccontextmanager
 from datetime import datetime, timezone
 
 import numpy as np
-from sqlalchemy import String, cast, func, insert, select
+from sqlalchemy import func, insert, select
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine, AsyncSession, async_sessionmaker
 
 from gateway.callgraph import GraphNode
 from gateway.store.arrays import pack_ids, pack_logprobs, unpack_ids
 from gateway.store.database import create_engine, create_sessionmaker
-from gateway.store.listings import Listings
+from gateway.store.listings import Listings, is_main_call
 from gateway.store.records import CallRecord, RolloutIdentity
 from gateway.store.rewards import ENDED, add_reward, end_rollout
 from gateway.store.samples import Ancestor, CallNode
@@ -207,7 +207,7 @@ class Store:
 
     async def last_main_call(self, rollout_id: int) -> Call | None:
         """The rollout's last call that is not a side call (the agent's latest view of its task)."""
-        query = (select(Call).where(Call.rollout_id == rollout_id, cast(Call.tags, String) == "[]")
+        query = (select(Call).where(Call.rollout_id == rollout_id, is_main_call())
                  .order_by(Call.id.desc()).limit(1))
         async with self.sessions() as session:
             return (await session.scalars(query)).first()

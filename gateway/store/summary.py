@@ -7,9 +7,10 @@ table's rows, whose token blobs spill onto overflow pages.
 
 from __future__ import annotations
 
-from sqlalchemy import String, cast, func, select
+from sqlalchemy import func, select
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
+from gateway.store.listings import is_main_call
 from gateway.store.tables import Call, Group, LearnerStep, Rollout
 
 
@@ -41,7 +42,7 @@ async def _counts(session: AsyncSession, column, where) -> dict[str, int]:
 
 
 async def _call_totals(session: AsyncSession, run_id: int) -> dict[str, int]:
-    untagged = cast(Call.tags, String) == "[]"
+    untagged = is_main_call()
     query = select(
         func.count(),
         func.count().filter(~untagged),
@@ -56,10 +57,16 @@ async def _call_totals(session: AsyncSession, run_id: int) -> dict[str, int]:
     return {name: int(value) for name, value in zip(names, row)}
 
 
+def pinned_versions(run_id: int):
+    """Subquery (rollout_id, version): the policy version each rollout of the run was served by, the
+    lowest among its calls (a rollout is pinned to the version current when it started)."""
+    return (select(Call.rollout_id, func.min(Call.policy_version).label("version"))
+            .where(Call.rollout_id.in_(_run_rollout_ids(run_id))).group_by(Call.rollout_id).subquery())
+
+
 async def _reward_by_version(session: AsyncSession, run_id: int) -> list[dict]:
-    """Mean reward per policy version, a rollout counting under the lowest version among its calls."""
-    version = (select(Call.rollout_id, func.min(Call.policy_version).label("version"))
-               .where(Call.rollout_id.in_(_run_rollout_ids(run_id))).group_by(Call.rollout_id).subquery())
+    """Mean reward per policy version, a rollout counting under the version it was pinned to."""
+    version = pinned_versions(run_id)
     query = (select(version.c.version, func.count(), func.avg(Rollout.reward))
              .join(Rollout, Rollout.id == version.c.rollout_id)
              .group_by(version.c.version).order_by(version.c.version))
