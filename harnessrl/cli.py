@@ -89,6 +89,8 @@ def serve(
     max_staleness: Annotated[int, typer.Option(help="Adapter versions kept loaded behind the current one")] = 2,
     tokenizer: Annotated[Optional[Path], typer.Option(
         help="Model folder for tito capture when attaching with --engine-url")] = None,
+    engine_timeout: Annotated[float, typer.Option(
+        min=0.1, help="Seconds one engine call may take; a hung engine then gives the client a 504")] = 600.0,
 ) -> None:
     """Start vLLM (or attach to one) and the recording gateway in front of it."""
     from gateway.settings import GatewaySettings
@@ -116,7 +118,8 @@ def serve(
     model_dir = model or tokenizer
     settings = GatewaySettings(database_url=url, engine_url=engine_url, public_model=public_model,
                                require_token=require_token, admin_key=admin_key, max_staleness=max_staleness,
-                               model_dir=str(model_dir.resolve()) if model_dir else None)
+                               model_dir=str(model_dir.resolve()) if model_dir else None,
+                               engine_timeout_s=engine_timeout)
     server = uvicorn_server(settings, host, port, log_level="info")
     exit_code = _serve_until_stopped(server, engine)
     raise typer.Exit(code=exit_code)
