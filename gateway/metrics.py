@@ -33,6 +33,8 @@ class GatewayMetrics:
         self.in_flight = Gauge("harnessrl_calls_in_flight", "Engine calls in progress", registry=r)
         self.engine_errors = Counter("harnessrl_engine_errors", "Engine failures by kind", ["kind"], registry=r)
         self.policy_version = Gauge("harnessrl_policy_version", "Current policy (adapter) version", registry=r)
+        self.engine_dtype = Gauge("harnessrl_engine_dtype_info", "1 for the managed engine's serving dtype",
+                                  ["dtype"], registry=r)
 
     def recorded(self, dialect: str, latency_ms: float, prompt_tokens: int, output_tokens: int) -> None:
         self.calls.labels(dialect, "ok").inc()

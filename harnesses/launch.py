@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from harnesses.budget import DEFAULT_WALL_FACTOR
 from harnesses.gateway_client import GatewayClient
 from harnesses.progress import RunProgress
 from harnesses.registry import create_harness
@@ -15,13 +16,14 @@ from sandboxes import Limits, SandboxSpec
 
 async def launch_run(tasks: Path, run: str, harness: str, group_size: int, concurrency: int, sandbox: str,
                      gateway_url: str, admin_key: str | None, rewards: list[str], capture: str | None,
-                     memory_gib: float) -> str:
+                     memory_gib: float, wall_factor: float = DEFAULT_WALL_FACTOR) -> str:
     if sandbox not in ("local", "docker"):
         raise ValueError(f"--sandbox must be local or docker, not {sandbox!r}")
     limits = Limits(memory_bytes=int(memory_gib * 2**30), cpus=1.0)
     plan = RunPlan(run=run, tasks=load_tasks(tasks), harness=create_harness(harness, sandbox), group_size=group_size,
                    concurrency=concurrency, sandbox=sandbox, base_spec=SandboxSpec(limits=limits),
-                   rewards=tuple(load_reward_function(spec) for spec in rewards), capture=capture)
+                   rewards=tuple(load_reward_function(spec) for spec in rewards), capture=capture,
+                   wall_factor=wall_factor)
     gateway = GatewayClient(gateway_url, admin_key)
     try:
         runner = Runner(plan, gateway)

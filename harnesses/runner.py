@@ -12,6 +12,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 
 from harnesses.adapter import AgentOutcome, HarnessAdapter, RolloutTarget
+from harnesses.budget import DEFAULT_WALL_FACTOR, AgentBudget, BudgetExceeded, run_within
 from harnesses.gateway_client import GatewayClient
 from harnesses.reward_functions import RewardFunction
 from harnesses.task import Task
@@ -35,6 +36,7 @@ class RunPlan:
     capture: str | None = None  # the run's capture mode when the runner creates it
     sandbox_options: dict = field(default_factory=dict)  # e.g. {"isolation": "bwrap"} for local
     round: int = 0  # training rounds sample every task again, each round into new groups
+    wall_factor: float = DEFAULT_WALL_FACTOR  # wall-clock ceiling per rollout, x the task's agent budget
 
     @property
     def group(self) -> str:
@@ -110,14 +112,22 @@ class Runner:
         base = replace(plan.base_spec, gateway_url=rollout["base_url"], name=f"{task.name}-{index}"[:40])
         spec = plan.harness.sandbox_spec(task, target, base)
         async with await create_sandbox(plan.sandbox, spec, **plan.sandbox_options) as sandbox:
-            outcome = await plan.harness.run(sandbox, task, target, task.agent_timeout_s)
+            budget = AgentBudget.for_timeout(task.agent_timeout_s, plan.wall_factor)
+            try:
+                outcome = await run_within(budget, plan.harness.run(sandbox, task, target, budget.ceiling_s),
+                                           lambda: self._engine_seconds(rollout["id"]))
+            except BudgetExceeded as exc:
+                return "failed", str(exc), {}
             if outcome.timed_out:
-                return "failed", f"agent timed out after {task.agent_timeout_s:.0f} s", {}
+                return "failed", budget.ceiling_message(budget.ceiling_s), {}
             await sandbox.put_file("/logs/agent/final.txt", outcome.final_text.encode())
             verdict = await verify(sandbox, task)
         rewards = {"verifier": verdict.reward}
         rewards.update(await self._reward_functions(task, rollout, verdict, outcome))
         return "finished", verdict.error, rewards
+
+    async def _engine_seconds(self, rollout_id: int) -> float:
+        return float((await self.gateway.rollout(rollout_id)).get("engine_s", 0.0))
 
     async def _reward_functions(self, task: Task, rollout: dict, verdict: Verdict,
                                 outcome: AgentOutcome) -> dict[str, float | None]:

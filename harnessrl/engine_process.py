@@ -9,10 +9,12 @@ import subprocess
 import sys
 import time
 from collections import deque
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import httpx
+
+from harnessrl.hardware import available_memory_bytes, kv_cache_gib, machine_dtype
 
 
 def _die_with_parent() -> None:
@@ -36,7 +38,8 @@ class EngineLaunch:
     max_model_len: int = 4096
     max_lora_rank: int = 16
     max_loras: int = 4
-    kv_cache_gib: int = 2  # VLLM_CPU_KVCACHE_SPACE; ignored on GPUs
+    kv_cache_gib: int | None = None  # VLLM_CPU_KVCACHE_SPACE; None: from free memory; ignored on GPUs
+    dtype: str = field(default_factory=lambda: machine_dtype().dtype)  # the serving dtype, chosen for the machine
     chat_template: Path | None = None  # default: the model folder's chat_template.jinja
     extra_args: tuple[str, ...] = ()
 
@@ -48,7 +51,7 @@ def vllm_command(launch: EngineLaunch) -> list[str]:
         sys.executable, "-m", "vllm.entrypoints.openai.api_server",
         "--model", str(launch.model_dir), "--served-model-name", launch.served_name,
         "--host", launch.host, "--port", str(launch.port),
-        "--max-model-len", str(launch.max_model_len),
+        "--max-model-len", str(launch.max_model_len), "--dtype", launch.dtype,
         "--enable-lora", "--max-lora-rank", str(launch.max_lora_rank),
         "--max-loras", str(launch.max_loras),
         "--enable-auto-tool-choice", "--tool-call-parser", "hermes",
@@ -64,7 +67,8 @@ def vllm_command(launch: EngineLaunch) -> list[str]:
 
 def vllm_env(launch: EngineLaunch) -> dict[str, str]:
     env = dict(os.environ)
-    env.setdefault("VLLM_CPU_KVCACHE_SPACE", str(launch.kv_cache_gib))
+    kv_gib = launch.kv_cache_gib if launch.kv_cache_gib is not None else kv_cache_gib(available_memory_bytes())
+    env.setdefault("VLLM_CPU_KVCACHE_SPACE", str(kv_gib))
     env["VLLM_ALLOW_RUNTIME_LORA_UPDATING"] = "True"  # hot-swapping adapters
     env.setdefault("VLLM_HTTP_TIMEOUT_KEEP_ALIVE", "75")  # idle gaps between hot swaps outlive 5 s
     env.setdefault("HF_HUB_OFFLINE", "1")

