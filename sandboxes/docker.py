@@ -33,7 +33,8 @@ from pathlib import Path
 import docker
 import docker.errors
 
-from sandboxes.forwarder import READY_LINE, HostBridge
+from sandboxes.bridge import HostBridge, Route
+from sandboxes.forwarder import READY_LINE
 from sandboxes.limits import exec_time_limit
 from sandboxes.protocol import WORKSPACE, ExecResult, SandboxError, SandboxSpec, exec_argv
 from sandboxes.urls import gateway_target, inside_url
@@ -116,8 +117,8 @@ class DockerSandbox:
         socket_dir.mkdir()
         socket_dir.chmod(0o777)  # the container's user may not be root
         if self.spec.gateway_url:
-            host, port = gateway_target(self.spec.gateway_url)
-            self._bridge = await HostBridge(str(socket_dir / "gateway.sock"), host, port).start()
+            route = Route.for_gateway(self.spec.gateway_url, self.spec.gateway_port_inside)
+            self._bridge = await HostBridge(str(socket_dir / "gateway.sock"), route).start()
         self.container_id = await _call(self._create_container, socket_dir)
         files = {f"{WORKSPACE}/{rel}": data for rel, data in self.spec.files.items()}
         files[FORWARDER_INSIDE] = Path(__file__).with_name("forwarder.py").read_bytes()

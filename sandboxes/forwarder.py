@@ -1,17 +1,16 @@
-"""Byte forwarders that give a network-less sandbox exactly one route: to the gateway.
+"""The inside end of a network-less sandbox's one route out: a byte forwarder to the gateway socket.
 
     agent --TCP--> 127.0.0.1:PORT (inside) --tcp-to-unix--> gateway.sock (bind-mounted)
-          --unix-to-tcp (host)--> gateway host:port
+          --> sandboxes.bridge.HostBridge (host, HTTP-aware) --> gateway host:port
 
 Inside the sandbox there is no network (`--network none` / `--unshare-net`), only loopback, so the
-agent keeps a plain `http://127.0.0.1:PORT/r/<token>/v1` base URL. The host end lives in the runner's
-event loop (`HostBridge`); the inside end runs as `python3 forwarder.py tcp-to-unix ...`.
+agent keeps a plain `http://127.0.0.1:PORT/r/<token>/v1` base URL. This end only copies bytes: it runs
+where the agent can replace it or talk to the socket itself, so every check lives in the host end.
 
 This file is copied into sandboxes and run by their python3 as a script: standard library only,
 no imports of ours.
 
     python -m sandboxes.forwarder tcp-to-unix --listen 127.0.0.1:8000 --socket S [-- CMD ARGS...]
-    python -m sandboxes.forwarder unix-to-tcp --socket S --target 127.0.0.1:8000
 """
 
 from __future__ import annotations
@@ -19,7 +18,6 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
-import os
 import signal
 import sys
 
@@ -62,35 +60,6 @@ async def serve_tcp_to_unix(host: str, port: int, socket_path: str) -> asyncio.A
         lambda r, w: _splice((r, w), lambda: asyncio.open_unix_connection(socket_path)), host, port)
 
 
-async def serve_unix_to_tcp(socket_path: str, host: str, port: int) -> asyncio.AbstractServer:
-    """Host end: accept on the unix socket, forward each connection to host:port over TCP."""
-    with contextlib.suppress(FileNotFoundError):
-        os.unlink(socket_path)
-    server = await asyncio.start_unix_server(
-        lambda r, w: _splice((r, w), lambda: asyncio.open_connection(host, port)), socket_path)
-    os.chmod(socket_path, 0o666)  # the sandbox's user may not be ours
-    return server
-
-
-class HostBridge:
-    """The host end for one sandbox, served in the caller's event loop until `close()`."""
-
-    def __init__(self, socket_path: str, host: str, port: int) -> None:
-        self.socket_path, self.host, self.port = socket_path, host, port
-        self._server: asyncio.AbstractServer | None = None
-
-    async def start(self) -> HostBridge:
-        self._server = await serve_unix_to_tcp(self.socket_path, self.host, self.port)
-        return self
-
-    async def close(self) -> None:
-        if self._server is not None:
-            self._server.close()
-            self._server = None  # open connections end with their sandbox's processes
-        with contextlib.suppress(FileNotFoundError):
-            os.unlink(self.socket_path)
-
-
 async def _run_child(argv: list[str]) -> int:
     """Run argv with our stdio; its exit status, as a shell reports it (128 + signal)."""
     proc = await asyncio.create_subprocess_exec(*argv)
@@ -108,13 +77,8 @@ def _host_port(text: str) -> tuple[str, int]:
 
 
 async def _main(args: argparse.Namespace) -> int:
-    if args.mode == "tcp-to-unix":
-        host, port = args.listen
-        server = await serve_tcp_to_unix(host, port, args.socket)
-    else:
-        host, port = args.target
-        server = await serve_unix_to_tcp(args.socket, host, port)
-    async with server:
+    host, port = args.listen
+    async with await serve_tcp_to_unix(host, port, args.socket):
         command = args.command[1:] if args.command[:1] == ["--"] else args.command
         if command:
             return await _run_child(command)
@@ -131,10 +95,6 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     inside.add_argument("--socket", required=True, help="unix socket leading to the gateway")
     inside.add_argument("command", nargs=argparse.REMAINDER,
                         help="optional: run this command while forwarding, exit with its status")
-    host = sub.add_parser("unix-to-tcp", help="on the host: unix socket -> TCP gateway")
-    host.add_argument("--socket", required=True, help="unix socket path to create")
-    host.add_argument("--target", type=_host_port, required=True, help="gateway HOST:PORT")
-    host.set_defaults(command=[])
     return parser.parse_args(argv)
 
 

@@ -31,7 +31,7 @@ from pathlib import Path
 from urllib.parse import urlsplit
 
 from sandboxes import bwrap
-from sandboxes.forwarder import HostBridge
+from sandboxes.bridge import HostBridge, Route
 from sandboxes.limits import ProcessLimits, exec_time_limit
 from sandboxes.protocol import WORKSPACE, ExecResult, SandboxError, SandboxSpec, exec_argv
 from sandboxes.urls import gateway_target, inside_url
@@ -88,8 +88,8 @@ class LocalSandbox:
             await self.put_file(rel, data)
         if self.spec.gateway_url and self.isolation == "bwrap":
             self.layout.socket_dir.mkdir(mode=0o755)
-            host, port = gateway_target(self.spec.gateway_url)
-            self._bridge = await HostBridge(str(self.layout.socket_dir / "gateway.sock"), host, port).start()
+            route = Route.for_gateway(self.spec.gateway_url, self.spec.gateway_port_inside)
+            self._bridge = await HostBridge(str(self.layout.socket_dir / "gateway.sock"), route).start()
         if self._deadline is not None:
             delay = self._deadline - time.monotonic()
             self._watchdog = asyncio.get_running_loop().call_later(delay, self._expire)

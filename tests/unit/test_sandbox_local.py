@@ -12,7 +12,8 @@ from pathlib import Path
 import pytest
 
 from sandboxes import Limits, SandboxError, SandboxSpec, create_sandbox
-from sandboxes.forwarder import HostBridge, serve_tcp_to_unix
+from sandboxes.bridge import HostBridge, Route
+from sandboxes.forwarder import serve_tcp_to_unix
 from sandboxes.urls import inside_url
 
 HAS_BWRAP = shutil.which("bwrap") is not None
@@ -201,12 +202,14 @@ async def _http_server() -> tuple[asyncio.AbstractServer, int]:
 
 async def test_forwarders_round_trip(tmp_path):
     server, port = await _http_server()
-    bridge = await HostBridge(str(tmp_path / "gw.sock"), "127.0.0.1", port).start()
     inside = await serve_tcp_to_unix("127.0.0.1", 0, str(tmp_path / "gw.sock"))
     inside_port = inside.sockets[0].getsockname()[1]
+    route = Route.for_gateway(f"http://127.0.0.1:{port}/r/tok/v1", inside_port)
+    bridge = await HostBridge(str(tmp_path / "gw.sock"), route).start()
     try:
         reader, writer = await asyncio.open_connection("127.0.0.1", inside_port)
-        writer.write(b"GET /r/tok/v1/models HTTP/1.1\r\nhost: x\r\n\r\n")
+        writer.write(f"GET /r/tok/v1/models HTTP/1.1\r\nhost: 127.0.0.1:{inside_port}\r\n"
+                     "connection: close\r\n\r\n".encode())
         await writer.drain()
         reply = await asyncio.wait_for(reader.read(), 5)
         writer.close()
