@@ -3,20 +3,28 @@
 Each version loads under a new name (``policy-v{N}``), never in place: vLLM keys its prefix cache by
 adapter name, so reusing a name would serve stale KV. Versions older than ``max_staleness + 1``
 behind the current one are unloaded; rollouts in flight keep theirs until then.
+
+A publication completes in both the store and the engine or changes neither. An engine that lost
+its adapters (it restarted) gets them back: ``RecoveringEngine`` reloads the store's loaded versions
+when a call names one the engine no longer has, and retries that call once.
 """
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import time
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 
-from gateway.engine.client import EngineClient
-from gateway.errors import Conflict, GatewayError
-from gateway.policy import PolicyRegistry, adapter_name
+from gateway.engine.client import EngineClient, ModelNotLoaded
+from gateway.errors import Conflict, GatewayError, InvalidRequest
+from gateway.policy import MAX_VERSION, PolicyRegistry, adapter_name
 from gateway.store.store import Store
 
 logger = logging.getLogger(__name__)
+
+LOST_ADAPTER_RETRIES = 1  # a call that found its adapter gone is sent again once, after the reload
 
 
 @dataclass(frozen=True)
@@ -27,19 +35,42 @@ class Published:
     unloaded: tuple[int, ...]  # versions retired by this publication
 
 
-async def publish_adapter(engine: EngineClient, policy: PolicyRegistry, store: Store, version: int,
-                          path: str, max_staleness: int) -> Published:
+def check_version(version: int, policy: PolicyRegistry) -> None:
+    """A version the store can hold and newer than the current one (checked before the engine is touched)."""
+    if not 1 <= version <= MAX_VERSION:
+        raise InvalidRequest(f"adapter version {version} is out of range: versions are integers from 1 to "
+                             f"{MAX_VERSION}", param="version")
     if version <= policy.current_version:
         raise Conflict(f"adapter version {version} is not newer than the current version "
                        f"{policy.current_version}; versions must increase", param="version")
+
+
+async def publish_adapter(engine: EngineClient, policy: PolicyRegistry, store: Store, version: int,
+                          path: str, max_staleness: int) -> Published:
+    check_version(version, policy)
     name = adapter_name(version)
     started = time.perf_counter()
-    await engine.load_adapter(name, path)
+    try:
+        await engine.load_adapter(name, path)
+    except GatewayError:
+        await _unload_quietly(engine, name)  # a load that timed out may still have happened
+        raise
     load_s = time.perf_counter() - started
-    await store.save_adapter(version, name, path, loaded=True)
+    try:
+        await store.save_adapter(version, name, path, loaded=True)
+    except Exception:  # not recorded: the engine must not keep serving it either
+        await _unload_quietly(engine, name)
+        raise
     policy.publish(version, name)
     unloaded = await retire_old(engine, policy, store, max_staleness)
     return Published(version, name, load_s, unloaded)
+
+
+async def _unload_quietly(engine: EngineClient, name: str) -> None:
+    try:
+        await engine.unload_adapter(name)
+    except GatewayError as exc:
+        logger.info("unloading %s after a failed publication: %s", name, exc.message)
 
 
 async def retire_old(engine: EngineClient, policy: PolicyRegistry, store: Store, max_staleness: int) -> tuple[int, ...]:
@@ -78,3 +109,58 @@ async def restore_adapters(engine: EngineClient, policy: PolicyRegistry, store: 
         except GatewayError as exc:
             logger.warning("could not restore %s from %s: %s", adapter.name, adapter.path, exc.message)
             await store.save_adapter(adapter.version, adapter.name, adapter.path, loaded=False)
+
+
+class RecoveringEngine:
+    """An ``EngineClient`` that gives an engine back the adapters it lost, then retries the call once.
+
+    A call naming an adapter the engine does not serve (a restarted engine has none) reloads every
+    version the store holds as loaded, from its stored path, and is sent again once
+    (``LOST_ADAPTER_RETRIES``). Concurrent calls that hit the loss share one reload.
+    """
+
+    def __init__(self, engine: EngineClient, store: Store, policy: Callable[[], PolicyRegistry | None]):
+        self.engine, self.store, self._policy = engine, store, policy
+        self._reload_lock = asyncio.Lock()
+
+    async def chat(self, body: dict) -> dict:
+        return await self._recovering(self.engine.chat, body)
+
+    async def completions(self, body: dict) -> dict:
+        return await self._recovering(self.engine.completions, body)
+
+    async def tokenize(self, body: dict) -> dict:
+        return await self._recovering(self.engine.tokenize, body)
+
+    async def models(self) -> list[dict]:
+        return await self.engine.models()
+
+    async def health(self) -> bool:
+        return await self.engine.health()
+
+    async def load_adapter(self, name: str, path: str) -> None:
+        await self.engine.load_adapter(name, path)
+
+    async def unload_adapter(self, name: str) -> None:
+        await self.engine.unload_adapter(name)
+
+    async def close(self) -> None:
+        await self.engine.close()
+
+    async def _recovering(self, send: Callable[[dict], Awaitable[dict]], body: dict) -> dict:
+        for attempt in range(LOST_ADAPTER_RETRIES + 1):
+            try:
+                return await send(body)
+            except ModelNotLoaded as exc:
+                policy = self._policy()
+                if (attempt == LOST_ADAPTER_RETRIES or policy is None
+                        or exc.model not in policy.loaded().values() or exc.model == policy.base_model):
+                    raise
+                await self.reload(policy)
+        raise AssertionError("unreachable")
+
+    async def reload(self, policy: PolicyRegistry) -> None:
+        """Load the store's loaded versions the engine does not list (one reload at a time)."""
+        async with self._reload_lock:
+            logger.warning("the engine lost adapters (restarted?): reloading the loaded versions")
+            await restore_adapters(self.engine, policy, self.store)

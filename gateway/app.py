@@ -9,9 +9,11 @@ from fastapi import FastAPI
 from fastapi.responses import JSONResponse, Response
 from prometheus_client import CONTENT_TYPE_LATEST
 
+from gateway.adapters import RecoveringEngine
 from gateway.admin.router import create_router as create_admin_router
 from gateway.anthropic.router import create_router as create_anthropic_router
 from gateway.api.router import create_router as create_api_router
+from gateway.body_limit import BodyLimit
 from gateway.docs import install_docs
 from gateway.engine.client import EngineClient, VLLMEngineClient
 from gateway.errors import GatewayError, install_error_handlers
@@ -38,7 +40,8 @@ def create_app(settings: GatewaySettings, engine: EngineClient | None = None) ->
         writer = CallWriter(store)
         writer.start()
         client = engine or VLLMEngineClient(settings.engine_url, timeout_s=settings.engine_timeout_s)
-        state = GatewayState(settings, store, writer, client)
+        # An engine that restarted gets its adapters back, and the call that found them gone is retried.
+        state = GatewayState(settings, store, writer, RecoveringEngine(client, store, lambda: state.policy))
         app.state.gateway = state
         try:
             await state.ensure_policy()
@@ -55,6 +58,7 @@ def create_app(settings: GatewaySettings, engine: EngineClient | None = None) ->
     # No CDN pages: /docs is served from local assets, and ReDoc has no local copy.
     app = FastAPI(title="harnessrl gateway", version="0.1.0", lifespan=lifespan, docs_url=None, redoc_url=None)
     install_error_handlers(app)
+    app.add_middleware(BodyLimit, max_bytes=settings.max_body_bytes)  # every route, while the body streams in
     install_docs(app)  # Swagger UI at /docs
     app.include_router(create_openai_router())
     app.include_router(create_responses_router())

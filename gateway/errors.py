@@ -1,12 +1,15 @@
 """Gateway errors and their one mapping to HTTP responses.
 
 Every error leaves the gateway as JSON in the dialect of the endpoint that raised it (OpenAI's
-``{"error": {...}}`` here; later dialects add their shape in ``error_body``), never a traceback.
+``{"error": {...}}``, Anthropic's ``{"type": "error", "error": {...}}`` on the Messages routes), never
+a traceback: an unexpected exception is logged once under an error id, and the 500 body names only
+that id.
 """
 
 from __future__ import annotations
 
 import logging
+import secrets
 from collections.abc import Callable
 
 from fastapi import FastAPI, Request
@@ -14,8 +17,12 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from pydantic import ValidationError
 from starlette.exceptions import HTTPException as StarletteHTTPException
+from starlette.requests import ClientDisconnect
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 logger = logging.getLogger(__name__)
+
+ERROR_ID_HEADER = "x-harnessrl-error-id"
 
 
 class GatewayError(Exception):
@@ -63,6 +70,16 @@ class EngineUnavailable(GatewayError):
         super().__init__(message, code="engine_unavailable", headers={"Retry-After": str(retry_after_s)})
 
 
+class EngineTimeout(GatewayError):
+    """The engine did not answer within the gateway's engine timeout."""
+
+    status_code = 504
+    type = "engine_timeout"
+
+    def __init__(self, message: str):
+        super().__init__(message, code="engine_timeout")
+
+
 class EngineError(GatewayError):
     """The engine answered with an error; its status and text are passed on."""
 
@@ -79,7 +96,7 @@ def error_body(exc: GatewayError) -> dict:
 
 ANTHROPIC_TYPES = {400: "invalid_request_error", 401: "authentication_error", 403: "permission_error",
                    404: "not_found_error", 409: "invalid_request_error", 413: "request_too_large", 429: "rate_limit_error",
-                   503: "overloaded_error", 529: "overloaded_error"}
+                   503: "overloaded_error", 504: "timeout_error", 529: "overloaded_error"}
 
 
 def anthropic_error_body(exc: GatewayError) -> dict:
@@ -88,9 +105,29 @@ def anthropic_error_body(exc: GatewayError) -> dict:
     return {"type": "error", "error": {"type": kind, "message": exc.message}}
 
 
-def _shape_for(request: Request) -> Callable[[GatewayError], dict]:
-    path = request.url.path
-    return anthropic_error_body if path.endswith(("/messages", "/messages/count_tokens")) else error_body
+ANTHROPIC_PATHS = ("/messages", "/messages/count_tokens")
+
+
+def shape_for(path: str) -> Callable[[GatewayError], dict]:
+    """The error shape of the dialect served at ``path``."""
+    return anthropic_error_body if path.endswith(ANTHROPIC_PATHS) else error_body
+
+
+def error_response(path: str, exc: GatewayError) -> JSONResponse:
+    return JSONResponse(shape_for(path)(exc), status_code=exc.status_code, headers=exc.headers)
+
+
+def count_failure(app, path: str, exc: GatewayError) -> None:
+    """Counted in the gateway's metrics: every failure passes here once."""
+    state = getattr(app.state, "gateway", None)
+    if state is not None:
+        engine_kind = exc.code if isinstance(exc, (EngineError, EngineUnavailable, EngineTimeout)) else None
+        state.metrics.failed(path, exc.status_code, engine_kind)
+
+
+def internal_error(error_id: str) -> GatewayError:
+    return GatewayError(f"internal error {error_id}: the gateway's log holds the details under this id",
+                        code="internal_error", headers={ERROR_ID_HEADER: error_id})
 
 
 def describe_validation_error(exc: ValidationError | RequestValidationError) -> tuple[str, str | None]:
@@ -105,11 +142,8 @@ def describe_validation_error(exc: ValidationError | RequestValidationError) -> 
 
 def install_error_handlers(app: FastAPI) -> None:
     def respond(request: Request, exc: GatewayError) -> JSONResponse:
-        state = getattr(request.app.state, "gateway", None)
-        if state is not None:  # counted here, the one place every failure passes
-            engine_kind = exc.code if isinstance(exc, (EngineError, EngineUnavailable)) else None
-            state.metrics.failed(request.url.path, exc.status_code, engine_kind)
-        return JSONResponse(_shape_for(request)(exc), status_code=exc.status_code, headers=exc.headers)
+        count_failure(request.app, request.url.path, exc)
+        return error_response(request.url.path, exc)
 
     @app.exception_handler(GatewayError)
     async def _gateway_error(request: Request, exc: GatewayError) -> JSONResponse:
@@ -127,7 +161,84 @@ def install_error_handlers(app: FastAPI) -> None:
         error.type = "invalid_request_error" if exc.status_code < 500 else "server_error"
         return respond(request, error)
 
-    @app.exception_handler(Exception)
-    async def _unexpected(request: Request, exc: Exception) -> JSONResponse:
-        logger.exception("unhandled error")
-        return respond(request, GatewayError(f"internal error: {type(exc).__name__}: {exc}"))
+    # Unexpected exceptions: not a handler (Starlette re-raises after one, so the server logs a second
+    # traceback) but a middleware that answers and logs once.
+    app.add_middleware(ServerErrors)
+    document_errors(app)
+
+
+# --- the error shapes in the OpenAPI document ------------------------------------------------
+
+_NULLABLE_STRING = {"anyOf": [{"type": "string"}, {"type": "null"}]}
+OPENAI_ERROR_SCHEMA = {
+    "title": "ErrorBody", "type": "object", "required": ["error"],
+    "properties": {"error": {"type": "object", "required": ["message", "type", "param", "code"], "properties": {
+        "message": {"type": "string"}, "type": {"type": "string"}, "param": _NULLABLE_STRING,
+        "code": _NULLABLE_STRING}}},
+}
+ANTHROPIC_ERROR_SCHEMA = {
+    "title": "AnthropicErrorBody", "type": "object", "required": ["type", "error"],
+    "properties": {"type": {"const": "error"}, "error": {"type": "object", "required": ["type", "message"],
+                                                         "properties": {"type": {"type": "string"},
+                                                                        "message": {"type": "string"}}}},
+}
+
+
+def document_errors(app: FastAPI) -> None:
+    """Every operation documents its errors as they are sent: 4xx/5xx in the dialect's shape.
+
+    (FastAPI documents a 422 with its own body; the gateway answers bad input with a 400 instead.)
+    """
+    generate = app.openapi
+
+    def openapi() -> dict:
+        if app.openapi_schema is not None:
+            return app.openapi_schema
+        schema = generate()
+        for path, operations in schema.get("paths", {}).items():
+            error_schema = ANTHROPIC_ERROR_SCHEMA if path.endswith(ANTHROPIC_PATHS) else OPENAI_ERROR_SCHEMA
+            for operation in operations.values():
+                responses = operation.setdefault("responses", {})
+                responses.pop("422", None)
+                responses["default"] = {"description": "An error, in the dialect's shape",
+                                        "content": {"application/json": {"schema": error_schema}}}
+        app.openapi_schema = schema
+        return schema
+
+    app.openapi = openapi
+
+
+class ServerErrors:
+    """ASGI middleware: an exception the handlers did not map becomes a 500 naming an error id.
+
+    The body carries the id and no exception text (that may hold a secret or a path); the log holds
+    the traceback once, under the same id. After the response started, the id is only logged.
+    """
+
+    def __init__(self, app: ASGIApp):
+        self.app = app
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            return await self.app(scope, receive, send)
+        started = False
+
+        async def watched_send(message: Message) -> None:
+            nonlocal started
+            started = started or message["type"] == "http.response.start"
+            await send(message)
+
+        try:
+            await self.app(scope, receive, watched_send)
+        except ClientDisconnect:
+            logger.debug("client went away during %s %s", scope.get("method"), scope.get("path"))
+        except Exception:
+            error_id = f"err-{secrets.token_hex(6)}"
+            path = scope.get("path", "")
+            logger.exception("%s: unhandled error in %s %s", error_id, scope.get("method"), path)
+            if started:
+                return
+            error = internal_error(error_id)
+            if "app" in scope:
+                count_failure(scope["app"], path, error)
+            await error_response(path, error)(scope, receive, send)

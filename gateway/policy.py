@@ -6,6 +6,7 @@ from collections import OrderedDict
 from dataclasses import dataclass
 
 PINNED_ROLLOUTS = 100_000  # rollouts whose starting version is remembered
+MAX_VERSION = 2**31 - 1  # the store keeps versions in 32-bit integer columns (calls, adapters)
 
 
 @dataclass(frozen=True)

@@ -3,27 +3,27 @@
 from __future__ import annotations
 
 from fastapi import APIRouter, Request
-from fastapi.responses import JSONResponse, StreamingResponse
+from fastapi.responses import JSONResponse
 
 from gateway.anthropic.replay import message_events
 from gateway.anthropic.serving import AnthropicServing
 from gateway.identity import resolve_identity
-from gateway.openai.router import CALL_ID_HEADER
-from gateway.state import StateDep, read_json_body
+from gateway.json_body import read_json_body
+from gateway.openai.router import delivered
+from gateway.state import StateDep
 
 
 async def messages(request: Request, state: StateDep):
-    raw = await read_json_body(request, state.settings.max_body_bytes)
+    raw = await read_json_body(request)
     identity = await resolve_identity(request, state.store, state.settings.require_token)
     served = await AnthropicServing(await state.pipeline()).messages(raw, identity)
-    headers = {CALL_ID_HEADER: str(served.call_id)}
     if served.stream:
-        return StreamingResponse(message_events(served.message), media_type="text/event-stream", headers=headers)
-    return JSONResponse(served.message.model_dump(mode="json"), headers=headers)
+        return delivered(state, served.call_id, True, None, message_events(served.message))
+    return delivered(state, served.call_id, False, served.message.model_dump(mode="json"), None)
 
 
 async def count_tokens(request: Request, state: StateDep) -> JSONResponse:
-    raw = await read_json_body(request, state.settings.max_body_bytes)
+    raw = await read_json_body(request)
     await resolve_identity(request, state.store, state.settings.require_token)  # same access rule as calls
     return JSONResponse(await AnthropicServing(await state.pipeline()).count_tokens(raw))
 

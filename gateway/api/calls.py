@@ -9,7 +9,7 @@ import numpy as np
 from fastapi import Query
 from sqlalchemy.engine import Row
 
-from gateway.api.params import After, Limit, page_of
+from gateway.api.params import After, Int64, Limit, page_of
 from gateway.api.protocol import CallDetail, CallView, Page
 from gateway.decoding import TokenDecoder
 from gateway.errors import NotFound
@@ -34,7 +34,7 @@ def call_view(row: Row, tokens: bool) -> CallView:
     return CallView(**fields)
 
 
-async def list_calls(state: StateDep, run: str | None = None, rollout_id: int | None = None,
+async def list_calls(state: StateDep, run: str | None = None, rollout_id: Int64 | None = None,
                      tag: str | None = None, finish_reason: str | None = None, dialect: str | None = None,
                      after: After = 0, limit: Limit = 100) -> Page[CallView]:
     where = CallFilter(run=run, rollout_id=rollout_id, tag=tag, finish_reason=finish_reason, dialect=dialect)
@@ -42,7 +42,7 @@ async def list_calls(state: StateDep, run: str | None = None, rollout_id: int | 
     return page_of([call_view(r, tokens=False) for r in rows], limit)
 
 
-async def list_rollout_calls(rollout_id: int, state: StateDep, tag: str | None = None,
+async def list_rollout_calls(rollout_id: Int64, state: StateDep, tag: str | None = None,
                              finish_reason: str | None = None, tokens: Tokens = True, after: After = 0,
                              limit: Limit = 100) -> Page[CallView]:
     if await state.store.get_rollout(rollout_id) is None:
@@ -52,7 +52,7 @@ async def list_rollout_calls(rollout_id: int, state: StateDep, tag: str | None =
     return page_of([call_view(r, tokens) for r in rows], limit)
 
 
-async def get_call(call_id: int, state: StateDep, decode: bool = False) -> CallDetail:
+async def get_call(call_id: Int64, state: StateDep, decode: bool = False) -> CallDetail:
     call = await state.store.get_call(call_id)
     if call is None:
         raise NotFound(f"call {call_id} not found")

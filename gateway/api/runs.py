@@ -6,7 +6,7 @@ import dataclasses
 
 from fastapi import Query
 
-from gateway.api.params import After, Limit, Order, page_of
+from gateway.api.params import After, Int64, Limit, Order, StepAfter, page_of
 from gateway.api.protocol import GroupRollout, GroupView, LearnerStepView, Page, RunSummary, RunView
 from gateway.errors import NotFound
 from gateway.state import StateDep
@@ -50,7 +50,7 @@ async def get_run_summary(name: str, state: StateDep) -> RunSummary:
     return RunSummary(run=run.name, **await run_summary(state.store.sessions, run.id))
 
 
-async def list_run_steps(name: str, state: StateDep, after: int = Query(-1, ge=-1, description="a step"),
+async def list_run_steps(name: str, state: StateDep, after: StepAfter = -1,
                          limit: Limit = 100) -> Page[LearnerStepView]:
     run = await _run(state, name)
     steps = await state.store.listings.steps(run.id, after, limit)
@@ -73,7 +73,7 @@ async def list_groups(state: StateDep, run: str | None = None, task: str | None 
                     for g, run_name, task_name in rows], limit)
 
 
-async def get_group(group_id: int, state: StateDep) -> GroupView:
+async def get_group(group_id: Int64, state: StateDep) -> GroupView:
     found = await state.store.listings.group(group_id)
     if found is None:
         raise NotFound(f"group {group_id} not found")

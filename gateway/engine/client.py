@@ -13,7 +13,7 @@ from typing import Protocol
 
 import aiohttp
 
-from gateway.errors import EngineError, EngineUnavailable
+from gateway.errors import EngineError, EngineTimeout, EngineUnavailable
 
 # Transport errors that mean "the request never reached a working engine": safe to retry.
 # ClientOSError is how a pooled connection that the engine closed while idle fails on write
@@ -24,6 +24,14 @@ RETRYABLE = (aiohttp.ClientConnectorError, aiohttp.ServerDisconnectedError, aioh
 # pool drops them sooner so it never hands out one the engine is closing.
 KEEPALIVE_S = 4.0
 RETRY_DELAYS_S = (0.05, 0.25, 1.0)
+
+
+class ModelNotLoaded(EngineError):
+    """The engine does not serve the model named in the call (an adapter it lost, e.g. on a restart)."""
+
+    def __init__(self, message: str, model: str | None):
+        super().__init__(404, message, "not_found_error")
+        self.model = model
 
 
 class EngineClient(Protocol):
@@ -48,6 +56,7 @@ class VLLMEngineClient:
 
     def __init__(self, base_url: str, *, timeout_s: float = 600.0):
         self.base_url = base_url.rstrip("/")
+        self.timeout_s = timeout_s
         self._timeout = aiohttp.ClientTimeout(total=timeout_s, sock_connect=5.0)
         self._session: aiohttp.ClientSession | None = None
 
@@ -59,14 +68,14 @@ class VLLMEngineClient:
         return self._session
 
     async def chat(self, body: dict) -> dict:
-        return _json_or_raise(await self._send("POST", "/v1/chat/completions", body))
+        return _json_or_raise(await self._send("POST", "/v1/chat/completions", body), body.get("model"))
 
     async def completions(self, body: dict) -> dict:
-        return _json_or_raise(await self._send("POST", "/v1/completions", body))
+        return _json_or_raise(await self._send("POST", "/v1/completions", body), body.get("model"))
 
     async def tokenize(self, body: dict) -> dict:
         """The prompt's token ids as the engine renders it: ``{"count", "max_model_len", "tokens"}``."""
-        return _json_or_raise(await self._send("POST", "/tokenize", body))
+        return _json_or_raise(await self._send("POST", "/tokenize", body), body.get("model"))
 
     async def models(self) -> list[dict]:
         return _json_or_raise(await self._send("GET", "/v1/models"))["data"]
@@ -106,26 +115,28 @@ class VLLMEngineClient:
                     ) from exc
                 await asyncio.sleep(delay)
             except asyncio.TimeoutError as exc:
-                raise EngineUnavailable(f"engine at {self.base_url} timed out") from exc
+                raise EngineTimeout(
+                    f"engine at {self.base_url} did not answer within {self.timeout_s:g} s; it may be hung "
+                    f"or overloaded (the limit is `harnessrl serve --engine-timeout SECONDS`)") from exc
             except aiohttp.ClientError as exc:
                 raise EngineUnavailable(f"engine at {self.base_url} failed: {type(exc).__name__}: {exc}") from exc
         raise AssertionError("unreachable")
 
 
-def _raise_for_status(response: EngineResponse) -> None:
+def _raise_for_status(response: EngineResponse, model: str | None = None) -> None:
     if response.status >= 400:
-        raise _engine_error(response)
+        raise _engine_error(response, model)
 
 
-def _json_or_raise(response: EngineResponse) -> dict:
-    _raise_for_status(response)
+def _json_or_raise(response: EngineResponse, model: str | None = None) -> dict:
+    _raise_for_status(response, model)
     try:
         return json.loads(response.text)
     except ValueError:
         raise EngineError(502, f"engine answered with invalid JSON: {response.text[:200]}") from None
 
 
-def _engine_error(response: EngineResponse) -> EngineError:
+def _engine_error(response: EngineResponse, model: str | None = None) -> EngineError:
     """Pass the engine's own message on, whatever shape it came in."""
     message, kind = response.text, None
     try:
@@ -139,5 +150,7 @@ def _engine_error(response: EngineResponse) -> EngineError:
             kind = error.get("type")
         elif isinstance(error, str):
             message = error
+    if response.status == 404 and "does not exist" in message:  # vLLM: "The model `X` does not exist."
+        return ModelNotLoaded(f"engine: {message}", model)
     status = response.status if response.status < 500 else 502
     return EngineError(status, f"engine: {message}", kind if status < 500 else "engine_error")

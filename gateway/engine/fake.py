@@ -7,6 +7,7 @@ drive exact scenarios (a planned tool call, then a final answer).
 
 from __future__ import annotations
 
+import asyncio
 import itertools
 import json
 import time
@@ -66,10 +67,16 @@ class FakeEngine:
     adapters: dict[str, str] = field(default_factory=dict)
     requests: list[dict] = field(default_factory=list)  # every body received, for assertions
     record_requests: bool = True
+    delay_s: float = 0.0  # seconds each chat/completions call takes (a slow or hung engine)
+    load_error: str | None = None  # when set, loading an adapter fails with this message
     # The "tokenizer" of sampled text: bytes by default; tito tests plug in a real model's.
     encode_text: Callable[[str], list[int]] = encode
     decode_ids: Callable[[list[int]], str] = decode
     _ids: itertools.count = field(default_factory=itertools.count)
+
+    def restart(self) -> None:
+        """What an engine restart does to the gateway's view: every runtime-loaded adapter is gone."""
+        self.adapters.clear()
 
     def next_reply(self, body: dict) -> FakeReply:
         if callable(self.script):
@@ -136,6 +143,7 @@ def _chat_choice(engine: FakeEngine, reply: FakeReply, ids: list[int]) -> dict:
 async def _chat(request: Request) -> Response:
     engine: FakeEngine = request.app.state.engine
     body = json.loads(await request.body())
+    await asyncio.sleep(engine.delay_s)
     if engine.record_requests:
         engine.requests.append(body)
     error = engine.check_model(body.get("model", ""))
@@ -156,6 +164,7 @@ async def _chat(request: Request) -> Response:
 async def _completions(request: Request) -> Response:
     engine: FakeEngine = request.app.state.engine
     body = json.loads(await request.body())
+    await asyncio.sleep(engine.delay_s)
     if engine.record_requests:
         engine.requests.append(body)
     prompt = body["prompt"]
@@ -196,7 +205,11 @@ async def _models(request: Request) -> Response:
 
 async def _load_adapter(request: Request) -> Response:
     body = json.loads(await request.body())
-    request.app.state.engine.adapters[body["lora_name"]] = body["lora_path"]
+    engine: FakeEngine = request.app.state.engine
+    if engine.load_error is not None:
+        return JSONResponse({"error": {"message": engine.load_error, "type": "BadRequestError", "param": None,
+                                       "code": 400}}, status_code=400)
+    engine.adapters[body["lora_name"]] = body["lora_path"]
     return Response(f"Success: LoRA adapter '{body['lora_name']}' added successfully.")
 
 

@@ -7,35 +7,42 @@ import time
 from fastapi import APIRouter, Request
 from fastapi.responses import JSONResponse, StreamingResponse
 
+from gateway.delivery import UNDELIVERED, Delivery
 from gateway.identity import resolve_identity
+from gateway.json_body import read_json_body
 from gateway.openai.protocol import ModelCard, ModelList
 from gateway.openai.replay import chat_chunks, completion_chunks
 from gateway.openai.serving import OpenAIServing, ServedCall
-from gateway.state import StateDep, read_json_body
+from gateway.state import GatewayState, StateDep
 
 CALL_ID_HEADER = "x-harnessrl-call-id"
 
 
-def _respond(served: ServedCall, chunks) -> JSONResponse | StreamingResponse:
-    headers = {CALL_ID_HEADER: str(served.call_id)}
-    if served.stream:
-        return StreamingResponse(chunks(served.body, served.include_usage),
-                                 media_type="text/event-stream", headers=headers)
-    return JSONResponse(served.body, headers=headers)
+def delivered(state: GatewayState, call_id: int, stream: bool, body, content) -> Delivery:
+    """The recorded call's response, a stream of ``content`` or JSON ``body``; tagged if never delivered."""
+    headers = {CALL_ID_HEADER: str(call_id)}
+    response = (StreamingResponse(content, media_type="text/event-stream", headers=headers) if stream
+                else JSONResponse(body, headers=headers))
+    return Delivery(response, lambda: state.writer.add_tag(call_id, UNDELIVERED))
+
+
+def _respond(state: GatewayState, served: ServedCall, chunks) -> Delivery:
+    content = chunks(served.body, served.include_usage) if served.stream else None
+    return delivered(state, served.call_id, served.stream, served.body, content)
 
 
 async def chat_completions(request: Request, state: StateDep):
-    raw = await read_json_body(request, state.settings.max_body_bytes)
+    raw = await read_json_body(request)
     identity = await resolve_identity(request, state.store, state.settings.require_token)
     serving = OpenAIServing(await state.pipeline())
-    return _respond(await serving.chat(raw, identity), chat_chunks)
+    return _respond(state, await serving.chat(raw, identity), chat_chunks)
 
 
 async def completions(request: Request, state: StateDep):
-    raw = await read_json_body(request, state.settings.max_body_bytes)
+    raw = await read_json_body(request)
     identity = await resolve_identity(request, state.store, state.settings.require_token)
     serving = OpenAIServing(await state.pipeline())
-    return _respond(await serving.completions(raw, identity), completion_chunks)
+    return _respond(state, await serving.completions(raw, identity), completion_chunks)
 
 
 async def list_models(request: Request, state: StateDep) -> ModelList:

@@ -3,24 +3,22 @@
 from __future__ import annotations
 
 from fastapi import APIRouter, Request
-from fastapi.responses import JSONResponse, StreamingResponse
 
 from gateway.identity import resolve_identity
-from gateway.openai.router import CALL_ID_HEADER
+from gateway.json_body import read_json_body
+from gateway.openai.router import delivered
 from gateway.responses.replay import response_events
 from gateway.responses.serving import ResponsesServing
-from gateway.state import StateDep, read_json_body
+from gateway.state import StateDep
 
 
 async def create_response(request: Request, state: StateDep):
-    raw = await read_json_body(request, state.settings.max_body_bytes)
+    raw = await read_json_body(request)
     identity = await resolve_identity(request, state.store, state.settings.require_token)
     served = await ResponsesServing(await state.pipeline()).create(raw, identity)
-    headers = {CALL_ID_HEADER: str(served.call_id)}
     if served.stream:
-        return StreamingResponse(response_events(served.response), media_type="text/event-stream",
-                                 headers=headers)
-    return JSONResponse(served.response.model_dump(mode="json"), headers=headers)
+        return delivered(state, served.call_id, True, None, response_events(served.response))
+    return delivered(state, served.call_id, False, served.response.model_dump(mode="json"), None)
 
 
 def create_router() -> APIRouter:

@@ -1,5 +1,8 @@
 """Training samples from a rollout's call graph: one per root-to-leaf path of non-side calls.
 
+Calls tagged ``undelivered`` (the client went away before their response reached it: the agent
+never saw them) are never part of a sample, side calls included or not.
+
 Shared by the REST API (``/api/rollouts/{id}/samples``) and the learner, so both see the same
 tokens. Along a path every call's prompt + output prefixes the next call's prompt, so the leaf's
 prompt + output holds the whole conversation and each call's output sits at a known offset.
@@ -11,6 +14,8 @@ from collections import defaultdict
 from dataclasses import dataclass
 
 import numpy as np
+
+UNDELIVERED = "undelivered"  # the tag of a call whose response never reached its client
 
 
 @dataclass(frozen=True)
@@ -61,9 +66,14 @@ class SampledMarks:
         self.versions[offset:end] = version
 
 
+def trained_on(tags: tuple[str, ...], include_side: bool) -> bool:
+    """Whether a call with these tags belongs in samples: untagged, or a side call when they are included."""
+    return not tags or (include_side and UNDELIVERED not in tags)
+
+
 def root_to_leaf_paths(nodes: list[CallNode], include_side: bool = False) -> list[list[CallNode]]:
     """Paths through the graph of kept calls; a call whose parent is not kept starts a path."""
-    kept = {n.call_id: n for n in nodes if include_side or not n.tags}
+    kept = {n.call_id: n for n in nodes if trained_on(n.tags, include_side)}
     children: dict[int | None, list[CallNode]] = defaultdict(list)
     for node in kept.values():
         parent = node.parent_id if node.parent_id in kept else None
@@ -117,7 +127,7 @@ def prompt_marks(prompt_ids: np.ndarray, ancestors: list[Ancestor], include_side
     """
     marks = SampledMarks.empty(len(prompt_ids))
     for ancestor in ancestors:
-        if ancestor.tags and not include_side:
+        if not trained_on(ancestor.tags, include_side):
             break
         marks.mark(prompt_ids, ancestor.offset, ancestor.output_ids, ancestor.output_logprobs,
                    ancestor.policy_version, f"call {ancestor.call_id} is not a prefix of its descendant")

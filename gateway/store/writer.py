@@ -11,6 +11,7 @@ import logging
 
 from gateway.store.records import CallRecord
 from gateway.store.store import Store
+from gateway.store.tables import Call
 
 logger = logging.getLogger(__name__)
 
@@ -45,6 +46,13 @@ class CallWriter:
         future: asyncio.Future[int] = asyncio.get_running_loop().create_future()
         await self._queue.put((record, future))
         return await future
+
+    async def add_tag(self, call_id: int, tag: str) -> None:
+        """Tag a committed call afterwards (``undelivered``: its response never reached the client)."""
+        async with self._store.sessions.begin() as session:
+            call = await session.get(Call, call_id, with_for_update=True)
+            if call is not None and tag not in (call.tags or []):
+                call.tags = [*(call.tags or []), tag]
 
     async def _run(self) -> None:
         while True:

@@ -1,0 +1,81 @@
+"""Whether a recorded call's response reached its client; calls that did not are tagged ``undelivered``.
+
+A call is committed before its response is sent (a delivered answer is never lost), so a client that
+went away meanwhile leaves a call the agent never saw. ``Delivery`` wraps the route's response: it
+checks for a disconnect right before sending, notices one while a stream is being sent (Starlette's
+streaming response listens for it) and a send that fails, and then tags the call. Tagged calls are
+left out of training samples (``gateway.store.samples``).
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Awaitable, Callable
+
+import anyio
+from starlette.requests import ClientDisconnect
+from starlette.responses import Response
+from starlette.types import Message, Receive, Scope, Send
+
+from gateway.store.samples import UNDELIVERED
+
+logger = logging.getLogger(__name__)
+
+__all__ = ["UNDELIVERED", "Delivery", "client_gone"]
+
+
+async def client_gone(receive: Receive) -> bool:
+    """A disconnect already waiting, without blocking (as ``Request.is_disconnected``)."""
+    message: Message = {}
+    with anyio.CancelScope() as scope:
+        scope.cancel()
+        message = await receive()
+    return message.get("type") == "http.disconnect"
+
+
+class Delivery(Response):
+    """``response``, and ``on_undelivered`` run when it did not fully reach the client."""
+
+    def __init__(self, response: Response, on_undelivered: Callable[[], Awaitable[None]]):
+        # A Response (FastAPI sends Response objects as they are) that delegates to the wrapped one.
+        self.response, self.on_undelivered = response, on_undelivered
+        self.status_code, self.background = response.status_code, None
+
+    @property
+    def headers(self):
+        return self.response.headers
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        disconnected, complete = False, False
+
+        async def watched_receive() -> Message:
+            nonlocal disconnected
+            message = await receive()
+            disconnected = disconnected or (message["type"] == "http.disconnect" and not complete)
+            return message
+
+        async def watched_send(message: Message) -> None:
+            nonlocal complete
+            if disconnected:
+                raise ClientDisconnect()  # servers drop sends after a disconnect without a word
+            await send(message)
+            complete = complete or (message["type"] == "http.response.body" and not message.get("more_body"))
+
+        try:
+            if await client_gone(receive):
+                disconnected = True
+                return
+            await self.response(scope, watched_receive, watched_send)
+        except (ClientDisconnect, OSError):
+            disconnected = True
+        finally:
+            if disconnected or not complete:
+                await self._undelivered()
+        if self.background is not None:
+            await self.background()
+
+    async def _undelivered(self) -> None:
+        try:
+            await self.on_undelivered()
+        except Exception:  # the client is gone either way; the call stays recorded untagged
+            logger.exception("tagging an undelivered call failed")

@@ -1,0 +1,56 @@
+"""Reading a model endpoint's JSON body: an object, valid UTF-8, not nested beyond what a request needs.
+
+The size limit is the ``BodyLimit`` middleware's (checked while the body streams in); here the bytes
+are parsed, and a body nested too deeply for the parser (or deeper than ``MAX_JSON_DEPTH``) is a 400,
+not a RecursionError somewhere later.
+"""
+
+from __future__ import annotations
+
+import json
+
+from fastapi import Request
+
+from gateway.errors import InvalidRequest
+
+# Arrays and objects inside one another; a request with tool schemas nests a few dozen deep.
+MAX_JSON_DEPTH = 128
+
+
+def too_deep() -> InvalidRequest:
+    return InvalidRequest(f"request body is nested more than {MAX_JSON_DEPTH} levels deep; send a flatter body")
+
+
+def json_depth_exceeds(value, limit: int = MAX_JSON_DEPTH) -> bool:
+    """Whether arrays and objects nest more than ``limit`` deep (iterative: no recursion of its own)."""
+    stack = [(value, 1)]
+    while stack:
+        node, depth = stack.pop()
+        children = node.values() if isinstance(node, dict) else node if isinstance(node, list) else None
+        if children is None:
+            continue
+        if depth > limit:
+            return True
+        stack.extend((child, depth + 1) for child in children if isinstance(child, (dict, list)))
+    return False
+
+
+def parse_json_object(raw: bytes) -> dict:
+    try:
+        body = json.loads(raw)
+    except UnicodeDecodeError:
+        raise InvalidRequest("request body is not valid UTF-8") from None
+    except json.JSONDecodeError as exc:
+        raise InvalidRequest(f"request body is not valid JSON: {exc}") from None
+    except RecursionError:
+        raise too_deep() from None
+    if not isinstance(body, dict):
+        raise InvalidRequest("request body must be a JSON object")
+    if json_depth_exceeds(body):
+        raise too_deep()
+    return body
+
+
+async def read_json_body(request: Request) -> dict:
+    """The request body as a JSON object, or a 400 naming what is wrong with it."""
+    return parse_json_object(await request.body())

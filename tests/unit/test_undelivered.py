@@ -1,0 +1,122 @@
+"""A call whose client went away before its response was sent is tagged ``undelivered`` and is no
+training sample; the agent never saw it."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import socket
+
+import anyio
+import httpx
+import pytest
+from starlette.responses import JSONResponse, StreamingResponse
+
+from gateway.app import create_app
+from gateway.delivery import Delivery
+from harnessrl.server import BackgroundServer
+from tests.builders import ADMIN_HEADERS, chat_body, gateway_settings
+
+
+def send_and_hang_up(url: str, path: str, body: dict, after_s: float) -> None:
+    """An HTTP request whose client closes the connection before the answer comes."""
+    host, port = url.removeprefix("http://").split(":")
+    payload = json.dumps(body).encode()
+    with socket.create_connection((host, int(port))) as sock:
+        sock.sendall(f"POST {path} HTTP/1.1\r\nHost: {host}:{port}\r\nContent-Type: application/json\r\n"
+                     f"Content-Length: {len(payload)}\r\n\r\n".encode() + payload)
+        sock.settimeout(after_s)
+        with pytest.raises(TimeoutError):
+            sock.recv(1)  # nothing yet: the engine is still working
+
+
+async def calls_of(http: httpx.AsyncClient, rollout_id: int, count: int) -> list[dict]:
+    for _ in range(100):
+        calls = (await http.get(f"/api/rollouts/{rollout_id}/calls", params={"tokens": "false"})).json()["data"]
+        if len(calls) >= count and all(c["tags"] for c in calls[1:]):
+            return calls
+        await asyncio.sleep(0.05)
+    return calls
+
+
+@pytest.fixture
+def served_gateway(sqlite_db, fake_engine, fake_engine_server):
+    """The gateway on a real uvicorn socket: only a real server sees a client hang up."""
+    settings = gateway_settings(sqlite_db, fake_engine_server.url, require_token=True)
+    with BackgroundServer(create_app(settings)) as server:
+        yield server
+
+
+@pytest.mark.parametrize("stream", [False, True])
+async def test_call_whose_client_hung_up_is_tagged_undelivered_and_left_out_of_samples(
+        served_gateway, fake_engine, stream):
+    async with httpx.AsyncClient(base_url=served_gateway.url, headers=ADMIN_HEADERS, timeout=10) as http:
+        rollout = (await http.post("/api/rollouts", json={"run": "r", "task": "t"})).json()
+        path = f"/r/{rollout['token']}/v1/chat/completions"
+        delivered = await http.post(path, json=chat_body("first", stream=stream))
+        assert delivered.status_code == 200
+        fake_engine.delay_s = 0.6
+        prompt = chat_body("first", stream=stream)
+        prompt["messages"] += [{"role": "assistant", "content": "Hello from the fake engine."},
+                               {"role": "user", "content": "second"}]
+        await asyncio.to_thread(send_and_hang_up, served_gateway.url, path, prompt, 0.2)
+
+        calls = await calls_of(http, rollout["id"], 2)
+        assert [c["tags"] for c in calls] == [[], ["undelivered"]]
+        assert calls[1]["parent_id"] == calls[0]["id"]  # recorded as it was: it did extend the first
+        for include_side in ("false", "true"):
+            samples = (await http.get(f"/api/rollouts/{rollout['id']}/samples",
+                                      params={"include_side": include_side})).json()["data"]
+            assert [s["call_ids"] for s in samples] == [[calls[0]["id"]]]
+
+
+async def run_response(response, receive, send) -> list[str]:
+    tagged: list[str] = []
+
+    async def tag() -> None:
+        tagged.append("undelivered")
+
+    await Delivery(response, tag)({"type": "http", "asgi": {"spec_version": "2.3"}}, receive, send)
+    return tagged
+
+
+async def never_disconnects() -> dict:
+    await anyio.sleep_forever()
+
+
+async def test_stream_whose_send_fails_midway_is_undelivered():
+    sent: list[dict] = []
+
+    async def failing_send(message: dict) -> None:
+        if len(sent) == 2:
+            raise OSError("connection reset by peer")
+        sent.append(message)
+
+    async def chunks():
+        for n in range(5):
+            yield f"data: {n}\n\n"
+
+    assert await run_response(StreamingResponse(chunks()), never_disconnects, failing_send) == ["undelivered"]
+
+
+async def test_response_sent_whole_is_not_tagged():
+    sent: list[dict] = []
+
+    async def send(message: dict) -> None:
+        sent.append(message)
+
+    assert await run_response(JSONResponse({"ok": True}), never_disconnects, send) == []
+    assert sent[-1]["type"] == "http.response.body" and not sent[-1].get("more_body")
+
+
+async def test_json_response_is_not_sent_to_a_client_that_already_left():
+    sent: list[dict] = []
+
+    async def gone() -> dict:
+        return {"type": "http.disconnect"}
+
+    async def send(message: dict) -> None:
+        sent.append(message)
+
+    assert await run_response(JSONResponse({"ok": True}), gone, send) == ["undelivered"]
+    assert sent == []
