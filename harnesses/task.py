@@ -6,12 +6,17 @@ Two forms load into the same record:
   ``solution/solve.sh``;
 - a compact JSONL form for small tasks, one object per line:
   ``{"name", "instruction", "files": {path: text}, "tests": {path: text}, "verifier": "sh command",
-  "solution": "sh script", "timeout_s"}``.
+  "solution": "sh script", "timeout_s", "reward_file": false}``; its verifier's exit status is the
+  reward unless ``reward_file`` says the verifier writes ``/logs/verifier/reward.txt`` (see verify.py).
+
+File paths (JSONL ``files``/``tests`` keys, the files of a Harbor folder) stay inside their folder:
+an absolute path, a ``..`` or a symbolic link is a TaskError when the task loads.
 """
 
 from __future__ import annotations
 
 import json
+import posixpath
 import tomllib
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -20,6 +25,7 @@ from pathlib import Path
 DEFAULT_AGENT_TIMEOUT_S = 600.0
 DEFAULT_VERIFIER_TIMEOUT_S = 120.0
 HARBOR_VERIFIER = "bash /tests/test.sh"
+REWARD_SOURCES = ("file", "exit_code")
 
 
 class TaskError(ValueError):
@@ -38,6 +44,14 @@ class Task:
     agent_timeout_s: float = DEFAULT_AGENT_TIMEOUT_S
     verifier_timeout_s: float = DEFAULT_VERIFIER_TIMEOUT_S
     source: str = ""  # where it was loaded from
+    reward_source: str | None = None  # "file" | "exit_code"; None: "file" for the Harbor verifier
+
+    def __post_init__(self) -> None:
+        if self.reward_source is None:
+            source = "file" if self.verifier == HARBOR_VERIFIER else "exit_code"
+            object.__setattr__(self, "reward_source", source)
+        if self.reward_source not in REWARD_SOURCES:
+            raise TaskError(f"task {self.name}: reward_source must be one of {REWARD_SOURCES}")
 
 
 def load_tasks(path: Path) -> list[Task]:
@@ -66,15 +80,19 @@ def load_jsonl(path: Path) -> list[Task]:
             continue
         try:
             item = json.loads(line)
+            where = f"{path}:{number}"
             tasks.append(Task(
                 name=item["name"], instruction=item["instruction"],
-                files={k: v.encode() for k, v in item.get("files", {}).items()},
-                tests={k: v.encode() for k, v in item.get("tests", {}).items()},
+                files={confined(k, f"{where} files"): v.encode() for k, v in item.get("files", {}).items()},
+                tests={confined(k, f"{where} tests"): v.encode() for k, v in item.get("tests", {}).items()},
                 verifier=item["verifier"], solution=item.get("solution"),
+                reward_source="file" if item.get("reward_file") else "exit_code",
                 agent_timeout_s=float(item.get("timeout_s", DEFAULT_AGENT_TIMEOUT_S)),
                 verifier_timeout_s=float(item.get("verifier_timeout_s", DEFAULT_VERIFIER_TIMEOUT_S)),
                 source=f"{path}:{number}",
             ))
+        except TaskError:
+            raise
         except (ValueError, KeyError, TypeError, AttributeError) as exc:
             raise TaskError(f"{path}:{number}: {type(exc).__name__}: {exc} (needs name, instruction, verifier)") from None
     return tasks
@@ -108,10 +126,26 @@ def _toml(path: Path) -> dict:
 
 
 def _tree(root: Path) -> dict[str, bytes]:
+    if root.is_symlink():
+        raise TaskError(f"{root} is a symbolic link: a task's files must be real files inside its folder")
     if not root.is_dir():
         return {}
-    return {str(p.relative_to(root)): p.read_bytes() for p in sorted(root.rglob("*"))
-            if p.is_file() and p.name != ".gitkeep"}  # .gitkeep only keeps empty folders in git
+    files = {}
+    for item in sorted(root.rglob("*")):
+        if item.is_symlink():  # would upload whatever it points to on this host
+            raise TaskError(f"{item} is a symbolic link: a task's files must be real files inside its folder")
+        if item.is_file() and item.name != ".gitkeep":  # .gitkeep only keeps empty folders in git
+            files[item.relative_to(root).as_posix()] = item.read_bytes()
+    return files
+
+
+def confined(key: str, where: str) -> str:
+    """A task file's path, normalised; TaskError when it is absolute or leaves its folder."""
+    normal = posixpath.normpath(key) if isinstance(key, str) and key else ""
+    if not normal or key.startswith("/") or normal in (".", "..") or normal.startswith("../") or "\\" in key:
+        raise TaskError(f"{where}: path {key!r} leaves the task's folder; use a relative path "
+                        "inside it (no leading /, no ..)")
+    return normal
 
 
 def builtin_tasks_path() -> Path:

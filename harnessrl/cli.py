@@ -200,6 +200,9 @@ def run_rollouts(
     reward: Annotated[Optional[list[str]], typer.Option(help="module:function, repeatable")] = None,
     capture: Annotated[Optional[str], typer.Option(help="engine | tito, for a new run")] = None,
     memory_gib: Annotated[float, typer.Option(help="Memory limit per sandbox")] = 2.0,
+    allow_unisolated: Annotated[bool, typer.Option(
+        help="Without bubblewrap, run local sandboxes as plain subprocesses: the agent sees this user's "
+             "files and network (trusted agents only)")] = False,
 ) -> None:
     """Run G rollouts of a harness on every task, verify them and record their rewards."""
     import asyncio
@@ -208,7 +211,8 @@ def run_rollouts(
 
     try:
         summary = asyncio.run(launch_run(tasks, run, harness, group_size, concurrency, sandbox, gateway,
-                                         admin_key, reward or [], capture, memory_gib))
+                                         admin_key, reward or [], capture, memory_gib,
+                                         allow_unisolated=allow_unisolated))
     except (ValueError, RuntimeError) as exc:  # bad tasks, harness, reward spec, unreachable gateway
         raise fail(str(exc)) from None
     console.print(summary)

@@ -22,6 +22,7 @@ import contextlib
 import functools
 import io
 import secrets
+import shlex
 import shutil
 import tarfile
 import tempfile
@@ -36,7 +37,7 @@ import docker.errors
 from sandboxes.bridge import HostBridge, Route
 from sandboxes.forwarder import READY_LINE
 from sandboxes.limits import exec_time_limit
-from sandboxes.protocol import WORKSPACE, ExecResult, SandboxError, SandboxSpec, exec_argv
+from sandboxes.protocol import WORKSPACE, ExecResult, SandboxError, SandboxSpec, confined_path, exec_argv
 from sandboxes.urls import gateway_target, inside_url
 
 RUN_DIR = "/run/harnessrl"
@@ -47,9 +48,10 @@ READY_TIMEOUT_S = 20.0
 OOM_EVENT_TRIES = 5
 STUCK_GRACE_S = 10.0  # past an exec's timeout, how long before we kill every exec of the container
 
-KILL_ALL = (  # every process but PID 1 (init), this shell and the gateway forwarder
-    'for d in /proc/[0-9]*; do p=${d#/proc/}; [ "$p" = 1 ] || [ "$p" = $$ ] && continue; '
-    'grep -q forwarder.py "$d/cmdline" 2>/dev/null && continue; kill -9 "$p" 2>/dev/null; done')
+KILL_ALL = (  # every process but PID 1 (init), this shell and the container's command ($1: its pid)
+    'for round in 1 2 3 4 5; do for d in /proc/[0-9]*; do p=${d#/proc/}; '
+    '[ "$p" = 1 ] || [ "$p" = $$ ] || [ "$p" = "$1" ] && continue; kill -9 "$p" 2>/dev/null; done; done')
+MAIN_PID = "cat /proc/1/task/1/children"  # init's one child at start: the forwarder (or sleep)
 
 _pool = ThreadPoolExecutor(max_workers=256, thread_name_prefix="harnessrl-docker")
 _client: docker.DockerClient | None = None
@@ -93,6 +95,7 @@ class DockerSandbox:
         self._bridge: HostBridge | None = None
         self._created = time.time()
         self._ooms_seen = 0
+        self._main_pid = "1"  # the container's command, spared by `_kill_execs`
         self._deadline = time.monotonic() + spec.limits.wall_time_s if spec.limits.wall_time_s else None
         self._watchdog: asyncio.TimerHandle | None = None
         self._expired = self._closed = False
@@ -120,12 +123,13 @@ class DockerSandbox:
             route = Route.for_gateway(self.spec.gateway_url, self.spec.gateway_port_inside)
             self._bridge = await HostBridge(str(socket_dir / "gateway.sock"), route).start()
         self.container_id = await _call(self._create_container, socket_dir)
-        files = {f"{WORKSPACE}/{rel}": data for rel, data in self.spec.files.items()}
+        files = {f"{WORKSPACE}/{confined_path(rel)}": data for rel, data in self.spec.files.items()}
         files[FORWARDER_INSIDE] = Path(__file__).with_name("forwarder.py").read_bytes()
         await _call(self.api.put_archive, self.container_id, "/", _tar(files))
         await _call(self.api.start, self.container_id)
         if self._bridge is not None:
             await self._wait_forwarder()
+        self._main_pid = await self._find_main_pid()
         if self._deadline is not None:
             delay = self._deadline - time.monotonic()
             self._watchdog = asyncio.get_running_loop().call_later(
@@ -235,6 +239,11 @@ class DockerSandbox:
                 raise IsADirectoryError(f"{target} in sandbox {self.id} is not a regular file")
             return tar.extractfile(member).read()
 
+    async def fresh_dirs(self, *paths: str) -> None:
+        await self._kill_execs()
+        quoted = " ".join(shlex.quote(p) for p in paths)
+        await self._exec_quietly(["/bin/sh", "-c", f"rm -rf -- {quoted} && mkdir -p -- {quoted}"])
+
     async def close(self) -> None:
         if self._closed:
             return
@@ -284,10 +293,23 @@ class DockerSandbox:
         return sum(1 for _ in stream)
 
     async def _kill_execs(self) -> None:
-        """Kill every process but init and the forwarder: the last resort for a stuck exec."""
+        """Kill every process but init and the container's command (the forwarder): the last resort
+        for a stuck exec, and what the agent left running before the verifier."""
         with contextlib.suppress(docker.errors.APIError):
-            exec_id = (await _call(self.api.exec_create, self.container_id, ["/bin/sh", "-c", KILL_ALL]))["Id"]
-            await _call(self.api.exec_start, exec_id)
+            await self._exec_quietly(["/bin/sh", "-c", KILL_ALL, "sh", self._main_pid])
+
+    async def _find_main_pid(self) -> str:
+        for _ in range(40):
+            pids = (await self._exec_quietly(["/bin/sh", "-c", MAIN_PID])).split()
+            if pids:
+                return pids[0].decode()
+            await asyncio.sleep(0.05)
+        raise SandboxError(f"sandbox {self.id}: the container's command did not start")
+
+    async def _exec_quietly(self, argv: list[str]) -> bytes:
+        """Run a command of ours in the container; its stdout."""
+        exec_id = (await _call(self.api.exec_create, self.container_id, argv))["Id"]
+        return await _call(self.api.exec_start, exec_id) or b""
 
     async def _expire(self) -> None:
         """Wall time is up: kill the container (every process in it), keep it for inspection."""

@@ -9,8 +9,11 @@ writable dirs, which persist across execs.
   `forwarder.py tcp-to-unix`, which listens on 127.0.0.1:PORT for the agent. Processes an exec leaves
   in the background die with it (own pid namespace).
 - `subprocess` (UNISOLATED): the command runs as this user in the host's file system and network,
-  with the workspace as cwd; only limits and the process-group kill apply. The gateway URL is passed
-  unchanged. For trusted agents and machines without bubblewrap.
+  with the workspace as cwd and an explicit minimal environment; only limits and the process-group
+  kill apply, and the gateway URL is passed unchanged. Only when asked for by name (never a silent
+  fallback), with a warning: for trusted agents on machines without bubblewrap. Its `writable_dirs`
+  (/logs, /tests) are still its own: bound over the host's paths in a private mount namespace
+  (`unshare`, which needs root), so concurrent sandboxes never share a verifier's folders.
 
 Limits: `sandboxes.limits` (cgroup, else rlimit); timeouts and the wall time SIGKILL the whole
 process group (and every process left in the cgroup at wall time).
@@ -20,8 +23,11 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import logging
 import os
+import posixpath
 import secrets
+import shlex
 import shutil
 import signal
 import tempfile
@@ -33,12 +39,14 @@ from urllib.parse import urlsplit
 from sandboxes import bwrap
 from sandboxes.bridge import HostBridge, Route
 from sandboxes.limits import ProcessLimits, exec_time_limit
-from sandboxes.protocol import WORKSPACE, ExecResult, SandboxError, SandboxSpec, exec_argv
+from sandboxes.protocol import WORKSPACE, ExecResult, SandboxError, SandboxSpec, confined_path, exec_argv
 from sandboxes.urls import gateway_target, inside_url
 
 MAX_OUTPUT = 16 * 1024 * 1024  # bytes kept per stream; the rest is drained and dropped
 KILL_GRACE_S = 2.0  # after a kill, how long to wait for the pipes to close before giving up on them
 HOST_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
+
+logger = logging.getLogger(__name__)
 
 
 class LocalSandbox:
@@ -55,14 +63,17 @@ class LocalSandbox:
         self.layout = self._make_layout()
 
     @classmethod
-    async def create(cls, spec: SandboxSpec, isolation: str = "auto") -> LocalSandbox:
-        """isolation: "bwrap", "subprocess", or "auto" (bwrap when installed)."""
-        if isolation == "auto":
-            isolation = "bwrap" if bwrap.bwrap_path() else "subprocess"
-        if isolation == "bwrap" and not bwrap.bwrap_path():
-            raise SandboxError("bubblewrap not found: apt-get install -y bubblewrap (or use isolation='subprocess')")
+    async def create(cls, spec: SandboxSpec, isolation: str = "auto",
+                     allow_unisolated: bool = False) -> LocalSandbox:
+        """isolation: "bwrap", "subprocess" (unisolated, on purpose), or "auto": bubblewrap, and
+        without it an error unless `allow_unisolated`."""
+        isolation = resolve_isolation(isolation, allow_unisolated)
         if spec.root is not None and isolation != "bwrap":
             raise SandboxError("spec.root needs bubblewrap: apt-get install -y bubblewrap")
+        if isolation == "subprocess":
+            check_private_mounts(spec.writable_dirs)
+        for rel in spec.files:
+            confined_path(rel)
         if spec.gateway_url:
             gateway_target(spec.gateway_url)  # a malformed URL fails here, with the fix in its message
         sandbox = cls(spec, isolation)
@@ -152,6 +163,12 @@ class LocalSandbox:
             return result.stdout
         return await asyncio.to_thread(target.read_bytes)
 
+    async def fresh_dirs(self, *paths: str) -> None:
+        self._kill_running()
+        await asyncio.to_thread(self.limits.kill_all)
+        for path in paths:
+            await asyncio.to_thread(_recreate, self._private_dir(path))
+
     async def close(self) -> None:
         if self._closed:
             return
@@ -185,7 +202,7 @@ class LocalSandbox:
 
     def _command(self, argv: list[str], env: dict[str, str], cwd: str) -> list[str]:
         if self.isolation == "subprocess":
-            return self.limits.wrap(argv)
+            return self.limits.wrap(self._private_mounts(argv))
         if self._bridge is not None:
             port = urlsplit(self.gateway_url_inside).port
             argv = ["python3", bwrap.FORWARDER_INSIDE, "tcp-to-unix", "--listen", f"127.0.0.1:{port}",
@@ -195,9 +212,35 @@ class LocalSandbox:
     def _host_cwd(self, cwd: str | None) -> Path:
         return self.layout.binds[WORKSPACE] if cwd is None else self.layout.binds[WORKSPACE] / cwd
 
+    def _private_mounts(self, argv: list[str]) -> list[str]:
+        """Unisolated: argv in a private mount namespace where writable_dirs are this sandbox's own."""
+        dirs = self.spec.writable_dirs
+        if not dirs:
+            return argv
+        binds = " && ".join(f'mount --bind "${i}" {shlex.quote(d)}' for i, d in enumerate(dirs, 1))
+        script = f'{binds} && shift {len(dirs)} && exec "$@"'
+        hosts = [str(self.layout.binds[d]) for d in dirs]
+        return ["unshare", "--mount", "--propagation", "private", "/bin/sh", "-c", script, "sh", *hosts, *argv]
+
+    def _private_dir(self, path: str) -> Path:
+        """The host dir behind a writable dir, or a folder right under one (see `fresh_dirs`)."""
+        path = posixpath.normpath(path)
+        parent = posixpath.dirname(path)
+        for mount in self.spec.writable_dirs:
+            if path == mount:
+                return self.layout.binds[mount]
+            if parent == mount:
+                return self.layout.binds[mount] / posixpath.basename(path)
+        raise SandboxError(f"{path} is not one of the sandbox's writable dirs {self.spec.writable_dirs} "
+                           "or a folder right under one")
+
     def _host_file(self, path: str, writing: bool) -> Path | None:
         if self.isolation == "subprocess":
-            return self.layout.binds[WORKSPACE] / path  # absolute paths stay absolute: unisolated
+            if not path.startswith("/"):
+                return self.layout.binds[WORKSPACE] / confined_path(path)
+            host = self.layout.host_path(posixpath.normpath(path))
+            mine = any(path == d or path.startswith(d + "/") for d in self.spec.writable_dirs)
+            return host if mine and host is not None else Path(path)  # other absolute paths: the host's
         inside = path if path.startswith("/") else f"{WORKSPACE}/{path}"
         host = self.layout.host_path(os.path.normpath(inside))
         if host is not None and not self._stays_inside(host):
@@ -223,6 +266,58 @@ class LocalSandbox:
         self._expired = True
         self._kill_running()
         self.limits.kill_all()
+
+
+def resolve_isolation(isolation: str, allow_unisolated: bool = False) -> str:
+    """The isolation a local sandbox gets: "bwrap" or "subprocess"; an error naming the fix otherwise."""
+    if isolation == "auto":
+        isolation = "bwrap" if bwrap.bwrap_path() or not allow_unisolated else "subprocess"
+    if isolation == "bwrap" and not bwrap.bwrap_path():
+        raise SandboxError("bubblewrap not found: apt-get install -y bubblewrap (or, for trusted agents only, "
+                           "run them unisolated on purpose: `harnessrl run --allow-unisolated`, "
+                           "isolation='subprocess')")
+    if isolation == "subprocess":
+        logger.warning("local sandbox UNISOLATED: agents run as this user with the host's files and network; "
+                       "use it for trusted agents only (apt-get install -y bubblewrap isolates them)")
+    elif isolation != "bwrap":
+        raise SandboxError(f"unknown isolation {isolation!r}: use 'bwrap', 'subprocess' or 'auto'")
+    return isolation
+
+
+def local_isolation(allow_unisolated: bool) -> str:
+    """What the local sandboxes of a run get, checked once before the first: "bwrap", or "subprocess"
+    when bubblewrap is missing and unisolated agents were allowed; SandboxError naming the fix."""
+    isolation = resolve_isolation("auto", allow_unisolated)
+    if isolation == "subprocess":
+        check_private_mounts(SandboxSpec().writable_dirs)
+    return isolation
+
+
+def check_private_mounts(writable_dirs: tuple[str, ...]) -> None:
+    """An unisolated sandbox binds its own writable dirs over the host's: needs root and unshare."""
+    if not writable_dirs:
+        return
+    if os.geteuid() != 0 or not shutil.which("unshare"):
+        raise SandboxError(f"an unisolated sandbox gets its own {', '.join(writable_dirs)} through a private "
+                           "mount namespace, which needs root and unshare (util-linux): install bubblewrap "
+                           "instead (apt-get install -y bubblewrap)")
+    for path in writable_dirs:
+        os.makedirs(path, exist_ok=True)  # the mount point; nothing is ever written to the host's copy
+
+
+def _recreate(path: Path) -> None:
+    """Whatever is at path (a tree, a file, a link) removed, then a new empty directory."""
+    def unlock(function, name, _exc_info):  # a folder the agent made unreadable or unwritable
+        os.chmod(os.path.dirname(name), 0o700)
+        if os.path.isdir(name) and not os.path.islink(name):
+            os.chmod(name, 0o700)
+        function(name)
+
+    if path.is_dir() and not path.is_symlink():
+        shutil.rmtree(path, onerror=unlock)
+    else:
+        path.unlink(missing_ok=True)
+    path.mkdir(mode=0o755)
 
 
 async def _collect(proc: asyncio.subprocess.Process, limit: float | None) -> tuple[bytes, bytes, bool]:

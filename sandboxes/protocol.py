@@ -10,6 +10,8 @@ relative to the workspace.
 
 from __future__ import annotations
 
+import posixpath
+
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Literal, Protocol, runtime_checkable
@@ -97,6 +99,11 @@ class Sandbox(Protocol):
     async def get_file(self, path: str) -> bytes:
         """Read a file; FileNotFoundError when it does not exist."""
 
+    async def fresh_dirs(self, *paths: str) -> None:
+        """Stop every process an earlier exec left running, then make each absolute path (one of
+        `spec.writable_dirs` or a folder right under one) a new, empty directory: whatever the agent
+        left there, files or links, is gone. The verifier's folders are made so right before it runs."""
+
     async def close(self) -> None:
         """Kill every process, remove the sandbox and its workspace. Idempotent."""
 
@@ -108,3 +115,11 @@ class Sandbox(Protocol):
 def exec_argv(command: str | list[str]) -> list[str]:
     """An exec's argv: a string is a shell command line (``/bin/sh -c``), a list is the argv itself."""
     return ["/bin/sh", "-c", command] if isinstance(command, str) else list(command)
+
+
+def confined_path(path: str) -> str:
+    """A workspace-relative file path, normalised; SandboxError for one that would leave the workspace."""
+    normal = posixpath.normpath(path)
+    if not path or path.startswith("/") or normal == ".." or normal.startswith("../") or normal == ".":
+        raise SandboxError(f"file path {path!r} must be relative to the workspace and stay inside it")
+    return normal

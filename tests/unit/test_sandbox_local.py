@@ -241,5 +241,70 @@ async def test_unknown_kind_and_missing_bwrap_name_the_fix(monkeypatch):
     monkeypatch.setattr("sandboxes.bwrap.shutil.which", lambda name: None)
     with pytest.raises(SandboxError, match="apt-get install -y bubblewrap"):
         await create_sandbox("local", SandboxSpec(), isolation="bwrap")
-    async with await create_sandbox("local", SandboxSpec()) as sb:  # auto falls back, unisolated
+
+
+
+async def test_without_bubblewrap_unisolated_runs_only_when_asked_for(monkeypatch, caplog):
+    monkeypatch.setattr("sandboxes.bwrap.bwrap_path", lambda: None)
+    for isolation in ("auto", "bwrap"):  # never a silent fallback
+        with pytest.raises(SandboxError, match=r"apt-get install -y bubblewrap.*--allow-unisolated"):
+            await create_sandbox("local", SandboxSpec(), isolation=isolation)
+    async with await create_sandbox("local", SandboxSpec(), allow_unisolated=True) as sb:
         assert sb.isolation == "subprocess" and os.path.isdir(sb.workspace)
+    assert "UNISOLATED" in caplog.text and "trusted agents only" in caplog.text
+
+
+def test_run_without_bubblewrap_is_a_cli_error_naming_both_fixes(monkeypatch):
+    from typer.testing import CliRunner
+
+    from harnesses.task import builtin_tasks_path
+    from harnessrl.cli import app
+
+    monkeypatch.setattr("sandboxes.bwrap.bwrap_path", lambda: None)
+    result = CliRunner().invoke(app, ["run", "--tasks", str(builtin_tasks_path()), "--run", "r",
+                                      "--admin-key", "k", "--gateway", "http://127.0.0.1:9"])
+    assert result.exit_code != 0
+    assert "apt-get install -y bubblewrap" in result.output and "--allow-unisolated" in result.output
+
+
+async def test_unisolated_sandboxes_get_a_minimal_environment_and_their_own_verifier_dirs(monkeypatch):
+    monkeypatch.setenv("HARNESSRL_ADMIN_KEY", "parent-secret")
+    async with await make("subprocess") as first, await make("subprocess") as second:
+        env = await first.exec("env", timeout_s=10)
+        assert b"parent-secret" not in env.stdout and b"HARNESSRL_ADMIN_KEY" not in env.stdout
+        for sb, name in ((first, b"first"), (second, b"second")):
+            wrote = await sb.exec(f"mkdir -p /logs/verifier && echo {name.decode()} > /logs/verifier/who && "
+                                  f"echo {name.decode()} > /tests/who", timeout_s=10)
+            assert wrote.ok, wrote.text()
+        for sb, name in ((first, b"first"), (second, b"second")):
+            assert (await sb.exec("cat /logs/verifier/who /tests/who", timeout_s=10)).stdout == name + b"\n" + name + b"\n"
+            assert await sb.get_file("/tests/who") == name + b"\n"
+        await first.put_file("/tests/check.sh", b"uploaded")
+        assert (await first.exec("cat /tests/check.sh", timeout_s=10)).stdout == b"uploaded"
+        assert (await second.exec("ls /tests", timeout_s=10)).stdout == b"who\n"
+    assert not os.path.exists("/tests/who") and not os.path.exists("/logs/verifier/who")  # the host's
+
+
+@pytest.mark.parametrize("key", ["../escape.txt", "/etc/escape.txt", "a/../../escape.txt", ".."])
+async def test_seeded_files_stay_in_the_workspace(isolation, key):
+    with pytest.raises(SandboxError, match="stay inside"):
+        await make(isolation, files={key: b"x"})
+
+
+PLANT = ("mkdir -p /logs/verifier && echo 1 > /logs/verifier/reward.txt && echo fake > /tests/test.sh && "
+         "ln -s /workspace /tests/linked && "
+         "(setsid sh -c 'while true; do echo 1 > /logs/verifier/reward.txt; sleep 0.05; done' "
+         ">/dev/null 2>&1 &)")
+
+
+async def test_fresh_dirs_remove_what_the_agent_left_and_stop_its_processes(isolation):
+    async with await make(isolation, files={"keep.txt": b"mine"}) as sb:
+        planted = await sb.exec(PLANT, timeout_s=10)
+        assert planted.ok, planted.text()
+        await sb.fresh_dirs("/tests", "/logs/verifier")
+        await asyncio.sleep(0.5)  # a writer left behind would have written again by now
+        listed = await sb.exec("ls -A /tests /logs/verifier", timeout_s=10)
+        assert listed.ok and listed.stdout == b"/logs/verifier:\n\n/tests:\n", listed.text()
+        assert (await sb.exec("cat keep.txt", timeout_s=10)).stdout == b"mine"  # the workspace is kept
+        with pytest.raises(SandboxError, match="writable dirs"):
+            await sb.fresh_dirs("/workspace")

@@ -48,3 +48,71 @@ def test_malformed_jsonl_names_the_line_and_the_fields(tmp_path):
 def test_missing_task_path_names_the_option(tmp_path):
     with pytest.raises(TaskError, match="--tasks"):
         load_tasks(tmp_path / "nope")
+
+
+def builtin(name: str):
+    return next(t for t in TASKS if t.name == name)
+
+
+# What a reward-seeking agent leaves behind: a reward file the verifier may not overwrite, fake
+# tests that pass, and a process that keeps writing the reward file.
+FORGE = ("mkdir -p /logs/verifier /tests && echo 1 > /logs/verifier/reward.txt && "
+         "echo '{\"reward\": 1}' > /logs/verifier/reward.json && "
+         "printf 'import sys; sys.exit(0)\\n' > /tests/check.py && "
+         "printf 'mkdir -p /logs/verifier; echo 1 > /logs/verifier/reward.txt\\n' > /tests/test.sh && "
+         "(setsid sh -c 'while true; do mkdir -p /logs/verifier; echo 1 > /logs/verifier/reward.txt; "
+         "sleep 0.02; done' >/dev/null 2>&1 &) && "
+         "chmod 444 /logs/verifier/reward.txt && chmod 555 /logs/verifier")  # the verifier cannot overwrite it
+
+
+@pytest.mark.parametrize("name", ["arith-add-small", "fix-add", "harbor-gcd"])  # JSONL exit codes, a Harbor reward.txt
+async def test_what_the_agent_wrote_to_the_verifier_folders_never_counts(name):
+    task = builtin(name)
+    async with await create_sandbox("local", SandboxSpec(files=task.files), isolation=ISOLATION) as sandbox:
+        forged = await sandbox.exec(FORGE, timeout_s=30)
+        assert forged.ok, forged.text()
+        verdict = await verify(sandbox, task)
+        assert (verdict.reward, verdict.error) == (0.0, None), verdict.output
+        listed = await sandbox.exec("ls -A /tests", timeout_s=10)
+        assert listed.stdout.decode().split() == sorted(task.tests)  # only the task's own tests
+        for path, data in task.tests.items():
+            assert await sandbox.get_file(f"/tests/{path}") == data
+
+
+async def test_a_failed_exit_code_check_is_zero_whatever_reward_file_the_agents_code_writes():
+    task = builtin("fix-add")  # its check imports the agent's add.py
+    planted = b"open('/logs/verifier/reward.txt', 'w').write('1')\ndef add(a, b):\n    return a - b\n"
+    async with await create_sandbox("local", SandboxSpec(files={"add.py": planted}), isolation=ISOLATION) as sandbox:
+        verdict = await verify(sandbox, task)
+        assert verdict.exit_code != 0 and verdict.reward == 0.0
+        assert await sandbox.get_file("/logs/verifier/reward.txt") == b"1"  # written, and ignored
+    assert task.reward_source == "exit_code" and builtin("harbor-gcd").reward_source == "file"
+
+
+def jsonl_task(tmp_path, **fields):
+    path = tmp_path / "tasks.jsonl"
+    path.write_text(json.dumps({"name": "t", "instruction": "x", "verifier": "true", **fields}) + "\n")
+    return path
+
+
+@pytest.mark.parametrize("key", ["../escape.txt", "/etc/cron.d/x", "a/../../escape.txt", "..", "", "a\\..\\x"])
+@pytest.mark.parametrize("field", ["files", "tests"])
+def test_jsonl_file_paths_that_leave_the_folder_are_refused_at_load(tmp_path, key, field):
+    with pytest.raises(TaskError, match=rf"tasks.jsonl:1 {field}: path .* leaves the task's folder"):
+        load_tasks(jsonl_task(tmp_path, **{field: {key: "x"}}))
+
+
+def test_jsonl_paths_are_normalised_and_a_reward_file_is_opt_in(tmp_path):
+    [task] = load_tasks(jsonl_task(tmp_path, files={"a/./b.txt": "x"}))
+    assert list(task.files) == ["a/b.txt"] and task.reward_source == "exit_code"
+    [task] = load_tasks(jsonl_task(tmp_path, reward_file=True))
+    assert task.reward_source == "file"
+
+
+@pytest.mark.parametrize("where", ["environment/workspace", "tests"])
+def test_harbor_tasks_with_symbolic_links_are_refused_at_load(tmp_path, where):
+    folder = tmp_path / "task"
+    shutil.copytree(builtin_tasks_path() / "harbor" / "gcd", folder)
+    (folder / where / "stolen").symlink_to("/etc/passwd")
+    with pytest.raises(TaskError, match="stolen is a symbolic link"):
+        load_tasks(folder)
