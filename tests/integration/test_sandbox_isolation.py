@@ -18,33 +18,12 @@ from pathlib import Path
 
 import pytest
 
+from harnesses.task import builtin_tasks_path, load_tasks
+from harnesses.verify import verify
 from sandboxes import Limits, SandboxSpec, create_sandbox
+from tests.integration.backends import BACKENDS, BASE_IMAGE, DOCKER_SKIP, backend_spec, create_backend
 
-BASE_IMAGE = "debian:bookworm-slim"
 MiB = 1024 * 1024
-
-
-def _docker_skip_reason() -> str | None:
-    try:
-        import docker
-
-        client = docker.from_env(timeout=10)
-        client.ping()
-    except Exception as exc:  # noqa: BLE001 - any failure means "no engine here"
-        return f"docker engine not running ({type(exc).__name__}): run docker/setup-engine.sh"
-    try:
-        client.images.get(BASE_IMAGE)
-    except Exception:  # noqa: BLE001
-        return f"image {BASE_IMAGE} missing: run docker/setup-engine.sh"
-    return None
-
-
-DOCKER_SKIP = _docker_skip_reason()
-BACKENDS = [
-    pytest.param("docker", marks=pytest.mark.skipif(DOCKER_SKIP is not None, reason=DOCKER_SKIP or "")),
-    pytest.param("bwrap", marks=pytest.mark.skipif(shutil.which("bwrap") is None,
-                                                   reason="bubblewrap not installed: apt-get install -y bubblewrap")),
-]
 
 PROBE = """
 import json, socket, sys
@@ -106,14 +85,7 @@ def _host_addresses() -> list[str]:
     return sorted(a for a in addresses if not a.startswith("127."))
 
 
-def _spec(backend: str, **fields) -> SandboxSpec:
-    return SandboxSpec(image=BASE_IMAGE if backend == "docker" else None, **fields)
-
-
-async def _create(backend: str, spec: SandboxSpec):
-    if backend == "docker":
-        return await create_sandbox("docker", spec)
-    return await create_sandbox("local", spec, isolation="bwrap")
+_spec, _create = backend_spec, create_backend
 
 
 @pytest.mark.parametrize("backend", BACKENDS)
@@ -195,6 +167,25 @@ async def test_exec_timeout_and_verifier_files(backend):
         verified = await sb.exec(["/tests/test.sh"], timeout_s=30)
         assert verified.ok, verified.text()
         assert await sb.get_file("/logs/verifier/reward.txt") == b"1\n"
+
+
+LEFTOVER = ("mkdir -p /logs/verifier /tests && echo 1 > /logs/verifier/reward.txt && echo fake > /tests/test.sh && "
+            "(setsid sh -c 'while true; do mkdir -p /logs/verifier; echo 1 > /logs/verifier/reward.txt; "
+            "sleep 0.01; done' >/dev/null 2>&1 &)")
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+async def test_the_verifier_counts_only_what_it_wrote_itself(backend):
+    """An agent that plants a reward, a fake test and a process that keeps writing the reward gets
+    the real verifier's reward (0: it did not solve the task)."""
+    [task] = [t for t in load_tasks(builtin_tasks_path()) if t.name == "harbor-gcd"]
+    async with await _create(backend, _spec(backend, files=task.files)) as sb:
+        planted = await sb.exec(LEFTOVER, timeout_s=30)
+        assert planted.ok, planted.text()
+        verdict = await verify(sb, task)
+        assert (verdict.reward, verdict.error) == (0.0, None), verdict.output
+        assert await sb.get_file("/logs/verifier/reward.txt") == b"0\n"
+        assert await sb.get_file("/tests/test.sh") == task.tests["test.sh"]
 
 
 @pytest.mark.skipif(DOCKER_SKIP is not None, reason=DOCKER_SKIP or "")

@@ -1,0 +1,48 @@
+"""The two isolated sandbox backends of the integration tests: a docker container and bubblewrap.
+
+CI starts the engine and builds the base image with docker/setup-engine.sh before the tests; elsewhere
+the docker half skips, saying so (and the bubblewrap half without bubblewrap).
+"""
+
+from __future__ import annotations
+
+import shutil
+
+import pytest
+
+from sandboxes import SandboxSpec, create_sandbox
+
+BASE_IMAGE = "debian:bookworm-slim"
+
+
+def _docker_skip_reason() -> str | None:
+    try:
+        import docker
+
+        client = docker.from_env(timeout=10)
+        client.ping()
+    except Exception as exc:  # noqa: BLE001 - any failure means "no engine here"
+        return f"docker engine not running ({type(exc).__name__}): run docker/setup-engine.sh"
+    try:
+        client.images.get(BASE_IMAGE)
+    except Exception:  # noqa: BLE001
+        return f"image {BASE_IMAGE} missing: run docker/setup-engine.sh"
+    return None
+
+
+DOCKER_SKIP = _docker_skip_reason()
+BACKENDS = [
+    pytest.param("docker", marks=pytest.mark.skipif(DOCKER_SKIP is not None, reason=DOCKER_SKIP or "")),
+    pytest.param("bwrap", marks=pytest.mark.skipif(shutil.which("bwrap") is None,
+                                                   reason="bubblewrap not installed: apt-get install -y bubblewrap")),
+]
+
+
+def backend_spec(backend: str, **fields) -> SandboxSpec:
+    return SandboxSpec(image=BASE_IMAGE if backend == "docker" else None, **fields)
+
+
+async def create_backend(backend: str, spec: SandboxSpec):
+    if backend == "docker":
+        return await create_sandbox("docker", spec)
+    return await create_sandbox("local", spec, isolation="bwrap")
