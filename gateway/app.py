@@ -5,7 +5,7 @@ from __future__ import annotations
 import logging
 from contextlib import asynccontextmanager
 
-from fastapi import FastAPI
+from fastapi import Depends, FastAPI
 from fastapi.responses import JSONResponse, Response
 from prometheus_client import CONTENT_TYPE_LATEST
 
@@ -17,6 +17,7 @@ from gateway.body_limit import BodyLimit
 from gateway.docs import install_docs
 from gateway.engine.client import EngineClient, VLLMEngineClient
 from gateway.errors import GatewayError, install_error_handlers
+from gateway.json_body import refuse_deep_json
 from gateway.openai.router import create_router as create_openai_router
 from gateway.responses.router import create_router as create_responses_router
 from gateway.settings import GatewaySettings
@@ -63,8 +64,8 @@ def create_app(settings: GatewaySettings, engine: EngineClient | None = None) ->
     app.include_router(create_openai_router())
     app.include_router(create_responses_router())
     app.include_router(create_anthropic_router())
-    app.include_router(create_api_router())
-    app.include_router(create_admin_router())
+    app.include_router(create_api_router(), dependencies=[Depends(refuse_deep_json)])
+    app.include_router(create_admin_router(), dependencies=[Depends(refuse_deep_json)])
     app.include_router(create_ui_router())  # the trajectory viewer at /ui
 
     @app.get("/metrics", tags=["admin"], include_in_schema=False)

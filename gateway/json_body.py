@@ -1,8 +1,9 @@
-"""Reading a model endpoint's JSON body: an object, valid UTF-8, not nested beyond what a request needs.
+"""JSON bodies: an object, valid UTF-8, not nested beyond what a request needs.
 
-The size limit is the ``BodyLimit`` middleware's (checked while the body streams in); here the bytes
-are parsed, and a body nested too deeply for the parser (or deeper than ``MAX_JSON_DEPTH``) is a 400,
-not a RecursionError somewhere later.
+The size limit is the ``BodyLimit`` middleware's (checked while the body streams in). The model
+endpoints read their body here; the REST and admin routes, whose bodies FastAPI parses, check the
+parsed body with the ``refuse_deep_json`` dependency. A body nested too deeply for the parser, or
+deeper than ``MAX_JSON_DEPTH``, is a 400, not a RecursionError later (storing or sending it back).
 """
 
 from __future__ import annotations
@@ -54,3 +55,15 @@ def parse_json_object(raw: bytes) -> dict:
 async def read_json_body(request: Request) -> dict:
     """The request body as a JSON object, or a 400 naming what is wrong with it."""
     return parse_json_object(await request.body())
+
+
+async def refuse_deep_json(request: Request) -> None:
+    """Dependency of routes whose body FastAPI parses: that body nests at most ``MAX_JSON_DEPTH`` deep."""
+    if getattr(request.scope.get("route"), "body_field", None) is None:
+        return
+    try:
+        body = await request.json()  # parsed already for the route: Starlette keeps it
+    except Exception:  # not JSON: the route's own parsing answers that
+        return
+    if json_depth_exceeds(body):
+        raise too_deep()

@@ -2,12 +2,21 @@
 
 from __future__ import annotations
 
-from datetime import datetime
-from typing import Any, Generic, Literal, TypeVar
+from datetime import datetime, timezone
+from typing import Annotated, Any, Generic, Literal, TypeVar
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field
 
 T = TypeVar("T")
+
+
+def as_utc(value: datetime) -> datetime:
+    """The instant in UTC; a naive value (SQLite keeps no zone) is one the store wrote in UTC."""
+    return value.replace(tzinfo=timezone.utc) if value.tzinfo is None else value.astimezone(timezone.utc)
+
+
+# Every timestamp on the wire: ISO 8601 in UTC with its offset ("...+00:00" / "Z"), on SQLite and PostgreSQL.
+Timestamp = Annotated[datetime, AfterValidator(as_utc)]
 
 NAME = Field(min_length=1, max_length=200, pattern=r"^[^\x00-\x1f/]+$")
 
@@ -53,8 +62,8 @@ class GroupView(BaseModel):
     name: str
     status: str  # open | ready | consumed
     size: int | None
-    ready_at: datetime | None
-    created_at: datetime
+    ready_at: Timestamp | None
+    created_at: Timestamp
     rollouts: list[GroupRollout]  # by id: the group's rewards side by side
 
 
@@ -76,8 +85,8 @@ class RolloutSummary(BaseModel):
     reward: float | None
     error: str | None
     meta: dict[str, Any]
-    created_at: datetime
-    finished_at: datetime | None
+    created_at: Timestamp
+    finished_at: Timestamp | None
 
 
 class GraphStats(BaseModel):
@@ -113,7 +122,7 @@ class CallView(BaseModel):
     finish_reason: str | None
     tags: list[str]
     latency_ms: float
-    created_at: datetime
+    created_at: Timestamp
 
 
 class CallDetail(CallView):
@@ -153,12 +162,12 @@ class RunView(BaseModel):
     id: int
     name: str
     config: dict[str, Any]
-    created_at: datetime
+    created_at: Timestamp
     # The run's rollouts in numbers (one GROUP BY per page of runs)
     rollouts: int
     rollouts_finished: int
     reward_mean: float | None  # over the rollouts with a reward
-    last_activity: datetime | None  # the latest rollout's created_at; null before the first rollout
+    last_activity: Timestamp | None  # the latest rollout's created_at; null before the first rollout
 
 
 class RewardByVersion(BaseModel):
@@ -190,7 +199,7 @@ class RunSummary(BaseModel):
 class LearnerStepView(BaseModel):
     step: int
     metrics: dict[str, Any]
-    created_at: datetime
+    created_at: Timestamp
 
 
 class ToolCallView(BaseModel):

@@ -8,7 +8,7 @@ from fastapi import APIRouter, Request
 
 from gateway.api import calls, runs
 from gateway.api.conversation import rollout_conversation
-from gateway.api.params import After, Limit, page_of
+from gateway.api.params import After, Int32, Int64, Limit, page_of
 from gateway.api.protocol import (
     AddReward,
     CallDetail,
@@ -50,7 +50,7 @@ async def create_rollout(body: CreateRollout, request: Request, state: AdminStat
                           base_url=_base_url(request, state.settings.public_url, identity.token))
 
 
-async def get_rollout(rollout_id: int, state: StateDep) -> RolloutView:
+async def get_rollout(rollout_id: Int64, state: StateDep) -> RolloutView:
     found = await state.store.get_rollout(rollout_id)
     if found is None:
         raise NotFound(f"rollout {rollout_id} not found")
@@ -62,13 +62,13 @@ async def get_rollout(rollout_id: int, state: StateDep) -> RolloutView:
                        finished_at=rollout.finished_at)
 
 
-async def add_rollout_reward(rollout_id: int, body: AddReward, state: AdminStateDep) -> RolloutView:
+async def add_rollout_reward(rollout_id: Int64, body: AddReward, state: AdminStateDep) -> RolloutView:
     if not await state.store.add_reward(rollout_id, body.name, body.value):
         raise NotFound(f"rollout {rollout_id} not found")
     return await get_rollout(rollout_id, state)
 
 
-async def finish_rollout(rollout_id: int, body: FinishRollout, state: AdminStateDep) -> RolloutView:
+async def finish_rollout(rollout_id: Int64, body: FinishRollout, state: AdminStateDep) -> RolloutView:
     try:
         found = await state.store.end_rollout(rollout_id, body.status, body.error, body.rewards)
     except RolloutEnded as exc:
@@ -79,8 +79,8 @@ async def finish_rollout(rollout_id: int, body: FinishRollout, state: AdminState
 
 
 async def list_rollouts(state: StateDep, run: str | None = None, task: str | None = None,
-                        group_id: int | None = None, status: str | None = None, harness: str | None = None,
-                        policy_version: int | None = None, reward_min: float | None = None,
+                        group_id: Int64 | None = None, status: str | None = None, harness: str | None = None,
+                        policy_version: Int32 | None = None, reward_min: float | None = None,
                         reward_max: float | None = None, after: After = 0,
                         limit: Limit = 100) -> Page[RolloutSummary]:
     if reward_min is not None and reward_max is not None and reward_min > reward_max:
@@ -94,7 +94,7 @@ async def list_rollouts(state: StateDep, run: str | None = None, task: str | Non
                     for r, run_name, task_name, group in rows], limit)
 
 
-async def list_rollout_samples(rollout_id: int, state: StateDep, include_side: bool = False,
+async def list_rollout_samples(rollout_id: Int64, state: StateDep, include_side: bool = False,
                                decode: bool = False) -> SampleList:
     found = await state.store.get_rollout(rollout_id)
     if found is None:
@@ -110,7 +110,7 @@ async def list_rollout_samples(rollout_id: int, state: StateDep, include_side: b
         for s, p in zip(samples, pieces)])
 
 
-async def get_conversation(rollout_id: int, state: StateDep) -> Conversation:
+async def get_conversation(rollout_id: Int64, state: StateDep) -> Conversation:
     if await state.store.get_rollout(rollout_id) is None:
         raise NotFound(f"rollout {rollout_id} not found")
     return Conversation(rollout_id=rollout_id, messages=await rollout_conversation(state.store, rollout_id))

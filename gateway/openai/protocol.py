@@ -172,9 +172,13 @@ class ChatCompletionRequest(SamplingFields):
     response_format: dict[str, Any] | None = None
 
 
+# A token id as the store packs it (int32); vLLM refuses ids beyond its vocabulary.
+TokenId = Annotated[int, Field(ge=0, le=2**31 - 1)]
+
+
 class CompletionRequest(SamplingFields):
     # A string, a list of strings, a list of token ids, or a list of token-id lists; one prompt only.
-    prompt: str | list[int] | list[str] | list[list[int]]
+    prompt: str | list[TokenId] | list[str] | list[list[TokenId]]
     logprobs: int | None = Field(default=None, ge=0, le=20)
     echo: bool | None = None
     suffix: str | None = None

@@ -1,0 +1,194 @@
+"""Bad input an adversarial client sends: integers past the store's columns, JSON nested 50,000 deep,
+bodies past the limit (counted while they stream in), and what a 500 and a timestamp look like."""
+
+from __future__ import annotations
+
+import logging
+from datetime import datetime, timedelta
+
+import pytest
+
+from gateway.body_limit import BodyLimit
+from tests.builders import chat_body, gateway_settings
+from tests.unit.conftest import start_gateway
+from tests.unit.test_errors import assert_openai_error
+
+BIG = 2**63
+
+
+@pytest.mark.parametrize("method, url", [
+    ("GET", f"/api/rollouts/{BIG}"),
+    ("GET", f"/api/rollouts/{BIG}/calls"),
+    ("GET", f"/api/rollouts/{BIG}/samples"),
+    ("GET", f"/api/rollouts/{BIG}/conversation"),
+    ("GET", f"/api/calls/{BIG}"),
+    ("GET", f"/api/groups/{BIG}"),
+    ("GET", f"/api/rollouts?after={BIG}"),
+    ("GET", f"/api/rollouts?group_id={BIG}"),
+    ("GET", f"/api/rollouts?policy_version={BIG}"),
+    ("GET", f"/api/calls?rollout_id={BIG}"),
+    ("GET", f"/api/calls?after={-BIG - 1}"),
+    ("GET", f"/api/groups?after={BIG}"),
+    ("GET", f"/api/runs?after={BIG}"),
+    ("GET", f"/api/runs/test-run/steps?after={BIG}"),
+    ("POST", f"/api/rollouts/{BIG}/reward"),
+    ("POST", f"/api/rollouts/{BIG}/finish"),
+])
+async def test_integers_beyond_the_store_columns_are_400(gateway, method, url):
+    await gateway.new_rollout()
+    body = {"reward": {"value": 1.0}, "finish": {"status": "finished"}}.get(url.rsplit("/", 1)[-1])
+    response = await gateway.http.request(method, url, json=body)
+    error = assert_openai_error(response, 400)
+    assert "less than or equal" in error["message"] or "greater than or equal" in error["message"]
+
+
+def nested(depth: int) -> bytes:
+    return b'{"a":' * depth + b"1" + b"}" * depth
+
+
+@pytest.mark.parametrize("path, anthropic", [
+    ("/v1/chat/completions", False), ("/v1/completions", False), ("/v1/responses", False),
+    ("/v1/messages", True), ("/v1/messages/count_tokens", True), ("/api/rollouts", False),
+    ("/admin/adapters", False),
+])
+@pytest.mark.parametrize("depth", [50_000, 500])
+async def test_json_nested_too_deep_is_400_in_the_dialects_shape(gateway, path, anthropic, depth):
+    response = await gateway.http.post(path, content=nested(depth), headers={"content-type": "application/json"})
+    assert response.status_code == 400, response.text
+    if anthropic:
+        assert response.json()["type"] == "error" and response.json()["error"]["type"] == "invalid_request_error"
+    else:
+        assert_openai_error(response, 400)
+    assert gateway.fake.requests == []
+
+
+async def test_meta_nested_too_deep_is_refused_not_stored(gateway):
+    meta: dict = {}
+    for _ in range(500):
+        meta = {"a": meta}
+    response = await gateway.http.post("/api/rollouts", json={"run": "r", "task": "t", "meta": meta})
+    assert_openai_error(response, 400)
+    assert (await gateway.http.get("/api/runs")).json()["data"] == []
+
+
+CHUNK = 64 * 1024
+
+
+class ReadsEverything:
+    """An ASGI app that reads the whole body, counting what reaches it."""
+
+    def __init__(self):
+        self.received = 0
+
+    async def __call__(self, scope, receive, send):
+        while True:
+            message = await receive()
+            if message["type"] != "http.request":
+                raise RuntimeError("client disconnected")  # as Starlette's request.body() does
+            self.received += len(message.get("body", b""))
+            if not message.get("more_body"):
+                break
+        await send({"type": "http.response.start", "status": 200, "headers": []})
+        await send({"type": "http.response.body", "body": b"{}"})
+
+
+async def stream_through(limit: int, path: str, total: int, headers=()) -> tuple[ReadsEverything, int, list]:
+    app = ReadsEverything()
+    pulled = 0
+
+    async def receive():
+        nonlocal pulled
+        pulled += CHUNK
+        return {"type": "http.request", "body": b"x" * CHUNK, "more_body": pulled < total}
+
+    sent: list[dict] = []
+
+    async def send(message):
+        sent.append(message)
+
+    scope = {"type": "http", "method": "POST", "path": path, "headers": list(headers)}
+    await BodyLimit(app, max_bytes=limit)(scope, receive, send)
+    return app, pulled, sent
+
+
+@pytest.mark.parametrize("path, shape_key", [("/v1/chat/completions", "error"), ("/v1/messages", "type"),
+                                             ("/api/rollouts", "error")])
+async def test_chunked_body_over_the_limit_is_cut_off_while_it_streams_in(path, shape_key):
+    limit = 1024 * 1024
+    app, pulled, sent = await stream_through(limit, path, total=96 * 1024 * 1024)
+    assert app.received <= limit  # the chunk that crossed the limit never reached the app
+    assert pulled <= limit + CHUNK  # nor was the rest of the 96 MiB read
+    assert sent[0]["status"] == 413
+    assert shape_key in __import__("json").loads(sent[1]["body"])
+
+
+async def test_declared_length_over_the_limit_is_413_before_the_app_runs():
+    app, pulled, sent = await stream_through(1000, "/v1/chat/completions", total=CHUNK,
+                                             headers=[(b"content-length", str(96 * 2**20).encode())])
+    assert (app.received, pulled, sent[0]["status"]) == (0, 0, 413)
+
+
+async def test_body_under_the_limit_reaches_the_app_whole():
+    app, _, sent = await stream_through(10 * CHUNK, "/v1/chat/completions", total=4 * CHUNK)
+    assert (app.received, sent[0]["status"]) == (4 * CHUNK, 200)
+
+
+async def test_api_and_model_bodies_over_the_limit_are_413(sqlite_db, fake_engine, fake_engine_server):
+    settings = gateway_settings(sqlite_db, fake_engine_server.url, max_body_bytes=10_000)
+    async for gateway in start_gateway(settings, fake_engine):
+        meta = {"blob": "x" * 20_000}
+        assert_openai_error(await gateway.http.post("/api/rollouts", json={"run": "r", "task": "t", "meta": meta}), 413)
+
+        async def chunks():
+            for _ in range(10):
+                yield b" " * 4096  # no Content-Length: only counting catches it
+
+        response = await gateway.http.post("/v1/chat/completions", content=chunks(),
+                                           headers={"content-type": "application/json"})
+        assert_openai_error(response, 413)
+        assert (await gateway.http.get("/api/runs")).json()["data"] == []
+
+
+async def test_500_names_an_error_id_not_the_exception_and_is_logged_once(gateway, monkeypatch, caplog):
+    async def broken(*args, **kwargs):
+        raise RuntimeError("password=hunter2 at /srv/secret/path")
+
+    monkeypatch.setattr(gateway.app.state.gateway.store.listings, "runs", broken)
+    with caplog.at_level(logging.ERROR):
+        response = await gateway.http.get("/api/runs")
+    error = assert_openai_error(response, 500)
+    error_id = response.headers["x-harnessrl-error-id"]
+    assert error_id.startswith("err-") and error_id in error["message"]
+    assert "hunter2" not in response.text and "RuntimeError" not in response.text
+    logged = [r for r in caplog.records if r.exc_info]
+    assert len(logged) == 1 and error_id in logged[0].getMessage()
+
+
+async def test_500_on_the_messages_route_is_in_anthropics_shape(gateway, monkeypatch):
+    async def broken(*args, **kwargs):
+        raise RuntimeError("boom")
+
+    monkeypatch.setattr(gateway.app.state.gateway, "pipeline", broken)
+    response = await gateway.http.post("/v1/messages", json={"model": "policy", "max_tokens": 8,
+                                                             "messages": [{"role": "user", "content": "Hi"}]})
+    assert response.status_code == 500
+    assert response.json()["type"] == "error" and "err-" in response.json()["error"]["message"]
+
+
+def aware_utc(value: str) -> datetime:
+    parsed = datetime.fromisoformat(value)
+    assert parsed.tzinfo is not None and parsed.utcoffset() == timedelta(0), value
+    return parsed
+
+
+async def test_timestamps_in_responses_carry_their_timezone(gateway):
+    rollout = await gateway.new_rollout()
+    call = await gateway.http.post(f"/r/{rollout['token']}/v1/chat/completions", json=chat_body())
+    await gateway.http.post(f"/api/rollouts/{rollout['id']}/finish", json={"status": "finished"})
+    view = (await gateway.http.get(f"/api/rollouts/{rollout['id']}")).json()
+    aware_utc(view["created_at"]), aware_utc(view["finished_at"])
+    aware_utc((await gateway.http.get("/api/rollouts")).json()["data"][0]["created_at"])
+    run = (await gateway.http.get("/api/runs")).json()["data"][0]
+    aware_utc(run["created_at"]), aware_utc(run["last_activity"])
+    aware_utc((await gateway.http.get(f"/api/calls/{call.headers['x-harnessrl-call-id']}")).json()["created_at"])
+    aware_utc((await gateway.http.get("/api/groups")).json()["data"][0]["created_at"])
