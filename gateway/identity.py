@@ -1,4 +1,10 @@
-"""Which rollout a call belongs to: the token in the path, the Bearer header or x-api-key."""
+"""Who may do what: the admin key opens the control plane, a rollout token its own model endpoints.
+
+Two planes. The data plane (the model endpoints of the three dialects, count_tokens, models) is
+opened by a rollout token, for that rollout only and only while it runs. The control plane (every
+/api route, reads included, and /admin) needs the admin key. Every request must also name a Host
+this gateway serves, so a web page of another site (DNS rebinding) cannot reach it from a browser.
+"""
 
 from __future__ import annotations
 
@@ -6,9 +12,14 @@ import secrets
 
 from fastapi import Request
 
-from gateway.errors import Unauthorized
+from gateway.errors import GatewayError, Unauthorized
 from gateway.store.records import RolloutIdentity
 from gateway.store.store import TOKEN_PREFIX, Store
+
+
+class MisdirectedRequest(GatewayError):
+    status_code = 421
+    type = "invalid_request_error"
 
 
 def presented_token(request: Request) -> tuple[str | None, bool]:
@@ -17,20 +28,27 @@ def presented_token(request: Request) -> tuple[str | None, bool]:
     Clients always send some API key ("EMPTY", "sk-..."), so a header value only counts as a
     rollout token when it carries our prefix; a token in the /r/<token>/ path always counts.
     """
-    token = request.path_params.get("token")
-    if token:
-        return token, True
-    header = request.headers.get("authorization", "")
-    if header.lower().startswith("bearer "):
-        header = header[7:].strip()
-    else:
-        header = request.headers.get("x-api-key", "").strip()
+    path_token = request.path_params.get("token")
+    header = _header_key(request)
+    if path_token:
+        if header and header.startswith(TOKEN_PREFIX) and not secrets.compare_digest(header, path_token):
+            raise Unauthorized("the API key is another rollout's token than the one in the URL path; "
+                               "a rollout token opens only its own /r/<token>/v1 endpoints", code="invalid_api_key")
+        return path_token, True
     if not header:
         return None, False
     return header, header.startswith(TOKEN_PREFIX)
 
 
+def _header_key(request: Request) -> str:
+    header = request.headers.get("authorization", "")
+    if header.lower().startswith("bearer "):
+        return header[7:].strip()
+    return request.headers.get("x-api-key", "").strip()
+
+
 async def resolve_identity(request: Request, store: Store, require_token: bool) -> RolloutIdentity:
+    """The rollout a model call belongs to; an unknown token, or one of an ended rollout, is a 401."""
     token, explicit = presented_token(request)
     if token is not None and (explicit or require_token):
         identity = await store.identity_for_token(token)
@@ -39,6 +57,10 @@ async def resolve_identity(request: Request, store: Store, require_token: bool) 
                 "unknown rollout token; create one with POST /api/rollouts and use its base_url",
                 code="invalid_api_key",
             )
+        ended = await store.rollout_ended(identity.rollout_id)
+        if ended is not None:
+            raise Unauthorized(f"rollout {identity.rollout_id} has ended ({ended}); its token no longer opens the "
+                               f"model endpoints: start a new rollout with POST /api/rollouts", code="rollout_ended")
         return identity
     if require_token:
         raise Unauthorized(
@@ -49,15 +71,51 @@ async def resolve_identity(request: Request, store: Store, require_token: bool) 
     return await store.adhoc_identity()
 
 
-def require_admin(request: Request, admin_key: str | None) -> None:
-    """Writes to the store's REST API and adapter admin need the admin key, when one is set."""
-    if admin_key is None:
-        return
+def presented_admin_key(request: Request) -> str:
     presented = request.headers.get("x-admin-key") or ""
     header = request.headers.get("authorization", "")
     if not presented and header.lower().startswith("bearer "):
         presented = header[7:].strip()
-    if not secrets.compare_digest(presented.encode(), admin_key.encode()):
-        raise Unauthorized("this endpoint needs the gateway's admin key (header x-admin-key); "
-                           "it is set with `harnessrl serve --admin-key` or HARNESSRL_ADMIN_KEY",
-                           code="invalid_admin_key")
+    return presented
+
+
+def require_admin(request: Request, admin_key: str) -> None:
+    """The control plane (/api reads and writes, /admin) needs the admin key; nothing else opens it."""
+    if not admin_key:  # GatewaySettings refuses an empty key; this guards any other caller
+        raise Unauthorized("this gateway has no admin key, so its control plane is closed", code="invalid_admin_key")
+    presented = presented_admin_key(request)
+    if secrets.compare_digest(presented.encode(), admin_key.encode()):
+        return
+    if presented.startswith(TOKEN_PREFIX):
+        raise Unauthorized("a rollout token opens only its rollout's model endpoints (/r/<token>/v1/...); "
+                           "/api and /admin need the gateway's admin key", code="invalid_admin_key")
+    what = "a wrong admin key" if presented else "no admin key"
+    raise Unauthorized(f"this endpoint needs the gateway's admin key and got {what}: send it as header "
+                       f"x-admin-key or Authorization: Bearer; `harnessrl serve` keeps it in "
+                       f"$HARNESSRL_HOME/admin.key (or was given --admin-key / HARNESSRL_ADMIN_KEY)",
+                       code="invalid_admin_key")
+
+
+def require_served_host(request: Request, served: frozenset[str]) -> None:
+    """Refuse a Host header this gateway was not configured for (421, in the endpoint's dialect)."""
+    if "*" in served:
+        return
+    host = request.headers.get("host")
+    if host is None:  # HTTP/1.0 without Host: no browser sends that, so no rebinding either
+        return
+    name = host_name(host)
+    if name not in served:
+        raise MisdirectedRequest(
+            f"this gateway does not serve Host {host!r}; reach it by a configured name "
+            f"(loopback, its public URL) or add the name with `harnessrl serve --allowed-host NAME`",
+            code="host_not_allowed")
+
+
+def host_name(host: str) -> str:
+    """A Host header's name: lower case, without port, brackets or a trailing dot."""
+    host = host.strip().lower()
+    if host.startswith("["):
+        return host[1:host.find("]")] if "]" in host else host
+    if host.count(":") == 1:
+        host = host.split(":", 1)[0]
+    return host.rstrip(".")

@@ -3,22 +3,47 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+from urllib.parse import urlsplit
+
+LOOPBACK_HOSTS = frozenset({"127.0.0.1", "localhost", "::1"})
 
 
 @dataclass(frozen=True)
 class GatewaySettings:
     database_url: str  # sqlite+aiosqlite:///... or postgresql+asyncpg://...
+    # The control plane's key: every /api route (reads and writes) and /admin need it, as x-admin-key
+    # or Authorization: Bearer. The runner, the learner and the viewer hold it; agents in sandboxes
+    # hold only their rollout's token. Required: no code path serves the control plane without it.
+    admin_key: str
     engine_url: str = "http://127.0.0.1:8100"  # vLLM's OpenAI server
     public_model: str = "policy"  # the name agents ask for
     require_token: bool = False  # refuse calls without a rollout token (else: the adhoc run)
     public_url: str | None = None  # how agents reach this gateway, when behind a proxy
+    # Host header names served besides loopback and public_url's host (DNS rebinding: a browser page
+    # of another site reaching this gateway sends that site's name); "*" serves any name.
+    allowed_hosts: tuple[str, ...] = ()
     engine_timeout_s: float = 600.0  # one engine call, end to end
     max_body_bytes: int = 32 * 1024 * 1024  # larger bodies get a 413
     base_model: str | None = None  # the engine's base model name; discovered from /v1/models if None
     # The model folder (chat template + tokenizer) for tito capture; discovered from the engine's
     # /v1/models "root" when it is a local folder.
     model_dir: str | None = None
-    # Guards writes to /api (rollouts, rewards) and /admin (adapters): the runner and learner hold
-    # it, agents in sandboxes do not. None leaves them open (a single trusted user on loopback).
-    admin_key: str | None = None
+    # The managed engine's dtype and why it was chosen (harnessrl.hardware), shown on /health and
+    # /metrics; None when attached to an engine started elsewhere.
+    engine_dtype: str | None = None
+    engine_dtype_reason: str | None = None
     max_staleness: int = 2  # adapter versions kept loaded beyond the current one: max_staleness + 1
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.admin_key, str) or not self.admin_key.strip():
+            raise ValueError("the gateway needs an admin key for its control plane (/api, /admin): "
+                             "`harnessrl serve` reads or creates $HARNESSRL_HOME/admin.key, or pass --admin-key")
+
+    def served_hosts(self) -> frozenset[str]:
+        """The Host names this gateway answers to (lower case, no port); contains "*" for any."""
+        names = set(LOOPBACK_HOSTS) | {h.strip().lower().rstrip(".") for h in self.allowed_hosts if h.strip()}
+        if self.public_url:
+            public = urlsplit(self.public_url).hostname
+            if public:
+                names.add(public.lower())
+        return frozenset(names)

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-import json
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Annotated
@@ -14,7 +13,7 @@ from gateway.adapters import restore_adapters
 from gateway.callgraph import CallGraphIndex
 from gateway.decoding import TokenDecoder, tokenizer_folder
 from gateway.engine.client import EngineClient
-from gateway.errors import EngineUnavailable, GatewayError, InvalidRequest, PayloadTooLarge
+from gateway.errors import EngineUnavailable, GatewayError, InvalidRequest
 from gateway.identity import require_admin
 from gateway.metrics import GatewayMetrics
 from gateway.pipeline import ChatPipeline
@@ -122,21 +121,3 @@ async def admin_state(request: Request) -> GatewayState:
 
 AdminStateDep = Annotated[GatewayState, Depends(admin_state)]  # the same state, behind the admin key
 
-
-async def read_json_body(request: Request, max_bytes: int) -> dict:
-    """The request body as a JSON object, or a 400/413 naming what is wrong with it."""
-    declared = request.headers.get("content-length")
-    if declared and declared.isdigit() and int(declared) > max_bytes:
-        raise PayloadTooLarge(f"request body of {declared} bytes exceeds the limit of {max_bytes} bytes")
-    raw = await request.body()
-    if len(raw) > max_bytes:
-        raise PayloadTooLarge(f"request body of {len(raw)} bytes exceeds the limit of {max_bytes} bytes")
-    try:
-        body = json.loads(raw)
-    except UnicodeDecodeError:
-        raise InvalidRequest("request body is not valid UTF-8") from None
-    except json.JSONDecodeError as exc:
-        raise InvalidRequest(f"request body is not valid JSON: {exc}") from None
-    if not isinstance(body, dict):
-        raise InvalidRequest("request body must be a JSON object")
-    return body

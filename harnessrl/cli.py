@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import os
 import signal
 import threading
 from pathlib import Path
@@ -85,7 +84,10 @@ def serve(
     max_lora_rank: int = 16,
     engine_start_timeout: float = 900.0,
     admin_key: Annotated[Optional[str], typer.Option(
-        envvar="HARNESSRL_ADMIN_KEY", help="Required for /api writes and /admin (runner, learner)")] = None,
+        envvar="HARNESSRL_ADMIN_KEY", help="The control plane's key (/api, /admin, the viewer's data) "
+                                           "[default: $HARNESSRL_HOME/admin.key, created on first start]")] = None,
+    allowed_host: Annotated[Optional[list[str]], typer.Option(
+        help="A Host name clients use besides loopback and --host, repeatable ('*': any)")] = None,
     max_staleness: Annotated[int, typer.Option(help="Adapter versions kept loaded behind the current one")] = 2,
     tokenizer: Annotated[Optional[Path], typer.Option(
         help="Model folder for tito capture when attaching with --engine-url")] = None,
@@ -100,6 +102,7 @@ def serve(
 
     if (model is None) == (engine_url is None):
         raise fail("give exactly one of --model DIR (start vLLM) or --engine-url URL (attach)")
+    key = _admin_key(admin_key, create=True)
     url = _database_url(database_url)
     _upgrade(url)
     engine = None
@@ -117,12 +120,39 @@ def serve(
         engine_url = engine.url
     model_dir = model or tokenizer
     settings = GatewaySettings(database_url=url, engine_url=engine_url, public_model=public_model,
-                               require_token=require_token, admin_key=admin_key, max_staleness=max_staleness,
+                               require_token=require_token, admin_key=key, max_staleness=max_staleness,
+                               allowed_hosts=_served_names(host, allowed_host or []),
                                model_dir=str(model_dir.resolve()) if model_dir else None,
                                engine_timeout_s=engine_timeout)
     server = uvicorn_server(settings, host, port, log_level="info")
+    _print_viewer_url(host, port, key, from_file=not admin_key)
     exit_code = _serve_until_stopped(server, engine)
     raise typer.Exit(code=exit_code)
+
+
+def _admin_key(given: str | None, create: bool = False) -> str:
+    """The admin key (harnessrl.settings.admin_key), or a CLI error naming where it is looked for."""
+    from harnessrl.settings import AdminKeyError, admin_key
+    try:
+        return admin_key(given, create=create)
+    except (AdminKeyError, OSError) as exc:
+        raise fail(str(exc)) from None
+
+
+def _served_names(host: str, extra: list[str]) -> tuple[str, ...]:
+    """Host names the gateway answers to: the --host it listens on (unless a wildcard) and --allowed-host."""
+    wildcard = host in ("0.0.0.0", "::", "")
+    return tuple(([] if wildcard else [host]) + extra)
+
+
+def _print_viewer_url(host: str, port: int, key: str, from_file: bool) -> None:
+    """The viewer's URL with the key in its fragment (never sent to the server, kept by the page)."""
+    from harnessrl.settings import admin_key_path
+    shown = "127.0.0.1" if host in ("0.0.0.0", "::", "") else (f"[{host}]" if ":" in host else host)
+    console.print(f"viewer: http://{shown}:{port}/ui/#key={key}", markup=False, highlight=False, soft_wrap=True)
+    if from_file:
+        console.print(f"admin key: {admin_key_path()}; run, train, ls and the other commands read it there",
+                      markup=False, highlight=False, soft_wrap=True)
 
 
 def _serve_until_stopped(server, engine) -> int:
@@ -196,7 +226,8 @@ def run_rollouts(
     concurrency: Annotated[int, typer.Option(min=1, help="Rollouts at once")] = 4,
     sandbox: Annotated[str, typer.Option(help="local | docker")] = "local",
     gateway: Annotated[str, typer.Option(envvar="HARNESSRL_GATEWAY", help="The gateway's URL")] = "http://127.0.0.1:8000",
-    admin_key: Annotated[Optional[str], typer.Option(envvar="HARNESSRL_ADMIN_KEY")] = None,
+    admin_key: Annotated[Optional[str], typer.Option(
+        envvar="HARNESSRL_ADMIN_KEY", help="The gateway's admin key [default: $HARNESSRL_HOME/admin.key]")] = None,
     reward: Annotated[Optional[list[str]], typer.Option(help="module:function, repeatable")] = None,
     capture: Annotated[Optional[str], typer.Option(help="engine | tito, for a new run")] = None,
     memory_gib: Annotated[float, typer.Option(help="Memory limit per sandbox")] = 2.0,
@@ -209,9 +240,10 @@ def run_rollouts(
 
     from harnesses.launch import launch_run
 
+    key = _admin_key(admin_key)
     try:
         summary = asyncio.run(launch_run(tasks, run, harness, group_size, concurrency, sandbox, gateway,
-                                         admin_key, reward or [], capture, memory_gib,
+                                         key, reward or [], capture, memory_gib,
                                          allow_unisolated=allow_unisolated))
     except (ValueError, RuntimeError) as exc:  # bad tasks, harness, reward spec, unreachable gateway
         raise fail(str(exc)) from None
@@ -231,16 +263,24 @@ def ls(
     reward_max: Annotated[Optional[float], typer.Option(help="Rollouts with reward <= this")] = None,
     limit: int = 50,
     database_url: DatabaseUrl = None,
+    gateway: Annotated[Optional[str], typer.Option(
+        help="Read through this gateway's REST API instead of opening the store")] = None,
+    admin_key: Annotated[Optional[str], typer.Option(
+        envvar="HARNESSRL_ADMIN_KEY", help="With --gateway: its admin key [default: $HARNESSRL_HOME/admin.key]")] = None,
 ) -> None:
     """List runs, groups or rollouts, filtered as GET /api/runs, /api/groups and /api/rollouts are."""
     from gateway.store.listings import RolloutFilter
+    from harnessrl.remote_views import GatewayReadError, gateway_list_view
     from harnessrl.views import list_view, render
 
     where = RolloutFilter(run=run, task=task, status=status, harness=harness, policy_version=policy_version,
                           reward_min=reward_min, reward_max=reward_max)
     try:
-        render(_with_store(_database_url(database_url), lambda store: list_view(store, what, where, limit)))
-    except ValueError as exc:
+        if gateway:
+            render(gateway_list_view(gateway, _admin_key(admin_key), what, where, limit))
+        else:
+            render(_with_store(_database_url(database_url), lambda store: list_view(store, what, where, limit)))
+    except (ValueError, GatewayReadError) as exc:
         raise fail(str(exc)) from None
 
 
@@ -323,6 +363,8 @@ def quickstart(
     learner_metrics_port: Annotated[Optional[int], typer.Option(
         help="Port of the learner's Prometheus /metrics on 127.0.0.1 (default: a free one; 0: off)")] = None,
     database_url: DatabaseUrl = None,
+    admin_key: Annotated[Optional[str], typer.Option(
+        envvar="HARNESSRL_ADMIN_KEY", help="The gateway's admin key [default: $HARNESSRL_HOME/admin.key]")] = None,
 ) -> None:
     """Engine, gateway, rollouts and the learner on this machine, with one live display."""
     from harnesses.families import arithmetic_tasks
@@ -336,7 +378,8 @@ def quickstart(
     chosen = load_tasks(tasks) if tasks else arithmetic_tasks(16)
     plan = QuickstartPlan(run=run, model_dir=(model or prepare_smollm2()).resolve(), tasks=chosen,
                           database_url=url, minutes=minutes, group_size=group_size, concurrency=concurrency,
-                          learner_metrics_port=free_port() if learner_metrics_port is None else learner_metrics_port)
+                          learner_metrics_port=free_port() if learner_metrics_port is None else learner_metrics_port,
+                          admin_key=_admin_key(admin_key, create=True))
     png, adapter = Quickstart(plan, console).run()
     console.print(f"reward curve: {png}")
     console.print(f"final adapter: {adapter or 'none published (the learner took no step)'}")
@@ -352,6 +395,9 @@ def train(
     metrics_port: Annotated[Optional[int], typer.Option(
         help="Serve Prometheus /metrics on 127.0.0.1:PORT (0: off; overrides the config's metrics_port)")] = None,
     show_config: Annotated[bool, typer.Option(help="Print the resolved settings as TOML and exit")] = False,
+    admin_key: Annotated[Optional[str], typer.Option(
+        envvar="HARNESSRL_ADMIN_KEY", help="The gateway's admin key, for publishing "
+                                           "[default: the config's admin_key, else $HARNESSRL_HOME/admin.key]")] = None,
 ) -> None:
     """Train a LoRA adapter on the run's ready groups, continuously, publishing each new version."""
     import asyncio
@@ -363,7 +409,8 @@ def train(
     from learner.publish import PublishError
 
     try:
-        settings = _learner_settings(load_config(config, max_steps=max_steps, metrics_port=metrics_port), run)
+        settings = _learner_settings(load_config(config, max_steps=max_steps, metrics_port=metrics_port), run,
+                                     admin_key)
     except ConfigError as exc:
         raise fail(f"{exc}") from None
     if show_config:
@@ -391,7 +438,19 @@ def train(
                   f"checkpoints in {settings.checkpoint_dir}")
 
 
-def _learner_settings(settings, run: str):
+def _learner_admin_key(given: str | None, publishing: bool) -> str:
+    """The key the learner publishes with; a learner that does not publish needs none."""
+    from harnessrl.settings import AdminKeyError, admin_key
+    from learner.config import ConfigError
+    try:
+        return admin_key(given)
+    except AdminKeyError as exc:
+        if publishing:
+            raise ConfigError(f"{exc}; or set admin_key in the learner config (publish = false needs none)") from None
+        return ""
+
+
+def _learner_settings(settings, run: str, admin_key: str | None = None):
     """Fill what the config left to the environment: model folder, admin key, output folders."""
     from dataclasses import replace
 
@@ -408,8 +467,7 @@ def _learner_settings(settings, run: str):
     if not (Path(settings.model_dir) / "config.json").exists():
         raise ConfigError(f"model_dir {settings.model_dir} is not a Hugging Face model folder (no config.json); "
                           f"point it at the folder `harnessrl serve --model` was given")
-    if not settings.admin_key:
-        settings = replace(settings, admin_key=os.environ.get("HARNESSRL_ADMIN_KEY", ""))
+    settings = replace(settings, admin_key=_learner_admin_key(admin_key or settings.admin_key, settings.publish))
     return resolve_paths(settings, data_home() / "learner" / run)
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import shutil
 from pathlib import Path
 
@@ -33,3 +34,13 @@ def tiny_model_dir(tmp_path_factory) -> Path:
     from harnessrl.model_prep import build_tiny_model
 
     return build_tiny_model(tmp_path_factory.mktemp("models") / "tiny")
+
+
+def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
+    """Under CI=true a skipped test fails the run: a green CI means every test ran."""
+    reporter = session.config.pluginmanager.get_plugin("terminalreporter")
+    skipped = reporter.stats.get("skipped", []) if reporter else []
+    if os.environ.get("CI") == "true" and skipped and exitstatus == pytest.ExitCode.OK:
+        reporter.write_line(f"CI=true: {len(skipped)} skipped tests count as failures; "
+                            f"run tests/setup_machine.sh as root to install what they need", red=True)
+        session.exitstatus = pytest.ExitCode.TESTS_FAILED

@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 import asyncio
+import dataclasses
+import hashlib
+import json
 import secrets
 from collections.abc import AsyncIterator, Sequence
 from contextlib import asynccontextmanager
@@ -17,8 +20,16 @@ from gateway.callgraph import GraphNode
 from gateway.store.arrays import pack_ids, pack_logprobs, unpack_ids
 from gateway.store.database import create_engine, create_sessionmaker
 from gateway.store.listings import Listings, is_main_call
-from gateway.store.records import CallRecord, RolloutIdentity
-from gateway.store.rewards import ENDED, add_reward, end_rollout
+from gateway.store.records import CallRecord, RolloutIdentity, SamplingSettings
+from gateway.store.rewards import (
+    ENDED,
+    RolloutEnded,
+    add_reward,
+    check_group_open,
+    check_rewards,
+    end_rollout,
+    lock_group,
+)
 from gateway.store.samples import Ancestor, CallNode
 from gateway.store.sqlite_inserts import SQLiteInserts
 from gateway.store.tables import Adapter, Call, Group, Rollout, Run, Task, utcnow
@@ -28,11 +39,15 @@ CAPTURE_MODES = ("engine", "tito")
 
 
 class RunConflict(ValueError):
-    """The run exists with other settings than the ones asked for."""
+    """The run exists with other settings than the ones asked for (``param`` names the setting)."""
+
+    def __init__(self, message: str, param: str):
+        super().__init__(message)
+        self.param = param
 
 
-class RolloutEnded(ValueError):
-    """The rollout has already ended; it cannot end twice."""
+class RequestConflict(ValueError):
+    """A request id that already created a rollout, sent again with a different body."""
 DEFAULT_GROUP = "default"
 TOKEN_PREFIX = "hrl-"  # lets the gateway tell its tokens from placeholder API keys
 
@@ -63,20 +78,38 @@ class Store:
 
     async def create_rollout(
         self, run: str, task: str, group: str | None = None, meta: dict | None = None,
-        capture: str | None = None, group_size: int | None = None,
+        capture: str | None = None, group_size: int | None = None, sampling: dict[str, float] | None = None,
+        request_id: str | None = None,
     ) -> RolloutIdentity:
-        """A new rollout (and its run, task and group when missing); ``capture`` sets a new run's mode."""
+        """A new rollout (and its run, task and group when missing).
+
+        ``capture`` and ``sampling`` (some of ``SamplingSettings``' fields; the others are the run's)
+        settle a new run's settings (a run keeps them: RunConflict when asked for others). GroupClosed
+        when the group is no longer open or has all of its rollouts. With ``request_id`` it is idempotent: the same id in the same run returns the rollout (and
+        token) the first request created, RequestConflict when the rest of the request differs.
+        """
+        meta = meta or {}
+        digest = _request_digest(task, group, meta, capture, group_size, sampling) if request_id else None
         async with self.sessions.begin() as session:
             run_row = await _get_or_create(session, Run, name=run)
-            run_capture = run_row.config.get("capture") if run_row.config else None
-            if run_capture is None:
-                run_row.config = {**(run_row.config or {}), "capture": capture or "engine"}
-            elif capture is not None and capture != run_capture:
-                raise RunConflict(f"run {run!r} captures in {run_capture!r} mode, not {capture!r}")
+            config = _run_config(run, run_row.config or {}, capture, sampling)
+            if config != run_row.config:
+                run_row.config = config
             task_row = await _get_or_create(session, Task, run_id=run_row.id, name=task)
             group_row = await _get_or_create(
                 session, Group, run_id=run_row.id, task_id=task_row.id, name=group or DEFAULT_GROUP
             )
+            await lock_group(session, group_row)
+            earlier = await _created_by(session, run_row.id, request_id) if request_id else None
+            if earlier is not None:
+                if earlier.request_digest != digest:
+                    raise RequestConflict(f"request id {request_id!r} already created rollout {earlier.id} with "
+                                          f"another body: a retry sends the same body; a new rollout needs a new "
+                                          f"request id")
+                identity = _identity(earlier.id, run_row.id, earlier.token, config, earlier.meta or {})
+                self._tokens[identity.token] = identity
+                return identity
+            await check_group_open(session, group_row, group_size)
             if group_size is not None and group_row.size is None:
                 group_row.size = group_size
             rollout = Rollout(
@@ -84,11 +117,13 @@ class Store:
                 task_id=task_row.id,
                 group_id=group_row.id,
                 token=TOKEN_PREFIX + secrets.token_urlsafe(24),
-                meta=meta or {},
+                meta=meta,
+                request_id=request_id,
+                request_digest=digest,
             )
             session.add(rollout)
             await session.flush()
-            identity = _identity(rollout.id, run_row.id, rollout.token, run_row.config, meta or {})
+            identity = _identity(rollout.id, run_row.id, rollout.token, config, meta)
         self._tokens[identity.token] = identity
         return identity
 
@@ -261,8 +296,12 @@ class Store:
             return (await session.scalar(select(Run.id).where(Run.name == run))) is not None
 
     async def add_reward(self, rollout_id: int, name: str, value: float | None) -> bool:
+        """Set one reward component of a running rollout; False when there is no such rollout.
+
+        InvalidReward (nothing stored) when the value is not finite, RolloutEnded once it has ended.
+        """
         async with self.sessions.begin() as session:
-            rollout = await session.get(Rollout, rollout_id)
+            rollout = await _locked_rollout(session, rollout_id)
             if rollout is None:
                 return False
             await add_reward(session, rollout, name, value)
@@ -270,14 +309,18 @@ class Store:
 
     async def end_rollout(self, rollout_id: int, status: str, error: str | None = None,
                           rewards: dict[str, float | None] | None = None) -> bool:
-        """Record the rollout's final rewards and end it; its group may become ready."""
+        """Record the rollout's final rewards and end it; its group may become ready.
+
+        InvalidReward (nothing stored, the rollout still runs) when a reward is not finite.
+        """
+        rewards = check_rewards(rewards or {})
         async with self.sessions.begin() as session:
-            rollout = await session.get(Rollout, rollout_id, with_for_update=True)
+            rollout = await _locked_rollout(session, rollout_id)
             if rollout is None:
                 return False
             if rollout.status in ENDED:
                 raise RolloutEnded(f"rollout {rollout_id} already ended as {rollout.status!r}")
-            for name, value in (rewards or {}).items():
+            for name, value in rewards.items():
                 await add_reward(session, rollout, name, value)
             await end_rollout(session, rollout, status, error)
         return True
@@ -299,7 +342,57 @@ class Store:
 def _identity(rollout_id: int, run_id: int, token: str, run_config: dict, meta: dict) -> RolloutIdentity:
     patterns = meta.get("side_call_patterns") or {}
     return RolloutIdentity(rollout_id, run_id, token, run_config.get("capture", "engine"), meta.get("harness"),
-                           tuple(sorted((str(k), str(v)) for k, v in patterns.items())))
+                           tuple(sorted((str(k), str(v)) for k, v in patterns.items())),
+                           SamplingSettings.from_config(run_config.get("sampling")))
+
+
+def _run_config(run: str, config: dict, capture: str | None, sampling: dict[str, float] | None) -> dict:
+    """The run's config with its capture mode and sampling settled; RunConflict where they differ.
+
+    Every run but the adhoc one (plain serving, no token) samples with fixed settings, the defaults
+    unless its first rollout gives them; the adhoc run passes each client's settings through.
+    """
+    config = dict(config)
+    if config.get("capture") is None:
+        config["capture"] = capture or "engine"
+    elif capture is not None and capture != config["capture"]:
+        raise RunConflict(f"run {run!r} captures in {config['capture']!r} mode, not {capture!r}", "capture")
+    if run == ADHOC_RUN:
+        if sampling:
+            raise RunConflict(f"run {run!r} passes each client's sampling through; it takes no sampling "
+                              f"settings: give the rollout a run of its own", "sampling")
+        return config
+    fixed = SamplingSettings.from_config(config.get("sampling"))
+    asked = dataclasses.replace(fixed or SamplingSettings(), **(sampling or {}))
+    if fixed is None:
+        config["sampling"] = asked.as_config()
+    elif asked != fixed:
+        raise RunConflict(f"run {run!r} samples with {_describe(fixed)}, not {_describe(asked)}: a run's "
+                          f"sampling is fixed when it is created; start a new run to change it", "sampling")
+    return config
+
+
+def _describe(sampling: SamplingSettings) -> str:
+    return f"temperature={sampling.temperature:g}, top_p={sampling.top_p:g}"
+
+
+def _request_digest(task: str, group: str | None, meta: dict, capture: str | None, group_size: int | None,
+                    sampling: dict[str, float] | None) -> str:
+    """What a create-rollout request asked for, so a retry can be told from another request."""
+    asked = {"task": task, "group": group, "meta": meta, "capture": capture, "group_size": group_size,
+             "sampling": sampling or None}
+    canonical = json.dumps(asked, sort_keys=True, separators=(",", ":"), default=str)
+    return hashlib.sha256(canonical.encode()).hexdigest()
+
+
+async def _created_by(session: AsyncSession, run_id: int, request_id: str) -> Rollout | None:
+    query = select(Rollout).where(Rollout.run_id == run_id, Rollout.request_id == request_id)
+    return (await session.scalars(query)).first()
+
+
+async def _locked_rollout(session: AsyncSession, rollout_id: int) -> Rollout | None:
+    """The rollout's row, held until the transaction ends (no lost update between two rewards)."""
+    return await session.get(Rollout, rollout_id, with_for_update=True)
 
 
 async def _get_or_create(session: AsyncSession, table: type, **key):
@@ -338,5 +431,7 @@ def _call_row(record: CallRecord) -> dict:
         "fork_of": record.fork_of,
         "drift_tokens": record.drift_tokens,
         "latency_ms": record.latency_ms,
+        "temperature": record.temperature,
+        "top_p": record.top_p,
         "created_at": utcnow(),
     }

@@ -1,0 +1,78 @@
+#!/usr/bin/env bash
+# What the test suite needs beyond the venv, set up idempotently: `make test` runs this first.
+#
+# The suite runs every tier against real parts: PostgreSQL's server, bubblewrap (local sandboxes),
+# a Docker engine with the offline base image and the harness images (docker sandboxes), the three
+# real agents (OpenCode, pi, Hermes) and Debian's chromium (the viewer's browser tests). As root, each
+# missing part is installed (seconds when all are there); otherwise the missing parts are listed with
+# the one command that installs them, and the script fails: a run that skips them would prove less
+# than it claims.
+#
+# Usage: tests/setup_machine.sh [demo]   (demo: only what `make demo` needs: bubblewrap)
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+OPENCODE_VERSION=1.18.33  # pins: harnesses/agents/*.py VERSION
+PI_VERSION=0.73.1
+HERMES_VERSION=0.19.0
+HERMES_VENV=/opt/hermes
+what=${1:-test}
+
+log() { echo "setup: $*" >&2; }
+
+missing_packages() {
+    local need=()
+    command -v bwrap >/dev/null || need+=(bubblewrap)
+    if [ "$what" = test ]; then
+        command -v make >/dev/null || need+=(make)
+        ls /usr/lib/postgresql/*/bin/pg_ctl >/dev/null 2>&1 || need+=(postgresql)
+        command -v chromium >/dev/null || need+=(chromium fonts-liberation)
+    fi
+    echo "${need[@]}"
+}
+
+missing_agents() {
+    local need=()
+    [ "$(opencode --version 2>/dev/null)" = "$OPENCODE_VERSION" ] || need+=(opencode)
+    [ "$(pi --version 2>&1)" = "$PI_VERSION" ] || need+=(pi)
+    [ -x "$HERMES_VENV/bin/hermes" ] || need+=(hermes)
+    echo "${need[@]}"
+}
+
+if [ "$(id -u)" -ne 0 ]; then
+    packages=$(missing_packages)
+    agents=""
+    [ "$what" = test ] && agents=$(missing_agents)
+    docker_down=""
+    [ "$what" = test ] && ! docker info >/dev/null 2>&1 && docker_down="a running Docker engine"
+    if [ -n "$packages$agents$docker_down" ]; then
+        log "missing: ${packages:+packages $packages; }${agents:+agents $agents; }${docker_down}"
+        log "run once as root: sudo tests/setup_machine.sh $what"
+        exit 1
+    fi
+    exit 0
+fi
+
+packages=$(missing_packages)
+if [ -n "$packages" ]; then
+    log "installing $packages"
+    export DEBIAN_FRONTEND=noninteractive
+    apt-get update -q
+    # shellcheck disable=SC2086  # a word list
+    apt-get install -y -q --no-install-recommends $packages
+fi
+[ "$what" = test ] || exit 0
+
+bash docker/setup-engine.sh  # dockerd (no bridge) and the offline debian:bookworm-slim base image
+
+for agent in $(missing_agents); do
+    log "installing $agent"
+    case $agent in
+        opencode) npm install -g "opencode-ai@$OPENCODE_VERSION" ;;
+        pi) npm install -g "@mariozechner/pi-coding-agent@$PI_VERSION" ;;
+        hermes) python3 -m venv "$HERMES_VENV" && "$HERMES_VENV/bin/pip" install -q "hermes-agent==$HERMES_VERSION" ;;
+    esac
+done
+
+# The harness images for docker sandboxes (layer cache: seconds when they are current).
+.venv/bin/harnessrl images build >/dev/null
