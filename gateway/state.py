@@ -120,4 +120,3 @@ async def admin_state(request: Request) -> GatewayState:
 
 
 AdminStateDep = Annotated[GatewayState, Depends(admin_state)]  # the same state, behind the admin key
-
