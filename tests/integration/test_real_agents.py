@@ -13,6 +13,7 @@ docker sandboxes need a Docker engine and the harness images (`docker/setup-engi
 
 from __future__ import annotations
 
+import json
 import shutil
 from collections.abc import Iterator
 
@@ -20,12 +21,11 @@ import httpx
 import pytest
 
 from gateway.engine.fake import FakeEngine, FakeReply, create_fake_engine_app
-from gateway.settings import GatewaySettings
 from harnesses.agents import AgentNotInstalled, create
 from harnesses.task import Task
 from harnessrl.server import BackgroundGateway, BackgroundServer
 from sandboxes import WORKSPACE
-from tests.builders import run_single_rollout
+from tests.builders import ADMIN_HEADERS, gateway_settings, run_single_rollout
 
 AGENTS = ("opencode", "pi", "hermes")
 WRITE_TOOLS = ("write", "write_file")  # OpenCode and pi: write; Hermes: write_file
@@ -79,7 +79,7 @@ def engine(engine_server) -> FakeEngine:
 
 @pytest.fixture
 def gateway(sqlite_db, engine_server) -> Iterator[BackgroundGateway]:
-    with BackgroundGateway(GatewaySettings(database_url=sqlite_db, engine_url=engine_server.url)) as gw:
+    with BackgroundGateway(gateway_settings(sqlite_db, engine_server.url)) as gw:
         yield gw
 
 
@@ -114,7 +114,7 @@ async def run_one(harness, gateway: BackgroundGateway, sandbox: str, options: di
 
 
 def recorded_calls(gateway: BackgroundGateway, rollout_id: int) -> list[dict]:
-    with httpx.Client(base_url=gateway.url, timeout=30) as http:
+    with httpx.Client(base_url=gateway.url, timeout=30, headers=ADMIN_HEADERS) as http:
         calls = http.get(f"/api/rollouts/{rollout_id}/calls", params={"limit": 1000}).json()["data"]
         return [http.get(f"/api/calls/{c['id']}").json() for c in calls]
 
@@ -145,3 +145,32 @@ async def test_agent_in_docker_sandbox_writes_the_file_and_scores_one(name, gate
     result = await run_one(harness, gateway, "docker", {})
     assert (result.status, result.reward, result.error) == ("finished", 1.0, None)
     check_recorded(gateway, engine, result.rollout_id)
+
+
+def first_main_prompt(requests: list[dict]) -> tuple[str, str]:
+    """The system text and the tools of the first call with tools: the prefix every turn extends."""
+    body = next(r for r in requests if r.get("tools"))
+    system = "".join(str(m.get("content")) for m in body["messages"] if m["role"] in ("system", "developer"))
+    return system, json.dumps(body["tools"], sort_keys=True)
+
+
+def shared_prefix(a: str, b: str) -> int:
+    return next((i for i, (x, y) in enumerate(zip(a, b)) if x != y), min(len(a), len(b)))
+
+
+@pytest.mark.parametrize("name", AGENTS)
+async def test_agent_prompt_prefix_is_the_same_across_rollouts_of_a_task(name, gateway, engine):
+    """G rollouts of one task share their first prompt (system prompt, tools), so vLLM's prefix cache
+    computes it once per group: nothing in it may vary per rollout (session ids, temp paths, times)."""
+    harness = local_harness(name)
+    prompts = []
+    for index in range(2):
+        engine.requests = []
+        result = await run_single_rollout(harness, gateway.url, f"prefix-{name}-{index}", TASK, "local",
+                                          {"isolation": "bwrap"})
+        assert result.status == "finished", result.error
+        prompts.append(first_main_prompt(engine.requests))
+    (system_a, tools_a), (system_b, tools_b) = prompts
+    assert tools_a == tools_b
+    assert shared_prefix(system_a, system_b) >= 0.97 * min(len(system_a), len(system_b)), (
+        f"{name}'s system prompt differs early between rollouts: ...{system_a[shared_prefix(system_a, system_b):][:200]}")
