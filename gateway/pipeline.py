@@ -18,6 +18,7 @@ from gateway.engine.client import EngineClient
 from gateway.errors import EngineError
 from gateway.metrics import GatewayMetrics
 from gateway.policy import PolicyRegistry, ResolvedModel
+from gateway.sampling import engine_sampling, sampled_with
 from gateway.store.records import CallRecord, RolloutIdentity
 from gateway.store.writer import CallWriter
 from gateway.tagging import side_call_tags
@@ -43,8 +44,10 @@ class ChatPipeline:
                    client_request: dict, top_logprobs: int = 0) -> RecordedAnswer:
         """Send a (validated) Chat Completions body to the engine and record the call.
 
-        ``client_request`` is what the client sent in its own dialect; it is stored verbatim.
+        ``client_request`` is what the client sent in its own dialect; it is stored verbatim. A training
+        run's sampling settings replace the client's (``gateway.sampling``), in both capture modes.
         """
+        chat_body = engine_sampling(chat_body, client_request, identity.sampling)
         resolved = self.policy.resolve_for(identity.rollout_id, chat_body["model"])
         if identity.capture == "tito" and self._tito is not None:
             tito = await self._tito()
@@ -58,7 +61,7 @@ class ChatPipeline:
         choice = only_choice(answer)
         logprobs = [entry["logprob"] for entry in (choice.get("logprobs") or {}).get("content") or []]
         record = _record(identity, dialect, client_request, resolved, answer, latency_ms,
-                         answer.get("prompt_token_ids"), choice, logprobs)
+                         answer.get("prompt_token_ids"), choice, logprobs, sampled_with(chat_body))
         tags = side_call_tags(chat_body.get("messages") or [], bool(chat_body.get("tools")), identity.harness,
                               identity.side_patterns)
         return await self._commit(identity, record, answer, resolved, tags)
@@ -66,6 +69,7 @@ class ChatPipeline:
     async def completion(self, completion_body: dict, identity: RolloutIdentity,
                          client_request: dict, logprobs: int = 0) -> RecordedAnswer:
         """Send a Completions body (a single prompt) to the engine and record the call."""
+        completion_body = engine_sampling(completion_body, client_request, identity.sampling)
         resolved = self.policy.resolve_for(identity.rollout_id, completion_body["model"])
         body = {**completion_body, "model": resolved.engine_model, "stream": False,
                 "return_token_ids": True, "logprobs": logprobs}
@@ -74,7 +78,7 @@ class ChatPipeline:
         choice = only_choice(answer)
         token_logprobs = (choice.get("logprobs") or {}).get("token_logprobs") or []
         record = _record(identity, "completions", client_request, resolved, answer, latency_ms,
-                         choice.get("prompt_token_ids"), choice, token_logprobs)
+                         choice.get("prompt_token_ids"), choice, token_logprobs, sampled_with(completion_body))
         return await self._commit(identity, record, answer, resolved, [])
 
     async def _timed(self, awaitable) -> tuple[dict, float]:
@@ -108,7 +112,7 @@ def only_choice(answer: dict) -> dict:
 
 def _record(identity: RolloutIdentity, dialect: str, client_request: dict, resolved: ResolvedModel,
             answer: dict, latency_ms: float, prompt_ids: list[int] | None, choice: dict,
-            logprobs: list[float]) -> CallRecord:
+            logprobs: list[float], sampling: tuple[float | None, float | None]) -> CallRecord:
     output_ids = choice.get("token_ids")
     if prompt_ids is None or output_ids is None:
         raise EngineError(502, "engine did not return token ids (return_token_ids); the gateway "
@@ -120,7 +124,7 @@ def _record(identity: RolloutIdentity, dialect: str, client_request: dict, resol
         prompt_ids=np.asarray(prompt_ids, dtype="<i4"), output_ids=np.asarray(output_ids, dtype="<i4"),
         output_logprobs=np.asarray(logprobs, dtype="<f4"),
         finish_reason=choice.get("finish_reason"), request=client_request,
-        response=_without_token_arrays(answer), latency_ms=latency_ms,
+        response=_without_token_arrays(answer), latency_ms=latency_ms, temperature=sampling[0], top_p=sampling[1],
     )
 
 

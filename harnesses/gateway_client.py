@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import uuid
 
 import httpx
 
@@ -26,10 +27,15 @@ class GatewayClient:
         self._http = httpx.AsyncClient(base_url=self.url, headers=headers, timeout=60.0, limits=limits)
 
     async def create_rollout(self, run: str, task: str, group: str, group_size: int, meta: dict,
-                             capture: str | None = None) -> dict:
-        body = {"run": run, "task": task, "group": group, "group_size": group_size, "meta": meta}
+                             capture: str | None = None, sampling: dict | None = None) -> dict:
+        """Create one rollout. Each call is one attempt with its own request id, which every retry of
+        it repeats: a retry whose first try did land gets that rollout back, never a second one."""
+        body = {"run": run, "task": task, "group": group, "group_size": group_size, "meta": meta,
+                "request_id": uuid.uuid4().hex}
         if capture:
             body["capture"] = capture
+        if sampling:
+            body["sampling"] = sampling
         return await self._json("POST", "/api/rollouts", json=body)
 
     async def finish(self, rollout_id: int, status: str, error: str | None, rewards: dict) -> dict:

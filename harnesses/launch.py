@@ -18,7 +18,7 @@ from sandboxes.local import local_isolation
 async def launch_run(tasks: Path, run: str, harness: str, group_size: int, concurrency: int, sandbox: str,
                      gateway_url: str, admin_key: str | None, rewards: list[str], capture: str | None,
                      memory_gib: float, wall_factor: float = DEFAULT_WALL_FACTOR,
-                     allow_unisolated: bool = False) -> str:
+                     sampling: dict | None = None, allow_unisolated: bool = False) -> str:
     if sandbox not in ("local", "docker"):
         raise ValueError(f"--sandbox must be local or docker, not {sandbox!r}")
     options = {"isolation": local_isolation(allow_unisolated)} if sandbox == "local" else {}
@@ -26,7 +26,7 @@ async def launch_run(tasks: Path, run: str, harness: str, group_size: int, concu
     plan = RunPlan(run=run, tasks=load_tasks(tasks), harness=create_harness(harness, sandbox), group_size=group_size,
                    concurrency=concurrency, sandbox=sandbox, base_spec=SandboxSpec(limits=limits),
                    rewards=tuple(load_reward_function(spec) for spec in rewards), capture=capture,
-                   wall_factor=wall_factor, sandbox_options=options)
+                   wall_factor=wall_factor, sampling=sampling, sandbox_options=options)
     gateway = GatewayClient(gateway_url, admin_key)
     try:
         runner = Runner(plan, gateway)

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import importlib
 import inspect
+import math
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -25,7 +26,11 @@ class RewardFunction:
         value = self.function(**kwargs)
         if inspect.isawaitable(value):
             value = await value
-        return None if value is None else float(value)
+        if value is None:
+            return None
+        if not math.isfinite(reward := float(value)):  # the gateway would refuse it
+            raise ValueError(f"reward function {self.name} returned {value!r}, not a finite number")
+        return reward
 
 
 def load_reward_function(spec: str) -> RewardFunction:

@@ -19,7 +19,7 @@ from harnesses.task import Task
 from harnesses.verify import Verdict, verify
 from sandboxes import SandboxSpec, create_sandbox
 
-ENDED = ("finished", "failed")
+ENDED = ("finished", "failed", "cancelled")
 INTERRUPTED = "interrupted: the runner stopped before this rollout ended; rerun replaces it"
 
 
@@ -34,6 +34,7 @@ class RunPlan:
     base_spec: SandboxSpec = field(default_factory=SandboxSpec)  # limits and options every sandbox shares
     rewards: tuple[RewardFunction, ...] = ()
     capture: str | None = None  # the run's capture mode when the runner creates it
+    sampling: dict | None = None  # the run's {"temperature", "top_p"} when the runner creates it
     sandbox_options: dict = field(default_factory=dict)  # e.g. {"isolation": "bwrap"} for local
     round: int = 0  # training rounds sample every task again, each round into new groups
     wall_factor: float = DEFAULT_WALL_FACTOR  # wall-clock ceiling per rollout, x the task's agent budget
@@ -61,7 +62,7 @@ class Runner:
         self.on_result, self.on_start = on_result, on_start
 
     async def pending(self) -> list[tuple[Task, int]]:
-        """(task, index) pairs still to run; rollouts left running by an interrupted runner fail."""
+        """(task, index) pairs still to run; rollouts left running by an interrupted runner are cancelled."""
         ended, interrupted = set(), []
         for rollout in await self.gateway.rollouts(self.plan.run):
             if rollout["meta"].get("round", 0) != self.plan.round:
@@ -72,7 +73,8 @@ class Runner:
             elif rollout["error"] != INTERRUPTED:
                 ended.add(key)
         for rollout_id in interrupted:
-            await self.gateway.finish(rollout_id, "failed", INTERRUPTED, {})
+            # cancelled, not failed: its place in the group goes to the replacement
+            await self.gateway.finish(rollout_id, "cancelled", INTERRUPTED, {})
         return [(task, index) for task in self.plan.tasks for index in range(self.plan.group_size)
                 if (task.name, index) not in ended]
 
@@ -95,7 +97,7 @@ class Runner:
         meta = {"harness": plan.harness.name, "round": plan.round, "index": index,
                 "side_call_patterns": plan.harness.side_call_patterns}
         rollout = await self.gateway.create_rollout(plan.run, task.name, plan.group, plan.group_size, meta,
-                                                    plan.capture)
+                                                    plan.capture, plan.sampling)
         try:
             status, error, rewards = await self._attempt(task, index, rollout)
         except Exception as exc:  # a crashed sandbox or agent fails this rollout, not the run

@@ -137,7 +137,8 @@ class Quickstart:
     async def _one_round(self, client: GatewayClient, round_: int) -> None:
         plan = RunPlan(run=self.plan.run, tasks=self.plan.tasks, harness=BuiltinHarness(self.plan.agent),
                        group_size=self.plan.group_size, concurrency=self.plan.concurrency, sandbox="local",
-                       base_spec=SandboxSpec(limits=Limits(memory_bytes=2**30, cpus=1.0)), round=round_)
+                       base_spec=SandboxSpec(limits=Limits(memory_bytes=2**30, cpus=1.0)), round=round_,
+                       sampling={"temperature": self.plan.agent.temperature, "top_p": 1.0})  # the run's, fixed
         runner = Runner(plan, client, on_result=lambda result: self.dashboard.add_result(round_, result))
         await runner.run()
 

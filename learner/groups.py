@@ -11,6 +11,11 @@ Order and exactly-once:
   reads those groups again.
 
 Samples come from ``gateway.store.samples.build_samples`` (the samples endpoint's own logic).
+
+A ready group the learner cannot use (a reward that is not finite, samples that cannot be built or
+hold token ids the model does not have, calls sampled at another temperature than the run's) is
+*quarantined*: ``status = 'quarantined'`` with the reason in ``error``, so it is never read again
+and the learner goes on with the next group instead of failing on the same one forever.
 """
 
 from __future__ import annotations
@@ -23,14 +28,23 @@ import numpy as np
 from sqlalchemy import select, update
 from sqlalchemy.exc import IntegrityError
 
+from gateway.store.records import SamplingSettings
+from gateway.store.rewards import CANCELLED
 from gateway.store.samples import Sample, build_samples
 from gateway.store.store import Store
-from gateway.store.tables import Group, LearnerCheckpoint, Rollout, Run
+from gateway.store.tables import Call, Group, LearnerCheckpoint, Rollout, Run
 from learner.advantages import GroupAdvantages, group_advantages
+
+QUARANTINED = "quarantined"
+TEMPERATURE_TOLERANCE = 1e-6
 
 
 class ConsumeConflict(RuntimeError):
     """The groups were consumed by someone else (a second learner on the same run)."""
+
+
+class UnusableGroup(ValueError):
+    """A ready group the learner cannot train on; the message says why (it becomes the group's error)."""
 
 
 @dataclass(frozen=True)
@@ -45,6 +59,7 @@ class ReadyGroup:
     group_id: int
     ready_at: datetime | None
     rollouts: tuple[RolloutData, ...]
+    temperatures: tuple[float, ...] = ()  # the distinct temperatures its calls recorded (none: not recorded)
 
 
 @dataclass(frozen=True)
@@ -66,6 +81,7 @@ class Batch:
     samples_unscored: int  # dropped: their group was zero-std or empty, or their rollout unscored
     samples_empty: int  # dropped: no sampled token (nothing to learn from)
     staleness: tuple[int, ...]  # of every sample read (how old the incoming data is)
+    temperature: float = 1.0  # the run's sampling temperature: the learner's log-probs are taken at it
 
     @property
     def group_ids(self) -> tuple[int, ...]:
@@ -99,17 +115,73 @@ async def ready_group_ids(store: Store, run_id: int, limit: int, exclude: Collec
     return [i for i in ids if i not in exclude][:limit]
 
 
+async def run_temperature(store: Store, run_id: int) -> float | None:
+    """The temperature the run samples at (its fixed sampling); None for a run from before it was fixed."""
+    async with store.sessions() as session:
+        config = await session.scalar(select(Run.config).where(Run.id == run_id))
+    sampling = SamplingSettings.from_config((config or {}).get("sampling"))
+    return None if sampling is None else sampling.temperature
+
+
 async def load_group(store: Store, group_id: int, include_side: bool = False) -> ReadyGroup:
-    """A group's rollouts (by id) with their rewards and samples."""
+    """A group's rollouts (by id; cancelled ones are no members) with their rewards and samples.
+
+    UnusableGroup when a rollout's calls do not make samples (the store holds something broken).
+    """
+    members = (select(Rollout.id, Rollout.reward).where(Rollout.group_id == group_id, Rollout.status != CANCELLED)
+               .order_by(Rollout.id))
+    temperatures = (select(Call.temperature).distinct().join(Rollout, Rollout.id == Call.rollout_id)
+                    .where(Rollout.group_id == group_id, Rollout.status != CANCELLED, Call.temperature.is_not(None)))
     async with store.sessions() as session:
         ready_at = await session.scalar(select(Group.ready_at).where(Group.id == group_id))
-        rows = (await session.execute(select(Rollout.id, Rollout.reward).where(Rollout.group_id == group_id)
-                                      .order_by(Rollout.id))).all()
+        rows = (await session.execute(members)).all()
+        recorded = tuple(sorted((await session.scalars(temperatures)).all()))
     rollouts = []
     for rollout_id, reward in rows:
-        samples = build_samples(await store.call_nodes(rollout_id), include_side)
+        try:
+            samples = build_samples(await store.call_nodes(rollout_id), include_side)
+        except (ValueError, IndexError) as exc:
+            raise UnusableGroup(f"rollout {rollout_id}: its calls make no samples: {exc}") from None
         rollouts.append(RolloutData(rollout_id, reward, tuple(samples)))
-    return ReadyGroup(group_id, ready_at, tuple(rollouts))
+    return ReadyGroup(group_id, ready_at, tuple(rollouts), recorded)
+
+
+def check_group(group: ReadyGroup, temperature: float, vocab_size: int | None = None) -> None:
+    """UnusableGroup unless the learner can train on the group: its rewards pass the advantage checks,
+    its calls sampled at ``temperature``, its samples are consistent and in the model's vocabulary."""
+    try:
+        group_advantages([[r.reward for r in group.rollouts]])
+    except (ValueError, TypeError) as exc:
+        raise UnusableGroup(f"its rewards cannot be used: {exc}") from None
+    other = [t for t in group.temperatures if abs(t - temperature) > TEMPERATURE_TOLERANCE]
+    if other:
+        raise UnusableGroup(f"its calls sampled at temperature {other[0]:g}, but the run's log-probs are taken "
+                            f"at {temperature:g}")
+    for rollout in group.rollouts:
+        for sample in rollout.samples:
+            problem = _sample_problem(sample, vocab_size)
+            if problem:
+                raise UnusableGroup(f"rollout {rollout.rollout_id}, sample of calls {list(sample.call_ids)}: {problem}")
+
+
+def _sample_problem(sample: Sample, vocab_size: int | None) -> str | None:
+    length = len(sample.input_ids)
+    if any(len(a) != length for a in (sample.loss_mask, sample.old_logprobs, sample.policy_versions)):
+        return "its token, mask, logprob and version arrays differ in length"
+    if length and (sample.input_ids.min() < 0 or (vocab_size is not None and sample.input_ids.max() >= vocab_size)):
+        return f"a token id outside the model's vocabulary of {vocab_size}"
+    if not np.isin(sample.loss_mask, (0, 1)).all():
+        return "its loss mask holds values other than 0 and 1"
+    return None
+
+
+async def quarantine_group(store: Store, run_id: int, group_id: int, reason: str) -> bool:
+    """Mark a ready group quarantined with ``reason``; False when it was no longer ready."""
+    async with store.sessions.begin() as session:
+        done = await session.execute(
+            update(Group).where(Group.id == group_id, Group.run_id == run_id, Group.status == "ready")
+            .values(status=QUARANTINED, error=reason[:2000]))
+    return done.rowcount == 1
 
 
 async def read_ready_groups(store: Store, run_id: int, limit: int, exclude: Collection[int] = (),
@@ -127,7 +199,7 @@ def sample_version(sample: Sample) -> int | None:
 
 
 def build_batch(groups: Sequence[ReadyGroup], learner_version: int, max_staleness: int,
-                scale_by_std: bool = True) -> Batch:
+                scale_by_std: bool = True, temperature: float = 1.0) -> Batch:
     """Advantages per group, then the samples worth training: scored, non-empty, fresh enough.
 
     Advantages use every scored rollout of a group, stale or not: a reward is a fact about the task
@@ -152,7 +224,8 @@ def build_batch(groups: Sequence[ReadyGroup], learner_version: int, max_stalenes
                     stale += 1
                 else:
                     kept.append(TrainSample(sample, advantage, age, group.group_id, rollout.rollout_id))
-    return Batch(tuple(groups), tuple(kept), advantages, len(staleness), stale, unscored, empty, tuple(staleness))
+    return Batch(tuple(groups), tuple(kept), advantages, len(staleness), stale, unscored, empty, tuple(staleness),
+                 temperature)
 
 
 # --- checkpoints and consumption ---------------------------------------------------------------

@@ -37,12 +37,16 @@ from learner.config import LearnerConfig
 from learner.groups import (
     CheckpointRecord,
     ReadyGroup,
+    UnusableGroup,
     build_batch,
+    check_group,
     commit_checkpoint,
     find_run_id,
     latest_checkpoint,
     load_group,
+    quarantine_group,
     ready_group_ids,
+    run_temperature,
 )
 from learner.metrics import Metrics, MetricsSink, step_metrics
 from learner.prometheus import LearnerExporter
@@ -75,6 +79,7 @@ class _Progress:
     # unchanged adapter would cost a swap and age every running rollout for nothing).
     changed: bool = False
     pending: list[ReadyGroup] = field(default_factory=list)  # trained since the last committed checkpoint
+    quarantined: int = 0  # groups quarantined since the last step's metrics were taken
     unpublished: bool = False  # a publication failed on transport: retry at the next publishing step
     resumed_from: str | None = None  # the committed checkpoint this run started from
 
@@ -131,14 +136,15 @@ async def train_from_url(config: LearnerConfig, database_url: str, run: str) -> 
 async def _train(config: LearnerConfig, store: Store, run: str, run_id: int, trainer: Trainer,
                  publisher: Publisher | None, sink: MetricsSink, progress: _Progress, stop: asyncio.Event,
                  on_step: Callable[[Metrics], None] | None) -> str:
+    check = _GroupCheck(await _sampling_temperature(store, run_id, config), _vocab_size(trainer.model))
     while not config.max_steps or progress.step < config.max_steps:
         waited = time.perf_counter()
-        groups = await _wait_for_groups(store, run_id, config, progress, stop)
+        groups = await _wait_for_groups(store, run_id, config, progress, stop, check)
         if groups is None:
             return "stopped"
         started = time.perf_counter()
         version = progress.version
-        batch = build_batch(groups, version, config.max_staleness, config.scale_by_std)
+        batch = build_batch(groups, version, config.max_staleness, config.scale_by_std, check.temperature)
         lr = trainer.lr
         result, too_long = await asyncio.to_thread(_lead_step, trainer, batch, config)
         progress.step += 1
@@ -152,7 +158,8 @@ async def _train(config: LearnerConfig, store: Store, run: str, run_id: int, tra
         cut = progress.version > version
         swap_s = await _publish(publisher, trainer, config, progress, cut) if publisher else None
         metrics = step_metrics(progress.step, version, lr, batch, too_long, result, step_s,
-                               started - waited, swap_s)
+                               started - waited, swap_s, progress.quarantined)
+        progress.quarantined = 0
         await sink.record(progress.step, metrics)
         logger.info("step %d: %s", progress.step, _summary(metrics))
         if on_step is not None:
@@ -195,15 +202,54 @@ async def _wait_for_run(store: Store, run: str, config: LearnerConfig, stop: asy
     return None
 
 
+@dataclass(frozen=True)
+class _GroupCheck:
+    temperature: float  # the run's sampling temperature, which the step's log-probs are taken at
+    vocab_size: int | None  # the model's embedding rows: larger token ids cannot be trained on
+
+
 async def _wait_for_groups(store: Store, run_id: int, config: LearnerConfig, progress: _Progress,
-                           stop: asyncio.Event) -> list[ReadyGroup] | None:
+                           stop: asyncio.Event, check: _GroupCheck) -> list[ReadyGroup] | None:
     taken = {g.group_id for g in progress.pending}
     while not stop.is_set():
         ids = await ready_group_ids(store, run_id, config.groups_per_step, taken)
         if len(ids) >= config.groups_per_step:
-            return [await load_group(store, group_id, config.include_side) for group_id in ids]
+            groups = [await _usable_group(store, run_id, group_id, config, check, progress) for group_id in ids]
+            if all(g is not None for g in groups):
+                return groups
+            continue  # some were quarantined (no longer ready): look for others at once
         await _sleep_or_stop(stop, config.poll_interval_s)
     return None
+
+
+async def _usable_group(store: Store, run_id: int, group_id: int, config: LearnerConfig, check: _GroupCheck,
+                        progress: _Progress) -> ReadyGroup | None:
+    """The group, loaded and checked; None when it is unusable, in which case it is quarantined."""
+    try:
+        group = await load_group(store, group_id, config.include_side)
+        check_group(group, check.temperature, check.vocab_size)
+        return group
+    except UnusableGroup as exc:
+        await quarantine_group(store, run_id, group_id, str(exc))
+        progress.quarantined += 1
+        logger.error("group %d quarantined, the learner goes on without it: %s", group_id, exc)
+        return None
+
+
+async def _sampling_temperature(store: Store, run_id: int, config: LearnerConfig) -> float:
+    """The temperature the run's calls sampled at; the config's for a run from before sampling was fixed."""
+    recorded = await run_temperature(store, run_id)
+    if recorded is None:
+        return config.temperature
+    if config.temperature not in (1.0, recorded):
+        logger.warning("the run samples at temperature %g: the learner takes its log-probs at that, not at the "
+                       "configured %g", recorded, config.temperature)
+    return recorded
+
+
+def _vocab_size(model) -> int | None:
+    embeddings = getattr(model, "get_input_embeddings", lambda: None)()
+    return getattr(embeddings, "num_embeddings", None)
 
 
 async def _sleep_or_stop(stop: asyncio.Event, seconds: float) -> None:
@@ -300,8 +346,8 @@ def _install_signal_handlers(stop: asyncio.Event) -> Callable[[], None]:
 
 
 def _summary(metrics: Metrics) -> str:
-    keys = ("reward_mean", "groups_kept", "samples", "samples_stale", "staleness_max", "loss", "grad_norm",
-            "step_time_s", "swap_time_s")
+    keys = ("reward_mean", "groups_kept", "groups_quarantined", "samples", "samples_stale", "staleness_max", "loss",
+            "grad_norm", "step_time_s", "swap_time_s")
     return " ".join(f"{k}={_fmt(metrics.get(k))}" for k in keys)
 
 

@@ -49,13 +49,16 @@ def batch_metrics(batch: Batch, samples_too_long: int) -> Metrics:
         "samples_too_long": samples_too_long,
         "staleness_mean": sum(ages) / len(ages) if ages else None,
         "staleness_max": max(ages) if ages else None,
+        "temperature": batch.temperature,  # the run's sampling temperature, which log-probs were taken at
     }
 
 
 def step_metrics(step: int, version: int, lr: float, batch: Batch, samples_too_long: int, train: dict[str, Any],
-                 step_s: float, wait_s: float, swap_s: float | None) -> Metrics:
+                 step_s: float, wait_s: float, swap_s: float | None, groups_quarantined: int = 0) -> Metrics:
     metrics: Metrics = {"step": step, "version": version, "lr": lr}
     metrics.update(batch_metrics(batch, samples_too_long))
+    # ready groups the learner could not use since the previous step: marked quarantined, skipped
+    metrics["groups_quarantined"] = groups_quarantined
     metrics.update({key: train.get(key) for key in TRAIN_KEYS})
     metrics.update({
         "step_time_s": step_s,  # batch, packing, forward/backward, optimizer, checkpoint (not waiting)

@@ -50,6 +50,8 @@ COUNTERS = (
     ("tokens", "tokens_processed", "Tokens of every packed row (prompt and sampled) through forward/backward"),
     ("samples_stale", "samples_stale", "Samples dropped for being more than max_staleness versions behind"),
     ("groups", "groups_consumed", "Groups taken by steps (consumed once their checkpoint commits)"),
+    ("groups_quarantined", "groups_quarantined", "Ready groups the learner could not use (non-finite rewards, "
+                                                 "broken samples): marked quarantined and skipped"),
 )
 
 

@@ -4,7 +4,7 @@ and one optimizer step on a batch (packing, then ``learner.step.train_step``).""
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 import torch
@@ -77,7 +77,8 @@ def train_batch(trainer: Trainer, batch: Batch, config: LearnerConfig) -> tuple[
     packing = pack_samples([s.sample for s in batch.samples], [s.advantage for s in batch.samples],
                            config.token_budget)
     rows = shard(packing.rows, [row.num_tokens for row in packing.rows], *world())  # all of them in one process
-    result = train_step(trainer.model, trainer.optimizer, rows, config.step())
+    # log-probs at the temperature the run sampled at (the batch says it: every rank gets the batch)
+    result = train_step(trainer.model, trainer.optimizer, rows, replace(config.step(), temperature=batch.temperature))
     if result["optimizer_stepped"]:
         trainer.scheduler.step()
     return result, len(packing.refused)

@@ -19,6 +19,21 @@ def as_utc(value: datetime) -> datetime:
 Timestamp = Annotated[datetime, AfterValidator(as_utc)]
 
 NAME = Field(min_length=1, max_length=200, pattern=r"^[^\x00-\x1f/]+$")
+# A reward component: a finite number (NaN and infinity are refused), or null for "no opinion".
+Reward = Annotated[float, Field(allow_inf_nan=False)] | None
+REQUEST_ID = r"^[\x21-\x7e]+$"  # printable ASCII, no spaces
+
+
+class Sampling(BaseModel):
+    """A training run's sampling settings, fixed when the run is created and applied to all its calls.
+
+    A setting left out is the run's (for a new run: temperature 1, top_p 1).
+    """
+
+    model_config = ConfigDict(extra="forbid")
+
+    temperature: float | None = Field(default=None, gt=0, le=2, allow_inf_nan=False)
+    top_p: float | None = Field(default=None, gt=0, le=1, allow_inf_nan=False)
 
 
 class CreateRollout(BaseModel):
@@ -32,21 +47,27 @@ class CreateRollout(BaseModel):
     capture: Literal["engine", "tito"] | None = None
     # G, the group's size: the group becomes ready for the learner when all G rollouts ended.
     group_size: int | None = Field(default=None, ge=1, le=4096)
+    # The run's sampling, set when the run is created (default temperature 1, top_p 1); a run keeps it.
+    sampling: Sampling | None = None
+    # The client's id for this request (or the Idempotency-Key header): a retry with the same id
+    # returns the same rollout and token instead of creating a second one.
+    request_id: str | None = Field(default=None, min_length=1, max_length=200, pattern=REQUEST_ID)
 
 
 class AddReward(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     name: str = Field(default="api", min_length=1, max_length=200)
-    value: float | None  # None: this source has no opinion (left out of the total)
+    value: Reward  # None: this source has no opinion (left out of the total)
 
 
 class FinishRollout(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
-    status: Literal["finished", "failed"]
+    # cancelled: ended without a result (e.g. interrupted); its place in the group goes to a replacement
+    status: Literal["finished", "failed", "cancelled"]
     error: str | None = None  # why it failed: timeout, crash, ...
-    rewards: dict[str, float | None] = Field(default_factory=dict)  # final components, added first
+    rewards: dict[str, Reward] = Field(default_factory=dict)  # final components, added first
 
 
 class GroupRollout(BaseModel):
@@ -60,7 +81,8 @@ class GroupView(BaseModel):
     run: str
     task: str
     name: str
-    status: str  # open | ready | consumed
+    status: str  # open | ready | consumed | quarantined
+    error: str | None = None  # why the learner quarantined it
     size: int | None
     ready_at: Timestamp | None
     created_at: Timestamp
@@ -122,6 +144,8 @@ class CallView(BaseModel):
     finish_reason: str | None
     tags: list[str]
     latency_ms: float
+    temperature: float | None = None  # the sampling the engine applied (null: left to the engine)
+    top_p: float | None = None
     created_at: Timestamp
 
 

@@ -3,13 +3,15 @@
 from __future__ import annotations
 
 import asyncio
+from typing import Annotated
 
-from fastapi import APIRouter, Request
+from fastapi import APIRouter, Header, Request
 
 from gateway.api import calls, runs
 from gateway.api.conversation import rollout_conversation
 from gateway.api.params import After, Int32, Int64, Limit, page_of
 from gateway.api.protocol import (
+    REQUEST_ID,
     AddReward,
     CallDetail,
     CallView,
@@ -31,8 +33,13 @@ from gateway.api.protocol import (
 from gateway.errors import Conflict, InvalidRequest, NotFound
 from gateway.state import AdminStateDep, StateDep
 from gateway.store.listings import RolloutFilter
+from gateway.store.rewards import GroupClosed, InvalidReward, RolloutEnded
 from gateway.store.samples import build_samples
-from gateway.store.store import RolloutEnded, RunConflict
+from gateway.store.store import RequestConflict, RunConflict
+
+# A client's id for a create request, as the header HTTP APIs use for idempotent retries.
+IdempotencyKey = Annotated[str | None, Header(alias="Idempotency-Key", min_length=1, max_length=200,
+                                              pattern=REQUEST_ID)]
 
 
 def _base_url(request: Request, public_url: str | None, token: str) -> str:
@@ -40,12 +47,19 @@ def _base_url(request: Request, public_url: str | None, token: str) -> str:
     return f"{root}/r/{token}/v1"
 
 
-async def create_rollout(body: CreateRollout, request: Request, state: AdminStateDep) -> RolloutCreated:
+async def create_rollout(body: CreateRollout, request: Request, state: AdminStateDep,
+                         idempotency_key: IdempotencyKey = None) -> RolloutCreated:
+    request_id = _request_id(body.request_id, idempotency_key)
+    sampling = body.sampling.model_dump(exclude_none=True) if body.sampling else None
     try:
         identity = await state.store.create_rollout(body.run, body.task, body.group, body.meta, body.capture,
-                                                    body.group_size)
+                                                    body.group_size, sampling, request_id)
     except RunConflict as exc:
-        raise Conflict(str(exc), param="capture") from None
+        raise Conflict(str(exc), param=exc.param) from None
+    except RequestConflict as exc:
+        raise Conflict(str(exc), param="request_id") from None
+    except GroupClosed as exc:
+        raise Conflict(str(exc), param="group") from None
     return RolloutCreated(id=identity.rollout_id, token=identity.token,
                           base_url=_base_url(request, state.settings.public_url, identity.token))
 
@@ -63,7 +77,13 @@ async def get_rollout(rollout_id: Int64, state: StateDep) -> RolloutView:
 
 
 async def add_rollout_reward(rollout_id: Int64, body: AddReward, state: AdminStateDep) -> RolloutView:
-    if not await state.store.add_reward(rollout_id, body.name, body.value):
+    try:
+        found = await state.store.add_reward(rollout_id, body.name, body.value)
+    except InvalidReward as exc:
+        raise InvalidRequest(str(exc), param="value") from None
+    except RolloutEnded as exc:
+        raise Conflict(str(exc)) from None
+    if not found:
         raise NotFound(f"rollout {rollout_id} not found")
     return await get_rollout(rollout_id, state)
 
@@ -71,6 +91,8 @@ async def add_rollout_reward(rollout_id: Int64, body: AddReward, state: AdminSta
 async def finish_rollout(rollout_id: Int64, body: FinishRollout, state: AdminStateDep) -> RolloutView:
     try:
         found = await state.store.end_rollout(rollout_id, body.status, body.error, body.rewards)
+    except InvalidReward as exc:
+        raise InvalidRequest(str(exc), param="rewards") from None
     except RolloutEnded as exc:
         raise Conflict(str(exc)) from None
     if not found:

@@ -59,7 +59,8 @@ async def list_run_steps(name: str, state: StateDep, after: StepAfter = -1,
 
 
 def group_view(group: Group, run: str, task: str, rollouts: list) -> GroupView:
-    return GroupView(id=group.id, run=run, task=task, name=group.name, status=group.status, size=group.size,
+    return GroupView(id=group.id, run=run, task=task, name=group.name, status=group.status, error=group.error,
+                     size=group.size,
                      ready_at=group.ready_at, created_at=group.created_at,
                      rollouts=[GroupRollout(id=r.id, status=r.status, reward=r.reward) for r in rollouts])
 

@@ -61,7 +61,8 @@ class CallFilter:
 # A call without its token blobs and bodies: what listings of many calls show.
 CALL_COLUMNS = (Call.id, Call.rollout_id, Call.parent_id, Call.fork_of, Call.drift_tokens, Call.dialect,
                 Call.model, Call.engine_model, Call.policy_version, Call.num_prompt_tokens,
-                Call.num_output_tokens, Call.finish_reason, Call.tags, Call.latency_ms, Call.created_at)
+                Call.num_output_tokens, Call.finish_reason, Call.tags, Call.latency_ms, Call.temperature, Call.top_p,
+                Call.created_at)
 TOKEN_COLUMNS = (Call.prompt_ids, Call.output_ids, Call.output_logprobs)
 
 

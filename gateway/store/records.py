@@ -7,6 +7,26 @@ from dataclasses import dataclass, field
 
 
 @dataclass(frozen=True)
+class SamplingSettings:
+    """How a training run samples: fixed when the run is created, applied to each of its calls.
+
+    Part of the policy: the learner recomputes log-probs at this temperature (vLLM's processed
+    logprobs are those of the temperature-scaled distribution), so an agent must not change it.
+    """
+
+    temperature: float = 1.0
+    top_p: float = 1.0
+
+    @classmethod
+    def from_config(cls, value: dict | None) -> "SamplingSettings | None":
+        """The settings a run's config holds (``config["sampling"]``); None: the run passes clients' through."""
+        return None if not value else cls(float(value["temperature"]), float(value["top_p"]))
+
+    def as_config(self) -> dict:
+        return {"temperature": self.temperature, "top_p": self.top_p}
+
+
+@dataclass(frozen=True)
 class RolloutIdentity:
     """Who a call belongs to, resolved from its token (cached: tokens never change owner)."""
 
@@ -16,6 +36,7 @@ class RolloutIdentity:
     capture: str = "engine"  # the run's capture mode: "engine" (vLLM renders) or "tito"
     harness: str | None = None  # the agent driving the rollout (its side-call rules apply)
     side_patterns: tuple[tuple[str, str], ...] = ()  # (tag, regex) the harness adapter declared
+    sampling: SamplingSettings | None = None  # the run's fixed sampling; None (adhoc): the client's own
 
 
 @dataclass(frozen=True)
@@ -38,3 +59,5 @@ class CallRecord:
     parent_id: int | None = None  # the call this one extends (call graph)
     fork_of: int | None = None  # root that diverged inside this call's sampled tokens
     drift_tokens: int = 0  # sampled tokens lost at that divergence
+    temperature: float | None = None  # what the engine sampled with; None: the client left it to the engine
+    top_p: float | None = None

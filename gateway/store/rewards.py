@@ -1,18 +1,49 @@
 """Ending rollouts, adding up their rewards, and marking groups ready.
 
 Rewards come from the task's verifier, Python reward functions and ``POST /api/rollouts/{id}/reward``;
-each is a named component (None allowed: "no opinion"). A group is ready once it has all of its
-``size`` rollouts and every one of them has ended; the learner then reads ready groups in order.
+each is a named component (None allowed: "no opinion"), a finite number otherwise: NaN or infinity
+would only crash the learner later. Rewards are final once a rollout has ended. A group is ready once
+it has all of its ``size`` rollouts and every one of them has ended; a rollout *cancelled* (ended
+without a result, e.g. interrupted) frees its place for a replacement and never counts. The learner
+then reads ready groups in order; one it cannot use it marks ``quarantined`` (``learner.groups``).
 """
 
 from __future__ import annotations
+
+import math
 
 from sqlalchemy import func, select, update
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from gateway.store.tables import Group, Rollout, utcnow
 
-ENDED = ("finished", "failed")
+ENDED = ("finished", "failed", "cancelled")
+CANCELLED = "cancelled"
+
+
+class InvalidReward(ValueError):
+    """A reward that is not a finite number (nor None)."""
+
+
+class RolloutEnded(ValueError):
+    """The rollout has already ended: it cannot end twice, and its rewards are final."""
+
+
+class GroupClosed(ValueError):
+    """The group already has all of its rollouts, or has become ready: it takes no more."""
+
+
+def check_reward(name: str, value: float | None) -> float | None:
+    """The reward as stored, or InvalidReward naming the component."""
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
+        raise InvalidReward(f"reward {name!r} is {value!r}: rewards are finite numbers, or null for no opinion")
+    return float(value)
+
+
+def check_rewards(components: dict[str, float | None]) -> dict[str, float | None]:
+    return {name: check_reward(name, value) for name, value in components.items()}
 
 
 def total_reward(components: dict[str, float | None]) -> float | None:
@@ -21,6 +52,10 @@ def total_reward(components: dict[str, float | None]) -> float | None:
 
 
 async def add_reward(session: AsyncSession, rollout: Rollout, name: str, value: float | None) -> None:
+    """Set one component on a running rollout (the caller holds the rollout's row)."""
+    if rollout.status in ENDED:
+        raise RolloutEnded(f"rollout {rollout.id} already ended as {rollout.status!r}: its rewards are final")
+    value = check_reward(name, value)
     rollout.rewards = {**(rollout.rewards or {}), name: value}
     rollout.reward = total_reward(rollout.rewards)
     await session.flush()
@@ -35,15 +70,44 @@ async def end_rollout(session: AsyncSession, rollout: Rollout, status: str, erro
 
 
 async def mark_group_if_ready(session: AsyncSession, group_id: int) -> bool:
-    """Open -> ready when the group has ``size`` rollouts and none is still running."""
+    """Open -> ready when the group has ``size`` rollouts (cancelled ones aside) and none still runs."""
     group = await session.get(Group, group_id, with_for_update=True)
     if group is None or group.size is None or group.status != "open":
         return False
-    counts = select(func.count(Rollout.id), func.count(Rollout.id).filter(Rollout.status.in_(ENDED))).where(
-        Rollout.group_id == group_id)
-    total, ended = (await session.execute(counts)).one()
-    if total < group.size or ended < total:
+    total, running = await _members(session, group_id)
+    if total < group.size or running:
         return False
     await session.execute(update(Group).where(Group.id == group_id, Group.status == "open")
                           .values(status="ready", ready_at=utcnow()))
     return True
+
+
+async def lock_group(session: AsyncSession, group: Group) -> None:
+    """Hold the group's row until the transaction ends, and read it afresh.
+
+    An UPDATE, as SQLite has no SELECT ... FOR UPDATE: two requests racing for a group's last place
+    (or with the same request id) are then counted one after the other on both databases.
+    """
+    await session.execute(update(Group).where(Group.id == group.id).values(size=Group.size))
+    await session.refresh(group)
+
+
+async def check_group_open(session: AsyncSession, group: Group, group_size: int | None) -> None:
+    """GroupClosed unless ``group`` (locked) takes one more rollout: still open, a free place, its size."""
+    if group_size is not None and group.size is not None and group_size != group.size:
+        raise GroupClosed(f"group {group.name!r} has size {group.size}, not {group_size}: a group's size is "
+                          f"fixed by its first rollout")
+    if group.status != "open":
+        raise GroupClosed(f"group {group.name!r} is already {group.status}: it takes no more rollouts; "
+                          f"create the rollout in a new group")
+    if group.size is not None and (await _members(session, group.id))[0] >= group.size:
+        raise GroupClosed(f"group {group.name!r} already has its {group.size} rollouts; create the rollout in "
+                          f"a new group, or cancel one of them first")
+
+
+async def _members(session: AsyncSession, group_id: int) -> tuple[int, int]:
+    """(rollouts that count, of which still running): cancelled rollouts are no members."""
+    counts = select(func.count(Rollout.id), func.count(Rollout.id).filter(Rollout.status == "running")).where(
+        Rollout.group_id == group_id, Rollout.status != CANCELLED)
+    total, running = (await session.execute(counts)).one()
+    return total, running

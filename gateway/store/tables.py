@@ -14,6 +14,7 @@ from sqlalchemy import (
     DateTime,
     Float,
     ForeignKey,
+    Index,
     Integer,
     LargeBinary,
     String,
@@ -62,8 +63,10 @@ class Group(Base):
     run_id: Mapped[int] = mapped_column(ForeignKey("runs.id"), index=True)
     task_id: Mapped[int] = mapped_column(ForeignKey("tasks.id"), index=True)
     name: Mapped[str] = mapped_column(String(200))
-    # open -> ready (all `size` rollouts ended and scored) -> consumed (trained on by the learner)
+    # open -> ready (all `size` rollouts ended and scored) -> consumed (trained on by the learner),
+    # or ready -> quarantined: the learner could not use it (`error` says why) and moved on
     status: Mapped[str] = mapped_column(String(20), default="open", index=True)
+    error: Mapped[str | None] = mapped_column(Text, nullable=True)  # why it was quarantined
     size: Mapped[int | None] = mapped_column(Integer, nullable=True)  # G; None: no readiness tracking
     ready_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True), nullable=True, index=True)
     created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utcnow)
@@ -71,6 +74,8 @@ class Group(Base):
 
 class Rollout(Base):
     __tablename__ = "rollouts"
+    # A retried POST /api/rollouts with the same request id finds the rollout the first one created.
+    __table_args__ = (Index("ix_rollouts_run_request", "run_id", "request_id", unique=True),)
 
     id: Mapped[int] = mapped_column(Id, primary_key=True)
     run_id: Mapped[int] = mapped_column(ForeignKey("runs.id"), index=True)
@@ -78,13 +83,16 @@ class Rollout(Base):
     group_id: Mapped[int] = mapped_column(ForeignKey("groups.id"), index=True)
     # Secret bearer token; the agent's base URL is /r/<token>/v1.
     token: Mapped[str] = mapped_column(String(64), unique=True)
-    # running -> finished | failed
+    # running -> finished | failed | cancelled (ended without a result; its place in the group is free)
     status: Mapped[str] = mapped_column(String(20), default="running", index=True)
     # The total of the non-None components in `rewards` (None when every component is None).
     reward: Mapped[float | None] = mapped_column(Float, nullable=True)
     rewards: Mapped[dict] = mapped_column(JSON, default=dict, server_default="{}")  # name -> value | None
     error: Mapped[str | None] = mapped_column(Text, nullable=True)
     meta: Mapped[dict] = mapped_column(JSON, default=dict)
+    # The client's id for the creating request (idempotent retries) and a digest of what it asked for.
+    request_id: Mapped[str | None] = mapped_column(String(200), nullable=True)
+    request_digest: Mapped[str | None] = mapped_column(String(64), nullable=True)
     created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utcnow)
     finished_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True), nullable=True)
 
@@ -115,6 +123,10 @@ class Call(Base):
     response: Mapped[dict] = mapped_column(JSON)  # the engine's body, as received
     tags: Mapped[list] = mapped_column(JSON, default=list)
     latency_ms: Mapped[float] = mapped_column(Float)  # engine round trip
+    # The sampling the engine applied: a training run's fixed settings; null where the client left a
+    # setting to the engine (adhoc calls) or the call predates recording them.
+    temperature: Mapped[float | None] = mapped_column(Float, nullable=True)
+    top_p: Mapped[float | None] = mapped_column(Float, nullable=True)
     created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utcnow)
 
 

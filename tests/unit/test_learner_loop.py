@@ -479,3 +479,62 @@ async def test_weights_changed_before_a_restart_still_cut_a_version_after_it(sto
     again = config_for(tiny_model_dir, tmp_path / "out", max_steps=2, weight_sync_steps=2, publish=True)
     result = await train(again, store, publisher=publisher)  # step 2 is flat, but step 1 changed the weights
     assert publisher.published == [1] and result.version == 1
+
+
+# --- unusable groups and the run's temperature ------------------------------------------------
+
+
+async def plant_reward(store: Store, rollout_id: int, reward: float) -> None:
+    """Write a reward straight into the store (the API refuses it now; older stores may hold one)."""
+    from sqlalchemy import update
+
+    from gateway.store.tables import Rollout
+
+    async with store.sessions.begin() as session:
+        await session.execute(update(Rollout).where(Rollout.id == rollout_id).values(reward=reward))
+
+
+async def test_a_group_with_an_infinite_reward_is_quarantined_and_the_learner_goes_on(store, tiny_model_dir, tmp_path):
+    bad = await add_group(store, "poisoned", [0.0, 1.0, 0.0, 1.0], seed=5)
+    await plant_reward(store, bad[1], float("inf"))
+    good = await fill(store, 2)
+
+    result = await train(config_for(tiny_model_dir, tmp_path / "out", max_steps=1), store)
+
+    assert result.step == 1 and await history(store) == [tuple(good)]  # the next groups, in ready order
+    [group] = [g for g, _, _ in await store.listings.groups(GroupFilter(run=RUN), 0, 100)
+               if g.id == await group_of(store, bad[0])]
+    assert group.status == "quarantined" and "not finite" in group.error
+    [metrics] = await step_history(store, await find_run_id(store, RUN))
+    assert metrics["groups_quarantined"] == 1 and metrics["groups"] == 2
+
+
+async def test_a_group_whose_samples_the_model_cannot_take_is_quarantined(store, tiny_model_dir, tmp_path):
+    identity = await store.create_rollout(RUN, "broken", group_size=2)
+    other = await store.create_rollout(RUN, "broken", group_size=2)
+    await store.insert_calls([call_record(identity.rollout_id, prompt_ids=[5, 6, 7], output_ids=[10**7, 8],
+                                          output_logprobs=[LOGPROB] * 2)])  # no such token in the vocabulary
+    await store.insert_calls([call_record(other.rollout_id, output_logprobs=[LOGPROB] * 2)])
+    for rollout_id, reward in ((identity.rollout_id, 0.0), (other.rollout_id, 1.0)):
+        await store.end_rollout(rollout_id, "finished", rewards={"verifier": reward})
+    good = await fill(store, 2)
+
+    result = await train(config_for(tiny_model_dir, tmp_path / "out", max_steps=1), store)
+
+    assert result.step == 1 and await history(store) == [tuple(good)]
+    assert (await statuses(store))[await group_of(store, identity.rollout_id)] == "quarantined"
+
+
+async def test_the_learner_takes_log_probs_at_the_temperature_the_run_samples_at(store, tiny_model_dir, tmp_path):
+    await store.create_rollout(RUN, "first", group_size=2, sampling={"temperature": 0.5})  # creates the run
+    mixed = await add_group(store, "mixed", [0.0, 1.0], seed=7, end=False)
+    await store.insert_calls([call_record(mixed[0], temperature=0.9)])  # sampled at another temperature
+    for rollout_id, reward in zip(mixed, [0.0, 1.0]):
+        await store.end_rollout(rollout_id, "finished", rewards={"verifier": reward})
+    await fill(store, 2)
+
+    await train(config_for(tiny_model_dir, tmp_path / "out", max_steps=1, temperature=1.0), store)
+
+    [metrics] = await step_history(store, await find_run_id(store, RUN))
+    assert metrics["temperature"] == 0.5
+    assert (await statuses(store))[await group_of(store, mixed[0])] == "quarantined"

@@ -82,3 +82,11 @@ async def test_a_taken_port_is_an_error_naming_the_setting(store, tiny_model_dir
             await train(config, store)
     with pytest.raises(ConfigError, match="metrics_port must be a TCP port"):
         config_from_dict({"metrics_port": 70000})
+
+
+def test_quarantined_groups_are_counted():
+    exporter = LearnerExporter()
+    exporter.observe({"groups_quarantined": 2})
+    exporter.observe({"groups_quarantined": 1})
+    text = exporter.exposition().decode()
+    assert f"{PREFIX}groups_quarantined_total 3.0" in text

@@ -55,7 +55,7 @@ async def test_call_id_header_names_the_recorded_call(gateway):
 
 
 async def test_instructions_and_message_items_become_chat_messages(gateway):
-    rollout = await gateway.new_rollout()
+    rollout = await gateway.new_rollout(sampling={"temperature": 0.5})  # a training run sets the temperature
     await rollout_client(gateway, rollout).responses.create(
         model="policy", instructions="Be brief.", max_output_tokens=64, temperature=0.5,
         input=[{"role": "developer", "content": "Answer in French."},

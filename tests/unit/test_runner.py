@@ -104,7 +104,11 @@ async def test_rerunning_skips_ended_rollouts_and_replaces_interrupted_ones(live
     await runner.run()
     assert await Runner(plan(TASKS[:1]), client).pending() == []
     rollouts = await client.rollouts("runner-test")
-    assert sorted((r["meta"]["index"], r["status"]) for r in rollouts) == [(0, "failed"), (0, "finished"), (1, "finished")]
+    assert sorted((r["meta"]["index"], r["status"]) for r in rollouts) == [(0, "cancelled"), (0, "finished"),
+                                                                             (1, "finished")]
+    # the cancelled rollout gave its place to the replacement: the group of 2 is ready, with both scored
+    [group] = await client.groups("runner-test", "ready")
+    assert sorted(r["status"] for r in group["rollouts"]) == ["cancelled", "finished", "finished"]
     next_round = Runner(plan(TASKS[:1], round=1), client)
     assert len(await next_round.pending()) == 2  # a new round samples the task again, in a new group
     await client.close()
