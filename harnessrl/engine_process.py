@@ -14,7 +14,7 @@ from pathlib import Path
 
 import httpx
 
-from harnessrl.hardware import available_memory_bytes, kv_cache_gib, machine_dtype
+from harnessrl.hardware import available_memory_bytes, batched_tokens, has_gpu, kv_cache_gib, machine_dtype
 
 
 def _die_with_parent() -> None:
@@ -62,6 +62,9 @@ def vllm_command(launch: EngineLaunch) -> list[str]:
     ]
     if template.exists():
         command += ["--chat-template", str(template)]
+    batched = batched_tokens(launch.max_model_len, has_gpu())
+    if batched is not None and "--max-num-batched-tokens" not in launch.extra_args:
+        command += ["--max-num-batched-tokens", str(batched)]
     return command + list(launch.extra_args)
 
 

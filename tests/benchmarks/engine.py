@@ -109,22 +109,26 @@ async def measure(url: str, vocab: int, prompt: list[int], seed: int) -> dict:
 
 
 def engine_run(model_dir: Path, dtype: str, env: dict[str, str], vocab: int, prompt: list[int], logs: Path) -> dict:
-    launch = EngineLaunch(model_dir=model_dir, port=free_port(), max_model_len=8192, dtype=dtype, kv_cache_gib=4)
-    engine = EngineProcess.vllm(launch, logs / f"engine-{dtype}-{len(env)}.log")
+    extra = tuple(env.pop("ARGS", "").split())  # a variant of vLLM flags rather than of its environment
+    launch = EngineLaunch(model_dir=model_dir, port=free_port(), max_model_len=8192, dtype=dtype, kv_cache_gib=4,
+                          extra_args=extra)
+    engine = EngineProcess.vllm(launch, logs / f"engine-{dtype}-{len(env)}-{len(extra)}.log")
     engine.env = {**engine.env, **env}
     with engine:
         engine.wait_healthy()
         return asyncio.run(measure(engine.url, vocab, prompt, seed=1))
 
 
-def configurations(dtypes: list[str], env_variants: list[str]) -> list[tuple[str, str, dict[str, str]]]:
+def configurations(dtypes: list[str], env_variants: list[str],
+                   reverse: bool = False) -> list[tuple[str, str, dict[str, str]]]:
     """(label, dtype, extra engine env): each dtype as `serve` starts it, then the first dtype with
-    each ``KEY=VALUE[,KEY=VALUE]`` variant (e.g. thread binding) to compare against it."""
+    each ``KEY=VALUE[,KEY=VALUE]`` variant (e.g. thread binding) to compare against it; ``reverse``
+    runs them in the opposite order (run both orders on a busy machine: load drifts)."""
     configs = [(dtype, dtype, {}) for dtype in dtypes]
     for variant in env_variants:
         env = dict(item.split("=", 1) for item in variant.split(","))
         configs.append((f"{dtypes[0]}+{variant}", dtypes[0], env))
-    return configs
+    return configs[::-1] if reverse else configs
 
 
 def mismatch(model_dir: Path, prompt: list[int], sample: dict, learner_dtype: str) -> dict:
@@ -146,8 +150,10 @@ def main() -> None:
     parser.add_argument("--model", type=Path, default=None)
     parser.add_argument("--dtypes", default=None, help="comma-separated; default: the chosen one and the other")
     parser.add_argument("--out", type=Path, default=RESULTS / "engine.json")
+    parser.add_argument("--reverse", action="store_true", help="run the configurations in reverse order")
     parser.add_argument("--env-variant", action="append", default=[],
-                        help="KEY=VALUE[,KEY=VALUE]: also run the first dtype with this engine environment")
+                        help="KEY=VALUE[,KEY=VALUE]: also run the first dtype with this engine environment "
+                             "(ARGS='--flag value' for vLLM flags)")
     args = parser.parse_args()
     if args.model is None:
         from harnessrl.model_prep import prepare_smollm2
@@ -163,7 +169,7 @@ def main() -> None:
                            "native_bf16_flags": sorted(cpu_flags() & {"avx512_bf16", "amx_bf16", "amx_tile"}),
                            "chosen": choice.dtype, "reason": choice.reason}, "dtypes": {}}
     with tempfile.TemporaryDirectory() as logs:
-        for label, dtype, env in configurations(dtypes, args.env_variant):
+        for label, dtype, env in configurations(dtypes, args.env_variant, args.reverse):
             run = engine_run(args.model, dtype, env, len(tokenizer), prompt, Path(logs))
             run["logprob_mismatch"] = {learner: mismatch(args.model, prompt, run["sample"], learner)
                                        for learner in ("float32", "bfloat16")}

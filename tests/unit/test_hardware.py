@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 from harnessrl.engine_process import EngineLaunch, vllm_command, vllm_env
-from harnessrl.hardware import choose_dtype, cpu_flags, kv_cache_gib
+from harnessrl.hardware import batched_tokens, choose_dtype, cpu_flags, kv_cache_gib
 
 AVX2_VM = frozenset("fpu sse2 avx avx2 fma avx512f".split())  # AVX-512 but no bf16: emulated
 SAPPHIRE_RAPIDS = AVX2_VM | {"avx512_bf16", "amx_bf16", "amx_tile"}
@@ -67,3 +67,16 @@ def test_launch_passes_the_dtype_and_kv_cache_to_vllm(tmp_path: Path, monkeypatc
     command = vllm_command(launch)
     assert command[command.index("--dtype") + 1] == "float32"
     assert vllm_env(launch)["VLLM_CPU_KVCACHE_SPACE"] == "3"
+
+
+def test_cpu_engines_prefill_agent_prompts_in_large_chunks():
+    assert batched_tokens(8192, gpu=False) == 8192
+    assert batched_tokens(131072, gpu=False) == 8192
+    assert batched_tokens(1024, gpu=False) == 2048  # never below vLLM's own CPU default
+    assert batched_tokens(8192, gpu=True) is None  # vLLM's GPU defaults stand
+
+
+def test_an_explicit_batched_token_flag_is_not_overridden(tmp_path: Path):
+    command = vllm_command(EngineLaunch(model_dir=tmp_path, dtype="float32",
+                                        extra_args=("--max-num-batched-tokens", "512")))
+    assert command.count("--max-num-batched-tokens") == 1
