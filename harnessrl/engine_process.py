@@ -14,7 +14,13 @@ from pathlib import Path
 
 import httpx
 
-from harnessrl.hardware import available_memory_bytes, batched_tokens, has_gpu, kv_cache_gib, machine_dtype
+from harnessrl.hardware import (
+    available_memory_bytes,
+    batched_tokens,
+    has_gpu,
+    kv_cache_gib,
+    machine_dtype,
+)
 
 
 def _die_with_parent() -> None:
