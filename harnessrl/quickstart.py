@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import asyncio
 import os
-import secrets
 import sys
 import time
 from dataclasses import dataclass, field
@@ -23,13 +22,13 @@ from gateway.settings import GatewaySettings
 from gateway.store.store import Store
 from harnesses.builtin_agent import BuiltinHarness, BuiltinSettings
 from harnesses.gateway_client import GatewayClient
-from harnesses.runner import RolloutResult, RunPlan, Runner
+from harnesses.runner import RunPlan, Runner
 from harnesses.task import Task
 from harnessrl.dashboard import Dashboard, learner_steps, save_reward_curve
 from harnessrl.engine_process import EngineLaunch, EngineProcess
 from harnessrl.hardware import machine_dtype
 from harnessrl.server import BackgroundGateway, free_port
-from harnessrl.settings import data_home, logs_dir
+from harnessrl.settings import admin_key, data_home, logs_dir
 from sandboxes import Limits, SandboxSpec
 
 
@@ -50,6 +49,7 @@ class QuickstartPlan:
     backlog_steps: int = 2  # rollouts pause while this many learner steps' worth of groups wait
     learner: dict = field(default_factory=dict)  # more learner config keys (see learner/config.py)
     learner_metrics_port: int = 0  # the learner's Prometheus /metrics on 127.0.0.1; 0 = off
+    admin_key: str | None = None  # the gateway's key; default: $HARNESSRL_ADMIN_KEY or $HARNESSRL_HOME/admin.key
 
 
 def learner_toml(plan: QuickstartPlan, gateway_url: str, output_dir: Path) -> str:
@@ -72,7 +72,7 @@ def _toml(value) -> str:
 class Quickstart:
     def __init__(self, plan: QuickstartPlan, console: Console | None = None):
         self.plan, self.console = plan, console or Console()
-        self.admin_key = secrets.token_urlsafe(16)
+        self.admin_key = admin_key(plan.admin_key, create=True)  # serve's key: its viewer URL works later
         self.home = data_home() / "quickstart" / plan.run
         self.dashboard = Dashboard(plan.run)
 
@@ -92,6 +92,8 @@ class Quickstart:
                                        engine_dtype=dtype.dtype, engine_dtype_reason=dtype.reason,
                                        admin_key=self.admin_key, model_dir=str(self.plan.model_dir))
             with BackgroundGateway(settings) as gateway:
+                self.console.print(f"viewer: {gateway.url}/ui/#key={self.admin_key}", markup=False, highlight=False,
+                                   soft_wrap=True)
                 learner = self._start_learner(gateway.url)
                 asyncio.run(self._rounds(gateway.url, learner))
         finally:

@@ -126,8 +126,9 @@ def _raise_for(response: httpx.Response, version: int) -> None:
         return
     message = _error_message(response)
     if response.status_code == 401:
-        raise PublishError(f"the gateway refused the admin key ({message}): set admin_key in the learner config "
-                           f"or HARNESSRL_ADMIN_KEY to the key `harnessrl serve --admin-key` was given")
+        raise PublishError(f"the gateway refused the admin key ({message}): set admin_key in the learner config, "
+                           f"--admin-key or HARNESSRL_ADMIN_KEY to the gateway's key (`harnessrl serve` keeps it in "
+                           f"$HARNESSRL_HOME/admin.key, which `harnessrl train` reads by default)")
     if response.status_code == 409:
         raise PublishError(f"the gateway refused policy-v{version} ({message}): it already serves a newer version, "
                            f"so another learner publishes to it or this run's checkpoints were reset; "

@@ -2,7 +2,19 @@
 
 from __future__ import annotations
 
+from gateway.settings import GatewaySettings
 from gateway.store.records import CallRecord
+
+TEST_ADMIN_KEY = "test-admin-key"  # the control plane's key in every test gateway
+ADMIN_HEADERS = {"x-admin-key": TEST_ADMIN_KEY}
+TEST_HOST = "gateway"  # the in-process clients' base URL is http://gateway
+
+
+def gateway_settings(database_url: str, engine_url: str, **overrides) -> GatewaySettings:
+    """Settings of a test gateway: the test admin key, and the in-process clients' Host served."""
+    fields = {"database_url": database_url, "engine_url": engine_url, "admin_key": TEST_ADMIN_KEY,
+              "allowed_hosts": (TEST_HOST,), **overrides}
+    return GatewaySettings(**fields)
 
 WEATHER_TOOL = {
     "type": "function",
@@ -22,6 +34,11 @@ def chat_body(content: str = "Hello!", **overrides) -> dict:
     return {"model": "policy", "messages": [{"role": "user", "content": content}], **overrides}
 
 
+def messages_body(content: str = "Hi", **overrides) -> dict:
+    """An Anthropic Messages request."""
+    return {"model": "policy", "max_tokens": 16, "messages": [{"role": "user", "content": content}], **overrides}
+
+
 def call_record(rollout_id: int, **overrides) -> CallRecord:
     fields = dict(
         rollout_id=rollout_id, dialect="chat", model="policy", engine_model="base",
@@ -32,7 +49,8 @@ def call_record(rollout_id: int, **overrides) -> CallRecord:
     return CallRecord(**fields)
 
 
-async def run_single_rollout(harness, gateway_url: str, run: str, task, sandbox: str, options: dict):
+async def run_single_rollout(harness, gateway_url: str, run: str, task, sandbox: str, options: dict,
+                             admin_key: str = TEST_ADMIN_KEY):
     """One rollout of ``task`` by ``harness`` through the real runner (2 GiB, 1 CPU); its result."""
     from harnesses.gateway_client import GatewayClient
     from harnesses.runner import RunPlan, Runner
@@ -40,7 +58,7 @@ async def run_single_rollout(harness, gateway_url: str, run: str, task, sandbox:
 
     plan = RunPlan(run=run, tasks=[task], harness=harness, group_size=1, concurrency=1, sandbox=sandbox,
                    sandbox_options=options, base_spec=SandboxSpec(limits=Limits(memory_bytes=2 * 2**30, cpus=1.0)))
-    client = GatewayClient(gateway_url)
+    client = GatewayClient(gateway_url, admin_key)
     try:
         [result] = await Runner(plan, client).run()
     finally:

@@ -7,6 +7,7 @@ import dataclasses
 import hashlib
 import json
 import secrets
+import time
 from collections.abc import AsyncIterator, Sequence
 from contextlib import asynccontextmanager
 from datetime import datetime, timezone
@@ -49,6 +50,7 @@ class RunConflict(ValueError):
 class RequestConflict(ValueError):
     """A request id that already created a rollout, sent again with a different body."""
 DEFAULT_GROUP = "default"
+RUNNING_RECHECK_S = 1.0  # how long a rollout read as running is trusted to run
 TOKEN_PREFIX = "hrl-"  # lets the gateway tell its tokens from placeholder API keys
 
 
@@ -64,6 +66,8 @@ class Store:
         self.listings = Listings(self.sessions)
         self._tokens: dict[str, RolloutIdentity] = {}
         self._adhoc: RolloutIdentity | None = None
+        self._ended: dict[int, str] = {}  # rollout id -> the status it ended with (ended stays ended)
+        self._running_seen: dict[int, float] = {}  # rollout id -> when it was last read as running
 
     @classmethod
     def from_url(cls, url: str) -> "Store":
@@ -140,6 +144,27 @@ class Store:
         identity = _identity(row.id, row.run_id, token, row.config or {}, row.meta or {})
         self._tokens[token] = identity
         return identity
+
+    async def rollout_ended(self, rollout_id: int) -> str | None:
+        """The status a rollout ended with, or None while it runs.
+
+        Ends through this store are seen at once; ends written by another process (a second gateway)
+        within ``RUNNING_RECHECK_S``: a running answer is reused that long, so calls cost no query.
+        """
+        ended = self._ended.get(rollout_id)
+        if ended is not None:
+            return ended
+        seen = self._running_seen.get(rollout_id)
+        if seen is not None and time.monotonic() - seen < RUNNING_RECHECK_S:
+            return None
+        async with self.sessions() as session:
+            status = await session.scalar(select(Rollout.status).where(Rollout.id == rollout_id))
+        if status is not None and status != "running":
+            self._ended[rollout_id] = status
+            self._running_seen.pop(rollout_id, None)
+            return status
+        self._running_seen[rollout_id] = time.monotonic()
+        return None
 
     async def adhoc_identity(self) -> RolloutIdentity:
         """The rollout that collects calls made without a token, one per gateway process."""
@@ -323,6 +348,7 @@ class Store:
             for name, value in rewards.items():
                 await add_reward(session, rollout, name, value)
             await end_rollout(session, rollout, status, error)
+        self._ended[rollout_id] = status  # its token is refused from now on
         return True
 
     async def save_adapter(self, version: int, name: str, path: str, loaded: bool) -> None:

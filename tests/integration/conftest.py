@@ -11,12 +11,12 @@ from pathlib import Path
 
 import pytest
 
-from gateway.settings import GatewaySettings
 from gateway.store.database import sqlite_url
 from harnessrl.engine_process import EngineLaunch, EngineProcess
 from harnessrl.model_prep import prepare_smollm2
 from harnessrl.server import BackgroundGateway, free_port
 from migrations.runner import upgrade
+from tests.builders import gateway_settings
 from tests.integration.postgres import PostgresCluster
 
 ENGINE_START_TIMEOUT_S = 900
@@ -80,6 +80,6 @@ def engine(request, vllm_servers) -> EngineProcess:
 
 @pytest.fixture
 def live_gateway(engine, database_url) -> Iterator[BackgroundGateway]:
-    settings = GatewaySettings(database_url=database_url, engine_url=engine.url)
+    settings = gateway_settings(database_url, engine.url)
     with BackgroundGateway(settings) as gateway:
         yield gateway

@@ -2,18 +2,25 @@
 
 from __future__ import annotations
 
+import os
 import sys
 from pathlib import Path
 
 from harnessrl.engine_process import EngineProcess
 from harnessrl.server import free_port
+from tests.builders import TEST_ADMIN_KEY
 
 
-def serve_process(tmp_path: Path, *args: str, port: int | None = None) -> EngineProcess:
-    """`harnessrl serve ARGS` on a free port; health is the gateway's /health."""
+def serve_process(tmp_path: Path, *args: str, port: int | None = None,
+                  admin_key: str | None = TEST_ADMIN_KEY) -> EngineProcess:
+    """`harnessrl serve ARGS` on a free port, with the tests' admin key (None: serve's own, under
+    ``tmp_path/home``); health is the gateway's /health."""
     port = port or free_port()
-    command = [sys.executable, "-m", "harnessrl.cli", "serve", "--port", str(port), *args]
-    return EngineProcess(command, f"http://127.0.0.1:{port}", tmp_path / f"serve-{port}.log")
+    key = ["--admin-key", admin_key] if admin_key is not None else []
+    command = [sys.executable, "-m", "harnessrl.cli", "serve", "--port", str(port), *key, *args]
+    env = {**os.environ, "HARNESSRL_HOME": str(tmp_path / "home")}
+    env.pop("HARNESSRL_ADMIN_KEY", None)
+    return EngineProcess(command, f"http://127.0.0.1:{port}", tmp_path / f"serve-{port}.log", env)
 
 
 def children_of(pid: int) -> list[int]:

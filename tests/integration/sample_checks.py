@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import httpx
 
+from tests.builders import ADMIN_HEADERS
+
 
 def assert_samples_reproduce_calls(calls: list[dict], samples: list[dict]) -> None:
     """Every call on a sample's path sits in its input ids exactly: prompt before, output at its offset."""
@@ -21,6 +23,6 @@ def assert_samples_reproduce_calls(calls: list[dict], samples: list[dict]) -> No
 
 
 def check_rollout_samples(gateway, rollout: dict, calls: list[dict]) -> list[dict]:
-    samples = httpx.get(f"{gateway.url}/api/rollouts/{rollout['id']}/samples").json()["data"]
+    samples = httpx.get(f"{gateway.url}/api/rollouts/{rollout['id']}/samples", headers=ADMIN_HEADERS).json()["data"]
     assert_samples_reproduce_calls(calls, samples)
     return samples

@@ -15,9 +15,9 @@ import httpx
 import pytest
 from anthropic.types import Message
 
-from tests.builders import WEATHER_TOOL
-from tests.integration.test_vllm_gateway import engine_tokenization, new_rollout, recorded
+from tests.builders import ADMIN_HEADERS, WEATHER_TOOL
 from tests.integration.sample_checks import check_rollout_samples
+from tests.integration.test_vllm_gateway import engine_tokenization, new_rollout, recorded
 
 ANTHROPIC_WEATHER_TOOL = {"name": "get_weather", "description": WEATHER_TOOL["function"]["description"],
                           "input_schema": WEATHER_TOOL["function"]["parameters"], "strict": True}
@@ -39,7 +39,7 @@ def assert_faithful(call: dict, usage, engine, messages: list[dict], tools=None)
 
 
 def engine_text(gateway, call: dict) -> str:
-    detail = httpx.get(f"{gateway.url}/api/calls/{call['id']}").json()
+    detail = httpx.get(f"{gateway.url}/api/calls/{call['id']}", headers=ADMIN_HEADERS).json()
     return detail["response"]["choices"][0]["message"]["content"] or ""
 
 

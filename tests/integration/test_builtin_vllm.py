@@ -7,21 +7,21 @@ import shutil
 import httpx
 import pytest
 
-from gateway.settings import GatewaySettings
 from harnesses.builtin_agent import BuiltinHarness, BuiltinSettings
 from harnesses.gateway_client import GatewayClient
 from harnesses.runner import RunPlan, Runner
 from harnesses.task import builtin_tasks_path, load_tasks
 from harnessrl.server import BackgroundGateway
+from tests.builders import ADMIN_HEADERS, TEST_ADMIN_KEY, gateway_settings
 
 
 @pytest.mark.skipif(not shutil.which("bwrap"), reason="verifiers write /logs: apt-get install bubblewrap")
 async def test_builtin_harness_runs_the_task_set_on_smollm2(vllm_servers, sqlite_db):
     tasks = load_tasks(builtin_tasks_path())
     harness = BuiltinHarness(BuiltinSettings(max_turns=2, max_tokens=64))
-    settings = GatewaySettings(database_url=sqlite_db, engine_url=vllm_servers["smollm2"].url)
+    settings = gateway_settings(sqlite_db, vllm_servers["smollm2"].url)
     with BackgroundGateway(settings) as gateway:
-        client = GatewayClient(gateway.url)
+        client = GatewayClient(gateway.url, TEST_ADMIN_KEY)
         plan = RunPlan(run="builtin-smollm2", tasks=tasks, harness=harness, group_size=1, concurrency=8,
                        sandbox="local", sandbox_options={"isolation": "bwrap"})
         try:
@@ -31,6 +31,7 @@ async def test_builtin_harness_runs_the_task_set_on_smollm2(vllm_servers, sqlite
         assert len(results) == len(tasks)
         assert all(r.status == "finished" and r.reward in (0.0, 1.0) for r in results), \
             [(r.task, r.status, r.error) for r in results if r.status != "finished"]
-        ready = httpx.get(f"{gateway.url}/api/groups", params={"run": "builtin-smollm2", "status": "ready"}).json()
+        ready = httpx.get(f"{gateway.url}/api/groups", params={"run": "builtin-smollm2", "status": "ready"},
+                          headers=ADMIN_HEADERS).json()
         assert len(ready["data"]) == len(tasks)
         print(f"SmolLM2 solved {sum(r.reward for r in results):.0f} of {len(tasks)} built-in tasks")

@@ -6,13 +6,14 @@ from __future__ import annotations
 import httpx
 from openai import OpenAI
 
+from tests.builders import ADMIN_HEADERS
 from tests.integration.sample_checks import assert_samples_reproduce_calls
 
 TURNS = 10
 
 
 def converse(gateway, capture: str, turns: int = TURNS) -> dict:
-    rollout = httpx.post(f"{gateway.url}/api/rollouts",
+    rollout = httpx.post(f"{gateway.url}/api/rollouts", headers=ADMIN_HEADERS,
                          json={"run": f"capture-{capture}", "task": "chat", "capture": capture}).json()
     client = OpenAI(base_url=rollout["base_url"], api_key=rollout["token"], max_retries=0, timeout=300)
     messages = [{"role": "system", "content": "You are a helpful assistant."}]
@@ -28,9 +29,9 @@ def converse(gateway, capture: str, turns: int = TURNS) -> dict:
 
 def rollout_view(gateway, rollout: dict) -> tuple[dict, list[dict], list[dict]]:
     base = f"{gateway.url}/api/rollouts/{rollout['id']}"
-    view = httpx.get(base).json()
-    calls = httpx.get(f"{base}/calls").json()["data"]
-    samples = httpx.get(f"{base}/samples").json()["data"]
+    view = httpx.get(base, headers=ADMIN_HEADERS).json()
+    calls = httpx.get(f"{base}/calls", headers=ADMIN_HEADERS).json()["data"]
+    samples = httpx.get(f"{base}/samples", headers=ADMIN_HEADERS).json()["data"]
     return view, calls, samples
 
 
@@ -58,7 +59,7 @@ def test_engine_mode_reports_measured_forks_and_exact_samples(live_gateway):
 def test_tito_prompt_matches_what_vllm_renders(live_gateway, engine):
     rollout = converse(live_gateway, "tito", turns=1)
     _, [call], _ = rollout_view(live_gateway, rollout)
-    detail = httpx.get(f"{live_gateway.url}/api/calls/{call['id']}").json()
+    detail = httpx.get(f"{live_gateway.url}/api/calls/{call['id']}", headers=ADMIN_HEADERS).json()
     messages = detail["request"]["messages"]
     rendered = httpx.post(f"{engine.url}/tokenize", json={"model": "base", "messages": messages,
                                                          "add_generation_prompt": True}).json()["tokens"]

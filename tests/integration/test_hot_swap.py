@@ -74,7 +74,7 @@ def greedy_call(gateway: BackgroundGateway, rollout: dict, ids: list[int]) -> di
     response = httpx.post(f"{rollout['base_url']}/completions", timeout=300, json={
         "model": "policy", "prompt": ids, "max_tokens": NEW_TOKENS, "temperature": 0.0})
     assert response.status_code == 200, response.text
-    calls = httpx.get(f"{gateway.url}/api/rollouts/{rollout['id']}/calls").json()["data"]
+    calls = httpx.get(f"{gateway.url}/api/rollouts/{rollout['id']}/calls", headers=ADMIN).json()["data"]
     return calls[-1]
 
 

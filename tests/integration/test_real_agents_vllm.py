@@ -13,13 +13,12 @@ from collections.abc import Iterator
 import httpx
 import pytest
 
-from gateway.settings import GatewaySettings
 from harnesses.agents import AgentNotInstalled, create
 from harnesses.agents.cli_agent import AgentSettings
 from harnesses.task import Task
 from harnessrl.engine_process import EngineLaunch, EngineProcess
 from harnessrl.server import BackgroundGateway, free_port
-from tests.builders import run_single_rollout
+from tests.builders import ADMIN_HEADERS, gateway_settings, run_single_rollout
 
 LONG_CONTEXT = 131072
 TASK = Task(name="hello-file", instruction="Create a file hello.txt containing exactly: hello",
@@ -39,7 +38,7 @@ def long_context_engine(tiny_model_dir, tmp_path_factory) -> Iterator[EngineProc
 
 @pytest.fixture
 def gateway(sqlite_db, long_context_engine) -> Iterator[BackgroundGateway]:
-    settings = GatewaySettings(database_url=sqlite_db, engine_url=long_context_engine.url)
+    settings = gateway_settings(sqlite_db, long_context_engine.url)
     with BackgroundGateway(settings) as gw:
         yield gw
 
@@ -57,7 +56,7 @@ async def test_agent_completes_a_rollout_on_vllm(name, gateway):
     result = await run_single_rollout(harness, gateway.url, f"vllm-{name}", TASK, "local", {"isolation": "bwrap"})
     assert result.status == "finished", result.error
     assert result.reward in (0.0, 1.0)
-    calls = httpx.get(f"{gateway.url}/api/rollouts/{result.rollout_id}/calls").json()["data"]
+    calls = httpx.get(f"{gateway.url}/api/rollouts/{result.rollout_id}/calls", headers=ADMIN_HEADERS).json()["data"]
     assert calls, "the agent reached the model through the gateway"
     for call in calls:
         assert len(call["prompt_ids"]) > 100 and len(call["output_ids"]) == len(call["output_logprobs"]) > 0

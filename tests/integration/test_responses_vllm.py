@@ -13,9 +13,9 @@ import httpx
 import pytest
 from openai.types.responses import Response
 
-from tests.builders import WEATHER_TOOL
-from tests.integration.test_vllm_gateway import client_for, engine_tokenization, new_rollout, recorded
+from tests.builders import ADMIN_HEADERS, WEATHER_TOOL
 from tests.integration.sample_checks import check_rollout_samples
+from tests.integration.test_vllm_gateway import client_for, engine_tokenization, new_rollout, recorded
 
 RESPONSES_WEATHER_TOOL = {"type": "function", **WEATHER_TOOL["function"]}
 
@@ -29,7 +29,7 @@ def assert_faithful(call: dict, response: Response, engine, messages: list[dict]
 
 
 def engine_text(gateway, call: dict) -> str:
-    detail = httpx.get(f"{gateway.url}/api/calls/{call['id']}").json()
+    detail = httpx.get(f"{gateway.url}/api/calls/{call['id']}", headers=ADMIN_HEADERS).json()
     return detail["response"]["choices"][0]["message"]["content"] or ""
 
 

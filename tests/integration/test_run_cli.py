@@ -15,10 +15,11 @@ import httpx
 import pytest
 
 from gateway.engine.fake import FakeEngine, create_fake_engine_app
-from gateway.settings import GatewaySettings
 from harnesses.runner import INTERRUPTED
 from harnesses.task import builtin_tasks_path, load_tasks
 from harnessrl.server import BackgroundGateway, BackgroundServer
+from harnessrl.settings import admin_key
+from tests.builders import gateway_settings
 from tests.unit.test_runner import solving_script
 
 pytestmark = pytest.mark.skipif(not shutil.which("bwrap"), reason="needs bubblewrap (apt-get install bubblewrap)")
@@ -26,10 +27,14 @@ TASKS = [t for t in load_tasks(builtin_tasks_path()) if t.dockerfile is None][:1
 
 
 @pytest.fixture
-def gateway(sqlite_db, tmp_path) -> Iterator[BackgroundGateway]:
+def gateway(sqlite_db, tmp_path, monkeypatch) -> Iterator[BackgroundGateway]:
+    """A gateway whose key is the one `serve` would write: `harnessrl run` must find it by itself."""
+    monkeypatch.setenv("HARNESSRL_HOME", str(tmp_path / "home"))
+    monkeypatch.delenv("HARNESSRL_ADMIN_KEY", raising=False)
     engine = FakeEngine(script=solving_script(TASKS), record_requests=False)
     with BackgroundServer(create_fake_engine_app(engine)) as fake:
-        with BackgroundGateway(GatewaySettings(database_url=sqlite_db, engine_url=fake.url)) as gateway:
+        settings = gateway_settings(sqlite_db, fake.url, admin_key=admin_key(create=True))
+        with BackgroundGateway(settings) as gateway:
             yield gateway
 
 
@@ -40,7 +45,8 @@ def run_command(gateway: BackgroundGateway, tasks_file) -> list[str]:
 
 
 def rollouts(gateway) -> list[dict]:
-    return httpx.get(f"{gateway.url}/api/rollouts", params={"run": "cli-run", "limit": 1000}).json()["data"]
+    return httpx.get(f"{gateway.url}/api/rollouts", params={"run": "cli-run", "limit": 1000},
+                     headers={"x-admin-key": admin_key()}).json()["data"]
 
 
 def test_run_finishes_and_resumes_after_an_interrupt(gateway, tmp_path):
@@ -67,5 +73,6 @@ def test_run_finishes_and_resumes_after_an_interrupt(gateway, tmp_path):
     # in flight may still land after the kill, so there can be more than were counted right then).
     failed = [r for r in final if r["status"] == "failed"]
     assert len(failed) >= interrupted and all(r["error"] == INTERRUPTED for r in failed)
-    groups = httpx.get(f"{gateway.url}/api/groups", params={"run": "cli-run", "status": "ready"}).json()["data"]
+    groups = httpx.get(f"{gateway.url}/api/groups", params={"run": "cli-run", "status": "ready"},
+                       headers={"x-admin-key": admin_key()}).json()["data"]
     assert len(groups) == 10

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import signal
+import stat
 import time
 
 import httpx
@@ -57,3 +58,30 @@ def test_a_dying_engine_stops_the_gateway_with_its_last_log_lines(tiny_model_dir
         assert "vLLM died" in output and "last lines of" in output
     finally:
         gateway.stop()
+
+
+def test_serve_creates_a_private_admin_key_once_and_guards_the_control_plane_with_it(tmp_path):
+    """`harnessrl serve` without --admin-key on the fake engine: the key file, the printed viewer URL,
+    and the same key after a restart."""
+    from gateway.engine.fake import create_fake_engine_app
+    from harnessrl.server import BackgroundServer
+
+    key_file = tmp_path / "home" / "admin.key"
+    with BackgroundServer(create_fake_engine_app()) as fake:
+        database = ("--engine-url", fake.url, "--database-url", sqlite_url(tmp_path / "serve.db"))
+        keys = []
+        for _ in range(2):  # first start creates the key, the second reuses it
+            gateway = serve_process(tmp_path, *database, admin_key=None).start()
+            try:
+                gateway.wait_healthy(120)
+                key = key_file.read_text().strip()
+                assert stat.S_IMODE(key_file.stat().st_mode) == 0o600
+                assert wait_until(lambda: f"/ui/#key={key}" in gateway.tail(50), 10), gateway.tail(50)
+                assert httpx.get(f"{gateway.url}/api/runs").status_code == 401
+                assert httpx.get(f"{gateway.url}/api/runs", headers={"x-admin-key": key}).status_code == 200
+                assert httpx.get(f"{gateway.url}/api/runs", headers={"x-admin-key": key,
+                                                                     "host": "evil.example"}).status_code == 421
+                keys.append(key)
+            finally:
+                gateway.stop()
+        assert keys[0] == keys[1]

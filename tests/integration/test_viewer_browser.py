@@ -22,12 +22,11 @@ from sqlalchemy import create_engine, select
 from sqlalchemy.orm import Session
 
 from gateway.engine.fake import BYTE_OFFSET, FakeEngine, FakeReply, create_fake_engine_app, decode
-from gateway.settings import GatewaySettings
 from gateway.store.arrays import unpack_ids, unpack_logprobs
 from gateway.store.database import sqlite_url
 from gateway.store.tables import Call, Group, LearnerStep, Rollout, Run
 from harnessrl.server import BackgroundGateway, BackgroundServer
-from tests.builders import WEATHER_TOOL
+from tests.builders import ADMIN_HEADERS, TEST_ADMIN_KEY, WEATHER_TOOL, gateway_settings
 
 playwright_api = pytest.importorskip("playwright.sync_api", reason="needs playwright (in the dev extras)")
 CHROMIUM = shutil.which("chromium")
@@ -77,7 +76,7 @@ def _weather_rollout(client: OpenAI) -> None:
 
 
 def _record_run(url: str) -> int:
-    http = httpx.Client(base_url=url, timeout=30)
+    http = httpx.Client(base_url=url, timeout=30, headers=ADMIN_HEADERS)
 
     def rollout(task: str, group: str, run: str = RUN, harness: str = "builtin") -> dict:
         response = http.post("/api/rollouts", json={"run": run, "task": task, "group": group, "group_size": 2,
@@ -170,8 +169,7 @@ def recorded(tmp_path_factory, migrated_sqlite_file, fake_tokenizer_dir) -> Iter
     shutil.copyfile(migrated_sqlite_file, db_path)
     engine = FakeEngine(script=_script(), record_requests=False)
     with BackgroundServer(create_fake_engine_app(engine)) as fake:
-        settings = GatewaySettings(database_url=sqlite_url(db_path), engine_url=fake.url,
-                                   model_dir=str(fake_tokenizer_dir))
+        settings = gateway_settings(sqlite_url(db_path), fake.url, model_dir=str(fake_tokenizer_dir))
         with BackgroundGateway(settings) as gateway:
             weather = _record_run(gateway.url)
             _write_steps(db_path, RUN)
@@ -201,7 +199,8 @@ class Browser:
         page.route("**/*", lambda route: route.continue_() if _local(route.request.url) else route.abort())
 
     def goto_hash(self, url: str, route: str) -> None:
-        self.page.goto(f"{url}/ui/#{route}")
+        """Open a view with the admin key in the fragment, as the URL `harnessrl serve` prints."""
+        self.page.goto(f"{url}/ui/#key={TEST_ADMIN_KEY}&{route}")
         self.ready()
 
     def click(self, selector: str) -> None:
@@ -465,7 +464,7 @@ def test_filters_query_the_store(recorded, db, browser):
 
 
 def test_call_without_a_tokenizer_shows_token_ids(recorded, db, browser):
-    settings = GatewaySettings(database_url=sqlite_url(recorded.db_path), engine_url=recorded.engine_url)
+    settings = gateway_settings(sqlite_url(recorded.db_path), recorded.engine_url)
     call = db.scalars(select(Call).where(Call.rollout_id == recorded.weather_rollout).order_by(Call.id)).first()
     with BackgroundGateway(settings) as bare:  # no model_dir, and the fake engine names no model folder
         browser.goto_hash(bare.url, f"/calls/{call.id}")
@@ -474,3 +473,22 @@ def test_call_without_a_tokenizer_shows_token_ids(recorded, db, browser):
         assert "no tokenizer" in browser.page.locator(".legend .warn").inner_text()
         assert browser.texts("[data-testid=call-tags] .tag") == call.tags == ["title"]
         browser.shot("call-without-tokenizer")
+
+
+def test_the_viewer_asks_for_the_key_once_and_keeps_it_out_of_the_address_bar(recorded, browser):
+    page = browser.page
+    page.goto(f"{recorded.url}/ui/#/runs/{RUN}")
+    browser.ready()
+    assert page.locator("[data-testid=admin-key-form]").count() == 1  # no key yet: no data, a prompt
+    assert not [u for u in browser.urls if "/api/" in u]
+    page.locator("[data-testid=admin-key-input]").fill(TEST_ADMIN_KEY)
+    page.evaluate("() => { document.getElementById('app').dataset.state = 'stale'; }")
+    page.locator("[data-testid=admin-key-form] button").click()
+    browser.ready()
+    assert page.locator("[data-testid=admin-key-form]").count() == 0 and RUN in page.inner_text("main")
+    browser.goto_hash(recorded.url, "/runs")  # a printed URL: the key moves to sessionStorage
+    assert TEST_ADMIN_KEY not in page.url and page.url.endswith("#/runs")
+    page.reload()
+    browser.ready()  # the tab keeps its key
+    assert page.locator("[data-testid=admin-key-form]").count() == 0
+    assert page.evaluate("() => sessionStorage.getItem('harnessrl.adminKey')") == TEST_ADMIN_KEY

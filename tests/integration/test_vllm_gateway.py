@@ -12,14 +12,15 @@ import openai
 import pytest
 from openai import OpenAI
 
-from tests.builders import WEATHER_TOOL
+from tests.builders import ADMIN_HEADERS, WEATHER_TOOL
 from tests.integration.sample_checks import check_rollout_samples
 
 FORCE_WEATHER = {"type": "function", "function": {"name": "get_weather"}}
 
 
 def new_rollout(gateway, task: str = "task") -> dict:
-    response = httpx.post(f"{gateway.url}/api/rollouts", json={"run": "integration", "task": task})
+    response = httpx.post(f"{gateway.url}/api/rollouts", json={"run": "integration", "task": task},
+                          headers=ADMIN_HEADERS)
     assert response.status_code == 201, response.text
     return response.json()
 
@@ -29,7 +30,7 @@ def client_for(rollout: dict) -> OpenAI:
 
 
 def recorded(gateway, rollout: dict) -> list[dict]:
-    return httpx.get(f"{gateway.url}/api/rollouts/{rollout['id']}/calls").json()["data"]
+    return httpx.get(f"{gateway.url}/api/rollouts/{rollout['id']}/calls", headers=ADMIN_HEADERS).json()["data"]
 
 
 def engine_tokenization(engine, messages: list[dict], tools: list[dict] | None = None) -> list[int]:
@@ -68,7 +69,7 @@ def test_streamed_chat_with_usage_records_the_same_tokens(live_gateway, engine):
     usage = chunks[-1].usage
     [call] = recorded(live_gateway, rollout)
     assert_faithful(call, usage, engine, messages)
-    detail = httpx.get(f"{live_gateway.url}/api/calls/{call['id']}").json()
+    detail = httpx.get(f"{live_gateway.url}/api/calls/{call['id']}", headers=ADMIN_HEADERS).json()
     text = "".join(c.choices[0].delta.content or "" for c in chunks if c.choices)
     assert text == (detail["response"]["choices"][0]["message"]["content"] or "")
 

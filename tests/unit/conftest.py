@@ -16,13 +16,15 @@ from gateway.engine.fake import FakeEngine, create_fake_engine_app
 from gateway.settings import GatewaySettings
 from gateway.tito.template import ModelText
 from harnessrl.server import BackgroundServer
+from tests.builders import gateway_settings
 
 
 @dataclass
 class GatewayHarness:
     app: FastAPI
-    http: httpx.AsyncClient  # talks to the gateway in process
+    http: httpx.AsyncClient  # talks to the gateway in process, sending the admin key (runner, learner)
     fake: FakeEngine
+    agent: httpx.AsyncClient  # the same gateway without the admin key: what a sandboxed agent holds
 
     def openai(self, base_url: str = "http://gateway/v1", api_key: str = "EMPTY") -> AsyncOpenAI:
         return AsyncOpenAI(base_url=base_url, api_key=api_key, http_client=self.http, max_retries=0)
@@ -52,21 +54,23 @@ async def start_gateway(settings: GatewaySettings, fake: FakeEngine) -> AsyncIte
     app = create_app(settings, engine=engine)
     async with app.router.lifespan_context(app):
         transport = httpx.ASGITransport(app)
-        async with httpx.AsyncClient(transport=transport, base_url="http://gateway") as http:
-            yield GatewayHarness(app, http, fake)
+        async with (httpx.AsyncClient(transport=transport, base_url="http://gateway",
+                                      headers={"x-admin-key": settings.admin_key}) as http,
+                    httpx.AsyncClient(transport=transport, base_url="http://gateway") as agent):
+            yield GatewayHarness(app, http, fake, agent)
     await engine.close()
 
 
 @pytest.fixture
 async def gateway(sqlite_db: str, fake_engine: FakeEngine, fake_engine_server) -> AsyncIterator[GatewayHarness]:
-    settings = GatewaySettings(database_url=sqlite_db, engine_url=fake_engine_server.url)
+    settings = gateway_settings(sqlite_db, fake_engine_server.url)
     async for harness in start_gateway(settings, fake_engine):
         yield harness
 
 
 @pytest.fixture
 async def strict_gateway(sqlite_db: str, fake_engine: FakeEngine, fake_engine_server) -> AsyncIterator[GatewayHarness]:
-    settings = GatewaySettings(database_url=sqlite_db, engine_url=fake_engine_server.url, require_token=True)
+    settings = gateway_settings(sqlite_db, fake_engine_server.url, require_token=True)
     async for harness in start_gateway(settings, fake_engine):
         yield harness
 
@@ -83,7 +87,6 @@ async def tito_gateway(sqlite_db, fake_engine: FakeEngine, fake_engine_server, t
     """A gateway that can capture in tito mode: the fake engine speaks the tiny model's tokens."""
     fake_engine.encode_text, fake_engine.decode_ids = model_text.encode, model_text.decode
     fake_engine.max_model_len = 100_000
-    settings = GatewaySettings(database_url=sqlite_db, engine_url=fake_engine_server.url,
-                               model_dir=str(tiny_model_dir))
+    settings = gateway_settings(sqlite_db, fake_engine_server.url, model_dir=str(tiny_model_dir))
     async for harness in start_gateway(settings, fake_engine):
         yield harness

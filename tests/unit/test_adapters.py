@@ -6,7 +6,7 @@ from collections.abc import AsyncIterator
 
 import pytest
 
-from gateway.settings import GatewaySettings
+from tests.builders import gateway_settings
 from tests.unit.conftest import GatewayHarness, start_gateway
 
 ADMIN = {"x-admin-key": "k"}
@@ -14,7 +14,7 @@ ADMIN = {"x-admin-key": "k"}
 
 @pytest.fixture
 async def admin_gateway(sqlite_db, fake_engine, fake_engine_server) -> AsyncIterator[GatewayHarness]:
-    settings = GatewaySettings(database_url=sqlite_db, engine_url=fake_engine_server.url, admin_key="k",
+    settings = gateway_settings(sqlite_db, fake_engine_server.url, admin_key="k",
                                max_staleness=1)
     async for harness in start_gateway(settings, fake_engine):
         yield harness
@@ -68,12 +68,12 @@ async def test_versions_must_increase_and_publishing_needs_the_admin_key(admin_g
     await publish(gw, 2)
     stale = await gw.http.post("/admin/adapters", headers=ADMIN, json={"version": 2, "path": "/x"})
     assert stale.status_code == 409
-    anonymous = await gw.http.post("/admin/adapters", json={"version": 3, "path": "/x"})
+    anonymous = await gw.agent.post("/admin/adapters", json={"version": 3, "path": "/x"})
     assert anonymous.status_code == 401
 
 
 async def test_a_restarted_gateway_serves_the_published_version(sqlite_db, fake_engine, fake_engine_server):
-    settings = GatewaySettings(database_url=sqlite_db, engine_url=fake_engine_server.url, admin_key="k")
+    settings = gateway_settings(sqlite_db, fake_engine_server.url, admin_key="k")
     async for gw in start_gateway(settings, fake_engine):
         await publish(gw, 1)
     fake_engine.adapters.clear()  # the engine restarted too and lost its adapters

@@ -12,7 +12,7 @@ import pytest
 from anthropic import AsyncAnthropic
 
 from gateway.engine.fake import FakeReply, decode, logprob_at, render_chat
-from gateway.settings import GatewaySettings
+from tests.builders import gateway_settings
 from tests.unit.conftest import GatewayHarness, start_gateway
 
 WEATHER = {"name": "get_weather", "description": "Current weather for a city.",
@@ -355,7 +355,7 @@ async def test_count_tokens_checks_its_body_too(gateway):
 
 
 async def test_huge_body_is_413_and_records_nothing(sqlite_db, fake_engine, fake_engine_server):
-    settings = GatewaySettings(database_url=sqlite_db, engine_url=fake_engine_server.url, max_body_bytes=1000)
+    settings = gateway_settings(sqlite_db, fake_engine_server.url, max_body_bytes=1000)
     async for gateway in start_gateway(settings, fake_engine):
         rollout = await gateway.new_rollout()
         response = await gateway.http.post(f"/r/{rollout['token']}/v1/messages",

@@ -7,8 +7,7 @@ import openai
 import pytest
 
 from gateway.app import create_app
-from gateway.settings import GatewaySettings
-from tests.builders import chat_body
+from tests.builders import ADMIN_HEADERS, chat_body, gateway_settings
 from tests.unit.conftest import start_gateway
 
 
@@ -46,7 +45,7 @@ async def test_unparsable_bodies_are_400(gateway, content):
 
 
 async def test_huge_body_is_413(sqlite_db, fake_engine, fake_engine_server):
-    settings = GatewaySettings(database_url=sqlite_db, engine_url=fake_engine_server.url, max_body_bytes=1000)
+    settings = gateway_settings(sqlite_db, fake_engine_server.url, max_body_bytes=1000)
     async for gateway in start_gateway(settings, fake_engine):
         response = await gateway.http.post("/v1/chat/completions", json=chat_body("x" * 5000))
         assert_openai_error(response, 413)
@@ -76,10 +75,11 @@ async def test_require_token_refuses_anonymous_calls(strict_gateway):
 
 
 async def test_engine_down_is_503_with_retry_after(sqlite_db):
-    settings = GatewaySettings(database_url=sqlite_db, engine_url="http://127.0.0.1:9", base_model="base")
+    settings = gateway_settings(sqlite_db, "http://127.0.0.1:9", base_model="base")
     app = create_app(settings)
     async with app.router.lifespan_context(app):
-        async with httpx.AsyncClient(transport=httpx.ASGITransport(app), base_url="http://gw") as http:
+        async with httpx.AsyncClient(transport=httpx.ASGITransport(app), base_url="http://gateway",
+                                     headers=ADMIN_HEADERS) as http:
             response = await http.post("/v1/chat/completions", json=chat_body())
             error = assert_openai_error(response, 503)
             assert response.headers["retry-after"].isdigit()

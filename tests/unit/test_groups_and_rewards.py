@@ -6,7 +6,7 @@ from collections.abc import AsyncIterator
 
 import pytest
 
-from gateway.settings import GatewaySettings
+from tests.builders import gateway_settings
 from tests.unit.conftest import GatewayHarness, start_gateway
 
 ADMIN = {"x-admin-key": "s3cret"}
@@ -47,18 +47,18 @@ async def test_a_rollout_ends_only_once(gateway):
 
 @pytest.fixture
 async def guarded_gateway(sqlite_db, fake_engine, fake_engine_server) -> AsyncIterator[GatewayHarness]:
-    settings = GatewaySettings(database_url=sqlite_db, engine_url=fake_engine_server.url, admin_key="s3cret")
+    settings = gateway_settings(sqlite_db, fake_engine_server.url, admin_key="s3cret")
     async for harness in start_gateway(settings, fake_engine):
         yield harness
 
 
 async def test_store_writes_need_the_admin_key_when_one_is_set(guarded_gateway):
     http = guarded_gateway.http
-    refused = await http.post("/api/rollouts", json={"run": "r", "task": "t"})
+    refused = await guarded_gateway.agent.post("/api/rollouts", json={"run": "r", "task": "t"})
     assert refused.status_code == 401 and "admin key" in refused.json()["error"]["message"]
     rollout = (await http.post("/api/rollouts", json={"run": "r", "task": "t"}, headers=ADMIN)).json()
     # An agent holding only its rollout token cannot score itself.
-    forged = await http.post(f"/api/rollouts/{rollout['id']}/reward", json={"value": 100.0},
+    forged = await guarded_gateway.agent.post(f"/api/rollouts/{rollout['id']}/reward", json={"value": 100.0},
                              headers={"authorization": f"Bearer {rollout['token']}"})
     assert forged.status_code == 401
     assert (await http.get(f"/api/rollouts/{rollout['id']}")).json()["reward"] is None

@@ -15,7 +15,6 @@ import torch
 from safetensors.torch import load_file
 
 import learner.loop
-from gateway.settings import GatewaySettings
 from gateway.store.database import sqlite_url
 from gateway.store.listings import GroupFilter
 from gateway.store.samples import Sample
@@ -24,7 +23,7 @@ from learner.config import ConfigError, LearnerConfig, config_from_dict, dump_to
 from learner.groups import ReadyGroup, RolloutData, build_batch, consumed_history, find_run_id
 from learner.metrics import step_history
 from learner.publish import GatewayUnreachable, Published, Publisher, PublishError
-from tests.builders import call_record
+from tests.builders import call_record, gateway_settings
 from tests.unit.conftest import GatewayHarness, start_gateway
 
 RUN = "learn"
@@ -286,7 +285,7 @@ async def test_each_step_stores_its_metrics_and_writes_tensorboard(store, tiny_m
 
 @pytest.fixture
 async def admin_gateway(sqlite_db, fake_engine, fake_engine_server) -> AsyncIterator[GatewayHarness]:
-    settings = GatewaySettings(database_url=sqlite_db, engine_url=fake_engine_server.url, admin_key=ADMIN,
+    settings = gateway_settings(sqlite_db, fake_engine_server.url, admin_key=ADMIN,
                                max_staleness=1)
     async for harness in start_gateway(settings, fake_engine):
         yield harness

@@ -8,7 +8,7 @@ import httpx
 import pytest
 
 from gateway.engine.fake import FakeReply, decode, logprob_at, render_chat
-from gateway.settings import GatewaySettings
+from tests.builders import gateway_settings
 from tests.unit.conftest import start_gateway
 
 WEATHER_TOOL = {
@@ -245,7 +245,7 @@ async def test_unparsable_bodies_are_400(gateway, content):
 
 
 async def test_huge_body_is_413_and_the_store_stays_usable(sqlite_db, fake_engine, fake_engine_server):
-    settings = GatewaySettings(database_url=sqlite_db, engine_url=fake_engine_server.url, max_body_bytes=1000)
+    settings = gateway_settings(sqlite_db, fake_engine_server.url, max_body_bytes=1000)
     async for gateway in start_gateway(settings, fake_engine):
         rollout = await gateway.new_rollout()
         path = f"/r/{rollout['token']}/v1/responses"

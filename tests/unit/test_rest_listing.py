@@ -13,10 +13,9 @@ from sqlalchemy import delete, select
 from typer.testing import CliRunner
 
 from gateway.engine.fake import FakeReply
-from gateway.settings import GatewaySettings
 from gateway.store.tables import LearnerStep, Rollout, Run
 from harnessrl.cli import app as cli
-from tests.builders import call_record
+from tests.builders import call_record, gateway_settings
 from tests.unit.conftest import GatewayHarness, start_gateway
 
 
@@ -290,7 +289,7 @@ async def test_calls_listing_filters_and_pages(gateway, params, keep):
 
 @pytest.fixture
 async def decoding_gateway(sqlite_db, fake_engine, fake_engine_server, tiny_model_dir) -> AsyncIterator[GatewayHarness]:
-    settings = GatewaySettings(database_url=sqlite_db, engine_url=fake_engine_server.url, model_dir=str(tiny_model_dir))
+    settings = gateway_settings(sqlite_db, fake_engine_server.url, model_dir=str(tiny_model_dir))
     async for harness in start_gateway(settings, fake_engine):
         yield harness
 

@@ -8,13 +8,13 @@ from collections.abc import Iterator
 import pytest
 
 from gateway.engine.fake import FakeReply
-from gateway.settings import GatewaySettings
 from harnesses.builtin_agent import BuiltinHarness
 from harnesses.gateway_client import GatewayClient
 from harnesses.reward_functions import load_reward_function
 from harnesses.runner import RunPlan, Runner
 from harnesses.task import Task, builtin_tasks_path, load_tasks
 from harnessrl.server import BackgroundGateway
+from tests.builders import TEST_ADMIN_KEY, gateway_settings
 
 TASKS = load_tasks(builtin_tasks_path())
 OPTIONS = {"isolation": "bwrap" if shutil.which("bwrap") else "subprocess"}
@@ -38,7 +38,7 @@ def solving_script(tasks: list[Task]):
 @pytest.fixture
 def live_gateway(sqlite_db, fake_engine, fake_engine_server) -> Iterator[BackgroundGateway]:
     fake_engine.record_requests = False
-    with BackgroundGateway(GatewaySettings(database_url=sqlite_db, engine_url=fake_engine_server.url)) as gateway:
+    with BackgroundGateway(gateway_settings(sqlite_db, fake_engine_server.url)) as gateway:
         yield gateway
 
 
@@ -52,7 +52,7 @@ def plan(tasks, **overrides) -> RunPlan:
 @needs_bwrap
 async def test_builtin_harness_solves_every_builtin_task_with_the_scripted_engine(live_gateway, fake_engine):
     fake_engine.script = solving_script(TASKS)
-    client = GatewayClient(live_gateway.url)
+    client = GatewayClient(live_gateway.url, TEST_ADMIN_KEY)
     results = await Runner(plan(TASKS, group_size=1), client).run()
     await client.close()
     failed = {r.task: (r.status, r.reward, r.error) for r in results if r.reward != 1.0}
@@ -62,7 +62,7 @@ async def test_builtin_harness_solves_every_builtin_task_with_the_scripted_engin
 @needs_bwrap
 async def test_groups_become_ready_and_reward_functions_add_up(live_gateway, fake_engine, monkeypatch):
     fake_engine.script = solving_script(TASKS)
-    client = GatewayClient(live_gateway.url)
+    client = GatewayClient(live_gateway.url, TEST_ADMIN_KEY)
     bonus = load_reward_function("tests.unit.test_runner:half_point")
     results = await Runner(plan(TASKS[:2], rewards=(bonus,)), client).run()
     assert sorted(r.reward for r in results) == [1.5] * 4
@@ -85,7 +85,7 @@ async def test_a_crashing_agent_fails_its_rollout_and_the_run_goes_on(live_gatew
                 raise RuntimeError("agent binary segfaulted")
             return await super().run(sandbox, task, target, timeout_s)
 
-    client = GatewayClient(live_gateway.url)
+    client = GatewayClient(live_gateway.url, TEST_ADMIN_KEY)
     results = await Runner(plan(TASKS[:2], harness=Crashing(), group_size=1), client).run()
     by_task = {r.task: r for r in results}
     assert by_task[TASKS[0].name].status == "failed" and "segfaulted" in by_task[TASKS[0].name].error
@@ -96,7 +96,7 @@ async def test_a_crashing_agent_fails_its_rollout_and_the_run_goes_on(live_gatew
 @needs_bwrap
 async def test_rerunning_skips_ended_rollouts_and_replaces_interrupted_ones(live_gateway, fake_engine):
     fake_engine.script = solving_script(TASKS)
-    client = GatewayClient(live_gateway.url)
+    client = GatewayClient(live_gateway.url, TEST_ADMIN_KEY)
     # An interrupted earlier runner left (task 0, index 0) running.
     await client.create_rollout("runner-test", TASKS[0].name, "r0", 2, {"harness": "builtin", "round": 0, "index": 0})
     runner = Runner(plan(TASKS[:1]), client)

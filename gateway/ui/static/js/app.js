@@ -1,7 +1,7 @@
 // The viewer's entry point: hash routes to views. Each navigation aborts the previous view's
 // requests, so a slow page can never draw over the one the user moved on to.
 
-import { ApiError } from "./api.js";
+import { ApiError, adminKey, setAdminKey, takeKeyFromUrl } from "./api.js";
 import { errorBox, h } from "./dom.js";
 import { callView } from "./views/call.js";
 import { groupView } from "./views/group.js";
@@ -51,14 +51,31 @@ async function render() {
   window.scrollTo(0, 0);
   try {
     if (!view) throw new ApiError(404, `no page at #${path}`);
+    if (!adminKey()) throw new ApiError(401, "this viewer needs the gateway's admin key");
     await view(ctx);
   } catch (error) {
     if (!live()) return;
-    main.replaceChildren(errorBox(error));
+    main.replaceChildren(...(error instanceof ApiError && error.status === 401 ? keyForm(error) : [errorBox(error)]));
   }
   // Tests and people alike can tell a finished page from one still loading.
   if (live()) main.dataset.state = "ready";
 }
 
-window.addEventListener("hashchange", render);
+/** Asks for the admin key (a wrong or missing one: the API answered 401), then draws the page again. */
+function keyForm(error) {
+  const input = h("input", { type: "password", name: "key", autocomplete: "off", testid: "admin-key-input",
+                             "aria-label": "admin key" });
+  const form = h("form", { class: "key-form", testid: "admin-key-form", onsubmit: (event) => {
+    event.preventDefault();
+    setAdminKey(input.value.trim());
+    render();
+  } },
+  h("label", {}, "Admin key ", input), " ", h("button", { type: "submit" }, "Open"));
+  const hint = h("p", { class: "muted" }, "harnessrl serve prints this page's URL with the key, and keeps the key in "
+                 + "$HARNESSRL_HOME/admin.key. It is kept in this tab only.");
+  return [errorBox(error), form, hint];
+}
+
+window.addEventListener("hashchange", () => { takeKeyFromUrl(); render(); });
+takeKeyFromUrl();
 render();
