@@ -1,19 +1,25 @@
-"""Padding-free packing of variable-length samples into rows under a token budget.
+"""Padding-free packing of variable-length samples into rows under a token budget, flat or as prefix trees.
 
-A row concatenates whole samples; ``position_ids`` restart at 0 for each sample and ``cu_seqlens``
-marks the boundaries, which is what varlen attention (flash-attention; transformers derives it from
-position_ids) needs. Backends without varlen attention take ``block_causal_mask(position_ids)``: each
-token sees only the earlier tokens of its own sample, so a packed row's logits equal the per-sample
-logits (tested on a real transformers model).
+A row is a sequence of nodes (learner.attention.AttentionLayout). Flat packing puts whole samples side
+by side, each attending to itself, positions restarting at 0. Tree packing forwards the prefix that
+samples share once (a group's task prompt; the earlier turns of one rollout's paths): each continuation
+attends to its ancestors and itself, its positions continue from the prefix, so every token's hidden
+state is the one it has when its sample is forwarded alone (tested on real transformers models).
+
+A row carries its loss targets separately from its tokens: one entry per trained token per sample
+(``predictors`` [M] says which row position's hidden state predicts it). A shared token trained in
+several samples (an earlier turn on two paths of one rollout) is an entry of each, with that sample's
+old log-prob and advantage, exactly as if the samples were forwarded one by one.
 
 Conventions:
-- rows are planned first-fit decreasing: samples sorted by length (longest first, ties by index), each
-  put in the first row with room; deterministic for a given input order;
+- units (a tree, or one sample) are planned first-fit decreasing by the tokens they forward; ties by
+  first sample index; deterministic for a given input order;
+- a unit is a tree only if it saves at least ``min_saved_tokens`` over forwarding its samples alone
+  (``tree=False``: always flat); a tree too big for one row is cut into runs of neighbouring samples;
 - a sample longer than ``token_budget`` is *refused* (left out and reported), never truncated: cutting
   its start would train its tokens on a context the sampler never saw, so their log-probs and the
-  importance ratio would be wrong. Set the budget at least to the engine's max model length;
-- the first token of every sample is never trained: nothing in its own sample predicts it, and in a
-  packed row the logits before it belong to the previous sample (see learner.loss alignment).
+  importance ratio would be wrong. The learner defaults the budget to the engine's max model length;
+- the first token of every sample is never trained: nothing in its own sample predicts it.
 """
 
 from __future__ import annotations
@@ -26,6 +32,11 @@ import numpy as np
 import torch
 from torch import Tensor
 
+from learner.attention import AttentionLayout, flat_layout, tree_layout
+from learner.prefix_tree import PrefixTree, build_tree, split_by_budget
+
+MIN_SAVED_TOKENS = 128  # a tree that saves fewer tokens is packed flat (its gathers would cost more)
+
 
 class SampleLike(Protocol):
     """What packing reads from a ``gateway.store.samples.Sample``: numpy arrays [T]."""
@@ -37,17 +48,29 @@ class SampleLike(Protocol):
 
 @dataclass(frozen=True)
 class PackedRow:
-    input_ids: Tensor  # long [L], the samples' tokens concatenated, L <= token_budget
-    position_ids: Tensor  # long [L], 0, 1, ... within each sample
-    loss_mask: Tensor  # bool [L], the samples' loss masks, False at each sample's first token
-    old_logprobs: Tensor  # float32 [L], the sampler's log-probs (0 where not sampled)
-    advantages: Tensor  # float32 [L], each sample's advantage repeated over its tokens
-    cu_seqlens: Tensor  # int32 [n + 1], sample i occupies [cu_seqlens[i], cu_seqlens[i + 1])
+    input_ids: Tensor  # long [L], each node's tokens, L <= token_budget
+    position_ids: Tensor  # long [L], each token's position within its sample(s)
+    layout: AttentionLayout  # which keys each node attends to
+    predictors: Tensor  # long [M], row position of the hidden state that predicts each trained token
+    targets: Tensor  # long [M], the trained tokens
+    old_logprobs: Tensor  # float32 [M], the sampler's log-probs of them
+    advantages: Tensor  # float32 [M], their sample's advantage
+    target_samples: Tensor  # long [M], k: the entry belongs to sample_indices[k]
+    target_offsets: Tensor  # long [M], the entry's token index within its sample
     sample_indices: tuple[int, ...]  # which of the given samples, in row order
+    sample_tokens: int  # the samples' tokens counted one by one: what flat packing forwards
 
     @property
     def num_tokens(self) -> int:
         return int(self.input_ids.shape[0])
+
+    @property
+    def num_targets(self) -> int:
+        return int(self.targets.shape[0])
+
+    @property
+    def is_tree(self) -> bool:
+        return self.layout.kv_index is not None
 
 
 @dataclass(frozen=True)
@@ -59,9 +82,14 @@ class Packing:
     def num_tokens(self) -> int:
         return sum(row.num_tokens for row in self.rows)
 
+    @property
+    def saved_tokens(self) -> int:
+        """Tokens tree packing did not forward compared with flat packing."""
+        return sum(row.sample_tokens - row.num_tokens for row in self.rows)
+
 
 def plan_rows(lengths: Sequence[int], token_budget: int) -> tuple[list[list[int]], list[int]]:
-    """First-fit decreasing: (rows of sample indices, refused indices). Each row sums to <= budget."""
+    """First-fit decreasing: (rows of item indices, refused indices). Each row sums to <= budget."""
     if token_budget < 1:
         raise ValueError(f"token_budget must be positive, got {token_budget}")
     refused = [i for i, n in enumerate(lengths) if n > token_budget or n == 0]
@@ -79,28 +107,85 @@ def plan_rows(lengths: Sequence[int], token_budget: int) -> tuple[list[list[int]
     return rows, refused
 
 
-def pack_samples(samples: Sequence[SampleLike], advantages: Sequence[float], token_budget: int) -> Packing:
+def pack_samples(samples: Sequence[SampleLike], advantages: Sequence[float], token_budget: int,
+                 tree: bool = True, min_saved_tokens: int = MIN_SAVED_TOKENS) -> Packing:
     """Pack samples (each with its advantage) into rows of at most token_budget tokens."""
     if len(samples) != len(advantages):
         raise ValueError(f"{len(samples)} samples but {len(advantages)} advantages")
-    plan, refused = plan_rows([len(s.input_ids) for s in samples], token_budget)
-    rows = tuple(_build_row([samples[i] for i in idx], [advantages[i] for i in idx], tuple(idx)) for idx in plan)
+    if token_budget < 1:
+        raise ValueError(f"token_budget must be positive, got {token_budget}")
+    seqs = [np.asarray(s.input_ids) for s in samples]
+    refused = [i for i, s in enumerate(seqs) if len(s) > token_budget or len(s) == 0]
+    fits = [i for i, s in enumerate(seqs) if 0 < len(s) <= token_budget]
+    units = _units(seqs, fits, token_budget, min_saved_tokens) if tree else [build_tree(seqs, [i]) for i in fits]
+    plan, _ = plan_rows([u.unique_tokens for u in units], token_budget)
+    rows = tuple(_build_row(samples, advantages, [units[u] for u in row]) for row in plan)
     return Packing(rows, tuple(refused))
 
 
-def _build_row(samples: list[SampleLike], advantages: list[float], indices: tuple[int, ...]) -> PackedRow:
-    lengths = [len(s.input_ids) for s in samples]
-    mask = np.concatenate([_trainable_mask(s) for s in samples])
-    cu = np.concatenate([[0], np.cumsum(lengths)])
+def _units(seqs: list[np.ndarray], fits: list[int], budget: int, min_saved: int) -> list[PrefixTree]:
+    """Trees of samples sharing a prefix (one per distinct first token, cut to the budget), or single
+    samples where a tree saves fewer than min_saved tokens."""
+    units: list[PrefixTree] = []
+    whole = build_tree(seqs, fits)
+    for root in (n for n in whole.nodes if n.parent < 0):
+        for run in split_by_budget(seqs, build_tree(seqs, root.members), budget):
+            unit = build_tree(seqs, run)
+            if sum(len(seqs[m]) for m in run) - unit.unique_tokens >= max(min_saved, 1):
+                units.append(unit)
+            else:
+                units.extend(build_tree(seqs, [m]) for m in run)
+    return units
+
+
+def _build_row(samples: Sequence[SampleLike], advantages: Sequence[float], units: list[PrefixTree]) -> PackedRow:
+    ids, positions, ranges, ancestors = [], [], [], []
+    paths: dict[int, np.ndarray] = {}  # sample -> row positions of its tokens
+    order: list[int] = []
+    offset = 0
+    for unit in units:
+        first_node = len(ranges)
+        for n, node in enumerate(unit.nodes):
+            owner = samples[node.members[0]].input_ids
+            ids.append(np.asarray(owner[node.start:node.end]))
+            positions.append(np.arange(node.start, node.end))
+            ranges.append((offset, offset + node.length))
+            ancestors.append([first_node + a for a in unit.ancestors(n)])
+            offset += node.length
+        for m in unit.order:
+            path = unit.path(m)
+            paths[m] = np.concatenate([np.arange(*ranges[first_node + n]) for n in path])
+            order.append(m)
+    flat = all(not a for a in ancestors)
+    layout = flat_layout([e - s for s, e in ranges]) if flat else tree_layout(ranges, ancestors)
+    targets = _targets(samples, advantages, order, paths)
     return PackedRow(
-        input_ids=torch.from_numpy(np.concatenate([s.input_ids for s in samples]).astype(np.int64)),
-        position_ids=torch.from_numpy(np.concatenate([np.arange(n) for n in lengths]).astype(np.int64)),
-        loss_mask=torch.from_numpy(mask),
-        old_logprobs=torch.from_numpy(np.concatenate([s.old_logprobs for s in samples]).astype(np.float32)),
-        advantages=torch.from_numpy(np.repeat(np.asarray(advantages, np.float32), lengths)),
-        cu_seqlens=torch.from_numpy(cu.astype(np.int32)),
-        sample_indices=indices,
+        input_ids=torch.from_numpy(np.concatenate(ids).astype(np.int64)),
+        position_ids=torch.from_numpy(np.concatenate(positions).astype(np.int64)),
+        layout=layout,
+        **targets,
+        sample_indices=tuple(order),
+        sample_tokens=sum(len(samples[m].input_ids) for m in order),
     )
+
+
+def _targets(samples: Sequence[SampleLike], advantages: Sequence[float], order: list[int],
+             paths: dict[int, np.ndarray]) -> dict[str, Tensor]:
+    """One entry per trained token of each sample: predictor position, token, old log-prob, advantage."""
+    parts: dict[str, list[np.ndarray]] = {k: [] for k in ("predictors", "targets", "old_logprobs", "advantages",
+                                                          "target_samples", "target_offsets")}
+    for k, m in enumerate(order):
+        s = samples[m]
+        t = np.flatnonzero(_trainable_mask(s))  # token offsets trained, all >= 1
+        parts["predictors"].append(paths[m][t - 1])
+        parts["targets"].append(np.asarray(s.input_ids)[t])
+        parts["old_logprobs"].append(np.asarray(s.old_logprobs)[t])
+        parts["advantages"].append(np.full(len(t), advantages[m]))
+        parts["target_samples"].append(np.full(len(t), k))
+        parts["target_offsets"].append(t)
+    dtypes = {"old_logprobs": np.float32, "advantages": np.float32}
+    return {k: torch.from_numpy(np.concatenate(v).astype(dtypes.get(k, np.int64)) if v else
+                                np.zeros(0, dtypes.get(k, np.int64))) for k, v in parts.items()}
 
 
 def _trainable_mask(sample: SampleLike) -> np.ndarray:

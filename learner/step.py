@@ -1,6 +1,8 @@
 """One optimizer step of GRPO on packed rows: forward, loss, backward, accumulate, clip, step.
 
-Each packed row is one micro-batch (batch size 1, padding-free). The loss is normalised by the number
+Each packed row is one micro-batch (batch size 1, padding-free), forwarded in memory linear in its
+length (learner.forward: packed attention, log-probs of the trained tokens from the hidden states in
+chunks, activation checkpointing for long rows). The loss is normalised by the number
 of tokens actually trained over the whole step, which is only known once every row has been through
 the importance-ratio mask; so each row back-propagates its *sum* of per-token losses and the summed
 gradients are divided by the final count before clipping. That is exact (gradients are linear) and
@@ -22,8 +24,16 @@ import torch
 from torch import Tensor, nn
 
 from learner.distributed import all_reduce_gradients, all_reduce_stats, sum_over_ranks
-from learner.loss import LossConfig, LossOutput, LossStats, grpo_loss, token_entropy, token_logprobs
-from learner.packing import PackedRow, block_causal_mask
+from learner.forward import (
+    ForwardConfig,
+    causal_lm,
+    chunked_token_logprobs,
+    hidden_states,
+    output_head,
+    packed_mode,
+)
+from learner.loss import LossConfig, LossOutput, LossStats, grpo_loss
+from learner.packing import PackedRow
 
 
 @dataclass(frozen=True)
@@ -31,50 +41,51 @@ class StepConfig:
     loss: LossConfig = field(default_factory=LossConfig)
     max_grad_norm: float = 1.0  # global L2 norm the trainable gradients are clipped to; <= 0: no clipping
     temperature: float = 1.0  # the sampler's temperature, so learner and sampler log-probs compare
-    block_mask: bool = True  # pass block_causal_mask (eager/sdpa); False: rely on position_ids (flash varlen)
+    forward: ForwardConfig = field(default_factory=ForwardConfig)  # attention kernel, chunks, checkpointing
 
 
-def forward_row(model: nn.Module, row: PackedRow, config: StepConfig) -> Tensor:
-    """Logits [1, L, V] of one packed row, each sample attending only to itself."""
+def row_logprobs(model: nn.Module, row: PackedRow, config: StepConfig) -> tuple[Tensor, Tensor]:
+    """Log-probs and entropies float32 [M] of the row's trained tokens (``row.targets``), at the
+    sampler's temperature; the log-probs carry the gradient. Inside ``packed_mode`` (learner.forward)."""
     device = _device(model)
-    positions = row.position_ids.to(device)
-    mask = block_causal_mask(positions, dtype=_dtype(model)) if config.block_mask else None  # built on device
-    return model(input_ids=row.input_ids[None].to(device), position_ids=positions[None], attention_mask=mask).logits
+    hidden = hidden_states(model, row.input_ids.to(device), row.position_ids.to(device), row.layout, config.forward)
+    return chunked_token_logprobs(hidden[row.predictors.to(device)], output_head(causal_lm(model)),
+                                  row.targets.to(device), config.temperature, config.forward.chunk_tokens)
 
 
 def reference_logprobs(model: nn.Module, row: PackedRow, config: StepConfig) -> Tensor:
-    """Log-probs [1, L] of the base model (LoRA adapter disabled) for the KL term; no gradient."""
+    """Log-probs [M] of the base model (LoRA adapter disabled) for the KL term; no gradient."""
     peft_model = getattr(model, "module", model)  # unwrap DDP
     if not hasattr(peft_model, "disable_adapter"):
         raise TypeError("beta > 0 needs a peft model: the reference is the base model with the adapter disabled")
     with torch.no_grad(), peft_model.disable_adapter():
-        logits = forward_row(model, row, config)
-        return token_logprobs(logits, row.input_ids[None].to(logits.device), config.temperature)
+        return row_logprobs(model, row, config)[0]
 
 
-def row_loss(
-    logits: Tensor, row: PackedRow, config: StepConfig, normaliser: float, ref_logprobs: Tensor | None = None
-) -> LossOutput:
-    """The GRPO loss of one row from its logits [1, L, V] (see learner.loss.grpo_loss)."""
-    device = logits.device
-    input_ids = row.input_ids[None].to(device)
-    new = token_logprobs(logits, input_ids, config.temperature)
-    with torch.no_grad():
-        entropy = token_entropy(logits.detach(), config.temperature)
+def row_loss(new_logprobs: Tensor, entropy: Tensor | None, row: PackedRow, config: StepConfig, normaliser: float,
+             ref_logprobs: Tensor | None = None) -> LossOutput:
+    """The GRPO loss of one row from its trained tokens' log-probs [M] (see learner.loss.grpo_loss)."""
+    device = new_logprobs.device
+    every = torch.ones(1, row.num_targets, dtype=torch.bool, device=device)  # entries are trained tokens only
     return grpo_loss(
-        new, row.old_logprobs[None].to(device), row.advantages[None].to(device), row.loss_mask[None].to(device),
-        config.loss, normaliser, ref_logprobs=ref_logprobs, entropy=entropy,
+        new_logprobs[None], row.old_logprobs[None].to(device), row.advantages[None].to(device), every,
+        config.loss, normaliser, ref_logprobs=None if ref_logprobs is None else ref_logprobs[None],
+        entropy=None if entropy is None else entropy[None],
     )
 
 
 def accumulate_gradients(model: nn.Module, rows: list[PackedRow], config: StepConfig) -> LossStats:
     """Back-propagate every row's summed loss into .grad (added to what is there); merged stats."""
     stats = LossStats.empty()
-    for row in rows:
-        ref = reference_logprobs(model, row, config) if config.loss.beta > 0 else None
-        out = row_loss(forward_row(model, row, config), row, config, normaliser=1.0, ref_logprobs=ref)
-        out.loss.backward()
-        stats = stats.merge(out.stats)
+    with packed_mode(model):  # the backward reruns checkpointed layers: it stays inside too
+        for row in rows:
+            if row.num_targets == 0:  # nothing sampled in it: no loss, no gradient, no forward needed
+                continue
+            ref = reference_logprobs(model, row, config) if config.loss.beta > 0 else None
+            new, entropy = row_logprobs(model, row, config)
+            out = row_loss(new, entropy, row, config, normaliser=1.0, ref_logprobs=ref)
+            out.loss.backward()
+            stats = stats.merge(out.stats)
     return stats
 
 
@@ -124,7 +135,3 @@ def _clip(params: list[nn.Parameter], max_norm: float) -> float:
 def _device(model: nn.Module) -> torch.device:
     return next(model.parameters()).device
 
-
-def _dtype(model: nn.Module) -> torch.dtype:
-    """The compute dtype (transformers models say it; LoRA weights may be float32 on a bf16 base)."""
-    return getattr(model, "dtype", None) or next(model.parameters()).dtype

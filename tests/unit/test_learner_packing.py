@@ -5,11 +5,11 @@ from __future__ import annotations
 import numpy as np
 import pytest
 import torch
-from transformers import LlamaConfig, LlamaForCausalLM, Qwen2Config, Qwen2ForCausalLM
 
 from gateway.store.samples import Sample
 from learner.loss import token_logprobs
 from learner.packing import block_causal_mask, pack_samples, pad_samples, plan_rows
+from tests.learner_builders import tiny_base
 
 VOCAB = 64
 
@@ -30,15 +30,7 @@ def random_samples(seed, n, low=2, high=20):
 
 
 def tiny_model(kind: str, attention: str):
-    torch.manual_seed(0)
-    common = dict(vocab_size=VOCAB, hidden_size=64, intermediate_size=128, num_hidden_layers=2,
-                  num_attention_heads=2, num_key_value_heads=1, head_dim=32, max_position_embeddings=128)
-    if kind == "qwen2":
-        model = Qwen2ForCausalLM(Qwen2Config(**common))
-    else:
-        model = LlamaForCausalLM(LlamaConfig(**common))
-    model.config._attn_implementation = attention
-    return model.float().eval()
+    return tiny_base(kind, attention).float().eval()
 
 
 # --- planning -------------------------------------------------------------------------------------
@@ -89,28 +81,31 @@ def test_packed_rows_concatenate_samples_with_restarting_positions():
     advantages = [float(a) for a in np.random.default_rng(3).normal(size=12)]
     packing = pack_samples(samples, advantages, token_budget=32)
     for row in packing.rows:
-        start = 0
-        assert row.cu_seqlens[0] == 0 and row.cu_seqlens[-1] == row.num_tokens <= 32
+        assert not row.is_tree and row.sample_tokens == row.num_tokens <= 32
+        cu = row.layout.cu_q
+        assert cu[0] == 0 and cu[-1] == row.num_tokens and row.layout.kv_index is None
         for k, i in enumerate(row.sample_indices):
             s, n = samples[i], len(samples[i].input_ids)
-            assert row.cu_seqlens[k] == start
-            part = slice(start, start + n)
+            part = slice(int(cu[k]), int(cu[k]) + n)
+            assert int(cu[k + 1]) - int(cu[k]) == n
             assert row.input_ids[part].tolist() == s.input_ids.tolist()
             assert row.position_ids[part].tolist() == list(range(n))
-            want_mask = s.loss_mask.astype(bool).tolist()
-            want_mask[0] = False
-            assert row.loss_mask[part].tolist() == want_mask
-            assert row.old_logprobs[part].tolist() == s.old_logprobs.tolist()
-            assert row.advantages[part].tolist() == pytest.approx([advantages[i]] * n)
-            start += n
-        assert row.input_ids.dtype == row.position_ids.dtype == torch.long and row.loss_mask.dtype == torch.bool
+            mine = row.target_samples == k
+            trained = np.flatnonzero(s.loss_mask.astype(bool))
+            trained = trained[trained > 0]
+            assert row.target_offsets[mine].tolist() == trained.tolist()
+            assert row.predictors[mine].tolist() == (int(cu[k]) + trained - 1).tolist()
+            assert row.targets[mine].tolist() == s.input_ids[trained].tolist()
+            assert row.old_logprobs[mine].tolist() == s.old_logprobs[trained].tolist()
+            assert row.advantages[mine].tolist() == pytest.approx([advantages[i]] * len(trained))
+        assert row.input_ids.dtype == row.position_ids.dtype == row.predictors.dtype == torch.long
 
 
 def test_the_first_token_of_a_sample_is_never_trained():
     sample = Sample((0,), np.array([5, 6, 7], np.int32), np.array([1, 1, 1], np.int8),
                     np.array([-1.0, -1.0, -1.0], np.float32), np.zeros(3, np.int32))
     [row] = pack_samples([sample, sample], [1.0, 1.0], 8).rows
-    assert row.loss_mask.tolist() == [False, True, True, False, True, True]
+    assert row.target_offsets.tolist() == [1, 2, 1, 2] and row.targets.tolist() == [6, 7, 6, 7]
     assert pad_samples([sample], [1.0]).loss_mask.tolist() == [[False, True, True]]
     assert sample.loss_mask.tolist() == [1, 1, 1]  # the sample itself is untouched
 
@@ -154,7 +149,7 @@ def test_packed_logits_equal_per_sample_logits(kind, attention):
                            attention_mask=block_causal_mask(row.position_ids)).logits[0]
             for k, i in enumerate(row.sample_indices):
                 alone = model(input_ids=torch.from_numpy(samples[i].input_ids).long()[None]).logits[0]
-                start, end = int(row.cu_seqlens[k]), int(row.cu_seqlens[k + 1])
+                start, end = int(row.layout.cu_q[k]), int(row.layout.cu_q[k + 1])
                 torch.testing.assert_close(packed[start:end], alone, atol=1e-5, rtol=1e-5)
 
 
@@ -168,7 +163,7 @@ def test_a_plain_causal_mask_would_leak_across_samples():
     with torch.no_grad():
         leaky = model(input_ids=row.input_ids[None], position_ids=row.position_ids[None], attention_mask=causal).logits
         alone = model(input_ids=torch.from_numpy(samples[row.sample_indices[1]].input_ids).long()[None]).logits
-    second = slice(int(row.cu_seqlens[1]), length)
+    second = slice(int(row.layout.cu_q[1]), length)
     assert not torch.allclose(leaky[0, second], alone[0], atol=1e-3)
 
 
@@ -182,11 +177,9 @@ def test_packed_and_padded_batches_give_the_same_logprobs_on_trained_tokens():
         want = token_logprobs(logits, padded.input_ids)
         for row in packing.rows:
             packed_logits = model(input_ids=row.input_ids[None], position_ids=row.position_ids[None],
-                                  attention_mask=block_causal_mask(row.position_ids)).logits
-            got = token_logprobs(packed_logits, row.input_ids[None])[0]
-            for k, i in enumerate(row.sample_indices):
-                start, end = int(row.cu_seqlens[k]), int(row.cu_seqlens[k + 1])
-                trained = row.loss_mask[start:end]
-                assert torch.equal(trained, padded.loss_mask[i, : end - start])
-                torch.testing.assert_close(got[start:end][trained], want[i, : end - start][trained],
-                                           atol=1e-5, rtol=1e-5)
+                                  attention_mask=block_causal_mask(row.position_ids)).logits[0]
+            got = torch.log_softmax(packed_logits[row.predictors], -1).gather(-1, row.targets[:, None])[:, 0]
+            sample = torch.tensor(row.sample_indices)[row.target_samples]
+            assert padded.loss_mask[sample, row.target_offsets].all()
+            assert int(padded.loss_mask.sum()) == sum(r.num_targets for r in packing.rows)
+            torch.testing.assert_close(got, want[sample, row.target_offsets], atol=1e-5, rtol=1e-5)

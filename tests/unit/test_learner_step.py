@@ -4,53 +4,14 @@ from __future__ import annotations
 
 import math
 
-import numpy as np
 import pytest
 import torch
-from peft import LoraConfig, get_peft_model
-from transformers import Qwen2Config, Qwen2ForCausalLM
 
-from gateway.store.samples import Sample
+from learner.forward import causal_lm, chunked_token_logprobs, output_head
 from learner.loss import LossConfig, grpo_loss, token_logprobs
 from learner.packing import pack_samples, pad_samples
-from learner.step import StepConfig, accumulate_gradients, forward_row, row_loss, train_step
-
-VOCAB = 64
-
-
-def lora_model(seed=0):
-    torch.manual_seed(seed)
-    config = Qwen2Config(vocab_size=VOCAB, hidden_size=64, intermediate_size=128, num_hidden_layers=2,
-                         num_attention_heads=2, num_key_value_heads=1, head_dim=32, max_position_embeddings=128)
-    base = Qwen2ForCausalLM(config)
-    base.config._attn_implementation = "eager"
-    lora = LoraConfig(r=8, lora_alpha=16, lora_dropout=0.0, target_modules=["q_proj", "k_proj", "v_proj", "o_proj"])
-    model = get_peft_model(base, lora)
-    return model
-
-
-def on_policy_samples(model, seed, n=5, low=6, high=14):
-    """Samples whose old log-probs are the model's own, so every ratio starts at 1."""
-    rng = np.random.default_rng(seed)
-    samples = []
-    for _ in range(n):
-        length = int(rng.integers(low, high))
-        ids = rng.integers(0, VOCAB, length)
-        mask = np.zeros(length, np.int8)
-        mask[int(rng.integers(1, length - 1)):] = 1
-        with torch.no_grad():
-            lp = token_logprobs(model(input_ids=torch.from_numpy(ids)[None]).logits, torch.from_numpy(ids)[None])[0]
-        old = np.where(mask == 1, lp.numpy(), 0).astype(np.float32)
-        samples.append(Sample((0,), ids.astype(np.int32), mask, old, np.where(mask == 1, 0, -1).astype(np.int32)))
-    return samples
-
-
-def grads(model):
-    return {n: p.grad.clone() for n, p in model.named_parameters() if p.requires_grad and p.grad is not None}
-
-
-def adapter(model):
-    return {n: p.detach().clone() for n, p in model.named_parameters() if p.requires_grad}
+from learner.step import StepConfig, accumulate_gradients, train_step
+from tests.learner_builders import adapter, grads, lora_model, on_policy_samples
 
 
 def test_one_step_with_positive_advantages_lowers_the_loss_on_the_batch():
@@ -71,32 +32,33 @@ def test_one_step_with_positive_advantages_lowers_the_loss_on_the_batch():
     assert before["tokens"] == sum(r.num_tokens for r in rows) and before["rows"] == len(rows)
 
 
-def test_untrained_tokens_send_no_gradient_to_the_logits():
+def test_untrained_tokens_send_no_gradient_to_the_hidden_states():
     model = lora_model()
     [row, *_] = pack_samples(on_policy_samples(model, 1), [1.0, -0.5, 2.0, 0.3, -1.0], token_budget=40).rows
-    logits = forward_row(model, row, StepConfig())
-    logits.retain_grad()
-    row_loss(logits, row, StepConfig(), normaliser=1.0).loss.backward()
-    # logits at t-1 predict token t: their gradient is nonzero exactly where token t is trained
+    with torch.no_grad():
+        hidden = causal_lm(model)(input_ids=row.input_ids[None], output_hidden_states=True).hidden_states[-1][0]
+    hidden = hidden.clone().requires_grad_()
+    new, _ = chunked_token_logprobs(hidden[row.predictors], output_head(causal_lm(model)), row.targets, chunk_tokens=4)
+    every = torch.ones(1, row.num_targets, dtype=torch.bool)
+    grpo_loss(new[None], row.old_logprobs[None], row.advantages[None], every, LossConfig(), 1.0).loss.backward()
+    # the hidden state at t-1 predicts token t: its gradient is nonzero exactly where token t is trained
     predicts_trained = torch.zeros(row.num_tokens, dtype=torch.bool)
-    predicts_trained[:-1] = row.loss_mask[1:]
-    per_position = logits.grad[0].abs().sum(-1)
+    predicts_trained[row.predictors] = True
+    per_position = hidden.grad.abs().sum(-1)
     assert (per_position[~predicts_trained] == 0).all()
     assert (per_position[predicts_trained] > 0).all()
 
 
 def test_garbage_at_untrained_positions_leaves_the_gradients_unchanged():
     model = lora_model()
-    rows = pack_samples(on_policy_samples(model, 2), [1.0, -1.0, 0.5, 2.0, -0.3], token_budget=40).rows
-    accumulate_gradients(model, rows, StepConfig())
+    samples = on_policy_samples(model, 2)
+    advantages = [1.0, -1.0, 0.5, 2.0, -0.3]
+    accumulate_gradients(model, list(pack_samples(samples, advantages, token_budget=40).rows), StepConfig())
     clean = grads(model)
     model.zero_grad(set_to_none=True)
-    dirty_rows = []
-    for row in rows:
-        old, adv = row.old_logprobs.clone(), row.advantages.clone()
-        old[~row.loss_mask], adv[~row.loss_mask] = math.nan, math.nan
-        dirty_rows.append(type(row)(**{**row.__dict__, "old_logprobs": old, "advantages": adv}))
-    accumulate_gradients(model, dirty_rows, StepConfig())
+    for s in samples:
+        s.old_logprobs[s.loss_mask == 0] = math.nan
+    accumulate_gradients(model, list(pack_samples(samples, advantages, token_budget=40).rows), StepConfig())
     dirty = grads(model)
     assert clean.keys() == dirty.keys() and all(torch.equal(clean[k], dirty[k]) for k in clean)
 
@@ -148,7 +110,7 @@ def test_the_step_gradient_is_the_per_trained_token_mean():
     samples = on_policy_samples(model, 7, n=6)
     advantages = [1.0, -1.0, 0.5, -0.5, 2.0, -2.0]
     rows = pack_samples(samples, advantages, token_budget=30).rows
-    trained = sum(int(r.loss_mask.sum()) for r in rows)  # on policy: no token is masked by its ratio
+    trained = sum(r.num_targets for r in rows)  # on policy: no token is masked by its ratio
     reference, _ = padded_reference_grads(model, samples, advantages, float(trained))
     want_norm = torch.sqrt(sum((g.double() ** 2).sum() for g in reference.values())).item()
     optimizer = torch.optim.SGD([p for p in model.parameters() if p.requires_grad], lr=0.0)
