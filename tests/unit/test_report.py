@@ -37,9 +37,9 @@ async def store(sqlite_db: str) -> AsyncIterator[Store]:
 
 
 async def add_rollout(store: Store, run: str, task: str, reward: float | None, calls: list[tuple[int, int, float]],
-                      group_size: int = 4) -> int:
+                      group_size: int = 4, group: str | None = None) -> int:
     """A rollout with one call per (policy_version, output tokens, seconds after START)."""
-    identity = await store.create_rollout(run, task, group_size=group_size)
+    identity = await store.create_rollout(run, task, group, group_size=group_size)
     ids = await store.insert_calls([call_record(identity.rollout_id, policy_version=version, output_ids=[7] * n,
                                                 output_logprobs=[-0.1] * n) for version, n, _ in calls])
     async with store.sessions.begin() as session:
@@ -60,7 +60,8 @@ async def build_run(store: Store, steps: int = 6) -> None:
         calls = [(version, int(rng.integers(3, 40)), at)]
         if k % 5 == 0:  # a second turn, served after the next hot swap: the rollout stays pinned to the first
             calls.append((version + 1, int(rng.integers(3, 40)), at + 7.5))
-        await add_rollout(store, RUN, f"task-{k % 4}", float(rng.choice([0.0, 0.5, 1.0])), calls)
+        await add_rollout(store, RUN, f"task-{k % 4}", float(rng.choice([0.0, 0.5, 1.0])), calls,
+                          group=f"round-{k // 16}")  # a group takes its 4 rollouts, no more
     await add_rollout(store, RUN, "unscored", None, [(0, 11, 3.0)])  # counts for throughput, not reward
     await add_rollout(store, "other-run", "t", 1.0, [(0, 99, 1.0)])  # another run: never counted
     run_id = await run_id_of(store, RUN)
