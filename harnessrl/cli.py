@@ -231,6 +231,11 @@ def run_rollouts(
     reward: Annotated[Optional[list[str]], typer.Option(help="module:function, repeatable")] = None,
     capture: Annotated[Optional[str], typer.Option(help="engine | tito, for a new run")] = None,
     memory_gib: Annotated[float, typer.Option(help="Memory limit per sandbox")] = 2.0,
+    temperature: Annotated[Optional[float], typer.Option(
+        min=0.01, max=2.0, help="Sampling temperature of a new run, applied to every call [default: 1.0; "
+                                "a run keeps its own]")] = None,
+    top_p: Annotated[Optional[float], typer.Option(
+        min=0.01, max=1.0, help="Nucleus sampling top_p of a new run [default: 1.0]")] = None,
     allow_unisolated: Annotated[bool, typer.Option(
         help="Without bubblewrap, run local sandboxes as plain subprocesses: the agent sees this user's "
              "files and network (trusted agents only)")] = False,
@@ -244,10 +249,17 @@ def run_rollouts(
     try:
         summary = asyncio.run(launch_run(tasks, run, harness, group_size, concurrency, sandbox, gateway,
                                          key, reward or [], capture, memory_gib,
+                                         sampling=_sampling(temperature, top_p),
                                          allow_unisolated=allow_unisolated))
     except (ValueError, RuntimeError) as exc:  # bad tasks, harness, reward spec, unreachable gateway
         raise fail(str(exc)) from None
     console.print(summary)
+
+
+def _sampling(temperature: float | None, top_p: float | None) -> dict | None:
+    """The run's sampling as POST /api/rollouts takes it; None leaves it to the run (or the defaults)."""
+    asked = {"temperature": temperature, "top_p": top_p}
+    return {name: value for name, value in asked.items() if value is not None} or None
 
 
 @app.command("ls")
