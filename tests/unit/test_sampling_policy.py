@@ -139,3 +139,23 @@ def test_engine_sampling_leaves_adhoc_bodies_alone_and_sets_a_runs_settings():
     assert engine_sampling(body, body, None) is body
     fixed = engine_sampling({"model": "m", "temperature": 0.2, "presence_penalty": 0}, {}, SamplingSettings(0.5, 1.0))
     assert fixed == {"model": "m", "temperature": 0.5, "top_p": 1.0}
+
+
+def test_harnessrl_run_passes_temperature_and_top_p_as_the_new_runs_sampling(monkeypatch, tmp_path):
+    from typer.testing import CliRunner
+
+    import harnesses.launch
+    from harnessrl.cli import app
+
+    seen = {}
+
+    async def launch_run(*args, sampling=None, **kwargs):
+        seen["sampling"] = sampling
+        return "done"
+
+    monkeypatch.setattr(harnesses.launch, "launch_run", launch_run)
+    command = ["run", "--tasks", str(tmp_path / "t.jsonl"), "--run", "r", "--admin-key", "k"]
+    assert CliRunner().invoke(app, [*command, "--temperature", "0.7"]).exit_code == 0
+    assert seen["sampling"] == {"temperature": 0.7}
+    assert CliRunner().invoke(app, command).exit_code == 0
+    assert seen["sampling"] is None  # the run's own settings (defaults for a new run)
