@@ -74,12 +74,16 @@ def create_app(settings: GatewaySettings, engine: EngineClient | None = None) ->
     async def metrics(state: StateDep) -> Response:
         if state.policy is not None:
             state.metrics.policy_version.set(state.policy.current_version)
+        if state.settings.engine_dtype is not None:
+            state.metrics.engine_dtype.labels(state.settings.engine_dtype).set(1)
         return Response(state.metrics.exposition(), media_type=CONTENT_TYPE_LATEST)
 
     @app.get("/health", tags=["admin"])
     async def health(state: StateDep) -> JSONResponse:
         engine_ok = await state.engine.health()
-        return JSONResponse({"status": "ok" if engine_ok else "engine_unavailable", "engine": engine_ok},
+        return JSONResponse({"status": "ok" if engine_ok else "engine_unavailable", "engine": engine_ok,
+                             "engine_dtype": state.settings.engine_dtype,
+                             "engine_dtype_reason": state.settings.engine_dtype_reason},
                             status_code=200 if engine_ok else 503)
 
     return app

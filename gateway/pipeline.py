@@ -16,6 +16,7 @@ import numpy as np
 from gateway.callgraph import CallGraphIndex, GraphNode
 from gateway.engine.client import EngineClient
 from gateway.errors import EngineError
+from gateway.engine_clock import EngineClock
 from gateway.metrics import GatewayMetrics
 from gateway.policy import PolicyRegistry, ResolvedModel
 from gateway.sampling import engine_sampling, sampled_with
@@ -35,10 +36,12 @@ class RecordedAnswer:
 class ChatPipeline:
     def __init__(self, engine: EngineClient, policy: PolicyRegistry, writer: CallWriter,
                  graph: CallGraphIndex, tito: Callable[[], Awaitable[TitoEngine]] | None = None,
-                 max_model_len: int | None = None, metrics: GatewayMetrics | None = None):
+                 max_model_len: int | None = None, metrics: GatewayMetrics | None = None,
+                 engine_clock: EngineClock | None = None):
         self.engine, self.policy, self.writer, self.graph = engine, policy, writer, graph
         self._tito, self.max_model_len = tito, max_model_len
         self.metrics = metrics or GatewayMetrics()
+        self.engine_clock = engine_clock or EngineClock()
 
     async def chat(self, chat_body: dict, identity: RolloutIdentity, dialect: str,
                    client_request: dict, top_logprobs: int = 0) -> RecordedAnswer:
@@ -52,12 +55,12 @@ class ChatPipeline:
         if identity.capture == "tito" and self._tito is not None:
             tito = await self._tito()
             answer, latency_ms = await self._timed(tito.chat(chat_body, resolved.engine_model, identity.rollout_id,
-                                                        self.max_model_len, top_logprobs))
+                                                        self.max_model_len, top_logprobs), identity)
         else:
             body = {**chat_body, "model": resolved.engine_model, "stream": False, "return_token_ids": True,
                     "logprobs": True, "top_logprobs": top_logprobs}
             body.pop("stream_options", None)
-            answer, latency_ms = await self._timed(self.engine.chat(body))
+            answer, latency_ms = await self._timed(self.engine.chat(body), identity)
         choice = only_choice(answer)
         logprobs = [entry["logprob"] for entry in (choice.get("logprobs") or {}).get("content") or []]
         record = _record(identity, dialect, client_request, resolved, answer, latency_ms,
@@ -74,19 +77,21 @@ class ChatPipeline:
         body = {**completion_body, "model": resolved.engine_model, "stream": False,
                 "return_token_ids": True, "logprobs": logprobs}
         body.pop("stream_options", None)
-        answer, latency_ms = await self._timed(self.engine.completions(body))
+        answer, latency_ms = await self._timed(self.engine.completions(body), identity)
         choice = only_choice(answer)
         token_logprobs = (choice.get("logprobs") or {}).get("token_logprobs") or []
         record = _record(identity, "completions", client_request, resolved, answer, latency_ms,
                          choice.get("prompt_token_ids"), choice, token_logprobs, sampled_with(completion_body))
         return await self._commit(identity, record, answer, resolved, [])
 
-    async def _timed(self, awaitable) -> tuple[dict, float]:
-        """The engine's answer and its round trip in milliseconds, counted as in flight meanwhile."""
+    async def _timed(self, awaitable, identity: RolloutIdentity) -> tuple[dict, float]:
+        """The engine's answer and its round trip in milliseconds, counted as in flight meanwhile
+        (and on the rollout's engine clock)."""
         self.metrics.in_flight.inc()
         started = time.perf_counter()
         try:
-            return await awaitable, (time.perf_counter() - started) * 1000.0
+            with self.engine_clock.timing(identity.rollout_id):
+                return await awaitable, (time.perf_counter() - started) * 1000.0
         finally:
             self.metrics.in_flight.dec()
 

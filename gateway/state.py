@@ -13,6 +13,7 @@ from gateway.adapters import restore_adapters
 from gateway.callgraph import CallGraphIndex
 from gateway.decoding import TokenDecoder, tokenizer_folder
 from gateway.engine.client import EngineClient
+from gateway.engine_clock import EngineClock
 from gateway.errors import EngineUnavailable, GatewayError, InvalidRequest
 from gateway.identity import require_admin, require_served_host
 from gateway.metrics import GatewayMetrics
@@ -36,6 +37,7 @@ class GatewayState:
     graph: CallGraphIndex = field(init=False)
     served_hosts: frozenset[str] = field(init=False)  # the Host names this gateway answers to
     metrics: GatewayMetrics = field(default_factory=GatewayMetrics)
+    engine_clock: EngineClock = field(default_factory=EngineClock)  # per rollout, for engine-paced budgets
     model_root: str | None = None  # the engine's model folder, as /v1/models reports it
     _tito: TitoEngine | None = None
     _decoder: TokenDecoder | None = None
@@ -61,7 +63,8 @@ class GatewayState:
 
     async def pipeline(self) -> ChatPipeline:
         return ChatPipeline(self.engine, await self.ensure_policy(), self.writer, self.graph,
-                            tito=self.tito, max_model_len=self.max_model_len, metrics=self.metrics)
+                            tito=self.tito, max_model_len=self.max_model_len, metrics=self.metrics,
+                            engine_clock=self.engine_clock)
 
     async def tito(self) -> TitoEngine:
         """The tito renderer, loaded on first use (tokenizer and template of the model folder)."""

@@ -83,6 +83,9 @@ def serve(
     max_model_len: int = 4096,
     max_lora_rank: int = 16,
     engine_start_timeout: float = 900.0,
+    dtype: Annotated[str, typer.Option(
+        help="Serving dtype of the managed vLLM: auto (bfloat16 on GPUs and CPUs with native bf16, else "
+             "float32), float32, bfloat16 or float16")] = "auto",
     admin_key: Annotated[Optional[str], typer.Option(
         envvar="HARNESSRL_ADMIN_KEY", help="The control plane's key (/api, /admin, the viewer's data) "
                                            "[default: $HARNESSRL_HOME/admin.key, created on first start]")] = None,
@@ -107,8 +110,9 @@ def serve(
     _upgrade(url)
     engine = None
     if model is not None:
+        choice = _engine_dtype(dtype)
         launch = EngineLaunch(model_dir=model.resolve(), port=engine_port or free_port(),
-                              max_model_len=max_model_len, max_lora_rank=max_lora_rank)
+                              max_model_len=max_model_len, max_lora_rank=max_lora_rank, dtype=choice.dtype)
         try:
             engine = EngineProcess.vllm(launch, logs_dir() / f"engine-{launch.port}.log")
             with console.status(f"starting vLLM on {engine.url} (log: {engine.log_path})"):
@@ -119,7 +123,8 @@ def serve(
             raise fail(str(exc)) from None
         engine_url = engine.url
     model_dir = model or tokenizer
-    settings = GatewaySettings(database_url=url, engine_url=engine_url, public_model=public_model,
+    dtype_info = {"engine_dtype": choice.dtype, "engine_dtype_reason": choice.reason} if model is not None else {}
+    settings = GatewaySettings(**dtype_info, database_url=url, engine_url=engine_url, public_model=public_model,
                                require_token=require_token, admin_key=key, max_staleness=max_staleness,
                                allowed_hosts=_served_names(host, allowed_host or []),
                                model_dir=str(model_dir.resolve()) if model_dir else None,
@@ -153,6 +158,17 @@ def _print_viewer_url(host: str, port: int, key: str, from_file: bool) -> None:
     if from_file:
         console.print(f"admin key: {admin_key_path()}; run, train, ls and the other commands read it there",
                       markup=False, highlight=False, soft_wrap=True)
+
+
+def _engine_dtype(requested: str):
+    """The managed engine's dtype for this machine, logged with its reason."""
+    from harnessrl.hardware import machine_dtype
+    try:
+        choice = machine_dtype(requested)
+    except ValueError as exc:
+        raise fail(str(exc)) from None
+    console.print(f"engine dtype {choice.reason}")
+    return choice
 
 
 def _serve_until_stopped(server, engine) -> int:
@@ -231,6 +247,9 @@ def run_rollouts(
     reward: Annotated[Optional[list[str]], typer.Option(help="module:function, repeatable")] = None,
     capture: Annotated[Optional[str], typer.Option(help="engine | tito, for a new run")] = None,
     memory_gib: Annotated[float, typer.Option(help="Memory limit per sandbox")] = 2.0,
+    wall_factor: Annotated[float, typer.Option(
+        min=1.0, help="Wall-clock ceiling per rollout, in multiples of the task's agent budget (the "
+                      "budget counts the agent's own time; time in model calls is the engine's)")] = 10.0,
     temperature: Annotated[Optional[float], typer.Option(
         min=0.01, max=2.0, help="Sampling temperature of a new run, applied to every call [default: 1.0; "
                                 "a run keeps its own]")] = None,
@@ -248,7 +267,7 @@ def run_rollouts(
     key = _admin_key(admin_key)
     try:
         summary = asyncio.run(launch_run(tasks, run, harness, group_size, concurrency, sandbox, gateway,
-                                         key, reward or [], capture, memory_gib,
+                                         key, reward or [], capture, memory_gib, wall_factor=wall_factor,
                                          sampling=_sampling(temperature, top_p),
                                          allow_unisolated=allow_unisolated))
     except (ValueError, RuntimeError) as exc:  # bad tasks, harness, reward spec, unreachable gateway

@@ -124,6 +124,9 @@ class RolloutView(RolloutSummary):
     rewards: dict[str, float | None]
     num_calls: int
     graph: GraphStats
+    # Seconds its model calls spent in the engine (in-flight ones included, parallel ones once), as
+    # this gateway measured them: the runner charges an agent its wall time minus this.
+    engine_s: float = 0.0
 
 
 class CallView(BaseModel):

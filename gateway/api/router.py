@@ -73,7 +73,14 @@ async def get_rollout(rollout_id: Int64, state: StateDep) -> RolloutView:
     return RolloutView(id=rollout.id, run=run, task=task, group=group, group_id=rollout.group_id, status=rollout.status,
                        reward=rollout.reward, rewards=rollout.rewards or {}, error=rollout.error, meta=rollout.meta,
                        num_calls=num_calls, graph=graph, created_at=rollout.created_at,
-                       finished_at=rollout.finished_at)
+                       finished_at=rollout.finished_at, engine_s=state.engine_clock.seconds(rollout_id))
+
+
+def _request_id(in_body: str | None, header: str | None) -> str | None:
+    if in_body is not None and header is not None and in_body != header:
+        raise InvalidRequest("request_id and the Idempotency-Key header differ: send one of them",
+                             param="request_id")
+    return in_body or header
 
 
 async def add_rollout_reward(rollout_id: Int64, body: AddReward, state: AdminStateDep) -> RolloutView:
@@ -97,6 +104,7 @@ async def finish_rollout(rollout_id: Int64, body: FinishRollout, state: AdminSta
         raise Conflict(str(exc)) from None
     if not found:
         raise NotFound(f"rollout {rollout_id} not found")
+    state.engine_clock.forget(rollout_id)
     return await get_rollout(rollout_id, state)
 
 
