@@ -17,11 +17,13 @@ from dataclasses import MISSING, asdict, dataclass, fields, replace
 from pathlib import Path
 from typing import Any
 
+from learner.attention import KERNELS
+from learner.forward import ForwardConfig
 from learner.loss import LossConfig
 from learner.step import StepConfig
 
 SCHEDULERS = ("constant", "linear", "cosine")
-DTYPES = ("float32", "bfloat16", "float16")
+DTYPES = ("auto", "float32", "bfloat16", "float16")
 ALL_LINEAR = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj")
 
 
@@ -33,8 +35,11 @@ class ConfigError(ValueError):
 class LearnerConfig:
     # --- model and adapter -------------------------------------------------------------------
     model_dir: str = ""  # Hugging Face folder of the base model the engine serves (required)
-    dtype: str = "float32"  # training dtype of the base weights; LoRA weights follow it
-    attn_implementation: str = "sdpa"  # must take a 4D mask (sdpa, eager): packed rows use a block mask
+    # training dtype of the base weights: auto = bfloat16 on CUDA, float32 on CPU (LoRA weights stay float32)
+    dtype: str = "auto"
+    device: str = "auto"  # auto: cuda:<LOCAL_RANK> when CUDA is available, else cpu
+    # packed attention kernel (learner.attention): auto = flash varlen on CUDA with flash_attn installed, else sdpa
+    attn_implementation: str = "auto"
     lora_rank: int = 16  # must not exceed the engine's --max-lora-rank (serve's default 16)
     lora_alpha: int = 32
     lora_dropout: float = 0.0  # 0 keeps the learner's log-probs those of the policy the engine sampled
@@ -51,8 +56,16 @@ class LearnerConfig:
     # --- batches -----------------------------------------------------------------------------
     groups_per_step: int = 4  # ready groups per optimizer step (the step waits until that many are ready)
     # Tokens per packed row, i.e. per micro-batch: gradients accumulate over every row of a step.
-    # A sample longer than this is refused (counted), never truncated: set it >= the engine's max model len.
-    token_budget: int = 4096
+    # A sample longer than this is refused (counted), never truncated. 0: the engine's max model length
+    # (read from the gateway's GET /v1/models at start; 32768 when no gateway says it).
+    token_budget: int = 0
+    tree_packing: bool = True  # samples sharing a prefix (a group's prompt) forward it once (learner.packing)
+    min_saved_tokens: int = 128  # a tree saving fewer tokens than this is packed flat
+    activation_checkpointing: bool = True  # recompute layer activations in the backward for long rows
+    # rows at least this long are checkpointed; 0 = every row (measured on SmolLM2: one 1k-token row needs
+    # +1.0 GB checkpointed, +2.3 GB not)
+    checkpoint_min_tokens: int = 1024
+    chunk_tokens: int = 512  # positions per chunk of the output layer (chunk_tokens x vocab logits at once)
     include_side: bool = False  # also train on side calls (titles, summaries)
     temperature: float = 1.0  # the sampler's temperature, so learner and engine log-probs compare
     # --- loss (learner.loss.LossConfig) --------------------------------------------------------
@@ -93,7 +106,11 @@ class LearnerConfig:
                           is_max=self.is_max, beta=self.beta)
 
     def step(self) -> StepConfig:
-        return StepConfig(loss=self.loss(), max_grad_norm=self.max_grad_norm, temperature=self.temperature)
+        forward = ForwardConfig(kernel=self.attn_implementation, chunk_tokens=self.chunk_tokens,
+                                checkpoint_min_tokens=self.checkpoint_min_tokens,
+                                activation_checkpointing=self.activation_checkpointing)
+        return StepConfig(loss=self.loss(), max_grad_norm=self.max_grad_norm, temperature=self.temperature,
+                          forward=forward)
 
     def publishes_at(self, step: int) -> bool:
         return step > 0 and step % self.weight_sync_steps == 0
@@ -105,12 +122,13 @@ class LearnerConfig:
 
 
 def _validate(c: LearnerConfig) -> None:
-    positive = ("lora_rank", "lora_alpha", "groups_per_step", "token_budget", "weight_sync_steps",
-                "checkpoint_every", "keep_checkpoints")
+    positive = ("lora_rank", "lora_alpha", "groups_per_step", "weight_sync_steps", "checkpoint_every",
+                "keep_checkpoints", "chunk_tokens")
     for name in positive:
         if getattr(c, name) < 1:
             raise ConfigError(f"{name} must be at least 1, got {getattr(c, name)}")
-    for name in ("max_staleness", "warmup_steps", "max_steps", "publish_retries", "weight_decay", "beta"):
+    for name in ("max_staleness", "warmup_steps", "max_steps", "publish_retries", "weight_decay", "beta",
+                 "token_budget", "min_saved_tokens", "checkpoint_min_tokens"):
         if getattr(c, name) < 0:
             raise ConfigError(f"{name} must not be negative, got {getattr(c, name)}")
     if not (c.lr > 0 and math.isfinite(c.lr)):
@@ -122,6 +140,9 @@ def _validate(c: LearnerConfig) -> None:
                           f"set max_steps, or scheduler = 'constant'")
     if c.dtype not in DTYPES:
         raise ConfigError(f"dtype must be one of {', '.join(DTYPES)}, got {c.dtype!r}")
+    if c.attn_implementation not in KERNELS:
+        raise ConfigError(f"attn_implementation must be one of {', '.join(KERNELS)} (packed attention, "
+                          f"learner.attention), got {c.attn_implementation!r}")
     if not 0 < c.is_min <= 1 <= c.is_max:
         raise ConfigError(f"need 0 < is_min <= 1 <= is_max, got is_min={c.is_min}, is_max={c.is_max}")
     if c.epsilon <= 0 or c.epsilon_high <= 0 or c.temperature <= 0 or c.poll_interval_s <= 0:

@@ -30,14 +30,14 @@ from learner.attention import (
     resolve_kernel,
 )
 
-DEFAULT_CHUNK_TOKENS = 1024  # output-layer rows per chunk: chunk_tokens x V float32 logits at a time
+DEFAULT_CHUNK_TOKENS = 512  # output-layer rows per chunk: chunk_tokens x V float32 logits at a time
 
 
 @dataclass(frozen=True)
 class ForwardConfig:
     kernel: str = "auto"  # packed attention kernel: auto | sdpa | flash (learner.attention.resolve_kernel)
     chunk_tokens: int = DEFAULT_CHUNK_TOKENS
-    checkpoint_min_tokens: int = 2048  # rows at least this long recompute layer activations; 0: every row
+    checkpoint_min_tokens: int = 1024  # rows at least this long recompute layer activations; 0: every row
     activation_checkpointing: bool = True  # False: keep every activation (fastest, memory grows with L)
 
 

@@ -28,11 +28,16 @@ import signal
 import threading
 import time
 from collections.abc import Callable
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 
 from gateway.store.store import Store
-from learner.checkpoint import load_checkpoint, prune_checkpoints, remove_orphans, save_checkpoint
+from learner.checkpoint import (
+    load_checkpoint,
+    prune_checkpoints,
+    remove_orphans,
+    save_checkpoint,
+)
 from learner.config import LearnerConfig
 from learner.groups import (
     CheckpointRecord,
@@ -48,6 +53,7 @@ from learner.groups import (
     ready_group_ids,
     run_temperature,
 )
+from learner.memory import memory_estimate
 from learner.metrics import Metrics, MetricsSink, step_metrics
 from learner.prometheus import LearnerExporter
 from learner.publish import GatewayUnreachable, Publisher
@@ -55,6 +61,7 @@ from learner.ranks import tell_followers
 from learner.trainer import Trainer, build_trainer, train_batch
 
 logger = logging.getLogger("learner")
+FALLBACK_TOKEN_BUDGET = 32768  # token_budget = 0 with no gateway to ask (publish = false)
 
 
 class LearnerError(RuntimeError):
@@ -103,6 +110,8 @@ async def run_learner(config: LearnerConfig, store: Store, run: str, *, publishe
     sink = None
     try:
         trainer = await asyncio.to_thread(build_trainer, config)  # under torchrun, with the other ranks
+        config = await resolve_token_budget(config, publisher, trainer)
+        tell_followers("budget", config.token_budget)
         run_id = await _wait_for_run(store, run, config, stop)
         if run_id is None:
             return LearnerResult(0, 0, "stopped")
@@ -186,6 +195,26 @@ def _exporter(config: LearnerConfig) -> LearnerExporter | None:
                            f"set metrics_port to a free port, or 0 for none") from None
     logger.info("Prometheus metrics on http://127.0.0.1:%d/metrics", config.metrics_port)
     return exporter
+
+
+async def resolve_token_budget(config: LearnerConfig, publisher: Publisher | None, trainer: Trainer) -> LearnerConfig:
+    """token_budget = 0: the engine's max model length (the gateway reports it), else FALLBACK_TOKEN_BUDGET.
+    Logs how long a sample fits in the memory the learner has (learner.memory)."""
+    budget, source = config.token_budget, "config"
+    if budget == 0:
+        try:
+            served = await publisher.max_model_len() if publisher is not None else None
+        except GatewayUnreachable as exc:  # training goes on without the gateway (publishing retries later)
+            logger.warning("could not ask the gateway for the engine's max model length: %s", exc)
+            served = None
+        budget, source = (served, "the engine's max model length") if served else (
+            FALLBACK_TOKEN_BUDGET, "fallback: no gateway reported a max model length; set token_budget")
+    estimate = memory_estimate(trainer.model, config.chunk_tokens, config.activation_checkpointing)
+    logger.info("token_budget = %d (%s); %s", budget, source, estimate.describe())
+    if estimate.max_tokens and estimate.max_tokens < budget:
+        logger.warning("a sample of token_budget = %d tokens may not fit in memory (~%d do): lower token_budget, "
+                       "or free memory", budget, estimate.max_tokens)
+    return replace(config, token_budget=budget)
 
 
 async def _wait_for_run(store: Store, run: str, config: LearnerConfig, stop: asyncio.Event) -> int | None:

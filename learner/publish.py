@@ -76,6 +76,14 @@ class Publisher:
         response = await self._send("GET", "/admin/policy")
         return int(response.json()["current_version"])
 
+    async def max_model_len(self) -> int | None:
+        """The engine's max model length as the gateway reports it (None: the engine did not say)."""
+        response = await self._send("GET", "/admin/policy")
+        if response.status_code == 401:
+            _raise_for(response, 0)  # names the admin-key fix
+        value = response.json().get("max_model_len") if response.status_code == 200 else None
+        return int(value) if value else None
+
     async def publish(self, model: Any, version: int) -> Published:
         """Save ``model`` (a peft model) as policy-v{version} and make the gateway serve it."""
         name = adapter_name(version)

@@ -4,7 +4,8 @@ Rank 0 runs the whole loop (store, checkpoints, publishing, metrics). The others
 store: they build the same model, load the checkpoint rank 0 resumed from, and for every step take
 the batch rank 0 built, so ``learner.trainer.train_batch`` can give each rank its share of the rows
 and sum the gradients (``learner.distributed``). Rank 0 tells the followers what to do in order, on
-one channel (``broadcast_object_list``): ``("resume", path | None)``, ``("batch", Batch)`` per step,
+one channel (``broadcast_object_list``): ``("budget", token_budget)``, ``("resume", path | None)``,
+``("batch", Batch)`` per step,
 then ``("stop", None)``. Without a process group every function here does nothing.
 """
 
@@ -12,6 +13,7 @@ from __future__ import annotations
 
 import logging
 import os
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -62,7 +64,9 @@ def follow(config: LearnerConfig) -> int:
     steps = 0
     while True:
         kind, payload = _instruction()
-        if kind == "resume" and payload is not None:
+        if kind == "budget":  # rank 0 resolved token_budget = 0 (the engine's max model length)
+            config = replace(config, token_budget=payload)
+        elif kind == "resume" and payload is not None:
             load_checkpoint(Path(payload), trainer.model, trainer.optimizer, trainer.scheduler)
         elif kind == "batch":
             train_batch(trainer, payload, config)

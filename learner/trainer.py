@@ -4,6 +4,7 @@ and one optimizer step on a batch (packing, then ``learner.step.train_step``).""
 from __future__ import annotations
 
 import math
+import os
 from dataclasses import dataclass, replace
 from typing import Any
 
@@ -12,6 +13,7 @@ import torch
 from learner.config import LearnerConfig
 from learner.distributed import broadcast_trainable, shard, world
 from learner.groups import Batch
+from learner.memory import return_freed_memory
 from learner.packing import pack_samples
 from learner.step import train_step
 
@@ -34,9 +36,12 @@ def build_trainer(config: LearnerConfig) -> Trainer:
     from peft import LoraConfig, get_peft_model
     from transformers import AutoModelForCausalLM
 
+    return_freed_memory()  # long rows: freed per-layer blocks go back to the OS (learner.memory)
     torch.manual_seed(config.seed)  # LoRA's A matrices are random: the same seed gives the same start
-    base = AutoModelForCausalLM.from_pretrained(config.model_dir, dtype=getattr(torch, config.dtype),
-                                                attn_implementation=config.attn_implementation)
+    device = training_device(config)
+    # sdpa for plain forwards; the train step switches to packed attention (learner.forward.packed_mode)
+    base = AutoModelForCausalLM.from_pretrained(config.model_dir, dtype=training_dtype(config, device),
+                                                attn_implementation="sdpa").to(device)
     lora = LoraConfig(r=config.lora_rank, lora_alpha=config.lora_alpha, lora_dropout=config.lora_dropout,
                       target_modules=list(config.lora_targets), task_type="CAUSAL_LM")
     model = get_peft_model(base, lora)
@@ -46,6 +51,22 @@ def build_trainer(config: LearnerConfig) -> Trainer:
     optimizer = torch.optim.AdamW(params, lr=config.lr, betas=config.adam_betas, weight_decay=config.weight_decay)
     scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda k: lr_factor(config, k))
     return Trainer(model, optimizer, scheduler)
+
+
+def training_device(config: LearnerConfig) -> torch.device:
+    """auto: this rank's GPU (LOCAL_RANK under torchrun) when CUDA is available, else the CPU."""
+    if config.device != "auto":
+        return torch.device(config.device)
+    if torch.cuda.is_available():
+        return torch.device("cuda", int(os.environ.get("LOCAL_RANK", "0")))
+    return torch.device("cpu")
+
+
+def training_dtype(config: LearnerConfig, device: torch.device) -> torch.dtype:
+    """auto: bfloat16 on CUDA, float32 on CPU. peft keeps the LoRA weights in float32 either way."""
+    if config.dtype != "auto":
+        return getattr(torch, config.dtype)
+    return torch.bfloat16 if device.type == "cuda" else torch.float32
 
 
 def lr_factor(config: LearnerConfig, k: int) -> float:
@@ -74,8 +95,10 @@ def train_batch(trainer: Trainer, batch: Batch, config: LearnerConfig) -> tuple[
     The scheduler advances only when the optimizer did: a batch with nothing to train (all groups
     zero-std, all samples stale) must not eat into the warm-up or the decay.
     """
+    if config.token_budget < 1:
+        raise ValueError("token_budget = 0 is resolved at start (learner.loop); pass a resolved config")
     packing = pack_samples([s.sample for s in batch.samples], [s.advantage for s in batch.samples],
-                           config.token_budget)
+                           config.token_budget, tree=config.tree_packing, min_saved_tokens=config.min_saved_tokens)
     rows = shard(packing.rows, [row.num_tokens for row in packing.rows], *world())  # all of them in one process
     # log-probs at the temperature the run sampled at (the batch says it: every rank gets the batch)
     result = train_step(trainer.model, trainer.optimizer, rows, replace(config.step(), temperature=batch.temperature))

@@ -24,3 +24,4 @@ class PolicyView(BaseModel):
     public_name: str
     current_version: int
     loaded: dict[int, str]
+    max_model_len: int | None = None  # the engine's context length (the learner's default token budget)

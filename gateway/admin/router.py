@@ -21,7 +21,7 @@ async def publish(body: PublishAdapter, state: AdminStateDep) -> AdapterPublishe
 async def show_policy(state: StateDep) -> PolicyView:
     policy = await state.ensure_policy()
     return PolicyView(public_name=policy.public_name, current_version=policy.current_version,
-                      loaded=policy.loaded())
+                      loaded=policy.loaded(), max_model_len=state.max_model_len)
 
 
 def create_router() -> APIRouter:

@@ -7,7 +7,13 @@ import math
 
 import torch
 
-from learner.distributed import all_reduce_gradients, all_reduce_stats, shard, sum_over_ranks, world
+from learner.distributed import (
+    all_reduce_gradients,
+    all_reduce_stats,
+    shard,
+    sum_over_ranks,
+    world,
+)
 from learner.loss import LossStats
 
 

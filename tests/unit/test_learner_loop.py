@@ -4,8 +4,10 @@ crashes), stale and zero-std data dropped and counted, metrics stored, adapters 
 from __future__ import annotations
 
 import asyncio
+import logging
 import shutil
 from collections.abc import AsyncIterator
+from dataclasses import replace
 from pathlib import Path
 
 import httpx
@@ -15,12 +17,26 @@ import torch
 from safetensors.torch import load_file
 
 import learner.loop
+import learner.trainer
 from gateway.store.database import sqlite_url
 from gateway.store.listings import GroupFilter
 from gateway.store.samples import Sample
 from gateway.store.store import Store
-from learner.config import ConfigError, LearnerConfig, config_from_dict, dump_toml, load_config, resolve_paths
-from learner.groups import ReadyGroup, RolloutData, build_batch, consumed_history, find_run_id
+from learner.config import (
+    ConfigError,
+    LearnerConfig,
+    config_from_dict,
+    dump_toml,
+    load_config,
+    resolve_paths,
+)
+from learner.groups import (
+    ReadyGroup,
+    RolloutData,
+    build_batch,
+    consumed_history,
+    find_run_id,
+)
 from learner.metrics import step_history
 from learner.publish import GatewayUnreachable, Published, Publisher, PublishError
 from tests.builders import call_record, gateway_settings
@@ -329,6 +345,9 @@ class FlakyPublisher:
     async def current_version(self) -> int:
         return self.published[-1] if self.published else 0
 
+    async def max_model_len(self) -> int | None:
+        raise GatewayUnreachable("connection refused")
+
     async def publish(self, model, version: int):
         if self.failures:
             self.failures -= 1
@@ -345,6 +364,33 @@ async def test_an_unreachable_gateway_delays_publishing_but_not_training(store, 
     assert result.step == 3 and publisher.published == [2, 3]
     rows = await step_history(store, await find_run_id(store, RUN))
     assert [row["swap_time_s"] for row in rows] == [None, 0.02, 0.02]
+
+
+async def test_the_token_budget_defaults_to_the_engines_max_model_len(admin_gateway, store, tiny_model_dir,
+                                                                     tmp_path, caplog):
+    config = config_for(tiny_model_dir, tmp_path / "out", publish=True)
+    assert config.token_budget == 0  # the default: ask the gateway
+    trainer = learner.trainer.build_trainer(config)
+    view = (await admin_gateway.http.get("/admin/policy", headers={"x-admin-key": ADMIN})).json()
+    served = view["max_model_len"]
+    assert served and served != learner.loop.FALLBACK_TOKEN_BUDGET  # the fake engine's
+    with caplog.at_level(logging.INFO, logger="learner"):
+        resolved = await learner.loop.resolve_token_budget(config, gateway_publisher(admin_gateway, config), trainer)
+    assert resolved.token_budget == served
+    assert f"token_budget = {served} (the engine's max model length)" in caplog.text
+    assert "tokens fit in one step" in caplog.text  # how long a sample the memory holds
+    kept = await learner.loop.resolve_token_budget(replace(config, token_budget=777), None, trainer)
+    assert kept.token_budget == 777  # the config's override wins
+    offline = await learner.loop.resolve_token_budget(replace(config, publish=False), None, trainer)
+    assert offline.token_budget == learner.loop.FALLBACK_TOKEN_BUDGET
+
+
+async def test_samples_longer_than_the_budget_are_refused_and_counted(store, tiny_model_dir, tmp_path):
+    await fill(store, 2)
+    config = config_for(tiny_model_dir, tmp_path / "out", max_steps=1, token_budget=3)  # every sample is longer
+    await train(config, store)
+    [row] = await step_history(store, await find_run_id(store, RUN))
+    assert row["samples_too_long"] == 8 and row["samples"] == 0 and row["optimizer_stepped"] is False
 
 
 async def test_a_committed_version_not_yet_published_is_published_on_restart(admin_gateway, store,
@@ -411,6 +457,19 @@ def test_unknown_config_keys_are_errors_naming_the_key(tmp_path):
         config_from_dict({"lr": "fast"})
     with pytest.raises(ConfigError, match="scheduler = 'cosine' decays until max_steps"):
         config_from_dict({"scheduler": "cosine"})
+    with pytest.raises(ConfigError, match="attn_implementation must be one of auto, sdpa, flash"):
+        config_from_dict({"attn_implementation": "eager"})  # the packed path never takes a dense mask
+    with pytest.raises(ConfigError, match="token_budget must not be negative"):
+        config_from_dict({"token_budget": -1})
+
+
+def test_the_learner_config_defaults_to_long_rows_and_the_machines_dtype():
+    config = LearnerConfig()
+    assert config.token_budget == 0 and config.dtype == "auto" and config.tree_packing
+    step = config.step()
+    assert step.forward.kernel == "auto" and step.forward.activation_checkpointing
+    assert learner.trainer.training_dtype(config, torch.device("cuda")) == torch.bfloat16
+    assert learner.trainer.training_dtype(config, torch.device("cpu")) == torch.float32
 
 
 def test_the_default_config_round_trips_through_toml(tmp_path):

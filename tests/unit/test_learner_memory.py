@@ -16,6 +16,7 @@ import torch.nn.functional as F
 
 from learner.forward import ForwardConfig, chunked_token_logprobs, packed_mode
 from learner.loss import LossConfig
+from learner.memory import memory_estimate, return_freed_memory
 from learner.packing import pack_samples
 from learner.step import StepConfig, accumulate_gradients, row_logprobs
 from tests.learner_builders import (
@@ -124,3 +125,20 @@ def test_step_memory_grows_linearly_with_the_row_length():
 def test_the_previous_path_fails_the_same_memory_check():
     long = probe(8192, "previous")
     assert long["peak_mb"] - long["base_mb"] > 500, long
+
+
+def test_the_memory_formula_says_how_long_a_sample_fits():
+    model = lora_model()
+    checkpointed = memory_estimate(model, chunk_tokens=512, checkpointing=True, available=4 << 30)
+    kept = memory_estimate(model, chunk_tokens=512, checkpointing=False, available=4 << 30)
+    # tiny Qwen2: 2 layers x 64 hidden, 128 intermediate, float32
+    assert checkpointed.bytes_per_token == 4 * (2 * 64 + 12 * 64 + 4 * 128 + 4 * 64)
+    assert kept.bytes_per_token == 4 * (2 * (16 * 64 + 6 * 128) + 4 * 64)
+    assert checkpointed.max_tokens == (checkpointed.available_bytes - checkpointed.fixed_bytes) // (
+        checkpointed.bytes_per_token) > kept.max_tokens
+    assert "tokens fit in one step" in checkpointed.describe()
+    assert memory_estimate(model, 512, True, available=0).max_tokens == 0
+
+
+def test_freed_memory_goes_back_to_the_os_on_glibc():
+    assert return_freed_memory() is True  # this machine's Python runs on glibc
