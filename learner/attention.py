@@ -13,7 +13,7 @@ row) and the earlier tokens of its own range. ``AttentionLayout`` says it in var
 
 Kernels (``packed_attention``, registered with transformers as ``PACKED_ATTENTION``):
 - ``flash``: flash-attention's ``flash_attn_varlen_func`` with cu_q / cu_k (bottom-right causal), on
-  CUDA when the ``flash_attn`` package is installed;
+  CUDA when the ``flash_attn`` package is installed (bf16 / fp16; other dtypes take sdpa);
 - ``sdpa``: ``torch.nn.functional.scaled_dot_product_attention`` once per node (``is_causal`` for
   nodes without ancestors, a bottom-right boolean mask of at most ``SDPA_QUERY_CHUNK`` query rows for
   the others). PyTorch's fused CPU kernel keeps it O(L) (measured: an 8k causal segment, forward and
@@ -105,7 +105,7 @@ def packed_attention(module: torch.nn.Module, query: Tensor, key: Tensor, value:
         raise ValueError("packed attention takes one packed row (batch 1), no mask, no sliding window")
     if dropout:
         raise ValueError("attention dropout must be 0: the learner's log-probs must be the sampler's policy")
-    if packed_layout.kernel == "flash":
+    if packed_layout.kernel == "flash" and query.dtype in (torch.float16, torch.bfloat16):
         return _flash(query, key, value, packed_layout, scaling), None
     if query.dtype == torch.float64:  # the fused CPU kernel accumulates in float32: exact checks use math
         with sdpa_kernel([SDPBackend.MATH]):
@@ -124,7 +124,10 @@ def _sdpa(query: Tensor, key: Tensor, value: Tensor, layout: AttentionLayout, sc
             outputs.append(F.scaled_dot_product_attention(q, k, v, is_causal=True, scale=scaling, enable_gqa=gqa))
             continue
         index = layout.kv_index[cu_k[n]:cu_k[n + 1]]
-        outputs.append(_bottom_right(q, key[:, :, index], value[:, :, index], scaling, gqa))
+        k, v = key[:, :, index], value[:, :, index]
+        if gqa and q.is_cuda:  # CUDA's masked kernel (memory-efficient) takes no GQA: expand the kv heads
+            k, v = (t.repeat_interleave(query.shape[1] // key.shape[1], dim=1) for t in (k, v))
+        outputs.append(_bottom_right(q, k, v, scaling, gqa and not q.is_cuda))
     out = torch.cat(outputs, dim=2) if outputs else query
     return out.transpose(1, 2)
 

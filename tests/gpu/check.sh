@@ -1,0 +1,33 @@
+#!/usr/bin/env bash
+# The learner on a machine with one CUDA GPU and no network. Run from the repository root:
+#   bash tests/gpu/check.sh [MODEL_DIR]
+#
+# What it needs on the machine (nothing is downloaded):
+#   - a Python with the GPU install: `pip install '.[gpu]' -c constraints/gpu.txt` (torch 2.14.0 CUDA,
+#     transformers 5.20.2, peft), made where there is network; optional flash-attn
+#     (`pip install flash-attn --no-build-isolation`) for the varlen kernel, else SDPA per node;
+#     PYTHON=... picks it (default: .venv/bin/python, then python3);
+#   - the model as a Hugging Face folder: MODEL_DIR, default tests/gpu/model (carry SmolLM2-135M, the
+#     folder `harnessrl models prepare` prints, ~270 MB in bf16: copy it there or pass its path).
+# What it runs (tests/gpu/check.py), printing one JSON line each, then a summary line:
+#   setup                 GPU, torch, training dtype (bfloat16) and attention kernel (flash or sdpa)
+#   packed_vs_per_sample  log-probs of tree rows (a shared 1.5k prompt, 4 branches) and flat rows against
+#                         each sample forwarded alone by plain transformers; max |diff| < 0.05 nats in bf16
+#   bf16_step             one optimizer step in bf16 (LoRA in float32) moves the adapter, ratios ~1
+#   peak_memory           peak CUDA memory and time of one step on one sample of 8k and 32k tokens
+#   memory_linear         32k peak <= 1.125 x 4 x the 8k peak
+# Exit status 0 when every check passes.
+set -euo pipefail
+cd "$(dirname "$0")/../.."
+MODEL_DIR="${1:-tests/gpu/model}"
+PYTHON="${PYTHON:-$( [ -x .venv/bin/python ] && echo .venv/bin/python || echo python3 )}"
+if [ ! -f "$MODEL_DIR/config.json" ]; then
+  echo "no Hugging Face model at $MODEL_DIR: carry one (e.g. SmolLM2-135M from \`harnessrl models prepare\`)" >&2
+  exit 2
+fi
+"$PYTHON" - <<'PY' || { echo "the Python at $PYTHON lacks the GPU install (see the top of this script)" >&2; exit 2; }
+import torch, transformers, peft  # noqa: F401
+print(f"torch {torch.__version__} (CUDA {torch.version.cuda}), transformers {transformers.__version__}, peft {peft.__version__}")
+PY
+export HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1
+exec "$PYTHON" tests/gpu/check.py "$MODEL_DIR" --lengths "${LENGTHS:-8192,32768}"
