@@ -29,7 +29,7 @@ class TokenDecoder:
         self.tokenizer = tokenizer
 
     @classmethod
-    def load(cls, folder: str | Path) -> "TokenDecoder":
+    def load(cls, folder: str | Path) -> TokenDecoder:
         path = Path(folder, TOKENIZER_FILE)
         if not path.is_file():
             raise FileNotFoundError(f"{folder} has no {TOKENIZER_FILE}")

@@ -15,8 +15,8 @@ import numpy as np
 
 from gateway.callgraph import CallGraphIndex, GraphNode
 from gateway.engine.client import EngineClient
-from gateway.errors import EngineError
 from gateway.engine_clock import EngineClock
+from gateway.errors import EngineError
 from gateway.metrics import GatewayMetrics
 from gateway.policy import PolicyRegistry, ResolvedModel
 from gateway.sampling import engine_sampling, sampled_with

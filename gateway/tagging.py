@@ -14,7 +14,8 @@ SCAN_CHARS = 4000  # of the system prompt and the last user message
 GENERIC_RULES: dict[str, re.Pattern] = {
     "title": re.compile(
         r"(title generator|generate (a |an )?(short |concise |brief )?title|"
-        r"(write|create|produce|suggest) (a |an )?(short |concise |brief )?title|title for (this|the) (conversation|chat|session))",
+        r"(write|create|produce|suggest) (a |an )?(short |concise |brief )?title"
+        r"|title for (this|the) (conversation|chat|session))",
         re.IGNORECASE),
     "summary": re.compile(
         r"(summari[sz]e (this|the) (conversation|chat|session|history)|(detailed |concise |brief )?summary of (this|the) "

@@ -61,7 +61,7 @@ class BuiltinHarness:
         try:
             final = await asyncio.wait_for(self._loop(client, sandbox, task, target, log), timeout_s)
             return AgentOutcome(final, "\n".join(log)[-8000:], 0)
-        except asyncio.TimeoutError:
+        except TimeoutError:
             return AgentOutcome("", "\n".join(log)[-8000:], 124, timed_out=True)
         finally:
             await client.close()

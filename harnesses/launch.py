@@ -9,7 +9,7 @@ from harnesses.gateway_client import GatewayClient
 from harnesses.progress import RunProgress
 from harnesses.registry import create_harness
 from harnesses.reward_functions import load_reward_function
-from harnesses.runner import RunPlan, Runner
+from harnesses.runner import Runner, RunPlan
 from harnesses.task import load_tasks
 from sandboxes import Limits, SandboxSpec
 from sandboxes.local import local_isolation

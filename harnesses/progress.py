@@ -32,7 +32,7 @@ class RunProgress:
         mean = sum(self.rewards) / len(self.rewards) if self.rewards else float("nan")
         self.progress.update(self.bar, stats=f"running {self.running}  failed {self.failed}  mean reward {mean:.3f}")
 
-    def __enter__(self) -> "RunProgress":
+    def __enter__(self) -> RunProgress:
         self.progress.start()
         return self
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import signal
 import threading
 from pathlib import Path
-from typing import Annotated, Optional
+from typing import Annotated
 
 import typer
 from rich.console import Console
@@ -18,7 +18,7 @@ app.add_typer(db_app, name="db")
 app.add_typer(models_app, name="models")
 console = Console(stderr=True)
 
-DatabaseUrl = Annotated[Optional[str], typer.Option(
+DatabaseUrl = Annotated[str | None, typer.Option(
     "--database-url", envvar="HARNESSRL_DATABASE_URL",
     help="sqlite+aiosqlite:///PATH or postgresql+asyncpg://USER@HOST/DB "
          "[default: SQLite under $HARNESSRL_HOME]")]
@@ -72,27 +72,27 @@ def models_tiny(out_dir: Path, max_position_embeddings: int = 131072, seed: int 
 
 @app.command()
 def serve(
-    model: Annotated[Optional[Path], typer.Option(help="Model folder for a managed vLLM")] = None,
-    engine_url: Annotated[Optional[str], typer.Option(help="Attach to a running vLLM instead")] = None,
+    model: Annotated[Path | None, typer.Option(help="Model folder for a managed vLLM")] = None,
+    engine_url: Annotated[str | None, typer.Option(help="Attach to a running vLLM instead")] = None,
     host: str = "127.0.0.1",
     port: int = 8000,
     database_url: DatabaseUrl = None,
     public_model: Annotated[str, typer.Option(help="Model name agents ask for")] = "policy",
     require_token: Annotated[bool, typer.Option(help="Refuse calls without a rollout token")] = False,
-    engine_port: Annotated[Optional[int], typer.Option(help="Port of the managed vLLM")] = None,
+    engine_port: Annotated[int | None, typer.Option(help="Port of the managed vLLM")] = None,
     max_model_len: int = 4096,
     max_lora_rank: int = 16,
     engine_start_timeout: float = 900.0,
     dtype: Annotated[str, typer.Option(
         help="Serving dtype of the managed vLLM: auto (bfloat16 on GPUs and CPUs with native bf16, else "
              "float32), float32, bfloat16 or float16")] = "auto",
-    admin_key: Annotated[Optional[str], typer.Option(
+    admin_key: Annotated[str | None, typer.Option(
         envvar="HARNESSRL_ADMIN_KEY", help="The control plane's key (/api, /admin, the viewer's data) "
                                            "[default: $HARNESSRL_HOME/admin.key, created on first start]")] = None,
-    allowed_host: Annotated[Optional[list[str]], typer.Option(
+    allowed_host: Annotated[list[str] | None, typer.Option(
         help="A Host name clients use besides loopback and --host, repeatable ('*': any)")] = None,
     max_staleness: Annotated[int, typer.Option(help="Adapter versions kept loaded behind the current one")] = 2,
-    tokenizer: Annotated[Optional[Path], typer.Option(
+    tokenizer: Annotated[Path | None, typer.Option(
         help="Model folder for tito capture when attaching with --engine-url")] = None,
     engine_timeout: Annotated[float, typer.Option(
         min=0.1, help="Seconds one engine call may take; a hung engine then gives the client a 504")] = 600.0,
@@ -200,7 +200,7 @@ def export(
     run: Annotated[str, typer.Option(help="The run to export")],
     out: Annotated[Path, typer.Option(help="Output file")],
     format: Annotated[str, typer.Option("--format", help="jsonl or parquet")] = "jsonl",
-    model: Annotated[Optional[Path], typer.Option(help="Model folder, to decode prompt and completion text")] = None,
+    model: Annotated[Path | None, typer.Option(help="Model folder, to decode prompt and completion text")] = None,
     include_side: Annotated[bool, typer.Option(help="Also export side calls (titles, summaries)")] = False,
     database_url: DatabaseUrl = None,
 ) -> None:
@@ -242,18 +242,18 @@ def run_rollouts(
     concurrency: Annotated[int, typer.Option(min=1, help="Rollouts at once")] = 4,
     sandbox: Annotated[str, typer.Option(help="local | docker")] = "local",
     gateway: Annotated[str, typer.Option(envvar="HARNESSRL_GATEWAY", help="The gateway's URL")] = "http://127.0.0.1:8000",
-    admin_key: Annotated[Optional[str], typer.Option(
+    admin_key: Annotated[str | None, typer.Option(
         envvar="HARNESSRL_ADMIN_KEY", help="The gateway's admin key [default: $HARNESSRL_HOME/admin.key]")] = None,
-    reward: Annotated[Optional[list[str]], typer.Option(help="module:function, repeatable")] = None,
-    capture: Annotated[Optional[str], typer.Option(help="engine | tito, for a new run")] = None,
+    reward: Annotated[list[str] | None, typer.Option(help="module:function, repeatable")] = None,
+    capture: Annotated[str | None, typer.Option(help="engine | tito, for a new run")] = None,
     memory_gib: Annotated[float, typer.Option(help="Memory limit per sandbox")] = 2.0,
     wall_factor: Annotated[float, typer.Option(
         min=1.0, help="Wall-clock ceiling per rollout, in multiples of the task's agent budget (the "
                       "budget counts the agent's own time; time in model calls is the engine's)")] = 10.0,
-    temperature: Annotated[Optional[float], typer.Option(
+    temperature: Annotated[float | None, typer.Option(
         min=0.01, max=2.0, help="Sampling temperature of a new run, applied to every call [default: 1.0; "
                                 "a run keeps its own]")] = None,
-    top_p: Annotated[Optional[float], typer.Option(
+    top_p: Annotated[float | None, typer.Option(
         min=0.01, max=1.0, help="Nucleus sampling top_p of a new run [default: 1.0]")] = None,
     allow_unisolated: Annotated[bool, typer.Option(
         help="Without bubblewrap, run local sandboxes as plain subprocesses: the agent sees this user's "
@@ -284,19 +284,19 @@ def _sampling(temperature: float | None, top_p: float | None) -> dict | None:
 @app.command("ls")
 def ls(
     what: Annotated[str, typer.Argument(help="runs | groups | rollouts")],
-    run: Annotated[Optional[str], typer.Option(help="Only this run (runs: names containing it)")] = None,
-    status: Annotated[Optional[str], typer.Option(help="groups: open|ready|consumed; rollouts: "
+    run: Annotated[str | None, typer.Option(help="Only this run (runs: names containing it)")] = None,
+    status: Annotated[str | None, typer.Option(help="groups: open|ready|consumed; rollouts: "
                                                        "running|finished|failed")] = None,
-    task: Annotated[Optional[str], typer.Option(help="Only this task (groups, rollouts)")] = None,
-    harness: Annotated[Optional[str], typer.Option(help="Rollouts of this harness")] = None,
-    policy_version: Annotated[Optional[int], typer.Option(help="Rollouts with a call of this version")] = None,
-    reward_min: Annotated[Optional[float], typer.Option(help="Rollouts with reward >= this")] = None,
-    reward_max: Annotated[Optional[float], typer.Option(help="Rollouts with reward <= this")] = None,
+    task: Annotated[str | None, typer.Option(help="Only this task (groups, rollouts)")] = None,
+    harness: Annotated[str | None, typer.Option(help="Rollouts of this harness")] = None,
+    policy_version: Annotated[int | None, typer.Option(help="Rollouts with a call of this version")] = None,
+    reward_min: Annotated[float | None, typer.Option(help="Rollouts with reward >= this")] = None,
+    reward_max: Annotated[float | None, typer.Option(help="Rollouts with reward <= this")] = None,
     limit: int = 50,
     database_url: DatabaseUrl = None,
-    gateway: Annotated[Optional[str], typer.Option(
+    gateway: Annotated[str | None, typer.Option(
         help="Read through this gateway's REST API instead of opening the store")] = None,
-    admin_key: Annotated[Optional[str], typer.Option(
+    admin_key: Annotated[str | None, typer.Option(
         envvar="HARNESSRL_ADMIN_KEY",
         help="With --gateway: its admin key [default: $HARNESSRL_HOME/admin.key]")] = None,
 ) -> None:
@@ -320,7 +320,7 @@ def ls(
 def show(
     what: Annotated[str, typer.Argument(help="rollout")],
     rollout_id: Annotated[int, typer.Argument(help="The rollout's id")],
-    model: Annotated[Optional[Path], typer.Option(help="Model folder, to decode tokens")] = None,
+    model: Annotated[Path | None, typer.Option(help="Model folder, to decode tokens")] = None,
     tokens: Annotated[int, typer.Option(help="Sampled tokens shown per call")] = 40,
     database_url: DatabaseUrl = None,
 ) -> None:
@@ -388,14 +388,14 @@ def _with_store(url: str, work):
 def quickstart(
     minutes: Annotated[float, typer.Option(help="Start rollouts for this long")] = 14.0,
     run: Annotated[str, typer.Option(help="The run's name")] = "quickstart",
-    tasks: Annotated[Optional[Path], typer.Option(help="Tasks (default: the generated arithmetic family)")] = None,
-    model: Annotated[Optional[Path], typer.Option(help="Model folder (default: SmolLM2, prepared)")] = None,
+    tasks: Annotated[Path | None, typer.Option(help="Tasks (default: the generated arithmetic family)")] = None,
+    model: Annotated[Path | None, typer.Option(help="Model folder (default: SmolLM2, prepared)")] = None,
     group_size: int = 4,
     concurrency: int = 8,
-    learner_metrics_port: Annotated[Optional[int], typer.Option(
+    learner_metrics_port: Annotated[int | None, typer.Option(
         help="Port of the learner's Prometheus /metrics on 127.0.0.1 (default: a free one; 0: off)")] = None,
     database_url: DatabaseUrl = None,
-    admin_key: Annotated[Optional[str], typer.Option(
+    admin_key: Annotated[str | None, typer.Option(
         envvar="HARNESSRL_ADMIN_KEY", help="The gateway's admin key [default: $HARNESSRL_HOME/admin.key]")] = None,
 ) -> None:
     """Engine, gateway, rollouts and the learner on this machine, with one live display."""
@@ -420,14 +420,14 @@ def quickstart(
 @app.command()
 def train(
     run: Annotated[str, typer.Option(help="The run whose ready groups to train on")],
-    config: Annotated[Optional[Path], typer.Option(
+    config: Annotated[Path | None, typer.Option(
         help="Learner settings (TOML); every key is optional, see --show-config for the defaults")] = None,
     database_url: DatabaseUrl = None,
-    max_steps: Annotated[Optional[int], typer.Option(help="Stop after this many steps in total (0: never)")] = None,
-    metrics_port: Annotated[Optional[int], typer.Option(
+    max_steps: Annotated[int | None, typer.Option(help="Stop after this many steps in total (0: never)")] = None,
+    metrics_port: Annotated[int | None, typer.Option(
         help="Serve Prometheus /metrics on 127.0.0.1:PORT (0: off; overrides the config's metrics_port)")] = None,
     show_config: Annotated[bool, typer.Option(help="Print the resolved settings as TOML and exit")] = False,
-    admin_key: Annotated[Optional[str], typer.Option(
+    admin_key: Annotated[str | None, typer.Option(
         envvar="HARNESSRL_ADMIN_KEY", help="The gateway's admin key, for publishing "
                                            "[default: the config's admin_key, else $HARNESSRL_HOME/admin.key]")] = None,
 ) -> None:
@@ -520,7 +520,7 @@ app.add_typer(images_app, name="images")
 @images_app.command("build")
 def images_build(
     base: Annotated[str, typer.Option(help="The image the Dockerfiles start FROM")] = "debian:bookworm-slim",
-    harness: Annotated[Optional[list[str]], typer.Option(help="opencode | pi | hermes, repeatable (default: all)")] = None,
+    harness: Annotated[list[str] | None, typer.Option(help="opencode | pi | hermes, repeatable (default: all)")] = None,
 ) -> None:
     """Build docker/Dockerfile.<harness> as harnessrl/<harness>:latest."""
     from harnesses.images import HARNESS_IMAGES, ImageBuildError, build_images

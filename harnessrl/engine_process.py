@@ -102,11 +102,11 @@ class EngineProcess:
         self._proc: subprocess.Popen | None = None
 
     @classmethod
-    def vllm(cls, launch: EngineLaunch, log_path: Path) -> "EngineProcess":
+    def vllm(cls, launch: EngineLaunch, log_path: Path) -> EngineProcess:
         check_model_dir(launch.model_dir)
         return cls(vllm_command(launch), f"http://{launch.host}:{launch.port}", log_path, vllm_env(launch))
 
-    def start(self) -> "EngineProcess":
+    def start(self) -> EngineProcess:
         self.log_path.parent.mkdir(parents=True, exist_ok=True)
         log = open(self.log_path, "ab")
         try:
@@ -166,7 +166,7 @@ class EngineProcess:
         except ProcessLookupError:
             pass
 
-    def __enter__(self) -> "EngineProcess":
+    def __enter__(self) -> EngineProcess:
         return self.start()
 
     def __exit__(self, *exc) -> None:

@@ -22,7 +22,7 @@ from gateway.settings import GatewaySettings
 from gateway.store.store import Store
 from harnesses.builtin_agent import BuiltinHarness, BuiltinSettings
 from harnesses.gateway_client import GatewayClient
-from harnesses.runner import RunPlan, Runner
+from harnesses.runner import Runner, RunPlan
 from harnesses.task import Task
 from harnessrl.dashboard import Dashboard, learner_steps, save_reward_curve
 from harnessrl.engine_process import EngineLaunch, EngineProcess

@@ -39,7 +39,7 @@ class BackgroundServer:
         self._server = uvicorn.Server(config)
         self._thread = threading.Thread(target=self._server.run, name="uvicorn", daemon=True)
 
-    def start(self, timeout_s: float = 30.0) -> "BackgroundServer":
+    def start(self, timeout_s: float = 30.0) -> BackgroundServer:
         self._thread.start()
         deadline = time.monotonic() + timeout_s
         while not self._server.started:
@@ -52,7 +52,7 @@ class BackgroundServer:
         self._server.should_exit = True
         self._thread.join(timeout=15)
 
-    def __enter__(self) -> "BackgroundServer":
+    def __enter__(self) -> BackgroundServer:
         return self.start()
 
     def __exit__(self, *exc) -> None:

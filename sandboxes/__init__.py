@@ -11,8 +11,7 @@ from __future__ import annotations
 
 from typing import Literal
 
-from sandboxes.protocol import (WORKSPACE, ExecResult, KilledReason, Limits, Sandbox, SandboxError,
-                                SandboxSpec)
+from sandboxes.protocol import WORKSPACE, ExecResult, KilledReason, Limits, Sandbox, SandboxError, SandboxSpec
 
 SandboxKind = Literal["docker", "local"]
 

@@ -31,9 +31,9 @@ from collections.abc import Mapping
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
-import docker
 import docker.errors
 
+import docker
 from sandboxes.bridge import HostBridge, Route
 from sandboxes.forwarder import READY_LINE
 from sandboxes.limits import exec_time_limit
@@ -201,7 +201,7 @@ class DockerSandbox:
         try:
             code, stdout, stderr = await asyncio.wait_for(
                 asyncio.shield(run), None if limit is None else limit + STUCK_GRACE_S)
-        except asyncio.TimeoutError:
+        except TimeoutError:
             await self._kill_execs()  # a process left `timeout`'s group and holds the output open
             code, stdout, stderr = await run
         elapsed = time.monotonic() - started

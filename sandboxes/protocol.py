@@ -11,7 +11,6 @@ relative to the workspace.
 from __future__ import annotations
 
 import posixpath
-
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Literal, Protocol, runtime_checkable
@@ -65,7 +64,7 @@ class ExecResult:
         return self.exit_code == 0 and self.killed_reason is None
 
     @classmethod
-    def wall_time_spent(cls) -> "ExecResult":
+    def wall_time_spent(cls) -> ExecResult:
         """The answer to an exec asked for after the sandbox's wall time ran out: nothing ran."""
         return cls(137, b"", b"wall time of the sandbox exceeded\n", True, 0.0, "wall_time")
 

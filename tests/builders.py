@@ -53,7 +53,7 @@ async def run_single_rollout(harness, gateway_url: str, run: str, task, sandbox:
                              admin_key: str = TEST_ADMIN_KEY):
     """One rollout of ``task`` by ``harness`` through the real runner (2 GiB, 1 CPU); its result."""
     from harnesses.gateway_client import GatewayClient
-    from harnesses.runner import RunPlan, Runner
+    from harnesses.runner import Runner, RunPlan
     from sandboxes import Limits, SandboxSpec
 
     plan = RunPlan(run=run, tasks=[task], harness=harness, group_size=1, concurrency=1, sandbox=sandbox,

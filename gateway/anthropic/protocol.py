@@ -8,7 +8,7 @@ checked, so a wrong type is a 400 before anything reaches the engine.
 
 from __future__ import annotations
 
-from typing import Annotated, Any, Literal, Union
+from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
@@ -62,8 +62,8 @@ class RedactedThinkingBlock(AnthropicModel):
     data: str
 
 
-UserBlock = Annotated[Union[TextBlock, ImageBlock, DocumentBlock, ToolResultBlock], Field(discriminator="type")]
-AssistantBlock = Annotated[Union[TextBlock, ToolUseBlock, ThinkingBlock, RedactedThinkingBlock],
+UserBlock = Annotated[TextBlock | ImageBlock | DocumentBlock | ToolResultBlock, Field(discriminator="type")]
+AssistantBlock = Annotated[TextBlock | ToolUseBlock | ThinkingBlock | RedactedThinkingBlock,
                            Field(discriminator="type")]
 
 
@@ -77,7 +77,7 @@ class AssistantMessage(AnthropicModel):
     content: str | list[AssistantBlock]
 
 
-InputMessage = Annotated[Union[UserMessage, AssistantMessage], Field(discriminator="role")]
+InputMessage = Annotated[UserMessage | AssistantMessage, Field(discriminator="role")]
 
 
 # --- tools and options ---------------------------------------------------------------------
@@ -97,7 +97,7 @@ class ToolChoice(AnthropicModel):
     disable_parallel_tool_use: bool | None = None
 
     @model_validator(mode="after")
-    def _named_tool_has_a_name(self) -> "ToolChoice":
+    def _named_tool_has_a_name(self) -> ToolChoice:
         if self.type == "tool" and not self.name:
             raise ValueError('tool_choice of type "tool" needs the name of the tool')
         return self
@@ -163,7 +163,7 @@ class ToolUseContent(AnthropicModel):
     input: dict[str, Any]
 
 
-ContentBlock = Annotated[Union[ThinkingContent, TextContent, ToolUseContent], Field(discriminator="type")]
+ContentBlock = Annotated[ThinkingContent | TextContent | ToolUseContent, Field(discriminator="type")]
 
 
 class Usage(AnthropicModel):
@@ -220,7 +220,7 @@ class SignatureDelta(AnthropicModel):
     signature: str
 
 
-BlockDelta = Annotated[Union[TextDelta, InputJsonDelta, ThinkingDelta, SignatureDelta], Field(discriminator="type")]
+BlockDelta = Annotated[TextDelta | InputJsonDelta | ThinkingDelta | SignatureDelta, Field(discriminator="type")]
 
 
 class ContentBlockDeltaEvent(AnthropicModel):

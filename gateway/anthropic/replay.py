@@ -11,9 +11,24 @@ import json
 from collections.abc import Iterator
 
 from gateway.anthropic.protocol import (
-    ContentBlockDeltaEvent, ContentBlockStartEvent, ContentBlockStopEvent, DeltaUsage, InputJsonDelta,
-    Message, MessageDelta, MessageDeltaEvent, MessageStartEvent, MessageStopEvent, PingEvent,
-    SignatureDelta, TextContent, TextDelta, ThinkingContent, ThinkingDelta, ToolUseContent, Usage,
+    ContentBlockDeltaEvent,
+    ContentBlockStartEvent,
+    ContentBlockStopEvent,
+    DeltaUsage,
+    InputJsonDelta,
+    Message,
+    MessageDelta,
+    MessageDeltaEvent,
+    MessageStartEvent,
+    MessageStopEvent,
+    PingEvent,
+    SignatureDelta,
+    TextContent,
+    TextDelta,
+    ThinkingContent,
+    ThinkingDelta,
+    ToolUseContent,
+    Usage,
 )
 
 

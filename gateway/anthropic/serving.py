@@ -13,9 +13,24 @@ from typing import TypeVar
 from pydantic import ValidationError
 
 from gateway.anthropic.protocol import (
-    AssistantMessage, CountTokensRequest, DocumentBlock, ImageBlock, Message, MessagesRequest,
-    PromptFields, TextBlock, TextContent, ThinkingBlock, ThinkingContent, TokenCount, Tool, ToolChoice,
-    ToolResultBlock, ToolUseBlock, ToolUseContent, Usage,
+    AssistantMessage,
+    CountTokensRequest,
+    DocumentBlock,
+    ImageBlock,
+    Message,
+    MessagesRequest,
+    PromptFields,
+    TextBlock,
+    TextContent,
+    ThinkingBlock,
+    ThinkingContent,
+    TokenCount,
+    Tool,
+    ToolChoice,
+    ToolResultBlock,
+    ToolUseBlock,
+    ToolUseContent,
+    Usage,
 )
 from gateway.errors import InvalidRequest
 from gateway.pipeline import ChatPipeline

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from typing import Annotated, Any, Generic, Literal, TypeVar
 
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field
@@ -12,7 +12,7 @@ T = TypeVar("T")
 
 def as_utc(value: datetime) -> datetime:
     """The instant in UTC; a naive value (SQLite keeps no zone) is one the store wrote in UTC."""
-    return value.replace(tzinfo=timezone.utc) if value.tzinfo is None else value.astimezone(timezone.utc)
+    return value.replace(tzinfo=UTC) if value.tzinfo is None else value.astimezone(UTC)
 
 
 # Every timestamp on the wire: ISO 8601 in UTC with its offset ("...+00:00" / "Z"), on SQLite and PostgreSQL.

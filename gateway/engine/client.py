@@ -85,7 +85,7 @@ class VLLMEngineClient:
             async with self._http().get(f"{self.base_url}/health",
                                         timeout=aiohttp.ClientTimeout(total=2.0)) as response:
                 return response.status == 200
-        except (aiohttp.ClientError, asyncio.TimeoutError):
+        except (TimeoutError, aiohttp.ClientError):
             return False
 
     async def load_adapter(self, name: str, path: str) -> None:
@@ -114,7 +114,7 @@ class VLLMEngineClient:
                         f"one, --engine-url points at another)"
                     ) from exc
                 await asyncio.sleep(delay)
-            except asyncio.TimeoutError as exc:
+            except TimeoutError as exc:
                 raise EngineTimeout(
                     f"engine at {self.base_url} did not answer within {self.timeout_s:g} s; it may be hung "
                     f"or overloaded (the limit is `harnessrl serve --engine-timeout SECONDS`)") from exc

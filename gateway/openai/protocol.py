@@ -7,7 +7,7 @@ still checked, so a wrong type is a 400 before anything reaches the engine.
 
 from __future__ import annotations
 
-from typing import Annotated, Any, Literal, Union
+from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
@@ -44,8 +44,8 @@ class RefusalPart(OpenAIModel):
     refusal: str
 
 
-ContentPart = Annotated[Union[TextPart, ImagePart, AudioPart, FilePart], Field(discriminator="type")]
-AssistantPart = Annotated[Union[TextPart, RefusalPart], Field(discriminator="type")]
+ContentPart = Annotated[TextPart | ImagePart | AudioPart | FilePart, Field(discriminator="type")]
+AssistantPart = Annotated[TextPart | RefusalPart, Field(discriminator="type")]
 
 
 class FunctionCall(OpenAIModel):
@@ -100,7 +100,7 @@ class FunctionMessage(OpenAIModel):
 
 
 ChatMessage = Annotated[
-    Union[SystemMessage, DeveloperMessage, UserMessage, AssistantMessage, ToolMessage, FunctionMessage],
+    SystemMessage | DeveloperMessage | UserMessage | AssistantMessage | ToolMessage | FunctionMessage,
     Field(discriminator="role"),
 ]
 

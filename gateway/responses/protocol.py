@@ -8,7 +8,7 @@ field types are still checked, so a wrong type is a 400 before anything reaches 
 
 from __future__ import annotations
 
-from typing import Annotated, Any, Literal, Union
+from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Discriminator, Field, Tag, field_validator
 
@@ -38,7 +38,7 @@ class InputImage(ResponsesModel):
     detail: Literal["low", "high", "auto"] | None = None
 
 
-ContentPart = Annotated[Union[InputText, OutputText, InputImage], Field(discriminator="type")]
+ContentPart = Annotated[InputText | OutputText | InputImage, Field(discriminator="type")]
 
 
 # --- input items ---------------------------------------------------------------------------
@@ -96,9 +96,10 @@ def item_type(item: Any) -> str | None:
 
 
 InputItem = Annotated[
-    Union[Annotated[MessageItem, Tag("message")], Annotated[FunctionCallItem, Tag("function_call")],
-          Annotated[FunctionCallOutputItem, Tag("function_call_output")],
-          Annotated[ReasoningItem, Tag("reasoning")]],
+    Annotated[MessageItem, Tag("message")]
+    | Annotated[FunctionCallItem, Tag("function_call")]
+    | Annotated[FunctionCallOutputItem, Tag("function_call_output")]
+    | Annotated[ReasoningItem, Tag("reasoning")],
     Discriminator(item_type),
 ]
 
@@ -190,7 +191,7 @@ class OutputReasoning(ResponsesModel):
     content: list[ReasoningText] | None = None
 
 
-OutputItem = Annotated[Union[OutputMessage, OutputFunctionCall, OutputReasoning], Field(discriminator="type")]
+OutputItem = Annotated[OutputMessage | OutputFunctionCall | OutputReasoning, Field(discriminator="type")]
 
 
 class InputTokensDetails(ResponsesModel):

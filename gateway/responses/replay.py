@@ -13,9 +13,20 @@ import itertools
 from collections.abc import Iterator
 
 from gateway.responses.protocol import (
-    ContentPartEvent, FunctionCallArgumentsDeltaEvent, FunctionCallArgumentsDoneEvent, OutputFunctionCall,
-    OutputItemEvent, OutputMessage, OutputReasoning, OutputTextDeltaEvent, OutputTextDoneEvent,
-    ReasoningTextDeltaEvent, ReasoningTextDoneEvent, Response, ResponseLifecycleEvent, StreamEvent,
+    ContentPartEvent,
+    FunctionCallArgumentsDeltaEvent,
+    FunctionCallArgumentsDoneEvent,
+    OutputFunctionCall,
+    OutputItemEvent,
+    OutputMessage,
+    OutputReasoning,
+    OutputTextDeltaEvent,
+    OutputTextDoneEvent,
+    ReasoningTextDeltaEvent,
+    ReasoningTextDoneEvent,
+    Response,
+    ResponseLifecycleEvent,
+    StreamEvent,
 )
 
 

@@ -15,9 +15,23 @@ from gateway.errors import InvalidRequest
 from gateway.openai.serving import parse_request
 from gateway.pipeline import ChatPipeline
 from gateway.responses.protocol import (
-    ContentPart, FunctionCallItem, FunctionCallOutputItem, FunctionTool, IncompleteDetails, InputImage,
-    MessageItem, OutputFunctionCall, OutputMessage, OutputReasoning, OutputText, ReasoningItem, ReasoningText,
-    Response, ResponsesRequest, ResponseUsage, ToolChoiceFunction,
+    ContentPart,
+    FunctionCallItem,
+    FunctionCallOutputItem,
+    FunctionTool,
+    IncompleteDetails,
+    InputImage,
+    MessageItem,
+    OutputFunctionCall,
+    OutputMessage,
+    OutputReasoning,
+    OutputText,
+    ReasoningItem,
+    ReasoningText,
+    Response,
+    ResponsesRequest,
+    ResponseUsage,
+    ToolChoiceFunction,
 )
 from gateway.store.records import RolloutIdentity
 

@@ -18,7 +18,7 @@ class SamplingSettings:
     top_p: float = 1.0
 
     @classmethod
-    def from_config(cls, value: dict | None) -> "SamplingSettings | None":
+    def from_config(cls, value: dict | None) -> SamplingSettings | None:
         """The settings a run's config holds (``config["sampling"]``); None: the run passes clients' through."""
         return None if not value else cls(float(value["temperature"]), float(value["top_p"]))
 

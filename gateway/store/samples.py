@@ -51,7 +51,7 @@ class SampledMarks:
     versions: np.ndarray  # int32 [T]: the sampling call's policy version where mask is 1, else -1
 
     @classmethod
-    def empty(cls, length: int) -> "SampledMarks":
+    def empty(cls, length: int) -> SampledMarks:
         return cls(np.zeros(length, dtype=np.int8), np.zeros(length, dtype=np.float32),
                    np.full(length, -1, dtype=np.int32))
 

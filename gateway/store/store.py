@@ -10,7 +10,7 @@ import secrets
 import time
 from collections.abc import AsyncIterator, Sequence
 from contextlib import asynccontextmanager
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 
 import numpy as np
 from sqlalchemy import func, insert, select
@@ -70,7 +70,7 @@ class Store:
         self._running_seen: dict[int, float] = {}  # rollout id -> when it was last read as running
 
     @classmethod
-    def from_url(cls, url: str) -> "Store":
+    def from_url(cls, url: str) -> Store:
         return cls(create_engine(url), inserts=SQLiteInserts(url) if SQLiteInserts.applies_to(url) else None)
 
     async def close(self) -> None:
@@ -89,7 +89,8 @@ class Store:
 
         ``capture`` and ``sampling`` (some of ``SamplingSettings``' fields; the others are the run's)
         settle a new run's settings (a run keeps them: RunConflict when asked for others). GroupClosed
-        when the group is no longer open or has all of its rollouts. With ``request_id`` it is idempotent: the same id in the same run returns the rollout (and
+        when the group is no longer open or has all of its rollouts.
+        With ``request_id`` it is idempotent: the same id in the same run returns the rollout (and
         token) the first request created, RequestConflict when the rest of the request differs.
         """
         meta = meta or {}
@@ -169,7 +170,7 @@ class Store:
     async def adhoc_identity(self) -> RolloutIdentity:
         """The rollout that collects calls made without a token, one per gateway process."""
         if self._adhoc is None:
-            started = datetime.now(timezone.utc).strftime("%Y%m%dT%H%M%S")
+            started = datetime.now(UTC).strftime("%Y%m%dT%H%M%S")
             self._adhoc = await self.create_rollout(
                 ADHOC_RUN, "adhoc", group=f"gateway-{started}-{secrets.token_hex(3)}"
             )

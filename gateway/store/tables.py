@@ -6,7 +6,7 @@ never JSON: a 32k-token prompt is 128 KiB instead of ~200 KiB of text and decode
 
 from __future__ import annotations
 
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 
 from sqlalchemy import (
     JSON,
@@ -28,7 +28,7 @@ Id = BigInteger().with_variant(Integer(), "sqlite")
 
 
 def utcnow() -> datetime:
-    return datetime.now(timezone.utc)
+    return datetime.now(UTC)
 
 
 class Base(DeclarativeBase):

@@ -11,9 +11,9 @@ prompt + output by construction, however the agent re-serialized it.
 from __future__ import annotations
 
 import json
-from itertools import chain
 from collections import OrderedDict
 from dataclasses import dataclass, field
+from itertools import chain
 
 from gateway.tito.template import ModelText
 

@@ -17,8 +17,7 @@ import os
 import shutil
 from pathlib import Path
 
-from harnesses.agents.cli_agent import (AgentNotInstalled, CliAgentHarness, Endpoint, HostInstall,
-                                        install_prefix)
+from harnesses.agents.cli_agent import AgentNotInstalled, CliAgentHarness, Endpoint, HostInstall, install_prefix
 
 VERSION = "0.19.0"
 VENV = "/opt/hermes"  # where the install hint, .ci/run and the image put it

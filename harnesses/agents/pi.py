@@ -18,8 +18,15 @@ from __future__ import annotations
 import json
 import os
 
-from harnesses.agents.cli_agent import (PROVIDER_ID, CliAgentHarness, Endpoint, HostInstall, install_prefix,
-                                        package_root, which)
+from harnesses.agents.cli_agent import (
+    PROVIDER_ID,
+    CliAgentHarness,
+    Endpoint,
+    HostInstall,
+    install_prefix,
+    package_root,
+    which,
+)
 
 VERSION = "0.73.1"
 SIDE_CALLS = {"summary": r"You are a context summarization assistant"}  # dist/core/compaction/utils.js

@@ -10,8 +10,8 @@ Revises: 0005
   settings); null for calls recorded before this revision and where a client left them to the engine.
 """
 
-from alembic import op
 import sqlalchemy as sa
+from alembic import op
 
 revision = "0006"
 down_revision = "0005"

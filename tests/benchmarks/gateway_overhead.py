@@ -17,6 +17,7 @@ from pathlib import Path
 
 from harnessrl.engine_process import EngineProcess
 from harnessrl.server import free_port
+
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # run as a script from anywhere
 from tests.benchmarks.loadgen import post_request, run_load  # noqa: E402
 

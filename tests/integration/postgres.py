@@ -31,7 +31,7 @@ class PostgresCluster:
     def url(self, database: str) -> str:
         return f"postgresql+asyncpg://postgres@127.0.0.1:{self.port}/{database}"
 
-    def start(self) -> "PostgresCluster":
+    def start(self) -> PostgresCluster:
         self.data_dir.mkdir(parents=True, exist_ok=True)
         if os.geteuid() == 0:
             shutil.chown(self.data_dir, "postgres", "postgres")

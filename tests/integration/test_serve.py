@@ -76,7 +76,7 @@ def test_serve_creates_a_private_admin_key_once_and_guards_the_control_plane_wit
                 gateway.wait_healthy(120)
                 key = key_file.read_text().strip()
                 assert stat.S_IMODE(key_file.stat().st_mode) == 0o600
-                assert wait_until(lambda: f"/ui/#key={key}" in gateway.tail(50), 10), gateway.tail(50)
+                assert wait_until(lambda: f"/ui/#key={key}" in gateway.tail(50), 10), gateway.tail(50)  # noqa: B023
                 assert httpx.get(f"{gateway.url}/api/runs").status_code == 401
                 assert httpx.get(f"{gateway.url}/api/runs", headers={"x-admin-key": key}).status_code == 200
                 assert httpx.get(f"{gateway.url}/api/runs", headers={"x-admin-key": key,

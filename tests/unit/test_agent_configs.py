@@ -6,15 +6,14 @@ import json
 import re
 from dataclasses import dataclass, field
 
-import docker
 import pytest
 import yaml
 
+import docker
 from gateway.tagging import side_call_tags
 from harnesses import images
 from harnesses.adapter import RolloutTarget
-from harnesses.agents import AgentNotInstalled, AgentSettings, create
-from harnesses.agents import cli_agent
+from harnesses.agents import AgentNotInstalled, AgentSettings, cli_agent, create
 from harnesses.agents.cli_agent import Endpoint, HostInstall
 from harnesses.registry import create_harness
 from harnesses.task import Task

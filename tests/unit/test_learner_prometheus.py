@@ -33,7 +33,7 @@ def assert_same(scraped: float, stored) -> None:
         assert scraped == pytest.approx(float(stored), rel=1e-12, abs=1e-12)
 
 
-async def test_the_endpoint_serves_the_stored_step_metrics(store, tiny_model_dir, tmp_path):
+async def test_the_endpoint_serves_the_stored_step_metrics(store, tiny_model_dir, tmp_path):  # noqa: F811 - the imported fixture
     await fill(store, 6)
     port = free_port()
     scraped: list[dict[str, float]] = []
@@ -72,7 +72,7 @@ def test_missing_values_read_as_nan_and_swaps_feed_their_histogram():
     assert seen[PREFIX + "swap_time_seconds_count"] == 1 and seen[PREFIX + "swap_time_seconds_sum"] == 0.2
 
 
-async def test_a_taken_port_is_an_error_naming_the_setting(store, tiny_model_dir, tmp_path):
+async def test_a_taken_port_is_an_error_naming_the_setting(store, tiny_model_dir, tmp_path):  # noqa: F811 - the imported fixture
     await fill(store, 2)
     with socket.socket() as taken:
         taken.bind(("127.0.0.1", 0))

@@ -90,7 +90,8 @@ def test_template_layout():
     assert text.startswith("<|im_start|>system\nYou are a coding agent.\n\n# Tools\n")
     tools_block = text.split("<tools>\n", 1)[1].split("\n</tools>", 1)[0].split("\n")
     assert [json.loads(line) for line in tools_block] == TOOLS
-    assert '<|im_end|>\n<|im_start|>user\n<tool_response>\nalpha\n</tool_response>\n<tool_response>\nbeta\n</tool_response><|im_end|>\n' in text
+    assert ('<|im_end|>\n<|im_start|>user\n<tool_response>\nalpha\n</tool_response>\n'
+            '<tool_response>\nbeta\n</tool_response><|im_end|>\n') in text
     assert "Look at a.txt\nthen b.txt" in text
     assert text.count("<|im_start|>system") == 1
     # No default system prompt, with or without tools.
@@ -124,7 +125,8 @@ def test_tiny_model_loads_and_tokenizes(tiny_dir):
 
     assert chat_template_path(tiny_dir).read_text() == TEMPLATE_PATH.read_text()
     messages = [{"role": "user", "content": "hi"}]
-    assert tok.apply_chat_template(messages, tokenize=False, add_generation_prompt=True) == render(messages, add_generation_prompt=True)
+    expected = render(messages, add_generation_prompt=True)
+    assert tok.apply_chat_template(messages, tokenize=False, add_generation_prompt=True) == expected
 
     model = AutoModelForCausalLM.from_pretrained(tiny_dir)
     assert model.dtype == torch.bfloat16
@@ -216,6 +218,7 @@ def test_prepare_smollm2_converts(tmp_path_factory):
     assert getattr(config, "quantization_config", None) is None
     tok = AutoTokenizer.from_pretrained(dest)
     messages = [{"role": "user", "content": "hi"}]
-    assert tok.apply_chat_template(messages, tokenize=False, add_generation_prompt=True) == render(messages, add_generation_prompt=True)
+    expected = render(messages, add_generation_prompt=True)
+    assert tok.apply_chat_template(messages, tokenize=False, add_generation_prompt=True) == expected
     assert chat_template_path(dest).read_text() == TEMPLATE_PATH.read_text()
     assert not [p for p in cache.iterdir() if ".tmp-" in p.name or ".old-" in p.name]

@@ -8,7 +8,7 @@ import math
 import statistics
 from collections import defaultdict
 from collections.abc import AsyncIterator
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 
 import numpy as np
 import pytest
@@ -25,7 +25,7 @@ from tests.builders import call_record
 from tests.images import assert_plot_image
 
 RUN = "report-run"
-START = datetime(2025, 3, 1, 12, 0, 0, tzinfo=timezone.utc)
+START = datetime(2025, 3, 1, 12, 0, 0, tzinfo=UTC)
 PLOTS = ("reward_per_step", "reward_per_version", "staleness", "generation_throughput", "training_throughput")
 
 
@@ -121,7 +121,7 @@ async def test_reward_per_version_equals_a_direct_computation(store):
 async def test_generation_throughput_equals_a_direct_bucketing(store):
     await build_run(store)
     calls, _ = await rows_of(store, RUN)
-    times = [created.replace(tzinfo=timezone.utc) if created.tzinfo is None else created for *_, created in calls]
+    times = [created.replace(tzinfo=UTC) if created.tzinfo is None else created for *_, created in calls]
     first = min(times)
     width = bucket_width_s((max(times) - first).total_seconds())
     expected_tokens, expected_calls = defaultdict(int), defaultdict(int)

@@ -11,7 +11,7 @@ from gateway.engine.fake import FakeReply
 from harnesses.builtin_agent import BuiltinHarness
 from harnesses.gateway_client import GatewayClient
 from harnesses.reward_functions import load_reward_function
-from harnesses.runner import RunPlan, Runner
+from harnesses.runner import Runner, RunPlan
 from harnesses.task import Task, builtin_tasks_path, load_tasks
 from harnessrl.server import BackgroundGateway
 from tests.builders import TEST_ADMIN_KEY, gateway_settings

@@ -31,7 +31,8 @@ async def score(task, with_solution: bool) -> float | None:
         return (await verify(sandbox, task)).reward
 
 
-@pytest.mark.skipif(ISOLATION != "bwrap", reason="Harbor verifiers write /logs: needs an isolated sandbox (apt-get install bubblewrap)")
+@pytest.mark.skipif(ISOLATION != "bwrap",
+                    reason="Harbor verifiers write /logs: needs an isolated sandbox (apt-get install bubblewrap)")
 @pytest.mark.parametrize("task", TASKS, ids=[t.name for t in TASKS])
 async def test_reference_solution_scores_one_and_doing_nothing_scores_zero(task):
     assert await score(task, with_solution=True) == 1.0

@@ -46,7 +46,8 @@ def test_a_new_turn_costs_only_its_own_rendering(model_text, monkeypatch):
 
 async def run_tool_conversation(gateway: GatewayHarness, capture: str, turns: int) -> dict:
     # The model writes arguments with odd spacing; the agent echoes them back re-serialized.
-    gateway.fake.script = [FakeReply(raw_text=f'Reading.\n<tool_call>\n{{"name": "read_file", "arguments": {{"path":   "f{n}.py"}}}}\n</tool_call>')
+    gateway.fake.script = [FakeReply(
+        raw_text=f'Reading.\n<tool_call>\n{{"name": "read_file", "arguments": {{"path":   "f{n}.py"}}}}\n</tool_call>')
                            for n in range(turns - 1)] + [FakeReply(content="Done: the bug is fixed.")]
     rollout = await gateway.new_rollout(run=f"{capture}-run", capture=capture)
     client = gateway.openai(api_key=rollout["token"])
