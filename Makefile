@@ -6,7 +6,7 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 DEMO_MINUTES ?= 14
 
-.PHONY: install demo test test-unit bench check-install clean
+.PHONY: install demo test test-unit lint bench check-install clean
 
 # pip, not uv/poetry: only pip sees the CPU torch wheel on this machine kind (see REFERENCE.md).
 $(STAMP): pyproject.toml constraints/cpu.txt
@@ -28,9 +28,12 @@ demo: install
 	$(BIN)/harnessrl quickstart --minutes $(DEMO_MINUTES)
 
 # Sets up what the suite needs (as root: installs it; else names the command), then runs every tier.
-test: install
+test: install lint
 	bash tests/setup_machine.sh
 	$(BIN)/python -m pytest
+
+lint: install
+	$(BIN)/ruff check .
 
 test-unit: install
 	$(BIN)/python -m pytest tests/unit
