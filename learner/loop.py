@@ -270,6 +270,9 @@ async def _sampling_temperature(store: Store, run_id: int, config: LearnerConfig
     recorded = await run_temperature(store, run_id)
     if recorded is None:
         return config.temperature
+    if recorded == 0:
+        raise LearnerError("this run samples greedily (temperature 0): an evaluation run, with no sampled "
+                           "distribution to train on; train on a run created with a temperature above 0")
     if config.temperature not in (1.0, recorded):
         logger.warning("the run samples at temperature %g: the learner takes its log-probs at that, not at the "
                        "configured %g", recorded, config.temperature)

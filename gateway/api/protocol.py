@@ -27,12 +27,13 @@ REQUEST_ID = r"^[\x21-\x7e]+$"  # printable ASCII, no spaces
 class Sampling(BaseModel):
     """A training run's sampling settings, fixed when the run is created and applied to all its calls.
 
-    A setting left out is the run's (for a new run: temperature 1, top_p 1).
+    A setting left out is the run's (for a new run: temperature 1, top_p 1). Temperature 0 is greedy
+    decoding, for evaluation runs: the learner refuses to train on them.
     """
 
     model_config = ConfigDict(extra="forbid")
 
-    temperature: float | None = Field(default=None, gt=0, le=2, allow_inf_nan=False)
+    temperature: float | None = Field(default=None, ge=0, le=2, allow_inf_nan=False)
     top_p: float | None = Field(default=None, gt=0, le=1, allow_inf_nan=False)
 
 

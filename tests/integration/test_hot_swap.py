@@ -64,7 +64,9 @@ def prompt_ids(engine: EngineProcess) -> list[int]:
 
 
 def new_rollout(gateway: BackgroundGateway) -> dict:
-    response = httpx.post(f"{gateway.url}/api/rollouts", json={"run": "hot-swap", "task": "t"}, headers=ADMIN)
+    # A greedy run (temperature 0): the swap's effect is read off deterministic answers.
+    response = httpx.post(f"{gateway.url}/api/rollouts", headers=ADMIN,
+                          json={"run": "hot-swap", "task": "t", "sampling": {"temperature": 0.0}})
     assert response.status_code == 201, response.text
     return response.json()
 

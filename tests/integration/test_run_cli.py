@@ -69,10 +69,12 @@ def test_run_finishes_and_resumes_after_an_interrupt(gateway, tmp_path):
     done = Counter((r["task"], r["meta"]["index"]) for r in final if r["status"] == "finished")
     assert sorted(done.values()) == [1] * 40  # every (task, index) finished exactly once
     assert all(r["reward"] == 1.0 for r in final if r["status"] == "finished")
-    # Rollouts the killed runner left running were ended as interrupted and replaced (requests it had
-    # in flight may still land after the kill, so there can be more than were counted right then).
-    failed = [r for r in final if r["status"] == "failed"]
-    assert len(failed) >= interrupted and all(r["error"] == INTERRUPTED for r in failed)
+    # Rollouts the killed runner left running were cancelled as interrupted (freeing their places in
+    # their groups) and replaced (requests it had in flight may still land after the kill, so there can
+    # be more than were counted right then).
+    cancelled = [r for r in final if r["status"] == "cancelled"]
+    assert len(cancelled) >= interrupted and all(r["error"] == INTERRUPTED for r in cancelled)
+    assert not [r for r in final if r["status"] == "failed"]
     groups = httpx.get(f"{gateway.url}/api/groups", params={"run": "cli-run", "status": "ready"},
                        headers={"x-admin-key": admin_key()}).json()["data"]
     assert len(groups) == 10

@@ -596,3 +596,10 @@ async def test_the_learner_takes_log_probs_at_the_temperature_the_run_samples_at
     [metrics] = await step_history(store, await find_run_id(store, RUN))
     assert metrics["temperature"] == 0.5
     assert (await statuses(store))[await group_of(store, mixed[0])] == "quarantined"
+
+
+async def test_a_greedy_run_is_refused_for_training(store, tiny_model_dir, tmp_path):
+    await store.create_rollout(RUN, "task-greedy", group_size=4, sampling={"temperature": 0.0})  # an evaluation run
+    await fill(store, 1)
+    with pytest.raises(learner.loop.LearnerError, match="greedily"):
+        await train(config_for(tiny_model_dir, tmp_path / "out", max_steps=1), store)

@@ -60,7 +60,7 @@ async def test_a_run_keeps_its_sampling_and_refuses_other_settings_with_a_409(ga
 
 
 async def test_sampling_settings_are_checked(gateway):
-    for bad in ({"temperature": 0}, {"top_p": 1.5}, {"temperature": "hot"}, {"min_p": 0.1}):
+    for bad in ({"temperature": -0.5}, {"top_p": 1.5}, {"temperature": "hot"}, {"min_p": 0.1}):
         response = await gateway.http.post("/api/rollouts", json={"run": "r", "task": "t", "sampling": bad})
         assert response.status_code == 400, bad
 
@@ -159,3 +159,9 @@ def test_harnessrl_run_passes_temperature_and_top_p_as_the_new_runs_sampling(mon
     assert seen["sampling"] == {"temperature": 0.7}
     assert CliRunner().invoke(app, command).exit_code == 0
     assert seen["sampling"] is None  # the run's own settings (defaults for a new run)
+
+
+async def test_a_greedy_run_samples_every_call_at_temperature_zero(gateway):
+    rollout = await gateway.new_rollout(run="eval-greedy", sampling={"temperature": 0.0})  # an evaluation run
+    await call(gateway, rollout, "chat", temperature=0.9)
+    assert gateway.fake.requests[-1]["temperature"] == 0.0
