@@ -10,7 +10,7 @@ left out of training samples (``gateway.store.samples``).
 from __future__ import annotations
 
 import logging
-from collections.abc import Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
 
 import anyio
 from starlette.requests import ClientDisconnect
@@ -40,6 +40,16 @@ class Delivery(Response):
         # A Response (FastAPI sends Response objects as they are) that delegates to the wrapped one.
         self.response, self.on_undelivered = response, on_undelivered
         self.status_code, self.background = response.status_code, None
+        self.streamed_whole = False  # every chunk of a streamed answer went out
+        if hasattr(response, "body_iterator"):
+            response.body_iterator = self._tracked(response.body_iterator)
+
+    async def _tracked(self, chunks: AsyncIterator) -> AsyncIterator:
+        """The stream's chunks; past the last one (sent: the stream asks for the next after each send),
+        the answer was delivered, even if the client hangs up before the empty end-of-body message."""
+        async for chunk in chunks:
+            yield chunk
+        self.streamed_whole = True
 
     @property
     def headers(self):
@@ -69,7 +79,7 @@ class Delivery(Response):
         except (ClientDisconnect, OSError):
             disconnected = True
         finally:
-            if disconnected or not complete:
+            if not self.streamed_whole and (disconnected or not complete):
                 await self._undelivered()
         if self.background is not None:
             await self.background()

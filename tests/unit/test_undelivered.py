@@ -120,3 +120,27 @@ async def test_json_response_is_not_sent_to_a_client_that_already_left():
 
     assert await run_response(JSONResponse({"ok": True}), gone, send) == ["undelivered"]
     assert sent == []
+
+
+async def test_stream_whose_client_leaves_after_the_last_chunk_is_delivered():
+    """Clients close as soon as they read the final event; the empty end-of-body message that follows
+    may then find them gone. Every chunk reached them: the call was delivered."""
+    sent: list[dict] = []
+    last_chunk_sent = anyio.Event()
+
+    async def leaves_after_the_last_chunk() -> dict:
+        await last_chunk_sent.wait()
+        return {"type": "http.disconnect"}
+
+    async def send(message: dict) -> None:
+        if message.get("body") == b"" and not message.get("more_body"):
+            await anyio.sleep(0.05)  # a busy server: the hang-up arrives before the end-of-body goes out
+        sent.append(message)
+        if message.get("body") == b"data: [DONE]\n\n":
+            last_chunk_sent.set()
+
+    async def chunks():
+        for event in ("data: 1\n\n", "data: [DONE]\n\n"):
+            yield event
+
+    assert await run_response(StreamingResponse(chunks()), leaves_after_the_last_chunk, send) == []
