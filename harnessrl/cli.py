@@ -108,7 +108,7 @@ def serve(
     key = _admin_key(admin_key, create=True)
     url = _database_url(database_url)
     _upgrade(url)
-    engine = None
+    engine = choice = None
     if model is not None:
         choice = _engine_dtype(dtype)
         launch = EngineLaunch(model_dir=model.resolve(), port=engine_port or free_port(),
@@ -123,8 +123,9 @@ def serve(
             raise fail(str(exc)) from None
         engine_url = engine.url
     model_dir = model or tokenizer
-    dtype_info = {"engine_dtype": choice.dtype, "engine_dtype_reason": choice.reason} if model is not None else {}
-    settings = GatewaySettings(**dtype_info, database_url=url, engine_url=engine_url, public_model=public_model,
+    settings = GatewaySettings(engine_dtype=choice.dtype if choice else None,
+                               engine_dtype_reason=choice.reason if choice else None, database_url=url,
+                               engine_url=engine_url, public_model=public_model,
                                require_token=require_token, admin_key=key, max_staleness=max_staleness,
                                allowed_hosts=_served_names(host, allowed_host or []),
                                model_dir=str(model_dir.resolve()) if model_dir else None,

@@ -8,7 +8,6 @@ carries its reason, which `serve` logs and the gateway shows on /health and /met
 from __future__ import annotations
 
 import functools
-import os
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -92,6 +91,3 @@ def batched_tokens(max_model_len: int, gpu: bool) -> int | None:
     (measured: 8k-token cold prefill and shared-prefix rounds 1.04-1.6x faster, decode within noise)."""
     return None if gpu else max(2048, min(8192, max_model_len))
 
-
-def cpu_count() -> int:
-    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)

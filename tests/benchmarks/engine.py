@@ -35,7 +35,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # run as a script 
 import httpx  # noqa: E402
 
 from harnessrl.engine_process import EngineLaunch, EngineProcess  # noqa: E402
-from harnessrl.hardware import cpu_flags, machine_dtype  # noqa: E402
+from harnessrl.hardware import NATIVE_BF16_FLAGS, cpu_flags, machine_dtype  # noqa: E402
 from harnessrl.server import free_port  # noqa: E402
 
 RESULTS = Path(__file__).parent / "results"
@@ -166,7 +166,7 @@ def main() -> None:
     tokenizer = AutoTokenizer.from_pretrained(args.model)
     prompt = tokenizer.encode(TEXT * 4)
     results = {"machine": {"cpu": platform.processor() or platform.machine(),
-                           "native_bf16_flags": sorted(cpu_flags() & {"avx512_bf16", "amx_bf16", "amx_tile"}),
+                           "native_bf16_flags": sorted(cpu_flags() & NATIVE_BF16_FLAGS),
                            "chosen": choice.dtype, "reason": choice.reason}, "dtypes": {}}
     with tempfile.TemporaryDirectory() as logs:
         for label, dtype, env in configurations(dtypes, args.env_variant, args.reverse):
