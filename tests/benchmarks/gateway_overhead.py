@@ -26,6 +26,7 @@ BODY = {"model": "policy", "messages": [{"role": "system", "content": "You are a
                                         {"role": "user", "content": "List the files in the repo."}],
         "max_tokens": 64}
 DEFAULT_OUT = Path(__file__).parent / "results" / "gateway_overhead.json"
+ADMIN_KEY = "bench-admin-key"  # the control plane needs one (rollout creation)
 
 
 def start(command: list[str], port: int, log: Path) -> EngineProcess:
@@ -61,11 +62,12 @@ def main() -> None:
     engine = start([sys.executable, "-m", "gateway.engine.fake", "--port", str(engine_port)],
                    engine_port, workdir / "engine.log")
     gateway = start([sys.executable, "-m", "harnessrl.cli", "serve", "--engine-url", engine.url,
-                     "--port", str(gateway_port), "--database-url",
+                     "--port", str(gateway_port), "--admin-key", ADMIN_KEY, "--database-url",
                      f"sqlite+aiosqlite:///{workdir / 'bench.db'}"], gateway_port, workdir / "gateway.log")
     try:
         import httpx
-        token = httpx.post(f"{gateway.url}/api/rollouts", json={"run": "bench", "task": "overhead"}).json()["token"]
+        token = httpx.post(f"{gateway.url}/api/rollouts", json={"run": "bench", "task": "overhead"},
+                           headers={"x-admin-key": ADMIN_KEY}).json()["token"]
         results = measure(engine_port, gateway_port, token, args.calls)
     finally:
         gateway.stop()

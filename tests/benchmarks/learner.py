@@ -191,7 +191,7 @@ async def served_call(http, gateway_url: str, headers: dict) -> dict:
     answer = await http.post(f"{rollout['base_url']}/completions",
                              json={"model": "policy", "prompt": PROMPT_IDS, "max_tokens": 1})
     answer.raise_for_status()
-    return (await http.get(f"{gateway_url}/api/rollouts/{rollout['id']}/calls")).json()["data"][-1]
+    return (await http.get(f"{gateway_url}/api/rollouts/{rollout['id']}/calls", headers=headers)).json()["data"][-1]
 
 
 def swap_latency(workdir: Path, versions: int) -> dict:

@@ -34,6 +34,7 @@ HARNESSES = ("builtin", "opencode", "pi", "hermes")
 DEFAULT_DB = Path("/tmp/harnessrl-viewer-scale/viewer.db")
 RESULTS = Path(__file__).parent / "results"
 BATCH = 5000
+ADMIN_KEY = "bench-admin-key"  # every /api read needs the control plane's key
 
 
 # --- the fixture -------------------------------------------------------------------------------
@@ -166,7 +167,8 @@ def endpoints() -> list[tuple[str, str]]:
 
 def measure(url: str, requests: int) -> list[dict]:
     results = []
-    with httpx.Client(base_url=url, timeout=60, follow_redirects=True) as client:  # /ui -> /ui/
+    with httpx.Client(base_url=url, timeout=60, follow_redirects=True,  # /ui -> /ui/
+                      headers={"x-admin-key": ADMIN_KEY}) as client:
         for name, path in endpoints():
             client.get(path)  # warm-up: caches, the tokenizer's first load
             times, response = [], None
@@ -217,7 +219,7 @@ def main() -> None:
     fixture = json.loads(marker.read_text())
     print(f"fixture: {fixture}")
     settings = GatewaySettings(database_url=sqlite_url(args.db), engine_url="http://127.0.0.1:9",
-                               base_model="bench-base", model_dir=str(tokenizer_dir(args.db)))
+                               admin_key=ADMIN_KEY, base_model="bench-base", model_dir=str(tokenizer_dir(args.db)))
     with BackgroundGateway(settings) as server:
         results = measure(server.url, args.requests)
     args.out.parent.mkdir(parents=True, exist_ok=True)
