@@ -1,0 +1,147 @@
+"""Datasets: which tasks a command runs (``--tasks``, ``--include`` / ``--exclude``, ``--split``).
+
+``--tasks`` names one source:
+- a folder of Harbor tasks, nested as deep as a dataset keeps them (``datasets/<suite>/<task>/``), or of
+  JSONL files; a single Harbor task folder;
+- a JSONL file (one task per line);
+- a list file: one path per line (a task folder, a folder of tasks or a JSONL file), relative to the
+  list file's folder; blank lines and ``#`` comments are skipped;
+- ``builtin:arithmetic`` (the generated family quickstart trains on) or ``builtin:tasks`` (the 32
+  small tasks shipped in ``harnesses/tasks``).
+
+The split is a property of a task's name alone: ``sha256(name)`` read as a fraction of 2**64 below
+``test_fraction`` is ``test``, else ``train``. So a task keeps its split whatever else the dataset
+holds, on every machine, and training on ``--split train`` never sees a task ``--split test``
+evaluates. ``--include`` / ``--exclude`` are shell globs over task names (``fnmatch``); they never move
+a task from one split to the other.
+"""
+
+from __future__ import annotations
+
+import fnmatch
+import hashlib
+import json
+from collections import Counter
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+from harnesses.task import Task, TaskError, builtin_tasks_path, load_tasks
+
+SPLITS = ("all", "train", "test")
+DEFAULT_TEST_FRACTION = 0.2
+ARITHMETIC_TASKS = 20  # the built-in family's size: ~16 train, ~4 held out at the default fraction
+BUILTIN_PREFIX = "builtin:"
+
+
+def _arithmetic() -> list[Task]:
+    from harnesses.families import arithmetic_tasks
+    return arithmetic_tasks(ARITHMETIC_TASKS)
+
+
+BUILTIN: dict[str, Callable[[], list[Task]]] = {
+    "arithmetic": _arithmetic,
+    "tasks": lambda: load_tasks(builtin_tasks_path()),
+}
+
+
+@dataclass(frozen=True)
+class Selection:
+    """What to take from a source: name globs and a split."""
+
+    include: tuple[str, ...] = ()  # task name globs; empty: every task
+    exclude: tuple[str, ...] = ()
+    split: str = "all"  # all | train | test
+    test_fraction: float = DEFAULT_TEST_FRACTION  # share of task names (by hash) in the test split
+
+    def __post_init__(self) -> None:
+        if self.split not in SPLITS:
+            raise TaskError(f"--split must be one of {', '.join(SPLITS)}, not {self.split!r}")
+        if not 0.0 <= self.test_fraction <= 1.0:
+            raise TaskError(f"--test-fraction must be between 0 and 1, not {self.test_fraction}")
+
+    def describe(self) -> str:
+        parts = [] if self.split == "all" else [f"split {self.split} (test fraction {self.test_fraction:g})"]
+        parts += [f"include {' '.join(self.include)}"] if self.include else []
+        parts += [f"exclude {' '.join(self.exclude)}"] if self.exclude else []
+        return ", ".join(parts) or "every task"
+
+
+def split_of(name: str, test_fraction: float = DEFAULT_TEST_FRACTION) -> str:
+    """``test`` or ``train``: the task name's hash as a fraction in [0, 1), below ``test_fraction``: test."""
+    digest = hashlib.sha256(name.encode()).digest()
+    return "test" if int.from_bytes(digest[:8], "big") / 2**64 < test_fraction else "train"
+
+
+def select(tasks: Sequence[Task], selection: Selection) -> list[Task]:
+    """The tasks the globs and the split keep, in their order."""
+    return [task for task in tasks if _kept(task.name, selection)]
+
+
+def _kept(name: str, selection: Selection) -> bool:
+    if selection.include and not any(fnmatch.fnmatchcase(name, glob) for glob in selection.include):
+        return False
+    if any(fnmatch.fnmatchcase(name, glob) for glob in selection.exclude):
+        return False
+    return selection.split == "all" or split_of(name, selection.test_fraction) == selection.split
+
+
+def load_dataset(source: str | Path) -> list[Task]:
+    """Every task of a source (see the module's docstring), sorted by name; names must be unique."""
+    text = str(source)
+    if text.startswith(BUILTIN_PREFIX):
+        name = text.removeprefix(BUILTIN_PREFIX)
+        if name not in BUILTIN:
+            raise TaskError(f"unknown built-in dataset {text!r}: use one of "
+                            f"{', '.join(BUILTIN_PREFIX + n for n in BUILTIN)}")
+        tasks = BUILTIN[name]()
+    else:
+        path = Path(source)
+        tasks = _list_file(path) if _is_list_file(path) else load_tasks(path)
+    return _unique(sorted(tasks, key=lambda t: t.name), text)
+
+
+def load_selection(source: str | Path, selection: Selection) -> list[Task]:
+    """The selected tasks of a source; a TaskError naming the fix when none is left."""
+    tasks = load_dataset(source)
+    chosen = select(tasks, selection)
+    if not chosen:
+        raise TaskError(f"no task of {source} ({len(tasks)} tasks) is left after {selection.describe()}: "
+                        f"loosen --include/--exclude, or change --split/--test-fraction")
+    return chosen
+
+
+def _is_list_file(path: Path) -> bool:
+    if not path.is_file() or path.suffix == ".jsonl":
+        return False
+    for line in path.read_text().splitlines():
+        if line.strip() and not line.lstrip().startswith("#"):
+            return not _is_json_object(line)
+    return True  # only comments: an empty list
+
+
+def _is_json_object(line: str) -> bool:
+    try:
+        return isinstance(json.loads(line), dict)
+    except ValueError:
+        return False
+
+
+def _list_file(path: Path) -> list[Task]:
+    tasks = []
+    for number, line in enumerate(path.read_text().splitlines(), 1):
+        entry = line.split("#", 1)[0].strip()
+        if not entry:
+            continue
+        target = (path.parent / entry) if not Path(entry).is_absolute() else Path(entry)
+        if not target.exists():
+            raise TaskError(f"{path}:{number}: {entry} does not exist (paths are relative to the list file)")
+        tasks += load_tasks(target)
+    return tasks
+
+
+def _unique(tasks: list[Task], source: str) -> list[Task]:
+    counts = Counter(t.name for t in tasks)
+    if duplicates := sorted(name for name, n in counts.items() if n > 1):
+        raise TaskError(f"task names must be unique in {source}: {duplicates} appear more than once")
+    return tasks

@@ -1,0 +1,54 @@
+"""Evaluation statistics: pass@k (the unbiased estimator) and a mean with its 95% interval.
+
+pass@k of one task with n samples of which c passed (Chen et al. 2021, "Evaluating Large Language
+Models Trained on Code"): the chance that at least one of k samples drawn without replacement from
+the n passes, ``1 - C(n - c, k) / C(n, k)``, computed as a product so large n stay exact in floats.
+A policy's pass@k is the mean over its tasks. Pure functions: no I/O, no store.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+Z_95 = 1.959963984540054  # two-sided 95% quantile of the standard normal
+
+
+def pass_at_k(n: int, c: int, k: int) -> float:
+    """Unbiased pass@k of one task: n samples, c of them passed; needs 0 <= c <= n and 1 <= k <= n."""
+    if not (0 <= c <= n and 1 <= k <= n):
+        raise ValueError(f"pass@k needs 0 <= c <= n and 1 <= k <= n, got n={n}, c={c}, k={k}")
+    if n - c < k:  # every draw of k holds a pass
+        return 1.0
+    failing_draws = 1.0
+    for i in range(n - c + 1, n + 1):  # C(n-c, k) / C(n, k) = prod_{i=n-c+1}^{n} (1 - k / i)
+        failing_draws *= 1.0 - k / i
+    return 1.0 - failing_draws
+
+
+def mean_pass_at_k(per_task: Sequence[tuple[int, int]], k: int) -> float | None:
+    """pass@k averaged over tasks given as (n, c); tasks with fewer than k samples are left out
+    (None when none has k)."""
+    values = [pass_at_k(n, c, k) for n, c in per_task if n >= k]
+    return sum(values) / len(values) if values else None
+
+
+@dataclass(frozen=True)
+class Interval:
+    mean: float | None  # None without values
+    low: float | None  # mean -/+ 1.96 standard errors (normal approximation); equal to mean for n = 1
+    high: float | None
+    n: int
+
+
+def mean_interval(count: int, total: float, total_squares: float) -> Interval:
+    """The mean of ``count`` values given their sum and sum of squares, with a 95% interval."""
+    if count == 0:
+        return Interval(None, None, None, 0)
+    mean = total / count
+    if count == 1:
+        return Interval(mean, mean, mean, 1)
+    variance = max(0.0, (total_squares - count * mean * mean) / (count - 1))  # sample variance
+    half = Z_95 * math.sqrt(variance / count)
+    return Interval(mean, mean - half, mean + half, count)
