@@ -35,8 +35,12 @@ BUILTIN_PREFIX = "builtin:"
 
 
 def _arithmetic() -> list[Task]:
+    """The arithmetic family without repeated questions: a held-out task never asks a training one's."""
     from harnesses.families import arithmetic_tasks
-    return arithmetic_tasks(ARITHMETIC_TASKS)
+    unique: dict[str, Task] = {}
+    for task in arithmetic_tasks(4 * ARITHMETIC_TASKS):
+        unique.setdefault(task.instruction, task)
+    return list(unique.values())[:ARITHMETIC_TASKS]
 
 
 BUILTIN: dict[str, Callable[[], list[Task]]] = {

@@ -100,3 +100,8 @@ def test_an_empty_selection_names_the_options_to_change(tmp_path):
         Selection(split="validation")
     with pytest.raises(TaskError, match="unknown built-in dataset"):
         load_dataset("builtin:nope")
+
+
+def test_no_held_out_arithmetic_task_asks_a_training_tasks_question():
+    tasks = load_dataset("builtin:arithmetic")
+    assert len({t.instruction for t in tasks}) == len(tasks) == 20
