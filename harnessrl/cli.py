@@ -346,8 +346,8 @@ def report(
     """Plot a run's reward, staleness and throughput curves as PNG files; print their paths."""
     from sqlalchemy.exc import DBAPIError
 
+    from gateway.store.reports import gather_report, known_runs
     from harnessrl.report import write_report
-    from harnessrl.report_data import gather_report, known_runs
 
     url = _database_url(database_url)
 
@@ -436,8 +436,8 @@ def train(
     import asyncio
     import logging
 
+    from gateway.store.training import ConsumeConflict
     from learner.config import ConfigError, dump_toml, load_config
-    from learner.groups import ConsumeConflict
     from learner.loop import LearnerError, train_from_url
     from learner.publish import PublishError
 

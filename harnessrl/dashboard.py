@@ -3,7 +3,6 @@ staleness and throughput, from the runner's results and the learner's step metri
 
 from __future__ import annotations
 
-import json
 import statistics
 import time
 from collections import defaultdict
@@ -11,11 +10,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from rich.table import Table
-from sqlalchemy import text
-from sqlalchemy.exc import DBAPIError
-from sqlalchemy.ext.asyncio import AsyncEngine
 
+from gateway.store.store import Store
+from gateway.store.training import learner_steps
 from harnesses.runner import RolloutResult
+
+TABLE_ROUNDS = 12  # rows of rounds the live table shows: the first and the latest
 
 
 @dataclass
@@ -42,7 +42,12 @@ class Dashboard:
         last_loss = trained[-1]["loss"] if trained else None
         rollouts = sum(len(r) for r in self.rewards_by_round.values())
         elapsed = max(1e-9, time.monotonic() - self.started)
-        for round_, rewards in sorted(self.rewards_by_round.items())[-8:]:
+        rounds = sorted(self.rewards_by_round.items())
+        if len(rounds) > TABLE_ROUNDS:  # the first round (the base model's) stays: what the curve starts from
+            rounds = [rounds[0], *rounds[len(rounds) - TABLE_ROUNDS + 1:]]
+        for index, (round_, rewards) in enumerate(rounds):
+            if index == 1 and round_ != rounds[0][0] + 1:
+                table.add_row("…", "", "", "", "", "", "", "")
             table.add_row(str(round_), str(len(rewards)), f"{statistics.fmean(rewards):.3f}", "", "", "", "", "")
         table.add_row("now", f"{rollouts} (+{self.failed} failed)", "",
                       f"v{self.policy.get('current_version', 0)}", str(last.get("step", 0)),
@@ -55,16 +60,10 @@ def _fmt(value) -> str:
     return "" if value is None else f"{value:.3f}" if isinstance(value, float) else str(value)
 
 
-async def learner_steps(engine: AsyncEngine, run: str) -> list[dict]:
-    """The learner's per-step metrics of a run."""
-    query = text("SELECT s.step, s.metrics FROM learner_steps s JOIN runs r ON r.id = s.run_id "
-                 "WHERE r.name = :run ORDER BY s.step")
-    try:
-        async with engine.connect() as connection:
-            rows = (await connection.execute(query, {"run": run})).all()
-    except DBAPIError:  # before the learner's migration ran there is nothing to show
-        return []
-    return [{"step": step, **(json.loads(m) if isinstance(m, str) else m)} for step, m in rows]
+async def step_rows(store: Store, run: str) -> list[dict]:
+    """The learner's per-step metrics of a run, each with its step."""
+    run_id = await store.run_id(run)
+    return [] if run_id is None else [{"step": step, **m} for step, m in await learner_steps(store, run_id)]
 
 
 def save_reward_curve(dashboard: Dashboard, path: Path) -> Path:

@@ -24,7 +24,7 @@ from harnesses.builtin_agent import BuiltinHarness, BuiltinSettings
 from harnesses.gateway_client import GatewayClient
 from harnesses.runner import Runner, RunPlan
 from harnesses.task import Task
-from harnessrl.dashboard import Dashboard, learner_steps, save_reward_curve
+from harnessrl.dashboard import Dashboard, save_reward_curve, step_rows
 from harnessrl.engine_process import EngineLaunch, EngineProcess
 from harnessrl.hardware import machine_dtype
 from harnessrl.server import BackgroundGateway, free_port
@@ -160,7 +160,7 @@ class Quickstart:
 
     async def _update(self, client: GatewayClient) -> None:
         self.dashboard.policy = await client.policy()
-        self.dashboard.steps = await learner_steps(self._store.engine, self.plan.run)
+        self.dashboard.steps = await step_rows(self._store, self.plan.run)
 
     def _final_adapter(self) -> Path | None:
         adapters = sorted((self.home / "learner" / "adapters").glob("policy-v*"),

@@ -12,7 +12,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from harnessrl.report_data import ReportData
+from gateway.store.reports import ReportData
 
 SIZE_IN = (8.0, 4.5)  # figure size, inches
 DPI = 110  # -> 880 x 495 pixels; fixed (no tight bounding box) so every plot has the same size

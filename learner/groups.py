@@ -1,16 +1,9 @@
-"""Ready groups in, training batches out; groups marked consumed with the checkpoint that covers them.
+"""Ready groups in, training batches out.
 
-Order and exactly-once:
-- groups are read with ``status = 'ready'`` in ``(ready_at, id)`` order. Selecting by status rather
-  than "after the last consumed position" means a group whose ``ready_at`` is earlier than the
-  position (clock skew between gateways, a slow commit) is still trained, later, instead of skipped;
-- groups trained since the last checkpoint stay ``ready`` in the store (the learner keeps them in
-  memory as pending and skips them when reading); they turn ``consumed`` only in the transaction
-  that records the checkpoint covering them (``commit_checkpoint``). A crash before that commit
-  rolls model and groups back together: the restarted learner loads the previous checkpoint and
-  reads those groups again.
-
-Samples come from ``gateway.store.samples.build_samples`` (the samples endpoint's own logic).
+The store (``gateway.store.training``) reads the ready groups in ``(ready_at, id)`` order and marks
+them consumed only with the checkpoint that covers them; groups trained since the last checkpoint
+stay ready and the learner keeps them in memory as pending. Samples come from
+``gateway.store.samples.build_samples`` (the samples endpoint's own logic).
 
 A ready group the learner cannot use (a reward that is not finite, samples that cannot be built or
 hold token ids the model does not have, calls sampled at another temperature than the run's) is
@@ -20,27 +13,18 @@ and the learner goes on with the next group instead of failing on the same one f
 
 from __future__ import annotations
 
-from collections.abc import Collection, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime
 
 import numpy as np
-from sqlalchemy import select, update
-from sqlalchemy.exc import IntegrityError
 
-from gateway.store.records import SamplingSettings
-from gateway.store.rewards import CANCELLED
 from gateway.store.samples import Sample, build_samples
 from gateway.store.store import Store
-from gateway.store.tables import Call, Group, LearnerCheckpoint, Rollout, Run
+from gateway.store.training import group_members, run_sampling
 from learner.advantages import GroupAdvantages, group_advantages
 
-QUARANTINED = "quarantined"
 TEMPERATURE_TOLERANCE = 1e-6
-
-
-class ConsumeConflict(RuntimeError):
-    """The groups were consumed by someone else (a second learner on the same run)."""
 
 
 class UnusableGroup(ValueError):
@@ -88,38 +72,12 @@ class Batch:
         return tuple(g.group_id for g in self.groups)
 
 
-@dataclass(frozen=True)
-class CheckpointRecord:
-    step: int
-    version: int
-    path: str
-    group_ids: tuple[int, ...]  # consumed by this checkpoint (since the previous one)
-    last_ready_at: datetime | None = None
-    last_group_id: int | None = None
-
-
 # --- reading -----------------------------------------------------------------------------------
-
-
-async def find_run_id(store: Store, run: str) -> int | None:
-    async with store.sessions() as session:
-        return await session.scalar(select(Run.id).where(Run.name == run))
-
-
-async def ready_group_ids(store: Store, run_id: int, limit: int, exclude: Collection[int] = ()) -> list[int]:
-    """The first ``limit`` ready groups of the run in (ready_at, id) order, skipping ``exclude``."""
-    query = (select(Group.id).where(Group.run_id == run_id, Group.status == "ready")
-             .order_by(Group.ready_at, Group.id).limit(limit + len(exclude)))
-    async with store.sessions() as session:
-        ids = list((await session.scalars(query)).all())
-    return [i for i in ids if i not in exclude][:limit]
 
 
 async def run_temperature(store: Store, run_id: int) -> float | None:
     """The temperature the run samples at (its fixed sampling); None for a run from before it was fixed."""
-    async with store.sessions() as session:
-        config = await session.scalar(select(Run.config).where(Run.id == run_id))
-    sampling = SamplingSettings.from_config((config or {}).get("sampling"))
+    sampling = await run_sampling(store, run_id)
     return None if sampling is None else sampling.temperature
 
 
@@ -128,22 +86,15 @@ async def load_group(store: Store, group_id: int, include_side: bool = False) ->
 
     UnusableGroup when a rollout's calls do not make samples (the store holds something broken).
     """
-    members = (select(Rollout.id, Rollout.reward).where(Rollout.group_id == group_id, Rollout.status != CANCELLED)
-               .order_by(Rollout.id))
-    temperatures = (select(Call.temperature).distinct().join(Rollout, Rollout.id == Call.rollout_id)
-                    .where(Rollout.group_id == group_id, Rollout.status != CANCELLED, Call.temperature.is_not(None)))
-    async with store.sessions() as session:
-        ready_at = await session.scalar(select(Group.ready_at).where(Group.id == group_id))
-        rows = (await session.execute(members)).all()
-        recorded = tuple(sorted((await session.scalars(temperatures)).all()))
+    members = await group_members(store, group_id)
     rollouts = []
-    for rollout_id, reward in rows:
+    for rollout_id, reward in members.rewards:
         try:
             samples = build_samples(await store.call_nodes(rollout_id), include_side)
         except (ValueError, IndexError) as exc:
             raise UnusableGroup(f"rollout {rollout_id}: its calls make no samples: {exc}") from None
         rollouts.append(RolloutData(rollout_id, reward, tuple(samples)))
-    return ReadyGroup(group_id, ready_at, tuple(rollouts), recorded)
+    return ReadyGroup(group_id, members.ready_at, tuple(rollouts), members.temperatures)
 
 
 def check_group(group: ReadyGroup, temperature: float, vocab_size: int | None = None) -> None:
@@ -173,20 +124,6 @@ def _sample_problem(sample: Sample, vocab_size: int | None) -> str | None:
     if not np.isin(sample.loss_mask, (0, 1)).all():
         return "its loss mask holds values other than 0 and 1"
     return None
-
-
-async def quarantine_group(store: Store, run_id: int, group_id: int, reason: str) -> bool:
-    """Mark a ready group quarantined with ``reason``; False when it was no longer ready."""
-    async with store.sessions.begin() as session:
-        done = await session.execute(
-            update(Group).where(Group.id == group_id, Group.run_id == run_id, Group.status == "ready")
-            .values(status=QUARANTINED, error=reason[:2000]))
-    return done.rowcount == 1
-
-
-async def read_ready_groups(store: Store, run_id: int, limit: int, exclude: Collection[int] = (),
-                            include_side: bool = False) -> list[ReadyGroup]:
-    return [await load_group(store, gid, include_side) for gid in await ready_group_ids(store, run_id, limit, exclude)]
 
 
 # --- batches (pure) ----------------------------------------------------------------------------
@@ -226,51 +163,3 @@ def build_batch(groups: Sequence[ReadyGroup], learner_version: int, max_stalenes
                     kept.append(TrainSample(sample, advantage, age, group.group_id, rollout.rollout_id))
     return Batch(tuple(groups), tuple(kept), advantages, len(staleness), stale, unscored, empty, tuple(staleness),
                  temperature)
-
-
-# --- checkpoints and consumption ---------------------------------------------------------------
-
-
-async def commit_checkpoint(store: Store, run_id: int, record: CheckpointRecord) -> None:
-    """Record a fully written checkpoint and mark the groups it covers consumed, in one transaction.
-
-    Raises ConsumeConflict (and changes nothing) when a group is no longer ready or the step is
-    already recorded: another learner is training this run.
-    """
-    ids = list(record.group_ids)
-    try:
-        async with store.sessions.begin() as session:
-            session.add(LearnerCheckpoint(
-                run_id=run_id, step=record.step, version=record.version, path=record.path, group_ids=ids,
-                last_ready_at=record.last_ready_at, last_group_id=record.last_group_id))
-            await session.flush()
-            if ids:
-                done = await session.execute(
-                    update(Group).where(Group.id.in_(ids), Group.run_id == run_id, Group.status == "ready")
-                    .values(status="consumed"))
-                if done.rowcount != len(set(ids)):
-                    raise ConsumeConflict(f"of groups {ids}, only {done.rowcount} were still ready: "
-                                          f"is another learner training this run?")
-    except IntegrityError:
-        raise ConsumeConflict(f"step {record.step} of this run is already checkpointed: "
-                              f"is another learner training this run?") from None
-
-
-async def latest_checkpoint(store: Store, run_id: int) -> CheckpointRecord | None:
-    """The newest committed checkpoint of the run (the only one a restart may load)."""
-    query = (select(LearnerCheckpoint).where(LearnerCheckpoint.run_id == run_id)
-             .order_by(LearnerCheckpoint.step.desc()).limit(1))
-    async with store.sessions() as session:
-        row = await session.scalar(query)
-    if row is None:
-        return None
-    return CheckpointRecord(row.step, row.version, row.path, tuple(row.group_ids), row.last_ready_at, row.last_group_id)
-
-
-async def consumed_history(store: Store, run_id: int) -> list[CheckpointRecord]:
-    """Every committed checkpoint of the run, oldest first (which groups each one consumed)."""
-    query = select(LearnerCheckpoint).where(LearnerCheckpoint.run_id == run_id).order_by(LearnerCheckpoint.step)
-    async with store.sessions() as session:
-        rows = (await session.scalars(query)).all()
-    return [CheckpointRecord(r.step, r.version, r.path, tuple(r.group_ids), r.last_ready_at, r.last_group_id)
-            for r in rows]

@@ -32,6 +32,13 @@ from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 
 from gateway.store.store import Store
+from gateway.store.training import (
+    CheckpointRecord,
+    commit_checkpoint,
+    latest_checkpoint,
+    quarantine_group,
+    ready_group_ids,
+)
 from learner.checkpoint import (
     load_checkpoint,
     prune_checkpoints,
@@ -39,20 +46,7 @@ from learner.checkpoint import (
     save_checkpoint,
 )
 from learner.config import LearnerConfig
-from learner.groups import (
-    CheckpointRecord,
-    ReadyGroup,
-    UnusableGroup,
-    build_batch,
-    check_group,
-    commit_checkpoint,
-    find_run_id,
-    latest_checkpoint,
-    load_group,
-    quarantine_group,
-    ready_group_ids,
-    run_temperature,
-)
+from learner.groups import ReadyGroup, UnusableGroup, build_batch, check_group, load_group, run_temperature
 from learner.memory import memory_estimate
 from learner.metrics import Metrics, MetricsSink, step_metrics
 from learner.prometheus import LearnerExporter
@@ -221,7 +215,7 @@ async def _wait_for_run(store: Store, run: str, config: LearnerConfig, stop: asy
     """The learner may start before the first rollout creates the run: wait for it."""
     announced = False
     while not stop.is_set():
-        run_id = await find_run_id(store, run)
+        run_id = await store.run_id(run)
         if run_id is not None:
             return run_id
         if not announced:

@@ -13,10 +13,8 @@ import math
 from pathlib import Path
 from typing import Any
 
-from sqlalchemy import delete, select
-
 from gateway.store.store import Store
-from gateway.store.tables import LearnerStep
+from gateway.store.training import record_step
 from learner.groups import Batch
 from learner.prometheus import LearnerExporter
 
@@ -91,10 +89,7 @@ class MetricsSink:
             self.writer = SummaryWriter(log_dir=str(tensorboard_dir))
 
     async def record(self, step: int, metrics: Metrics) -> None:
-        async with self.store.sessions.begin() as session:
-            await session.execute(delete(LearnerStep).where(LearnerStep.run_id == self.run_id,
-                                                            LearnerStep.step == step))
-            session.add(LearnerStep(run_id=self.run_id, step=step, metrics=metrics))
+        await record_step(self.store, self.run_id, step, metrics)
         if self.exporter is not None:
             self.exporter.observe(metrics)
         if self.writer is not None:
@@ -108,10 +103,3 @@ class MetricsSink:
             self.writer.close()
         if self.exporter is not None:
             self.exporter.close()
-
-
-async def step_history(store: Store, run_id: int) -> list[Metrics]:
-    """Every stored step of the run, in step order."""
-    query = select(LearnerStep.metrics).where(LearnerStep.run_id == run_id).order_by(LearnerStep.step)
-    async with store.sessions() as session:
-        return list((await session.scalars(query)).all())

@@ -1,4 +1,4 @@
-"""What `harnessrl report` plots, read from the store with SQL aggregates.
+"""What `harnessrl report` plots, read with SQL aggregates.
 
 A run may hold millions of calls: rewards per policy version and generation throughput are
 GROUP BY queries (one row per version / per time bucket), never a load of the run's rows. Only
@@ -18,7 +18,8 @@ from sqlalchemy.sql.elements import ColumnElement
 
 from gateway.store.store import Store
 from gateway.store.summary import pinned_versions
-from gateway.store.tables import Call, LearnerStep, Rollout
+from gateway.store.tables import Call, Rollout
+from gateway.store.training import learner_steps
 
 TARGET_BUCKETS = 40  # generation throughput: about this many points over the run's wall time
 BUCKET_WIDTHS_S = (5, 10, 15, 30, 60, 120, 300, 600, 900, 1800, 3600, 7200, 21600, 86400)
@@ -103,11 +104,7 @@ async def known_runs(store: Store, limit: int = 20) -> list[str]:
 
 
 async def step_points(store: Store, run_id: int) -> list[StepPoint]:
-    query = select(LearnerStep.step, LearnerStep.metrics).where(LearnerStep.run_id == run_id).order_by(
-        LearnerStep.step)
-    async with store.sessions() as session:
-        rows = (await session.execute(query)).all()
-    return [_step_point(step, metrics or {}) for step, metrics in rows]
+    return [_step_point(step, metrics) for step, metrics in await learner_steps(store, run_id)]
 
 
 def _step_point(step: int, m: dict) -> StepPoint:

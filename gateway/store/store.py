@@ -36,7 +36,6 @@ from gateway.store.sqlite_inserts import SQLiteInserts
 from gateway.store.tables import Adapter, Call, Group, Rollout, Run, Task, utcnow
 
 ADHOC_RUN = "adhoc"
-CAPTURE_MODES = ("engine", "tito")
 
 
 class RunConflict(ValueError):
@@ -83,7 +82,7 @@ class Store:
     async def create_rollout(
         self, run: str, task: str, group: str | None = None, meta: dict | None = None,
         capture: str | None = None, group_size: int | None = None, sampling: dict[str, float] | None = None,
-        request_id: str | None = None,
+        request_id: str | None = None, policy: str | None = None, pinned_version: int | None = None,
     ) -> RolloutIdentity:
         """A new rollout (and its run, task and group when missing).
 
@@ -92,9 +91,11 @@ class Store:
         when the group is no longer open or has all of its rollouts.
         With ``request_id`` it is idempotent: the same id in the same run returns the rollout (and
         token) the first request created, RequestConflict when the rest of the request differs.
+        ``policy`` is the pin as asked (``base``, ``latest``, ``policy-vN``; part of the request's digest)
+        and ``pinned_version`` the version it resolved to, kept on a new rollout.
         """
         meta = meta or {}
-        digest = _request_digest(task, group, meta, capture, group_size, sampling) if request_id else None
+        digest = _request_digest(task, group, meta, capture, group_size, sampling, policy) if request_id else None
         async with self.sessions.begin() as session:
             run_row = await _get_or_create(session, Run, name=run)
             config = _run_config(run, run_row.config or {}, capture, sampling)
@@ -111,7 +112,8 @@ class Store:
                     raise RequestConflict(f"request id {request_id!r} already created rollout {earlier.id} with "
                                           f"another body: a retry sends the same body; a new rollout needs a new "
                                           f"request id")
-                identity = _identity(earlier.id, run_row.id, earlier.token, config, earlier.meta or {})
+                identity = _identity(earlier.id, run_row.id, earlier.token, config, earlier.meta or {},
+                                     earlier.pinned_version)
                 self._tokens[identity.token] = identity
                 return identity
             await check_group_open(session, group_row, group_size)
@@ -125,10 +127,11 @@ class Store:
                 meta=meta,
                 request_id=request_id,
                 request_digest=digest,
+                pinned_version=pinned_version,
             )
             session.add(rollout)
             await session.flush()
-            identity = _identity(rollout.id, run_row.id, rollout.token, config, meta)
+            identity = _identity(rollout.id, run_row.id, rollout.token, config, meta, pinned_version)
         self._tokens[identity.token] = identity
         return identity
 
@@ -136,13 +139,13 @@ class Store:
         cached = self._tokens.get(token)
         if cached is not None:
             return cached
-        query = (select(Rollout.id, Rollout.run_id, Rollout.meta, Run.config)
+        query = (select(Rollout.id, Rollout.run_id, Rollout.meta, Rollout.pinned_version, Run.config)
                  .join(Run, Run.id == Rollout.run_id).where(Rollout.token == token))
         async with self.sessions() as session:
             row = (await session.execute(query)).first()
         if row is None:
             return None
-        identity = _identity(row.id, row.run_id, token, row.config or {}, row.meta or {})
+        identity = _identity(row.id, row.run_id, token, row.config or {}, row.meta or {}, row.pinned_version)
         self._tokens[token] = identity
         return identity
 
@@ -317,9 +320,13 @@ class Store:
         async with self.sessions() as session:
             return [(row[0], row[1]) for row in (await session.execute(query)).all()]
 
-    async def run_exists(self, run: str) -> bool:
+    async def run_id(self, run: str) -> int | None:
+        """The id of the run named ``run``; None when there is none (the one lookup of a run by name)."""
         async with self.sessions() as session:
-            return (await session.scalar(select(Run.id).where(Run.name == run))) is not None
+            return await session.scalar(select(Run.id).where(Run.name == run))
+
+    async def run_exists(self, run: str) -> bool:
+        return (await self.run_id(run)) is not None
 
     async def add_reward(self, rollout_id: int, name: str, value: float | None) -> bool:
         """Set one reward component of a running rollout; False when there is no such rollout.
@@ -360,17 +367,23 @@ class Store:
             else:
                 row.name, row.path, row.loaded = name, path, loaded
 
+    async def adapter(self, version: int) -> Adapter | None:
+        """The published adapter of this version, loaded or not."""
+        async with self.sessions() as session:
+            return (await session.scalars(select(Adapter).where(Adapter.version == version))).first()
+
     async def loaded_adapters(self) -> list[Adapter]:
         query = select(Adapter).where(Adapter.loaded.is_(True)).order_by(Adapter.version)
         async with self.sessions() as session:
             return list((await session.scalars(query)).all())
 
 
-def _identity(rollout_id: int, run_id: int, token: str, run_config: dict, meta: dict) -> RolloutIdentity:
+def _identity(rollout_id: int, run_id: int, token: str, run_config: dict, meta: dict,
+              pinned_version: int | None = None) -> RolloutIdentity:
     patterns = meta.get("side_call_patterns") or {}
     return RolloutIdentity(rollout_id, run_id, token, run_config.get("capture", "engine"), meta.get("harness"),
                            tuple(sorted((str(k), str(v)) for k, v in patterns.items())),
-                           SamplingSettings.from_config(run_config.get("sampling")))
+                           SamplingSettings.from_config(run_config.get("sampling")), pinned_version)
 
 
 def _run_config(run: str, config: dict, capture: str | None, sampling: dict[str, float] | None) -> dict:
@@ -404,10 +417,12 @@ def _describe(sampling: SamplingSettings) -> str:
 
 
 def _request_digest(task: str, group: str | None, meta: dict, capture: str | None, group_size: int | None,
-                    sampling: dict[str, float] | None) -> str:
+                    sampling: dict[str, float] | None, policy: str | None = None) -> str:
     """What a create-rollout request asked for, so a retry can be told from another request."""
     asked = {"task": task, "group": group, "meta": meta, "capture": capture, "group_size": group_size,
              "sampling": sampling or None}
+    if policy is not None:  # absent from the digests of requests without a pin, as before
+        asked["policy"] = policy
     canonical = json.dumps(asked, sort_keys=True, separators=(",", ":"), default=str)
     return hashlib.sha256(canonical.encode()).hexdigest()
 

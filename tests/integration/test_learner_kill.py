@@ -15,8 +15,8 @@ import numpy as np
 
 from gateway.store.listings import GroupFilter
 from gateway.store.store import Store
-from learner.groups import consumed_history, find_run_id
 from tests.builders import call_record
+from tests.learner_reads import stored_checkpoints
 
 RUN = "kill-test"
 GROUPS = 20
@@ -48,8 +48,7 @@ def start(tmp_path: Path, config: Path, url: str) -> subprocess.Popen:
 
 
 async def committed(store: Store) -> int:
-    run_id = await find_run_id(store, RUN)
-    return len(await consumed_history(store, run_id)) if run_id is not None else 0
+    return len(await stored_checkpoints(store, RUN))
 
 
 async def wait_for_progress(store: Store, process: subprocess.Popen, beyond: int, timeout: float = 180) -> int:
@@ -85,7 +84,7 @@ async def test_kill_9_and_restart_consume_every_group_exactly_once(database_url,
         process = start(tmp_path, config, database_url)
         assert process.wait(300) == 0, (tmp_path / "train.log").read_text()[-3000:]
 
-        history = await consumed_history(store, await find_run_id(store, RUN))
+        history = await stored_checkpoints(store, RUN)
         consumed = [g for record in history for g in record.group_ids]
         assert consumed == groups  # each exactly once, in ready order, none skipped
         assert history[-1].step == GROUPS

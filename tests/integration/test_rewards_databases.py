@@ -10,7 +10,8 @@ import pytest
 
 from gateway.store.rewards import GroupClosed, InvalidReward
 from gateway.store.store import Store
-from learner.groups import load_group, quarantine_group, ready_group_ids, run_temperature
+from gateway.store.training import quarantine_group, ready_group_ids
+from learner.groups import load_group, run_temperature
 from tests.builders import call_record
 
 

@@ -30,16 +30,10 @@ from learner.config import (
     load_config,
     resolve_paths,
 )
-from learner.groups import (
-    ReadyGroup,
-    RolloutData,
-    build_batch,
-    consumed_history,
-    find_run_id,
-)
-from learner.metrics import step_history
+from learner.groups import ReadyGroup, RolloutData, build_batch
 from learner.publish import GatewayUnreachable, Published, Publisher, PublishError
 from tests.builders import call_record, gateway_settings
+from tests.learner_reads import stored_checkpoints, stored_steps
 from tests.unit.conftest import GatewayHarness, start_gateway
 
 RUN = "learn"
@@ -113,7 +107,7 @@ async def train(config: LearnerConfig, store: Store, **kwargs):
 
 
 async def history(store: Store) -> list[tuple[int, ...]]:
-    return [record.group_ids for record in await consumed_history(store, await find_run_id(store, RUN))]
+    return [record.group_ids for record in await stored_checkpoints(store, RUN)]
 
 
 def final_adapter(config: LearnerConfig, step: int) -> dict[str, torch.Tensor]:
@@ -157,7 +151,7 @@ async def test_the_learner_waits_for_enough_ready_groups_and_stops_when_asked(st
     stop = asyncio.Event()
     config = config_for(tiny_model_dir, tmp_path / "out", checkpoint_every=10)
     task = asyncio.create_task(train(config, store, stop=stop))
-    while len(await step_history(store, await find_run_id(store, RUN))) < 1:
+    while len(await stored_steps(store, RUN)) < 1:
         await asyncio.sleep(0.05)
     await asyncio.sleep(0.2)  # polling: the third group alone is not a batch
     assert not task.done()
@@ -243,7 +237,7 @@ async def test_stale_samples_are_dropped_and_counted(store, tiny_model_dir, tmp_
     await fill(store, 4)  # every call sampled by version 0
     config = config_for(tiny_model_dir, tmp_path / "out", max_steps=2, max_staleness=0)
     await train(config, store)
-    first, second = await step_history(store, await find_run_id(store, RUN))
+    first, second = await stored_steps(store, RUN)
     assert first["version"] == 0 and first["samples_stale"] == 0 and first["samples"] == 8
     # after step 1 the learner holds version 1: version-0 samples are 1 behind, more than max_staleness 0
     assert second["version"] == 1 and second["samples_stale"] == 8 and second["samples"] == 0
@@ -271,7 +265,7 @@ async def test_zero_std_groups_are_dropped_and_counted(store, tiny_model_dir, tm
     await add_group(store, "same", [1.0, 1.0, 1.0, 1.0], seed=1)
     await add_group(store, "varied", [0.0, 1.0, 0.0, 1.0], seed=2)
     await train(config_for(tiny_model_dir, tmp_path / "out", max_steps=1), store)
-    [metrics] = await step_history(store, await find_run_id(store, RUN))
+    [metrics] = await stored_steps(store, RUN)
     assert metrics["groups_zero_std"] == 1 and metrics["groups_kept"] == 1
     assert metrics["frac_reward_zero_std"] == 0.5 and metrics["samples_unscored"] == 4
     assert metrics["samples"] == 4 and metrics["reward_mean"] == 0.75 and metrics["reward_mean_kept"] == 0.5
@@ -285,7 +279,7 @@ async def test_each_step_stores_its_metrics_and_writes_tensorboard(store, tiny_m
     await fill(store, 4)
     config = config_for(tiny_model_dir, tmp_path / "out", max_steps=2)
     await train(config, store)
-    rows = await step_history(store, await find_run_id(store, RUN))
+    rows = await stored_steps(store, RUN)
     assert [row["step"] for row in rows] == [1, 2]
     for key in ("reward_mean", "reward_mean_kept", "frac_reward_zero_std", "samples", "tokens", "staleness_mean",
                 "staleness_max", "ratio_min", "ratio_mean", "ratio_max", "is_masked_fraction", "clip_frac_low",
@@ -322,7 +316,7 @@ async def test_each_new_version_is_published_through_the_admin_endpoint(admin_ga
     assert set(admin_gateway.fake.adapters) == {"policy-v2", "policy-v3"}
     assert admin_gateway.fake.adapters["policy-v3"] == str(Path(config.adapters_dir) / "policy-v3")
     assert (Path(config.adapters_dir) / "policy-v3" / "adapter_config.json").exists()
-    rows = await step_history(store, await find_run_id(store, RUN))
+    rows = await stored_steps(store, RUN)
     assert all(row["swap_time_s"] > 0 for row in rows)
     # a rollout started now is served by the newest adapter
     headers = {"x-admin-key": ADMIN}
@@ -362,7 +356,7 @@ async def test_an_unreachable_gateway_delays_publishing_but_not_training(store, 
     publisher = FlakyPublisher()
     result = await train(config, store, publisher=publisher)
     assert result.step == 3 and publisher.published == [2, 3]
-    rows = await step_history(store, await find_run_id(store, RUN))
+    rows = await stored_steps(store, RUN)
     assert [row["swap_time_s"] for row in rows] == [None, 0.02, 0.02]
 
 
@@ -389,7 +383,7 @@ async def test_samples_longer_than_the_budget_are_refused_and_counted(store, tin
     await fill(store, 2)
     config = config_for(tiny_model_dir, tmp_path / "out", max_steps=1, token_budget=3)  # every sample is longer
     await train(config, store)
-    [row] = await step_history(store, await find_run_id(store, RUN))
+    [row] = await stored_steps(store, RUN)
     assert row["samples_too_long"] == 8 and row["samples"] == 0 and row["optimizer_stepped"] is False
 
 
@@ -520,7 +514,7 @@ async def test_a_step_without_a_learning_signal_cuts_no_new_version(store, tiny_
     publisher.failures = 0
     result = await train(config, store, publisher=publisher)
     assert publisher.published == [1, 2] and result.version == 2  # the flat step published nothing
-    rows = await step_history(store, await find_run_id(store, RUN))
+    rows = await stored_steps(store, RUN)
     assert [row["optimizer_stepped"] for row in rows] == [True, False, True]
     assert [row["version"] for row in rows] == [0, 1, 1]  # the version each batch was built against
     assert [row["swap_time_s"] is None for row in rows] == [False, True, False]
@@ -563,7 +557,7 @@ async def test_a_group_with_an_infinite_reward_is_quarantined_and_the_learner_go
     [group] = [g for g, _, _ in await store.listings.groups(GroupFilter(run=RUN), 0, 100)
                if g.id == await group_of(store, bad[0])]
     assert group.status == "quarantined" and "not finite" in group.error
-    [metrics] = await step_history(store, await find_run_id(store, RUN))
+    [metrics] = await stored_steps(store, RUN)
     assert metrics["groups_quarantined"] == 1 and metrics["groups"] == 2
 
 
@@ -593,7 +587,7 @@ async def test_the_learner_takes_log_probs_at_the_temperature_the_run_samples_at
 
     await train(config_for(tiny_model_dir, tmp_path / "out", max_steps=1, temperature=1.0), store)
 
-    [metrics] = await step_history(store, await find_run_id(store, RUN))
+    [metrics] = await stored_steps(store, RUN)
     assert metrics["temperature"] == 0.5
     assert (await statuses(store))[await group_of(store, mixed[0])] == "quarantined"
 

@@ -12,10 +12,9 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from harnessrl.server import free_port
 from learner.config import ConfigError, config_from_dict
-from learner.groups import find_run_id
 from learner.loop import LearnerError
-from learner.metrics import step_history
 from learner.prometheus import COUNTERS, GAUGES, PREFIX, LearnerExporter
+from tests.learner_reads import stored_steps
 from tests.unit.test_learner_loop import RUN, config_for, fill, store, train  # noqa: F401 - store is a fixture
 
 
@@ -42,7 +41,7 @@ async def test_the_endpoint_serves_the_stored_step_metrics(store, tiny_model_dir
     # Scraped from on_step: the endpoint lives as long as the loop (its server thread answers).
     await train(config, store, on_step=lambda metrics: scraped.append(scrape(port)))
 
-    rows = await step_history(store, await find_run_id(store, RUN))
+    rows = await stored_steps(store, RUN)
     assert len(scraped) == len(rows) == 3
     for seen, upto in zip(scraped, range(1, 4)):
         last, done = rows[upto - 1], rows[:upto]
