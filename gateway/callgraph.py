@@ -16,16 +16,10 @@ from dataclasses import dataclass
 import numpy as np
 
 from gateway.store.arrays import pack_ids
+from gateway.store.records import GraphNode
 
 RECENT_CALLS = 64  # per rollout: candidates for parents (subagents interleave, but not 64 deep)
 ROLLOUTS_CACHED = 2048  # rollouts whose recent calls are kept in memory
-
-
-@dataclass(frozen=True)
-class GraphNode:
-    call_id: int
-    prompt_len: int  # tokens
-    sequence: bytes  # prompt + output ids, packed int32 LE
 
 
 @dataclass(frozen=True)

@@ -7,6 +7,15 @@ from dataclasses import dataclass, field
 
 
 @dataclass(frozen=True)
+class GraphNode:
+    """A recorded call as the call graph links it (``gateway.callgraph``)."""
+
+    call_id: int
+    prompt_len: int  # tokens
+    sequence: bytes  # prompt + output ids, packed int32 LE
+
+
+@dataclass(frozen=True)
 class SamplingSettings:
     """How a training run samples: fixed when the run is created, applied to each of its calls.
 
@@ -37,6 +46,7 @@ class RolloutIdentity:
     harness: str | None = None  # the agent driving the rollout (its side-call rules apply)
     side_patterns: tuple[tuple[str, str], ...] = ()  # (tag, regex) the harness adapter declared
     sampling: SamplingSettings | None = None  # the run's fixed sampling; None (adhoc): the client's own
+    pinned_version: int | None = None  # the version the control plane pinned the rollout to (0 = base)
 
 
 @dataclass(frozen=True)

@@ -17,11 +17,10 @@ from sqlalchemy import func, insert, select
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine, AsyncSession, async_sessionmaker
 
-from gateway.callgraph import GraphNode
 from gateway.store.arrays import pack_ids, pack_logprobs, unpack_ids
 from gateway.store.database import create_engine, create_sessionmaker
 from gateway.store.listings import Listings, is_main_call
-from gateway.store.records import CallRecord, RolloutIdentity, SamplingSettings
+from gateway.store.records import CallRecord, GraphNode, RolloutIdentity, SamplingSettings
 from gateway.store.rewards import (
     ENDED,
     RolloutEnded,
