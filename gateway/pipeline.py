@@ -37,8 +37,10 @@ class ChatPipeline:
     def __init__(self, engine: EngineClient, policy: PolicyRegistry, writer: CallWriter,
                  graph: CallGraphIndex, tito: Callable[[], Awaitable[TitoEngine]] | None = None,
                  max_model_len: int | None = None, metrics: GatewayMetrics | None = None,
-                 engine_clock: EngineClock | None = None):
+                 engine_clock: EngineClock | None = None,
+                 load_version: Callable[[int], Awaitable[str]] | None = None):
         self.engine, self.policy, self.writer, self.graph = engine, policy, writer, graph
+        self._load_version = load_version  # loads a pinned rollout's version when it is not loaded
         self._tito, self.max_model_len = tito, max_model_len
         self.metrics = metrics or GatewayMetrics()
         self.engine_clock = engine_clock or EngineClock()
@@ -51,7 +53,7 @@ class ChatPipeline:
         run's sampling settings replace the client's (``gateway.sampling``), in both capture modes.
         """
         chat_body = engine_sampling(chat_body, client_request, identity.sampling)
-        resolved = self.policy.resolve_for(identity.rollout_id, chat_body["model"])
+        resolved = await self._resolve(identity, chat_body["model"])
         if identity.capture == "tito" and self._tito is not None:
             tito = await self._tito()
             answer, latency_ms = await self._timed(tito.chat(chat_body, resolved.engine_model, identity.rollout_id,
@@ -73,7 +75,7 @@ class ChatPipeline:
                          client_request: dict, logprobs: int = 0) -> RecordedAnswer:
         """Send a Completions body (a single prompt) to the engine and record the call."""
         completion_body = engine_sampling(completion_body, client_request, identity.sampling)
-        resolved = self.policy.resolve_for(identity.rollout_id, completion_body["model"])
+        resolved = await self._resolve(identity, completion_body["model"])
         body = {**completion_body, "model": resolved.engine_model, "stream": False,
                 "return_token_ids": True, "logprobs": logprobs}
         body.pop("stream_options", None)
@@ -83,6 +85,19 @@ class ChatPipeline:
         record = _record(identity, "completions", client_request, resolved, answer, latency_ms,
                          choice.get("prompt_token_ids"), choice, token_logprobs, sampled_with(completion_body))
         return await self._commit(identity, record, answer, resolved, [])
+
+    async def _resolve(self, identity: RolloutIdentity, requested: str) -> ResolvedModel:
+        """The version serving this call: a pinned rollout's own (the model it names is ignored), else
+        the registry's choice for the rollout."""
+        version = identity.pinned_version
+        if version is None:
+            return self.policy.resolve_for(identity.rollout_id, requested)
+        resolved = self.policy.pinned(requested, version)
+        if resolved is None and self._load_version is not None:
+            return ResolvedModel(requested, await self._load_version(version), version)
+        if resolved is None:
+            raise EngineError(503, f"policy version {version} of this rollout is not loaded")
+        return resolved
 
     async def _timed(self, awaitable, identity: RolloutIdentity) -> tuple[dict, float]:
         """The engine's answer and its round trip in milliseconds, counted as in flight meanwhile

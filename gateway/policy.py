@@ -59,6 +59,15 @@ class PolicyRegistry:
         self._loaded[version] = engine_model
         self.current_version = max(self.current_version, version)
 
+    def load(self, version: int, engine_model: str) -> None:
+        """A version loaded for rollouts pinned to it (evaluation); the current policy stays."""
+        self._loaded[version] = engine_model
+
+    def pinned(self, requested: str, version: int) -> ResolvedModel | None:
+        """The loaded version a pinned rollout is served by, whatever it asked for; None when not loaded."""
+        name = self._loaded.get(version)
+        return None if name is None else ResolvedModel(requested, name, version)
+
     def retire(self, version: int) -> None:
         if version not in (0, self.current_version):
             self._loaded.pop(version, None)

@@ -17,6 +17,7 @@ from gateway.engine_clock import EngineClock
 from gateway.errors import EngineUnavailable, GatewayError, InvalidRequest
 from gateway.identity import require_admin, require_served_host
 from gateway.metrics import GatewayMetrics
+from gateway.pins import load_version
 from gateway.pipeline import ChatPipeline
 from gateway.policy import PolicyRegistry
 from gateway.settings import GatewaySettings
@@ -64,7 +65,16 @@ class GatewayState:
     async def pipeline(self) -> ChatPipeline:
         return ChatPipeline(self.engine, await self.ensure_policy(), self.writer, self.graph,
                             tito=self.tito, max_model_len=self.max_model_len, metrics=self.metrics,
-                            engine_clock=self.engine_clock)
+                            engine_clock=self.engine_clock, load_version=self.ensure_version)
+
+    async def ensure_version(self, version: int) -> str:
+        """The engine's name for a policy version, loaded on demand (pinned rollouts, ``gateway.pins``)."""
+        policy = await self.ensure_policy()
+        held = policy.pinned("", version)
+        if held is not None:  # the hot path: no lock
+            return held.engine_model
+        async with self.publish_lock:  # the loaded set changes one publication (or load) at a time
+            return await load_version(self.engine, policy, self.store, version)
 
     async def tito(self) -> TitoEngine:
         """The tito renderer, loaded on first use (tokenizer and template of the model folder)."""

@@ -22,6 +22,8 @@ NAME = Field(min_length=1, max_length=200, pattern=r"^[^\x00-\x1f/]+$")
 # A reward component: a finite number (NaN and infinity are refused), or null for "no opinion".
 Reward = Annotated[float, Field(allow_inf_nan=False)] | None
 REQUEST_ID = r"^[\x21-\x7e]+$"  # printable ASCII, no spaces
+# A rollout's policy pin: the base model, the version current when it is created, or a published version.
+POLICY_PIN = r"^(base|latest|policy-v[1-9][0-9]{0,9})$"
 
 
 class Sampling(BaseModel):
@@ -53,6 +55,10 @@ class CreateRollout(BaseModel):
     # The client's id for this request (or the Idempotency-Key header): a retry with the same id
     # returns the same rollout and token instead of creating a second one.
     request_id: str | None = Field(default=None, min_length=1, max_length=200, pattern=REQUEST_ID)
+    # Pin the rollout to a policy (evaluation): every call is served by it, whatever model the agent
+    # names. "latest" is the version current when the rollout is created; a published version that
+    # is not loaded is loaded. Absent: the current version when the rollout starts (training).
+    policy: str | None = Field(default=None, pattern=POLICY_PIN)
 
 
 class AddReward(BaseModel):
@@ -62,6 +68,16 @@ class AddReward(BaseModel):
     value: Reward  # None: this source has no opinion (left out of the total)
 
 
+def _bounded_detail(detail: dict[str, Any]) -> dict[str, Any]:
+    if len(json.dumps(detail, default=str)) > MAX_REWARD_DETAIL_BYTES:
+        raise ValueError(f"a reward detail is at most {MAX_REWARD_DETAIL_BYTES} bytes of JSON")
+    return detail
+
+
+MAX_REWARD_DETAIL_BYTES = 16_384
+RewardDetail = Annotated[dict[str, Any], AfterValidator(_bounded_detail)]
+
+
 class FinishRollout(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
@@ -69,6 +85,8 @@ class FinishRollout(BaseModel):
     status: Literal["finished", "failed", "cancelled"]
     error: str | None = None  # why it failed: timeout, crash, ...
     rewards: dict[str, Reward] = Field(default_factory=dict)  # final components, added first
+    # How components were reached (e.g. "judge": model, tokens, cost, reasons), shown by the viewer.
+    reward_details: dict[str, RewardDetail] = Field(default_factory=dict, max_length=20)
 
 
 class GroupRollout(BaseModel):
@@ -110,6 +128,7 @@ class RolloutSummary(BaseModel):
     meta: dict[str, Any]
     created_at: Timestamp
     finished_at: Timestamp | None
+    pinned_version: int | None = None  # the policy version it was pinned to (0 = base); null: not pinned
 
 
 class GraphStats(BaseModel):
@@ -123,6 +142,7 @@ class RolloutView(RolloutSummary):
     """One rollout in full: its reward components, calls and call graph."""
 
     rewards: dict[str, float | None]
+    reward_details: dict[str, dict[str, Any]] = {}  # how components were reached (the judge's tokens, cost)
     num_calls: int
     graph: GraphStats
     # Seconds its model calls spent in the engine (in-flight ones included, parallel ones once), as

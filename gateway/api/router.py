@@ -31,6 +31,7 @@ from gateway.api.protocol import (
     SampleView,
 )
 from gateway.errors import Conflict, InvalidRequest, NotFound
+from gateway.pins import requested_version
 from gateway.state import AdminStateDep, StateDep
 from gateway.store.listings import RolloutFilter
 from gateway.store.rewards import GroupClosed, InvalidReward, RolloutEnded
@@ -51,9 +52,10 @@ async def create_rollout(body: CreateRollout, request: Request, state: AdminStat
                          idempotency_key: IdempotencyKey = None) -> RolloutCreated:
     request_id = _request_id(body.request_id, idempotency_key)
     sampling = body.sampling.model_dump(exclude_none=True) if body.sampling else None
+    pinned = await _pinned_version(body.policy, state)
     try:
         identity = await state.store.create_rollout(body.run, body.task, body.group, body.meta, body.capture,
-                                                    body.group_size, sampling, request_id)
+                                                    body.group_size, sampling, request_id, body.policy, pinned)
     except RunConflict as exc:
         raise Conflict(str(exc), param=exc.param) from None
     except RequestConflict as exc:
@@ -62,6 +64,15 @@ async def create_rollout(body: CreateRollout, request: Request, state: AdminStat
         raise Conflict(str(exc), param="group") from None
     return RolloutCreated(id=identity.rollout_id, token=identity.token,
                           base_url=_base_url(request, state.settings.public_url, identity.token))
+
+
+async def _pinned_version(pin: str | None, state) -> int | None:
+    """The version a create request pins (loaded into the engine now if it is not), or None."""
+    if pin is None:
+        return None
+    version = requested_version(pin, await state.ensure_policy())
+    await state.ensure_version(version)
+    return version
 
 
 async def get_rollout(rollout_id: Int64, state: StateDep) -> RolloutView:
@@ -73,6 +84,7 @@ async def get_rollout(rollout_id: Int64, state: StateDep) -> RolloutView:
     return RolloutView(id=rollout.id, run=run, task=task, group=group, group_id=rollout.group_id, status=rollout.status,
                        reward=rollout.reward, rewards=rollout.rewards or {}, error=rollout.error, meta=rollout.meta,
                        num_calls=num_calls, graph=graph, created_at=rollout.created_at,
+                       pinned_version=rollout.pinned_version,
                        finished_at=rollout.finished_at, engine_s=state.engine_clock.seconds(rollout_id))
 
 
@@ -120,7 +132,8 @@ async def list_rollouts(state: StateDep, run: str | None = None, task: str | Non
     rows = await state.store.listings.rollouts(where, after, limit)
     return page_of([RolloutSummary(id=r.id, run=run_name, task=task_name, group=group, group_id=r.group_id,
                                    status=r.status, reward=r.reward, error=r.error, meta=r.meta,
-                                   created_at=r.created_at, finished_at=r.finished_at)
+                                   created_at=r.created_at, finished_at=r.finished_at,
+                                   pinned_version=r.pinned_version)
                     for r, run_name, task_name, group in rows], limit)
 
 

@@ -88,11 +88,16 @@ class Rollout(Base):
     # The total of the non-None components in `rewards` (None when every component is None).
     reward: Mapped[float | None] = mapped_column(Float, nullable=True)
     rewards: Mapped[dict] = mapped_column(JSON, default=dict, server_default="{}")  # name -> value | None
+    # name -> how that component was reached, e.g. the judge's model, tokens, cost (USD) and reasons
+    reward_details: Mapped[dict] = mapped_column(JSON, default=dict, server_default="{}")
     error: Mapped[str | None] = mapped_column(Text, nullable=True)
     meta: Mapped[dict] = mapped_column(JSON, default=dict)
     # The client's id for the creating request (idempotent retries) and a digest of what it asked for.
     request_id: Mapped[str | None] = mapped_column(String(200), nullable=True)
     request_digest: Mapped[str | None] = mapped_column(String(64), nullable=True)
+    # The policy version the control plane pinned this rollout to (evaluation: 0 = the base model);
+    # every call is served by it whatever model the agent names. Null: the current version at its start.
+    pinned_version: Mapped[int | None] = mapped_column(Integer, nullable=True)
     created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utcnow)
     finished_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True), nullable=True)
 
