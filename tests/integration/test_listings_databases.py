@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import asyncio
+
 import numpy as np
+from sqlalchemy import inspect
 
 from gateway.store.listings import CallFilter, GroupFilter, RolloutFilter
 from gateway.store.samples import prompt_marks, prompt_mask
@@ -10,6 +13,8 @@ from gateway.store.store import Store
 from gateway.store.summary import run_summary
 from migrations.runner import alembic_config
 from tests.builders import call_record
+
+VIEWER_INDEXES = {"ix_calls_rollout_stats", "ix_calls_finish_reason"}  # migration 0005's
 
 
 async def test_filters_summary_and_ancestors_agree_on_both_databases(database_url):
@@ -60,8 +65,34 @@ async def test_filters_summary_and_ancestors_agree_on_both_databases(database_ur
         await store.close()
 
 
-def test_migration_0005_goes_down_and_up(database_url):
+async def calls_indexes(database_url: str) -> set[str]:
+    store = Store.from_url(database_url)
+    try:
+        async with store.engine.connect() as connection:
+            return await connection.run_sync(lambda sync: {i["name"] for i in inspect(sync).get_indexes("calls")})
+    finally:
+        await store.close()
+
+
+async def test_migration_0005_goes_down_and_up_keeping_the_calls(database_url):
     from alembic import command
 
-    command.downgrade(alembic_config(database_url), "0004")
-    command.upgrade(alembic_config(database_url), "head")
+    store = Store.from_url(database_url)
+    try:
+        rollout = await store.create_rollout("mig-run", "t1", None)
+        [call_id] = await store.insert_calls([call_record(rollout.rollout_id, prompt_ids=[1, 2], output_ids=[3])])
+    finally:
+        await store.close()
+    assert VIEWER_INDEXES <= await calls_indexes(database_url)
+
+    await asyncio.to_thread(command.downgrade, alembic_config(database_url), "0004")
+    assert not VIEWER_INDEXES & await calls_indexes(database_url)
+    await asyncio.to_thread(command.upgrade, alembic_config(database_url), "head")
+    assert VIEWER_INDEXES <= await calls_indexes(database_url)
+
+    store = Store.from_url(database_url)
+    try:
+        call = await store.get_call(call_id)
+        assert call is not None and call.rollout_id == rollout.rollout_id and call.num_prompt_tokens == 2
+    finally:
+        await store.close()

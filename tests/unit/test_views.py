@@ -9,20 +9,33 @@ from typer.testing import CliRunner
 from harnessrl.cli import app
 
 
+def table_rows(output: str) -> list[dict[str, str]]:
+    """The rows of the rich table a command printed, by column header (one line per row)."""
+    lines = [line for line in output.splitlines() if line.startswith(("┃", "│"))]
+    cells = [[cell.strip() for cell in line.strip("┃│").split("┃" if line[0] == "┃" else "│")] for line in lines]
+    header, *rows = cells
+    return [dict(zip(header, row, strict=True)) for row in rows]
+
+
 async def test_ls_and_show_render_what_was_recorded(gateway, sqlite_db):
     rollout = await gateway.new_rollout(run="views-run", task="t1", group="g", group_size=1)
     client = gateway.openai(api_key=rollout["token"])
     await client.chat.completions.create(model="policy", messages=[{"role": "user", "content": "hi there"}])
     await gateway.http.post(f"/api/rollouts/{rollout['id']}/finish", json={"status": "finished", "rewards": {"v": 1.0}})
     def invoke(*args):  # the CLI runs its own event loop: off this test's loop
-        return asyncio.to_thread(CliRunner().invoke, app, [*args, "--database-url", sqlite_db])
+        return asyncio.to_thread(CliRunner().invoke, app, [*args, "--database-url", sqlite_db], env={"COLUMNS": "200"})
 
     runs = await invoke("ls", "runs")
-    assert runs.exit_code == 0 and "views-run" in runs.output
+    assert runs.exit_code == 0
+    [run] = [row for row in table_rows(runs.output) if row["name"] == "views-run"]
+    assert (run["rollouts"], run["finished"], run["reward"]) == ("1", "1", "1.000")
     rollouts = await invoke("ls", "rollouts", "--run", "views-run")
-    assert "finished" in rollouts.output and "1.000" in rollouts.output
-    groups = await invoke("ls", "groups")
-    assert "ready" in groups.output
+    assert table_rows(rollouts.output) == [{"id": str(rollout["id"]), "run": "views-run", "task": "t1", "group": "g",
+                                            "status": "finished", "reward": "1.000", "error": ""}]
+    groups = await invoke("ls", "groups", "--run", "views-run")
+    [group] = table_rows(groups.output)
+    assert (group["task"], group["group"], group["status"], group["size"]) == ("t1", "g", "ready", "1")
+    assert group["ready"]  # the time it became ready
     shown = await invoke("show", "rollout", str(rollout["id"]))
     assert shown.exit_code == 0 and "hi there" in shown.output and "Hello from the fake engine." in shown.output
 
