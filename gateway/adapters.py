@@ -129,6 +129,9 @@ class RecoveringEngine:
     async def completions(self, body: dict) -> dict:
         return await self._recovering(self.engine.completions, body)
 
+    async def chat_stream(self, body: dict):
+        return await self._recovering(self.engine.chat_stream, body)  # an EngineStream, once accepted
+
     async def tokenize(self, body: dict) -> dict:
         return await self._recovering(self.engine.tokenize, body)
 

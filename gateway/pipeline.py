@@ -1,14 +1,16 @@
 """The session pipeline every dialect goes through: one normalized chat call, recorded.
 
 Dialects (chat completions, responses, anthropic messages) translate their request into a Chat
-Completions body, call ``ChatPipeline.run``, and translate the engine's ``chat.completion`` answer
-back into their own shape. Recording (tokens, logprobs, policy version) happens here once.
+Completions body, call ``ChatPipeline.chat``, and translate the engine's ``chat.completion`` answer
+back into their own shape; streaming clients get ``ChatPipeline.chat_stream``, whose chunks they
+translate as they arrive. Recording (tokens, logprobs, policy version) happens here once.
 """
 
 from __future__ import annotations
 
 import time
 from collections.abc import Awaitable, Callable
+from contextlib import ExitStack
 from dataclasses import dataclass, replace
 
 import numpy as np
@@ -22,6 +24,7 @@ from gateway.policy import PolicyRegistry, ResolvedModel
 from gateway.sampling import engine_sampling, sampled_with
 from gateway.store.records import CallRecord, RolloutIdentity
 from gateway.store.writer import CallWriter
+from gateway.streaming import StreamedCall
 from gateway.tagging import side_call_tags
 from gateway.tito.serving import TitoEngine
 
@@ -59,17 +62,50 @@ class ChatPipeline:
             answer, latency_ms = await self._timed(tito.chat(chat_body, resolved.engine_model, identity.rollout_id,
                                                         self.max_model_len, top_logprobs), identity)
         else:
-            body = {**chat_body, "model": resolved.engine_model, "stream": False, "return_token_ids": True,
-                    "logprobs": True, "top_logprobs": top_logprobs}
-            body.pop("stream_options", None)
+            body = _engine_chat_body(chat_body, resolved, top_logprobs, stream=False)
             answer, latency_ms = await self._timed(self.engine.chat(body), identity)
+        return await self._commit_answer(identity, dialect, client_request, resolved, chat_body, answer,
+                                         latency_ms)
+
+    def streams_through(self, identity: RolloutIdentity) -> bool:
+        """Whether a streaming client of this rollout is streamed through (engine capture) rather than
+        sent the finished answer as a stream (tito renders and parses whole answers)."""
+        return not (identity.capture == "tito" and self._tito is not None)
+
+    async def chat_stream(self, chat_body: dict, identity: RolloutIdentity, dialect: str,
+                          client_request: dict, top_logprobs: int = 0) -> StreamedCall:
+        """``chat``, streamed: the engine accepted the call (its errors are raised here, before any
+        byte goes out); the returned call yields its chunks and records it at the end."""
+        chat_body = engine_sampling(chat_body, client_request, identity.sampling)
+        resolved = await self._resolve(identity, chat_body["model"])
+        body = _engine_chat_body(chat_body, resolved, top_logprobs, stream=True)
+        timers = ExitStack()  # in flight and on the rollout's engine clock until the stream ends
+        self.metrics.in_flight.inc()
+        timers.callback(self.metrics.in_flight.dec)
+        timers.enter_context(self.engine_clock.timing(identity.rollout_id))
+        try:
+            stream = await self.engine.chat_stream(body)
+        except BaseException:
+            timers.close()
+            raise
+
+        async def commit(answer: dict, latency_ms: float, tags: list[str]) -> int:
+            recorded = await self._commit_answer(identity, dialect, client_request, resolved, chat_body, answer,
+                                                 latency_ms, tags)
+            return recorded.call_id
+
+        return StreamedCall(stream, commit, timers, self.writer.add_tag)
+
+    async def _commit_answer(self, identity: RolloutIdentity, dialect: str, client_request: dict,
+                             resolved: ResolvedModel, chat_body: dict, answer: dict, latency_ms: float,
+                             extra_tags: list[str] = ()) -> RecordedAnswer:
         choice = only_choice(answer)
         logprobs = [entry["logprob"] for entry in (choice.get("logprobs") or {}).get("content") or []]
         record = _record(identity, dialect, client_request, resolved, answer, latency_ms,
                          answer.get("prompt_token_ids"), choice, logprobs, sampled_with(chat_body))
         tags = side_call_tags(chat_body.get("messages") or [], bool(chat_body.get("tools")), identity.harness,
                               identity.side_patterns)
-        return await self._commit(identity, record, answer, resolved, tags)
+        return await self._commit(identity, record, answer, resolved, [*tags, *extra_tags])
 
     async def completion(self, completion_body: dict, identity: RolloutIdentity,
                          client_request: dict, logprobs: int = 0) -> RecordedAnswer:
@@ -121,6 +157,17 @@ class ChatPipeline:
         sequence = record.prompt_ids.tobytes() + record.output_ids.tobytes()
         await self.graph.add(identity.rollout_id, GraphNode(call_id, len(record.prompt_ids), sequence))
         return RecordedAnswer(call_id, answer, resolved)
+
+
+def _engine_chat_body(chat_body: dict, resolved: ResolvedModel, top_logprobs: int, stream: bool) -> dict:
+    """What the engine is sent: the recording fields on, and when streaming, the usage chunk too."""
+    body = {**chat_body, "model": resolved.engine_model, "stream": stream, "return_token_ids": True,
+            "logprobs": True, "top_logprobs": top_logprobs}
+    if stream:
+        body["stream_options"] = {"include_usage": True}
+    else:
+        body.pop("stream_options", None)
+    return body
 
 
 def only_choice(answer: dict) -> dict:

@@ -1,13 +1,16 @@
 """The engine client protocol and its vLLM HTTP implementation.
 
-Upstream calls are always non-streaming and ask for token ids and logprobs; the gateway replays
-the answer to the client in the form it asked for.
+Upstream calls ask for token ids and logprobs. A non-streaming call returns the engine's body; a
+streaming one (``chat_stream``) returns an ``EngineStream`` once the engine accepted the request (an
+engine error is raised before any chunk), whose chunks the gateway translates as they arrive.
+Closing an ``EngineStream`` before its end drops the connection, which makes vLLM abort the request.
 """
 
 from __future__ import annotations
 
 import asyncio
 import json
+from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from typing import Protocol
 
@@ -37,6 +40,7 @@ class ModelNotLoaded(EngineError):
 class EngineClient(Protocol):
     async def chat(self, body: dict) -> dict: ...
     async def completions(self, body: dict) -> dict: ...
+    async def chat_stream(self, body: dict) -> EngineStream: ...
     async def tokenize(self, body: dict) -> dict: ...
     async def models(self) -> list[dict]: ...
     async def health(self) -> bool: ...
@@ -49,6 +53,45 @@ class EngineClient(Protocol):
 class EngineResponse:
     status: int
     text: str
+
+
+class EngineStream:
+    """The chunks of one streamed engine answer (Server-Sent Events), parsed, until ``[DONE]``.
+
+    An ``{"error": ...}`` event (vLLM's way to fail a stream that already started) raises
+    ``EngineError``. ``close`` before the end drops the connection: vLLM aborts the request.
+    """
+
+    def __init__(self, response: aiohttp.ClientResponse, base_url: str):
+        self._response, self._base_url = response, base_url
+
+    async def __aiter__(self) -> AsyncIterator[dict]:
+        try:
+            async for line in self._response.content:
+                if not line.startswith(b"data:"):
+                    continue  # blank separators, comments, event names
+                data = line[5:].strip()
+                if data == b"[DONE]":
+                    return
+                chunk = json.loads(data)
+                if "error" in chunk and "choices" not in chunk:
+                    error = chunk["error"] if isinstance(chunk["error"], dict) else {"message": chunk["error"]}
+                    raise EngineError(502, f"engine: {error.get('message')}", "engine_error")
+                yield chunk
+        except aiohttp.ClientError as exc:
+            raise EngineUnavailable(f"engine at {self._base_url} broke off a stream: {type(exc).__name__}") from exc
+        except TimeoutError as exc:
+            raise EngineTimeout(f"engine at {self._base_url} stopped streaming (no chunk within the engine "
+                                f"timeout)") from exc
+        finally:
+            self.close()
+
+    def close(self) -> None:
+        """Release the connection; one closed mid-answer is dropped (the engine aborts the request)."""
+        if self._response.content.at_eof():
+            self._response.release()
+        else:
+            self._response.close()
 
 
 class VLLMEngineClient:
@@ -72,6 +115,13 @@ class VLLMEngineClient:
 
     async def completions(self, body: dict) -> dict:
         return _json_or_raise(await self._send("POST", "/v1/completions", body), body.get("model"))
+
+    async def chat_stream(self, body: dict) -> EngineStream:
+        """A streamed chat completion (``body["stream"]`` true), once the engine accepted it."""
+        return await self._open_stream("/v1/chat/completions", body)
+
+    async def completions_stream(self, body: dict) -> EngineStream:
+        return await self._open_stream("/v1/completions", body)
 
     async def tokenize(self, body: dict) -> dict:
         """The prompt's token ids as the engine renders it: ``{"count", "max_model_len", "tokens"}``."""
@@ -98,14 +148,42 @@ class VLLMEngineClient:
         if self._session is not None:
             await self._session.close()
 
+    async def _open_stream(self, path: str, body: dict) -> EngineStream:
+        async def opened(response: aiohttp.ClientResponse) -> EngineStream | EngineResponse:
+            if response.status >= 400:
+                return EngineResponse(response.status, await response.text())
+            return EngineStream(response, self.base_url)
+
+        answer = await self._request("POST", path, body, opened, keep_open=True)
+        if isinstance(answer, EngineResponse):
+            raise _engine_error(answer, body.get("model"))
+        return answer
+
     async def _send(self, method: str, path: str, body: dict | None = None) -> EngineResponse:
+        async def read(response: aiohttp.ClientResponse) -> EngineResponse:
+            return EngineResponse(response.status, await response.text())
+
+        return await self._request(method, path, body, read)
+
+    async def _request(self, method: str, path: str, body: dict | None, handle, keep_open: bool = False):
+        """``handle(response)`` of the engine's answer, retrying a connection that never reached it.
+
+        With ``keep_open`` the response stays open when ``handle`` returns (a stream being read);
+        ``EngineStream.close`` releases it.
+        """
         data = None if body is None else json.dumps(body).encode()
         headers = {"content-type": "application/json"} if data is not None else None
         for attempt, delay in enumerate((*RETRY_DELAYS_S, None)):
             try:
-                async with self._http().request(method, f"{self.base_url}{path}", data=data,
-                                                headers=headers) as response:
-                    return EngineResponse(response.status, await response.text())
+                response = await self._http().request(method, f"{self.base_url}{path}", data=data, headers=headers)
+                try:
+                    handled = await handle(response)
+                except BaseException:
+                    response.close()
+                    raise
+                if not (keep_open and isinstance(handled, EngineStream)):
+                    response.release()
+                return handled
             except RETRYABLE as exc:
                 if delay is None:
                     raise EngineUnavailable(

@@ -2,7 +2,10 @@
 
 For fast unit tests and benchmarks only (zero latency, deterministic). Its "tokenizer" maps each
 UTF-8 byte to one id, so tests can check ids against text exactly. Scripted replies let tests
-drive exact scenarios (a planned tool call, then a final answer).
+drive exact scenarios (a planned tool call, then a final answer). Streaming chat requests get chunks
+shaped like vLLM 0.32's with ``return_token_ids``: ``prompt_token_ids`` on the first chunk, then each
+sampled token's ``token_ids``, logprobs and text delta (tool calls as deltas: id and name, then the
+arguments in pieces), the finish reason on the last, a usage chunk when asked, ``[DONE]``.
 """
 
 from __future__ import annotations
@@ -16,7 +19,7 @@ from dataclasses import dataclass, field
 
 from starlette.applications import Starlette
 from starlette.requests import Request
-from starlette.responses import JSONResponse, Response
+from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import Route
 
 BYTE_OFFSET = 3  # ids 0..2 are special: 0 = <|endoftext|>, 1 = <|im_start|>, 2 = <|im_end|>
@@ -68,6 +71,8 @@ class FakeEngine:
     requests: list[dict] = field(default_factory=list)  # every body received, for assertions
     record_requests: bool = True
     delay_s: float = 0.0  # seconds each chat/completions call takes (a slow or hung engine)
+    token_delay_s: float = 0.0  # seconds between streamed chunks (a slow generation)
+    streams_aborted: int = 0  # streams whose client went away before their end
     load_error: str | None = None  # when set, loading an adapter fails with this message
     # The "tokenizer" of sampled text: bytes by default; tito tests plug in a real model's.
     encode_text: Callable[[str], list[int]] = encode
@@ -153,12 +158,80 @@ async def _chat(request: Request) -> Response:
         return error
     reply = engine.next_reply(body)
     ids = engine.output_ids(reply)
+    if body.get("stream"):
+        chunks = _chat_chunks(engine, body, reply, prompt_ids, ids)
+        return StreamingResponse(_paced(engine, chunks), media_type="text/event-stream")
     return JSONResponse({
         "id": f"chatcmpl-{next(engine._ids)}", "object": "chat.completion", "created": int(time.time()),
         "model": body["model"], "choices": [_chat_choice(engine, reply, ids)],
         "usage": _usage(len(prompt_ids), len(ids)), "prompt_logprobs": None,
         "prompt_token_ids": prompt_ids,
     })
+
+
+def _chat_chunks(engine: FakeEngine, body: dict, reply: FakeReply, prompt_ids: list[int], ids: list[int]):
+    """The SSE events of a streamed chat answer, as vLLM sends them."""
+    base = {"id": f"chatcmpl-{next(engine._ids)}", "object": "chat.completion.chunk", "created": int(time.time()),
+            "model": body["model"]}
+    ask_ids, ask_logprobs = body.get("return_token_ids"), body.get("logprobs")
+    start = {"index": 0, "delta": {"role": "assistant", "content": ""}, "logprobs": None, "finish_reason": None}
+    yield {**base, "choices": [start], **({"prompt_token_ids": prompt_ids} if ask_ids else {})}
+    for first, delta, finish in _deltas(engine, reply, ids):
+        piece = ids[first:first + len(delta.pop("_ids"))]
+        choice = {"index": 0, "delta": delta, "finish_reason": finish,
+                  "logprobs": {"content": [_logprob_entry(engine, i, first + n) for n, i in enumerate(piece)]}
+                  if ask_logprobs else None}
+        if ask_ids:
+            choice["token_ids"] = piece
+        if finish:
+            choice["stop_reason"] = None
+        yield {**base, "choices": [choice]}
+    if (body.get("stream_options") or {}).get("include_usage"):
+        yield {**base, "choices": [], "usage": _usage(len(prompt_ids), len(ids))}
+
+
+def _deltas(engine: FakeEngine, reply: FakeReply, ids: list[int]):
+    """(first token index, delta with its tokens under ``_ids``, finish reason) for each chunk."""
+    finish = reply.finish_reason or ("tool_calls" if reply.tool_calls else "stop")
+    if reply.raw_text is not None:  # exact sampled text: one chunk, the message as the non-streamed one
+        yield 0, {"content": reply.content, "_ids": ids}, finish
+        return
+    position = 0
+    for i in engine.encode_text(reply.content):  # one token a chunk
+        yield position, {"content": engine.decode_ids([i]), "_ids": [i]}, None
+        position += 1
+    for index, (name, args) in enumerate(reply.tool_calls):
+        call_ids = engine.encode_text(f"<tool_call>\n{json.dumps({'name': name, 'arguments': args})}\n</tool_call>")
+        arguments = json.dumps(args)
+        half, third = len(arguments) // 2, len(call_ids) // 3
+        pieces = [({"id": f"chatcmpl-tool-{next(engine._ids)}", "type": "function",
+                    "function": {"name": name, "arguments": ""}}, call_ids[:third]),
+                  ({"function": {"arguments": arguments[:half]}}, call_ids[third:2 * third]),
+                  ({"function": {"arguments": arguments[half:]}}, call_ids[2 * third:])]
+        for call, piece in pieces:
+            yield position, {"tool_calls": [{"index": index, **call}], "_ids": piece}, None
+            position += len(piece)
+    yield position, {"_ids": ids[position:]}, finish
+
+
+def _logprob_entry(engine: FakeEngine, token: int, position: int) -> dict:
+    text = engine.decode_ids([token]) if token != IM_END else "<|im_end|>"
+    return {"token": text, "logprob": logprob_at(position), "bytes": None, "top_logprobs": []}
+
+
+async def _paced(engine: FakeEngine, chunks):
+    """The chunks as SSE, ``token_delay_s`` apart; a client that leaves stops the generation."""
+    finished = False
+    try:
+        for chunk in chunks:
+            yield f"data: {json.dumps(chunk, separators=(',', ':'))}\n\n"
+            if engine.token_delay_s:
+                await asyncio.sleep(engine.token_delay_s)
+        yield "data: [DONE]\n\n"
+        finished = True
+    finally:
+        if not finished:
+            engine.streams_aborted += 1
 
 
 async def _completions(request: Request) -> Response:

@@ -14,6 +14,7 @@ from gateway.openai.protocol import ModelCard, ModelList
 from gateway.openai.replay import chat_chunks, completion_chunks
 from gateway.openai.serving import OpenAIServing, ServedCall
 from gateway.state import GatewayState, StateDep
+from gateway.streaming import StreamedAnswer
 
 CALL_ID_HEADER = "x-harnessrl-call-id"
 
@@ -26,7 +27,16 @@ def delivered(state: GatewayState, call_id: int, stream: bool, body, content) ->
     return Delivery(response, lambda: state.writer.add_tag(call_id, UNDELIVERED))
 
 
-def _respond(state: GatewayState, served: ServedCall, chunks) -> Delivery:
+def streamed(answer: StreamedAnswer) -> Delivery:
+    """A call streamed through: its events as they come; cut short, it is recorded ``undelivered``
+    (the call id goes out in the stream, once the call exists)."""
+    response = StreamingResponse(answer.events, media_type="text/event-stream")
+    return Delivery(response, lambda: answer.call.undelivered(UNDELIVERED))
+
+
+def _respond(state: GatewayState, served: ServedCall | StreamedAnswer, chunks) -> Delivery:
+    if isinstance(served, StreamedAnswer):
+        return streamed(served)
     content = chunks(served.body, served.include_usage) if served.stream else None
     return delivered(state, served.call_id, served.stream, served.body, content)
 

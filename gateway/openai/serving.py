@@ -9,8 +9,10 @@ from pydantic import BaseModel, ValidationError
 
 from gateway.errors import InvalidRequest, describe_validation_error
 from gateway.openai.protocol import ChatCompletionRequest, CompletionRequest
+from gateway.openai.stream import chat_stream_events
 from gateway.pipeline import ChatPipeline
 from gateway.store.records import RolloutIdentity
+from gateway.streaming import StreamedAnswer
 
 RequestT = TypeVar("RequestT", bound=BaseModel)
 
@@ -37,8 +39,11 @@ class OpenAIServing:
     def __init__(self, pipeline: ChatPipeline):
         self.pipeline = pipeline
 
-    async def chat(self, raw: dict, identity: RolloutIdentity) -> ServedCall:
+    async def chat(self, raw: dict, identity: RolloutIdentity) -> ServedCall | StreamedAnswer:
         request = parse_request(ChatCompletionRequest, raw)
+        if request.stream and self.pipeline.streams_through(identity):
+            call = await self.pipeline.chat_stream(raw, identity, "chat", raw, request.top_logprobs or 0)
+            return StreamedAnswer(call, chat_stream_events(call, request, _include_usage(request)))
         recorded = await self.pipeline.chat(raw, identity, "chat", raw, request.top_logprobs or 0)
         return ServedCall(recorded.call_id, _client_chat(recorded.answer, request), bool(request.stream),
                           _include_usage(request))

@@ -10,6 +10,7 @@ import httpx
 
 from tests.builders import ADMIN_HEADERS
 from tests.integration.processes import serve_process
+from tests.streams import streamed_call_id
 
 CLIENTS = 8
 KILL_AFTER = 40  # fully received responses before the kill
@@ -24,8 +25,9 @@ def burst(base_url: str, token: str, received: list[int], stop: threading.Event,
                 with http.stream("POST", "/v1/chat/completions", json=body) as response:
                     payload = response.read()
                     complete = response.status_code == 200 and (not body["stream"] or payload.rstrip().endswith(b"[DONE]"))
-                    if complete:
-                        received.append(int(response.headers["x-harnessrl-call-id"]))
+                    if complete:  # a stream names its call at its end (the call id header comes first)
+                        received.append(streamed_call_id(payload) if body["stream"]
+                                        else int(response.headers["x-harnessrl-call-id"]))
             except httpx.HTTPError:
                 return
 

@@ -8,6 +8,7 @@ import pytest
 
 from gateway.engine.fake import FakeReply, decode, encode, logprob_at, render_chat
 from tests.builders import WEATHER_TOOL, chat_body
+from tests.streams import merged_tool_calls
 
 
 async def recorded_calls(gateway, rollout_id: int) -> list[dict]:
@@ -31,13 +32,16 @@ async def test_chat_call_records_exact_prompt_and_sampled_tokens(gateway):
     assert call["finish_reason"] == "stop" and call["policy_version"] == 0
 
 
-async def test_engine_is_asked_for_token_ids_and_logprobs_without_streaming(gateway):
+async def test_engine_is_asked_for_token_ids_and_logprobs_streaming_as_the_client_does(gateway):
     client = gateway.openai()
-    await client.chat.completions.create(model="policy", messages=[{"role": "user", "content": "x"}],
-                                         stream=True, stream_options={"include_usage": True})
-    sent = gateway.fake.requests[-1]
-    assert sent["stream"] is False and sent["return_token_ids"] is True and sent["logprobs"] is True
-    assert "stream_options" not in sent and sent["model"] == "fake-base"
+    for stream in (True, False):
+        await client.chat.completions.create(model="policy", messages=[{"role": "user", "content": "x"}],
+                                             stream=stream, **({"stream_options": {"include_usage": True}}
+                                                               if stream else {}))
+        sent = gateway.fake.requests[-1]
+        assert sent["stream"] is stream and sent["return_token_ids"] is True and sent["logprobs"] is True
+        assert sent.get("stream_options") == ({"include_usage": True} if stream else None)
+        assert sent["model"] == "fake-base"
 
 
 async def test_logprobs_and_token_ids_are_not_returned_unless_asked(gateway):
@@ -68,12 +72,11 @@ async def test_streamed_tool_call_round_trip(gateway):
     messages = [{"role": "user", "content": "Weather in Paris?"}]
     stream = await client.chat.completions.create(model="policy", messages=messages, tools=[WEATHER_TOOL],
                                                   stream=True)
-    calls = [tc for chunk in [c async for c in stream] if chunk.choices
-             for tc in chunk.choices[0].delta.tool_calls or []]
-    assert [(c.function.name, json.loads(c.function.arguments)) for c in calls] == [("get_weather", {"city": "Paris"})]
-    messages += [{"role": "assistant", "tool_calls": [{"id": calls[0].id, "type": "function",
-                  "function": {"name": "get_weather", "arguments": calls[0].function.arguments}}]},
-                 {"role": "tool", "tool_call_id": calls[0].id, "content": "sunny"}]
+    calls = merged_tool_calls([c async for c in stream])
+    assert [(c["name"], json.loads(c["arguments"])) for c in calls] == [("get_weather", {"city": "Paris"})]
+    messages += [{"role": "assistant", "tool_calls": [{"id": calls[0]["id"], "type": "function",
+                  "function": {"name": "get_weather", "arguments": calls[0]["arguments"]}}]},
+                 {"role": "tool", "tool_call_id": calls[0]["id"], "content": "sunny"}]
     final = await client.chat.completions.create(model="policy", messages=messages, tools=[WEATHER_TOOL])
     assert final.choices[0].message.content == "It is sunny in Paris."
     recorded = await recorded_calls(gateway, rollout["id"])

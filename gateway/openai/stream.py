@@ -1,0 +1,71 @@
+"""Chat Completions stream-through: the engine's chunks, as the client asked for them, as they arrive.
+
+Each engine chunk goes out at once with the client's model name and only what it requested (token
+ids, logprobs, usage). The chunks that end the answer (the finish reason, usage) and ``[DONE]`` are
+held until the call is committed; an SSE comment naming the call id goes out with them (the call id
+header is sent before the call exists).
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import AsyncIterator
+
+from gateway.errors import GatewayError, error_body
+from gateway.openai.protocol import ChatCompletionRequest
+from gateway.openai.replay import DONE
+from gateway.streaming import Committed, StreamedCall
+
+CALL_ID_COMMENT = ": x-harnessrl-call-id {}\n\n"
+
+
+def _event(payload: dict) -> str:
+    return f"data: {json.dumps(payload, separators=(',', ':'))}\n\n"
+
+
+async def chat_stream_events(call: StreamedCall, request: ChatCompletionRequest, include_usage: bool,
+                             ) -> AsyncIterator[str]:
+    held: list[str] = []  # the answer's last chunks: out once the call is committed
+    shape = _ClientShape(request, include_usage)
+    try:
+        async for item in call.chunks():
+            if isinstance(item, Committed):
+                yield CALL_ID_COMMENT.format(item.call_id) + "".join(held) + DONE
+                return
+            chunk = shape(item)
+            if chunk is None:
+                continue
+            if not chunk["choices"] or chunk["choices"][0].get("finish_reason") is not None:
+                held.append(_event(chunk))
+            else:
+                yield _event(chunk)
+    except GatewayError as exc:  # the engine failed mid-answer: the client's SDK raises this
+        yield _event(error_body(exc))
+
+
+class _ClientShape:
+    """An engine chunk as this client sees it, or None when nothing of it is for the client."""
+
+    def __init__(self, request: ChatCompletionRequest, include_usage: bool):
+        self.model, self.include_usage = request.model, include_usage
+        self.ids, self.logprobs = bool(request.return_token_ids), bool(request.logprobs)
+
+    def __call__(self, chunk: dict) -> dict | None:
+        out = {**chunk, "model": self.model}
+        if not self.ids:
+            out.pop("prompt_token_ids", None)
+        if not out.get("choices"):  # the usage chunk
+            return out if self.include_usage and out.get("usage") else None
+        if self.include_usage:
+            out["usage"] = None  # the spec: null on every chunk but the last
+        else:
+            out.pop("usage", None)
+        choice = dict(out["choices"][0])
+        if not self.ids:
+            choice.pop("token_ids", None)
+        if not self.logprobs:
+            choice["logprobs"] = None
+        if not (choice.get("delta") or choice.get("logprobs") or choice.get("finish_reason") or choice.get("token_ids")):
+            return None  # a chunk that carried only what this client did not ask for
+        out["choices"] = [choice]
+        return out
