@@ -1,53 +1,80 @@
 """Anthropic Messages wire models (requests, the Message answer, stream events), mirroring the spec.
 
-Requests allow extra fields: Anthropic clients send fields for features the gateway does not serve
-(``cache_control``, ``container``, ``service_tier``, ``context_management``...); they are accepted
-and stored with the call, but only the fields below shape the engine call. Field types are still
-checked, so a wrong type is a 400 before anything reaches the engine.
+The request side follows the current API as Claude Code uses it: ``system``-role messages anywhere in
+``messages``, ``thinking`` (enabled / adaptive / disabled), ``output_config`` (effort, format),
+``context_management`` edits, ``metadata``, ``cache_control`` on blocks and tools, deferred tools
+(``defer_loading``) and ``tool_reference`` blocks, server tools (``web_search_20250305``...).
+
+Requests allow extra fields: clients send fields for features the gateway does not serve
+(``container``, ``mcp_servers``, a newer release's additions...); they are accepted and stored with the
+call (named under ``_gateway.ignored_fields``), but only the fields below shape the engine call.
+Field types and values of the fields below are still checked, so a malformed value is a 400 in
+Anthropic's shape before anything reaches the engine.
 """
 
 from __future__ import annotations
 
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import BaseModel, ConfigDict, Discriminator, Field, Tag, model_validator
 
 
 class AnthropicModel(BaseModel):
     model_config = ConfigDict(extra="allow")
 
 
+class CacheControl(AnthropicModel):
+    """Prompt caching breakpoint: accepted and recorded; vLLM's prefix cache needs no hints."""
+
+    type: Literal["ephemeral"]
+    ttl: Literal["5m", "1h"] | None = None
+
+
+class Cacheable(AnthropicModel):
+    cache_control: CacheControl | None = None
+
+
 # --- content blocks (request) --------------------------------------------------------------
 
 
-class TextBlock(AnthropicModel):
+class TextBlock(Cacheable):
     type: Literal["text"]
     text: str
 
 
-class ImageBlock(AnthropicModel):
+class ImageBlock(Cacheable):
     type: Literal["image"]
     source: dict[str, Any]  # {"type": "base64", "media_type", "data"} or {"type": "url", "url"}
 
 
-class DocumentBlock(AnthropicModel):
+class DocumentBlock(Cacheable):
     type: Literal["document"]
     source: dict[str, Any]  # {"type": "text", "data"}, base64 PDF, url, or content blocks
     title: str | None = None
     context: str | None = None
 
 
-class ToolUseBlock(AnthropicModel):
+class ToolUseBlock(Cacheable):
     type: Literal["tool_use"]
     id: str
     name: str
     input: dict[str, Any]
 
 
-class ToolResultBlock(AnthropicModel):
+class ToolReferenceBlock(AnthropicModel):
+    """A deferred tool a client-side tool search found: from now on the tool is offered to the model."""
+
+    type: Literal["tool_reference"]
+    tool_name: str = Field(min_length=1)
+
+
+ToolResultPart = Annotated[TextBlock | ToolReferenceBlock, Field(discriminator="type")]
+
+
+class ToolResultBlock(Cacheable):
     type: Literal["tool_result"]
     tool_use_id: str
-    content: str | list[TextBlock] | None = None
+    content: str | list[ToolResultPart] | None = None
     is_error: bool | None = None
 
 
@@ -77,18 +104,46 @@ class AssistantMessage(AnthropicModel):
     content: str | list[AssistantBlock]
 
 
-InputMessage = Annotated[UserMessage | AssistantMessage, Field(discriminator="role")]
+class SystemMessage(AnthropicModel):
+    """A system turn inside the conversation (Claude Code's environment block, reminders): rendered
+    as a system message where it occurs."""
+
+    role: Literal["system"]
+    content: str | Annotated[list[TextBlock], Field(min_length=1)]
+
+
+InputMessage = Annotated[UserMessage | AssistantMessage | SystemMessage, Field(discriminator="role")]
 
 
 # --- tools and options ---------------------------------------------------------------------
 
 
-class Tool(AnthropicModel):
+class Tool(Cacheable):
     name: str = Field(min_length=1)
     description: str | None = None
     input_schema: dict[str, Any]
     type: Literal["custom"] | None = None
     strict: bool | None = None  # the input must match input_schema exactly
+    # Advanced tool use: a deferred tool is left out of the prompt until a tool_reference names it.
+    defer_loading: bool | None = None
+    input_examples: list[dict[str, Any]] | None = None
+    eager_input_streaming: bool | None = None
+
+
+class ServerTool(Cacheable):
+    """A tool the API runs itself (``web_search_20250305``, ``code_execution_...``, ``bash_...``):
+    the gateway runs none, so it is left out of what the model sees and recorded as left out."""
+
+    type: str = Field(min_length=1)
+    name: str = Field(min_length=1)
+
+
+def tool_kind(tool: Any) -> str:
+    kind = tool.get("type") if isinstance(tool, dict) else getattr(tool, "type", None)
+    return "custom" if kind in (None, "custom") else "server"
+
+
+AnyTool = Annotated[Annotated[Tool, Tag("custom")] | Annotated[ServerTool, Tag("server")], Discriminator(tool_kind)]
 
 
 class ToolChoice(AnthropicModel):
@@ -106,6 +161,61 @@ class ToolChoice(AnthropicModel):
 class ThinkingConfig(AnthropicModel):
     type: Literal["enabled", "disabled", "adaptive"]
     budget_tokens: int | None = Field(default=None, ge=0)
+    display: Literal["summarized", "omitted"] | None = None
+
+    @model_validator(mode="after")
+    def _enabled_has_a_budget(self) -> ThinkingConfig:
+        if self.type == "enabled" and self.budget_tokens is None:
+            raise ValueError('thinking of type "enabled" needs budget_tokens')
+        return self
+
+
+class OutputConfig(AnthropicModel):
+    effort: Literal["low", "medium", "high", "xhigh", "max"] | None = None
+    format: dict[str, Any] | None = None  # {"type": "json_schema", "schema": {...}}
+
+
+# --- context management (the API's history edits, applied by the gateway) ---------------------
+
+
+class TurnCount(AnthropicModel):
+    type: Literal["thinking_turns", "tool_uses"]
+    value: int = Field(ge=0)
+
+
+class TokenAmount(AnthropicModel):
+    type: Literal["input_tokens", "tool_uses"]
+    value: int = Field(ge=0)
+
+
+class ClearThinkingEdit(AnthropicModel):
+    """Drop thinking from all but the last ``keep`` assistant turns that have thinking (default 1)."""
+
+    type: Literal["clear_thinking_20251015"]
+    keep: Literal["all"] | TurnCount | None = None
+
+
+class ClearToolUsesEdit(AnthropicModel):
+    """Past ``trigger`` (default 100,000 input tokens), replace the results of all but the last
+    ``keep`` tool uses (default 3) with a placeholder; ``clear_tool_inputs`` clears their inputs too."""
+
+    type: Literal["clear_tool_uses_20250919"]
+    trigger: TokenAmount | None = None
+    keep: TurnCount | None = None
+    clear_at_least: TokenAmount | None = None
+    exclude_tools: list[str] | None = None
+    clear_tool_inputs: bool | list[str] | None = None
+
+
+ContextEdit = Annotated[ClearThinkingEdit | ClearToolUsesEdit, Field(discriminator="type")]
+
+
+class ContextManagement(AnthropicModel):
+    edits: list[ContextEdit] = Field(default_factory=list)
+
+
+class Metadata(AnthropicModel):
+    user_id: str | None = None
 
 
 # --- requests ------------------------------------------------------------------------------
@@ -117,9 +227,11 @@ class PromptFields(AnthropicModel):
     model: str
     messages: list[InputMessage] = Field(min_length=1)
     system: str | list[TextBlock] | None = None
-    tools: list[Tool] | None = None
+    tools: list[AnyTool] | None = None
     tool_choice: ToolChoice | None = None
     thinking: ThinkingConfig | None = None
+    output_config: OutputConfig | None = None
+    context_management: ContextManagement | None = None
 
 
 class MessagesRequest(PromptFields):
@@ -129,7 +241,8 @@ class MessagesRequest(PromptFields):
     top_p: float | None = Field(default=None, ge=0, le=1)
     top_k: int | None = Field(default=None, ge=0)
     stream: bool | None = False
-    metadata: dict[str, Any] | None = None
+    metadata: Metadata | None = None
+    service_tier: Literal["auto", "standard_only"] | None = None
 
 
 class CountTokensRequest(PromptFields):

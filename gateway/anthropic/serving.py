@@ -1,7 +1,10 @@
 """Serving the Anthropic Messages dialect: translate to Chat Completions, run the pipeline, translate back.
 
 The translation is total and checked before the engine is called, so a request the gateway cannot
-represent is a 400 naming the field and nothing is recorded for it.
+represent is a 400 naming the field and nothing is recorded for it. ``context_management`` edits are
+applied to the history first (``gateway.anthropic.context``), as the API applies them; what was not
+served (unknown fields, server tools, deferred tools) is recorded with the call
+(``gateway.request_notes``).
 """
 
 from __future__ import annotations
@@ -12,6 +15,7 @@ from typing import TypeVar
 
 from pydantic import ValidationError
 
+from gateway.anthropic.context import apply_context_edits
 from gateway.anthropic.protocol import (
     AssistantMessage,
     CountTokensRequest,
@@ -20,6 +24,7 @@ from gateway.anthropic.protocol import (
     Message,
     MessagesRequest,
     PromptFields,
+    SystemMessage,
     TextBlock,
     TextContent,
     ThinkingBlock,
@@ -27,6 +32,7 @@ from gateway.anthropic.protocol import (
     TokenCount,
     Tool,
     ToolChoice,
+    ToolReferenceBlock,
     ToolResultBlock,
     ToolUseBlock,
     ToolUseContent,
@@ -34,6 +40,7 @@ from gateway.anthropic.protocol import (
 )
 from gateway.errors import InvalidRequest
 from gateway.pipeline import ChatPipeline
+from gateway.request_notes import RequestNotes, ignored_fields, recorded_request
 from gateway.store.records import RolloutIdentity
 
 DIALECT = "messages"
@@ -54,15 +61,26 @@ class AnthropicServing:
 
     async def messages(self, raw: dict, identity: RolloutIdentity) -> ServedMessage:
         request = parse_request(MessagesRequest, raw)
-        recorded = await self.pipeline.chat(chat_body(request), identity, DIALECT, raw)
+        request, notes = await self._prepared(request)
+        recorded = await self.pipeline.chat(chat_body(request), identity, DIALECT, recorded_request(raw, notes))
         return ServedMessage(recorded.call_id, to_message(recorded.answer, request), bool(request.stream))
 
     async def count_tokens(self, raw: dict) -> dict:
         """The prompt's length as the engine tokenizes it (nothing is generated or recorded)."""
-        request = parse_request(CountTokensRequest, raw)
+        request, _ = await self._prepared(parse_request(CountTokensRequest, raw))
+        return TokenCount(input_tokens=await self._count(request)).model_dump()
+
+    async def _prepared(self, request: RequestT) -> tuple[RequestT, RequestNotes]:
+        """The request with its context edits applied, and what of it the gateway does not serve."""
+        notes = RequestNotes(ignored_fields=ignored_fields(request), left_out_tools=left_out_tools(request))
+        request, cleared = await apply_context_edits(request, self._count)
+        if cleared:
+            notes.extra["context_edits"] = cleared
+        return request, notes
+
+    async def _count(self, request: PromptFields) -> int:
         engine_model = self.pipeline.policy.resolve(request.model).engine_model
-        answer = await self.pipeline.engine.tokenize({"model": engine_model, **prompt_fields(request)})
-        return TokenCount(input_tokens=answer["count"]).model_dump()
+        return (await self.pipeline.engine.tokenize({"model": engine_model, **prompt_fields(request)}))["count"]
 
 
 # --- validation --------------------------------------------------------------------------------
@@ -115,10 +133,20 @@ def chat_body(request: MessagesRequest) -> dict:
         body.update(chat_tool_choice(request.tool_choice))
     if request.stop_sequences:
         body["stop"] = request.stop_sequences
+    if request.output_config is not None and request.output_config.format is not None:
+        body["response_format"] = _response_format(request.output_config.format)
     for name in ("temperature", "top_p", "top_k"):
         if getattr(request, name) is not None:
             body[name] = getattr(request, name)
     return body
+
+
+def _response_format(form: dict) -> dict:
+    """``output_config.format`` (structured outputs) as Chat Completions' ``response_format``."""
+    if form.get("type") != "json_schema" or not isinstance(form.get("schema"), dict):
+        raise InvalidRequest("output_config.format: only {\"type\": \"json_schema\", \"schema\": {...}} is "
+                             "supported", param="output_config.format")
+    return {"type": "json_schema", "json_schema": {"name": "output", "schema": form["schema"]}}
 
 
 def prompt_fields(request: PromptFields) -> dict:
@@ -130,12 +158,39 @@ def prompt_fields(request: PromptFields) -> dict:
         fields.update(add_generation_prompt=False, continue_final_message=True)
     else:
         fields["add_generation_prompt"] = True
-    if request.tools:
-        fields["tools"] = [chat_tool(tool) for tool in request.tools]
+    if tools := offered_tools(request):
+        fields["tools"] = [chat_tool(tool) for tool in tools]
+    template_kwargs = {}
     if request.thinking is not None:
         # The switch reasoning templates (Qwen3 and the like) read; others ignore it.
-        fields["chat_template_kwargs"] = {"enable_thinking": request.thinking.type != "disabled"}
+        template_kwargs["enable_thinking"] = request.thinking.type != "disabled"
+    if request.output_config is not None and request.output_config.effort is not None:
+        template_kwargs["reasoning_effort"] = request.output_config.effort  # gpt-oss-style templates read it
+    if template_kwargs:
+        fields["chat_template_kwargs"] = template_kwargs
     return fields
+
+
+def offered_tools(request: PromptFields) -> list[Tool]:
+    """The tools the model sees: client tools, deferred ones only once a tool_reference loaded them."""
+    loaded = _referenced_tools(request)
+    return [tool for tool in request.tools or () if isinstance(tool, Tool)
+            and (not tool.defer_loading or tool.name in loaded)]
+
+
+def left_out_tools(request: PromptFields) -> list[str]:
+    offered = {id(tool) for tool in offered_tools(request)}
+    return [tool.name for tool in request.tools or () if id(tool) not in offered]
+
+
+def _referenced_tools(request: PromptFields) -> set[str]:
+    names: set[str] = set()
+    for message in request.messages:
+        if isinstance(message.content, list):
+            for block in message.content:
+                if isinstance(block, ToolResultBlock) and isinstance(block.content, list):
+                    names.update(p.tool_name for p in block.content if isinstance(p, ToolReferenceBlock))
+    return names
 
 
 def chat_tool(tool: Tool) -> dict:
@@ -159,6 +214,8 @@ def chat_messages(request: PromptFields) -> list[dict]:
         if isinstance(message, AssistantMessage):
             messages.append(_assistant(message))
             called.update(b.id for b in message.content if isinstance(b, ToolUseBlock))
+        elif isinstance(message, SystemMessage):
+            messages.append({"role": "system", "content": _system_text(message.content)})
         else:
             messages += _user(message.content, called, f"messages.{index}.content")
     return messages
@@ -205,7 +262,8 @@ def _tool_message(block: ToolResultBlock) -> dict:
     if content is None or isinstance(content, str):
         text = content or ""
     else:
-        text = _join(part.text for part in content)
+        text = _join(part.text if isinstance(part, TextBlock) else f"Tool loaded: {part.tool_name}"
+                     for part in content)
     return {"role": "tool", "tool_call_id": block.tool_use_id, "content": text}
 
 

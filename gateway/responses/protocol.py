@@ -1,9 +1,12 @@
 """OpenAI Responses wire models (``/v1/responses``), mirroring the public spec.
 
 Only the stateless subset is served: the client sends its whole conversation as ``input`` every
-time (``store`` is accepted and ignored, ``previous_response_id`` is refused), and only function
-tools exist. Requests allow extra fields (Codex CLI sends ``include``, ``prompt_cache_key``...);
-field types are still checked, so a wrong type is a 400 before anything reaches the engine.
+time (``store`` is accepted and ignored, ``previous_response_id`` is refused). Tools are what Codex
+CLI sends: ``function`` tools, ``namespace`` tools grouping functions, ``custom`` (freeform) tools with
+one string input, and hosted tools (``web_search``...) that the gateway cannot run, left out of what
+the model sees and recorded as left out. Requests allow extra fields; they are accepted and recorded
+(``_gateway.ignored_fields``), while the types and values of the fields below are checked, so a
+malformed value is a 400 before anything reaches the engine.
 """
 
 from __future__ import annotations
@@ -57,8 +60,25 @@ class FunctionCallItem(ResponsesModel):
     call_id: str
     name: str
     arguments: str
+    namespace: str | None = None  # the namespace tool the function belongs to
     id: str | None = None
     status: str | None = None
+
+
+class CustomToolCallItem(ResponsesModel):
+    type: Literal["custom_tool_call"]
+    call_id: str
+    name: str
+    input: str
+    id: str | None = None
+    status: str | None = None
+
+
+class CustomToolCallOutputItem(ResponsesModel):
+    type: Literal["custom_tool_call_output"]
+    call_id: str
+    output: str | list[InputText]
+    id: str | None = None
 
 
 class FunctionCallOutputItem(ResponsesModel):
@@ -81,7 +101,7 @@ class ReasoningText(ResponsesModel):
 
 class ReasoningItem(ResponsesModel):
     type: Literal["reasoning"]
-    id: str
+    id: str | None = None  # Codex CLI does not send it back
     summary: list[SummaryText]
     content: list[ReasoningText] | None = None
     encrypted_content: str | None = None
@@ -99,6 +119,8 @@ InputItem = Annotated[
     Annotated[MessageItem, Tag("message")]
     | Annotated[FunctionCallItem, Tag("function_call")]
     | Annotated[FunctionCallOutputItem, Tag("function_call_output")]
+    | Annotated[CustomToolCallItem, Tag("custom_tool_call")]
+    | Annotated[CustomToolCallOutputItem, Tag("custom_tool_call_output")]
     | Annotated[ReasoningItem, Tag("reasoning")],
     Discriminator(item_type),
 ]
@@ -115,9 +137,53 @@ class FunctionTool(ResponsesModel):
     strict: bool | None = None
 
 
-class ToolChoiceFunction(ResponsesModel):
-    type: Literal["function"]
+class CustomTool(ResponsesModel):
+    """A freeform tool: its input is one string (``format``: plain text or a grammar it must match)."""
+
+    type: Literal["custom"]
     name: str
+    description: str | None = None
+    format: dict[str, Any] | None = None  # {"type": "text"} | {"type": "grammar", "syntax", "definition"}
+
+
+class NamespaceTool(ResponsesModel):
+    """Functions grouped under a name (Codex's ``multi_agent_v1``): each is offered to the model, and
+    a call to one comes back as a function_call naming its ``namespace``."""
+
+    type: Literal["namespace"]
+    name: str
+    description: str | None = None
+    tools: list[Annotated[FunctionTool | CustomTool, Field(discriminator="type")]] = Field(min_length=1)
+
+
+class HostedTool(ResponsesModel):
+    """A tool the API runs itself (web_search, file_search, code_interpreter, image_generation, mcp...)."""
+
+    type: str = Field(min_length=1)
+    name: str | None = None
+
+
+def tool_type(tool: Any) -> str:
+    kind = tool.get("type") if isinstance(tool, dict) else getattr(tool, "type", None)
+    return kind if kind in ("function", "custom", "namespace") else "hosted"
+
+
+AnyTool = Annotated[
+    Annotated[FunctionTool, Tag("function")] | Annotated[CustomTool, Tag("custom")]
+    | Annotated[NamespaceTool, Tag("namespace")] | Annotated[HostedTool, Tag("hosted")],
+    Discriminator(tool_type),
+]
+
+
+class ToolChoiceFunction(ResponsesModel):
+    type: Literal["function", "custom"]
+    name: str
+
+
+class ReasoningConfig(ResponsesModel):
+    effort: Literal["none", "minimal", "low", "medium", "high", "xhigh"] | None = None
+    summary: Literal["auto", "concise", "detailed"] | None = None
+    generate_summary: Literal["auto", "concise", "detailed"] | None = None
 
 
 # --- request -------------------------------------------------------------------------------
@@ -129,7 +195,7 @@ class ResponsesRequest(ResponsesModel):
     # shapes does not double every error message.
     input: list[InputItem]
     instructions: str | None = None
-    tools: list[FunctionTool] | None = None
+    tools: list[AnyTool] | None = None
     tool_choice: Literal["auto", "none", "required"] | ToolChoiceFunction | None = None
     parallel_tool_calls: bool | None = None
     max_output_tokens: int | None = Field(default=None, ge=1)
@@ -139,8 +205,12 @@ class ResponsesRequest(ResponsesModel):
     store: bool | None = None
     previous_response_id: str | None = None
     text: dict[str, Any] | None = None
-    reasoning: dict[str, Any] | None = None
+    reasoning: ReasoningConfig | None = None
+    include: list[str] | None = None  # "reasoning.encrypted_content": reasoning comes back as an opaque value
     metadata: dict[str, str] | None = None
+    client_metadata: dict[str, str] | None = None  # recorded; Codex's session and turn ids
+    prompt_cache_key: str | None = None  # a routing hint; a rollout already sticks to one engine
+    service_tier: str | None = None
     user: str | None = None
     truncation: Literal["auto", "disabled"] | None = None
 
@@ -152,16 +222,6 @@ class ResponsesRequest(ResponsesModel):
         if not value:
             raise ValueError("input must not be empty")
         return [{"type": "message", "role": "user", "content": value}] if isinstance(value, str) else value
-
-    @field_validator("tools", mode="before")
-    @classmethod
-    def _function_tools_only(cls, tools):
-        if isinstance(tools, list):
-            other = [t.get("type") for t in tools if isinstance(t, dict) and t.get("type") != "function"]
-            if other:
-                raise ValueError(f"tool type(s) {', '.join(map(repr, other))} not supported; the "
-                                 "gateway serves function tools only")
-        return tools
 
 
 # --- response ------------------------------------------------------------------------------
@@ -182,6 +242,16 @@ class OutputFunctionCall(ResponsesModel):
     name: str
     arguments: str
     status: Literal["in_progress", "completed", "incomplete"] = "completed"
+    namespace: str | None = Field(default=None, exclude_if=lambda value: value is None)
+
+
+class OutputCustomToolCall(ResponsesModel):
+    type: Literal["custom_tool_call"] = "custom_tool_call"
+    id: str
+    call_id: str
+    name: str
+    input: str
+    status: Literal["in_progress", "completed", "incomplete"] = "completed"
 
 
 class OutputReasoning(ResponsesModel):
@@ -189,9 +259,13 @@ class OutputReasoning(ResponsesModel):
     id: str
     summary: list[SummaryText] = Field(default_factory=list)
     content: list[ReasoningText] | None = None
+    # With include ["reasoning.encrypted_content"]: an opaque value naming the call whose sampled
+    # tokens hold this reasoning, and its text (gateway.responses.reasoning).
+    encrypted_content: str | None = Field(default=None, exclude_if=lambda value: value is None)
 
 
-OutputItem = Annotated[OutputMessage | OutputFunctionCall | OutputReasoning, Field(discriminator="type")]
+OutputItem = Annotated[OutputMessage | OutputFunctionCall | OutputCustomToolCall | OutputReasoning,
+                       Field(discriminator="type")]
 
 
 class InputTokensDetails(ResponsesModel):
@@ -227,14 +301,14 @@ class Response(ResponsesModel):
     # The request's settings, echoed (the SDK's Response requires tools, tool_choice,
     # parallel_tool_calls).
     instructions: str | None = None
-    tools: list[FunctionTool]
+    tools: list[dict[str, Any]]  # as the client sent them
     tool_choice: Literal["auto", "none", "required"] | ToolChoiceFunction
     parallel_tool_calls: bool
     max_output_tokens: int | None = None
     temperature: float | None = None
     top_p: float | None = None
     previous_response_id: None = None
-    reasoning: dict[str, Any] | None = None
+    reasoning: ReasoningConfig | None = None
     text: dict[str, Any]
     truncation: Literal["auto", "disabled"]
     metadata: dict[str, str]

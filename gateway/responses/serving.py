@@ -2,7 +2,8 @@
 
 The engine only speaks Chat Completions, so a Responses request is translated into the chat body an
 agent would have sent for the same conversation and goes through the shared pipeline; the recorded
-tokens are exactly those of that chat call.
+tokens are exactly those of that chat call. Tools map as ``gateway.responses.tools`` says; what was not
+served (unknown fields, hosted tools) is recorded with the call (``gateway.request_notes``).
 """
 
 from __future__ import annotations
@@ -14,14 +15,18 @@ from dataclasses import dataclass
 from gateway.errors import InvalidRequest
 from gateway.openai.serving import parse_request
 from gateway.pipeline import ChatPipeline
+from gateway.request_notes import RequestNotes, ignored_fields, recorded_request
+from gateway.responses import reasoning as encrypted
 from gateway.responses.protocol import (
     ContentPart,
+    CustomToolCallItem,
+    CustomToolCallOutputItem,
     FunctionCallItem,
     FunctionCallOutputItem,
-    FunctionTool,
     IncompleteDetails,
     InputImage,
     MessageItem,
+    OutputCustomToolCall,
     OutputFunctionCall,
     OutputMessage,
     OutputReasoning,
@@ -33,6 +38,7 @@ from gateway.responses.protocol import (
     ResponseUsage,
     ToolChoiceFunction,
 )
+from gateway.responses.tools import ToolIndex, custom_arguments, custom_input, index_tools
 from gateway.store.records import RolloutIdentity
 
 # Sampling extensions vLLM understands on chat requests; sent on when a client adds them.
@@ -57,19 +63,27 @@ class ResponsesServing:
             # Nothing is stored between calls: the conversation must come whole, every time.
             raise InvalidRequest("previous_response_id is not supported; send the full input",
                                  param="previous_response_id")
-        recorded = await self.pipeline.chat(chat_body(request, raw), identity, "responses", raw)
-        return ServedResponse(recorded.call_id, to_response(recorded.answer, request), bool(request.stream))
+        tools = index_tools(request.tools)
+        notes = RequestNotes(ignored_fields=ignored_fields(request), left_out_tools=tools.left_out)
+        recorded = await self.pipeline.chat(chat_body(request, raw, tools), identity, "responses",
+                                            recorded_request(raw, notes))
+        response = to_response(recorded.answer, request, tools, recorded.call_id)
+        return ServedResponse(recorded.call_id, response, bool(request.stream))
 
 
 # --- request: Responses -> Chat Completions --------------------------------------------------
 
 
-def chat_body(request: ResponsesRequest, raw: dict) -> dict:
-    body: dict = {"model": request.model, "messages": chat_messages(request)}
-    if request.tools:
-        body["tools"] = [_chat_tool(tool) for tool in request.tools]
+def chat_body(request: ResponsesRequest, raw: dict, tools: ToolIndex | None = None) -> dict:
+    tools = tools or index_tools(request.tools)
+    body: dict = {"model": request.model, "messages": chat_messages(request, tools)}
+    if tools.chat_tools:
+        body["tools"] = tools.chat_tools
     if request.tool_choice is not None:
-        body["tool_choice"] = _chat_tool_choice(request.tool_choice)
+        body["tool_choice"] = _chat_tool_choice(request.tool_choice, tools)
+    if request.reasoning is not None and request.reasoning.effort is not None:
+        # Templates with an effort switch (gpt-oss-style) read it; others ignore it.
+        body["chat_template_kwargs"] = {"reasoning_effort": request.reasoning.effort}
     for name, value in (("max_tokens", request.max_output_tokens), ("temperature", request.temperature),
                         ("top_p", request.top_p), ("parallel_tool_calls", request.parallel_tool_calls),
                         ("user", request.user), ("response_format", _response_format(request.text))):
@@ -79,13 +93,14 @@ def chat_body(request: ResponsesRequest, raw: dict) -> dict:
     return body
 
 
-def chat_messages(request: ResponsesRequest) -> list[dict]:
+def chat_messages(request: ResponsesRequest, tools: ToolIndex | None = None) -> list[dict]:
     """The input items as chat messages, the way a Chat Completions client would send them.
 
     Consecutive function_call items are one assistant turn (joined to an assistant message right
     before them); reasoning goes on the assistant message that follows it and is dropped when
     another kind of message comes first (the engine only renders reasoning on assistant turns).
     """
+    tools = tools or index_tools(request.tools)
     messages: list[dict] = []
     if request.instructions:
         messages.append({"role": "system", "content": request.instructions})
@@ -99,13 +114,11 @@ def chat_messages(request: ResponsesRequest) -> list[dict]:
                 reasoning.append(text)
             turn = None
             continue
-        if isinstance(item, FunctionCallItem):
+        if isinstance(item, (FunctionCallItem, CustomToolCallItem)):
             if turn is None:
                 turn = {"role": "assistant", "content": None}
                 messages.append(turn)
-            turn.setdefault("tool_calls", []).append(
-                {"id": item.call_id, "type": "function",
-                 "function": {"name": item.name, "arguments": item.arguments}})
+            turn.setdefault("tool_calls", []).append(_chat_call(item, tools))
             call_ids.add(item.call_id)
         else:
             message = (_message(item, index) if isinstance(item, MessageItem)
@@ -120,11 +133,19 @@ def chat_messages(request: ResponsesRequest) -> list[dict]:
     return messages
 
 
+def _chat_call(item: FunctionCallItem | CustomToolCallItem, tools: ToolIndex) -> dict:
+    if isinstance(item, CustomToolCallItem):
+        name, arguments = tools.offered_name(item.name), custom_arguments(item.input)
+    else:
+        name, arguments = tools.offered_name(item.name, item.namespace), item.arguments
+    return {"id": item.call_id, "type": "function", "function": {"name": name, "arguments": arguments}}
+
+
 def _message(item: MessageItem, index: int) -> dict:
     return {"role": item.role, "content": _chat_content(item.content, index)}
 
 
-def _tool_message(item: FunctionCallOutputItem, index: int, call_ids: set[str]) -> dict:
+def _tool_message(item: FunctionCallOutputItem | CustomToolCallOutputItem, index: int, call_ids: set[str]) -> dict:
     if item.call_id not in call_ids:
         raise InvalidRequest(f"input.{index}: tool result without a call: no earlier function_call has "
                              f"call_id {item.call_id!r}", param=f"input.{index}.call_id")
@@ -133,9 +154,13 @@ def _tool_message(item: FunctionCallOutputItem, index: int, call_ids: set[str]) 
 
 
 def _reasoning_text(item: ReasoningItem) -> str:
-    # The raw reasoning when the client kept it (our own outputs carry it), else its summary.
-    parts = item.content or item.summary
-    return "\n".join(part.text for part in parts)
+    # The raw reasoning when the client kept it (our own outputs carry it), else the text our opaque
+    # value carries, else its summary.
+    if item.content:
+        return "\n".join(part.text for part in item.content)
+    if (ref := encrypted.decode(item.encrypted_content)) is not None:
+        return ref.text
+    return "\n".join(part.text for part in item.summary)
 
 
 def _chat_content(content: str | list[ContentPart], index: int) -> str | list[dict]:
@@ -158,13 +183,9 @@ def _text_part(text: str) -> dict:
     return {"type": "text", "text": text}
 
 
-def _chat_tool(tool: FunctionTool) -> dict:
-    return {"type": "function", "function": tool.model_dump(exclude={"type"}, exclude_none=True)}
-
-
-def _chat_tool_choice(choice: str | ToolChoiceFunction) -> str | dict:
+def _chat_tool_choice(choice: str | ToolChoiceFunction, tools: ToolIndex) -> str | dict:
     if isinstance(choice, ToolChoiceFunction):
-        return {"type": "function", "function": {"name": choice.name}}
+        return {"type": "function", "function": {"name": tools.offered_name(choice.name)}}
     return choice
 
 
@@ -186,25 +207,40 @@ def _response_format(text: dict | None) -> dict | None:
 # --- answer: chat.completion -> Response -----------------------------------------------------
 
 
+def output_call(call: dict, tools: ToolIndex) -> OutputFunctionCall | OutputCustomToolCall:
+    """The model's tool call as the client's tool expects it (custom tools get their string input)."""
+    name, arguments = call["function"]["name"], call["function"]["arguments"]
+    origin = tools.origins.get(name)
+    if origin is not None and origin.kind == "custom":
+        return OutputCustomToolCall(id=new_id("ctc"), call_id=call["id"], name=origin.name,
+                                    input=custom_input(arguments))
+    if origin is not None:
+        return OutputFunctionCall(id=new_id("fc"), call_id=call["id"], name=origin.name, arguments=arguments,
+                                  namespace=origin.namespace)
+    return OutputFunctionCall(id=new_id("fc"), call_id=call["id"], name=name, arguments=arguments)
+
+
 def new_id(prefix: str) -> str:
     return f"{prefix}_{uuid.uuid4().hex}"
 
 
-def to_response(answer: dict, request: ResponsesRequest) -> Response:
+def to_response(answer: dict, request: ResponsesRequest, tools: ToolIndex | None = None,
+                call_id: int | None = None) -> Response:
+    tools = tools or index_tools(request.tools)
     choice = answer["choices"][0]
     message = choice.get("message") or {}
     truncated = choice.get("finish_reason") == "length"
     output: list = []
     reasoning = message.get("reasoning") or message.get("reasoning_content")
     if reasoning:
-        output.append(OutputReasoning(id=new_id("rs"), content=[ReasoningText(type="reasoning_text",
-                                                                                  text=reasoning)]))
+        opaque = (encrypted.encode(call_id, reasoning)
+                  if call_id is not None and encrypted.INCLUDE in (request.include or ()) else None)
+        output.append(OutputReasoning(id=new_id("rs"), content=[ReasoningText(type="reasoning_text", text=reasoning)],
+                                      encrypted_content=opaque))
     if message.get("content"):
         output.append(OutputMessage(id=new_id("msg"), status="incomplete" if truncated else "completed",
                                     content=[OutputText(type="output_text", text=message["content"])]))
-    for call in message.get("tool_calls") or []:
-        output.append(OutputFunctionCall(id=new_id("fc"), call_id=call["id"], name=call["function"]["name"],
-                                         arguments=call["function"]["arguments"]))
+    output += [output_call(call, tools) for call in message.get("tool_calls") or []]
     usage = answer.get("usage") or {}
     return Response(
         id=new_id("resp"), created_at=int(answer.get("created") or time.time()),
@@ -214,7 +250,8 @@ def to_response(answer: dict, request: ResponsesRequest) -> Response:
         usage=ResponseUsage(input_tokens=usage.get("prompt_tokens", 0),
                             output_tokens=usage.get("completion_tokens", 0),
                             total_tokens=usage.get("total_tokens", 0)),
-        instructions=request.instructions, tools=request.tools or [], tool_choice=request.tool_choice or "auto",
+        instructions=request.instructions, tools=[t.model_dump(exclude_none=True) for t in request.tools or []],
+        tool_choice=request.tool_choice or "auto",
         parallel_tool_calls=True if request.parallel_tool_calls is None else request.parallel_tool_calls,
         max_output_tokens=request.max_output_tokens, temperature=request.temperature, top_p=request.top_p,
         reasoning=request.reasoning, text=request.text or {"format": {"type": "text"}},

@@ -1,0 +1,69 @@
+"""What the gateway did not serve of a request, recorded with the call under ``_gateway``.
+
+A client's body is stored verbatim, so fields the gateway accepted but did not act on are already in
+the record; this names them, so a new agent release that adds a field shows up in the record (and
+in the compatibility tests) rather than being silently dropped:
+
+- ``ignored_fields``: fields no wire model of the dialect knows (dotted paths, list positions as
+  ``*``), accepted because they are optional and recorded because nothing used them;
+- ``left_out_tools``: tools offered by the client that the model was not shown (hosted/server tools
+  the gateway cannot run, deferred tools nobody loaded);
+- dialect-specific facts (``context_edits``: what ``context_management`` removed from the history).
+
+The key is the gateway's: a client that sends its own ``_gateway`` has it replaced.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from pydantic import BaseModel
+
+NOTES_KEY = "_gateway"
+MAX_NAMED = 50  # of each list: a hostile client cannot make the record grow without bound
+
+
+@dataclass
+class RequestNotes:
+    ignored_fields: list[str] = field(default_factory=list)
+    left_out_tools: list[str] = field(default_factory=list)
+    extra: dict = field(default_factory=dict)
+
+    def as_dict(self) -> dict:
+        notes = {"ignored_fields": self.ignored_fields[:MAX_NAMED], "left_out_tools": self.left_out_tools[:MAX_NAMED],
+                 **self.extra}
+        return {key: value for key, value in notes.items() if value}
+
+
+def ignored_fields(model: BaseModel, skip: frozenset[str] = frozenset()) -> list[str]:
+    """Dotted paths of the extra (unknown) fields anywhere in a parsed request, each path once."""
+    found: dict[str, None] = {}
+    _walk(model, "", found, skip)
+    return list(found)
+
+
+def _walk(node, path: str, found: dict[str, None], skip: frozenset[str]) -> None:
+    if isinstance(node, BaseModel):
+        for name in node.model_extra or ():
+            if not path and name in skip:
+                continue
+            found.setdefault(f"{path}{name}", None)
+        for name in type(node).model_fields:
+            value = getattr(node, name)
+            if isinstance(value, (BaseModel, list)):
+                _walk(value, f"{path}{name}.", found, skip)
+    elif isinstance(node, list):
+        for item in node:
+            if isinstance(item, (BaseModel, list)):
+                _walk(item, f"{path}*.", found, skip)
+
+
+def recorded_request(raw: dict, notes: RequestNotes) -> dict:
+    """The client's body as stored: verbatim, plus the gateway's notes when there are any."""
+    noted = notes.as_dict()
+    if not noted and NOTES_KEY not in raw:
+        return raw
+    body = {key: value for key, value in raw.items() if key != NOTES_KEY}
+    if noted:
+        body[NOTES_KEY] = noted
+    return body
