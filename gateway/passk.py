@@ -52,3 +52,52 @@ def mean_interval(count: int, total: float, total_squares: float) -> Interval:
     variance = max(0.0, (total_squares - count * mean * mean) / (count - 1))  # sample variance
     half = Z_95 * math.sqrt(variance / count)
     return Interval(mean, mean - half, mean + half, count)
+
+
+@dataclass(frozen=True)
+class TaskCount:
+    """One (policy, task) cell: ended rollouts, passes, failures and reward sums (failures as 0)."""
+
+    version: int  # the policy version (0 = base)
+    task: str
+    n: int
+    passed: int
+    failed: int
+    reward_sum: float
+    reward_sum_squares: float
+
+
+@dataclass(frozen=True)
+class PolicyResult:
+    version: int
+    tasks: int
+    n: int  # rollouts counted
+    passed: int
+    failures: int
+    k: int  # the k of pass_at_k
+    pass_at_1: float | None  # mean over tasks of passed / n
+    pass_at_k: float | None  # mean over the tasks with at least k rollouts
+    reward: Interval  # mean reward per rollout with its 95% interval
+
+
+def policy_results(cells: Sequence[TaskCount], k: int | None = None) -> list[PolicyResult]:
+    """Each policy's numbers from its (task) cells, by version. ``k`` None: the policy's smallest n
+    over its tasks (the k every task has)."""
+    by_version: dict[int, list[TaskCount]] = {}
+    for cell in cells:
+        by_version.setdefault(cell.version, []).append(cell)
+    results = []
+    for version, mine in sorted(by_version.items()):
+        per_task = [(c.n, c.passed) for c in mine]
+        chosen = k if k is not None else min(n for n, _ in per_task)
+        n = sum(c.n for c in mine)
+        results.append(PolicyResult(
+            version=version, tasks=len(mine), n=n, passed=sum(c.passed for c in mine),
+            failures=sum(c.failed for c in mine), k=chosen, pass_at_1=mean_pass_at_k(per_task, 1),
+            pass_at_k=mean_pass_at_k(per_task, chosen),
+            reward=mean_interval(n, sum(c.reward_sum for c in mine), sum(c.reward_sum_squares for c in mine))))
+    return results
+
+
+def policy_label(version: int) -> str:
+    return "base" if version == 0 else f"policy-v{version}"

@@ -224,6 +224,33 @@ class RewardByVersion(BaseModel):
     reward_mean: float | None
 
 
+class PolicyResultView(BaseModel):
+    """One policy's evaluation numbers over a run's rollouts pinned to it (gateway.store.evaluation)."""
+
+    policy: str  # base | policy-vN
+    version: int  # 0 = base
+    tasks: int
+    rollouts: int  # ended (finished or failed)
+    passed: int  # finished with the verifier's reward >= 1
+    failures: int  # ended as failed (timeouts, crashes): reward 0, no pass
+    k: int  # the k of pass_at_k: the fewest rollouts any of its tasks has
+    pass_at_1: float | None  # mean over tasks of passed / rollouts
+    pass_at_k: float | None  # unbiased estimator, mean over tasks
+    reward_mean: float | None  # per rollout, failures as 0
+    reward_low: float | None  # 95% interval of the mean (normal approximation)
+    reward_high: float | None
+
+
+class TaskPolicyCell(BaseModel):
+    rollouts: int
+    passed: int
+
+
+class PolicyTaskView(BaseModel):
+    task: str
+    policies: dict[str, TaskPolicyCell]  # policy label -> its rollouts and passes on this task
+
+
 class RunSummary(BaseModel):
     """A run in numbers, all SQL aggregates."""
 
@@ -242,6 +269,10 @@ class RunSummary(BaseModel):
     prompt_tokens: int
     output_tokens: int
     learner_steps: int
+    # Evaluation: per policy, over the run's rollouts pinned to one (POST /api/rollouts "policy");
+    # empty for runs without pinned rollouts
+    policies: list[PolicyResultView] = Field(default_factory=list)
+    policy_tasks: list[PolicyTaskView] = Field(default_factory=list)  # each task's passes per policy
 
 
 class LearnerStepView(BaseModel):

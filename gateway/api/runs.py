@@ -7,9 +7,21 @@ import dataclasses
 from fastapi import Query
 
 from gateway.api.params import After, Int64, Limit, Order, StepAfter, page_of
-from gateway.api.protocol import GroupRollout, GroupView, LearnerStepView, Page, RunSummary, RunView
+from gateway.api.protocol import (
+    GroupRollout,
+    GroupView,
+    LearnerStepView,
+    Page,
+    PolicyResultView,
+    PolicyTaskView,
+    RunSummary,
+    RunView,
+    TaskPolicyCell,
+)
 from gateway.errors import NotFound
+from gateway.passk import TaskCount, policy_label, policy_results
 from gateway.state import StateDep
+from gateway.store.evaluation import pinned_task_counts
 from gateway.store.listings import GroupFilter, Listings, RunCounts
 from gateway.store.summary import run_summary
 from gateway.store.tables import Group, Run
@@ -47,7 +59,25 @@ async def get_run(name: str, state: StateDep) -> RunView:
 
 async def get_run_summary(name: str, state: StateDep) -> RunSummary:
     run = await _run(state, name)
-    return RunSummary(run=run.name, **await run_summary(state.store.sessions, run.id))
+    cells = await pinned_task_counts(state.store.sessions, run.id)
+    return RunSummary(run=run.name, **await run_summary(state.store.sessions, run.id),
+                      policies=policy_views(cells), policy_tasks=task_views(cells))
+
+
+def policy_views(cells: list[TaskCount]) -> list[PolicyResultView]:
+    return [PolicyResultView(policy=policy_label(r.version), version=r.version, tasks=r.tasks, rollouts=r.n,
+                             passed=r.passed, failures=r.failures, k=r.k, pass_at_1=r.pass_at_1,
+                             pass_at_k=r.pass_at_k, reward_mean=r.reward.mean, reward_low=r.reward.low,
+                             reward_high=r.reward.high)
+            for r in policy_results(cells)]
+
+
+def task_views(cells: list[TaskCount]) -> list[PolicyTaskView]:
+    tasks: dict[str, dict[str, TaskPolicyCell]] = {}
+    for cell in cells:
+        tasks.setdefault(cell.task, {})[policy_label(cell.version)] = TaskPolicyCell(rollouts=cell.n,
+                                                                                     passed=cell.passed)
+    return [PolicyTaskView(task=task, policies=policies) for task, policies in sorted(tasks.items())]
 
 
 async def list_run_steps(name: str, state: StateDep, after: StepAfter = -1,

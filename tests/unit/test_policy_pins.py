@@ -12,6 +12,7 @@ import pytest
 
 from tests.builders import gateway_settings
 from tests.unit.conftest import GatewayHarness, start_gateway
+from tests.pinning import publish
 
 
 @pytest.fixture
@@ -19,11 +20,6 @@ async def gw(sqlite_db, fake_engine, fake_engine_server) -> AsyncIterator[Gatewa
     settings = gateway_settings(sqlite_db, fake_engine_server.url, max_staleness=1)
     async for harness in start_gateway(settings, fake_engine):
         yield harness
-
-
-async def publish(gw: GatewayHarness, version: int) -> None:
-    response = await gw.http.post("/admin/adapters", json={"version": version, "path": f"/adapters/v{version}"})
-    assert response.status_code == 200, response.text
 
 
 async def pinned(gw: GatewayHarness, policy: str, **extra) -> dict:

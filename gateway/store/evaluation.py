@@ -1,0 +1,40 @@
+"""Per-policy evaluation counts: a run's pinned rollouts, per (policy version, task), in one GROUP BY.
+
+A rollout counts once it ended as ``finished`` or ``failed`` (cancelled ones were replaced). It
+*passed* when it finished and its verifier's reward component (the total reward when it has none)
+is at least ``PASS_REWARD``. A failed rollout (timeout, crash) counts as reward 0 and no pass.
+"""
+
+from __future__ import annotations
+
+from sqlalchemy import Float, and_, case, cast, func, select
+from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
+
+from gateway.passk import TaskCount
+from gateway.store.tables import Rollout, Task
+
+PASS_REWARD = 1.0  # a verifier's "solved"
+COUNTED = ("finished", "failed")
+VERIFIER_COMPONENT = "verifier"
+
+
+def passed_expression():
+    """1 for a rollout that passed, else 0 (SQL; on SQLite and PostgreSQL alike)."""
+    verifier = cast(Rollout.rewards[VERIFIER_COMPONENT].as_string(), Float)
+    score = func.coalesce(verifier, Rollout.reward)
+    return case((and_(Rollout.status == "finished", score >= PASS_REWARD), 1), else_=0)
+
+
+async def pinned_task_counts(sessions: async_sessionmaker[AsyncSession], run_id: int) -> list[TaskCount]:
+    """Counts per (pinned version, task) of the run's pinned rollouts, ordered by version then task."""
+    reward = case((Rollout.status == "finished", func.coalesce(Rollout.reward, 0.0)), else_=0.0)
+    query = (select(Rollout.pinned_version, Task.name, func.count(), func.sum(passed_expression()),
+                    func.count().filter(Rollout.status == "failed"), func.sum(reward), func.sum(reward * reward))
+             .join(Task, Task.id == Rollout.task_id)
+             .where(Rollout.run_id == run_id, Rollout.pinned_version.is_not(None), Rollout.status.in_(COUNTED))
+             .group_by(Rollout.pinned_version, Task.name)
+             .order_by(Rollout.pinned_version, Task.name))
+    async with sessions() as session:
+        rows = (await session.execute(query)).all()
+    return [TaskCount(version, task, n, int(passed or 0), failed, float(total or 0.0), float(squares or 0.0))
+            for version, task, n, passed, failed, total, squares in rows]
