@@ -7,7 +7,7 @@ from collections.abc import AsyncIterator
 import pytest
 
 from tests.builders import gateway_settings
-from tests.unit.conftest import GatewayHarness, start_gateway
+from tests.gateway_harness import GatewayHarness, start_gateway
 
 ADMIN = {"x-admin-key": "k"}
 

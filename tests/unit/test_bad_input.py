@@ -10,7 +10,7 @@ import pytest
 
 from gateway.body_limit import BodyLimit
 from tests.builders import chat_body, gateway_settings
-from tests.unit.conftest import start_gateway
+from tests.gateway_harness import start_gateway
 from tests.unit.test_errors import assert_openai_error
 
 BIG = 2**63

@@ -8,7 +8,7 @@ import pytest
 
 from gateway.app import create_app
 from tests.builders import ADMIN_HEADERS, chat_body, gateway_settings
-from tests.unit.conftest import start_gateway
+from tests.gateway_harness import start_gateway
 
 
 def assert_openai_error(response: httpx.Response, status: int) -> dict:

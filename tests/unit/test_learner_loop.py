@@ -33,8 +33,8 @@ from learner.config import (
 from learner.groups import ReadyGroup, RolloutData, build_batch
 from learner.publish import GatewayUnreachable, Published, Publisher, PublishError
 from tests.builders import call_record, gateway_settings
+from tests.gateway_harness import GatewayHarness, start_gateway
 from tests.learner_reads import stored_checkpoints, stored_steps
-from tests.unit.conftest import GatewayHarness, start_gateway
 
 RUN = "learn"
 ADMIN = "k"

@@ -16,7 +16,7 @@ from gateway.engine.fake import FakeReply
 from gateway.store.tables import LearnerStep, Rollout, Run
 from harnessrl.cli import app as cli
 from tests.builders import call_record, gateway_settings
-from tests.unit.conftest import GatewayHarness, start_gateway
+from tests.gateway_harness import GatewayHarness, start_gateway
 
 
 @dataclass

@@ -6,7 +6,7 @@ import json
 
 from gateway.engine.fake import FakeReply
 from gateway.tito.renderer import RolloutText, TurnRenderer
-from tests.unit.conftest import GatewayHarness
+from tests.gateway_harness import GatewayHarness
 
 TOOL = {"type": "function", "function": {"name": "read_file", "description": "Read a file.",
         "parameters": {"type": "object", "properties": {"path": {"type": "string"}}}}}

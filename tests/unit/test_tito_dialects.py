@@ -12,7 +12,7 @@ import pytest
 from anthropic import AsyncAnthropic
 
 from gateway.engine.fake import FakeReply
-from tests.unit.conftest import GatewayHarness
+from tests.gateway_harness import GatewayHarness
 
 TURNS = 6
 ANTHROPIC_TOOL = {"name": "read_file", "description": "Read a file.",
