@@ -38,15 +38,22 @@ class GatewayClient:
             body["sampling"] = sampling
         return await self._json("POST", "/api/rollouts", json=body)
 
-    async def finish(self, rollout_id: int, status: str, error: str | None, rewards: dict) -> dict:
+    async def finish(self, rollout_id: int, status: str, error: str | None, rewards: dict,
+                     reward_details: dict | None = None) -> dict:
+        body = {"status": status, "error": error, "rewards": rewards}
+        if reward_details:  # e.g. the judge's tokens, cost and reasons, kept with its component
+            body["reward_details"] = reward_details
         try:
-            return await self._json("POST", f"/api/rollouts/{rollout_id}/finish",
-                                    json={"status": status, "error": error, "rewards": rewards})
+            return await self._json("POST", f"/api/rollouts/{rollout_id}/finish", json=body)
         except AlreadyEnded:  # a retried request whose first attempt did land
             return await self.rollout(rollout_id)
 
     async def rollout(self, rollout_id: int) -> dict:
         return await self._json("GET", f"/api/rollouts/{rollout_id}")
+
+    async def conversation(self, rollout_id: int) -> list[dict]:
+        """The rollout's conversation as the agent saw it (normalized chat messages)."""
+        return (await self._json("GET", f"/api/rollouts/{rollout_id}/conversation"))["messages"]
 
     async def rollouts(self, run: str) -> list[dict]:
         found, after = [], 0

@@ -37,7 +37,7 @@ from harnesses.rubric import (
 )
 
 MODES = ("rollout", "group")
-COMPONENT = "judge"  # the reward component's name
+JUDGE_COMPONENT = "judge"  # the reward component's name
 RETRY_DELAYS_S = (1.0, 4.0, 15.0)
 
 

@@ -6,6 +6,7 @@ from pathlib import Path
 
 from harnesses.budget import DEFAULT_WALL_FACTOR
 from harnesses.gateway_client import GatewayClient
+from harnesses.judge import Judge, JudgeSettings
 from harnesses.progress import RunProgress
 from harnesses.registry import create_harness
 from harnesses.reward_functions import load_reward_function
@@ -18,7 +19,8 @@ from sandboxes.local import local_isolation
 async def launch_run(tasks: Path, run: str, harness: str, group_size: int, concurrency: int, sandbox: str,
                      gateway_url: str, admin_key: str | None, rewards: list[str], capture: str | None,
                      memory_gib: float, wall_factor: float = DEFAULT_WALL_FACTOR,
-                     sampling: dict | None = None, allow_unisolated: bool = False) -> str:
+                     sampling: dict | None = None, allow_unisolated: bool = False,
+                     judge: JudgeSettings | None = None) -> str:
     if sandbox not in ("local", "docker"):
         raise ValueError(f"--sandbox must be local or docker, not {sandbox!r}")
     options = {"isolation": local_isolation(allow_unisolated)} if sandbox == "local" else {}
@@ -26,7 +28,8 @@ async def launch_run(tasks: Path, run: str, harness: str, group_size: int, concu
     plan = RunPlan(run=run, tasks=load_tasks(tasks), harness=create_harness(harness, sandbox), group_size=group_size,
                    concurrency=concurrency, sandbox=sandbox, base_spec=SandboxSpec(limits=limits),
                    rewards=tuple(load_reward_function(spec) for spec in rewards), capture=capture,
-                   wall_factor=wall_factor, sampling=sampling, sandbox_options=options)
+                   wall_factor=wall_factor, sampling=sampling, sandbox_options=options,
+                   judge=Judge(judge) if judge else None)
     gateway = GatewayClient(gateway_url, admin_key)
     try:
         runner = Runner(plan, gateway)

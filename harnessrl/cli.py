@@ -234,6 +234,38 @@ def _decoder(model: Path | None):
         raise fail(str(exc)) from None
 
 
+JudgeModel = Annotated[str | None, typer.Option(
+    "--judge", help="An LLM judge adding the reward component `judge`: a litellm model string (hosted_vllm/NAME, "
+                    "openai/..., anthropic/...); provider keys come from the environment as litellm reads them")]
+RubricFile = Annotated[Path | None, typer.Option(help="The judge's rubric: a text file saying what good work is")]
+JudgeMode = Annotated[str, typer.Option(help="rollout: score each rollout; group: score a group's rollouts "
+                                             "against each other in one call (RULER-style)")]
+JudgeBaseUrl = Annotated[str | None, typer.Option(
+    envvar="HARNESSRL_JUDGE_BASE_URL", help="The judge's API base, e.g. http://127.0.0.1:8100/v1 for hosted_vllm/")]
+JudgeConcurrency = Annotated[int, typer.Option(min=1, help="Judge calls at once")]
+JudgeTimeout = Annotated[float, typer.Option(min=1.0, help="Seconds per judge call before it abstains")]
+
+
+def _judge_settings(model: str | None, rubric: Path | None, mode: str, base_url: str | None, concurrency: int,
+                    timeout_s: float):
+    """The judge the options ask for (None without --judge); a CLI message naming the fix otherwise."""
+    from harnesses.judge import JudgeSettings
+    from harnesses.rubric import load_rubric
+    from harnessrl.settings import data_home
+
+    if model is None:
+        if rubric is not None:
+            raise fail("--rubric needs --judge MODEL (a litellm model string)")
+        return None
+    if rubric is None:
+        raise fail("--judge needs --rubric FILE: the text the judge scores by")
+    try:
+        return JudgeSettings(model=model, rubric=load_rubric(rubric), mode=mode, api_base=base_url,
+                             concurrency=concurrency, timeout_s=timeout_s, cache_dir=data_home() / "judge-cache")
+    except ValueError as exc:
+        raise fail(str(exc)) from None
+
+
 @app.command("run")
 def run_rollouts(
     tasks: Annotated[Path, typer.Option(help="A .jsonl task file or a folder of Harbor tasks")],
@@ -259,6 +291,12 @@ def run_rollouts(
     allow_unisolated: Annotated[bool, typer.Option(
         help="Without bubblewrap, run local sandboxes as plain subprocesses: the agent sees this user's "
              "files and network (trusted agents only)")] = False,
+    judge: JudgeModel = None,
+    rubric: RubricFile = None,
+    judge_mode: JudgeMode = "rollout",
+    judge_base_url: JudgeBaseUrl = None,
+    judge_concurrency: JudgeConcurrency = 4,
+    judge_timeout: JudgeTimeout = 120.0,
 ) -> None:
     """Run G rollouts of a harness on every task, verify them and record their rewards."""
     import asyncio
@@ -266,11 +304,12 @@ def run_rollouts(
     from harnesses.launch import launch_run
 
     key = _admin_key(admin_key)
+    judged = _judge_settings(judge, rubric, judge_mode, judge_base_url, judge_concurrency, judge_timeout)
     try:
         summary = asyncio.run(launch_run(tasks, run, harness, group_size, concurrency, sandbox, gateway,
                                          key, reward or [], capture, memory_gib, wall_factor=wall_factor,
                                          sampling=_sampling(temperature, top_p),
-                                         allow_unisolated=allow_unisolated))
+                                         allow_unisolated=allow_unisolated, judge=judged))
     except (ValueError, RuntimeError) as exc:  # bad tasks, harness, reward spec, unreachable gateway
         raise fail(str(exc)) from None
     console.print(summary)
@@ -398,6 +437,12 @@ def quickstart(
     database_url: DatabaseUrl = None,
     admin_key: Annotated[str | None, typer.Option(
         envvar="HARNESSRL_ADMIN_KEY", help="The gateway's admin key [default: $HARNESSRL_HOME/admin.key]")] = None,
+    judge: JudgeModel = None,
+    rubric: RubricFile = None,
+    judge_mode: JudgeMode = "rollout",
+    judge_base_url: JudgeBaseUrl = None,
+    judge_concurrency: JudgeConcurrency = 4,
+    judge_timeout: JudgeTimeout = 120.0,
 ) -> None:
     """Engine, gateway, rollouts and the learner on this machine, with one live display."""
     from harnesses.families import arithmetic_tasks
@@ -412,7 +457,9 @@ def quickstart(
     plan = QuickstartPlan(run=run, model_dir=(model or prepare_smollm2()).resolve(), tasks=chosen,
                           database_url=url, minutes=minutes, group_size=group_size, concurrency=concurrency,
                           learner_metrics_port=free_port() if learner_metrics_port is None else learner_metrics_port,
-                          admin_key=_admin_key(admin_key, create=True))
+                          admin_key=_admin_key(admin_key, create=True),
+                          judge=_judge_settings(judge, rubric, judge_mode, judge_base_url, judge_concurrency,
+                                                judge_timeout))
     png, adapter = Quickstart(plan, console).run()
     console.print(f"reward curve: {png}")
     console.print(f"final adapter: {adapter or 'none published (the learner took no step)'}")
@@ -533,6 +580,30 @@ def images_build(
         raise fail(str(exc)) from None
     for image in built:
         console.print(f"built {image.tag} in {image.seconds:.0f} s")
+
+
+tasks_app = typer.Typer(help="Task datasets (Harbor folders, JSONL).", no_args_is_help=True)
+app.add_typer(tasks_app, name="tasks")
+
+
+@tasks_app.command("check")
+def tasks_check(
+    path: Annotated[Path, typer.Argument(help="A Harbor task folder, a folder of them, or a .jsonl file")],
+    sandbox: Annotated[str, typer.Option(help="docker | local")] = "docker",
+    concurrency: Annotated[int, typer.Option(min=1, help="Tasks checked at once")] = 4,
+    allow_internet: Annotated[bool, typer.Option(
+        help="Let tasks whose task.toml says allow_internet = true have the host's network")] = False,
+    allow_unisolated: Annotated[bool, typer.Option(
+        help="Without bubblewrap, run local sandboxes as plain subprocesses (trusted tasks only)")] = False,
+) -> None:
+    """Run the oracle (must score 1) and a do-nothing agent (should score 0) on every task; print a table."""
+    from harnesses.check_launch import launch_check
+
+    try:
+        code = launch_check(path, sandbox, concurrency, allow_internet, allow_unisolated, console)
+    except (ValueError, RuntimeError) as exc:  # bad tasks, no engine, no bubblewrap
+        raise fail(str(exc)) from None
+    raise typer.Exit(code=code)
 
 
 def main() -> None:

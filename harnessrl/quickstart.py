@@ -22,6 +22,7 @@ from gateway.settings import GatewaySettings
 from gateway.store.store import Store
 from harnesses.builtin_agent import BuiltinHarness, BuiltinSettings
 from harnesses.gateway_client import GatewayClient
+from harnesses.judge import Judge, JudgeSettings
 from harnesses.runner import Runner, RunPlan
 from harnesses.task import Task
 from harnessrl.dashboard import Dashboard, save_reward_curve, step_rows
@@ -50,6 +51,7 @@ class QuickstartPlan:
     learner: dict = field(default_factory=dict)  # more learner config keys (see learner/config.py)
     learner_metrics_port: int = 0  # the learner's Prometheus /metrics on 127.0.0.1; 0 = off
     admin_key: str | None = None  # the gateway's key; default: $HARNESSRL_ADMIN_KEY or $HARNESSRL_HOME/admin.key
+    judge: JudgeSettings | None = None  # an LLM judge adding the reward component "judge"
 
 
 def learner_toml(plan: QuickstartPlan, gateway_url: str, output_dir: Path) -> str:
@@ -75,6 +77,7 @@ class Quickstart:
         self.admin_key = admin_key(plan.admin_key, create=True)  # serve's key: its viewer URL works later
         self.home = data_home() / "quickstart" / plan.run
         self.dashboard = Dashboard(plan.run)
+        self.judge = Judge(plan.judge) if plan.judge else None  # one for all rounds: its limit and cache
 
     def run(self) -> tuple[Path, Path | None]:
         """Run to the time budget; returns (reward-curve PNG, final adapter folder or None)."""
@@ -140,7 +143,8 @@ class Quickstart:
         plan = RunPlan(run=self.plan.run, tasks=self.plan.tasks, harness=BuiltinHarness(self.plan.agent),
                        group_size=self.plan.group_size, concurrency=self.plan.concurrency, sandbox="local",
                        base_spec=SandboxSpec(limits=Limits(memory_bytes=2**30, cpus=1.0)), round=round_,
-                       sampling={"temperature": self.plan.agent.temperature, "top_p": 1.0})  # the run's, fixed
+                       sampling={"temperature": self.plan.agent.temperature, "top_p": 1.0},  # the run's, fixed
+                       judge=self.judge)
         runner = Runner(plan, client, on_result=lambda result: self.dashboard.add_result(round_, result))
         await runner.run()
 

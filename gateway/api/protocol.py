@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from datetime import UTC, datetime
 from typing import Annotated, Any, Generic, Literal, TypeVar
 
@@ -69,7 +70,11 @@ class AddReward(BaseModel):
 
 
 def _bounded_detail(detail: dict[str, Any]) -> dict[str, Any]:
-    if len(json.dumps(detail, default=str)) > MAX_REWARD_DETAIL_BYTES:
+    try:
+        size = len(json.dumps(detail, allow_nan=False))
+    except ValueError:
+        raise ValueError("a reward detail is plain JSON: no NaN or infinity") from None
+    if size > MAX_REWARD_DETAIL_BYTES:
         raise ValueError(f"a reward detail is at most {MAX_REWARD_DETAIL_BYTES} bytes of JSON")
     return detail
 

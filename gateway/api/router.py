@@ -82,7 +82,8 @@ async def get_rollout(rollout_id: Int64, state: StateDep) -> RolloutView:
     rollout, run, task, group, num_calls = found
     graph = GraphStats(**await state.store.graph_stats(rollout_id))
     return RolloutView(id=rollout.id, run=run, task=task, group=group, group_id=rollout.group_id, status=rollout.status,
-                       reward=rollout.reward, rewards=rollout.rewards or {}, error=rollout.error, meta=rollout.meta,
+                       reward=rollout.reward, rewards=rollout.rewards or {},
+                       reward_details=rollout.reward_details or {}, error=rollout.error, meta=rollout.meta,
                        num_calls=num_calls, graph=graph, created_at=rollout.created_at,
                        pinned_version=rollout.pinned_version,
                        finished_at=rollout.finished_at, engine_s=state.engine_clock.seconds(rollout_id))
@@ -109,7 +110,8 @@ async def add_rollout_reward(rollout_id: Int64, body: AddReward, state: AdminSta
 
 async def finish_rollout(rollout_id: Int64, body: FinishRollout, state: AdminStateDep) -> RolloutView:
     try:
-        found = await state.store.end_rollout(rollout_id, body.status, body.error, body.rewards)
+        found = await state.store.end_rollout(rollout_id, body.status, body.error, body.rewards,
+                                              body.reward_details)
     except InvalidReward as exc:
         raise InvalidRequest(str(exc), param="rewards") from None
     except RolloutEnded as exc:

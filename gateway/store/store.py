@@ -340,8 +340,10 @@ class Store:
         return True
 
     async def end_rollout(self, rollout_id: int, status: str, error: str | None = None,
-                          rewards: dict[str, float | None] | None = None) -> bool:
-        """Record the rollout's final rewards and end it; its group may become ready.
+                          rewards: dict[str, float | None] | None = None,
+                          reward_details: dict[str, dict] | None = None) -> bool:
+        """Record the rollout's final rewards (and how they were reached) and end it; its group may
+        become ready.
 
         InvalidReward (nothing stored, the rollout still runs) when a reward is not finite.
         """
@@ -354,6 +356,8 @@ class Store:
                 raise RolloutEnded(f"rollout {rollout_id} already ended as {rollout.status!r}")
             for name, value in rewards.items():
                 await add_reward(session, rollout, name, value)
+            if reward_details:
+                rollout.reward_details = {**(rollout.reward_details or {}), **reward_details}
             await end_rollout(session, rollout, status, error)
         self._ended[rollout_id] = status  # its token is refused from now on
         return True

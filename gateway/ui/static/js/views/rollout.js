@@ -66,6 +66,24 @@ function header(rollout) {
     ], { testid: "rollout-header" }));
 }
 
+/** The judge's verdict: score or abstention, its reasons, the call's tokens and cost. */
+function judgeSection(detail) {
+  const shared = detail.shared_by > 1 ? ` (one call for ${detail.shared_by} rollouts of the group)` : "";
+  const cost = detail.cost_usd == null ? "unknown to litellm" : `$${fmtNum(detail.cost_usd, 6)}`;
+  return section("Judge",
+    facts([
+      ["model", h("span", { testid: "judge-model" }, detail.model)],
+      ["score", h("span", { testid: "judge-score" },
+        detail.abstained ? badge("abstained") : fmtNum(detail.score, 4))],
+      ["reasons", clippedText(detail.reasons || "", "judge-reasons")],
+      ["tokens", h("span", { testid: "judge-tokens" },
+        `${fmtNum(detail.prompt_tokens)} prompt + ${fmtNum(detail.completion_tokens)} completion${shared}`)],
+      ["cost", h("span", { testid: "judge-cost" }, cost)],
+      ["call", h("span", { testid: "judge-call" }, detail.cached ? "answered from the cache"
+        : `${fmtNum(detail.attempts)} attempt(s), ${fmtNum(detail.latency_s, 2)} s`)],
+    ], { testid: "judge-details" }));
+}
+
 function forkCell(c) {
   if (c.fork_of == null) return dash();
   return h("span", { class: "fork", testid: "call-fork" }, "fork of ", callLink(c.fork_of),
@@ -105,6 +123,7 @@ export async function rolloutView(ctx, id) {
   ctx.show(
     h("h1", {}, `Rollout #${rollout.id} `, h("span", { class: "muted" }, rollout.task)),
     header(rollout),
+    rollout.reward_details?.judge ? judgeSection(rollout.reward_details.judge) : null,
     section(`Conversation (${messages.length} messages)`,
       h("div", { class: "conversation", testid: "conversation" },
         messages.length ? messages.map(message) : h("p", { class: "muted" }, "No calls recorded."))),
