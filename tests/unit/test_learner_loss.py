@@ -269,3 +269,9 @@ def test_beta_without_reference_logprobs_is_an_error():
     new, old, _, adv, mask = random_batch(0)
     with pytest.raises(ValueError, match="ref_logprobs"):
         grpo_loss(new, old, adv, mask, LossConfig(beta=0.1), 1.0)
+
+
+def test_empty_stats_have_no_ratio_range_and_count_nothing():
+    empty = LossStats.empty()
+    assert (empty.ratio_min, empty.ratio_max) == (math.inf, -math.inf)
+    assert empty.tokens_trained == 0

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import threading
 from collections.abc import AsyncIterator
 
 import pytest
@@ -46,11 +47,14 @@ async def test_create_rollout_reuses_run_task_and_group(store):
         assert sorted((await session.scalars(select(Group.name))).all()) == ["default", "g"]
 
 
-async def test_token_lookup_finds_the_rollout_and_rejects_strangers(store):
+async def test_token_lookup_finds_the_rollout_and_rejects_strangers(store, sqlite_db):
     identity = await store.create_rollout("run", "task")
-    store._tokens.clear()  # force the database path
-    assert await store.identity_for_token(identity.token) == identity
-    assert await store.identity_for_token("hrl-unknown") is None
+    other_gateway = Store.from_url(sqlite_db)  # has not seen the token: it reads the database
+    try:
+        assert await other_gateway.identity_for_token(identity.token) == identity
+        assert await other_gateway.identity_for_token("hrl-unknown") is None
+    finally:
+        await other_gateway.close()
 
 
 async def test_adhoc_calls_share_one_rollout_per_process(store):
@@ -105,10 +109,11 @@ async def file_store(sqlite_db: str) -> AsyncIterator[Store]:
 
 
 async def test_call_batches_on_a_sqlite_file_commit_in_order_and_are_read_back(file_store):
-    assert file_store._inserts is not None  # the gateway's path on SQLite files
     identity = await file_store.create_rollout("run-i", "task-1")
     records = [call_record(identity.rollout_id, prompt_ids=[n, n + 1], output_ids=[n]) for n in range(5)]
     ids = await file_store.insert_calls(records[:1]) + await file_store.insert_calls(records[1:])
+    # the gateway's path on SQLite files: the inserts ran on their own thread
+    assert any(t.name.startswith("sqlite-inserts") for t in threading.enumerate())
     assert ids == sorted(ids) and len(set(ids)) == 5
     calls = await file_store.list_calls(identity.rollout_id, 0, 10)  # read on the async engine
     assert [c.id for c in calls] == ids and [unpack_ids(c.prompt_ids)[0] for c in calls] == list(range(5))
