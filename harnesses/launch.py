@@ -5,13 +5,13 @@ from __future__ import annotations
 from pathlib import Path
 
 from harnesses.budget import DEFAULT_WALL_FACTOR
+from harnesses.datasets import Selection, load_selection
 from harnesses.gateway_client import GatewayClient
 from harnesses.judge import Judge, JudgeSettings
 from harnesses.progress import RunProgress
 from harnesses.registry import create_harness
 from harnesses.reward_functions import load_reward_function
 from harnesses.runner import Runner, RunPlan
-from harnesses.task import load_tasks
 from sandboxes import Limits, SandboxSpec
 from sandboxes.local import local_isolation
 
@@ -20,12 +20,13 @@ async def launch_run(tasks: Path, run: str, harness: str, group_size: int, concu
                      gateway_url: str, admin_key: str | None, rewards: list[str], capture: str | None,
                      memory_gib: float, wall_factor: float = DEFAULT_WALL_FACTOR,
                      sampling: dict | None = None, allow_unisolated: bool = False,
-                     judge: JudgeSettings | None = None) -> str:
+                     judge: JudgeSettings | None = None, selection: Selection | None = None) -> str:
     if sandbox not in ("local", "docker"):
         raise ValueError(f"--sandbox must be local or docker, not {sandbox!r}")
     options = {"isolation": local_isolation(allow_unisolated)} if sandbox == "local" else {}
     limits = Limits(memory_bytes=int(memory_gib * 2**30), cpus=1.0)
-    plan = RunPlan(run=run, tasks=load_tasks(tasks), harness=create_harness(harness, sandbox), group_size=group_size,
+    chosen = load_selection(tasks, selection or Selection())
+    plan = RunPlan(run=run, tasks=chosen, harness=create_harness(harness, sandbox), group_size=group_size,
                    concurrency=concurrency, sandbox=sandbox, base_spec=SandboxSpec(limits=limits),
                    rewards=tuple(load_reward_function(spec) for spec in rewards), capture=capture,
                    wall_factor=wall_factor, sampling=sampling, sandbox_options=options,

@@ -266,9 +266,28 @@ def _judge_settings(model: str | None, rubric: Path | None, mode: str, base_url:
         raise fail(str(exc)) from None
 
 
+# Which tasks a command runs (harnesses/datasets.py): --tasks and the selection options.
+TASKS_HELP = ("A folder of Harbor tasks (nested), a .jsonl file, a list file (one path a line), or "
+              "builtin:arithmetic | builtin:tasks")
+Include = Annotated[list[str] | None, typer.Option(help="Only tasks whose name matches this glob, repeatable")]
+Exclude = Annotated[list[str] | None, typer.Option(help="Leave out tasks whose name matches this glob, repeatable")]
+Split = Annotated[str, typer.Option(help="all | train | test: tasks split by a hash of their name, so training "
+                                         "and evaluation never share one")]
+TestFraction = Annotated[float, typer.Option(min=0.0, max=1.0, help="Share of task names in the test split")]
+
+
+def _selection(include: list[str] | None, exclude: list[str] | None, split: str, test_fraction: float):
+    from harnesses.datasets import Selection
+    from harnesses.task import TaskError
+    try:
+        return Selection(tuple(include or ()), tuple(exclude or ()), split, test_fraction)
+    except TaskError as exc:
+        raise fail(str(exc)) from None
+
+
 @app.command("run")
 def run_rollouts(
-    tasks: Annotated[Path, typer.Option(help="A .jsonl task file or a folder of Harbor tasks")],
+    tasks: Annotated[Path, typer.Option(help=TASKS_HELP)],
     run: Annotated[str, typer.Option(help="The run's name; rerunning the same command resumes it")],
     harness: Annotated[str, typer.Option(help="builtin | opencode | pi | hermes")] = "builtin",
     group_size: Annotated[int, typer.Option(min=1, help="G: rollouts per task (one GRPO group)")] = 4,
@@ -297,6 +316,10 @@ def run_rollouts(
     judge_base_url: JudgeBaseUrl = None,
     judge_concurrency: JudgeConcurrency = 4,
     judge_timeout: JudgeTimeout = 120.0,
+    include: Include = None,
+    exclude: Exclude = None,
+    split: Split = "all",
+    test_fraction: TestFraction = 0.2,
 ) -> None:
     """Run G rollouts of a harness on every task, verify them and record their rewards."""
     import asyncio
@@ -309,7 +332,8 @@ def run_rollouts(
         summary = asyncio.run(launch_run(tasks, run, harness, group_size, concurrency, sandbox, gateway,
                                          key, reward or [], capture, memory_gib, wall_factor=wall_factor,
                                          sampling=_sampling(temperature, top_p),
-                                         allow_unisolated=allow_unisolated, judge=judged))
+                                         allow_unisolated=allow_unisolated, judge=judged,
+                                         selection=_selection(include, exclude, split, test_fraction)))
     except (ValueError, RuntimeError) as exc:  # bad tasks, harness, reward spec, unreachable gateway
         raise fail(str(exc)) from None
     console.print(summary)
@@ -319,6 +343,65 @@ def _sampling(temperature: float | None, top_p: float | None) -> dict | None:
     """The run's sampling as POST /api/rollouts takes it; None leaves it to the run (or the defaults)."""
     asked = {"temperature": temperature, "top_p": top_p}
     return {name: value for name, value in asked.items() if value is not None} or None
+
+
+@app.command("eval")
+def eval_policies(
+    tasks: Annotated[str, typer.Option(help=TASKS_HELP)] = "builtin:arithmetic",
+    policies: Annotated[str, typer.Option(
+        help="Comma-separated: base, latest (the version current at the start) and policy-vN")] = "base,latest",
+    k: Annotated[int, typer.Option("-k", "--k", min=1, help="Rollouts per task per policy (pass@k)")] = 8,
+    harness: Annotated[str, typer.Option(
+        help="builtin | opencode | pi | hermes | oneshot (the builtin agent as quickstart runs it: one reply, "
+             "no tools)")] = "builtin",
+    split: Split = "test",
+    test_fraction: TestFraction = 0.2,
+    include: Include = None,
+    exclude: Exclude = None,
+    run: Annotated[str | None, typer.Option(
+        help="The evaluation run's name; rerunning the same command resumes it [default: eval-<time>]")] = None,
+    out: Annotated[Path | None, typer.Option(
+        help="Folder for eval.json and eval.png [default: $HARNESSRL_HOME/eval/<run>]")] = None,
+    concurrency: Annotated[int, typer.Option(min=1, help="Rollouts at once, all policies together")] = 4,
+    sandbox: Annotated[str, typer.Option(help="local | docker")] = "local",
+    temperature: Annotated[float, typer.Option(
+        min=0.0, max=2.0, help="The evaluation run's sampling temperature (0: greedy, then use -k 1)")] = 1.0,
+    memory_gib: Annotated[float, typer.Option(help="Memory limit per sandbox")] = 2.0,
+    wall_factor: Annotated[float, typer.Option(min=1.0, help="Wall-clock ceiling per rollout (see run)")] = 10.0,
+    allow_unisolated: Annotated[bool, typer.Option(help="See run --allow-unisolated")] = False,
+    gateway: Annotated[str, typer.Option(envvar="HARNESSRL_GATEWAY", help="The gateway's URL")] = "http://127.0.0.1:8000",
+    admin_key: Annotated[str | None, typer.Option(
+        envvar="HARNESSRL_ADMIN_KEY", help="The gateway's admin key [default: $HARNESSRL_HOME/admin.key]")] = None,
+) -> None:
+    """Evaluate policies on tasks: k rollouts per task per policy, each pinned to its policy; a table,
+    eval.json and eval.png (per policy pass@1, pass@k, mean reward with a 95% interval, failures)."""
+    import time
+
+    from harnesses.datasets import load_selection
+    from harnesses.task import TaskError
+    from harnessrl.evaluation import EvalPlan, eval_harness, evaluate
+    from harnessrl.settings import data_home
+    from sandboxes import Limits, SandboxSpec
+    from sandboxes.local import local_isolation
+
+    if sandbox not in ("local", "docker"):
+        raise fail(f"--sandbox must be local or docker, not {sandbox!r}")
+    asked = tuple(p.strip() for p in policies.split(",") if p.strip())
+    if not asked:
+        raise fail("--policies names at least one policy: base, latest or policy-vN")
+    name = run or time.strftime("eval-%Y%m%d-%H%M%S", time.gmtime())
+    try:
+        chosen = load_selection(tasks, _selection(include, exclude, split, test_fraction))
+        plan = EvalPlan(run=name, tasks=chosen, harness=eval_harness(harness, sandbox), policies=asked, k=k,
+                        concurrency=concurrency, sandbox=sandbox, sampling={"temperature": temperature, "top_p": 1.0},
+                        base_spec=SandboxSpec(limits=Limits(memory_bytes=int(memory_gib * 2**30), cpus=1.0)),
+                        sandbox_options={"isolation": local_isolation(allow_unisolated)} if sandbox == "local" else {},
+                        wall_factor=wall_factor)
+        document = evaluate(plan, gateway, _admin_key(admin_key), out or data_home() / "eval" / name,
+                            Console())
+    except (TaskError, ValueError, RuntimeError) as exc:
+        raise fail(str(exc)) from None
+    console.print(f"eval.json: {document['files']['json']}\neval.png: {document['files']['png']}")
 
 
 @app.command("ls")

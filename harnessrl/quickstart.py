@@ -32,6 +32,9 @@ from harnessrl.server import BackgroundGateway, free_port
 from harnessrl.settings import admin_key, data_home, logs_dir
 from sandboxes import Limits, SandboxSpec
 
+# One reply per rollout, short: the arithmetic family is graded on the final answer (`eval --harness oneshot`).
+ONE_SHOT = BuiltinSettings(max_turns=1, max_tokens=32, system=None, tools=False)
+
 
 @dataclass(frozen=True)
 class QuickstartPlan:
@@ -43,9 +46,7 @@ class QuickstartPlan:
     group_size: int = 4
     concurrency: int = 8
     max_model_len: int = 2048
-    # One reply per rollout, short: the arithmetic family is graded on the final answer.
-    agent: BuiltinSettings = field(default_factory=lambda: BuiltinSettings(
-        max_turns=1, max_tokens=32, system=None, tools=False))
+    agent: BuiltinSettings = ONE_SHOT
     groups_per_step: int = 4  # the learner's batch
     backlog_steps: int = 2  # rollouts pause while this many learner steps' worth of groups wait
     learner: dict = field(default_factory=dict)  # more learner config keys (see learner/config.py)

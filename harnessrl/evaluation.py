@@ -1,0 +1,243 @@
+"""`harnessrl eval`: k rollouts per task per policy, each pinned to its policy, as one evaluation run.
+
+Every rollout is created with ``"policy"`` (``POST /api/rollouts``), so the gateway serves all its calls
+by that version whatever the agent asks for; ``latest`` is read once, at the start, and evaluated as
+the version it named then. A policy's rollouts are the run's round ``version`` in groups named after
+it: rerunning the same command resumes, as ``harnessrl run`` does. The jobs interleave the policies
+(index 0 of every task for every policy first), so a partial evaluation compares like with like.
+
+The numbers written at the end (``eval.json``, the table, the PNG) are the gateway's run summary, read
+from the store (``GET /api/runs/{run}/summary``): the same the viewer shows. The live table while it
+runs counts the runner's results as they come in.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from urllib.parse import quote
+
+from gateway.passk import TaskCount, policy_label, policy_results
+from harnesses.adapter import HarnessAdapter
+from harnesses.budget import DEFAULT_WALL_FACTOR
+from harnesses.gateway_client import GatewayClient
+from harnesses.runner import RolloutResult, Runner, RunPlan
+from harnesses.task import Task
+from sandboxes import SandboxSpec
+
+ROLLOUTS_PATH = "/api/rollouts"
+
+
+@dataclass(frozen=True)
+class EvalPlan:
+    run: str
+    tasks: list[Task]
+    harness: HarnessAdapter
+    policies: tuple[str, ...]  # as asked: base | latest | policy-vN
+    k: int  # rollouts per task per policy
+    concurrency: int
+    sandbox: str = "local"
+    sampling: dict = field(default_factory=lambda: {"temperature": 1.0, "top_p": 1.0})  # the eval run's
+    base_spec: SandboxSpec = field(default_factory=SandboxSpec)
+    sandbox_options: dict = field(default_factory=dict)
+    wall_factor: float = DEFAULT_WALL_FACTOR
+
+
+@dataclass(frozen=True)
+class PinnedRunPlan(RunPlan):
+    """A runner plan whose rollouts are pinned: its groups are named after the policy."""
+
+    pin: str = "base"
+
+    @property
+    def group(self) -> str:
+        return self.pin
+
+
+class EvalClient(GatewayClient):
+    async def summary(self, run: str) -> dict:
+        return await self._json("GET", f"/api/runs/{quote(run, safe='')}/summary")
+
+
+class PinningClient(EvalClient):
+    """The runner's gateway client, creating every rollout pinned to one policy."""
+
+    def __init__(self, url: str, admin_key: str | None, pin: str):
+        super().__init__(url, admin_key)
+        self.pin = pin
+
+    async def _json(self, method: str, path: str, **kwargs) -> dict:
+        if method == "POST" and path == ROLLOUTS_PATH:
+            kwargs["json"] = {**kwargs["json"], "policy": self.pin}
+        return await super()._json(method, path, **kwargs)
+
+
+@dataclass(frozen=True)
+class Resolved:
+    """A policy as asked and the version it is evaluated as."""
+
+    asked: str
+    version: int
+
+    @property
+    def label(self) -> str:
+        return policy_label(self.version)
+
+
+def resolve_policies(asked: tuple[str, ...], current_version: int) -> list[Resolved]:
+    """Each asked policy as a version (``latest``: the current one), duplicates dropped, in order."""
+    found, seen = [], set()
+    for name in asked:
+        if name == "latest":
+            version = current_version
+        elif name == "base":
+            version = 0
+        elif name.startswith("policy-v") and name.removeprefix("policy-v").isdigit():
+            version = int(name.removeprefix("policy-v"))
+        else:
+            raise ValueError(f"--policies takes base, latest or policy-vN, not {name!r}")
+        if version not in seen:
+            seen.add(version)
+            found.append(Resolved(name, version))
+    return found
+
+
+@dataclass
+class LiveCounts:
+    """Results so far, per (version, task), for the live table (a pass: total reward >= 1)."""
+
+    k: int
+    cells: dict[tuple[int, str], list[RolloutResult]] = field(default_factory=dict)
+    total: int = 0
+
+    def add(self, version: int, result: RolloutResult) -> None:
+        self.cells.setdefault((version, result.task), []).append(result)
+
+    def task_counts(self) -> list[TaskCount]:
+        counts = []
+        for (version, task), results in sorted(self.cells.items()):
+            rewards = [(r.reward or 0.0) if r.status == "finished" else 0.0 for r in results]
+            counts.append(TaskCount(version, task, len(results),
+                                    sum(r.status == "finished" and (r.reward or 0.0) >= 1.0 for r in results),
+                                    sum(r.status == "failed" for r in results), sum(rewards),
+                                    sum(x * x for x in rewards)))
+        return counts
+
+    def results(self):
+        return policy_results(self.task_counts(), self.k)
+
+
+async def run_evaluation(plan: EvalPlan, gateway_url: str, admin_key: str | None,
+                         on_update: Callable[[LiveCounts], None] = lambda counts: None) -> dict:
+    """Run what is pending of the evaluation; return the run summary's per-policy results as eval.json."""
+    control = EvalClient(gateway_url, admin_key)
+    clients: list[GatewayClient] = []
+    try:
+        current = int((await control.policy()).get("current_version", 0))
+        policies = resolve_policies(plan.policies, current)
+        runners = []
+        for policy in policies:
+            client = PinningClient(gateway_url, admin_key, policy.label)
+            clients.append(client)
+            runners.append((policy, Runner(_runner_plan(plan, policy), client)))
+        live = LiveCounts(plan.k)
+        jobs = await _interleaved_jobs(runners)
+        live.total = len(jobs)
+        on_update(live)
+        await _run_jobs(jobs, plan.concurrency, live, on_update)
+        summary = await control.summary(plan.run)
+    finally:
+        for client in (control, *clients):
+            await client.close()
+    return eval_document(plan, policies, summary)
+
+
+def _runner_plan(plan: EvalPlan, policy: Resolved) -> PinnedRunPlan:
+    return PinnedRunPlan(run=plan.run, tasks=plan.tasks, harness=plan.harness, group_size=plan.k,
+                         concurrency=plan.concurrency, sandbox=plan.sandbox, base_spec=plan.base_spec,
+                         sampling=plan.sampling, sandbox_options=plan.sandbox_options, round=policy.version,
+                         wall_factor=plan.wall_factor, pin=policy.label)
+
+
+async def _interleaved_jobs(runners: list[tuple[Resolved, Runner]]) -> list[tuple[Resolved, Runner, Task, int]]:
+    pending = [(policy, runner, await runner.pending()) for policy, runner in runners]
+    jobs = [(policy, runner, task, index) for policy, runner, todo in pending for task, index in todo]
+    return sorted(jobs, key=lambda job: (job[3], job[2].name, job[0].version))
+
+
+async def _run_jobs(jobs, concurrency: int, live: LiveCounts, on_update: Callable[[LiveCounts], None]) -> None:
+    limit = asyncio.Semaphore(concurrency)
+
+    async def one(policy: Resolved, runner: Runner, task: Task, index: int) -> None:
+        async with limit:
+            result = await runner.run_one(task, index)
+        live.add(policy.version, result)
+        on_update(live)
+
+    try:
+        async with asyncio.TaskGroup() as group:  # a gateway error (e.g. an unknown version) stops them all
+            for job in jobs:
+                group.create_task(one(*job))
+    except ExceptionGroup as errors:
+        raise _first(errors) from None
+
+
+def _first(error: BaseException) -> BaseException:
+    while isinstance(error, BaseExceptionGroup):
+        error = error.exceptions[0]
+    return error
+
+
+def eval_document(plan: EvalPlan, policies: list[Resolved], summary: dict) -> dict:
+    """eval.json: the plan, and the summary's results for the policies evaluated (in the order asked)."""
+    by_version = {row["version"]: row for row in summary.get("policies", [])}
+    labels = {p.label for p in policies}
+    rows = [{"asked": p.asked, **by_version[p.version]} for p in policies if p.version in by_version]
+    per_task = [{"task": row["task"], "policies": {label: cell for label, cell in row["policies"].items()
+                                                   if label in labels}}
+                for row in summary.get("policy_tasks", [])]
+    return {"run": plan.run, "harness": plan.harness.name, "k": plan.k, "sampling": plan.sampling,
+            "tasks": [t.name for t in plan.tasks], "policies": rows,
+            "per_task": [row for row in per_task if row["policies"]]}
+
+
+def write_outputs(document: dict, out_dir: Path) -> tuple[Path, Path]:
+    """eval.json and eval.png in ``out_dir``."""
+    import json
+
+    from harnessrl.eval_view import save_eval_png
+    out_dir.mkdir(parents=True, exist_ok=True)
+    path = out_dir / "eval.json"
+    path.write_text(json.dumps(document, indent=2) + "\n")
+    return path, save_eval_png(document, out_dir / "eval.png")
+
+
+def eval_harness(name: str, sandbox: str) -> HarnessAdapter:
+    """The harness by name; ``oneshot`` is the builtin agent as quickstart runs it (one reply, no tools)."""
+    from harnesses.registry import create_harness
+    if name == "oneshot":
+        from harnesses.builtin_agent import BuiltinHarness
+        from harnessrl.quickstart import ONE_SHOT
+        return BuiltinHarness(ONE_SHOT)
+    return create_harness(name, sandbox)
+
+
+def evaluate(plan: EvalPlan, gateway_url: str, admin_key: str | None, out_dir: Path, console) -> dict:
+    """Run the evaluation under a live table, then print the store's tables; write eval.json and eval.png."""
+    from rich.live import Live
+
+    from harnessrl.eval_view import final_tables, live_table
+
+    def table(counts: LiveCounts):
+        done = sum(len(results) for results in counts.cells.values())
+        return live_table(plan.run, counts.results(), done, counts.total, plan.k)
+
+    with Live(table(LiveCounts(plan.k)), console=console, refresh_per_second=2) as live:
+        document = asyncio.run(run_evaluation(plan, gateway_url, admin_key, lambda c: live.update(table(c))))
+    for rendered in final_tables(document):
+        console.print(rendered)
+    json_path, png_path = write_outputs(document, out_dir)
+    document["files"] = {"json": str(json_path), "png": str(png_path)}
+    return document
