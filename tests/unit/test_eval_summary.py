@@ -8,7 +8,7 @@ import pytest
 
 from gateway.passk import mean_interval, pass_at_k
 from tests.builders import gateway_settings
-from tests.unit.conftest import GatewayHarness, start_gateway
+from tests.gateway_harness import GatewayHarness, start_gateway
 from tests.pinning import ended_rollout as ended
 from tests.pinning import publish
 
