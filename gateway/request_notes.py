@@ -35,8 +35,12 @@ class RequestNotes:
         return {key: value for key, value in notes.items() if value}
 
 
-def ignored_fields(model: BaseModel, skip: frozenset[str] = frozenset()) -> list[str]:
-    """Dotted paths of the extra (unknown) fields anywhere in a parsed request, each path once."""
+def ignored_fields(model: BaseModel, skip: frozenset[str] = frozenset({NOTES_KEY})) -> list[str]:
+    """Dotted paths of the extra (unknown) fields anywhere in a parsed request, each path once.
+
+    Models whose class sets ``left_out = True`` (tools the gateway does not serve at all) are not
+    looked into: their settings are the tool's, recorded with the tool's name as left out.
+    """
     found: dict[str, None] = {}
     _walk(model, "", found, skip)
     return list(found)
@@ -44,6 +48,8 @@ def ignored_fields(model: BaseModel, skip: frozenset[str] = frozenset()) -> list
 
 def _walk(node, path: str, found: dict[str, None], skip: frozenset[str]) -> None:
     if isinstance(node, BaseModel):
+        if getattr(type(node), "left_out", False):
+            return
         for name in node.model_extra or ():
             if not path and name in skip:
                 continue

@@ -14,7 +14,7 @@ Anthropic's shape before anything reaches the engine.
 
 from __future__ import annotations
 
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any, ClassVar, Literal
 
 from pydantic import BaseModel, ConfigDict, Discriminator, Field, Tag, model_validator
 
@@ -134,6 +134,7 @@ class ServerTool(Cacheable):
     """A tool the API runs itself (``web_search_20250305``, ``code_execution_...``, ``bash_...``):
     the gateway runs none, so it is left out of what the model sees and recorded as left out."""
 
+    left_out: ClassVar[bool] = True
     type: str = Field(min_length=1)
     name: str = Field(min_length=1)
 

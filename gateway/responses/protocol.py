@@ -11,7 +11,7 @@ malformed value is a 400 before anything reaches the engine.
 
 from __future__ import annotations
 
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any, ClassVar, Literal
 
 from pydantic import BaseModel, ConfigDict, Discriminator, Field, Tag, field_validator
 
@@ -159,6 +159,7 @@ class NamespaceTool(ResponsesModel):
 class HostedTool(ResponsesModel):
     """A tool the API runs itself (web_search, file_search, code_interpreter, image_generation, mcp...)."""
 
+    left_out: ClassVar[bool] = True
     type: str = Field(min_length=1)
     name: str | None = None
 

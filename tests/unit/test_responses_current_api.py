@@ -1,0 +1,156 @@
+"""The Responses dialect at the level of the current API (what Codex CLI sends), through the official SDK."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from gateway.engine.fake import FakeReply
+from gateway.responses import reasoning
+
+EXEC = {"type": "function", "name": "exec_command", "description": "Run a command.", "strict": False,
+        "parameters": {"type": "object", "properties": {"cmd": {"type": "string"}}, "required": ["cmd"]}}
+SPAWN = {"type": "function", "name": "spawn_agent", "description": "Start a subagent.", "strict": False,
+         "parameters": {"type": "object", "properties": {"message": {"type": "string"}}}}
+AGENTS = {"type": "namespace", "name": "multi_agent_v1", "description": "Subagents.", "tools": [SPAWN]}
+PATCH_GRAMMAR = 'start: "*** Begin Patch" LF body "*** End Patch"'
+APPLY_PATCH = {"type": "custom", "name": "apply_patch", "description": "Edit files with a patch.",
+               "format": {"type": "grammar", "syntax": "lark", "definition": PATCH_GRAMMAR}}
+WEB_SEARCH = {"type": "web_search", "external_web_access": True}
+CODEX_TOOLS = [EXEC, AGENTS, APPLY_PATCH, WEB_SEARCH]
+PATCH = "*** Begin Patch\n*** Add File: a.txt\n+hello\n*** End Patch"
+
+
+async def last_call(gateway) -> dict:
+    calls = (await gateway.http.get("/api/calls", params={"limit": 1000})).json()["data"]
+    return (await gateway.http.get(f"/api/calls/{max(c['id'] for c in calls)}")).json()
+
+
+def add_reasoning(gateway, monkeypatch, text: str) -> None:
+    """The engine's answer carries reasoning (the fake engine writes none itself)."""
+    engine = gateway.app.state.gateway.engine
+    original = engine.chat
+
+    async def chat(body: dict) -> dict:
+        answer = await original(body)
+        answer["choices"][0]["message"]["reasoning_content"] = text
+        return answer
+
+    monkeypatch.setattr(engine, "chat", chat)
+
+
+def user(text: str) -> dict:
+    return {"type": "message", "role": "user", "content": [{"type": "input_text", "text": text}]}
+
+
+async def test_codex_tools_offer_functions_namespaced_and_custom_and_leave_hosted_ones_out(gateway):
+    await gateway.openai().responses.create(model="policy", input=[user("Hi")], tools=CODEX_TOOLS)
+    offered = {t["function"]["name"]: t["function"] for t in gateway.fake.requests[-1]["tools"]}
+    assert list(offered) == ["exec_command", "spawn_agent", "apply_patch"]
+    assert offered["apply_patch"]["parameters"] == {"type": "object", "properties": {"input": {"type": "string"}},
+                                                    "required": ["input"]}
+    assert PATCH_GRAMMAR in offered["apply_patch"]["description"]
+    stored = (await last_call(gateway))["request"]
+    assert stored["tools"] == CODEX_TOOLS and stored["_gateway"] == {"left_out_tools": ["web_search"]}
+
+
+async def test_a_namespaced_call_names_its_namespace_and_a_custom_call_carries_its_string_input(gateway):
+    gateway.fake.script = [FakeReply(tool_calls=(("spawn_agent", {"message": "look"}), ("apply_patch", {"input": PATCH})))]
+    response = await gateway.openai().responses.create(model="policy", input=[user("Hi")], tools=CODEX_TOOLS)
+    spawn, patch = response.output
+    assert (spawn.type, spawn.name, json.loads(spawn.arguments)) == ("function_call", "spawn_agent", {"message": "look"})
+    assert spawn.model_dump()["namespace"] == "multi_agent_v1"
+    assert (patch.type, patch.name, patch.input) == ("custom_tool_call", "apply_patch", PATCH)
+
+    # Both come back next turn, with their outputs, as the same chat tool calls.
+    history = [user("Hi"), {"type": "function_call", "call_id": spawn.call_id, "name": "spawn_agent",
+                            "namespace": "multi_agent_v1", "arguments": spawn.arguments},
+               {"type": "function_call_output", "call_id": spawn.call_id, "output": "agent 1 started"},
+               {"type": "custom_tool_call", "call_id": patch.call_id, "name": "apply_patch", "input": PATCH},
+               {"type": "custom_tool_call_output", "call_id": patch.call_id, "output": "Done!"}]
+    await gateway.openai().responses.create(model="policy", input=history, tools=CODEX_TOOLS)
+    sent = gateway.fake.requests[-1]["messages"]
+    calls = [(c["function"]["name"], json.loads(c["function"]["arguments"])) for m in sent for c in m.get("tool_calls") or []]
+    assert calls == [("spawn_agent", {"message": "look"}), ("apply_patch", {"input": PATCH})]
+    assert [m["content"] for m in sent if m["role"] == "tool"] == ["agent 1 started", "Done!"]
+
+
+async def test_namespaced_function_that_collides_is_offered_under_a_qualified_name(gateway):
+    plain_spawn = {**SPAWN, "description": "Another spawn."}
+    gateway.fake.script = [FakeReply(tool_calls=(("multi_agent_v1__spawn_agent", {}),))]
+    response = await gateway.openai().responses.create(model="policy", input="Hi", tools=[plain_spawn, AGENTS])
+    assert [t["function"]["name"] for t in gateway.fake.requests[-1]["tools"]] == [
+        "spawn_agent", "multi_agent_v1__spawn_agent"]
+    [call] = response.output
+    assert call.name == "spawn_agent" and call.model_dump()["namespace"] == "multi_agent_v1"
+
+
+async def test_encrypted_reasoning_names_the_call_and_brings_its_reasoning_back(gateway, monkeypatch):
+    add_reasoning(gateway, monkeypatch, "I should greet.")
+    response = await gateway.openai().responses.create(
+        model="policy", input=[user("Hi")], store=False, include=["reasoning.encrypted_content"],
+        reasoning={"summary": "auto", "effort": "high"})
+    thought = response.output[0]
+    assert thought.type == "reasoning" and thought.encrypted_content.startswith(reasoning.PREFIX)
+    call = await last_call(gateway)
+    assert reasoning.decode(thought.encrypted_content) == reasoning.ReasoningRef(call["id"], "I should greet.")
+    assert gateway.fake.requests[-1]["chat_template_kwargs"] == {"reasoning_effort": "high"}
+
+    # Codex sends it back without the id or the text: only the opaque value and an empty summary.
+    echoed = {"type": "reasoning", "summary": [], "encrypted_content": thought.encrypted_content}
+    answer = {"type": "message", "role": "assistant", "content": [{"type": "output_text", "text": response.output_text}]}
+    await gateway.openai().responses.create(model="policy", input=[user("Hi"), echoed, answer, user("Again")],
+                                            store=False, include=["reasoning.encrypted_content"])
+    assistant = next(m for m in gateway.fake.requests[-1]["messages"] if m["role"] == "assistant")
+    assert assistant["reasoning_content"] == "I should greet."
+
+
+async def test_reasoning_without_include_has_no_encrypted_content(gateway, monkeypatch):
+    add_reasoning(gateway, monkeypatch, "Thinking.")
+    response = await gateway.openai().responses.create(model="policy", input="Hi")
+    assert response.output[0].type == "reasoning" and response.output[0].encrypted_content is None
+
+
+@pytest.mark.parametrize("value", ["gAAAAABforeign-server-value", reasoning.PREFIX + "!!!not base64",
+                                   reasoning.PREFIX + "WyJhIl0=", reasoning.PREFIX + "eyJjYWxsIjogdHJ1ZSwgInRleHQiOiAxfQ=="])
+async def test_foreign_or_forged_encrypted_content_falls_back_to_the_summary(gateway, value):
+    echoed = {"type": "reasoning", "summary": [{"type": "summary_text", "text": "summary"}], "encrypted_content": value}
+    answer = {"type": "message", "role": "assistant", "content": [{"type": "output_text", "text": "Hello."}]}
+    response = await gateway.http.post("/v1/responses", json={"model": "policy",
+                                                              "input": [user("Hi"), echoed, answer, user("Again")]})
+    assert response.status_code == 200, response.text
+    assistant = next(m for m in gateway.fake.requests[-1]["messages"] if m["role"] == "assistant")
+    assert assistant["reasoning_content"] == "summary"
+
+
+async def test_codex_request_fields_are_accepted_and_recorded(gateway):
+    rollout = await gateway.new_rollout()
+    body = {"model": "policy", "stream": False, "tool_choice": "auto", "parallel_tool_calls": True,
+            "reasoning": {"summary": "auto"}, "store": False, "include": ["reasoning.encrypted_content"],
+            "prompt_cache_key": "thread-1", "client_metadata": {"session_id": "s1", "turn_id": "t1"},
+            "tools": [EXEC, WEB_SEARCH], "text": {"verbosity": "low"}, "future_option": {"a": 1},
+            "input": [{"type": "message", "role": "developer", "content": [{"type": "input_text", "text": "Be safe."}]},
+                      user("Hi")]}
+    response = await gateway.http.post(f"/r/{rollout['token']}/v1/responses", json=body)
+    assert response.status_code == 200, response.text
+    sent = gateway.fake.requests[-1]
+    assert [m["role"] for m in sent["messages"]] == ["developer", "user"] and sent["parallel_tool_calls"] is True
+    stored = (await last_call(gateway))["request"]
+    assert stored["client_metadata"] == body["client_metadata"] and stored["prompt_cache_key"] == "thread-1"
+    assert stored["_gateway"] == {"ignored_fields": ["future_option"], "left_out_tools": ["web_search"]}
+    assert response.json()["tools"] == [EXEC, WEB_SEARCH]
+
+
+@pytest.mark.parametrize(("tools", "named"), [
+    ([{"type": "custom", "name": "apply_patch", "format": "lark"}], "format"),
+    ([{"type": "namespace", "name": "ns", "tools": [{"type": "web_search"}]}], "tools.0.namespace.tools.0"),
+    ([{"type": 7}], "type"),
+])
+async def test_malformed_tools_are_400_and_record_nothing(gateway, tools, named):
+    rollout = await gateway.new_rollout()
+    response = await gateway.http.post(f"/r/{rollout['token']}/v1/responses",
+                                       json={"model": "policy", "input": "Hi", "tools": tools})
+    assert response.status_code == 400, response.text
+    assert named in response.json()["error"]["message"]
+    assert (await gateway.http.get(f"/api/rollouts/{rollout['id']}/calls")).json()["data"] == []
