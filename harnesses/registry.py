@@ -7,13 +7,17 @@ from harnesses.builtin_agent import BuiltinHarness
 
 
 def harness_names() -> list[str]:
-    return ["builtin", "opencode", "pi", "hermes"]
+    return ["builtin", "opencode", "pi", "hermes", "oracle", "nop"]
 
 
 def create_harness(name: str, sandbox: str = "local") -> HarnessAdapter:
     """The adapter for ``name``; CLI agents are set up for the sandbox kind they will run in."""
     if name == "builtin":
         return BuiltinHarness()
+    if name in ("oracle", "nop"):  # the reference solution, and doing nothing (harnessrl tasks check)
+        from harnesses.agents.oracle import NopHarness, OracleHarness
+
+        return OracleHarness() if name == "oracle" else NopHarness()
     if name in ("opencode", "pi", "hermes"):
         from harnesses import agents  # the CLI agents' adapters
 

@@ -3,7 +3,11 @@
 Two forms load into the same record:
 - Harbor task folders: ``instruction.md``, ``task.toml``, ``environment/Dockerfile``,
   ``tests/test.sh`` (writes ``/logs/verifier/reward.txt`` or ``reward.json``), optional
-  ``solution/solve.sh``;
+  ``solution/solve.sh``. The task's machine is its environment (`TaskEnvironment`): the Dockerfile
+  built with ``environment/`` as its context, or ``[environment] docker_image``; the image's WORKDIR
+  is where the agent starts and the verifier runs (harnesses/environments.py builds it). Our own
+  shortcut for the built-in tasks, ``environment/workspace/`` (files copied into /workspace on the
+  host's system or the harness image), has no environment;
 - a compact JSONL form for small tasks, one object per line:
   ``{"name", "instruction", "files": {path: text}, "tests": {path: text}, "verifier": "sh command",
   "solution": "sh script", "timeout_s", "reward_file": false}``; its verifier's exit status is the
@@ -17,6 +21,7 @@ from __future__ import annotations
 
 import json
 import posixpath
+import re
 import tomllib
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -24,12 +29,28 @@ from pathlib import Path
 
 DEFAULT_AGENT_TIMEOUT_S = 600.0
 DEFAULT_VERIFIER_TIMEOUT_S = 120.0
+DEFAULT_BUILD_TIMEOUT_S = 600.0
+SIZE_UNITS = {"": 1, "K": 2**-10, "M": 1, "G": 2**10, "T": 2**20}  # -> MiB
 HARBOR_VERIFIER = "bash /tests/test.sh"
 REWARD_SOURCES = ("file", "exit_code")
 
 
 class TaskError(ValueError):
     """A task file or folder is malformed; the message names the file and the field."""
+
+
+@dataclass(frozen=True)
+class TaskEnvironment:
+    """A Harbor task's machine: how its image is made and what its sandbox may use (task.toml)."""
+
+    context: Path | None  # the environment/ folder holding the Dockerfile (the build context); None: docker_image
+    docker_image: str | None = None  # [environment] docker_image: a prebuilt image, used as is
+    build_timeout_s: float = DEFAULT_BUILD_TIMEOUT_S
+    cpus: float | None = None  # cores
+    memory_mb: int | None = None  # MiB
+    storage_mb: int | None = None  # MiB (not enforced by the sandboxes here; see README)
+    allow_internet: bool = False  # true only when task.toml says so; a run must then pass --allow-internet
+    env: Mapping[str, str] = field(default_factory=dict)  # [environment] env, beside the image's own ENV
 
 
 @dataclass(frozen=True)
@@ -45,6 +66,10 @@ class Task:
     verifier_timeout_s: float = DEFAULT_VERIFIER_TIMEOUT_S
     source: str = ""  # where it was loaded from
     reward_source: str | None = None  # "file" | "exit_code"; None: "file" for the Harbor verifier
+    environment: TaskEnvironment | None = None  # a Harbor task's own machine; None: the workspace shortcut
+    solution_files: Mapping[str, bytes] = field(default_factory=dict)  # solution/ (the oracle's), beside solve.sh
+    verifier_env: Mapping[str, str] = field(default_factory=dict)  # [verifier] env
+    solution_env: Mapping[str, str] = field(default_factory=dict)  # [solution] env
 
     def __post_init__(self) -> None:
         if self.reward_source is None:
@@ -99,21 +124,84 @@ def load_jsonl(path: Path) -> list[Task]:
 
 
 def load_harbor(folder: Path) -> Task:
+    folder = Path(folder)
     config = _toml(folder / "task.toml")
     dockerfile = folder / "environment" / "Dockerfile"
     solution = folder / "solution" / "solve.sh"
-    return Task(
-        name=str(config.get("metadata", {}).get("name") or folder.name),
-        instruction=(folder / "instruction.md").read_text(),
-        files=_tree(folder / "environment" / "workspace"),
-        tests=_tree(folder / "tests"),
-        verifier=HARBOR_VERIFIER,
-        solution=solution.read_text() if solution.exists() else None,
-        dockerfile=dockerfile.read_text() if dockerfile.exists() else None,
-        agent_timeout_s=float(config.get("agent", {}).get("timeout_sec", DEFAULT_AGENT_TIMEOUT_S)),
-        verifier_timeout_s=float(config.get("verifier", {}).get("timeout_sec", DEFAULT_VERIFIER_TIMEOUT_S)),
-        source=str(folder),
+    try:
+        return Task(
+            name=str(config.get("metadata", {}).get("name") or folder.name),
+            instruction=(folder / "instruction.md").read_text(),
+            files=_tree(folder / "environment" / "workspace"),
+            tests=_tree(folder / "tests"),
+            verifier=HARBOR_VERIFIER,
+            solution=solution.read_text() if solution.exists() else None,
+            dockerfile=dockerfile.read_text() if dockerfile.exists() else None,
+            agent_timeout_s=float(_section(config, "agent").get("timeout_sec", DEFAULT_AGENT_TIMEOUT_S)),
+            verifier_timeout_s=float(_section(config, "verifier").get("timeout_sec", DEFAULT_VERIFIER_TIMEOUT_S)),
+            source=str(folder),
+            environment=_environment(folder, config),
+            solution_files=_tree(folder / "solution"),
+            verifier_env=_env(config, "verifier", folder),
+            solution_env=_env(config, "solution", folder),
+        )
+    except (ValueError, TypeError) as exc:
+        if isinstance(exc, TaskError):
+            raise
+        raise TaskError(f"{folder / 'task.toml'}: {exc}") from None
+
+
+def _environment(folder: Path, config: dict) -> TaskEnvironment | None:
+    """The task's machine, or None for our environment/workspace/ shortcut (built-in tasks)."""
+    section = _section(config, "environment")
+    context = folder / "environment"
+    image = section.get("docker_image")
+    has_dockerfile = (context / "Dockerfile").is_file()
+    if (context / "workspace").is_dir() and not image:
+        return None
+    if not has_dockerfile and not image:
+        if context.exists() or section:
+            raise TaskError(f"{folder}: the task has neither environment/Dockerfile nor "
+                            "[environment] docker_image in task.toml; add one of them")
+        return None
+    return TaskEnvironment(
+        context=context if has_dockerfile and not image else None,
+        docker_image=str(image) if image else None,
+        build_timeout_s=float(section.get("build_timeout_sec", DEFAULT_BUILD_TIMEOUT_S)),
+        cpus=float(section["cpus"]) if section.get("cpus") else None,
+        memory_mb=_mib(section, "memory", folder),
+        storage_mb=_mib(section, "storage", folder),
+        allow_internet=section.get("allow_internet") is True,
+        env=_env(config, "environment", folder),
     )
+
+
+def _section(config: dict, name: str) -> dict:
+    section = config.get(name, {})
+    if not isinstance(section, dict):
+        raise TaskError(f"task.toml: [{name}] must be a table")
+    return section
+
+
+def _env(config: dict, name: str, folder: Path) -> dict[str, str]:
+    env = _section(config, name).get("env", {})
+    if not isinstance(env, dict):
+        raise TaskError(f"{folder / 'task.toml'}: [{name}] env must be a table of NAME = \"value\"")
+    return {str(key): str(value) for key, value in env.items()}
+
+
+def _mib(section: dict, key: str, folder: Path) -> int | None:
+    """``memory_mb = 2048`` or the older ``memory = "2G"`` (K, M, G, T), in MiB."""
+    if section.get(f"{key}_mb") is not None:
+        return int(section[f"{key}_mb"])
+    text = section.get(key)
+    if text is None:
+        return None
+    match = re.fullmatch(r"\s*(\d+(?:\.\d+)?)\s*([KMGT]?)i?B?\s*", str(text), re.IGNORECASE)
+    if match is None:
+        raise TaskError(f"{folder / 'task.toml'}: [environment] {key} = {text!r} is not a size "
+                        f"such as \"2G\"; or give {key}_mb = 2048")
+    return max(1, int(float(match[1]) * SIZE_UNITS[match[2].upper()]))
 
 
 def _toml(path: Path) -> dict:

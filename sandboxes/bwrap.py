@@ -40,6 +40,7 @@ class Layout:
     ro_binds: tuple[str, ...]  # host paths shown read-only at the same path
     socket_dir: Path | None  # host dir holding gateway.sock, None without a gateway
     forwarder: Path  # host path of forwarder.py
+    share_net: bool = False  # the host's network namespace (a task that needs the internet, allowed)
 
     def host_path(self, inside: str) -> Path | None:
         """The host path behind an absolute inside path, when it lies in a writable bind."""
@@ -72,6 +73,8 @@ def _root_args(root: str | None) -> list[str]:
 def command(layout: Layout, argv: list[str], env: Mapping[str, str], cwd: str) -> list[str]:
     """The full bwrap argv that runs `argv` in the sandbox."""
     args = ["bwrap", "--die-with-parent", "--unshare-all", "--new-session", "--hostname", "sandbox"]
+    if layout.share_net:
+        args.append("--share-net")
     args += _root_args(layout.root)
     args += ["--dev", "/dev", "--proc", "/proc", "--tmpfs", "/run"]
     for inside, host in layout.binds.items():

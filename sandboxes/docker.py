@@ -37,7 +37,7 @@ import docker
 from sandboxes.bridge import HostBridge, Route
 from sandboxes.forwarder import READY_LINE
 from sandboxes.limits import exec_time_limit
-from sandboxes.protocol import WORKSPACE, ExecResult, SandboxError, SandboxSpec, confined_path, exec_argv
+from sandboxes.protocol import ExecResult, SandboxError, SandboxSpec, confined_path, exec_argv
 from sandboxes.urls import gateway_target, inside_url
 
 RUN_DIR = "/run/harnessrl"
@@ -91,6 +91,7 @@ class DockerSandbox:
         self.spec, self.client, self.api = spec, client, client.api
         self.id = f"{spec.name or 'sbx'}-{secrets.token_hex(4)}"
         self.container_id: str | None = None
+        self._sidecar_id: str | None = None  # the forwarder's container, with spec.forwarder_image
         self._dir = Path(tempfile.mkdtemp(prefix=f"harnessrl-{self.id}-"))
         self._bridge: HostBridge | None = None
         self._created = time.time()
@@ -119,36 +120,67 @@ class DockerSandbox:
         socket_dir = self._dir / "gw"
         socket_dir.mkdir()
         socket_dir.chmod(0o777)  # the container's user may not be root
-        if self.spec.gateway_url:
+        if self.spec.gateway_url and not self.spec.internet:
             route = Route.for_gateway(self.spec.gateway_url, self.spec.gateway_port_inside)
             self._bridge = await HostBridge(str(socket_dir / "gateway.sock"), route).start()
+            if self.spec.forwarder_image:
+                await self._start_sidecar(socket_dir)
         self.container_id = await _call(self._create_container, socket_dir)
-        files = {f"{WORKSPACE}/{confined_path(rel)}": data for rel, data in self.spec.files.items()}
-        files[FORWARDER_INSIDE] = Path(__file__).with_name("forwarder.py").read_bytes()
+        files = {f"{self.workspace}/{confined_path(rel)}": data for rel, data in self.spec.files.items()}
+        if self._bridge is not None and not self.spec.forwarder_image:
+            files[FORWARDER_INSIDE] = Path(__file__).with_name("forwarder.py").read_bytes()
         await _call(self.api.put_archive, self.container_id, "/", _tar(files))
         await _call(self.api.start, self.container_id)
-        if self._bridge is not None:
-            await self._wait_forwarder()
+        if self._bridge is not None and not self.spec.forwarder_image:
+            await self._wait_forwarder(self.container_id, self.spec.image)
         self._main_pid = await self._find_main_pid()
         if self._deadline is not None:
             delay = self._deadline - time.monotonic()
             self._watchdog = asyncio.get_running_loop().call_later(
                 delay, lambda: asyncio.ensure_future(self._expire()))
 
+    def _forwarder_command(self) -> list[str]:
+        port = gateway_target(self.gateway_url_inside)[1]
+        return ["python3", FORWARDER_INSIDE, "tcp-to-unix", "--listen", f"127.0.0.1:{port}",
+                "--socket", f"{SOCKET_DIR_INSIDE}/gateway.sock"]
+
+    def _network_mode(self) -> str:
+        """none (loopback only), the sidecar's namespace, or the host's network (internet)."""
+        if self.spec.internet:
+            return "host"
+        return f"container:{self._sidecar_id}" if self._sidecar_id else "none"
+
+    async def _start_sidecar(self, socket_dir: Path) -> None:
+        """The forwarder in a container of its own: the sandbox joins its network namespace."""
+        self._sidecar_id = await _call(self._create_sidecar, socket_dir)
+        files = {FORWARDER_INSIDE: Path(__file__).with_name("forwarder.py").read_bytes()}
+        await _call(self.api.put_archive, self._sidecar_id, "/", _tar(files))
+        await _call(self.api.start, self._sidecar_id)
+        await self._wait_forwarder(self._sidecar_id, self.spec.forwarder_image)
+
+    def _create_sidecar(self, socket_dir: Path) -> str:
+        try:
+            container = self.client.containers.create(
+                self.spec.forwarder_image, command=self._forwarder_command(), name=f"harnessrl-{self.id}-gw",
+                detach=True, network_mode="none", init=True, labels={LABEL: self.id},
+                volumes={str(socket_dir): {"bind": SOCKET_DIR_INSIDE, "mode": "rw"}},
+                mem_limit=64 * 2**20, pids_limit=64)
+        except docker.errors.ImageNotFound as exc:
+            raise SandboxError(f"forwarder image {self.spec.forwarder_image!r} not found: run "
+                               "docker/setup-engine.sh (it builds debian:bookworm-slim with python3)") from exc
+        return container.id
+
     def _create_container(self, socket_dir: Path) -> str:
         limits = self.spec.limits
-        if self._bridge is not None:
-            port = gateway_target(self.gateway_url_inside)[1]
-            command = ["python3", FORWARDER_INSIDE, "tcp-to-unix", "--listen", f"127.0.0.1:{port}",
-                       "--socket", f"{SOCKET_DIR_INSIDE}/gateway.sock"]
-        else:
-            command = ["sleep", "infinity"]
-        volumes = {str(socket_dir): {"bind": SOCKET_DIR_INSIDE, "mode": "rw"}}
+        inside = self._bridge is not None and not self.spec.forwarder_image
+        command = self._forwarder_command() if inside else ["sleep", "infinity"]
+        volumes = {str(socket_dir): {"bind": SOCKET_DIR_INSIDE, "mode": "rw"}} if inside else {}
         volumes.update({p: {"bind": p, "mode": "ro"} for p in self.spec.ro_binds})
         try:
             container = self.client.containers.create(
                 self.spec.image, command=command, name=f"harnessrl-{self.id}", detach=True,
-                network_mode="none", hostname="sandbox", working_dir=WORKSPACE,
+                network_mode=self._network_mode(), hostname=None if self._sidecar_id or self.spec.internet
+                else "sandbox", working_dir=self.workspace,
                 init=True,  # PID 1 reaps the orphans that killed exec process groups leave behind
                 environment=self._env({}), volumes=volumes, labels={LABEL: self.id},
                 mem_limit=limits.memory_bytes, memswap_limit=limits.memory_bytes,
@@ -159,17 +191,17 @@ class DockerSandbox:
                                "build`; the base image: docker/setup-engine.sh)") from exc
         return container.id
 
-    async def _wait_forwarder(self) -> None:
+    async def _wait_forwarder(self, container_id: str, image: str) -> None:
         """PID 1 prints READY_LINE once it listens; an exec before that would find no gateway."""
         deadline = time.monotonic() + READY_TIMEOUT_S
         while time.monotonic() < deadline:
-            logs = await _call(self.api.logs, self.container_id, stdout=True, stderr=True)
+            logs = await _call(self.api.logs, container_id, stdout=True, stderr=True)
             if READY_LINE.encode() in logs:
                 return
-            state = (await _call(self.api.inspect_container, self.container_id))["State"]
+            state = (await _call(self.api.inspect_container, container_id))["State"]
             if not state["Running"]:
                 raise SandboxError(f"sandbox {self.id}: the gateway forwarder exited ({logs[-500:]!r}); "
-                                   f"the image {self.spec.image!r} needs python3")
+                                   f"the image {image!r} needs python3 (or set SandboxSpec.forwarder_image)")
             await asyncio.sleep(0.05)
         raise SandboxError(f"sandbox {self.id}: the gateway forwarder did not start in {READY_TIMEOUT_S} s")
 
@@ -177,12 +209,12 @@ class DockerSandbox:
 
     @property
     def workspace(self) -> str:
-        return WORKSPACE
+        return self.spec.workspace
 
     @property
     def gateway_url_inside(self) -> str | None:
-        if self.spec.gateway_url is None:
-            return None
+        if self.spec.gateway_url is None or self.spec.internet:
+            return self.spec.gateway_url  # the host's network: the gateway's own address
         return inside_url(self.spec.gateway_url, self.spec.gateway_port_inside)
 
     async def exec(self, command: str | list[str], timeout_s: float | None = None,
@@ -196,7 +228,7 @@ class DockerSandbox:
         if limit is not None:  # GNU timeout kills the exec's whole process group
             argv = ["timeout", "-s", "KILL", f"{limit:.3f}s", *argv]
         started = time.monotonic()
-        workdir = cwd if cwd and cwd.startswith("/") else f"{WORKSPACE}/{cwd}" if cwd else WORKSPACE
+        workdir = cwd if cwd and cwd.startswith("/") else f"{self.workspace}/{cwd}" if cwd else self.workspace
         run = asyncio.ensure_future(_call(self._run_exec, argv, self._env(env or {}), workdir))
         try:
             code, stdout, stderr = await asyncio.wait_for(
@@ -223,11 +255,11 @@ class DockerSandbox:
         return (137 if code is None else code), stdout or b"", stderr or b""
 
     async def put_file(self, path: str, data: bytes, mode: int = 0o644) -> None:
-        target = path if path.startswith("/") else f"{WORKSPACE}/{path}"
+        target = path if path.startswith("/") else f"{self.workspace}/{path}"
         await _call(self.api.put_archive, self.container_id, "/", _tar({target: data}, mode))
 
     async def get_file(self, path: str) -> bytes:
-        target = path if path.startswith("/") else f"{WORKSPACE}/{path}"
+        target = path if path.startswith("/") else f"{self.workspace}/{path}"
         try:
             stream, _ = await _call(self.api.get_archive, self.container_id, target)
             raw = await _call(b"".join, stream)
@@ -250,9 +282,10 @@ class DockerSandbox:
         self._closed = True
         if self._watchdog is not None:
             self._watchdog.cancel()
-        if self.container_id is not None:
-            with contextlib.suppress(docker.errors.NotFound):
-                await _call(self.api.remove_container, self.container_id, force=True, v=True)
+        for container_id in (self.container_id, self._sidecar_id):
+            if container_id is not None:
+                with contextlib.suppress(docker.errors.NotFound):
+                    await _call(self.api.remove_container, container_id, force=True, v=True)
         if self._bridge is not None:
             await self._bridge.close()
         await asyncio.to_thread(shutil.rmtree, self._dir, True)

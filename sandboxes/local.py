@@ -39,7 +39,7 @@ from urllib.parse import urlsplit
 from sandboxes import bwrap
 from sandboxes.bridge import HostBridge, Route
 from sandboxes.limits import ProcessLimits, exec_time_limit
-from sandboxes.protocol import WORKSPACE, ExecResult, SandboxError, SandboxSpec, confined_path, exec_argv
+from sandboxes.protocol import ExecResult, SandboxError, SandboxSpec, confined_path, exec_argv
 from sandboxes.urls import gateway_target, inside_url
 
 MAX_OUTPUT = 16 * 1024 * 1024  # bytes kept per stream; the rest is drained and dropped
@@ -85,19 +85,23 @@ class LocalSandbox:
         return sandbox
 
     def _make_layout(self) -> bwrap.Layout:
-        inside = [WORKSPACE, "/tmp", bwrap.HOME, *self.spec.writable_dirs]
+        inside = [self.spec.workspace, "/tmp", bwrap.HOME, *self.spec.writable_dirs]
         binds = {path: self.dir / path.strip("/").replace("/", "_") for path in inside}
         for host in binds.values():
             host.mkdir(mode=0o755)
         (self.dir / "tmp").chmod(0o1777)
-        socket_dir = self.dir / "gw" if self.spec.gateway_url else None
+        if self.spec.root is not None:
+            _prepare_root(self.spec.root, [*binds, *self.spec.ro_binds])
+            _copy_tree(Path(self.spec.root) / self.spec.workspace.lstrip("/"), binds[self.spec.workspace])
+        socket_dir = self.dir / "gw" if self.spec.gateway_url and not self.spec.internet else None
         return bwrap.Layout(root=self.spec.root, binds=binds, ro_binds=self.spec.ro_binds,
-                            socket_dir=socket_dir, forwarder=Path(__file__).with_name("forwarder.py"))
+                            socket_dir=socket_dir, forwarder=Path(__file__).with_name("forwarder.py"),
+                            share_net=self.spec.internet)
 
     async def _start(self) -> None:
         for rel, data in self.spec.files.items():
             await self.put_file(rel, data)
-        if self.spec.gateway_url and self.isolation == "bwrap":
+        if self.spec.gateway_url and self.isolation == "bwrap" and not self.spec.internet:
             self.layout.socket_dir.mkdir(mode=0o755)
             route = Route.for_gateway(self.spec.gateway_url, self.spec.gateway_port_inside)
             self._bridge = await HostBridge(str(self.layout.socket_dir / "gateway.sock"), route).start()
@@ -109,11 +113,11 @@ class LocalSandbox:
 
     @property
     def workspace(self) -> str:
-        return WORKSPACE if self.isolation == "bwrap" else str(self.layout.binds[WORKSPACE])
+        return self.spec.workspace if self.isolation == "bwrap" else str(self.layout.binds[self.spec.workspace])
 
     @property
     def gateway_url_inside(self) -> str | None:
-        if self.spec.gateway_url is None or self.isolation != "bwrap":
+        if self.spec.gateway_url is None or self.isolation != "bwrap" or self.spec.internet:
             return self.spec.gateway_url  # unisolated: the host's network, the URL as is
         return inside_url(self.spec.gateway_url, self.spec.gateway_port_inside)
 
@@ -210,7 +214,8 @@ class LocalSandbox:
         return self.limits.wrap(bwrap.command(self.layout, argv, env, cwd))
 
     def _host_cwd(self, cwd: str | None) -> Path:
-        return self.layout.binds[WORKSPACE] if cwd is None else self.layout.binds[WORKSPACE] / cwd
+        workspace = self.layout.binds[self.spec.workspace]
+        return workspace if cwd is None else workspace / cwd
 
     def _private_mounts(self, argv: list[str]) -> list[str]:
         """Unisolated: argv in a private mount namespace where writable_dirs are this sandbox's own."""
@@ -237,11 +242,11 @@ class LocalSandbox:
     def _host_file(self, path: str, writing: bool) -> Path | None:
         if self.isolation == "subprocess":
             if not path.startswith("/"):
-                return self.layout.binds[WORKSPACE] / confined_path(path)
+                return self.layout.binds[self.spec.workspace] / confined_path(path)
             host = self.layout.host_path(posixpath.normpath(path))
             mine = any(path == d or path.startswith(d + "/") for d in self.spec.writable_dirs)
             return host if mine and host is not None else Path(path)  # other absolute paths: the host's
-        inside = path if path.startswith("/") else f"{WORKSPACE}/{path}"
+        inside = path if path.startswith("/") else f"{self.spec.workspace}/{path}"
         host = self.layout.host_path(os.path.normpath(inside))
         if host is not None and not self._stays_inside(host):
             host = None  # a symlink the agent made points elsewhere: never follow it on the host
@@ -303,6 +308,26 @@ def check_private_mounts(writable_dirs: tuple[str, ...]) -> None:
                            "instead (apt-get install -y bubblewrap)")
     for path in writable_dirs:
         os.makedirs(path, exist_ok=True)  # the mount point; nothing is ever written to the host's copy
+
+
+def _prepare_root(root: str, mount_points: list[str]) -> None:
+    """Mount points the root lacks, made in it (bubblewrap cannot make them under a read-only bind):
+    the root is a cache of ours (an exported image), so empty folders in it change nothing else."""
+    for inside in mount_points:
+        target = Path(root) / inside.lstrip("/")
+        if inside.count("/") > 1 and not target.exists():  # top-level ones bubblewrap makes itself
+            try:
+                target.mkdir(parents=True, exist_ok=True)
+            except OSError as exc:
+                raise SandboxError(f"the sandbox root {root} lacks {inside} and it cannot be made there "
+                                   f"({exc}): give a root folder this user may write to") from None
+
+
+def _copy_tree(source: Path, into: Path) -> None:
+    """The root's content at the workspace's path (a Harbor image's WORKDIR), copied into the
+    private workspace: the agent starts with the image's files there and may change them."""
+    if source.is_dir() and not source.is_symlink():
+        shutil.copytree(source, into, symlinks=True, dirs_exist_ok=True)
 
 
 def _recreate(path: Path) -> None:

@@ -48,6 +48,21 @@ class SandboxSpec:
     ro_binds: tuple[str, ...] = ()  # host paths shown read-only at the same path (e.g. an agent's install)
     writable_dirs: tuple[str, ...] = ("/logs", "/tests")  # extra private writable dirs (Harbor verifiers)
     name: str | None = None  # prefix of the sandbox's id, for logs and `docker ps`
+    # The workspace's path inside (the default cwd of exec; a Harbor image's WORKDIR); None = WORKSPACE.
+    # With a local `root`, the root's content at that path is copied into the private workspace first.
+    workdir: str | None = None
+    # docker: run the gateway forwarder in a sidecar container of this image (it needs python3) whose
+    # network namespace the sandbox shares, so the sandbox's own image needs nothing for the route.
+    # None: the forwarder runs inside the sandbox's container (its image has python3).
+    forwarder_image: str | None = None
+    # Full network (docker: the host's network; bwrap: the host's network namespace), the gateway URL
+    # then passed unchanged. Only for tasks that need it and runs that allow it (--allow-internet).
+    internet: bool = False
+
+    @property
+    def workspace(self) -> str:
+        """The workspace's path inside an isolated sandbox."""
+        return posixpath.normpath(self.workdir) if self.workdir else WORKSPACE
 
 
 @dataclass(frozen=True)

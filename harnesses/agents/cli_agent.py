@@ -111,13 +111,14 @@ class CliAgentHarness:
 
     def sandbox_spec(self, task: Task, target: RolloutTarget, base: SandboxSpec) -> SandboxSpec:
         files = {**base.files, **task.files}
-        if self.sandbox == "docker":
+        if self.sandbox == "docker" or base.root is not None:  # the image (or its exported root) has the agent
             return replace(base, image=base.image or self.image, files=files)
         binds = self.host_install().ro_binds()
         return replace(base, files=files, ro_binds=tuple(dict.fromkeys((*base.ro_binds, *binds))))
 
-    def command(self, instruction: str, endpoint: Endpoint) -> list[str]:
-        program = (self.executable,) if self.sandbox == "docker" else self.host_install().argv
+    def command(self, instruction: str, endpoint: Endpoint, installed: bool = False) -> list[str]:
+        """``installed``: the sandbox's image has the agent on PATH (docker, or a task image's root)."""
+        program = (self.executable,) if self.sandbox == "docker" or installed else self.host_install().argv
         return [*program, *self.arguments(instruction, endpoint)]
 
     def env(self, endpoint: Endpoint) -> dict[str, str]:
@@ -129,7 +130,8 @@ class CliAgentHarness:
                             await sandbox_home(sandbox))
         for path, data in self.config_files(endpoint).items():
             await sandbox.put_file(path, data, mode=0o600)  # holds the rollout token
-        result = await sandbox.exec(self.command(task.instruction, endpoint), timeout_s=timeout_s,
+        installed = getattr(getattr(sandbox, "spec", None), "root", None) is not None  # a task image's root
+        result = await sandbox.exec(self.command(task.instruction, endpoint, installed), timeout_s=timeout_s,
                                     env=self.env(endpoint))
         return self.outcome(result)
 

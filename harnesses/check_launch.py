@@ -1,0 +1,37 @@
+"""`harnessrl tasks check`: load the tasks, check them with a live count, print the table."""
+
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+
+from harnesses.checks import CheckSettings, check_tasks, table
+from harnesses.environments import Environments
+from harnesses.task import load_tasks
+from sandboxes.local import local_isolation
+
+
+def launch_check(path: Path, sandbox: str, concurrency: int, allow_internet: bool, allow_unisolated: bool,
+                 console) -> int:
+    """0 when every task is sound, 1 otherwise (the table says which and why)."""
+    if sandbox not in ("local", "docker"):
+        raise ValueError(f"--sandbox must be local or docker, not {sandbox!r}")
+    tasks = load_tasks(path)
+    if not tasks:
+        raise ValueError(f"no tasks under {path}")
+    options = {"isolation": local_isolation(allow_unisolated)} if sandbox == "local" else {}
+    settings = CheckSettings(sandbox=sandbox, concurrency=concurrency, sandbox_options=options)
+    environments = Environments(allow_internet=allow_internet)
+    done = []
+
+    def progress(check) -> None:
+        done.append(check)
+        mark = "ok" if check.ok else "FAILED"
+        console.print(f"[{len(done)}/{len(tasks)}] {check.task}: {mark}")
+
+    checks = asyncio.run(check_tasks(tasks, settings, environments, progress))
+    console.print(table(checks))
+    failed = [c for c in checks if not c.ok]
+    console.print(f"{len(checks) - len(failed)} of {len(checks)} tasks sound"
+                  + (f"; failing: {', '.join(c.task for c in failed)}" if failed else ""))
+    return 1 if failed else 0
