@@ -43,10 +43,20 @@ def message_events(message: Message) -> Iterator[str]:
     yield _event(MessageStartEvent(message=start))
     yield _event(PingEvent())
     for index, block in enumerate(message.content):
-        yield _event(ContentBlockStartEvent(index=index, content_block=_opening(block)))
-        for delta in _deltas(block):
-            yield _event(ContentBlockDeltaEvent(index=index, delta=delta))
-        yield _event(ContentBlockStopEvent(index=index))
+        yield from block_events(index, block)
+    yield from end_events(message)
+
+
+def block_events(index: int, block) -> Iterator[str]:
+    """One finished content block, whole: start, its content in one delta, stop."""
+    yield _event(ContentBlockStartEvent(index=index, content_block=_opening(block)))
+    for delta in _deltas(block):
+        yield _event(ContentBlockDeltaEvent(index=index, delta=delta))
+    yield _event(ContentBlockStopEvent(index=index))
+
+
+def end_events(message: Message) -> Iterator[str]:
+    """The stream's last events: the stop reason and output tokens, then message_stop."""
     yield _event(MessageDeltaEvent(
         delta=MessageDelta(stop_reason=message.stop_reason, stop_sequence=message.stop_sequence),
         usage=DeltaUsage(output_tokens=message.usage.output_tokens)))

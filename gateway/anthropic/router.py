@@ -9,14 +9,17 @@ from gateway.anthropic.replay import message_events
 from gateway.anthropic.serving import AnthropicServing
 from gateway.identity import resolve_identity
 from gateway.json_body import read_json_body
-from gateway.openai.router import delivered
+from gateway.openai.router import delivered, streamed
 from gateway.state import StateDep
+from gateway.streaming import StreamedAnswer
 
 
 async def messages(request: Request, state: StateDep):
     raw = await read_json_body(request)
     identity = await resolve_identity(request, state.store, state.settings.require_token)
     served = await AnthropicServing(await state.pipeline()).messages(raw, identity)
+    if isinstance(served, StreamedAnswer):
+        return streamed(served)
     if served.stream:
         return delivered(state, served.call_id, True, None, message_events(served.message))
     return delivered(state, served.call_id, False, served.message.model_dump(mode="json"), None)

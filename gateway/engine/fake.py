@@ -29,9 +29,22 @@ IM_START, IM_END = 1, 2
 @dataclass(frozen=True)
 class FakeReply:
     content: str = ""
-    tool_calls: tuple[tuple[str, dict], ...] = ()  # (function name, arguments)
+    tool_calls: tuple[tuple[str, dict | str], ...] = ()  # (function name, arguments: an object or exact text)
+    reasoning: str = ""  # what a reasoning parser separated out (streamed first, as reasoning deltas)
     finish_reason: str | None = None  # default: "tool_calls" when calling tools, else "stop"
     raw_text: str | None = None  # exact sampled text, overriding content + tool_calls (for tito tests)
+
+
+def _think(reasoning: str) -> str:
+    return f"<think>{reasoning}</think>" if reasoning else ""
+
+
+def _tool_call_text(name: str, args: dict | str) -> str:
+    return f"<tool_call>\n{json.dumps({'name': name, 'arguments': args})}\n</tool_call>"
+
+
+def _arguments(args: dict | str) -> str:
+    return args if isinstance(args, str) else json.dumps(args)
 
 
 def encode(text: str) -> list[int]:
@@ -91,10 +104,8 @@ class FakeEngine:
         return FakeReply(content="Hello from the fake engine.")
 
     def output_ids(self, reply: FakeReply) -> list[int]:
-        text = reply.raw_text if reply.raw_text is not None else reply.content + "".join(
-            f"<tool_call>\n{json.dumps({'name': name, 'arguments': args})}\n</tool_call>"
-            for name, args in reply.tool_calls
-        )
+        text = reply.raw_text if reply.raw_text is not None else _think(reply.reasoning) + reply.content + "".join(
+            _tool_call_text(name, args) for name, args in reply.tool_calls)
         return [*self.encode_text(text), IM_END]
 
     def too_long(self, num_prompt: int, max_tokens: int | None) -> Response | None:
@@ -126,7 +137,7 @@ def _usage(prompt: int, completion: int) -> dict:
 def _chat_choice(engine: FakeEngine, reply: FakeReply, ids: list[int]) -> dict:
     tool_calls = [
         {"id": f"chatcmpl-tool-{next(engine._ids)}", "type": "function",
-         "function": {"name": name, "arguments": json.dumps(args)}}
+         "function": {"name": name, "arguments": _arguments(args)}}
         for name, args in reply.tool_calls
     ]
     content = [
@@ -137,7 +148,7 @@ def _chat_choice(engine: FakeEngine, reply: FakeReply, ids: list[int]) -> dict:
     return {
         "index": 0,
         "message": {"role": "assistant", "content": reply.content or None, "tool_calls": tool_calls,
-                    "reasoning_content": None},
+                    "reasoning": reply.reasoning or None},
         "logprobs": {"content": content},
         "finish_reason": reply.finish_reason or ("tool_calls" if tool_calls else "stop"),
         "stop_reason": None,
@@ -197,12 +208,16 @@ def _deltas(engine: FakeEngine, reply: FakeReply, ids: list[int]):
         yield 0, {"content": reply.content, "_ids": ids}, finish
         return
     position = 0
+    if reply.reasoning:  # the think tags in the first and last reasoning chunks
+        think = engine.encode_text(_think(reply.reasoning))
+        yield position, {"reasoning": reply.reasoning, "_ids": think}, None
+        position += len(think)
     for i in engine.encode_text(reply.content):  # one token a chunk
         yield position, {"content": engine.decode_ids([i]), "_ids": [i]}, None
         position += 1
     for index, (name, args) in enumerate(reply.tool_calls):
-        call_ids = engine.encode_text(f"<tool_call>\n{json.dumps({'name': name, 'arguments': args})}\n</tool_call>")
-        arguments = json.dumps(args)
+        call_ids = engine.encode_text(_tool_call_text(name, args))
+        arguments = _arguments(args)
         half, third = len(arguments) // 2, len(call_ids) // 3
         pieces = [({"id": f"chatcmpl-tool-{next(engine._ids)}", "type": "function",
                     "function": {"name": name, "arguments": ""}}, call_ids[:third]),

@@ -30,7 +30,7 @@ from gateway.responses.protocol import (
 )
 
 
-class _Events:
+class Events:
     """Serializes events in order, numbering them."""
 
     def __init__(self):
@@ -42,22 +42,30 @@ class _Events:
 
 
 def response_events(response: Response) -> Iterator[str]:
-    event = _Events()
+    event = Events()
     started = response.model_copy(update={"status": "in_progress", "output": [], "usage": None,
                                           "incomplete_details": None})
     yield event(ResponseLifecycleEvent, "response.created", response=started)
     yield event(ResponseLifecycleEvent, "response.in_progress", response=started)
     for index, item in enumerate(response.output):
-        if isinstance(item, OutputMessage):
-            yield from _message_events(event, index, item)
-        elif isinstance(item, OutputFunctionCall):
-            yield from _function_call_events(event, index, item)
-        else:
-            yield from _reasoning_events(event, index, item)
+        yield from item_events(event, index, item)
     yield event(ResponseLifecycleEvent, "response.completed", response=response)
 
 
-def _message_events(event: _Events, index: int, item: OutputMessage) -> Iterator[str]:
+def item_events(event: Events, index: int, item) -> Iterator[str]:
+    """One finished output item, whole: added, its text or arguments in one delta, done."""
+    if isinstance(item, OutputMessage):
+        yield from _message_events(event, index, item)
+    elif isinstance(item, OutputFunctionCall):
+        yield from _function_call_events(event, index, item)
+    elif isinstance(item, OutputReasoning):
+        yield from _reasoning_events(event, index, item)
+    else:  # any other item: announced and done whole
+        yield event(OutputItemEvent, "response.output_item.added", output_index=index, item=item)
+        yield event(OutputItemEvent, "response.output_item.done", output_index=index, item=item)
+
+
+def _message_events(event: Events, index: int, item: OutputMessage) -> Iterator[str]:
     where = {"item_id": item.id, "output_index": index}
     yield event(OutputItemEvent, "response.output_item.added", output_index=index,
                 item=item.model_copy(update={"status": "in_progress", "content": []}))
@@ -71,7 +79,7 @@ def _message_events(event: _Events, index: int, item: OutputMessage) -> Iterator
     yield event(OutputItemEvent, "response.output_item.done", output_index=index, item=item)
 
 
-def _function_call_events(event: _Events, index: int, item: OutputFunctionCall) -> Iterator[str]:
+def _function_call_events(event: Events, index: int, item: OutputFunctionCall) -> Iterator[str]:
     where = {"item_id": item.id, "output_index": index}
     yield event(OutputItemEvent, "response.output_item.added", output_index=index,
                 item=item.model_copy(update={"status": "in_progress", "arguments": ""}))
@@ -82,7 +90,7 @@ def _function_call_events(event: _Events, index: int, item: OutputFunctionCall) 
     yield event(OutputItemEvent, "response.output_item.done", output_index=index, item=item)
 
 
-def _reasoning_events(event: _Events, index: int, item: OutputReasoning) -> Iterator[str]:
+def _reasoning_events(event: Events, index: int, item: OutputReasoning) -> Iterator[str]:
     yield event(OutputItemEvent, "response.output_item.added", output_index=index,
                 item=item.model_copy(update={"content": []}))
     for part_index, part in enumerate(item.content or []):

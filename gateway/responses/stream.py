@@ -1,0 +1,149 @@
+"""Responses stream-through: the engine's chat chunks as Responses events, as they arrive.
+
+Reasoning and text stream delta by delta, each in an output item opened by its first delta and
+closed when the other kind starts. The finished Response is built by the dialect's own translation
+(``finalize``, the same as for a non-streaming client) once the call is committed: the streamed items
+are closed with their final form (under the ids they were announced with), the items that were not
+streamed (tool calls, whose arguments come whole) follow whole, then ``response.completed``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator, Callable
+from dataclasses import dataclass, field
+
+from gateway.errors import GatewayError
+from gateway.responses.protocol import (
+    ContentPartEvent,
+    OutputItemEvent,
+    OutputMessage,
+    OutputReasoning,
+    OutputText,
+    OutputTextDeltaEvent,
+    OutputTextDoneEvent,
+    ReasoningText,
+    ReasoningTextDeltaEvent,
+    ReasoningTextDoneEvent,
+    Response,
+    ResponseLifecycleEvent,
+    StreamEvent,
+)
+from gateway.responses.replay import Events, item_events
+from gateway.streaming import Committed, StreamedCall
+
+CALL_ID_COMMENT = ": x-harnessrl-call-id {}\n\n"
+Finalize = Callable[[dict, int], Response]  # (chat.completion answer, call id) -> the Response
+
+
+class ErrorEvent(StreamEvent):
+    code: str
+    message: str
+    param: str | None = None
+
+
+@dataclass
+class _Live:
+    type: str  # "reasoning" | "message"
+    id: str
+    text: list[str] = field(default_factory=list)
+
+    def model(self, status: str = "completed"):
+        text = "".join(self.text)
+        if self.type == "message":
+            return OutputMessage(id=self.id, status=status, content=[OutputText(type="output_text", text=text)])
+        return OutputReasoning(id=self.id, content=[ReasoningText(type="reasoning_text", text=text)])
+
+
+class ResponseStream:
+    """The events of one streamed Response, built up chunk by chunk."""
+
+    def __init__(self, skeleton: Response, new_id: Callable[[str], str]):
+        self.skeleton, self.new_id, self.event = skeleton, new_id, Events()
+        self.live: list[_Live] = []
+        self.open: _Live | None = None
+
+    def start(self) -> str:
+        started = self.skeleton.model_copy(update={"status": "in_progress", "output": [], "usage": None,
+                                                   "incomplete_details": None})
+        return (self.event(ResponseLifecycleEvent, "response.created", response=started)
+                + self.event(ResponseLifecycleEvent, "response.in_progress", response=started))
+
+    def add(self, chunk: dict) -> str:
+        out: list[str] = []
+        for choice in chunk.get("choices") or ():
+            delta = choice.get("delta") or {}
+            if reasoning := delta.get("reasoning") or delta.get("reasoning_content"):
+                out += self._delta("reasoning", reasoning, ReasoningTextDeltaEvent, "response.reasoning_text.delta")
+            if delta.get("content"):
+                out += self._delta("message", delta["content"], OutputTextDeltaEvent, "response.output_text.delta")
+        return "".join(out)
+
+    def finish(self, final: Response, call_id: int) -> str:
+        """Close the streamed items with their final form, send the rest whole, then completed."""
+        self.open = None
+        rest, output, out = list(final.output), [], []
+        for index, live in enumerate(self.live):
+            match = next((item for item in rest if item.type == live.type), None)
+            if match is not None:
+                rest.remove(match)
+            item = live.model() if match is None else match.model_copy(update={"id": live.id})
+            output.append(item)
+            out += self._done(index, live, item)
+        for item in rest:
+            out += item_events(self.event, len(output), item)
+            output.append(item)
+        out.append(CALL_ID_COMMENT.format(call_id))
+        out.append(self.event(ResponseLifecycleEvent, "response.completed",
+                              response=final.model_copy(update={"id": self.skeleton.id, "output": output})))
+        return "".join(out)
+
+    def error(self, exc: GatewayError) -> str:
+        return self.event(ErrorEvent, "error", code=exc.code or "server_error", message=exc.message)
+
+    def _delta(self, kind: str, text: str, model: type[StreamEvent], type: str) -> list[str]:
+        out = [] if self.open is not None and self.open.type == kind else self._open(kind)
+        self.open.text.append(text)
+        out.append(self.event(model, type, **self._where(self.open), content_index=0, delta=text))
+        return out
+
+    def _open(self, kind: str) -> list[str]:
+        live = _Live(kind, self.new_id("msg" if kind == "message" else "rs"))
+        self.live.append(live)
+        self.open = live
+        announced = live.model("in_progress") if kind == "message" else live.model()
+        out = [self.event(OutputItemEvent, "response.output_item.added", output_index=len(self.live) - 1,
+                          item=announced.model_copy(update={"content": []}))]
+        if kind == "message":
+            out.append(self.event(ContentPartEvent, "response.content_part.added", **self._where(live),
+                                  content_index=0, part=OutputText(type="output_text", text="")))
+        return out
+
+    def _done(self, index: int, live: _Live, item) -> list[str]:
+        at = {"item_id": live.id, "output_index": index, "content_index": 0}
+        out = []
+        if isinstance(item, OutputMessage):
+            part = item.content[0] if item.content else OutputText(type="output_text", text="")
+            out += [self.event(OutputTextDoneEvent, "response.output_text.done", **at, text=part.text),
+                    self.event(ContentPartEvent, "response.content_part.done", **at, part=part)]
+        elif isinstance(item, OutputReasoning):
+            text = "".join(part.text for part in item.content or ())
+            out.append(self.event(ReasoningTextDoneEvent, "response.reasoning_text.done", **at, text=text))
+        out.append(self.event(OutputItemEvent, "response.output_item.done", output_index=index, item=item))
+        return out
+
+    def _where(self, live: _Live) -> dict:
+        return {"item_id": live.id, "output_index": self.live.index(live)}
+
+
+async def response_stream_events(call: StreamedCall, stream: ResponseStream, finalize: Finalize,
+                                 ) -> AsyncIterator[str]:
+    yield stream.start()
+    try:
+        async for item in call.chunks():
+            if isinstance(item, Committed):
+                yield stream.finish(finalize(item.answer, item.call_id), item.call_id)
+                return
+            if events := stream.add(item):
+                yield events
+    except GatewayError as exc:  # the engine failed mid-answer: the client's SDK raises this
+        yield stream.error(exc)
