@@ -57,6 +57,40 @@ function summaryCard(summary) {
       h("div", {}, h("h3", {}, "Reward by policy version"), versions)));
 }
 
+function interval(p) {
+  if (p.reward_low === null || p.reward_low === undefined) return dash();
+  return `${fmtNum(p.reward_low, 3)} – ${fmtNum(p.reward_high, 3)}`;
+}
+
+// Evaluation: per policy over the run's pinned rollouts (GET .../summary "policies"), then each task's passes.
+function evaluationCard(summary) {
+  const policies = summary.policies || [];
+  if (!policies.length) return null;
+  const num = (label) => h("th", { class: "num" }, label);
+  const perPolicy = h("table", { class: "grid narrow", testid: "policy-results" },
+    h("thead", {}, h("tr", {}, h("th", {}, "policy"), num("tasks"), num("rollouts"), num("passed"), num("pass@1"),
+      num("pass@k"), num("k"), num("mean reward"), num("95% interval"), num("failures"))),
+    h("tbody", {}, policies.map((p) => h("tr", { testid: "policy-row", dataset: { policy: p.policy } },
+      h("td", {}, p.policy), h("td", { class: "num" }, fmtNum(p.tasks)), h("td", { class: "num" }, fmtNum(p.rollouts)),
+      h("td", { class: "num" }, fmtNum(p.passed)), h("td", { class: "num", testid: "pass-at-1" }, fmtPct(p.pass_at_1)),
+      h("td", { class: "num", testid: "pass-at-k" }, fmtPct(p.pass_at_k)), h("td", { class: "num" }, fmtNum(p.k)),
+      h("td", { class: "num" }, fmtNum(p.reward_mean, 3)), h("td", { class: "num" }, interval(p)),
+      h("td", { class: "num" }, fmtNum(p.failures))))));
+  const labels = policies.map((p) => p.policy);
+  const perTask = h("table", { class: "grid narrow", testid: "policy-tasks" },
+    h("thead", {}, h("tr", {}, h("th", {}, "task"), labels.map((label) => num(label)))),
+    h("tbody", {}, (summary.policy_tasks || []).map((t) => h("tr", { testid: "policy-task-row" },
+      h("td", {}, t.task), labels.map((label) => {
+        const cell = t.policies[label];
+        return h("td", { class: "num" }, cell ? `${fmtNum(cell.passed)}/${fmtNum(cell.rollouts)}` : dash());
+      })))));
+  const tasks = h("details", { class: "version-table" }, h("summary", {}, `successes per task (${fmtNum(
+    (summary.policy_tasks || []).length)} tasks)`), perTask);
+  tasks.open = (summary.policy_tasks || []).length <= VERSION_ROWS_OPEN;
+  return section("Evaluation", h("p", { class: "muted small" },
+    "Rollouts pinned to a policy; a pass is a verifier reward of 1, a failed rollout counts as 0."), perPolicy, tasks);
+}
+
 async function loadSteps(name, signal) {
   const pages = pager(`runs/${encodeURIComponent(name)}/steps`, {}, signal, 1000);
   const steps = [];
@@ -121,6 +155,7 @@ export async function runView(ctx, name) {
     h("h1", {}, "Run ", h("span", { testid: "run-name" }, run.name)),
     h("p", { class: "muted small" }, `created ${fmtTime(run.created_at)} · capture ${run.config?.capture ?? "engine"}`),
     summaryCard(summary),
+    evaluationCard(summary),
     chartsCard(steps.steps, steps.truncated),
     groups.el,
     section("Rollouts", rollouts.el));
