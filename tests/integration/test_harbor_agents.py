@@ -1,0 +1,98 @@
+"""Each agent (OpenCode, pi, Hermes, builtin) solves a public-style Harbor task inside the task's own image.
+
+The task (tests/fixtures/harbor_public/csv-total) is written as public Harbor tasks are: its
+Dockerfile COPYs the data to WORKDIR /app and its verifier reads /app/total.txt and writes
+reward.json. A scripted engine stands in for the model behind the real gateway: asked with tools, it
+calls the agent's own file-writing tool to write 42 to /app/total.txt, then answers "Done."; side
+calls get a title. Each rollout runs through the runner: the task image is built from its
+Dockerfile, the CLI agent is installed into an image derived from it, the docker sandbox reaches the
+gateway through the forwarder sidecar (the task image has nothing for it), and the verifier's reward
+is recorded on the rollout.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+
+import httpx
+import pytest
+
+from gateway.engine.fake import FakeEngine, FakeReply, create_fake_engine_app
+from harnesses.registry import create_harness
+from harnesses.task import load_harbor
+from harnessrl.server import BackgroundGateway, BackgroundServer
+from tests.builders import ADMIN_HEADERS, gateway_settings, run_single_rollout
+
+TASK = load_harbor(Path(__file__).resolve().parents[1] / "fixtures" / "harbor_public" / "csv-total")
+WRITE_TOOLS = ("write", "write_file")  # OpenCode and pi: write; Hermes and builtin: write_file
+PATH_KEYS = ("filePath", "path", "file_path")
+
+
+def planned_write(tools: list[dict]) -> tuple[str, dict]:
+    functions = {t["function"]["name"]: t["function"] for t in tools if t.get("type") == "function"}
+    name = next(n for n in WRITE_TOOLS if n in functions)
+    properties = functions[name].get("parameters", {}).get("properties", {})
+    return name, {next(k for k in PATH_KEYS if k in properties): "/app/total.txt", "content": "42\n"}
+
+
+def script(body: dict) -> FakeReply:
+    if not body.get("tools"):
+        return FakeReply(content="Sum of sales")  # a side call
+    messages = body["messages"]
+    last_user = max(i for i, m in enumerate(messages) if m["role"] == "user")
+    if any(m["role"] == "tool" for m in messages[last_user:]):
+        return FakeReply(content="Done.")
+    return FakeReply(tool_calls=(planned_write(body["tools"]),))
+
+
+@pytest.fixture(scope="module")
+def engine_server() -> Iterator[BackgroundServer]:
+    engine = FakeEngine(model="fake-base", max_model_len=1_000_000)
+    with BackgroundServer(create_fake_engine_app(engine)) as server:
+        yield server
+
+
+@pytest.fixture
+def engine(engine_server) -> FakeEngine:
+    fake = engine_server.app.state.engine
+    fake.script, fake.requests = script, []
+    return fake
+
+
+@pytest.fixture
+def gateway(sqlite_db, engine_server) -> Iterator[BackgroundGateway]:
+    with BackgroundGateway(gateway_settings(sqlite_db, engine_server.url)) as gw:
+        yield gw
+
+
+def rollout_view(gateway: BackgroundGateway, rollout_id: int) -> dict:
+    with httpx.Client(base_url=gateway.url, timeout=30, headers=ADMIN_HEADERS) as http:
+        return http.get(f"/api/rollouts/{rollout_id}").json()
+
+
+@pytest.mark.parametrize("name", ["opencode", "pi", "hermes", "builtin"])
+async def test_agent_solves_a_harbor_task_inside_the_task_image_and_the_verifier_reward_is_recorded(
+        name, gateway, engine):
+    result = await run_single_rollout(create_harness(name, "docker"), gateway.url, f"harbor-{name}", TASK,
+                                      "docker", {})
+    assert (result.status, result.reward, result.error) == ("finished", 1.0, None)
+    view = rollout_view(gateway, result.rollout_id)
+    assert view["rewards"] == {"verifier": 1.0}
+    assert len([r for r in engine.requests if r.get("tools")]) >= 2  # the tool call and the final answer
+    assert ran_in_task_image(name)
+
+
+def ran_in_task_image(name: str) -> bool:
+    """The task's image was built, and for a CLI agent the image derived from it with the agent inside."""
+    import docker
+
+    tags = {tag for image in docker.from_env().images.list() for tag in image.tags}
+    wanted = "harnessrl-task/csv-total" + ("" if name == "builtin" else f"-{name}") + ":"
+    return any(tag.startswith(wanted) for tag in tags)
+
+
+async def test_builtin_solves_a_harbor_task_in_a_bubblewrap_sandbox_of_the_exported_image(gateway, engine):
+    result = await run_single_rollout(create_harness("builtin", "local"), gateway.url, "harbor-builtin-local",
+                                      TASK, "local", {"isolation": "bwrap"})
+    assert (result.status, result.reward, result.error) == ("finished", 1.0, None)
