@@ -469,6 +469,7 @@ def report(
     from sqlalchemy.exc import DBAPIError
 
     from gateway.store.reports import gather_report, known_runs
+    from harnessrl.periodic_eval import held_out_results
     from harnessrl.report import write_report
 
     url = _database_url(database_url)
@@ -478,14 +479,14 @@ def report(
         if data is None:
             known = ", ".join(await known_runs(store)) or "none"
             raise fail(f"no run named {run!r} in {url} (runs: {known}); `harnessrl ls runs` lists them")
-        return data
+        return data, await held_out_results(store, run)
 
     try:
-        data = _with_store(url, work)
+        data, held_out = _with_store(url, work)
     except DBAPIError as exc:
         raise fail(f"could not read {url}: {exc.orig}; check --database-url, "
                    f"or run `harnessrl db upgrade` on an older store") from None
-    result = write_report(data, out)
+    result = write_report(data, out, held_out)
     for note in result.notes:
         console.print(f"[yellow]note:[/] {note}")
     for path in result.paths:
@@ -511,8 +512,16 @@ def _with_store(url: str, work):
 def quickstart(
     minutes: Annotated[float, typer.Option(help="Start rollouts for this long")] = 14.0,
     run: Annotated[str, typer.Option(help="The run's name")] = "quickstart",
-    tasks: Annotated[Path | None, typer.Option(help="Tasks (default: the generated arithmetic family)")] = None,
+    tasks: Annotated[str, typer.Option(help=TASKS_HELP)] = "builtin:arithmetic",
     model: Annotated[Path | None, typer.Option(help="Model folder (default: SmolLM2, prepared)")] = None,
+    split: Annotated[str, typer.Option(help="The split trained on (all | train | test); eval uses test")] = "train",
+    test_fraction: TestFraction = 0.2,
+    include: Include = None,
+    exclude: Exclude = None,
+    eval_every: Annotated[int, typer.Option(
+        min=0, help="Evaluate on the held-out (test) split: the base model, then every N versions and the "
+                    "last, into the run <run>-eval (0: off)")] = 0,
+    eval_k: Annotated[int, typer.Option(min=1, help="Rollouts per held-out task per evaluation")] = 4,
     group_size: int = 4,
     concurrency: int = 8,
     learner_metrics_port: Annotated[int | None, typer.Option(
@@ -528,19 +537,25 @@ def quickstart(
     judge_timeout: JudgeTimeout = 120.0,
 ) -> None:
     """Engine, gateway, rollouts and the learner on this machine, with one live display."""
-    from harnesses.families import arithmetic_tasks
-    from harnesses.task import load_tasks
+    from harnesses.datasets import load_selection
+    from harnesses.task import TaskError
     from harnessrl.model_prep import prepare_smollm2
     from harnessrl.quickstart import Quickstart, QuickstartPlan
     from harnessrl.server import free_port
 
     url = _database_url(database_url)
     _upgrade(url)
-    chosen = load_tasks(tasks) if tasks else arithmetic_tasks(16)
+    try:
+        chosen = load_selection(tasks, _selection(include, exclude, split, test_fraction))
+        held_out = (load_selection(tasks, _selection(include, exclude, "test", test_fraction))
+                    if eval_every else [])
+    except TaskError as exc:
+        raise fail(str(exc)) from None
     plan = QuickstartPlan(run=run, model_dir=(model or prepare_smollm2()).resolve(), tasks=chosen,
                           database_url=url, minutes=minutes, group_size=group_size, concurrency=concurrency,
                           learner_metrics_port=free_port() if learner_metrics_port is None else learner_metrics_port,
-                          admin_key=_admin_key(admin_key, create=True),
+                          admin_key=_admin_key(admin_key, create=True), eval_every=eval_every,
+                          eval_tasks=held_out, eval_k=eval_k,
                           judge=_judge_settings(judge, rubric, judge_mode, judge_base_url, judge_concurrency,
                                                 judge_timeout))
     png, adapter = Quickstart(plan, console).run()
@@ -592,13 +607,41 @@ def train(
             follow(settings)
             return
         _upgrade(url)
-        result = asyncio.run(train_from_url(settings, url, run))
+        evaluator = _eval_thread(settings, run, url)
+        try:
+            result = asyncio.run(train_from_url(settings, url, run))
+        finally:
+            if evaluator is not None:
+                evaluator.stop()
     except (PublishError, ConsumeConflict, LearnerError, FileNotFoundError) as exc:
         raise fail(str(exc)) from None
     finally:
         shutdown()
     console.print(f"learner stopped ({result.reason}) at step {result.step}, policy version {result.version}; "
                   f"checkpoints in {settings.checkpoint_dir}")
+
+
+def _eval_thread(settings, run: str, database_url: str):
+    """With eval_every: held-out evaluations beside the learner, in their own thread (None without)."""
+    if not settings.eval_every:
+        return None
+    from harnesses.datasets import Selection, load_selection
+    from harnesses.task import TaskError
+    from harnessrl.evaluation import eval_harness
+    from harnessrl.periodic_eval import EvalEvery, EvalThread, PeriodicEval
+    from sandboxes.local import local_isolation
+
+    try:
+        tasks = load_selection(settings.eval_tasks, Selection(split="test", test_fraction=settings.eval_test_fraction))
+        every = EvalEvery(every=settings.eval_every, tasks=tasks,
+                          harness=eval_harness(settings.eval_harness, settings.eval_sandbox), k=settings.eval_k,
+                          concurrency=settings.eval_concurrency, sandbox=settings.eval_sandbox,
+                          sandbox_options={"isolation": local_isolation(False)} if settings.eval_sandbox == "local" else {},
+                          temperature=settings.temperature)
+    except (TaskError, ValueError, RuntimeError) as exc:
+        raise fail(f"eval_every: {exc}") from None
+    periodic = PeriodicEval(every, run, settings.gateway_url, settings.admin_key or None, store=None)
+    return EvalThread(periodic, database_url).start()
 
 
 def _learner_admin_key(given: str | None, publishing: bool) -> str:

@@ -52,6 +52,11 @@ class QuickstartPlan:
     learner: dict = field(default_factory=dict)  # more learner config keys (see learner/config.py)
     learner_metrics_port: int = 0  # the learner's Prometheus /metrics on 127.0.0.1; 0 = off
     admin_key: str | None = None  # the gateway's key; default: $HARNESSRL_ADMIN_KEY or $HARNESSRL_HOME/admin.key
+    # Held-out evaluation (harnessrl.periodic_eval): the base model first, then every `eval_every` versions
+    # and the last one, `eval_k` pinned rollouts per held-out task, into the run "<run>-eval"; 0: off
+    eval_every: int = 0
+    eval_tasks: list[Task] = field(default_factory=list)
+    eval_k: int = 4
     judge: JudgeSettings | None = None  # an LLM judge adding the reward component "judge"
 
 
@@ -126,11 +131,14 @@ class Quickstart:
         try:
             with Live(self.dashboard.render(), console=self.console, refresh_per_second=2) as live:
                 refresh = asyncio.create_task(self._refresh(live, client))
+                periodic = self._periodic_eval(gateway_url)
                 round_ = 0
                 while time.monotonic() < deadline and learner.alive():
+                    await self._evaluate(periodic)
                     await self._wait_for_learner(client, deadline, learner)
                     await self._one_round(client, round_)
                     round_ += 1
+                await self._evaluate(periodic, final=True)
                 refresh.cancel()
                 await self._update(client)
                 live.update(self.dashboard.render())
@@ -148,6 +156,36 @@ class Quickstart:
                        judge=self.judge)
         runner = Runner(plan, client, on_result=lambda result: self.dashboard.add_result(round_, result))
         await runner.run()
+
+    def _periodic_eval(self, gateway_url: str):
+        if not self.plan.eval_every:
+            return None
+        from harnessrl.periodic_eval import EvalEvery, PeriodicEval
+        settings = EvalEvery(every=self.plan.eval_every, tasks=self.plan.eval_tasks,
+                             harness=BuiltinHarness(self.plan.agent), k=self.plan.eval_k,
+                             concurrency=self.plan.concurrency, sandbox_options={},
+                             base_spec=SandboxSpec(limits=Limits(memory_bytes=2**30, cpus=1.0)),
+                             temperature=self.plan.agent.temperature)
+        return PeriodicEval(settings, self.plan.run, gateway_url, self.admin_key, self._store)
+
+    async def _evaluate(self, periodic, final: bool = False) -> None:
+        """A due held-out evaluation (at the end: the last version, if not evaluated yet)."""
+        if periodic is None:
+            return
+        if final:
+            client = GatewayClient(periodic.gateway_url, self.admin_key)
+            try:
+                current = int((await client.policy()).get("current_version", 0))
+            finally:
+                await client.close()
+            metrics = None if current in (periodic.evaluated or set()) else await periodic.evaluate(current)
+        else:
+            metrics = await periodic.check()
+        if metrics is not None:
+            self.console.print(f"held-out eval of v{metrics['eval_version']} ({metrics['eval_tasks']} tasks, "
+                               f"k={metrics['eval_k']}): pass@1 {metrics['eval_pass_at_1']:.3f}, "
+                               f"pass@k {metrics['eval_pass_at_k']:.3f}, mean reward "
+                               f"{metrics['eval_reward_mean']:.3f}")
 
     async def _wait_for_learner(self, client: GatewayClient, deadline: float, learner: EngineProcess) -> None:
         """Bound how far rollouts run ahead of the learner (staleness), sharing the CPU with it."""

@@ -8,10 +8,11 @@ a note saying why, never drawn empty.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from gateway.passk import PolicyResult
 from gateway.store.reports import ReportData
 
 SIZE_IN = (8.0, 4.5)  # figure size, inches
@@ -26,12 +27,16 @@ class ReportResult:
     notes: tuple[str, ...]  # why a plot was left out
 
 
-def write_report(data: ReportData, out_dir: Path) -> ReportResult:
-    """Draw every plot the data allows into ``out_dir``."""
+def write_report(data: ReportData, out_dir: Path, held_out: Sequence[PolicyResult] = ()) -> ReportResult:
+    """Draw every plot the data allows into ``out_dir``; ``held_out``: the run's held-out evaluations
+    per version (the run ``<run>-eval``, see harnessrl.periodic_eval)."""
     _agg()
     out_dir.mkdir(parents=True, exist_ok=True)
     paths, notes = [], []
-    for name, draw, missing in _plots(data):
+    plots = _plots(data)
+    if held_out:  # only runs evaluated with eval_every have it: no note for the others
+        plots.append(("eval_per_version", lambda fig: _held_out(fig, held_out), None))
+    for name, draw, missing in plots:
         if missing:
             notes.append(f"{name}.png skipped: {missing}")
             continue
@@ -104,6 +109,25 @@ def _reward_per_version(figure, data: ReportData) -> None:
     handles = ax.get_legend_handles_labels()[0] + counts.get_legend_handles_labels()[0]
     ax.legend(handles=handles, loc="best", fontsize=8)
     ax.grid(alpha=0.3)
+
+
+def _held_out(figure, results: Sequence[PolicyResult]) -> None:
+    ax = figure.add_subplot()
+    versions = [r.version for r in results]
+    ax.plot(versions, [_nan(r.pass_at_1) for r in results], color=BLUE, marker="o", label="pass@1")
+    ks = sorted({r.k for r in results})
+    ax.plot(versions, [_nan(r.pass_at_k) for r in results], color=ORANGE, marker="o",
+            label=f"pass@k (k = {', '.join(map(str, ks))})")
+    means = [_nan(r.reward.mean) for r in results]
+    low = [_nan(r.reward.low) for r in results]
+    high = [_nan(r.reward.high) for r in results]
+    ax.fill_between(versions, low, high, color=GREY, alpha=0.3, label="mean reward, 95% interval")
+    ax.plot(versions, means, color="black", linewidth=0.8, linestyle="--")
+    tasks = max(r.tasks for r in results)
+    ax.set(xlabel="policy version (0 = base model)", ylabel="held-out score",
+           title=f"held-out evaluation per policy version ({tasks} tasks, pinned rollouts)")
+    ax.set_ylim(bottom=min(0.0, *[x for x in low if x == x]), top=max(1.0, *[x for x in high if x == x]))
+    _finish(ax)
 
 
 def _staleness(figure, data: ReportData) -> None:

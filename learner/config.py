@@ -97,6 +97,14 @@ class LearnerConfig:
     poll_interval_s: float = 2.0  # seconds between looks for ready groups
     max_steps: int = 0  # stop after this many steps in total (a resumed run counts earlier ones); 0 = never
     metrics_port: int = 0  # serve Prometheus /metrics (harnessrl_learner_*) on 127.0.0.1:<port>; 0 = off
+    # --- held-out evaluation: `harnessrl train` runs it beside the learner (harnessrl.periodic_eval) ---
+    eval_every: int = 0  # evaluate the base model, then every this many policy versions; 0 = off
+    eval_tasks: str = ""  # the dataset (as `harnessrl eval --tasks` takes it); its test split is evaluated
+    eval_test_fraction: float = 0.2  # the split: the same as training's --test-fraction
+    eval_k: int = 4  # pinned rollouts per held-out task per evaluation
+    eval_harness: str = "builtin"  # builtin | opencode | pi | hermes | oneshot
+    eval_sandbox: str = "local"
+    eval_concurrency: int = 4
 
     def __post_init__(self) -> None:
         _validate(self)
@@ -154,6 +162,12 @@ def _validate(c: LearnerConfig) -> None:
                           f"got {c.metrics_port}")
     if not c.lora_targets:
         raise ConfigError("lora_targets must name at least one module")
+    if c.eval_every < 0 or c.eval_k < 1 or c.eval_concurrency < 1 or not 0 <= c.eval_test_fraction <= 1:
+        raise ConfigError("eval_every must not be negative, eval_k and eval_concurrency at least 1, "
+                          "eval_test_fraction in [0, 1]")
+    if c.eval_every and not c.eval_tasks:
+        raise ConfigError("eval_every needs eval_tasks: the dataset whose test split is evaluated "
+                          "(e.g. eval_tasks = \"builtin:arithmetic\" or a folder of Harbor tasks)")
 
 
 _FIELDS = {f.name: f for f in fields(LearnerConfig)}

@@ -11,7 +11,7 @@ from sqlalchemy import Float, and_, case, cast, func, select
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
 from gateway.passk import TaskCount
-from gateway.store.tables import Rollout, Task
+from gateway.store.tables import LearnerStep, Rollout, Task
 
 PASS_REWARD = 1.0  # a verifier's "solved"
 COUNTED = ("finished", "failed")
@@ -38,3 +38,18 @@ async def pinned_task_counts(sessions: async_sessionmaker[AsyncSession], run_id:
         rows = (await session.execute(query)).all()
     return [TaskCount(version, task, n, int(passed or 0), failed, float(total or 0.0), float(squares or 0.0))
             for version, task, n, passed, failed, total, squares in rows]
+
+
+async def record_eval_metrics(sessions: async_sessionmaker[AsyncSession], run_id: int, version: int,
+                              metrics: dict) -> int | None:
+    """Merge a version's evaluation numbers (``eval_*`` keys) into the learner's metrics of the first
+    step the learner took at that version or later; that step, or None when there is none yet."""
+    at_version = LearnerStep.metrics["version"].as_integer() >= version
+    query = (select(LearnerStep).where(LearnerStep.run_id == run_id, at_version)
+             .order_by(LearnerStep.step).limit(1).with_for_update())
+    async with sessions.begin() as session:
+        row = (await session.scalars(query)).first()
+        if row is None:
+            return None
+        row.metrics = {**(row.metrics or {}), **metrics}  # a new dict: the JSON column sees the change
+        return row.step

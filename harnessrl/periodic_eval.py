@@ -1,0 +1,139 @@
+"""Evaluating a training run on held-out tasks every N policy versions (`quickstart`, `train`: eval_every).
+
+The base model is evaluated first, then the current version whenever it is ``every`` or more versions
+past the last one evaluated. Each evaluation is `harnessrl eval` of that one pinned version into the
+run ``<run>-eval`` (the learner trains only its own run, so it never sees these rollouts), and its
+numbers (``eval_pass_at_1``, ``eval_pass_at_k``, ``eval_reward_mean``, ...) are merged into the learner's
+metrics of the first step at that version: the viewer's learner charts and ``GET /api/runs/{run}/steps``
+show them, and `harnessrl report` plots the evaluation run per version.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import threading
+from dataclasses import dataclass, field
+
+from gateway.store.evaluation import pinned_task_counts, record_eval_metrics
+from gateway.store.store import Store
+from harnesses.adapter import HarnessAdapter
+from harnesses.gateway_client import GatewayClient
+from harnesses.task import Task
+from harnessrl.evaluation import EvalPlan, run_evaluation
+from sandboxes import SandboxSpec
+
+logger = logging.getLogger(__name__)
+EVAL_SUFFIX = "-eval"
+
+
+def eval_run_name(run: str) -> str:
+    return f"{run}{EVAL_SUFFIX}"
+
+
+@dataclass(frozen=True)
+class EvalEvery:
+    every: int  # policy versions between evaluations
+    tasks: list[Task]  # the held-out split
+    harness: HarnessAdapter
+    k: int = 4
+    concurrency: int = 4
+    sandbox: str = "local"
+    sandbox_options: dict = field(default_factory=dict)
+    base_spec: SandboxSpec = field(default_factory=SandboxSpec)
+    temperature: float = 1.0
+
+
+class PeriodicEval:
+    def __init__(self, settings: EvalEvery, run: str, gateway_url: str, admin_key: str | None, store: Store):
+        self.settings, self.run, self.gateway_url, self.admin_key, self.store = (
+            settings, run, gateway_url, admin_key, store)
+        self.evaluated: set[int] | None = None  # versions the eval run holds (read once from the store)
+        self.results: dict[int, dict] = {}  # version -> the eval_* metrics of this process's evaluations
+
+    def due(self, current: int) -> bool:
+        if not self.evaluated:
+            return True  # the base model (or whatever is current) first: the baseline
+        return current >= max(self.evaluated) + self.settings.every
+
+    async def check(self) -> dict | None:
+        """Evaluate the current version if it is due; its eval_* metrics, or None."""
+        if self.evaluated is None:
+            self.evaluated = await self._evaluated_versions()
+        client = GatewayClient(self.gateway_url, self.admin_key)
+        try:
+            current = int((await client.policy()).get("current_version", 0))
+        finally:
+            await client.close()
+        if not self.due(current):
+            return None
+        return await self.evaluate(current)
+
+    async def evaluate(self, version: int) -> dict:
+        s = self.settings
+        plan = EvalPlan(run=eval_run_name(self.run), tasks=s.tasks, harness=s.harness,
+                        policies=(_label(version),), k=s.k, concurrency=s.concurrency, sandbox=s.sandbox,
+                        sampling={"temperature": s.temperature, "top_p": 1.0}, base_spec=s.base_spec,
+                        sandbox_options=s.sandbox_options)
+        document = await run_evaluation(plan, self.gateway_url, self.admin_key)
+        [row] = document["policies"]
+        metrics = {"eval_version": version, "eval_k": row["k"], "eval_tasks": row["tasks"],
+                   "eval_rollouts": row["rollouts"], "eval_pass_at_1": row["pass_at_1"],
+                   "eval_pass_at_k": row["pass_at_k"], "eval_reward_mean": row["reward_mean"],
+                   "eval_failures": row["failures"]}
+        run_id = await self.store.run_id(self.run)
+        step = await record_eval_metrics(self.store.sessions, run_id, version, metrics) if run_id else None
+        logger.info("evaluated %s on %d held-out tasks: pass@1 %.3f, pass@%d %.3f (learner step %s)",
+                    _label(version), row["tasks"], row["pass_at_1"] or 0.0, row["k"], row["pass_at_k"] or 0.0, step)
+        self.evaluated = (self.evaluated or set()) | {version}
+        self.results[version] = metrics
+        return metrics
+
+    async def _evaluated_versions(self) -> set[int]:
+        run_id = await self.store.run_id(eval_run_name(self.run))
+        if run_id is None:
+            return set()
+        return {cell.version for cell in await pinned_task_counts(self.store.sessions, run_id)}
+
+
+def _label(version: int) -> str:
+    return "base" if version == 0 else f"policy-v{version}"
+
+
+class EvalThread:
+    """`harnessrl train --config` with eval_every: a thread checking for due evaluations beside the learner."""
+
+    def __init__(self, periodic: PeriodicEval, database_url: str, poll_s: float = 5.0):
+        self.periodic, self.database_url, self.poll_s = periodic, database_url, poll_s
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._main, name="periodic-eval", daemon=True)
+
+    def start(self) -> EvalThread:
+        self._thread.start()
+        return self
+
+    def stop(self) -> None:
+        self._stop.set()
+        self._thread.join(timeout=600)  # an evaluation in progress finishes (its rollouts end cleanly)
+
+    def _main(self) -> None:
+        asyncio.run(self._loop())
+
+    async def _loop(self) -> None:
+        self.periodic.store = Store.from_url(self.database_url)  # this thread's own event loop and engine
+        try:
+            while not self._stop.is_set():
+                try:
+                    await self.periodic.check()
+                except Exception as exc:  # noqa: BLE001 - an evaluation failure never stops training
+                    logger.warning("periodic evaluation failed: %s: %s", type(exc).__name__, exc)
+                await asyncio.to_thread(self._stop.wait, self.poll_s)
+        finally:
+            await self.periodic.store.close()
+
+
+async def held_out_results(store: Store, run: str) -> list:
+    """The held-out evaluations of a training run, per version (``gateway.passk.PolicyResult``)."""
+    from gateway.passk import policy_results
+    run_id = await store.run_id(eval_run_name(run))
+    return [] if run_id is None else policy_results(await pinned_task_counts(store.sessions, run_id))

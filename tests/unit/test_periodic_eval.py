@@ -1,0 +1,84 @@
+"""eval_every: the base model, then every N versions, on the held-out split; numbers in the learner's metrics
+and in `harnessrl report`."""
+
+from __future__ import annotations
+
+import re
+import shutil
+from collections.abc import Iterator
+
+import httpx
+import pytest
+
+from gateway.engine.fake import FakeReply
+from gateway.store.reports import gather_report
+from gateway.store.store import Store
+from gateway.store.training import learner_steps, record_step
+from harnesses.datasets import Selection, load_selection
+from harnessrl.evaluation import eval_harness
+from harnessrl.periodic_eval import EvalEvery, PeriodicEval, eval_run_name, held_out_results
+from harnessrl.report import write_report
+from harnessrl.server import BackgroundGateway
+from tests.builders import ADMIN_HEADERS, TEST_ADMIN_KEY, gateway_settings
+
+OPTIONS = {"isolation": "bwrap" if shutil.which("bwrap") else "subprocess"}
+HELD_OUT = load_selection("builtin:arithmetic", Selection(split="test"))
+
+
+def later_versions_know_more(body: dict) -> FakeReply:
+    """policy-v2 and later answer the sum; the base model and policy-v1 do not."""
+    question = next(m["content"] for m in body["messages"] if m["role"] == "user")
+    a, b = map(int, re.search(r"What is (\d+) \+ (\d+)", question).groups())
+    version = int(body["model"].removeprefix("policy-v")) if body["model"].startswith("policy-v") else 0
+    return FakeReply(content=str(a + b) if version >= 2 else "no idea")
+
+
+@pytest.fixture
+def live_gateway(sqlite_db, fake_engine, fake_engine_server) -> Iterator[BackgroundGateway]:
+    fake_engine.record_requests = False
+    fake_engine.script = later_versions_know_more
+    with BackgroundGateway(gateway_settings(sqlite_db, fake_engine_server.url)) as gateway:
+        yield gateway
+
+
+def publish(url: str, version: int) -> None:
+    response = httpx.post(f"{url}/admin/adapters", headers=ADMIN_HEADERS,
+                          json={"version": version, "path": f"/adapters/v{version}"})
+    assert response.status_code == 200, response.text
+
+
+async def test_the_base_model_then_every_second_version_is_evaluated_into_the_learners_metrics(
+        live_gateway, sqlite_db, tmp_path):
+    store = Store.from_url(sqlite_db)
+    try:
+        await store.create_rollout("train-run", "t", "g")  # the training run, as the learner's steps need it
+        run_id = await store.run_id("train-run")
+        for step, version in ((1, 0), (2, 1), (3, 2), (4, 2)):
+            await record_step(store, run_id, step, {"step": step, "version": version, "loss": 0.5})
+        settings = EvalEvery(every=2, tasks=HELD_OUT, harness=eval_harness("oneshot", "local"), k=2,
+                             sandbox_options=OPTIONS)
+        periodic = PeriodicEval(settings, "train-run", live_gateway.url, TEST_ADMIN_KEY, store)
+        base = await periodic.check()
+        assert (base["eval_version"], base["eval_pass_at_1"], base["eval_rollouts"]) == (0, 0.0, 2 * len(HELD_OUT))
+        publish(live_gateway.url, 1)
+        assert await periodic.check() is None  # one version past the last evaluation: not due
+        publish(live_gateway.url, 2)
+        second = await periodic.check()
+        assert (second["eval_version"], second["eval_pass_at_1"], second["eval_pass_at_k"]) == (2, 1.0, 1.0)
+        assert await periodic.check() is None
+
+        steps = dict(await learner_steps(store, run_id))
+        assert steps[1]["eval_version"] == 0 and steps[1]["loss"] == 0.5  # merged, nothing lost
+        assert steps[3]["eval_pass_at_1"] == 1.0 and "eval_version" not in steps[2] and "eval_version" not in steps[4]
+        results = await held_out_results(store, "train-run")
+        assert [(r.version, r.pass_at_1) for r in results] == [(0, 0.0), (2, 1.0)]
+        assert await store.run_id(eval_run_name("train-run")) is not None
+
+        # a new process (a restarted train) knows what was evaluated: nothing is due until version 4
+        again = PeriodicEval(settings, "train-run", live_gateway.url, TEST_ADMIN_KEY, store)
+        assert await again.check() is None
+
+        report = write_report(await gather_report(store, "train-run"), tmp_path, results)
+        assert tmp_path / "eval_per_version.png" in report.paths
+    finally:
+        await store.close()
