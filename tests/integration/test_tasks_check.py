@@ -1,0 +1,66 @@
+"""`harnessrl tasks check` on real sandboxes: the public-style dataset is sound on docker and on
+bubblewrap (oracle 1, doing nothing 0), and broken tasks are named with their reason."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from harnesses.checks import CheckSettings, check_tasks
+from harnesses.environments import Environments
+from harnesses.task import load_tasks
+
+DATASET = Path(__file__).resolve().parents[1] / "fixtures" / "harbor_public"
+SANDBOXES = ["docker", "local"]
+
+
+@pytest.mark.parametrize("sandbox", SANDBOXES)
+def test_tasks_check_scores_the_public_style_dataset_oracle_one_and_do_nothing_zero(sandbox):
+    done = subprocess.run([sys.executable, "-m", "harnessrl.cli", "tasks", "check", str(DATASET),
+                           "--sandbox", sandbox, "--concurrency", "3"],
+                          capture_output=True, text=True, timeout=1800)
+    output = done.stdout + done.stderr
+    assert done.returncode == 0, output
+    assert "6 of 6 tasks sound" in output
+    for task in ("backup-script", "csv-total", "fix-greeting", "json-config", "log-errors", "pytest-stats"):
+        assert f"{task}: ok" in output
+
+
+def harbor_task(root: Path, name: str, dockerfile: str, test: str, solve: str, toml: str = "") -> None:
+    folder = root / name
+    for sub in ("environment", "tests", "solution"):
+        (folder / sub).mkdir(parents=True)
+    (folder / "instruction.md").write_text("Write 1 to /app/out.txt.\n")
+    (folder / "task.toml").write_text(f'version = "1.0"\n{toml}')
+    (folder / "environment" / "Dockerfile").write_text(dockerfile)
+    (folder / "tests" / "test.sh").write_text("#!/bin/bash\nmkdir -p /logs/verifier\n" + test)
+    (folder / "solution" / "solve.sh").write_text("#!/bin/bash\n" + solve)
+
+
+BASE = "FROM debian:bookworm-slim\nWORKDIR /app\n"
+GOOD_TEST = 'if [ "$(cat /app/out.txt 2>/dev/null)" = 1 ]; then echo 1; else echo 0; fi > /logs/verifier/reward.txt\n'
+
+
+@pytest.mark.parametrize("sandbox", SANDBOXES)
+async def test_tasks_check_names_each_broken_task_and_its_reason(tmp_path, sandbox):
+    harbor_task(tmp_path, "sound", BASE, GOOD_TEST, "echo 1 > /app/out.txt\n")
+    harbor_task(tmp_path, "no-build", BASE + "RUN exit 3\n", GOOD_TEST, "echo 1 > /app/out.txt\n")
+    harbor_task(tmp_path, "checks-nothing", BASE, "echo 1 > /logs/verifier/reward.txt\n", "true\n")
+    harbor_task(tmp_path, "wrong-solution", BASE, GOOD_TEST, "echo 2 > /app/out.txt\n")
+    harbor_task(tmp_path, "bad-reward", BASE, "echo lots > /logs/verifier/reward.txt\n", "true\n")
+    harbor_task(tmp_path, "slow-solution", BASE, GOOD_TEST, "sleep 60\n", "[agent]\ntimeout_sec = 2.0\n")
+    harbor_task(tmp_path, "slow-verifier", BASE, "sleep 60\n", "true\n", "[verifier]\ntimeout_sec = 2.0\n")
+    options = {"isolation": "bwrap"} if sandbox == "local" else {}
+    checks = await check_tasks(load_tasks(tmp_path), CheckSettings(sandbox=sandbox, concurrency=4,
+                                                                   sandbox_options=options), Environments())
+    reasons = {c.task: " | ".join(c.reasons) for c in checks}
+    assert reasons["sound"] == ""
+    assert "oracle: build error" in reasons["no-build"] and "exit 3" in reasons["no-build"]
+    assert reasons["checks-nothing"] == "do-nothing: reward 1, expected 0; verifier output: (none)"
+    assert reasons["wrong-solution"].startswith("oracle: reward 0, expected 1")
+    assert "verifier error" in reasons["bad-reward"] and "lots" in reasons["bad-reward"]
+    assert reasons["slow-solution"].startswith("oracle: agent timeout")
+    assert "oracle: verifier timeout" in reasons["slow-verifier"]
