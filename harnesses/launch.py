@@ -6,6 +6,7 @@ from pathlib import Path
 
 from harnesses.budget import DEFAULT_WALL_FACTOR
 from harnesses.datasets import Selection, load_selection
+from harnesses.environments import Environments
 from harnesses.gateway_client import GatewayClient
 from harnesses.judge import Judge, JudgeSettings
 from harnesses.progress import RunProgress
@@ -20,17 +21,21 @@ async def launch_run(tasks: Path, run: str, harness: str, group_size: int, concu
                      gateway_url: str, admin_key: str | None, rewards: list[str], capture: str | None,
                      memory_gib: float, wall_factor: float = DEFAULT_WALL_FACTOR,
                      sampling: dict | None = None, allow_unisolated: bool = False,
-                     judge: JudgeSettings | None = None, selection: Selection | None = None) -> str:
+                     judge: JudgeSettings | None = None, selection: Selection | None = None,
+                     allow_internet: bool = False) -> str:
     if sandbox not in ("local", "docker"):
         raise ValueError(f"--sandbox must be local or docker, not {sandbox!r}")
     options = {"isolation": local_isolation(allow_unisolated)} if sandbox == "local" else {}
     limits = Limits(memory_bytes=int(memory_gib * 2**30), cpus=1.0)
     chosen = load_selection(tasks, selection or Selection())
+    environments = Environments(allow_internet=allow_internet)
+    for task in chosen:  # a task needing the internet is refused before anything runs
+        environments.check(task)
     plan = RunPlan(run=run, tasks=chosen, harness=create_harness(harness, sandbox), group_size=group_size,
                    concurrency=concurrency, sandbox=sandbox, base_spec=SandboxSpec(limits=limits),
                    rewards=tuple(load_reward_function(spec) for spec in rewards), capture=capture,
                    wall_factor=wall_factor, sampling=sampling, sandbox_options=options,
-                   judge=Judge(judge) if judge else None)
+                   judge=Judge(judge) if judge else None, environments=environments)
     gateway = GatewayClient(gateway_url, admin_key)
     try:
         runner = Runner(plan, gateway)

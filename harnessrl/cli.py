@@ -320,6 +320,8 @@ def run_rollouts(
     exclude: Exclude = None,
     split: Split = "all",
     test_fraction: TestFraction = 0.2,
+    allow_internet: Annotated[bool, typer.Option(
+        help="Give tasks whose task.toml says allow_internet = true the host's network (else refused)")] = False,
 ) -> None:
     """Run G rollouts of a harness on every task, verify them and record their rewards."""
     import asyncio
@@ -333,7 +335,8 @@ def run_rollouts(
                                          key, reward or [], capture, memory_gib, wall_factor=wall_factor,
                                          sampling=_sampling(temperature, top_p),
                                          allow_unisolated=allow_unisolated, judge=judged,
-                                         selection=_selection(include, exclude, split, test_fraction)))
+                                         selection=_selection(include, exclude, split, test_fraction),
+                                         allow_internet=allow_internet))
     except (ValueError, RuntimeError) as exc:  # bad tasks, harness, reward spec, unreachable gateway
         raise fail(str(exc)) from None
     console.print(summary)
