@@ -14,6 +14,7 @@ from gateway.admin.router import create_router as create_admin_router
 from gateway.anthropic.router import create_router as create_anthropic_router
 from gateway.api.router import create_router as create_api_router
 from gateway.body_limit import BodyLimit
+from gateway.capture_probe import CaptureCheckedEngine
 from gateway.docs import install_docs
 from gateway.engine.client import EngineClient, VLLMEngineClient
 from gateway.errors import GatewayError, install_error_handlers
@@ -41,13 +42,17 @@ def create_app(settings: GatewaySettings, engine: EngineClient | None = None) ->
         writer = CallWriter(store)
         writer.start()
         client = engine or VLLMEngineClient(settings.engine_url, timeout_s=settings.engine_timeout_s)
-        # An engine that restarted gets its adapters back, and the call that found them gone is retried.
-        state = GatewayState(settings, store, writer, RecoveringEngine(client, store, lambda: state.policy))
+        # An engine that restarted gets its adapters back, and the call that found them gone is retried;
+        # one that does not return the recording fields serves no call (probed now and when it returns).
+        checked = CaptureCheckedEngine(RecoveringEngine(client, store, lambda: state.policy))
+        state = GatewayState(settings, store, writer, checked)
         app.state.gateway = state
         try:
-            await state.ensure_policy()
+            policy = await state.ensure_policy()
         except GatewayError as exc:  # the engine may come up later; calls retry discovery
             logger.warning("engine not ready at startup: %s", exc.message)
+        else:
+            await checked.check(policy.base_model)
         try:
             yield
         finally:

@@ -22,6 +22,8 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import Route
 
+from gateway.capture_probe import PROBE_USER
+
 BYTE_OFFSET = 3  # ids 0..2 are special: 0 = <|endoftext|>, 1 = <|im_start|>, 2 = <|im_end|>
 IM_START, IM_END = 1, 2
 
@@ -85,6 +87,7 @@ class FakeEngine:
     record_requests: bool = True
     delay_s: float = 0.0  # seconds each chat/completions call takes (a slow or hung engine)
     token_delay_s: float = 0.0  # seconds between streamed chunks (a slow generation)
+    omit: frozenset[str] = frozenset()  # recording fields left out of answers (an old or misconfigured vLLM)
     streams_aborted: int = 0  # streams whose client went away before their end
     load_error: str | None = None  # when set, loading an adapter fails with this message
     # The "tokenizer" of sampled text: bytes by default; tito tests plug in a real model's.
@@ -160,24 +163,40 @@ async def _chat(request: Request) -> Response:
     engine: FakeEngine = request.app.state.engine
     body = json.loads(await request.body())
     await asyncio.sleep(engine.delay_s)
-    if engine.record_requests:
+    probe = body.get("user") == PROBE_USER  # the gateway's capture probe: neither recorded nor scripted
+    if engine.record_requests and not probe:
         engine.requests.append(body)
     error = engine.check_model(body.get("model", ""))
     prompt_ids = render_chat(body["messages"])
     error = error or engine.too_long(len(prompt_ids), body.get("max_tokens"))
     if error:
         return error
-    reply = engine.next_reply(body)
+    reply = FakeReply(content="OK") if probe else engine.next_reply(body)
     ids = engine.output_ids(reply)
     if body.get("stream"):
-        chunks = _chat_chunks(engine, body, reply, prompt_ids, ids)
+        chunks = (_omitted(engine.omit, chunk) for chunk in _chat_chunks(engine, body, reply, prompt_ids, ids))
         return StreamingResponse(_paced(engine, chunks), media_type="text/event-stream")
-    return JSONResponse({
+    return JSONResponse(_omitted(engine.omit, {
         "id": f"chatcmpl-{next(engine._ids)}", "object": "chat.completion", "created": int(time.time()),
         "model": body["model"], "choices": [_chat_choice(engine, reply, ids)],
         "usage": _usage(len(prompt_ids), len(ids)), "prompt_logprobs": None,
         "prompt_token_ids": prompt_ids,
-    })
+    }))
+
+
+def _omitted(omit: frozenset[str], answer: dict) -> dict:
+    """``answer`` without the recording fields named in ``omit`` (as an engine that lacks them)."""
+    if not omit:
+        return answer
+    answer = {k: v for k, v in answer.items() if k not in omit}
+    choices = []
+    for choice in answer.get("choices") or []:
+        choice = {k: v for k, v in choice.items() if k not in omit or k == "logprobs"}
+        if "logprobs" in omit:
+            choice["logprobs"] = None
+        choices.append(choice)
+    answer["choices"] = choices
+    return answer
 
 
 def _chat_chunks(engine: FakeEngine, body: dict, reply: FakeReply, prompt_ids: list[int], ids: list[int]):
