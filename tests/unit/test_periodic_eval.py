@@ -82,3 +82,36 @@ async def test_the_base_model_then_every_second_version_is_evaluated_into_the_le
         assert tmp_path / "eval_per_version.png" in report.paths
     finally:
         await store.close()
+
+
+def test_the_training_thread_evaluates_beside_the_learner_and_stops_cleanly(live_gateway, sqlite_db):
+    import time
+
+    import httpx as client
+
+    from harnessrl.periodic_eval import EvalThread
+
+    settings = EvalEvery(every=1, tasks=HELD_OUT[:1], harness=eval_harness("oneshot", "local"), k=1,
+                         sandbox_options=OPTIONS)
+    thread = EvalThread(PeriodicEval(settings, "train-run", live_gateway.url, TEST_ADMIN_KEY, store=None),
+                        sqlite_db, poll_s=0.2).start()
+    try:
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline:
+            rows = client.get(f"{live_gateway.url}/api/rollouts", params={"run": "train-run-eval"},
+                              headers=ADMIN_HEADERS).json()["data"]
+            if rows and all(r["status"] == "finished" for r in rows):
+                break
+            time.sleep(0.2)
+        assert [(r["pinned_version"], r["task"]) for r in rows] == [(0, HELD_OUT[0].name)]
+    finally:
+        thread.stop()
+    assert not thread._thread.is_alive()
+
+
+def test_eval_every_in_the_learner_config_needs_the_tasks_to_evaluate():
+    from learner.config import ConfigError, config_from_dict
+
+    with pytest.raises(ConfigError, match="eval_every needs eval_tasks"):
+        config_from_dict({"eval_every": 2})
+    assert config_from_dict({"eval_every": 2, "eval_tasks": "builtin:arithmetic"}).eval_k == 4
