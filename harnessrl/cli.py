@@ -690,6 +690,55 @@ def demo(
     raise typer.Exit(code=run_demo(_database_url(database_url), max_model_len))
 
 
+@app.command()
+def sft(
+    run: Annotated[str, typer.Option(help="The run whose successful trajectories to imitate")],
+    min_reward: Annotated[float, typer.Option(help="Rollouts with at least this reward count as successes")] = 1.0,
+    epochs: Annotated[int, typer.Option(min=1, help="Passes over the trajectories")] = 2,
+    best_of_group: Annotated[bool, typer.Option(
+        help="Only the best rollout of each group (rejection sampling over a policy run)")] = False,
+    config: Annotated[Path | None, typer.Option(
+        help="Learner TOML (model_dir, lora_rank, lr, dtype, device; see `harnessrl train --show-config`)")] = None,
+    model: Annotated[Path | None, typer.Option(help="Model folder (default: the config's model_dir)")] = None,
+    lr: Annotated[float | None, typer.Option(help="AdamW learning rate [default: the config's]")] = None,
+    token_budget: Annotated[int, typer.Option(min=16, help="Tokens per packed row (longer samples left out)")] = 4096,
+    rows_per_step: Annotated[int, typer.Option(min=1, help="Packed rows per optimizer step")] = 4,
+    out: Annotated[Path | None, typer.Option(help="Output folder [default: $HARNESSRL_HOME/sft/RUN]")] = None,
+    publish: Annotated[str | None, typer.Option(
+        help="A gateway URL: publish the adapter there as the next policy version")] = None,
+    admin_key: Annotated[str | None, typer.Option(
+        envvar="HARNESSRL_ADMIN_KEY", help="The gateway's admin key [default: $HARNESSRL_HOME/admin.key]")] = None,
+    database_url: DatabaseUrl = None,
+) -> None:
+    """Warm start: train a LoRA adapter on the sampled tokens of a run's successful trajectories."""
+    from harnessrl.settings import data_home
+    from harnessrl.sft import SftPlan, run_sft
+    from learner.config import ConfigError, load_config
+    from learner.sft import SftConfig
+
+    try:
+        settings = load_config(config, model_dir=str(model) if model else None, lr=lr)
+    except ConfigError as exc:
+        raise fail(str(exc)) from None
+    if not settings.model_dir:
+        raise fail("no model: give --model DIR (the folder the engine serves) or model_dir in --config")
+    plan = SftPlan(run=run, database_url=_database_url(database_url), learner=settings,
+                   out_dir=(out or data_home() / "sft" / run).resolve(),
+                   sft=SftConfig(epochs=epochs, rows_per_step=rows_per_step, token_budget=token_budget),
+                   min_reward=min_reward, best_of_group=best_of_group, gateway_url=publish,
+                   admin_key=_admin_key(admin_key) if publish else None)
+    try:
+        outcome = run_sft(plan, lambda s: console.print(f"step {s.step} (epoch {s.epoch + 1}): loss {s.loss:.4f} "
+                                                        f"over {s.tokens} tokens"))
+    except (ValueError, RuntimeError) as exc:  # no successes, unreachable gateway, refused adapter
+        raise fail(str(exc)) from None
+    result = outcome.result
+    console.print(f"trained on {result.samples} samples of {outcome.rollouts} rollouts ({result.refused} left out) "
+                  f"in {outcome.seconds:.0f} s; adapter: {outcome.adapter}")
+    if outcome.version is not None:
+        console.print(f"published as policy-v{outcome.version}: new rollouts use it")
+
+
 images_app = typer.Typer(help="Harness images for docker sandboxes.", no_args_is_help=True)
 app.add_typer(images_app, name="images")
 
