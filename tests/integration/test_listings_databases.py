@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import json
 
 import numpy as np
 from sqlalchemy import inspect
@@ -12,7 +13,7 @@ from gateway.store.samples import prompt_marks, prompt_mask
 from gateway.store.store import Store
 from gateway.store.summary import run_summary
 from migrations.runner import alembic_config
-from tests.builders import call_record
+from tests.builders import agent_requests, call_record
 
 VIEWER_INDEXES = {"ix_calls_rollout_stats", "ix_calls_finish_reason"}  # migration 0005's
 
@@ -94,5 +95,20 @@ async def test_migration_0005_goes_down_and_up_keeping_the_calls(database_url):
     try:
         call = await store.get_call(call_id)
         assert call is not None and call.rollout_id == rollout.rollout_id and call.num_prompt_tokens == 2
+    finally:
+        await store.close()
+
+
+async def test_requests_stored_as_deltas_read_back_byte_identical(database_url):
+    store = Store.from_url(database_url)
+    try:
+        rollout = await store.create_rollout("delta-db", "t1", None)
+        requests = agent_requests(6)
+        ids: list[int] = []
+        for request in requests:
+            ids += await store.insert_calls([call_record(rollout.rollout_id, request=request,
+                                                         parent_id=ids[-1] if ids else None)])
+        for call_id, sent in zip(ids, requests):
+            assert json.dumps((await store.get_call(call_id)).request) == json.dumps(sent)
     finally:
         await store.close()

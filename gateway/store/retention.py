@@ -1,0 +1,108 @@
+"""Retention: delete ended rollouts (and their calls) by run, age or status (`harnessrl db prune`).
+
+What the learner still needs is never deleted: rollouts that are running, and every rollout of a group
+that is not consumed yet (a ready group's members are its training data). Rollouts go with all their
+calls (a call's request may be a delta against an earlier call of the same rollout, see
+``request_delta``); groups, tasks and runs left without rollouts go too, and a run pruned whole takes
+its learner steps and checkpoint records with it.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
+
+from sqlalchemy import delete, exists, func, select
+
+from gateway.store.store import Store
+from gateway.store.tables import Call, Group, LearnerCheckpoint, LearnerStep, Rollout, Run, Task
+
+STATUSES = ("finished", "failed", "cancelled")
+AGE_UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400}
+KEEP_GROUPS = ("open", "ready")  # a group still filling or waiting for the learner keeps its rollouts
+BATCH = 500  # rollouts deleted per transaction: a big prune never holds one long lock
+
+
+@dataclass(frozen=True)
+class PruneFilter:
+    run: str | None = None
+    ended_before: datetime | None = None  # rollouts that ended before this (UTC)
+    status: str | None = None  # finished | failed | cancelled
+
+    def __post_init__(self) -> None:
+        if self.status is not None and self.status not in STATUSES:
+            raise ValueError(f"--status is one of {', '.join(STATUSES)} (running rollouts are never pruned); "
+                             f"got {self.status!r}")
+
+
+def parse_age(age: str, now: datetime | None = None) -> datetime:
+    """``7d`` / ``12h`` / ``30m`` / ``90s`` before now, as the UTC cutoff; ValueError naming the form."""
+    match = re.fullmatch(r"(\d+)([smhd])", age.strip())
+    if match is None:
+        raise ValueError(f"--older-than takes a number and a unit (s, m, h, d), like 7d or 12h; got {age!r}")
+    return (now or datetime.now(UTC)) - timedelta(seconds=int(match[1]) * AGE_UNITS[match[2]])
+
+
+@dataclass(frozen=True)
+class PruneResult:
+    rollouts: int  # deleted
+    calls: int  # deleted
+    kept_for_learner: int  # matched, but in a group the learner has not consumed
+    dry_run: bool = False
+
+
+async def prune(store: Store, where: PruneFilter, dry_run: bool = False) -> PruneResult:
+    """Delete the ended rollouts ``where`` selects, with their calls; return what went (or would go)."""
+    matched = _matching(where)
+    async with store.sessions() as session:
+        kept = await session.scalar(select(func.count()).select_from(
+            matched.where(Group.status.in_(KEEP_GROUPS)).subquery()))
+    deletable = matched.where(Group.status.not_in(KEEP_GROUPS))
+    if dry_run:
+        async with store.sessions() as session:
+            ids = list((await session.scalars(deletable)).all())
+            calls = await session.scalar(select(func.count()).where(Call.rollout_id.in_(ids))) if ids else 0
+        return PruneResult(len(ids), calls or 0, kept or 0, dry_run=True)
+    rollouts = calls = 0
+    while True:
+        async with store.sessions.begin() as session:
+            ids = list((await session.scalars(deletable.limit(BATCH))).all())
+            if not ids:
+                break
+            # Children first: parent_id and fork_of point at calls of the same rollout.
+            await session.execute(Call.__table__.update().where(Call.rollout_id.in_(ids))
+                                  .values(parent_id=None, fork_of=None))
+            calls += (await session.execute(delete(Call).where(Call.rollout_id.in_(ids)))).rowcount
+            rollouts += (await session.execute(delete(Rollout).where(Rollout.id.in_(ids)))).rowcount
+    await _drop_empty(store, where.run)
+    return PruneResult(rollouts, calls, kept or 0)
+
+
+def _matching(where: PruneFilter):
+    query = (select(Rollout.id).join(Group, Group.id == Rollout.group_id)
+             .where(Rollout.status != "running").order_by(Rollout.id))
+    if where.run is not None:
+        query = query.join(Run, Run.id == Rollout.run_id).where(Run.name == where.run)
+    if where.ended_before is not None:
+        query = query.where(Rollout.finished_at < where.ended_before)
+    if where.status is not None:
+        query = query.where(Rollout.status == where.status)
+    return query
+
+
+async def _drop_empty(store: Store, run: str | None) -> None:
+    """Groups and tasks without rollouts, then (when pruning one run) the run if nothing is left."""
+    async with store.sessions.begin() as session:
+        no_rollouts = ~exists().where(Rollout.group_id == Group.id)
+        await session.execute(delete(Group).where(no_rollouts, Group.status.not_in(KEEP_GROUPS)))
+        await session.execute(delete(Task).where(~exists().where(Group.task_id == Task.id),
+                                                 ~exists().where(Rollout.task_id == Task.id)))
+        if run is None:
+            return
+        run_id = await session.scalar(select(Run.id).where(Run.name == run))
+        if run_id is None or await session.scalar(select(exists().where(Task.run_id == run_id))):
+            return
+        for table in (LearnerStep, LearnerCheckpoint):
+            await session.execute(delete(table).where(table.run_id == run_id))
+        await session.execute(delete(Run).where(Run.id == run_id))
