@@ -38,10 +38,12 @@ from gateway.anthropic.protocol import (
     ToolUseContent,
     Usage,
 )
+from gateway.anthropic.stream import MessageStream, message_stream_events
 from gateway.errors import InvalidRequest
 from gateway.pipeline import ChatPipeline
 from gateway.request_notes import RequestNotes, ignored_fields, recorded_request
 from gateway.store.records import RolloutIdentity
+from gateway.streaming import StreamedAnswer
 
 DIALECT = "messages"
 RAW_ARGUMENTS_KEY = "_raw"  # tool input holding arguments the model wrote that are not a JSON object
@@ -59,10 +61,16 @@ class AnthropicServing:
     def __init__(self, pipeline: ChatPipeline):
         self.pipeline = pipeline
 
-    async def messages(self, raw: dict, identity: RolloutIdentity) -> ServedMessage:
+    async def messages(self, raw: dict, identity: RolloutIdentity) -> ServedMessage | StreamedAnswer:
         request = parse_request(MessagesRequest, raw)
         request, notes = await self._prepared(request)
-        recorded = await self.pipeline.chat(chat_body(request), identity, DIALECT, recorded_request(raw, notes))
+        body, recorded_raw = chat_body(request), recorded_request(raw, notes)
+        if request.stream and self.pipeline.streams_through(identity):
+            # Streamed through: thinking and text as sampled, the Message built as for JSON at the end.
+            call = await self.pipeline.chat_stream(body, identity, DIALECT, recorded_raw)
+            return StreamedAnswer(call, message_stream_events(call, MessageStream(request.model),
+                                                              lambda answer: to_message(answer, request)))
+        recorded = await self.pipeline.chat(body, identity, DIALECT, recorded_raw)
         return ServedMessage(recorded.call_id, to_message(recorded.answer, request), bool(request.stream))
 
     async def count_tokens(self, raw: dict) -> dict:

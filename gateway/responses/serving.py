@@ -38,9 +38,12 @@ from gateway.responses.protocol import (
     ResponseUsage,
     ToolChoiceFunction,
 )
+from gateway.responses.stream import ResponseStream, response_stream_events
 from gateway.responses.tools import ToolIndex, custom_arguments, custom_input, index_tools
 from gateway.store.records import RolloutIdentity
+from gateway.streaming import StreamedAnswer
 
+EMPTY_ANSWER = {"choices": [{"message": {}, "finish_reason": None}]}  # a Response's settings, no output yet
 # Sampling extensions vLLM understands on chat requests; sent on when a client adds them.
 SAMPLING_EXTENSIONS = ("seed", "stop", "top_k", "min_p", "repetition_penalty", "presence_penalty",
                        "frequency_penalty")
@@ -57,7 +60,7 @@ class ResponsesServing:
     def __init__(self, pipeline: ChatPipeline):
         self.pipeline = pipeline
 
-    async def create(self, raw: dict, identity: RolloutIdentity) -> ServedResponse:
+    async def create(self, raw: dict, identity: RolloutIdentity) -> ServedResponse | StreamedAnswer:
         request = parse_request(ResponsesRequest, raw)
         if request.previous_response_id is not None:
             # Nothing is stored between calls: the conversation must come whole, every time.
@@ -65,10 +68,21 @@ class ResponsesServing:
                                  param="previous_response_id")
         tools = index_tools(request.tools)
         notes = RequestNotes(ignored_fields=ignored_fields(request), left_out_tools=tools.left_out)
-        recorded = await self.pipeline.chat(chat_body(request, raw, tools), identity, "responses",
-                                            recorded_request(raw, notes))
+        body, recorded_raw = chat_body(request, raw, tools), recorded_request(raw, notes)
+        if request.stream and self.pipeline.streams_through(identity):
+            return await self._stream(body, identity, recorded_raw, request, tools)
+        recorded = await self.pipeline.chat(body, identity, "responses", recorded_raw)
         response = to_response(recorded.answer, request, tools, recorded.call_id)
         return ServedResponse(recorded.call_id, response, bool(request.stream))
+
+    async def _stream(self, body: dict, identity: RolloutIdentity, recorded_raw: dict, request: ResponsesRequest,
+                      tools: ToolIndex) -> StreamedAnswer:
+        """Streamed through: text and reasoning as sampled, the Response built as for JSON at the end."""
+        call = await self.pipeline.chat_stream(body, identity, "responses", recorded_raw)
+        skeleton = to_response(EMPTY_ANSWER, request, tools)
+        stream = ResponseStream(skeleton, new_id)
+        return StreamedAnswer(call, response_stream_events(
+            call, stream, lambda answer, call_id: to_response(answer, request, tools, call_id)))
 
 
 # --- request: Responses -> Chat Completions --------------------------------------------------
