@@ -10,7 +10,11 @@ where the agent can replace it or talk to the socket itself, so every check live
 This file is copied into sandboxes and run by their python3 as a script: standard library only,
 no imports of ours.
 
-    python -m sandboxes.forwarder tcp-to-unix --listen 127.0.0.1:8000 --socket S [-- CMD ARGS...]
+    python -m sandboxes.forwarder tcp-to-unix --listen 127.0.0.1:8000 --socket S [--loopback-up] [-- CMD ARGS...]
+
+``--loopback-up`` first brings up the loopback interface of a network namespace just made with
+``unshare --net`` (bubblewrap does that itself for the namespaces it makes): the local backend runs
+the forwarder so, outside a sandbox whose root (a task's image) may have no python3.
 """
 
 from __future__ import annotations
@@ -18,11 +22,22 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import fcntl
 import signal
+import socket
+import struct
 import sys
 
 CHUNK = 64 * 1024
 READY_LINE = "harnessrl-forwarder ready"  # printed once listening, for whoever waits on our logs
+SIOCSIFFLAGS = 0x8914
+IFF_UP, IFF_LOOPBACK, IFF_RUNNING = 0x1, 0x8, 0x40
+
+
+def loopback_up() -> None:
+    """`ip link set lo up` in this network namespace (needs CAP_NET_ADMIN there), standard library only."""
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as sock:
+        fcntl.ioctl(sock, SIOCSIFFLAGS, struct.pack("16sH14x", b"lo", IFF_UP | IFF_LOOPBACK | IFF_RUNNING))
 
 
 async def _pipe(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
@@ -78,6 +93,8 @@ def _host_port(text: str) -> tuple[str, int]:
 
 async def _main(args: argparse.Namespace) -> int:
     host, port = args.listen
+    if args.loopback_up:
+        loopback_up()
     async with await serve_tcp_to_unix(host, port, args.socket):
         command = args.command[1:] if args.command[:1] == ["--"] else args.command
         if command:
@@ -93,6 +110,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     inside = sub.add_parser("tcp-to-unix", help="inside a sandbox: TCP listener -> unix socket")
     inside.add_argument("--listen", type=_host_port, required=True, help="HOST:PORT to listen on")
     inside.add_argument("--socket", required=True, help="unix socket leading to the gateway")
+    inside.add_argument("--loopback-up", action="store_true", help="bring up lo first (a fresh network namespace)")
     inside.add_argument("command", nargs=argparse.REMAINDER,
                         help="optional: run this command while forwarding, exit with its status")
     return parser.parse_args(argv)

@@ -30,6 +30,7 @@ import secrets
 import shlex
 import shutil
 import signal
+import sys
 import tempfile
 import time
 from collections.abc import Mapping
@@ -45,6 +46,7 @@ from sandboxes.urls import gateway_target, inside_url
 MAX_OUTPUT = 16 * 1024 * 1024  # bytes kept per stream; the rest is drained and dropped
 KILL_GRACE_S = 2.0  # after a kill, how long to wait for the pipes to close before giving up on them
 HOST_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
+FORWARDER = Path(__file__).with_name("forwarder.py")
 
 logger = logging.getLogger(__name__)
 
@@ -93,18 +95,22 @@ class LocalSandbox:
         if self.spec.root is not None:
             _prepare_root(self.spec.root, [*binds, *self.spec.ro_binds])
             _copy_tree(Path(self.spec.root) / self.spec.workspace.lstrip("/"), binds[self.spec.workspace])
-        socket_dir = self.dir / "gw" if self.spec.gateway_url and not self.spec.internet else None
+        routed = bool(self.spec.gateway_url) and not self.spec.internet
+        self.socket_dir = self.dir / "gw" if routed else None
+        # A root (a task's image) may have no python3: the forwarder then runs outside the sandbox, with
+        # the host's python, in a network namespace of its own that bubblewrap joins (`_outside`).
+        self._forward_outside = routed and self.spec.root is not None
         return bwrap.Layout(root=self.spec.root, binds=binds, ro_binds=self.spec.ro_binds,
-                            socket_dir=socket_dir, forwarder=Path(__file__).with_name("forwarder.py"),
-                            share_net=self.spec.internet)
+                            socket_dir=None if self._forward_outside else self.socket_dir,
+                            forwarder=FORWARDER, share_net=self.spec.internet or self._forward_outside)
 
     async def _start(self) -> None:
         for rel, data in self.spec.files.items():
             await self.put_file(rel, data)
         if self.spec.gateway_url and self.isolation == "bwrap" and not self.spec.internet:
-            self.layout.socket_dir.mkdir(mode=0o755)
+            self.socket_dir.mkdir(mode=0o755)
             route = Route.for_gateway(self.spec.gateway_url, self.spec.gateway_port_inside)
-            self._bridge = await HostBridge(str(self.layout.socket_dir / "gateway.sock"), route).start()
+            self._bridge = await HostBridge(str(self.socket_dir / "gateway.sock"), route).start()
         if self._deadline is not None:
             delay = self._deadline - time.monotonic()
             self._watchdog = asyncio.get_running_loop().call_later(delay, self._expire)
@@ -207,11 +213,20 @@ class LocalSandbox:
     def _command(self, argv: list[str], env: dict[str, str], cwd: str) -> list[str]:
         if self.isolation == "subprocess":
             return self.limits.wrap(self._private_mounts(argv))
+        listen = ["tcp-to-unix", "--listen", f"127.0.0.1:{urlsplit(self.gateway_url_inside or '').port}"]
+        if self._bridge is not None and self._forward_outside:
+            return self.limits.wrap(self._outside(listen, bwrap.command(self.layout, argv, env, cwd)))
         if self._bridge is not None:
-            port = urlsplit(self.gateway_url_inside).port
-            argv = ["python3", bwrap.FORWARDER_INSIDE, "tcp-to-unix", "--listen", f"127.0.0.1:{port}",
+            argv = ["python3", bwrap.FORWARDER_INSIDE, *listen,
                     "--socket", f"{bwrap.SOCKET_DIR_INSIDE}/gateway.sock", "--", *argv]
         return self.limits.wrap(bwrap.command(self.layout, argv, env, cwd))
+
+    def _outside(self, listen: list[str], sandboxed: list[str]) -> list[str]:
+        """A new network namespace holding the forwarder (host python, outside the sandbox's mounts and
+        pids: the agent can neither replace it nor reach its socket) and bubblewrap sharing it."""
+        unshare = ["unshare", "--net"] if os.geteuid() == 0 else ["unshare", "--user", "--map-root-user", "--net"]
+        return [*unshare, "--", sys.executable, str(FORWARDER), *listen, "--loopback-up",
+                "--socket", str(self.socket_dir / "gateway.sock"), "--", *sandboxed]
 
     def _host_cwd(self, cwd: str | None) -> Path:
         workspace = self.layout.binds[self.spec.workspace]

@@ -96,3 +96,32 @@ async def test_builtin_solves_a_harbor_task_in_a_bubblewrap_sandbox_of_the_expor
     result = await run_single_rollout(create_harness("builtin", "local"), gateway.url, "harbor-builtin-local",
                                       TASK, "local", {"isolation": "bwrap"})
     assert (result.status, result.reward, result.error) == ("finished", 1.0, None)
+
+
+def task_without_python(root: Path):
+    """csv-total on a base with no python3 at all (as the real debian:bookworm-slim is)."""
+    import shutil
+
+    folder = root / "csv-total-nopy"
+    shutil.copytree(TASK.source, folder)
+    dockerfile = folder / "environment" / "Dockerfile"
+    dockerfile.write_text(dockerfile.read_text().replace(
+        "WORKDIR /app", "RUN rm -rf /usr/bin/python3* /usr/lib/python3*\nWORKDIR /app"))
+    return load_harbor(folder)
+
+
+@pytest.mark.parametrize("name", ["pi", "opencode"])
+async def test_cli_agent_solves_a_harbor_task_in_bubblewrap_on_an_image_without_python(
+        name, gateway, engine, tmp_path):
+    task = task_without_python(tmp_path)
+    result = await run_single_rollout(create_harness(name, "local"), gateway.url, f"harbor-{name}-local-nopy",
+                                      task, "local", {"isolation": "bwrap"})
+    assert (result.status, result.reward, result.error) == ("finished", 1.0, None)
+    assert len([r for r in engine.requests if r.get("tools")]) >= 2
+
+
+async def test_docker_sandbox_route_needs_no_python_in_the_task_image(gateway, engine, tmp_path):
+    task = task_without_python(tmp_path)
+    result = await run_single_rollout(create_harness("pi", "docker"), gateway.url, "harbor-pi-docker-nopy",
+                                      task, "docker", {})
+    assert (result.status, result.reward, result.error) == ("finished", 1.0, None)
