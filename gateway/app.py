@@ -13,7 +13,7 @@ from gateway.adapters import RecoveringEngine
 from gateway.admin.router import create_router as create_admin_router
 from gateway.anthropic.router import create_router as create_anthropic_router
 from gateway.api.router import create_router as create_api_router
-from gateway.body_limit import BodyLimit
+from gateway.body_limit import Boundary
 from gateway.capture_probe import CaptureCheckedEngine
 from gateway.docs import install_docs
 from gateway.engine.client import EngineClient, VLLMEngineClient
@@ -22,7 +22,7 @@ from gateway.json_body import refuse_deep_json
 from gateway.openai.router import create_router as create_openai_router
 from gateway.responses.router import create_router as create_responses_router
 from gateway.settings import GatewaySettings
-from gateway.state import GatewayState, StateDep, guard
+from gateway.state import GatewayState, StateDep
 from gateway.store.store import Store
 from gateway.store.writer import CallWriter
 from gateway.ui import create_router as create_ui_router
@@ -62,11 +62,12 @@ def create_app(settings: GatewaySettings, engine: EngineClient | None = None) ->
             await store.close()
 
     # No CDN pages: /docs is served from local assets, and ReDoc has no local copy.
-    # Every route checks the Host header (DNS rebinding); /api and /admin add the admin key.
-    app = FastAPI(title="harnessrl gateway", version="0.1.0", lifespan=lifespan, docs_url=None, redoc_url=None,
-                  dependencies=[Depends(guard)])
+    app = FastAPI(title="harnessrl gateway", version="0.1.0", lifespan=lifespan, docs_url=None, redoc_url=None)
     install_error_handlers(app)
-    app.add_middleware(BodyLimit, max_bytes=settings.max_body_bytes)  # every route, while the body streams in
+    # One ASGI layer on every request: the Host header (DNS rebinding), the admin key on /api and /admin,
+    # the body limit while the body streams in, and a 500 naming an error id for anything unmapped.
+    app.add_middleware(Boundary, max_bytes=settings.max_body_bytes, admin_key=settings.admin_key,
+                       served_hosts=settings.served_hosts())
     install_docs(app)  # Swagger UI at /docs
     app.include_router(create_openai_router())
     app.include_router(create_responses_router())

@@ -9,7 +9,6 @@ that id.
 from __future__ import annotations
 
 import logging
-import secrets
 from collections.abc import Callable
 
 from fastapi import FastAPI, Request
@@ -17,8 +16,6 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from pydantic import ValidationError
 from starlette.exceptions import HTTPException as StarletteHTTPException
-from starlette.requests import ClientDisconnect
-from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 logger = logging.getLogger(__name__)
 
@@ -162,8 +159,7 @@ def install_error_handlers(app: FastAPI) -> None:
         return respond(request, error)
 
     # Unexpected exceptions: not a handler (Starlette re-raises after one, so the server logs a second
-    # traceback) but a middleware that answers and logs once.
-    app.add_middleware(ServerErrors)
+    # traceback) but the app's ASGI boundary (gateway.body_limit.Boundary) answers and logs once.
     document_errors(app)
 
 
@@ -206,39 +202,3 @@ def document_errors(app: FastAPI) -> None:
         return schema
 
     app.openapi = openapi
-
-
-class ServerErrors:
-    """ASGI middleware: an exception the handlers did not map becomes a 500 naming an error id.
-
-    The body carries the id and no exception text (that may hold a secret or a path); the log holds
-    the traceback once, under the same id. After the response started, the id is only logged.
-    """
-
-    def __init__(self, app: ASGIApp):
-        self.app = app
-
-    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] != "http":
-            return await self.app(scope, receive, send)
-        started = False
-
-        async def watched_send(message: Message) -> None:
-            nonlocal started
-            started = started or message["type"] == "http.response.start"
-            await send(message)
-
-        try:
-            await self.app(scope, receive, watched_send)
-        except ClientDisconnect:
-            logger.debug("client went away during %s %s", scope.get("method"), scope.get("path"))
-        except Exception:
-            error_id = f"err-{secrets.token_hex(6)}"
-            path = scope.get("path", "")
-            logger.exception("%s: unhandled error in %s %s", error_id, scope.get("method"), path)
-            if started:
-                return
-            error = internal_error(error_id)
-            if "app" in scope:
-                count_failure(scope["app"], path, error)
-            await error_response(path, error)(scope, receive, send)

@@ -15,7 +15,7 @@ from gateway.decoding import TokenDecoder, tokenizer_folder
 from gateway.engine.client import EngineClient
 from gateway.engine_clock import EngineClock
 from gateway.errors import EngineUnavailable, GatewayError, InvalidRequest
-from gateway.identity import require_admin, require_served_host
+from gateway.identity import require_admin
 from gateway.metrics import GatewayMetrics
 from gateway.pins import load_version
 from gateway.pipeline import ChatPipeline
@@ -136,18 +136,3 @@ async def admin_state(request: Request) -> GatewayState:
 
 # The same state, behind the admin key (``guard`` already requires it for every control-plane route).
 AdminStateDep = Annotated[GatewayState, Depends(admin_state)]
-
-CONTROL_PLANE = ("/api", "/admin")  # route prefixes that need the admin key, reads and writes alike
-
-
-async def guard(request: Request) -> None:
-    """Dependency of every route: a served Host; on the control plane, the admin key.
-
-    Decided by the matched route's path, so a route added to any router under /api or /admin is
-    covered without naming the rule again.
-    """
-    state: GatewayState = request.app.state.gateway
-    require_served_host(request, state.served_hosts)
-    path = getattr(request.scope.get("route"), "path", request.url.path)
-    if any(path == prefix or path.startswith(prefix + "/") for prefix in CONTROL_PLANE):
-        require_admin(request, state.settings.admin_key)

@@ -8,7 +8,7 @@ from datetime import datetime, timedelta
 
 import pytest
 
-from gateway.body_limit import BodyLimit
+from gateway.body_limit import Boundary
 from tests.builders import chat_body, gateway_settings
 from tests.gateway_harness import start_gateway
 from tests.unit.test_errors import assert_openai_error
@@ -106,8 +106,8 @@ async def stream_through(limit: int, path: str, total: int, headers=()) -> tuple
     async def send(message):
         sent.append(message)
 
-    scope = {"type": "http", "method": "POST", "path": path, "headers": list(headers)}
-    await BodyLimit(app, max_bytes=limit)(scope, receive, send)
+    scope = {"type": "http", "method": "POST", "path": path, "headers": [(b"x-admin-key", b"k"), *headers]}
+    await Boundary(app, max_bytes=limit, admin_key="k", served_hosts=frozenset({"*"}))(scope, receive, send)
     return app, pulled, sent
 
 
