@@ -398,6 +398,11 @@ def eval_policies(
     gateway: Annotated[str, typer.Option(envvar="HARNESSRL_GATEWAY", help="The gateway's URL")] = "http://127.0.0.1:8000",
     admin_key: Annotated[str | None, typer.Option(
         envvar="HARNESSRL_ADMIN_KEY", help="The gateway's admin key [default: $HARNESSRL_HOME/admin.key]")] = None,
+    judge: JudgeModel = None,
+    rubric: RubricFile = None,
+    judge_base_url: JudgeBaseUrl = None,
+    judge_concurrency: JudgeConcurrency = 4,
+    judge_timeout: JudgeTimeout = 120.0,
 ) -> None:
     """Evaluate policies on tasks: k rollouts per task per policy, each pinned to its policy; a table,
     eval.json and eval.png (per policy pass@1, pass@k, mean reward with a 95% interval, failures)."""
@@ -416,13 +421,16 @@ def eval_policies(
     if not asked:
         raise fail("--policies names at least one policy: base, latest or policy-vN")
     name = run or time.strftime("eval-%Y%m%d-%H%M%S", time.gmtime())
+    from harnesses.judge import Judge  # eval judges each rollout on its own (its jobs are single rollouts)
+
+    judged = _judge_settings(judge, rubric, "rollout", judge_base_url, judge_concurrency, judge_timeout)
     try:
         chosen = load_selection(tasks, _selection(include, exclude, split, test_fraction))
         plan = EvalPlan(run=name, tasks=chosen, harness=eval_harness(harness, sandbox), policies=asked, k=k,
                         concurrency=concurrency, sandbox=sandbox, sampling={"temperature": temperature, "top_p": 1.0},
                         base_spec=SandboxSpec(limits=Limits(memory_bytes=int(memory_gib * 2**30), cpus=1.0)),
                         sandbox_options={"isolation": local_isolation(allow_unisolated)} if sandbox == "local" else {},
-                        wall_factor=wall_factor)
+                        wall_factor=wall_factor, judge=Judge(judged) if judged else None)
         document = evaluate(plan, gateway, _admin_key(admin_key), out or data_home() / "eval" / name,
                             Console())
     except (TaskError, ValueError, RuntimeError) as exc:

@@ -23,6 +23,7 @@ from gateway.passk import TaskCount, policy_label, policy_results
 from harnesses.adapter import HarnessAdapter
 from harnesses.budget import DEFAULT_WALL_FACTOR
 from harnesses.gateway_client import GatewayClient
+from harnesses.judge import Judge
 from harnesses.runner import RolloutResult, Runner, RunPlan
 from harnesses.task import Task
 from sandboxes import SandboxSpec
@@ -43,6 +44,7 @@ class EvalPlan:
     base_spec: SandboxSpec = field(default_factory=SandboxSpec)
     sandbox_options: dict = field(default_factory=dict)
     wall_factor: float = DEFAULT_WALL_FACTOR
+    judge: Judge | None = None  # an LLM judge scoring each rollout (the reward component "judge")
 
 
 @dataclass(frozen=True)
@@ -158,7 +160,7 @@ def _runner_plan(plan: EvalPlan, policy: Resolved) -> PinnedRunPlan:
     return PinnedRunPlan(run=plan.run, tasks=plan.tasks, harness=plan.harness, group_size=plan.k,
                          concurrency=plan.concurrency, sandbox=plan.sandbox, base_spec=plan.base_spec,
                          sampling=plan.sampling, sandbox_options=plan.sandbox_options, round=policy.version,
-                         wall_factor=plan.wall_factor, pin=policy.label)
+                         wall_factor=plan.wall_factor, pin=policy.label, judge=plan.judge)
 
 
 async def _interleaved_jobs(runners: list[tuple[Resolved, Runner]]) -> list[tuple[Resolved, Runner, Task, int]]:

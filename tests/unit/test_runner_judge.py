@@ -110,3 +110,18 @@ async def test_reward_details_are_bounded_and_plain_json(live_gateway):
         assert (await http.get(f"/api/rollouts/{created['id']}")).json()["status"] == "running"
         anonymous = await httpx.AsyncClient(base_url=live_gateway.url).post(finish, json={"status": "finished"})
         assert anonymous.status_code == 401  # only the control plane writes rewards and their details
+
+
+async def test_eval_judges_each_pinned_rollout(live_gateway):
+    from harnessrl.evaluation import EvalPlan, eval_harness, run_evaluation
+
+    with JudgeServer(lambda body: Reply(json.dumps({"verdict_id": nonce_of(body), "score": 0.5}))) as judge_server:
+        judge = judged_plan(judge_server).judge
+        plan = EvalPlan(run="eval-judged", tasks=TASKS, harness=eval_harness("oneshot", "local"), policies=("base",),
+                        k=2, concurrency=4, sandbox_options={"isolation": "bwrap"}, judge=judge)
+        await run_evaluation(plan, live_gateway.url, TEST_ADMIN_KEY)
+        client = GatewayClient(live_gateway.url, TEST_ADMIN_KEY)
+        views = [await client.rollout(r["id"]) for r in await client.rollouts("eval-judged")]
+        await client.close()
+    assert len(views) == 4 and len(judge_server.requests) == 4
+    assert all(v["rewards"]["judge"] == 0.5 and v["reward_details"]["judge"]["prompt_tokens"] == 120 for v in views)
