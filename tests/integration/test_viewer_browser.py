@@ -39,6 +39,10 @@ MANY_ROLLOUTS = 60  # the viewer pages by 50
 # Agent output is untrusted: this must show up as text and never run.
 HOSTILE = 'You are welcome. <img src=x onerror="window.__pwned=1"><script>window.__pwned=2</script>'
 STEPS = 5
+# The judge's verdict as the runner stores it (harnesses.judge.Judgement.detail); its reasons may quote the agent.
+JUDGE_DETAIL = {"score": 0.75, "reasons": f"Polite; the agent wrote {HOSTILE}", "model": "hosted_vllm/judge",
+                "prompt_tokens": 812, "completion_tokens": 40, "cost_usd": None, "latency_s": 1.5, "attempts": 1,
+                "cached": False, "shared_by": 4, "abstained": False}
 VIEWPORT = {"width": 1280, "height": 800}
 
 
@@ -88,14 +92,16 @@ def _record_run(url: str) -> int:
         OpenAI(base_url=f"{url}/v1", api_key=token, max_retries=0).chat.completions.create(
             model="policy", messages=[{"role": "user", "content": text}])
 
-    def finish(rollout_id: int, status: str = "finished", error: str | None = None, **rewards) -> None:
+    def finish(rollout_id: int, status: str = "finished", error: str | None = None, details: dict | None = None,
+               **rewards) -> None:
         response = http.post(f"/api/rollouts/{rollout_id}/finish",
-                             json={"status": status, "error": error, "rewards": rewards})
+                             json={"status": status, "error": error, "rewards": rewards,
+                                   "reward_details": details or {}})
         assert response.status_code == 200, response.text
 
     weather = rollout("weather", "g-weather")
     _weather_rollout(OpenAI(base_url=f"{url}/v1", api_key=weather["token"], max_retries=0))
-    finish(weather["id"], correct=1.0, format=0.5)
+    finish(weather["id"], correct=1.0, format=0.5, judge=0.75, details={"judge": JUDGE_DETAIL})
     other = rollout("weather", "g-weather", harness="opencode")
     chat(other["token"], "What is the weather in London?")
     finish(other["id"], correct=0.0)
@@ -314,6 +320,11 @@ def test_run_group_rollout_call_by_clicking(recorded, db, browser):
     assert browser.texts("[data-testid=rollout-reward]") == [_reward_text(weather.reward)]
     components = browser.texts("[data-testid=reward-components] .component")
     assert components == [f"{name} = {_reward_text(value)}" for name, value in weather.rewards.items()]
+    assert browser.texts("[data-testid=judge-model]") == ["hosted_vllm/judge"]
+    assert browser.texts("[data-testid=judge-score]") == ["0.75"]
+    assert browser.texts("[data-testid=judge-tokens]") == ["812 prompt + 40 completion (one call for 4 rollouts of the group)"]
+    assert browser.texts("[data-testid=judge-cost]") == ["unknown to litellm"]
+    assert HOSTILE in browser.texts("[data-testid=judge-reasons]")[0]  # as text, never run
     assert browser.attrs("[data-testid=call-row]", "data-call-id") == [str(i) for i in calls]
     [side] = [c for c in calls.values() if c.tags]
     assert browser.texts(f"[data-testid=call-row][data-call-id='{side.id}'] .tag") == side.tags == ["title"]
