@@ -53,6 +53,8 @@ async def test_tasks_check_names_each_broken_task_and_its_reason(tmp_path, sandb
     harbor_task(tmp_path, "bad-reward", BASE, "echo lots > /logs/verifier/reward.txt\n", "true\n")
     harbor_task(tmp_path, "slow-solution", BASE, GOOD_TEST, "sleep 60\n", "[agent]\ntimeout_sec = 2.0\n")
     harbor_task(tmp_path, "slow-verifier", BASE, "sleep 60\n", "true\n", "[verifier]\ntimeout_sec = 2.0\n")
+    harbor_task(tmp_path, "slow-build", BASE + f"RUN sleep 60 # {sandbox}\n", GOOD_TEST, "true\n",
+                "[environment]\nbuild_timeout_sec = 3.0\n")
     options = {"isolation": "bwrap"} if sandbox == "local" else {}
     checks = await check_tasks(load_tasks(tmp_path), CheckSettings(sandbox=sandbox, concurrency=4,
                                                                    sandbox_options=options), Environments())
@@ -64,3 +66,4 @@ async def test_tasks_check_names_each_broken_task_and_its_reason(tmp_path, sandb
     assert "verifier error" in reasons["bad-reward"] and "lots" in reasons["bad-reward"]
     assert reasons["slow-solution"].startswith("oracle: agent timeout")
     assert "oracle: verifier timeout" in reasons["slow-verifier"]
+    assert "oracle: build error" in reasons["slow-build"] and "build timed out" in reasons["slow-build"]
