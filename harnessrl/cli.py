@@ -223,7 +223,7 @@ def _serve_until_stopped(server, engine) -> int:
 def export(
     run: Annotated[str, typer.Option(help="The run to export")],
     out: Annotated[Path, typer.Option(help="Output file")],
-    format: Annotated[str, typer.Option("--format", help="jsonl or parquet")] = "jsonl",
+    format: Annotated[str, typer.Option("--format", help="jsonl, parquet or openenv (one TrainingTrace per rollout)")] = "jsonl",
     model: Annotated[Path | None, typer.Option(help="Model folder, to decode prompt and completion text")] = None,
     include_side: Annotated[bool, typer.Option(help="Also export side calls (titles, summaries)")] = False,
     database_url: DatabaseUrl = None,
@@ -231,8 +231,8 @@ def export(
     """Write a run's training samples (one per root-to-leaf path of its call graph)."""
     from harnessrl.export import export_run
 
-    if format not in ("jsonl", "parquet"):
-        raise fail(f"--format must be jsonl or parquet, not {format!r}")
+    if format not in ("jsonl", "parquet", "openenv"):
+        raise fail(f"--format must be jsonl, parquet or openenv, not {format!r}")
     decode = _decoder(model)
     url = _database_url(database_url)
 
@@ -242,7 +242,8 @@ def export(
         return await export_run(store, run, format, out, include_side, decode)
 
     count = _with_store(url, work)
-    console.print(f"wrote {count} samples of run {run!r} to {out}")
+    what = "rollouts (OpenEnv training traces)" if format == "openenv" else "samples"
+    console.print(f"wrote {count} {what} of run {run!r} to {out}")
 
 
 def _decoder(model: Path | None):

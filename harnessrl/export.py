@@ -1,4 +1,4 @@
-"""`harnessrl export`: a run's training samples as JSONL or Parquet.
+"""`harnessrl export`: a run's training samples as JSONL or Parquet (or OpenEnv traces, see openenv_export).
 
 Each record follows the data contract other async RL stacks read:
 ``{"gen_id", "group_id", "prompt", "prompt_ids", "completion": {"text", "completion_ids",
@@ -65,6 +65,10 @@ async def export_run(store: Store, run: str, fmt: str, out: Path, include_side: 
                      decode: Callable[[list[int]], str] | None = None) -> int:
     """Write the run's samples to ``out``; returns how many were written."""
     out.parent.mkdir(parents=True, exist_ok=True)
+    if fmt == "openenv":  # one OpenEnv TrainingTrace per rollout (harnessrl/openenv_export.py)
+        from harnessrl.openenv_export import write_openenv
+
+        return await write_openenv(store, run, out, include_side)
     pages = run_records(store, run, include_side, decode)
     if fmt == "jsonl":
         return await _write_jsonl(pages, out)
