@@ -13,6 +13,8 @@ import math
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from harnesses.openenv_rewards import is_rubric, rubric_reward
+
 
 @dataclass(frozen=True)
 class RewardFunction:
@@ -41,6 +43,8 @@ def load_reward_function(spec: str) -> RewardFunction:
         function = getattr(importlib.import_module(module_name), attribute)
     except (ImportError, AttributeError) as exc:
         raise ValueError(f"cannot load reward function {spec!r}: {exc}") from None
+    if is_rubric(function):  # an OpenEnv Rubric, called with (final answer, observation)
+        function = rubric_reward(function)
     if not callable(function):
         raise ValueError(f"{spec!r} is not callable")
     return RewardFunction(spec, function)
