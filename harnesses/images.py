@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 DEFAULT_BASE = "debian:bookworm-slim"
-HARNESS_IMAGES = ("opencode", "pi", "hermes")
+HARNESS_IMAGES = ("opencode", "pi", "hermes", "claude-code", "codex")
 DOCKER_DIR = Path(__file__).resolve().parent.parent / "docker"
 SETUP_HINT = "docker/setup-engine.sh starts an engine and builds the base image offline"
 LOG_LINES = 30  # of a failed build, in the error

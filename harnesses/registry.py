@@ -18,7 +18,7 @@ def create_harness(name: str, sandbox: str = "local") -> HarnessAdapter:
         from harnesses.agents.oracle import NopHarness, OracleHarness
 
         return OracleHarness() if name == "oracle" else NopHarness()
-    if name in ("opencode", "pi", "hermes"):
+    if name in harness_names()[1:]:
         from harnesses import agents  # the CLI agents' adapters
 
         return agents.create(name, sandbox=sandbox)

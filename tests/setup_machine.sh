@@ -2,8 +2,8 @@
 # What the test suite needs beyond the venv, set up idempotently: `make test` runs this first.
 #
 # The suite runs every tier against real parts: PostgreSQL's server, bubblewrap (local sandboxes),
-# a Docker engine with the offline base image and the harness images (docker sandboxes), the three
-# real agents (OpenCode, pi, Hermes) and Debian's chromium (the viewer's browser tests). As root, each
+# a Docker engine with the offline base image and the harness images (docker sandboxes), the five
+# real agents (OpenCode, pi, Hermes, Claude Code, Codex CLI) and Debian's chromium (the viewer's browser tests). As root, each
 # missing part is installed (seconds when all are there); otherwise the missing parts are listed with
 # the one command that installs them, and the script fails: a run that skips them would prove less
 # than it claims.
@@ -15,6 +15,8 @@ cd "$(dirname "$0")/.."
 OPENCODE_VERSION=1.18.33  # pins: harnesses/agents/*.py VERSION
 PI_VERSION=0.73.1
 HERMES_VERSION=0.19.0
+CLAUDE_CODE_VERSION=2.1.332
+CODEX_VERSION=0.171.0
 HERMES_VENV=/opt/hermes
 what=${1:-test}
 
@@ -36,6 +38,8 @@ missing_agents() {
     [ "$(opencode --version 2>/dev/null)" = "$OPENCODE_VERSION" ] || need+=(opencode)
     [ "$(pi --version 2>&1)" = "$PI_VERSION" ] || need+=(pi)
     [ -x "$HERMES_VENV/bin/hermes" ] || need+=(hermes)
+    [ "$(claude --version 2>/dev/null)" = "$CLAUDE_CODE_VERSION (Claude Code)" ] || need+=(claude-code)
+    [ "$(codex --version 2>/dev/null)" = "codex-cli $CODEX_VERSION" ] || need+=(codex)
     echo "${need[@]}"
 }
 
@@ -71,6 +75,8 @@ for agent in $(missing_agents); do
         opencode) npm install -g "opencode-ai@$OPENCODE_VERSION" ;;
         pi) npm install -g "@mariozechner/pi-coding-agent@$PI_VERSION" ;;
         hermes) python3 -m venv "$HERMES_VENV" && "$HERMES_VENV/bin/pip" install -q "hermes-agent==$HERMES_VERSION" ;;
+        claude-code) npm install -g "@anthropic-ai/claude-code@$CLAUDE_CODE_VERSION" ;;
+        codex) npm install -g "@openai/codex@$CODEX_VERSION" ;;
     esac
 done
 

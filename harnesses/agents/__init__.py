@@ -1,4 +1,4 @@
-"""Adapters for the real CLI coding agents: OpenCode, pi and Hermes (see `cli_agent` for the common part).
+"""Adapters for the real CLI coding agents: OpenCode, pi, Hermes, Claude Code and Codex CLI (see `cli_agent`).
 
     harness = create("opencode", sandbox="docker")   # image harnessrl/opencode:latest
     harness = create("pi")                           # local sandbox: the host's install, read-only
@@ -6,15 +6,18 @@
 
 from __future__ import annotations
 
+from harnesses.agents.claude_code import ClaudeCodeHarness
 from harnesses.agents.cli_agent import AgentNotInstalled, AgentSettings, CliAgentHarness
+from harnesses.agents.codex import CodexHarness
 from harnesses.agents.hermes import HermesHarness
 from harnesses.agents.opencode import OpenCodeHarness
 from harnesses.agents.pi import PiHarness
 
-AGENTS: dict[str, type[CliAgentHarness]] = {"opencode": OpenCodeHarness, "pi": PiHarness, "hermes": HermesHarness}
+AGENTS: dict[str, type[CliAgentHarness]] = {"opencode": OpenCodeHarness, "pi": PiHarness, "hermes": HermesHarness,
+                                            "claude-code": ClaudeCodeHarness, "codex": CodexHarness}
 
-__all__ = ["AGENTS", "AgentNotInstalled", "AgentSettings", "CliAgentHarness", "HermesHarness", "OpenCodeHarness",
-           "PiHarness", "create"]
+__all__ = ["AGENTS", "AgentNotInstalled", "AgentSettings", "ClaudeCodeHarness", "CliAgentHarness", "CodexHarness",
+           "HermesHarness", "OpenCodeHarness", "PiHarness", "create"]
 
 
 def create(name: str, sandbox: str = "local", settings: AgentSettings | None = None) -> CliAgentHarness:
