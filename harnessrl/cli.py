@@ -431,7 +431,7 @@ def eval_policies(
                         concurrency=concurrency, sandbox=sandbox, sampling={"temperature": temperature, "top_p": 1.0},
                         base_spec=SandboxSpec(limits=Limits(memory_bytes=int(memory_gib * 2**30), cpus=1.0)),
                         sandbox_options={"isolation": local_isolation(allow_unisolated)} if sandbox == "local" else {},
-                        wall_factor=wall_factor, judge=Judge(judged) if judged else None)
+                        wall_factor=wall_factor, judge=Judge(judged) if judged else None, harness_name=harness)
         document = evaluate(plan, gateway, _admin_key(admin_key), out or data_home() / "eval" / name,
                             Console())
     except (TaskError, ValueError, RuntimeError) as exc:

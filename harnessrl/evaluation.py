@@ -45,6 +45,11 @@ class EvalPlan:
     sandbox_options: dict = field(default_factory=dict)
     wall_factor: float = DEFAULT_WALL_FACTOR
     judge: Judge | None = None  # an LLM judge scoring each rollout (the reward component "judge")
+    harness_name: str | None = None  # as asked (e.g. oneshot); default: the adapter's name
+
+    @property
+    def harness_label(self) -> str:
+        return self.harness_name or self.harness.name
 
 
 @dataclass(frozen=True)
@@ -200,7 +205,7 @@ def eval_document(plan: EvalPlan, policies: list[Resolved], summary: dict) -> di
     per_task = [{"task": row["task"], "policies": {label: cell for label, cell in row["policies"].items()
                                                    if label in labels}}
                 for row in summary.get("policy_tasks", [])]
-    return {"run": plan.run, "harness": plan.harness.name, "k": plan.k, "sampling": plan.sampling,
+    return {"run": plan.run, "harness": plan.harness_label, "k": plan.k, "sampling": plan.sampling,
             "tasks": [t.name for t in plan.tasks], "policies": rows,
             "per_task": [row for row in per_task if row["policies"]]}
 
