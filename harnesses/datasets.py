@@ -7,7 +7,9 @@
 - a list file: one path per line (a task folder, a folder of tasks or a JSONL file), relative to the
   list file's folder; blank lines and ``#`` comments are skipped;
 - ``builtin:arithmetic`` (the generated family quickstart trains on) or ``builtin:tasks`` (the 32
-  small tasks shipped in ``harnesses/tasks``).
+  small tasks shipped in ``harnesses/tasks``);
+- ``harbor:SPEC`` / ``hf:ORG/NAME``: what OpenEnv's Harbor resolution takes (a folder, a Hugging Face
+  dataset repo, a registry ``NAME@VERSION``; see harnesses/openenv_datasets.py).
 
 The split is a property of a task's name alone: ``sha256(name)`` read as a fraction of 2**64 below
 ``test_fraction`` is ``test``, else ``train``. So a task keeps its split whatever else the dataset
@@ -26,6 +28,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from harnesses.openenv_datasets import is_openenv_dataset, load_openenv_dataset
 from harnesses.task import Task, TaskError, builtin_tasks_path, load_tasks
 
 SPLITS = ("all", "train", "test")
@@ -99,6 +102,8 @@ def load_dataset(source: str | Path) -> list[Task]:
             raise TaskError(f"unknown built-in dataset {text!r}: use one of "
                             f"{', '.join(BUILTIN_PREFIX + n for n in BUILTIN)}")
         tasks = BUILTIN[name]()
+    elif is_openenv_dataset(text):  # harbor:SPEC, hf:ORG/NAME, resolved by OpenEnv (harnesses/openenv_datasets.py)
+        tasks = load_openenv_dataset(text)
     else:
         path = Path(source)
         tasks = _list_file(path) if _is_list_file(path) else load_tasks(path)

@@ -292,7 +292,8 @@ def _judge_settings(model: str | None, rubric: Path | None, mode: str, base_url:
 
 # Which tasks a command runs (harnesses/datasets.py): --tasks and the selection options.
 TASKS_HELP = ("A folder of Harbor tasks (nested), a .jsonl file, a list file (one path a line), or "
-              "builtin:arithmetic | builtin:tasks")
+              "builtin:arithmetic | builtin:tasks, or resolved by OpenEnv: harbor:FOLDER | harbor:ORG/NAME | "
+              "harbor:NAME@VERSION | hf:ORG/NAME")
 Include = Annotated[list[str] | None, typer.Option(help="Only tasks whose name matches this glob, repeatable")]
 Exclude = Annotated[list[str] | None, typer.Option(help="Leave out tasks whose name matches this glob, repeatable")]
 Split = Annotated[str, typer.Option(help="all | train | test: tasks split by a hash of their name, so training "
