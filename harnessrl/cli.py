@@ -314,7 +314,7 @@ def _selection(include: list[str] | None, exclude: list[str] | None, split: str,
 def run_rollouts(
     tasks: Annotated[Path, typer.Option(help=TASKS_HELP)],
     run: Annotated[str, typer.Option(help="The run's name; rerunning the same command resumes it")],
-    harness: Annotated[str, typer.Option(help="builtin | opencode | pi | hermes")] = "builtin",
+    harness: Annotated[str, typer.Option(help="builtin | opencode | pi | hermes | claude-code | codex")] = "builtin",
     group_size: Annotated[int, typer.Option(min=1, help="G: rollouts per task (one GRPO group)")] = 4,
     concurrency: Annotated[int, typer.Option(min=1, help="Rollouts at once")] = 4,
     sandbox: Annotated[str, typer.Option(help="local | docker")] = "local",
@@ -779,7 +779,8 @@ app.add_typer(images_app, name="images")
 @images_app.command("build")
 def images_build(
     base: Annotated[str, typer.Option(help="The image the Dockerfiles start FROM")] = "debian:bookworm-slim",
-    harness: Annotated[list[str] | None, typer.Option(help="opencode | pi | hermes, repeatable (default: all)")] = None,
+    harness: Annotated[list[str] | None, typer.Option(
+        help="opencode | pi | hermes | claude-code | codex, repeatable (default: all)")] = None,
 ) -> None:
     """Build docker/Dockerfile.<harness> as harnessrl/<harness>:latest."""
     from harnesses.images import HARNESS_IMAGES, ImageBuildError, build_images
