@@ -1,30 +1,40 @@
-"""The runner's view of the gateway's REST API (creating rollouts, ending them with rewards)."""
+"""The runner's and the CLI's view of the gateway's REST API (creating rollouts, ending them with rewards).
+
+Requests go through ``gateway.control_client`` (the one list of retried transport errors and its
+backoff); every request here is safe to repeat (see there).
+"""
 
 from __future__ import annotations
 
-import asyncio
 import uuid
 
 import httpx
 
-# Transport errors worth a retry: the gateway is (re)starting, or it closed a kept-alive
-# connection just as a request went out on it.
-RETRYABLE = (httpx.ConnectError, httpx.ConnectTimeout, httpx.RemoteProtocolError, httpx.ReadError,
-             httpx.WriteError)
-RETRY_DELAYS_S = (0.2, 1.0, 3.0)
+from gateway.control_client import Backoff, GatewayUnreachable, send
+
+BACKOFF = Backoff(retries=3, first_s=0.2, factor=4.0, max_s=3.2)  # 0.2, 0.8, 3.2 s
+UNREACHABLE_HINT = "start it with `harnessrl serve` or pass --gateway URL"
+
+__all__ = ["AlreadyEnded", "GatewayClient", "GatewayRefused", "GatewayUnreachable"]
 
 
 class AlreadyEnded(RuntimeError):
     """The rollout had already ended (409)."""
 
 
+class GatewayRefused(RuntimeError):
+    """The gateway answered with an error; the message has its status and text (and the fix, for a 401)."""
+
+
 class GatewayClient:
-    def __init__(self, url: str, admin_key: str | None = None):
+    def __init__(self, url: str, admin_key: str | None = None, transport: httpx.AsyncBaseTransport | None = None):
+        """``transport``: httpx's own (None), or a test's."""
         headers = {"x-admin-key": admin_key} if admin_key else {}
         self.url = url.rstrip("/")
         # Idle connections expire before the server's keep-alive (uvicorn: 5 s) closes them.
         limits = httpx.Limits(max_connections=256, keepalive_expiry=2.0)
-        self._http = httpx.AsyncClient(base_url=self.url, headers=headers, timeout=60.0, limits=limits)
+        self._http = httpx.AsyncClient(base_url=self.url, headers=headers, timeout=60.0, limits=limits,
+                                       transport=transport)
 
     async def create_rollout(self, run: str, task: str, group: str, group_size: int, meta: dict,
                              capture: str | None = None, sampling: dict | None = None) -> dict:
@@ -75,18 +85,10 @@ class GatewayClient:
         await self._http.aclose()
 
     async def _json(self, method: str, path: str, **kwargs) -> dict:
-        for delay in (*RETRY_DELAYS_S, None):
-            try:
-                response = await self._http.request(method, path, **kwargs)
-                break
-            except RETRYABLE:
-                if delay is None:
-                    raise RuntimeError(f"gateway at {self.url} is unreachable; start it with `harnessrl serve` "
-                                       f"or pass --gateway URL") from None
-                await asyncio.sleep(delay)
+        _, response = await send(self._http, method, self.url + path, BACKOFF, UNREACHABLE_HINT, **kwargs)
         if response.status_code == 409 and "already ended" in response.text:
             raise AlreadyEnded(response.text)
         if response.status_code >= 400:
-            raise RuntimeError(f"gateway {method} {path}: {response.status_code} {response.text[:500]}"
-                               + (" (pass --admin-key)" if response.status_code == 401 else ""))
+            raise GatewayRefused(f"gateway {method} {path}: {response.status_code} {response.text[:500]}"
+                                 + (" (pass --admin-key)" if response.status_code == 401 else ""))
         return response.json()

@@ -620,7 +620,7 @@ def train(
     from gateway.store.training import ConsumeConflict
     from learner.config import ConfigError, dump_toml, load_config
     from learner.loop import LearnerError, train_from_url
-    from learner.publish import PublishError
+    from learner.publish import GatewayUnreachable, PublishError
 
     try:
         settings = _learner_settings(load_config(config, max_steps=max_steps, metrics_port=metrics_port), run,
@@ -649,7 +649,7 @@ def train(
         finally:
             if evaluator is not None:
                 evaluator.stop()
-    except (PublishError, ConsumeConflict, LearnerError, FileNotFoundError) as exc:
+    except (PublishError, GatewayUnreachable, ConsumeConflict, LearnerError, FileNotFoundError) as exc:
         raise fail(str(exc)) from None
     finally:
         shutdown()

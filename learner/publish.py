@@ -5,9 +5,9 @@ into every engine under the new name, makes it current for new rollouts and unlo
 than ``max_staleness + 1``. The folder must be readable by the engine at that path: the adapters dir
 is absolute and on a disk the engine shares.
 
-Transport errors (the request may not have arrived) and 503 answers (the gateway's engine is briefly
-unavailable) are retried with doubling delays up to ``retries`` times; any other HTTP error answer is
-a configuration problem and is raised with the fix.
+Transport errors and 503 answers are retried with doubling delays up to ``retries`` times
+(``gateway.control_client``, the one control-plane transport); any other HTTP error answer is a
+configuration problem and is raised with the fix.
 A retried request may already have been applied (a timeout after the gateway loaded it): the
 gateway then answers 409 and the learner checks ``GET /admin/policy`` before calling it an error.
 """
@@ -23,20 +23,19 @@ from typing import Any
 
 import httpx
 
+from gateway.control_client import Backoff, GatewayUnreachable, send
 from learner.checkpoint import atomic_write_dir
 
-# Errors where the gateway may never have seen the request, or its answer was lost on the way.
-RETRYABLE = (httpx.ConnectError, httpx.ConnectTimeout, httpx.PoolTimeout, httpx.ReadTimeout, httpx.ReadError,
-             httpx.WriteError, httpx.RemoteProtocolError)
 MAX_DELAY_S = 10.0
+UNREACHABLE_HINT = ("start it with `harnessrl serve`, fix gateway_url in the learner config, "
+                    "or set publish = false to train without publishing")
+
+__all__ = ["GatewayUnreachable", "PublishError", "Published", "Publisher"]
 
 
 class PublishError(RuntimeError):
-    """The gateway refused the adapter or stayed unreachable; the message says what to fix."""
-
-
-class GatewayUnreachable(PublishError):
-    """Transport errors outlasted the retries: nothing is wrong with the adapter or the config."""
+    """The gateway refused the adapter; the message says what to fix. (Transport errors that outlast
+    the retries are ``GatewayUnreachable``: nothing is wrong with the adapter or the config.)"""
 
 
 @dataclass(frozen=True)
@@ -111,22 +110,8 @@ class Publisher:
         return (await self._send_counted(method, path, body))[1]
 
     async def _send_counted(self, method: str, path: str, body: dict | None) -> tuple[int, httpx.Response]:
-        delay = 0.5
-        for attempt in range(1, self.retries + 2):
-            try:
-                response = await self.client.request(method, self.url + path, json=body, headers=self.headers)
-                if response.status_code != 503 or attempt > self.retries:
-                    return attempt, response
-                # 503: the gateway's engine is briefly unavailable (restarting, a dropped connection)
-            except RETRYABLE as exc:
-                if attempt > self.retries:
-                    raise GatewayUnreachable(
-                        f"gateway at {self.url} unreachable after {attempt} attempts ({type(exc).__name__}: {exc}); "
-                        f"start it with `harnessrl serve`, fix gateway_url in the learner config, "
-                        f"or set publish = false to train without publishing") from exc
-            await self._sleep(delay)
-            delay = min(delay * 2, MAX_DELAY_S)
-        raise AssertionError("unreachable")  # pragma: no cover
+        return await send(self.client, method, self.url + path, Backoff(self.retries, 0.5, 2.0, MAX_DELAY_S),
+                          UNREACHABLE_HINT, sleep=self._sleep, json=body, headers=self.headers)
 
 
 def _raise_for(response: httpx.Response, version: int) -> None:
