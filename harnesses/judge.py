@@ -142,7 +142,7 @@ class Judge:
         return [_judgement(self.settings.model, s, asdict(answer), shared_by=size) for s in scored]
 
     async def _ask(self, messages: list[dict], schema: dict, max_tokens: int) -> _Answer:
-        litellm = _litellm()
+        litellm = litellm_module()
         retryable = (litellm.RateLimitError, litellm.Timeout, litellm.APIConnectionError,
                      litellm.ServiceUnavailableError, litellm.InternalServerError, litellm.BadGatewayError)
         settings, attempt = self.settings, 0
@@ -221,7 +221,7 @@ def _cost(litellm, response) -> float | None:
         return None
 
 
-def _litellm():
+def litellm_module():
     """litellm, imported on first use (~4 s), with its price map read from the package, not fetched."""
     os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
     import litellm

@@ -22,7 +22,7 @@ async def launch_run(tasks: Path, run: str, harness: str, group_size: int, concu
                      memory_gib: float, wall_factor: float = DEFAULT_WALL_FACTOR,
                      sampling: dict | None = None, allow_unisolated: bool = False,
                      judge: JudgeSettings | None = None, selection: Selection | None = None,
-                     allow_internet: bool = False) -> str:
+                     allow_internet: bool = False, teacher: str | None = None) -> str:
     if sandbox not in ("local", "docker"):
         raise ValueError(f"--sandbox must be local or docker, not {sandbox!r}")
     options = {"isolation": local_isolation(allow_unisolated)} if sandbox == "local" else {}
@@ -35,7 +35,7 @@ async def launch_run(tasks: Path, run: str, harness: str, group_size: int, concu
                    concurrency=concurrency, sandbox=sandbox, base_spec=SandboxSpec(limits=limits),
                    rewards=tuple(load_reward_function(spec) for spec in rewards), capture=capture,
                    wall_factor=wall_factor, sampling=sampling, sandbox_options=options,
-                   judge=Judge(judge) if judge else None, environments=environments)
+                   judge=Judge(judge) if judge else None, environments=environments, teacher=teacher)
     gateway = GatewayClient(gateway_url, admin_key)
     try:
         runner = Runner(plan, gateway)

@@ -47,6 +47,7 @@ class RunPlan:
     wall_factor: float = DEFAULT_WALL_FACTOR  # wall-clock ceiling per rollout, x the task's agent budget
     environments: Environments | None = None  # Harbor task images (built and cached); None: a new one
     judge: Judge | None = None  # an LLM judge adding the reward component "judge"
+    teacher: str | None = None  # the external model serving this run (harnessrl.teacher), kept in each rollout's meta
 
     @property
     def group(self) -> str:
@@ -150,6 +151,8 @@ class Runner:
         plan = self.plan
         meta = {"harness": plan.harness.name, "round": plan.round, "index": index,
                 "side_call_patterns": plan.harness.side_call_patterns}
+        if plan.teacher:
+            meta["teacher"] = plan.teacher
         rollout = await self.gateway.create_rollout(plan.run, task.name, plan.group, plan.group_size, meta,
                                                     plan.capture, plan.sampling)
         try:

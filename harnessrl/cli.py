@@ -347,24 +347,47 @@ def run_rollouts(
     test_fraction: TestFraction = 0.2,
     allow_internet: Annotated[bool, typer.Option(
         help="Give tasks whose task.toml says allow_internet = true the host's network (else refused)")] = False,
+    upstream: Annotated[str | None, typer.Option(
+        help="A teacher run: serve the agents by this litellm model (openai/..., hosted_vllm/NAME) instead of the "
+             "policy, recorded with the policy's tokens into --database-url; SFT data, never GRPO's")] = None,
+    upstream_base_url: Annotated[str | None, typer.Option(help="The teacher's API base (hosted_vllm/...)")] = None,
+    policy_model: Annotated[Path | None, typer.Option(
+        help="With --upstream: the policy's model folder, whose tokenizer records the calls [default: SmolLM2]")] = None,
+    database_url: DatabaseUrl = None,
 ) -> None:
     """Run G rollouts of a harness on every task, verify them and record their rewards."""
     import asyncio
+    from contextlib import nullcontext
 
     from harnesses.launch import launch_run
 
     key = _admin_key(admin_key)
     judged = _judge_settings(judge, rubric, judge_mode, judge_base_url, judge_concurrency, judge_timeout)
     try:
-        summary = asyncio.run(launch_run(tasks, run, harness, group_size, concurrency, sandbox, gateway,
-                                         key, reward or [], capture, memory_gib, wall_factor=wall_factor,
-                                         sampling=_sampling(temperature, top_p),
-                                         allow_unisolated=allow_unisolated, judge=judged,
-                                         selection=_selection(include, exclude, split, test_fraction),
-                                         allow_internet=allow_internet))
+        with _teacher_gateway(upstream, upstream_base_url, policy_model, database_url, key) if upstream \
+                else nullcontext(gateway) as url:
+            summary = asyncio.run(launch_run(tasks, run, harness, group_size, concurrency, sandbox, url,
+                                             key, reward or [], "engine" if upstream else capture, memory_gib,
+                                             wall_factor=wall_factor, sampling=_sampling(temperature, top_p),
+                                             allow_unisolated=allow_unisolated, judge=judged,
+                                             selection=_selection(include, exclude, split, test_fraction),
+                                             allow_internet=allow_internet, teacher=upstream))
     except (ValueError, RuntimeError) as exc:  # bad tasks, harness, reward spec, unreachable gateway
         raise fail(str(exc)) from None
     console.print(summary)
+
+
+def _teacher_gateway(model: str, base_url: str | None, policy_model: Path | None, database_url: str | None,
+                     key: str):
+    """A gateway of its own on the store, served by the teacher (harnessrl.teacher); its URL."""
+    from harnessrl.model_prep import prepare_smollm2
+    from harnessrl.teacher import TeacherSettings, teacher_gateway
+
+    url = _database_url(database_url)
+    _upgrade(url)
+    settings = TeacherSettings(model=model, tokenizer_dir=(policy_model or prepare_smollm2()).resolve(),
+                               api_base=base_url)
+    return teacher_gateway(settings, url, key)
 
 
 def _sampling(temperature: float | None, top_p: float | None) -> dict | None:

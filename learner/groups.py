@@ -44,6 +44,7 @@ class ReadyGroup:
     ready_at: datetime | None
     rollouts: tuple[RolloutData, ...]
     temperatures: tuple[float, ...] = ()  # the distinct temperatures its calls recorded (none: not recorded)
+    teachers: tuple[str, ...] = ()  # external models that served its rollouts (harnessrl.teacher)
 
 
 @dataclass(frozen=True)
@@ -94,12 +95,15 @@ async def load_group(store: Store, group_id: int, include_side: bool = False) ->
         except (ValueError, IndexError) as exc:
             raise UnusableGroup(f"rollout {rollout_id}: its calls make no samples: {exc}") from None
         rollouts.append(RolloutData(rollout_id, reward, tuple(samples)))
-    return ReadyGroup(group_id, members.ready_at, tuple(rollouts), members.temperatures)
+    return ReadyGroup(group_id, members.ready_at, tuple(rollouts), members.temperatures, members.teachers)
 
 
 def check_group(group: ReadyGroup, temperature: float, vocab_size: int | None = None) -> None:
     """UnusableGroup unless the learner can train on the group: its rewards pass the advantage checks,
     its calls sampled at ``temperature``, its samples are consistent and in the model's vocabulary."""
+    if group.teachers:
+        raise UnusableGroup(f"its rollouts were served by the teacher {group.teachers[0]}, which samples no "
+                            f"log-probs of the policy: train on them with `harnessrl sft`, not GRPO")
     try:
         group_advantages([[r.reward for r in group.rollouts]])
     except (ValueError, TypeError) as exc:

@@ -1,5 +1,5 @@
-"""A small OpenAI-compatible chat server whose answers a test scripts, for driving a judge through
-exact scenarios (bad JSON, timeouts, rate limits, out-of-range scores, gullible judges).
+"""A small OpenAI-compatible chat server whose answers a test scripts, for driving a judge (or a
+teacher) through exact scenarios (bad JSON, timeouts, rate limits, out-of-range scores, gullible judges).
 
 ``script(body) -> Reply`` decides each answer from the request body; every request is kept in
 ``requests``. Runs on a real socket (uvicorn in a thread), so litellm's real HTTP client talks to it.
@@ -25,6 +25,7 @@ class Reply:
     delay_s: float = 0.0
     prompt_tokens: int = 120
     completion_tokens: int = 30
+    tool_calls: tuple[tuple[str, str], ...] = ()  # (function name, arguments JSON)
 
 
 def nonce_of(body: dict) -> str:
@@ -59,7 +60,9 @@ class JudgeServer(BackgroundServer):
         return JSONResponse({
             "id": f"chatcmpl-{len(self.requests)}", "object": "chat.completion", "created": 0,
             "model": body.get("model", "judge"),
-            "choices": [{"index": 0, "finish_reason": "stop",
-                         "message": {"role": "assistant", "content": reply.content}}],
+            "choices": [{"index": 0, "finish_reason": "tool_calls" if reply.tool_calls else "stop",
+                         "message": {"role": "assistant", "content": reply.content, "tool_calls": [
+                             {"id": f"call-{n}", "type": "function", "function": {"name": name, "arguments": args}}
+                             for n, (name, args) in enumerate(reply.tool_calls)] or None}}],
             "usage": {"prompt_tokens": reply.prompt_tokens, "completion_tokens": reply.completion_tokens,
                       "total_tokens": reply.prompt_tokens + reply.completion_tokens}})

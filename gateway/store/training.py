@@ -35,6 +35,7 @@ class GroupMembers:
     ready_at: datetime | None
     rewards: tuple[tuple[int, float | None], ...]  # (rollout id, reward) of each member, by id; cancelled: none
     temperatures: tuple[float, ...]  # the distinct temperatures its calls recorded (none: not recorded)
+    teachers: tuple[str, ...] = ()  # external models that served members (meta.teacher): no sampler logprobs
 
 
 @dataclass(frozen=True)
@@ -72,7 +73,7 @@ async def run_sampling(store: Store, run_id: int) -> SamplingSettings | None:
 
 async def group_members(store: Store, group_id: int) -> GroupMembers:
     """A group's rollouts with their rewards, and the temperatures its calls were sampled at."""
-    members = (select(Rollout.id, Rollout.reward).where(Rollout.group_id == group_id, Rollout.status != CANCELLED)
+    members = (select(Rollout.id, Rollout.reward, Rollout.meta).where(Rollout.group_id == group_id, Rollout.status != CANCELLED)
                .order_by(Rollout.id))
     temperatures = (select(Call.temperature).distinct().join(Rollout, Rollout.id == Call.rollout_id)
                     .where(Rollout.group_id == group_id, Rollout.status != CANCELLED, Call.temperature.is_not(None)))
@@ -80,7 +81,8 @@ async def group_members(store: Store, group_id: int) -> GroupMembers:
         ready_at = await session.scalar(select(Group.ready_at).where(Group.id == group_id))
         rows = (await session.execute(members)).all()
         recorded = tuple(sorted((await session.scalars(temperatures)).all()))
-    return GroupMembers(group_id, ready_at, tuple((r[0], r[1]) for r in rows), recorded)
+    teachers = tuple(sorted({str(r[2]["teacher"]) for r in rows if isinstance(r[2], dict) and r[2].get("teacher")}))
+    return GroupMembers(group_id, ready_at, tuple((r[0], r[1]) for r in rows), recorded, teachers)
 
 
 async def quarantine_group(store: Store, run_id: int, group_id: int, reason: str) -> bool:
