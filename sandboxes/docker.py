@@ -7,6 +7,13 @@ that socket to the gateway. So the agent uses `http://127.0.0.1:PORT/r/<token>/v
 nothing else. No bridge network is ever created. The bind mount needs the engine on this host (a
 remote DOCKER_HOST cannot see our socket).
 
+With `spec.forwarder_image` (Harbor task images, which may have no python3) the forwarder runs in a
+sidecar container of that image instead, holding the socket mount, and the sandbox joins its network
+namespace (`network_mode="container:<sidecar>"`): the same 127.0.0.1:PORT, nothing needed in the
+sandbox's image, and neither the socket nor the forwarder's processes visible from it. With
+`spec.internet` (a task that needs it, allowed by the run) the container gets the host's network and
+the gateway URL unchanged. The workspace is `spec.workspace` (a task image's WORKDIR).
+
 Limits: `mem_limit` (= memswap, no swap), `nano_cpus`, `pids_limit`; exec timeouts through GNU
 `timeout -s KILL` inside (kills the exec's process group); wall time kills the container. OOM kills
 are read from the engine's `oom` events and `State.OOMKilled`.

@@ -8,6 +8,11 @@ writable dirs, which persist across execs.
   sandbox's directory: the host serves it with `forwarder.HostBridge`, and inside the exec runs under
   `forwarder.py tcp-to-unix`, which listens on 127.0.0.1:PORT for the agent. Processes an exec leaves
   in the background die with it (own pid namespace).
+  With `spec.root` (a Harbor task's exported image) the workspace is `spec.workspace` (the image's
+  WORKDIR), first filled with the root's content there; mount points the root lacks are made in it;
+  and since the image may have no python3, the forwarder runs outside: `unshare --net` makes the
+  exec's network namespace, the host's python runs the forwarder there (loopback brought up) and
+  bubblewrap joins it, so the agent sees neither the socket nor the forwarder's process.
 - `subprocess` (UNISOLATED): the command runs as this user in the host's file system and network,
   with the workspace as cwd and an explicit minimal environment; only limits and the process-group
   kill apply, and the gateway URL is passed unchanged. Only when asked for by name (never a silent
