@@ -7,7 +7,7 @@ from harnesses.builtin_agent import BuiltinHarness
 
 
 def harness_names() -> list[str]:
-    return ["builtin", "opencode", "pi", "hermes", "oracle", "nop"]
+    return ["builtin", "opencode", "pi", "hermes", "claude-code", "codex", "oracle", "nop"]
 
 
 def create_harness(name: str, sandbox: str = "local") -> HarnessAdapter:

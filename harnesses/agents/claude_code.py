@@ -11,9 +11,8 @@ that needs `IS_SANDBOX=1`.
 
 Output: `--output-format json` prints one result object; its `result` is the final answer.
 
-Side calls: in a print-mode run Claude Code sends its main loop only, with tools. Its context
-compaction and session-title prompts (from the binary) are declared below so they are tagged when
-they happen.
+Side calls: in a print-mode run Claude Code sends its main loop only, with tools (no title call).
+Its context compaction prompts (from the binary) are declared below so they are tagged when they happen.
 """
 
 from __future__ import annotations
@@ -23,10 +22,10 @@ import json
 from harnesses.agents.cli_agent import CliAgentHarness, Endpoint, HostInstall, package_root, which
 
 VERSION = "2.1.332"
+# The compaction prompts of the binary (its system prompt and its instruction).
 SIDE_CALLS = {
-    "title": r"Generate a concise, sentence-case title|Summarize this coding conversation in under \d+ characters",
-    "summary": r"Your task is to create a detailed summary of the conversation so far|"
-               r"You are a helpful AI assistant tasked with summarizing conversations",
+    "summary": r"You are a helpful AI assistant tasked with summarizing conversations|"
+               r"Your task is to create a detailed summary of the conversation so far",
 }
 QUIET = ("DISABLE_TELEMETRY", "DISABLE_ERROR_REPORTING", "DISABLE_AUTOUPDATER", "DISABLE_BUG_COMMAND",
          "CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC", "CLAUDE_CODE_DISABLE_FEEDBACK_SURVEY",

@@ -259,8 +259,8 @@ def test_images_build_each_harness_on_the_base_with_host_network():
 def test_images_report_a_missing_base_or_engine_with_the_fix(monkeypatch):
     with pytest.raises(images.ImageBuildError, match="docker/setup-engine.sh"):
         images.build_images(["opencode"], base="nope:1", client=FakeClient())
-    with pytest.raises(images.ImageBuildError, match="no image for harness 'codex'"):
-        images.build_images(["codex"], client=FakeClient())
+    with pytest.raises(images.ImageBuildError, match="no image for harness 'aider'"):
+        images.build_images(["aider"], client=FakeClient())
 
     def no_engine(**kwargs):
         raise docker.errors.DockerException("Error while fetching server API version")
