@@ -81,3 +81,26 @@ async def test_an_agent_in_a_task_image_reaches_only_its_own_model_endpoints(kin
         assert "200" in await status(f"/r/{TOKEN}/v1/models")  # the route survived the attempts
 
 
+
+
+@pytest.mark.parametrize("kind", ["docker", "local"])
+async def test_a_task_allowed_the_internet_gets_the_hosts_network_only_when_the_run_allows_it(
+        kind, no_python_image, gateway_port, tmp_path):
+    from harnesses.environments import TaskEnvironmentError
+    from harnesses.task import load_harbor
+
+    folder = tmp_path / "online"
+    for sub in ("environment", "tests"):
+        (folder / sub).mkdir(parents=True)
+    (folder / "instruction.md").write_text("x\n")
+    (folder / "task.toml").write_text(f'[environment]\ndocker_image = "{no_python_image}"\nallow_internet = true\n')
+    task = load_harbor(folder)
+    with pytest.raises(TaskEnvironmentError, match="--allow-internet"):
+        await Environments().sandbox_spec(task, "builtin", kind, SandboxSpec())
+    spec = await Environments(allow_internet=True).sandbox_spec(task, "builtin", kind, SandboxSpec())
+    assert spec.internet and spec.workdir == "/app"
+    options = {"isolation": "bwrap"} if kind == "local" else {}
+    async with await create_sandbox(kind, spec, **options) as sandbox:  # a host port: the host's network
+        result = await sandbox.exec(["bash", "-c", REQUEST.format(port=gateway_port, path="/anything")],
+                                    timeout_s=30)
+        assert "200" in result.text(), result.text()
