@@ -9,7 +9,9 @@
 - ``builtin:arithmetic`` (the generated family quickstart trains on) or ``builtin:tasks`` (the 32
   small tasks shipped in ``harnesses/tasks``);
 - ``harbor:SPEC`` / ``hf:ORG/NAME``: what OpenEnv's Harbor resolution takes (a folder, a Hugging Face
-  dataset repo, a registry ``NAME@VERSION``; see harnesses/openenv_datasets.py).
+  dataset repo, a registry ``NAME@VERSION``; see harnesses/openenv_datasets.py);
+- ``openenv:SPEC``: an OpenEnv environment's own tasks (a server URL, ``MODULE:CLASS``, an image; see
+  harnesses/openenv_tasks.py).
 
 The split is a property of a task's name alone: ``sha256(name)`` read as a fraction of 2**64 below
 ``test_fraction`` is ``test``, else ``train``. So a task keeps its split whatever else the dataset
@@ -29,6 +31,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from harnesses.openenv_datasets import is_openenv_dataset, load_openenv_dataset
+from harnesses.openenv_tasks import is_openenv_tasks, load_openenv_tasks
 from harnesses.task import Task, TaskError, builtin_tasks_path, load_tasks
 
 SPLITS = ("all", "train", "test")
@@ -104,6 +107,8 @@ def load_dataset(source: str | Path) -> list[Task]:
         tasks = BUILTIN[name]()
     elif is_openenv_dataset(text):  # harbor:SPEC, hf:ORG/NAME, resolved by OpenEnv (harnesses/openenv_datasets.py)
         tasks = load_openenv_dataset(text)
+    elif is_openenv_tasks(text):  # openenv:SPEC, an environment's own tasks (harnesses/openenv_tasks.py)
+        tasks = load_openenv_tasks(text)
     else:
         path = Path(source)
         tasks = _list_file(path) if _is_list_file(path) else load_tasks(path)

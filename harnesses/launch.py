@@ -9,6 +9,7 @@ from harnesses.datasets import Selection, load_selection
 from harnesses.environments import Environments
 from harnesses.gateway_client import GatewayClient
 from harnesses.judge import Judge, JudgeSettings
+from harnesses.openenv_agent import with_environments
 from harnesses.progress import RunProgress
 from harnesses.registry import create_harness
 from harnesses.reward_functions import load_reward_function
@@ -31,9 +32,11 @@ async def launch_run(tasks: Path, run: str, harness: str, group_size: int, concu
     environments = Environments(allow_internet=allow_internet)
     for task in chosen:  # a task needing the internet is refused before anything runs
         environments.check(task)
-    plan = RunPlan(run=run, tasks=chosen, harness=create_harness(harness, sandbox), group_size=group_size,
+    adapter, reward_functions = with_environments(  # OpenEnv tasks: their tools and reward (harnesses/openenv_agent.py)
+        chosen, create_harness(harness, sandbox), tuple(load_reward_function(spec) for spec in rewards))
+    plan = RunPlan(run=run, tasks=chosen, harness=adapter, group_size=group_size,
                    concurrency=concurrency, sandbox=sandbox, base_spec=SandboxSpec(limits=limits),
-                   rewards=tuple(load_reward_function(spec) for spec in rewards), capture=capture,
+                   rewards=reward_functions, capture=capture,
                    wall_factor=wall_factor, sampling=sampling, sandbox_options=options,
                    judge=Judge(judge) if judge else None, environments=environments, teacher=teacher)
     gateway = GatewayClient(gateway_url, admin_key)

@@ -1,0 +1,136 @@
+"""The builtin agent on OpenEnv tasks: the environment's MCP tools are the agent's tools.
+
+For a task of ``--tasks openenv:SPEC`` the environment is started (or reached) for the rollout and
+reset to the task over one OpenEnv WebSocket session (``MCPToolClient``); its tools, listed by MCP
+``tools/list``, are offered to the model as OpenAI function tools, and every tool call the model
+makes is an OpenEnv ``CallToolAction`` step. The loop ends when the environment says the episode is
+done, the model answers without a tool call, or the turns run out; the outcome carries the last
+observation's reward (``EnvOutcome.env_reward``), which ``environment_reward`` records.
+
+Security: the loop runs on the host, and so does the environment, on 127.0.0.1; the sandbox gets no
+network and no route to the environment. The model reaches the environment only as tool calls by
+name with JSON arguments, and its model calls go through the gateway with the rollout's token. Any
+other task goes to the wrapped harness unchanged.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from dataclasses import replace
+
+from openai import AsyncOpenAI
+
+from harnesses.adapter import AgentOutcome, HarnessAdapter, RolloutTarget
+from harnesses.openenv_tasks import REWARD_NAME, EnvOutcome, EnvServer, EnvTaskRef
+from harnesses.task import Task
+from sandboxes import Sandbox, SandboxSpec
+
+SYSTEM = ("You are an agent acting in an environment through its tools. Call the tools to do the task; "
+          "when it is done, reply with a short final answer and no tool call.")
+RESULT_CHARS = 4000  # of a tool's result fed back to the model
+
+
+class OpenEnvToolsHarness:
+    """Wraps a harness: OpenEnv tasks run the builtin loop on the environment's tools, others the harness."""
+
+    def __init__(self, inner: HarnessAdapter, max_turns: int = 8, max_tokens: int = 256, temperature: float = 1.0):
+        self.inner, self.name = inner, inner.name
+        self.side_call_patterns = inner.side_call_patterns
+        self.max_turns, self.max_tokens, self.temperature = max_turns, max_tokens, temperature
+
+    def sandbox_spec(self, task: Task, target: RolloutTarget, base: SandboxSpec) -> SandboxSpec:
+        if EnvTaskRef.of(task) is None:
+            return self.inner.sandbox_spec(task, target, base)
+        return replace(base, files={**base.files, **task.files}, gateway_url=None)  # no network at all
+
+    async def run(self, sandbox: Sandbox, task: Task, target: RolloutTarget, timeout_s: float) -> AgentOutcome:
+        ref = EnvTaskRef.of(task)
+        if ref is None:
+            return await self.inner.run(sandbox, task, target, timeout_s)
+        server, log = EnvServer(ref.spec), []
+        url = await asyncio.to_thread(server.start)
+        try:
+            return await asyncio.wait_for(self._episode(url, ref, task, target, timeout_s, log), timeout_s)
+        except TimeoutError:
+            return EnvOutcome("", "\n".join(log)[-8000:], 124, timed_out=True)
+        finally:
+            await asyncio.to_thread(server.stop)
+
+    async def _episode(self, url: str, ref: EnvTaskRef, task: Task, target: RolloutTarget, timeout_s: float,
+                       log: list[str]) -> EnvOutcome:
+        from openenv.core.env_server.mcp_types import CallToolAction
+        from openenv.core.mcp_client import MCPToolClient
+
+        client = AsyncOpenAI(base_url=target.base_url, api_key=target.token, max_retries=2, timeout=timeout_s)
+        messages = [{"role": "system", "content": SYSTEM}, {"role": "user", "content": task.instruction}]
+        reward, done, calls, final = None, False, 0, ""
+        try:
+            async with MCPToolClient(base_url=url, message_timeout_s=timeout_s) as env:
+                await env.reset(split=ref.split, index=ref.index)
+                tools = [openai_tool(t) for t in await env.list_tools()]
+                for _ in range(self.max_turns):
+                    reply = (await client.chat.completions.create(
+                        model=target.model, messages=messages, tools=tools, max_tokens=self.max_tokens,
+                        temperature=self.temperature)).choices[0].message
+                    messages.append(_assistant_message(reply))
+                    final = reply.content or final
+                    log.append(f"assistant: {reply.content or ''} {[c.function.name for c in reply.tool_calls or []]}")
+                    if not reply.tool_calls:
+                        break
+                    for call in reply.tool_calls:
+                        step = await env.step(CallToolAction(tool_name=call.function.name,
+                                                             arguments=_arguments(call.function.arguments)))
+                        calls += 1
+                        reward = step.reward if step.reward is not None else reward
+                        done = done or step.done
+                        text = tool_text(step.observation)
+                        log.append(f"tool {call.function.name}: {text[:200]} (reward {step.reward}, done {step.done})")
+                        messages.append({"role": "tool", "tool_call_id": call.id, "content": text})
+                    if done:
+                        break
+        finally:
+            await client.close()
+        return EnvOutcome(final, "\n".join(log)[-8000:], 0, env_reward=reward, env_done=done, tool_calls=calls)
+
+
+def openai_tool(tool) -> dict:
+    """An MCP tool as an OpenAI function tool."""
+    schema = getattr(tool, "input_schema", None) or getattr(tool, "inputSchema", None) or {"type": "object"}
+    return {"type": "function", "function": {"name": tool.name, "description": tool.description or "",
+                                             "parameters": schema}}
+
+
+def tool_text(observation) -> str:
+    """What a tool call returned, as text for the model (its error when it failed)."""
+    if getattr(observation, "error", None):
+        return f"error: {observation.error.message}"[:RESULT_CHARS]
+    result = getattr(observation, "result", None)
+    if isinstance(result, dict):
+        texts = [c.get("text", "") for c in result.get("content") or [] if isinstance(c, dict)]
+        return ("\n".join(texts) if any(texts) else json.dumps(result.get("data")))[:RESULT_CHARS]
+    return str(result)[:RESULT_CHARS]
+
+
+def _arguments(text: str | None) -> dict:
+    try:
+        value = json.loads(text or "{}")
+    except ValueError:
+        return {}
+    return value if isinstance(value, dict) else {}
+
+
+def _assistant_message(reply) -> dict:
+    message: dict = {"role": "assistant", "content": reply.content}
+    if reply.tool_calls:
+        message["tool_calls"] = [c.model_dump() for c in reply.tool_calls]
+    return message
+
+
+def with_environments(tasks: list[Task], harness: HarnessAdapter, rewards: tuple) -> tuple[HarnessAdapter, tuple]:
+    """The harness and reward functions a run needs: OpenEnv tasks get the tools loop and the environment's reward."""
+    if not any(EnvTaskRef.of(task) for task in tasks):
+        return harness, rewards
+    from harnesses.reward_functions import load_reward_function
+
+    return OpenEnvToolsHarness(harness), (*rewards, load_reward_function(REWARD_NAME))
