@@ -167,6 +167,8 @@ async def test_count_tokens_applies_the_same_edits_and_system_turns(gateway):
      "context_management.edits.0.keep"),
     ({"system": [{"type": "text", "text": "x", "cache_control": {"type": "forever"}}]}, "system.0.cache_control.type"),
     ({"metadata": {"user_id": 7}}, "metadata.user_id"),
+    ({"context_management": {"edits": [{"type": "clear_tool_uses_20250919", "keep": {"type": "tool_uses", "value": -1}}]}},
+     "context_management.edits.0.keep.value"),
     ({"tools": [{"type": "web_search_20250305"}]}, "tools.0.name"),
     ({"messages": [*HI, {"role": "user", "content": [{"type": "tool_result", "tool_use_id": "t",
                                                        "content": [{"type": "tool_reference"}]}]}]},
@@ -182,3 +184,13 @@ async def test_malformed_current_api_values_are_400_in_anthropic_shape_and_recor
     assert field in error["error"]["message"], error
     calls = (await gateway.http.get(f"/api/rollouts/{rollout['id']}/calls")).json()["data"]
     assert calls == []
+
+
+async def test_an_agent_flooding_unknown_fields_gets_a_bounded_note(gateway):
+    from gateway.request_notes import MAX_NAMED
+
+    body = {"model": "policy", "max_tokens": 16, "messages": HI, **{f"x{n}": n for n in range(500)}}
+    response = await gateway.http.post("/v1/messages", json=body)
+    assert response.status_code == 200, response.text
+    stored = await stored_request(gateway)
+    assert len(stored["_gateway"]["ignored_fields"]) == MAX_NAMED and stored["x499"] == 499
