@@ -18,7 +18,7 @@ from sandboxes import Limits, SandboxSpec
 from sandboxes.local import local_isolation
 
 
-async def launch_run(tasks: Path, run: str, harness: str, group_size: int, concurrency: int, sandbox: str,
+async def launch_run(tasks: str | Path, run: str, harness: str, group_size: int, concurrency: int, sandbox: str,
                      gateway_url: str, admin_key: str | None, rewards: list[str], capture: str | None,
                      memory_gib: float, wall_factor: float = DEFAULT_WALL_FACTOR,
                      sampling: dict | None = None, allow_unisolated: bool = False,

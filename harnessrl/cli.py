@@ -312,7 +312,7 @@ def _selection(include: list[str] | None, exclude: list[str] | None, split: str,
 
 @app.command("run")
 def run_rollouts(
-    tasks: Annotated[Path, typer.Option(help=TASKS_HELP)],
+    tasks: Annotated[str, typer.Option(help=TASKS_HELP)],  # a path or a spec (openenv:http://...)
     run: Annotated[str, typer.Option(help="The run's name; rerunning the same command resumes it")],
     harness: Annotated[str, typer.Option(help="builtin | opencode | pi | hermes | claude-code | codex")] = "builtin",
     group_size: Annotated[int, typer.Option(min=1, help="G: rollouts per task (one GRPO group)")] = 4,

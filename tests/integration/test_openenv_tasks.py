@@ -113,3 +113,13 @@ async def test_an_installed_environment_is_started_for_each_rollout(fake_gateway
     results = await play(fake_gateway, "openenv-package", tasks[1:])
     assert sorted(r.reward for r in results) == [0.0, 1.0], [r.error for r in results]
     assert sorted(adder_log.read_text().splitlines()) == ["add(40, 2)", "add(40, 2)", "submit(42)", "submit(43)"]
+
+
+async def test_harnessrl_run_takes_an_environment_url(fake_gateway, adder_log):
+    from harnesses.datasets import Selection
+    from harnesses.launch import launch_run
+
+    with EnvServer(PACKAGE) as url:
+        summary = await launch_run(f"openenv:{url}", "openenv-cli", "builtin", 2, 2, "local", fake_gateway.url,
+                                   TEST_ADMIN_KEY, [], None, 1.0, selection=Selection(include=("adder-train-add-2-3",)))
+    assert "2 rollouts this time (2 finished, 0 failed), mean reward 0.500" in summary
