@@ -45,6 +45,9 @@ class LearnerConfig:
     lora_dropout: float = 0.0  # 0 keeps the learner's log-probs those of the policy the engine sampled
     lora_targets: tuple[str, ...] = ALL_LINEAR  # module names LoRA wraps (vLLM supports all of these)
     seed: int = 0  # LoRA initialisation; a resumed run loads its weights instead
+    # a peft adapter folder to start from (e.g. `harnessrl sft`'s warm start) instead of a fresh LoRA;
+    # its own rank and targets apply. "": fresh. A resumed run loads its checkpoint either way.
+    init_adapter: str = ""
     # --- optimizer and schedule --------------------------------------------------------------
     lr: float = 1e-4  # AdamW peak learning rate (LoRA wants ~10x the full fine-tuning rate)
     weight_decay: float = 0.0

@@ -42,9 +42,14 @@ def build_trainer(config: LearnerConfig) -> Trainer:
     # sdpa for plain forwards; the train step switches to packed attention (learner.forward.packed_mode)
     base = AutoModelForCausalLM.from_pretrained(config.model_dir, dtype=training_dtype(config, device),
                                                 attn_implementation="sdpa").to(device)
-    lora = LoraConfig(r=config.lora_rank, lora_alpha=config.lora_alpha, lora_dropout=config.lora_dropout,
-                      target_modules=list(config.lora_targets), task_type="CAUSAL_LM")
-    model = get_peft_model(base, lora)
+    if config.init_adapter:  # a warm start (harnessrl sft): its weights, trainable
+        from peft import PeftModel
+
+        model = PeftModel.from_pretrained(base, config.init_adapter, is_trainable=True)
+    else:
+        lora = LoraConfig(r=config.lora_rank, lora_alpha=config.lora_alpha, lora_dropout=config.lora_dropout,
+                          target_modules=list(config.lora_targets), task_type="CAUSAL_LM")
+        model = get_peft_model(base, lora)
     model.train()  # with lora_dropout 0 (the default) train and eval modes give the same logits
     broadcast_trainable(model)  # under torchrun every rank starts from rank 0's adapter
     params = [p for p in model.parameters() if p.requires_grad]

@@ -3,13 +3,17 @@ independent token-level computation, and it falls when a tiny model trains on a 
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import numpy as np
 import pytest
 import torch
 
+from learner.config import LearnerConfig
 from learner.forward import ForwardConfig
 from learner.packing import pack_samples
 from learner.sft import SftConfig, sft_step, train_sft, trainable
+from learner.trainer import build_trainer
 from tests.learner_builders import lora_model, sample_of
 
 CONFIG = SftConfig(epochs=1, rows_per_step=8, token_budget=256, forward=ForwardConfig(activation_checkpointing=False))
@@ -71,3 +75,19 @@ def test_samples_with_nothing_sampled_are_left_out_and_none_at_all_is_an_error()
     optimizer = torch.optim.SGD(lora_model().parameters(), lr=0.0)
     with pytest.raises(ValueError, match="no sample to train on"):
         train_sft(lora_model(), optimizer, [prompt_only], CONFIG)
+
+
+def test_the_learner_starts_from_a_warm_start_adapter_when_given(tiny_model_dir, tmp_path):
+    config = LearnerConfig(model_dir=str(tiny_model_dir), lora_rank=4, device="cpu")
+    warm = build_trainer(config).model
+    with torch.no_grad():
+        for name, p in warm.named_parameters():
+            if "lora_B" in name:
+                p.fill_(0.01)  # a fresh adapter's B is 0: this one has learnt something
+    warm.save_pretrained(tmp_path / "adapter")
+    started = build_trainer(replace(config, init_adapter=str(tmp_path / "adapter"))).model
+    fresh = build_trainer(config).model
+    trained = {n: p for n, p in started.named_parameters() if p.requires_grad}
+    assert trained and all(n.count("lora_") for n in trained)
+    assert all(torch.equal(p, dict(warm.named_parameters())[n]) for n, p in trained.items())
+    assert not all(torch.equal(p, dict(fresh.named_parameters())[n]) for n, p in trained.items())
