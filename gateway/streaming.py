@@ -112,11 +112,13 @@ class StreamedCall:
         self._latency_ms: float | None = None
         self._committing: asyncio.Future[int] | None = None
 
-    async def chunks(self) -> AsyncIterator[dict | Committed]:
+    async def chunks(self) -> AsyncIterator[list[dict] | Committed]:
+        """The engine's chunks, in the batches they arrived in, then ``Committed``."""
         try:
-            async for chunk in self._stream:
-                self.assembler.add(chunk)
-                yield chunk
+            async for batch in self._stream.batches():
+                for chunk in batch:
+                    self.assembler.add(chunk)
+                yield batch
         finally:
             self._stop()
         answer = self.assembler.answer()

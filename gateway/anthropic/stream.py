@@ -101,14 +101,14 @@ async def message_stream_events(call: StreamedCall, stream: MessageStream, final
                                 ) -> AsyncIterator[str]:
     started = False
     try:
-        async for item in call.chunks():
+        async for batch in call.chunks():
             if not started:
                 started = True
-                yield stream.start(item if isinstance(item, dict) else {})
-            if isinstance(item, Committed):
-                yield stream.finish(finalize(item.answer), item.call_id)
+                yield stream.start(batch[0] if isinstance(batch, list) and batch else {})
+            if isinstance(batch, Committed):
+                yield stream.finish(finalize(batch.answer), batch.call_id)
                 return
-            if events := stream.add(item):
-                yield events
+            if events := "".join(stream.add(chunk) for chunk in batch):
+                yield events  # what arrived together leaves together: one write
     except GatewayError as exc:  # the engine failed mid-answer: Anthropic's error event
         yield f"event: error\ndata: {json.dumps(anthropic_error_body(exc))}\n\n"

@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from typing import Protocol
 
 import aiohttp
+import orjson
 
 from gateway.errors import EngineError, EngineTimeout, EngineUnavailable
 
@@ -58,26 +59,37 @@ class EngineResponse:
 class EngineStream:
     """The chunks of one streamed engine answer (Server-Sent Events), parsed, until ``[DONE]``.
 
-    An ``{"error": ...}`` event (vLLM's way to fail a stream that already started) raises
-    ``EngineError``. ``close`` before the end drops the connection: vLLM aborts the request.
+    ``batches`` yields the chunks that arrived together as one list, so a busy gateway translates and
+    sends them in one go (one write to the client instead of one per token); iterating the stream
+    yields chunk by chunk. An ``{"error": ...}`` event (vLLM's way to fail a stream that already
+    started) raises ``EngineError``. ``close`` before the end drops the connection: vLLM aborts the
+    request.
     """
 
     def __init__(self, response: aiohttp.ClientResponse, base_url: str):
         self._response, self._base_url = response, base_url
+        self.done = False  # [DONE] was read
 
     async def __aiter__(self) -> AsyncIterator[dict]:
-        try:
-            async for line in self._response.content:
-                if not line.startswith(b"data:"):
-                    continue  # blank separators, comments, event names
-                data = line[5:].strip()
-                if data == b"[DONE]":
-                    return
-                chunk = json.loads(data)
-                if "error" in chunk and "choices" not in chunk:
-                    error = chunk["error"] if isinstance(chunk["error"], dict) else {"message": chunk["error"]}
-                    raise EngineError(502, f"engine: {error.get('message')}", "engine_error")
+        async for batch in self.batches():
+            for chunk in batch:
                 yield chunk
+
+    async def batches(self) -> AsyncIterator[list[dict]]:
+        pending = b""
+        try:
+            while not self.done:
+                data = await self._response.content.readany()
+                if not data:
+                    if pending.strip():
+                        raise EngineError(502, "engine: the stream ended inside an event", "engine_error")
+                    return
+                pending += data
+                events, _, pending = pending.rpartition(b"\n\n")
+                if batch := self._parsed(events):
+                    yield batch
+            while await self._response.content.readany():
+                pass  # past [DONE]: read to the end, so the connection goes back to the pool
         except aiohttp.ClientError as exc:
             raise EngineUnavailable(f"engine at {self._base_url} broke off a stream: {type(exc).__name__}") from exc
         except TimeoutError as exc:
@@ -86,9 +98,25 @@ class EngineStream:
         finally:
             self.close()
 
+    def _parsed(self, events: bytes) -> list[dict]:
+        batch = []
+        for line in events.split(b"\n"):
+            if not line.startswith(b"data:"):
+                continue  # blank separators, comments, event names
+            data = line[5:].strip()
+            if data == b"[DONE]":
+                self.done = True
+                break
+            chunk = orjson.loads(data)
+            if "error" in chunk and "choices" not in chunk:
+                error = chunk["error"] if isinstance(chunk["error"], dict) else {"message": chunk["error"]}
+                raise EngineError(502, f"engine: {error.get('message')}", "engine_error")
+            batch.append(chunk)
+        return batch
+
     def close(self) -> None:
         """Release the connection; one closed mid-answer is dropped (the engine aborts the request)."""
-        if self._response.content.at_eof():
+        if self.done and self._response.content.at_eof():
             self._response.release()
         else:
             self._response.close()

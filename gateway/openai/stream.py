@@ -8,8 +8,9 @@ header is sent before the call exists).
 
 from __future__ import annotations
 
-import json
 from collections.abc import AsyncIterator
+
+import orjson
 
 from gateway.errors import GatewayError, error_body
 from gateway.openai.protocol import ChatCompletionRequest
@@ -19,26 +20,28 @@ from gateway.streaming import Committed, StreamedCall
 CALL_ID_COMMENT = ": x-harnessrl-call-id {}\n\n"
 
 
-def _event(payload: dict) -> str:
-    return f"data: {json.dumps(payload, separators=(',', ':'))}\n\n"
+def _event(payload: dict) -> bytes:
+    return b"data: " + orjson.dumps(payload) + b"\n\n"
 
 
 async def chat_stream_events(call: StreamedCall, request: ChatCompletionRequest, include_usage: bool,
-                             ) -> AsyncIterator[str]:
-    held: list[str] = []  # the answer's last chunks: out once the call is committed
+                             ) -> AsyncIterator[bytes]:
+    held: list[bytes] = []  # the answer's last chunks: out once the call is committed
     shape = _ClientShape(request, include_usage)
     try:
-        async for item in call.chunks():
-            if isinstance(item, Committed):
-                yield CALL_ID_COMMENT.format(item.call_id) + "".join(held) + DONE
+        async for batch in call.chunks():
+            if isinstance(batch, Committed):
+                yield CALL_ID_COMMENT.format(batch.call_id).encode() + b"".join(held) + DONE.encode()
                 return
-            chunk = shape(item)
-            if chunk is None:
-                continue
-            if not chunk["choices"] or chunk["choices"][0].get("finish_reason") is not None:
-                held.append(_event(chunk))
-            else:
-                yield _event(chunk)
+            out = []
+            for item in batch:
+                chunk = shape(item)
+                if chunk is None:
+                    continue
+                final = not chunk["choices"] or chunk["choices"][0].get("finish_reason") is not None
+                (held if final else out).append(_event(chunk))
+            if out:
+                yield b"".join(out)  # what arrived together leaves together: one write
     except GatewayError as exc:  # the engine failed mid-answer: the client's SDK raises this
         yield _event(error_body(exc))
 

@@ -139,11 +139,11 @@ async def response_stream_events(call: StreamedCall, stream: ResponseStream, fin
                                  ) -> AsyncIterator[str]:
     yield stream.start()
     try:
-        async for item in call.chunks():
-            if isinstance(item, Committed):
-                yield stream.finish(finalize(item.answer, item.call_id), item.call_id)
+        async for batch in call.chunks():
+            if isinstance(batch, Committed):
+                yield stream.finish(finalize(batch.answer, batch.call_id), batch.call_id)
                 return
-            if events := stream.add(item):
-                yield events
+            if events := "".join(stream.add(chunk) for chunk in batch):
+                yield events  # what arrived together leaves together: one write
     except GatewayError as exc:  # the engine failed mid-answer: the client's SDK raises this
         yield stream.error(exc)

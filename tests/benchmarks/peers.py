@@ -1,0 +1,319 @@
+"""Peers side by side: harnessrl vs LiteLLM's proxy vs OpenEnv's CaptureServer on one fake engine.
+
+Run: `.venv/bin/python tests/benchmarks/peers.py [--calls N] [--runs R] [--out FILE]`.
+
+Every proxy sits in front of the same zero-latency fake engine (gateway/engine/fake.py) and gets the
+same load from the same lean client (tests/benchmarks/loadgen.py): concurrency 1, 16 and 64, streaming
+and not, and one session (rollout) of 2,000 turns against sessions of 32. Reported per row: calls/s,
+added p50/p99 over calling the engine directly, CPU milliseconds per call of the proxy's process
+tree, and for streams the added time to the first token. Recording fields are on for every request
+(token ids and logprobs asked of the engine).
+
+Each peer runs in its own virtual environment, created by this script from the package index with
+pinned versions (kept under ~/.cache/harnessrl/peers): LiteLLM's proxy and OpenEnv's CaptureServer
+cannot share one resolved environment with vLLM (see REFERENCE.md). The rows of one run alternate
+peers on the same cores, so ratios are fair; absolute numbers on a shared 2-core machine are noise.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import re
+import secrets
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+import httpx
+import psutil
+
+from harnessrl.engine_process import EngineProcess
+from harnessrl.server import free_port
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # run as a script from anywhere
+from tests.benchmarks.loadgen import LoadResult, post_request, run_load  # noqa: E402
+
+HOST = "127.0.0.1"
+ADMIN_KEY = "bench-admin-key"
+LITELLM_KEY = "sk-" + secrets.token_hex(32)  # the proxy refuses to start without a strong master key
+PEER_HOME = Path.home() / ".cache" / "harnessrl" / "peers"
+PINS = {"litellm": ["litellm[proxy]==1.108.7"], "openenv": ["openenv==0.10.0"]}
+MESSAGES = [{"role": "system", "content": "You are a coding agent."},
+            {"role": "user", "content": "List the files in the repo."}]
+RECORDING = {"return_token_ids": True, "logprobs": True}  # what a recording proxy needs of the engine
+DEFAULT_OUT = Path(__file__).parent / "results" / "peers.json"
+FIRST_TOKEN = re.compile(rb'"(content|delta)":"[^"]')  # a chunk carrying the first piece of text
+
+CAPTURE_SERVER = """
+import sys, uvicorn
+from openenv.core.harness.capture.server import create_app
+app = create_app(llm_url=sys.argv[1], model="fake-base", capture_level="tokens", admin_key=sys.argv[3],
+                 max_output_tokens=0)
+uvicorn.run(app, host="127.0.0.1", port=int(sys.argv[2]), log_level="warning", access_log=False)
+"""
+
+LITELLM_CONFIG = """model_list:
+  - model_name: policy
+    litellm_params:
+      model: hosted_vllm/fake-base
+      api_base: {engine}/v1
+      api_key: none
+litellm_settings:
+  drop_params: false
+"""
+
+
+def peer_python(name: str) -> Path:
+    """The peer's own environment, created from the package index with its pins on first use."""
+    venv = PEER_HOME / name
+    python = venv / "bin" / "python"
+    marker = venv / "pins.txt"
+    if not python.exists() or not marker.exists() or marker.read_text() != "\n".join(PINS[name]):
+        subprocess.run([sys.executable, "-m", "venv", "--clear", str(venv)], check=True)
+        subprocess.run([str(python), "-m", "pip", "install", "-q", *PINS[name]], check=True)
+        marker.write_text("\n".join(PINS[name]))
+    return python
+
+
+def wait_for(url: str, process: EngineProcess, timeout_s: float = 120.0) -> None:
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        if not process.alive():
+            raise RuntimeError(f"{url} exited:\n{process.tail()}")
+        try:
+            if httpx.get(url, timeout=2).status_code < 500:
+                return
+        except httpx.HTTPError:
+            pass
+        time.sleep(0.3)
+    raise RuntimeError(f"{url} did not come up:\n{process.tail()}")
+
+
+@dataclass
+class Peer:
+    """A proxy under test: how to reach it and how to open a session (rollout) on it."""
+
+    name: str
+    process: EngineProcess | None
+    port: int
+    session: Callable[[], dict[str, str]]  # a fresh session: its chat completions "path" and "auth" header
+    body_extra: dict  # what the client must add for the peer to record token ids and logprobs
+
+    def request(self, stream: bool, session: dict[str, str] | None = None) -> bytes:
+        session = session or self.session()
+        body = {"model": session.get("model", "policy"), "messages": MESSAGES, "max_tokens": 64,
+                **self.body_extra, "stream": stream}
+        return post_request(HOST, self.port, session["path"], body, {"authorization": session["auth"]})
+
+    def cpu_s(self) -> float:
+        """CPU seconds used so far by the peer's process tree."""
+        if self.process is None or self.process.pid is None:
+            return 0.0
+        root = psutil.Process(self.process.pid)
+        total = 0.0
+        for proc in [root, *root.children(recursive=True)]:
+            try:
+                times = proc.cpu_times()
+                total += times.user + times.system
+            except psutil.NoSuchProcess:
+                pass
+        return total
+
+
+def start_peers(workdir: Path, engine_url: str) -> dict[str, Peer]:
+    peers: dict[str, Peer] = {}
+    port = free_port()
+    gateway = EngineProcess([sys.executable, "-m", "harnessrl.cli", "serve", "--engine-url", engine_url,
+                             "--port", str(port), "--admin-key", ADMIN_KEY, "--database-url",
+                             f"sqlite+aiosqlite:///{workdir / 'harnessrl.db'}"], f"http://{HOST}:{port}",
+                            workdir / "harnessrl.log").start()
+    wait_for(f"http://{HOST}:{port}/health", gateway)
+
+    def rollout(url: str = f"http://{HOST}:{port}") -> dict[str, str]:
+        token = httpx.post(f"{url}/api/rollouts", json={"run": "bench", "task": "peers"},
+                           headers={"x-admin-key": ADMIN_KEY}).json()["token"]
+        return {"path": f"/r/{token}/v1/chat/completions", "auth": f"Bearer {token}"}
+
+    peers["harnessrl"] = Peer("harnessrl", gateway, port, rollout, {})
+
+    port = free_port()
+    capture = EngineProcess([str(peer_python("openenv")), "-c", CAPTURE_SERVER, f"{engine_url}/v1", str(port),
+                             ADMIN_KEY], f"http://{HOST}:{port}", workdir / "capture.log").start()
+    wait_for(f"http://{HOST}:{port}/health", capture)
+
+    def session(url: str = f"http://{HOST}:{port}") -> dict[str, str]:
+        minted = httpx.post(f"{url}/sessions", json={}, headers={"authorization": f"Bearer {ADMIN_KEY}"})
+        minted.raise_for_status()
+        return {"path": "/v1/chat/completions", "auth": f"Bearer {minted.json()['session_id']}"}
+
+    peers["capture_server"] = Peer("capture_server", capture, port, session, {})
+
+    port = free_port()
+    config = workdir / "litellm.yaml"
+    config.write_text(LITELLM_CONFIG.format(engine=engine_url))
+    litellm = EngineProcess([str(peer_python("litellm").parent / "litellm"), "--config", str(config), "--host", HOST,
+                             "--port", str(port), "--num_workers", "1"], f"http://{HOST}:{port}",
+                            workdir / "litellm.log",
+                            env={**os.environ, "LITELLM_LOG": "ERROR", "LITELLM_MASTER_KEY": LITELLM_KEY}).start()
+    wait_for(f"http://{HOST}:{port}/health/liveliness", litellm, timeout_s=240)
+    peers["litellm"] = Peer("litellm", litellm, port, lambda: {"path": "/v1/chat/completions", "auth": f"Bearer {LITELLM_KEY}"},
+                            RECORDING)
+    return peers
+
+
+# --- streams: time to first token ------------------------------------------------------------------
+
+
+async def _stream_connection(port: int, request: bytes, count: int, latencies: list[float],
+                             ttfts: list[float]) -> None:
+    reader, writer = await asyncio.open_connection(HOST, port)
+    try:
+        for _ in range(count):
+            started, first = time.perf_counter(), None
+            writer.write(request)
+            status = await reader.readline()
+            if b" 200 " not in status:
+                raise RuntimeError(f"unexpected response: {status!r} {await reader.read(500)!r}")
+            chunked, length = False, 0
+            while (line := await reader.readline()) not in (b"\r\n", b""):
+                name, _, value = line.partition(b":")
+                chunked = chunked or (name.lower() == b"transfer-encoding" and b"chunked" in value.lower())
+                length = int(value) if name.lower() == b"content-length" else length
+            if not chunked:
+                await reader.readexactly(length)
+                first = first or time.perf_counter()
+            else:
+                while (size := int((await reader.readline()).strip(), 16)) != 0:
+                    data = await reader.readexactly(size + 2)
+                    if first is None and FIRST_TOKEN.search(data):
+                        first = time.perf_counter()
+                await reader.readline()
+            now = time.perf_counter()
+            latencies.append((now - started) * 1000.0)
+            ttfts.append(((first or now) - started) * 1000.0)
+    finally:
+        writer.close()
+
+
+async def run_streams(port: int, request: bytes, concurrency: int, calls: int) -> tuple[LoadResult, list[float]]:
+    latencies: list[float] = []
+    ttfts: list[float] = []
+    started = time.perf_counter()
+    await asyncio.gather(*[_stream_connection(port, request, max(1, calls // concurrency), latencies, ttfts)
+                           for _ in range(concurrency)])
+    return LoadResult(concurrency, len(latencies), time.perf_counter() - started, tuple(latencies)), ttfts
+
+
+# --- the rows ------------------------------------------------------------------------------------
+
+
+def measured(peer: Peer | None, load) -> tuple[dict, list[float] | None]:
+    before = peer.cpu_s() if peer else 0.0
+    result = asyncio.run(load)
+    result, ttfts = result if isinstance(result, tuple) else (result, None)
+    summary = result.summary()
+    if peer is not None:
+        summary["cpu_ms_per_call"] = round((peer.cpu_s() - before) * 1000.0 / result.calls, 3)
+    if ttfts:
+        summary["ttft_p50_ms"] = round(statistics.median(ttfts), 3)
+    return summary, ttfts
+
+
+def row(direct_port: int, peers: dict[str, Peer], concurrency: int, stream: bool, calls: int) -> dict:
+    direct_body = {"model": "fake-base", "messages": MESSAGES, "max_tokens": 64, **RECORDING, "stream": stream}
+    direct = post_request(HOST, direct_port, "/v1/chat/completions", direct_body)
+
+    def load(port: int, request: bytes):
+        return (run_streams(port, request, concurrency, calls) if stream
+                else run_load(HOST, port, request, concurrency, calls))
+
+    base, _ = measured(None, load(direct_port, direct))
+    out = {"concurrency": concurrency, "stream": stream, "direct": base}
+    for name, peer in peers.items():
+        request = peer.request(stream)
+        asyncio.run(run_load(HOST, peer.port, request, min(concurrency, 4), 40))  # warm-up
+        summary, _ = measured(peer, load(peer.port, request))
+        summary["added_p50_ms"] = round(summary["p50_ms"] - base["p50_ms"], 3)
+        summary["added_p99_ms"] = round(summary["p99_ms"] - base["p99_ms"], 3)
+        if stream:
+            summary["added_ttft_p50_ms"] = round(summary["ttft_p50_ms"] - base["ttft_p50_ms"], 3)
+        out[name] = summary
+    return out
+
+
+def long_rollout_row(peers: dict[str, Peer], turns: int, short: int, concurrency: int = 16) -> dict:
+    """One session of ``turns`` calls against fresh sessions of ``short`` calls each (same total)."""
+    out = {"turns": turns, "short_turns": short, "concurrency": concurrency}
+    for name, peer in peers.items():
+        if name == "litellm":
+            continue  # no sessions: nothing is kept per rollout
+        started = time.perf_counter()
+        for _ in range(turns // short):
+            asyncio.run(run_load(HOST, peer.port, peer.request(False), concurrency, short))
+        short_rate = turns / (time.perf_counter() - started)
+        long = asyncio.run(run_load(HOST, peer.port, peer.request(False), concurrency, turns))
+        out[name] = {"short_calls_per_s": round(short_rate, 1), "long_calls_per_s": round(long.calls_per_s, 1),
+                     "long_vs_short": round(long.calls_per_s / short_rate, 3)}
+    return out
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--calls", type=int, default=1000, help="requests per row and peer")
+    parser.add_argument("--runs", type=int, default=1)
+    parser.add_argument("--turns", type=int, default=2000)
+    parser.add_argument("--out", type=Path, default=DEFAULT_OUT)
+    args = parser.parse_args()
+    workdir = Path(tempfile.mkdtemp(prefix="harnessrl-peers-"))
+    engine_port = free_port()
+    engine = EngineProcess([sys.executable, "-m", "gateway.engine.fake", "--port", str(engine_port)],
+                           f"http://{HOST}:{engine_port}", workdir / "engine.log").start()
+    peers: dict[str, Peer] = {}
+    try:
+        wait_for(f"{engine.url}/health", engine)
+        peers = start_peers(workdir, engine.url)
+        rows = [row(engine_port, peers, c, stream, args.calls)
+                for _ in range(args.runs) for stream in (False, True) for c in (1, 16, 64)]
+        long = long_rollout_row(peers, args.turns, 32)
+    finally:
+        for peer in peers.values():
+            if peer.process is not None:
+                peer.process.stop()
+        engine.stop()
+    report = {"benchmark": "peers", "pins": PINS, "calls_per_row": args.calls, "runs": args.runs,
+              "cpus": os.cpu_count(), "load_average": os.getloadavg(), "rows": rows, "long_rollout": long}
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    args.out.write_text(json.dumps(report, indent=2))
+    print_report(report)
+    print(f"written to {args.out}")
+
+
+def print_report(report: dict) -> None:
+    names = ("harnessrl", "capture_server", "litellm")
+    print(f"{'row':<14} {'direct/s':>9} " + " ".join(f"{n + ' /s, +p50, +p99, cpu ms':>38}" for n in names))
+    for r in report["rows"]:
+        label = f"c={r['concurrency']}{' stream' if r['stream'] else ''}"
+        cells = []
+        for n in names:
+            s = r[n]
+            extra = f", ttft+{s['added_ttft_p50_ms']}" if r["stream"] else ""
+            cells.append(f"{s['calls_per_s']:>7.0f}, +{s['added_p50_ms']:.2f}, +{s['added_p99_ms']:.2f}, "
+                         f"{s['cpu_ms_per_call']:.2f}{extra}")
+        print(f"{label:<14} {r['direct']['calls_per_s']:>9.0f} " + " ".join(f"{c:>38}" for c in cells))
+    long = report["long_rollout"]
+    for n in names[:2]:
+        s = long[n]
+        print(f"{n}: {long['turns']} turns in one rollout {s['long_calls_per_s']}/s vs {s['short_calls_per_s']}/s "
+              f"in rollouts of {long['short_turns']} ({s['long_vs_short'] * 100:.0f}%)")
+
+
+if __name__ == "__main__":
+    main()
