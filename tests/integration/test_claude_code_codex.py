@@ -186,3 +186,33 @@ async def test_tito_rollout_of_the_agent_is_one_sample_without_forks(name, tito_
     [sample] = rollout_api(tito_gateway, result.rollout_id, "/samples")
     assert sample["input_ids"] == calls[-1]["prompt_ids"] + calls[-1]["output_ids"]
     assert json.loads(json.dumps(sample))  # the sample is plain JSON
+
+
+def subagent_script(body: dict) -> FakeReply:
+    """Codex's root agent calls its namespaced spawn_agent; the subagent answers; the root ends."""
+    messages = body["messages"]
+    if any(m["role"] == "tool" for m in messages):
+        return FakeReply(content="Done.")
+    if "probe-child" in json.dumps(messages):
+        return FakeReply(content="child says hi")
+    if "spawn_agent" in {t["function"]["name"] for t in body.get("tools") or []}:
+        return FakeReply(tool_calls=(("spawn_agent", {"message": "probe-child: say hi"}),))
+    return FakeReply(content="Done.")
+
+
+async def test_codex_runs_the_namespaced_call_it_gets_back(gateway, engine):
+    """A call to a function of a namespace tool goes back as Codex expects it: Codex runs it (starts the
+    subagent) and returns its output on a function_call that names the namespace."""
+    engine.script = subagent_script
+    task = Task(name="spawn", instruction="Spawn a helper agent.", verifier="true", agent_timeout_s=240.0)
+    result = await run_single_rollout(local_harness("codex"), gateway.url, "codex-namespace", task, "local",
+                                      {"isolation": "bwrap"})
+    assert result.status == "finished", result.error
+    inputs = [call["request"]["input"] for call in call_details(gateway, result.rollout_id)]
+    calls = [item for items in inputs for item in items if item.get("type") == "function_call"]
+    seen = [[(i.get("type"), i.get("role") or i.get("name")) for i in items[-3:]] for items in inputs]
+    assert calls, f"no function_call came back; the calls' last input items: {seen}"
+    assert calls[0]["name"] == "spawn_agent" and calls[0]["namespace"] == "multi_agent_v1"
+    outputs = [item for items in inputs for item in items if item.get("type") == "function_call_output"]
+    assert "agent_id" in json.loads(outputs[0]["output"])  # Codex started the subagent
+    assert any("probe-child" in json.dumps(items) for items in inputs[1:])  # whose own call was recorded too
