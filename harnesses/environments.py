@@ -111,7 +111,9 @@ class Environments:
             return base
         self.check(task)
         image = await self.image_for(task, harness)
-        spec = replace(base, workdir=image.workdir, env={**image.env, **env.env, **base.env},
+        image_env = image.env if backend == "docker" else {k: v for k, v in image.env.items() if k != "HOME"}
+        # (a local root is read-only: $HOME stays the sandbox's own writable home)
+        spec = replace(base, workdir=image.workdir, env={**image_env, **env.env, **base.env},
                        limits=_limits(base.limits, env), internet=env.allow_internet)
         if backend == "docker":
             return replace(spec, image=image.tag, forwarder_image=FORWARDER_IMAGE)

@@ -47,6 +47,9 @@ GOOD_TEST = 'if [ "$(cat /app/out.txt 2>/dev/null)" = 1 ]; then echo 1; else ech
 @pytest.mark.parametrize("sandbox", SANDBOXES)
 async def test_tasks_check_names_each_broken_task_and_its_reason(tmp_path, sandbox):
     harbor_task(tmp_path, "sound", BASE, GOOD_TEST, "echo 1 > /app/out.txt\n")
+    harbor_task(tmp_path, "relative-paths", "FROM debian:bookworm-slim\nENV HOME=/root\nWORKDIR /srv/work\n",
+                'if [ "$(cat out.txt)" = 1 ]; then echo 1; else echo 0; fi > /logs/verifier/reward.txt\n',
+                "echo 1 > out.txt\n")  # the solution and the verifier both run in the image's WORKDIR
     harbor_task(tmp_path, "no-build", BASE + "RUN exit 3\n", GOOD_TEST, "echo 1 > /app/out.txt\n")
     harbor_task(tmp_path, "checks-nothing", BASE, "echo 1 > /logs/verifier/reward.txt\n", "true\n")
     harbor_task(tmp_path, "wrong-solution", BASE, GOOD_TEST, "echo 2 > /app/out.txt\n")
@@ -59,7 +62,7 @@ async def test_tasks_check_names_each_broken_task_and_its_reason(tmp_path, sandb
     checks = await check_tasks(load_tasks(tmp_path), CheckSettings(sandbox=sandbox, concurrency=4,
                                                                    sandbox_options=options), Environments())
     reasons = {c.task: " | ".join(c.reasons) for c in checks}
-    assert reasons["sound"] == ""
+    assert reasons["sound"] == "" and reasons["relative-paths"] == ""
     assert "oracle: build error" in reasons["no-build"] and "exit 3" in reasons["no-build"]
     assert reasons["checks-nothing"] == "do-nothing: reward 1, expected 0; verifier output: (none)"
     assert reasons["wrong-solution"].startswith("oracle: reward 0, expected 1")
