@@ -9,8 +9,12 @@ observation's reward (``EnvOutcome.env_reward``), which ``environment_reward`` r
 
 Security: the loop runs on the host, and so does the environment, on 127.0.0.1; the sandbox gets no
 network and no route to the environment. The model reaches the environment only as tool calls by
-name with JSON arguments, and its model calls go through the gateway with the rollout's token. Any
-other task goes to the wrapped harness unchanged.
+name with JSON arguments (the environment refuses names it does not serve, and OpenEnv reserves
+``reset``/``step``/``state``/``close``); once the environment ends the episode no later call reaches
+it, so a reply cannot submit again after its answer was scored. Its model calls go through the
+gateway with the rollout's token. Any other task goes to the wrapped harness unchanged. CLI agents
+(which run inside the sandbox) are refused on OpenEnv tasks for now: giving them the tools needs a
+route from the sandbox to the environment's MCP endpoint.
 """
 
 from __future__ import annotations
@@ -23,12 +27,13 @@ from openai import AsyncOpenAI
 
 from harnesses.adapter import AgentOutcome, HarnessAdapter, RolloutTarget
 from harnesses.openenv_tasks import REWARD_NAME, EnvOutcome, EnvServer, EnvTaskRef
-from harnesses.task import Task
+from harnesses.task import Task, TaskError
 from sandboxes import Sandbox, SandboxSpec
 
 SYSTEM = ("You are an agent acting in an environment through its tools. Call the tools to do the task; "
           "when it is done, reply with a short final answer and no tool call.")
 RESULT_CHARS = 4000  # of a tool's result fed back to the model
+EPISODE_OVER = "error: the episode is over; this call was not made"
 
 
 class OpenEnvToolsHarness:
@@ -79,11 +84,14 @@ class OpenEnvToolsHarness:
                     if not reply.tool_calls:
                         break
                     for call in reply.tool_calls:
+                        if done:  # the episode is over: later calls of the reply never reach the environment
+                            messages.append({"role": "tool", "tool_call_id": call.id, "content": EPISODE_OVER})
+                            continue
                         step = await env.step(CallToolAction(tool_name=call.function.name,
                                                              arguments=_arguments(call.function.arguments)))
                         calls += 1
                         reward = step.reward if step.reward is not None else reward
-                        done = done or step.done
+                        done = step.done
                         text = tool_text(step.observation)
                         log.append(f"tool {call.function.name}: {text[:200]} (reward {step.reward}, done {step.done})")
                         messages.append({"role": "tool", "tool_call_id": call.id, "content": text})
@@ -131,6 +139,9 @@ def with_environments(tasks: list[Task], harness: HarnessAdapter, rewards: tuple
     """The harness and reward functions a run needs: OpenEnv tasks get the tools loop and the environment's reward."""
     if not any(EnvTaskRef.of(task) for task in tasks):
         return harness, rewards
+    if harness.name != "builtin":
+        raise TaskError(f"--tasks openenv: runs with --harness builtin (the environment's tools given to the agent "
+                        f"loop on the host); {harness.name} inside a sandbox has no route to an environment yet")
     from harnesses.reward_functions import load_reward_function
 
     return OpenEnvToolsHarness(harness), (*rewards, load_reward_function(REWARD_NAME))

@@ -123,3 +123,24 @@ async def test_harnessrl_run_takes_an_environment_url(fake_gateway, adder_log):
         summary = await launch_run(f"openenv:{url}", "openenv-cli", "builtin", 2, 2, "local", fake_gateway.url,
                                    TEST_ADMIN_KEY, [], None, 1.0, selection=Selection(include=("adder-train-add-2-3",)))
     assert "2 rollouts this time (2 finished, 0 failed), mean reward 0.500" in summary
+
+
+def attacker(body: dict) -> FakeReply:
+    """Reserved and unknown tools, bad arguments, a shell it does not have, and a second submit after the first."""
+    if any(m["role"] == "tool" for m in body["messages"]):
+        return FakeReply(content="Done.")
+    return FakeReply(tool_calls=(("reset", {"index": 1}), ("state", {}), ("bash", {"command": "curl 127.0.0.1"}),
+                                 ("add", {"a": "2; import os", "b": 3}), ("submit", {"answer": 6}),
+                                 ("submit", {"answer": 5})))
+
+
+async def test_an_attacking_agent_cannot_raise_the_environments_reward(sqlite_db, adder_log):
+    engine = FakeEngine(model="fake-base", max_model_len=1_000_000)
+    engine.script = attacker
+    with BackgroundServer(create_fake_engine_app(engine)) as server, \
+            BackgroundGateway(gateway_settings(sqlite_db, server.url)) as gateway:
+        tasks = load_dataset(f"openenv:{PACKAGE}")
+        [result] = await play(gateway, "openenv-attack", tasks[:1], group_size=1)
+        view = httpx.get(f"{gateway.url}/api/rollouts/{result.rollout_id}", headers=ADMIN_HEADERS).json()
+    assert result.status == "finished" and view["rewards"][REWARD_NAME] == 0.0 and view["reward"] == 0.0
+    assert adder_log.read_text().splitlines() == ["submit(6)"]  # nothing else reached a tool, nothing after done

@@ -59,3 +59,11 @@ def test_mcp_tools_become_function_tools_and_results_text():
     failed = CallToolObservation(tool_name="add", result=None,
                                  error=ToolError(error_type=ToolErrorType.INVALID_ARGS, message="b is required"))
     assert tool_text(ok) == "5" and tool_text(failed) == "error: b is required"
+
+
+def test_a_cli_agent_on_environment_tasks_is_refused_naming_the_fix():
+    class Cli:
+        name, side_call_patterns = "opencode", {}
+
+    with pytest.raises(TaskError, match="runs with --harness builtin"):
+        with_environments([env_task(EnvTaskRef("http://h:1", "e", "s", 0), "x")], Cli(), ())
