@@ -154,3 +154,17 @@ async def test_malformed_tools_are_400_and_record_nothing(gateway, tools, named)
     assert response.status_code == 400, response.text
     assert named in response.json()["error"]["message"]
     assert (await gateway.http.get(f"/api/rollouts/{rollout['id']}/calls")).json()["data"] == []
+
+
+async def test_streamed_custom_and_namespaced_calls_arrive_in_the_clients_shape(gateway):
+    """Codex always streams: its items are read from output_item.done and response.completed."""
+    gateway.fake.script = [FakeReply(tool_calls=(("spawn_agent", {"message": "look"}), ("apply_patch", {"input": PATCH})))]
+    stream = await gateway.openai().responses.create(model="policy", input=[user("Hi")], tools=CODEX_TOOLS,
+                                                     stream=True)
+    events = [event async for event in stream]
+    done = [e.item.model_dump() for e in events if e.type == "response.output_item.done"]
+    assert [(i["type"], i["name"]) for i in done] == [("function_call", "spawn_agent"), ("custom_tool_call", "apply_patch")]
+    assert done[0]["namespace"] == "multi_agent_v1" and done[1]["input"] == PATCH
+    completed = events[-1]
+    assert completed.type == "response.completed"
+    assert [i.type for i in completed.response.output] == ["function_call", "custom_tool_call"]
