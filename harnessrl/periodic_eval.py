@@ -133,7 +133,12 @@ class EvalThread:
 
 
 async def held_out_results(store: Store, run: str) -> list:
-    """The held-out evaluations of a training run, per version (``gateway.passk.PolicyResult``)."""
+    """Per version (``gateway.passk.PolicyResult``): an evaluation run's own pinned rollouts, else the
+    held-out evaluations of a training run (``<run>-eval``); [] when there are none."""
     from gateway.passk import policy_results
-    run_id = await store.run_id(eval_run_name(run))
-    return [] if run_id is None else policy_results(await pinned_task_counts(store.sessions, run_id))
+    for name in (run, eval_run_name(run)):
+        run_id = await store.run_id(name)
+        cells = await pinned_task_counts(store.sessions, run_id) if run_id is not None else []
+        if cells:
+            return policy_results(cells)
+    return []

@@ -115,3 +115,15 @@ def test_eval_every_in_the_learner_config_needs_the_tasks_to_evaluate():
     with pytest.raises(ConfigError, match="eval_every needs eval_tasks"):
         config_from_dict({"eval_every": 2})
     assert config_from_dict({"eval_every": 2, "eval_tasks": "builtin:arithmetic"}).eval_k == 4
+
+
+async def test_an_evaluation_runs_own_pinned_rollouts_are_its_report_results(sqlite_db):
+    store = Store.from_url(sqlite_db)
+    try:
+        for version, reward in ((0, 0.0), (0, 1.0), (3, 1.0)):
+            identity = await store.create_rollout("my-eval", "t", f"g{version}", pinned_version=version)
+            await store.end_rollout(identity.rollout_id, "finished", rewards={"verifier": reward})
+        assert [(r.version, r.pass_at_1) for r in await held_out_results(store, "my-eval")] == [(0, 0.5), (3, 1.0)]
+        assert await held_out_results(store, "no-such-run") == []
+    finally:
+        await store.close()
