@@ -133,3 +133,12 @@ async def test_oracle_scores_one_and_doing_nothing_zero_on_builtin_tasks_and_a_m
     unsolved = type(tasks[0])(**{**tasks[0].__dict__, "solution": None})
     [check] = await check_tasks([unsolved], settings, Environments())
     assert not check.ok and "has no reference solution: add solution/solve.sh" in check.oracle.reason
+
+
+async def test_harnessrl_run_refuses_a_task_that_needs_the_internet_before_anything_runs(tmp_path):
+    from harnesses.launch import launch_run
+
+    folder = copy_task(tmp_path)
+    (folder / "task.toml").write_text("[environment]\nallow_internet = true\n")
+    with pytest.raises(TaskEnvironmentError, match="csv-total: task.toml says allow_internet = true"):
+        await launch_run(tmp_path, "r", "oracle", 1, 1, "docker", "http://127.0.0.1:9", None, [], None, 1.0)
