@@ -13,6 +13,7 @@ import logging
 from collections.abc import AsyncIterator, Awaitable, Callable
 
 import anyio
+import orjson
 from starlette.requests import ClientDisconnect
 from starlette.responses import Response
 from starlette.types import Message, Receive, Scope, Send
@@ -21,7 +22,16 @@ from gateway.store.samples import UNDELIVERED
 
 logger = logging.getLogger(__name__)
 
-__all__ = ["UNDELIVERED", "Delivery", "client_gone"]
+__all__ = ["UNDELIVERED", "Delivery", "JSONBody", "client_gone"]
+
+
+class JSONBody(Response):
+    """A JSON response encoded with orjson (a model call's answer is the hot path's largest encode)."""
+
+    media_type = "application/json"
+
+    def render(self, content) -> bytes:
+        return orjson.dumps(content)
 
 
 async def client_gone(receive: Receive) -> bool:

@@ -199,7 +199,7 @@ class VLLMEngineClient:
         With ``keep_open`` the response stays open when ``handle`` returns (a stream being read);
         ``EngineStream.close`` releases it.
         """
-        data = None if body is None else json.dumps(body).encode()
+        data = None if body is None else orjson.dumps(body)
         headers = {"content-type": "application/json"} if data is not None else None
         for attempt, delay in enumerate((*RETRY_DELAYS_S, None)):
             try:
@@ -237,7 +237,7 @@ def _raise_for_status(response: EngineResponse, model: str | None = None) -> Non
 def _json_or_raise(response: EngineResponse, model: str | None = None) -> dict:
     _raise_for_status(response, model)
     try:
-        return json.loads(response.text)
+        return orjson.loads(response.text)
     except ValueError:
         raise EngineError(502, f"engine answered with invalid JSON: {response.text[:200]}") from None
 

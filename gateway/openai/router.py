@@ -5,9 +5,9 @@ from __future__ import annotations
 import time
 
 from fastapi import APIRouter, Request
-from fastapi.responses import JSONResponse, StreamingResponse
+from fastapi.responses import StreamingResponse
 
-from gateway.delivery import UNDELIVERED, Delivery
+from gateway.delivery import UNDELIVERED, Delivery, JSONBody
 from gateway.identity import resolve_identity
 from gateway.json_body import read_json_body
 from gateway.openai.protocol import ModelCard, ModelList
@@ -23,7 +23,7 @@ def delivered(state: GatewayState, call_id: int, stream: bool, body, content) ->
     """The recorded call's response, a stream of ``content`` or JSON ``body``; tagged if never delivered."""
     headers = {CALL_ID_HEADER: str(call_id)}
     response = (StreamingResponse(content, media_type="text/event-stream", headers=headers) if stream
-                else JSONResponse(body, headers=headers))
+                else JSONBody(body, headers=headers))
     return Delivery(response, lambda: state.writer.add_tag(call_id, UNDELIVERED))
 
 
