@@ -841,30 +841,6 @@ def tasks_check(
     raise typer.Exit(code=code)
 
 
-tasks_app = typer.Typer(help="Task datasets (Harbor folders, JSONL).", no_args_is_help=True)
-app.add_typer(tasks_app, name="tasks")
-
-
-@tasks_app.command("check")
-def tasks_check(
-    path: Annotated[Path, typer.Argument(help="A Harbor task folder, a folder of them, or a .jsonl file")],
-    sandbox: Annotated[str, typer.Option(help="docker | local")] = "docker",
-    concurrency: Annotated[int, typer.Option(min=1, help="Tasks checked at once")] = 4,
-    allow_internet: Annotated[bool, typer.Option(
-        help="Let tasks whose task.toml says allow_internet = true have the host's network")] = False,
-    allow_unisolated: Annotated[bool, typer.Option(
-        help="Without bubblewrap, run local sandboxes as plain subprocesses (trusted tasks only)")] = False,
-) -> None:
-    """Run the oracle (must score 1) and a do-nothing agent (should score 0) on every task; print a table."""
-    from harnesses.check_launch import launch_check
-
-    try:
-        code = launch_check(path, sandbox, concurrency, allow_internet, allow_unisolated, console)
-    except (ValueError, RuntimeError) as exc:  # bad tasks, no engine, no bubblewrap
-        raise fail(str(exc)) from None
-    raise typer.Exit(code=code)
-
-
 def main() -> None:
     app()
 
