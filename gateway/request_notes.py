@@ -23,6 +23,10 @@ NOTES_KEY = "_gateway"
 MAX_NAMED = 50  # of each list: a hostile client cannot make the record grow without bound
 
 
+class LeftOut:
+    """Marks a wire model the gateway leaves out whole (a hosted or server tool)."""
+
+
 @dataclass
 class RequestNotes:
     ignored_fields: list[str] = field(default_factory=list)
@@ -38,8 +42,8 @@ class RequestNotes:
 def ignored_fields(model: BaseModel, skip: frozenset[str] = frozenset({NOTES_KEY})) -> list[str]:
     """Dotted paths of the extra (unknown) fields anywhere in a parsed request, each path once.
 
-    Models whose class sets ``left_out = True`` (tools the gateway does not serve at all) are not
-    looked into: their settings are the tool's, recorded with the tool's name as left out.
+    Models marked ``LeftOut`` (tools the gateway does not serve at all) are not looked into: their
+    settings are the tool's, recorded with the tool's name as left out.
     """
     found: dict[str, None] = {}
     _walk(model, "", found, skip)
@@ -48,20 +52,18 @@ def ignored_fields(model: BaseModel, skip: frozenset[str] = frozenset({NOTES_KEY
 
 def _walk(node, path: str, found: dict[str, None], skip: frozenset[str]) -> None:
     if isinstance(node, BaseModel):
-        if getattr(type(node), "left_out", False):
+        if isinstance(node, LeftOut):
             return
-        for name in node.model_extra or ():
-            if not path and name in skip:
-                continue
-            found.setdefault(f"{path}{name}", None)
-        for name in type(node).model_fields:
-            value = getattr(node, name)
+        for name in node.__pydantic_extra__ or ():
+            if path or name not in skip:
+                found.setdefault(path + name, None)
+        for name, value in node.__dict__.items():  # the declared fields' values (extras live apart)
             if isinstance(value, (BaseModel, list)):
                 _walk(value, f"{path}{name}.", found, skip)
-    elif isinstance(node, list):
+    elif node and isinstance(node[0], (BaseModel, list)):  # a list: of models, or of plain values
+        inner = path + "*."
         for item in node:
-            if isinstance(item, (BaseModel, list)):
-                _walk(item, f"{path}*.", found, skip)
+            _walk(item, inner, found, skip)
 
 
 def recorded_request(raw: dict, notes: RequestNotes) -> dict:

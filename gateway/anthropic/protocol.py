@@ -14,9 +14,11 @@ Anthropic's shape before anything reaches the engine.
 
 from __future__ import annotations
 
-from typing import Annotated, Any, ClassVar, Literal
+from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Discriminator, Field, Tag, model_validator
+
+from gateway.request_notes import LeftOut
 
 
 class AnthropicModel(BaseModel):
@@ -130,11 +132,10 @@ class Tool(Cacheable):
     eager_input_streaming: bool | None = None
 
 
-class ServerTool(Cacheable):
+class ServerTool(Cacheable, LeftOut):
     """A tool the API runs itself (``web_search_20250305``, ``code_execution_...``, ``bash_...``):
     the gateway runs none, so it is left out of what the model sees and recorded as left out."""
 
-    left_out: ClassVar[bool] = True
     type: str = Field(min_length=1)
     name: str = Field(min_length=1)
 

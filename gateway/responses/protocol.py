@@ -11,9 +11,11 @@ malformed value is a 400 before anything reaches the engine.
 
 from __future__ import annotations
 
-from typing import Annotated, Any, ClassVar, Literal
+from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Discriminator, Field, Tag, field_validator
+
+from gateway.request_notes import LeftOut
 
 
 class ResponsesModel(BaseModel):
@@ -156,10 +158,9 @@ class NamespaceTool(ResponsesModel):
     tools: list[Annotated[FunctionTool | CustomTool, Field(discriminator="type")]] = Field(min_length=1)
 
 
-class HostedTool(ResponsesModel):
+class HostedTool(ResponsesModel, LeftOut):
     """A tool the API runs itself (web_search, file_search, code_interpreter, image_generation, mcp...)."""
 
-    left_out: ClassVar[bool] = True
     type: str = Field(min_length=1)
     name: str | None = None
 
