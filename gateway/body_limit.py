@@ -10,6 +10,8 @@ One layer on every request, cheap on the hot path (a model call pays a few attri
   first ``http.request`` that takes it over the limit is never handed on. The app then sees a
   disconnect, whatever it sends is dropped, and the client gets a 413 in its dialect's shape. So the
   process holds at most the limit plus one chunk of any body.
+- **Retries.** The SDKs' retry count (``x-stainless-retry-count``) is noted for the pipeline
+  (``gateway.retries``).
 - **Server errors.** An exception the handlers did not map becomes a 500 naming an error id; the body
   carries the id and no exception text (that may hold a secret or a path), the log holds the
   traceback once under the same id. After the response started, the id is only logged.
@@ -25,6 +27,7 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from gateway.errors import GatewayError, PayloadTooLarge, count_failure, error_response, internal_error
 from gateway.identity import require_admin, require_served_host
+from gateway.retries import RETRY_HEADER, retry_count
 
 logger = logging.getLogger(__name__)
 
@@ -82,7 +85,8 @@ class Boundary:
             self._guard(scope)
         except GatewayError as exc:
             return await self._refuse(scope, receive, send, exc)
-        declared = _content_length(scope)
+        declared, retried = _read_headers(scope)
+        retry_count.set(retried)
         if declared is not None and declared > self.max_bytes:
             return await self._refuse(scope, receive, send, too_large(str(declared), self.max_bytes))
         exchange = _Exchange(receive, send, self.max_bytes)
@@ -120,8 +124,12 @@ class Boundary:
             await self._refuse(scope, receive, send, internal_error(error_id))
 
 
-def _content_length(scope: Scope) -> int | None:
+def _read_headers(scope: Scope) -> tuple[int | None, int]:
+    """The declared body length (None: not declared or not a number) and the SDK's retry count."""
+    length, retried = None, 0
     for name, value in scope.get("headers", ()):
         if name == b"content-length":
-            return int(value) if value.isdigit() else None
-    return None
+            length = int(value) if value.isdigit() else None
+        elif name == RETRY_HEADER and value.isdigit():
+            retried = min(int(value), 1000)
+    return length, retried

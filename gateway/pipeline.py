@@ -21,8 +21,10 @@ from gateway.engine_clock import EngineClock
 from gateway.errors import EngineError
 from gateway.metrics import GatewayMetrics
 from gateway.policy import PolicyRegistry, ResolvedModel
+from gateway.retries import RETRIED, Attempt, RetryBook, retry_count
 from gateway.sampling import engine_sampling, sampled_with
 from gateway.store.records import CallRecord, RolloutIdentity
+from gateway.store.samples import UNDELIVERED
 from gateway.store.writer import CallWriter
 from gateway.streaming import StreamedCall
 from gateway.tagging import side_call_tags
@@ -41,8 +43,9 @@ class ChatPipeline:
                  graph: CallGraphIndex, tito: Callable[[], Awaitable[TitoEngine]] | None = None,
                  max_model_len: int | None = None, metrics: GatewayMetrics | None = None,
                  engine_clock: EngineClock | None = None,
-                 load_version: Callable[[int], Awaitable[str]] | None = None):
+                 load_version: Callable[[int], Awaitable[str]] | None = None, retries: RetryBook | None = None):
         self.engine, self.policy, self.writer, self.graph = engine, policy, writer, graph
+        self.retries = retries or RetryBook()
         self._load_version = load_version  # loads a pinned rollout's version when it is not loaded
         self._tito, self.max_model_len = tito, max_model_len
         self.metrics = metrics or GatewayMetrics()
@@ -57,15 +60,19 @@ class ChatPipeline:
         """
         chat_body = engine_sampling(chat_body, client_request, identity.sampling)
         resolved = await self._resolve(identity, chat_body["model"])
-        if identity.capture == "tito" and self._tito is not None:
-            tito = await self._tito()
-            answer, latency_ms = await self._timed(tito.chat(chat_body, resolved.engine_model, identity.rollout_id,
-                                                        self.max_model_len, top_logprobs), identity)
-        else:
-            body = _engine_chat_body(chat_body, resolved, top_logprobs, stream=False)
-            answer, latency_ms = await self._timed(self.engine.chat(body), identity)
-        return await self._commit_answer(identity, dialect, client_request, resolved, chat_body, answer,
-                                         latency_ms)
+        attempt = self.retries.begin(identity.rollout_id, client_request, retry_count.get() > 0)
+        try:
+            if identity.capture == "tito" and self._tito is not None:
+                tito = await self._tito()
+                answer, latency_ms = await self._timed(tito.chat(
+                    chat_body, resolved.engine_model, identity.rollout_id, self.max_model_len, top_logprobs), identity)
+            else:
+                body = _engine_chat_body(chat_body, resolved, top_logprobs, stream=False)
+                answer, latency_ms = await self._timed(self.engine.chat(body), identity)
+            return await self._commit_answer(identity, dialect, client_request, resolved, chat_body, answer,
+                                             latency_ms, attempt=attempt)
+        finally:
+            self.retries.end(attempt)
 
     def streams_through(self, identity: RolloutIdentity) -> bool:
         """Whether a streaming client of this rollout is streamed through (engine capture) rather than
@@ -79,10 +86,12 @@ class ChatPipeline:
         chat_body = engine_sampling(chat_body, client_request, identity.sampling)
         resolved = await self._resolve(identity, chat_body["model"])
         body = _engine_chat_body(chat_body, resolved, top_logprobs, stream=True)
-        timers = ExitStack()  # in flight and on the rollout's engine clock until the stream ends
+        timers = ExitStack()  # in flight, on the rollout's engine clock and among its attempts until it ends
         self.metrics.in_flight.inc()
         timers.callback(self.metrics.in_flight.dec)
         timers.enter_context(self.engine_clock.timing(identity.rollout_id))
+        attempt = self.retries.begin(identity.rollout_id, client_request, retry_count.get() > 0)
+        timers.callback(self.retries.end, attempt)
         try:
             stream = await self.engine.chat_stream(body)
         except BaseException:
@@ -91,21 +100,33 @@ class ChatPipeline:
 
         async def commit(answer: dict, latency_ms: float, tags: list[str]) -> int:
             recorded = await self._commit_answer(identity, dialect, client_request, resolved, chat_body, answer,
-                                                 latency_ms, tags)
+                                                 latency_ms, tags, attempt)
             return recorded.call_id
 
         return StreamedCall(stream, commit, timers, self.writer.add_tag)
 
     async def _commit_answer(self, identity: RolloutIdentity, dialect: str, client_request: dict,
                              resolved: ResolvedModel, chat_body: dict, answer: dict, latency_ms: float,
-                             extra_tags: list[str] = ()) -> RecordedAnswer:
+                             extra_tags: tuple[str, ...] | list[str] = (), attempt: Attempt | None = None,
+                             ) -> RecordedAnswer:
         choice = only_choice(answer)
         logprobs = [entry["logprob"] for entry in (choice.get("logprobs") or {}).get("content") or []]
         record = _record(identity, dialect, client_request, resolved, answer, latency_ms,
                          answer.get("prompt_token_ids"), choice, logprobs, sampled_with(chat_body))
         tags = side_call_tags(chat_body.get("messages") or [], bool(chat_body.get("tools")), identity.harness,
                               identity.side_patterns)
-        return await self._commit(identity, record, answer, resolved, [*tags, *extra_tags])
+        recorded = await self._commit(identity, record, answer, resolved, [*tags, *extra_tags])
+        if attempt is not None:
+            await self._settle_retries(attempt, recorded.call_id)
+        return recorded
+
+    async def _settle_retries(self, attempt: Attempt, call_id: int) -> None:
+        """A call a retry replaced is tagged ``retried`` (and ``undelivered``: its client gave up on it)."""
+        attempt.call_id = call_id
+        replaced = [attempt.retry_of.call_id] if attempt.retry_of and attempt.retry_of.call_id else []
+        for retried in ([call_id] if attempt.superseded else []) + replaced:
+            for tag in (RETRIED, UNDELIVERED):
+                await self.writer.add_tag(retried, tag)
 
     async def completion(self, completion_body: dict, identity: RolloutIdentity,
                          client_request: dict, logprobs: int = 0) -> RecordedAnswer:

@@ -20,6 +20,7 @@ from gateway.metrics import GatewayMetrics
 from gateway.pins import load_version
 from gateway.pipeline import ChatPipeline
 from gateway.policy import PolicyRegistry
+from gateway.retries import RetryBook
 from gateway.settings import GatewaySettings
 from gateway.store.store import Store
 from gateway.store.writer import CallWriter
@@ -39,6 +40,7 @@ class GatewayState:
     served_hosts: frozenset[str] = field(init=False)  # the Host names this gateway answers to
     metrics: GatewayMetrics = field(default_factory=GatewayMetrics)
     engine_clock: EngineClock = field(default_factory=EngineClock)  # per rollout, for engine-paced budgets
+    retries: RetryBook = field(default_factory=RetryBook)  # in-flight and recent calls: SDK retries
     model_root: str | None = None  # the engine's model folder, as /v1/models reports it
     _tito: TitoEngine | None = None
     _decoder: TokenDecoder | None = None
@@ -65,7 +67,8 @@ class GatewayState:
     async def pipeline(self) -> ChatPipeline:
         return ChatPipeline(self.engine, await self.ensure_policy(), self.writer, self.graph,
                             tito=self.tito, max_model_len=self.max_model_len, metrics=self.metrics,
-                            engine_clock=self.engine_clock, load_version=self.ensure_version)
+                            engine_clock=self.engine_clock, load_version=self.ensure_version,
+                            retries=self.retries)
 
     async def ensure_version(self, version: int) -> str:
         """The engine's name for a policy version, loaded on demand (pinned rollouts, ``gateway.pins``)."""
