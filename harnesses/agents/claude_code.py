@@ -59,6 +59,9 @@ class ClaudeCodeHarness(CliAgentHarness):
             "CLAUDE_CODE_MAX_OUTPUT_TOKENS": str(self.settings.max_tokens),
             "CLAUDE_CODE_AUTO_COMPACT_WINDOW": str(self.settings.context_length),
             "IS_SANDBOX": "1",  # lets --dangerously-skip-permissions run as root inside the sandbox
+            # Else the system prompt opens with a billing line holding a hash of the task's prompt: the
+            # prefix every rollout shares would end a few tokens in.
+            "CLAUDE_CODE_ATTRIBUTION_HEADER": "0",
             **{name: "1" for name in QUIET},
         }
 

@@ -216,3 +216,25 @@ async def test_codex_runs_the_namespaced_call_it_gets_back(gateway, engine):
     outputs = [item for items in inputs for item in items if item.get("type") == "function_call_output"]
     assert "agent_id" in json.loads(outputs[0]["output"])  # Codex started the subagent
     assert any("probe-child" in json.dumps(items) for items in inputs[1:])  # whose own call was recorded too
+
+
+def first_main_prompt(requests: list[dict]) -> str:
+    """The system text and tools of the first call with tools: the prefix every turn extends."""
+    body = next(r for r in requests if r.get("tools"))
+    system = [m.get("content") for m in body["messages"] if m["role"] in ("system", "developer")]
+    return json.dumps([system[:1], body["tools"]], sort_keys=True)
+
+
+@pytest.mark.parametrize("name", AGENTS)
+async def test_agent_prompt_prefix_is_shared_by_rollouts_of_different_tasks(name, gateway, engine):
+    """The system prompt's head and the tools do not vary per rollout or per task (no session ids, task
+    hashes or times in them), so vLLM's prefix cache computes them once for every group."""
+    prompts = []
+    for index, instruction in enumerate(("Create hello.txt containing hello", TASK.instruction)):
+        engine.requests = []
+        task = Task(name=f"prefix-{index}", instruction=instruction, verifier="true", agent_timeout_s=240.0)
+        result = await run_single_rollout(local_harness(name), gateway.url, f"prefix-{name}-{index}", task, "local",
+                                          {"isolation": "bwrap"})
+        assert result.status == "finished", result.error
+        prompts.append(first_main_prompt(engine.requests))
+    assert prompts[0] == prompts[1]

@@ -46,6 +46,7 @@ def test_claude_code_points_every_model_role_at_the_gateway_with_the_token_and_l
                   "CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC"):
         assert env[quiet] == "1"
     assert env["CLAUDE_CONFIG_DIR"] == "/home/agent/.claude" and env["HOME"] == "/home/agent"
+    assert env["CLAUDE_CODE_ATTRIBUTION_HEADER"] == "0"  # no per-task hash at the head of the prompt
     settings = json.loads(harness.config_files(ENDPOINT)["/home/agent/.claude/settings.json"])
     assert settings["permissions"] == {"defaultMode": "bypassPermissions"} and settings["autoUpdates"] is False
 
