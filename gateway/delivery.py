@@ -13,11 +13,11 @@ import logging
 from collections.abc import AsyncIterator, Awaitable, Callable
 
 import anyio
-import orjson
 from starlette.requests import ClientDisconnect
 from starlette.responses import Response
 from starlette.types import Message, Receive, Scope, Send
 
+from gateway.engine.client import encoded
 from gateway.store.samples import UNDELIVERED
 
 logger = logging.getLogger(__name__)
@@ -31,7 +31,7 @@ class JSONBody(Response):
     media_type = "application/json"
 
     def render(self, content) -> bytes:
-        return orjson.dumps(content)
+        return encoded(content)
 
 
 async def client_gone(receive: Receive) -> bool:

@@ -199,7 +199,7 @@ class VLLMEngineClient:
         With ``keep_open`` the response stays open when ``handle`` returns (a stream being read);
         ``EngineStream.close`` releases it.
         """
-        data = None if body is None else orjson.dumps(body)
+        data = None if body is None else encoded(body)
         headers = {"content-type": "application/json"} if data is not None else None
         for attempt, delay in enumerate((*RETRY_DELAYS_S, None)):
             try:
@@ -227,6 +227,14 @@ class VLLMEngineClient:
             except aiohttp.ClientError as exc:
                 raise EngineUnavailable(f"engine at {self.base_url} failed: {type(exc).__name__}: {exc}") from exc
         raise AssertionError("unreachable")
+
+
+def encoded(body) -> bytes:
+    """JSON bytes (orjson; the standard encoder for what orjson refuses, such as integers over 64 bits)."""
+    try:
+        return orjson.dumps(body)
+    except TypeError:
+        return json.dumps(body).encode()
 
 
 def _raise_for_status(response: EngineResponse, model: str | None = None) -> None:

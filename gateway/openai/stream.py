@@ -10,8 +10,7 @@ from __future__ import annotations
 
 from collections.abc import AsyncIterator
 
-import orjson
-
+from gateway.engine.client import encoded
 from gateway.errors import GatewayError, error_body
 from gateway.openai.protocol import ChatCompletionRequest
 from gateway.openai.replay import DONE
@@ -21,7 +20,7 @@ CALL_ID_COMMENT = ": x-harnessrl-call-id {}\n\n"
 
 
 def _event(payload: dict) -> bytes:
-    return b"data: " + orjson.dumps(payload) + b"\n\n"
+    return b"data: " + encoded(payload) + b"\n\n"
 
 
 async def chat_stream_events(call: StreamedCall, request: ChatCompletionRequest, include_usage: bool,
