@@ -37,7 +37,11 @@ def main() -> None:
     args = parser.parse_args()
     import uvicorn
 
-    uvicorn.run(build_app(args.environment, args.max_sessions), host="127.0.0.1", port=args.port, log_level="warning")
+    try:
+        app = build_app(args.environment, args.max_sessions)
+    except (ImportError, AttributeError, ValueError) as exc:
+        raise SystemExit(f"cannot load the environment {args.environment}: {type(exc).__name__}: {exc}") from None
+    uvicorn.run(app, host="127.0.0.1", port=args.port, log_level="warning")
 
 
 if __name__ == "__main__":

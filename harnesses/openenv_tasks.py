@@ -26,6 +26,7 @@ import re
 import socket
 import subprocess
 import sys
+import tempfile
 import time
 from dataclasses import dataclass
 
@@ -101,14 +102,15 @@ class EnvServer:
 
     def __init__(self, spec: str, start_timeout_s: float = START_TIMEOUT_S):
         self.spec, self.kind, self.start_timeout_s = spec, spec_kind(spec), start_timeout_s
-        self.url, self._process, self._container = spec.rstrip("/"), None, None
+        self.url, self._process, self._container, self._log = spec.rstrip("/"), None, None, None
 
     def start(self) -> str:
         if self.kind == "package":
             port = free_port()
             self.url = f"http://127.0.0.1:{port}"
+            self._log = tempfile.TemporaryFile()  # a file, not a pipe: a chatty server never blocks on it
             self._process = subprocess.Popen([sys.executable, "-m", "harnesses.openenv_serve", self.spec,
-                                              "--port", str(port)], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+                                              "--port", str(port)], stdout=subprocess.DEVNULL, stderr=self._log)
         elif self.kind == "image":
             self._start_container()
         self._wait_healthy()
@@ -131,7 +133,8 @@ class EnvServer:
         deadline = time.monotonic() + self.start_timeout_s
         while time.monotonic() < deadline:
             if self._process is not None and self._process.poll() is not None:
-                error = self._process.stderr.read().decode(errors="replace")[-2000:]
+                self._log.seek(0)
+                error = self._log.read().decode(errors="replace")[-2000:]
                 raise TaskError(f"openenv:{self.spec}: the environment server exited ({self._process.returncode}):\n{error}")
             with contextlib.suppress(httpx.HTTPError):
                 if httpx.get(f"{self.url}/health", timeout=5.0).status_code == 200:
@@ -152,6 +155,9 @@ class EnvServer:
                 self._process.kill()
                 self._process.wait()
             self._process = None
+        if self._log is not None:
+            self._log.close()
+            self._log = None
         if self._container is not None:
             with contextlib.suppress(Exception):
                 self._container.stop(timeout=5)

@@ -67,3 +67,10 @@ def test_a_cli_agent_on_environment_tasks_is_refused_naming_the_fix():
 
     with pytest.raises(TaskError, match="runs with --harness builtin"):
         with_environments([env_task(EnvTaskRef("http://h:1", "e", "s", 0), "x")], Cli(), ())
+
+
+def test_an_environment_that_cannot_start_says_why():
+    with pytest.raises(TaskError, match="the environment server exited") as caught:
+        load_dataset("openenv:no_such_module:Environment")
+    assert "cannot load the environment no_such_module:Environment: ModuleNotFoundError" in str(caught.value)
+    assert "Traceback" not in str(caught.value)
