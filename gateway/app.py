@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import logging
 from contextlib import asynccontextmanager
 
@@ -20,6 +21,7 @@ from gateway.engine.client import EngineClient, VLLMEngineClient
 from gateway.errors import GatewayError, install_error_handlers
 from gateway.json_body import refuse_deep_json
 from gateway.openai.router import create_router as create_openai_router
+from gateway.policy_follower import follow
 from gateway.responses.router import create_router as create_responses_router
 from gateway.settings import GatewaySettings
 from gateway.state import GatewayState, StateDep
@@ -53,9 +55,14 @@ def create_app(settings: GatewaySettings, engine: EngineClient | None = None) ->
             logger.warning("engine not ready at startup: %s", exc.message)
         else:
             await checked.check(policy.base_model)
+        follower = (asyncio.create_task(follow(state, settings.follow_interval_s))
+                    if settings.follow_interval_s > 0 else None)
         try:
             yield
         finally:
+            if follower is not None:
+                follower.cancel()
+                await asyncio.gather(follower, return_exceptions=True)
             await writer.stop()
             if engine is None:
                 await client.close()

@@ -33,6 +33,8 @@ class GatewaySettings:
     engine_dtype: str | None = None
     engine_dtype_reason: str | None = None
     max_staleness: int = 2  # adapter versions kept loaded beyond the current one: max_staleness + 1
+    # seconds between looks at the store for versions other gateways published (gateway.policy_follower); 0: never
+    follow_interval_s: float = 0.5
 
     def __post_init__(self) -> None:
         if not isinstance(self.admin_key, str) or not self.admin_key.strip():

@@ -1,0 +1,61 @@
+"""Gateways on one store follow each other's publications: the policy version lives in the store.
+
+The learner publishes to one gateway (``POST /admin/adapters``), which loads the adapter into its
+engine and records it in the store. Every gateway on the same store looks at the store's loaded
+versions every ``follow_interval_s`` (default 0.5 s, so a publish is followed within a second):
+a newer version is loaded into its own engine (unless the engine already serves it: gateways may
+share one) and made current; versions older than ``max_staleness`` behind are retired as the
+publishing gateway retires them. A rollout's token works on any of them (the store resolves it).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from typing import TYPE_CHECKING
+
+from sqlalchemy.exc import SQLAlchemyError
+
+from gateway.adapters import retire_old
+from gateway.errors import GatewayError
+
+if TYPE_CHECKING:
+    from gateway.state import GatewayState
+
+logger = logging.getLogger(__name__)
+
+
+async def follow_once(state: GatewayState) -> tuple[int, ...]:
+    """Load and make current the versions another gateway published; the versions followed."""
+    policy = state.policy
+    if policy is None:  # the engine was not discovered yet: nothing is served to follow from
+        return ()
+    newer = sorted((a for a in await state.store.loaded_adapters() if a.version > policy.current_version),
+                   key=lambda a: a.version)
+    if not newer:
+        return ()
+    async with state.publish_lock:  # as a publication: the loaded set changes one change at a time
+        served = {model["id"] for model in await state.engine.models()}
+        followed = []
+        for adapter in newer:
+            if adapter.version <= policy.current_version:  # published here meanwhile
+                continue
+            if adapter.name not in served:
+                await state.engine.load_adapter(adapter.name, adapter.path)
+            policy.publish(adapter.version, adapter.name)
+            followed.append(adapter.version)
+        if followed:
+            await retire_old(state.engine, policy, state.store, state.settings.max_staleness)
+    if followed:
+        logger.info("following the store: now serving policy-v%d", policy.current_version)
+    return tuple(followed)
+
+
+async def follow(state: GatewayState, interval_s: float) -> None:
+    """``follow_once`` every ``interval_s`` until cancelled; a failed look is logged and tried again."""
+    while True:
+        await asyncio.sleep(interval_s)
+        try:
+            await follow_once(state)
+        except (GatewayError, SQLAlchemyError, OSError) as exc:
+            logger.warning("following the store's policy: %s", getattr(exc, "message", exc))
