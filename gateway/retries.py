@@ -5,18 +5,21 @@ The OpenAI and Anthropic SDKs resend a request that timed out or lost its connec
 the agent goes on with, so the call it retries is tagged ``retried`` (and ``undelivered``: its client
 gave up on it) and left out of samples, whether it committed before the retry came or after. A call
 is a retry when it carries the header, or when its rollout sends the same body while the first is
-still in flight; the first is the rollout's most recent call with that body (in flight or among its
-last ``RECENT`` committed calls).
+still in flight for at least ``MIN_RETRY_GAP_S`` (the SDKs wait at least ~0.4 s before a retry; the
+same body sent again sooner is a deliberate parallel call); the first is the rollout's most recent
+call with that body (in flight or among its last ``RECENT`` committed calls).
 """
 
 from __future__ import annotations
 
+import time
 from collections import OrderedDict, deque
 from contextvars import ContextVar
 from dataclasses import dataclass, field
 
 RETRY_HEADER = b"x-stainless-retry-count"
 RETRIED = "retried"
+MIN_RETRY_GAP_S = 0.3  # an in-flight call younger than this is not what a client without the header retries
 RECENT = 2  # committed calls per rollout a header retry is matched against
 ROLLOUTS_KEPT = 256  # rollouts whose recent calls are kept (the least recently used go)
 
@@ -30,6 +33,7 @@ class Attempt:
 
     rollout_id: int
     request: dict  # the client's body
+    started: float = field(default_factory=time.monotonic)  # seconds (monotonic clock)
     call_id: int | None = None
     superseded: bool = False  # a retry of it came: tag it when it commits
     retry_of: Attempt | None = None
@@ -45,8 +49,9 @@ class RetryBook:
     def begin(self, rollout_id: int, request: dict, header_retry: bool) -> Attempt:
         attempt = Attempt(rollout_id, request)
         in_flight = self._in_flight.setdefault(rollout_id, [])
-        candidates = [*in_flight, *(reversed(self._recent.get(rollout_id, ())) if header_retry else ())]
-        if in_flight or header_retry:  # only then are bodies compared: a lone first attempt costs nothing
+        waited = [a for a in in_flight if header_retry or attempt.started - a.started >= MIN_RETRY_GAP_S]
+        candidates = [*reversed(waited), *(reversed(self._recent.get(rollout_id, ())) if header_retry else ())]
+        if candidates:  # only then are bodies compared: a first attempt, or parallel calls, cost nothing
             attempt.retry_of = next((a for a in candidates if a.request == request), None)
             if attempt.retry_of is not None and attempt.retry_of.call_id is None:
                 attempt.retry_of.superseded = True
