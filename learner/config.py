@@ -48,6 +48,9 @@ class LearnerConfig:
     # a peft adapter folder to start from (e.g. `harnessrl sft`'s warm start) instead of a fresh LoRA;
     # its own rank and targets apply. "": fresh. A resumed run loads its checkpoint either way.
     init_adapter: str = ""
+    # the policy version init_adapter is already served as (sft --publish): the learner starts there and
+    # publishes init_version + 1 next, instead of refusing a gateway "newer" than it. 0: unpublished
+    init_version: int = 0
     # --- optimizer and schedule --------------------------------------------------------------
     lr: float = 1e-4  # AdamW peak learning rate (LoRA wants ~10x the full fine-tuning rate)
     weight_decay: float = 0.0

@@ -288,7 +288,7 @@ async def _sleep_or_stop(stop: asyncio.Event, seconds: float) -> None:
 async def _resume(store: Store, run_id: int, config: LearnerConfig, trainer: Trainer) -> _Progress:
     """Load the checkpoint the store last committed (if any); drop leftovers newer than it."""
     record = await latest_checkpoint(store, run_id)
-    step, progress = 0, _Progress()
+    step, progress = 0, _Progress(version=config.init_version)  # a published warm start's version
     if record is not None:
         state = await asyncio.to_thread(load_checkpoint, Path(record.path), trainer.model, trainer.optimizer,
                                         trainer.scheduler)
