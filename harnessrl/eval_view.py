@@ -24,7 +24,8 @@ def live_table(run: str, results: list[PolicyResult], done: int, total: int, k: 
                    "failures"):
         table.add_column(column, justify="right")
     for r in results:
-        table.add_row(policy_label(r.version), str(r.n), str(r.passed), _pct(r.pass_at_1), _pct(r.pass_at_k),
+        name = policy_label(r.version) if r.version >= 0 else "teacher"  # teachers: negative keys (evaluation)
+        table.add_row(name, str(r.n), str(r.passed), _pct(r.pass_at_1), _pct(r.pass_at_k),
                       _num(r.reward.mean), f"{_num(r.reward.low)} – {_num(r.reward.high)}", str(r.failures))
     return table
 

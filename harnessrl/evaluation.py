@@ -9,12 +9,17 @@ it: rerunning the same command resumes, as ``harnessrl run`` does. The jobs inte
 The numbers written at the end (``eval.json``, the table, the PNG) are the gateway's run summary, read
 from the store (``GET /api/runs/{run}/summary``): the same the viewer shows. The live table while it
 runs counts the runner's results as they come in.
+
+A teacher (``teacher:MODEL``, a litellm model string) is one more policy: its rollouts run through a
+teacher gateway of their own on the store (``harnessrl.teacher``) into the run ``<run>-teacher:MODEL`` (``/`` as ``_``),
+and its row (and per-task cells) come from that run's summary, so one table reads base / adapter / teacher.
 """
 
 from __future__ import annotations
 
 import asyncio
 from collections.abc import Callable
+from contextlib import ExitStack
 from dataclasses import dataclass, field
 from pathlib import Path
 from urllib.parse import quote
@@ -29,6 +34,7 @@ from harnesses.task import Task
 from sandboxes import SandboxSpec
 
 ROLLOUTS_PATH = "/api/rollouts"
+TEACHER_PREFIX = "teacher:"
 
 
 @dataclass(frozen=True)
@@ -46,6 +52,10 @@ class EvalPlan:
     wall_factor: float = DEFAULT_WALL_FACTOR
     judge: Judge | None = None  # an LLM judge scoring each rollout (the reward component "judge")
     harness_name: str | None = None  # as asked (e.g. oneshot); default: the adapter's name
+    # teacher:MODEL policies: the store their gateway records into, the policy's tokenizer, the API base
+    database_url: str | None = None
+    policy_model: Path | None = None
+    teacher_base_url: str | None = None
 
     @property
     def harness_label(self) -> str:
@@ -86,17 +96,32 @@ class Resolved:
     """A policy as asked and the version it is evaluated as."""
 
     asked: str
-    version: int
+    version: int  # a teacher's: 0 (its gateway serves no adapter)
+    teacher: str | None = None  # the litellm model string of a teacher:MODEL policy
 
     @property
     def label(self) -> str:
-        return policy_label(self.version)
+        return self.asked if self.teacher else policy_label(self.version)
+
+    @property
+    def live_version(self) -> int:
+        """Its key in the live table: a teacher's is negative (its rows are version 0 of its own run)."""
+        return -1 - abs(hash(self.asked)) % 1000 if self.teacher else self.version
+
+    def run(self, eval_run: str) -> str:
+        """The run its rollouts go to: a teacher's own, next to the evaluation run."""
+        return f"{eval_run}-{self.asked.replace('/', '_')}" if self.teacher else eval_run  # run names take no /
 
 
 def resolve_policies(asked: tuple[str, ...], current_version: int) -> list[Resolved]:
     """Each asked policy as a version (``latest``: the current one), duplicates dropped, in order."""
     found, seen = [], set()
     for name in asked:
+        if name.startswith(TEACHER_PREFIX) and name.removeprefix(TEACHER_PREFIX):
+            if name not in seen:
+                seen.add(name)
+                found.append(Resolved(name, 0, name.removeprefix(TEACHER_PREFIX)))
+            continue
         if name == "latest":
             version = current_version
         elif name == "base":
@@ -104,7 +129,7 @@ def resolve_policies(asked: tuple[str, ...], current_version: int) -> list[Resol
         elif name.startswith("policy-v") and name.removeprefix("policy-v").isdigit():
             version = int(name.removeprefix("policy-v"))
         else:
-            raise ValueError(f"--policies takes base, latest or policy-vN, not {name!r}")
+            raise ValueError(f"--policies takes base, latest, policy-vN or teacher:MODEL, not {name!r}")
         if version not in seen:
             seen.add(version)
             found.append(Resolved(name, version))
@@ -140,32 +165,45 @@ async def run_evaluation(plan: EvalPlan, gateway_url: str, admin_key: str | None
                          on_update: Callable[[LiveCounts], None] = lambda counts: None) -> dict:
     """Run what is pending of the evaluation; return the run summary's per-policy results as eval.json."""
     control = EvalClient(gateway_url, admin_key)
-    clients: list[GatewayClient] = []
+    clients: list[EvalClient] = []
     try:
-        current = int((await control.policy()).get("current_version", 0))
-        policies = resolve_policies(plan.policies, current)
-        runners = []
-        for policy in policies:
-            client = PinningClient(gateway_url, admin_key, policy.label)
-            clients.append(client)
-            runners.append((policy, Runner(_runner_plan(plan, policy), client)))
-        live = LiveCounts(plan.k)
-        jobs = await _interleaved_jobs(runners)
-        live.total = len(jobs)
-        on_update(live)
-        await _run_jobs(jobs, plan.concurrency, live, on_update)
-        summary = await control.summary(plan.run)
+        with ExitStack() as teachers:
+            current = int((await control.policy()).get("current_version", 0))
+            policies = resolve_policies(plan.policies, current)
+            runners = []
+            for policy in policies:
+                url = _teacher_url(plan, policy, admin_key, teachers) if policy.teacher else gateway_url
+                client = PinningClient(url, admin_key, "base" if policy.teacher else policy.label)
+                clients.append(client)
+                runners.append((policy, Runner(_runner_plan(plan, policy), client)))
+            live = LiveCounts(plan.k)
+            jobs = await _interleaved_jobs(runners)
+            live.total = len(jobs)
+            on_update(live)
+            await _run_jobs(jobs, plan.concurrency, live, on_update)
+            summary = await control.summary(plan.run)
+            taught = {p.asked: await c.summary(p.run(plan.run)) for p, c in zip(policies, clients) if p.teacher}
     finally:
         for client in (control, *clients):
             await client.close()
-    return eval_document(plan, policies, summary)
+    return eval_document(plan, policies, summary, taught)
+
+
+def _teacher_url(plan: EvalPlan, policy: Resolved, admin_key: str | None, stack: ExitStack) -> str:
+    """A teacher gateway on the evaluation's store for ``policy``, open until ``stack`` closes."""
+    from harnessrl.teacher import TeacherSettings, teacher_gateway
+    if not (plan.database_url and plan.policy_model):
+        raise ValueError(f"{policy.asked} needs the store and the policy's model folder (--database-url, --model)")
+    settings = TeacherSettings(model=policy.teacher, tokenizer_dir=plan.policy_model, api_base=plan.teacher_base_url)
+    return stack.enter_context(teacher_gateway(settings, plan.database_url, admin_key or ""))
 
 
 def _runner_plan(plan: EvalPlan, policy: Resolved) -> PinnedRunPlan:
-    return PinnedRunPlan(run=plan.run, tasks=plan.tasks, harness=plan.harness, group_size=plan.k,
+    return PinnedRunPlan(run=policy.run(plan.run), tasks=plan.tasks, harness=plan.harness, group_size=plan.k,
                          concurrency=plan.concurrency, sandbox=plan.sandbox, base_spec=plan.base_spec,
                          sampling=plan.sampling, sandbox_options=plan.sandbox_options, round=policy.version,
-                         wall_factor=plan.wall_factor, pin=policy.label, judge=plan.judge)
+                         wall_factor=plan.wall_factor, pin=policy.label, judge=plan.judge,
+                         teacher=policy.teacher, capture="engine" if policy.teacher else None)
 
 
 async def _interleaved_jobs(runners: list[tuple[Resolved, Runner]]) -> list[tuple[Resolved, Runner, Task, int]]:
@@ -180,7 +218,7 @@ async def _run_jobs(jobs, concurrency: int, live: LiveCounts, on_update: Callabl
     async def one(policy: Resolved, runner: Runner, task: Task, index: int) -> None:
         async with limit:
             result = await runner.run_one(task, index)
-        live.add(policy.version, result)
+        live.add(policy.live_version, result)
         on_update(live)
 
     try:
@@ -197,14 +235,24 @@ def _first(error: BaseException) -> BaseException:
     return error
 
 
-def eval_document(plan: EvalPlan, policies: list[Resolved], summary: dict) -> dict:
-    """eval.json: the plan, and the summary's results for the policies evaluated (in the order asked)."""
+def eval_document(plan: EvalPlan, policies: list[Resolved], summary: dict, taught: dict | None = None) -> dict:
+    """eval.json: the plan, and the summary's results for the policies evaluated (in the order asked);
+    ``taught``: each teacher's own run summary, by the name asked (its version 0 row is the teacher's)."""
+    taught = taught or {}
     by_version = {row["version"]: row for row in summary.get("policies", [])}
     labels = {p.label for p in policies}
-    rows = [{"asked": p.asked, **by_version[p.version]} for p in policies if p.version in by_version]
-    per_task = [{"task": row["task"], "policies": {label: cell for label, cell in row["policies"].items()
-                                                   if label in labels}}
-                for row in summary.get("policy_tasks", [])]
+    rows = []
+    for p in policies:
+        found = {r["version"]: r for r in taught[p.asked].get("policies", [])} if p.teacher else by_version
+        if p.version in found:
+            rows.append({"asked": p.asked, **found[p.version], **({"policy": p.label} if p.teacher else {})})
+    cells: dict[str, dict] = {row["task"]: dict(row["policies"]) for row in summary.get("policy_tasks", [])}
+    for asked, teacher_summary in taught.items():
+        for row in teacher_summary.get("policy_tasks", []):
+            if "base" in row["policies"]:
+                cells.setdefault(row["task"], {})[asked] = row["policies"]["base"]
+    per_task = [{"task": task, "policies": {label: cell for label, cell in found.items() if label in labels}}
+                for task, found in cells.items()]
     return {"run": plan.run, "harness": plan.harness_label, "k": plan.k, "sampling": plan.sampling,
             "tasks": [t.name for t in plan.tasks], "policies": rows,
             "per_task": [row for row in per_task if row["policies"]]}
