@@ -567,6 +567,10 @@ def report(
         raise fail(f"could not read {url}: {exc.orig}; check --database-url, "
                    f"or run `harnessrl db upgrade` on an older store") from None
     result = write_report(data, out, held_out, warm_up)
+    if warm_up is not None:  # a quickstart --warm-start run: its phases
+        from harnessrl.report import warm_start_lines
+        for line in warm_start_lines(warm_up, data):
+            console.print(line, markup=False, highlight=False)
     for note in result.notes:
         console.print(f"[yellow]note:[/] {note}")
     for path in result.paths:

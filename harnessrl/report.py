@@ -142,6 +142,16 @@ def warm_up_reward(warm_up: ReportData) -> tuple[int, float]:
     return rollouts, sum(v.reward_mean * v.rollouts for v in warm_up.versions) / max(1, rollouts)
 
 
+def warm_start_lines(warm_up: ReportData, data: ReportData) -> list[str]:
+    """The phases as text: the warm-up run's reward, then the GRPO run's per version."""
+    rollouts, mean = warm_up_reward(warm_up)
+    lines = [f"warm-up ({warm_up.run}): {rollouts} rollouts, mean reward {mean:.3f}"]
+    for index, v in enumerate(data.versions):
+        what = "sft" if index == 0 and v.version > 0 else "grpo"
+        lines.append(f"{what} v{v.version} ({data.run}): {v.rollouts} rollouts, mean reward {v.reward_mean:.3f}")
+    return lines
+
+
 def _warm_start(figure, warm_up: ReportData, data: ReportData) -> None:
     """The warm-up run's mean reward, then the GRPO run's per policy version (the first: SFT's)."""
     ax = figure.add_subplot()

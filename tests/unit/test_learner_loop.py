@@ -597,3 +597,30 @@ async def test_a_greedy_run_is_refused_for_training(store, tiny_model_dir, tmp_p
     await fill(store, 1)
     with pytest.raises(learner.loop.LearnerError, match="greedily"):
         await train(config_for(tiny_model_dir, tmp_path / "out", max_steps=1), store)
+
+
+class WarmStartedGateway:
+    """A gateway already serving the warm start (harnessrl sft --publish) as policy-v1."""
+
+    def __init__(self):
+        self.published: list[int] = [1]
+
+    async def current_version(self) -> int:
+        return self.published[-1]
+
+    async def max_model_len(self) -> int | None:
+        return None
+
+    async def publish(self, model, version: int):
+        self.published.append(version)
+        return Published(version, f"policy-v{version}", "/a", 0.01, 0.02, 0.01, 1)
+
+
+async def test_a_learner_starting_at_the_warm_starts_version_publishes_the_next_ones(store, tiny_model_dir, tmp_path):
+    await fill(store, 4)
+    config = config_for(tiny_model_dir, tmp_path / "out", max_steps=2, weight_sync_steps=1, publish=True)
+    with pytest.raises(learner.loop.LearnerError, match="serves policy-v1, newer"):
+        await train(config, store, publisher=WarmStartedGateway())  # without init_version: refused
+    gateway = WarmStartedGateway()
+    result = await train(replace(config, init_version=1), store, publisher=gateway)
+    assert (result.step, result.version, gateway.published) == (2, 3, [1, 2, 3])
