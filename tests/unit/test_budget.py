@@ -83,7 +83,7 @@ async def test_a_gateway_that_cannot_answer_keeps_the_last_engine_time():
 
 needs_bwrap = pytest.mark.skipif(not shutil.which("bwrap"), reason="verifiers write /logs: apt-get install bubblewrap")
 TASK = Task(name="write-ok", instruction="Write ok to ok.txt.", tests={"check.sh": b"grep -q ok ok.txt"},
-            verifier="sh /tests/check.sh", agent_timeout_s=1.0)
+            verifier="sh /tests/check.sh", agent_timeout_s=3.0)  # the agent's own part: a sandbox start, one bash
 
 
 @pytest.fixture
@@ -115,14 +115,14 @@ async def run_one(gateway_url: str) -> list:
 
 @needs_bwrap
 async def test_slow_engine_calls_do_not_time_out_the_rollout(live_gateway, fake_engine):
-    fake_engine.script = slow_engine_script("echo ok > ok.txt", delay_s=1.5)  # 3 s in the engine, budget 1 s
+    fake_engine.script = slow_engine_script("echo ok > ok.txt", delay_s=2.5)  # 5 s in the engine, budget 3 s
     [result] = await run_one(live_gateway.url)
     assert (result.status, result.reward) == ("finished", 1.0), result.error
 
 
 @needs_bwrap
 async def test_an_agent_slow_on_its_own_is_stopped_with_the_overrun(live_gateway, fake_engine):
-    fake_engine.script = slow_engine_script("sleep 4; echo ok > ok.txt", delay_s=0.0)
+    fake_engine.script = slow_engine_script("sleep 8; echo ok > ok.txt", delay_s=0.0)
     [result] = await run_one(live_gateway.url)
     assert result.status == "failed"
-    assert "over the task's 1 s budget" in result.error and "in model calls" in result.error
+    assert "over the task's 3 s budget" in result.error and "in model calls" in result.error
