@@ -90,3 +90,5 @@ def test_warm_start_imitates_a_teacher_then_grpo_continues_from_the_sft_version(
     result = CliRunner().invoke(app, ["report", "--run", "ws", "--out", str(out), "--database-url", url])
     assert result.exit_code == 0, result.output
     assert_plot_image(out / "warm_start.png", min_colors=20)
+    assert "warm-up (ws-warmup): 4 rollouts, mean reward 1.000" in result.output
+    assert re.search(r"sft v1 \(ws\): \d+ rollouts", result.output)
