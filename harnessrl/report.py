@@ -158,12 +158,14 @@ def _warm_start(figure, warm_up: ReportData, data: ReportData) -> None:
     rollouts, mean = warm_up_reward(warm_up)
     ax.bar([0], [mean], color=ORANGE, alpha=0.7, width=0.6, label=f"warm-up ({rollouts} rollouts)")
     versions = data.versions
-    xs = list(range(1, len(versions) + 1))
+    xs = list(range(2, len(versions) + 2))  # a gap after the warm-up's bar: its label and v1's stay apart
     ax.errorbar(xs, [v.reward_mean for v in versions], yerr=[v.stderr for v in versions], color=BLUE, marker="o",
                 markersize=4, capsize=2, label="GRPO run, mean reward ± standard error per version")
     if versions:
-        ax.axvline(0.5, color=GREY, linestyle="--", label=f"SFT on the warm-up's successes -> v{versions[0].version}")
-    ax.set_xticks([0, *xs], ["warm-up", *[f"v{v.version}" for v in versions]], fontsize=7)
+        ax.axvline(1.0, color=GREY, linestyle="--", label=f"SFT on the warm-up's successes -> v{versions[0].version}")
+    every = max(1, len(versions) // 12)  # at most ~12 version labels: more overlap
+    shown = [(x, f"v{v.version}") for x, v in zip(xs, versions) if (x - 2) % every == 0]
+    ax.set_xticks([0, *[x for x, _ in shown]], ["warm-up", *[label for _, label in shown]], fontsize=8)
     ax.set(xlabel="phase / policy version", ylabel="mean reward", ylim=(-0.02, 1.02),
            title="warm start: warm-up run, SFT, then GRPO")
     ax.grid(alpha=0.3)
