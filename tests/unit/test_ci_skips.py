@@ -26,3 +26,10 @@ def test_a_skip_fails_the_run_under_ci(tmp_path):
 
 def test_a_skip_is_only_a_skip_elsewhere(tmp_path):
     assert run_pytest(tmp_path, None).returncode == 0
+
+
+def test_no_two_test_modules_share_a_name():
+    # The tiers are folders, not packages: pytest imports each test file by its basename, and a second
+    # file of the same name stops the whole collection ("import file mismatch").
+    names = [p.name for p in (ROOT / "tests").rglob("test_*.py")]
+    assert sorted({n for n in names if names.count(n) > 1}) == []
