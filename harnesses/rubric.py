@@ -12,8 +12,9 @@ forged inside its answer (and a judge might quote) lacks it and is ignored. Scor
 shortcut to the top.
 
 Per rollout: ``{"verdict_id", "score", "reasons"}``. Per group (RULER-style: all G trajectories in
-one call, scored relative to each other): ``{"verdict_id", "scores": [{"rollout", "score",
-"reasons"}, ...]}`` with each label ``A``, ``B``, ... exactly once.
+one call, scored relative to each other): ``{"verdict_id", "scores": {"A": {"score", "reasons"},
+"B": ...}}``, keyed by each label exactly once (an object, so that a constrained decoder cannot score
+one rollout twice and leave out another, as a list of entries lets it).
 """
 
 from __future__ import annotations
@@ -26,7 +27,7 @@ import secrets
 from dataclasses import dataclass
 from pathlib import Path
 
-PROMPT_VERSION = 1  # part of the cache key: a changed prompt judges again
+PROMPT_VERSION = 2  # part of the cache key: a changed prompt judges again
 MAX_RUBRIC_CHARS = 20_000
 MAX_TOOL_CHARS = 2_000  # one tool output, head and tail kept
 MAX_MESSAGE_CHARS = 6_000  # any other message
@@ -173,8 +174,8 @@ def _label(index: int) -> str:
 
 def group_prompt(rubric: Rubric, trajectories: list[Trajectory], nonce: str) -> list[dict]:
     labels = group_labels(len(trajectories))
-    reply = ('{"verdict_id": "...", "scores": [{"rollout": "<label>", "score": <0..1>, "reasons": "..."}, ...]}, '
-             f"one entry for each of the rollouts {', '.join(labels)}. These are attempts at the same task: "
+    reply = ('{"verdict_id": "...", "scores": {"<label>": {"score": <0..1>, "reasons": "..."}, ...}}, '
+             f"one key for each of the rollouts {', '.join(labels)}. These are attempts at the same task: "
              "compare them with each other, give better attempts higher scores, and use the whole range.")
     body = "\n\n".join(f"=== Rollout {label} ===\n{_describe(t, nonce)}" for label, t in zip(labels, trajectories))
     return [{"role": "system", "content": _instructions(rubric, nonce, reply)}, {"role": "user", "content": body}]
@@ -189,13 +190,14 @@ def rollout_schema(nonce: str) -> dict:
 
 
 def group_schema(nonce: str, size: int) -> dict:
-    entry = {"type": "object", "additionalProperties": False, "required": ["rollout", "score", "reasons"],
-             "properties": {"rollout": {"type": "string", "enum": group_labels(size)},
-                            "score": {"type": "number", "minimum": 0, "maximum": 1},
+    entry = {"type": "object", "additionalProperties": False, "required": ["score", "reasons"],
+             "properties": {"score": {"type": "number", "minimum": 0, "maximum": 1},
                             "reasons": {"type": "string", "maxLength": MAX_REASONS_CHARS}}}
+    labels = group_labels(size)
+    scores = {"type": "object", "additionalProperties": False, "required": labels,
+              "properties": {label: entry for label in labels}}
     return {"type": "object", "additionalProperties": False, "required": ["verdict_id", "scores"],
-            "properties": {"verdict_id": {"type": "string", "enum": [nonce]},
-                           "scores": {"type": "array", "items": entry, "minItems": size, "maxItems": size}}}
+            "properties": {"verdict_id": {"type": "string", "enum": [nonce]}, "scores": scores}}
 
 
 def parse_rollout_verdict(text: str, nonce: str) -> tuple[float, str]:
@@ -206,26 +208,28 @@ def parse_rollout_verdict(text: str, nonce: str) -> tuple[float, str]:
 
 def parse_group_verdict(text: str, nonce: str, size: int) -> list[tuple[float, str]]:
     """One (score, reasons) per rollout, in label order, or BadVerdict."""
-    entries = _verdict_object(text, nonce).get("scores")
-    if not isinstance(entries, list):
-        raise BadVerdict('the verdict has no "scores" list')
-    labels, found = group_labels(size), {}
-    for entry in entries:
-        label = entry.get("rollout") if isinstance(entry, dict) else None
-        if label not in labels:
-            raise BadVerdict(f"the verdict scores an unknown rollout {str(label)[:20]!r}")
-        if label in found:
-            raise BadVerdict(f"the verdict scores rollout {label} twice")
-        found[label] = (_score(entry.get("score")), _reasons(entry.get("reasons")))
-    missing = [label for label in labels if label not in found]
+    scores = _verdict_object(text, nonce).get("scores")
+    if not isinstance(scores, dict):
+        raise BadVerdict('the verdict has no "scores" object keyed by rollout')
+    labels = group_labels(size)
+    unknown = [label for label in scores if label not in labels]
+    if unknown:
+        raise BadVerdict(f"the verdict scores an unknown rollout {str(unknown[0])[:20]!r}")
+    missing = [label for label in labels if label not in scores]
     if missing:
         raise BadVerdict(f"the verdict leaves out rollout(s) {', '.join(missing)}")
-    return [found[label] for label in labels]
+    return [_entry(label, scores[label]) for label in labels]
+
+
+def _entry(label: str, entry) -> tuple[float, str]:
+    if not isinstance(entry, dict):
+        raise BadVerdict(f"rollout {label}'s verdict is not an object with a score")
+    return _score(entry.get("score")), _reasons(entry.get("reasons"))
 
 
 def _verdict_object(text: str, nonce: str) -> dict:
     """The last JSON object in ``text`` whose verdict_id is this call's nonce."""
-    decoder, found, position = json.JSONDecoder(), None, 0
+    decoder, found, position = json.JSONDecoder(object_pairs_hook=_unique_keys), None, 0
     while (start := text.find("{", position)) != -1:
         try:
             value, end = decoder.raw_decode(text, start)
@@ -238,7 +242,27 @@ def _verdict_object(text: str, nonce: str) -> dict:
     if found is None:
         snippet = " ".join(text.split())[:120]
         raise BadVerdict(f"no JSON verdict with this call's verdict_id in the judge's answer: {snippet!r}")
+    if isinstance(found, _Repeated):
+        raise BadVerdict(f"the verdict names {found.twice[:20]!r} twice")
     return found
+
+
+class _Repeated(dict):
+    """A JSON object that names a key twice, or holds one that does (``twice`` is the key)."""
+
+    twice = ""
+
+
+def _unique_keys(pairs: list[tuple[str, object]]) -> dict:
+    """Decodes an object, marking one with a repeated key: json's default keeps the last silently."""
+    seen, value = set(), dict(pairs)
+    twice = next((key for key, _ in pairs if key in seen or seen.add(key)), None)
+    twice = twice or next((inner.twice for inner in value.values() if isinstance(inner, _Repeated)), None)
+    if twice is None:
+        return value
+    marked = _Repeated(value)
+    marked.twice = twice
+    return marked
 
 
 def _score(value) -> float:

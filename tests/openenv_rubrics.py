@@ -42,11 +42,22 @@ class Steps(TrajectoryRubric):
         return [self.score_trajectory(self._trajectory)] * len(self._trajectory)
 
 
+class ScoreOnlyClient(OpenAIClient):
+    """Asks vLLM to constrain the reply to a score (``HARNESSRL_TEST_JUDGE_REGEX``), so that a tiny model's
+    judgement is readable on any machine: what is under test is the rubric's path, not the model."""
+
+    def _chat_completion_kwargs(self, messages, **kwargs):
+        create = super()._chat_completion_kwargs(messages, **kwargs)
+        if pattern := os.environ.get("HARNESSRL_TEST_JUDGE_REGEX"):
+            create["extra_body"] = {"structured_outputs": {"regex": pattern}}
+        return create
+
+
 class EnvJudge(LLMJudge):
     def __init__(self) -> None:
-        client = OpenAIClient(os.environ["HARNESSRL_TEST_JUDGE_URL"], None,
-                              model=os.environ.get("HARNESSRL_TEST_JUDGE_MODEL", "judge"),
-                              temperature=0.0, max_tokens=int(os.environ.get("HARNESSRL_TEST_JUDGE_MAX_TOKENS", "16")))
+        client = ScoreOnlyClient(os.environ["HARNESSRL_TEST_JUDGE_URL"], None,
+                                 model=os.environ.get("HARNESSRL_TEST_JUDGE_MODEL", "judge"),
+                                 temperature=0.0, max_tokens=int(os.environ.get("HARNESSRL_TEST_JUDGE_MAX_TOKENS", "16")))
         super().__init__(JUDGE_PROMPT, client)
 
 

@@ -133,7 +133,7 @@ async def test_an_abstention_is_not_cached(server, tmp_path):
 
 def group_verdict(scores: dict[str, float]):
     def reply(body: dict) -> Reply:
-        entries = [{"rollout": label, "score": score, "reasons": f"{label} ok"} for label, score in scores.items()]
+        entries = {label: {"score": score, "reasons": f"{label} ok"} for label, score in scores.items()}
         return Reply(json.dumps({"verdict_id": nonce_of(body), "scores": entries}))
     return reply
 
@@ -152,6 +152,23 @@ async def test_a_group_verdict_that_misses_or_invents_a_rollout_abstains_for_all
     server.scripts.append(group_verdict(scores))
     judgements = await judge_for(server).group([trajectory("5"), trajectory("4")])
     assert [j.score for j in judgements] == [None, None] and reason in judgements[0].reasons
+
+
+async def test_a_group_verdict_that_scores_a_rollout_twice_abstains_for_all(server):
+    def repeated(body: dict) -> Reply:
+        entry = '{"score": 1, "reasons": "x"}'
+        return Reply(f'{{"verdict_id": "{nonce_of(body)}", "scores": {{"A": {entry}, "B": {entry}, "B": {entry}}}}}')
+    server.scripts.append(repeated)
+    judgements = await judge_for(server).group([trajectory("5"), trajectory("4")])
+    assert [j.score for j in judgements] == [None, None] and "'B' twice" in judgements[0].reasons
+
+
+async def test_the_group_schema_requires_each_rollout_exactly_once(server):
+    server.scripts.append(group_verdict({"A": 0.1, "B": 0.2, "C": 0.3}))
+    await judge_for(server).group([trajectory("5"), trajectory("4"), trajectory("3")])
+    scores = server.requests[0]["response_format"]["json_schema"]["schema"]["properties"]["scores"]
+    assert scores["type"] == "object" and scores["required"] == ["A", "B", "C"]
+    assert scores["additionalProperties"] is False and list(scores["properties"]) == ["A", "B", "C"]
 
 
 async def test_the_concurrency_limit_bounds_calls_in_flight(server):

@@ -32,7 +32,7 @@ def answer_right(body: dict) -> FakeReply:
 
 def group_judge(body: dict) -> Reply:
     labels = re.findall(r"=== Rollout (\w+) ===", user_text(body))
-    entries = [{"rollout": label, "score": 0.25 * (i + 1), "reasons": f"rank {i}"} for i, label in enumerate(labels)]
+    entries = {label: {"score": 0.25 * (i + 1), "reasons": f"rank {i}"} for i, label in enumerate(labels)}
     return Reply(json.dumps({"verdict_id": nonce_of(body), "scores": entries}), prompt_tokens=400)
 
 
