@@ -2,13 +2,13 @@
 
 from __future__ import annotations
 
-import signal
-import threading
 from pathlib import Path
 from typing import Annotated
 
 import typer
 from rich.console import Console
+
+from harnessrl.judge_options import NO_JUDGE, JudgeOptions, judge_options
 
 app = typer.Typer(help="Train LoRA harness adapters inside off-the-shelf coding agents.",
                   no_args_is_help=True, pretty_exceptions_enable=False)
@@ -122,7 +122,8 @@ def serve(
 ) -> None:
     """Start vLLM (or attach to one) and the recording gateway in front of it."""
     from gateway.settings import GatewaySettings
-    from harnessrl.engine_process import EngineFailed, EngineLaunch, EngineProcess
+    from harnessrl import engine_watchdog
+    from harnessrl.engine_process import EngineFailed, EngineLaunch
     from harnessrl.server import free_port, uvicorn_server
     from harnessrl.settings import logs_dir
 
@@ -137,12 +138,9 @@ def serve(
         launch = EngineLaunch(model_dir=model.resolve(), port=engine_port or free_port(),
                               max_model_len=max_model_len, max_lora_rank=max_lora_rank, dtype=choice.dtype)
         try:
-            engine = EngineProcess.vllm(launch, logs_dir() / f"engine-{launch.port}.log")
-            with console.status(f"starting vLLM on {engine.url} (log: {engine.log_path})"):
-                engine.start().wait_healthy(engine_start_timeout)
+            engine = engine_watchdog.start_engine(launch, logs_dir() / f"engine-{launch.port}.log",
+                                                  engine_start_timeout, console)
         except EngineFailed as exc:
-            if engine is not None:
-                engine.stop()
             raise fail(str(exc)) from None
         engine_url = engine.url
     model_dir = model or tokenizer
@@ -155,7 +153,7 @@ def serve(
                                engine_timeout_s=engine_timeout)
     server = uvicorn_server(settings, host, port, log_level="info")
     _print_viewer_url(host, port, key, from_file=not admin_key)
-    exit_code = _serve_until_stopped(server, engine)
+    exit_code = engine_watchdog.serve_until_stopped(server, engine, console)
     raise typer.Exit(code=exit_code)
 
 
@@ -193,30 +191,6 @@ def _engine_dtype(requested: str):
         raise fail(str(exc)) from None
     console.print(f"engine dtype {choice.reason}")
     return choice
-
-
-def _serve_until_stopped(server, engine) -> int:
-    """Run the gateway; a dying engine stops it with the engine's last log lines."""
-    died = threading.Event()
-
-    def watch() -> None:
-        while not server.should_exit:
-            if engine is not None and not engine.alive():
-                died.set()
-                server.should_exit = True
-                return
-            threading.Event().wait(1.0)
-
-    threading.Thread(target=watch, name="engine-watch", daemon=True).start()
-    signal.signal(signal.SIGTERM, lambda *_: setattr(server, "should_exit", True))
-    try:
-        server.run()
-    finally:
-        if engine is not None:
-            if died.is_set():
-                console.print(f"[bold red]vLLM died[/]; last lines of {engine.log_path}:\n{engine.tail()}")
-            engine.stop()
-    return 1 if died.is_set() else 0
 
 
 @app.command()
@@ -258,34 +232,10 @@ def _decoder(model: Path | None):
         raise fail(str(exc)) from None
 
 
-JudgeModel = Annotated[str | None, typer.Option(
-    "--judge", help="An LLM judge adding the reward component `judge`: a litellm model string (hosted_vllm/NAME, "
-                    "openai/..., anthropic/...); provider keys come from the environment as litellm reads them")]
-RubricFile = Annotated[Path | None, typer.Option(help="The judge's rubric: a text file saying what good work is")]
-JudgeMode = Annotated[str, typer.Option(help="rollout: score each rollout; group: score a group's rollouts "
-                                             "against each other in one call (RULER-style)")]
-JudgeBaseUrl = Annotated[str | None, typer.Option(
-    envvar="HARNESSRL_JUDGE_BASE_URL", help="The judge's API base, e.g. http://127.0.0.1:8100/v1 for hosted_vllm/")]
-JudgeConcurrency = Annotated[int, typer.Option(min=1, help="Judge calls at once")]
-JudgeTimeout = Annotated[float, typer.Option(min=1.0, help="Seconds per judge call before it abstains")]
-
-
-def _judge_settings(model: str | None, rubric: Path | None, mode: str, base_url: str | None, concurrency: int,
-                    timeout_s: float):
-    """The judge the options ask for (None without --judge); a CLI message naming the fix otherwise."""
-    from harnesses.judge import JudgeSettings
-    from harnesses.rubric import load_rubric
-    from harnessrl.settings import data_home
-
-    if model is None:
-        if rubric is not None:
-            raise fail("--rubric needs --judge MODEL (a litellm model string)")
-        return None
-    if rubric is None:
-        raise fail("--judge needs --rubric FILE: the text the judge scores by")
+def _judge_settings(options):
+    """The judge the --judge options ask for (None without --judge); a CLI message naming the fix otherwise."""
     try:
-        return JudgeSettings(model=model, rubric=load_rubric(rubric), mode=mode, api_base=base_url,
-                             concurrency=concurrency, timeout_s=timeout_s, cache_dir=data_home() / "judge-cache")
+        return options.settings()
     except ValueError as exc:
         raise fail(str(exc)) from None
 
@@ -311,6 +261,7 @@ def _selection(include: list[str] | None, exclude: list[str] | None, split: str,
 
 
 @app.command("run")
+@judge_options()
 def run_rollouts(
     tasks: Annotated[str, typer.Option(help=TASKS_HELP)],  # a path or a spec (openenv:http://...)
     run: Annotated[str, typer.Option(help="The run's name; rerunning the same command resumes it")],
@@ -335,12 +286,7 @@ def run_rollouts(
     allow_unisolated: Annotated[bool, typer.Option(
         help="Without bubblewrap, run local sandboxes as plain subprocesses: the agent sees this user's "
              "files and network (trusted agents only)")] = False,
-    judge: JudgeModel = None,
-    rubric: RubricFile = None,
-    judge_mode: JudgeMode = "rollout",
-    judge_base_url: JudgeBaseUrl = None,
-    judge_concurrency: JudgeConcurrency = 4,
-    judge_timeout: JudgeTimeout = 120.0,
+    judge: JudgeOptions = NO_JUDGE,
     include: Include = None,
     exclude: Exclude = None,
     split: Split = "all",
@@ -362,7 +308,7 @@ def run_rollouts(
     from harnesses.launch import launch_run
 
     key = _admin_key(admin_key)
-    judged = _judge_settings(judge, rubric, judge_mode, judge_base_url, judge_concurrency, judge_timeout)
+    judged = _judge_settings(judge)
     try:
         with _teacher_gateway(upstream, upstream_base_url, policy_model, database_url, key) if upstream \
                 else nullcontext(gateway) as url:
@@ -397,6 +343,7 @@ def _sampling(temperature: float | None, top_p: float | None) -> dict | None:
 
 
 @app.command("eval")
+@judge_options(modes=False)
 def eval_policies(
     tasks: Annotated[str, typer.Option(help=TASKS_HELP)] = "builtin:arithmetic",
     policies: Annotated[str, typer.Option(
@@ -425,11 +372,7 @@ def eval_policies(
     gateway: Annotated[str, typer.Option(envvar="HARNESSRL_GATEWAY", help="The gateway's URL")] = "http://127.0.0.1:8000",
     admin_key: Annotated[str | None, typer.Option(
         envvar="HARNESSRL_ADMIN_KEY", help="The gateway's admin key [default: $HARNESSRL_HOME/admin.key]")] = None,
-    judge: JudgeModel = None,
-    rubric: RubricFile = None,
-    judge_base_url: JudgeBaseUrl = None,
-    judge_concurrency: JudgeConcurrency = 4,
-    judge_timeout: JudgeTimeout = 120.0,
+    judge: JudgeOptions = NO_JUDGE,
     upstream_base_url: Annotated[str | None, typer.Option(help="A teacher:MODEL's API base (hosted_vllm/...)")] = None,
     policy_model: Annotated[Path | None, typer.Option(
         help="With teacher:MODEL: the policy's model folder, whose tokenizer records its calls [default: SmolLM2]")] = None,
@@ -454,7 +397,7 @@ def eval_policies(
     name = run or time.strftime("eval-%Y%m%d-%H%M%S", time.gmtime())
     from harnesses.judge import Judge  # eval judges each rollout on its own (its jobs are single rollouts)
 
-    judged = _judge_settings(judge, rubric, "rollout", judge_base_url, judge_concurrency, judge_timeout)
+    judged = _judge_settings(judge)
     try:
         chosen = load_selection(tasks, _selection(include, exclude, split, test_fraction))
         plan = EvalPlan(run=name, tasks=chosen, harness=eval_harness(harness, sandbox), policies=asked, k=k,
@@ -593,6 +536,7 @@ def _with_store(url: str, work):
 
 
 @app.command()
+@judge_options()
 def quickstart(
     minutes: Annotated[float, typer.Option(help="Start rollouts for this long")] = 14.0,
     run: Annotated[str, typer.Option(help="The run's name")] = "quickstart",
@@ -613,12 +557,7 @@ def quickstart(
     database_url: DatabaseUrl = None,
     admin_key: Annotated[str | None, typer.Option(
         envvar="HARNESSRL_ADMIN_KEY", help="The gateway's admin key [default: $HARNESSRL_HOME/admin.key]")] = None,
-    judge: JudgeModel = None,
-    rubric: RubricFile = None,
-    judge_mode: JudgeMode = "rollout",
-    judge_base_url: JudgeBaseUrl = None,
-    judge_concurrency: JudgeConcurrency = 4,
-    judge_timeout: JudgeTimeout = 120.0,
+    judge: JudgeOptions = NO_JUDGE,
     warm_start: Annotated[bool, typer.Option(
         help="First a warm-up run (<run>-warmup: a teacher's with --upstream, else the policy's best of "
              "--warm-up-group-size), SFT on its successes published as the next version, then GRPO from it")] = False,
@@ -654,8 +593,7 @@ def quickstart(
                           learner_metrics_port=free_port() if learner_metrics_port is None else learner_metrics_port,
                           admin_key=_admin_key(admin_key, create=True), eval_every=eval_every,
                           eval_tasks=held_out, eval_k=eval_k,
-                          judge=_judge_settings(judge, rubric, judge_mode, judge_base_url, judge_concurrency,
-                                                judge_timeout), warm_start=warm)
+                          judge=_judge_settings(judge), warm_start=warm)
     png, adapter = Quickstart(plan, console).run()
     console.print(f"reward curve: {png}")
     console.print(f"final adapter: {adapter or 'none published (the learner took no step)'}")
@@ -680,13 +618,14 @@ def train(
     import logging
 
     from gateway.store.training import ConsumeConflict
+    from harnessrl.learner_settings import eval_thread, learner_settings
     from learner.config import ConfigError, dump_toml, load_config
     from learner.loop import LearnerError, train_from_url
     from learner.publish import GatewayUnreachable, PublishError
 
     try:
-        settings = _learner_settings(load_config(config, max_steps=max_steps, metrics_port=metrics_port), run,
-                                     admin_key)
+        settings = learner_settings(load_config(config, max_steps=max_steps, metrics_port=metrics_port), run,
+                                    admin_key)
     except ConfigError as exc:
         raise fail(f"{exc}") from None
     if show_config:
@@ -705,74 +644,18 @@ def train(
             follow(settings)
             return
         _upgrade(url)
-        evaluator = _eval_thread(settings, run, url)
+        evaluator = eval_thread(settings, run, url)
         try:
             result = asyncio.run(train_from_url(settings, url, run))
         finally:
             if evaluator is not None:
                 evaluator.stop()
-    except (PublishError, GatewayUnreachable, ConsumeConflict, LearnerError, FileNotFoundError) as exc:
+    except (PublishError, GatewayUnreachable, ConsumeConflict, LearnerError, ConfigError, FileNotFoundError) as exc:
         raise fail(str(exc)) from None
     finally:
         shutdown()
     console.print(f"learner stopped ({result.reason}) at step {result.step}, policy version {result.version}; "
                   f"checkpoints in {settings.checkpoint_dir}")
-
-
-def _eval_thread(settings, run: str, database_url: str):
-    """With eval_every: held-out evaluations beside the learner, in their own thread (None without)."""
-    if not settings.eval_every:
-        return None
-    from harnesses.datasets import Selection, load_selection
-    from harnesses.task import TaskError
-    from harnessrl.evaluation import eval_harness
-    from harnessrl.periodic_eval import EvalEvery, EvalThread, PeriodicEval
-    from sandboxes.local import local_isolation
-
-    try:
-        tasks = load_selection(settings.eval_tasks, Selection(split="test", test_fraction=settings.eval_test_fraction))
-        every = EvalEvery(every=settings.eval_every, tasks=tasks,
-                          harness=eval_harness(settings.eval_harness, settings.eval_sandbox), k=settings.eval_k,
-                          concurrency=settings.eval_concurrency, sandbox=settings.eval_sandbox,
-                          sandbox_options={"isolation": local_isolation(False)} if settings.eval_sandbox == "local" else {},
-                          temperature=settings.temperature)
-    except (TaskError, ValueError, RuntimeError) as exc:
-        raise fail(f"eval_every: {exc}") from None
-    periodic = PeriodicEval(every, run, settings.gateway_url, settings.admin_key or None, store=None)
-    return EvalThread(periodic, database_url).start()
-
-
-def _learner_admin_key(given: str | None, publishing: bool) -> str:
-    """The key the learner publishes with; a learner that does not publish needs none."""
-    from harnessrl.settings import AdminKeyError, admin_key
-    from learner.config import ConfigError
-    try:
-        return admin_key(given)
-    except AdminKeyError as exc:
-        if publishing:
-            raise ConfigError(f"{exc}; or set admin_key in the learner config (publish = false needs none)") from None
-        return ""
-
-
-def _learner_settings(settings, run: str, admin_key: str | None = None):
-    """Fill what the config left to the environment: model folder, admin key, output folders."""
-    from dataclasses import replace
-
-    from harnessrl.model_prep import SMOLLM2_DIRNAME, default_cache_root
-    from harnessrl.settings import data_home
-    from learner.config import ConfigError, resolve_paths
-
-    if not settings.model_dir:
-        prepared = default_cache_root() / SMOLLM2_DIRNAME
-        if not (prepared / "config.json").exists():
-            raise ConfigError("no model_dir in the config and no prepared SmolLM2: set model_dir to the folder "
-                              "the engine serves, or run `harnessrl models prepare`")
-        settings = replace(settings, model_dir=str(prepared))
-    if not (Path(settings.model_dir) / "config.json").exists():
-        raise ConfigError(f"model_dir {settings.model_dir} is not a Hugging Face model folder (no config.json); "
-                          f"point it at the folder `harnessrl serve --model` was given")
-    settings = replace(settings, admin_key=_learner_admin_key(admin_key or settings.admin_key, settings.publish))
-    return resolve_paths(settings, data_home() / "learner" / run)
 
 
 @app.command()

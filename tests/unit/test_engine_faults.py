@@ -76,12 +76,13 @@ def test_serve_passes_engine_timeout_to_the_gateway(tmp_path, monkeypatch):
     from typer.testing import CliRunner
 
     import harnessrl.cli as cli
+    import harnessrl.engine_watchdog as engine_watchdog
     import harnessrl.server as server
 
     seen = {}
     monkeypatch.setenv("HARNESSRL_HOME", str(tmp_path))
     monkeypatch.setattr(server, "uvicorn_server", lambda settings, *args, **kw: seen.setdefault("settings", settings))
-    monkeypatch.setattr(cli, "_serve_until_stopped", lambda server, engine: 0)
+    monkeypatch.setattr(engine_watchdog, "serve_until_stopped", lambda server, engine, console: 0)
     result = CliRunner().invoke(cli.app, ["serve", "--engine-url", "http://127.0.0.1:9", "--admin-key", "k",
                                           "--database-url", f"sqlite+aiosqlite:///{tmp_path}/db.sqlite",
                                           "--engine-timeout", "7.5"])

@@ -1,0 +1,63 @@
+"""What `harnessrl train` resolves around the learner's config: the model folder, the admin key it
+publishes with, its output folders, and the held-out evaluation beside it (`eval_every`)."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from pathlib import Path
+
+from learner.config import ConfigError, LearnerConfig, resolve_paths
+
+
+def learner_settings(settings: LearnerConfig, run: str, admin_key: str | None = None) -> LearnerConfig:
+    """Fill what the config left to the environment: model folder, admin key, output folders."""
+    from harnessrl.model_prep import SMOLLM2_DIRNAME, default_cache_root
+    from harnessrl.settings import data_home
+
+    if not settings.model_dir:
+        prepared = default_cache_root() / SMOLLM2_DIRNAME
+        if not (prepared / "config.json").exists():
+            raise ConfigError("no model_dir in the config and no prepared SmolLM2: set model_dir to the folder "
+                              "the engine serves, or run `harnessrl models prepare`")
+        settings = replace(settings, model_dir=str(prepared))
+    if not (Path(settings.model_dir) / "config.json").exists():
+        raise ConfigError(f"model_dir {settings.model_dir} is not a Hugging Face model folder (no config.json); "
+                          f"point it at the folder `harnessrl serve --model` was given")
+    settings = replace(settings, admin_key=publishing_key(admin_key or settings.admin_key, settings.publish))
+    return resolve_paths(settings, data_home() / "learner" / run)
+
+
+def publishing_key(given: str | None, publishing: bool) -> str:
+    """The key the learner publishes with; a learner that does not publish needs none."""
+    from harnessrl.settings import AdminKeyError, admin_key
+
+    try:
+        return admin_key(given)
+    except AdminKeyError as exc:
+        if publishing:
+            raise ConfigError(f"{exc}; or set admin_key in the learner config (publish = false needs none)") from None
+        return ""
+
+
+def eval_thread(settings: LearnerConfig, run: str, database_url: str):
+    """With eval_every: held-out evaluations beside the learner, in their own thread, started (None
+    without); ConfigError naming eval_every when its tasks or harness cannot be used."""
+    if not settings.eval_every:
+        return None
+    from harnesses.datasets import Selection, load_selection
+    from harnesses.task import TaskError
+    from harnessrl.evaluation import eval_harness
+    from harnessrl.periodic_eval import EvalEvery, EvalThread, PeriodicEval
+    from sandboxes.local import local_isolation
+
+    try:
+        tasks = load_selection(settings.eval_tasks, Selection(split="test", test_fraction=settings.eval_test_fraction))
+        every = EvalEvery(every=settings.eval_every, tasks=tasks,
+                          harness=eval_harness(settings.eval_harness, settings.eval_sandbox), k=settings.eval_k,
+                          concurrency=settings.eval_concurrency, sandbox=settings.eval_sandbox,
+                          sandbox_options={"isolation": local_isolation(False)} if settings.eval_sandbox == "local" else {},
+                          temperature=settings.temperature)
+    except (TaskError, ValueError, RuntimeError) as exc:
+        raise ConfigError(f"eval_every: {exc}") from None
+    periodic = PeriodicEval(every, run, settings.gateway_url, settings.admin_key or None, store=None)
+    return EvalThread(periodic, database_url).start()
