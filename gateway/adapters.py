@@ -132,6 +132,9 @@ class RecoveringEngine:
     async def chat_stream(self, body: dict):
         return await self._recovering(self.engine.chat_stream, body)  # an EngineStream, once accepted
 
+    async def completions_stream(self, body: dict):
+        return await self._recovering(self.engine.completions_stream, body)
+
     async def tokenize(self, body: dict) -> dict:
         return await self._recovering(self.engine.tokenize, body)
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from collections.abc import Callable, Sequence
 from contextlib import asynccontextmanager
 
 from fastapi import Depends, FastAPI
@@ -13,14 +14,17 @@ from prometheus_client import CONTENT_TYPE_LATEST
 from gateway.adapters import RecoveringEngine
 from gateway.admin.router import create_router as create_admin_router
 from gateway.anthropic.router import create_router as create_anthropic_router
+from gateway.api.rollout_tools import create_router as create_rollout_tools_router
 from gateway.api.router import create_router as create_api_router
 from gateway.body_limit import Boundary
 from gateway.capture_probe import CaptureCheckedEngine
 from gateway.docs import install_docs
 from gateway.engine.client import EngineClient, VLLMEngineClient
+from gateway.engine.pool import EnginePool
 from gateway.errors import GatewayError, install_error_handlers
 from gateway.json_body import refuse_deep_json
 from gateway.openai.router import create_router as create_openai_router
+from gateway.policy import PolicyRegistry
 from gateway.policy_follower import follow
 from gateway.responses.router import create_router as create_responses_router
 from gateway.settings import GatewaySettings
@@ -32,29 +36,30 @@ from gateway.ui import create_router as create_ui_router
 logger = logging.getLogger(__name__)
 
 
-def create_app(settings: GatewaySettings, engine: EngineClient | None = None) -> FastAPI:
-    """The gateway; ``engine`` replaces the vLLM HTTP client (tests pass one on a fake engine).
+def create_app(settings: GatewaySettings, engine: EngineClient | None = None,
+               engines: Sequence[EngineClient] | None = None) -> FastAPI:
+    """The gateway; ``engine`` replaces the vLLM HTTP client (tests pass one on a fake engine), ``engines``
+    the clients of the pool (one per ``settings.engines()`` URL, in that order).
 
     The database must already be migrated (``harnessrl db upgrade``; ``harnessrl serve`` does it).
     """
+    given = list(engines) if engines else [engine] if engine is not None else None
 
     @asynccontextmanager
     async def lifespan(app: FastAPI):
         store = Store.from_url(settings.database_url)
         writer = CallWriter(store)
         writer.start()
-        client = engine or VLLMEngineClient(settings.engine_url, timeout_s=settings.engine_timeout_s)
-        # An engine that restarted gets its adapters back, and the call that found them gone is retried;
-        # one that does not return the recording fields serves no call (probed now and when it returns).
-        checked = CaptureCheckedEngine(RecoveringEngine(client, store, lambda: state.policy))
-        state = GatewayState(settings, store, writer, checked)
+        clients = given or [VLLMEngineClient(url, timeout_s=settings.engine_timeout_s) for url in settings.engines()]
+        pool = engine_pool(settings, clients, store, lambda: state.policy)
+        state = GatewayState(settings, store, writer, pool)
         app.state.gateway = state
         try:
             policy = await state.ensure_policy()
         except GatewayError as exc:  # the engine may come up later; calls retry discovery
             logger.warning("engine not ready at startup: %s", exc.message)
         else:
-            await checked.check(policy.base_model)
+            await pool.check(policy.base_model)
         follower = (asyncio.create_task(follow(state, settings.follow_interval_s))
                     if settings.follow_interval_s > 0 else None)
         try:
@@ -64,8 +69,7 @@ def create_app(settings: GatewaySettings, engine: EngineClient | None = None) ->
                 follower.cancel()
                 await asyncio.gather(follower, return_exceptions=True)
             await writer.stop()
-            if engine is None:
-                await client.close()
+            await pool.close(clients=given is None)
             await store.close()
 
     # No CDN pages: /docs is served from local assets, and ReDoc has no local copy.
@@ -81,6 +85,7 @@ def create_app(settings: GatewaySettings, engine: EngineClient | None = None) ->
     app.include_router(create_anthropic_router())
     app.include_router(create_api_router(), dependencies=[Depends(refuse_deep_json)])
     app.include_router(create_admin_router(), dependencies=[Depends(refuse_deep_json)])
+    app.include_router(create_rollout_tools_router())  # /r/{token}/v1/tools/mcp: a rollout's tool server
     app.include_router(create_ui_router())  # the trajectory viewer at /ui
 
     @app.get("/metrics", tags=["admin"], include_in_schema=False)
@@ -100,3 +105,15 @@ def create_app(settings: GatewaySettings, engine: EngineClient | None = None) ->
                             status_code=200 if engine_ok else 503)
 
     return app
+
+
+def engine_pool(settings: GatewaySettings, clients: Sequence[EngineClient], store: Store,
+                policy: Callable[[], PolicyRegistry | None]) -> EnginePool:
+    """The engines behind the gateway. Each one that restarted gets its adapters back, and the call that
+    found them gone is retried; one that does not return the recording fields serves no call (probed at
+    start and when it returns)."""
+    urls = settings.engines()
+    members = [(getattr(client, "base_url", None) or urls[min(i, len(urls) - 1)],
+                CaptureCheckedEngine(RecoveringEngine(client, store, policy))) for i, client in enumerate(clients)]
+    return EnginePool(members, max_in_flight=settings.engine_max_in_flight, max_queued=settings.engine_max_queued,
+                      probe_interval_s=settings.engine_probe_interval_s)

@@ -92,6 +92,11 @@ class CaptureCheckedEngine:
         except (EngineUnavailable, EngineTimeout) as exc:
             logger.warning("capture probe postponed: %s", exc.message)
 
+    async def verify(self, model: str) -> None:
+        """Probe now, raising ``CaptureUnsupported`` (or the engine's error) when it fails (the engine
+        pool's check before an engine serves again)."""
+        await self._ensure(model, force=True)
+
     async def chat(self, body: dict) -> dict:
         await self._ensure(body["model"])
         return await self._watched(self.engine.chat(body))

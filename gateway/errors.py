@@ -67,6 +67,16 @@ class EngineUnavailable(GatewayError):
         super().__init__(message, code="engine_unavailable", headers={"Retry-After": str(retry_after_s)})
 
 
+class EngineBusy(GatewayError):
+    """Every in-flight slot of the rollout's engine is taken and its queue is full (back-pressure)."""
+
+    status_code = 503
+    type = "engine_overloaded"
+
+    def __init__(self, message: str, retry_after_s: int = 1):
+        super().__init__(message, code="engine_busy", headers={"Retry-After": str(retry_after_s)})
+
+
 class EngineTimeout(GatewayError):
     """The engine did not answer within the gateway's engine timeout."""
 

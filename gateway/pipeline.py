@@ -17,6 +17,7 @@ import numpy as np
 
 from gateway.callgraph import CallGraphIndex, GraphNode
 from gateway.engine.client import EngineClient
+from gateway.engine.pool import begin_call, served_fields
 from gateway.engine_clock import EngineClock
 from gateway.errors import EngineError
 from gateway.metrics import GatewayMetrics
@@ -146,6 +147,7 @@ class ChatPipeline:
     async def _resolve(self, identity: RolloutIdentity, requested: str) -> ResolvedModel:
         """The version serving this call: a pinned rollout's own (the model it names is ignored), else
         the registry's choice for the rollout."""
+        begin_call(identity.rollout_id)  # the engine pool routes this call by its rollout (gateway.engine.pool)
         version = identity.pinned_version
         if version is None:
             return self.policy.resolve_for(identity.rollout_id, requested)
@@ -172,7 +174,7 @@ class ChatPipeline:
         """Link the call into its rollout's graph, tag it, and wait until it is committed."""
         link = await self.graph.link(identity.rollout_id, record.prompt_ids)
         record = replace(record, tags=tags, parent_id=link.parent_id, fork_of=link.fork_of,
-                         drift_tokens=link.drift_tokens)
+                         drift_tokens=link.drift_tokens, **served_fields())
         call_id = await self.writer.record(record)
         self.metrics.recorded(record.dialect, record.latency_ms, len(record.prompt_ids), len(record.output_ids))
         sequence = record.prompt_ids.tobytes() + record.output_ids.tobytes()

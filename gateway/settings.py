@@ -16,6 +16,11 @@ class GatewaySettings:
     # hold only their rollout's token. Required: no code path serves the control plane without it.
     admin_key: str
     engine_url: str = "http://127.0.0.1:8100"  # vLLM's OpenAI server
+    # Several engines behind this gateway (gateway.engine.pool); empty: the one engine_url.
+    engine_urls: tuple[str, ...] = ()
+    engine_max_in_flight: int = 256  # calls in flight per engine; more wait in its queue
+    engine_max_queued: int = 4096  # calls queued per engine; beyond that a 503 (retried by the SDKs)
+    engine_probe_interval_s: float = 1.0  # how often a failed engine is probed to bring it back
     public_model: str = "policy"  # the name agents ask for
     require_token: bool = False  # refuse calls without a rollout token (else: the adhoc run)
     public_url: str | None = None  # how agents reach this gateway, when behind a proxy
@@ -40,6 +45,10 @@ class GatewaySettings:
         if not isinstance(self.admin_key, str) or not self.admin_key.strip():
             raise ValueError("the gateway needs an admin key for its control plane (/api, /admin): "
                              "`harnessrl serve` reads or creates $HARNESSRL_HOME/admin.key, or pass --admin-key")
+
+    def engines(self) -> tuple[str, ...]:
+        """The engines' base URLs, in the order given."""
+        return self.engine_urls or (self.engine_url,)
 
     def served_hosts(self) -> frozenset[str]:
         """The Host names this gateway answers to (lower case, no port); contains "*" for any."""

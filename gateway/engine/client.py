@@ -24,6 +24,10 @@ from gateway.errors import EngineError, EngineTimeout, EngineUnavailable
 # ("Can not write request body"). (aiohttp, not httpx: httpx's pool cost per request grows with
 # its number of connections.)
 RETRYABLE = (aiohttp.ClientConnectorError, aiohttp.ServerDisconnectedError, aiohttp.ClientOSError)
+# What a client raises when its engine failed in transport (unreachable after those retries, or a
+# connection broken mid-answer): the engine pool takes that engine out and moves its rollouts.
+# A timeout is not one: a slow engine is not a dead one, and resending would double its load.
+ENGINE_DOWN = (EngineUnavailable,)
 # vLLM's server closes idle connections after VLLM_HTTP_TIMEOUT_KEEP_ALIVE (5 s by default); the
 # pool drops them sooner so it never hands out one the engine is closing.
 KEEPALIVE_S = 4.0

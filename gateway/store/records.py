@@ -71,3 +71,6 @@ class CallRecord:
     drift_tokens: int = 0  # sampled tokens lost at that divergence
     temperature: float | None = None  # what the engine sampled with; None: the client left it to the engine
     top_p: float | None = None
+    engine: str | None = None  # the engine that served it (base URL); None: not routed by an engine pool
+    queue_ms: float = 0.0  # waiting for a slot on that engine, milliseconds
+    moved_from: str | None = None  # the failed engine its rollout was moved from, on the first call after

@@ -519,5 +519,8 @@ def _call_row(record: CallRecord, request: dict) -> dict:
         "latency_ms": record.latency_ms,
         "temperature": record.temperature,
         "top_p": record.top_p,
+        "engine": record.engine,
+        "queue_ms": record.queue_ms,
+        "moved_from": record.moved_from,
         "created_at": utcnow(),
     }
