@@ -27,7 +27,7 @@ from gateway.sampling import engine_sampling, sampled_with
 from gateway.store.records import CallRecord, RolloutIdentity
 from gateway.store.samples import UNDELIVERED
 from gateway.store.writer import CallWriter
-from gateway.streaming import StreamedCall
+from gateway.streaming import CompletionAssembler, StreamedCall
 from gateway.tagging import side_call_tags
 from gateway.tito.serving import TitoEngine
 
@@ -75,36 +75,43 @@ class ChatPipeline:
         finally:
             self.retries.end(attempt)
 
-    def streams_through(self, identity: RolloutIdentity) -> bool:
-        """Whether a streaming client of this rollout is streamed through (engine capture) rather than
-        sent the finished answer as a stream (tito renders and parses whole answers)."""
-        return not (identity.capture == "tito" and self._tito is not None)
-
     async def chat_stream(self, chat_body: dict, identity: RolloutIdentity, dialect: str,
                           client_request: dict, top_logprobs: int = 0) -> StreamedCall:
         """``chat``, streamed: the engine accepted the call (its errors are raised here, before any
-        byte goes out); the returned call yields its chunks and records it at the end."""
+        byte goes out); the returned call yields its chunks and records it at the end. A tito call
+        streams the chunks its completions stream makes (``gateway.tito.stream``)."""
         chat_body = engine_sampling(chat_body, client_request, identity.sampling)
         resolved = await self._resolve(identity, chat_body["model"])
-        body = _engine_chat_body(chat_body, resolved, top_logprobs, stream=True)
-        timers = ExitStack()  # in flight, on the rollout's engine clock and among its attempts until it ends
-        self.metrics.in_flight.inc()
-        timers.callback(self.metrics.in_flight.dec)
-        timers.enter_context(self.engine_clock.timing(identity.rollout_id))
-        attempt = self.retries.begin(identity.rollout_id, client_request, retry_count.get() > 0)
-        timers.callback(self.retries.end, attempt)
+        tito = await self._tito() if identity.capture == "tito" and self._tito is not None else None
+        attempt, timers = self._stream_timers(identity, client_request)
         try:
-            stream = await self.engine.chat_stream(body)
+            if tito is not None:
+                stream = await tito.chat_stream(chat_body, resolved.engine_model, identity.rollout_id,
+                                                self.max_model_len, top_logprobs)
+            else:
+                stream = await self.engine.chat_stream(_engine_chat_body(chat_body, resolved, top_logprobs, True))
         except BaseException:
             timers.close()
             raise
 
         async def commit(answer: dict, latency_ms: float, tags: list[str]) -> int:
+            if tito is not None and not tags:
+                tito.remember(identity.rollout_id, answer)
             recorded = await self._commit_answer(identity, dialect, client_request, resolved, chat_body, answer,
                                                  latency_ms, tags, attempt)
             return recorded.call_id
 
         return StreamedCall(stream, commit, timers, self.writer.add_tag)
+
+    def _stream_timers(self, identity: RolloutIdentity, client_request: dict) -> tuple[Attempt, ExitStack]:
+        """A stream's call in flight, on the rollout's engine clock and among its attempts until it ends."""
+        timers = ExitStack()
+        self.metrics.in_flight.inc()
+        timers.callback(self.metrics.in_flight.dec)
+        timers.enter_context(self.engine_clock.timing(identity.rollout_id))
+        attempt = self.retries.begin(identity.rollout_id, client_request, retry_count.get() > 0)
+        timers.callback(self.retries.end, attempt)
+        return attempt, timers
 
     async def _commit_answer(self, identity: RolloutIdentity, dialect: str, client_request: dict,
                              resolved: ResolvedModel, chat_body: dict, answer: dict, latency_ms: float,
@@ -134,15 +141,40 @@ class ChatPipeline:
         """Send a Completions body (a single prompt) to the engine and record the call."""
         completion_body = engine_sampling(completion_body, client_request, identity.sampling)
         resolved = await self._resolve(identity, completion_body["model"])
-        body = {**completion_body, "model": resolved.engine_model, "stream": False,
-                "return_token_ids": True, "logprobs": logprobs}
-        body.pop("stream_options", None)
+        body = _engine_completion_body(completion_body, resolved, logprobs, stream=False)
         answer, latency_ms = await self._timed(self.engine.completions(body), identity)
+        return await self._commit_completion(identity, client_request, resolved, completion_body, answer,
+                                             latency_ms, [])
+
+    async def completion_stream(self, completion_body: dict, identity: RolloutIdentity,
+                                client_request: dict, logprobs: int = 0) -> StreamedCall:
+        """``completion``, streamed through (as ``chat_stream``)."""
+        completion_body = engine_sampling(completion_body, client_request, identity.sampling)
+        resolved = await self._resolve(identity, completion_body["model"])
+        attempt, timers = self._stream_timers(identity, client_request)
+        try:
+            stream = await self.engine.completions_stream(
+                _engine_completion_body(completion_body, resolved, logprobs, stream=True))
+        except BaseException:
+            timers.close()
+            raise
+
+        async def commit(answer: dict, latency_ms: float, tags: list[str]) -> int:
+            recorded = await self._commit_completion(identity, client_request, resolved, completion_body,
+                                                     answer, latency_ms, tags)
+            await self._settle_retries(attempt, recorded.call_id)
+            return recorded.call_id
+
+        return StreamedCall(stream, commit, timers, self.writer.add_tag, CompletionAssembler())
+
+    async def _commit_completion(self, identity: RolloutIdentity, client_request: dict, resolved: ResolvedModel,
+                                 completion_body: dict, answer: dict, latency_ms: float,
+                                 tags: list[str]) -> RecordedAnswer:
         choice = only_choice(answer)
         token_logprobs = (choice.get("logprobs") or {}).get("token_logprobs") or []
         record = _record(identity, "completions", client_request, resolved, answer, latency_ms,
                          choice.get("prompt_token_ids"), choice, token_logprobs, sampled_with(completion_body))
-        return await self._commit(identity, record, answer, resolved, [])
+        return await self._commit(identity, record, answer, resolved, tags)
 
     async def _resolve(self, identity: RolloutIdentity, requested: str) -> ResolvedModel:
         """The version serving this call: a pinned rollout's own (the model it names is ignored), else
@@ -186,6 +218,16 @@ def _engine_chat_body(chat_body: dict, resolved: ResolvedModel, top_logprobs: in
     """What the engine is sent: the recording fields on, and when streaming, the usage chunk too."""
     body = {**chat_body, "model": resolved.engine_model, "stream": stream, "return_token_ids": True,
             "logprobs": True, "top_logprobs": top_logprobs}
+    if stream:
+        body["stream_options"] = {"include_usage": True}
+    else:
+        body.pop("stream_options", None)
+    return body
+
+
+def _engine_completion_body(completion_body: dict, resolved: ResolvedModel, logprobs: int, stream: bool) -> dict:
+    body = {**completion_body, "model": resolved.engine_model, "stream": stream, "return_token_ids": True,
+            "logprobs": logprobs}
     if stream:
         body["stream_options"] = {"include_usage": True}
     else:

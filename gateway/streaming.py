@@ -3,6 +3,9 @@
 ``StreamedCall.chunks`` yields the engine's ``chat.completion.chunk`` bodies as they arrive, while
 ``ChatAssembler`` gathers them into the ``chat.completion`` body a non-streaming call would have
 returned (the exact prompt and sampled ids, the sampled logprobs, content, reasoning, tool calls).
+A tito call streams the same chunks, made from the engine's completions stream
+(``gateway.tito.stream``); the Completions route streams ``text_completion`` chunks, gathered by
+``CompletionAssembler``.
 When the engine's stream ends the call is recorded, and only then ``Committed`` is yielded: dialects
 hold their stream's last events until it comes, so what a client fully received is durable.
 
@@ -18,8 +21,8 @@ import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import ExitStack
 from dataclasses import dataclass, field
+from typing import Protocol
 
-from gateway.engine.client import EngineStream
 from gateway.errors import EngineError
 
 
@@ -28,7 +31,7 @@ class Committed:
     """The stream's end: the call is committed under ``call_id``; ``answer`` is the whole body."""
 
     call_id: int
-    answer: dict  # chat.completion, as a non-streaming call returns it
+    answer: dict  # chat.completion (text_completion on the Completions route), as unstreamed
 
 
 @dataclass
@@ -97,6 +100,57 @@ class ChatAssembler:
                 "usage": usage, "prompt_token_ids": self.prompt_ids}
 
 
+@dataclass
+class CompletionAssembler:
+    """The pieces of a streamed ``text_completion`` (the Completions route), put back together."""
+
+    prompt_ids: list[int] | None = None
+    output_ids: list[int] = field(default_factory=list)
+    text: list[str] = field(default_factory=list)
+    logprobs: dict[str, list] = field(default_factory=lambda: {
+        "tokens": [], "token_logprobs": [], "top_logprobs": [], "text_offset": []})
+    finish_reason: str | None = None
+    stop_reason: int | str | None = None
+    usage: dict | None = None
+    head: dict = field(default_factory=dict)
+
+    def add(self, chunk: dict) -> None:
+        if not self.head:
+            self.head = {k: chunk.get(k) for k in ("id", "created", "model")}
+        if chunk.get("usage"):
+            self.usage = chunk["usage"]
+        for choice in chunk.get("choices") or ():
+            if choice.get("index", 0) != 0:
+                raise EngineError(502, "engine streamed more than one choice, expected 1")
+            if choice.get("prompt_token_ids") is not None:
+                self.prompt_ids = choice["prompt_token_ids"]
+            self.output_ids += choice.get("token_ids") or ()
+            self.text.append(choice.get("text") or "")
+            for key, values in (choice.get("logprobs") or {}).items():
+                self.logprobs.setdefault(key, []).extend(values or ())
+            if choice.get("finish_reason") is not None:
+                self.finish_reason, self.stop_reason = choice["finish_reason"], choice.get("stop_reason")
+
+    def answer(self) -> dict:
+        """The ``text_completion`` body of what was streamed (so far)."""
+        prompt = len(self.prompt_ids or ())
+        usage = self.usage or {"prompt_tokens": prompt, "completion_tokens": len(self.output_ids),
+                               "total_tokens": prompt + len(self.output_ids)}
+        return {"id": self.head.get("id"), "object": "text_completion",
+                "created": self.head.get("created") or int(time.time()), "model": self.head.get("model"),
+                "choices": [{"index": 0, "text": "".join(self.text), "logprobs": self.logprobs,
+                             "finish_reason": self.finish_reason, "stop_reason": self.stop_reason,
+                             "prompt_token_ids": self.prompt_ids, "token_ids": self.output_ids}],
+                "usage": usage}
+
+
+class ChunkStream(Protocol):
+    """An engine's streamed answer (``EngineStream``, or tito's chat chunks made of one)."""
+
+    def batches(self) -> AsyncIterator[list[dict]]: ...
+    def close(self) -> None: ...
+
+
 # How a finished (or cut) stream is recorded: the pipeline's commit of an answer, with extra tags.
 Commit = Callable[[dict, float, list[str]], Awaitable[int]]
 
@@ -104,10 +158,11 @@ Commit = Callable[[dict, float, list[str]], Awaitable[int]]
 class StreamedCall:
     """One engine stream, passed through and recorded (``chunks``), or recorded cut (``undelivered``)."""
 
-    def __init__(self, stream: EngineStream, commit: Commit, timers: ExitStack,
-                 on_tag: Callable[[int, str], Awaitable[None]]):
+    def __init__(self, stream: ChunkStream, commit: Commit, timers: ExitStack,
+                 on_tag: Callable[[int, str], Awaitable[None]],
+                 assembler: ChatAssembler | CompletionAssembler | None = None):
         self._stream, self._commit, self._timers, self._on_tag = stream, commit, timers, on_tag
-        self.assembler = ChatAssembler()
+        self.assembler = assembler or ChatAssembler()
         self._started = time.perf_counter()
         self._latency_ms: float | None = None
         self._committing: asyncio.Future[int] | None = None

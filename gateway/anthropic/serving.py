@@ -65,7 +65,7 @@ class AnthropicServing:
         request = parse_request(MessagesRequest, raw)
         request, notes = await self._prepared(request)
         body, recorded_raw = chat_body(request), recorded_request(raw, notes)
-        if request.stream and self.pipeline.streams_through(identity):
+        if request.stream:
             # Streamed through: thinking and text as sampled, the Message built as for JSON at the end.
             call = await self.pipeline.chat_stream(body, identity, DIALECT, recorded_raw)
             return StreamedAnswer(call, message_stream_events(call, MessageStream(request.model),

@@ -281,6 +281,9 @@ async def _completions(request: Request) -> Response:
         return error
     reply = engine.next_reply(body)
     ids = engine.output_ids(reply)
+    if body.get("stream"):
+        chunks = _completion_chunks(engine, body, prompt_ids, ids)
+        return StreamingResponse(_paced(engine, chunks), media_type="text/event-stream")
     logprobs = {"tokens": [engine.decode_ids([i]) for i in ids],
                 "token_logprobs": [logprob_at(n) for n in range(len(ids))],
                 "top_logprobs": [{} for _ in ids], "text_offset": list(range(len(ids)))}
@@ -291,6 +294,22 @@ async def _completions(request: Request) -> Response:
                      "stop_reason": None, "prompt_token_ids": prompt_ids, "token_ids": ids}],
         "usage": _usage(len(prompt_ids), len(ids)),
     })
+
+
+def _completion_chunks(engine: FakeEngine, body: dict, prompt_ids: list[int], ids: list[int]):
+    """A streamed completion as vLLM sends it: one sampled token a chunk, ``prompt_token_ids`` on the first."""
+    base = {"id": f"cmpl-{next(engine._ids)}", "object": "text_completion", "created": int(time.time()),
+            "model": body["model"]}
+    for n, token in enumerate(ids):
+        text = engine.decode_ids([token])
+        choice = {"index": 0, "text": text, "finish_reason": "stop" if n == len(ids) - 1 else None,
+                  "logprobs": {"tokens": [text], "token_logprobs": [logprob_at(n)], "top_logprobs": [{}],
+                               "text_offset": [n]}, "token_ids": [token]}
+        if n == 0:
+            choice["prompt_token_ids"] = prompt_ids
+        yield {**base, "choices": [choice]}
+    if (body.get("stream_options") or {}).get("include_usage"):
+        yield {**base, "choices": [], "usage": _usage(len(prompt_ids), len(ids))}
 
 
 async def _tokenize(request: Request) -> Response:

@@ -9,7 +9,7 @@ from pydantic import BaseModel, ValidationError
 
 from gateway.errors import InvalidRequest, describe_validation_error
 from gateway.openai.protocol import ChatCompletionRequest, CompletionRequest
-from gateway.openai.stream import chat_stream_events
+from gateway.openai.stream import chat_stream_events, completion_stream_events
 from gateway.pipeline import ChatPipeline
 from gateway.store.records import RolloutIdentity
 from gateway.streaming import StreamedAnswer
@@ -41,14 +41,14 @@ class OpenAIServing:
 
     async def chat(self, raw: dict, identity: RolloutIdentity) -> ServedCall | StreamedAnswer:
         request = parse_request(ChatCompletionRequest, raw)
-        if request.stream and self.pipeline.streams_through(identity):
+        if request.stream:
             call = await self.pipeline.chat_stream(raw, identity, "chat", raw, request.top_logprobs or 0)
             return StreamedAnswer(call, chat_stream_events(call, request, _include_usage(request)))
         recorded = await self.pipeline.chat(raw, identity, "chat", raw, request.top_logprobs or 0)
         return ServedCall(recorded.call_id, _client_chat(recorded.answer, request), bool(request.stream),
                           _include_usage(request))
 
-    async def completions(self, raw: dict, identity: RolloutIdentity) -> ServedCall:
+    async def completions(self, raw: dict, identity: RolloutIdentity) -> ServedCall | StreamedAnswer:
         request = parse_request(CompletionRequest, raw)
         if request.echo:
             raise InvalidRequest("echo is not supported by the recording gateway", param="echo")
@@ -57,6 +57,10 @@ class OpenAIServing:
         prompt = request.prompt
         if isinstance(prompt, list) and prompt and isinstance(prompt[0], (str, list)):
             prompt = prompt[0]  # a batch of one
+        if request.stream:
+            call = await self.pipeline.completion_stream({**raw, "prompt": prompt}, identity, raw,
+                                                         request.logprobs or 0)
+            return StreamedAnswer(call, completion_stream_events(call, request, _include_usage(request)))
         recorded = await self.pipeline.completion({**raw, "prompt": prompt}, identity, raw,
                                                   request.logprobs or 0)
         return ServedCall(recorded.call_id, _client_completion(recorded.answer, request),

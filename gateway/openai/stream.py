@@ -1,4 +1,4 @@
-"""Chat Completions stream-through: the engine's chunks, as the client asked for them, as they arrive.
+"""Chat Completions (and Completions) stream-through: the engine's chunks, as the client asked for them, as they arrive.
 
 Each engine chunk goes out at once with the client's model name and only what it requested (token
 ids, logprobs, usage). The chunks that end the answer (the finish reason, usage) and ``[DONE]`` are
@@ -8,11 +8,11 @@ header is sent before the call exists).
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 
 from gateway.engine.client import encoded
 from gateway.errors import GatewayError, error_body
-from gateway.openai.protocol import ChatCompletionRequest
+from gateway.openai.protocol import ChatCompletionRequest, CompletionRequest
 from gateway.openai.replay import DONE
 from gateway.streaming import Committed, StreamedCall
 
@@ -25,8 +25,18 @@ def _event(payload: dict) -> bytes:
 
 async def chat_stream_events(call: StreamedCall, request: ChatCompletionRequest, include_usage: bool,
                              ) -> AsyncIterator[bytes]:
+    async for out in _events(call, _ClientShape(request, include_usage)):
+        yield out
+
+
+async def completion_stream_events(call: StreamedCall, request: CompletionRequest, include_usage: bool,
+                                   ) -> AsyncIterator[bytes]:
+    async for out in _events(call, _CompletionShape(request, include_usage)):
+        yield out
+
+
+async def _events(call: StreamedCall, shape: Callable[[dict], dict | None]) -> AsyncIterator[bytes]:
     held: list[bytes] = []  # the answer's last chunks: out once the call is committed
-    shape = _ClientShape(request, include_usage)
     try:
         async for batch in call.chunks():
             if isinstance(batch, Committed):
@@ -69,5 +79,30 @@ class _ClientShape:
             choice["logprobs"] = None
         if not (choice.get("delta") or choice.get("logprobs") or choice.get("finish_reason") or choice.get("token_ids")):
             return None  # a chunk that carried only what this client did not ask for
+        out["choices"] = [choice]
+        return out
+
+
+class _CompletionShape:
+    """A Completions chunk as this client sees it (its model name, ids and logprobs only if asked)."""
+
+    def __init__(self, request: CompletionRequest, include_usage: bool):
+        self.model, self.include_usage = request.model, include_usage
+        self.ids, self.logprobs = bool(request.return_token_ids), request.logprobs is not None
+
+    def __call__(self, chunk: dict) -> dict | None:
+        out = {**chunk, "model": self.model}
+        if not out.get("choices"):  # the usage chunk
+            return out if self.include_usage and out.get("usage") else None
+        if self.include_usage:
+            out["usage"] = None
+        else:
+            out.pop("usage", None)
+        choice = dict(out["choices"][0])
+        if not self.ids:
+            choice.pop("token_ids", None)
+            choice.pop("prompt_token_ids", None)
+        if not self.logprobs:
+            choice["logprobs"] = None
         out["choices"] = [choice]
         return out

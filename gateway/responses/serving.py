@@ -69,7 +69,7 @@ class ResponsesServing:
         tools = index_tools(request.tools)
         notes = RequestNotes(ignored_fields=ignored_fields(request), left_out_tools=tools.left_out)
         body, recorded_raw = chat_body(request, raw, tools), recorded_request(raw, notes)
-        if request.stream and self.pipeline.streams_through(identity):
+        if request.stream:
             return await self._stream(body, identity, recorded_raw, request, tools)
         recorded = await self.pipeline.chat(body, identity, "responses", recorded_raw)
         response = to_response(recorded.answer, request, tools, recorded.call_id)

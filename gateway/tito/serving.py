@@ -15,6 +15,7 @@ from gateway.engine.client import EngineClient
 from gateway.errors import InvalidRequest
 from gateway.tito.parser import parse_output
 from gateway.tito.renderer import RolloutText, TurnRenderer
+from gateway.tito.stream import TitoStream
 from gateway.tito.template import ModelText
 
 ROLLOUTS_CACHED = 1024
@@ -34,19 +35,39 @@ class TitoEngine:
 
     async def chat(self, body: dict, engine_model: str, rollout_id: int, max_model_len: int | None,
                    top_logprobs: int) -> dict:
-        _check_supported(body)
         state = await self._state(rollout_id)
-        tools = body.get("tools") or None
-        prompt_ids = self.renderer.prompt_ids(body["messages"], tools, state)
+        request, prompt_ids = self._request(body, engine_model, state, max_model_len, top_logprobs)
+        completion = await self.engine.completions(request)
+        answer = self._chat_answer(completion, body, prompt_ids, _tools_enabled(body))
+        self.remember(rollout_id, answer)
+        return answer
+
+    async def chat_stream(self, body: dict, engine_model: str, rollout_id: int, max_model_len: int | None,
+                          top_logprobs: int) -> TitoStream:
+        """``chat``, streamed: once the engine accepted the call, its answer as chat chunks. The caller
+        ``remember``s the assembled answer (splicing) when the stream ends."""
+        state = await self._state(rollout_id)
+        request, prompt_ids = self._request(body, engine_model, state, max_model_len, top_logprobs)
+        request.update(stream=True, stream_options={"include_usage": True})
+        stream = await self.engine.completions_stream(request)
+        return TitoStream(stream, self.text, prompt_ids, body["model"], _tools_enabled(body))
+
+    def remember(self, rollout_id: int, answer: dict) -> None:
+        """The answer's sampled ids, spliced in when the agent sends this assistant turn back."""
+        state = self._rollouts.get(rollout_id)
+        if state is not None:
+            choice = answer["choices"][0]
+            state.remember(choice["message"], choice["token_ids"])
+
+    def _request(self, body: dict, engine_model: str, state: RolloutText, max_model_len: int | None,
+                 top_logprobs: int) -> tuple[dict, list[int]]:
+        _check_supported(body)
+        prompt_ids = self.renderer.prompt_ids(body["messages"], body.get("tools") or None, state)
         request = {"model": engine_model, "prompt": prompt_ids, "logprobs": top_logprobs,
                    "return_token_ids": True, "skip_special_tokens": False, "stream": False,
                    "max_tokens": _max_tokens(body, len(prompt_ids), max_model_len)}
         request.update({k: body[k] for k in SAMPLING_FIELDS if body.get(k) is not None})
-        completion = await self.engine.completions(request)
-        answer = self._chat_answer(completion, body, prompt_ids, tools is not None and body.get("tool_choice") != "none")
-        message = answer["choices"][0]["message"]
-        state.remember(message, answer["choices"][0]["token_ids"])
-        return answer
+        return request, prompt_ids
 
     def _chat_answer(self, completion: dict, body: dict, prompt_ids: list[int], tools_enabled: bool) -> dict:
         choice = completion["choices"][0]
@@ -85,6 +106,10 @@ class TitoEngine:
                 self._rollouts.popitem(last=False)
         self._rollouts.move_to_end(rollout_id)
         return state
+
+
+def _tools_enabled(body: dict) -> bool:
+    return bool(body.get("tools")) and body.get("tool_choice") != "none"
 
 
 def _check_supported(body: dict) -> None:
