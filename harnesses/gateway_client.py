@@ -6,7 +6,9 @@ backoff); every request here is safe to repeat (see there).
 
 from __future__ import annotations
 
+import re
 import uuid
+from urllib.parse import urlsplit
 
 import httpx
 
@@ -15,7 +17,19 @@ from gateway.control_client import Backoff, GatewayUnreachable, send
 BACKOFF = Backoff(retries=3, first_s=0.2, factor=4.0, max_s=3.2)  # 0.2, 0.8, 3.2 s
 UNREACHABLE_HINT = "start it with `harnessrl serve` or pass --gateway URL"
 
-__all__ = ["AlreadyEnded", "GatewayClient", "GatewayRefused", "GatewayUnreachable"]
+__all__ = ["AlreadyEnded", "GatewayClient", "GatewayRefused", "GatewayUnreachable", "rebased"]
+ROLLOUT_SUFFIX = re.compile(r"/r/[A-Za-z0-9_-]+/v1/?$")
+
+
+def rebased(base_url: str, gateway: str | None) -> str:
+    """A rollout's base URL (``.../r/<token>/v1``) under ``gateway``, the URL this worker reaches the
+    gateway by (its sandboxes' bridges connect there), or unchanged when ``gateway`` is None. The
+    gateway names itself by its ``public_url`` or the Host it was asked on, which another host may not
+    reach; the worker's own route to it always works from the worker."""
+    match = ROLLOUT_SUFFIX.search(urlsplit(base_url).path)
+    if gateway is None or match is None:
+        return base_url
+    return gateway.rstrip("/") + match.group(0).rstrip("/")
 
 
 class AlreadyEnded(RuntimeError):
@@ -77,6 +91,24 @@ class GatewayClient:
     async def groups(self, run: str, status: str | None = None, limit: int = 100) -> list[dict]:
         params = {"run": run, "limit": limit, **({"status": status} if status else {})}
         return (await self._json("GET", "/api/groups", params=params))["data"]
+
+    async def claim_slots(self, run: str, round_: int, group: str, tasks: list[str], group_size: int,
+                          worker: str, limit: int, lease_s: float) -> dict:
+        """Lease up to ``limit`` open or expired (task, index) slots of the run's round for ``worker``.
+        A retry whose first try did land leaves those leases unused: they expire and are claimed again
+        (a delay of ``lease_s``, never a slot lost or run twice)."""
+        body = {"run": run, "round": round_, "group": group, "tasks": tasks, "group_size": group_size,
+                "worker": worker, "limit": limit, "lease_s": lease_s}
+        return await self._json("POST", "/admin/leases/claim", json=body)
+
+    async def renew_leases(self, worker: str, leases: list[int], lease_s: float) -> dict:
+        """{"renewed": [...], "lost": [...]}: lost leases were taken over by another worker."""
+        return await self._json("POST", "/admin/leases/renew",
+                                json={"worker": worker, "leases": leases, "lease_s": lease_s})
+
+    async def release_leases(self, worker: str, ends: list[dict]) -> dict:
+        """``ends``: [{"lease", "done", "rollout_id"}]; done slots are settled, the others open again."""
+        return await self._json("POST", "/admin/leases/release", json={"worker": worker, "leases": ends})
 
     async def policy(self) -> dict:
         return await self._json("GET", "/admin/policy")

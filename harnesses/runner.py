@@ -1,8 +1,13 @@
 """The rollout runner: G rollouts per task, C at a time, each in its own sandbox, verified and scored.
 
-A rollout's identity within a run is (round, task, index); re-running the same command skips the ones
-that ended and replaces the ones an interrupted runner left running. Every rollout ends as
-`finished` (with its rewards) or `failed` (with the reason); the run goes on either way.
+A rollout's identity within a run is (round, task, index), a *slot*. Several runners (processes, hosts)
+may work on one run at once: each slot is claimed with a lease in the gateway's store
+(``gateway.store.leases``, through ``/admin/leases``), renewed every third of ``lease_s`` while its rollout
+runs, and marked done once the rollout ended. A runner that dies stops renewing; once its leases expire,
+another runner (or the same command run again) claims those slots, which cancels the rollouts left
+running there, and plays them again. A runner only ends rollouts whose lease it holds: one whose lease
+was taken over is stopped, not ended. Every rollout ends as `finished` (with its rewards) or `failed`
+(with the reason); the run goes on either way.
 
 With a judge (``harnesses.judge``), finished rollouts also get the reward component ``judge``: per
 rollout as each one finishes, or per group once the task's rollouts of this pass have all been played
@@ -12,13 +17,15 @@ rollout as each one finishes, or per group once the task's rollouts of this pass
 from __future__ import annotations
 
 import asyncio
+import os
+import socket
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 
 from harnesses.adapter import AgentOutcome, HarnessAdapter, RolloutTarget
 from harnesses.budget import DEFAULT_WALL_FACTOR, AgentBudget, BudgetExceeded, run_within
 from harnesses.environments import Environments
-from harnesses.gateway_client import GatewayClient
+from harnesses.gateway_client import GatewayClient, rebased
 from harnesses.judge import JUDGE_COMPONENT, Judge, Judgement
 from harnesses.reward_functions import RewardFunction
 from harnesses.rubric import Trajectory
@@ -28,6 +35,16 @@ from sandboxes import SandboxSpec, create_sandbox
 
 ENDED = ("finished", "failed", "cancelled")
 INTERRUPTED = "interrupted: the runner stopped before this rollout ended; rerun replaces it"
+DEFAULT_LEASE_S = 30.0  # a dead runner's slots are played again this long after its last renewal
+
+
+def default_worker_id() -> str:
+    """This process's id among a run's runners: host and pid (unique while it runs)."""
+    return f"{socket.gethostname()}-{os.getpid()}"[:200]
+
+
+class LeaseLost(RuntimeError):
+    """Another runner took over the slot (this one's lease expired): its rollout is not ours to end."""
 
 
 @dataclass(frozen=True)
@@ -48,6 +65,9 @@ class RunPlan:
     environments: Environments | None = None  # Harbor task images (built and cached); None: a new one
     judge: Judge | None = None  # an LLM judge adding the reward component "judge"
     teacher: str | None = None  # the external model serving this run (harnessrl.teacher), kept in each rollout's meta
+    worker: str = ""  # this runner's id in the run's leases; "" = default_worker_id()
+    lease_s: float = DEFAULT_LEASE_S  # a slot's lease, renewed every third of it
+    sandbox_gateway: str | None = None  # the gateway URL sandboxes' bridges connect to; None: as it names itself
 
     @property
     def group(self) -> str:
@@ -85,47 +105,140 @@ class Runner:
         self.plan, self.gateway = plan, gateway
         self.on_result, self.on_start = on_result, on_start
         self.environments = plan.environments or Environments()
+        self.worker = plan.worker or default_worker_id()
+        self._leases: dict[int, int | None] = {}  # lease id -> its rollout id (None until created)
+        self._lost: set[int] = set()
+        self._jobs: dict[int, asyncio.Task] = {}  # lease id -> the job playing it (stopped when lost)
 
     async def pending(self) -> list[tuple[Task, int]]:
-        """(task, index) pairs still to run; rollouts left running by an interrupted runner are cancelled."""
-        ended, interrupted = set(), []
+        """(task, index) slots of this round without an ended rollout (any runner's); reads only."""
+        ended = set()
         for rollout in await self.gateway.rollouts(self.plan.run):
-            if rollout["meta"].get("round", 0) != self.plan.round:
-                continue
-            key = (rollout["task"], rollout["meta"].get("index"))
-            if rollout["status"] not in ENDED:
-                interrupted.append(rollout["id"])
-            elif rollout["error"] != INTERRUPTED:
-                ended.add(key)
-        for rollout_id in interrupted:
-            # cancelled, not failed: its place in the group goes to the replacement
-            await self.gateway.finish(rollout_id, "cancelled", INTERRUPTED, {})
+            if rollout["meta"].get("round", 0) == self.plan.round and rollout["status"] in ("finished", "failed"):
+                ended.add((rollout["task"], rollout["meta"].get("index")))
         return [(task, index) for task in self.plan.tasks for index in range(self.plan.group_size)
                 if (task.name, index) not in ended]
 
     async def run(self, pending: list[tuple[Task, int]] | None = None) -> list[RolloutResult]:
-        """Run what is pending (``pending()`` when not given) and return each rollout's result."""
+        """Claim and run the round's slots until none is left to any runner, and return this runner's
+        results; with ``pending``, run just those (no leases: the caller owns them)."""
+        if pending is None:
+            return await self._run_leased()
         limit = asyncio.Semaphore(self.plan.concurrency)
-
-        async def one(task: Task, index: int) -> RolloutResult:
-            async with limit:
-                self.on_start(task.name, index)
-                result = await self.run_one(task, index)
-                self.on_result(result)
-                return result
-
-        jobs = pending if pending is not None else await self.pending()
         if self.plan.judge is not None and self.plan.judge.mode == "group":
-            return await self._run_groups(jobs, limit)
-        return list(await asyncio.gather(*[one(task, index) for task, index in jobs]))
+            return await self._run_groups(pending, limit)
+        return list(await asyncio.gather(*[self._one(task, index, limit) for task, index in pending]))
 
-    async def run_one(self, task: Task, index: int) -> RolloutResult:
-        played = await self._play(task, index)
+    async def _one(self, task: Task, index: int, limit: asyncio.Semaphore, lease: int | None = None) -> RolloutResult:
+        async with limit:
+            self.on_start(task.name, index)
+            result = await self.run_one(task, index, lease)
+            self.on_result(result)
+            return result
+
+    async def _run_leased(self) -> list[RolloutResult]:
+        """C slots at a time: claim what is free, run it, renew the leases held, mark each slot done;
+        when others hold the rest, wait for them to end or for their leases to expire."""
+        plan, by_name = self.plan, {task.name: task for task in self.plan.tasks}
+        limit, poll_s = asyncio.Semaphore(plan.concurrency), plan.lease_s / 3
+        running: dict[int, asyncio.Task] = {}
+        results: list[RolloutResult] = []
+        heartbeat = asyncio.create_task(self._heartbeat())
+        try:
+            while True:
+                batch = plan.concurrency - len(self._leases)  # slots held (not ended) count against C
+                if self.plan.judge is not None and self.plan.judge.mode == "group":
+                    batch = 0 if running else max(plan.concurrency, plan.group_size)  # whole groups, together
+                claim = await self._claim(batch) if batch > 0 or not running else None
+                if claim is not None:
+                    leases = [(by_name[x["task"]], x["index"], x["id"]) for x in claim["leases"]]
+                    self._leases.update({lease: None for *_, lease in leases})
+                    if leases:
+                        running[leases[0][2]] = asyncio.create_task(self._run_claimed(leases, limit))
+                    if not running:
+                        if claim["remaining"] == 0:
+                            return results
+                        await asyncio.sleep(poll_s)  # the rest is held by other runners
+                        continue
+                await asyncio.wait(running.values(), timeout=poll_s, return_when=asyncio.FIRST_COMPLETED)
+                for key, job in list(running.items()):
+                    if job.done():
+                        del running[key]
+                        if not job.cancelled():
+                            results.extend(job.result())
+        finally:
+            heartbeat.cancel()
+            await self._hand_back(running)
+
+    async def _claim(self, limit: int) -> dict:
+        plan = self.plan
+        return await self.gateway.claim_slots(plan.run, plan.round, plan.group, [t.name for t in plan.tasks],
+                                              plan.group_size, self.worker, limit, plan.lease_s)
+
+    async def _run_claimed(self, leases: list[tuple[Task, int, int]], limit: asyncio.Semaphore) -> list[RolloutResult]:
+        if self.plan.judge is not None and self.plan.judge.mode == "group":
+            return await self._run_groups([(task, index) for task, index, _ in leases], limit,
+                                          {(task.name, index): lease for task, index, lease in leases})
+        return list(await asyncio.gather(*[self._leased_one(task, index, lease, limit)
+                                           for task, index, lease in leases]))
+
+    async def _leased_one(self, task: Task, index: int, lease: int, limit: asyncio.Semaphore) -> RolloutResult:
+        job = self._jobs[lease] = asyncio.create_task(self._one(task, index, limit, lease))
+        try:
+            return await job
+        except asyncio.CancelledError:
+            if lease not in self._lost or asyncio.current_task().cancelling():
+                raise
+            return RolloutResult(task.name, index, 0, "cancelled", None, f"slot lease {lease} was taken over "
+                                 "by another runner (this one's lease expired): stopped")
+        finally:
+            self._jobs.pop(lease, None)
+
+    async def _heartbeat(self) -> None:
+        """Renew every lease held, every third of ``lease_s``; a lost lease's rollout is stopped."""
+        while True:
+            await asyncio.sleep(self.plan.lease_s / 3)
+            held = list(self._leases)
+            if not held:
+                continue
+            try:
+                answer = await self.gateway.renew_leases(self.worker, held, self.plan.lease_s)
+            except RuntimeError:  # the gateway is away for now: the next beat tries again
+                continue
+            for lease in answer["lost"]:
+                self._lost.add(lease)
+                self._leases.pop(lease, None)
+                job = self._jobs.get(lease)
+                if job is not None:
+                    job.cancel()
+
+    async def _hand_back(self, running: dict[int, asyncio.Task]) -> None:
+        """On the way out (an interrupt, an error): stop what runs, end its rollouts as interrupted
+        (their leases are ours) and hand the slots back open, for any runner to play."""
+        for job in running.values():
+            job.cancel()
+        await asyncio.gather(*running.values(), return_exceptions=True)
+        held, self._leases = dict(self._leases), {}
+        try:
+            for rollout_id in [r for r in held.values() if r is not None]:
+                await self.gateway.finish(rollout_id, "cancelled", INTERRUPTED, {})
+            if held:
+                await self.gateway.release_leases(self.worker, [{"lease": lease, "done": False} for lease in held])
+        except RuntimeError:  # gone: the leases expire and another runner takes over
+            pass
+
+    async def run_one(self, task: Task, index: int, lease: int | None = None) -> RolloutResult:
+        try:
+            played = await self._play(task, index, lease)
+        except LeaseLost as exc:  # before its rollout was created
+            return RolloutResult(task.name, index, 0, "cancelled", None, str(exc))
         judgement = await self._judge_one(played) if self.plan.judge is not None else None
-        return await self._end(played, judgement)
+        return await self._end(played, judgement, lease)
 
-    async def _run_groups(self, jobs: list[tuple[Task, int]], limit: asyncio.Semaphore) -> list[RolloutResult]:
+    async def _run_groups(self, jobs: list[tuple[Task, int]], limit: asyncio.Semaphore,
+                          leases: dict[tuple[str, int], int] | None = None) -> list[RolloutResult]:
         """Each task's rollouts played (C at a time), judged together, then ended together."""
+        leases = leases or {}
         by_task: dict[str, tuple[Task, list[int]]] = {}
         for task, index in jobs:
             by_task.setdefault(task.name, (task, []))[1].append(index)
@@ -133,44 +246,66 @@ class Runner:
         async def play(task: Task, index: int) -> Played:
             async with limit:
                 self.on_start(task.name, index)
-                return await self._play(task, index)
+                return await self._play(task, index, leases.get((task.name, index)))
 
         async def group(task: Task, indices: list[int]) -> list[RolloutResult]:
             played = await asyncio.gather(*[play(task, index) for index in indices])
             judgements = await self._judge_group(list(played))
             results = []
             for one, judgement in zip(played, judgements):
-                results.append(result := await self._end(one, judgement))
+                results.append(result := await self._end(one, judgement, leases.get((one.task.name, one.index))))
                 self.on_result(result)
             return results
 
         groups = await asyncio.gather(*[group(task, indices) for task, indices in by_task.values()])
         return [result for results in groups for result in results]
 
-    async def _play(self, task: Task, index: int) -> Played:
+    async def _play(self, task: Task, index: int, lease: int | None = None) -> Played:
         plan = self.plan
         meta = {"harness": plan.harness.name, "round": plan.round, "index": index,
                 "side_call_patterns": plan.harness.side_call_patterns}
         if plan.teacher:
             meta["teacher"] = plan.teacher
+        if lease is not None:
+            meta["worker"] = self.worker
+            await self._still_held(lease)  # a full lease ahead: no other runner takes the slot meanwhile
         rollout = await self.gateway.create_rollout(plan.run, task.name, plan.group, plan.group_size, meta,
                                                     plan.capture, plan.sampling)
+        if lease is not None:
+            self._leases[lease] = rollout["id"]
         try:
             return await self._attempt(task, index, rollout)
         except Exception as exc:  # a crashed sandbox or agent fails this rollout, not the run
             return Played(task, index, rollout, "failed", f"{type(exc).__name__}: {exc}", {})
 
-    async def _end(self, played: Played, judgement: Judgement | None) -> RolloutResult:
+    async def _end(self, played: Played, judgement: Judgement | None, lease: int | None = None) -> RolloutResult:
         rewards, details = dict(played.rewards), {}
         if judgement is not None:
             rewards[JUDGE_COMPONENT], details[JUDGE_COMPONENT] = judgement.score, judgement.detail()
         rollout_id = played.rollout["id"]
         try:
+            if lease is not None:
+                await self._still_held(lease)  # taken over: the new holder cancelled this rollout
             view = await self.gateway.finish(rollout_id, played.status, played.error, rewards, details)
+            if lease is not None and self._leases.pop(lease, None) is not None:
+                await self.gateway.release_leases(self.worker, [{"lease": lease, "done": True,
+                                                                 "rollout_id": rollout_id}])
+        except LeaseLost as exc:
+            return RolloutResult(played.task.name, played.index, rollout_id, "cancelled", None, str(exc))
         except RuntimeError as exc:  # the gateway went away: report it, leave the rollout to a rerun
             return RolloutResult(played.task.name, played.index, rollout_id, "failed", None,
                                  f"could not end the rollout: {exc}")
-        return RolloutResult(played.task.name, played.index, rollout_id, played.status, view["reward"], played.error)
+        return RolloutResult(played.task.name, played.index, rollout_id, view["status"], view["reward"],
+                             played.error if view["status"] == played.status else view["error"])
+
+    async def _still_held(self, lease: int) -> None:
+        """Renew one lease now; LeaseLost when another runner holds it."""
+        if lease not in self._lost and lease in (await self.gateway.renew_leases(
+                self.worker, [lease], self.plan.lease_s))["renewed"]:
+            return
+        self._lost.add(lease)
+        self._leases.pop(lease, None)
+        raise LeaseLost(f"slot lease {lease} was taken over by another runner (this one's lease expired)")
 
     async def _judge_one(self, played: Played) -> Judgement | None:
         if played.status != "finished":
@@ -203,8 +338,9 @@ class Runner:
 
     async def _attempt(self, task: Task, index: int, rollout: dict) -> Played:
         plan = self.plan
-        target = RolloutTarget(rollout["base_url"], rollout["token"])
-        base = replace(plan.base_spec, gateway_url=rollout["base_url"], name=f"{task.name}-{index}"[:40])
+        base_url = rebased(rollout["base_url"], plan.sandbox_gateway)  # the bridge connects to its host:port
+        target = RolloutTarget(base_url, rollout["token"])
+        base = replace(plan.base_spec, gateway_url=base_url, name=f"{task.name}-{index}"[:40])
         base = await self.environments.sandbox_spec(task, plan.harness.name, plan.sandbox, base)
         spec = plan.harness.sandbox_spec(task, target, base)
         async with await create_sandbox(plan.sandbox, spec, **plan.sandbox_options) as sandbox:

@@ -300,6 +300,15 @@ def run_rollouts(
     policy_model: Annotated[Path | None, typer.Option(
         help="With --upstream: the policy's model folder, whose tokenizer records the calls [default: SmolLM2]")] = None,
     database_url: DatabaseUrl = None,
+    worker_id: Annotated[str, typer.Option(
+        envvar="HARNESSRL_WORKER_ID", help="This runner's id among the run's runners (several may share a run, "
+                                           "on several hosts) [default: HOST-PID]")] = "",
+    lease_s: Annotated[float, typer.Option(
+        min=1.0, max=3600.0, help="Each claimed (task, index) slot's lease, renewed every third of it: a "
+                                  "runner that dies has its slots played by another this long after")] = 30.0,
+    sandbox_gateway: Annotated[str | None, typer.Option(
+        envvar="HARNESSRL_SANDBOX_GATEWAY", help="The URL sandboxes reach the gateway by, through this "
+                                                 "worker's bridge [default: --gateway]")] = None,
 ) -> None:
     """Run G rollouts of a harness on every task, verify them and record their rewards."""
     import asyncio
@@ -317,7 +326,8 @@ def run_rollouts(
                                              wall_factor=wall_factor, sampling=_sampling(temperature, top_p),
                                              allow_unisolated=allow_unisolated, judge=judged,
                                              selection=_selection(include, exclude, split, test_fraction),
-                                             allow_internet=allow_internet, teacher=upstream))
+                                             allow_internet=allow_internet, teacher=upstream,
+                                             worker=worker_id, lease_s=lease_s, sandbox_gateway=sandbox_gateway))
     except (ValueError, RuntimeError) as exc:  # bad tasks, harness, reward spec, unreachable gateway
         raise fail(str(exc)) from None
     console.print(summary)

@@ -5,6 +5,7 @@ from __future__ import annotations
 from fastapi import APIRouter
 
 from gateway.adapters import publish_adapter
+from gateway.admin import leases
 from gateway.admin.protocol import AdapterPublished, PolicyView, PublishAdapter
 from gateway.state import AdminStateDep, StateDep
 
@@ -28,4 +29,5 @@ def create_router() -> APIRouter:
     router = APIRouter(prefix="/admin", tags=["admin"])
     router.add_api_route("/adapters", publish, methods=["POST"], response_model=AdapterPublished)
     router.add_api_route("/policy", show_policy, methods=["GET"], response_model=PolicyView)
+    leases.add_routes(router)  # rollout workers' leases
     return router

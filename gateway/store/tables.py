@@ -140,6 +140,27 @@ class Call(Base):
     created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utcnow)
 
 
+class RolloutLease(Base):
+    """Which rollout worker runs one (round, task, index) of a run, and until when (``gateway.store.leases``)."""
+
+    __tablename__ = "rollout_leases"
+    __table_args__ = (UniqueConstraint("run", "round", "task", "slot"),
+                      Index("ix_rollout_leases_claimable", "run", "round", "status", "expires_at"))
+
+    id: Mapped[int] = mapped_column(Id, primary_key=True)
+    run: Mapped[str] = mapped_column(String(200))  # the run's name (the run row may not exist yet)
+    round: Mapped[int] = mapped_column(Integer)
+    task: Mapped[str] = mapped_column(String(400))
+    slot: Mapped[int] = mapped_column(Integer)  # the rollout's index in its group, 0..G-1
+    # open (nobody holds it) -> claimed (``worker`` until ``expires_at``) -> done (``rollout_id`` ended it)
+    status: Mapped[str] = mapped_column(String(20), default="open")
+    worker: Mapped[str | None] = mapped_column(String(200), nullable=True)
+    expires_at: Mapped[float] = mapped_column(Float, default=0.0)  # seconds since the epoch, the gateway's clock
+    attempts: Mapped[int] = mapped_column(Integer, default=0)  # claims so far (1 + times it was taken over)
+    rollout_id: Mapped[int | None] = mapped_column(Id, nullable=True)
+    updated_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utcnow, onupdate=utcnow)
+
+
 class Adapter(Base):
     """A published policy version (LoRA adapter) and whether engines hold it."""
 
