@@ -96,7 +96,13 @@ def models_tiny(out_dir: Path, max_position_embeddings: int = 131072, seed: int 
 @app.command()
 def serve(
     model: Annotated[Path | None, typer.Option(help="Model folder for a managed vLLM")] = None,
-    engine_url: Annotated[str | None, typer.Option(help="Attach to a running vLLM instead")] = None,
+    engine_url: Annotated[list[str] | None, typer.Option(
+        help="Attach to a running vLLM instead; repeat it for several engines behind this gateway")] = None,
+    engines: Annotated[int, typer.Option(
+        min=1, help="Managed engines with --model: N vLLM processes on CPUs (each its own port), one vLLM "
+                    "with --data-parallel-size N on GPUs")] = 1,
+    engine_max_in_flight: Annotated[int, typer.Option(
+        min=1, help="Calls in flight per engine; more wait in its queue (back-pressure)")] = 256,
     host: str = "127.0.0.1",
     port: int = 8000,
     database_url: DatabaseUrl = None,
@@ -127,8 +133,10 @@ def serve(
     from harnessrl.server import free_port, uvicorn_server
     from harnessrl.settings import logs_dir
 
-    if (model is None) == (engine_url is None):
+    if (model is None) == (not engine_url):
         raise fail("give exactly one of --model DIR (start vLLM) or --engine-url URL (attach)")
+    if engines > 1 and model is None:
+        raise fail("--engines N starts N managed engines with --model DIR; to attach to several, repeat --engine-url")
     key = _admin_key(admin_key, create=True)
     url = _database_url(database_url)
     _upgrade(url)
@@ -138,15 +146,17 @@ def serve(
         launch = EngineLaunch(model_dir=model.resolve(), port=engine_port or free_port(),
                               max_model_len=max_model_len, max_lora_rank=max_lora_rank, dtype=choice.dtype)
         try:
-            engine = engine_watchdog.start_engine(launch, logs_dir() / f"engine-{launch.port}.log",
-                                                  engine_start_timeout, console)
+            engine = (engine_watchdog.start_engine(launch, logs_dir() / f"engine-{launch.port}.log",
+                                                   engine_start_timeout, console) if engines == 1 else
+                      _start_engines(launch, engines, engine_start_timeout))
         except EngineFailed as exc:
             raise fail(str(exc)) from None
-        engine_url = engine.url
+        engine_url = engine.urls if engines > 1 else [engine.url]
     model_dir = model or tokenizer
     settings = GatewaySettings(engine_dtype=choice.dtype if choice else None,
                                engine_dtype_reason=choice.reason if choice else None, database_url=url,
-                               engine_url=engine_url, public_model=public_model,
+                               engine_url=engine_url[0], engine_urls=tuple(engine_url) if len(engine_url) > 1 else (),
+                               engine_max_in_flight=engine_max_in_flight, public_model=public_model,
                                require_token=require_token, admin_key=key, max_staleness=max_staleness,
                                allowed_hosts=_served_names(host, allowed_host or []),
                                model_dir=str(model_dir.resolve()) if model_dir else None,
@@ -155,6 +165,21 @@ def serve(
     _print_viewer_url(host, port, key, from_file=not admin_key)
     exit_code = engine_watchdog.serve_until_stopped(server, engine, console)
     raise typer.Exit(code=exit_code)
+
+
+def _start_engines(launch, count: int, timeout_s: float):
+    """``serve --engines N``: N vLLM-CPU processes on their own ports (on GPUs one with --data-parallel-size N)."""
+    import os
+
+    from harnessrl.engine_process import EngineGroup, EngineProcess, engine_launches
+    from harnessrl.hardware import has_gpu
+    from harnessrl.server import free_port
+    from harnessrl.settings import logs_dir
+    ports = [launch.port] + [free_port() for _ in range(count - 1)]
+    launches = engine_launches(launch, count, ports, has_gpu(), sorted(os.sched_getaffinity(0)))
+    group = EngineGroup([EngineProcess.vllm(one, logs_dir() / f"engine-{one.port}.log") for one in launches])
+    with console.status(f"starting {len(launches)} vLLM engines on {', '.join(group.urls)} (logs: {logs_dir()})"):
+        return group.start(timeout_s)
 
 
 def _admin_key(given: str | None, create: bool = False) -> str:

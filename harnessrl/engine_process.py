@@ -9,7 +9,7 @@ import subprocess
 import sys
 import time
 from collections import deque
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 import httpx
@@ -48,6 +48,7 @@ class EngineLaunch:
     dtype: str = field(default_factory=lambda: machine_dtype().dtype)  # the serving dtype, chosen for the machine
     chat_template: Path | None = None  # default: the model folder's chat_template.jinja
     extra_args: tuple[str, ...] = ()
+    cpu_cores: str | None = None  # VLLM_CPU_OMP_THREADS_BIND ("0,1"); None: vLLM's own choice (auto)
 
 
 def vllm_command(launch: EngineLaunch) -> list[str]:
@@ -79,6 +80,8 @@ def vllm_env(launch: EngineLaunch) -> dict[str, str]:
     kv_gib = launch.kv_cache_gib if launch.kv_cache_gib is not None else kv_cache_gib(available_memory_bytes())
     env.setdefault("VLLM_CPU_KVCACHE_SPACE", str(kv_gib))
     env["VLLM_ALLOW_RUNTIME_LORA_UPDATING"] = "True"  # hot-swapping adapters
+    if launch.cpu_cores is not None:  # one of several engines on this CPU: its own cores
+        env["VLLM_CPU_OMP_THREADS_BIND"] = launch.cpu_cores
     env.setdefault("VLLM_HTTP_TIMEOUT_KEEP_ALIVE", "75")  # idle gaps between hot swaps outlive 5 s
     env.setdefault("HF_HUB_OFFLINE", "1")
     env.setdefault("VLLM_NO_USAGE_STATS", "1")
@@ -171,3 +174,79 @@ class EngineProcess:
 
     def __exit__(self, *exc) -> None:
         self.stop()
+
+
+RESTART_AFTER_S = 30.0  # a managed engine of several that died is started again at most this often
+
+
+def engine_launches(launch: EngineLaunch, count: int, ports: list[int], gpu: bool,
+                    cores: list[int] | None = None) -> list[EngineLaunch]:
+    """``serve --engines N``: on GPUs one vLLM with ``--data-parallel-size N`` (vLLM spreads requests over
+    its replicas behind one server); on CPUs N servers on ``ports``, each with an N-th of the KV cache
+    and, when there are enough, its own share of ``cores`` (VLLM_CPU_OMP_THREADS_BIND)."""
+    if count == 1:
+        return [launch]
+    if gpu:
+        return [replace(launch, extra_args=(*launch.extra_args, "--data-parallel-size", str(count)))]
+    kv_gib = launch.kv_cache_gib if launch.kv_cache_gib is not None else max(
+        1, kv_cache_gib(available_memory_bytes()) // count)
+    shares = _core_shares(cores or [], count)
+    return [replace(launch, port=port, kv_cache_gib=kv_gib, cpu_cores=share) for port, share in zip(ports, shares)]
+
+
+def _core_shares(cores: list[int], count: int) -> list[str | None]:
+    """``count`` disjoint core lists ("0,1") of equal size; all None when there are fewer cores than engines."""
+    if len(cores) < count:
+        return [None] * count
+    size = len(cores) // count
+    return [",".join(str(c) for c in cores[i * size:(i + 1) * size]) for i in range(count)]
+
+
+class EngineGroup:
+    """Several managed engines behind one gateway (``serve --engines N`` on CPUs), watched as one.
+
+    ``alive`` is what ``harnessrl.engine_watchdog`` polls: true while any engine runs; an engine that died
+    is started again (at most every ``RESTART_AFTER_S``), and the gateway's engine pool brings it back
+    with the current adapters once it is healthy. Only when every engine is dead does the gateway stop.
+    """
+
+    def __init__(self, engines: list[EngineProcess], clock=time.monotonic):
+        self.engines, self._clock = engines, clock
+        self._restarted: dict[int, float] = {}
+        self.log_path = engines[0].log_path  # the last one that died, for the watchdog's message
+
+    @property
+    def urls(self) -> list[str]:
+        return [engine.url for engine in self.engines]
+
+    def start(self, timeout_s: float) -> EngineGroup:
+        """Start all and wait until each is healthy (side by side); EngineFailed stops them all."""
+        from concurrent.futures import ThreadPoolExecutor
+        try:
+            for engine in self.engines:
+                engine.start()
+            with ThreadPoolExecutor(len(self.engines)) as pool:
+                list(pool.map(lambda e: e.wait_healthy(timeout_s), self.engines))
+        except EngineFailed:
+            self.stop()
+            raise
+        return self
+
+    def alive(self) -> bool:
+        dead = [i for i, engine in enumerate(self.engines) if not engine.alive()]
+        if len(dead) == len(self.engines):
+            self.log_path = self.engines[dead[-1]].log_path
+            return False
+        for index in dead:
+            if self._clock() - self._restarted.get(index, float("-inf")) >= RESTART_AFTER_S:
+                self._restarted[index] = self._clock()
+                self.log_path = self.engines[index].log_path
+                self.engines[index].start()
+        return True
+
+    def tail(self, lines: int = 30) -> str:
+        return "".join(f"== {engine.log_path}\n{engine.tail(lines)}" for engine in self.engines)
+
+    def stop(self) -> None:
+        for engine in self.engines:
+            engine.stop()
