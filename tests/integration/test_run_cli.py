@@ -15,7 +15,7 @@ import httpx
 import pytest
 
 from gateway.engine.fake import FakeEngine, create_fake_engine_app
-from harnesses.runner import INTERRUPTED
+from gateway.store.leases import TAKEN_OVER
 from harnesses.task import builtin_tasks_path, load_tasks
 from harnessrl.server import BackgroundGateway, BackgroundServer
 from harnessrl.settings import admin_key
@@ -41,7 +41,7 @@ def gateway(sqlite_db, tmp_path, monkeypatch) -> Iterator[BackgroundGateway]:
 def run_command(gateway: BackgroundGateway, tasks_file) -> list[str]:
     return [sys.executable, "-m", "harnessrl.cli", "run", "--tasks", str(tasks_file), "--harness", "builtin",
             "--group-size", "4", "--concurrency", "8", "--sandbox", "local", "--run", "cli-run",
-            "--gateway", gateway.url]
+            "--gateway", gateway.url, "--lease-s", "3"]
 
 
 def rollouts(gateway) -> list[dict]:
@@ -69,11 +69,11 @@ def test_run_finishes_and_resumes_after_an_interrupt(gateway, tmp_path):
     done = Counter((r["task"], r["meta"]["index"]) for r in final if r["status"] == "finished")
     assert sorted(done.values()) == [1] * 40  # every (task, index) finished exactly once
     assert all(r["reward"] == 1.0 for r in final if r["status"] == "finished")
-    # Rollouts the killed runner left running were cancelled as interrupted (freeing their places in
-    # their groups) and replaced (requests it had in flight may still land after the kill, so there can
-    # be more than were counted right then).
+    # Rollouts the killed runner left running were cancelled once their leases expired (freeing their
+    # places in their groups) and replaced (requests it had in flight may still land after the kill, so
+    # there can be more than were counted right then).
     cancelled = [r for r in final if r["status"] == "cancelled"]
-    assert len(cancelled) >= interrupted and all(r["error"] == INTERRUPTED for r in cancelled)
+    assert len(cancelled) >= interrupted and all(r["error"] == TAKEN_OVER for r in cancelled)
     assert not [r for r in final if r["status"] == "failed"]
     groups = httpx.get(f"{gateway.url}/api/groups", params={"run": "cli-run", "status": "ready"},
                        headers={"x-admin-key": admin_key()}).json()["data"]
