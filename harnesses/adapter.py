@@ -16,6 +16,7 @@ class RolloutTarget:
     base_url: str  # http://GW/r/<token>/v1, as seen from the host
     token: str
     model: str = "policy"
+    tools: bool = False  # the rollout has an MCP tool server at <base_url>/tools/mcp (gateway/api/rollout_tools.py)
 
 
 @dataclass(frozen=True)

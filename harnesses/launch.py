@@ -40,7 +40,8 @@ async def launch_run(tasks: str | Path, run: str, harness: str, group_size: int,
     for task in chosen:  # a task needing the internet is refused before anything runs
         environments.check(task)
     adapter, reward_functions = with_environments(  # OpenEnv tasks: their tools and reward (harnesses/openenv_agent.py)
-        chosen, create_harness(harness, sandbox), tuple(load_reward_function(spec) for spec in rewards))
+        chosen, create_harness(harness, sandbox), tuple(load_reward_function(spec) for spec in rewards),
+        admin_key=admin_key)
     plan = RunPlan(run=run, tasks=chosen, harness=adapter, group_size=group_size,
                    concurrency=concurrency, sandbox=sandbox, base_spec=SandboxSpec(limits=limits),
                    rewards=reward_functions, capture=capture,

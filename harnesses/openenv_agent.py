@@ -12,9 +12,14 @@ network and no route to the environment. The model reaches the environment only 
 name with JSON arguments (the environment refuses names it does not serve, and OpenEnv reserves
 ``reset``/``step``/``state``/``close``); once the environment ends the episode no later call reaches
 it, so a reply cannot submit again after its answer was scored. Its model calls go through the
-gateway with the rollout's token. Any other task goes to the wrapped harness unchanged. CLI agents
-(which run inside the sandbox) are refused on OpenEnv tasks for now: giving them the tools needs a
-route from the sandbox to the environment's MCP endpoint.
+gateway with the rollout's token. Any other task goes to the wrapped harness unchanged.
+
+A CLI agent that speaks MCP (OpenCode, Hermes: ``supports_mcp``) runs in its sandbox as usual, with
+one MCP server in its config, ``<its base URL>/tools/mcp``: the gateway forwards that route, for the
+rollout's token only, to a relay on the host (``harnesses.openenv_relay``) that holds the rollout's
+OpenEnv session and makes each tool call a step, so the environment's reward is read the same way.
+The relay is registered for the rollout on the gateway's control plane (admin key) and dropped when
+the agent is done.
 """
 
 from __future__ import annotations
@@ -26,6 +31,7 @@ from dataclasses import replace
 from openai import AsyncOpenAI
 
 from harnesses.adapter import AgentOutcome, HarnessAdapter, RolloutTarget
+from harnesses.openenv_relay import ToolRelay, registered
 from harnesses.openenv_tasks import REWARD_NAME, EnvOutcome, EnvServer, EnvTaskRef
 from harnesses.task import Task, TaskError
 from sandboxes import Sandbox, SandboxSpec
@@ -39,13 +45,17 @@ EPISODE_OVER = "error: the episode is over; this call was not made"
 class OpenEnvToolsHarness:
     """Wraps a harness: OpenEnv tasks run the builtin loop on the environment's tools, others the harness."""
 
-    def __init__(self, inner: HarnessAdapter, max_turns: int = 8, max_tokens: int = 256, temperature: float = 1.0):
+    def __init__(self, inner: HarnessAdapter, max_turns: int = 8, max_tokens: int = 256, temperature: float = 1.0,
+                 admin_key: str | None = None):
+        """``admin_key``: the gateway's, to register a CLI agent's tool relay for its rollout."""
         self.inner, self.name = inner, inner.name
         self.side_call_patterns = inner.side_call_patterns
         self.max_turns, self.max_tokens, self.temperature = max_turns, max_tokens, temperature
+        self.admin_key = admin_key
+        self.through_mcp = bool(getattr(inner, "supports_mcp", False))  # a CLI agent: tools over MCP
 
     def sandbox_spec(self, task: Task, target: RolloutTarget, base: SandboxSpec) -> SandboxSpec:
-        if EnvTaskRef.of(task) is None:
+        if EnvTaskRef.of(task) is None or self.through_mcp:
             return self.inner.sandbox_spec(task, target, base)
         return replace(base, files={**base.files, **task.files}, gateway_url=None)  # no network at all
 
@@ -56,11 +66,23 @@ class OpenEnvToolsHarness:
         server, log = EnvServer(ref.spec), []
         url = await asyncio.to_thread(server.start)
         try:
+            if self.through_mcp:
+                return await self._agent_episode(url, ref, sandbox, task, target, timeout_s)
             return await asyncio.wait_for(self._episode(url, ref, task, target, timeout_s, log), timeout_s)
         except TimeoutError:
             return EnvOutcome("", "\n".join(log)[-8000:], 124, timed_out=True)
         finally:
             await asyncio.to_thread(server.stop)
+
+    async def _agent_episode(self, url: str, ref: EnvTaskRef, sandbox: Sandbox, task: Task, target: RolloutTarget,
+                             timeout_s: float) -> EnvOutcome:
+        """A CLI agent in its sandbox, its MCP client on the rollout's tools route (relayed to the environment)."""
+        async with ToolRelay(url, ref, timeout_s) as relay, registered(target, relay.url, self.admin_key):
+            outcome = await self.inner.run(sandbox, task, replace(target, tools=True), timeout_s)
+        episode = relay.episode
+        log = "\n".join([outcome.log, "--- environment ---", *episode.log])[-8000:]
+        return EnvOutcome(outcome.final_text, log, outcome.exit_code, outcome.timed_out, env_reward=episode.reward,
+                          env_done=episode.done, tool_calls=episode.calls)
 
     async def _episode(self, url: str, ref: EnvTaskRef, task: Task, target: RolloutTarget, timeout_s: float,
                        log: list[str]) -> EnvOutcome:
@@ -135,13 +157,14 @@ def _assistant_message(reply) -> dict:
     return message
 
 
-def with_environments(tasks: list[Task], harness: HarnessAdapter, rewards: tuple) -> tuple[HarnessAdapter, tuple]:
-    """The harness and reward functions a run needs: OpenEnv tasks get the tools loop and the environment's reward."""
+def with_environments(tasks: list[Task], harness: HarnessAdapter, rewards: tuple,
+                      admin_key: str | None = None) -> tuple[HarnessAdapter, tuple]:
+    """The harness and reward functions a run needs: OpenEnv tasks get the environment's tools and reward."""
     if not any(EnvTaskRef.of(task) for task in tasks):
         return harness, rewards
-    if harness.name != "builtin":
-        raise TaskError(f"--tasks openenv: runs with --harness builtin (the environment's tools given to the agent "
-                        f"loop on the host); {harness.name} inside a sandbox has no route to an environment yet")
+    if harness.name != "builtin" and not getattr(harness, "supports_mcp", False):
+        raise TaskError(f"--tasks openenv: runs with --harness builtin or an agent that speaks MCP (opencode, "
+                        f"hermes); {harness.name} gets no MCP tools from harnessrl yet")
     from harnesses.reward_functions import load_reward_function
 
-    return OpenEnvToolsHarness(harness), (*rewards, load_reward_function(REWARD_NAME))
+    return OpenEnvToolsHarness(harness, admin_key=admin_key), (*rewards, load_reward_function(REWARD_NAME))

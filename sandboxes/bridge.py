@@ -31,8 +31,11 @@ from sandboxes.urls import gateway_target
 CHUNK = 64 * 1024
 MAX_HEAD_BYTES = 64 * 1024  # request line + headers; agents send a few hundred bytes
 # The model endpoints of the three dialects (gateway/openai, responses, anthropic routers).
+# Also the rollout's tool server (gateway/api/rollout_tools.py: MCP over HTTP, forwarded by the gateway
+# to the one server the runner registered for the rollout, e.g. an OpenEnv environment's tools).
 MODEL_ENDPOINTS = (("POST", "chat/completions"), ("POST", "completions"), ("POST", "responses"),
-                   ("POST", "messages"), ("POST", "messages/count_tokens"), ("GET", "models"))
+                   ("POST", "messages"), ("POST", "messages/count_tokens"), ("GET", "models"),
+                   ("POST", "tools/mcp"), ("GET", "tools/mcp"), ("DELETE", "tools/mcp"))
 ROLLOUT_PATH = re.compile(r"(?P<prefix>(?:/[A-Za-z0-9._~-]+)*/r/(?P<token>[A-Za-z0-9_-]+)/v1)")
 SAFE_QUERY = re.compile(rb"[A-Za-z0-9_.~=&-]*")  # e.g. Claude Code's ?beta=true; no %-escapes
 HOP_BY_HOP = {b"connection", b"keep-alive", b"proxy-connection", b"proxy-authorization",

@@ -51,6 +51,11 @@ class Endpoint:
     api_key: str  # the rollout token again: agents insist on a key
     model: str  # the public model name, "policy"
     home: str  # the agent's HOME inside the sandbox
+    tools: bool = False  # give the agent the rollout's MCP tool server (at mcp_url)
+
+    @property
+    def mcp_url(self) -> str:
+        return f"{self.base_url.rstrip('/')}/tools/mcp"
 
     @property
     def xdg(self) -> dict[str, str]:
@@ -127,7 +132,7 @@ class CliAgentHarness:
 
     async def run(self, sandbox: Sandbox, task: Task, target: RolloutTarget, timeout_s: float) -> AgentOutcome:
         endpoint = Endpoint(sandbox.gateway_url_inside or target.base_url, target.token, target.model,
-                            await sandbox_home(sandbox))
+                            await sandbox_home(sandbox), tools=target.tools)
         for path, data in self.config_files(endpoint).items():
             await sandbox.put_file(path, data, mode=0o600)  # holds the rollout token
         installed = getattr(getattr(sandbox, "spec", None), "root", None) is not None  # a task image's root

@@ -7,6 +7,9 @@ policy too, so OpenCode's side calls (session title, summaries) also reach the g
 patterns below tag them. At start OpenCode also installs its plugin SDK from npm into the config
 folder, in the background; in a sandbox that fails quietly (a warning in its own log).
 
+Tools: on an OpenEnv task the rollout's tool server (`<base URL>/tools/mcp`, relayed by the gateway to
+the environment) is a remote MCP server in the config, `oauth: false` (no discovery requests).
+
 Output: `--format json` prints one event per line; `{"type": "text", "part": {"text": ...}}` events
 carry the assistant's text, the last one is its final answer.
 """
@@ -18,6 +21,8 @@ import json
 from harnesses.agents.cli_agent import PROVIDER_ID, CliAgentHarness, Endpoint, HostInstall, package_root, which
 
 VERSION = "1.18.33"
+MCP_SERVER = "env"  # the rollout's tool server (OpenEnv tasks): OpenCode names its tools env_<tool>
+MCP_TIMEOUT_MS = 120_000  # per MCP request (its default, 5 s, is less than an environment's step may take)
 PERMISSIONS = ("edit", "bash", "webfetch", "external_directory", "doom_loop")
 # Prompts from the opencode binary (grep it for "title generator"): the title agent's system prompt,
 # the session summary and the compaction agent.
@@ -29,6 +34,7 @@ SIDE_CALLS = {
 
 class OpenCodeHarness(CliAgentHarness):
     name = "opencode"
+    supports_mcp = True  # `mcp` servers in its config; their tools are named <server>_<tool>
     executable = "opencode"
     install_hint = f"npm install -g opencode-ai@{VERSION}"
     side_call_patterns = SIDE_CALLS
@@ -42,8 +48,12 @@ class OpenCodeHarness(CliAgentHarness):
         provider = {"npm": "@ai-sdk/openai-compatible", "name": "harnessrl gateway",
                     "options": {"baseURL": endpoint.base_url, "apiKey": endpoint.api_key},
                     "models": {endpoint.model: model}}
+        mcp = {MCP_SERVER: {"type": "remote", "url": endpoint.mcp_url, "enabled": True, "oauth": False,
+                            "headers": {"Authorization": f"Bearer {endpoint.api_key}"},
+                            "timeout": MCP_TIMEOUT_MS}} if endpoint.tools else {}
         return {
             "$schema": "https://opencode.ai/config.json",
+            **({"mcp": mcp} if mcp else {}),
             "provider": {PROVIDER_ID: provider},
             "enabled_providers": [PROVIDER_ID],
             "model": f"{PROVIDER_ID}/{endpoint.model}",
