@@ -17,8 +17,10 @@ from collections import OrderedDict, deque
 from contextvars import ContextVar
 from dataclasses import dataclass, field
 
+from gateway.store.records import CallTag
+
 RETRY_HEADER = b"x-stainless-retry-count"
-RETRIED = "retried"
+RETRIED = CallTag.RETRIED
 MIN_RETRY_GAP_S = 0.3  # an in-flight call younger than this is not what a client without the header retries
 RECENT = 2  # committed calls per rollout a header retry is matched against
 ROLLOUTS_KEPT = 256  # rollouts whose recent calls are kept (the least recently used go)

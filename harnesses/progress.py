@@ -5,6 +5,7 @@ from __future__ import annotations
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
+from gateway.store.records import RolloutStatus
 from harnesses.runner import RolloutResult
 
 
@@ -22,7 +23,7 @@ class RunProgress:
 
     def finished(self, result: RolloutResult) -> None:
         self.running -= 1
-        self.failed += result.status == "failed"
+        self.failed += result.status == RolloutStatus.FAILED
         if result.reward is not None:
             self.rewards.append(result.reward)
         self.progress.advance(self.bar)

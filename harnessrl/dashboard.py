@@ -13,6 +13,7 @@ from pathlib import Path
 
 from rich.table import Table
 
+from gateway.store.records import RolloutStatus
 from gateway.store.store import Store
 from gateway.store.training import learner_steps
 from harnesses.runner import RolloutResult
@@ -52,7 +53,7 @@ class Dashboard:
     def add_result(self, round_: int, result: RolloutResult) -> None:
         if result.reward is not None:
             self.rewards_by_round[round_].append(result.reward)
-        self.failed += result.status == "failed"
+        self.failed += result.status == RolloutStatus.FAILED
 
     def render(self) -> Table:
         table = Table(title=f"harnessrl quickstart: run {self.run!r}  ({time.monotonic() - self.started:.0f} s)")

@@ -25,6 +25,7 @@ from pathlib import Path
 from urllib.parse import quote
 
 from gateway.passk import TaskCount, policy_label, policy_results
+from gateway.store.records import RolloutStatus
 from harnesses.adapter import HarnessAdapter
 from harnesses.budget import DEFAULT_WALL_FACTOR
 from harnesses.gateway_client import GatewayClient
@@ -150,10 +151,10 @@ class LiveCounts:
     def task_counts(self) -> list[TaskCount]:
         counts = []
         for (version, task), results in sorted(self.cells.items()):
-            rewards = [(r.reward or 0.0) if r.status == "finished" else 0.0 for r in results]
+            rewards = [(r.reward or 0.0) if r.status == RolloutStatus.FINISHED else 0.0 for r in results]
             counts.append(TaskCount(version, task, len(results),
-                                    sum(r.status == "finished" and (r.reward or 0.0) >= 1.0 for r in results),
-                                    sum(r.status == "failed" for r in results), sum(rewards),
+                                    sum(r.status == RolloutStatus.FINISHED and (r.reward or 0.0) >= 1.0 for r in results),
+                                    sum(r.status == RolloutStatus.FAILED for r in results), sum(rewards),
                                     sum(x * x for x in rewards)))
         return counts
 

@@ -20,6 +20,7 @@ from rich.console import Console
 from rich.live import Live
 
 from gateway.settings import GatewaySettings
+from gateway.store.records import GroupStatus
 from gateway.store.store import Store
 from harnesses.builtin_agent import BuiltinHarness, BuiltinSettings
 from harnesses.gateway_client import GatewayClient
@@ -237,7 +238,7 @@ class Quickstart:
         """Bound how far rollouts run ahead of the learner (staleness), sharing the CPU with it."""
         limit = self.plan.groups_per_step * self.plan.backlog_steps
         while time.monotonic() < deadline and learner.alive():
-            if len(await client.groups(self.plan.run, "ready", limit)) < limit:
+            if len(await client.groups(self.plan.run, GroupStatus.READY, limit)) < limit:
                 return
             await asyncio.sleep(1.0)
 

@@ -18,6 +18,7 @@ from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
+from gateway.store.records import RolloutStatus
 from gateway.store.samples import Sample, build_samples
 from gateway.store.store import Store
 from learner.checkpoint import atomic_write_dir
@@ -58,7 +59,7 @@ async def successful_samples(store: Store, run: str, min_reward: float,
     while page := await store.run_rollouts(run, after, PAGE):
         for rollout, _group in page:
             after = rollout.id
-            if rollout.status != "finished" or rollout.reward is None or rollout.reward < min_reward:
+            if rollout.status != RolloutStatus.FINISHED or rollout.reward is None or rollout.reward < min_reward:
                 continue
             key = rollout.group_id if best_of_group else -rollout.id
             if key not in chosen or rollout.reward > chosen[key][0]:

@@ -11,10 +11,11 @@ from sqlalchemy import Float, and_, case, cast, func, select
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
 from gateway.passk import TaskCount
+from gateway.store.records import SCORED, RolloutStatus
 from gateway.store.tables import LearnerStep, Rollout, Task
 
 PASS_REWARD = 1.0  # a verifier's "solved"
-COUNTED = ("finished", "failed")
+COUNTED = SCORED
 VERIFIER_COMPONENT = "verifier"
 
 
@@ -22,14 +23,14 @@ def passed_expression():
     """1 for a rollout that passed, else 0 (SQL; on SQLite and PostgreSQL alike)."""
     verifier = cast(Rollout.rewards[VERIFIER_COMPONENT].as_string(), Float)
     score = func.coalesce(verifier, Rollout.reward)
-    return case((and_(Rollout.status == "finished", score >= PASS_REWARD), 1), else_=0)
+    return case((and_(Rollout.status == RolloutStatus.FINISHED, score >= PASS_REWARD), 1), else_=0)
 
 
 async def pinned_task_counts(sessions: async_sessionmaker[AsyncSession], run_id: int) -> list[TaskCount]:
     """Counts per (pinned version, task) of the run's pinned rollouts, ordered by version then task."""
-    reward = case((Rollout.status == "finished", func.coalesce(Rollout.reward, 0.0)), else_=0.0)
+    reward = case((Rollout.status == RolloutStatus.FINISHED, func.coalesce(Rollout.reward, 0.0)), else_=0.0)
     query = (select(Rollout.pinned_version, Task.name, func.count(), func.sum(passed_expression()),
-                    func.count().filter(Rollout.status == "failed"), func.sum(reward), func.sum(reward * reward))
+                    func.count().filter(Rollout.status == RolloutStatus.FAILED), func.sum(reward), func.sum(reward * reward))
              .join(Task, Task.id == Rollout.task_id)
              .where(Rollout.run_id == run_id, Rollout.pinned_version.is_not(None), Rollout.status.in_(COUNTED))
              .group_by(Rollout.pinned_version, Task.name)

@@ -17,6 +17,7 @@ from sqlalchemy import Select, String, cast, exists, func, select
 from sqlalchemy.engine import Row
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
+from gateway.store.records import RolloutStatus
 from gateway.store.tables import Call, Group, LearnerStep, Rollout, Run, Task
 
 
@@ -86,7 +87,7 @@ class Listings:
         """Rollout counts of each run, by id: one GROUP BY over the runs' rollouts (ix_rollouts_run_id)."""
         if not run_ids:
             return {}
-        query = (select(Rollout.run_id, func.count(), func.count().filter(Rollout.status == "finished"),
+        query = (select(Rollout.run_id, func.count(), func.count().filter(Rollout.status == RolloutStatus.FINISHED),
                         func.avg(Rollout.reward), func.max(Rollout.created_at))
                  .where(Rollout.run_id.in_(run_ids)).group_by(Rollout.run_id))
         async with self.sessions() as session:

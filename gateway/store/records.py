@@ -4,6 +4,36 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from enum import StrEnum
+
+
+class RolloutStatus(StrEnum):
+    """A rollout's ``status`` column (and REST field): running until the runner ends it once."""
+
+    RUNNING = "running"
+    FINISHED = "finished"  # the agent ran and the verifier scored it
+    FAILED = "failed"  # the agent or its sandbox failed: scored 0, still in its group
+    CANCELLED = "cancelled"  # interrupted (runner stopped, lease taken over): left out of its group
+
+
+ENDED = (RolloutStatus.FINISHED, RolloutStatus.FAILED, RolloutStatus.CANCELLED)
+SCORED = (RolloutStatus.FINISHED, RolloutStatus.FAILED)  # the ends a group and pass@k count
+
+
+class GroupStatus(StrEnum):
+    """A GRPO group's ``status``: open while its rollouts run, ready when all ended, then the learner's."""
+
+    OPEN = "open"
+    READY = "ready"
+    CONSUMED = "consumed"  # trained on by a learner step
+    QUARANTINED = "quarantined"  # refused by the learner (reason in ``error``): never read again
+
+
+class CallTag(StrEnum):
+    """Tags the gateway itself puts on a call (harness adapters add side-call tags: "title", "summary")."""
+
+    UNDELIVERED = "undelivered"  # its response never reached its client
+    RETRIED = "retried"  # the client sent the same body again: this one is superseded
 
 
 @dataclass(frozen=True)

@@ -15,12 +15,13 @@ from datetime import UTC, datetime, timedelta
 
 from sqlalchemy import delete, exists, func, select
 
+from gateway.store.records import ENDED, GroupStatus, RolloutStatus
 from gateway.store.store import Store
 from gateway.store.tables import Call, Group, LearnerCheckpoint, LearnerStep, Rollout, Run, Task
 
-STATUSES = ("finished", "failed", "cancelled")
+STATUSES = ENDED
 AGE_UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400}
-KEEP_GROUPS = ("open", "ready")  # a group still filling or waiting for the learner keeps its rollouts
+KEEP_GROUPS = (GroupStatus.OPEN, GroupStatus.READY)  # a group still filling or waiting for the learner keeps its rollouts
 BATCH = 500  # rollouts deleted per transaction: a big prune never holds one long lock
 
 
@@ -81,7 +82,7 @@ async def prune(store: Store, where: PruneFilter, dry_run: bool = False) -> Prun
 
 def _matching(where: PruneFilter):
     query = (select(Rollout.id).join(Group, Group.id == Rollout.group_id)
-             .where(Rollout.status != "running").order_by(Rollout.id))
+             .where(Rollout.status != RolloutStatus.RUNNING).order_by(Rollout.id))
     if where.run is not None:
         query = query.join(Run, Run.id == Rollout.run_id).where(Run.name == where.run)
     if where.ended_before is not None:

@@ -15,10 +15,10 @@ import math
 from sqlalchemy import func, select, update
 from sqlalchemy.ext.asyncio import AsyncSession
 
+from gateway.store.records import ENDED, GroupStatus, RolloutStatus
 from gateway.store.tables import Group, Rollout, utcnow
 
-ENDED = ("finished", "failed", "cancelled")
-CANCELLED = "cancelled"
+CANCELLED = RolloutStatus.CANCELLED
 
 
 class InvalidReward(ValueError):
@@ -63,7 +63,7 @@ async def add_reward(session: AsyncSession, rollout: Rollout, name: str, value: 
 
 async def end_rollout(session: AsyncSession, rollout: Rollout, status: str, error: str | None) -> None:
     if status not in ENDED:
-        raise ValueError(f"a rollout ends as one of {ENDED}, not {status!r}")
+        raise ValueError(f"a rollout ends as one of {', '.join(ENDED)}, not {status!r}")
     rollout.status, rollout.error, rollout.finished_at = status, error, utcnow()
     await session.flush()
     await mark_group_if_ready(session, rollout.group_id)
@@ -72,13 +72,13 @@ async def end_rollout(session: AsyncSession, rollout: Rollout, status: str, erro
 async def mark_group_if_ready(session: AsyncSession, group_id: int) -> bool:
     """Open -> ready when the group has ``size`` rollouts (cancelled ones aside) and none still runs."""
     group = await session.get(Group, group_id, with_for_update=True)
-    if group is None or group.size is None or group.status != "open":
+    if group is None or group.size is None or group.status != GroupStatus.OPEN:
         return False
     total, running = await _members(session, group_id)
     if total < group.size or running:
         return False
-    await session.execute(update(Group).where(Group.id == group_id, Group.status == "open")
-                          .values(status="ready", ready_at=utcnow()))
+    await session.execute(update(Group).where(Group.id == group_id, Group.status == GroupStatus.OPEN)
+                          .values(status=GroupStatus.READY, ready_at=utcnow()))
     return True
 
 
@@ -97,7 +97,7 @@ async def check_group_open(session: AsyncSession, group: Group, group_size: int 
     if group_size is not None and group.size is not None and group_size != group.size:
         raise GroupClosed(f"group {group.name!r} has size {group.size}, not {group_size}: a group's size is "
                           f"fixed by its first rollout")
-    if group.status != "open":
+    if group.status != GroupStatus.OPEN:
         raise GroupClosed(f"group {group.name!r} is already {group.status}: it takes no more rollouts; "
                           f"create the rollout in a new group")
     if group.size is not None and (await _members(session, group.id))[0] >= group.size:
@@ -107,7 +107,7 @@ async def check_group_open(session: AsyncSession, group: Group, group_size: int 
 
 async def _members(session: AsyncSession, group_id: int) -> tuple[int, int]:
     """(rollouts that count, of which still running): cancelled rollouts are no members."""
-    counts = select(func.count(Rollout.id), func.count(Rollout.id).filter(Rollout.status == "running")).where(
+    counts = select(func.count(Rollout.id), func.count(Rollout.id).filter(Rollout.status == RolloutStatus.RUNNING)).where(
         Rollout.group_id == group_id, Rollout.status != CANCELLED)
     total, running = (await session.execute(counts)).one()
     return total, running

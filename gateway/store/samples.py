@@ -15,7 +15,9 @@ from dataclasses import dataclass
 
 import numpy as np
 
-UNDELIVERED = "undelivered"  # the tag of a call whose response never reached its client
+from gateway.store.records import CallTag
+
+UNDELIVERED = CallTag.UNDELIVERED  # the tag of a call whose response never reached its client
 
 
 @dataclass(frozen=True)

@@ -21,7 +21,7 @@ from gateway.store import request_delta
 from gateway.store.arrays import pack_ids, pack_logprobs, unpack_ids
 from gateway.store.database import create_engine, create_sessionmaker
 from gateway.store.listings import Listings, is_main_call
-from gateway.store.records import CallRecord, GraphNode, RolloutIdentity, SamplingSettings
+from gateway.store.records import CallRecord, GraphNode, RolloutIdentity, RolloutStatus, SamplingSettings
 from gateway.store.request_delta import RecentRequests
 from gateway.store.rewards import (
     ENDED,
@@ -165,7 +165,7 @@ class Store:
             return None
         async with self.sessions() as session:
             status = await session.scalar(select(Rollout.status).where(Rollout.id == rollout_id))
-        if status is not None and status != "running":
+        if status is not None and status != RolloutStatus.RUNNING:
             self._ended[rollout_id] = status
             self._running_seen.pop(rollout_id, None)
             return status

@@ -15,14 +15,13 @@ from datetime import datetime
 from sqlalchemy import delete, select, update
 from sqlalchemy.exc import IntegrityError
 
-from gateway.store.records import SamplingSettings
+from gateway.store.records import GroupStatus, SamplingSettings
 from gateway.store.rewards import CANCELLED
 from gateway.store.store import Store
 from gateway.store.tables import Call, Group, LearnerCheckpoint, LearnerStep, Rollout, Run
 
-READY = "ready"
-CONSUMED = "consumed"
-QUARANTINED = "quarantined"
+READY, CONSUMED = GroupStatus.READY, GroupStatus.CONSUMED
+QUARANTINED = GroupStatus.QUARANTINED
 
 
 class ConsumeConflict(RuntimeError):
