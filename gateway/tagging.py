@@ -45,12 +45,16 @@ def instructions_of(messages: list[dict]) -> str:
 
 def side_call_tags(messages: list[dict], has_tools: bool, harness: str | None = None,
                    extra: tuple[tuple[str, str], ...] = ()) -> list[str]:
-    """Tags for a chat call; a call that offers tools is the agent's main loop, never a side call.
+    """Tags for a chat call; a call that offers tools is the agent's main loop, unless its last user
+    message opens with an instruction its harness declared (Claude Code compacts with its main loop's
+    system prompt and tools, to share the prompt cache, and asks for the summary there).
 
     ``extra`` are (tag, regex) rules a harness adapter declared for its rollouts.
     """
     if has_tools:
-        return []
+        users = [m for m in messages if m.get("role") == "user"]
+        opening = _text(users[-1].get("content")).lstrip()[:SCAN_CHARS] if users else ""
+        return [tag for tag, regex in extra if _compiled(regex) is not None and _compiled(regex).match(opening)]
     text = instructions_of(messages)
     rules = {**GENERIC_RULES, **HARNESS_RULES.get(harness or "", {})}
     tags = [tag for tag, pattern in rules.items() if pattern.search(text)]

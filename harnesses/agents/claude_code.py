@@ -11,8 +11,17 @@ that needs `IS_SANDBOX=1`.
 
 Output: `--output-format json` prints one result object; its `result` is the final answer.
 
-Side calls: in a print-mode run Claude Code sends its main loop only, with tools (no title call).
-Its context compaction prompts (from the binary) are declared below so they are tagged when they happen.
+Side calls: in a print-mode run Claude Code sends its main loop, and one side call: context
+compaction, when the conversation's token count (from the usage the gateway returns) reaches the
+auto-compact window less min(output cap, 20000) less 13000. The window is
+CLAUDE_CODE_AUTO_COMPACT_WINDOW, which the binary raises to at least 100000: an engine with a
+shorter context never sees a compaction (the agent runs into its context limit instead). The
+compaction call carries the main loop's system prompt and tools (to share the prompt cache) and
+asks for the summary in its last user message, which opens "CRITICAL: Respond with TEXT ONLY"; the
+gateway tags a call with tools when that message opens with a declared pattern. (Its other variant,
+without tools, has a system prompt of its own; both patterns below.) What else the binary can send
+beside its main loop (session titles, prompt suggestions, away and agent summaries, memory
+extraction) reached no engine in -p runs (they belong to its interactive mode): not declared.
 """
 
 from __future__ import annotations
@@ -22,10 +31,14 @@ import json
 from harnesses.agents.cli_agent import CliAgentHarness, Endpoint, HostInstall, package_root, which
 
 VERSION = "2.1.332"
-# The compaction prompts of the binary (its system prompt and its instruction).
+# The compaction prompts of the binary: the instruction (the last user message, opening with the first
+# alternative, with one of three summary requests: the whole conversation, its recent part, or a
+# prefix of it) and the system prompt of the variant sent without tools.
 SIDE_CALLS = {
-    "summary": r"You are a helpful AI assistant tasked with summarizing conversations|"
-               r"Your task is to create a detailed summary of the conversation so far",
+    "summary": r"CRITICAL: Respond with TEXT ONLY\. Do NOT call any tools|"
+               r"You are a helpful AI assistant tasked with summarizing conversations|"
+               r"Your task is to create a detailed summary of (the conversation so far|the RECENT portion|"
+               r"this conversation)",
 }
 QUIET = ("DISABLE_TELEMETRY", "DISABLE_ERROR_REPORTING", "DISABLE_AUTOUPDATER", "DISABLE_BUG_COMMAND",
          "CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC", "CLAUDE_CODE_DISABLE_FEEDBACK_SURVEY",

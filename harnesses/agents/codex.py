@@ -11,8 +11,12 @@ one), so a call may generate up to the engine's context limit.
 Output: `--json` prints one event per line; `item.completed` events of type `agent_message` carry the
 assistant's text, the last one is its final answer.
 
-Side calls: `codex exec` sends its main loop only, with tools; its context compaction prompt (from
-the binary) is declared below so it is tagged when it happens.
+Side calls: `codex exec` sends its main loop, with tools, and one side call: context compaction (the
+local kind: our provider is not OpenAI's, which compacts on its own endpoint). It runs when the last
+response's usage (`total_tokens`, which the gateway counts with the tokenizer) reaches
+min(`model_auto_compact_token_limit`, 90% of `model_context_window`), and sends the history without
+tools, its prompt as the last user message: declared below, so it is tagged. The next main-loop
+call starts from the summary (a new root of the call graph).
 """
 
 from __future__ import annotations

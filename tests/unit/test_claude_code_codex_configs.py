@@ -27,6 +27,7 @@ SETTINGS = AgentSettings(max_tokens=512, context_length=65536)
 CLAUDE_COMPACTION = ("You are a helpful AI assistant tasked with summarizing conversations.", "Your task is to "
                      "create a detailed summary of the conversation so far, paying close attention to the user's "
                      "explicit requests and your previous actions.")
+CLAUDE_ASK = "CRITICAL: Respond with TEXT ONLY. Do NOT call any tools."  # opens its compaction's user message
 CODEX_COMPACTION = ("You are performing a CONTEXT CHECKPOINT COMPACTION. Create a handoff summary for another LLM "
                     "that will resume the task.")
 MAIN_LOOP = {"claude-code": "You are a Claude agent, built on Anthropic's Claude Agent SDK.",
@@ -96,6 +97,21 @@ def test_side_call_patterns_tag_the_agents_compaction_and_not_its_main_loop(name
         messages = [{"role": "system", "content": prompt}, {"role": "user", "content": "the conversation"}]
         assert "summary" in side_call_tags(messages, False, name, tuple(patterns.items()))
     assert not any(re.search(p, MAIN_LOOP[name], re.IGNORECASE) for p in patterns.values())
+
+
+def test_claude_code_compaction_with_the_main_loops_tools_is_tagged_and_the_main_loop_is_not():
+    """Claude Code compacts with its main loop's system prompt and tools; its instruction opens the
+    last user message. A main-loop call merely quoting it (not at the opening) stays untagged."""
+    patterns = tuple(create("claude-code").side_call_patterns.items())
+    ask = CLAUDE_ASK + "\n\n" + CLAUDE_COMPACTION[1]
+    history = [{"role": "system", "content": MAIN_LOOP["claude-code"]}, {"role": "user", "content": "Fix it."},
+               {"role": "assistant", "content": "Looking."}]
+    assert side_call_tags([*history, {"role": "user", "content": ask}], True, "claude-code", patterns) == ["summary"]
+    assert side_call_tags([*history, {"role": "user", "content": [{"type": "text", "text": ask}]}], True,
+                          "claude-code", patterns) == ["summary"]
+    quoted = {"role": "user", "content": "Why did you print " + ask}
+    assert side_call_tags([*history, quoted], True, "claude-code", patterns) == []
+    assert side_call_tags(history, True, "claude-code", patterns) == []
 
 
 def test_registry_and_images_know_the_new_agents():
