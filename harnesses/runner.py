@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import secrets
 import socket
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
@@ -39,8 +40,9 @@ DEFAULT_LEASE_S = 30.0  # a dead runner's slots are played again this long after
 
 
 def default_worker_id() -> str:
-    """This process's id among a run's runners: host and pid (unique while it runs)."""
-    return f"{socket.gethostname()}-{os.getpid()}"[:200]
+    """This process's id among a run's runners: host, pid and a random part (containers sharing the
+    host's name, each its process 1, still differ)."""
+    return f"{socket.gethostname()[:160]}-{os.getpid()}-{secrets.token_hex(4)}"
 
 
 class LeaseLost(RuntimeError):

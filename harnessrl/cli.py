@@ -327,7 +327,7 @@ def run_rollouts(
     database_url: DatabaseUrl = None,
     worker_id: Annotated[str, typer.Option(
         envvar="HARNESSRL_WORKER_ID", help="This runner's id among the run's runners (several may share a run, "
-                                           "on several hosts) [default: HOST-PID]")] = "",
+                                           "on several hosts) [default: HOST-PID-RANDOM]")] = "",
     lease_s: Annotated[float, typer.Option(
         min=1.0, max=3600.0, help="Each claimed (task, index) slot's lease, renewed every third of it: a "
                                   "runner that dies has its slots played by another this long after")] = 30.0,
