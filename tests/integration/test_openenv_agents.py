@@ -1,0 +1,124 @@
+"""A real CLI agent (OpenCode, in its docker sandbox) on an OpenEnv environment's tasks, through the real gateway.
+
+The environment (tests/openenv_env.py) is served for real per rollout; the agent's MCP client reaches its
+tools only through the sandbox bridge and the gateway's tools route (/r/<token>/v1/tools/mcp), which
+forwards to the rollout's relay (harnesses/openenv_relay.py) holding its OpenEnv session. A scripted
+engine plays the model: it calls OpenCode's env_add tool, then env_submit (the right sum in one rollout,
+one more in the other), then answers. The environment's reward lands in the rollouts' rewards and the
+learner trains one step on the group.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import re
+from collections.abc import Iterator
+
+import httpx
+import pytest
+
+import learner.loop
+from gateway.engine.fake import FakeEngine, FakeReply, create_fake_engine_app
+from gateway.store.store import Store
+from harnesses.agents import create
+from harnesses.datasets import load_dataset
+from harnesses.gateway_client import GatewayClient
+from harnesses.openenv_agent import with_environments
+from harnesses.openenv_tasks import REWARD_NAME
+from harnesses.runner import Runner, RunPlan
+from harnessrl.server import BackgroundGateway, BackgroundServer
+from learner.config import LearnerConfig, resolve_paths
+from sandboxes import Limits, SandboxSpec
+from tests.builders import ADMIN_HEADERS, TEST_ADMIN_KEY, gateway_settings
+
+PACKAGE = "tests.openenv_env:AdderEnvironment"
+
+
+def text_of(content) -> str:
+    if isinstance(content, list):
+        return " ".join(part.get("text", "") for part in content if isinstance(part, dict))
+    return content or ""
+
+
+def tool_named(tools: list[dict], suffix: str) -> str:
+    names = [t["function"]["name"] for t in tools if t.get("type") == "function"]
+    found = [n for n in names if n.endswith(suffix)]
+    assert found, f"no environment tool *{suffix} among {sorted(names)}"
+    return found[0]
+
+
+def mcp_script() -> callable:
+    """The environment's add through OpenCode's MCP tool, then submit: right on odd rollouts, one more on even."""
+    submits = itertools.count(1)
+
+    def script(body: dict) -> FakeReply:
+        if not body.get("tools"):
+            return FakeReply(content="Adding numbers")  # a side call (the session title)
+        messages = body["messages"]
+        last_user = max(i for i, m in enumerate(messages) if m["role"] == "user")
+        results = [text_of(m["content"]) for m in messages[last_user:] if m["role"] == "tool"]
+        if not results:
+            a, b = map(int, re.search(r"compute (\d+) \+ (\d+)", text_of(messages[last_user]["content"])).groups())
+            return FakeReply(tool_calls=((tool_named(body["tools"], "_add"), {"a": a, "b": b}),))
+        if len(results) == 1:
+            total = int(re.search(r"-?\d+", results[0]).group())
+            answer = total if next(submits) % 2 else total + 1
+            return FakeReply(tool_calls=((tool_named(body["tools"], "_submit"), {"answer": answer}),))
+        return FakeReply(content="Submitted.")
+
+    return script
+
+
+@pytest.fixture
+def gateway(sqlite_db) -> Iterator[BackgroundGateway]:
+    engine = FakeEngine(model="fake-base", max_model_len=1_000_000)
+    engine.script = mcp_script()
+    with BackgroundServer(create_fake_engine_app(engine)) as server, \
+            BackgroundGateway(gateway_settings(sqlite_db, server.url)) as gw:
+        yield gw
+
+
+@pytest.fixture
+def adder_log(tmp_path, monkeypatch):
+    log = tmp_path / "adder.log"
+    monkeypatch.setenv("ADDER_LOG", str(log))  # the environment servers inherit it
+    return log
+
+
+async def play(gateway: BackgroundGateway, run: str, harness, tasks, group_size: int = 2):
+    harness, rewards = with_environments(tasks, harness, (), admin_key=TEST_ADMIN_KEY)
+    client = GatewayClient(gateway.url, TEST_ADMIN_KEY)
+    plan = RunPlan(run=run, tasks=tasks, harness=harness, group_size=group_size, concurrency=group_size,
+                   sandbox="docker", rewards=rewards,
+                   base_spec=SandboxSpec(limits=Limits(memory_bytes=2 * 2**30, cpus=1.0)))
+    try:
+        return await Runner(plan, client).run()
+    finally:
+        await client.close()
+
+
+async def test_opencode_in_docker_uses_the_environments_tools_and_the_learner_trains(
+        gateway, adder_log, sqlite_db, tiny_model_dir, tmp_path):
+    tasks = load_dataset(f"openenv:{PACKAGE}")[:1]
+    results = await play(gateway, "openenv-opencode", create("opencode", sandbox="docker"), tasks)
+    assert sorted(r.status for r in results) == ["finished", "finished"], [r.error for r in results]
+    views = [httpx.get(f"{gateway.url}/api/rollouts/{r.rollout_id}", headers=ADMIN_HEADERS).json() for r in results]
+    assert sorted(v["rewards"][REWARD_NAME] for v in views) == [0.0, 1.0]  # the environment's verdicts
+    assert sorted(v["reward"] for v in views) == [0.0, 1.0]
+    # The agent's tool calls reached the environment, each once, through the gateway.
+    assert sorted(adder_log.read_text().splitlines()) == ["add(2, 3)", "add(2, 3)", "submit(5)", "submit(6)"]
+    ready = httpx.get(f"{gateway.url}/api/groups", params={"run": "openenv-opencode", "status": "ready"},
+                      headers=ADMIN_HEADERS).json()["data"]
+    assert len(ready) == 1
+
+    store = Store.from_url(sqlite_db)
+    try:
+        config = resolve_paths(LearnerConfig(model_dir=str(tiny_model_dir), groups_per_step=1, lr=1e-3,
+                                             poll_interval_s=0.05, publish=False, lora_rank=4, lora_alpha=8,
+                                             max_staleness=100, max_steps=1), tmp_path / "learner")
+        result = await asyncio.wait_for(learner.loop.run_learner(config, store, "openenv-opencode",
+                                                                 handle_signals=False), 300)
+    finally:
+        await store.close()
+    assert result.step == 1 and result.reason == "max_steps"
