@@ -39,7 +39,7 @@ from sandboxes import Limits, SandboxSpec
 
 IMAGE_PREFIX = "harnessrl-task"
 FORWARDER_IMAGE = "debian:bookworm-slim"  # python3 inside (docker/setup-engine.sh builds it so)
-AGENTS_IN_TASK = ("opencode", "pi", "hermes")  # docker/Dockerfile.task-<agent>
+AGENTS_IN_TASK = ("opencode", "pi", "hermes", "claude-code", "codex")  # docker/Dockerfile.task-<agent>
 LOG_LINES = 30
 DEFAULT_WORKDIR = "/workspace"  # for an image without WORKDIR (its "/" cannot be a private workspace)
 ENGINE_HINT = ("a Harbor task with environment/Dockerfile needs a Docker engine to build its image, also "
