@@ -6,6 +6,9 @@ enforces the engine's limit), and `max_tokens` is stated because it otherwise as
 Its auxiliary side calls (session titles, context compression) are pointed at the gateway too, so
 they are recorded and tagged; `AgentSettings(side_calls=False)` switches both off instead.
 
+Tools: on an OpenEnv task the rollout's tool server (`<base URL>/tools/mcp`, relayed by the gateway to
+the environment) is an HTTP server under `mcp_servers`.
+
 Output: one-shot mode prints only the final answer on stdout; approvals are bypassed (and `--yolo`
 says so explicitly for versions that still ask).
 """
@@ -20,6 +23,8 @@ from pathlib import Path
 from harnesses.agents.cli_agent import AgentNotInstalled, CliAgentHarness, Endpoint, HostInstall, install_prefix
 
 VERSION = "0.19.0"
+MCP_SERVER = "env"  # the rollout's tool server (OpenEnv tasks): Hermes names its tools mcp__env__<tool>
+MCP_TIMEOUT_S = 300  # per tool call (tools/mcp_tool.py's default too)
 VENV = "/opt/hermes"  # where the install hint, .ci/run and the image put it
 # agent/title_generator.py and agent/context_compressor.py
 SIDE_CALLS = {
@@ -30,6 +35,7 @@ SIDE_CALLS = {
 
 class HermesHarness(CliAgentHarness):
     name = "hermes"
+    supports_mcp = True  # `mcp_servers` in its config; their tools are named mcp__<server>__<tool>
     executable = "hermes"
     install_hint = f"python3 -m venv {VENV} && {VENV}/bin/pip install hermes-agent=={VERSION}"
     side_call_patterns = SIDE_CALLS
@@ -49,6 +55,9 @@ class HermesHarness(CliAgentHarness):
                                 "context_length": self.settings.context_length},
             },
             "compression": {"enabled": side_calls},
+            **({"mcp_servers": {MCP_SERVER: {"url": endpoint.mcp_url, "timeout": MCP_TIMEOUT_S,
+                                             "headers": {"Authorization": f"Bearer {endpoint.api_key}"}}}}
+               if endpoint.tools else {}),
         }
 
     def config_files(self, endpoint: Endpoint) -> dict[str, bytes]:

@@ -1,9 +1,10 @@
-"""A real CLI agent (OpenCode, in its docker sandbox) on an OpenEnv environment's tasks, through the real gateway.
+"""Real CLI agents (OpenCode, Hermes, in their docker sandboxes) on an OpenEnv environment's tasks, through the real gateway.
 
 The environment (tests/openenv_env.py) is served for real per rollout; the agent's MCP client reaches its
 tools only through the sandbox bridge and the gateway's tools route (/r/<token>/v1/tools/mcp), which
 forwards to the rollout's relay (harnesses/openenv_relay.py) holding its OpenEnv session. A scripted
-engine plays the model: it calls OpenCode's env_add tool, then env_submit (the right sum in one rollout,
+engine plays the model: it calls the agent's name for the environment's add tool (OpenCode: env_add,
+Hermes: mcp__env__add), then submit (the right sum in one rollout,
 one more in the other), then answers. The environment's reward lands in the rollouts' rewards and the
 learner trains one step on the group.
 """
@@ -98,17 +99,19 @@ async def play(gateway: BackgroundGateway, run: str, harness, tasks, group_size:
         await client.close()
 
 
-async def test_opencode_in_docker_uses_the_environments_tools_and_the_learner_trains(
-        gateway, adder_log, sqlite_db, tiny_model_dir, tmp_path):
+@pytest.mark.parametrize("agent", ["opencode"])
+async def test_a_cli_agent_in_docker_uses_the_environments_tools_and_the_learner_trains(
+        agent, gateway, adder_log, sqlite_db, tiny_model_dir, tmp_path):
+    run = f"openenv-{agent}"
     tasks = load_dataset(f"openenv:{PACKAGE}")[:1]
-    results = await play(gateway, "openenv-opencode", create("opencode", sandbox="docker"), tasks)
+    results = await play(gateway, run, create(agent, sandbox="docker"), tasks)
     assert sorted(r.status for r in results) == ["finished", "finished"], [r.error for r in results]
     views = [httpx.get(f"{gateway.url}/api/rollouts/{r.rollout_id}", headers=ADMIN_HEADERS).json() for r in results]
     assert sorted(v["rewards"][REWARD_NAME] for v in views) == [0.0, 1.0]  # the environment's verdicts
     assert sorted(v["reward"] for v in views) == [0.0, 1.0]
     # The agent's tool calls reached the environment, each once, through the gateway.
     assert sorted(adder_log.read_text().splitlines()) == ["add(2, 3)", "add(2, 3)", "submit(5)", "submit(6)"]
-    ready = httpx.get(f"{gateway.url}/api/groups", params={"run": "openenv-opencode", "status": "ready"},
+    ready = httpx.get(f"{gateway.url}/api/groups", params={"run": run, "status": "ready"},
                       headers=ADMIN_HEADERS).json()["data"]
     assert len(ready) == 1
 
@@ -117,7 +120,7 @@ async def test_opencode_in_docker_uses_the_environments_tools_and_the_learner_tr
         config = resolve_paths(LearnerConfig(model_dir=str(tiny_model_dir), groups_per_step=1, lr=1e-3,
                                              poll_interval_s=0.05, publish=False, lora_rank=4, lora_alpha=8,
                                              max_staleness=100, max_steps=1), tmp_path / "learner")
-        result = await asyncio.wait_for(learner.loop.run_learner(config, store, "openenv-opencode",
+        result = await asyncio.wait_for(learner.loop.run_learner(config, store, run,
                                                                  handle_signals=False), 300)
     finally:
         await store.close()
