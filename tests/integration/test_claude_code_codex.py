@@ -4,8 +4,9 @@ A scripted engine stands in for the model and drives each agent through its own 
 `Write` tool, Codex's `exec_command`; asked again after the tool ran, it answers "Done.". Each rollout
 runs through the runner end to end in docker and in bubblewrap: the file is written, the verifier
 (which also checks the final answer the adapter extracted) scores 1, every engine call is recorded
-under the rollout with exact ids, and side calls (none expected in these non-interactive runs) are
-tagged. In tito capture mode the same multi-turn rollouts give one sample and no forks.
+under the rollout with exact ids, and side calls (none in runs this short) are tagged; the one side
+call of a headless run, compaction, is forced in test_claude_code_codex_compaction.py. In tito
+capture mode the same multi-turn rollouts give one sample and no forks.
 
 They need the agents installed on the host and their images built (tests/setup_machine.sh does both).
 """

@@ -16,24 +16,12 @@ import pytest
 from harnesses.agents import AgentNotInstalled, create
 from harnesses.agents.cli_agent import AgentSettings
 from harnesses.task import Task
-from harnessrl.engine_process import EngineLaunch, EngineProcess
-from harnessrl.server import BackgroundGateway, free_port
+from harnessrl.server import BackgroundGateway
 from tests.builders import ADMIN_HEADERS, gateway_settings, run_single_rollout
+from tests.integration.long_context import LONG_CONTEXT
 
-LONG_CONTEXT = 131072
 TASK = Task(name="hello-file", instruction="Create a file hello.txt containing exactly: hello",
             verifier='test "$(cat hello.txt 2>/dev/null)" = hello', agent_timeout_s=600.0)
-
-
-@pytest.fixture(scope="module")
-def long_context_engine(tiny_model_dir, tmp_path_factory) -> Iterator[EngineProcess]:
-    launch = EngineLaunch(model_dir=tiny_model_dir, port=free_port(), max_model_len=LONG_CONTEXT, kv_cache_gib=2)
-    engine = EngineProcess.vllm(launch, tmp_path_factory.mktemp("engine") / "tiny-long.log")
-    try:
-        engine.start().wait_healthy(900)
-        yield engine
-    finally:
-        engine.stop()
 
 
 @pytest.fixture
