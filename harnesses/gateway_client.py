@@ -93,12 +93,12 @@ class GatewayClient:
         return (await self._json("GET", "/api/groups", params=params))["data"]
 
     async def claim_slots(self, run: str, round_: int, group: str, tasks: list[str], group_size: int,
-                          worker: str, limit: int, lease_s: float) -> dict:
+                          worker: str, limit: int, lease_s: float, holding: list[int] | None = None) -> dict:
         """Lease up to ``limit`` open or expired (task, index) slots of the run's round for ``worker``.
         A retry whose first try did land leaves those leases unused: they expire and are claimed again
         (a delay of ``lease_s``, never a slot lost or run twice)."""
         body = {"run": run, "round": round_, "group": group, "tasks": tasks, "group_size": group_size,
-                "worker": worker, "limit": limit, "lease_s": lease_s}
+                "worker": worker, "limit": limit, "lease_s": lease_s, "holding": holding or []}
         return await self._json("POST", "/admin/leases/claim", json=body)
 
     async def renew_leases(self, worker: str, leases: list[int], lease_s: float) -> dict:

@@ -175,7 +175,8 @@ class Runner:
     async def _claim(self, limit: int) -> dict:
         plan = self.plan
         return await self.gateway.claim_slots(plan.run, plan.round, plan.group, [t.name for t in plan.tasks],
-                                              plan.group_size, self.worker, limit, plan.lease_s)
+                                              plan.group_size, self.worker, limit, plan.lease_s,
+                                              holding=sorted(self._leases))  # late renewals: not ours again
 
     async def _run_claimed(self, leases: list[tuple[Task, int, int]], limit: asyncio.Semaphore) -> list[RolloutResult]:
         if self.plan.judge is not None and self.plan.judge.mode == "group":
@@ -294,11 +295,22 @@ class Runner:
                                                                  "rollout_id": rollout_id}])
         except LeaseLost as exc:
             return RolloutResult(played.task.name, played.index, rollout_id, "cancelled", None, str(exc))
-        except RuntimeError as exc:  # the gateway went away: report it, leave the rollout to a rerun
+        except RuntimeError as exc:  # the gateway went away or refused: report it, leave the slot to a replay
+            if lease is not None:
+                await self._give_up(lease)
             return RolloutResult(played.task.name, played.index, rollout_id, "failed", None,
                                  f"could not end the rollout: {exc}")
         return RolloutResult(played.task.name, played.index, rollout_id, view["status"], view["reward"],
                              played.error if view["status"] == played.status else view["error"])
+
+    async def _give_up(self, lease: int) -> None:
+        """Stop holding a slot whose rollout could not be ended: handed back open (or, with the gateway
+        away, left to expire), so a claim replaces the rollout, or finds it ended and settles the slot."""
+        self._leases.pop(lease, None)
+        try:
+            await self.gateway.release_leases(self.worker, [{"lease": lease, "done": False}])
+        except RuntimeError:
+            pass
 
     async def _still_held(self, lease: int) -> None:
         """Renew one lease now; LeaseLost when another runner holds it."""

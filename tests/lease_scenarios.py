@@ -79,6 +79,13 @@ async def check_claim_renew_expire_take_over(database_url: str) -> None:
         assert (rows["a", 0].status, rows["a", 0].rollout_id) == (DONE, rollouts["a", 0])
         assert again.remaining == 2
 
+        # A worker whose own renewal came late is not handed the slots it is still playing; restarted
+        # (holding nothing), it takes them back.
+        clock.now = 1_200.0
+        held = [lease.id for lease in again.leases]
+        assert _slots(await leases.claim("leased", 0, "r0", tasks, 2, "w3", 5, 10.0, holding=held)) == []
+        assert sorted(lease.id for lease in (await claim("w3", 5)).leases) == sorted(held)
+
         # Handed back unplayed: open again, for anyone, at once.
         assert await leases.release("w3", [SlotEnd(lease.id, False) for lease in again.leases]) == set()
         assert _slots(await claim("w4", 1)) == [("a", 1)]

@@ -24,6 +24,7 @@ class ClaimSlots(BaseModel):
     worker: str = Name  # the claiming worker's id (e.g. host-pid), unique per process
     limit: int = Field(ge=0, le=4096)  # at most this many slots (a worker's free concurrency)
     lease_s: float = Field(gt=0, le=3600)  # the lease's length; renew well before it ends
+    holding: list[int] = Field(default_factory=list, max_length=4096)  # leases the worker plays: not again
 
 
 class LeaseView(BaseModel):
@@ -78,7 +79,7 @@ def _leases(state) -> Leases:
 
 async def claim(body: ClaimSlots, state: AdminStateDep) -> Claimed:
     found = await _leases(state).claim(body.run, body.round, body.group, body.tasks, body.group_size, body.worker,
-                                       body.limit, body.lease_s)
+                                       body.limit, body.lease_s, body.holding)
     return Claimed(leases=[LeaseView(id=x.id, task=x.task, index=x.slot, attempts=x.attempts,
                                      expires_at=x.expires_at) for x in found.leases],
                    remaining=found.remaining, taken_over=list(found.taken_over))

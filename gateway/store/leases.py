@@ -58,14 +58,16 @@ class Leases:
         self.sessions, self.clock = sessions, clock
 
     async def claim(self, run: str, round_: int, group: str, tasks: Sequence[str], group_size: int,
-                    worker: str, limit: int, lease_s: float) -> Claim:
-        """Up to ``limit`` open or expired slots of ``tasks`` x ``range(group_size)``, held by ``worker``."""
+                    worker: str, limit: int, lease_s: float, holding: Sequence[int] = ()) -> Claim:
+        """Up to ``limit`` open or expired slots of ``tasks`` x ``range(group_size)``, held by ``worker``.
+        ``holding``: the leases the worker is playing (expired or not, never handed to it again)."""
         now = self.clock()
         async with self.sessions.begin() as session:
             await _add_missing(session, run, round_, tasks, group_size)
             claimable = (select(RolloutLease.id)
                          .where(*_of(run, round_, tasks, group_size), RolloutLease.status != DONE,
-                                or_(RolloutLease.status == OPEN, RolloutLease.expires_at < now))
+                                or_(RolloutLease.status == OPEN, RolloutLease.expires_at < now),
+                                RolloutLease.id.not_in(list(holding)))
                          .order_by(RolloutLease.task, RolloutLease.slot).limit(limit)
                          .with_for_update(skip_locked=True))
             claimed = (await session.execute(
@@ -151,7 +153,7 @@ async def _settle_earlier(session: AsyncSession, run: str, round_: int, group: s
         .join(Run, Run.id == Rollout.run_id)
         .where(Run.name == run, Group.name == group, Task.name.in_({lease.task for lease in leases}))
         .order_by(Rollout.id))
-    done, cancelled = {}, []
+    done, running = {}, []
     for rollout, task in found.all():
         meta = rollout.meta or {}
         lease = by_slot.get((task, meta.get("index")))
@@ -160,15 +162,28 @@ async def _settle_earlier(session: AsyncSession, run: str, round_: int, group: s
         if rollout.status in SETTLED:
             done[lease.id] = rollout.id
         elif rollout.status == "running":
-            locked = await session.get(Rollout, rollout.id, with_for_update=True)
-            if locked is not None and locked.status == "running":
-                await end_rollout(session, locked, "cancelled", TAKEN_OVER)
-                cancelled.append(rollout.id)
+            running.append(rollout.id)
+    cancelled = await _cancel(session, running)
     for lease_id, rollout_id in done.items():
         await session.execute(update(RolloutLease).where(RolloutLease.id == lease_id)
                               .values(status=DONE, rollout_id=rollout_id)
                               .execution_options(synchronize_session=False))
     return set(done), tuple(cancelled)
+
+
+
+async def _cancel(session: AsyncSession, rollout_ids: list[int]) -> tuple[int, ...]:
+    """Cancel the rollouts still running among ``rollout_ids``. Every row is locked first (id order), then
+    their groups one by one (id order): a finish locks its rollout, then its group, so neither a finish
+    nor another claim can hold what this one waits for while waiting for what it holds."""
+    if not rollout_ids:
+        return ()
+    rows = (await session.scalars(select(Rollout).where(Rollout.id.in_(rollout_ids)).order_by(Rollout.id)
+                                  .with_for_update().execution_options(populate_existing=True))).all()
+    running = sorted((r for r in rows if r.status == "running"), key=lambda r: (r.group_id, r.id))
+    for rollout in running:
+        await end_rollout(session, rollout, "cancelled", TAKEN_OVER)
+    return tuple(r.id for r in running)
 
 
 __all__ = ["CLAIMED", "DONE", "OPEN", "TAKEN_OVER", "Claim", "Lease", "Leases", "SlotEnd"]
