@@ -611,6 +611,9 @@ def quickstart(
     from harnessrl.server import free_port
     from harnessrl.warm_start import WarmStart
 
+    if tasks.startswith("openenv:"):  # its rounds run the one-shot builtin agent, which has no environment tools
+        raise fail(f"quickstart trains on task files and families; an OpenEnv environment runs with `harnessrl run "
+                   f"--tasks {tasks} --harness builtin|opencode --run NAME` and `harnessrl train --run NAME`")
     if upstream and not warm_start:
         raise fail("--upstream names the warm start's teacher: add --warm-start")
     warm = WarmStart(teacher=upstream, teacher_base_url=upstream_base_url, rounds=warm_up_rounds,

@@ -12,15 +12,13 @@ learner trains one step on the group.
 from __future__ import annotations
 
 import asyncio
-import itertools
-import re
 from collections.abc import Iterator
 
 import httpx
 import pytest
 
 import learner.loop
-from gateway.engine.fake import FakeEngine, FakeReply, create_fake_engine_app
+from gateway.engine.fake import FakeEngine, create_fake_engine_app
 from gateway.store.store import Store
 from harnesses.agents import create
 from harnesses.datasets import load_dataset
@@ -29,46 +27,12 @@ from harnesses.openenv_agent import with_environments
 from harnesses.openenv_tasks import REWARD_NAME
 from harnesses.runner import Runner, RunPlan
 from harnessrl.server import BackgroundGateway, BackgroundServer
-from learner.config import LearnerConfig, resolve_paths
+from learner.config import LearnerConfig, resolve_paths, with_overrides
 from sandboxes import Limits, SandboxSpec
 from tests.builders import ADMIN_HEADERS, TEST_ADMIN_KEY, gateway_settings
+from tests.integration.openenv_scripts import mcp_script
 
 PACKAGE = "tests.openenv_env:AdderEnvironment"
-
-
-def text_of(content) -> str:
-    if isinstance(content, list):
-        return " ".join(part.get("text", "") for part in content if isinstance(part, dict))
-    return content or ""
-
-
-def tool_named(tools: list[dict], suffix: str) -> str:
-    names = [t["function"]["name"] for t in tools if t.get("type") == "function"]
-    found = [n for n in names if n.endswith(suffix)]
-    assert found, f"no environment tool *{suffix} among {sorted(names)}"
-    return found[0]
-
-
-def mcp_script() -> callable:
-    """The environment's add through OpenCode's MCP tool, then submit: right on odd rollouts, one more on even."""
-    submits = itertools.count(1)
-
-    def script(body: dict) -> FakeReply:
-        if not body.get("tools"):
-            return FakeReply(content="Adding numbers")  # a side call (the session title)
-        messages = body["messages"]
-        last_user = max(i for i, m in enumerate(messages) if m["role"] == "user")
-        results = [text_of(m["content"]) for m in messages[last_user:] if m["role"] == "tool"]
-        if not results:
-            a, b = map(int, re.search(r"compute (\d+) \+ (\d+)", text_of(messages[last_user]["content"])).groups())
-            return FakeReply(tool_calls=((tool_named(body["tools"], "_add"), {"a": a, "b": b}),))
-        if len(results) == 1:
-            total = int(re.search(r"-?\d+", results[0]).group())
-            answer = total if next(submits) % 2 else total + 1
-            return FakeReply(tool_calls=((tool_named(body["tools"], "_submit"), {"answer": answer}),))
-        return FakeReply(content="Submitted.")
-
-    return script
 
 
 @pytest.fixture
@@ -117,7 +81,7 @@ async def test_a_cli_agent_in_docker_uses_the_environments_tools_and_the_learner
 
     store = Store.from_url(sqlite_db)
     try:
-        config = resolve_paths(LearnerConfig(model_dir=str(tiny_model_dir), groups_per_step=1, lr=1e-3,
+        config = resolve_paths(with_overrides(LearnerConfig(), model_dir=str(tiny_model_dir), groups_per_step=1, lr=1e-3,
                                              poll_interval_s=0.05, publish=False, lora_rank=4, lora_alpha=8,
                                              max_staleness=100, max_steps=1), tmp_path / "learner")
         result = await asyncio.wait_for(learner.loop.run_learner(config, store, run,
