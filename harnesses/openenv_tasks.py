@@ -40,6 +40,8 @@ START_TIMEOUT_S = 180.0  # an environment server's start-up (imports) on a small
 NO_TESTS_VERIFIER = "exit 1"  # the task has no tests: the verifier scores 0, the environment scores the rollout
 REWARD_NAME = "harnesses.openenv_tasks:environment_reward"
 IMAGE_PORT = 8000  # where OpenEnv's environment images serve
+RUN_IT_YOURSELF = ("start the environment yourself (docker run --network host IMAGE, or python -m "
+                   "harnesses.openenv_serve MODULE:CLASS --port PORT) and pass openenv:http://127.0.0.1:PORT")
 
 
 @dataclass(frozen=True)
@@ -120,14 +122,25 @@ class EnvServer:
         import docker
 
         try:
-            container = docker.from_env().containers.run(self.spec, detach=True, auto_remove=True,
-                                                         ports={f"{IMAGE_PORT}/tcp": ("127.0.0.1", None)})
+            client = docker.from_env()
+            client.images.get(self.spec)  # never a pull: registries are not reachable from every machine
+            container = client.containers.run(self.spec, detach=True, auto_remove=True,
+                                               ports={f"{IMAGE_PORT}/tcp": ("127.0.0.1", None)})
+        except docker.errors.ImageNotFound:
+            raise TaskError(f"openenv:{self.spec}: no such image on this Docker engine; build the environment's "
+                            f"image (docker build -t {self.spec} ENV_DIR/server) or {RUN_IT_YOURSELF}") from None
         except docker.errors.DockerException as exc:
             raise TaskError(f"openenv:{self.spec}: cannot run the environment image: {exc}") from None
         self._container = container
-        container.reload()
-        port = container.attrs["NetworkSettings"]["Ports"][f"{IMAGE_PORT}/tcp"][0]["HostPort"]
-        self.url = f"http://127.0.0.1:{port}"
+        with contextlib.suppress(docker.errors.DockerException):
+            container.reload()
+        published = (container.attrs.get("NetworkSettings") or {}).get("Ports") or {}
+        if not published.get(f"{IMAGE_PORT}/tcp"):
+            self.stop()
+            raise TaskError(f"openenv:{self.spec}: the Docker engine published no port for the environment's "
+                            f"{IMAGE_PORT} (it has no bridge network, e.g. dockerd --bridge=none, or the container "
+                            f"exited at once); {RUN_IT_YOURSELF}")
+        self.url = f"http://127.0.0.1:{published[f'{IMAGE_PORT}/tcp'][0]['HostPort']}"
 
     def _wait_healthy(self) -> None:
         deadline = time.monotonic() + self.start_timeout_s
