@@ -183,3 +183,33 @@ async def test_a_rollout_token_cannot_choose_or_learn_its_engine(sqlite_db):
         assert {c["engine"] for c in gateway.calls(first["id"])} == {engine_of[first["id"]]}
         health = await gateway.agent.get("/health")
         assert all(url.rsplit(":", 1)[1] not in health.text for url in gateway.urls)
+
+
+async def test_a_gateway_with_several_engines_follows_a_publication_onto_all_of_them_before_serving_it(sqlite_db):
+    publisher_fakes, follower_fakes = fake_engines(1), fake_engines(2)
+    async with (pool_gateway(sqlite_db, publisher_fakes) as publisher,
+                pool_gateway(sqlite_db, follower_fakes, follow_interval_s=0.05) as follower):
+        published = await publisher.http.post("/admin/adapters", json={"version": 1, "path": "/adapters/v1"})
+        assert published.status_code == 200, published.text
+        seen = []
+        for _ in range(250):
+            current = (await follower.http.get("/admin/policy")).json()["current_version"]
+            seen.append((current, [dict(fake.adapters) for fake in follower_fakes]))
+            if current == 1:
+                break
+            await asyncio.sleep(0.02)
+        assert seen[-1][0] == 1
+        assert all(adapters == [{"policy-v1": "/adapters/v1"}] * 2 for current, adapters in seen if current == 1)
+
+
+async def test_a_pinned_version_loaded_on_demand_is_loaded_on_every_engine(sqlite_db):
+    fakes = fake_engines(2)
+    async with pool_gateway(sqlite_db, fakes, max_staleness=0) as gateway:
+        for version in (1, 2):
+            response = await gateway.http.post("/admin/adapters", json={"version": version, "path": f"/a/v{version}"})
+            assert response.status_code == 200, response.text
+        assert [set(fake.adapters) for fake in fakes] == [{"policy-v2"}] * 2  # v1 retired everywhere
+        pinned = await gateway.new_rollout(policy="policy-v1")
+        assert (await gateway.chat(pinned)).status_code == 200
+        assert [set(fake.adapters) for fake in fakes] == [{"policy-v1", "policy-v2"}] * 2
+        assert gateway.calls(pinned["id"])[0]["engine_model"] == "policy-v1"
