@@ -30,6 +30,7 @@ from gateway.store.writer import CallWriter
 from gateway.streaming import CompletionAssembler, StreamedCall
 from gateway.tagging import side_call_tags
 from gateway.tito.serving import TitoEngine
+from gateway.token_prefix import PrefixArrays
 
 
 @dataclass(frozen=True)
@@ -44,13 +45,15 @@ class ChatPipeline:
                  graph: CallGraphIndex, tito: Callable[[], Awaitable[TitoEngine]] | None = None,
                  max_model_len: int | None = None, metrics: GatewayMetrics | None = None,
                  engine_clock: EngineClock | None = None,
-                 load_version: Callable[[int], Awaitable[str]] | None = None, retries: RetryBook | None = None):
+                 load_version: Callable[[int], Awaitable[str]] | None = None, retries: RetryBook | None = None,
+                 prefixes: PrefixArrays | None = None):
         self.engine, self.policy, self.writer, self.graph = engine, policy, writer, graph
         self.retries = retries or RetryBook()
         self._load_version = load_version  # loads a pinned rollout's version when it is not loaded
         self._tito, self.max_model_len = tito, max_model_len
         self.metrics = metrics or GatewayMetrics()
         self.engine_clock = engine_clock or EngineClock()
+        self.prefixes = prefixes or PrefixArrays()  # per rollout, kept across calls (the gateway's state)
 
     async def chat(self, chat_body: dict, identity: RolloutIdentity, dialect: str,
                    client_request: dict, top_logprobs: int = 0) -> RecordedAnswer:
@@ -120,7 +123,8 @@ class ChatPipeline:
         choice = only_choice(answer)
         logprobs = [entry["logprob"] for entry in (choice.get("logprobs") or {}).get("content") or []]
         record = _record(identity, dialect, client_request, resolved, answer, latency_ms,
-                         answer.get("prompt_token_ids"), choice, logprobs, sampled_with(chat_body))
+                         self._ids(identity, answer.get("prompt_token_ids"), choice), choice, logprobs,
+                         sampled_with(chat_body))
         tags = side_call_tags(chat_body.get("messages") or [], bool(chat_body.get("tools")), identity.harness,
                               identity.side_patterns)
         recorded = await self._commit(identity, record, answer, resolved, [*tags, *extra_tags])
@@ -173,8 +177,20 @@ class ChatPipeline:
         choice = only_choice(answer)
         token_logprobs = (choice.get("logprobs") or {}).get("token_logprobs") or []
         record = _record(identity, "completions", client_request, resolved, answer, latency_ms,
-                         choice.get("prompt_token_ids"), choice, token_logprobs, sampled_with(completion_body))
+                         self._ids(identity, choice.get("prompt_token_ids"), choice), choice, token_logprobs,
+                         sampled_with(completion_body))
         return await self._commit(identity, record, answer, resolved, tags)
+
+    def _ids(self, identity: RolloutIdentity, prompt_ids: list[int] | None, choice: dict) -> TokenArrays:
+        """The call's prompt and output ids as arrays (the prompt's known prefix not converted again)."""
+        output_ids = choice.get("token_ids")
+        if prompt_ids is None or output_ids is None:
+            raise EngineError(502, "engine did not return token ids (return_token_ids); the gateway "
+                                   "needs vLLM >= 0.10.2 to record calls")
+        prompt = self.prefixes.array(identity.rollout_id, prompt_ids)
+        output = np.asarray(output_ids, dtype="<i4")
+        self.prefixes.add(identity.rollout_id, prompt_ids, prompt, output_ids, output)
+        return TokenArrays(prompt, output)
 
     async def _resolve(self, identity: RolloutIdentity, requested: str) -> ResolvedModel:
         """The version serving this call: a pinned rollout's own (the model it names is ignored), else
@@ -242,18 +258,20 @@ def only_choice(answer: dict) -> dict:
     return choices[0]
 
 
+@dataclass(frozen=True)
+class TokenArrays:
+    prompt: np.ndarray  # int32
+    output: np.ndarray  # int32
+
+
 def _record(identity: RolloutIdentity, dialect: str, client_request: dict, resolved: ResolvedModel,
-            answer: dict, latency_ms: float, prompt_ids: list[int] | None, choice: dict,
+            answer: dict, latency_ms: float, ids: TokenArrays, choice: dict,
             logprobs: list[float], sampling: tuple[float | None, float | None]) -> CallRecord:
-    output_ids = choice.get("token_ids")
-    if prompt_ids is None or output_ids is None:
-        raise EngineError(502, "engine did not return token ids (return_token_ids); the gateway "
-                               "needs vLLM >= 0.10.2 to record calls")
     return CallRecord(
         rollout_id=identity.rollout_id, dialect=dialect, model=resolved.public_name,
         engine_model=resolved.engine_model, policy_version=resolved.version,
         # Arrays once, here: packing, linking and storing then cost a memcpy, not a list walk.
-        prompt_ids=np.asarray(prompt_ids, dtype="<i4"), output_ids=np.asarray(output_ids, dtype="<i4"),
+        prompt_ids=ids.prompt, output_ids=ids.output,
         output_logprobs=np.asarray(logprobs, dtype="<f4"),
         finish_reason=choice.get("finish_reason"), request=client_request,
         response=_without_token_arrays(answer), latency_ms=latency_ms, temperature=sampling[0], top_p=sampling[1],

@@ -26,6 +26,7 @@ from gateway.store.store import Store
 from gateway.store.writer import CallWriter
 from gateway.tito.serving import TitoEngine
 from gateway.tito.template import ModelText
+from gateway.token_prefix import PrefixArrays
 
 
 @dataclass
@@ -41,6 +42,7 @@ class GatewayState:
     metrics: GatewayMetrics = field(default_factory=GatewayMetrics)
     engine_clock: EngineClock = field(default_factory=EngineClock)  # per rollout, for engine-paced budgets
     retries: RetryBook = field(default_factory=RetryBook)  # in-flight and recent calls: SDK retries
+    prefixes: PrefixArrays = field(default_factory=PrefixArrays)  # rollouts' recent token arrays
     model_root: str | None = None  # the engine's model folder, as /v1/models reports it
     _tito: TitoEngine | None = None
     _decoder: TokenDecoder | None = None
@@ -68,7 +70,7 @@ class GatewayState:
         return ChatPipeline(self.engine, await self.ensure_policy(), self.writer, self.graph,
                             tito=self.tito, max_model_len=self.max_model_len, metrics=self.metrics,
                             engine_clock=self.engine_clock, load_version=self.ensure_version,
-                            retries=self.retries)
+                            retries=self.retries, prefixes=self.prefixes)
 
     async def ensure_version(self, version: int) -> str:
         """The engine's name for a policy version, loaded on demand (pinned rollouts, ``gateway.pins``)."""

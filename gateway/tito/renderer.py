@@ -13,7 +13,6 @@ from __future__ import annotations
 import json
 from collections import OrderedDict
 from dataclasses import dataclass, field
-from itertools import chain
 
 from gateway.tito.template import ModelText
 
@@ -73,6 +72,8 @@ class Conversation:
     tools: list[dict] | None
     turns: list[list[dict]]
     ids: list[list[int]]  # per turn
+    flat: list[int] = field(default_factory=list)  # the turns' ids, one after the other
+    ends: list[int] = field(default_factory=list)  # where each turn's ids end in ``flat``
 
 
 @dataclass
@@ -106,16 +107,17 @@ class TurnRenderer:
 
     def prompt_ids(self, messages: list[dict], tools: list[dict] | None, state: RolloutText) -> list[int]:
         turns = split_turns(messages)
-        cached = _best_match(state.conversations, turns, tools)
-        ids: list[list[int]] = []
-        for index, turn in enumerate(turns):
-            if cached is not None and index < len(cached.turns) and cached.turns[index] == turn:
-                ids.append(cached.ids[index])
-            else:
-                cached = None  # reuse only a common prefix
-                ids.append(self._turn_ids(turn, tools if index == 0 else None, state))
-        _store(state, Conversation(tools, turns, ids))
-        return list(chain.from_iterable(ids)) + self.generation_prompt
+        cached, shared = _best_match(state.conversations, turns, tools)
+        # The shared turns' ids are reused joined: a turn costs work in proportion to what it adds.
+        ids = cached.ids[:shared] if cached is not None else []
+        flat = cached.flat[: cached.ends[shared - 1]] if cached is not None and shared else []
+        ends = cached.ends[:shared] if cached is not None else []
+        for index in range(shared, len(turns)):
+            ids.append(self._turn_ids(turns[index], tools if index == 0 else None, state))
+            flat += ids[-1]
+            ends.append(len(flat))
+        _store(state, Conversation(tools, turns, ids, flat, ends))
+        return flat + self.generation_prompt
 
     def _turn_ids(self, turn: list[dict], tools: list[dict] | None, state: RolloutText) -> list[int]:
         message = turn[0]
@@ -131,7 +133,8 @@ class TurnRenderer:
 
 
 def _best_match(conversations: list[Conversation], turns: list[list[dict]],
-                tools: list[dict] | None) -> Conversation | None:
+                tools: list[dict] | None) -> tuple[Conversation | None, int]:
+    """The cached conversation sharing the most leading turns with ``turns``, and how many it shares."""
     best, best_len = None, 0
     for conversation in conversations:
         if conversation.tools != tools:
@@ -143,7 +146,7 @@ def _best_match(conversations: list[Conversation], turns: list[list[dict]],
             shared += 1
         if shared > best_len:
             best, best_len = conversation, shared
-    return best
+    return best, best_len
 
 
 def _store(state: RolloutText, conversation: Conversation) -> None:
