@@ -388,3 +388,17 @@ class FunctionCallArgumentsDoneEvent(StreamEvent):
     item_id: str
     output_index: int
     arguments: str
+
+
+class CustomToolCallInputDeltaEvent(StreamEvent):
+    # response.custom_tool_call_input.delta
+    item_id: str
+    output_index: int
+    delta: str
+
+
+class CustomToolCallInputDoneEvent(StreamEvent):
+    # response.custom_tool_call_input.done
+    item_id: str
+    output_index: int
+    input: str

@@ -80,7 +80,7 @@ class ResponsesServing:
         """Streamed through: text and reasoning as sampled, the Response built as for JSON at the end."""
         call = await self.pipeline.chat_stream(body, identity, "responses", recorded_raw)
         skeleton = to_response(EMPTY_ANSWER, request, tools)
-        stream = ResponseStream(skeleton, new_id)
+        stream = ResponseStream(skeleton, new_id, tools)
         return StreamedAnswer(call, response_stream_events(
             call, stream, lambda answer, call_id: to_response(answer, request, tools, call_id)))
 

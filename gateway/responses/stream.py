@@ -1,10 +1,13 @@
 """Responses stream-through: the engine's chat chunks as Responses events, as they arrive.
 
 Reasoning and text stream delta by delta, each in an output item opened by its first delta and
-closed when the other kind starts. The finished Response is built by the dialect's own translation
-(``finalize``, the same as for a non-streaming client) once the call is committed: the streamed items
-are closed with their final form (under the ids they were announced with), the items that were not
-streamed (tool calls, whose arguments come whole) follow whole, then ``response.completed``.
+closed when the other kind starts; tool calls stream as items of their own, a function call's
+arguments as they come and a custom (freeform) tool call's input, decoded from its arguments
+(``response.custom_tool_call_input.delta``), as Codex's apply_patch shows it being written. The
+finished Response is built by the dialect's own translation (``finalize``, the same as for a
+non-streaming client) once the call is committed: the streamed items are closed with their final
+form (under the ids they were announced with), any item that was not streamed follows whole, then
+``response.completed``.
 """
 
 from __future__ import annotations
@@ -15,6 +18,12 @@ from dataclasses import dataclass, field
 from gateway.errors import GatewayError
 from gateway.responses.protocol import (
     ContentPartEvent,
+    CustomToolCallInputDeltaEvent,
+    CustomToolCallInputDoneEvent,
+    FunctionCallArgumentsDeltaEvent,
+    FunctionCallArgumentsDoneEvent,
+    OutputCustomToolCall,
+    OutputFunctionCall,
     OutputItemEvent,
     OutputMessage,
     OutputReasoning,
@@ -29,6 +38,7 @@ from gateway.responses.protocol import (
     StreamEvent,
 )
 from gateway.responses.replay import Events, item_events
+from gateway.responses.tools import CustomInputStream, ToolIndex
 from gateway.streaming import Committed, StreamedCall
 
 CALL_ID_COMMENT = ": x-harnessrl-call-id {}\n\n"
@@ -43,12 +53,22 @@ class ErrorEvent(StreamEvent):
 
 @dataclass
 class _Live:
-    type: str  # "reasoning" | "message"
+    type: str  # "reasoning" | "message" | "custom_tool_call"
     id: str
     text: list[str] = field(default_factory=list)
+    call: tuple[str, str] | None = None  # a tool call's (call_id, name)
+    namespace: str | None = None  # a function call's
+    input: CustomInputStream | None = None  # a custom tool call's input, decoded as it arrives
 
     def model(self, status: str = "completed"):
-        text = "".join(self.text)
+        text = "".join(self.text)  # a function call's: its arguments
+        if self.type == "custom_tool_call":
+            call_id, name = self.call
+            return OutputCustomToolCall(id=self.id, call_id=call_id, name=name, input=self.input.sent, status=status)
+        if self.type == "function_call":
+            call_id, name = self.call
+            return OutputFunctionCall(id=self.id, call_id=call_id, name=name, arguments=text, namespace=self.namespace,
+                                      status=status)
         if self.type == "message":
             return OutputMessage(id=self.id, status=status, content=[OutputText(type="output_text", text=text)])
         return OutputReasoning(id=self.id, content=[ReasoningText(type="reasoning_text", text=text)])
@@ -57,10 +77,12 @@ class _Live:
 class ResponseStream:
     """The events of one streamed Response, built up chunk by chunk."""
 
-    def __init__(self, skeleton: Response, new_id: Callable[[str], str]):
+    def __init__(self, skeleton: Response, new_id: Callable[[str], str], tools: ToolIndex | None = None):
         self.skeleton, self.new_id, self.event = skeleton, new_id, Events()
+        self.tools = tools or ToolIndex()
         self.live: list[_Live] = []
         self.open: _Live | None = None
+        self.calls: dict[int, _Live] = {}  # tool calls, by the chat deltas' index
 
     def start(self) -> str:
         started = self.skeleton.model_copy(update={"status": "in_progress", "output": [], "usage": None,
@@ -76,7 +98,37 @@ class ResponseStream:
                 out += self._delta("reasoning", reasoning, ReasoningTextDeltaEvent, "response.reasoning_text.delta")
             if delta.get("content"):
                 out += self._delta("message", delta["content"], OutputTextDeltaEvent, "response.output_text.delta")
+            for call in delta.get("tool_calls") or ():
+                out += self._tool_call(call)
         return "".join(out)
+
+    def _tool_call(self, delta: dict) -> list[str]:
+        """A tool call as it is sampled: a function call's arguments, a custom tool call's input."""
+        index, function = delta.get("index", 0), delta.get("function") or {}
+        out: list[str] = []
+        if index not in self.calls:
+            self.open = None  # text after the call is a message of its own
+            live = self._call_item(delta.get("id") or "", function.get("name") or "")
+            self.calls[index] = live
+            self.live.append(live)
+            out.append(self.event(OutputItemEvent, "response.output_item.added", output_index=len(self.live) - 1,
+                                  item=live.model("in_progress")))
+        live, piece = self.calls[index], function.get("arguments") or ""
+        if live.input is not None and (text := live.input.feed(piece)):
+            out.append(self.event(CustomToolCallInputDeltaEvent, "response.custom_tool_call_input.delta",
+                                  **self._where(live), delta=text))
+        elif live.input is None and piece:
+            live.text.append(piece)
+            out.append(self.event(FunctionCallArgumentsDeltaEvent, "response.function_call_arguments.delta",
+                                  **self._where(live), delta=piece))
+        return out
+
+    def _call_item(self, call_id: str, offered: str) -> _Live:
+        origin = self.tools.origins.get(offered)
+        if origin is not None and origin.kind == "custom":
+            return _Live("custom_tool_call", self.new_id("ctc"), call=(call_id, origin.name), input=CustomInputStream())
+        name, namespace = (origin.name, origin.namespace) if origin is not None else (offered, None)
+        return _Live("function_call", self.new_id("fc"), call=(call_id, name), namespace=namespace)
 
     def finish(self, final: Response, call_id: int) -> str:
         """Close the streamed items with their final form, send the rest whole, then completed."""
@@ -128,6 +180,21 @@ class ResponseStream:
         elif isinstance(item, OutputReasoning):
             text = "".join(part.text for part in item.content or ())
             out.append(self.event(ReasoningTextDoneEvent, "response.reasoning_text.done", **at, text=text))
+        elif isinstance(item, OutputFunctionCall):
+            where, sent = {"item_id": live.id, "output_index": index}, "".join(live.text)
+            if item.arguments.startswith(sent) and item.arguments != sent:
+                out.append(self.event(FunctionCallArgumentsDeltaEvent, "response.function_call_arguments.delta",
+                                      **where, delta=item.arguments[len(sent):]))
+            out.append(self.event(FunctionCallArgumentsDoneEvent, "response.function_call_arguments.done", **where,
+                                  arguments=item.arguments))
+        elif isinstance(item, OutputCustomToolCall):
+            where = {"item_id": live.id, "output_index": index}
+            sent = live.input.sent
+            if item.input.startswith(sent) and item.input != sent:  # what was not streamed, if any
+                out.append(self.event(CustomToolCallInputDeltaEvent, "response.custom_tool_call_input.delta",
+                                      **where, delta=item.input[len(sent):]))
+            out.append(self.event(CustomToolCallInputDoneEvent, "response.custom_tool_call_input.done", **where,
+                                  input=item.input))
         out.append(self.event(OutputItemEvent, "response.output_item.done", output_index=index, item=item))
         return out
 

@@ -13,6 +13,7 @@
 from __future__ import annotations
 
 import json
+import re
 from dataclasses import dataclass, field
 
 from gateway.responses.protocol import CustomTool, FunctionTool, HostedTool, NamespaceTool
@@ -89,3 +90,68 @@ def custom_input(arguments: str) -> str:
     if isinstance(parsed, dict) and isinstance(parsed.get(CUSTOM_INPUT), str):
         return parsed[CUSTOM_INPUT]
     return arguments
+
+
+INPUT_OPENING = re.compile(r'\s*\{\s*"input"\s*:\s*"')
+
+
+class CustomInputStream:
+    """A custom tool call's string input, decoded from its JSON arguments as they arrive in pieces.
+
+    ``feed`` returns the input text the new pieces completed: the arguments are ``{"input": "..."}``
+    (what the model was offered), so the text is that string's, cut only where a JSON escape cannot
+    be split (``\\n``, ``\\uXXXX``, a surrogate pair). Arguments of another shape stream nothing; their
+    input is sent whole when the call ends (``custom_input``).
+    """
+
+    def __init__(self) -> None:
+        self.arguments = ""
+        self._start: int | None = None  # where the string's text begins in ``arguments``
+        self._at = 0  # how far it was decoded
+        self._ended = False
+        self.sent = ""
+
+    def feed(self, piece: str) -> str:
+        self.arguments += piece
+        if self._start is None:
+            opening = INPUT_OPENING.match(self.arguments)
+            if opening is None:
+                return ""
+            self._start = self._at = opening.end()
+        if self._ended:
+            return ""
+        safe = self._safe_end()
+        try:
+            text = json.loads(f'"{self.arguments[self._at:safe]}"') if safe > self._at else ""
+        except ValueError:  # not a JSON string after all: the rest goes out whole at the end
+            self._ended = True
+            return ""
+        self._at = safe
+        self.sent += text
+        return text
+
+    def _safe_end(self) -> int:
+        """The end of the longest run from ``_at`` that decodes on its own (stops at the closing quote)."""
+        text, i = self.arguments, self._at
+        while i < len(text):
+            char = text[i]
+            if char == '"':
+                self._ended = True
+                return i
+            if char != "\\":
+                i += 1
+                continue
+            size = 6 if text[i + 1: i + 2] == "u" else 2
+            if text[i + 1: i + 2] == "u" and 0xD800 <= _hex(text[i + 2: i + 6]) <= 0xDBFF:
+                size = 12  # a high surrogate decodes only with its low half
+            if i + size > len(text):
+                break
+            i += size
+        return i
+
+
+def _hex(digits: str) -> int:
+    try:
+        return int(digits, 16) if len(digits) == 4 else -1
+    except ValueError:
+        return -1

@@ -168,3 +168,23 @@ async def test_streamed_custom_and_namespaced_calls_arrive_in_the_clients_shape(
     completed = events[-1]
     assert completed.type == "response.completed"
     assert [i.type for i in completed.response.output] == ["function_call", "custom_tool_call"]
+
+
+async def test_a_streamed_custom_tool_calls_input_arrives_in_pieces_as_sampled(gateway):
+    """Codex shows apply_patch being written: its input streams as custom_tool_call_input deltas."""
+    patch = PATCH + "\n\"quoted\" \\ tab\t é 😀"
+    gateway.fake.script = [FakeReply(content="Patching.", tool_calls=(
+        ("spawn_agent", {"message": "look"}), ("apply_patch", {"input": patch})))]
+    async with gateway.openai().responses.stream(model="policy", input=[user("Hi")], tools=CODEX_TOOLS) as stream:
+        events = [event async for event in stream]
+        final = await stream.get_final_response()
+    deltas = [e.delta for e in events if e.type == "response.custom_tool_call_input.delta"]
+    assert len(deltas) >= 2 and "".join(deltas) == patch  # the fake engine sends the arguments in halves
+    [done] = [e for e in events if e.type == "response.custom_tool_call_input.done"]
+    assert done.input == patch
+    arguments = [e.delta for e in events if e.type == "response.function_call_arguments.delta"]
+    assert json.loads("".join(arguments)) == {"message": "look"} and len(arguments) >= 2
+    assert [i.type for i in final.output] == ["message", "function_call", "custom_tool_call"]
+    assert final.output[2].input == patch and final.output[2].name == "apply_patch"
+    added = [e.output_index for e in events if e.type == "response.output_item.added"]
+    assert added == [0, 1, 2] and done.output_index == 2
