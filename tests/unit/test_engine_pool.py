@@ -213,3 +213,17 @@ async def test_a_pinned_version_loaded_on_demand_is_loaded_on_every_engine(sqlit
         assert (await gateway.chat(pinned)).status_code == 200
         assert [set(fake.adapters) for fake in fakes] == [{"policy-v1", "policy-v2"}] * 2
         assert gateway.calls(pinned["id"])[0]["engine_model"] == "policy-v1"
+
+
+async def test_an_agent_learns_no_engine_address_from_errors_when_every_engine_is_down(sqlite_db):
+    async with pool_gateway(sqlite_db, fake_engines(2)) as gateway:
+        rollout = await gateway.new_rollout()
+        assert (await gateway.chat(rollout)).status_code == 200
+        for server in gateway.servers:
+            server.stop()
+        failed = await gateway.chat(rollout, "again")
+        assert failed.status_code == 503, failed.text
+        assert failed.json()["error"]["code"] == "engine_unavailable"
+        assert all(url.rsplit(":", 1)[1] not in failed.text for url in gateway.urls), failed.text
+        again = await gateway.chat(rollout, "and again")  # both out now: refused at once, still unnamed
+        assert again.status_code == 503 and all(url.rsplit(":", 1)[1] not in again.text for url in gateway.urls)
