@@ -693,7 +693,7 @@ def train(
     finally:
         shutdown()
     console.print(f"learner stopped ({result.reason}) at step {result.step}, policy version {result.version}; "
-                  f"checkpoints in {settings.checkpoint_dir}")
+                  f"checkpoints in {settings.checkpoint.dir}")
 
 
 @app.command()
@@ -714,7 +714,7 @@ def sft(
     best_of_group: Annotated[bool, typer.Option(
         help="Only the best rollout of each group (rejection sampling over a policy run)")] = False,
     config: Annotated[Path | None, typer.Option(
-        help="Learner TOML (model_dir, lora_rank, lr, dtype, device; see `harnessrl train --show-config`)")] = None,
+        help="Learner TOML (model_dir, dtype, device, lora.rank, optimizer.lr; see `harnessrl train --show-config`)")] = None,
     model: Annotated[Path | None, typer.Option(help="Model folder (default: the config's model_dir)")] = None,
     lr: Annotated[float | None, typer.Option(help="AdamW learning rate [default: the config's]")] = None,
     token_budget: Annotated[int, typer.Option(min=16, help="Tokens per packed row (longer samples left out)")] = 4096,

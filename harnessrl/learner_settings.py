@@ -6,7 +6,7 @@ from __future__ import annotations
 from dataclasses import replace
 from pathlib import Path
 
-from learner.config import ConfigError, LearnerConfig, resolve_paths
+from learner.config import ConfigError, LearnerConfig, resolve_paths, with_overrides
 
 
 def learner_settings(settings: LearnerConfig, run: str, admin_key: str | None = None) -> LearnerConfig:
@@ -23,7 +23,8 @@ def learner_settings(settings: LearnerConfig, run: str, admin_key: str | None = 
     if not (Path(settings.model_dir) / "config.json").exists():
         raise ConfigError(f"model_dir {settings.model_dir} is not a Hugging Face model folder (no config.json); "
                           f"point it at the folder `harnessrl serve --model` was given")
-    settings = replace(settings, admin_key=publishing_key(admin_key or settings.admin_key, settings.publish))
+    key = publishing_key(admin_key or settings.publish.admin_key, settings.publish.enabled)
+    settings = with_overrides(settings, admin_key=key)
     return resolve_paths(settings, data_home() / "learner" / run)
 
 
@@ -35,14 +36,15 @@ def publishing_key(given: str | None, publishing: bool) -> str:
         return admin_key(given)
     except AdminKeyError as exc:
         if publishing:
-            raise ConfigError(f"{exc}; or set admin_key in the learner config (publish = false needs none)") from None
+            raise ConfigError(f"{exc}; or set [publish] admin_key in the learner config (enabled = false needs none)") from None
         return ""
 
 
 def eval_thread(settings: LearnerConfig, run: str, database_url: str):
     """With eval_every: held-out evaluations beside the learner, in their own thread, started (None
     without); ConfigError naming eval_every when its tasks or harness cannot be used."""
-    if not settings.eval_every:
+    held_out = settings.eval
+    if not held_out.every:
         return None
     from harnesses.datasets import Selection, load_selection
     from harnesses.task import TaskError
@@ -51,13 +53,12 @@ def eval_thread(settings: LearnerConfig, run: str, database_url: str):
     from sandboxes.local import local_isolation
 
     try:
-        tasks = load_selection(settings.eval_tasks, Selection(split="test", test_fraction=settings.eval_test_fraction))
-        every = EvalEvery(every=settings.eval_every, tasks=tasks,
-                          harness=eval_harness(settings.eval_harness, settings.eval_sandbox), k=settings.eval_k,
-                          concurrency=settings.eval_concurrency, sandbox=settings.eval_sandbox,
-                          sandbox_options={"isolation": local_isolation(False)} if settings.eval_sandbox == "local" else {},
+        tasks = load_selection(held_out.tasks, Selection(split="test", test_fraction=held_out.test_fraction))
+        every = EvalEvery(every=held_out.every, tasks=tasks, harness=eval_harness(held_out.harness, held_out.sandbox),
+                          k=held_out.k, concurrency=held_out.concurrency, sandbox=held_out.sandbox,
+                          sandbox_options={"isolation": local_isolation(False)} if held_out.sandbox == "local" else {},
                           temperature=settings.temperature)
     except (TaskError, ValueError, RuntimeError) as exc:
-        raise ConfigError(f"eval_every: {exc}") from None
-    periodic = PeriodicEval(every, run, settings.gateway_url, settings.admin_key or None, store=None)
+        raise ConfigError(f"eval.every: {exc}") from None
+    periodic = PeriodicEval(every, run, settings.publish.gateway_url, settings.publish.admin_key or None, store=None)
     return EvalThread(periodic, database_url).start()

@@ -34,6 +34,7 @@ from harnessrl.server import BackgroundGateway, free_port
 from harnessrl.settings import admin_key, data_home, logs_dir
 from harnessrl.sft import run_sft
 from harnessrl.warm_start import WarmStart, WarmStartResult, learner_keys, result_of, sft_plan, warm_up_run
+from learner.config import LearnerConfig, dump_toml, with_overrides
 from sandboxes import Limits, SandboxSpec
 
 # One reply per rollout, short: the arithmetic family is graded on the final answer (`eval --harness oneshot`).
@@ -53,7 +54,7 @@ class QuickstartPlan:
     agent: BuiltinSettings = ONE_SHOT
     groups_per_step: int = 4  # the learner's batch
     backlog_steps: int = 2  # rollouts pause while this many learner steps' worth of groups wait
-    learner: dict = field(default_factory=dict)  # more learner config keys (see learner/config.py)
+    learner: dict = field(default_factory=dict)  # more learner settings (learner.config.with_overrides names)
     learner_metrics_port: int = 0  # the learner's Prometheus /metrics on 127.0.0.1; 0 = off
     admin_key: str | None = None  # the gateway's key; default: $HARNESSRL_ADMIN_KEY or $HARNESSRL_HOME/admin.key
     # Held-out evaluation (harnessrl.periodic_eval): the base model first, then every `eval_every` versions
@@ -65,22 +66,14 @@ class QuickstartPlan:
     warm_start: WarmStart | None = None  # warm-up run and SFT before GRPO (the whole run fits `minutes`)
 
 
-def learner_toml(plan: QuickstartPlan, gateway_url: str, output_dir: Path,
-                 warm: WarmStartResult | None = None) -> str:
-    values = {"model_dir": str(plan.model_dir), "gateway_url": gateway_url, "output_dir": str(output_dir),
-              "token_budget": plan.max_model_len, "groups_per_step": plan.groups_per_step, "lora_rank": 16,
-              "lr": 5e-4,
-              "max_staleness": 2, "weight_sync_steps": 1, "poll_interval_s": 1.0,
-              "metrics_port": plan.learner_metrics_port, **learner_keys(warm), **plan.learner}
-    return "".join(f"{key} = {_toml(value)}\n" for key, value in values.items())
-
-
-def _toml(value) -> str:
-    if isinstance(value, bool):
-        return "true" if value else "false"
-    if isinstance(value, (int, float)):
-        return repr(value)
-    return '"' + str(value).replace("\\", "\\\\").replace('"', '\\"') + '"'
+def learner_config(plan: QuickstartPlan, gateway_url: str, output_dir: Path,
+                   warm: WarmStartResult | None = None) -> LearnerConfig:
+    """The learner quickstart starts: its batch, the engine's context as token budget, a quick lr."""
+    return with_overrides(LearnerConfig(), model_dir=str(plan.model_dir), gateway_url=gateway_url,
+                          output_dir=str(output_dir), token_budget=plan.max_model_len,
+                          groups_per_step=plan.groups_per_step, lora_rank=16, lr=5e-4, weight_sync_steps=1,
+                          poll_interval_s=1.0, metrics_port=plan.learner_metrics_port, **learner_keys(warm),
+                          **plan.learner)
 
 
 class Quickstart:
@@ -119,7 +112,7 @@ class Quickstart:
 
     def _start_learner(self, gateway_url: str, warm: WarmStartResult | None) -> EngineProcess:
         config = self.home / "learner.toml"
-        config.write_text(learner_toml(self.plan, gateway_url, self.home / "learner", warm))
+        config.write_text(dump_toml(learner_config(self.plan, gateway_url, self.home / "learner", warm)))
         command = [sys.executable, "-m", "harnessrl.cli", "train", "--run", self.plan.run, "--config", str(config),
                    "--database-url", self.plan.database_url]
         env = {**os.environ, "HARNESSRL_ADMIN_KEY": self.admin_key}

@@ -1,8 +1,19 @@
-"""The learner's settings: one frozen dataclass, read from a flat TOML file (`harnessrl train --config`).
+"""The learner's settings: a frozen dataclass of sections, read from TOML (`harnessrl train --config`).
 
-Every key is optional; the defaults below are the documented ones (``harnessrl train --show-config``
-prints them as TOML). A key the dataclass does not know is an error that names it, so a typo
-(``lora_rnak``) never silently trains with a default.
+    model_dir = "/models/smollm2"        # top-level: the model, devices, the loop
+    [lora]       rank = 16               # LoraSettings
+    [optimizer]  lr = 1e-4               # OptimizerSettings
+    [loss]       epsilon = 0.2           # learner.loss.LossConfig itself
+    [forward]    kernel = "auto"         # learner.forward.ForwardConfig itself
+    [batch]      groups_per_step = 4     # BatchSettings
+    [publish]    gateway_url = "..."     # PublishSettings
+    [checkpoint] every = 1               # CheckpointSettings
+    [eval]       every = 0               # EvalSettings
+
+Every key is optional; the defaults are the dataclasses' (``harnessrl train --show-config`` prints them
+as TOML). A key no section knows is an error that names it, so a typo (``rnak``) never silently trains
+with a default. The old flat form (``lora_rank = 8`` at the top) still loads: each flat key maps to its
+section (``FLAT_KEYS``) and the loader logs the new spelling.
 
 Paths left empty are derived from ``output_dir`` (see ``resolve_paths``), which the CLI defaults to
 ``$HARNESSRL_HOME/learner/<run>``; the learner never reads environment variables itself.
@@ -10,20 +21,28 @@ Paths left empty are derived from ``output_dir`` (see ``resolve_paths``), which 
 
 from __future__ import annotations
 
+import dataclasses
 import difflib
+import logging
 import math
 import tomllib
-from dataclasses import MISSING, asdict, dataclass, fields, replace
+import types
+import typing
+from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
+
+import tomli_w
 
 from learner.attention import KERNELS
 from learner.forward import ForwardConfig
 from learner.loss import LossConfig
 from learner.step import StepConfig
 
-SCHEDULERS = ("constant", "linear", "cosine")
-DTYPES = ("auto", "float32", "bfloat16", "float16")
+logger = logging.getLogger(__name__)
+
+Scheduler = Literal["constant", "linear", "cosine"]
+DType = Literal["auto", "float32", "bfloat16", "float16"]
 ALL_LINEAR = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj")
 
 
@@ -32,18 +51,11 @@ class ConfigError(ValueError):
 
 
 @dataclass(frozen=True)
-class LearnerConfig:
-    # --- model and adapter -------------------------------------------------------------------
-    model_dir: str = ""  # Hugging Face folder of the base model the engine serves (required)
-    # training dtype of the base weights: auto = bfloat16 on CUDA, float32 on CPU (LoRA weights stay float32)
-    dtype: str = "auto"
-    device: str = "auto"  # auto: cuda:<LOCAL_RANK> when CUDA is available, else cpu
-    # packed attention kernel (learner.attention): auto = flash varlen on CUDA with flash_attn installed, else sdpa
-    attn_implementation: str = "auto"
-    lora_rank: int = 16  # must not exceed the engine's --max-lora-rank (serve's default 16)
-    lora_alpha: int = 32
-    lora_dropout: float = 0.0  # 0 keeps the learner's log-probs those of the policy the engine sampled
-    lora_targets: tuple[str, ...] = ALL_LINEAR  # module names LoRA wraps (vLLM supports all of these)
+class LoraSettings:
+    rank: int = 16  # must not exceed the engine's --max-lora-rank (serve's default 16)
+    alpha: int = 32
+    dropout: float = 0.0  # 0 keeps the learner's log-probs those of the policy the engine sampled
+    targets: tuple[str, ...] = ALL_LINEAR  # module names LoRA wraps (vLLM supports all of these)
     seed: int = 0  # LoRA initialisation; a resumed run loads its weights instead
     # a peft adapter folder to start from (e.g. `harnessrl sft`'s warm start) instead of a fresh LoRA;
     # its own rank and targets apply. "": fresh. A resumed run loads its checkpoint either way.
@@ -51,170 +63,282 @@ class LearnerConfig:
     # the policy version init_adapter is already served as (sft --publish): the learner starts there and
     # publishes init_version + 1 next, instead of refusing a gateway "newer" than it. 0: unpublished
     init_version: int = 0
-    # --- optimizer and schedule --------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class OptimizerSettings:
     lr: float = 1e-4  # AdamW peak learning rate (LoRA wants ~10x the full fine-tuning rate)
     weight_decay: float = 0.0
     adam_betas: tuple[float, float] = (0.9, 0.999)
     max_grad_norm: float = 1.0  # global L2 clip of the LoRA gradients; <= 0 disables clipping
     warmup_steps: int = 0  # linear warm-up from 0 to lr over this many optimizer steps
-    scheduler: str = "constant"  # after warm-up: constant | linear | cosine (decay to min_lr_ratio * lr by max_steps)
+    scheduler: Scheduler = "constant"  # after warm-up: decay to min_lr_ratio * lr by max_steps
     min_lr_ratio: float = 0.0
-    # --- batches -----------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class BatchSettings:
     groups_per_step: int = 4  # ready groups per optimizer step (the step waits until that many are ready)
     # Tokens per packed row, i.e. per micro-batch: gradients accumulate over every row of a step.
     # A sample longer than this is refused (counted), never truncated. 0: the engine's max model length
-    # (read from the gateway's GET /v1/models at start; 32768 when no gateway says it).
+    # (read from the gateway's GET /admin/policy at start; 32768 when no gateway says it).
     token_budget: int = 0
     tree_packing: bool = True  # samples sharing a prefix (a group's prompt) forward it once (learner.packing)
     min_saved_tokens: int = 128  # a tree saving fewer tokens than this is packed flat
-    activation_checkpointing: bool = True  # recompute layer activations in the backward for long rows
-    # rows at least this long are checkpointed; 0 = every row (measured on SmolLM2: one 1k-token row needs
-    # +1.0 GB checkpointed, +2.3 GB not)
-    checkpoint_min_tokens: int = 1024
-    chunk_tokens: int = 512  # positions per chunk of the output layer (chunk_tokens x vocab logits at once)
     include_side: bool = False  # also train on side calls (titles, summaries)
-    temperature: float = 1.0  # the sampler's temperature, so learner and engine log-probs compare
-    # --- loss (learner.loss.LossConfig) --------------------------------------------------------
-    epsilon: float = 0.2  # PPO clip below (1 - epsilon)
-    epsilon_high: float = 0.28  # DAPO clip above (1 + epsilon_high)
-    is_min: float = 0.125  # tokens whose importance ratio falls outside [is_min, is_max] are masked out
-    is_max: float = 8.0
-    beta: float = 0.0  # KL to the base model (adapter disabled); 0 skips the reference forward
     scale_by_std: bool = True  # advantage (r - mean) / std; false: r - mean ("Dr. GRPO")
-    # --- policy versions and publishing ------------------------------------------------------
-    # Samples more versions behind the learner are dropped; match `serve --max-staleness`. Versions
-    # advance even when publish = false: raise it to train offline on old samples.
+    # Samples more versions behind the learner are dropped. A publishing learner uses the gateway's
+    # (`serve --max-staleness`, GET /admin/policy); this value applies offline (publish.enabled = false:
+    # versions still advance, raise it to train on old samples) and with a gateway that does not say.
     max_staleness: int = 2
+
+
+@dataclass(frozen=True)
+class PublishSettings:
+    enabled: bool = True  # false: train without a gateway (nothing is published)
+    gateway_url: str = "http://127.0.0.1:8000"  # the gateway's admin API (`harnessrl serve`)
+    admin_key: str = ""  # x-admin-key for /admin; the CLI falls back to $HARNESSRL_ADMIN_KEY
     # Every this many steps, if the weights changed since the last version (an optimizer step was
     # taken), the learner cuts policy-v{N+1} and publishes it; steps without a learning signal cut none.
     weight_sync_steps: int = 1
-    publish: bool = True  # false: train without a gateway (nothing is published)
-    gateway_url: str = "http://127.0.0.1:8000"  # the gateway's admin API (`harnessrl serve`)
-    admin_key: str = ""  # x-admin-key for /admin; the CLI falls back to $HARNESSRL_ADMIN_KEY
-    publish_retries: int = 5  # attempts after a transport error (connect refused, timeout), backoff doubling
-    publish_timeout_s: float = 120.0  # per HTTP request; loading an adapter into vLLM takes well under that
-    # --- checkpoints, outputs, loop -----------------------------------------------------------
-    output_dir: str = ""  # root of the folders below; the CLI defaults it to $HARNESSRL_HOME/learner/<run>
-    checkpoint_dir: str = ""  # default <output_dir>/checkpoints
+    retries: int = 5  # attempts after a transport error (connect refused, timeout), backoff doubling
+    timeout_s: float = 120.0  # per HTTP request; loading an adapter into vLLM takes well under that
     adapters_dir: str = ""  # default <output_dir>/adapters (policy-v{N} folders the engine loads)
+
+
+@dataclass(frozen=True)
+class CheckpointSettings:
+    dir: str = ""  # default <output_dir>/checkpoints
+    every: int = 1  # steps between checkpoints; publishing steps always checkpoint first
+    keep: int = 2  # newest committed checkpoints kept on disk
+
+
+@dataclass(frozen=True)
+class EvalSettings:
+    """Held-out evaluation: `harnessrl train` runs it beside the learner (harnessrl.periodic_eval)."""
+
+    every: int = 0  # evaluate the base model, then every this many policy versions; 0 = off
+    tasks: str = ""  # the dataset (as `harnessrl eval --tasks` takes it); its test split is evaluated
+    test_fraction: float = 0.2  # the split: the same as training's --test-fraction
+    k: int = 4  # pinned rollouts per held-out task per evaluation
+    harness: str = "builtin"  # builtin | opencode | pi | hermes | oneshot
+    sandbox: str = "local"
+    concurrency: int = 4
+
+
+@dataclass(frozen=True)
+class LearnerConfig:
+    model_dir: str = ""  # Hugging Face folder of the base model the engine serves (required)
+    # training dtype of the base weights: auto = bfloat16 on CUDA, float32 on CPU (LoRA weights stay float32)
+    dtype: DType = "auto"
+    device: str = "auto"  # auto: cuda:<LOCAL_RANK> when CUDA is available, else cpu
+    temperature: float = 1.0  # the sampler's temperature, so learner and engine log-probs compare
+    output_dir: str = ""  # root of the folders; the CLI defaults it to $HARNESSRL_HOME/learner/<run>
     tensorboard_dir: str = ""  # default <output_dir>/tensorboard
-    checkpoint_every: int = 1  # steps between checkpoints; publishing steps always checkpoint first
-    keep_checkpoints: int = 2  # newest committed checkpoints kept on disk
     poll_interval_s: float = 2.0  # seconds between looks for ready groups
     max_steps: int = 0  # stop after this many steps in total (a resumed run counts earlier ones); 0 = never
     metrics_port: int = 0  # serve Prometheus /metrics (harnessrl_learner_*) on 127.0.0.1:<port>; 0 = off
-    # --- held-out evaluation: `harnessrl train` runs it beside the learner (harnessrl.periodic_eval) ---
-    eval_every: int = 0  # evaluate the base model, then every this many policy versions; 0 = off
-    eval_tasks: str = ""  # the dataset (as `harnessrl eval --tasks` takes it); its test split is evaluated
-    eval_test_fraction: float = 0.2  # the split: the same as training's --test-fraction
-    eval_k: int = 4  # pinned rollouts per held-out task per evaluation
-    eval_harness: str = "builtin"  # builtin | opencode | pi | hermes | oneshot
-    eval_sandbox: str = "local"
-    eval_concurrency: int = 4
+    lora: LoraSettings = field(default_factory=LoraSettings)
+    optimizer: OptimizerSettings = field(default_factory=OptimizerSettings)
+    loss: LossConfig = field(default_factory=LossConfig)
+    forward: ForwardConfig = field(default_factory=ForwardConfig)  # packed attention kernel, chunks, checkpointing
+    batch: BatchSettings = field(default_factory=BatchSettings)
+    publish: PublishSettings = field(default_factory=PublishSettings)
+    checkpoint: CheckpointSettings = field(default_factory=CheckpointSettings)
+    eval: EvalSettings = field(default_factory=EvalSettings)
 
     def __post_init__(self) -> None:
         _validate(self)
 
-    def loss(self) -> LossConfig:
-        return LossConfig(epsilon=self.epsilon, epsilon_high=self.epsilon_high, is_min=self.is_min,
-                          is_max=self.is_max, beta=self.beta)
-
     def step(self) -> StepConfig:
-        forward = ForwardConfig(kernel=self.attn_implementation, chunk_tokens=self.chunk_tokens,
-                                checkpoint_min_tokens=self.checkpoint_min_tokens,
-                                activation_checkpointing=self.activation_checkpointing)
-        return StepConfig(loss=self.loss(), max_grad_norm=self.max_grad_norm, temperature=self.temperature,
-                          forward=forward)
+        return StepConfig(loss=self.loss, max_grad_norm=self.optimizer.max_grad_norm, temperature=self.temperature,
+                          forward=self.forward)
 
     def publishes_at(self, step: int) -> bool:
-        return step > 0 and step % self.weight_sync_steps == 0
+        return step > 0 and step % self.publish.weight_sync_steps == 0
 
     def checkpoints_at(self, step: int) -> bool:
         # A published version must be covered by a committed checkpoint: a crash after publishing
         # must never retrain those groups into a different adapter under the same version.
-        return step > 0 and (step % self.checkpoint_every == 0 or (self.publish and self.publishes_at(step)))
+        return step > 0 and (step % self.checkpoint.every == 0 or (self.publish.enabled and self.publishes_at(step)))
+
+
+SECTIONS = {f.name: f.default_factory for f in fields(LearnerConfig) if f.default_factory is not dataclasses.MISSING}
+TOP_LEVEL = tuple(f.name for f in fields(LearnerConfig) if f.name not in SECTIONS)
+
+# The old flat form (one table of 45 keys): flat name -> (section, key).
+FLAT_KEYS: dict[str, tuple[str, str]] = {
+    "lora_rank": ("lora", "rank"), "lora_alpha": ("lora", "alpha"), "lora_dropout": ("lora", "dropout"),
+    "lora_targets": ("lora", "targets"), "attn_implementation": ("forward", "kernel"),
+    "publish": ("publish", "enabled"), "publish_retries": ("publish", "retries"),
+    "publish_timeout_s": ("publish", "timeout_s"), "checkpoint_dir": ("checkpoint", "dir"),
+    "checkpoint_every": ("checkpoint", "every"), "keep_checkpoints": ("checkpoint", "keep"),
+    **{f"eval_{name}": ("eval", name) for name in ("every", "tasks", "test_fraction", "k", "harness", "sandbox",
+                                                   "concurrency")},
+    **{name: (section, name) for section, names in (
+        ("lora", ("seed", "init_adapter", "init_version")),
+        ("optimizer", ("lr", "weight_decay", "adam_betas", "max_grad_norm", "warmup_steps", "scheduler",
+                       "min_lr_ratio")),
+        ("loss", ("epsilon", "epsilon_high", "is_min", "is_max", "beta")),
+        ("forward", ("chunk_tokens", "checkpoint_min_tokens", "activation_checkpointing")),
+        ("batch", ("groups_per_step", "token_budget", "tree_packing", "min_saved_tokens", "include_side",
+                   "scale_by_std", "max_staleness")),
+        ("publish", ("gateway_url", "admin_key", "weight_sync_steps", "adapters_dir")),
+    ) for name in names},
+}
 
 
 def _validate(c: LearnerConfig) -> None:
-    positive = ("lora_rank", "lora_alpha", "groups_per_step", "weight_sync_steps", "checkpoint_every",
-                "keep_checkpoints", "chunk_tokens")
-    for name in positive:
-        if getattr(c, name) < 1:
-            raise ConfigError(f"{name} must be at least 1, got {getattr(c, name)}")
-    for name in ("max_staleness", "warmup_steps", "max_steps", "publish_retries", "weight_decay", "beta",
-                 "token_budget", "min_saved_tokens", "checkpoint_min_tokens"):
-        if getattr(c, name) < 0:
-            raise ConfigError(f"{name} must not be negative, got {getattr(c, name)}")
-    if not (c.lr > 0 and math.isfinite(c.lr)):
-        raise ConfigError(f"lr must be a positive number, got {c.lr}")
-    if c.scheduler not in SCHEDULERS:
-        raise ConfigError(f"scheduler must be one of {', '.join(SCHEDULERS)}, got {c.scheduler!r}")
-    if c.scheduler != "constant" and c.max_steps == 0:
-        raise ConfigError(f"scheduler = {c.scheduler!r} decays until max_steps: "
+    o, b, p, k, e = c.optimizer, c.batch, c.publish, c.checkpoint, c.eval
+    for name, value in (("lora.rank", c.lora.rank), ("lora.alpha", c.lora.alpha), ("batch.groups_per_step",
+                        b.groups_per_step), ("publish.weight_sync_steps", p.weight_sync_steps),
+                        ("checkpoint.every", k.every), ("checkpoint.keep", k.keep),
+                        ("forward.chunk_tokens", c.forward.chunk_tokens)):
+        if value < 1:
+            raise ConfigError(f"{name} must be at least 1, got {value}")
+    for name, value in (("batch.max_staleness", b.max_staleness), ("optimizer.warmup_steps", o.warmup_steps),
+                        ("max_steps", c.max_steps), ("publish.retries", p.retries),
+                        ("optimizer.weight_decay", o.weight_decay), ("loss.beta", c.loss.beta),
+                        ("batch.token_budget", b.token_budget), ("batch.min_saved_tokens", b.min_saved_tokens),
+                        ("forward.checkpoint_min_tokens", c.forward.checkpoint_min_tokens)):
+        if value < 0:
+            raise ConfigError(f"{name} must not be negative, got {value}")
+    if not (o.lr > 0 and math.isfinite(o.lr)):
+        raise ConfigError(f"optimizer.lr must be a positive number, got {o.lr}")
+    _check_choice("optimizer.scheduler", o.scheduler, typing.get_args(Scheduler))
+    if o.scheduler != "constant" and c.max_steps == 0:
+        raise ConfigError(f"optimizer.scheduler = {o.scheduler!r} decays until max_steps: "
                           f"set max_steps, or scheduler = 'constant'")
-    if c.dtype not in DTYPES:
-        raise ConfigError(f"dtype must be one of {', '.join(DTYPES)}, got {c.dtype!r}")
-    if c.attn_implementation not in KERNELS:
-        raise ConfigError(f"attn_implementation must be one of {', '.join(KERNELS)} (packed attention, "
-                          f"learner.attention), got {c.attn_implementation!r}")
-    if not 0 < c.is_min <= 1 <= c.is_max:
-        raise ConfigError(f"need 0 < is_min <= 1 <= is_max, got is_min={c.is_min}, is_max={c.is_max}")
-    if c.epsilon <= 0 or c.epsilon_high <= 0 or c.temperature <= 0 or c.poll_interval_s <= 0:
-        raise ConfigError("epsilon, epsilon_high, temperature and poll_interval_s must be positive")
-    if not 0 <= c.lora_dropout < 1 or not 0 <= c.min_lr_ratio <= 1:
-        raise ConfigError("lora_dropout must be in [0, 1) and min_lr_ratio in [0, 1]")
+    _check_choice("dtype", c.dtype, typing.get_args(DType))
+    _check_choice("forward.kernel", c.forward.kernel, KERNELS)
+    lo, hi = c.loss.is_min, c.loss.is_max
+    if not ((lo is None or 0 < lo <= 1) and (hi is None or hi >= 1)):
+        raise ConfigError(f"need 0 < loss.is_min <= 1 <= loss.is_max, got is_min={lo}, is_max={hi}")
+    if c.loss.epsilon <= 0 or c.loss.epsilon_high <= 0 or c.temperature <= 0 or c.poll_interval_s <= 0:
+        raise ConfigError("loss.epsilon, loss.epsilon_high, temperature and poll_interval_s must be positive")
+    if not 0 <= c.lora.dropout < 1 or not 0 <= o.min_lr_ratio <= 1:
+        raise ConfigError("lora.dropout must be in [0, 1) and optimizer.min_lr_ratio in [0, 1]")
     if not 0 <= c.metrics_port <= 65535:
         raise ConfigError(f"metrics_port must be a TCP port (1-65535), or 0 for no metrics endpoint; "
                           f"got {c.metrics_port}")
-    if not c.lora_targets:
-        raise ConfigError("lora_targets must name at least one module")
-    if c.eval_every < 0 or c.eval_k < 1 or c.eval_concurrency < 1 or not 0 <= c.eval_test_fraction <= 1:
-        raise ConfigError("eval_every must not be negative, eval_k and eval_concurrency at least 1, "
-                          "eval_test_fraction in [0, 1]")
-    if c.eval_every and not c.eval_tasks:
-        raise ConfigError("eval_every needs eval_tasks: the dataset whose test split is evaluated "
-                          "(e.g. eval_tasks = \"builtin:arithmetic\" or a folder of Harbor tasks)")
+    if not c.lora.targets:
+        raise ConfigError("lora.targets must name at least one module")
+    if e.every < 0 or e.k < 1 or e.concurrency < 1 or not 0 <= e.test_fraction <= 1:
+        raise ConfigError("eval.every must not be negative, eval.k and eval.concurrency at least 1, "
+                          "eval.test_fraction in [0, 1]")
+    if e.every and not e.tasks:
+        raise ConfigError("eval.every needs eval.tasks: the dataset whose test split is evaluated "
+                          "(e.g. tasks = \"builtin:arithmetic\" or a folder of Harbor tasks)")
 
 
-_FIELDS = {f.name: f for f in fields(LearnerConfig)}
+def _check_choice(name: str, value: str, choices: tuple[str, ...]) -> None:
+    if value not in choices:
+        raise ConfigError(f"{name} must be one of {', '.join(choices)}, got {value!r}")
 
 
 def config_from_dict(values: dict[str, Any], source: str = "config") -> LearnerConfig:
-    """A config from parsed TOML; unknown keys and wrong types are errors naming the key."""
-    unknown = sorted(set(values) - set(_FIELDS))
-    if unknown:
-        close = difflib.get_close_matches(unknown[0], _FIELDS, n=1)
-        hint = f"did you mean {close[0]!r}? " if close else ""
-        raise ConfigError(f"unknown key {unknown[0]!r} in {source}; {hint}known keys: {', '.join(_FIELDS)}")
-    return LearnerConfig(**{name: _coerce(name, value, source) for name, value in values.items()})
+    """A config from parsed TOML (sections, or the old flat keys); unknown keys and wrong types are
+    errors naming the key."""
+    top, sections, flat = {}, {name: {} for name in SECTIONS}, []
+    for key, value in values.items():
+        if key in SECTIONS and isinstance(value, dict):
+            for name, item in value.items():
+                sections[key][name] = _coerce(key, name, item, source)
+        elif key in TOP_LEVEL:
+            top[key] = _coerce(None, key, value, source)
+        elif key in FLAT_KEYS:
+            section, name = FLAT_KEYS[key]
+            sections[section][name] = _coerce(section, name, value, source)
+            flat.append(key)
+        else:
+            raise _unknown(key, None, source)
+    if flat:
+        logger.warning("%s uses the old flat keys; write them in sections: %s", source,
+                       ", ".join(f"{key} -> [{FLAT_KEYS[key][0]}] {FLAT_KEYS[key][1]}" for key in flat))
+    return _build(top, sections)
 
 
-def _coerce(name: str, value: Any, source: str) -> Any:
+def with_overrides(config: LearnerConfig, **values: Any) -> LearnerConfig:
+    """``config`` with the non-None ``values`` set: top-level names or the flat ones (``lr``, ``lora_rank``,
+    ``publish``: see FLAT_KEYS), as the CLI's options and tests give them."""
+    top, sections = {}, {name: {} for name in SECTIONS}
+    for key, value in values.items():
+        if value is None:
+            continue
+        if key in TOP_LEVEL:
+            top[key] = value
+        elif key in FLAT_KEYS:
+            section, name = FLAT_KEYS[key]
+            sections[section][name] = value
+        else:
+            raise _unknown(key, None, "overrides")
+    built = {name: replace(getattr(config, name), **changed) for name, changed in sections.items() if changed}
+    try:
+        return replace(config, **top, **built)
+    except TypeError as exc:  # pragma: no cover - names are checked above
+        raise ConfigError(str(exc)) from None
+
+
+def _build(top: dict[str, Any], sections: dict[str, dict[str, Any]]) -> LearnerConfig:
+    return LearnerConfig(**top, **{name: SECTIONS[name](**given) for name, given in sections.items()})
+
+
+def _hints(section: str | None) -> dict[str, Any]:
+    return typing.get_type_hints(LearnerConfig if section is None else SECTIONS[section])
+
+
+def _unknown(key: str, section: str | None, source: str) -> ConfigError:
+    known = [n for n in _hints(section) if n not in SECTIONS] if section else [*TOP_LEVEL, *SECTIONS]
+    where = f"[{section}] " if section else ""
+    close = difflib.get_close_matches(key, known if section else [*known, *FLAT_KEYS], n=1)
+    hint = f"did you mean {close[0]!r}? " if close else ""
+    return ConfigError(f"unknown key {where}{key!r} in {source}; {hint}known keys: {', '.join(known)}")
+
+
+def _coerce(section: str | None, name: str, value: Any, source: str) -> Any:
     """TOML gives ints for floats written without a point and lists for tuples: accept both."""
-    default = _FIELDS[name].default
-    if default is MISSING:  # pragma: no cover - every field has a default
-        return value
-    if isinstance(default, bool):
-        ok = isinstance(value, bool)
-    elif isinstance(default, float):
+    hints = _hints(section)
+    if name not in hints or (section is None and name in SECTIONS):
+        raise _unknown(name, section, source)
+    hint = hints[name]
+    key = f"{section}.{name}" if section else name
+    union = typing.get_origin(hint) in (typing.Union, types.UnionType)
+    options = [a for a in typing.get_args(hint) if a is not type(None)] if union else [hint]
+    for option in options:
+        ok, coerced = _as(option, value)
+        if ok:
+            return coerced
+    example = getattr(SECTIONS[section](), name) if section else getattr(LearnerConfig(), name)
+    raise ConfigError(f"{key} in {source} must be like {tomli_w.dumps({'x': _plain(example)})[4:].strip()}, "
+                      f"got {value!r}")
+
+
+def _as(hint: Any, value: Any) -> tuple[bool, Any]:
+    """(does ``value`` fit ``hint``, the value converted)."""
+    origin = typing.get_origin(hint)
+    if origin is Literal:
+        return value in typing.get_args(hint), value
+    if origin is tuple:
+        args = typing.get_args(hint)
+        inner = args[0]
+        fixed = args[1:] != (Ellipsis,)
+        if not isinstance(value, list) or (fixed and len(value) != len(args)):
+            return False, value
+        items = [_as(inner, v) for v in value]
+        return all(ok for ok, _ in items), tuple(v for _, v in items)
+    if hint is bool:
+        return isinstance(value, bool), value
+    if hint is float:
         ok = isinstance(value, (int, float)) and not isinstance(value, bool)
-        value = float(value) if ok else value
-    elif isinstance(default, int):
-        ok = isinstance(value, int) and not isinstance(value, bool)
-    elif isinstance(default, str):
-        ok = isinstance(value, str)
-    else:  # tuples
-        ok = isinstance(value, list) and all(isinstance(v, type(default[0])) or
-                                             (isinstance(default[0], float) and isinstance(v, int)) for v in value)
-        value = tuple(float(v) if isinstance(default[0], float) else v for v in value) if ok else value
-        ok = ok and (name != "adam_betas" or len(value) == 2)
-    if not ok:
-        raise ConfigError(f"{name} in {source} must be like {_toml_value(default)}, got {value!r}")
-    return value
+        return ok, float(value) if ok else value
+    if hint is int:
+        return isinstance(value, int) and not isinstance(value, bool), value
+    return isinstance(value, hint), value
 
 
 def load_config(path: Path | None, **overrides: Any) -> LearnerConfig:
-    """Read a TOML file (None: all defaults), then apply non-None overrides (from the CLI)."""
+    """Read a TOML file (None: all defaults), then apply non-None overrides (from the CLI; see
+    ``with_overrides`` for their names)."""
     values: dict[str, Any] = {}
     if path is not None:
         try:
@@ -223,38 +347,41 @@ def load_config(path: Path | None, **overrides: Any) -> LearnerConfig:
             raise ConfigError(f"config file {path} does not exist") from None
         except tomllib.TOMLDecodeError as exc:
             raise ConfigError(f"{path} is not valid TOML: {exc}") from None
-    config = config_from_dict(values, str(path or "config"))
-    return replace(config, **{k: v for k, v in overrides.items() if v is not None})
+    return with_overrides(config_from_dict(values, str(path or "config")), **overrides)
 
 
 def resolve_paths(config: LearnerConfig, default_output: Path) -> LearnerConfig:
     """Fill the empty folders from output_dir (itself defaulting to ``default_output``); absolute,
     because the engine loads adapters by path from its own working directory."""
     root = Path(config.output_dir or default_output).expanduser().resolve()
+
+    def folder(given: str, default: str) -> str:
+        return str(Path(given or root / default).expanduser().resolve())
+
     return replace(
-        config,
-        output_dir=str(root),
-        checkpoint_dir=str(Path(config.checkpoint_dir or root / "checkpoints").expanduser().resolve()),
-        adapters_dir=str(Path(config.adapters_dir or root / "adapters").expanduser().resolve()),
-        tensorboard_dir=str(Path(config.tensorboard_dir or root / "tensorboard").expanduser().resolve()),
+        config, output_dir=str(root), tensorboard_dir=folder(config.tensorboard_dir, "tensorboard"),
+        checkpoint=replace(config.checkpoint, dir=folder(config.checkpoint.dir, "checkpoints")),
+        publish=replace(config.publish, adapters_dir=folder(config.publish.adapters_dir, "adapters")),
     )
 
 
-def dump_toml(config: LearnerConfig) -> str:
-    """The config as TOML (`harnessrl train --show-config`); secrets are left out."""
-    lines = []
-    for name, value in asdict(config).items():
-        if name == "admin_key":
-            value = ""
-        lines.append(f"{name} = {_toml_value(value)}")
-    return "\n".join(lines) + "\n"
+def config_dict(config: LearnerConfig, secrets: bool = False) -> dict[str, Any]:
+    """The config as TOML's tables take it (tuples as lists, None left out); the admin key emptied
+    unless ``secrets``."""
+    values = _plain(dataclasses.asdict(config))
+    if not secrets:
+        values["publish"]["admin_key"] = ""
+    return values
 
 
-def _toml_value(value: Any) -> str:
-    if isinstance(value, bool):
-        return "true" if value else "false"
-    if isinstance(value, str):
-        return '"' + value.replace("\\", "\\\\").replace('"', '\\"') + '"'
+def dump_toml(config: LearnerConfig, secrets: bool = False) -> str:
+    """The config as sectioned TOML (`harnessrl train --show-config`; quickstart's learner.toml)."""
+    return tomli_w.dumps(config_dict(config, secrets))
+
+
+def _plain(value: Any) -> Any:
+    if isinstance(value, dict):
+        return {k: _plain(v) for k, v in value.items() if v is not None}
     if isinstance(value, (tuple, list)):
-        return "[" + ", ".join(_toml_value(v) for v in value) + "]"
-    return repr(value)
+        return [_plain(v) for v in value]
+    return value

@@ -28,7 +28,7 @@ import signal
 import threading
 import time
 from collections.abc import Callable
-from dataclasses import asdict, dataclass, field, replace
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from gateway.store.store import Store
@@ -45,7 +45,7 @@ from learner.checkpoint import (
     remove_orphans,
     save_checkpoint,
 )
-from learner.config import LearnerConfig
+from learner.config import LearnerConfig, with_overrides
 from learner.groups import ReadyGroup, UnusableGroup, build_batch, check_group, load_group, run_temperature
 from learner.memory import memory_estimate
 from learner.metrics import Metrics, MetricsSink, step_metrics
@@ -95,17 +95,17 @@ async def run_learner(config: LearnerConfig, store: Store, run: str, *, publishe
     """
     stop = stop or asyncio.Event()
     restore = _install_signal_handlers(stop) if handle_signals else (lambda: None)
-    own_publisher = config.publish and publisher is None
-    if not config.publish:
+    own_publisher = config.publish.enabled and publisher is None
+    if not config.publish.enabled:
         publisher = None
     elif own_publisher:
-        publisher = Publisher(config.gateway_url, config.admin_key, Path(config.adapters_dir),
-                              config.publish_retries, config.publish_timeout_s)
+        publisher = Publisher(config.publish.gateway_url, config.publish.admin_key, Path(config.publish.adapters_dir),
+                              config.publish.retries, config.publish.timeout_s)
     sink = None
     try:
         trainer = await asyncio.to_thread(build_trainer, config)  # under torchrun, with the other ranks
-        config = await resolve_token_budget(config, publisher, trainer)
-        tell_followers("budget", config.token_budget)
+        config = await resolve_max_staleness(await resolve_token_budget(config, publisher, trainer), publisher)
+        tell_followers("budget", config.batch.token_budget)
         run_id = await _wait_for_run(store, run, config, stop)
         if run_id is None:
             return LearnerResult(0, 0, "stopped")
@@ -147,7 +147,7 @@ async def _train(config: LearnerConfig, store: Store, run: str, run_id: int, tra
             return "stopped"
         started = time.perf_counter()
         version = progress.version
-        batch = build_batch(groups, version, config.max_staleness, config.scale_by_std, check.temperature)
+        batch = build_batch(groups, version, config.batch.max_staleness, config.batch.scale_by_std, check.temperature)
         lr = trainer.lr
         result, too_long = await asyncio.to_thread(_lead_step, trainer, batch, config)
         progress.step += 1
@@ -194,7 +194,7 @@ def _exporter(config: LearnerConfig) -> LearnerExporter | None:
 async def resolve_token_budget(config: LearnerConfig, publisher: Publisher | None, trainer: Trainer) -> LearnerConfig:
     """token_budget = 0: the engine's max model length (the gateway reports it), else FALLBACK_TOKEN_BUDGET.
     Logs how long a sample fits in the memory the learner has (learner.memory)."""
-    budget, source = config.token_budget, "config"
+    budget, source = config.batch.token_budget, "config"
     if budget == 0:
         try:
             served = await publisher.max_model_len() if publisher is not None else None
@@ -203,12 +203,27 @@ async def resolve_token_budget(config: LearnerConfig, publisher: Publisher | Non
             served = None
         budget, source = (served, "the engine's max model length") if served else (
             FALLBACK_TOKEN_BUDGET, "fallback: no gateway reported a max model length; set token_budget")
-    estimate = memory_estimate(trainer.model, config.chunk_tokens, config.activation_checkpointing)
+    estimate = memory_estimate(trainer.model, config.forward.chunk_tokens, config.forward.activation_checkpointing)
     logger.info("token_budget = %d (%s); %s", budget, source, estimate.describe())
     if estimate.max_tokens and estimate.max_tokens < budget:
         logger.warning("a sample of token_budget = %d tokens may not fit in memory (~%d do): lower token_budget, "
                        "or free memory", budget, estimate.max_tokens)
-    return replace(config, token_budget=budget)
+    return with_overrides(config, token_budget=budget)
+
+
+async def resolve_max_staleness(config: LearnerConfig, publisher: Publisher | None) -> LearnerConfig:
+    """A publishing learner drops samples by the gateway's max_staleness (the versions it keeps loaded),
+    so the two never disagree; offline (or a gateway that does not say), the config's batch.max_staleness."""
+    try:
+        served = await publisher.max_staleness() if publisher is not None else None
+    except GatewayUnreachable as exc:
+        logger.warning("could not ask the gateway for its max_staleness: %s", exc)
+        served = None
+    if served is None:
+        return config
+    if served != config.batch.max_staleness:
+        logger.info("max_staleness = %d (the gateway's)", served)
+    return with_overrides(config, max_staleness=served)
 
 
 async def _wait_for_run(store: Store, run: str, config: LearnerConfig, stop: asyncio.Event) -> int | None:
@@ -235,8 +250,8 @@ async def _wait_for_groups(store: Store, run_id: int, config: LearnerConfig, pro
                            stop: asyncio.Event, check: _GroupCheck) -> list[ReadyGroup] | None:
     taken = {g.group_id for g in progress.pending}
     while not stop.is_set():
-        ids = await ready_group_ids(store, run_id, config.groups_per_step, taken)
-        if len(ids) >= config.groups_per_step:
+        ids = await ready_group_ids(store, run_id, config.batch.groups_per_step, taken)
+        if len(ids) >= config.batch.groups_per_step:
             groups = [await _usable_group(store, run_id, group_id, config, check, progress) for group_id in ids]
             if all(g is not None for g in groups):
                 return groups
@@ -249,7 +264,7 @@ async def _usable_group(store: Store, run_id: int, group_id: int, config: Learne
                         progress: _Progress) -> ReadyGroup | None:
     """The group, loaded and checked; None when it is unusable, in which case it is quarantined."""
     try:
-        group = await load_group(store, group_id, config.include_side)
+        group = await load_group(store, group_id, config.batch.include_side)
         check_group(group, check.temperature, check.vocab_size)
         return group
     except UnusableGroup as exc:
@@ -288,7 +303,7 @@ async def _sleep_or_stop(stop: asyncio.Event, seconds: float) -> None:
 async def _resume(store: Store, run_id: int, config: LearnerConfig, trainer: Trainer) -> _Progress:
     """Load the checkpoint the store last committed (if any); drop leftovers newer than it."""
     record = await latest_checkpoint(store, run_id)
-    step, progress = 0, _Progress(version=config.init_version)  # a published warm start's version
+    step, progress = 0, _Progress(version=config.lora.init_version)  # a published warm start's version
     if record is not None:
         state = await asyncio.to_thread(load_checkpoint, Path(record.path), trainer.model, trainer.optimizer,
                                         trainer.scheduler)
@@ -299,7 +314,7 @@ async def _resume(store: Store, run_id: int, config: LearnerConfig, trainer: Tra
         progress = _Progress(step=step, version=record.version, changed=bool(state.meta.get("changed")),
                              resumed_from=record.path)
         logger.info("resumed run at step %d (version %d) from %s", step, record.version, record.path)
-    for orphan in remove_orphans(Path(config.checkpoint_dir), step):
+    for orphan in remove_orphans(Path(config.checkpoint.dir), step):
         logger.info("removed uncommitted checkpoint %s", orphan)
     return progress
 
@@ -312,13 +327,13 @@ async def _checkpoint(config: LearnerConfig, store: Store, run: str, run_id: int
     meta = {"run": run, "group_ids": [g.group_id for g in groups], "changed": progress.changed,
             "last_ready_at": last.ready_at.isoformat() if last and last.ready_at else None,
             "config": {k: v for k, v in asdict(config).items() if k != "admin_key"}}
-    path = await asyncio.to_thread(save_checkpoint, Path(config.checkpoint_dir), step, version, trainer.model,
+    path = await asyncio.to_thread(save_checkpoint, Path(config.checkpoint.dir), step, version, trainer.model,
                                    trainer.optimizer, trainer.scheduler, meta)
     record = CheckpointRecord(step, version, str(path), tuple(meta["group_ids"]),
                               last.ready_at if last else None, last.group_id if last else None)
     await commit_checkpoint(store, run_id, record)
     progress.pending = []
-    prune_checkpoints(Path(config.checkpoint_dir), step, config.keep_checkpoints)
+    prune_checkpoints(Path(config.checkpoint.dir), step, config.checkpoint.keep)
 
 
 async def _publish(publisher: Publisher, trainer: Trainer, config: LearnerConfig, progress: _Progress,
@@ -348,7 +363,7 @@ async def _sync_published(publisher: Publisher, trainer: Trainer, config: Learne
     current = await publisher.current_version()
     if current > want:
         raise LearnerError(
-            f"the gateway at {config.gateway_url} serves policy-v{current}, newer than this run's learner "
+            f"the gateway at {config.publish.gateway_url} serves policy-v{current}, newer than this run's learner "
             f"(v{want} at step {step}): another learner publishes to it, or this run's checkpoints were reset. "
             f"Versions are per gateway: give each run its own gateway, or set publish = false")
     if want > current:

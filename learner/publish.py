@@ -77,11 +77,20 @@ class Publisher:
 
     async def max_model_len(self) -> int | None:
         """The engine's max model length as the gateway reports it (None: the engine did not say)."""
+        value = await self._policy_field("max_model_len")
+        return int(value) if value else None
+
+    async def max_staleness(self) -> int | None:
+        """Versions the gateway keeps loaded behind the current one (`serve --max-staleness`); None: an
+        older gateway that does not say."""
+        value = await self._policy_field("max_staleness")
+        return None if value is None else int(value)
+
+    async def _policy_field(self, name: str):
         response = await self._send("GET", "/admin/policy")
         if response.status_code == 401:
             _raise_for(response, 0)  # names the admin-key fix
-        value = response.json().get("max_model_len") if response.status_code == 200 else None
-        return int(value) if value else None
+        return response.json().get(name) if response.status_code == 200 else None
 
     async def publish(self, model: Any, version: int) -> Published:
         """Save ``model`` (a peft model) as policy-v{version} and make the gateway serve it."""

@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import logging
 import os
-from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -21,7 +20,7 @@ import torch
 import torch.distributed as dist
 
 from learner.checkpoint import load_checkpoint
-from learner.config import LearnerConfig
+from learner.config import LearnerConfig, with_overrides
 from learner.distributed import is_distributed, world
 from learner.trainer import build_trainer, train_batch
 
@@ -65,7 +64,7 @@ def follow(config: LearnerConfig) -> int:
     while True:
         kind, payload = _instruction()
         if kind == "budget":  # rank 0 resolved token_budget = 0 (the engine's max model length)
-            config = replace(config, token_budget=payload)
+            config = with_overrides(config, token_budget=payload)
         elif kind == "resume" and payload is not None:
             load_checkpoint(Path(payload), trainer.model, trainer.optimizer, trainer.scheduler)
         elif kind == "batch":

@@ -37,23 +37,24 @@ def build_trainer(config: LearnerConfig) -> Trainer:
     from transformers import AutoModelForCausalLM
 
     return_freed_memory()  # long rows: freed per-layer blocks go back to the OS (learner.memory)
-    torch.manual_seed(config.seed)  # LoRA's A matrices are random: the same seed gives the same start
+    torch.manual_seed(config.lora.seed)  # LoRA's A matrices are random: the same seed gives the same start
     device = training_device(config)
     # sdpa for plain forwards; the train step switches to packed attention (learner.forward.packed_mode)
     base = AutoModelForCausalLM.from_pretrained(config.model_dir, dtype=training_dtype(config, device),
                                                 attn_implementation="sdpa").to(device)
-    if config.init_adapter:  # a warm start (harnessrl sft): its weights, trainable
+    if config.lora.init_adapter:  # a warm start (harnessrl sft): its weights, trainable
         from peft import PeftModel
 
-        model = PeftModel.from_pretrained(base, config.init_adapter, is_trainable=True)
+        model = PeftModel.from_pretrained(base, config.lora.init_adapter, is_trainable=True)
     else:
-        lora = LoraConfig(r=config.lora_rank, lora_alpha=config.lora_alpha, lora_dropout=config.lora_dropout,
-                          target_modules=list(config.lora_targets), task_type="CAUSAL_LM")
+        lora = LoraConfig(r=config.lora.rank, lora_alpha=config.lora.alpha, lora_dropout=config.lora.dropout,
+                          target_modules=list(config.lora.targets), task_type="CAUSAL_LM")
         model = get_peft_model(base, lora)
     model.train()  # with lora_dropout 0 (the default) train and eval modes give the same logits
     broadcast_trainable(model)  # under torchrun every rank starts from rank 0's adapter
     params = [p for p in model.parameters() if p.requires_grad]
-    optimizer = torch.optim.AdamW(params, lr=config.lr, betas=config.adam_betas, weight_decay=config.weight_decay)
+    adam = config.optimizer
+    optimizer = torch.optim.AdamW(params, lr=adam.lr, betas=adam.adam_betas, weight_decay=adam.weight_decay)
     scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda k: lr_factor(config, k))
     return Trainer(model, optimizer, scheduler)
 
@@ -80,14 +81,14 @@ def lr_factor(config: LearnerConfig, k: int) -> float:
     Warm-up reaches the full rate at step warmup_steps - 1 (never a wasted step at lr 0); linear and
     cosine decay to min_lr_ratio at max_steps.
     """
-    if k < config.warmup_steps:
-        return (k + 1) / config.warmup_steps
-    if config.scheduler == "constant":
+    if k < config.optimizer.warmup_steps:
+        return (k + 1) / config.optimizer.warmup_steps
+    if config.optimizer.scheduler == "constant":
         return 1.0
-    span = max(1, config.max_steps - config.warmup_steps)
-    progress = min(1.0, (k - config.warmup_steps) / span)
-    low = config.min_lr_ratio
-    if config.scheduler == "linear":
+    span = max(1, config.max_steps - config.optimizer.warmup_steps)
+    progress = min(1.0, (k - config.optimizer.warmup_steps) / span)
+    low = config.optimizer.min_lr_ratio
+    if config.optimizer.scheduler == "linear":
         return 1.0 - (1.0 - low) * progress
     return low + (1.0 - low) * 0.5 * (1.0 + math.cos(math.pi * progress))
 
@@ -100,10 +101,11 @@ def train_batch(trainer: Trainer, batch: Batch, config: LearnerConfig) -> tuple[
     The scheduler advances only when the optimizer did: a batch with nothing to train (all groups
     zero-std, all samples stale) must not eat into the warm-up or the decay.
     """
-    if config.token_budget < 1:
+    if config.batch.token_budget < 1:
         raise ValueError("token_budget = 0 is resolved at start (learner.loop); pass a resolved config")
     packing = pack_samples([s.sample for s in batch.samples], [s.advantage for s in batch.samples],
-                           config.token_budget, tree=config.tree_packing, min_saved_tokens=config.min_saved_tokens)
+                           config.batch.token_budget, tree=config.batch.tree_packing,
+                           min_saved_tokens=config.batch.min_saved_tokens)
     rows = shard(packing.rows, [row.num_tokens for row in packing.rows], *world())  # all of them in one process
     # log-probs at the temperature the run sampled at (the batch says it: every rank gets the batch)
     result = train_step(trainer.model, trainer.optimizer, rows, replace(config.step(), temperature=batch.temperature))

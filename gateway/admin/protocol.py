@@ -25,3 +25,4 @@ class PolicyView(BaseModel):
     current_version: int
     loaded: dict[int, str]
     max_model_len: int | None = None  # the engine's context length (the learner's default token budget)
+    max_staleness: int | None = None  # versions kept loaded behind the current one (the learner drops older samples)

@@ -22,7 +22,8 @@ async def publish(body: PublishAdapter, state: AdminStateDep) -> AdapterPublishe
 async def show_policy(state: StateDep) -> PolicyView:
     policy = await state.ensure_policy()
     return PolicyView(public_name=policy.public_name, current_version=policy.current_version,
-                      loaded=policy.loaded(), max_model_len=state.max_model_len)
+                      loaded=policy.loaded(), max_model_len=state.max_model_len,
+                      max_staleness=state.settings.max_staleness)
 
 
 def create_router() -> APIRouter:

@@ -34,7 +34,7 @@ import numpy as np
 import torch
 
 from gateway.store.samples import Sample
-from learner.config import LearnerConfig
+from learner.config import LearnerConfig, with_overrides
 from learner.forward import packed_mode
 from learner.packing import pack_samples
 from learner.step import row_logprobs, train_step
@@ -57,7 +57,7 @@ def sample(ids: np.ndarray, sampled_from: int) -> Sample:
 
 def with_own_logprobs(trainer, samples: list[Sample], config: LearnerConfig, tree: bool) -> list[Sample]:
     """Old log-probs = the model's own (no gradient), so every ratio is 1."""
-    packing = pack_samples(samples, [0.0] * len(samples), config.token_budget, tree=tree)
+    packing = pack_samples(samples, [0.0] * len(samples), config.batch.token_budget, tree=tree)
     with torch.no_grad(), packed_mode(trainer.model):
         for row in packing.rows:
             new, _ = row_logprobs(trainer.model, row, config.step())
@@ -68,7 +68,7 @@ def with_own_logprobs(trainer, samples: list[Sample], config: LearnerConfig, tre
 
 
 def one_step(model_dir: str, samples: list[Sample], advantages: list[float], budget: int, tree: bool) -> dict:
-    config = LearnerConfig(model_dir=model_dir, token_budget=budget, tree_packing=tree)
+    config = with_overrides(LearnerConfig(model_dir=model_dir), token_budget=budget, tree_packing=tree)
     trainer = build_trainer(config)
     for group in trainer.optimizer.param_groups:
         group["lr"] = 0.0

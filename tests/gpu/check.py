@@ -20,7 +20,7 @@ import torch
 
 from gateway.store.samples import Sample
 from learner.attention import resolve_kernel
-from learner.config import LearnerConfig
+from learner.config import LearnerConfig, with_overrides
 from learner.forward import packed_mode
 from learner.loss import token_logprobs
 from learner.packing import pack_samples
@@ -109,11 +109,11 @@ def main() -> int:
         emit(check="cuda", ok=False, error="torch sees no CUDA device")
         return 1
     device = torch.device("cuda", 0)
-    config = LearnerConfig(model_dir=args.model_dir, token_budget=32768)  # dtype auto: bfloat16 on CUDA
+    config = with_overrides(LearnerConfig(model_dir=args.model_dir), token_budget=32768)  # dtype auto: bfloat16 on CUDA
     trainer = build_trainer(config)
     vocab = trainer.model.get_input_embeddings().weight.shape[0]
     emit(check="setup", ok=True, gpu=torch.cuda.get_device_name(device), torch=torch.__version__,
-         dtype=str(next(trainer.model.parameters()).dtype), kernel=resolve_kernel(config.attn_implementation, device))
+         dtype=str(next(trainer.model.parameters()).dtype), kernel=resolve_kernel(config.forward.kernel, device))
     results = [check_rows(trainer, config, vocab), check_step(trainer, config, vocab)]
     memory = [check_memory(trainer, config, vocab, int(n)) for n in args.lengths.split(",")]
     if len(memory) >= 2:

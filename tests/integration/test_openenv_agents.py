@@ -63,7 +63,7 @@ async def play(gateway: BackgroundGateway, run: str, harness, tasks, group_size:
         await client.close()
 
 
-@pytest.mark.parametrize("agent", ["opencode"])
+@pytest.mark.parametrize("agent", ["opencode", "hermes"])
 async def test_a_cli_agent_in_docker_uses_the_environments_tools_and_the_learner_trains(
         agent, gateway, adder_log, sqlite_db, tiny_model_dir, tmp_path):
     run = f"openenv-{agent}"

@@ -24,7 +24,7 @@ from harnesses.openenv_agent import with_environments
 from harnesses.openenv_tasks import REWARD_NAME, EnvServer, EnvTaskRef
 from harnesses.runner import Runner, RunPlan
 from harnessrl.server import BackgroundGateway, BackgroundServer
-from learner.config import LearnerConfig, resolve_paths
+from learner.config import LearnerConfig, resolve_paths, with_overrides
 from tests.builders import ADMIN_HEADERS, TEST_ADMIN_KEY, gateway_settings
 
 PACKAGE = "tests.openenv_env:AdderEnvironment"
@@ -99,7 +99,7 @@ async def test_a_running_environment_scores_the_builtin_agent_and_the_learner_tr
 
     store = Store.from_url(sqlite_db)
     try:
-        config = resolve_paths(LearnerConfig(model_dir=str(tiny_model_dir), groups_per_step=1, lr=1e-3,
+        config = resolve_paths(with_overrides(LearnerConfig(), model_dir=str(tiny_model_dir), groups_per_step=1, lr=1e-3,
                                              poll_interval_s=0.05, publish=False, lora_rank=4, lora_alpha=8,
                                              max_staleness=100, max_steps=1), tmp_path / "learner")
         result = await asyncio.wait_for(learner.loop.run_learner(config, store, "openenv-url", handle_signals=False), 300)

@@ -15,7 +15,7 @@ from harnesses.gateway_client import GatewayClient
 from harnesses.runner import Runner, RunPlan
 from harnessrl.sft import SftPlan, run_sft
 from harnessrl.teacher import PolicyRendering, TeacherSettings, teacher_gateway
-from learner.config import LearnerConfig
+from learner.config import LearnerConfig, with_overrides
 from learner.groups import UnusableGroup, check_group, load_group
 from learner.sft import SftConfig
 from tests.builders import TEST_ADMIN_KEY
@@ -51,6 +51,6 @@ async def test_a_teacher_run_on_vllm_is_recorded_refused_by_grpo_and_taken_by_sf
 
     sft = await asyncio.to_thread(run_sft, SftPlan(
         run="teacher", database_url=sqlite_db, out_dir=tmp_path / "sft", min_reward=0.0,
-        learner=LearnerConfig(model_dir=str(tiny_model_dir), lora_rank=4, lr=1e-3, device="cpu"),
+        learner=with_overrides(LearnerConfig(model_dir=str(tiny_model_dir), device="cpu"), lora_rank=4, lr=1e-3),
         sft=SftConfig(epochs=2, token_budget=2048)))
     assert sft.rollouts == 4 and sft.result.samples == 4 and (sft.adapter / "adapter_config.json").exists()

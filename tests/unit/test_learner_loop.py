@@ -7,7 +7,6 @@ import asyncio
 import logging
 import shutil
 from collections.abc import AsyncIterator
-from dataclasses import replace
 from pathlib import Path
 
 import httpx
@@ -29,6 +28,7 @@ from learner.config import (
     dump_toml,
     load_config,
     resolve_paths,
+    with_overrides,
 )
 from learner.groups import ReadyGroup, RolloutData, build_batch
 from learner.publish import GatewayUnreachable, Published, Publisher, PublishError
@@ -99,7 +99,7 @@ def config_for(tiny_model_dir: Path, out: Path, **overrides) -> LearnerConfig:
     values = dict(model_dir=str(tiny_model_dir), groups_per_step=2, lr=1e-3, poll_interval_s=0.05, publish=False,
                   lora_rank=4, lora_alpha=8, max_staleness=100)
     values.update(overrides)
-    return resolve_paths(LearnerConfig(**values), out)
+    return resolve_paths(with_overrides(LearnerConfig(), **values), out)
 
 
 async def train(config: LearnerConfig, store: Store, **kwargs):
@@ -111,7 +111,7 @@ async def history(store: Store) -> list[tuple[int, ...]]:
 
 
 def final_adapter(config: LearnerConfig, step: int) -> dict[str, torch.Tensor]:
-    return load_file(Path(config.checkpoint_dir) / f"step-{step:08d}" / "adapter" / "adapter_model.safetensors")
+    return load_file(Path(config.checkpoint.dir) / f"step-{step:08d}" / "adapter" / "adapter_model.safetensors")
 
 
 def assert_same_weights(a: dict[str, torch.Tensor], b: dict[str, torch.Tensor]) -> None:
@@ -211,7 +211,7 @@ async def test_a_crash_after_the_checkpoint_write_before_the_commit_reloads_the_
     monkeypatch.setattr(learner.loop, "commit_checkpoint", crashing)
     with pytest.raises(Crash):
         await train(config, store)
-    orphan = Path(config.checkpoint_dir) / "step-00000002"
+    orphan = Path(config.checkpoint.dir) / "step-00000002"
     assert (orphan / "trainer.pt").exists()  # complete on disk, but the store never recorded it
     assert await history(store) == [tuple(groups[:2])]
     assert (await statuses(store))[groups[2]] == "ready"
@@ -295,14 +295,15 @@ async def test_each_step_stores_its_metrics_and_writes_tensorboard(store, tiny_m
 
 @pytest.fixture
 async def admin_gateway(sqlite_db, fake_engine, fake_engine_server) -> AsyncIterator[GatewayHarness]:
+    # max_staleness 2: the learner takes the gateway's, so version-0 samples still train its third step
     settings = gateway_settings(sqlite_db, fake_engine_server.url, admin_key=ADMIN,
-                               max_staleness=1)
+                               max_staleness=2)
     async for harness in start_gateway(settings, fake_engine):
         yield harness
 
 
 def gateway_publisher(gateway: GatewayHarness, config: LearnerConfig) -> Publisher:
-    return Publisher("http://gateway", ADMIN, Path(config.adapters_dir), client=gateway.http)
+    return Publisher("http://gateway", ADMIN, Path(config.publish.adapters_dir), client=gateway.http)
 
 
 async def test_each_new_version_is_published_through_the_admin_endpoint(admin_gateway, store, tiny_model_dir,
@@ -312,10 +313,9 @@ async def test_each_new_version_is_published_through_the_admin_endpoint(admin_ga
     await train(config, store, publisher=gateway_publisher(admin_gateway, config))
     policy = (await admin_gateway.http.get("/admin/policy")).json()
     assert policy["current_version"] == 3
-    # max_staleness 1 at the gateway: v1 was unloaded when v3 arrived
-    assert set(admin_gateway.fake.adapters) == {"policy-v2", "policy-v3"}
-    assert admin_gateway.fake.adapters["policy-v3"] == str(Path(config.adapters_dir) / "policy-v3")
-    assert (Path(config.adapters_dir) / "policy-v3" / "adapter_config.json").exists()
+    assert set(admin_gateway.fake.adapters) == {"policy-v1", "policy-v2", "policy-v3"}  # max_staleness 2
+    assert admin_gateway.fake.adapters["policy-v3"] == str(Path(config.publish.adapters_dir) / "policy-v3")
+    assert (Path(config.publish.adapters_dir) / "policy-v3" / "adapter_config.json").exists()
     rows = await stored_steps(store, RUN)
     assert all(row["swap_time_s"] > 0 for row in rows)
     # a rollout started now is served by the newest adapter
@@ -326,7 +326,7 @@ async def test_each_new_version_is_published_through_the_admin_endpoint(admin_ga
         "model": "policy", "messages": [{"role": "user", "content": "hi"}]})
     assert answer.status_code == 200 and admin_gateway.fake.requests[-1]["model"] == "policy-v3"
     # keep_checkpoints = 2: older committed checkpoints are pruned
-    assert sorted(p.name for p in Path(config.checkpoint_dir).iterdir()) == ["step-00000002", "step-00000003"]
+    assert sorted(p.name for p in Path(config.checkpoint.dir).iterdir()) == ["step-00000002", "step-00000003"]
 
 
 class FlakyPublisher:
@@ -340,6 +340,9 @@ class FlakyPublisher:
         return self.published[-1] if self.published else 0
 
     async def max_model_len(self) -> int | None:
+        raise GatewayUnreachable("connection refused")
+
+    async def max_staleness(self) -> int | None:
         raise GatewayUnreachable("connection refused")
 
     async def publish(self, model, version: int):
@@ -363,20 +366,20 @@ async def test_an_unreachable_gateway_delays_publishing_but_not_training(store, 
 async def test_the_token_budget_defaults_to_the_engines_max_model_len(admin_gateway, store, tiny_model_dir,
                                                                      tmp_path, caplog):
     config = config_for(tiny_model_dir, tmp_path / "out", publish=True)
-    assert config.token_budget == 0  # the default: ask the gateway
+    assert config.batch.token_budget == 0  # the default: ask the gateway
     trainer = learner.trainer.build_trainer(config)
     view = (await admin_gateway.http.get("/admin/policy", headers={"x-admin-key": ADMIN})).json()
     served = view["max_model_len"]
     assert served and served != learner.loop.FALLBACK_TOKEN_BUDGET  # the fake engine's
     with caplog.at_level(logging.INFO, logger="learner"):
         resolved = await learner.loop.resolve_token_budget(config, gateway_publisher(admin_gateway, config), trainer)
-    assert resolved.token_budget == served
+    assert resolved.batch.token_budget == served
     assert f"token_budget = {served} (the engine's max model length)" in caplog.text
     assert "tokens fit in one step" in caplog.text  # how long a sample the memory holds
-    kept = await learner.loop.resolve_token_budget(replace(config, token_budget=777), None, trainer)
-    assert kept.token_budget == 777  # the config's override wins
-    offline = await learner.loop.resolve_token_budget(replace(config, publish=False), None, trainer)
-    assert offline.token_budget == learner.loop.FALLBACK_TOKEN_BUDGET
+    kept = await learner.loop.resolve_token_budget(with_overrides(config, token_budget=777), None, trainer)
+    assert kept.batch.token_budget == 777  # the config's override wins
+    offline = await learner.loop.resolve_token_budget(with_overrides(config, publish=False), None, trainer)
+    assert offline.batch.token_budget == learner.loop.FALLBACK_TOKEN_BUDGET
 
 
 async def test_samples_longer_than_the_budget_are_refused_and_counted(store, tiny_model_dir, tmp_path):
@@ -447,11 +450,13 @@ def test_unknown_config_keys_are_errors_naming_the_key(tmp_path):
     path.write_text('model_dir = "/m"\nlora_rnak = 8\n')
     with pytest.raises(ConfigError, match="unknown key 'lora_rnak'"):
         load_config(path)
-    with pytest.raises(ConfigError, match="lr .* must be like"):
+    with pytest.raises(ConfigError, match="unknown key \\[lora\\] 'rnak'"):
+        config_from_dict({"lora": {"rnak": 8}})
+    with pytest.raises(ConfigError, match="optimizer.lr .* must be like"):
         config_from_dict({"lr": "fast"})
     with pytest.raises(ConfigError, match="scheduler = 'cosine' decays until max_steps"):
         config_from_dict({"scheduler": "cosine"})
-    with pytest.raises(ConfigError, match="attn_implementation must be one of auto, sdpa, flash"):
+    with pytest.raises(ConfigError, match="forward.kernel must be one of auto, sdpa, flash"):
         config_from_dict({"attn_implementation": "eager"})  # the packed path never takes a dense mask
     with pytest.raises(ConfigError, match="token_budget must not be negative"):
         config_from_dict({"token_budget": -1})
@@ -459,7 +464,7 @@ def test_unknown_config_keys_are_errors_naming_the_key(tmp_path):
 
 def test_the_learner_config_defaults_to_long_rows_and_the_machines_dtype():
     config = LearnerConfig()
-    assert config.token_budget == 0 and config.dtype == "auto" and config.tree_packing
+    assert config.batch.token_budget == 0 and config.dtype == "auto" and config.batch.tree_packing
     step = config.step()
     assert step.forward.kernel == "auto" and step.forward.activation_checkpointing
     assert learner.trainer.training_dtype(config, torch.device("cuda")) == torch.bfloat16
@@ -472,8 +477,34 @@ def test_the_default_config_round_trips_through_toml(tmp_path):
     assert load_config(path) == LearnerConfig()
     path.write_text("lr = 1\nlora_targets = ['q_proj']\nadam_betas = [0.9, 1]\n")
     loaded = load_config(path, max_steps=5)
-    assert loaded.lr == 1.0 and loaded.lora_targets == ("q_proj",) and loaded.adam_betas == (0.9, 1.0)
+    assert loaded.optimizer.lr == 1.0 and loaded.lora.targets == ("q_proj",) and loaded.optimizer.adam_betas == (0.9, 1.0)
     assert loaded.max_steps == 5
+
+
+def test_a_sectioned_config_loads_and_the_old_flat_form_still_does_naming_the_sections(tmp_path, caplog):
+    sectioned, flat = tmp_path / "sectioned.toml", tmp_path / "flat.toml"
+    sectioned.write_text('model_dir = "/m"\n[lora]\nrank = 8\n[optimizer]\nlr = 0.01\n'
+                         '[publish]\nenabled = false\n[checkpoint]\nkeep = 3\n')
+    flat.write_text('model_dir = "/m"\nlora_rank = 8\nlr = 0.01\npublish = false\nkeep_checkpoints = 3\n')
+    with caplog.at_level(logging.WARNING, logger="learner.config"):
+        assert load_config(sectioned) == load_config(flat)
+    assert "lora_rank -> [lora] rank" in caplog.text and "publish -> [publish] enabled" in caplog.text
+    assert str(sectioned) not in caplog.text  # only the flat file is warned about
+    loaded = load_config(sectioned)
+    assert (loaded.lora.rank, loaded.optimizer.lr, loaded.publish.enabled, loaded.checkpoint.keep) == (8, 0.01, False, 3)
+    assert loaded.loss == LearnerConfig().loss  # [loss] is learner.loss.LossConfig itself, its own defaults
+
+
+async def test_a_publishing_learner_drops_samples_by_the_gateways_max_staleness(sqlite_db, fake_engine,
+                                                                                fake_engine_server, store,
+                                                                                tiny_model_dir, tmp_path):
+    settings = gateway_settings(sqlite_db, fake_engine_server.url, admin_key=ADMIN, max_staleness=0)
+    async for gateway in start_gateway(settings, fake_engine):
+        await fill(store, 4)  # every call sampled by version 0; the config would keep 100 versions
+        config = config_for(tiny_model_dir, tmp_path / "out", max_steps=2, publish=True)
+        await train(config, store, publisher=gateway_publisher(gateway, config))
+    first, second = await stored_steps(store, RUN)
+    assert first["samples_stale"] == 0 and second["version"] == 1 and second["samples_stale"] == 8
 
 
 async def test_publishing_waits_out_a_briefly_unavailable_engine(tmp_path):
@@ -611,6 +642,9 @@ class WarmStartedGateway:
     async def max_model_len(self) -> int | None:
         return None
 
+    async def max_staleness(self) -> int | None:
+        return None
+
     async def publish(self, model, version: int):
         self.published.append(version)
         return Published(version, f"policy-v{version}", "/a", 0.01, 0.02, 0.01, 1)
@@ -622,5 +656,5 @@ async def test_a_learner_starting_at_the_warm_starts_version_publishes_the_next_
     with pytest.raises(learner.loop.LearnerError, match="serves policy-v1, newer"):
         await train(config, store, publisher=WarmStartedGateway())  # without init_version: refused
     gateway = WarmStartedGateway()
-    result = await train(replace(config, init_version=1), store, publisher=gateway)
+    result = await train(with_overrides(config, init_version=1), store, publisher=gateway)
     assert (result.step, result.version, gateway.published) == (2, 3, [1, 2, 3])

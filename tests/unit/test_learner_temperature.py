@@ -12,7 +12,7 @@ from peft import LoraConfig, get_peft_model
 from transformers import Qwen2Config, Qwen2ForCausalLM
 
 from gateway.store.samples import Sample
-from learner.config import LearnerConfig
+from learner.config import LearnerConfig, with_overrides
 from learner.groups import ReadyGroup, RolloutData, build_batch
 from learner.trainer import Trainer, train_batch
 
@@ -53,7 +53,7 @@ def one_step(model, batch) -> dict:
     optimizer = torch.optim.SGD([p for p in model.parameters() if p.requires_grad], lr=0.0)
     trainer = Trainer(model, optimizer, torch.optim.lr_scheduler.LambdaLR(optimizer, lambda k: 1.0))
     # The config's temperature is not the run's: the batch's must win.
-    result, refused = train_batch(trainer, batch, LearnerConfig(model_dir="-", token_budget=64, temperature=1.0))
+    result, refused = train_batch(trainer, batch, with_overrides(LearnerConfig(model_dir="-"), token_budget=64, temperature=1.0))
     assert refused == 0
     return result
 

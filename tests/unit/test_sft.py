@@ -3,13 +3,12 @@ independent token-level computation, and it falls when a tiny model trains on a 
 
 from __future__ import annotations
 
-from dataclasses import replace
 
 import numpy as np
 import pytest
 import torch
 
-from learner.config import LearnerConfig
+from learner.config import LearnerConfig, with_overrides
 from learner.forward import ForwardConfig
 from learner.packing import pack_samples
 from learner.sft import SftConfig, sft_step, train_sft, trainable
@@ -78,14 +77,14 @@ def test_samples_with_nothing_sampled_are_left_out_and_none_at_all_is_an_error()
 
 
 def test_the_learner_starts_from_a_warm_start_adapter_when_given(tiny_model_dir, tmp_path):
-    config = LearnerConfig(model_dir=str(tiny_model_dir), lora_rank=4, device="cpu")
+    config = with_overrides(LearnerConfig(model_dir=str(tiny_model_dir), device="cpu"), lora_rank=4)
     warm = build_trainer(config).model
     with torch.no_grad():
         for name, p in warm.named_parameters():
             if "lora_B" in name:
                 p.fill_(0.01)  # a fresh adapter's B is 0: this one has learnt something
     warm.save_pretrained(tmp_path / "adapter")
-    started = build_trainer(replace(config, init_adapter=str(tmp_path / "adapter"))).model
+    started = build_trainer(with_overrides(config, init_adapter=str(tmp_path / "adapter"))).model
     fresh = build_trainer(config).model
     trained = {n: p for n, p in started.named_parameters() if p.requires_grad}
     assert trained and all(n.count("lora_") for n in trained)
