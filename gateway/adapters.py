@@ -4,7 +4,9 @@ Each version loads under a new name (``policy-v{N}``), never in place: vLLM keys
 adapter name, so reusing a name would serve stale KV. Versions older than ``max_staleness + 1``
 behind the current one are unloaded; rollouts in flight keep theirs until then.
 
-A publication completes in both the store and the engine or changes neither. An engine that lost
+A publication completes in both the store and the engine or changes neither. With several engines
+(``gateway.engine.pool``) "the engine" is all of them: the load returns once every healthy engine holds
+the adapter, and one that was out gets the whole loaded set before it serves again. An engine that lost
 its adapters (it restarted) gets them back: ``RecoveringEngine`` reloads the store's loaded versions
 when a call names one the engine no longer has, and retries that call once.
 """

@@ -4,7 +4,7 @@ The learner publishes to one gateway (``POST /admin/adapters``), which loads the
 engine and records it in the store. Every gateway on the same store looks at the store's loaded
 versions every ``follow_interval_s`` (default 0.5 s, so a publish is followed within a second):
 a newer version is loaded into its own engine (unless the engine already serves it: gateways may
-share one) and made current; versions older than ``max_staleness`` behind are retired as the
+share one; with several engines, into every one of them before it is made current) and made current; versions older than ``max_staleness`` behind are retired as the
 publishing gateway retires them. A rollout's token works on any of them (the store resolves it).
 """
 

@@ -132,8 +132,9 @@ class Call(Base):
     # setting to the engine (adhoc calls) or the call predates recording them.
     temperature: Mapped[float | None] = mapped_column(Float, nullable=True)
     top_p: Mapped[float | None] = mapped_column(Float, nullable=True)
-    # The engine that served the call (base URL), ms it queued for a slot there, and the engine its
-    # rollout was moved from when that one failed (this call re-prefilled); null before revision 0009.
+    # The engine that served the call (base URL), ms it queued for a slot there (part of latency_ms),
+    # and the engine its rollout was moved from when that one failed (this call re-prefilled there);
+    # null before revision 0009.
     engine: Mapped[str | None] = mapped_column(String(400), nullable=True)
     queue_ms: Mapped[float] = mapped_column(Float, default=0.0, server_default="0")
     moved_from: Mapped[str | None] = mapped_column(String(400), nullable=True)
