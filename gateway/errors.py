@@ -17,6 +17,8 @@ from fastapi.responses import JSONResponse
 from pydantic import ValidationError
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
+from gateway.dialects import dialect_at, openai_error_body
+
 logger = logging.getLogger(__name__)
 
 ERROR_ID_HEADER = "x-harnessrl-error-id"
@@ -96,28 +98,12 @@ class EngineError(GatewayError):
         self.type = type or ("invalid_request_error" if status_code < 500 else "engine_error")
 
 
-def error_body(exc: GatewayError) -> dict:
-    """OpenAI's error shape (Chat Completions, Completions, Responses, and the REST API)."""
-    return {"error": {"message": exc.message, "type": exc.type, "param": exc.param, "code": exc.code}}
-
-
-ANTHROPIC_TYPES = {400: "invalid_request_error", 401: "authentication_error", 403: "permission_error",
-                   404: "not_found_error", 409: "invalid_request_error", 413: "request_too_large", 429: "rate_limit_error",
-                   503: "overloaded_error", 504: "timeout_error", 529: "overloaded_error"}
-
-
-def anthropic_error_body(exc: GatewayError) -> dict:
-    """Anthropic's error shape, for the Messages API."""
-    kind = ANTHROPIC_TYPES.get(exc.status_code, "invalid_request_error" if exc.status_code < 500 else "api_error")
-    return {"type": "error", "error": {"type": kind, "message": exc.message}}
-
-
-ANTHROPIC_PATHS = ("/messages", "/messages/count_tokens")
+error_body = openai_error_body  # the streams' name for OpenAI's shape (gateway.openai.stream)
 
 
 def shape_for(path: str) -> Callable[[GatewayError], dict]:
-    """The error shape of the dialect served at ``path``."""
-    return anthropic_error_body if path.endswith(ANTHROPIC_PATHS) else error_body
+    """The error shape of the dialect served at ``path`` (gateway.dialects)."""
+    return dialect_at(path).error_body
 
 
 def error_response(path: str, exc: GatewayError) -> JSONResponse:
@@ -175,21 +161,6 @@ def install_error_handlers(app: FastAPI) -> None:
 
 # --- the error shapes in the OpenAPI document ------------------------------------------------
 
-_NULLABLE_STRING = {"anyOf": [{"type": "string"}, {"type": "null"}]}
-OPENAI_ERROR_SCHEMA = {
-    "title": "ErrorBody", "type": "object", "required": ["error"],
-    "properties": {"error": {"type": "object", "required": ["message", "type", "param", "code"], "properties": {
-        "message": {"type": "string"}, "type": {"type": "string"}, "param": _NULLABLE_STRING,
-        "code": _NULLABLE_STRING}}},
-}
-ANTHROPIC_ERROR_SCHEMA = {
-    "title": "AnthropicErrorBody", "type": "object", "required": ["type", "error"],
-    "properties": {"type": {"const": "error"}, "error": {"type": "object", "required": ["type", "message"],
-                                                         "properties": {"type": {"type": "string"},
-                                                                        "message": {"type": "string"}}}},
-}
-
-
 def document_errors(app: FastAPI) -> None:
     """Every operation documents its errors as they are sent: 4xx/5xx in the dialect's shape.
 
@@ -202,7 +173,7 @@ def document_errors(app: FastAPI) -> None:
             return app.openapi_schema
         schema = generate()
         for path, operations in schema.get("paths", {}).items():
-            error_schema = ANTHROPIC_ERROR_SCHEMA if path.endswith(ANTHROPIC_PATHS) else OPENAI_ERROR_SCHEMA
+            error_schema = dialect_at(path).error_schema
             for operation in operations.values():
                 responses = operation.setdefault("responses", {})
                 responses.pop("422", None)

@@ -1,4 +1,6 @@
-"""Prometheus metrics of the gateway, on a registry per app (tests run several apps at once)."""
+"""Prometheus metrics of the gateway, on a registry per app (tests run several apps at once); calls are
+labelled by their dialect's name (gateway.dialects: chat, completions, responses, messages, count_tokens,
+other)."""
 
 from __future__ import annotations
 
@@ -6,17 +8,9 @@ from dataclasses import dataclass, field
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 
+from gateway.dialects import dialect_at
+
 LATENCY_BUCKETS_S = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300)
-
-
-def dialect_of(path: str) -> str:
-    """The dialect a request path belongs to, for labels."""
-    for suffix, dialect in (("/chat/completions", "chat"), ("/completions", "completions"),
-                            ("/responses", "responses"), ("/messages", "messages"),
-                            ("/messages/count_tokens", "count_tokens")):
-        if path.endswith(suffix):
-            return dialect
-    return "other"
 
 
 @dataclass
@@ -43,7 +37,7 @@ class GatewayMetrics:
         self.tokens_out.labels(dialect).inc(output_tokens)
 
     def failed(self, path: str, status_code: int, engine_kind: str | None) -> None:
-        self.calls.labels(dialect_of(path), str(status_code)).inc()
+        self.calls.labels(dialect_at(path).name, str(status_code)).inc()
         if engine_kind:
             self.engine_errors.labels(engine_kind).inc()
 

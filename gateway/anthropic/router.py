@@ -7,6 +7,7 @@ from fastapi.responses import JSONResponse
 
 from gateway.anthropic.replay import message_events
 from gateway.anthropic.serving import AnthropicServing
+from gateway.dialects import API_PREFIXES, COUNT_TOKENS, MESSAGES
 from gateway.identity import resolve_identity
 from gateway.json_body import read_json_body
 from gateway.openai.router import delivered, streamed
@@ -33,7 +34,8 @@ async def count_tokens(request: Request, state: StateDep) -> JSONResponse:
 
 def create_router() -> APIRouter:
     router = APIRouter(tags=["anthropic"])
-    for prefix in ("/v1", "/r/{token}/v1"):
-        router.add_api_route(f"{prefix}/messages", messages, methods=["POST"])
-        router.add_api_route(f"{prefix}/messages/count_tokens", count_tokens, methods=["POST"])
+    for prefix in API_PREFIXES:
+        for dialect, endpoint in ((MESSAGES, messages), (COUNT_TOKENS, count_tokens)):
+            for route in dialect.routes:
+                router.add_api_route(f"{prefix}{route}", endpoint, methods=["POST"])
     return router

@@ -39,13 +39,14 @@ from gateway.anthropic.protocol import (
     Usage,
 )
 from gateway.anthropic.stream import MessageStream, message_stream_events
+from gateway.dialects import MESSAGES
 from gateway.errors import InvalidRequest
 from gateway.pipeline import ChatPipeline
 from gateway.request_notes import RequestNotes, ignored_fields, recorded_request
 from gateway.store.records import RolloutIdentity
 from gateway.streaming import StreamedAnswer
 
-DIALECT = "messages"
+DIALECT = MESSAGES.name
 RAW_ARGUMENTS_KEY = "_raw"  # tool input holding arguments the model wrote that are not a JSON object
 RequestT = TypeVar("RequestT", bound=PromptFields)
 

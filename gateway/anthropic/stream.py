@@ -27,7 +27,8 @@ from gateway.anthropic.protocol import (
     Usage,
 )
 from gateway.anthropic.replay import block_events, end_events
-from gateway.errors import GatewayError, anthropic_error_body
+from gateway.dialects import anthropic_error_body
+from gateway.errors import GatewayError
 from gateway.streaming import Committed, StreamedCall
 
 CALL_ID_COMMENT = ": x-harnessrl-call-id {}\n\n"

@@ -13,11 +13,8 @@ import json
 
 from pydantic import ValidationError
 
-from gateway.anthropic.protocol import MessagesRequest
-from gateway.anthropic.serving import chat_messages as anthropic_chat_messages
+from gateway.dialects import recorded_dialect
 from gateway.errors import GatewayError
-from gateway.responses.protocol import ResponsesRequest
-from gateway.responses.serving import chat_messages as responses_chat_messages
 from gateway.store.store import Store
 from gateway.store.tables import Call
 
@@ -41,19 +38,11 @@ def conversation(call: Call, earlier: list[tuple[int, dict]]) -> list[dict]:
 
 
 def request_messages(dialect: str, request: dict) -> list[dict]:
-    """The request's history as chat messages (the client's own shape for chat)."""
+    """The request's history as chat messages (the client's own shape for chat; gateway.dialects)."""
     try:
-        if dialect == "responses":
-            return responses_chat_messages(ResponsesRequest.model_validate(request))
-        if dialect == "messages":
-            return anthropic_chat_messages(MessagesRequest.model_validate(request))
+        return recorded_dialect(dialect).history(request)
     except (ValidationError, GatewayError):  # recorded bodies were valid; an older shape shows nothing
         return []
-    if dialect == "completions":
-        prompt = request.get("prompt")
-        return [{"role": "user", "content": prompt if isinstance(prompt, str) else json.dumps(prompt)}]
-    messages = request.get("messages")
-    return [m for m in messages if isinstance(m, dict)] if isinstance(messages, list) else []
 
 
 def answer_message(response: dict) -> dict | None:

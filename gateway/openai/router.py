@@ -8,6 +8,7 @@ from fastapi import APIRouter, Request
 from fastapi.responses import StreamingResponse
 
 from gateway.delivery import UNDELIVERED, Delivery, JSONBody
+from gateway.dialects import API_PREFIXES, CHAT, COMPLETIONS
 from gateway.identity import resolve_identity
 from gateway.json_body import read_json_body
 from gateway.openai.protocol import ModelCard, ModelList
@@ -70,8 +71,9 @@ async def list_models(request: Request, state: StateDep) -> ModelList:
 
 def create_router() -> APIRouter:
     router = APIRouter(tags=["openai"])
-    for prefix in ("/v1", "/r/{token}/v1"):
-        router.add_api_route(f"{prefix}/chat/completions", chat_completions, methods=["POST"])
-        router.add_api_route(f"{prefix}/completions", completions, methods=["POST"])
+    for prefix in API_PREFIXES:
+        for dialect, endpoint in ((CHAT, chat_completions), (COMPLETIONS, completions)):
+            for route in dialect.routes:
+                router.add_api_route(f"{prefix}{route}", endpoint, methods=["POST"])
         router.add_api_route(f"{prefix}/models", list_models, methods=["GET"], response_model=ModelList)
     return router

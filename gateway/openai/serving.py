@@ -7,6 +7,7 @@ from typing import TypeVar
 
 from pydantic import BaseModel, ValidationError
 
+from gateway.dialects import CHAT
 from gateway.errors import InvalidRequest, describe_validation_error
 from gateway.openai.protocol import ChatCompletionRequest, CompletionRequest
 from gateway.openai.stream import chat_stream_events, completion_stream_events
@@ -42,9 +43,9 @@ class OpenAIServing:
     async def chat(self, raw: dict, identity: RolloutIdentity) -> ServedCall | StreamedAnswer:
         request = parse_request(ChatCompletionRequest, raw)
         if request.stream:
-            call = await self.pipeline.chat_stream(raw, identity, "chat", raw, request.top_logprobs or 0)
+            call = await self.pipeline.chat_stream(raw, identity, CHAT.name, raw, request.top_logprobs or 0)
             return StreamedAnswer(call, chat_stream_events(call, request, _include_usage(request)))
-        recorded = await self.pipeline.chat(raw, identity, "chat", raw, request.top_logprobs or 0)
+        recorded = await self.pipeline.chat(raw, identity, CHAT.name, raw, request.top_logprobs or 0)
         return ServedCall(recorded.call_id, _client_chat(recorded.answer, request), bool(request.stream),
                           _include_usage(request))
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from fastapi import APIRouter, Request
 
+from gateway.dialects import API_PREFIXES, RESPONSES
 from gateway.identity import resolve_identity
 from gateway.json_body import read_json_body
 from gateway.openai.router import delivered, streamed
@@ -26,6 +27,7 @@ async def create_response(request: Request, state: StateDep):
 
 def create_router() -> APIRouter:
     router = APIRouter(tags=["responses"])
-    for prefix in ("/v1", "/r/{token}/v1"):
-        router.add_api_route(f"{prefix}/responses", create_response, methods=["POST"])
+    for prefix in API_PREFIXES:
+        for route in RESPONSES.routes:
+            router.add_api_route(f"{prefix}{route}", create_response, methods=["POST"])
     return router
