@@ -10,15 +10,14 @@ from gateway.anthropic.serving import AnthropicServing
 from gateway.dialects import API_PREFIXES, COUNT_TOKENS, MESSAGES
 from gateway.identity import resolve_identity
 from gateway.json_body import read_json_body
-from gateway.openai.router import delivered, streamed
+from gateway.routes import delivered, open_call, streamed
 from gateway.state import StateDep
 from gateway.streaming import StreamedAnswer
 
 
 async def messages(request: Request, state: StateDep):
-    raw = await read_json_body(request)
-    identity = await resolve_identity(request, state.store, state.settings.require_token)
-    served = await AnthropicServing(await state.pipeline()).messages(raw, identity)
+    call = await open_call(request, state)
+    served = await AnthropicServing(call.pipeline).messages(call.raw, call.identity)
     if isinstance(served, StreamedAnswer):
         return streamed(served)
     if served.stream:

@@ -5,34 +5,16 @@ from __future__ import annotations
 import time
 
 from fastapi import APIRouter, Request
-from fastapi.responses import StreamingResponse
 
-from gateway.delivery import UNDELIVERED, Delivery, JSONBody
+from gateway.delivery import Delivery
 from gateway.dialects import API_PREFIXES, CHAT, COMPLETIONS
 from gateway.identity import resolve_identity
-from gateway.json_body import read_json_body
 from gateway.openai.protocol import ModelCard, ModelList
 from gateway.openai.replay import chat_chunks, completion_chunks
 from gateway.openai.serving import OpenAIServing, ServedCall
+from gateway.routes import delivered, open_call, streamed
 from gateway.state import GatewayState, StateDep
 from gateway.streaming import StreamedAnswer
-
-CALL_ID_HEADER = "x-harnessrl-call-id"
-
-
-def delivered(state: GatewayState, call_id: int, stream: bool, body, content) -> Delivery:
-    """The recorded call's response, a stream of ``content`` or JSON ``body``; tagged if never delivered."""
-    headers = {CALL_ID_HEADER: str(call_id)}
-    response = (StreamingResponse(content, media_type="text/event-stream", headers=headers) if stream
-                else JSONBody(body, headers=headers))
-    return Delivery(response, lambda: state.writer.add_tag(call_id, UNDELIVERED))
-
-
-def streamed(answer: StreamedAnswer) -> Delivery:
-    """A call streamed through: its events as they come; cut short, it is recorded ``undelivered``
-    (the call id goes out in the stream, once the call exists)."""
-    response = StreamingResponse(answer.events, media_type="text/event-stream")
-    return Delivery(response, lambda: answer.call.undelivered(UNDELIVERED))
 
 
 def _respond(state: GatewayState, served: ServedCall | StreamedAnswer, chunks) -> Delivery:
@@ -43,17 +25,13 @@ def _respond(state: GatewayState, served: ServedCall | StreamedAnswer, chunks) -
 
 
 async def chat_completions(request: Request, state: StateDep):
-    raw = await read_json_body(request)
-    identity = await resolve_identity(request, state.store, state.settings.require_token)
-    serving = OpenAIServing(await state.pipeline())
-    return _respond(state, await serving.chat(raw, identity), chat_chunks)
+    call = await open_call(request, state)
+    return _respond(state, await OpenAIServing(call.pipeline).chat(call.raw, call.identity), chat_chunks)
 
 
 async def completions(request: Request, state: StateDep):
-    raw = await read_json_body(request)
-    identity = await resolve_identity(request, state.store, state.settings.require_token)
-    serving = OpenAIServing(await state.pipeline())
-    return _respond(state, await serving.completions(raw, identity), completion_chunks)
+    call = await open_call(request, state)
+    return _respond(state, await OpenAIServing(call.pipeline).completions(call.raw, call.identity), completion_chunks)
 
 
 async def list_models(request: Request, state: StateDep) -> ModelList:

@@ -5,19 +5,16 @@ from __future__ import annotations
 from fastapi import APIRouter, Request
 
 from gateway.dialects import API_PREFIXES, RESPONSES
-from gateway.identity import resolve_identity
-from gateway.json_body import read_json_body
-from gateway.openai.router import delivered, streamed
 from gateway.responses.replay import response_events
 from gateway.responses.serving import ResponsesServing
+from gateway.routes import delivered, open_call, streamed
 from gateway.state import StateDep
 from gateway.streaming import StreamedAnswer
 
 
 async def create_response(request: Request, state: StateDep):
-    raw = await read_json_body(request)
-    identity = await resolve_identity(request, state.store, state.settings.require_token)
-    served = await ResponsesServing(await state.pipeline()).create(raw, identity)
+    call = await open_call(request, state)
+    served = await ResponsesServing(call.pipeline).create(call.raw, call.identity)
     if isinstance(served, StreamedAnswer):
         return streamed(served)
     if served.stream:
