@@ -37,7 +37,8 @@ missing_agents() {
     local need=()
     [ "$(opencode --version 2>/dev/null)" = "$OPENCODE_VERSION" ] || need+=(opencode)
     [ "$(pi --version 2>&1)" = "$PI_VERSION" ] || need+=(pi)
-    [ -x "$HERMES_VENV/bin/hermes" ] || need+=(hermes)
+    # with its mcp extra: MCP servers in its config (OpenEnv environments' tools)
+    { [ -x "$HERMES_VENV/bin/hermes" ] && "$HERMES_VENV/bin/python" -c "import mcp" 2>/dev/null; } || need+=(hermes)
     [ "$(claude --version 2>/dev/null)" = "$CLAUDE_CODE_VERSION (Claude Code)" ] || need+=(claude-code)
     [ "$(codex --version 2>/dev/null)" = "codex-cli $CODEX_VERSION" ] || need+=(codex)
     echo "${need[@]}"
@@ -74,7 +75,7 @@ for agent in $(missing_agents); do
     case $agent in
         opencode) npm install -g "opencode-ai@$OPENCODE_VERSION" ;;
         pi) npm install -g "@mariozechner/pi-coding-agent@$PI_VERSION" ;;
-        hermes) python3 -m venv "$HERMES_VENV" && "$HERMES_VENV/bin/pip" install -q "hermes-agent==$HERMES_VERSION" ;;
+        hermes) python3 -m venv "$HERMES_VENV" && "$HERMES_VENV/bin/pip" install -q "hermes-agent[mcp]==$HERMES_VERSION" ;;
         claude-code) npm install -g "@anthropic-ai/claude-code@$CLAUDE_CODE_VERSION" ;;
         codex) npm install -g "@openai/codex@$CODEX_VERSION" ;;
     esac

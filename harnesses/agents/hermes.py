@@ -7,7 +7,7 @@ Its auxiliary side calls (session titles, context compression) are pointed at th
 they are recorded and tagged; `AgentSettings(side_calls=False)` switches both off instead.
 
 Tools: on an OpenEnv task the rollout's tool server (`<base URL>/tools/mcp`, relayed by the gateway to
-the environment) is an HTTP server under `mcp_servers`.
+the environment) is an HTTP server under `mcp_servers` (Hermes's `mcp` extra, in the image and the install hint).
 
 Output: one-shot mode prints only the final answer on stdout; approvals are bypassed (and `--yolo`
 says so explicitly for versions that still ask).
@@ -37,7 +37,7 @@ class HermesHarness(CliAgentHarness):
     name = "hermes"
     supports_mcp = True  # `mcp_servers` in its config; their tools are named mcp__<server>__<tool>
     executable = "hermes"
-    install_hint = f"python3 -m venv {VENV} && {VENV}/bin/pip install hermes-agent=={VERSION}"
+    install_hint = f"python3 -m venv {VENV} && {VENV}/bin/pip install 'hermes-agent[mcp]=={VERSION}'"
     side_call_patterns = SIDE_CALLS
 
     def hermes_home(self, endpoint: Endpoint) -> str:

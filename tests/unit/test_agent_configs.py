@@ -225,7 +225,7 @@ async def test_a_timed_out_or_missing_agent_is_reported_in_the_outcome():
     assert outcome.timed_out and outcome.exit_code == 137 and "killed (timeout)" in outcome.log
     missing = ExecResult(127, b"", b"sh: hermes: not found", False, 0.1)
     outcome = await create("hermes", "docker").run(FakeSandbox(missing), TASK, RolloutTarget(URL, TOKEN), 5.0)
-    assert "pip install hermes-agent==" in outcome.log
+    assert "pip install 'hermes-agent[mcp]==" in outcome.log
 
 
 # -- images -----------------------------------------------------------------------------------------
