@@ -1,4 +1,5 @@
-"""The harness adapter protocol: how one agent is configured, run and observed in a sandbox."""
+"""The harness protocol: how one agent (a harness: opencode, pi, Claude Code, ...) is configured, run and
+observed in a sandbox. ("Adapter" in harnessrl means the LoRA weights trained for a harness.)"""
 
 from __future__ import annotations
 
@@ -27,7 +28,9 @@ class AgentOutcome:
     timed_out: bool = False
 
 
-class HarnessAdapter(Protocol):
+class Harness(Protocol):
+    """One agent plugged into harnessrl (harnesses/agents/*, harnesses.builtin_agent)."""
+
     name: str
     # Side calls the gateway should tag for this agent: tag -> regex over its instructions.
     side_call_patterns: dict[str, str]
@@ -37,3 +40,6 @@ class HarnessAdapter(Protocol):
 
     async def run(self, sandbox: Sandbox, task: Task, target: RolloutTarget, timeout_s: float) -> AgentOutcome:
         """Run the agent on the task until it stops or ``timeout_s`` passes."""
+
+
+HarnessAdapter = Harness  # the old name, for callers not yet renamed (harnesses/runner.py)

@@ -30,7 +30,7 @@ from dataclasses import replace
 
 from openai import AsyncOpenAI
 
-from harnesses.adapter import AgentOutcome, HarnessAdapter, RolloutTarget
+from harnesses.adapter import AgentOutcome, Harness, RolloutTarget
 from harnesses.openenv_relay import ToolRelay, registered
 from harnesses.openenv_tasks import REWARD_NAME, EnvOutcome, EnvServer, EnvTaskRef
 from harnesses.task import Task, TaskError
@@ -45,7 +45,7 @@ EPISODE_OVER = "error: the episode is over; this call was not made"
 class OpenEnvToolsHarness:
     """Wraps a harness: OpenEnv tasks run the builtin loop on the environment's tools, others the harness."""
 
-    def __init__(self, inner: HarnessAdapter, max_turns: int = 8, max_tokens: int = 256, temperature: float = 1.0,
+    def __init__(self, inner: Harness, max_turns: int = 8, max_tokens: int = 256, temperature: float = 1.0,
                  admin_key: str | None = None):
         """``admin_key``: the gateway's, to register a CLI agent's tool relay for its rollout."""
         self.inner, self.name = inner, inner.name
@@ -157,8 +157,8 @@ def _assistant_message(reply) -> dict:
     return message
 
 
-def with_environments(tasks: list[Task], harness: HarnessAdapter, rewards: tuple,
-                      admin_key: str | None = None) -> tuple[HarnessAdapter, tuple]:
+def with_environments(tasks: list[Task], harness: Harness, rewards: tuple,
+                      admin_key: str | None = None) -> tuple[Harness, tuple]:
     """The harness and reward functions a run needs: OpenEnv tasks get the environment's tools and reward."""
     if not any(EnvTaskRef.of(task) for task in tasks):
         return harness, rewards

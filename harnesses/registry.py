@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from harnesses.adapter import HarnessAdapter
+from harnesses.adapter import Harness
 from harnesses.builtin_agent import BuiltinHarness
 
 
@@ -10,7 +10,7 @@ def harness_names() -> list[str]:
     return ["builtin", "opencode", "pi", "hermes", "claude-code", "codex", "oracle", "nop"]
 
 
-def create_harness(name: str, sandbox: str = "local") -> HarnessAdapter:
+def create_harness(name: str, sandbox: str = "local") -> Harness:
     """The adapter for ``name``; CLI agents are set up for the sandbox kind they will run in."""
     if name == "builtin":
         return BuiltinHarness()

@@ -171,13 +171,13 @@ def _start_engines(launch, count: int, timeout_s: float):
     """``serve --engines N``: N vLLM-CPU processes on their own ports (on GPUs one with --data-parallel-size N)."""
     import os
 
-    from harnessrl.engine_process import EngineGroup, EngineProcess, engine_launches
+    from harnessrl.engine_process import EngineGroup, ManagedProcess, engine_launches
     from harnessrl.hardware import has_gpu
     from harnessrl.server import free_port
     from harnessrl.settings import logs_dir
     ports = [launch.port] + [free_port() for _ in range(count - 1)]
     launches = engine_launches(launch, count, ports, has_gpu(), sorted(os.sched_getaffinity(0)))
-    group = EngineGroup([EngineProcess.vllm(one, logs_dir() / f"engine-{one.port}.log") for one in launches])
+    group = EngineGroup([ManagedProcess.vllm(one, logs_dir() / f"engine-{one.port}.log") for one in launches])
     with console.status(f"starting {len(launches)} vLLM engines on {', '.join(group.urls)} (logs: {logs_dir()})"):
         return group.start(timeout_s)
 

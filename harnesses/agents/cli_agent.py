@@ -108,7 +108,7 @@ class CliAgentHarness:
         """The host's install (local sandboxes); AgentNotInstalled with the fix when missing."""
         raise NotImplementedError
 
-    # -- HarnessAdapter ---------------------------------------------------------------------------
+    # -- Harness ---------------------------------------------------------------------------
 
     @property
     def image(self) -> str:

@@ -34,7 +34,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # run as a script 
 
 import httpx  # noqa: E402
 
-from harnessrl.engine_process import EngineLaunch, EngineProcess  # noqa: E402
+from harnessrl.engine_process import EngineLaunch, ManagedProcess  # noqa: E402
 from harnessrl.hardware import NATIVE_BF16_FLAGS, cpu_flags, machine_dtype  # noqa: E402
 from harnessrl.server import free_port  # noqa: E402
 
@@ -112,7 +112,7 @@ def engine_run(model_dir: Path, dtype: str, env: dict[str, str], vocab: int, pro
     extra = tuple(env.pop("ARGS", "").split())  # a variant of vLLM flags rather than of its environment
     launch = EngineLaunch(model_dir=model_dir, port=free_port(), max_model_len=8192, dtype=dtype, kv_cache_gib=4,
                           extra_args=extra)
-    engine = EngineProcess.vllm(launch, logs / f"engine-{dtype}-{len(env)}-{len(extra)}.log")
+    engine = ManagedProcess.vllm(launch, logs / f"engine-{dtype}-{len(env)}-{len(extra)}.log")
     engine.env = {**engine.env, **env}
     with engine:
         engine.wait_healthy()

@@ -15,7 +15,7 @@ import sys
 import tempfile
 from pathlib import Path
 
-from harnessrl.engine_process import EngineProcess
+from harnessrl.engine_process import ManagedProcess
 from harnessrl.server import free_port
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # run as a script from anywhere
@@ -29,8 +29,8 @@ DEFAULT_OUT = Path(__file__).parent / "results" / "gateway_overhead.json"
 ADMIN_KEY = "bench-admin-key"  # the control plane needs one (rollout creation)
 
 
-def start(command: list[str], port: int, log: Path) -> EngineProcess:
-    process = EngineProcess(command, f"http://{HOST}:{port}", log)
+def start(command: list[str], port: int, log: Path) -> ManagedProcess:
+    process = ManagedProcess(command, f"http://{HOST}:{port}", log)
     process.start().wait_healthy(60)
     return process
 

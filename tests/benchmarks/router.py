@@ -23,7 +23,7 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # run as a script from anywhere
-from harnessrl.engine_process import EngineProcess  # noqa: E402
+from harnessrl.engine_process import ManagedProcess  # noqa: E402
 from harnessrl.server import free_port  # noqa: E402
 from tests.benchmarks.loadgen import LoadResult, _connection, post_request  # noqa: E402
 
@@ -66,8 +66,8 @@ async def load(targets: list[tuple[int, bytes]], calls: int) -> LoadResult:
     return LoadResult(len(targets), len(latencies), time.perf_counter() - started, tuple(latencies))
 
 
-def start(command: list[str], port: int, log: Path) -> EngineProcess:
-    process = EngineProcess(command, f"http://{HOST}:{port}", log)
+def start(command: list[str], port: int, log: Path) -> ManagedProcess:
+    process = ManagedProcess(command, f"http://{HOST}:{port}", log)
     process.start().wait_healthy(60)
     return process
 

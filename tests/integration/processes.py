@@ -6,13 +6,13 @@ import os
 import sys
 from pathlib import Path
 
-from harnessrl.engine_process import EngineProcess
+from harnessrl.engine_process import ManagedProcess
 from harnessrl.server import free_port
 from tests.builders import TEST_ADMIN_KEY
 
 
 def serve_process(tmp_path: Path, *args: str, port: int | None = None,
-                  admin_key: str | None = TEST_ADMIN_KEY) -> EngineProcess:
+                  admin_key: str | None = TEST_ADMIN_KEY) -> ManagedProcess:
     """`harnessrl serve ARGS` on a free port, with the tests' admin key (None: serve's own, under
     ``tmp_path/home``); health is the gateway's /health."""
     port = port or free_port()
@@ -20,7 +20,7 @@ def serve_process(tmp_path: Path, *args: str, port: int | None = None,
     command = [sys.executable, "-m", "harnessrl.cli", "serve", "--port", str(port), *key, *args]
     env = {**os.environ, "HARNESSRL_HOME": str(tmp_path / "home")}
     env.pop("HARNESSRL_ADMIN_KEY", None)
-    return EngineProcess(command, f"http://127.0.0.1:{port}", tmp_path / f"serve-{port}.log", env)
+    return ManagedProcess(command, f"http://127.0.0.1:{port}", tmp_path / f"serve-{port}.log", env)
 
 
 def children_of(pid: int) -> list[int]:

@@ -12,7 +12,7 @@ import time
 
 import httpx
 
-from harnessrl.engine_process import EngineLaunch, EngineProcess
+from harnessrl.engine_process import EngineLaunch, ManagedProcess
 from harnessrl.server import BackgroundGateway, free_port
 from tests.builders import ADMIN_HEADERS, gateway_settings
 from tests.integration.adapters import save_random_adapter
@@ -38,7 +38,7 @@ def recorded_calls(database_url: str) -> list[tuple[int, str, str | None, str]]:
 def test_two_vllm_engines_share_rollouts_get_every_adapter_and_survive_one_killed(
         vllm_servers, tiny_model_dir, sqlite_db, tmp_path):
     shared = vllm_servers["tiny"]  # the session's engine; the second one is this test's to kill
-    second = EngineProcess.vllm(EngineLaunch(model_dir=tiny_model_dir, port=free_port(), max_model_len=2048,
+    second = ManagedProcess.vllm(EngineLaunch(model_dir=tiny_model_dir, port=free_port(), max_model_len=2048,
                                              kv_cache_gib=1, max_lora_rank=8), tmp_path / "second.log")
     adapter = save_random_adapter(tiny_model_dir, tmp_path / "lora", rank=8, seed=3)
     settings = gateway_settings(sqlite_db, shared.url, engine_urls=(shared.url, second.url),

@@ -12,7 +12,7 @@ import pytest
 import torch
 
 from gateway.settings import GatewaySettings
-from harnessrl.engine_process import EngineProcess
+from harnessrl.engine_process import ManagedProcess
 from harnessrl.server import BackgroundGateway
 from tests.integration.adapters import lora_model, save_random_adapter
 
@@ -24,7 +24,7 @@ ADAPTER_SEED = 1
 
 
 @pytest.fixture
-def tiny_engine(vllm_servers) -> EngineProcess:
+def tiny_engine(vllm_servers) -> ManagedProcess:
     return vllm_servers["tiny"]
 
 
@@ -46,17 +46,17 @@ def swap_gateway(tiny_engine, database_url) -> Iterator[BackgroundGateway]:
         unload_policies(tiny_engine)  # the engine outlives this test: the next one starts at version 0
 
 
-def adapters_in(engine: EngineProcess) -> set[str]:
+def adapters_in(engine: ManagedProcess) -> set[str]:
     models = httpx.get(f"{engine.url}/v1/models", timeout=30).json()["data"]
     return {m["id"] for m in models if m.get("parent")}
 
 
-def unload_policies(engine: EngineProcess) -> None:
+def unload_policies(engine: ManagedProcess) -> None:
     for name in adapters_in(engine):
         httpx.post(f"{engine.url}/v1/unload_lora_adapter", json={"lora_name": name}, timeout=30)
 
 
-def prompt_ids(engine: EngineProcess) -> list[int]:
+def prompt_ids(engine: ManagedProcess) -> list[int]:
     body = {"model": "base", "prompt": PROMPT, "add_special_tokens": False}
     response = httpx.post(f"{engine.url}/tokenize", json=body, timeout=30)
     assert response.status_code == 200, response.text

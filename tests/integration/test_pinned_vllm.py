@@ -12,7 +12,7 @@ import pytest
 import torch
 
 from gateway.settings import GatewaySettings
-from harnessrl.engine_process import EngineProcess
+from harnessrl.engine_process import ManagedProcess
 from harnessrl.server import BackgroundGateway
 from tests.integration.adapters import lora_model, save_random_adapter
 
@@ -26,7 +26,7 @@ def adapter_dir(tiny_model_dir, tmp_path_factory) -> Path:
     return save_random_adapter(tiny_model_dir, tmp_path_factory.mktemp("adapter") / "lora", seed=ADAPTER_SEED)
 
 
-def adapters_in(engine: EngineProcess) -> set[str]:
+def adapters_in(engine: ManagedProcess) -> set[str]:
     return {m["id"] for m in httpx.get(f"{engine.url}/v1/models", timeout=30).json()["data"] if m.get("parent")}
 
 

@@ -7,7 +7,7 @@ import os
 import signal
 from pathlib import Path
 
-from harnessrl.engine_process import EngineGroup, EngineLaunch, EngineProcess, engine_launches, vllm_command, vllm_env
+from harnessrl.engine_process import EngineGroup, EngineLaunch, ManagedProcess, engine_launches, vllm_command, vllm_env
 
 
 def test_several_cpu_engines_get_their_own_port_cores_and_share_of_the_kv_cache(tmp_path):
@@ -29,8 +29,8 @@ def test_on_gpus_several_engines_are_one_vllm_with_data_parallel_replicas(tmp_pa
     assert engine_launches(launch, 1, [8100], gpu=False) == [launch]
 
 
-def sleeper(tmp_path: Path, name: str) -> EngineProcess:
-    return EngineProcess(["sleep", "60"], f"http://127.0.0.1/{name}", tmp_path / f"{name}.log")
+def sleeper(tmp_path: Path, name: str) -> ManagedProcess:
+    return ManagedProcess(["sleep", "60"], f"http://127.0.0.1/{name}", tmp_path / f"{name}.log")
 
 
 def test_a_dead_engine_of_several_is_started_again_and_all_dead_means_the_group_is_dead(tmp_path):

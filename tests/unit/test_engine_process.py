@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from harnessrl.engine_process import EngineFailed, EngineLaunch, EngineProcess, vllm_command
+from harnessrl.engine_process import EngineFailed, EngineLaunch, ManagedProcess, vllm_command
 from harnessrl.server import free_port
 
 
@@ -23,19 +23,19 @@ def test_vllm_command_turns_on_lora_tool_parser_and_processed_logprobs(tmp_path:
 
 def test_missing_model_folder_names_the_prepare_command(tmp_path: Path):
     with pytest.raises(EngineFailed, match="harnessrl models prepare"):
-        EngineProcess.vllm(EngineLaunch(model_dir=tmp_path / "nope"), tmp_path / "log")
+        ManagedProcess.vllm(EngineLaunch(model_dir=tmp_path / "nope"), tmp_path / "log")
 
 
 def test_engine_that_dies_is_reported_with_its_last_log_lines(tmp_path: Path):
     script = "import sys; print('loading weights'); print('CUDA out of memory: boom'); sys.exit(3)"
-    process = EngineProcess([sys.executable, "-c", script], f"http://127.0.0.1:{free_port()}", tmp_path / "e.log")
+    process = ManagedProcess([sys.executable, "-c", script], f"http://127.0.0.1:{free_port()}", tmp_path / "e.log")
     with pytest.raises(EngineFailed, match="(?s)code 3.*boom"):
         process.start().wait_healthy(timeout_s=30)
 
 
 def test_healthy_engine_starts_and_stops(tmp_path: Path):
     port = free_port()
-    process = EngineProcess([sys.executable, "-m", "gateway.engine.fake", "--port", str(port)],
+    process = ManagedProcess([sys.executable, "-m", "gateway.engine.fake", "--port", str(port)],
                             f"http://127.0.0.1:{port}", tmp_path / "e.log")
     with process:
         process.wait_healthy(timeout_s=60)
