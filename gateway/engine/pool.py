@@ -154,8 +154,7 @@ class EnginePool:
         return len(self.members) > 1 and len(tried) < len(self.members)
 
     def _pick(self, route: CallRoute, model: str, exclude: frozenset[int]) -> Member:
-        loads = [self._load(m) for m in self.members]
-        choice = self.router.route(route.rollout_id, model, loads, exclude)
+        choice = self.router.route(route.rollout_id, model, Loads(self), exclude)
         if choice is None:  # every engine tried: the last one's error was raised already
             raise EngineUnavailable("no engine of the gateway's pool is reachable")
         member = self.members[choice.index]
@@ -165,9 +164,9 @@ class EnginePool:
             logger.info("rollout %s moved from %s to %s", route.rollout_id, route.moved_from, member.url)
         return member
 
-    def _load(self, member: Member) -> EngineLoad:
+    def load_of(self, member: Member) -> EngineLoad:
         return EngineLoad(member.index, member.healthy, member.in_flight, member.queued,
-                          self.router.rollouts_on(member.index), frozenset(member.models))
+                          self.router.rollouts_on(member.index), member.models)
 
     # -- back-pressure ---------------------------------------------------------------------------
 
@@ -325,6 +324,20 @@ class EnginePool:
         await asyncio.gather(*(m.reviving for m in self.members if m.reviving), return_exceptions=True)
         if clients:
             await asyncio.gather(*(m.client.close() for m in self.members), return_exceptions=True)
+
+
+class Loads(Sequence[EngineLoad]):
+    """The pool's engines as the router reads them, each built when read: a rollout staying on its
+    engine reads one, only a new or moved rollout reads them all."""
+
+    def __init__(self, pool: EnginePool):
+        self._pool = pool
+
+    def __len__(self) -> int:
+        return len(self._pool.members)
+
+    def __getitem__(self, index):
+        return self._pool.load_of(self._pool.members[index])
 
 
 class HeldStream:

@@ -11,7 +11,7 @@ engine model the gateway resolved, never a header or a body field.
 from __future__ import annotations
 
 from collections import OrderedDict
-from collections.abc import Sequence
+from collections.abc import Sequence, Set
 from dataclasses import dataclass
 from typing import Protocol
 
@@ -27,7 +27,7 @@ class EngineLoad:
     in_flight: int  # calls sent to it, not yet answered
     queued: int  # calls waiting for one of its in-flight slots
     rollouts: int  # rollouts routed to it
-    models: frozenset[str]  # engine model names it serves (base model and loaded adapters)
+    models: Set[str]  # engine model names it serves (base model and loaded adapters); read, never changed
 
 
 @dataclass(frozen=True)
