@@ -110,6 +110,8 @@ class ToolRelay:
             return rpc_error(message["id"], -32601, f"method not found: {exc.args[0]}")
         except ValueError as exc:
             return rpc_error(message["id"], -32602, str(exc))
+        except Exception as exc:  # the environment's session broke: the agent is told, the relay goes on
+            return rpc_error(message["id"], -32603, f"the environment failed: {type(exc).__name__}: {exc}"[:500])
         return web.json_response({"jsonrpc": "2.0", "id": message["id"], "result": result})
 
     async def _answer(self, method: str, params: dict) -> dict:
