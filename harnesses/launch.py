@@ -51,8 +51,8 @@ async def launch_run(tasks: str | Path, run: str, harness: str, group_size: int,
     gateway = GatewayClient(gateway_url, admin_key)
     try:
         runner = Runner(plan, gateway)
-        pending = await runner.pending()  # other runners of the run may play some of these
-        with RunProgress(len(pending)) as progress:
+        remaining = await runner.remaining()  # other runners of the run may play some of these
+        with RunProgress(remaining) as progress:
             runner.on_start, runner.on_result = progress.started, progress.finished
             results = await runner.run()  # slots claimed with leases (several runners share a run)
     finally:

@@ -113,13 +113,29 @@ class Runner:
         self._jobs: dict[int, asyncio.Task] = {}  # lease id -> the job playing it (stopped when lost)
 
     async def pending(self) -> list[tuple[Task, int]]:
-        """(task, index) slots of this round without an ended rollout (any runner's); reads only."""
-        ended = set()
+        """(task, index) slots to play for a caller that owns the run alone (``run(pending)``, evaluation):
+        rollouts an interrupted earlier runner left running are cancelled. Runners sharing a run never
+        call this: ``run()`` claims slots with leases and cancels only rollouts whose lease expired."""
+        ended, interrupted = set(), []
         for rollout in await self.gateway.rollouts(self.plan.run):
-            if rollout["meta"].get("round", 0) == self.plan.round and rollout["status"] in ("finished", "failed"):
-                ended.add((rollout["task"], rollout["meta"].get("index")))
+            if rollout["meta"].get("round", 0) != self.plan.round:
+                continue
+            key = (rollout["task"], rollout["meta"].get("index"))
+            if rollout["status"] not in ENDED:
+                interrupted.append(rollout["id"])
+            elif rollout["status"] != "cancelled":
+                ended.add(key)
+        for rollout_id in interrupted:
+            # cancelled, not failed: its place in the group goes to the replacement
+            await self.gateway.finish(rollout_id, "cancelled", INTERRUPTED, {})
         return [(task, index) for task in self.plan.tasks for index in range(self.plan.group_size)
                 if (task.name, index) not in ended]
+
+    async def remaining(self) -> int:
+        """Slots of this round without an ended rollout (any runner's); reads only."""
+        ended = {(r["task"], r["meta"].get("index")) for r in await self.gateway.rollouts(self.plan.run)
+                 if r["meta"].get("round", 0) == self.plan.round and r["status"] in ("finished", "failed")}
+        return sum((task.name, index) not in ended for task in self.plan.tasks for index in range(self.plan.group_size))
 
     async def run(self, pending: list[tuple[Task, int]] | None = None) -> list[RolloutResult]:
         """Claim and run the round's slots until none is left to any runner, and return this runner's
