@@ -137,6 +137,7 @@ def main() -> None:
     parser.add_argument("--out", type=Path, default=DEFAULT_OUT)
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--model", type=Path, help="model folder (default: a tiny model built now)")
+    parser.add_argument("--modes", default="engine,tito,naive", help="comma-separated: engine, tito, naive")
     args = parser.parse_args()
     workdir = Path(tempfile.mkdtemp(prefix="harnessrl-turn-cost-"))
     if args.model is None:
@@ -144,7 +145,7 @@ def main() -> None:
         args.model = build_tiny_model(workdir / "tiny")
     text = ModelText(args.model)
     report = {}
-    for mode in ("engine", "tito", "naive"):
+    for mode in args.modes.split(","):
         runs = [at_sizes(asyncio.run(run_mode(mode, text, workdir / f"{mode}-{r}")))
                 for r in range(args.repeats) if (workdir / f"{mode}-{r}").mkdir(parents=True) is None]
         per_size = {size: round(statistics.median(run[size] for run in runs), 3) for size in REPORT_AT}
