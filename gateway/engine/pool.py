@@ -121,6 +121,10 @@ class EnginePool:
         while True:
             member = self._pick(route, str(body.get("model", "")), frozenset(tried))
             await self._acquire(member, route)
+            if not member.healthy and self._failover_possible(tried | {member.index}):
+                self._release(member)  # taken out while this call queued for it: go elsewhere now
+                tried.add(member.index)
+                continue
             try:
                 answer = await getattr(member.client, method)(body)
             except ENGINE_DOWN as exc:

@@ -5,7 +5,9 @@ from __future__ import annotations
 
 import asyncio
 
+from gateway.engine.pool import EnginePool, begin_call
 from gateway.engine.routing import EngineLoad, StickyLeastLoaded, choose, least_loaded
+from gateway.errors import EngineUnavailable
 from tests.engine_pool import fake_engines, pool_gateway
 
 
@@ -227,3 +229,43 @@ async def test_an_agent_learns_no_engine_address_from_errors_when_every_engine_i
         assert all(url.rsplit(":", 1)[1] not in failed.text for url in gateway.urls), failed.text
         again = await gateway.chat(rollout, "and again")  # both out now: refused at once, still unnamed
         assert again.status_code == 503 and all(url.rsplit(":", 1)[1] not in again.text for url in gateway.urls)
+
+
+class StubEngine:
+    """An engine client whose chat calls wait for ``fail`` and then fail in transport (or answer at once)."""
+
+    def __init__(self):
+        self.calls, self.fail = 0, None
+
+    async def chat(self, body: dict) -> dict:
+        self.calls += 1
+        if self.fail is not None:
+            await self.fail.wait()
+            raise EngineUnavailable("engine at http://a is unreachable")
+        return {"ok": True}
+
+    async def health(self) -> bool:
+        return False
+
+
+async def test_calls_queued_for_an_engine_that_is_taken_out_go_to_another_without_trying_it():
+    dying, other = StubEngine(), StubEngine()
+    dying.fail = asyncio.Event()
+    pool = EnginePool([("http://a", dying), ("http://b", other)], max_in_flight=1, probe_interval_s=60)
+
+    async def call() -> tuple[dict, str | None, str | None]:
+        route = begin_call(7)
+        answer = await pool.chat({"model": "base"})
+        return answer, route.engine, route.moved_from
+
+    try:
+        first = asyncio.create_task(call())
+        await wait_until(lambda: pool.members[0].in_flight == 1)
+        second = asyncio.create_task(call())
+        await wait_until(lambda: pool.members[0].queued == 1)
+        dying.fail.set()
+        assert await first == ({"ok": True}, "http://b", "http://a")
+        assert await second == ({"ok": True}, "http://b", None)  # the rollout is on b already
+        assert (dying.calls, other.calls) == (1, 2)
+    finally:
+        await pool.close(clients=False)
