@@ -169,17 +169,25 @@ class StreamedCall:
 
     async def chunks(self) -> AsyncIterator[list[dict] | Committed]:
         """The engine's chunks, in the batches they arrived in, then ``Committed``."""
+        pending: list[dict] | None = None  # a batch passed on: gathered once the client was sent it
         try:
             async for batch in self._stream.batches():
-                for chunk in batch:
-                    self.assembler.add(chunk)
-                yield batch
+                pending = batch
+                yield batch  # first: the client's write does not wait for the bookkeeping
+                pending = None
+                self._gather(batch)
         finally:
+            if pending is not None:  # the client was being sent it when it left (or the end came)
+                self._gather(pending)
             self._stop()
         answer = self.assembler.answer()
         # Shielded: a client leaving now must not leave the commit half done (``undelivered`` awaits it).
         self._committing = asyncio.ensure_future(self._commit(answer, self._latency_ms, []))
         yield Committed(await asyncio.shield(self._committing), answer)
+
+    def _gather(self, batch: list[dict]) -> None:
+        for chunk in batch:
+            self.assembler.add(chunk)
 
     async def undelivered(self, tag: str) -> None:
         """The client did not get the whole answer: tag the committed call, or record the cut one."""
