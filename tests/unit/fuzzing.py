@@ -21,7 +21,7 @@ from schemathesis.specs.openapi.checks import (
 )
 
 from gateway.anthropic.protocol import CountTokensRequest, Message, MessagesRequest, TokenCount
-from gateway.errors import ANTHROPIC_ERROR_SCHEMA, OPENAI_ERROR_SCHEMA
+from gateway.dialects import ANTHROPIC_ERROR_SCHEMA, OPENAI_ERROR_SCHEMA
 from gateway.openai.protocol import ChatCompletionRequest, CompletionRequest
 from gateway.responses.protocol import Response, ResponsesRequest
 
