@@ -7,6 +7,7 @@ import asyncio
 from dataclasses import dataclass
 
 from gateway.store.leases import DONE, TAKEN_OVER, Leases, SlotEnd
+from gateway.store.rewards import RolloutEnded
 from gateway.store.store import Store
 
 
@@ -108,5 +109,42 @@ async def check_concurrent_claims_are_disjoint(database_url: str, workers: int =
         owners = {(row.task, row.slot): row.worker for row in rows if row.worker}
         for n, claim in enumerate(claims):
             assert all(owners[slot] == f"w{n}" for slot in _slots(claim))
+    finally:
+        await store.close()
+
+
+async def check_take_overs_race_finishes(database_url: str, run: str = "race-2") -> None:
+    """A dead worker's 16 slots, their rollouts running: 4 workers take them over while the rollouts'
+    finishes land at the same moment. No deadlock; each rollout ends once (finished, or cancelled by the
+    take-over), and a slot is handed out again only where its rollout was cancelled."""
+    store, clock = Store.from_url(database_url), Clock()
+    leases = Leases(store.sessions, clock=clock)
+    tasks = [f"t{n}" for n in range(4)]
+    try:
+        dead = await leases.claim(run, 0, "r0", tasks, 4, "dead", 16, 10.0)
+        rollouts = {}
+        for lease in dead.leases:
+            identity = await store.create_rollout(run, lease.task, "r0", {"round": 0, "index": lease.slot},
+                                                  group_size=4)
+            rollouts[lease.task, lease.slot] = identity.rollout_id
+        clock.now += 11.0
+
+        async def finish(rollout_id: int) -> bool:
+            try:
+                return await store.end_rollout(rollout_id, "finished", rewards={"v": 1.0})
+            except RolloutEnded:  # the take-over cancelled it first
+                return False
+
+        results = await asyncio.gather(*[leases.claim(run, 0, "r0", tasks, 4, f"w{n}", 4, 10.0) for n in range(4)],
+                                       *[finish(r) for r in rollouts.values()])
+        claims, finished = results[:4], dict(zip(rollouts, results[4:]))
+        handed = [slot for claim in claims for slot in _slots(claim)]
+        assert len(handed) == len(set(handed))
+        assert set(handed) == {slot for slot, won in finished.items() if not won}  # only cancelled ones again
+        cancelled = {r for claim in claims for r in claim.taken_over}
+        assert cancelled == {rollouts[slot] for slot in handed}
+        rows = {(row.task, row.slot): row for row in await leases.slots(run, 0)}
+        assert all(rows[slot].status == DONE and rows[slot].rollout_id == rollouts[slot]
+                   for slot, won in finished.items() if won)
     finally:
         await store.close()

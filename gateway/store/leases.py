@@ -22,8 +22,7 @@ from sqlalchemy import func, or_, select, update
 from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
-from gateway.store.rewards import end_rollout
-from gateway.store.tables import Group, Rollout, RolloutLease, Run, Task
+from gateway.store.tables import Group, Rollout, RolloutLease, Run, Task, utcnow
 
 TAKEN_OVER = "interrupted: its worker's lease expired before it ended; another worker replaces it"
 CLAIMED, DONE, OPEN = "claimed", "done", "open"
@@ -153,7 +152,7 @@ async def _settle_earlier(session: AsyncSession, run: str, round_: int, group: s
         .join(Run, Run.id == Rollout.run_id)
         .where(Run.name == run, Group.name == group, Task.name.in_({lease.task for lease in leases}))
         .order_by(Rollout.id))
-    done, running = {}, []
+    done, running = {}, []  # lease id -> the rollout that ended its slot; (rollout id, lease id) still running
     for rollout, task in found.all():
         meta = rollout.meta or {}
         lease = by_slot.get((task, meta.get("index")))
@@ -162,8 +161,9 @@ async def _settle_earlier(session: AsyncSession, run: str, round_: int, group: s
         if rollout.status in SETTLED:
             done[lease.id] = rollout.id
         elif rollout.status == "running":
-            running.append(rollout.id)
-    cancelled = await _cancel(session, running)
+            running.append((rollout.id, lease.id))
+    cancelled, settled = await _cancel(session, dict(running))
+    done.update(settled)
     for lease_id, rollout_id in done.items():
         await session.execute(update(RolloutLease).where(RolloutLease.id == lease_id)
                               .values(status=DONE, rollout_id=rollout_id)
@@ -172,18 +172,21 @@ async def _settle_earlier(session: AsyncSession, run: str, round_: int, group: s
 
 
 
-async def _cancel(session: AsyncSession, rollout_ids: list[int]) -> tuple[int, ...]:
-    """Cancel the rollouts still running among ``rollout_ids``. Every row is locked first (id order), then
-    their groups one by one (id order): a finish locks its rollout, then its group, so neither a finish
-    nor another claim can hold what this one waits for while waiting for what it holds."""
-    if not rollout_ids:
-        return ()
-    rows = (await session.scalars(select(Rollout).where(Rollout.id.in_(rollout_ids)).order_by(Rollout.id)
+async def _cancel(session: AsyncSession, running: dict[int, int]) -> tuple[tuple[int, ...], dict[int, int]]:
+    """Cancel the rollouts (rollout id -> its lease id) still running; (cancelled, {lease id: rollout id} of
+    those that ended meanwhile: their slots are done). Only the rollouts' rows are locked (id order), never
+    their groups: a cancelled rollout leaves its group's place free, so the group cannot become ready by
+    it, and a finish (its rollout, then its group) can then never wait in a cycle with a take-over."""
+    if not running:
+        return (), {}
+    rows = (await session.scalars(select(Rollout).where(Rollout.id.in_(list(running))).order_by(Rollout.id)
                                   .with_for_update().execution_options(populate_existing=True))).all()
-    running = sorted((r for r in rows if r.status == "running"), key=lambda r: (r.group_id, r.id))
-    for rollout in running:
-        await end_rollout(session, rollout, "cancelled", TAKEN_OVER)
-    return tuple(r.id for r in running)
+    settled = {running[r.id]: r.id for r in rows if r.status in SETTLED}  # a finish landed first
+    still = [r for r in rows if r.status == "running"]
+    for rollout in still:
+        rollout.status, rollout.error, rollout.finished_at = "cancelled", TAKEN_OVER, utcnow()
+    await session.flush()
+    return tuple(r.id for r in still), settled
 
 
 __all__ = ["CLAIMED", "DONE", "OPEN", "TAKEN_OVER", "Claim", "Lease", "Leases", "SlotEnd"]

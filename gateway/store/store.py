@@ -13,7 +13,7 @@ from contextlib import asynccontextmanager
 from datetime import UTC, datetime
 
 import numpy as np
-from sqlalchemy import func, insert, select
+from sqlalchemy import func, insert, select, update
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine, AsyncSession, async_sessionmaker
 
@@ -390,6 +390,7 @@ class Store:
         """
         rewards = check_rewards(rewards or {})
         async with self.sessions.begin() as session:
+            await _lock_rollout_group(session, rollout_id)
             rollout = await _locked_rollout(session, rollout_id)
             if rollout is None:
                 return False
@@ -476,9 +477,20 @@ async def _created_by(session: AsyncSession, run_id: int, request_id: str) -> Ro
     return (await session.scalars(query)).first()
 
 
+async def _lock_rollout_group(session: AsyncSession, rollout_id: int) -> None:
+    """Hold the rollout's group before its row: the finishes of one group then take turns on the group.
+    (Taking the rollout first, concurrent finishes of one group deadlocked on PostgreSQL, each waiting to
+    lock the group row the other held a weaker lock on.)"""
+    group_id = select(Rollout.group_id).where(Rollout.id == rollout_id).scalar_subquery()
+    await session.execute(update(Group).where(Group.id == group_id).values(size=Group.size))
+
+
 async def _locked_rollout(session: AsyncSession, rollout_id: int) -> Rollout | None:
-    """The rollout's row, held until the transaction ends (no lost update between two rewards)."""
-    return await session.get(Rollout, rollout_id, with_for_update=True)
+    """The rollout's row, held until the transaction ends (no lost update between two rewards, or between
+    a finish and a worker's take-over). An UPDATE first, as SQLite has no SELECT ... FOR UPDATE."""
+    if session.bind.dialect.name == "sqlite":  # SELECT ... FOR UPDATE is PostgreSQL's (lock_group does the same)
+        await session.execute(update(Rollout).where(Rollout.id == rollout_id).values(status=Rollout.status))
+    return await session.get(Rollout, rollout_id, with_for_update=True, populate_existing=True)
 
 
 async def _get_or_create(session: AsyncSession, table: type, **key):

@@ -4,7 +4,11 @@ from __future__ import annotations
 
 import pytest
 
-from tests.lease_scenarios import check_claim_renew_expire_take_over, check_concurrent_claims_are_disjoint
+from tests.lease_scenarios import (
+    check_claim_renew_expire_take_over,
+    check_concurrent_claims_are_disjoint,
+    check_take_overs_race_finishes,
+)
 
 CLAIM = {"run": "leased", "round": 0, "group": "r0", "tasks": ["a"], "group_size": 2, "worker": "w1",
          "limit": 2, "lease_s": 30.0}
@@ -16,6 +20,10 @@ async def test_slots_are_claimed_renewed_expired_and_taken_over_on_sqlite(sqlite
 
 async def test_concurrent_claims_get_disjoint_slots_on_sqlite(sqlite_db):
     await check_concurrent_claims_are_disjoint(sqlite_db)
+
+
+async def test_take_overs_racing_finishes_do_not_replay_a_finished_slot_on_sqlite(sqlite_db):
+    await check_take_overs_race_finishes(sqlite_db)
 
 
 async def test_the_admin_routes_claim_renew_and_release_slots(gateway):
