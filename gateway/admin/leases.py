@@ -4,6 +4,8 @@ leases held, and hand them back done or unplayed. The admin key only: a rollout 
 
 from __future__ import annotations
 
+from typing import Annotated
+
 from fastapi import APIRouter
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -11,6 +13,7 @@ from gateway.state import AdminStateDep
 from gateway.store.leases import Leases, SlotEnd
 
 Name = Field(min_length=1, max_length=200)
+RowId = Annotated[int, Field(ge=1, le=2**63 - 1)]  # a lease's or a rollout's id
 
 
 class ClaimSlots(BaseModel):
@@ -24,7 +27,7 @@ class ClaimSlots(BaseModel):
     worker: str = Name  # the claiming worker's id (e.g. host-pid), unique per process
     limit: int = Field(ge=0, le=4096)  # at most this many slots (a worker's free concurrency)
     lease_s: float = Field(gt=0, le=3600)  # the lease's length; renew well before it ends
-    holding: list[int] = Field(default_factory=list, max_length=4096)  # leases the worker plays: not again
+    holding: list[RowId] = Field(default_factory=list, max_length=4096)  # leases the worker plays: not again
 
 
 class LeaseView(BaseModel):
@@ -45,7 +48,7 @@ class RenewLeases(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     worker: str = Name
-    leases: list[int] = Field(max_length=4096)
+    leases: list[RowId] = Field(max_length=4096)
     lease_s: float = Field(gt=0, le=3600)
 
 
@@ -57,9 +60,9 @@ class Renewed(BaseModel):
 class SlotEnded(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
-    lease: int
+    lease: RowId
     done: bool  # True: its rollout ended (rollout_id); False: handed back unplayed
-    rollout_id: int | None = None
+    rollout_id: RowId | None = None
 
 
 class ReleaseLeases(BaseModel):
