@@ -29,6 +29,8 @@ missing_packages() {
         command -v make >/dev/null || need+=(make)
         ls /usr/lib/postgresql/*/bin/pg_ctl >/dev/null 2>&1 || need+=(postgresql)
         command -v chromium >/dev/null || need+=(chromium fonts-liberation)
+        # validates docker/compose.yaml (compose v2 where Docker ships it, else Debian's v1)
+        { docker compose version >/dev/null 2>&1 || command -v docker-compose >/dev/null; } || need+=(docker-compose)
     fi
     echo "${need[@]}"
 }
