@@ -36,6 +36,7 @@ test: install lint
 
 lint: install
 	$(BIN)/ruff check .
+	$(BIN)/ruff format --check .
 
 test-unit: install
 	$(BIN)/python -m pytest tests/unit

@@ -40,15 +40,20 @@ class Published:
 def check_version(version: int, policy: PolicyRegistry) -> None:
     """A version the store can hold and newer than the current one (checked before the engine is touched)."""
     if not 1 <= version <= MAX_VERSION:
-        raise InvalidRequest(f"adapter version {version} is out of range: versions are integers from 1 to "
-                             f"{MAX_VERSION}", param="version")
+        raise InvalidRequest(
+            f"adapter version {version} is out of range: versions are integers from 1 to {MAX_VERSION}", param="version"
+        )
     if version <= policy.current_version:
-        raise Conflict(f"adapter version {version} is not newer than the current version "
-                       f"{policy.current_version}; versions must increase", param="version")
+        raise Conflict(
+            f"adapter version {version} is not newer than the current version "
+            f"{policy.current_version}; versions must increase",
+            param="version",
+        )
 
 
-async def publish_adapter(engine: EngineClient, policy: PolicyRegistry, store: Store, version: int,
-                          path: str, max_staleness: int) -> Published:
+async def publish_adapter(
+    engine: EngineClient, policy: PolicyRegistry, store: Store, version: int, path: str, max_staleness: int
+) -> Published:
     check_version(version, policy)
     name = adapter_name(version)
     started = time.perf_counter()
@@ -161,8 +166,12 @@ class RecoveringEngine:
                 return await send(body)
             except ModelNotLoaded as exc:
                 policy = self._policy()
-                if (attempt == LOST_ADAPTER_RETRIES or policy is None
-                        or exc.model not in policy.loaded().values() or exc.model == policy.base_model):
+                if (
+                    attempt == LOST_ADAPTER_RETRIES
+                    or policy is None
+                    or exc.model not in policy.loaded().values()
+                    or exc.model == policy.base_model
+                ):
                     raise
                 await self.reload(policy)
         raise AssertionError("unreachable")

@@ -36,8 +36,9 @@ from gateway.ui import create_router as create_ui_router
 logger = logging.getLogger(__name__)
 
 
-def create_app(settings: GatewaySettings, engine: EngineClient | None = None,
-               engines: Sequence[EngineClient] | None = None) -> FastAPI:
+def create_app(
+    settings: GatewaySettings, engine: EngineClient | None = None, engines: Sequence[EngineClient] | None = None
+) -> FastAPI:
     """The gateway; ``engine`` replaces the vLLM HTTP client (tests pass one on a fake engine), ``engines``
     the clients of the pool (one per ``settings.engines()`` URL, in that order).
 
@@ -60,8 +61,9 @@ def create_app(settings: GatewaySettings, engine: EngineClient | None = None,
             logger.warning("engine not ready at startup: %s", exc.message)
         else:
             await pool.check(policy.base_model)
-        follower = (asyncio.create_task(follow(state, settings.follow_interval_s))
-                    if settings.follow_interval_s > 0 else None)
+        follower = (
+            asyncio.create_task(follow(state, settings.follow_interval_s)) if settings.follow_interval_s > 0 else None
+        )
         try:
             yield
         finally:
@@ -77,8 +79,9 @@ def create_app(settings: GatewaySettings, engine: EngineClient | None = None,
     install_error_handlers(app)
     # One ASGI layer on every request: the Host header (DNS rebinding), the admin key on /api and /admin,
     # the body limit while the body streams in, and a 500 naming an error id for anything unmapped.
-    app.add_middleware(Boundary, max_bytes=settings.max_body_bytes, admin_key=settings.admin_key,
-                       served_hosts=settings.served_hosts())
+    app.add_middleware(
+        Boundary, max_bytes=settings.max_body_bytes, admin_key=settings.admin_key, served_hosts=settings.served_hosts()
+    )
     install_docs(app)  # Swagger UI at /docs
     app.include_router(create_openai_router())
     app.include_router(create_responses_router())
@@ -99,21 +102,39 @@ def create_app(settings: GatewaySettings, engine: EngineClient | None = None,
     @app.get("/health", tags=["admin"])
     async def health(state: StateDep) -> JSONResponse:
         engine_ok = await state.engine.health()
-        return JSONResponse({"status": "ok" if engine_ok else "engine_unavailable", "engine": engine_ok,
-                             "engine_dtype": state.settings.engine_dtype,
-                             "engine_dtype_reason": state.settings.engine_dtype_reason},
-                            status_code=200 if engine_ok else 503)
+        return JSONResponse(
+            {
+                "status": "ok" if engine_ok else "engine_unavailable",
+                "engine": engine_ok,
+                "engine_dtype": state.settings.engine_dtype,
+                "engine_dtype_reason": state.settings.engine_dtype_reason,
+            },
+            status_code=200 if engine_ok else 503,
+        )
 
     return app
 
 
-def engine_pool(settings: GatewaySettings, clients: Sequence[EngineClient], store: Store,
-                policy: Callable[[], PolicyRegistry | None]) -> EnginePool:
+def engine_pool(
+    settings: GatewaySettings,
+    clients: Sequence[EngineClient],
+    store: Store,
+    policy: Callable[[], PolicyRegistry | None],
+) -> EnginePool:
     """The engines behind the gateway. Each one that restarted gets its adapters back, and the call that
     found them gone is retried; one that does not return the recording fields serves no call (probed at
     start and when it returns)."""
     urls = settings.engines()
-    members = [(getattr(client, "base_url", None) or urls[min(i, len(urls) - 1)],
-                CaptureCheckedEngine(RecoveringEngine(client, store, policy))) for i, client in enumerate(clients)]
-    return EnginePool(members, max_in_flight=settings.engine_max_in_flight, max_queued=settings.engine_max_queued,
-                      probe_interval_s=settings.engine_probe_interval_s)
+    members = [
+        (
+            getattr(client, "base_url", None) or urls[min(i, len(urls) - 1)],
+            CaptureCheckedEngine(RecoveringEngine(client, store, policy)),
+        )
+        for i, client in enumerate(clients)
+    ]
+    return EnginePool(
+        members,
+        max_in_flight=settings.engine_max_in_flight,
+        max_queued=settings.engine_max_queued,
+        probe_interval_s=settings.engine_probe_interval_s,
+    )

@@ -35,8 +35,10 @@ CONTROL_PLANE = ("/api", "/admin")  # path prefixes that need the admin key, rea
 
 
 def too_large(size: str, max_bytes: int) -> PayloadTooLarge:
-    return PayloadTooLarge(f"request body of {size} bytes exceeds the limit of {max_bytes} bytes; send a "
-                           f"smaller body (the gateway's max_body_bytes setting)")
+    return PayloadTooLarge(
+        f"request body of {size} bytes exceeds the limit of {max_bytes} bytes; send a "
+        f"smaller body (the gateway's max_body_bytes setting)"
+    )
 
 
 def is_control_plane(path: str) -> bool:
@@ -98,8 +100,9 @@ class Boundary:
             if not exchange.tripped or exchange.started:
                 return await self._server_error(scope, receive, send, exchange.started)
         if exchange.tripped and not exchange.started:
-            await self._refuse(scope, receive, send, too_large(f"more than {self.max_bytes}", self.max_bytes),
-                               close=True)
+            await self._refuse(
+                scope, receive, send, too_large(f"more than {self.max_bytes}", self.max_bytes), close=True
+            )
 
     def _guard(self, scope: Scope) -> None:
         request = Request(scope)
@@ -107,8 +110,9 @@ class Boundary:
         if is_control_plane(scope.get("path", "")):
             require_admin(request, self.admin_key)
 
-    async def _refuse(self, scope: Scope, receive: Receive, send: Send, error: GatewayError,
-                      close: bool = False) -> None:
+    async def _refuse(
+        self, scope: Scope, receive: Receive, send: Send, error: GatewayError, close: bool = False
+    ) -> None:
         path = scope.get("path", "")
         if "app" in scope:
             count_failure(scope["app"], path, error)

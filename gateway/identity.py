@@ -32,8 +32,11 @@ def presented_token(request: Request) -> tuple[str | None, bool]:
     header = _header_key(request)
     if path_token:
         if header and header.startswith(TOKEN_PREFIX) and not secrets.compare_digest(header, path_token):
-            raise Unauthorized("the API key is another rollout's token than the one in the URL path; "
-                               "a rollout token opens only its own /r/<token>/v1 endpoints", code="invalid_api_key")
+            raise Unauthorized(
+                "the API key is another rollout's token than the one in the URL path; "
+                "a rollout token opens only its own /r/<token>/v1 endpoints",
+                code="invalid_api_key",
+            )
         return path_token, True
     if not header:
         return None, False
@@ -59,8 +62,11 @@ async def resolve_identity(request: Request, store: Store, require_token: bool) 
             )
         ended = await store.rollout_ended(identity.rollout_id)
         if ended is not None:
-            raise Unauthorized(f"rollout {identity.rollout_id} has ended ({ended}); its token no longer opens the "
-                               f"model endpoints: start a new rollout with POST /api/rollouts", code="rollout_ended")
+            raise Unauthorized(
+                f"rollout {identity.rollout_id} has ended ({ended}); its token no longer opens the "
+                f"model endpoints: start a new rollout with POST /api/rollouts",
+                code="rollout_ended",
+            )
         return identity
     if require_token:
         raise Unauthorized(
@@ -87,13 +93,18 @@ def require_admin(request: Request, admin_key: str) -> None:
     if secrets.compare_digest(presented.encode(), admin_key.encode()):
         return
     if presented.startswith(TOKEN_PREFIX):
-        raise Unauthorized("a rollout token opens only its rollout's model endpoints (/r/<token>/v1/...); "
-                           "/api and /admin need the gateway's admin key", code="invalid_admin_key")
+        raise Unauthorized(
+            "a rollout token opens only its rollout's model endpoints (/r/<token>/v1/...); "
+            "/api and /admin need the gateway's admin key",
+            code="invalid_admin_key",
+        )
     what = "a wrong admin key" if presented else "no admin key"
-    raise Unauthorized(f"this endpoint needs the gateway's admin key and got {what}: send it as header "
-                       f"x-admin-key or Authorization: Bearer; `harnessrl serve` keeps it in "
-                       f"$HARNESSRL_HOME/admin.key (or was given --admin-key / HARNESSRL_ADMIN_KEY)",
-                       code="invalid_admin_key")
+    raise Unauthorized(
+        f"this endpoint needs the gateway's admin key and got {what}: send it as header "
+        f"x-admin-key or Authorization: Bearer; `harnessrl serve` keeps it in "
+        f"$HARNESSRL_HOME/admin.key (or was given --admin-key / HARNESSRL_ADMIN_KEY)",
+        code="invalid_admin_key",
+    )
 
 
 def require_served_host(request: Request, served: frozenset[str]) -> None:
@@ -108,14 +119,15 @@ def require_served_host(request: Request, served: frozenset[str]) -> None:
         raise MisdirectedRequest(
             f"this gateway does not serve Host {host!r}; reach it by a configured name "
             f"(loopback, its public URL) or add the name with `harnessrl serve --allowed-host NAME`",
-            code="host_not_allowed")
+            code="host_not_allowed",
+        )
 
 
 def host_name(host: str) -> str:
     """A Host header's name: lower case, without port, brackets or a trailing dot."""
     host = host.strip().lower()
     if host.startswith("["):
-        return host[1:host.find("]")] if "]" in host else host
+        return host[1 : host.find("]")] if "]" in host else host
     if host.count(":") == 1:
         host = host.split(":", 1)[0]
     return host.rstrip(".")

@@ -20,15 +20,21 @@ class GatewayMetrics:
     def __post_init__(self) -> None:
         r = self.registry
         self.calls = Counter("harnessrl_calls", "Model calls by dialect and outcome", ["dialect", "status"], registry=r)
-        self.latency = Histogram("harnessrl_engine_latency_seconds", "Engine round trip of recorded calls",
-                                 ["dialect"], buckets=LATENCY_BUCKETS_S, registry=r)
+        self.latency = Histogram(
+            "harnessrl_engine_latency_seconds",
+            "Engine round trip of recorded calls",
+            ["dialect"],
+            buckets=LATENCY_BUCKETS_S,
+            registry=r,
+        )
         self.tokens_in = Counter("harnessrl_prompt_tokens", "Prompt tokens sent to the engine", ["dialect"], registry=r)
         self.tokens_out = Counter("harnessrl_output_tokens", "Tokens sampled by the engine", ["dialect"], registry=r)
         self.in_flight = Gauge("harnessrl_calls_in_flight", "Engine calls in progress", registry=r)
         self.engine_errors = Counter("harnessrl_engine_errors", "Engine failures by kind", ["kind"], registry=r)
         self.policy_version = Gauge("harnessrl_policy_version", "Current policy (adapter) version", registry=r)
-        self.engine_dtype = Gauge("harnessrl_engine_dtype_info", "1 for the managed engine's serving dtype",
-                                  ["dtype"], registry=r)
+        self.engine_dtype = Gauge(
+            "harnessrl_engine_dtype_info", "1 for the managed engine's serving dtype", ["dtype"], registry=r
+        )
 
     def recorded(self, dialect: str, latency_ms: float, prompt_tokens: int, output_tokens: int) -> None:
         self.calls.labels(dialect, "ok").inc()

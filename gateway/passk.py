@@ -91,11 +91,19 @@ def policy_results(cells: Sequence[TaskCount], k: int | None = None) -> list[Pol
         per_task = [(c.n, c.passed) for c in mine]
         chosen = k if k is not None else min(n for n, _ in per_task)
         n = sum(c.n for c in mine)
-        results.append(PolicyResult(
-            version=version, tasks=len(mine), n=n, passed=sum(c.passed for c in mine),
-            failures=sum(c.failed for c in mine), k=chosen, pass_at_1=mean_pass_at_k(per_task, 1),
-            pass_at_k=mean_pass_at_k(per_task, chosen),
-            reward=mean_interval(n, sum(c.reward_sum for c in mine), sum(c.reward_sum_squares for c in mine))))
+        results.append(
+            PolicyResult(
+                version=version,
+                tasks=len(mine),
+                n=n,
+                passed=sum(c.passed for c in mine),
+                failures=sum(c.failed for c in mine),
+                k=chosen,
+                pass_at_1=mean_pass_at_k(per_task, 1),
+                pass_at_k=mean_pass_at_k(per_task, chosen),
+                reward=mean_interval(n, sum(c.reward_sum for c in mine), sum(c.reward_sum_squares for c in mine)),
+            )
+        )
     return results
 
 

@@ -29,8 +29,9 @@ def requested_version(pin: str, policy: PolicyRegistry) -> int:
         return policy.current_version
     version = int(pin.removeprefix(PREFIX))
     if not 1 <= version <= MAX_VERSION:
-        raise InvalidRequest(f"policy {pin!r} is out of range: versions are integers from 1 to {MAX_VERSION}",
-                             param="policy")
+        raise InvalidRequest(
+            f"policy {pin!r} is out of range: versions are integers from 1 to {MAX_VERSION}", param="policy"
+        )
     return version
 
 
@@ -46,9 +47,12 @@ async def load_version(engine: EngineClient, policy: PolicyRegistry, store: Stor
     adapter = await store.adapter(version)
     if adapter is None:
         published = sorted(policy.loaded())
-        raise NotFound(f"policy-v{version} was never published to this gateway (loaded versions: "
-                       f"{', '.join(_label(v) for v in published)}); pin base, latest or a published "
-                       f"version", param="policy")
+        raise NotFound(
+            f"policy-v{version} was never published to this gateway (loaded versions: "
+            f"{', '.join(_label(v) for v in published)}); pin base, latest or a published "
+            f"version",
+            param="policy",
+        )
     served = {model["id"] for model in await engine.models()}
     if adapter.name not in served:
         await engine.load_adapter(adapter.name, adapter.path)

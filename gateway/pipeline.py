@@ -41,12 +41,20 @@ class RecordedAnswer:
 
 
 class ChatPipeline:
-    def __init__(self, engine: EngineClient, policy: PolicyRegistry, writer: CallWriter,
-                 graph: CallGraphIndex, tito: Callable[[], Awaitable[TitoEngine]] | None = None,
-                 max_model_len: int | None = None, metrics: GatewayMetrics | None = None,
-                 engine_clock: EngineClock | None = None,
-                 load_version: Callable[[int], Awaitable[str]] | None = None, retries: RetryBook | None = None,
-                 prefixes: PrefixArrays | None = None):
+    def __init__(
+        self,
+        engine: EngineClient,
+        policy: PolicyRegistry,
+        writer: CallWriter,
+        graph: CallGraphIndex,
+        tito: Callable[[], Awaitable[TitoEngine]] | None = None,
+        max_model_len: int | None = None,
+        metrics: GatewayMetrics | None = None,
+        engine_clock: EngineClock | None = None,
+        load_version: Callable[[int], Awaitable[str]] | None = None,
+        retries: RetryBook | None = None,
+        prefixes: PrefixArrays | None = None,
+    ):
         self.engine, self.policy, self.writer, self.graph = engine, policy, writer, graph
         self.retries = retries or RetryBook()
         self._load_version = load_version  # loads a pinned rollout's version when it is not loaded
@@ -55,8 +63,9 @@ class ChatPipeline:
         self.engine_clock = engine_clock or EngineClock()
         self.prefixes = prefixes or PrefixArrays()  # per rollout, kept across calls (the gateway's state)
 
-    async def chat(self, chat_body: dict, identity: RolloutIdentity, dialect: str,
-                   client_request: dict, top_logprobs: int = 0) -> RecordedAnswer:
+    async def chat(
+        self, chat_body: dict, identity: RolloutIdentity, dialect: str, client_request: dict, top_logprobs: int = 0
+    ) -> RecordedAnswer:
         """Send a (validated) Chat Completions body to the engine and record the call.
 
         ``client_request`` is what the client sent in its own dialect; it is stored verbatim. A training
@@ -68,18 +77,22 @@ class ChatPipeline:
         try:
             if identity.capture == "tito" and self._tito is not None:
                 tito = await self._tito()
-                answer, latency_ms = await self._timed(tito.chat(
-                    chat_body, resolved.engine_model, identity.rollout_id, self.max_model_len, top_logprobs), identity)
+                answer, latency_ms = await self._timed(
+                    tito.chat(chat_body, resolved.engine_model, identity.rollout_id, self.max_model_len, top_logprobs),
+                    identity,
+                )
             else:
                 body = _engine_chat_body(chat_body, resolved, top_logprobs, stream=False)
                 answer, latency_ms = await self._timed(self.engine.chat(body), identity)
-            return await self._commit_answer(identity, dialect, client_request, resolved, chat_body, answer,
-                                             latency_ms, attempt=attempt)
+            return await self._commit_answer(
+                identity, dialect, client_request, resolved, chat_body, answer, latency_ms, attempt=attempt
+            )
         finally:
             self.retries.end(attempt)
 
-    async def chat_stream(self, chat_body: dict, identity: RolloutIdentity, dialect: str,
-                          client_request: dict, top_logprobs: int = 0) -> StreamedCall:
+    async def chat_stream(
+        self, chat_body: dict, identity: RolloutIdentity, dialect: str, client_request: dict, top_logprobs: int = 0
+    ) -> StreamedCall:
         """``chat``, streamed: the engine accepted the call (its errors are raised here, before any
         byte goes out); the returned call yields its chunks and records it at the end. A tito call
         streams the chunks its completions stream makes (``gateway.tito.stream``)."""
@@ -89,8 +102,9 @@ class ChatPipeline:
         attempt, timers = self._stream_timers(identity, client_request)
         try:
             if tito is not None:
-                stream = await tito.chat_stream(chat_body, resolved.engine_model, identity.rollout_id,
-                                                self.max_model_len, top_logprobs)
+                stream = await tito.chat_stream(
+                    chat_body, resolved.engine_model, identity.rollout_id, self.max_model_len, top_logprobs
+                )
             else:
                 stream = await self.engine.chat_stream(_engine_chat_body(chat_body, resolved, top_logprobs, True))
         except BaseException:
@@ -100,8 +114,9 @@ class ChatPipeline:
         async def commit(answer: dict, latency_ms: float, tags: list[str]) -> int:
             if tito is not None and not tags:
                 tito.remember(identity.rollout_id, answer)
-            recorded = await self._commit_answer(identity, dialect, client_request, resolved, chat_body, answer,
-                                                 latency_ms, tags, attempt)
+            recorded = await self._commit_answer(
+                identity, dialect, client_request, resolved, chat_body, answer, latency_ms, tags, attempt
+            )
             return recorded.call_id
 
         return StreamedCall(stream, commit, timers, self.writer.add_tag)
@@ -116,17 +131,35 @@ class ChatPipeline:
         timers.callback(self.retries.end, attempt)
         return attempt, timers
 
-    async def _commit_answer(self, identity: RolloutIdentity, dialect: str, client_request: dict,
-                             resolved: ResolvedModel, chat_body: dict, answer: dict, latency_ms: float,
-                             extra_tags: tuple[str, ...] | list[str] = (), attempt: Attempt | None = None,
-                             ) -> RecordedAnswer:
+    async def _commit_answer(
+        self,
+        identity: RolloutIdentity,
+        dialect: str,
+        client_request: dict,
+        resolved: ResolvedModel,
+        chat_body: dict,
+        answer: dict,
+        latency_ms: float,
+        extra_tags: tuple[str, ...] | list[str] = (),
+        attempt: Attempt | None = None,
+    ) -> RecordedAnswer:
         choice = only_choice(answer)
         logprobs = [entry["logprob"] for entry in (choice.get("logprobs") or {}).get("content") or []]
-        record = _record(identity, dialect, client_request, resolved, answer, latency_ms,
-                         self._ids(identity, answer.get("prompt_token_ids"), choice), choice, logprobs,
-                         sampled_with(chat_body))
-        tags = side_call_tags(chat_body.get("messages") or [], bool(chat_body.get("tools")), identity.harness,
-                              identity.side_patterns)
+        record = _record(
+            identity,
+            dialect,
+            client_request,
+            resolved,
+            answer,
+            latency_ms,
+            self._ids(identity, answer.get("prompt_token_ids"), choice),
+            choice,
+            logprobs,
+            sampled_with(chat_body),
+        )
+        tags = side_call_tags(
+            chat_body.get("messages") or [], bool(chat_body.get("tools")), identity.harness, identity.side_patterns
+        )
         recorded = await self._commit(identity, record, answer, resolved, [*tags, *extra_tags])
         if attempt is not None:
             await self._settle_retries(attempt, recorded.call_id)
@@ -140,53 +173,76 @@ class ChatPipeline:
             for tag in (RETRIED, UNDELIVERED):
                 await self.writer.add_tag(retried, tag)
 
-    async def completion(self, completion_body: dict, identity: RolloutIdentity,
-                         client_request: dict, logprobs: int = 0) -> RecordedAnswer:
+    async def completion(
+        self, completion_body: dict, identity: RolloutIdentity, client_request: dict, logprobs: int = 0
+    ) -> RecordedAnswer:
         """Send a Completions body (a single prompt) to the engine and record the call."""
         completion_body = engine_sampling(completion_body, client_request, identity.sampling)
         resolved = await self._resolve(identity, completion_body["model"])
         body = _engine_completion_body(completion_body, resolved, logprobs, stream=False)
         answer, latency_ms = await self._timed(self.engine.completions(body), identity)
-        return await self._commit_completion(identity, client_request, resolved, completion_body, answer,
-                                             latency_ms, [])
+        return await self._commit_completion(
+            identity, client_request, resolved, completion_body, answer, latency_ms, []
+        )
 
-    async def completion_stream(self, completion_body: dict, identity: RolloutIdentity,
-                                client_request: dict, logprobs: int = 0) -> StreamedCall:
+    async def completion_stream(
+        self, completion_body: dict, identity: RolloutIdentity, client_request: dict, logprobs: int = 0
+    ) -> StreamedCall:
         """``completion``, streamed through (as ``chat_stream``)."""
         completion_body = engine_sampling(completion_body, client_request, identity.sampling)
         resolved = await self._resolve(identity, completion_body["model"])
         attempt, timers = self._stream_timers(identity, client_request)
         try:
             stream = await self.engine.completions_stream(
-                _engine_completion_body(completion_body, resolved, logprobs, stream=True))
+                _engine_completion_body(completion_body, resolved, logprobs, stream=True)
+            )
         except BaseException:
             timers.close()
             raise
 
         async def commit(answer: dict, latency_ms: float, tags: list[str]) -> int:
-            recorded = await self._commit_completion(identity, client_request, resolved, completion_body,
-                                                     answer, latency_ms, tags)
+            recorded = await self._commit_completion(
+                identity, client_request, resolved, completion_body, answer, latency_ms, tags
+            )
             await self._settle_retries(attempt, recorded.call_id)
             return recorded.call_id
 
         return StreamedCall(stream, commit, timers, self.writer.add_tag, CompletionAssembler())
 
-    async def _commit_completion(self, identity: RolloutIdentity, client_request: dict, resolved: ResolvedModel,
-                                 completion_body: dict, answer: dict, latency_ms: float,
-                                 tags: list[str]) -> RecordedAnswer:
+    async def _commit_completion(
+        self,
+        identity: RolloutIdentity,
+        client_request: dict,
+        resolved: ResolvedModel,
+        completion_body: dict,
+        answer: dict,
+        latency_ms: float,
+        tags: list[str],
+    ) -> RecordedAnswer:
         choice = only_choice(answer)
         token_logprobs = (choice.get("logprobs") or {}).get("token_logprobs") or []
-        record = _record(identity, "completions", client_request, resolved, answer, latency_ms,
-                         self._ids(identity, choice.get("prompt_token_ids"), choice), choice, token_logprobs,
-                         sampled_with(completion_body))
+        record = _record(
+            identity,
+            "completions",
+            client_request,
+            resolved,
+            answer,
+            latency_ms,
+            self._ids(identity, choice.get("prompt_token_ids"), choice),
+            choice,
+            token_logprobs,
+            sampled_with(completion_body),
+        )
         return await self._commit(identity, record, answer, resolved, tags)
 
     def _ids(self, identity: RolloutIdentity, prompt_ids: list[int] | None, choice: dict) -> TokenArrays:
         """The call's prompt and output ids as arrays (the prompt's known prefix not converted again)."""
         output_ids = choice.get("token_ids")
         if prompt_ids is None or output_ids is None:
-            raise EngineError(502, "engine did not return token ids (return_token_ids); the gateway "
-                                   "needs vLLM >= 0.10.2 to record calls")
+            raise EngineError(
+                502,
+                "engine did not return token ids (return_token_ids); the gateway needs vLLM >= 0.10.2 to record calls",
+            )
         prompt = self.prefixes.array(identity.rollout_id, prompt_ids)
         output = np.asarray(output_ids, dtype="<i4")
         self.prefixes.add(identity.rollout_id, prompt_ids, prompt, output_ids, output)
@@ -217,12 +273,19 @@ class ChatPipeline:
         finally:
             self.metrics.in_flight.dec()
 
-    async def _commit(self, identity: RolloutIdentity, record: CallRecord, answer: dict,
-                      resolved: ResolvedModel, tags: list[str]) -> RecordedAnswer:
+    async def _commit(
+        self, identity: RolloutIdentity, record: CallRecord, answer: dict, resolved: ResolvedModel, tags: list[str]
+    ) -> RecordedAnswer:
         """Link the call into its rollout's graph, tag it, and wait until it is committed."""
         link = await self.graph.link(identity.rollout_id, record.prompt_ids)
-        record = replace(record, tags=tags, parent_id=link.parent_id, fork_of=link.fork_of,
-                         drift_tokens=link.drift_tokens, **served_fields())
+        record = replace(
+            record,
+            tags=tags,
+            parent_id=link.parent_id,
+            fork_of=link.fork_of,
+            drift_tokens=link.drift_tokens,
+            **served_fields(),
+        )
         call_id = await self.writer.record(record)
         self.metrics.recorded(record.dialect, record.latency_ms, len(record.prompt_ids), len(record.output_ids))
         sequence = record.prompt_ids.tobytes() + record.output_ids.tobytes()
@@ -232,8 +295,14 @@ class ChatPipeline:
 
 def _engine_chat_body(chat_body: dict, resolved: ResolvedModel, top_logprobs: int, stream: bool) -> dict:
     """What the engine is sent: the recording fields on, and when streaming, the usage chunk too."""
-    body = {**chat_body, "model": resolved.engine_model, "stream": stream, "return_token_ids": True,
-            "logprobs": True, "top_logprobs": top_logprobs}
+    body = {
+        **chat_body,
+        "model": resolved.engine_model,
+        "stream": stream,
+        "return_token_ids": True,
+        "logprobs": True,
+        "top_logprobs": top_logprobs,
+    }
     if stream:
         body["stream_options"] = {"include_usage": True}
     else:
@@ -242,8 +311,13 @@ def _engine_chat_body(chat_body: dict, resolved: ResolvedModel, top_logprobs: in
 
 
 def _engine_completion_body(completion_body: dict, resolved: ResolvedModel, logprobs: int, stream: bool) -> dict:
-    body = {**completion_body, "model": resolved.engine_model, "stream": stream, "return_token_ids": True,
-            "logprobs": logprobs}
+    body = {
+        **completion_body,
+        "model": resolved.engine_model,
+        "stream": stream,
+        "return_token_ids": True,
+        "logprobs": logprobs,
+    }
     if stream:
         body["stream_options"] = {"include_usage": True}
     else:
@@ -264,17 +338,34 @@ class TokenArrays:
     output: np.ndarray  # int32
 
 
-def _record(identity: RolloutIdentity, dialect: str, client_request: dict, resolved: ResolvedModel,
-            answer: dict, latency_ms: float, ids: TokenArrays, choice: dict,
-            logprobs: list[float], sampling: tuple[float | None, float | None]) -> CallRecord:
+def _record(
+    identity: RolloutIdentity,
+    dialect: str,
+    client_request: dict,
+    resolved: ResolvedModel,
+    answer: dict,
+    latency_ms: float,
+    ids: TokenArrays,
+    choice: dict,
+    logprobs: list[float],
+    sampling: tuple[float | None, float | None],
+) -> CallRecord:
     return CallRecord(
-        rollout_id=identity.rollout_id, dialect=dialect, model=resolved.public_name,
-        engine_model=resolved.engine_model, policy_version=resolved.version,
+        rollout_id=identity.rollout_id,
+        dialect=dialect,
+        model=resolved.public_name,
+        engine_model=resolved.engine_model,
+        policy_version=resolved.version,
         # Arrays once, here: packing, linking and storing then cost a memcpy, not a list walk.
-        prompt_ids=ids.prompt, output_ids=ids.output,
+        prompt_ids=ids.prompt,
+        output_ids=ids.output,
         output_logprobs=np.asarray(logprobs, dtype="<f4"),
-        finish_reason=choice.get("finish_reason"), request=client_request,
-        response=_without_token_arrays(answer), latency_ms=latency_ms, temperature=sampling[0], top_p=sampling[1],
+        finish_reason=choice.get("finish_reason"),
+        request=client_request,
+        response=_without_token_arrays(answer),
+        latency_ms=latency_ms,
+        temperature=sampling[0],
+        top_p=sampling[1],
     )
 
 

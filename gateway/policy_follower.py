@@ -4,8 +4,9 @@ The learner publishes to one gateway (``POST /admin/adapters``), which loads the
 engine and records it in the store. Every gateway on the same store looks at the store's loaded
 versions every ``follow_interval_s`` (default 0.5 s, so a publish is followed within a second):
 a newer version is loaded into its own engine (unless the engine already serves it: gateways may
-share one; with several engines, into every one of them before it is made current) and made current; versions older than ``max_staleness`` behind are retired as the
-publishing gateway retires them. A rollout's token works on any of them (the store resolves it).
+share one; with several engines, into every one of them before it is made current) and made
+current; versions older than ``max_staleness`` behind are retired as the publishing gateway retires
+them. A rollout's token works on any of them (the store resolves it).
 """
 
 from __future__ import annotations
@@ -30,8 +31,9 @@ async def follow_once(state: GatewayState) -> tuple[int, ...]:
     policy = state.policy
     if policy is None:  # the engine was not discovered yet: nothing is served to follow from
         return ()
-    newer = sorted((a for a in await state.store.loaded_adapters() if a.version > policy.current_version),
-                   key=lambda a: a.version)
+    newer = sorted(
+        (a for a in await state.store.loaded_adapters() if a.version > policy.current_version), key=lambda a: a.version
+    )
     if not newer:
         return ()
     async with state.publish_lock:  # as a publication: the loaded set changes one change at a time

@@ -34,8 +34,11 @@ class RequestNotes:
     extra: dict = field(default_factory=dict)
 
     def as_dict(self) -> dict:
-        notes = {"ignored_fields": self.ignored_fields[:MAX_NAMED], "left_out_tools": self.left_out_tools[:MAX_NAMED],
-                 **self.extra}
+        notes = {
+            "ignored_fields": self.ignored_fields[:MAX_NAMED],
+            "left_out_tools": self.left_out_tools[:MAX_NAMED],
+            **self.extra,
+        }
         return {key: value for key, value in notes.items() if value}
 
 

@@ -37,8 +37,11 @@ async def open_call(request: Request, state: GatewayState) -> OpenedCall:
 def delivered(state: GatewayState, call_id: int, stream: bool, body, content) -> Delivery:
     """The recorded call's response, a stream of ``content`` or JSON ``body``; tagged if never delivered."""
     headers = {CALL_ID_HEADER: str(call_id)}
-    response = (StreamingResponse(content, media_type="text/event-stream", headers=headers) if stream
-                else JSONBody(body, headers=headers))
+    response = (
+        StreamingResponse(content, media_type="text/event-stream", headers=headers)
+        if stream
+        else JSONBody(body, headers=headers)
+    )
     return Delivery(response, lambda: state.writer.add_tag(call_id, UNDELIVERED))
 
 

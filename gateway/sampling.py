@@ -77,7 +77,9 @@ def engine_sampling(body: dict, client_request: dict, sampling: SamplingSettings
             f"{field} changes the distribution tokens are sampled from, which the learner could not reproduce: "
             f"this rollout's run is a training run with fixed sampling (temperature={sampling.temperature:g}, "
             f"top_p={sampling.top_p:g}, set when the run was created) and refuses it. Leave {field} out "
-            f"(calls without a rollout token pass it through)", param=field)
+            f"(calls without a rollout token pass it through)",
+            param=field,
+        )
     fixed = {name: value for name, value in body.items() if name not in REFUSED}
     fixed["temperature"], fixed["top_p"] = sampling.temperature, sampling.top_p
     return fixed

@@ -43,8 +43,10 @@ class GatewaySettings:
 
     def __post_init__(self) -> None:
         if not isinstance(self.admin_key, str) or not self.admin_key.strip():
-            raise ValueError("the gateway needs an admin key for its control plane (/api, /admin): "
-                             "`harnessrl serve` reads or creates $HARNESSRL_HOME/admin.key, or pass --admin-key")
+            raise ValueError(
+                "the gateway needs an admin key for its control plane (/api, /admin): "
+                "`harnessrl serve` reads or creates $HARNESSRL_HOME/admin.key, or pass --admin-key"
+            )
 
     def engines(self) -> tuple[str, ...]:
         """The engines' base URLs, in the order given."""

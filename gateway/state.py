@@ -67,10 +67,19 @@ class GatewayState:
         return self.policy
 
     async def pipeline(self) -> ChatPipeline:
-        return ChatPipeline(self.engine, await self.ensure_policy(), self.writer, self.graph,
-                            tito=self.tito, max_model_len=self.max_model_len, metrics=self.metrics,
-                            engine_clock=self.engine_clock, load_version=self.ensure_version,
-                            retries=self.retries, prefixes=self.prefixes)
+        return ChatPipeline(
+            self.engine,
+            await self.ensure_policy(),
+            self.writer,
+            self.graph,
+            tito=self.tito,
+            max_model_len=self.max_model_len,
+            metrics=self.metrics,
+            engine_clock=self.engine_clock,
+            load_version=self.ensure_version,
+            retries=self.retries,
+            prefixes=self.prefixes,
+        )
 
     async def ensure_version(self, version: int) -> str:
         """The engine's name for a policy version, loaded on demand (pinned rollouts, ``gateway.pins``)."""
@@ -89,7 +98,8 @@ class GatewayState:
             if not folder or not Path(folder, "tokenizer.json").exists():
                 raise InvalidRequest(
                     "tito capture needs the model folder (chat template and tokenizer): start the gateway "
-                    "with `harnessrl serve --model DIR`, or `--tokenizer DIR` when attaching to an engine")
+                    "with `harnessrl serve --model DIR`, or `--tokenizer DIR` when attaching to an engine"
+                )
             text = await asyncio.to_thread(ModelText, Path(folder))
             self._tito = TitoEngine(text, self.engine, self.store.recent_outputs)
         return self._tito

@@ -76,8 +76,9 @@ class ChatAssembler:
             self.finish_reason, self.stop_reason = choice["finish_reason"], choice.get("stop_reason")
 
     def _add_tool_call(self, delta: dict) -> None:
-        call = self.tool_calls.setdefault(delta.get("index", 0), {
-            "id": None, "type": "function", "function": {"name": "", "arguments": ""}})
+        call = self.tool_calls.setdefault(
+            delta.get("index", 0), {"id": None, "type": "function", "function": {"name": "", "arguments": ""}}
+        )
         call["id"] = call["id"] or delta.get("id")
         function = delta.get("function") or {}
         call["function"]["name"] += function.get("name") or ""
@@ -85,19 +86,40 @@ class ChatAssembler:
 
     def answer(self) -> dict:
         """The ``chat.completion`` body of what was streamed (so far)."""
-        calls = [{**call, "id": call["id"] or f"chatcmpl-tool-{secrets.token_hex(8)}"}
-                 for _, call in sorted(self.tool_calls.items())]
-        message = {"role": "assistant", "content": "".join(self.content) or None, "tool_calls": calls,
-                   "reasoning": "".join(self.reasoning) or None}
+        calls = [
+            {**call, "id": call["id"] or f"chatcmpl-tool-{secrets.token_hex(8)}"}
+            for _, call in sorted(self.tool_calls.items())
+        ]
+        message = {
+            "role": "assistant",
+            "content": "".join(self.content) or None,
+            "tool_calls": calls,
+            "reasoning": "".join(self.reasoning) or None,
+        }
         prompt = len(self.prompt_ids or ())
-        usage = self.usage or {"prompt_tokens": prompt, "completion_tokens": len(self.output_ids),
-                               "total_tokens": prompt + len(self.output_ids)}
-        return {"id": self.head.get("id"), "object": "chat.completion",
-                "created": self.head.get("created") or int(time.time()), "model": self.head.get("model"),
-                "choices": [{"index": 0, "message": message, "logprobs": {"content": self.logprobs},
-                             "finish_reason": self.finish_reason, "stop_reason": self.stop_reason,
-                             "token_ids": self.output_ids}],
-                "usage": usage, "prompt_token_ids": self.prompt_ids}
+        usage = self.usage or {
+            "prompt_tokens": prompt,
+            "completion_tokens": len(self.output_ids),
+            "total_tokens": prompt + len(self.output_ids),
+        }
+        return {
+            "id": self.head.get("id"),
+            "object": "chat.completion",
+            "created": self.head.get("created") or int(time.time()),
+            "model": self.head.get("model"),
+            "choices": [
+                {
+                    "index": 0,
+                    "message": message,
+                    "logprobs": {"content": self.logprobs},
+                    "finish_reason": self.finish_reason,
+                    "stop_reason": self.stop_reason,
+                    "token_ids": self.output_ids,
+                }
+            ],
+            "usage": usage,
+            "prompt_token_ids": self.prompt_ids,
+        }
 
 
 @dataclass
@@ -107,8 +129,9 @@ class CompletionAssembler:
     prompt_ids: list[int] | None = None
     output_ids: list[int] = field(default_factory=list)
     text: list[str] = field(default_factory=list)
-    logprobs: dict[str, list] = field(default_factory=lambda: {
-        "tokens": [], "token_logprobs": [], "top_logprobs": [], "text_offset": []})
+    logprobs: dict[str, list] = field(
+        default_factory=lambda: {"tokens": [], "token_logprobs": [], "top_logprobs": [], "text_offset": []}
+    )
     finish_reason: str | None = None
     stop_reason: int | str | None = None
     usage: dict | None = None
@@ -134,14 +157,29 @@ class CompletionAssembler:
     def answer(self) -> dict:
         """The ``text_completion`` body of what was streamed (so far)."""
         prompt = len(self.prompt_ids or ())
-        usage = self.usage or {"prompt_tokens": prompt, "completion_tokens": len(self.output_ids),
-                               "total_tokens": prompt + len(self.output_ids)}
-        return {"id": self.head.get("id"), "object": "text_completion",
-                "created": self.head.get("created") or int(time.time()), "model": self.head.get("model"),
-                "choices": [{"index": 0, "text": "".join(self.text), "logprobs": self.logprobs,
-                             "finish_reason": self.finish_reason, "stop_reason": self.stop_reason,
-                             "prompt_token_ids": self.prompt_ids, "token_ids": self.output_ids}],
-                "usage": usage}
+        usage = self.usage or {
+            "prompt_tokens": prompt,
+            "completion_tokens": len(self.output_ids),
+            "total_tokens": prompt + len(self.output_ids),
+        }
+        return {
+            "id": self.head.get("id"),
+            "object": "text_completion",
+            "created": self.head.get("created") or int(time.time()),
+            "model": self.head.get("model"),
+            "choices": [
+                {
+                    "index": 0,
+                    "text": "".join(self.text),
+                    "logprobs": self.logprobs,
+                    "finish_reason": self.finish_reason,
+                    "stop_reason": self.stop_reason,
+                    "prompt_token_ids": self.prompt_ids,
+                    "token_ids": self.output_ids,
+                }
+            ],
+            "usage": usage,
+        }
 
 
 class ChunkStream(Protocol):
@@ -158,9 +196,14 @@ Commit = Callable[[dict, float, list[str]], Awaitable[int]]
 class StreamedCall:
     """One engine stream, passed through and recorded (``chunks``), or recorded cut (``undelivered``)."""
 
-    def __init__(self, stream: ChunkStream, commit: Commit, timers: ExitStack,
-                 on_tag: Callable[[int, str], Awaitable[None]],
-                 assembler: ChatAssembler | CompletionAssembler | None = None):
+    def __init__(
+        self,
+        stream: ChunkStream,
+        commit: Commit,
+        timers: ExitStack,
+        on_tag: Callable[[int, str], Awaitable[None]],
+        assembler: ChatAssembler | CompletionAssembler | None = None,
+    ):
         self._stream, self._commit, self._timers, self._on_tag = stream, commit, timers, on_tag
         self.assembler = assembler or ChatAssembler()
         self._started = time.perf_counter()

@@ -16,11 +16,13 @@ GENERIC_RULES: dict[str, re.Pattern] = {
         r"(title generator|generate (a |an )?(short |concise |brief )?title|"
         r"(write|create|produce|suggest) (a |an )?(short |concise |brief )?title"
         r"|title for (this|the) (conversation|chat|session))",
-        re.IGNORECASE),
+        re.IGNORECASE,
+    ),
     "summary": re.compile(
         r"(summari[sz]e (this|the) (conversation|chat|session|history)|(detailed |concise |brief )?summary of (this|the) "
         r"(conversation|chat|session)|compact(ion)? (of )?(the )?(conversation|context|history))",
-        re.IGNORECASE),
+        re.IGNORECASE,
+    ),
 }
 
 # harness name -> extra rules (tag -> pattern); filled in by harness adapters as they learn quirks.
@@ -43,8 +45,9 @@ def instructions_of(messages: list[dict]) -> str:
     return "\n".join([*system, last_user])
 
 
-def side_call_tags(messages: list[dict], has_tools: bool, harness: str | None = None,
-                   extra: tuple[tuple[str, str], ...] = ()) -> list[str]:
+def side_call_tags(
+    messages: list[dict], has_tools: bool, harness: str | None = None, extra: tuple[tuple[str, str], ...] = ()
+) -> list[str]:
     """Tags for a chat call; a call that offers tools is the agent's main loop, unless its last user
     message opens with an instruction its harness declared (Claude Code compacts with its main loop's
     system prompt and tools, to share the prompt cache, and asks for the summary there).
@@ -70,5 +73,3 @@ def _compiled(regex: str) -> re.Pattern | None:
         return re.compile(regex, re.IGNORECASE)
     except re.error:  # a harness's bad pattern tags nothing rather than failing calls
         return None
-
-

@@ -26,11 +26,12 @@ class PrefixArrays:
         """``ids`` as a little-endian int32 array; a known sequence they extend is not converted again."""
         for known, packed in self._rollouts.get(rollout_id, ()):  # the newest (the likely parent) first
             if known and len(known) <= len(ids) and ids[: len(known)] == known:
-                return np.concatenate((packed, np.asarray(ids[len(known):], dtype=IDS)))
+                return np.concatenate((packed, np.asarray(ids[len(known) :], dtype=IDS)))
         return np.asarray(ids, dtype=IDS)
 
-    def add(self, rollout_id: int, prompt: list[int], prompt_array: np.ndarray, output: list[int],
-            output_array: np.ndarray) -> None:
+    def add(
+        self, rollout_id: int, prompt: list[int], prompt_array: np.ndarray, output: list[int], output_array: np.ndarray
+    ) -> None:
         """A recorded call's prompt + output: what the rollout's next prompt likely extends."""
         sequences = self._rollouts.setdefault(rollout_id, [])
         self._rollouts.move_to_end(rollout_id)

@@ -34,28 +34,39 @@ class AgentBudget:
 
     @classmethod
     def for_timeout(cls, agent_timeout_s: float, wall_factor: float = DEFAULT_WALL_FACTOR) -> AgentBudget:
-        return cls(agent_s=agent_timeout_s, ceiling_s=agent_timeout_s * max(1.0, wall_factor),
-                   poll_s=min(2.0, max(0.05, agent_timeout_s / 20)))
+        return cls(
+            agent_s=agent_timeout_s,
+            ceiling_s=agent_timeout_s * max(1.0, wall_factor),
+            poll_s=min(2.0, max(0.05, agent_timeout_s / 20)),
+        )
 
     def overrun(self, wall_s: float, engine_s: float) -> str | None:
         """Why the agent must stop now, or None. ``engine_s``: its calls' time in the engine."""
         agent_s = max(0.0, wall_s - engine_s)
         if agent_s > self.agent_s:
-            return (f"agent timed out: {agent_s:.0f} s of agent time, {agent_s - self.agent_s:.0f} s over the "
-                    f"task's {self.agent_s:.0f} s budget ({wall_s:.0f} s wall, {engine_s:.0f} s in model calls)")
+            return (
+                f"agent timed out: {agent_s:.0f} s of agent time, {agent_s - self.agent_s:.0f} s over the "
+                f"task's {self.agent_s:.0f} s budget ({wall_s:.0f} s wall, {engine_s:.0f} s in model calls)"
+            )
         if wall_s >= self.ceiling_s:
             return self.ceiling_message(wall_s, engine_s)
         return None
 
     def ceiling_message(self, wall_s: float, engine_s: float | None = None) -> str:
         spent = "" if engine_s is None else f", {engine_s:.0f} s of it in model calls"
-        return (f"agent timed out: {wall_s:.0f} s wall time reached the {self.ceiling_s:.0f} s ceiling "
-                f"({self.ceiling_s / self.agent_s:.0f}x the task's {self.agent_s:.0f} s budget{spent}); "
-                f"raise it with --wall-factor")
+        return (
+            f"agent timed out: {wall_s:.0f} s wall time reached the {self.ceiling_s:.0f} s ceiling "
+            f"({self.ceiling_s / self.agent_s:.0f}x the task's {self.agent_s:.0f} s budget{spent}); "
+            f"raise it with --wall-factor"
+        )
 
 
-async def run_within(budget: AgentBudget, work: Awaitable[T], engine_seconds: Callable[[], Awaitable[float]],
-                     clock: Callable[[], float] = time.monotonic) -> T:
+async def run_within(
+    budget: AgentBudget,
+    work: Awaitable[T],
+    engine_seconds: Callable[[], Awaitable[float]],
+    clock: Callable[[], float] = time.monotonic,
+) -> T:
     """Await ``work`` unless the agent overruns ``budget``: then cancel it and raise BudgetExceeded.
 
     ``engine_seconds`` reports the rollout's engine time so far; when it fails, the last value stands.

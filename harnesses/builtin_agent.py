@@ -18,19 +18,42 @@ from harnesses.adapter import AgentOutcome, RolloutTarget
 from harnesses.task import Task
 from sandboxes import Sandbox, SandboxSpec
 
-SYSTEM = ("You are a careful assistant working in a Linux shell, in the current directory. "
-          "Use the tools, or put one shell command in a ```bash code block to run it. "
-          "When the task is done, reply with a short final answer and no code block.")
+SYSTEM = (
+    "You are a careful assistant working in a Linux shell, in the current directory. "
+    "Use the tools, or put one shell command in a ```bash code block to run it. "
+    "When the task is done, reply with a short final answer and no code block."
+)
 BASH_BLOCK = re.compile(r"```(?:bash|sh|shell)?\s*\n(.*?)```", re.DOTALL)
 OUTPUT_CHARS = 2000  # of a command's output fed back to the model
 TOOLS = [
-    {"type": "function", "function": {"name": "bash", "description": "Run a shell command in the working directory.",
-     "parameters": {"type": "object", "properties": {"command": {"type": "string"}}, "required": ["command"]}}},
-    {"type": "function", "function": {"name": "read_file", "description": "Read a text file.",
-     "parameters": {"type": "object", "properties": {"path": {"type": "string"}}, "required": ["path"]}}},
-    {"type": "function", "function": {"name": "write_file", "description": "Write a text file.",
-     "parameters": {"type": "object", "properties": {"path": {"type": "string"}, "content": {"type": "string"}},
-                    "required": ["path", "content"]}}},
+    {
+        "type": "function",
+        "function": {
+            "name": "bash",
+            "description": "Run a shell command in the working directory.",
+            "parameters": {"type": "object", "properties": {"command": {"type": "string"}}, "required": ["command"]},
+        },
+    },
+    {
+        "type": "function",
+        "function": {
+            "name": "read_file",
+            "description": "Read a text file.",
+            "parameters": {"type": "object", "properties": {"path": {"type": "string"}}, "required": ["path"]},
+        },
+    },
+    {
+        "type": "function",
+        "function": {
+            "name": "write_file",
+            "description": "Write a text file.",
+            "parameters": {
+                "type": "object",
+                "properties": {"path": {"type": "string"}, "content": {"type": "string"}},
+                "required": ["path", "content"],
+            },
+        },
+    },
 ]
 
 
@@ -66,17 +89,27 @@ class BuiltinHarness:
         finally:
             await client.close()
 
-    async def _loop(self, client: AsyncOpenAI, sandbox: Sandbox, task: Task, target: RolloutTarget,
-                    log: list[str]) -> str:
+    async def _loop(
+        self, client: AsyncOpenAI, sandbox: Sandbox, task: Task, target: RolloutTarget, log: list[str]
+    ) -> str:
         messages: list[dict] = [{"role": "user", "content": task.instruction}]
         if self.settings.system:
             messages.insert(0, {"role": "system", "content": self.settings.system})
         last_text = ""
         for _ in range(self.settings.max_turns):
-            reply = (await client.chat.completions.create(
-                model=target.model, messages=messages, max_tokens=self.settings.max_tokens,
-                temperature=self.settings.temperature, **({"tools": TOOLS} if self.settings.tools else {}),
-            )).choices[0].message
+            reply = (
+                (
+                    await client.chat.completions.create(
+                        model=target.model,
+                        messages=messages,
+                        max_tokens=self.settings.max_tokens,
+                        temperature=self.settings.temperature,
+                        **({"tools": TOOLS} if self.settings.tools else {}),
+                    )
+                )
+                .choices[0]
+                .message
+            )
             log.append(f"assistant: {reply.content or ''} {[c.function.name for c in reply.tool_calls or []]}")
             messages.append(_assistant_message(reply))
             last_text = reply.content or last_text

@@ -11,8 +11,9 @@ from harnesses.task import load_tasks
 from sandboxes.local import local_isolation
 
 
-def launch_check(path: Path, sandbox: str, concurrency: int, allow_internet: bool, allow_unisolated: bool,
-                 console) -> int:
+def launch_check(
+    path: Path, sandbox: str, concurrency: int, allow_internet: bool, allow_unisolated: bool, console
+) -> int:
     """0 when every task is sound, 1 otherwise (the table says which and why)."""
     if sandbox not in ("local", "docker"):
         raise ValueError(f"--sandbox must be local or docker, not {sandbox!r}")
@@ -32,6 +33,8 @@ def launch_check(path: Path, sandbox: str, concurrency: int, allow_internet: boo
     checks = asyncio.run(check_tasks(tasks, settings, environments, progress))
     console.print(table(checks))
     failed = [c for c in checks if not c.ok]
-    console.print(f"{len(checks) - len(failed)} of {len(checks)} tasks sound"
-                  + (f"; failing: {', '.join(c.task for c in failed)}" if failed else ""))
+    console.print(
+        f"{len(checks) - len(failed)} of {len(checks)} tasks sound"
+        + (f"; failing: {', '.join(c.task for c in failed)}" if failed else "")
+    )
     return 1 if failed else 0

@@ -55,8 +55,9 @@ class CheckSettings:
     limits: Limits = Limits(memory_bytes=2 * 2**30, cpus=1.0)
 
 
-async def check_tasks(tasks: list[Task], settings: CheckSettings, environments: Environments,
-                      on_done=lambda check: None) -> list[TaskCheck]:
+async def check_tasks(
+    tasks: list[Task], settings: CheckSettings, environments: Environments, on_done=lambda check: None
+) -> list[TaskCheck]:
     """Every task checked, ``settings.concurrency`` at a time, in the order given."""
     limit = asyncio.Semaphore(settings.concurrency)
 
@@ -87,8 +88,9 @@ async def attempt(task: Task, harness, settings: CheckSettings, environments: En
     return Attempt(reward, reason, asyncio.get_running_loop().time() - started)
 
 
-async def _play(task: Task, harness, settings: CheckSettings, environments: Environments
-                ) -> tuple[float | None, str | None]:
+async def _play(
+    task: Task, harness, settings: CheckSettings, environments: Environments
+) -> tuple[float | None, str | None]:
     base = SandboxSpec(limits=settings.limits, name=f"check-{task.name}"[:40])
     base = await environments.sandbox_spec(task, harness.name, settings.sandbox, base)
     spec = harness.sandbox_spec(task, NO_GATEWAY, base)
@@ -103,8 +105,9 @@ async def _play(task: Task, harness, settings: CheckSettings, environments: Envi
     expected = EXPECTED[harness.name]
     if verdict.reward != expected:
         said = f"; solve.sh exit code {outcome.exit_code}" if harness.name == "oracle" and outcome.exit_code else ""
-        return verdict.reward, (f"reward {verdict.reward:g}, expected {expected:g}{said}; "
-                                f"verifier output: {_last_line(verdict.output)}")
+        return verdict.reward, (
+            f"reward {verdict.reward:g}, expected {expected:g}{said}; verifier output: {_last_line(verdict.output)}"
+        )
     return verdict.reward, None
 
 

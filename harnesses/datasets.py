@@ -43,6 +43,7 @@ BUILTIN_PREFIX = "builtin:"
 def _arithmetic() -> list[Task]:
     """The arithmetic family without repeated questions: a held-out task never asks a training one's."""
     from harnesses.families import arithmetic_tasks
+
     unique: dict[str, Task] = {}
     for task in arithmetic_tasks(4 * ARITHMETIC_TASKS):
         unique.setdefault(task.instruction, task)
@@ -52,6 +53,7 @@ def _arithmetic() -> list[Task]:
 def _two_digit() -> list[Task]:
     """Two-digit sums, a family SmolLM2 scores ~0 on (`quickstart --warm-start`'s)."""
     from harnesses.families import two_digit_tasks
+
     return two_digit_tasks(ARITHMETIC_TASKS)
 
 
@@ -109,8 +111,9 @@ def load_dataset(source: str | Path) -> list[Task]:
     if text.startswith(BUILTIN_PREFIX):
         name = text.removeprefix(BUILTIN_PREFIX)
         if name not in BUILTIN:
-            raise TaskError(f"unknown built-in dataset {text!r}: use one of "
-                            f"{', '.join(BUILTIN_PREFIX + n for n in BUILTIN)}")
+            raise TaskError(
+                f"unknown built-in dataset {text!r}: use one of {', '.join(BUILTIN_PREFIX + n for n in BUILTIN)}"
+            )
         tasks = BUILTIN[name]()
     elif is_openenv_dataset(text):  # harbor:SPEC, hf:ORG/NAME, resolved by OpenEnv (harnesses/openenv_datasets.py)
         tasks = load_openenv_dataset(text)
@@ -127,8 +130,10 @@ def load_selection(source: str | Path, selection: Selection) -> list[Task]:
     tasks = load_dataset(source)
     chosen = select(tasks, selection)
     if not chosen:
-        raise TaskError(f"no task of {source} ({len(tasks)} tasks) is left after {selection.describe()}: "
-                        f"loosen --include/--exclude, or change --split/--test-fraction")
+        raise TaskError(
+            f"no task of {source} ({len(tasks)} tasks) is left after {selection.describe()}: "
+            f"loosen --include/--exclude, or change --split/--test-fraction"
+        )
     return chosen
 
 

@@ -42,9 +42,11 @@ FORWARDER_IMAGE = "debian:bookworm-slim"  # python3 inside (docker/setup-engine.
 AGENTS_IN_TASK = ("opencode", "pi", "hermes", "claude-code", "codex")  # docker/Dockerfile.task-<agent>
 LOG_LINES = 30
 DEFAULT_WORKDIR = "/workspace"  # for an image without WORKDIR (its "/" cannot be a private workspace)
-ENGINE_HINT = ("a Harbor task with environment/Dockerfile needs a Docker engine to build its image, also "
-               "for --sandbox local (which runs the image's exported file system): run "
-               "docker/setup-engine.sh or set DOCKER_HOST")
+ENGINE_HINT = (
+    "a Harbor task with environment/Dockerfile needs a Docker engine to build its image, also "
+    "for --sandbox local (which runs the image's exported file system): run "
+    "docker/setup-engine.sh or set DOCKER_HOST"
+)
 
 
 class TaskEnvironmentError(RuntimeError):
@@ -101,8 +103,10 @@ class Environments:
         """Refuse before any build what this run may not do (a task needing the internet)."""
         env = task.environment
         if env is not None and env.allow_internet and not self.allow_internet:
-            raise TaskEnvironmentError(f"task {task.name}: task.toml says allow_internet = true; its sandbox would "
-                                    "get the host's network: pass --allow-internet to allow it, or exclude the task")
+            raise TaskEnvironmentError(
+                f"task {task.name}: task.toml says allow_internet = true; its sandbox would "
+                "get the host's network: pass --allow-internet to allow it, or exclude the task"
+            )
 
     async def sandbox_spec(self, task: Task, harness: str, backend: str, base: SandboxSpec) -> SandboxSpec:
         """``base`` with the task's image (docker) or exported root (local), WORKDIR, env and limits."""
@@ -113,8 +117,13 @@ class Environments:
         image = await self.image_for(task, harness)
         image_env = image.env if backend == "docker" else {k: v for k, v in image.env.items() if k != "HOME"}
         # (a local root is read-only: $HOME stays the sandbox's own writable home)
-        spec = replace(base, workdir=image.workdir, env={**image_env, **env.env, **base.env},
-                       limits=_limits(base.limits, env), internet=env.allow_internet)
+        spec = replace(
+            base,
+            workdir=image.workdir,
+            env={**image_env, **env.env, **base.env},
+            limits=_limits(base.limits, env),
+            internet=env.allow_internet,
+        )
         if backend == "docker":
             return replace(spec, image=image.tag, forwarder_image=FORWARDER_IMAGE)
         return replace(spec, image=None, root=str(await self.rootfs(image)))
@@ -165,9 +174,11 @@ class Environments:
         try:
             return _config(name, self.client().images.pull(name))
         except docker.errors.APIError as exc:
-            raise TaskEnvironmentError(f"task {task.name}: image {name!r} (task.toml docker_image) is not here and "
-                                    f"could not be pulled ({exc.explanation or exc}): load it with `docker load` "
-                                    "or build it, then run again") from None
+            raise TaskEnvironmentError(
+                f"task {task.name}: image {name!r} (task.toml docker_image) is not here and "
+                f"could not be pulled ({exc.explanation or exc}): load it with `docker load` "
+                "or build it, then run again"
+            ) from None
 
     def _build_task(self, task: Task, env: TaskEnvironment, tag: str) -> ImageConfig:
         found = _cached(self.client(), tag)
@@ -186,8 +197,14 @@ class Environments:
         if found is None:
             with tempfile.TemporaryDirectory(prefix=f"harnessrl-derive-{harness}-") as context:
                 shutil.copy(dockerfile, Path(context) / "Dockerfile")
-                build(self.client(), context, tag, {"TASK_IMAGE": image.image_id, "AGENT_IMAGE": agent},
-                      task.environment.build_timeout_s, f"task {task.name} with {harness}")
+                build(
+                    self.client(),
+                    context,
+                    tag,
+                    {"TASK_IMAGE": image.image_id, "AGENT_IMAGE": agent},
+                    task.environment.build_timeout_s,
+                    f"task {task.name} with {harness}",
+                )
         # The task's WORKDIR and ENV stay the task's: the derived image only adds the agent.
         return replace(_config(tag, self.client().images.get(tag)), workdir=image.workdir, env=image.env)
 
@@ -197,8 +214,10 @@ class Environments:
         try:
             return self.client().images.get(agent).id
         except docker.errors.ImageNotFound:
-            raise TaskEnvironmentError(f"task {task.name}: {harness} is installed into task images from {agent}, "
-                                    f"which is missing: harnessrl images build --harness {harness}") from None
+            raise TaskEnvironmentError(
+                f"task {task.name}: {harness} is installed into task images from {agent}, "
+                f"which is missing: harnessrl images build --harness {harness}"
+            ) from None
 
     def _export(self, image: ImageConfig) -> Path:
         """The image's file system under the cache, once per image id (a finished export is kept)."""
@@ -209,8 +228,11 @@ class Environments:
         partial = Path(tempfile.mkdtemp(prefix=".partial-", dir=self.rootfs_dir))
         container = self.client().containers.create(image.tag, command=["/bin/sh"], network_mode="none")
         try:
-            with subprocess.Popen(["tar", "-C", str(partial), "-xf", "-", "--no-same-owner",
-                                   "--exclude=dev/*"], stdin=subprocess.PIPE, stderr=subprocess.PIPE) as tar:
+            with subprocess.Popen(
+                ["tar", "-C", str(partial), "-xf", "-", "--no-same-owner", "--exclude=dev/*"],
+                stdin=subprocess.PIPE,
+                stderr=subprocess.PIPE,
+            ) as tar:
                 for chunk in container.export():
                     tar.stdin.write(chunk)
                 tar.stdin.close()
@@ -243,8 +265,17 @@ def build(client, context: str, tag: str, buildargs: dict, timeout_s: float, wha
     """``docker build`` on the host's network; TaskEnvironmentError with the log's tail on failure or timeout."""
     deadline, lines = time.monotonic() + timeout_s, []
     try:
-        stream = client.api.build(path=context, tag=tag, buildargs=buildargs, network_mode="host", rm=True,
-                                  forcerm=True, pull=False, decode=True, timeout=max(1.0, timeout_s))
+        stream = client.api.build(
+            path=context,
+            tag=tag,
+            buildargs=buildargs,
+            network_mode="host",
+            rm=True,
+            forcerm=True,
+            pull=False,
+            decode=True,
+            timeout=max(1.0, timeout_s),
+        )
         for chunk in stream:
             text = str(chunk.get("stream") or chunk.get("error") or "").rstrip()
             if text:
@@ -253,8 +284,9 @@ def build(client, context: str, tag: str, buildargs: dict, timeout_s: float, wha
                 raise TaskEnvironmentError(f"{what}: build error: {chunk['error'].strip()}\n" + _tail(lines))
             if time.monotonic() > deadline:
                 stream.close()  # the engine cancels a build whose client went away
-                raise TaskEnvironmentError(f"{what}: build timed out after {timeout_s:.0f} s (build_timeout_sec)\n"
-                                        + _tail(lines))
+                raise TaskEnvironmentError(
+                    f"{what}: build timed out after {timeout_s:.0f} s (build_timeout_sec)\n" + _tail(lines)
+                )
     except TaskEnvironmentError:
         raise
     except Exception as exc:  # noqa: BLE001 - the engine's or the transport's error, reported with its log
@@ -283,5 +315,8 @@ def _config(tag: str, image) -> ImageConfig:
 
 def _limits(limits: Limits, env: TaskEnvironment) -> Limits:
     """The task's cpus and memory_mb over the run's defaults."""
-    return replace(limits, cpus=env.cpus or limits.cpus,
-                   memory_bytes=env.memory_mb * 2**20 if env.memory_mb else limits.memory_bytes)
+    return replace(
+        limits,
+        cpus=env.cpus or limits.cpus,
+        memory_bytes=env.memory_mb * 2**20 if env.memory_mb else limits.memory_bytes,
+    )

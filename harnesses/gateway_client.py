@@ -47,23 +47,39 @@ class GatewayClient:
         self.url = url.rstrip("/")
         # Idle connections expire before the server's keep-alive (uvicorn: 5 s) closes them.
         limits = httpx.Limits(max_connections=256, keepalive_expiry=2.0)
-        self._http = httpx.AsyncClient(base_url=self.url, headers=headers, timeout=60.0, limits=limits,
-                                       transport=transport)
+        self._http = httpx.AsyncClient(
+            base_url=self.url, headers=headers, timeout=60.0, limits=limits, transport=transport
+        )
 
-    async def create_rollout(self, run: str, task: str, group: str, group_size: int, meta: dict,
-                             capture: str | None = None, sampling: dict | None = None) -> dict:
+    async def create_rollout(
+        self,
+        run: str,
+        task: str,
+        group: str,
+        group_size: int,
+        meta: dict,
+        capture: str | None = None,
+        sampling: dict | None = None,
+    ) -> dict:
         """Create one rollout. Each call is one attempt with its own request id, which every retry of
         it repeats: a retry whose first try did land gets that rollout back, never a second one."""
-        body = {"run": run, "task": task, "group": group, "group_size": group_size, "meta": meta,
-                "request_id": uuid.uuid4().hex}
+        body = {
+            "run": run,
+            "task": task,
+            "group": group,
+            "group_size": group_size,
+            "meta": meta,
+            "request_id": uuid.uuid4().hex,
+        }
         if capture:
             body["capture"] = capture
         if sampling:
             body["sampling"] = sampling
         return await self._json("POST", "/api/rollouts", json=body)
 
-    async def finish(self, rollout_id: int, status: str, error: str | None, rewards: dict,
-                     reward_details: dict | None = None) -> dict:
+    async def finish(
+        self, rollout_id: int, status: str, error: str | None, rewards: dict, reward_details: dict | None = None
+    ) -> dict:
         body = {"status": status, "error": error, "rewards": rewards}
         if reward_details:  # e.g. the judge's tokens, cost and reasons, kept with its component
             body["reward_details"] = reward_details
@@ -92,19 +108,39 @@ class GatewayClient:
         params = {"run": run, "limit": limit, **({"status": status} if status else {})}
         return (await self._json("GET", "/api/groups", params=params))["data"]
 
-    async def claim_slots(self, run: str, round_: int, group: str, tasks: list[str], group_size: int,
-                          worker: str, limit: int, lease_s: float, holding: list[int] | None = None) -> dict:
+    async def claim_slots(
+        self,
+        run: str,
+        round_: int,
+        group: str,
+        tasks: list[str],
+        group_size: int,
+        worker: str,
+        limit: int,
+        lease_s: float,
+        holding: list[int] | None = None,
+    ) -> dict:
         """Lease up to ``limit`` open or expired (task, index) slots of the run's round for ``worker``.
         A retry whose first try did land leaves those leases unused: they expire and are claimed again
         (a delay of ``lease_s``, never a slot lost or run twice)."""
-        body = {"run": run, "round": round_, "group": group, "tasks": tasks, "group_size": group_size,
-                "worker": worker, "limit": limit, "lease_s": lease_s, "holding": holding or []}
+        body = {
+            "run": run,
+            "round": round_,
+            "group": group,
+            "tasks": tasks,
+            "group_size": group_size,
+            "worker": worker,
+            "limit": limit,
+            "lease_s": lease_s,
+            "holding": holding or [],
+        }
         return await self._json("POST", "/admin/leases/claim", json=body)
 
     async def renew_leases(self, worker: str, leases: list[int], lease_s: float) -> dict:
         """{"renewed": [...], "lost": [...]}: lost leases were taken over by another worker."""
-        return await self._json("POST", "/admin/leases/renew",
-                                json={"worker": worker, "leases": leases, "lease_s": lease_s})
+        return await self._json(
+            "POST", "/admin/leases/renew", json={"worker": worker, "leases": leases, "lease_s": lease_s}
+        )
 
     async def release_leases(self, worker: str, ends: list[dict]) -> dict:
         """``ends``: [{"lease", "done", "rollout_id"}]; done slots are settled, the others open again."""
@@ -121,6 +157,8 @@ class GatewayClient:
         if response.status_code == 409 and "already ended" in response.text:
             raise AlreadyEnded(response.text)
         if response.status_code >= 400:
-            raise GatewayRefused(f"gateway {method} {path}: {response.status_code} {response.text[:500]}"
-                                 + (" (pass --admin-key)" if response.status_code == 401 else ""))
+            raise GatewayRefused(
+                f"gateway {method} {path}: {response.status_code} {response.text[:500]}"
+                + (" (pass --admin-key)" if response.status_code == 401 else "")
+            )
         return response.json()

@@ -59,14 +59,19 @@ def docker_client():
         client = docker.from_env(timeout=600)
         client.ping()
     except docker.errors.DockerException as exc:
-        raise ImageBuildError(f"no Docker engine reachable ({type(exc).__name__}: {exc}); "
-                              f"run docker/setup-engine.sh or set DOCKER_HOST") from None
+        raise ImageBuildError(
+            f"no Docker engine reachable ({type(exc).__name__}: {exc}); run docker/setup-engine.sh or set DOCKER_HOST"
+        ) from None
     return client
 
 
-def build_images(harnesses: Iterable[str] = HARNESS_IMAGES, base: str = DEFAULT_BASE, client=None,
-                 context: Path = DOCKER_DIR, on_start: Callable[[str, str], None] = lambda harness, tag: None,
-                 ) -> list[BuiltImage]:
+def build_images(
+    harnesses: Iterable[str] = HARNESS_IMAGES,
+    base: str = DEFAULT_BASE,
+    client=None,
+    context: Path = DOCKER_DIR,
+    on_start: Callable[[str, str], None] = lambda harness, tag: None,
+) -> list[BuiltImage]:
     """Build each harness's image on ``base``, in order; stops at the first failure."""
     names = list(dict.fromkeys(harnesses))
     files = {name: dockerfile(name, context) for name in names}  # unknown names fail before any build
@@ -85,8 +90,10 @@ def _check_base(client, base: str) -> None:
     try:
         client.images.get(base)
     except docker.errors.ImageNotFound:
-        raise ImageBuildError(f"base image {base!r} not found; {SETUP_HINT} (as debian:bookworm-slim, or "
-                              f"HARNESSRL_BASE_IMAGE={base} docker/setup-engine.sh), or pass --base IMAGE") from None
+        raise ImageBuildError(
+            f"base image {base!r} not found; {SETUP_HINT} (as debian:bookworm-slim, or "
+            f"HARNESSRL_BASE_IMAGE={base} docker/setup-engine.sh), or pass --base IMAGE"
+        ) from None
 
 
 def _build(client, harness: str, path: Path, base: str) -> BuiltImage:
@@ -96,8 +103,16 @@ def _build(client, harness: str, path: Path, base: str) -> BuiltImage:
     try:
         with tempfile.TemporaryDirectory(prefix=f"harnessrl-image-{harness}-") as context:
             _fill_context(Path(context), path)
-            client.images.build(path=context, dockerfile=path.name, buildargs={"BASE": base}, tag=tag,
-                                network_mode="host", rm=True, forcerm=True, pull=False)
+            client.images.build(
+                path=context,
+                dockerfile=path.name,
+                buildargs={"BASE": base},
+                tag=tag,
+                network_mode="host",
+                rm=True,
+                forcerm=True,
+                pull=False,
+            )
     except docker.errors.BuildError as exc:
         lines = [str(chunk.get("stream") or chunk.get("error") or "").rstrip() for chunk in exc.build_log]
         tail = "\n".join(line for line in lines if line)[-4000:].splitlines()[-LOG_LINES:]

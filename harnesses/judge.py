@@ -60,8 +60,10 @@ class JudgeSettings:
         if self.mode not in MODES:
             raise ValueError(f"judge mode must be one of {MODES}, not {self.mode!r}")
         if "/" not in self.model:
-            raise ValueError(f"--judge {self.model!r} is not a litellm model string: name the provider, e.g. "
-                             f"hosted_vllm/NAME (with --judge-base-url) or openai/gpt-4o-mini")
+            raise ValueError(
+                f"--judge {self.model!r} is not a litellm model string: name the provider, e.g. "
+                f"hosted_vllm/NAME (with --judge-base-url) or openai/gpt-4o-mini"
+            )
 
 
 @dataclass(frozen=True)
@@ -110,8 +112,9 @@ class Judge:
             return _judgement(self.settings.model, hit["scores"][0], hit, cached=True)
         nonce = new_nonce()
         try:
-            answer = await self._ask(rollout_prompt(self.settings.rubric, trajectory, nonce), rollout_schema(nonce),
-                                     self.settings.max_tokens)
+            answer = await self._ask(
+                rollout_prompt(self.settings.rubric, trajectory, nonce), rollout_schema(nonce), self.settings.max_tokens
+            )
         except Exception as exc:  # noqa: BLE001 - any failure abstains, never fails the rollout
             return self._abstain(exc)
         try:
@@ -131,8 +134,11 @@ class Judge:
             return [_judgement(self.settings.model, s, hit, cached=True, shared_by=size) for s in hit["scores"]]
         nonce = new_nonce()
         try:
-            answer = await self._ask(group_prompt(self.settings.rubric, trajectories, nonce),
-                                     group_schema(nonce, size), self.settings.max_tokens * size)
+            answer = await self._ask(
+                group_prompt(self.settings.rubric, trajectories, nonce),
+                group_schema(nonce, size),
+                self.settings.max_tokens * size,
+            )
             scored = parse_group_verdict(answer.text, nonce, size)
         except BadVerdict as exc:
             return [self._abstain(exc, answer, size)] * size
@@ -143,17 +149,32 @@ class Judge:
 
     async def _ask(self, messages: list[dict], schema: dict, max_tokens: int) -> _Answer:
         litellm = litellm_module()
-        retryable = (litellm.RateLimitError, litellm.Timeout, litellm.APIConnectionError,
-                     litellm.ServiceUnavailableError, litellm.InternalServerError, litellm.BadGatewayError)
+        retryable = (
+            litellm.RateLimitError,
+            litellm.Timeout,
+            litellm.APIConnectionError,
+            litellm.ServiceUnavailableError,
+            litellm.InternalServerError,
+            litellm.BadGatewayError,
+        )
         settings, attempt = self.settings, 0
-        kwargs = {"model": settings.model, "messages": messages, "max_tokens": max_tokens,
-                  "temperature": settings.temperature, "timeout": settings.timeout_s, "num_retries": 0,
-                  "max_retries": 0, "drop_params": True}
+        kwargs = {
+            "model": settings.model,
+            "messages": messages,
+            "max_tokens": max_tokens,
+            "temperature": settings.temperature,
+            "timeout": settings.timeout_s,
+            "num_retries": 0,
+            "max_retries": 0,
+            "drop_params": True,
+        }
         if settings.api_base:
             kwargs["api_base"] = settings.api_base
         if settings.structured:
-            kwargs["response_format"] = {"type": "json_schema",
-                                         "json_schema": {"name": "verdict", "schema": schema, "strict": True}}
+            kwargs["response_format"] = {
+                "type": "json_schema",
+                "json_schema": {"name": "verdict", "schema": schema, "strict": True},
+            }
         async with self._limit:
             while True:
                 attempt += 1
@@ -171,9 +192,14 @@ class Judge:
                     raise _Failed(exc, attempt) from None
         usage = getattr(response, "usage", None)
         text = response.choices[0].message.content or ""
-        return _Answer(text, int(getattr(usage, "prompt_tokens", 0) or 0),
-                       int(getattr(usage, "completion_tokens", 0) or 0), _cost(litellm, response),
-                       time.monotonic() - started, attempt)
+        return _Answer(
+            text,
+            int(getattr(usage, "prompt_tokens", 0) or 0),
+            int(getattr(usage, "completion_tokens", 0) or 0),
+            _cost(litellm, response),
+            time.monotonic() - started,
+            attempt,
+        )
 
     def _key(self, trajectories: list[Trajectory]) -> str:
         s = self.settings
@@ -192,9 +218,18 @@ class Judge:
         cause = exc.cause if isinstance(exc, _Failed) else exc
         reason = f"judge abstained: {type(cause).__name__}: {' '.join(str(cause).split())[:300]}"
         usage = asdict(answer) if answer else {}
-        return Judgement(None, reason, self.settings.model, usage.get("prompt_tokens", 0),
-                         usage.get("completion_tokens", 0), usage.get("cost_usd"), usage.get("latency_s", 0.0),
-                         attempts, shared_by=shared_by, abstained=True)
+        return Judgement(
+            None,
+            reason,
+            self.settings.model,
+            usage.get("prompt_tokens", 0),
+            usage.get("completion_tokens", 0),
+            usage.get("cost_usd"),
+            usage.get("latency_s", 0.0),
+            attempts,
+            shared_by=shared_by,
+            abstained=True,
+        )
 
 
 class _Failed(Exception):
@@ -205,10 +240,18 @@ class _Failed(Exception):
 
 def _judgement(model: str, scored, usage: dict, cached: bool = False, shared_by: int = 1) -> Judgement:
     score, reasons = scored
-    return Judgement(float(score), str(reasons), model, int(usage.get("prompt_tokens", 0)),
-                     int(usage.get("completion_tokens", 0)), usage.get("cost_usd"),
-                     float(usage.get("latency_s", 0.0)), 0 if cached else int(usage.get("attempts", 1)),
-                     cached=cached, shared_by=shared_by)
+    return Judgement(
+        float(score),
+        str(reasons),
+        model,
+        int(usage.get("prompt_tokens", 0)),
+        int(usage.get("completion_tokens", 0)),
+        usage.get("cost_usd"),
+        float(usage.get("latency_s", 0.0)),
+        0 if cached else int(usage.get("attempts", 1)),
+        cached=cached,
+        shared_by=shared_by,
+    )
 
 
 def _cost(litellm, response) -> float | None:

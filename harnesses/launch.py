@@ -18,13 +18,29 @@ from sandboxes import Limits, SandboxSpec
 from sandboxes.local import local_isolation
 
 
-async def launch_run(tasks: str | Path, run: str, harness: str, group_size: int, concurrency: int, sandbox: str,
-                     gateway_url: str, admin_key: str | None, rewards: list[str], capture: str | None,
-                     memory_gib: float, wall_factor: float = DEFAULT_WALL_FACTOR,
-                     sampling: dict | None = None, allow_unisolated: bool = False,
-                     judge: JudgeSettings | None = None, selection: Selection | None = None,
-                     allow_internet: bool = False, teacher: str | None = None, worker: str = "",
-                     lease_s: float = DEFAULT_LEASE_S, sandbox_gateway: str | None = None) -> str:
+async def launch_run(
+    tasks: str | Path,
+    run: str,
+    harness: str,
+    group_size: int,
+    concurrency: int,
+    sandbox: str,
+    gateway_url: str,
+    admin_key: str | None,
+    rewards: list[str],
+    capture: str | None,
+    memory_gib: float,
+    wall_factor: float = DEFAULT_WALL_FACTOR,
+    sampling: dict | None = None,
+    allow_unisolated: bool = False,
+    judge: JudgeSettings | None = None,
+    selection: Selection | None = None,
+    allow_internet: bool = False,
+    teacher: str | None = None,
+    worker: str = "",
+    lease_s: float = DEFAULT_LEASE_S,
+    sandbox_gateway: str | None = None,
+) -> str:
     """Run (or resume, or join: several runners may share a run) ``run``; a one-line summary.
 
     ``sandbox_gateway``: the URL the sandboxes' bridges reach the gateway by [default: ``gateway_url``,
@@ -40,14 +56,31 @@ async def launch_run(tasks: str | Path, run: str, harness: str, group_size: int,
     for task in chosen:  # a task needing the internet is refused before anything runs
         environments.check(task)
     adapter, reward_functions = with_environments(  # OpenEnv tasks: their tools and reward (harnesses/openenv_agent.py)
-        chosen, create_harness(harness, sandbox), tuple(load_reward_function(spec) for spec in rewards),
-        admin_key=admin_key)
-    plan = RunPlan(run=run, tasks=chosen, harness=adapter, group_size=group_size,
-                   concurrency=concurrency, sandbox=sandbox, base_spec=SandboxSpec(limits=limits),
-                   rewards=reward_functions, capture=capture,
-                   wall_factor=wall_factor, sampling=sampling, sandbox_options=options,
-                   judge=Judge(judge) if judge else None, environments=environments, teacher=teacher,
-                   worker=worker, lease_s=lease_s, sandbox_gateway=sandbox_gateway or gateway_url)
+        chosen,
+        create_harness(harness, sandbox),
+        tuple(load_reward_function(spec) for spec in rewards),
+        admin_key=admin_key,
+    )
+    plan = RunPlan(
+        run=run,
+        tasks=chosen,
+        harness=adapter,
+        group_size=group_size,
+        concurrency=concurrency,
+        sandbox=sandbox,
+        base_spec=SandboxSpec(limits=limits),
+        rewards=reward_functions,
+        capture=capture,
+        wall_factor=wall_factor,
+        sampling=sampling,
+        sandbox_options=options,
+        judge=Judge(judge) if judge else None,
+        environments=environments,
+        teacher=teacher,
+        worker=worker,
+        lease_s=lease_s,
+        sandbox_gateway=sandbox_gateway or gateway_url,
+    )
     gateway = GatewayClient(gateway_url, admin_key)
     try:
         runner = Runner(plan, gateway)
@@ -60,5 +93,7 @@ async def launch_run(tasks: str | Path, run: str, harness: str, group_size: int,
     finished = [r for r in results if r.status == "finished"]
     scored = [r.reward for r in finished if r.reward is not None]
     mean = sum(scored) / len(scored) if scored else float("nan")
-    return (f"run {run!r}: {len(results)} rollouts this time ({len(finished)} finished, "
-            f"{len(results) - len(finished)} failed), mean reward {mean:.3f}")
+    return (
+        f"run {run!r}: {len(results)} rollouts this time ({len(finished)} finished, "
+        f"{len(results) - len(finished)} failed), mean reward {mean:.3f}"
+    )

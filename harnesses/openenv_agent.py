@@ -36,8 +36,10 @@ from harnesses.openenv_tasks import REWARD_NAME, EnvOutcome, EnvServer, EnvTaskR
 from harnesses.task import Task, TaskError
 from sandboxes import Sandbox, SandboxSpec
 
-SYSTEM = ("You are an agent acting in an environment through its tools. Call the tools to do the task; "
-          "when it is done, reply with a short final answer and no tool call.")
+SYSTEM = (
+    "You are an agent acting in an environment through its tools. Call the tools to do the task; "
+    "when it is done, reply with a short final answer and no tool call."
+)
 RESULT_CHARS = 4000  # of a tool's result fed back to the model
 EPISODE_OVER = "error: the episode is over; this call was not made"
 
@@ -45,8 +47,14 @@ EPISODE_OVER = "error: the episode is over; this call was not made"
 class OpenEnvToolsHarness:
     """Wraps a harness: OpenEnv tasks run the builtin loop on the environment's tools, others the harness."""
 
-    def __init__(self, inner: Harness, max_turns: int = 8, max_tokens: int = 256, temperature: float = 1.0,
-                 admin_key: str | None = None):
+    def __init__(
+        self,
+        inner: Harness,
+        max_turns: int = 8,
+        max_tokens: int = 256,
+        temperature: float = 1.0,
+        admin_key: str | None = None,
+    ):
         """``admin_key``: the gateway's, to register a CLI agent's tool relay for its rollout."""
         self.inner, self.name = inner, inner.name
         self.side_call_patterns = inner.side_call_patterns
@@ -74,18 +82,27 @@ class OpenEnvToolsHarness:
         finally:
             await asyncio.to_thread(server.stop)
 
-    async def _agent_episode(self, url: str, ref: EnvTaskRef, sandbox: Sandbox, task: Task, target: RolloutTarget,
-                             timeout_s: float) -> EnvOutcome:
+    async def _agent_episode(
+        self, url: str, ref: EnvTaskRef, sandbox: Sandbox, task: Task, target: RolloutTarget, timeout_s: float
+    ) -> EnvOutcome:
         """A CLI agent in its sandbox, its MCP client on the rollout's tools route (relayed to the environment)."""
         async with ToolRelay(url, ref, timeout_s) as relay, registered(target, relay.url, self.admin_key):
             outcome = await self.inner.run(sandbox, task, replace(target, tools=True), timeout_s)
         episode = relay.episode
         log = "\n".join([outcome.log, "--- environment ---", *episode.log])[-8000:]
-        return EnvOutcome(outcome.final_text, log, outcome.exit_code, outcome.timed_out, env_reward=episode.reward,
-                          env_done=episode.done, tool_calls=episode.calls)
+        return EnvOutcome(
+            outcome.final_text,
+            log,
+            outcome.exit_code,
+            outcome.timed_out,
+            env_reward=episode.reward,
+            env_done=episode.done,
+            tool_calls=episode.calls,
+        )
 
-    async def _episode(self, url: str, ref: EnvTaskRef, task: Task, target: RolloutTarget, timeout_s: float,
-                       log: list[str]) -> EnvOutcome:
+    async def _episode(
+        self, url: str, ref: EnvTaskRef, task: Task, target: RolloutTarget, timeout_s: float, log: list[str]
+    ) -> EnvOutcome:
         from openenv.core.env_server.mcp_types import CallToolAction
         from openenv.core.mcp_client import MCPToolClient
 
@@ -97,9 +114,19 @@ class OpenEnvToolsHarness:
                 await env.reset(split=ref.split, index=ref.index)
                 tools = [openai_tool(t) for t in await env.list_tools()]
                 for _ in range(self.max_turns):
-                    reply = (await client.chat.completions.create(
-                        model=target.model, messages=messages, tools=tools, max_tokens=self.max_tokens,
-                        temperature=self.temperature)).choices[0].message
+                    reply = (
+                        (
+                            await client.chat.completions.create(
+                                model=target.model,
+                                messages=messages,
+                                tools=tools,
+                                max_tokens=self.max_tokens,
+                                temperature=self.temperature,
+                            )
+                        )
+                        .choices[0]
+                        .message
+                    )
                     messages.append(_assistant_message(reply))
                     final = reply.content or final
                     log.append(f"assistant: {reply.content or ''} {[c.function.name for c in reply.tool_calls or []]}")
@@ -109,8 +136,9 @@ class OpenEnvToolsHarness:
                         if done:  # the episode is over: later calls of the reply never reach the environment
                             messages.append({"role": "tool", "tool_call_id": call.id, "content": EPISODE_OVER})
                             continue
-                        step = await env.step(CallToolAction(tool_name=call.function.name,
-                                                             arguments=_arguments(call.function.arguments)))
+                        step = await env.step(
+                            CallToolAction(tool_name=call.function.name, arguments=_arguments(call.function.arguments))
+                        )
                         calls += 1
                         reward = step.reward if step.reward is not None else reward
                         done = step.done
@@ -127,8 +155,10 @@ class OpenEnvToolsHarness:
 def openai_tool(tool) -> dict:
     """An MCP tool as an OpenAI function tool."""
     schema = getattr(tool, "input_schema", None) or getattr(tool, "inputSchema", None) or {"type": "object"}
-    return {"type": "function", "function": {"name": tool.name, "description": tool.description or "",
-                                             "parameters": schema}}
+    return {
+        "type": "function",
+        "function": {"name": tool.name, "description": tool.description or "", "parameters": schema},
+    }
 
 
 def tool_text(observation) -> str:
@@ -157,14 +187,17 @@ def _assistant_message(reply) -> dict:
     return message
 
 
-def with_environments(tasks: list[Task], harness: Harness, rewards: tuple,
-                      admin_key: str | None = None) -> tuple[Harness, tuple]:
+def with_environments(
+    tasks: list[Task], harness: Harness, rewards: tuple, admin_key: str | None = None
+) -> tuple[Harness, tuple]:
     """The harness and reward functions a run needs: OpenEnv tasks get the environment's tools and reward."""
     if not any(EnvTaskRef.of(task) for task in tasks):
         return harness, rewards
     if harness.name != "builtin" and not getattr(harness, "supports_mcp", False):
-        raise TaskError(f"--tasks openenv: runs with --harness builtin or an agent that speaks MCP (opencode, "
-                        f"hermes); {harness.name} gets no MCP tools from harnessrl yet")
+        raise TaskError(
+            f"--tasks openenv: runs with --harness builtin or an agent that speaks MCP (opencode, "
+            f"hermes); {harness.name} gets no MCP tools from harnessrl yet"
+        )
     from harnesses.reward_functions import load_reward_function
 
     return OpenEnvToolsHarness(harness, admin_key=admin_key), (*rewards, load_reward_function(REWARD_NAME))

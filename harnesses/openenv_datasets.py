@@ -29,8 +29,10 @@ def load_openenv_dataset(source: str) -> list[Task]:
     """The tasks of ``harbor:SPEC`` / ``hf:ORG/NAME``."""
     prefix, _, spec = source.partition(":")
     if not spec:
-        raise TaskError(f"--tasks {source!r} names no dataset: use harbor:FOLDER, harbor:ORG/NAME, "
-                        f"harbor:NAME@VERSION or hf:ORG/NAME")
+        raise TaskError(
+            f"--tasks {source!r} names no dataset: use harbor:FOLDER, harbor:ORG/NAME, "
+            f"harbor:NAME@VERSION or hf:ORG/NAME"
+        )
     if prefix == "hf" and (spec.count("/") != 1 or "@" in spec or spec.startswith((".", "/", "~"))):
         raise TaskError(f"--tasks {source!r}: hf: takes a Hugging Face dataset repo ORG/NAME")
     if spec.startswith((".", "/", "~")) and not Path(spec).expanduser().is_dir():
@@ -48,19 +50,24 @@ def _task_dirs(source: str, spec: str) -> list[Path]:
     try:
         return resolve_task_dirs(spec)
     except LocalEntryNotFoundError as exc:  # offline, or huggingface.co unreachable, and nothing cached
-        raise TaskError(f"--tasks {source}: {spec} is a Hugging Face dataset repo, and downloading it needs "
-                        f"network access to the Hugging Face Hub (huggingface.co or $HF_ENDPOINT), which this "
-                        f"machine does not have ({_first_line(exc)}). Download it where there is network "
-                        f"(`hf download {spec} --repo-type dataset --local-dir DIR`) and pass --tasks DIR") from None
+        raise TaskError(
+            f"--tasks {source}: {spec} is a Hugging Face dataset repo, and downloading it needs "
+            f"network access to the Hugging Face Hub (huggingface.co or $HF_ENDPOINT), which this "
+            f"machine does not have ({_first_line(exc)}). Download it where there is network "
+            f"(`hf download {spec} --repo-type dataset --local-dir DIR`) and pass --tasks DIR"
+        ) from None
     except RepositoryNotFoundError:
-        raise TaskError(f"--tasks {source}: the Hugging Face Hub has no dataset repo {spec!r} "
-                        f"(or it is private: set HF_TOKEN)") from None
+        raise TaskError(
+            f"--tasks {source}: the Hugging Face Hub has no dataset repo {spec!r} (or it is private: set HF_TOKEN)"
+        ) from None
     except ModuleNotFoundError as exc:
         if exc.name != "harbor":
             raise
-        raise TaskError(f"--tasks {source}: {spec} is a Harbor registry dataset (NAME@VERSION); resolving it needs "
-                        f"the harbor package (pip install harbor, Python >= 3.12) and network access to the "
-                        f"Harbor registry and the dataset's git host. Or clone the dataset and pass its folder") from None
+        raise TaskError(
+            f"--tasks {source}: {spec} is a Harbor registry dataset (NAME@VERSION); resolving it needs "
+            f"the harbor package (pip install harbor, Python >= 3.12) and network access to the "
+            f"Harbor registry and the dataset's git host. Or clone the dataset and pass its folder"
+        ) from None
     except ValueError as exc:  # no task folder found under the spec
         raise TaskError(f"--tasks {source}: {exc}") from None
 

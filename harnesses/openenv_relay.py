@@ -68,7 +68,8 @@ class ToolRelay:
 
         try:
             self._env = await self._stack.enter_async_context(
-                MCPToolClient(base_url=self.env_url, message_timeout_s=self.timeout_s))
+                MCPToolClient(base_url=self.env_url, message_timeout_s=self.timeout_s)
+            )
             await self._env.reset(split=self.ref.split, index=self.ref.index)
             self._tools = [mcp_tool(t) for t in await self._env.list_tools()]
             app = web.Application(client_max_size=MAX_BODY_BYTES)
@@ -117,9 +118,11 @@ class ToolRelay:
     async def _answer(self, method: str, params: dict) -> dict:
         if method == "initialize":
             asked = params.get("protocolVersion")
-            return {"protocolVersion": asked if asked in PROTOCOL_VERSIONS else PROTOCOL_VERSIONS[0],
-                    "capabilities": {"tools": {"listChanged": False}},
-                    "serverInfo": {"name": f"openenv-{self.ref.env}", "version": "1"}}
+            return {
+                "protocolVersion": asked if asked in PROTOCOL_VERSIONS else PROTOCOL_VERSIONS[0],
+                "capabilities": {"tools": {"listChanged": False}},
+                "serverInfo": {"name": f"openenv-{self.ref.env}", "version": "1"},
+            }
         if method == "ping":
             return {}
         if method == "tools/list":
@@ -159,8 +162,9 @@ async def registered(target: RolloutTarget, url: str, admin_key: str | None):
         answer = await http.put("/api/rollout-tools", json={"token": target.token, "url": url})
         if answer.status_code != 200:
             hint = " (the runner needs the gateway's admin key: --admin-key)" if answer.status_code == 401 else ""
-            raise TaskError(f"the gateway refused the rollout's tool server: {answer.status_code} "
-                            f"{answer.text[:300]}{hint}")
+            raise TaskError(
+                f"the gateway refused the rollout's tool server: {answer.status_code} {answer.text[:300]}{hint}"
+            )
         try:
             yield
         finally:
@@ -179,5 +183,6 @@ def tool_result(text: str, error: bool = False) -> dict:
 
 
 def rpc_error(request_id, code: int, message: str, status: int = 200) -> web.Response:
-    return web.json_response({"jsonrpc": "2.0", "id": request_id, "error": {"code": code, "message": message}},
-                             status=status)
+    return web.json_response(
+        {"jsonrpc": "2.0", "id": request_id, "error": {"code": code, "message": message}}, status=status
+    )

@@ -48,11 +48,17 @@ def rubric_observation(task, verdict, outcome, rollout: dict | None):
 
     final = outcome.final_text if outcome is not None else ""
     return RolloutObservation(
-        done=True, reward=verdict.reward if verdict is not None else None,
-        task=getattr(task, "instruction", ""), final_answer=final,
-        metadata={"task": getattr(task, "name", ""), "rollout_id": (rollout or {}).get("id"),
-                  "verifier_output": verdict.output if verdict is not None else "",
-                  "exit_code": outcome.exit_code if outcome is not None else None})
+        done=True,
+        reward=verdict.reward if verdict is not None else None,
+        task=getattr(task, "instruction", ""),
+        final_answer=final,
+        metadata={
+            "task": getattr(task, "name", ""),
+            "rollout_id": (rollout or {}).get("id"),
+            "verifier_output": verdict.output if verdict is not None else "",
+            "exit_code": outcome.exit_code if outcome is not None else None,
+        },
+    )
 
 
 def _abstain_on_unread_scores(rubric) -> None:

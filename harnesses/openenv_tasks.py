@@ -40,8 +40,10 @@ START_TIMEOUT_S = 180.0  # an environment server's start-up (imports) on a small
 NO_TESTS_VERIFIER = "exit 1"  # the task has no tests: the verifier scores 0, the environment scores the rollout
 REWARD_NAME = "harnesses.openenv_tasks:environment_reward"
 IMAGE_PORT = 8000  # where OpenEnv's environment images serve
-RUN_IT_YOURSELF = ("start the environment yourself (docker run --network host IMAGE, or python -m "
-                   "harnesses.openenv_serve MODULE:CLASS --port PORT) and pass openenv:http://127.0.0.1:PORT")
+RUN_IT_YOURSELF = (
+    "start the environment yourself (docker run --network host IMAGE, or python -m "
+    "harnesses.openenv_serve MODULE:CLASS --port PORT) and pass openenv:http://127.0.0.1:PORT"
+)
 
 
 @dataclass(frozen=True)
@@ -111,8 +113,11 @@ class EnvServer:
             port = free_port()
             self.url = f"http://127.0.0.1:{port}"
             self._log = tempfile.TemporaryFile()  # a file, not a pipe: a chatty server never blocks on it
-            self._process = subprocess.Popen([sys.executable, "-m", "harnesses.openenv_serve", self.spec,
-                                              "--port", str(port)], stdout=subprocess.DEVNULL, stderr=self._log)
+            self._process = subprocess.Popen(
+                [sys.executable, "-m", "harnesses.openenv_serve", self.spec, "--port", str(port)],
+                stdout=subprocess.DEVNULL,
+                stderr=self._log,
+            )
         elif self.kind == "image":
             self._start_container()
         self._wait_healthy()
@@ -124,11 +129,14 @@ class EnvServer:
         try:
             client = docker.from_env()
             client.images.get(self.spec)  # never a pull: registries are not reachable from every machine
-            container = client.containers.run(self.spec, detach=True, auto_remove=True,
-                                               ports={f"{IMAGE_PORT}/tcp": ("127.0.0.1", None)})
+            container = client.containers.run(
+                self.spec, detach=True, auto_remove=True, ports={f"{IMAGE_PORT}/tcp": ("127.0.0.1", None)}
+            )
         except docker.errors.ImageNotFound:
-            raise TaskError(f"openenv:{self.spec}: no such image on this Docker engine; build the environment's "
-                            f"image (docker build -t {self.spec} ENV_DIR/server) or {RUN_IT_YOURSELF}") from None
+            raise TaskError(
+                f"openenv:{self.spec}: no such image on this Docker engine; build the environment's "
+                f"image (docker build -t {self.spec} ENV_DIR/server) or {RUN_IT_YOURSELF}"
+            ) from None
         except docker.errors.DockerException as exc:
             raise TaskError(f"openenv:{self.spec}: cannot run the environment image: {exc}") from None
         self._container = container
@@ -137,9 +145,11 @@ class EnvServer:
         published = (container.attrs.get("NetworkSettings") or {}).get("Ports") or {}
         if not published.get(f"{IMAGE_PORT}/tcp"):
             self.stop()
-            raise TaskError(f"openenv:{self.spec}: the Docker engine published no port for the environment's "
-                            f"{IMAGE_PORT} (it has no bridge network, e.g. dockerd --bridge=none, or the container "
-                            f"exited at once); {RUN_IT_YOURSELF}")
+            raise TaskError(
+                f"openenv:{self.spec}: the Docker engine published no port for the environment's "
+                f"{IMAGE_PORT} (it has no bridge network, e.g. dockerd --bridge=none, or the container "
+                f"exited at once); {RUN_IT_YOURSELF}"
+            )
         self.url = f"http://127.0.0.1:{published[f'{IMAGE_PORT}/tcp'][0]['HostPort']}"
 
     def _wait_healthy(self) -> None:
@@ -148,7 +158,9 @@ class EnvServer:
             if self._process is not None and self._process.poll() is not None:
                 self._log.seek(0)
                 error = self._log.read().decode(errors="replace")[-2000:]
-                raise TaskError(f"openenv:{self.spec}: the environment server exited ({self._process.returncode}):\n{error}")
+                raise TaskError(
+                    f"openenv:{self.spec}: the environment server exited ({self._process.returncode}):\n{error}"
+                )
             with contextlib.suppress(httpx.HTTPError):
                 if httpx.get(f"{self.url}/health", timeout=5.0).status_code == 200:
                     return
@@ -156,8 +168,10 @@ class EnvServer:
                 break
             time.sleep(0.5)
         self.stop()
-        raise TaskError(f"openenv:{self.spec}: no OpenEnv environment answers at {self.url}/health"
-                        + ("" if self.kind == "url" else f" after {self.start_timeout_s:.0f} s"))
+        raise TaskError(
+            f"openenv:{self.spec}: no OpenEnv environment answers at {self.url}/health"
+            + ("" if self.kind == "url" else f" after {self.start_timeout_s:.0f} s")
+        )
 
     def stop(self) -> None:
         if self._process is not None:
@@ -196,7 +210,9 @@ def load_openenv_tasks(source: str) -> list[Task]:
                 listed = _post(http, f"/{env}/tasks", {"split": name})["tasks"]
                 tasks += [env_task(EnvTaskRef(spec, env, name, i), item) for i, item in enumerate(listed)]
     if not tasks:
-        raise TaskError(f"--tasks {source}: the environment lists no tasks (its Task API: /{{env}}/splits, /{{env}}/tasks)")
+        raise TaskError(
+            f"--tasks {source}: the environment lists no tasks (its Task API: /{{env}}/splits, /{{env}}/tasks)"
+        )
     return tasks
 
 
@@ -204,11 +220,13 @@ def env_task(ref: EnvTaskRef, item) -> Task:
     """A harnessrl task for one listed task of the environment."""
     fields = item if isinstance(item, dict) else {"instruction": str(item)}
     label = str(fields.get("id", ref.index))
-    instruction = next((str(fields[k]) for k in ("instruction", "prompt", "question") if fields.get(k)),
-                       json.dumps(fields))
+    instruction = next(
+        (str(fields[k]) for k in ("instruction", "prompt", "question") if fields.get(k)), json.dumps(fields)
+    )
     name = re.sub(r"[^A-Za-z0-9_.-]+", "-", f"{ref.env}-{ref.split}-{label}").strip("-")
-    return Task(name=name, instruction=instruction, verifier=NO_TESTS_VERIFIER, reward_source="exit_code",
-                source=ref.source)
+    return Task(
+        name=name, instruction=instruction, verifier=NO_TESTS_VERIFIER, reward_source="exit_code", source=ref.source
+    )
 
 
 def _get(http: httpx.Client, path: str):
@@ -221,7 +239,9 @@ def _post(http: httpx.Client, path: str, body: dict):
 
 def _checked(response: httpx.Response, path: str):
     if response.status_code == 501:
-        raise TaskError(f"the OpenEnv environment does not offer the Task API ({path}: 501), so it has no tasks to list")
+        raise TaskError(
+            f"the OpenEnv environment does not offer the Task API ({path}: 501), so it has no tasks to list"
+        )
     if response.status_code != 200:
         raise TaskError(f"the OpenEnv environment answered {path} with {response.status_code}: {response.text[:300]}")
     return response.json()

@@ -11,8 +11,14 @@ from harnesses.runner import RolloutResult
 
 class RunProgress:
     def __init__(self, total: int, console: Console | None = None):
-        self.progress = Progress(TextColumn("[bold]{task.description}"), BarColumn(), MofNCompleteColumn(),
-                                 TextColumn("{task.fields[stats]}"), TimeElapsedColumn(), console=console)
+        self.progress = Progress(
+            TextColumn("[bold]{task.description}"),
+            BarColumn(),
+            MofNCompleteColumn(),
+            TextColumn("{task.fields[stats]}"),
+            TimeElapsedColumn(),
+            console=console,
+        )
         self.bar = self.progress.add_task("rollouts", total=total, stats="")
         self.running = self.failed = 0
         self.rewards: list[float] = []

@@ -146,17 +146,22 @@ def _describe(trajectory: Trajectory, nonce: str) -> str:
         verifier = "none"
     else:
         verifier = f"reward {trajectory.verifier_reward}" + (
-            f" (error: {bounded(trajectory.verifier_error, 500)})" if trajectory.verifier_error else "")
-    return (f"Task given to the agent:\n{fence(bounded(trajectory.task, MAX_MESSAGE_CHARS), nonce)}\n\n"
-            f"Conversation:\n{fence(render_conversation(trajectory.messages), nonce)}\n\n"
-            f"Final answer:\n{fence(bounded(trajectory.final_answer, MAX_MESSAGE_CHARS), nonce)}\n\n"
-            f"Verifier: {verifier}")
+            f" (error: {bounded(trajectory.verifier_error, 500)})" if trajectory.verifier_error else ""
+        )
+    return (
+        f"Task given to the agent:\n{fence(bounded(trajectory.task, MAX_MESSAGE_CHARS), nonce)}\n\n"
+        f"Conversation:\n{fence(render_conversation(trajectory.messages), nonce)}\n\n"
+        f"Final answer:\n{fence(bounded(trajectory.final_answer, MAX_MESSAGE_CHARS), nonce)}\n\n"
+        f"Verifier: {verifier}"
+    )
 
 
 def rollout_prompt(rubric: Rubric, trajectory: Trajectory, nonce: str) -> list[dict]:
     reply = '{"verdict_id": "...", "score": <0..1>, "reasons": "<one or two sentences>"}.'
-    return [{"role": "system", "content": _instructions(rubric, nonce, reply)},
-            {"role": "user", "content": _describe(trajectory, nonce)}]
+    return [
+        {"role": "system", "content": _instructions(rubric, nonce, reply)},
+        {"role": "user", "content": _describe(trajectory, nonce)},
+    ]
 
 
 def group_labels(size: int) -> list[str]:
@@ -174,30 +179,52 @@ def _label(index: int) -> str:
 
 def group_prompt(rubric: Rubric, trajectories: list[Trajectory], nonce: str) -> list[dict]:
     labels = group_labels(len(trajectories))
-    reply = ('{"verdict_id": "...", "scores": {"<label>": {"score": <0..1>, "reasons": "..."}, ...}}, '
-             f"one key for each of the rollouts {', '.join(labels)}. These are attempts at the same task: "
-             "compare them with each other, give better attempts higher scores, and use the whole range.")
+    reply = (
+        '{"verdict_id": "...", "scores": {"<label>": {"score": <0..1>, "reasons": "..."}, ...}}, '
+        f"one key for each of the rollouts {', '.join(labels)}. These are attempts at the same task: "
+        "compare them with each other, give better attempts higher scores, and use the whole range."
+    )
     body = "\n\n".join(f"=== Rollout {label} ===\n{_describe(t, nonce)}" for label, t in zip(labels, trajectories))
     return [{"role": "system", "content": _instructions(rubric, nonce, reply)}, {"role": "user", "content": body}]
 
 
 def rollout_schema(nonce: str) -> dict:
     """JSON schema of a per-rollout verdict, for providers that constrain output (vLLM, OpenAI)."""
-    return {"type": "object", "additionalProperties": False, "required": ["verdict_id", "score", "reasons"],
-            "properties": {"verdict_id": {"type": "string", "enum": [nonce]},
-                           "score": {"type": "number", "minimum": 0, "maximum": 1},
-                           "reasons": {"type": "string", "maxLength": MAX_REASONS_CHARS}}}
+    return {
+        "type": "object",
+        "additionalProperties": False,
+        "required": ["verdict_id", "score", "reasons"],
+        "properties": {
+            "verdict_id": {"type": "string", "enum": [nonce]},
+            "score": {"type": "number", "minimum": 0, "maximum": 1},
+            "reasons": {"type": "string", "maxLength": MAX_REASONS_CHARS},
+        },
+    }
 
 
 def group_schema(nonce: str, size: int) -> dict:
-    entry = {"type": "object", "additionalProperties": False, "required": ["score", "reasons"],
-             "properties": {"score": {"type": "number", "minimum": 0, "maximum": 1},
-                            "reasons": {"type": "string", "maxLength": MAX_REASONS_CHARS}}}
+    entry = {
+        "type": "object",
+        "additionalProperties": False,
+        "required": ["score", "reasons"],
+        "properties": {
+            "score": {"type": "number", "minimum": 0, "maximum": 1},
+            "reasons": {"type": "string", "maxLength": MAX_REASONS_CHARS},
+        },
+    }
     labels = group_labels(size)
-    scores = {"type": "object", "additionalProperties": False, "required": labels,
-              "properties": {label: entry for label in labels}}
-    return {"type": "object", "additionalProperties": False, "required": ["verdict_id", "scores"],
-            "properties": {"verdict_id": {"type": "string", "enum": [nonce]}, "scores": scores}}
+    scores = {
+        "type": "object",
+        "additionalProperties": False,
+        "required": labels,
+        "properties": {label: entry for label in labels},
+    }
+    return {
+        "type": "object",
+        "additionalProperties": False,
+        "required": ["verdict_id", "scores"],
+        "properties": {"verdict_id": {"type": "string", "enum": [nonce]}, "scores": scores},
+    }
 
 
 def parse_rollout_verdict(text: str, nonce: str) -> tuple[float, str]:

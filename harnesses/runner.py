@@ -101,9 +101,13 @@ class Played:
 
 
 class Runner:
-    def __init__(self, plan: RunPlan, gateway: GatewayClient,
-                 on_result: Callable[[RolloutResult], None] = lambda result: None,
-                 on_start: Callable[[str, int], None] = lambda task, index: None):
+    def __init__(
+        self,
+        plan: RunPlan,
+        gateway: GatewayClient,
+        on_result: Callable[[RolloutResult], None] = lambda result: None,
+        on_start: Callable[[str, int], None] = lambda task, index: None,
+    ):
         self.plan, self.gateway = plan, gateway
         self.on_result, self.on_start = on_result, on_start
         self.environments = plan.environments or Environments()
@@ -128,13 +132,20 @@ class Runner:
         for rollout_id in interrupted:
             # cancelled, not failed: its place in the group goes to the replacement
             await self.gateway.finish(rollout_id, "cancelled", INTERRUPTED, {})
-        return [(task, index) for task in self.plan.tasks for index in range(self.plan.group_size)
-                if (task.name, index) not in ended]
+        return [
+            (task, index)
+            for task in self.plan.tasks
+            for index in range(self.plan.group_size)
+            if (task.name, index) not in ended
+        ]
 
     async def remaining(self) -> int:
         """Slots of this round without an ended rollout (any runner's); reads only."""
-        ended = {(r["task"], r["meta"].get("index")) for r in await self.gateway.rollouts(self.plan.run)
-                 if r["meta"].get("round", 0) == self.plan.round and r["status"] in ("finished", "failed")}
+        ended = {
+            (r["task"], r["meta"].get("index"))
+            for r in await self.gateway.rollouts(self.plan.run)
+            if r["meta"].get("round", 0) == self.plan.round and r["status"] in ("finished", "failed")
+        }
         return sum((task.name, index) not in ended for task in self.plan.tasks for index in range(self.plan.group_size))
 
     async def run(self, pending: list[tuple[Task, int]] | None = None) -> list[RolloutResult]:
@@ -190,16 +201,28 @@ class Runner:
 
     async def _claim(self, limit: int) -> dict:
         plan = self.plan
-        return await self.gateway.claim_slots(plan.run, plan.round, plan.group, [t.name for t in plan.tasks],
-                                              plan.group_size, self.worker, limit, plan.lease_s,
-                                              holding=sorted(self._leases))  # late renewals: not ours again
+        return await self.gateway.claim_slots(
+            plan.run,
+            plan.round,
+            plan.group,
+            [t.name for t in plan.tasks],
+            plan.group_size,
+            self.worker,
+            limit,
+            plan.lease_s,
+            holding=sorted(self._leases),
+        )  # late renewals: not ours again
 
     async def _run_claimed(self, leases: list[tuple[Task, int, int]], limit: asyncio.Semaphore) -> list[RolloutResult]:
         if self.plan.judge is not None and self.plan.judge.mode == "group":
-            return await self._run_groups([(task, index) for task, index, _ in leases], limit,
-                                          {(task.name, index): lease for task, index, lease in leases})
-        return list(await asyncio.gather(*[self._leased_one(task, index, lease, limit)
-                                           for task, index, lease in leases]))
+            return await self._run_groups(
+                [(task, index) for task, index, _ in leases],
+                limit,
+                {(task.name, index): lease for task, index, lease in leases},
+            )
+        return list(
+            await asyncio.gather(*[self._leased_one(task, index, lease, limit) for task, index, lease in leases])
+        )
 
     async def _leased_one(self, task: Task, index: int, lease: int, limit: asyncio.Semaphore) -> RolloutResult:
         job = self._jobs[lease] = asyncio.create_task(self._one(task, index, limit, lease))
@@ -208,8 +231,14 @@ class Runner:
         except asyncio.CancelledError:
             if lease not in self._lost or asyncio.current_task().cancelling():
                 raise
-            return RolloutResult(task.name, index, 0, "cancelled", None, f"slot lease {lease} was taken over "
-                                 "by another runner (this one's lease expired): stopped")
+            return RolloutResult(
+                task.name,
+                index,
+                0,
+                "cancelled",
+                None,
+                f"slot lease {lease} was taken over by another runner (this one's lease expired): stopped",
+            )
         finally:
             self._jobs.pop(lease, None)
 
@@ -254,8 +283,9 @@ class Runner:
         judgement = await self._judge_one(played) if self.plan.judge is not None else None
         return await self._end(played, judgement, lease)
 
-    async def _run_groups(self, jobs: list[tuple[Task, int]], limit: asyncio.Semaphore,
-                          leases: dict[tuple[str, int], int] | None = None) -> list[RolloutResult]:
+    async def _run_groups(
+        self, jobs: list[tuple[Task, int]], limit: asyncio.Semaphore, leases: dict[tuple[str, int], int] | None = None
+    ) -> list[RolloutResult]:
         """Each task's rollouts played (C at a time), judged together, then ended together."""
         leases = leases or {}
         by_task: dict[str, tuple[Task, list[int]]] = {}
@@ -281,15 +311,20 @@ class Runner:
 
     async def _play(self, task: Task, index: int, lease: int | None = None) -> Played:
         plan = self.plan
-        meta = {"harness": plan.harness.name, "round": plan.round, "index": index,
-                "side_call_patterns": plan.harness.side_call_patterns}
+        meta = {
+            "harness": plan.harness.name,
+            "round": plan.round,
+            "index": index,
+            "side_call_patterns": plan.harness.side_call_patterns,
+        }
         if plan.teacher:
             meta["teacher"] = plan.teacher
         if lease is not None:
             meta["worker"] = self.worker
             await self._still_held(lease)  # a full lease ahead: no other runner takes the slot meanwhile
-        rollout = await self.gateway.create_rollout(plan.run, task.name, plan.group, plan.group_size, meta,
-                                                    plan.capture, plan.sampling)
+        rollout = await self.gateway.create_rollout(
+            plan.run, task.name, plan.group, plan.group_size, meta, plan.capture, plan.sampling
+        )
         if lease is not None:
             self._leases[lease] = rollout["id"]
         try:
@@ -307,17 +342,25 @@ class Runner:
                 await self._still_held(lease)  # taken over: the new holder cancelled this rollout
             view = await self.gateway.finish(rollout_id, played.status, played.error, rewards, details)
             if lease is not None and self._leases.pop(lease, None) is not None:
-                await self.gateway.release_leases(self.worker, [{"lease": lease, "done": True,
-                                                                 "rollout_id": rollout_id}])
+                await self.gateway.release_leases(
+                    self.worker, [{"lease": lease, "done": True, "rollout_id": rollout_id}]
+                )
         except LeaseLost as exc:
             return RolloutResult(played.task.name, played.index, rollout_id, "cancelled", None, str(exc))
         except RuntimeError as exc:  # the gateway went away or refused: report it, leave the slot to a replay
             if lease is not None:
                 await self._give_up(lease)
-            return RolloutResult(played.task.name, played.index, rollout_id, "failed", None,
-                                 f"could not end the rollout: {exc}")
-        return RolloutResult(played.task.name, played.index, rollout_id, view["status"], view["reward"],
-                             played.error if view["status"] == played.status else view["error"])
+            return RolloutResult(
+                played.task.name, played.index, rollout_id, "failed", None, f"could not end the rollout: {exc}"
+            )
+        return RolloutResult(
+            played.task.name,
+            played.index,
+            rollout_id,
+            view["status"],
+            view["reward"],
+            played.error if view["status"] == played.status else view["error"],
+        )
 
     async def _give_up(self, lease: int) -> None:
         """Stop holding a slot whose rollout could not be ended: handed back open (or, with the gateway
@@ -330,8 +373,10 @@ class Runner:
 
     async def _still_held(self, lease: int) -> None:
         """Renew one lease now; LeaseLost when another runner holds it."""
-        if lease not in self._lost and lease in (await self.gateway.renew_leases(
-                self.worker, [lease], self.plan.lease_s))["renewed"]:
+        if (
+            lease not in self._lost
+            and lease in (await self.gateway.renew_leases(self.worker, [lease], self.plan.lease_s))["renewed"]
+        ):
             return
         self._lost.add(lease)
         self._leases.pop(lease, None)
@@ -343,8 +388,9 @@ class Runner:
         try:
             return await self.plan.judge.rollout(await self._trajectory(played))
         except Exception as exc:  # noqa: BLE001 - e.g. the conversation could not be read: abstain
-            return Judgement(None, f"judge abstained: {type(exc).__name__}: {exc}", self.plan.judge.settings.model,
-                             abstained=True)
+            return Judgement(
+                None, f"judge abstained: {type(exc).__name__}: {exc}", self.plan.judge.settings.model, abstained=True
+            )
 
     async def _judge_group(self, played: list[Played]) -> list[Judgement | None]:
         """One group verdict over the finished rollouts; None for the others (they have no result)."""
@@ -352,8 +398,13 @@ class Runner:
         try:
             judgements = await self.plan.judge.group([await self._trajectory(p) for p in finished])
         except Exception as exc:  # noqa: BLE001
-            abstain = Judgement(None, f"judge abstained: {type(exc).__name__}: {exc}",
-                                self.plan.judge.settings.model, shared_by=len(finished), abstained=True)
+            abstain = Judgement(
+                None,
+                f"judge abstained: {type(exc).__name__}: {exc}",
+                self.plan.judge.settings.model,
+                shared_by=len(finished),
+                abstained=True,
+            )
             judgements = [abstain] * len(finished)
         by_rollout = {p.rollout["id"]: j for p, j in zip(finished, judgements)}
         return [by_rollout.get(p.rollout["id"]) for p in played]
@@ -361,10 +412,13 @@ class Runner:
     async def _trajectory(self, played: Played) -> Trajectory:
         messages = await self.gateway.conversation(played.rollout["id"])
         verdict = played.verdict
-        return Trajectory(task=played.task.instruction, messages=tuple(messages),
-                          final_answer=played.outcome.final_text if played.outcome else "",
-                          verifier_reward=verdict.reward if verdict else None,
-                          verifier_error=verdict.error if verdict else None)
+        return Trajectory(
+            task=played.task.instruction,
+            messages=tuple(messages),
+            final_answer=played.outcome.final_text if played.outcome else "",
+            verifier_reward=verdict.reward if verdict else None,
+            verifier_error=verdict.error if verdict else None,
+        )
 
     async def _attempt(self, task: Task, index: int, rollout: dict) -> Played:
         plan = self.plan
@@ -376,8 +430,11 @@ class Runner:
         async with await create_sandbox(plan.sandbox, spec, **plan.sandbox_options) as sandbox:
             budget = AgentBudget.for_timeout(task.agent_timeout_s, plan.wall_factor)
             try:
-                outcome = await run_within(budget, plan.harness.run(sandbox, task, target, budget.ceiling_s),
-                                           lambda: self._engine_seconds(rollout["id"]))
+                outcome = await run_within(
+                    budget,
+                    plan.harness.run(sandbox, task, target, budget.ceiling_s),
+                    lambda: self._engine_seconds(rollout["id"]),
+                )
             except BudgetExceeded as exc:
                 return Played(task, index, rollout, "failed", str(exc), {})
             if outcome.timed_out:
@@ -391,8 +448,9 @@ class Runner:
     async def _engine_seconds(self, rollout_id: int) -> float:
         return float((await self.gateway.rollout(rollout_id)).get("engine_s", 0.0))
 
-    async def _reward_functions(self, task: Task, rollout: dict, verdict: Verdict,
-                                outcome: AgentOutcome) -> dict[str, float | None]:
+    async def _reward_functions(
+        self, task: Task, rollout: dict, verdict: Verdict, outcome: AgentOutcome
+    ) -> dict[str, float | None]:
         if not self.plan.rewards:
             return {}
         view = await self.gateway.rollout(rollout["id"])

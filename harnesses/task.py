@@ -58,7 +58,9 @@ class Task:
     name: str
     instruction: str  # what the agent is told
     files: Mapping[str, bytes] = field(default_factory=dict)  # workspace-relative path -> content
-    tests: Mapping[str, bytes] = field(default_factory=dict)  # /tests-relative path -> content (uploaded after the agent)
+    tests: Mapping[str, bytes] = field(
+        default_factory=dict
+    )  # /tests-relative path -> content (uploaded after the agent)
     verifier: str = HARBOR_VERIFIER  # run in the workspace after the tests are uploaded
     solution: str | None = None  # reference solution (a shell script run in the workspace)
     dockerfile: str | None = None  # Harbor environment/Dockerfile: the image the task needs (docker)
@@ -106,20 +108,26 @@ def load_jsonl(path: Path) -> list[Task]:
         try:
             item = json.loads(line)
             where = f"{path}:{number}"
-            tasks.append(Task(
-                name=item["name"], instruction=item["instruction"],
-                files={confined(k, f"{where} files"): v.encode() for k, v in item.get("files", {}).items()},
-                tests={confined(k, f"{where} tests"): v.encode() for k, v in item.get("tests", {}).items()},
-                verifier=item["verifier"], solution=item.get("solution"),
-                reward_source="file" if item.get("reward_file") else "exit_code",
-                agent_timeout_s=float(item.get("timeout_s", DEFAULT_AGENT_TIMEOUT_S)),
-                verifier_timeout_s=float(item.get("verifier_timeout_s", DEFAULT_VERIFIER_TIMEOUT_S)),
-                source=f"{path}:{number}",
-            ))
+            tasks.append(
+                Task(
+                    name=item["name"],
+                    instruction=item["instruction"],
+                    files={confined(k, f"{where} files"): v.encode() for k, v in item.get("files", {}).items()},
+                    tests={confined(k, f"{where} tests"): v.encode() for k, v in item.get("tests", {}).items()},
+                    verifier=item["verifier"],
+                    solution=item.get("solution"),
+                    reward_source="file" if item.get("reward_file") else "exit_code",
+                    agent_timeout_s=float(item.get("timeout_s", DEFAULT_AGENT_TIMEOUT_S)),
+                    verifier_timeout_s=float(item.get("verifier_timeout_s", DEFAULT_VERIFIER_TIMEOUT_S)),
+                    source=f"{path}:{number}",
+                )
+            )
         except TaskError:
             raise
         except (ValueError, KeyError, TypeError, AttributeError) as exc:
-            raise TaskError(f"{path}:{number}: {type(exc).__name__}: {exc} (needs name, instruction, verifier)") from None
+            raise TaskError(
+                f"{path}:{number}: {type(exc).__name__}: {exc} (needs name, instruction, verifier)"
+            ) from None
     return tasks
 
 
@@ -161,8 +169,10 @@ def _environment(folder: Path, config: dict) -> TaskEnvironment | None:
         return None
     if not has_dockerfile and not image:
         if context.exists() or section:
-            raise TaskError(f"{folder}: the task has neither environment/Dockerfile nor "
-                            "[environment] docker_image in task.toml; add one of them")
+            raise TaskError(
+                f"{folder}: the task has neither environment/Dockerfile nor "
+                "[environment] docker_image in task.toml; add one of them"
+            )
         return None
     return TaskEnvironment(
         context=context if has_dockerfile and not image else None,
@@ -186,7 +196,7 @@ def _section(config: dict, name: str) -> dict:
 def _env(config: dict, name: str, folder: Path) -> dict[str, str]:
     env = _section(config, name).get("env", {})
     if not isinstance(env, dict):
-        raise TaskError(f"{folder / 'task.toml'}: [{name}] env must be a table of NAME = \"value\"")
+        raise TaskError(f'{folder / "task.toml"}: [{name}] env must be a table of NAME = "value"')
     return {str(key): str(value) for key, value in env.items()}
 
 
@@ -199,8 +209,10 @@ def _mib(section: dict, key: str, folder: Path) -> int | None:
         return None
     match = re.fullmatch(r"\s*(\d+(?:\.\d+)?)\s*([KMGT]?)i?B?\s*", str(text), re.IGNORECASE)
     if match is None:
-        raise TaskError(f"{folder / 'task.toml'}: [environment] {key} = {text!r} is not a size "
-                        f"such as \"2G\"; or give {key}_mb = 2048")
+        raise TaskError(
+            f"{folder / 'task.toml'}: [environment] {key} = {text!r} is not a size "
+            f'such as "2G"; or give {key}_mb = 2048'
+        )
     return max(1, int(float(match[1]) * SIZE_UNITS[match[2].upper()]))
 
 
@@ -231,8 +243,9 @@ def confined(key: str, where: str) -> str:
     """A task file's path, normalised; TaskError when it is absolute or leaves its folder."""
     normal = posixpath.normpath(key) if isinstance(key, str) and key else ""
     if not normal or key.startswith("/") or normal in (".", "..") or normal.startswith("../") or "\\" in key:
-        raise TaskError(f"{where}: path {key!r} leaves the task's folder; use a relative path "
-                        "inside it (no leading /, no ..)")
+        raise TaskError(
+            f"{where}: path {key!r} leaves the task's folder; use a relative path inside it (no leading /, no ..)"
+        )
     return normal
 
 

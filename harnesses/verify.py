@@ -75,8 +75,7 @@ async def _written_reward(sandbox: Sandbox) -> dict[str, float] | None | str:
         try:
             values = _json_rewards(text) if path.endswith(".json") else {"reward": float(text)}
         except (ValueError, KeyError, TypeError, UnicodeDecodeError):
-            return (f"{path} does not hold a reward (a number; reward.json: an object of numbers): "
-                    f"{text[:200]!r}")
+            return f"{path} does not hold a reward (a number; reward.json: an object of numbers): {text[:200]!r}"
         if not all(math.isfinite(v) for v in values.values()):
             return f"{path} does not hold a finite reward: {text[:200]!r}"
         return values

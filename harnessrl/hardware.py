@@ -57,8 +57,11 @@ def choose_dtype(requested: str = "auto", *, gpu: bool, flags: frozenset[str]) -
     native = sorted((NATIVE_BF16_FLAGS | ARM_BF16_FLAGS) & flags)
     if native:
         return DtypeChoice("bfloat16", f"bfloat16: the CPU has native bf16 ({', '.join(native)})")
-    return DtypeChoice("float32", "float32: the CPU has no native bf16 (no avx512_bf16/amx_bf16), "
-                                  "so bfloat16 would be emulated and prefill 2-4x slower")
+    return DtypeChoice(
+        "float32",
+        "float32: the CPU has no native bf16 (no avx512_bf16/amx_bf16), "
+        "so bfloat16 would be emulated and prefill 2-4x slower",
+    )
 
 
 def machine_dtype(requested: str = "auto") -> DtypeChoice:
@@ -90,4 +93,3 @@ def batched_tokens(max_model_len: int, gpu: bool) -> int | None:
     up to 8,192 instead of vLLM's 2,048, so an agent's long first prompt prefills in one or few chunks
     (measured: 8k-token cold prefill and shared-prefix rounds 1.04-1.6x faster, decode within noise)."""
     return None if gpu else max(2048, min(8192, max_model_len))
-

@@ -11,14 +11,27 @@ from typing import Annotated
 
 import typer
 
-JudgeModel = Annotated[str | None, typer.Option(
-    "--judge", help="An LLM judge adding the reward component `judge`: a litellm model string (hosted_vllm/NAME, "
-                    "openai/..., anthropic/...); provider keys come from the environment as litellm reads them")]
+JudgeModel = Annotated[
+    str | None,
+    typer.Option(
+        "--judge",
+        help="An LLM judge adding the reward component `judge`: a litellm model string (hosted_vllm/NAME, "
+        "openai/..., anthropic/...); provider keys come from the environment as litellm reads them",
+    ),
+]
 RubricFile = Annotated[Path | None, typer.Option(help="The judge's rubric: a text file saying what good work is")]
-JudgeMode = Annotated[str, typer.Option(help="rollout: score each rollout; group: score a group's rollouts "
-                                             "against each other in one call (RULER-style)")]
-JudgeBaseUrl = Annotated[str | None, typer.Option(
-    envvar="HARNESSRL_JUDGE_BASE_URL", help="The judge's API base, e.g. http://127.0.0.1:8100/v1 for hosted_vllm/")]
+JudgeMode = Annotated[
+    str,
+    typer.Option(
+        help="rollout: score each rollout; group: score a group's rollouts against each other in one call (RULER-style)"
+    ),
+]
+JudgeBaseUrl = Annotated[
+    str | None,
+    typer.Option(
+        envvar="HARNESSRL_JUDGE_BASE_URL", help="The judge's API base, e.g. http://127.0.0.1:8100/v1 for hosted_vllm/"
+    ),
+]
 JudgeConcurrency = Annotated[int, typer.Option(min=1, help="Judge calls at once")]
 JudgeTimeout = Annotated[float, typer.Option(min=1.0, help="Seconds per judge call before it abstains")]
 
@@ -44,9 +57,15 @@ class JudgeOptions:
             return None
         if self.rubric is None:
             raise ValueError("--judge needs --rubric FILE: the text the judge scores by")
-        return JudgeSettings(model=self.model, rubric=load_rubric(self.rubric), mode=self.mode,
-                             api_base=self.base_url, concurrency=self.concurrency, timeout_s=self.timeout_s,
-                             cache_dir=data_home() / "judge-cache")
+        return JudgeSettings(
+            model=self.model,
+            rubric=load_rubric(self.rubric),
+            mode=self.mode,
+            api_base=self.base_url,
+            concurrency=self.concurrency,
+            timeout_s=self.timeout_s,
+            cache_dir=data_home() / "judge-cache",
+        )
 
 
 NO_JUDGE = JudgeOptions()  # the options' defaults: no judge
@@ -69,8 +88,10 @@ def judge_options(*, modes: bool = True):
     def decorate(command):
         signature = inspect.signature(command, eval_str=True)
         kept = [p for p in signature.parameters.values() if p.name != "judge"]
-        added = [inspect.Parameter(name, inspect.Parameter.KEYWORD_ONLY, default=default, annotation=annotation)
-                 for name, annotation, default, _ in chosen]
+        added = [
+            inspect.Parameter(name, inspect.Parameter.KEYWORD_ONLY, default=default, annotation=annotation)
+            for name, annotation, default, _ in chosen
+        ]
 
         @functools.wraps(command)
         def wrapper(**values):

@@ -17,12 +17,16 @@ def learner_settings(settings: LearnerConfig, run: str, admin_key: str | None = 
     if not settings.model_dir:
         prepared = default_cache_root() / SMOLLM2_DIRNAME
         if not (prepared / "config.json").exists():
-            raise ConfigError("no model_dir in the config and no prepared SmolLM2: set model_dir to the folder "
-                              "the engine serves, or run `harnessrl models prepare`")
+            raise ConfigError(
+                "no model_dir in the config and no prepared SmolLM2: set model_dir to the folder "
+                "the engine serves, or run `harnessrl models prepare`"
+            )
         settings = replace(settings, model_dir=str(prepared))
     if not (Path(settings.model_dir) / "config.json").exists():
-        raise ConfigError(f"model_dir {settings.model_dir} is not a Hugging Face model folder (no config.json); "
-                          f"point it at the folder `harnessrl serve --model` was given")
+        raise ConfigError(
+            f"model_dir {settings.model_dir} is not a Hugging Face model folder (no config.json); "
+            f"point it at the folder `harnessrl serve --model` was given"
+        )
     key = publishing_key(admin_key or settings.publish.admin_key, settings.publish.enabled)
     settings = with_overrides(settings, admin_key=key)
     return resolve_paths(settings, data_home() / "learner" / run)
@@ -36,7 +40,9 @@ def publishing_key(given: str | None, publishing: bool) -> str:
         return admin_key(given)
     except AdminKeyError as exc:
         if publishing:
-            raise ConfigError(f"{exc}; or set [publish] admin_key in the learner config (enabled = false needs none)") from None
+            raise ConfigError(
+                f"{exc}; or set [publish] admin_key in the learner config (enabled = false needs none)"
+            ) from None
         return ""
 
 
@@ -54,10 +60,16 @@ def eval_thread(settings: LearnerConfig, run: str, database_url: str):
 
     try:
         tasks = load_selection(held_out.tasks, Selection(split="test", test_fraction=held_out.test_fraction))
-        every = EvalEvery(every=held_out.every, tasks=tasks, harness=eval_harness(held_out.harness, held_out.sandbox),
-                          k=held_out.k, concurrency=held_out.concurrency, sandbox=held_out.sandbox,
-                          sandbox_options={"isolation": local_isolation(False)} if held_out.sandbox == "local" else {},
-                          temperature=settings.temperature)
+        every = EvalEvery(
+            every=held_out.every,
+            tasks=tasks,
+            harness=eval_harness(held_out.harness, held_out.sandbox),
+            k=held_out.k,
+            concurrency=held_out.concurrency,
+            sandbox=held_out.sandbox,
+            sandbox_options={"isolation": local_isolation(False)} if held_out.sandbox == "local" else {},
+            temperature=settings.temperature,
+        )
     except (TaskError, ValueError, RuntimeError) as exc:
         raise ConfigError(f"eval.every: {exc}") from None
     periodic = PeriodicEval(every, run, settings.publish.gateway_url, settings.publish.admin_key or None, store=None)

@@ -174,7 +174,9 @@ def _tiny_corpus() -> list[str]:
     texts = [TEMPLATE_PATH.read_text()]
     texts += [(stdlib / name).read_text() for name in _CORPUS_MODULES if (stdlib / name).is_file()]
     call = '<tool_call>\n{"name": "bash", "arguments": {"command": "ls -la"}}\n</tool_call>'
-    texts += [f"{IM_START}user\nList the files in the current directory.{IM_END}\n{IM_START}assistant\n{call}{IM_END}\n"]
+    texts += [
+        f"{IM_START}user\nList the files in the current directory.{IM_END}\n{IM_START}assistant\n{call}{IM_END}\n"
+    ]
     return texts
 
 
@@ -240,7 +242,9 @@ def build_tiny_model(out_dir: Path, max_position_embeddings: int = 131072, seed:
     try:
         model.save_pretrained(tmp)
         _install_template(tmp, tokenizer)
-        _write_marker(tmp, source={"kind": "tiny-qwen2", "seed": seed, "max_position_embeddings": max_position_embeddings})
+        _write_marker(
+            tmp, source={"kind": "tiny-qwen2", "seed": seed, "max_position_embeddings": max_position_embeddings}
+        )
         _atomic_replace(tmp, out_dir)
     finally:
         shutil.rmtree(tmp, ignore_errors=True)

@@ -43,8 +43,13 @@ def turn_entry(node: CallNode, parent: int | None, reward: float | None) -> dict
         "completion_token_ids": node.output_ids.tolist(),
         "per_token_logps": node.output_logprobs.astype(np.float64).tolist(),
         "loss_mask": [0] * len(node.prompt_ids) + [1] * len(node.output_ids),
-        "metadata": {"node_id": str(node.call_id), "parent_node_id": None if parent is None else str(parent),
-                     "policy_version": node.policy_version, "tags": list(node.tags), "reward": reward},
+        "metadata": {
+            "node_id": str(node.call_id),
+            "parent_node_id": None if parent is None else str(parent),
+            "policy_version": node.policy_version,
+            "tags": list(node.tags),
+            "reward": reward,
+        },
     }
 
 
@@ -60,9 +65,15 @@ def training_trace(nodes: list[CallNode], include_side: bool, reward: float | No
 
 def rollout_record(rollout: Rollout, group: str, nodes: list[CallNode], include_side: bool) -> dict:
     trace = training_trace(nodes, include_side, rollout.reward)
-    return {"rollout_id": rollout.id, "group_id": f"{rollout.group_id}:{group}", "task": rollout.task_id,
-            "status": rollout.status, "reward": rollout.reward, "rewards": rollout.rewards,
-            "trace": trace.model_dump(mode="json")}
+    return {
+        "rollout_id": rollout.id,
+        "group_id": f"{rollout.group_id}:{group}",
+        "task": rollout.task_id,
+        "status": rollout.status,
+        "reward": rollout.reward,
+        "rewards": rollout.rewards,
+        "trace": trace.model_dump(mode="json"),
+    }
 
 
 def trace_nodes(record: dict) -> list[CallNode]:
@@ -73,11 +84,17 @@ def trace_nodes(record: dict) -> list[CallNode]:
     nodes = []
     for turn in trace.turns:
         meta, parent = turn.metadata, turn.metadata.get("parent_node_id")
-        nodes.append(CallNode(int(turn.node_id), None if parent is None else int(parent),
-                              np.asarray(turn.prompt_token_ids, dtype=np.int32),
-                              np.asarray(turn.completion_token_ids, dtype=np.int32),
-                              np.asarray(turn.per_token_logps, dtype=np.float32),
-                              int(meta["policy_version"]), tuple(meta.get("tags", ()))))
+        nodes.append(
+            CallNode(
+                int(turn.node_id),
+                None if parent is None else int(parent),
+                np.asarray(turn.prompt_token_ids, dtype=np.int32),
+                np.asarray(turn.completion_token_ids, dtype=np.int32),
+                np.asarray(turn.per_token_logps, dtype=np.float32),
+                int(meta["policy_version"]),
+                tuple(meta.get("tags", ())),
+            )
+        )
     return nodes
 
 

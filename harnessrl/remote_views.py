@@ -24,26 +24,53 @@ def gateway_list_view(url: str, admin_key: str, what: str, where: RolloutFilter,
         table = _table("id", "name", "capture", "created", "rollouts", "finished", "reward", "last activity")
         table.columns[1].no_wrap = True  # a name is what one copies into --run
         for r in rows:
-            table.add_row(str(r["id"]), r["name"], (r["config"] or {}).get("capture", "engine"),
-                          _when(r["created_at"], "%Y-%m-%d %H:%M"), str(r["rollouts"]), str(r["rollouts_finished"]),
-                          "" if r["reward_mean"] is None else f"{r['reward_mean']:.3f}",
-                          _when(r["last_activity"], "%Y-%m-%d %H:%M:%S"))
+            table.add_row(
+                str(r["id"]),
+                r["name"],
+                (r["config"] or {}).get("capture", "engine"),
+                _when(r["created_at"], "%Y-%m-%d %H:%M"),
+                str(r["rollouts"]),
+                str(r["rollouts_finished"]),
+                "" if r["reward_mean"] is None else f"{r['reward_mean']:.3f}",
+                _when(r["last_activity"], "%Y-%m-%d %H:%M:%S"),
+            )
         return table
     if what == "groups":
         params = {"run": where.run, "task": where.task, "status": where.status, "limit": limit}
         table = _table("id", "run", "task", "group", "status", "size", "ready")
         for g in _get(url, admin_key, "/api/groups", params):
-            table.add_row(str(g["id"]), g["run"], g["task"], g["name"], g["status"], str(g["size"] or ""),
-                          _when(g["ready_at"], "%H:%M:%S"))
+            table.add_row(
+                str(g["id"]),
+                g["run"],
+                g["task"],
+                g["name"],
+                g["status"],
+                str(g["size"] or ""),
+                _when(g["ready_at"], "%H:%M:%S"),
+            )
         return table
     if what == "rollouts":
-        params = {"run": where.run, "task": where.task, "status": where.status, "harness": where.harness,
-                  "policy_version": where.policy_version, "reward_min": where.reward_min,
-                  "reward_max": where.reward_max, "limit": limit}
+        params = {
+            "run": where.run,
+            "task": where.task,
+            "status": where.status,
+            "harness": where.harness,
+            "policy_version": where.policy_version,
+            "reward_min": where.reward_min,
+            "reward_max": where.reward_max,
+            "limit": limit,
+        }
         table = _table("id", "run", "task", "group", "status", "reward", "error")
         for r in _get(url, admin_key, "/api/rollouts", params):
-            table.add_row(str(r["id"]), r["run"], r["task"], r["group"], r["status"],
-                          "" if r["reward"] is None else f"{r['reward']:.3f}", (r["error"] or "")[:60])
+            table.add_row(
+                str(r["id"]),
+                r["run"],
+                r["task"],
+                r["group"],
+                r["status"],
+                "" if r["reward"] is None else f"{r['reward']:.3f}",
+                (r["error"] or "")[:60],
+            )
         return table
     raise ValueError(f"ls shows runs, groups or rollouts, not {what!r}")
 
@@ -53,11 +80,15 @@ def _get(url: str, admin_key: str, path: str, params: dict) -> list[dict]:
     try:
         response = httpx.get(url.rstrip("/") + path, params=query, headers={"x-admin-key": admin_key}, timeout=30)
     except httpx.HTTPError as exc:
-        raise GatewayReadError(f"gateway at {url} unreachable ({type(exc).__name__}: {exc}); "
-                               f"check --gateway, or start it with `harnessrl serve`") from None
+        raise GatewayReadError(
+            f"gateway at {url} unreachable ({type(exc).__name__}: {exc}); "
+            f"check --gateway, or start it with `harnessrl serve`"
+        ) from None
     if response.status_code == 401:
-        raise GatewayReadError(f"the gateway at {url} refused the admin key: pass --admin-key, set "
-                               f"HARNESSRL_ADMIN_KEY, or use the $HARNESSRL_HOME/admin.key of its `harnessrl serve`")
+        raise GatewayReadError(
+            f"the gateway at {url} refused the admin key: pass --admin-key, set "
+            f"HARNESSRL_ADMIN_KEY, or use the $HARNESSRL_HOME/admin.key of its `harnessrl serve`"
+        )
     if response.status_code != 200:
         raise GatewayReadError(f"GET {path} on {url}: HTTP {response.status_code} {response.text[:300]}")
     return response.json()["data"]

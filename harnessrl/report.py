@@ -28,8 +28,9 @@ class ReportResult:
     notes: tuple[str, ...]  # why a plot was left out
 
 
-def write_report(data: ReportData, out_dir: Path, held_out: Sequence[PolicyResult] = (),
-                 warm_up: ReportData | None = None) -> ReportResult:
+def write_report(
+    data: ReportData, out_dir: Path, held_out: Sequence[PolicyResult] = (), warm_up: ReportData | None = None
+) -> ReportResult:
     """Draw every plot the data allows into ``out_dir``; ``held_out``: the run's held-out evaluations
     per version (the run ``<run>-eval``, see harnessrl.periodic_eval); ``warm_up``: its warm-up run
     (``<run>-warmup``, see harnessrl.warm_start)."""
@@ -52,8 +53,11 @@ def write_report(data: ReportData, out_dir: Path, held_out: Sequence[PolicyResul
 
 def _plots(data: ReportData) -> list[tuple[str, Callable, str | None]]:
     """(file name, drawing function, reason it cannot be drawn or None)."""
-    no_steps = None if data.steps else (f"run {data.run!r} has no learner steps yet "
-                                        f"(start the learner: `harnessrl train --run {data.run}`)")
+    no_steps = (
+        None
+        if data.steps
+        else (f"run {data.run!r} has no learner steps yet (start the learner: `harnessrl train --run {data.run}`)")
+    )
     no_calls = None if data.generation else f"run {data.run!r} has no recorded calls"
     no_rewards = None if data.versions else f"run {data.run!r} has no scored rollouts with calls"
     return [
@@ -88,11 +92,19 @@ def _save(draw: Callable, run: str, path: Path) -> Path:
 def _reward_per_step(figure, data: ReportData) -> None:
     ax = figure.add_subplot()
     steps = [p.step for p in data.steps]
-    ax.plot(steps, [_nan(p.reward_mean) for p in data.steps], color=BLUE, marker=_marker(steps), label="all scored rollouts")
+    ax.plot(
+        steps, [_nan(p.reward_mean) for p in data.steps], color=BLUE, marker=_marker(steps), label="all scored rollouts"
+    )
     # Always dotted: once the policy solves most tasks few steps keep a group, and a value between
     # two gaps would draw no line at all.
-    ax.plot(steps, [_nan(p.reward_mean_kept) for p in data.steps], color=ORANGE, marker=".", alpha=0.8,
-            label="groups with a learning signal (reward std > 0)")
+    ax.plot(
+        steps,
+        [_nan(p.reward_mean_kept) for p in data.steps],
+        color=ORANGE,
+        marker=".",
+        alpha=0.8,
+        label="groups with a learning signal (reward std > 0)",
+    )
     ax.set(xlabel="learner step", ylabel="mean reward of the step's groups", title="reward per learner step")
     _finish(ax)
 
@@ -101,16 +113,28 @@ def _reward_per_version(figure, data: ReportData) -> None:
     ax = figure.add_subplot()
     counts = ax.twinx()  # rollout counts behind the means, so a mean over 3 rollouts reads as such
     versions = [v.version for v in data.versions]
-    counts.bar(versions, [v.rollouts for v in data.versions], color=GREY, alpha=0.35, width=0.8,
-               label="rollouts (right axis)")
+    counts.bar(
+        versions, [v.rollouts for v in data.versions], color=GREY, alpha=0.35, width=0.8, label="rollouts (right axis)"
+    )
     counts.set_ylabel("rollouts", color="grey")
     counts.tick_params(axis="y", colors="grey")
     ax.set_zorder(counts.get_zorder() + 1)
     ax.patch.set_visible(False)
-    ax.errorbar(versions, [v.reward_mean for v in data.versions], yerr=[v.stderr for v in data.versions],
-                color=BLUE, marker="o", markersize=4, capsize=2, label="mean reward ± standard error")
-    ax.set(xlabel="policy version (0 = base model)", ylabel="mean reward",
-           title="reward per policy version (a rollout counts for the version of its first call)")
+    ax.errorbar(
+        versions,
+        [v.reward_mean for v in data.versions],
+        yerr=[v.stderr for v in data.versions],
+        color=BLUE,
+        marker="o",
+        markersize=4,
+        capsize=2,
+        label="mean reward ± standard error",
+    )
+    ax.set(
+        xlabel="policy version (0 = base model)",
+        ylabel="mean reward",
+        title="reward per policy version (a rollout counts for the version of its first call)",
+    )
     ax.xaxis.get_major_locator().set_params(integer=True)
     handles = ax.get_legend_handles_labels()[0] + counts.get_legend_handles_labels()[0]
     ax.legend(handles=handles, loc="best", fontsize=8)
@@ -122,16 +146,24 @@ def _held_out(figure, results: Sequence[PolicyResult]) -> None:
     versions = [r.version for r in results]
     ax.plot(versions, [_nan(r.pass_at_1) for r in results], color=BLUE, marker="o", label="pass@1")
     ks = sorted({r.k for r in results})
-    ax.plot(versions, [_nan(r.pass_at_k) for r in results], color=ORANGE, marker="o",
-            label=f"pass@k (k = {', '.join(map(str, ks))})")
+    ax.plot(
+        versions,
+        [_nan(r.pass_at_k) for r in results],
+        color=ORANGE,
+        marker="o",
+        label=f"pass@k (k = {', '.join(map(str, ks))})",
+    )
     means = [_nan(r.reward.mean) for r in results]
     low = [_nan(r.reward.low) for r in results]
     high = [_nan(r.reward.high) for r in results]
     ax.fill_between(versions, low, high, color=GREY, alpha=0.3, label="mean reward, 95% interval")
     ax.plot(versions, means, color="black", linewidth=0.8, linestyle="--")
     tasks = max(r.tasks for r in results)
-    ax.set(xlabel="policy version (0 = base model)", ylabel="held-out score",
-           title=f"held-out evaluation per policy version ({tasks} tasks, pinned rollouts)")
+    ax.set(
+        xlabel="policy version (0 = base model)",
+        ylabel="held-out score",
+        title=f"held-out evaluation per policy version ({tasks} tasks, pinned rollouts)",
+    )
     ax.set_ylim(bottom=min(0.0, *[x for x in low if x == x]), top=max(1.0, *[x for x in high if x == x]))
     _finish(ax)
 
@@ -159,15 +191,27 @@ def _warm_start(figure, warm_up: ReportData, data: ReportData) -> None:
     ax.bar([0], [mean], color=ORANGE, alpha=0.7, width=0.6, label=f"warm-up ({rollouts} rollouts)")
     versions = data.versions
     xs = list(range(2, len(versions) + 2))  # a gap after the warm-up's bar: its label and v1's stay apart
-    ax.errorbar(xs, [v.reward_mean for v in versions], yerr=[v.stderr for v in versions], color=BLUE, marker="o",
-                markersize=4, capsize=2, label="GRPO run, mean reward ± standard error per version")
+    ax.errorbar(
+        xs,
+        [v.reward_mean for v in versions],
+        yerr=[v.stderr for v in versions],
+        color=BLUE,
+        marker="o",
+        markersize=4,
+        capsize=2,
+        label="GRPO run, mean reward ± standard error per version",
+    )
     if versions:
         ax.axvline(1.0, color=GREY, linestyle="--", label=f"SFT on the warm-up's successes -> v{versions[0].version}")
     every = max(1, len(versions) // 12)  # at most ~12 version labels: more overlap
     shown = [(x, f"v{v.version}") for x, v in zip(xs, versions) if (x - 2) % every == 0]
     ax.set_xticks([0, *[x for x, _ in shown]], ["warm-up", *[label for _, label in shown]], fontsize=8)
-    ax.set(xlabel="phase / policy version", ylabel="mean reward", ylim=(-0.02, 1.02),
-           title="warm start: warm-up run, SFT, then GRPO")
+    ax.set(
+        xlabel="phase / policy version",
+        ylabel="mean reward",
+        ylim=(-0.02, 1.02),
+        title="warm start: warm-up run, SFT, then GRPO",
+    )
     ax.grid(alpha=0.3)
     ax.legend(fontsize=8, loc="best")
 
@@ -180,8 +224,11 @@ def _staleness(figure, data: ReportData) -> None:
     ax.fill_between(steps, most, step="mid", color=ORANGE, alpha=0.25, label="max")
     ax.step(steps, most, where="mid", color=ORANGE, linewidth=0.8)
     ax.plot(steps, [_nan(p.staleness_mean) for p in data.steps], color=BLUE, marker=_marker(steps), label="mean")
-    ax.set(xlabel="learner step", ylabel="policy versions behind the learner",
-           title="staleness of the samples each step trained on")
+    ax.set(
+        xlabel="learner step",
+        ylabel="policy versions behind the learner",
+        title="staleness of the samples each step trained on",
+    )
     ax.yaxis.get_major_locator().set_params(integer=True)
     ax.set_ylim(bottom=0)
     _finish(ax)
@@ -193,9 +240,11 @@ def _generation(figure, data: ReportData) -> None:
     ax.step(gen.minutes, gen.tokens_per_min, where="post", color=BLUE)
     ax.fill_between(gen.minutes, gen.tokens_per_min, step="post", color=BLUE, alpha=0.15)
     total = sum(gen.tokens)
-    ax.set(xlabel="minutes since the run's first call", ylabel="sampled output tokens / min",
-           title=f"generation throughput ({total:,} tokens in {sum(gen.calls):,} calls, "
-                 f"{gen.bucket_s} s buckets)")
+    ax.set(
+        xlabel="minutes since the run's first call",
+        ylabel="sampled output tokens / min",
+        title=f"generation throughput ({total:,} tokens in {sum(gen.calls):,} calls, {gen.bucket_s} s buckets)",
+    )
     ax.set_ylim(bottom=0)
     ax.grid(alpha=0.3)
 
@@ -205,10 +254,18 @@ def _training(figure, data: ReportData) -> None:
     steps = [p.step for p in data.steps]
     # Steps that trained nothing (every group zero-std or stale) say nothing about speed: left out
     # here, and visible as zero samples below.
-    rate.plot(steps, [p.trained_tokens_per_s if p.tokens_trained else float("nan") for p in data.steps],
-              color=BLUE, marker="o", markersize=3, linestyle="none")
-    rate.set(ylabel="trained tokens / s",
-             title="training throughput (tokens the loss covered / step time, steps that trained)")
+    rate.plot(
+        steps,
+        [p.trained_tokens_per_s if p.tokens_trained else float("nan") for p in data.steps],
+        color=BLUE,
+        marker="o",
+        markersize=3,
+        linestyle="none",
+    )
+    rate.set(
+        ylabel="trained tokens / s",
+        title="training throughput (tokens the loss covered / step time, steps that trained)",
+    )
     rate.set_ylim(bottom=0)
     rate.grid(alpha=0.3)
     samples.bar(steps, [p.samples for p in data.steps], color=ORANGE, width=0.8)

@@ -20,8 +20,14 @@ def free_port(host: str = "127.0.0.1") -> int:
 
 def uvicorn_server(settings: GatewaySettings, host: str, port: int, log_level: str = "warning") -> uvicorn.Server:
     config = uvicorn.Config(
-        create_app(settings), host=host, port=port, log_level=log_level, access_log=False,
-        loop="uvloop", http="httptools", timeout_graceful_shutdown=10,
+        create_app(settings),
+        host=host,
+        port=port,
+        log_level=log_level,
+        access_log=False,
+        loop="uvloop",
+        http="httptools",
+        timeout_graceful_shutdown=10,
         timeout_keep_alive=75,  # agents pause between calls; a longer keep-alive avoids reconnect races
     )
     return uvicorn.Server(config)
@@ -34,8 +40,16 @@ class BackgroundServer:
         self.app = app
         self.host, self.port = host, port or free_port(host)
         self.url = f"http://{self.host}:{self.port}"
-        config = uvicorn.Config(app, host=self.host, port=self.port, log_level="warning",
-                                access_log=False, loop="uvloop", http="httptools", timeout_keep_alive=75)
+        config = uvicorn.Config(
+            app,
+            host=self.host,
+            port=self.port,
+            log_level="warning",
+            access_log=False,
+            loop="uvloop",
+            http="httptools",
+            timeout_keep_alive=75,
+        )
         self._server = uvicorn.Server(config)
         self._thread = threading.Thread(target=self._server.run, name="uvicorn", daemon=True)
 

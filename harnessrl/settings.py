@@ -52,7 +52,8 @@ def admin_key(given: str | None = None, *, create: bool = False) -> str:
     if not create:
         raise AdminKeyError(
             f"no admin key: {path} does not exist; start the gateway with `harnessrl serve` (it writes that "
-            f"file), or pass --admin-key / set {ADMIN_KEY_ENV} to the key the gateway was given")
+            f"file), or pass --admin-key / set {ADMIN_KEY_ENV} to the key the gateway was given"
+        )
     return _create_key_file(path)
 
 
@@ -62,8 +63,10 @@ def _read_key_file(path: Path) -> str | None:
     except FileNotFoundError:
         return None
     if mode & 0o077:
-        raise AdminKeyError(f"{path} is readable by other users (mode {mode & 0o777:o}): "
-                            f"run `chmod 600 {path}`, or delete it for a fresh key")
+        raise AdminKeyError(
+            f"{path} is readable by other users (mode {mode & 0o777:o}): "
+            f"run `chmod 600 {path}`, or delete it for a fresh key"
+        )
     key = path.read_text().strip()
     if not key:
         raise AdminKeyError(f"{path} is empty: delete it, and `harnessrl serve` writes a fresh key")

@@ -51,8 +51,9 @@ class SftOutcome:
     seconds: float
 
 
-async def successful_samples(store: Store, run: str, min_reward: float,
-                             best_of_group: bool = False) -> tuple[list[Sample], int]:
+async def successful_samples(
+    store: Store, run: str, min_reward: float, best_of_group: bool = False
+) -> tuple[list[Sample], int]:
     """(samples, rollouts): the run's finished rollouts with reward >= min_reward (the best per group)."""
     chosen: dict[int, tuple[float, int]] = {}  # key (group or rollout) -> (reward, rollout id)
     after = 0
@@ -76,14 +77,22 @@ def run_sft(plan: SftPlan, on_step: Callable[[SftStep], None] = lambda step: Non
     started = time.monotonic()
     samples, rollouts = asyncio.run(_read(plan))
     if not samples:
-        raise ValueError(f"run {plan.run!r} has no finished rollout with reward >= {plan.min_reward}: nothing to "
-                         f"imitate; lower --min-reward, or record a teacher or best-of-G run first")
+        raise ValueError(
+            f"run {plan.run!r} has no finished rollout with reward >= {plan.min_reward}: nothing to "
+            f"imitate; lower --min-reward, or record a teacher or best-of-G run first"
+        )
     trainer = build_trainer(plan.learner)
     result = train_sft(trainer.model, trainer.optimizer, samples, plan.sft, on_step)
     adapter = atomic_write_dir(plan.out_dir / "adapter", trainer.model.save_pretrained)
-    summary = {"run": plan.run, "min_reward": plan.min_reward, "best_of_group": plan.best_of_group,
-               "rollouts": rollouts, "samples": result.samples, "refused": result.refused,
-               "steps": [asdict(step) for step in result.steps]}
+    summary = {
+        "run": plan.run,
+        "min_reward": plan.min_reward,
+        "best_of_group": plan.best_of_group,
+        "rollouts": rollouts,
+        "samples": result.samples,
+        "refused": result.refused,
+        "steps": [asdict(step) for step in result.steps],
+    }
     (plan.out_dir / "sft.json").write_text(json.dumps(summary, indent=1))
     version = asyncio.run(_publish(plan, trainer.model)) if plan.gateway_url else None
     return SftOutcome(adapter, rollouts, result, version, time.monotonic() - started)

@@ -54,16 +54,17 @@ class PolicyRendering:
         return list(self.tokenizer(text, add_special_tokens=False)["input_ids"])
 
     def prompt(self, messages: list[dict], tools: list | None) -> str:
-        return self.tokenizer.apply_chat_template(_plain(messages), tools=tools or None, add_generation_prompt=True,
-                                                  tokenize=False)
+        return self.tokenizer.apply_chat_template(
+            _plain(messages), tools=tools or None, add_generation_prompt=True, tokenize=False
+        )
 
     def answer(self, messages: list[dict], tools: list | None, answer: dict, prompt: str) -> str:
         """The text the policy samples for ``answer``: the template's rendering of it after the prompt,
         through its end-of-turn token."""
         full = self.tokenizer.apply_chat_template(_plain([*messages, answer]), tools=tools or None, tokenize=False)
-        text = full[len(prompt):] if full.startswith(prompt) else (answer.get("content") or "") + self.end
+        text = full[len(prompt) :] if full.startswith(prompt) else (answer.get("content") or "") + self.end
         cut = text.find(self.end)
-        return text[:cut + len(self.end)] if cut >= 0 else text + self.end
+        return text[: cut + len(self.end)] if cut >= 0 else text + self.end
 
 
 def _plain(messages: list[dict]) -> list[dict]:
@@ -74,8 +75,9 @@ def _plain(messages: list[dict]) -> list[dict]:
         if isinstance(m.get("content"), list):
             m["content"] = "\n".join(p.get("text", "") for p in m["content"] if isinstance(p, dict))
         if m.get("tool_calls"):
-            m["tool_calls"] = [{**c, "function": {**c["function"], "arguments": _arguments(c["function"])}}
-                               for c in m["tool_calls"]]
+            m["tool_calls"] = [
+                {**c, "function": {**c["function"], "arguments": _arguments(c["function"])}} for c in m["tool_calls"]
+            ]
         plain.append(m)
     return plain
 
@@ -102,9 +104,18 @@ class TeacherEngine(BackgroundServer):
 
     async def _models(self) -> JSONResponse:
         root = str(self.settings.tokenizer_dir)
-        data = [{"id": SERVED, "object": "model", "root": root, "parent": None,
-                 "max_model_len": self.settings.max_model_len}]
-        data += [{"id": name, "object": "model", "root": path, "parent": SERVED} for name, path in self.adapters.items()]
+        data = [
+            {
+                "id": SERVED,
+                "object": "model",
+                "root": root,
+                "parent": None,
+                "max_model_len": self.settings.max_model_len,
+            }
+        ]
+        data += [
+            {"id": name, "object": "model", "root": path, "parent": SERVED} for name, path in self.adapters.items()
+        ]
         return JSONResponse({"object": "list", "data": data})
 
     async def _load(self, request: Request) -> JSONResponse:  # policy versions mean nothing to a teacher
@@ -120,12 +131,19 @@ class TeacherEngine(BackgroundServer):
         body = await request.json()
         messages, tools = body.get("messages") or [], body.get("tools")
         try:
-            answer = ({"role": "assistant", "content": "OK"} if body.get("user") == PROBE_USER
-                      else await self._ask(body))
+            answer = {"role": "assistant", "content": "OK"} if body.get("user") == PROBE_USER else await self._ask(body)
         except Exception as exc:  # noqa: BLE001 - the teacher's error, as an engine error the gateway maps
             status = getattr(exc, "status_code", 502)
-            return JSONResponse({"error": {"message": f"teacher {self.settings.model}: {exc}", "type": type(exc).__name__,
-                                           "code": status}}, status_code=status if 400 <= status < 600 else 502)
+            return JSONResponse(
+                {
+                    "error": {
+                        "message": f"teacher {self.settings.model}: {exc}",
+                        "type": type(exc).__name__,
+                        "code": status,
+                    }
+                },
+                status_code=status if 400 <= status < 600 else 502,
+            )
         prompt = self.rendering.prompt(messages, tools)
         prompt_ids = self.rendering.ids(prompt)
         ids = self.rendering.ids(self.rendering.answer(messages, tools, answer, prompt))
@@ -139,8 +157,13 @@ class TeacherEngine(BackgroundServer):
 
         litellm = litellm_module()
         s = self.settings
-        kwargs = {"model": s.model, "messages": body["messages"], "timeout": s.timeout_s, "drop_params": True,
-                  "max_tokens": min(int(body.get("max_tokens") or s.max_tokens), s.max_tokens)}
+        kwargs = {
+            "model": s.model,
+            "messages": body["messages"],
+            "timeout": s.timeout_s,
+            "drop_params": True,
+            "max_tokens": min(int(body.get("max_tokens") or s.max_tokens), s.max_tokens),
+        }
         for name in ("tools", "tool_choice", "temperature", "top_p", "stop"):
             if body.get(name) is not None:
                 kwargs[name] = body[name]
@@ -149,9 +172,14 @@ class TeacherEngine(BackgroundServer):
         self.calls += 1
         message = (await litellm.acompletion(**kwargs)).choices[0].message
         answer = {"role": "assistant", "content": message.content or ""}
-        calls = [{"id": c.id, "type": "function", "function": {"name": c.function.name,
-                                                                "arguments": c.function.arguments or "{}"}}
-                 for c in message.tool_calls or []]
+        calls = [
+            {
+                "id": c.id,
+                "type": "function",
+                "function": {"name": c.function.name, "arguments": c.function.arguments or "{}"},
+            }
+            for c in message.tool_calls or []
+        ]
         if calls:
             answer["tool_calls"] = calls
         return answer
@@ -160,12 +188,28 @@ class TeacherEngine(BackgroundServer):
 def _reply(body: dict, answer: dict, prompt_ids: list[int], ids: list[int]) -> dict:
     finish = "tool_calls" if answer.get("tool_calls") else "stop"
     content = [{"token": "", "logprob": 0.0, "bytes": None, "top_logprobs": []} for _ in ids]  # no policy logprobs
-    return {"id": f"chatcmpl-teacher-{time.monotonic_ns()}", "object": "chat.completion", "created": int(time.time()),
-            "model": body.get("model", SERVED), "prompt_token_ids": prompt_ids,
-            "choices": [{"index": 0, "message": {"tool_calls": [], **answer}, "logprobs": {"content": content},
-                         "finish_reason": finish, "stop_reason": None, "token_ids": ids}],
-            "usage": {"prompt_tokens": len(prompt_ids), "completion_tokens": len(ids),
-                      "total_tokens": len(prompt_ids) + len(ids)}}
+    return {
+        "id": f"chatcmpl-teacher-{time.monotonic_ns()}",
+        "object": "chat.completion",
+        "created": int(time.time()),
+        "model": body.get("model", SERVED),
+        "prompt_token_ids": prompt_ids,
+        "choices": [
+            {
+                "index": 0,
+                "message": {"tool_calls": [], **answer},
+                "logprobs": {"content": content},
+                "finish_reason": finish,
+                "stop_reason": None,
+                "token_ids": ids,
+            }
+        ],
+        "usage": {
+            "prompt_tokens": len(prompt_ids),
+            "completion_tokens": len(ids),
+            "total_tokens": len(prompt_ids) + len(ids),
+        },
+    }
 
 
 def _stream(body: dict, reply: dict):
@@ -175,12 +219,28 @@ def _stream(body: dict, reply: dict):
     delta = {"content": choice["message"].get("content") or ""}
     if choice["message"].get("tool_calls"):
         delta["tool_calls"] = [{"index": i, **c} for i, c in enumerate(choice["message"]["tool_calls"])]
-    chunks = [{**base, "prompt_token_ids": reply["prompt_token_ids"],
-               "choices": [{"index": 0, "delta": {"role": "assistant", "content": ""}, "logprobs": None,
-                            "finish_reason": None}]},
-              {**base, "choices": [{"index": 0, "delta": delta, "logprobs": choice["logprobs"],
-                                    "finish_reason": choice["finish_reason"], "stop_reason": None,
-                                    "token_ids": choice["token_ids"]}]}]
+    chunks = [
+        {
+            **base,
+            "prompt_token_ids": reply["prompt_token_ids"],
+            "choices": [
+                {"index": 0, "delta": {"role": "assistant", "content": ""}, "logprobs": None, "finish_reason": None}
+            ],
+        },
+        {
+            **base,
+            "choices": [
+                {
+                    "index": 0,
+                    "delta": delta,
+                    "logprobs": choice["logprobs"],
+                    "finish_reason": choice["finish_reason"],
+                    "stop_reason": None,
+                    "token_ids": choice["token_ids"],
+                }
+            ],
+        },
+    ]
     if (body.get("stream_options") or {}).get("include_usage"):
         chunks.append({**base, "choices": [], "usage": reply["usage"]})
     for chunk in chunks:
@@ -192,7 +252,8 @@ def _stream(body: dict, reply: dict):
 def teacher_gateway(settings: TeacherSettings, database_url: str, admin_key: str):
     """A gateway on ``database_url`` whose engine is the teacher; yields its URL."""
     with TeacherEngine(settings) as engine:
-        gateway_settings = GatewaySettings(database_url=database_url, engine_url=engine.url, admin_key=admin_key,
-                                           model_dir=str(settings.tokenizer_dir))
+        gateway_settings = GatewaySettings(
+            database_url=database_url, engine_url=engine.url, admin_key=admin_key, model_dir=str(settings.tokenizer_dir)
+        )
         with BackgroundGateway(gateway_settings) as gateway:
             yield gateway.url

@@ -25,14 +25,28 @@ async def list_view(store: Store, what: str, where: RolloutFilter, limit: int = 
         table = _table("id", "run", "task", "group", "status", "size", "ready")
         groups = GroupFilter(run=where.run, task=where.task, status=where.status)
         for g, run_name, task in await store.listings.groups(groups, 0, limit):
-            table.add_row(str(g.id), run_name, task, g.name, g.status, str(g.size or ""),
-                          f"{g.ready_at:%H:%M:%S}" if g.ready_at else "")
+            table.add_row(
+                str(g.id),
+                run_name,
+                task,
+                g.name,
+                g.status,
+                str(g.size or ""),
+                f"{g.ready_at:%H:%M:%S}" if g.ready_at else "",
+            )
         return table
     if what == "rollouts":
         table = _table("id", "run", "task", "group", "status", "reward", "error")
         for r, run_name, task, group in await store.listings.rollouts(where, 0, limit):
-            table.add_row(str(r.id), run_name, task, group, r.status,
-                          "" if r.reward is None else f"{r.reward:.3f}", (r.error or "")[:60])
+            table.add_row(
+                str(r.id),
+                run_name,
+                task,
+                group,
+                r.status,
+                "" if r.reward is None else f"{r.reward:.3f}",
+                (r.error or "")[:60],
+            )
         return table
     raise ValueError(f"ls shows runs, groups or rollouts, not {what!r}")
 
@@ -47,8 +61,16 @@ async def _runs_table(store: Store, name: str | None, limit: int) -> Table:
         c = counts.get(r.id, RunCounts())
         reward = "" if c.reward_mean is None else f"{c.reward_mean:.3f}"
         last = "" if c.last_activity is None else f"{c.last_activity:%Y-%m-%d %H:%M:%S}"
-        table.add_row(str(r.id), r.name, (r.config or {}).get("capture", "engine"), f"{r.created_at:%Y-%m-%d %H:%M}",
-                      str(c.rollouts), str(c.rollouts_finished), reward, last)
+        table.add_row(
+            str(r.id),
+            r.name,
+            (r.config or {}).get("capture", "engine"),
+            f"{r.created_at:%Y-%m-%d %H:%M}",
+            str(c.rollouts),
+            str(c.rollouts_finished),
+            reward,
+            last,
+        )
     return table
 
 
@@ -57,8 +79,11 @@ async def rollout_view(store: Store, rollout_id: int, decode=None, tokens: int =
     if found is None:
         raise ValueError(f"rollout {rollout_id} not found")
     rollout, run, task, group, num_calls = found
-    header = Text(f"rollout {rollout.id}  run {run}  task {task}  group {group}  {rollout.status}  "
-                  f"reward {rollout.reward}  calls {num_calls}", style="bold")
+    header = Text(
+        f"rollout {rollout.id}  run {run}  task {task}  group {group}  {rollout.status}  "
+        f"reward {rollout.reward}  calls {num_calls}",
+        style="bold",
+    )
     parts = [header, _conversation_panel(await rollout_conversation(store, rollout_id))]
     for call in await store.list_calls(rollout_id, 0, 1000):
         parts.append(_call_panel(call, decode, tokens))
@@ -74,17 +99,21 @@ def _conversation_panel(messages: list[dict]) -> Panel:
     for m in messages:
         source = f" [call {m['call_id']}]" if m.get("call_id") else ""
         result = f" for {m['tool_call_id']}" if m.get("tool_call_id") else ""
-        lines.append(Text(f"{m['role']}{result}{source}: {_short(m['content'], 400)}",
-                          style=ROLE_STYLES.get(m["role"], "")))
+        lines.append(
+            Text(f"{m['role']}{result}{source}: {_short(m['content'], 400)}", style=ROLE_STYLES.get(m["role"], ""))
+        )
         for tool_call in m.get("tool_calls") or []:
             lines.append(Text(f"  tool call {tool_call['name']}({_short(tool_call['arguments'])})", style="yellow"))
-    return Panel(Group(*lines) if lines else Text("no calls yet", style="dim"), title="conversation",
-                 title_align="left")
+    return Panel(
+        Group(*lines) if lines else Text("no calls yet", style="dim"), title="conversation", title_align="left"
+    )
 
 
 def _call_panel(call, decode, tokens: int) -> Panel:
-    title = (f"call {call.id}  parent {call.parent_id}  v{call.policy_version}  {call.finish_reason}  "
-             f"{call.num_prompt_tokens}+{call.num_output_tokens} tokens  {' '.join(call.tags)}")
+    title = (
+        f"call {call.id}  parent {call.parent_id}  v{call.policy_version}  {call.finish_reason}  "
+        f"{call.num_prompt_tokens}+{call.num_output_tokens} tokens  {' '.join(call.tags)}"
+    )
     if call.fork_of is not None:
         title += f"  fork of {call.fork_of} ({call.drift_tokens} drift tokens)"
     return Panel(_token_table(call, decode, tokens), title=title, title_align="left")
@@ -93,11 +122,16 @@ def _call_panel(call, decode, tokens: int) -> Panel:
 def _token_table(call, decode, tokens: int) -> Table:
     table = _table("pos", "token", "id", "logprob")
     prompt_len = call.num_prompt_tokens
-    for n, (token_id, logprob) in enumerate(zip(unpack_ids(call.output_ids)[:tokens],
-                                                unpack_logprobs(call.output_logprobs))):
+    for n, (token_id, logprob) in enumerate(
+        zip(unpack_ids(call.output_ids)[:tokens], unpack_logprobs(call.output_logprobs))
+    ):
         shade = "green" if logprob > -0.5 else "yellow" if logprob > -2.5 else "red"
-        table.add_row(str(prompt_len + n), repr(decode([token_id])) if decode else "", str(token_id),
-                      Text(f"{logprob:.3f}", style=shade))
+        table.add_row(
+            str(prompt_len + n),
+            repr(decode([token_id])) if decode else "",
+            str(token_id),
+            Text(f"{logprob:.3f}", style=shade),
+        )
     return table
 
 

@@ -54,13 +54,30 @@ class WarmStartResult:
     rollouts: int  # successes trained on
 
 
-def sft_plan(warm: WarmStart, run: str, model_dir: Path, database_url: str, out_dir: Path, gateway_url: str,
-             admin_key: str, token_budget: int, lora_rank: int) -> SftPlan:
+def sft_plan(
+    warm: WarmStart,
+    run: str,
+    model_dir: Path,
+    database_url: str,
+    out_dir: Path,
+    gateway_url: str,
+    admin_key: str,
+    token_budget: int,
+    lora_rank: int,
+) -> SftPlan:
     """SFT on the warm-up run's successes, published on the quickstart's gateway."""
     learner = with_overrides(LearnerConfig(), model_dir=str(model_dir), lora_rank=lora_rank, lr=warm.lr)
-    return SftPlan(run=warm_up_run(run), database_url=database_url, learner=learner, out_dir=out_dir,
-                   sft=SftConfig(epochs=warm.epochs, token_budget=token_budget), min_reward=warm.min_reward,
-                   best_of_group=warm.teacher is None, gateway_url=gateway_url, admin_key=admin_key)
+    return SftPlan(
+        run=warm_up_run(run),
+        database_url=database_url,
+        learner=learner,
+        out_dir=out_dir,
+        sft=SftConfig(epochs=warm.epochs, token_budget=token_budget),
+        min_reward=warm.min_reward,
+        best_of_group=warm.teacher is None,
+        gateway_url=gateway_url,
+        admin_key=admin_key,
+    )
 
 
 def result_of(outcome: SftOutcome) -> WarmStartResult:

@@ -77,26 +77,41 @@ def tree_layout(ranges: list[tuple[int, int]], ancestors: list[list[int]]) -> At
         raise ValueError("tree nodes must cover the row in order")
     kv = torch.cat(index) if index else torch.zeros(0, dtype=torch.long)
     widths = [int(cu_k[n + 1] - cu_k[n]) for n in range(len(ranges))]
-    return AttentionLayout(cu_q, kv, torch.tensor(cu_k, dtype=torch.int32),
-                           max((e - s for s, e in ranges), default=0), max(widths, default=0))
+    return AttentionLayout(
+        cu_q,
+        kv,
+        torch.tensor(cu_k, dtype=torch.int32),
+        max((e - s for s, e in ranges), default=0),
+        max(widths, default=0),
+    )
 
 
 def resolve_kernel(requested: str, device: torch.device) -> str:
-    """"auto": flash varlen on CUDA when flash_attn is installed, SDPA otherwise."""
+    """ "auto": flash varlen on CUDA when flash_attn is installed, SDPA otherwise."""
     if requested not in KERNELS:
         raise ValueError(f"attention kernel must be one of {', '.join(KERNELS)}, got {requested!r}")
     has_flash = device.type == "cuda" and importlib.util.find_spec("flash_attn") is not None
     if requested == "flash" and not has_flash:
-        raise RuntimeError("attn_implementation = 'flash' needs a CUDA device and the flash_attn package "
-                           "(pip install flash-attn --no-build-isolation); or use 'auto' / 'sdpa'")
+        raise RuntimeError(
+            "attn_implementation = 'flash' needs a CUDA device and the flash_attn package "
+            "(pip install flash-attn --no-build-isolation); or use 'auto' / 'sdpa'"
+        )
     if requested == "auto":
         return "flash" if has_flash else "sdpa"
     return requested
 
 
-def packed_attention(module: torch.nn.Module, query: Tensor, key: Tensor, value: Tensor,
-                     attention_mask: Tensor | None, scaling: float | None = None, dropout: float = 0.0,
-                     packed_layout: AttentionLayout | None = None, **kwargs: object) -> tuple[Tensor, None]:
+def packed_attention(
+    module: torch.nn.Module,
+    query: Tensor,
+    key: Tensor,
+    value: Tensor,
+    attention_mask: Tensor | None,
+    scaling: float | None = None,
+    dropout: float = 0.0,
+    packed_layout: AttentionLayout | None = None,
+    **kwargs: object,
+) -> tuple[Tensor, None]:
     """The transformers attention interface: query [1, H, L, D], key/value [1, Hkv, L, D] (RoPE applied)
     -> ([1, L, H, D], None). Needs ``packed_layout`` (a forward keyword) and batch size 1."""
     if packed_layout is None:
@@ -118,12 +133,12 @@ def _sdpa(query: Tensor, key: Tensor, value: Tensor, layout: AttentionLayout, sc
     cu_q, cu_k = layout.cu_q.tolist(), layout.cu_k.tolist()
     outputs = []
     for n in range(layout.num_nodes):
-        q = query[:, :, cu_q[n]:cu_q[n + 1]]
+        q = query[:, :, cu_q[n] : cu_q[n + 1]]
         if cu_k[n + 1] - cu_k[n] == q.shape[2]:  # no ancestors: its keys are its own positions
-            k, v = key[:, :, cu_q[n]:cu_q[n + 1]], value[:, :, cu_q[n]:cu_q[n + 1]]
+            k, v = key[:, :, cu_q[n] : cu_q[n + 1]], value[:, :, cu_q[n] : cu_q[n + 1]]
             outputs.append(F.scaled_dot_product_attention(q, k, v, is_causal=True, scale=scaling, enable_gqa=gqa))
             continue
-        index = layout.kv_index[cu_k[n]:cu_k[n + 1]]
+        index = layout.kv_index[cu_k[n] : cu_k[n + 1]]
         k, v = key[:, :, index], value[:, :, index]
         if gqa and q.is_cuda:  # CUDA's masked kernel (memory-efficient) takes no GQA: expand the kv heads
             k, v = (t.repeat_interleave(query.shape[1] // key.shape[1], dim=1) for t in (k, v))
@@ -143,8 +158,11 @@ def _bottom_right(q: Tensor, k: Tensor, v: Tensor, scaling: float | None, gqa: b
         visible = offset + end  # keys beyond the chunk's last query are never seen: leave them out
         rows = torch.arange(start, end, device=q.device)[:, None]
         mask = torch.arange(visible, device=q.device)[None] <= rows + offset
-        outputs.append(F.scaled_dot_product_attention(q[:, :, start:end], k[:, :, :visible], v[:, :, :visible],
-                                                      attn_mask=mask, scale=scaling, enable_gqa=gqa))
+        outputs.append(
+            F.scaled_dot_product_attention(
+                q[:, :, start:end], k[:, :, :visible], v[:, :, :visible], attn_mask=mask, scale=scaling, enable_gqa=gqa
+            )
+        )
     return torch.cat(outputs, dim=2)
 
 
@@ -155,8 +173,9 @@ def _flash(query: Tensor, key: Tensor, value: Tensor, layout: AttentionLayout, s
     k, v = key[0].transpose(0, 1), value[0].transpose(0, 1)  # [L, Hkv, D]
     if layout.kv_index is not None:
         k, v = k[layout.kv_index], v[layout.kv_index]
-    out = flash_attn_varlen_func(q, k, v, layout.cu_q, layout.cu_k, layout.max_q, layout.max_k,
-                                 dropout_p=0.0, softmax_scale=scaling, causal=True)
+    out = flash_attn_varlen_func(
+        q, k, v, layout.cu_q, layout.cu_k, layout.max_q, layout.max_k, dropout_p=0.0, softmax_scale=scaling, causal=True
+    )
     return out[None]  # [1, L, H, D]
 
 

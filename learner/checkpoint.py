@@ -63,13 +63,23 @@ def atomic_write_dir(dest: Path, write: Callable[[Path], None]) -> Path:
     return dest
 
 
-def save_checkpoint(root: Path, step: int, version: int, model: Any, optimizer: torch.optim.Optimizer,
-                    scheduler: Any, meta: dict) -> Path:
+def save_checkpoint(
+    root: Path, step: int, version: int, model: Any, optimizer: torch.optim.Optimizer, scheduler: Any, meta: dict
+) -> Path:
     """Write checkpoint ``step`` atomically and return its folder. ``model`` is a peft model."""
+
     def write(tmp: Path) -> None:
         model.save_pretrained(tmp / "adapter")
-        torch.save({"optimizer": optimizer.state_dict(), "scheduler": scheduler.state_dict(), "step": step,
-                    "version": version, "rng": torch.get_rng_state()}, tmp / "trainer.pt")
+        torch.save(
+            {
+                "optimizer": optimizer.state_dict(),
+                "scheduler": scheduler.state_dict(),
+                "step": step,
+                "version": version,
+                "rng": torch.get_rng_state(),
+            },
+            tmp / "trainer.pt",
+        )
         (tmp / "meta.json").write_text(json.dumps({**meta, "step": step, "version": version}, default=str, indent=1))
 
     return atomic_write_dir(step_dir(root, step), write)
@@ -81,14 +91,18 @@ def load_checkpoint(path: Path, model: Any, optimizer: torch.optim.Optimizer, sc
 
     path = Path(path)
     if not (path / "trainer.pt").exists():
-        raise FileNotFoundError(f"checkpoint {path} is missing or incomplete (no trainer.pt): the store names "
-                                f"a checkpoint the disk does not hold; was the checkpoint dir moved or deleted?")
+        raise FileNotFoundError(
+            f"checkpoint {path} is missing or incomplete (no trainer.pt): the store names "
+            f"a checkpoint the disk does not hold; was the checkpoint dir moved or deleted?"
+        )
     weights = load_file(path / "adapter" / "adapter_model.safetensors")
     result = set_peft_model_state_dict(model, weights)
     unexpected = list(getattr(result, "unexpected_keys", []) or [])
     if unexpected:
-        raise ValueError(f"checkpoint {path} holds weights this adapter lacks ({unexpected[:3]}...): "
-                         f"lora_rank / lora_targets differ from the config it was trained with")
+        raise ValueError(
+            f"checkpoint {path} holds weights this adapter lacks ({unexpected[:3]}...): "
+            f"lora_rank / lora_targets differ from the config it was trained with"
+        )
     state = torch.load(path / "trainer.pt", weights_only=True)
     optimizer.load_state_dict(state["optimizer"])
     scheduler.load_state_dict(state["scheduler"])
@@ -114,8 +128,11 @@ def remove_orphans(root: Path, committed_step: int) -> list[Path]:
 def prune_checkpoints(root: Path, committed_step: int, keep: int) -> list[Path]:
     """Keep the ``keep`` newest checkpoints up to the committed one; delete older ones."""
     root = Path(root)
-    steps = sorted((int(m.group(1)), child) for child in root.iterdir()
-                   if (m := STEP_DIR.match(child.name)) and int(m.group(1)) <= committed_step)
+    steps = sorted(
+        (int(m.group(1)), child)
+        for child in root.iterdir()
+        if (m := STEP_DIR.match(child.name)) and int(m.group(1)) <= committed_step
+    )
     doomed = [child for _, child in steps[:-keep]] if keep > 0 else []
     for child in doomed:
         shutil.rmtree(child, ignore_errors=True)

@@ -151,8 +151,12 @@ class LearnerConfig:
         _validate(self)
 
     def step(self) -> StepConfig:
-        return StepConfig(loss=self.loss, max_grad_norm=self.optimizer.max_grad_norm, temperature=self.temperature,
-                          forward=self.forward)
+        return StepConfig(
+            loss=self.loss,
+            max_grad_norm=self.optimizer.max_grad_norm,
+            temperature=self.temperature,
+            forward=self.forward,
+        )
 
     def publishes_at(self, step: int) -> bool:
         return step > 0 and step % self.publish.weight_sync_steps == 0
@@ -168,47 +172,83 @@ TOP_LEVEL = tuple(f.name for f in fields(LearnerConfig) if f.name not in SECTION
 
 # The old flat form (one table of 45 keys): flat name -> (section, key).
 FLAT_KEYS: dict[str, tuple[str, str]] = {
-    "lora_rank": ("lora", "rank"), "lora_alpha": ("lora", "alpha"), "lora_dropout": ("lora", "dropout"),
-    "lora_targets": ("lora", "targets"), "attn_implementation": ("forward", "kernel"),
-    "publish": ("publish", "enabled"), "publish_retries": ("publish", "retries"),
-    "publish_timeout_s": ("publish", "timeout_s"), "checkpoint_dir": ("checkpoint", "dir"),
-    "checkpoint_every": ("checkpoint", "every"), "keep_checkpoints": ("checkpoint", "keep"),
-    **{f"eval_{name}": ("eval", name) for name in ("every", "tasks", "test_fraction", "k", "harness", "sandbox",
-                                                   "concurrency")},
-    **{name: (section, name) for section, names in (
-        ("lora", ("seed", "init_adapter", "init_version")),
-        ("optimizer", ("lr", "weight_decay", "adam_betas", "max_grad_norm", "warmup_steps", "scheduler",
-                       "min_lr_ratio")),
-        ("loss", ("epsilon", "epsilon_high", "is_min", "is_max", "beta")),
-        ("forward", ("chunk_tokens", "checkpoint_min_tokens", "activation_checkpointing")),
-        ("batch", ("groups_per_step", "token_budget", "tree_packing", "min_saved_tokens", "include_side",
-                   "scale_by_std", "max_staleness")),
-        ("publish", ("gateway_url", "admin_key", "weight_sync_steps", "adapters_dir")),
-    ) for name in names},
+    "lora_rank": ("lora", "rank"),
+    "lora_alpha": ("lora", "alpha"),
+    "lora_dropout": ("lora", "dropout"),
+    "lora_targets": ("lora", "targets"),
+    "attn_implementation": ("forward", "kernel"),
+    "publish": ("publish", "enabled"),
+    "publish_retries": ("publish", "retries"),
+    "publish_timeout_s": ("publish", "timeout_s"),
+    "checkpoint_dir": ("checkpoint", "dir"),
+    "checkpoint_every": ("checkpoint", "every"),
+    "keep_checkpoints": ("checkpoint", "keep"),
+    **{
+        f"eval_{name}": ("eval", name)
+        for name in ("every", "tasks", "test_fraction", "k", "harness", "sandbox", "concurrency")
+    },
+    **{
+        name: (section, name)
+        for section, names in (
+            ("lora", ("seed", "init_adapter", "init_version")),
+            (
+                "optimizer",
+                ("lr", "weight_decay", "adam_betas", "max_grad_norm", "warmup_steps", "scheduler", "min_lr_ratio"),
+            ),
+            ("loss", ("epsilon", "epsilon_high", "is_min", "is_max", "beta")),
+            ("forward", ("chunk_tokens", "checkpoint_min_tokens", "activation_checkpointing")),
+            (
+                "batch",
+                (
+                    "groups_per_step",
+                    "token_budget",
+                    "tree_packing",
+                    "min_saved_tokens",
+                    "include_side",
+                    "scale_by_std",
+                    "max_staleness",
+                ),
+            ),
+            ("publish", ("gateway_url", "admin_key", "weight_sync_steps", "adapters_dir")),
+        )
+        for name in names
+    },
 }
 
 
 def _validate(c: LearnerConfig) -> None:
     o, b, p, k, e = c.optimizer, c.batch, c.publish, c.checkpoint, c.eval
-    for name, value in (("lora.rank", c.lora.rank), ("lora.alpha", c.lora.alpha), ("batch.groups_per_step",
-                        b.groups_per_step), ("publish.weight_sync_steps", p.weight_sync_steps),
-                        ("checkpoint.every", k.every), ("checkpoint.keep", k.keep),
-                        ("forward.chunk_tokens", c.forward.chunk_tokens)):
+    for name, value in (
+        ("lora.rank", c.lora.rank),
+        ("lora.alpha", c.lora.alpha),
+        ("batch.groups_per_step", b.groups_per_step),
+        ("publish.weight_sync_steps", p.weight_sync_steps),
+        ("checkpoint.every", k.every),
+        ("checkpoint.keep", k.keep),
+        ("forward.chunk_tokens", c.forward.chunk_tokens),
+    ):
         if value < 1:
             raise ConfigError(f"{name} must be at least 1, got {value}")
-    for name, value in (("batch.max_staleness", b.max_staleness), ("optimizer.warmup_steps", o.warmup_steps),
-                        ("max_steps", c.max_steps), ("publish.retries", p.retries),
-                        ("optimizer.weight_decay", o.weight_decay), ("loss.beta", c.loss.beta),
-                        ("batch.token_budget", b.token_budget), ("batch.min_saved_tokens", b.min_saved_tokens),
-                        ("forward.checkpoint_min_tokens", c.forward.checkpoint_min_tokens)):
+    for name, value in (
+        ("batch.max_staleness", b.max_staleness),
+        ("optimizer.warmup_steps", o.warmup_steps),
+        ("max_steps", c.max_steps),
+        ("publish.retries", p.retries),
+        ("optimizer.weight_decay", o.weight_decay),
+        ("loss.beta", c.loss.beta),
+        ("batch.token_budget", b.token_budget),
+        ("batch.min_saved_tokens", b.min_saved_tokens),
+        ("forward.checkpoint_min_tokens", c.forward.checkpoint_min_tokens),
+    ):
         if value < 0:
             raise ConfigError(f"{name} must not be negative, got {value}")
     if not (o.lr > 0 and math.isfinite(o.lr)):
         raise ConfigError(f"optimizer.lr must be a positive number, got {o.lr}")
     _check_choice("optimizer.scheduler", o.scheduler, typing.get_args(Scheduler))
     if o.scheduler != "constant" and c.max_steps == 0:
-        raise ConfigError(f"optimizer.scheduler = {o.scheduler!r} decays until max_steps: "
-                          f"set max_steps, or scheduler = 'constant'")
+        raise ConfigError(
+            f"optimizer.scheduler = {o.scheduler!r} decays until max_steps: set max_steps, or scheduler = 'constant'"
+        )
     _check_choice("dtype", c.dtype, typing.get_args(DType))
     _check_choice("forward.kernel", c.forward.kernel, KERNELS)
     lo, hi = c.loss.is_min, c.loss.is_max
@@ -219,16 +259,20 @@ def _validate(c: LearnerConfig) -> None:
     if not 0 <= c.lora.dropout < 1 or not 0 <= o.min_lr_ratio <= 1:
         raise ConfigError("lora.dropout must be in [0, 1) and optimizer.min_lr_ratio in [0, 1]")
     if not 0 <= c.metrics_port <= 65535:
-        raise ConfigError(f"metrics_port must be a TCP port (1-65535), or 0 for no metrics endpoint; "
-                          f"got {c.metrics_port}")
+        raise ConfigError(
+            f"metrics_port must be a TCP port (1-65535), or 0 for no metrics endpoint; got {c.metrics_port}"
+        )
     if not c.lora.targets:
         raise ConfigError("lora.targets must name at least one module")
     if e.every < 0 or e.k < 1 or e.concurrency < 1 or not 0 <= e.test_fraction <= 1:
-        raise ConfigError("eval.every must not be negative, eval.k and eval.concurrency at least 1, "
-                          "eval.test_fraction in [0, 1]")
+        raise ConfigError(
+            "eval.every must not be negative, eval.k and eval.concurrency at least 1, eval.test_fraction in [0, 1]"
+        )
     if e.every and not e.tasks:
-        raise ConfigError("eval.every needs eval.tasks: the dataset whose test split is evaluated "
-                          "(e.g. tasks = \"builtin:arithmetic\" or a folder of Harbor tasks)")
+        raise ConfigError(
+            "eval.every needs eval.tasks: the dataset whose test split is evaluated "
+            '(e.g. tasks = "builtin:arithmetic" or a folder of Harbor tasks)'
+        )
 
 
 def _check_choice(name: str, value: str, choices: tuple[str, ...]) -> None:
@@ -253,8 +297,11 @@ def config_from_dict(values: dict[str, Any], source: str = "config") -> LearnerC
         else:
             raise _unknown(key, None, source)
     if flat:
-        logger.warning("%s uses the old flat keys; write them in sections: %s", source,
-                       ", ".join(f"{key} -> [{FLAT_KEYS[key][0]}] {FLAT_KEYS[key][1]}" for key in flat))
+        logger.warning(
+            "%s uses the old flat keys; write them in sections: %s",
+            source,
+            ", ".join(f"{key} -> [{FLAT_KEYS[key][0]}] {FLAT_KEYS[key][1]}" for key in flat),
+        )
     return _build(top, sections)
 
 
@@ -309,8 +356,9 @@ def _coerce(section: str | None, name: str, value: Any, source: str) -> Any:
         if ok:
             return coerced
     example = getattr(SECTIONS[section](), name) if section else getattr(LearnerConfig(), name)
-    raise ConfigError(f"{key} in {source} must be like {tomli_w.dumps({'x': _plain(example)})[4:].strip()}, "
-                      f"got {value!r}")
+    raise ConfigError(
+        f"{key} in {source} must be like {tomli_w.dumps({'x': _plain(example)})[4:].strip()}, got {value!r}"
+    )
 
 
 def _as(hint: Any, value: Any) -> tuple[bool, Any]:
@@ -359,7 +407,9 @@ def resolve_paths(config: LearnerConfig, default_output: Path) -> LearnerConfig:
         return str(Path(given or root / default).expanduser().resolve())
 
     return replace(
-        config, output_dir=str(root), tensorboard_dir=folder(config.tensorboard_dir, "tensorboard"),
+        config,
+        output_dir=str(root),
+        tensorboard_dir=folder(config.tensorboard_dir, "tensorboard"),
         checkpoint=replace(config.checkpoint, dir=folder(config.checkpoint.dir, "checkpoints")),
         publish=replace(config.publish, adapters_dir=folder(config.publish.adapters_dir, "adapters")),
     )

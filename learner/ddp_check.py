@@ -39,9 +39,17 @@ def tiny_lora_model(seed: int = 0) -> torch.nn.Module:
     from transformers import Qwen2Config, Qwen2ForCausalLM
 
     torch.manual_seed(seed)
-    config = Qwen2Config(vocab_size=VOCAB, hidden_size=64, intermediate_size=128, num_hidden_layers=2,
-                         num_attention_heads=2, num_key_value_heads=1, head_dim=32, max_position_embeddings=256,
-                         attn_implementation="sdpa")
+    config = Qwen2Config(
+        vocab_size=VOCAB,
+        hidden_size=64,
+        intermediate_size=128,
+        num_hidden_layers=2,
+        num_attention_heads=2,
+        num_key_value_heads=1,
+        head_dim=32,
+        max_position_embeddings=256,
+        attn_implementation="sdpa",
+    )
     lora = LoraConfig(r=8, lora_alpha=16, lora_dropout=0.0, target_modules=["q_proj", "k_proj", "v_proj", "o_proj"])
     model = get_peft_model(Qwen2ForCausalLM(config), lora)
     with torch.no_grad():  # B = 0 at init would make the first step's gradient reach only B
@@ -59,7 +67,7 @@ def fixed_rows(model: torch.nn.Module, seed: int = 0, n: int = 12) -> list[Packe
         length = int(rng.integers(5, 41))
         ids = rng.integers(0, VOCAB, length)
         mask = np.zeros(length, np.int8)
-        mask[int(rng.integers(1, length - 1)):] = 1
+        mask[int(rng.integers(1, length - 1)) :] = 1
         with torch.no_grad():
             ids_t = torch.from_numpy(ids)[None]
             own = token_logprobs(model(input_ids=ids_t).logits, ids_t)[0].numpy()
@@ -94,8 +102,10 @@ def main() -> None:
         mine = shard(rows, [row.num_tokens for row in rows], rank, size)
         metrics = run_steps(model, mine, args.steps)
         args.out.mkdir(parents=True, exist_ok=True)
-        torch.save({"weights": lora_weights(model), "metrics": metrics, "rows": len(mine), "of_rows": len(rows)},
-                   args.out / f"rank{rank}.pt")
+        torch.save(
+            {"weights": lora_weights(model), "metrics": metrics, "rows": len(mine), "of_rows": len(rows)},
+            args.out / f"rank{rank}.pt",
+        )
     finally:
         dist.destroy_process_group()
 

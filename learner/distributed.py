@@ -78,7 +78,7 @@ def all_reduce_gradients(params: Sequence[nn.Parameter]) -> None:
     for p, present in zip(params, has_grad.tolist()):
         n = p.numel()
         if present:
-            p.grad = flat[offset:offset + n].view_as(p).to(p.dtype)
+            p.grad = flat[offset : offset + n].view_as(p).to(p.dtype)
         offset += n
 
 
@@ -95,9 +95,19 @@ def all_reduce_stats(stats: LossStats, device: torch.device | str = "cpu") -> Lo
     """The step's loss statistics over every rank: sums summed, ratio min/max over all ranks."""
     if not is_distributed():
         return stats
-    s = sum_over_ranks([stats.tokens_sampled, stats.tokens_trained, stats.tokens_clipped_low,
-                        stats.tokens_clipped_high, stats.loss_sum, stats.kl_sum, stats.entropy_sum,
-                        stats.ratio_sum], device)
+    s = sum_over_ranks(
+        [
+            stats.tokens_sampled,
+            stats.tokens_trained,
+            stats.tokens_clipped_low,
+            stats.tokens_clipped_high,
+            stats.loss_sum,
+            stats.kl_sum,
+            stats.entropy_sum,
+            stats.ratio_sum,
+        ],
+        device,
+    )
     extremes = torch.tensor([stats.ratio_min, -stats.ratio_max], dtype=torch.float64, device=device)
     dist.all_reduce(extremes, op=dist.ReduceOp.MIN)  # the max as the min of its negation: one call
     low, neg_high = extremes.tolist()

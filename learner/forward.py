@@ -41,9 +41,13 @@ class ForwardConfig:
     activation_checkpointing: bool = True  # False: keep every activation (fastest, memory grows with L)
 
 
-def chunked_token_logprobs(hidden: Tensor, head: Callable[[Tensor], Tensor], targets: Tensor,
-                           temperature: float = 1.0, chunk_tokens: int = DEFAULT_CHUNK_TOKENS,
-                           ) -> tuple[Tensor, Tensor]:
+def chunked_token_logprobs(
+    hidden: Tensor,
+    head: Callable[[Tensor], Tensor],
+    targets: Tensor,
+    temperature: float = 1.0,
+    chunk_tokens: int = DEFAULT_CHUNK_TOKENS,
+) -> tuple[Tensor, Tensor]:
     """Log-prob and entropy of each target under the logits ``head(hidden) / temperature``.
 
     hidden: float [M, H], the hidden state that predicts each target (already gathered).
@@ -57,7 +61,7 @@ def chunked_token_logprobs(hidden: Tensor, head: Callable[[Tensor], Tensor], tar
         raise ValueError(f"chunk_tokens must be positive, got {chunk_tokens}")
     logprobs, entropies = [], []
     for start in range(0, hidden.shape[0], chunk_tokens):
-        part, want = hidden[start:start + chunk_tokens], targets[start:start + chunk_tokens]
+        part, want = hidden[start : start + chunk_tokens], targets[start : start + chunk_tokens]
         if torch.is_grad_enabled() and (part.requires_grad or _has_trainable(head)):
             lp, ent = checkpoint(_chunk_stats, part, head, want, temperature, use_reentrant=False)
         else:
@@ -70,8 +74,9 @@ def chunked_token_logprobs(hidden: Tensor, head: Callable[[Tensor], Tensor], tar
     return torch.cat(logprobs), torch.cat(entropies)
 
 
-def _chunk_stats(hidden: Tensor, head: Callable[[Tensor], Tensor], targets: Tensor,
-                 temperature: float) -> tuple[Tensor, Tensor]:
+def _chunk_stats(
+    hidden: Tensor, head: Callable[[Tensor], Tensor], targets: Tensor, temperature: float
+) -> tuple[Tensor, Tensor]:
     logits = head(hidden)
     scaled = logits.to(torch.promote_types(logits.dtype, torch.float32)) / temperature  # [C, V], >= float32
     log_norm = torch.logsumexp(scaled, dim=-1)
@@ -103,8 +108,9 @@ def output_head(lm: nn.Module) -> Callable[[Tensor], Tensor]:
     return lambda h: torch.tanh(head(h) / cap) * cap
 
 
-def hidden_states(model: nn.Module, input_ids: Tensor, position_ids: Tensor, layout: AttentionLayout,
-                  config: ForwardConfig) -> Tensor:
+def hidden_states(
+    model: nn.Module, input_ids: Tensor, position_ids: Tensor, layout: AttentionLayout, config: ForwardConfig
+) -> Tensor:
     """Final hidden states [L, H] of one packed row (after the final norm). Call inside ``packed_mode``,
     and back-propagate inside it too: checkpointed layers rerun the attention in the backward."""
     lm = causal_lm(model)
@@ -113,8 +119,9 @@ def hidden_states(model: nn.Module, input_ids: Tensor, position_ids: Tensor, lay
     device = input_ids.device
     _set_checkpointing(lm, config.activation_checkpointing and input_ids.shape[0] >= config.checkpoint_min_tokens)
     layout = layout.to(device, resolve_kernel(config.kernel, device))
-    out = lm.get_decoder()(input_ids=input_ids[None], position_ids=position_ids[None], use_cache=False,
-                           packed_layout=layout)
+    out = lm.get_decoder()(
+        input_ids=input_ids[None], position_ids=position_ids[None], use_cache=False, packed_layout=layout
+    )
     return out.last_hidden_state[0]
 
 

@@ -102,16 +102,19 @@ def check_group(group: ReadyGroup, temperature: float, vocab_size: int | None = 
     """UnusableGroup unless the learner can train on the group: its rewards pass the advantage checks,
     its calls sampled at ``temperature``, its samples are consistent and in the model's vocabulary."""
     if group.teachers:
-        raise UnusableGroup(f"its rollouts were served by the teacher {group.teachers[0]}, which samples no "
-                            f"log-probs of the policy: train on them with `harnessrl sft`, not GRPO")
+        raise UnusableGroup(
+            f"its rollouts were served by the teacher {group.teachers[0]}, which samples no "
+            f"log-probs of the policy: train on them with `harnessrl sft`, not GRPO"
+        )
     try:
         group_advantages([[r.reward for r in group.rollouts]])
     except (ValueError, TypeError) as exc:
         raise UnusableGroup(f"its rewards cannot be used: {exc}") from None
     other = [t for t in group.temperatures if abs(t - temperature) > TEMPERATURE_TOLERANCE]
     if other:
-        raise UnusableGroup(f"its calls sampled at temperature {other[0]:g}, but the run's log-probs are taken "
-                            f"at {temperature:g}")
+        raise UnusableGroup(
+            f"its calls sampled at temperature {other[0]:g}, but the run's log-probs are taken at {temperature:g}"
+        )
     for rollout in group.rollouts:
         for sample in rollout.samples:
             problem = _sample_problem(sample, vocab_size)
@@ -139,8 +142,13 @@ def sample_version(sample: Sample) -> int | None:
     return int(versions.min()) if versions.size else None
 
 
-def build_batch(groups: Sequence[ReadyGroup], learner_version: int, max_staleness: int,
-                scale_by_std: bool = True, temperature: float = 1.0) -> Batch:
+def build_batch(
+    groups: Sequence[ReadyGroup],
+    learner_version: int,
+    max_staleness: int,
+    scale_by_std: bool = True,
+    temperature: float = 1.0,
+) -> Batch:
     """Advantages per group, then the samples worth training: scored, non-empty, fresh enough.
 
     Advantages use every scored rollout of a group, stale or not: a reward is a fact about the task
@@ -165,5 +173,6 @@ def build_batch(groups: Sequence[ReadyGroup], learner_version: int, max_stalenes
                     stale += 1
                 else:
                     kept.append(TrainSample(sample, advantage, age, group.group_id, rollout.rollout_id))
-    return Batch(tuple(groups), tuple(kept), advantages, len(staleness), stale, unscored, empty, tuple(staleness),
-                 temperature)
+    return Batch(
+        tuple(groups), tuple(kept), advantages, len(staleness), stale, unscored, empty, tuple(staleness), temperature
+    )

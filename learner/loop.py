@@ -85,9 +85,16 @@ class _Progress:
     resumed_from: str | None = None  # the committed checkpoint this run started from
 
 
-async def run_learner(config: LearnerConfig, store: Store, run: str, *, publisher: Publisher | None = None,
-                      stop: asyncio.Event | None = None, on_step: Callable[[Metrics], None] | None = None,
-                      handle_signals: bool = True) -> LearnerResult:
+async def run_learner(
+    config: LearnerConfig,
+    store: Store,
+    run: str,
+    *,
+    publisher: Publisher | None = None,
+    stop: asyncio.Event | None = None,
+    on_step: Callable[[Metrics], None] | None = None,
+    handle_signals: bool = True,
+) -> LearnerResult:
     """Train on the run's ready groups until ``max_steps`` (0: forever) or ``stop`` is set.
 
     ``config`` must have its paths resolved (``learner.config.resolve_paths``). ``publisher``
@@ -99,8 +106,13 @@ async def run_learner(config: LearnerConfig, store: Store, run: str, *, publishe
     if not config.publish.enabled:
         publisher = None
     elif own_publisher:
-        publisher = Publisher(config.publish.gateway_url, config.publish.admin_key, Path(config.publish.adapters_dir),
-                              config.publish.retries, config.publish.timeout_s)
+        publisher = Publisher(
+            config.publish.gateway_url,
+            config.publish.admin_key,
+            Path(config.publish.adapters_dir),
+            config.publish.retries,
+            config.publish.timeout_s,
+        )
     sink = None
     try:
         trainer = await asyncio.to_thread(build_trainer, config)  # under torchrun, with the other ranks
@@ -136,9 +148,18 @@ async def train_from_url(config: LearnerConfig, database_url: str, run: str) -> 
         await store.close()
 
 
-async def _train(config: LearnerConfig, store: Store, run: str, run_id: int, trainer: Trainer,
-                 publisher: Publisher | None, sink: MetricsSink, progress: _Progress, stop: asyncio.Event,
-                 on_step: Callable[[Metrics], None] | None) -> str:
+async def _train(
+    config: LearnerConfig,
+    store: Store,
+    run: str,
+    run_id: int,
+    trainer: Trainer,
+    publisher: Publisher | None,
+    sink: MetricsSink,
+    progress: _Progress,
+    stop: asyncio.Event,
+    on_step: Callable[[Metrics], None] | None,
+) -> str:
     check = _GroupCheck(await _sampling_temperature(store, run_id, config), _vocab_size(trainer.model))
     while not config.max_steps or progress.step < config.max_steps:
         waited = time.perf_counter()
@@ -160,8 +181,9 @@ async def _train(config: LearnerConfig, store: Store, run: str, run_id: int, tra
         step_s = time.perf_counter() - started
         cut = progress.version > version
         swap_s = await _publish(publisher, trainer, config, progress, cut) if publisher else None
-        metrics = step_metrics(progress.step, version, lr, batch, too_long, result, step_s,
-                               started - waited, swap_s, progress.quarantined)
+        metrics = step_metrics(
+            progress.step, version, lr, batch, too_long, result, step_s, started - waited, swap_s, progress.quarantined
+        )
         progress.quarantined = 0
         await sink.record(progress.step, metrics)
         logger.info("step %d: %s", progress.step, _summary(metrics))
@@ -185,8 +207,10 @@ def _exporter(config: LearnerConfig) -> LearnerExporter | None:
     try:
         exporter.serve(config.metrics_port)
     except OSError as exc:
-        raise LearnerError(f"cannot serve learner metrics on 127.0.0.1:{config.metrics_port}: {exc}; "
-                           f"set metrics_port to a free port, or 0 for none") from None
+        raise LearnerError(
+            f"cannot serve learner metrics on 127.0.0.1:{config.metrics_port}: {exc}; "
+            f"set metrics_port to a free port, or 0 for none"
+        ) from None
     logger.info("Prometheus metrics on http://127.0.0.1:%d/metrics", config.metrics_port)
     return exporter
 
@@ -201,13 +225,19 @@ async def resolve_token_budget(config: LearnerConfig, publisher: Publisher | Non
         except GatewayUnreachable as exc:  # training goes on without the gateway (publishing retries later)
             logger.warning("could not ask the gateway for the engine's max model length: %s", exc)
             served = None
-        budget, source = (served, "the engine's max model length") if served else (
-            FALLBACK_TOKEN_BUDGET, "fallback: no gateway reported a max model length; set token_budget")
+        budget, source = (
+            (served, "the engine's max model length")
+            if served
+            else (FALLBACK_TOKEN_BUDGET, "fallback: no gateway reported a max model length; set token_budget")
+        )
     estimate = memory_estimate(trainer.model, config.forward.chunk_tokens, config.forward.activation_checkpointing)
     logger.info("token_budget = %d (%s); %s", budget, source, estimate.describe())
     if estimate.max_tokens and estimate.max_tokens < budget:
-        logger.warning("a sample of token_budget = %d tokens may not fit in memory (~%d do): lower token_budget, "
-                       "or free memory", budget, estimate.max_tokens)
+        logger.warning(
+            "a sample of token_budget = %d tokens may not fit in memory (~%d do): lower token_budget, or free memory",
+            budget,
+            estimate.max_tokens,
+        )
     return with_overrides(config, token_budget=budget)
 
 
@@ -246,8 +276,9 @@ class _GroupCheck:
     vocab_size: int | None  # the model's embedding rows: larger token ids cannot be trained on
 
 
-async def _wait_for_groups(store: Store, run_id: int, config: LearnerConfig, progress: _Progress,
-                           stop: asyncio.Event, check: _GroupCheck) -> list[ReadyGroup] | None:
+async def _wait_for_groups(
+    store: Store, run_id: int, config: LearnerConfig, progress: _Progress, stop: asyncio.Event, check: _GroupCheck
+) -> list[ReadyGroup] | None:
     taken = {g.group_id for g in progress.pending}
     while not stop.is_set():
         ids = await ready_group_ids(store, run_id, config.batch.groups_per_step, taken)
@@ -260,8 +291,9 @@ async def _wait_for_groups(store: Store, run_id: int, config: LearnerConfig, pro
     return None
 
 
-async def _usable_group(store: Store, run_id: int, group_id: int, config: LearnerConfig, check: _GroupCheck,
-                        progress: _Progress) -> ReadyGroup | None:
+async def _usable_group(
+    store: Store, run_id: int, group_id: int, config: LearnerConfig, check: _GroupCheck, progress: _Progress
+) -> ReadyGroup | None:
     """The group, loaded and checked; None when it is unusable, in which case it is quarantined."""
     try:
         group = await load_group(store, group_id, config.batch.include_side)
@@ -280,11 +312,16 @@ async def _sampling_temperature(store: Store, run_id: int, config: LearnerConfig
     if recorded is None:
         return config.temperature
     if recorded == 0:
-        raise LearnerError("this run samples greedily (temperature 0): an evaluation run, with no sampled "
-                           "distribution to train on; train on a run created with a temperature above 0")
+        raise LearnerError(
+            "this run samples greedily (temperature 0): an evaluation run, with no sampled "
+            "distribution to train on; train on a run created with a temperature above 0"
+        )
     if config.temperature not in (1.0, recorded):
-        logger.warning("the run samples at temperature %g: the learner takes its log-probs at that, not at the "
-                       "configured %g", recorded, config.temperature)
+        logger.warning(
+            "the run samples at temperature %g: the learner takes its log-probs at that, not at the configured %g",
+            recorded,
+            config.temperature,
+        )
     return recorded
 
 
@@ -305,39 +342,63 @@ async def _resume(store: Store, run_id: int, config: LearnerConfig, trainer: Tra
     record = await latest_checkpoint(store, run_id)
     step, progress = 0, _Progress(version=config.lora.init_version)  # a published warm start's version
     if record is not None:
-        state = await asyncio.to_thread(load_checkpoint, Path(record.path), trainer.model, trainer.optimizer,
-                                        trainer.scheduler)
+        state = await asyncio.to_thread(
+            load_checkpoint, Path(record.path), trainer.model, trainer.optimizer, trainer.scheduler
+        )
         if state.step != record.step:
-            raise LearnerError(f"checkpoint {record.path} holds step {state.step} but the store recorded step "
-                               f"{record.step} there: two runs share this checkpoint dir; give each its own")
+            raise LearnerError(
+                f"checkpoint {record.path} holds step {state.step} but the store recorded step "
+                f"{record.step} there: two runs share this checkpoint dir; give each its own"
+            )
         step = record.step
-        progress = _Progress(step=step, version=record.version, changed=bool(state.meta.get("changed")),
-                             resumed_from=record.path)
+        progress = _Progress(
+            step=step, version=record.version, changed=bool(state.meta.get("changed")), resumed_from=record.path
+        )
         logger.info("resumed run at step %d (version %d) from %s", step, record.version, record.path)
     for orphan in remove_orphans(Path(config.checkpoint.dir), step):
         logger.info("removed uncommitted checkpoint %s", orphan)
     return progress
 
 
-async def _checkpoint(config: LearnerConfig, store: Store, run: str, run_id: int, trainer: Trainer,
-                      progress: _Progress) -> None:
+async def _checkpoint(
+    config: LearnerConfig, store: Store, run: str, run_id: int, trainer: Trainer, progress: _Progress
+) -> None:
     """Write the checkpoint, then commit it together with the groups it consumes."""
     step, groups, version = progress.step, progress.pending, progress.version
     last = groups[-1] if groups else None
-    meta = {"run": run, "group_ids": [g.group_id for g in groups], "changed": progress.changed,
-            "last_ready_at": last.ready_at.isoformat() if last and last.ready_at else None,
-            "config": {k: v for k, v in asdict(config).items() if k != "admin_key"}}
-    path = await asyncio.to_thread(save_checkpoint, Path(config.checkpoint.dir), step, version, trainer.model,
-                                   trainer.optimizer, trainer.scheduler, meta)
-    record = CheckpointRecord(step, version, str(path), tuple(meta["group_ids"]),
-                              last.ready_at if last else None, last.group_id if last else None)
+    meta = {
+        "run": run,
+        "group_ids": [g.group_id for g in groups],
+        "changed": progress.changed,
+        "last_ready_at": last.ready_at.isoformat() if last and last.ready_at else None,
+        "config": {k: v for k, v in asdict(config).items() if k != "admin_key"},
+    }
+    path = await asyncio.to_thread(
+        save_checkpoint,
+        Path(config.checkpoint.dir),
+        step,
+        version,
+        trainer.model,
+        trainer.optimizer,
+        trainer.scheduler,
+        meta,
+    )
+    record = CheckpointRecord(
+        step,
+        version,
+        str(path),
+        tuple(meta["group_ids"]),
+        last.ready_at if last else None,
+        last.group_id if last else None,
+    )
     await commit_checkpoint(store, run_id, record)
     progress.pending = []
     prune_checkpoints(Path(config.checkpoint.dir), step, config.checkpoint.keep)
 
 
-async def _publish(publisher: Publisher, trainer: Trainer, config: LearnerConfig, progress: _Progress,
-                   cut: bool) -> float | None:
+async def _publish(
+    publisher: Publisher, trainer: Trainer, config: LearnerConfig, progress: _Progress, cut: bool
+) -> float | None:
     """Publish the version this step cut (``cut``); a gateway that is down is retried next time."""
     if not (cut or progress.unpublished):
         return None
@@ -355,8 +416,7 @@ async def _publish(publisher: Publisher, trainer: Trainer, config: LearnerConfig
     return published.swap_s
 
 
-async def _sync_published(publisher: Publisher, trainer: Trainer, config: LearnerConfig,
-                          progress: _Progress) -> None:
+async def _sync_published(publisher: Publisher, trainer: Trainer, config: LearnerConfig, progress: _Progress) -> None:
     """On start: publish the resumed version if the gateway lacks it (a crash between commit and
     publication); refuse a gateway that already serves a newer version than this learner holds."""
     step, want = progress.step, progress.version
@@ -365,7 +425,8 @@ async def _sync_published(publisher: Publisher, trainer: Trainer, config: Learne
         raise LearnerError(
             f"the gateway at {config.publish.gateway_url} serves policy-v{current}, newer than this run's learner "
             f"(v{want} at step {step}): another learner publishes to it, or this run's checkpoints were reset. "
-            f"Versions are per gateway: give each run its own gateway, or set publish = false")
+            f"Versions are per gateway: give each run its own gateway, or set publish = false"
+        )
     if want > current:
         published = await publisher.publish(trainer.model, want)
         logger.info("published %s (committed before the last stop, not yet served)", published.name)
@@ -387,8 +448,18 @@ def _install_signal_handlers(stop: asyncio.Event) -> Callable[[], None]:
 
 
 def _summary(metrics: Metrics) -> str:
-    keys = ("reward_mean", "groups_kept", "groups_quarantined", "samples", "samples_stale", "staleness_max", "loss",
-            "grad_norm", "step_time_s", "swap_time_s")
+    keys = (
+        "reward_mean",
+        "groups_kept",
+        "groups_quarantined",
+        "samples",
+        "samples_stale",
+        "staleness_max",
+        "loss",
+        "grad_norm",
+        "step_time_s",
+        "swap_time_s",
+    )
     return " ".join(f"{k}={_fmt(metrics.get(k))}" for k in keys)
 
 

@@ -106,9 +106,7 @@ def per_token_advantages(advantages: Tensor, like: Tensor) -> Tensor:
     return advantages.to(like.dtype).expand(like.shape)
 
 
-def clipped_surrogate(
-    ratio: Tensor, advantages: Tensor, mask: Tensor, epsilon: float, epsilon_high: float
-) -> Tensor:
+def clipped_surrogate(ratio: Tensor, advantages: Tensor, mask: Tensor, epsilon: float, epsilon_high: float) -> Tensor:
     """Per-token PPO/DAPO loss: -min(r * A, clip(r, 1 - epsilon, 1 + epsilon_high) * A).
 
     ratio: float [B, T]; advantages: float [B] or [B, T]; mask: bool [B, T], tokens trained on.
@@ -245,7 +243,11 @@ def grpo_loss(
 
 
 def _stats(
-    ir: ImportanceRatio, per_token: Tensor, kl: Tensor, advantages: Tensor, entropy: Tensor | None,
+    ir: ImportanceRatio,
+    per_token: Tensor,
+    kl: Tensor,
+    advantages: Tensor,
+    entropy: Tensor | None,
     config: LossConfig,
 ) -> LossStats:
     """Reduce to Python numbers with one device sync."""
@@ -254,14 +256,33 @@ def _stats(
     low, high = clip_masks(ratio, advantages, mask, config.epsilon, config.epsilon_high)
     ent = torch.zeros_like(ratio) if entropy is None else torch.where(mask, entropy.detach().float(), 0.0)
     big = torch.finfo(ratio.dtype).max
-    values = torch.stack([v.double() for v in (  # float64: token counts stay exact past 2**24
-        (mask | ir.masked).sum(), mask.sum(), low.sum(), high.sum(),
-        per_token.detach().sum(), kl.detach().sum(), ent.sum(), torch.where(mask, ratio, 0.0).sum(),
-        torch.where(mask, ratio, big).min() if mask.numel() else ratio.new_tensor(big),
-        torch.where(mask, ratio, -big).max() if mask.numel() else ratio.new_tensor(-big),
-    )]).tolist()
+    values = torch.stack(
+        [
+            v.double()
+            for v in (  # float64: token counts stay exact past 2**24
+                (mask | ir.masked).sum(),
+                mask.sum(),
+                low.sum(),
+                high.sum(),
+                per_token.detach().sum(),
+                kl.detach().sum(),
+                ent.sum(),
+                torch.where(mask, ratio, 0.0).sum(),
+                torch.where(mask, ratio, big).min() if mask.numel() else ratio.new_tensor(big),
+                torch.where(mask, ratio, -big).max() if mask.numel() else ratio.new_tensor(-big),
+            )
+        ]
+    ).tolist()
     trained = int(values[1])
     return LossStats(
-        int(values[0]), trained, int(values[2]), int(values[3]), values[4], values[5], values[6], values[7],
-        values[8] if trained else math.inf, values[9] if trained else -math.inf,
+        int(values[0]),
+        trained,
+        int(values[2]),
+        int(values[3]),
+        values[4],
+        values[5],
+        values[6],
+        values[7],
+        values[8] if trained else math.inf,
+        values[9] if trained else -math.inf,
     )

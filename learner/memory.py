@@ -46,9 +46,11 @@ class MemoryEstimate:
     max_tokens: int  # the longest sample one step can train in the available memory
 
     def describe(self) -> str:
-        return (f"{self.available_bytes / 2**30:.1f} GiB available, {self.fixed_bytes / 2**30:.2f} GiB fixed + "
-                f"{self.bytes_per_token / 1024:.0f} KiB per token: samples up to ~{self.max_tokens:,} tokens "
-                f"fit in one step (learner.memory formula)")
+        return (
+            f"{self.available_bytes / 2**30:.1f} GiB available, {self.fixed_bytes / 2**30:.2f} GiB fixed + "
+            f"{self.bytes_per_token / 1024:.0f} KiB per token: samples up to ~{self.max_tokens:,} tokens "
+            f"fit in one step (learner.memory formula)"
+        )
 
 
 def return_freed_memory() -> bool:
@@ -74,8 +76,9 @@ def available_bytes(device: torch.device) -> int:
     return 0
 
 
-def memory_estimate(model: torch.nn.Module, chunk_tokens: int, checkpointing: bool,
-                    available: int | None = None) -> MemoryEstimate:
+def memory_estimate(
+    model: torch.nn.Module, chunk_tokens: int, checkpointing: bool, available: int | None = None
+) -> MemoryEstimate:
     """The module doc's formula for a transformers causal LM (peft-wrapped or not)."""
     config = getattr(model, "config", None) or model.get_base_model().config
     config = getattr(config, "text_config", config)

@@ -21,9 +21,23 @@ from learner.prometheus import LearnerExporter
 Metrics = dict[str, float | int | bool | None]
 
 # Keys of learner.step.train_step's result that are reported as they are.
-TRAIN_KEYS = ("loss", "kl", "entropy", "grad_norm", "ratio_min", "ratio_mean", "ratio_max", "is_masked_fraction",
-              "clip_frac_low", "clip_frac_high", "tokens", "tokens_sampled", "tokens_trained", "rows",
-              "optimizer_stepped")
+TRAIN_KEYS = (
+    "loss",
+    "kl",
+    "entropy",
+    "grad_norm",
+    "ratio_min",
+    "ratio_mean",
+    "ratio_max",
+    "is_masked_fraction",
+    "clip_frac_low",
+    "clip_frac_high",
+    "tokens",
+    "tokens_sampled",
+    "tokens_trained",
+    "rows",
+    "optimizer_stepped",
+)
 
 
 def batch_metrics(batch: Batch, samples_too_long: int) -> Metrics:
@@ -51,19 +65,31 @@ def batch_metrics(batch: Batch, samples_too_long: int) -> Metrics:
     }
 
 
-def step_metrics(step: int, version: int, lr: float, batch: Batch, samples_too_long: int, train: dict[str, Any],
-                 step_s: float, wait_s: float, swap_s: float | None, groups_quarantined: int = 0) -> Metrics:
+def step_metrics(
+    step: int,
+    version: int,
+    lr: float,
+    batch: Batch,
+    samples_too_long: int,
+    train: dict[str, Any],
+    step_s: float,
+    wait_s: float,
+    swap_s: float | None,
+    groups_quarantined: int = 0,
+) -> Metrics:
     metrics: Metrics = {"step": step, "version": version, "lr": lr}
     metrics.update(batch_metrics(batch, samples_too_long))
     # ready groups the learner could not use since the previous step: marked quarantined, skipped
     metrics["groups_quarantined"] = groups_quarantined
     metrics.update({key: train.get(key) for key in TRAIN_KEYS})
-    metrics.update({
-        "step_time_s": step_s,  # batch, packing, forward/backward, optimizer, checkpoint (not waiting)
-        "wait_time_s": wait_s,  # waiting for enough ready groups
-        "swap_time_s": swap_s,  # adapter save -> gateway's answer; None when not published this step
-        "trained_tokens_per_s": (train.get("tokens") or 0) / step_s if step_s > 0 else None,
-    })
+    metrics.update(
+        {
+            "step_time_s": step_s,  # batch, packing, forward/backward, optimizer, checkpoint (not waiting)
+            "wait_time_s": wait_s,  # waiting for enough ready groups
+            "swap_time_s": swap_s,  # adapter save -> gateway's answer; None when not published this step
+            "trained_tokens_per_s": (train.get("tokens") or 0) / step_s if step_s > 0 else None,
+        }
+    )
     return {key: _finite(value) for key, value in metrics.items()}
 
 
@@ -77,8 +103,9 @@ def _finite(value: Any) -> Any:
 class MetricsSink:
     """Writes each step's metrics to the store, to TensorBoard and to the Prometheus exporter."""
 
-    def __init__(self, store: Store, run_id: int, tensorboard_dir: Path | None,
-                 exporter: LearnerExporter | None = None):
+    def __init__(
+        self, store: Store, run_id: int, tensorboard_dir: Path | None, exporter: LearnerExporter | None = None
+    ):
         self.store = store
         self.run_id = run_id
         self.exporter = exporter

@@ -107,8 +107,13 @@ def plan_rows(lengths: Sequence[int], token_budget: int) -> tuple[list[list[int]
     return rows, refused
 
 
-def pack_samples(samples: Sequence[SampleLike], advantages: Sequence[float], token_budget: int,
-                 tree: bool = True, min_saved_tokens: int = MIN_SAVED_TOKENS) -> Packing:
+def pack_samples(
+    samples: Sequence[SampleLike],
+    advantages: Sequence[float],
+    token_budget: int,
+    tree: bool = True,
+    min_saved_tokens: int = MIN_SAVED_TOKENS,
+) -> Packing:
     """Pack samples (each with its advantage) into rows of at most token_budget tokens."""
     if len(samples) != len(advantages):
         raise ValueError(f"{len(samples)} samples but {len(advantages)} advantages")
@@ -147,7 +152,7 @@ def _build_row(samples: Sequence[SampleLike], advantages: Sequence[float], units
         first_node = len(ranges)
         for n, node in enumerate(unit.nodes):
             owner = samples[node.members[0]].input_ids
-            ids.append(np.asarray(owner[node.start:node.end]))
+            ids.append(np.asarray(owner[node.start : node.end]))
             positions.append(np.arange(node.start, node.end))
             ranges.append((offset, offset + node.length))
             ancestors.append([first_node + a for a in unit.ancestors(n)])
@@ -169,11 +174,13 @@ def _build_row(samples: Sequence[SampleLike], advantages: Sequence[float], units
     )
 
 
-def _targets(samples: Sequence[SampleLike], advantages: Sequence[float], order: list[int],
-             paths: dict[int, np.ndarray]) -> dict[str, Tensor]:
+def _targets(
+    samples: Sequence[SampleLike], advantages: Sequence[float], order: list[int], paths: dict[int, np.ndarray]
+) -> dict[str, Tensor]:
     """One entry per trained token of each sample: predictor position, token, old log-prob, advantage."""
-    parts: dict[str, list[np.ndarray]] = {k: [] for k in ("predictors", "targets", "old_logprobs", "advantages",
-                                                          "target_samples", "target_offsets")}
+    parts: dict[str, list[np.ndarray]] = {
+        k: [] for k in ("predictors", "targets", "old_logprobs", "advantages", "target_samples", "target_offsets")
+    }
     for k, m in enumerate(order):
         s = samples[m]
         t = np.flatnonzero(_trainable_mask(s))  # token offsets trained, all >= 1
@@ -184,8 +191,12 @@ def _targets(samples: Sequence[SampleLike], advantages: Sequence[float], order: 
         parts["target_samples"].append(np.full(len(t), k))
         parts["target_offsets"].append(t)
     dtypes = {"old_logprobs": np.float32, "advantages": np.float32}
-    return {k: torch.from_numpy(np.concatenate(v).astype(dtypes.get(k, np.int64)) if v else
-                                np.zeros(0, dtypes.get(k, np.int64))) for k, v in parts.items()}
+    return {
+        k: torch.from_numpy(
+            np.concatenate(v).astype(dtypes.get(k, np.int64)) if v else np.zeros(0, dtypes.get(k, np.int64))
+        )
+        for k, v in parts.items()
+    }
 
 
 def _trainable_mask(sample: SampleLike) -> np.ndarray:
@@ -216,7 +227,10 @@ def pad_samples(samples: Sequence[SampleLike], advantages: Sequence[float], pad_
         n = len(s.input_ids)
         ids[b, :n], attention[b, :n], mask[b, :n], old[b, :n] = s.input_ids, 1, _trainable_mask(s), s.old_logprobs
     return PaddedBatch(
-        torch.from_numpy(ids), torch.from_numpy(attention), torch.from_numpy(mask), torch.from_numpy(old),
+        torch.from_numpy(ids),
+        torch.from_numpy(attention),
+        torch.from_numpy(mask),
+        torch.from_numpy(old),
         torch.tensor(list(advantages), dtype=torch.float32),
     )
 

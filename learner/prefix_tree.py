@@ -73,8 +73,9 @@ def build_tree(seqs: Sequence[np.ndarray], members: Sequence[int]) -> PrefixTree
     return PrefixTree(tuple(nodes), tuple(order))
 
 
-def _grow(seqs: Sequence[np.ndarray], members: list[int], depth: int, parent: int,
-          nodes: list[TreeNode], order: list[int]) -> None:
+def _grow(
+    seqs: Sequence[np.ndarray], members: list[int], depth: int, parent: int, nodes: list[TreeNode], order: list[int]
+) -> None:
     """Children of ``parent``: members (all equal up to depth) grouped by their token at ``depth``."""
     order.extend(m for m in members if len(seqs[m]) == depth)  # samples ending at the parent
     by_token: dict[int, list[int]] = {}

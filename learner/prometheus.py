@@ -23,8 +23,11 @@ SWAP_BUCKETS_S = (0.05, 0.1, 0.25, 0.5, 1, 2, 5, 10, 30, 60, 120)
 # (step metrics key, gauge name, help): the latest step's value.
 GAUGES = (
     ("step", "step", "Learner steps taken (a resumed run counts the earlier ones)"),
-    ("version", "policy_version", "Policy version the step's samples were judged against (the learner's "
-                                  "version when the step began)"),
+    (
+        "version",
+        "policy_version",
+        "Policy version the step's samples were judged against (the learner's version when the step began)",
+    ),
     ("lr", "lr", "Learning rate of the step"),
     ("reward_mean", "reward_mean", "Mean reward of every scored rollout of the step's groups"),
     ("reward_mean_kept", "reward_mean_kept", "Mean reward of the rollouts of groups with a learning signal"),
@@ -37,8 +40,11 @@ GAUGES = (
     ("ratio_min", "importance_ratio_min", "Smallest token importance ratio (learner / sampler probability)"),
     ("ratio_mean", "importance_ratio_mean", "Mean token importance ratio"),
     ("ratio_max", "importance_ratio_max", "Largest token importance ratio"),
-    ("is_masked_fraction", "importance_masked_fraction", "Sampled tokens masked out for an importance ratio "
-                                                         "outside [is_min, is_max]"),
+    (
+        "is_masked_fraction",
+        "importance_masked_fraction",
+        "Sampled tokens masked out for an importance ratio outside [is_min, is_max]",
+    ),
     ("clip_frac_low", "clip_fraction_low", "Trained tokens clipped below 1 - epsilon"),
     ("clip_frac_high", "clip_fraction_high", "Trained tokens clipped above 1 + epsilon_high"),
 )
@@ -50,8 +56,11 @@ COUNTERS = (
     ("tokens", "tokens_processed", "Tokens of every packed row (prompt and sampled) through forward/backward"),
     ("samples_stale", "samples_stale", "Samples dropped for being more than max_staleness versions behind"),
     ("groups", "groups_consumed", "Groups taken by steps (consumed once their checkpoint commits)"),
-    ("groups_quarantined", "groups_quarantined", "Ready groups the learner could not use (non-finite rewards, "
-                                                 "broken samples): marked quarantined and skipped"),
+    (
+        "groups_quarantined",
+        "groups_quarantined",
+        "Ready groups the learner could not use (non-finite rewards, broken samples): marked quarantined and skipped",
+    ),
 )
 
 
@@ -63,10 +72,15 @@ class LearnerExporter:
         r = self.registry
         self.gauges = {key: Gauge(PREFIX + name, text, registry=r) for key, name, text in GAUGES}
         self.counters = {key: Counter(PREFIX + name, text, registry=r) for key, name, text in COUNTERS}
-        self.step_time = Histogram(PREFIX + "step_time_seconds", "Step time: batch, packing, forward/backward, "
-                                   "optimizer, checkpoint (not waiting)", buckets=STEP_BUCKETS_S, registry=r)
-        self.swap_time = Histogram(PREFIX + "swap_time_seconds", "Adapter save until the gateway serves it",
-                                   buckets=SWAP_BUCKETS_S, registry=r)
+        self.step_time = Histogram(
+            PREFIX + "step_time_seconds",
+            "Step time: batch, packing, forward/backward, optimizer, checkpoint (not waiting)",
+            buckets=STEP_BUCKETS_S,
+            registry=r,
+        )
+        self.swap_time = Histogram(
+            PREFIX + "swap_time_seconds", "Adapter save until the gateway serves it", buckets=SWAP_BUCKETS_S, registry=r
+        )
         self._server = None
 
     def observe(self, metrics: dict) -> None:

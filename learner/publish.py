@@ -27,8 +27,10 @@ from gateway.control_client import Backoff, GatewayUnreachable, send
 from learner.checkpoint import atomic_write_dir
 
 MAX_DELAY_S = 10.0
-UNREACHABLE_HINT = ("start it with `harnessrl serve`, fix gateway_url in the learner config, "
-                    "or set publish = false to train without publishing")
+UNREACHABLE_HINT = (
+    "start it with `harnessrl serve`, fix gateway_url in the learner config, "
+    "or set publish = false to train without publishing"
+)
 
 __all__ = ["GatewayUnreachable", "PublishError", "Published", "Publisher"]
 
@@ -54,9 +56,16 @@ def adapter_name(version: int) -> str:
 
 
 class Publisher:
-    def __init__(self, gateway_url: str, admin_key: str, adapters_dir: Path, retries: int = 5,
-                 timeout_s: float = 120.0, client: httpx.AsyncClient | None = None,
-                 sleep: Callable[[float], Awaitable[Any]] = asyncio.sleep):
+    def __init__(
+        self,
+        gateway_url: str,
+        admin_key: str,
+        adapters_dir: Path,
+        retries: int = 5,
+        timeout_s: float = 120.0,
+        client: httpx.AsyncClient | None = None,
+        sleep: Callable[[float], Awaitable[Any]] = asyncio.sleep,
+    ):
         """``client``: an existing client (tests pass the in-process gateway's); else one is made."""
         self.url = gateway_url.rstrip("/")
         self.headers = {"x-admin-key": admin_key} if admin_key else {}
@@ -119,8 +128,16 @@ class Publisher:
         return (await self._send_counted(method, path, body))[1]
 
     async def _send_counted(self, method: str, path: str, body: dict | None) -> tuple[int, httpx.Response]:
-        return await send(self.client, method, self.url + path, Backoff(self.retries, 0.5, 2.0, MAX_DELAY_S),
-                          UNREACHABLE_HINT, sleep=self._sleep, json=body, headers=self.headers)
+        return await send(
+            self.client,
+            method,
+            self.url + path,
+            Backoff(self.retries, 0.5, 2.0, MAX_DELAY_S),
+            UNREACHABLE_HINT,
+            sleep=self._sleep,
+            json=body,
+            headers=self.headers,
+        )
 
 
 def _raise_for(response: httpx.Response, version: int) -> None:
@@ -128,13 +145,17 @@ def _raise_for(response: httpx.Response, version: int) -> None:
         return
     message = _error_message(response)
     if response.status_code == 401:
-        raise PublishError(f"the gateway refused the admin key ({message}): set admin_key in the learner config, "
-                           f"--admin-key or HARNESSRL_ADMIN_KEY to the gateway's key (`harnessrl serve` keeps it in "
-                           f"$HARNESSRL_HOME/admin.key, which `harnessrl train` reads by default)")
+        raise PublishError(
+            f"the gateway refused the admin key ({message}): set admin_key in the learner config, "
+            f"--admin-key or HARNESSRL_ADMIN_KEY to the gateway's key (`harnessrl serve` keeps it in "
+            f"$HARNESSRL_HOME/admin.key, which `harnessrl train` reads by default)"
+        )
     if response.status_code == 409:
-        raise PublishError(f"the gateway refused policy-v{version} ({message}): it already serves a newer version, "
-                           f"so another learner publishes to it or this run's checkpoints were reset; "
-                           f"give each learner its own gateway")
+        raise PublishError(
+            f"the gateway refused policy-v{version} ({message}): it already serves a newer version, "
+            f"so another learner publishes to it or this run's checkpoints were reset; "
+            f"give each learner its own gateway"
+        )
     raise PublishError(f"publishing policy-v{version} failed with HTTP {response.status_code}: {message}")
 
 

@@ -71,7 +71,9 @@ def trainable(samples: Sequence[SampleLike]) -> list[SampleLike]:
     return [s for s in samples if int(s.loss_mask[1:].sum()) > 0]
 
 
-def sft_step(model, optimizer: torch.optim.Optimizer, rows: Sequence[PackedRow], config: SftConfig) -> tuple[float, int, float]:
+def sft_step(
+    model, optimizer: torch.optim.Optimizer, rows: Sequence[PackedRow], config: SftConfig
+) -> tuple[float, int, float]:
     """One optimizer step on ``rows``: (mean loss per token, trained tokens, gradient norm before clipping)."""
     tokens = sum(row.num_targets for row in rows)
     step_config = StepConfig(temperature=1.0, forward=config.forward)
@@ -90,20 +92,27 @@ def sft_step(model, optimizer: torch.optim.Optimizer, rows: Sequence[PackedRow],
     return total, tokens, float(norm)
 
 
-def train_sft(model, optimizer: torch.optim.Optimizer, samples: Sequence[SampleLike], config: SftConfig,
-              on_step: Callable[[SftStep], None] = lambda step: None) -> SftResult:
+def train_sft(
+    model,
+    optimizer: torch.optim.Optimizer,
+    samples: Sequence[SampleLike],
+    config: SftConfig,
+    on_step: Callable[[SftStep], None] = lambda step: None,
+) -> SftResult:
     """``config.epochs`` passes over ``samples`` (packed once; rows shuffled per epoch)."""
     usable = trainable(samples)
     packing = pack_samples(usable, [0.0] * len(usable), config.token_budget)
     rows = list(packing.rows)
     if not rows:
-        raise ValueError(f"no sample to train on: {len(samples)} given, {len(samples) - len(usable)} with no "
-                         f"sampled tokens, {len(packing.refused)} longer than token_budget {config.token_budget}")
+        raise ValueError(
+            f"no sample to train on: {len(samples)} given, {len(samples) - len(usable)} with no "
+            f"sampled tokens, {len(packing.refused)} longer than token_budget {config.token_budget}"
+        )
     order, steps = random.Random(config.seed), []
     for epoch in range(config.epochs):
         order.shuffle(rows)
         for start in range(0, len(rows), config.rows_per_step):
-            loss, tokens, norm = sft_step(model, optimizer, rows[start:start + config.rows_per_step], config)
+            loss, tokens, norm = sft_step(model, optimizer, rows[start : start + config.rows_per_step], config)
             steps.append(step := SftStep(len(steps) + 1, epoch, loss, tokens, norm))
             on_step(step)
     trained = len(usable) - len(packing.refused)

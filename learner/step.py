@@ -49,8 +49,13 @@ def row_logprobs(model: nn.Module, row: PackedRow, config: StepConfig) -> tuple[
     sampler's temperature; the log-probs carry the gradient. Inside ``packed_mode`` (learner.forward)."""
     device = _device(model)
     hidden = hidden_states(model, row.input_ids.to(device), row.position_ids.to(device), row.layout, config.forward)
-    return chunked_token_logprobs(hidden[row.predictors.to(device)], output_head(causal_lm(model)),
-                                  row.targets.to(device), config.temperature, config.forward.chunk_tokens)
+    return chunked_token_logprobs(
+        hidden[row.predictors.to(device)],
+        output_head(causal_lm(model)),
+        row.targets.to(device),
+        config.temperature,
+        config.forward.chunk_tokens,
+    )
 
 
 def reference_logprobs(model: nn.Module, row: PackedRow, config: StepConfig) -> Tensor:
@@ -62,14 +67,25 @@ def reference_logprobs(model: nn.Module, row: PackedRow, config: StepConfig) -> 
         return row_logprobs(model, row, config)[0]
 
 
-def row_loss(new_logprobs: Tensor, entropy: Tensor | None, row: PackedRow, config: StepConfig, normaliser: float,
-             ref_logprobs: Tensor | None = None) -> LossOutput:
+def row_loss(
+    new_logprobs: Tensor,
+    entropy: Tensor | None,
+    row: PackedRow,
+    config: StepConfig,
+    normaliser: float,
+    ref_logprobs: Tensor | None = None,
+) -> LossOutput:
     """The GRPO loss of one row from its trained tokens' log-probs [M] (see learner.loss.grpo_loss)."""
     device = new_logprobs.device
     every = torch.ones(1, row.num_targets, dtype=torch.bool, device=device)  # entries are trained tokens only
     return grpo_loss(
-        new_logprobs[None], row.old_logprobs[None].to(device), row.advantages[None].to(device), every,
-        config.loss, normaliser, ref_logprobs=None if ref_logprobs is None else ref_logprobs[None],
+        new_logprobs[None],
+        row.old_logprobs[None].to(device),
+        row.advantages[None].to(device),
+        every,
+        config.loss,
+        normaliser,
+        ref_logprobs=None if ref_logprobs is None else ref_logprobs[None],
         entropy=None if entropy is None else entropy[None],
     )
 
@@ -134,4 +150,3 @@ def _clip(params: list[nn.Parameter], max_norm: float) -> float:
 
 def _device(model: nn.Module) -> torch.device:
     return next(model.parameters()).device
-

@@ -40,15 +40,21 @@ def build_trainer(config: LearnerConfig) -> Trainer:
     torch.manual_seed(config.lora.seed)  # LoRA's A matrices are random: the same seed gives the same start
     device = training_device(config)
     # sdpa for plain forwards; the train step switches to packed attention (learner.forward.packed_mode)
-    base = AutoModelForCausalLM.from_pretrained(config.model_dir, dtype=training_dtype(config, device),
-                                                attn_implementation="sdpa").to(device)
+    base = AutoModelForCausalLM.from_pretrained(
+        config.model_dir, dtype=training_dtype(config, device), attn_implementation="sdpa"
+    ).to(device)
     if config.lora.init_adapter:  # a warm start (harnessrl sft): its weights, trainable
         from peft import PeftModel
 
         model = PeftModel.from_pretrained(base, config.lora.init_adapter, is_trainable=True)
     else:
-        lora = LoraConfig(r=config.lora.rank, lora_alpha=config.lora.alpha, lora_dropout=config.lora.dropout,
-                          target_modules=list(config.lora.targets), task_type="CAUSAL_LM")
+        lora = LoraConfig(
+            r=config.lora.rank,
+            lora_alpha=config.lora.alpha,
+            lora_dropout=config.lora.dropout,
+            target_modules=list(config.lora.targets),
+            task_type="CAUSAL_LM",
+        )
         model = get_peft_model(base, lora)
     model.train()  # with lora_dropout 0 (the default) train and eval modes give the same logits
     broadcast_trainable(model)  # under torchrun every rank starts from rank 0's adapter
@@ -103,9 +109,13 @@ def train_batch(trainer: Trainer, batch: Batch, config: LearnerConfig) -> tuple[
     """
     if config.batch.token_budget < 1:
         raise ValueError("token_budget = 0 is resolved at start (learner.loop); pass a resolved config")
-    packing = pack_samples([s.sample for s in batch.samples], [s.advantage for s in batch.samples],
-                           config.batch.token_budget, tree=config.batch.tree_packing,
-                           min_saved_tokens=config.batch.min_saved_tokens)
+    packing = pack_samples(
+        [s.sample for s in batch.samples],
+        [s.advantage for s in batch.samples],
+        config.batch.token_budget,
+        tree=config.batch.tree_packing,
+        min_saved_tokens=config.batch.min_saved_tokens,
+    )
     rows = shard(packing.rows, [row.num_tokens for row in packing.rows], *world())  # all of them in one process
     # log-probs at the temperature the run sampled at (the batch says it: every rank gets the batch)
     result = train_step(trainer.model, trainer.optimizer, rows, replace(config.step(), temperature=batch.temperature))

@@ -15,8 +15,17 @@ from sandboxes.protocol import WORKSPACE, ExecResult, KilledReason, Limits, Sand
 
 SandboxKind = Literal["docker", "local"]
 
-__all__ = ["WORKSPACE", "ExecResult", "KilledReason", "Limits", "Sandbox", "SandboxError",
-           "SandboxKind", "SandboxSpec", "create_sandbox"]
+__all__ = [
+    "WORKSPACE",
+    "ExecResult",
+    "KilledReason",
+    "Limits",
+    "Sandbox",
+    "SandboxError",
+    "SandboxKind",
+    "SandboxSpec",
+    "create_sandbox",
+]
 
 
 async def create_sandbox(kind: SandboxKind, spec: SandboxSpec, **options) -> Sandbox:

@@ -33,15 +33,41 @@ MAX_HEAD_BYTES = 64 * 1024  # request line + headers; agents send a few hundred 
 # The model endpoints of the three dialects (gateway/openai, responses, anthropic routers).
 # Also the rollout's tool server (gateway/api/rollout_tools.py: MCP over HTTP, forwarded by the gateway
 # to the one server the runner registered for the rollout, e.g. an OpenEnv environment's tools).
-MODEL_ENDPOINTS = (("POST", "chat/completions"), ("POST", "completions"), ("POST", "responses"),
-                   ("POST", "messages"), ("POST", "messages/count_tokens"), ("GET", "models"),
-                   ("POST", "tools/mcp"), ("GET", "tools/mcp"), ("DELETE", "tools/mcp"))
+MODEL_ENDPOINTS = (
+    ("POST", "chat/completions"),
+    ("POST", "completions"),
+    ("POST", "responses"),
+    ("POST", "messages"),
+    ("POST", "messages/count_tokens"),
+    ("GET", "models"),
+    ("POST", "tools/mcp"),
+    ("GET", "tools/mcp"),
+    ("DELETE", "tools/mcp"),
+)
 ROLLOUT_PATH = re.compile(r"(?P<prefix>(?:/[A-Za-z0-9._~-]+)*/r/(?P<token>[A-Za-z0-9_-]+)/v1)")
 SAFE_QUERY = re.compile(rb"[A-Za-z0-9_.~=&-]*")  # e.g. Claude Code's ?beta=true; no %-escapes
-HOP_BY_HOP = {b"connection", b"keep-alive", b"proxy-connection", b"proxy-authorization",
-              b"proxy-authenticate", b"te", b"trailer", b"transfer-encoding", b"upgrade", b"expect"}
-REPLACED = {b"host", b"content-length", b"authorization", b"x-api-key", b"x-admin-key",
-            b"forwarded", b"x-real-ip", b"http2-settings"}
+HOP_BY_HOP = {
+    b"connection",
+    b"keep-alive",
+    b"proxy-connection",
+    b"proxy-authorization",
+    b"proxy-authenticate",
+    b"te",
+    b"trailer",
+    b"transfer-encoding",
+    b"upgrade",
+    b"expect",
+}
+REPLACED = {
+    b"host",
+    b"content-length",
+    b"authorization",
+    b"x-api-key",
+    b"x-admin-key",
+    b"forwarded",
+    b"x-real-ip",
+    b"http2-settings",
+}
 CONNECTION_OPTIONS = {b"close", b"keep-alive"}
 
 
@@ -60,9 +86,11 @@ class Route:
         host, port = gateway_target(gateway_url)
         match = ROLLOUT_PATH.fullmatch(urlsplit(gateway_url).path.rstrip("/"))
         if match is None:
-            raise SandboxError(f"gateway URL {gateway_url!r} is not a rollout's base URL "
-                               "(http://HOST:PORT/r/<token>/v1, as POST /api/rollouts returns it): the "
-                               "sandbox's route forwards only that rollout's model endpoints")
+            raise SandboxError(
+                f"gateway URL {gateway_url!r} is not a rollout's base URL "
+                "(http://HOST:PORT/r/<token>/v1, as POST /api/rollouts returns it): the "
+                "sandbox's route forwards only that rollout's model endpoints"
+            )
         inside = port_inside or port
         hosts = {f"127.0.0.1:{inside}", f"localhost:{inside}"}
         if inside == 80:
@@ -84,8 +112,10 @@ class Route:
         path, _, query = request.target.partition(b"?")
         if (request.method, path) not in self.allowed():
             endpoints = ", ".join(f"{m} {self.prefix}/{e}" for m, e in MODEL_ENDPOINTS)
-            return (f"{request.method.decode('latin-1')} {path.decode('latin-1')[:200]!r} is not a model "
-                    f"endpoint of this sandbox's rollout; allowed: {endpoints}")
+            return (
+                f"{request.method.decode('latin-1')} {path.decode('latin-1')[:200]!r} is not a model "
+                f"endpoint of this sandbox's rollout; allowed: {endpoints}"
+            )
         if not SAFE_QUERY.fullmatch(query):
             return "the query string may hold only letters, digits and _.~=&- (no %-escapes)"
         hosts = [value.lower() for name, value in request.headers if name == b"host"]
@@ -100,14 +130,22 @@ class Route:
 
     def upstream_headers(self, headers: list[tuple[bytes, bytes]]) -> list[tuple[bytes, bytes]]:
         """The client's end-to-end headers, with the gateway's Host, our framing and our own token."""
-        kept = [(n, v) for n, v in headers
-                if n not in HOP_BY_HOP and n not in REPLACED and not n.startswith(b"x-forwarded-")]
+        kept = [
+            (n, v)
+            for n, v in headers
+            if n not in HOP_BY_HOP and n not in REPLACED and not n.startswith(b"x-forwarded-")
+        ]
         framing = [(n, v) for n, v in headers if n in (b"transfer-encoding", b"content-length")]
         chunked = any(n == b"transfer-encoding" for n, _ in framing)
         framing = [(b"transfer-encoding", b"chunked")] if chunked else framing[:1]
         token = self.token.encode()
-        return [(b"host", self.upstream_host), *kept, *framing,
-                (b"authorization", b"Bearer " + token), (b"x-api-key", token)]
+        return [
+            (b"host", self.upstream_host),
+            *kept,
+            *framing,
+            (b"authorization", b"Bearer " + token),
+            (b"x-api-key", token),
+        ]
 
 
 def _tokens(value: bytes) -> set[bytes]:
@@ -122,8 +160,9 @@ def response_headers(headers: list[tuple[bytes, bytes]]) -> list[tuple[bytes, by
 
 def error_body(message: str) -> bytes:
     """OpenAI's error shape, which every dialect's client reads well enough to show the message."""
-    return json.dumps({"error": {"message": message, "type": "permission_error", "param": None,
-                                 "code": "sandbox_route_forbidden"}}).encode()
+    return json.dumps(
+        {"error": {"message": message, "type": "permission_error", "param": None, "code": "sandbox_route_forbidden"}}
+    ).encode()
 
 
 class _Peer:
@@ -190,8 +229,11 @@ class BridgeConnection:
         except OSError as exc:
             await self._answer(502, f"the gateway is not reachable from the sandbox bridge: {exc}")
             return False
-        await upstream.send(h11.Request(method=request.method, target=request.target,
-                                        headers=self.route.upstream_headers(request.headers)))
+        await upstream.send(
+            h11.Request(
+                method=request.method, target=request.target, headers=self.route.upstream_headers(request.headers)
+            )
+        )
         if self.client.conn.they_are_waiting_for_100_continue:
             await self.client.send(h11.InformationalResponse(status_code=100, headers=[]))
         await self._exchange(upstream)
@@ -239,8 +281,11 @@ class BridgeConnection:
             if type(event) is h11.InformationalResponse:
                 continue  # 100 Continue was ours to give; other 1xx mean nothing to a model client
             if type(event) is h11.Response:
-                await self.client.send(h11.Response(status_code=event.status_code, reason=event.reason,
-                                                    headers=response_headers(event.headers)))
+                await self.client.send(
+                    h11.Response(
+                        status_code=event.status_code, reason=event.reason, headers=response_headers(event.headers)
+                    )
+                )
             elif type(event) is h11.Data:
                 await self.client.send(h11.Data(data=event.data))
             elif type(event) is h11.EndOfMessage:
@@ -257,9 +302,16 @@ class BridgeConnection:
             return
         body = error_body(message)
         with contextlib.suppress(ConnectionError, OSError, h11.LocalProtocolError):
-            await self.client.send(h11.Response(status_code=status, headers=[
-                (b"content-type", b"application/json"), (b"content-length", str(len(body)).encode()),
-                (b"connection", b"close")]))
+            await self.client.send(
+                h11.Response(
+                    status_code=status,
+                    headers=[
+                        (b"content-type", b"application/json"),
+                        (b"content-length", str(len(body)).encode()),
+                        (b"connection", b"close"),
+                    ],
+                )
+            )
             await self.client.send(h11.Data(data=body))
             await self.client.send(h11.EndOfMessage())
 
@@ -275,7 +327,8 @@ class HostBridge:
         with contextlib.suppress(FileNotFoundError):
             os.unlink(self.socket_path)
         self._server = await asyncio.start_unix_server(
-            lambda r, w: BridgeConnection(self.route, r, w).serve(), self.socket_path)
+            lambda r, w: BridgeConnection(self.route, r, w).serve(), self.socket_path
+        )
         os.chmod(self.socket_path, 0o666)  # the sandbox's user may not be ours
         return self
 

@@ -55,8 +55,7 @@ def _root_args(root: str | None) -> list[str]:
     if root is None:
         entries = [(p, p) for p in SYSTEM_DIRS if os.path.lexists(p)]
     else:
-        entries = [(os.path.join(root, e), "/" + e) for e in sorted(os.listdir(root))
-                   if e not in SKIPPED_ROOT_ENTRIES]
+        entries = [(os.path.join(root, e), "/" + e) for e in sorted(os.listdir(root)) if e not in SKIPPED_ROOT_ENTRIES]
     args: list[str] = []
     for source, dest in entries:
         if os.path.islink(source):
@@ -82,8 +81,14 @@ def command(layout: Layout, argv: list[str], env: Mapping[str, str], cwd: str) -
     for path in layout.ro_binds:
         args += ["--ro-bind", path, path]
     if layout.socket_dir is not None:
-        args += ["--ro-bind", str(layout.forwarder), FORWARDER_INSIDE,
-                 "--bind", str(layout.socket_dir), SOCKET_DIR_INSIDE]
+        args += [
+            "--ro-bind",
+            str(layout.forwarder),
+            FORWARDER_INSIDE,
+            "--bind",
+            str(layout.socket_dir),
+            SOCKET_DIR_INSIDE,
+        ]
     args += ["--remount-ro", "/", "--chdir", cwd, "--clearenv"]
     for key, value in env.items():
         args += ["--setenv", key, value]

@@ -56,8 +56,9 @@ OOM_EVENT_TRIES = 5
 STUCK_GRACE_S = 10.0  # past an exec's timeout, how long before we kill every exec of the container
 
 KILL_ALL = (  # every process but PID 1 (init), this shell and the container's command ($1: its pid)
-    'for round in 1 2 3 4 5; do for d in /proc/[0-9]*; do p=${d#/proc/}; '
-    '[ "$p" = 1 ] || [ "$p" = $$ ] || [ "$p" = "$1" ] && continue; kill -9 "$p" 2>/dev/null; done; done')
+    "for round in 1 2 3 4 5; do for d in /proc/[0-9]*; do p=${d#/proc/}; "
+    '[ "$p" = 1 ] || [ "$p" = $$ ] || [ "$p" = "$1" ] && continue; kill -9 "$p" 2>/dev/null; done; done'
+)
 MAIN_PID = "cat /proc/1/task/1/children"  # init's one child at start: the forwarder (or sleep)
 
 _pool = ThreadPoolExecutor(max_workers=256, thread_name_prefix="harnessrl-docker")
@@ -72,8 +73,9 @@ def default_client() -> docker.DockerClient:
             client = docker.from_env(max_pool_size=256, timeout=600)
             client.ping()
         except docker.errors.DockerException as exc:
-            raise SandboxError("docker engine not reachable: run docker/setup-engine.sh or set "
-                               f"DOCKER_HOST ({exc})") from exc
+            raise SandboxError(
+                f"docker engine not reachable: run docker/setup-engine.sh or set DOCKER_HOST ({exc})"
+            ) from exc
         _client = client
     return _client
 
@@ -143,13 +145,19 @@ class DockerSandbox:
         self._main_pid = await self._find_main_pid()
         if self._deadline is not None:
             delay = self._deadline - time.monotonic()
-            self._watchdog = asyncio.get_running_loop().call_later(
-                delay, lambda: asyncio.ensure_future(self._expire()))
+            self._watchdog = asyncio.get_running_loop().call_later(delay, lambda: asyncio.ensure_future(self._expire()))
 
     def _forwarder_command(self) -> list[str]:
         port = gateway_target(self.gateway_url_inside)[1]
-        return ["python3", FORWARDER_INSIDE, "tcp-to-unix", "--listen", f"127.0.0.1:{port}",
-                "--socket", f"{SOCKET_DIR_INSIDE}/gateway.sock"]
+        return [
+            "python3",
+            FORWARDER_INSIDE,
+            "tcp-to-unix",
+            "--listen",
+            f"127.0.0.1:{port}",
+            "--socket",
+            f"{SOCKET_DIR_INSIDE}/gateway.sock",
+        ]
 
     def _network_mode(self) -> str:
         """none (loopback only), the sidecar's namespace, or the host's network (internet)."""
@@ -168,13 +176,22 @@ class DockerSandbox:
     def _create_sidecar(self, socket_dir: Path) -> str:
         try:
             container = self.client.containers.create(
-                self.spec.forwarder_image, command=self._forwarder_command(), name=f"harnessrl-{self.id}-gw",
-                detach=True, network_mode="none", init=True, labels={LABEL: self.id},
+                self.spec.forwarder_image,
+                command=self._forwarder_command(),
+                name=f"harnessrl-{self.id}-gw",
+                detach=True,
+                network_mode="none",
+                init=True,
+                labels={LABEL: self.id},
                 volumes={str(socket_dir): {"bind": SOCKET_DIR_INSIDE, "mode": "rw"}},
-                mem_limit=64 * 2**20, pids_limit=64)
+                mem_limit=64 * 2**20,
+                pids_limit=64,
+            )
         except docker.errors.ImageNotFound as exc:
-            raise SandboxError(f"forwarder image {self.spec.forwarder_image!r} not found: run "
-                               "docker/setup-engine.sh (it builds debian:bookworm-slim with python3)") from exc
+            raise SandboxError(
+                f"forwarder image {self.spec.forwarder_image!r} not found: run "
+                "docker/setup-engine.sh (it builds debian:bookworm-slim with python3)"
+            ) from exc
         return container.id
 
     def _create_container(self, socket_dir: Path) -> str:
@@ -185,17 +202,27 @@ class DockerSandbox:
         volumes.update({p: {"bind": p, "mode": "ro"} for p in self.spec.ro_binds})
         try:
             container = self.client.containers.create(
-                self.spec.image, command=command, name=f"harnessrl-{self.id}", detach=True,
-                network_mode=self._network_mode(), hostname=None if self._sidecar_id or self.spec.internet
-                else "sandbox", working_dir=self.workspace,
+                self.spec.image,
+                command=command,
+                name=f"harnessrl-{self.id}",
+                detach=True,
+                network_mode=self._network_mode(),
+                hostname=None if self._sidecar_id or self.spec.internet else "sandbox",
+                working_dir=self.workspace,
                 init=True,  # PID 1 reaps the orphans that killed exec process groups leave behind
-                environment=self._env({}), volumes=volumes, labels={LABEL: self.id},
-                mem_limit=limits.memory_bytes, memswap_limit=limits.memory_bytes,
+                environment=self._env({}),
+                volumes=volumes,
+                labels={LABEL: self.id},
+                mem_limit=limits.memory_bytes,
+                memswap_limit=limits.memory_bytes,
                 nano_cpus=int(limits.cpus * 1e9) if limits.cpus else None,
-                pids_limit=limits.pids)
+                pids_limit=limits.pids,
+            )
         except docker.errors.ImageNotFound as exc:
-            raise SandboxError(f"image {self.spec.image!r} not found: build it (`harnessrl images "
-                               "build`; the base image: docker/setup-engine.sh)") from exc
+            raise SandboxError(
+                f"image {self.spec.image!r} not found: build it (`harnessrl images "
+                "build`; the base image: docker/setup-engine.sh)"
+            ) from exc
         return container.id
 
     async def _wait_forwarder(self, container_id: str, image: str) -> None:
@@ -207,8 +234,10 @@ class DockerSandbox:
                 return
             state = (await _call(self.api.inspect_container, container_id))["State"]
             if not state["Running"]:
-                raise SandboxError(f"sandbox {self.id}: the gateway forwarder exited ({logs[-500:]!r}); "
-                                   f"the image {image!r} needs python3 (or set SandboxSpec.forwarder_image)")
+                raise SandboxError(
+                    f"sandbox {self.id}: the gateway forwarder exited ({logs[-500:]!r}); "
+                    f"the image {image!r} needs python3 (or set SandboxSpec.forwarder_image)"
+                )
             await asyncio.sleep(0.05)
         raise SandboxError(f"sandbox {self.id}: the gateway forwarder did not start in {READY_TIMEOUT_S} s")
 
@@ -224,8 +253,13 @@ class DockerSandbox:
             return self.spec.gateway_url  # the host's network: the gateway's own address
         return inside_url(self.spec.gateway_url, self.spec.gateway_port_inside)
 
-    async def exec(self, command: str | list[str], timeout_s: float | None = None,
-                   env: Mapping[str, str] | None = None, cwd: str | None = None) -> ExecResult:
+    async def exec(
+        self,
+        command: str | list[str],
+        timeout_s: float | None = None,
+        env: Mapping[str, str] | None = None,
+        cwd: str | None = None,
+    ) -> ExecResult:
         if self._closed:
             raise SandboxError(f"sandbox {self.id} is closed")
         argv = exec_argv(command)
@@ -239,7 +273,8 @@ class DockerSandbox:
         run = asyncio.ensure_future(_call(self._run_exec, argv, self._env(env or {}), workdir))
         try:
             code, stdout, stderr = await asyncio.wait_for(
-                asyncio.shield(run), None if limit is None else limit + STUCK_GRACE_S)
+                asyncio.shield(run), None if limit is None else limit + STUCK_GRACE_S
+            )
         except TimeoutError:
             await self._kill_execs()  # a process left `timeout`'s group and holds the output open
             code, stdout, stderr = await run
@@ -328,8 +363,12 @@ class DockerSandbox:
 
     def _oom_events(self) -> int:
         # `until` in the future would hold the stream open until then: now, to the nanosecond.
-        stream = self.api.events(since=int(self._created) - 1, until=f"{time.time():.9f}", decode=True,
-                                 filters={"container": self.container_id, "event": "oom"})
+        stream = self.api.events(
+            since=int(self._created) - 1,
+            until=f"{time.time():.9f}",
+            decode=True,
+            filters={"container": self.container_id, "event": "oom"},
+        )
         return sum(1 for _ in stream)
 
     async def _kill_execs(self) -> None:

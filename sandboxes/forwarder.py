@@ -72,7 +72,8 @@ async def _splice(client: tuple[asyncio.StreamReader, asyncio.StreamWriter], con
 async def serve_tcp_to_unix(host: str, port: int, socket_path: str) -> asyncio.AbstractServer:
     """Inside end: accept TCP on host:port, forward each connection to the unix socket."""
     return await asyncio.start_server(
-        lambda r, w: _splice((r, w), lambda: asyncio.open_unix_connection(socket_path)), host, port)
+        lambda r, w: _splice((r, w), lambda: asyncio.open_unix_connection(socket_path)), host, port
+    )
 
 
 async def _run_child(argv: list[str]) -> int:
@@ -111,8 +112,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     inside.add_argument("--listen", type=_host_port, required=True, help="HOST:PORT to listen on")
     inside.add_argument("--socket", required=True, help="unix socket leading to the gateway")
     inside.add_argument("--loopback-up", action="store_true", help="bring up lo first (a fresh network namespace)")
-    inside.add_argument("command", nargs=argparse.REMAINDER,
-                        help="optional: run this command while forwarding, exit with its status")
+    inside.add_argument(
+        "command", nargs=argparse.REMAINDER, help="optional: run this command while forwarding, exit with its status"
+    )
     return parser.parse_args(argv)
 
 

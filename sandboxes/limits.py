@@ -84,14 +84,12 @@ class ProcessLimits:
     @classmethod
     def _cgroup_v2(cls, name: str, limits: Limits) -> ProcessLimits | None:
         own = _own_cgroup_paths().get("")
-        mount = next((p for p in (CGROUP_ROOT / "unified", CGROUP_ROOT)
-                      if (p / "cgroup.controllers").exists()), None)
+        mount = next((p for p in (CGROUP_ROOT / "unified", CGROUP_ROOT) if (p / "cgroup.controllers").exists()), None)
         if own is None or mount is None:
             return None
         parent = mount / own.lstrip("/")
         delegated = set((parent / "cgroup.subtree_control").read_text().split())
-        needed = {c for c, v in (("memory", limits.memory_bytes), ("cpu", limits.cpus),
-                                 ("pids", limits.pids)) if v}
+        needed = {c for c, v in (("memory", limits.memory_bytes), ("cpu", limits.cpus), ("pids", limits.pids)) if v}
         if not needed <= delegated:
             return None  # v1 (or rlimits) will do; enabling controllers here would move our own process
         path = parent / f"harnessrl-{name}"
@@ -113,8 +111,7 @@ class ProcessLimits:
     def wrap(self, argv: list[str]) -> list[str]:
         """argv prefixed so that it starts inside the limits (the shell execs it: same pid)."""
         if self.dirs:
-            joins = "; ".join(f"echo $$ > {shlex.quote(str(d / 'cgroup.procs'))} || exit 125"
-                              for d in self.dirs)
+            joins = "; ".join(f"echo $$ > {shlex.quote(str(d / 'cgroup.procs'))} || exit 125" for d in self.dirs)
             return ["/bin/sh", "-c", f'{joins}; exec "$@"', "sh", *argv]
         if self.enforced == "rlimit":
             return ["prlimit", f"--as={self.limits.memory_bytes}", "--", *argv]

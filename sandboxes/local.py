@@ -70,8 +70,7 @@ class LocalSandbox:
         self.layout = self._make_layout()
 
     @classmethod
-    async def create(cls, spec: SandboxSpec, isolation: str = "auto",
-                     allow_unisolated: bool = False) -> LocalSandbox:
+    async def create(cls, spec: SandboxSpec, isolation: str = "auto", allow_unisolated: bool = False) -> LocalSandbox:
         """isolation: "bwrap", "subprocess" (unisolated, on purpose), or "auto": bubblewrap, and
         without it an error unless `allow_unisolated`."""
         isolation = resolve_isolation(isolation, allow_unisolated)
@@ -105,9 +104,14 @@ class LocalSandbox:
         # A root (a task's image) may have no python3: the forwarder then runs outside the sandbox, with
         # the host's python, in a network namespace of its own that bubblewrap joins (`_outside`).
         self._forward_outside = routed and self.spec.root is not None
-        return bwrap.Layout(root=self.spec.root, binds=binds, ro_binds=self.spec.ro_binds,
-                            socket_dir=None if self._forward_outside else self.socket_dir,
-                            forwarder=FORWARDER, share_net=self.spec.internet or self._forward_outside)
+        return bwrap.Layout(
+            root=self.spec.root,
+            binds=binds,
+            ro_binds=self.spec.ro_binds,
+            socket_dir=None if self._forward_outside else self.socket_dir,
+            forwarder=FORWARDER,
+            share_net=self.spec.internet or self._forward_outside,
+        )
 
     async def _start(self) -> None:
         for rel, data in self.spec.files.items():
@@ -132,8 +136,13 @@ class LocalSandbox:
             return self.spec.gateway_url  # unisolated: the host's network, the URL as is
         return inside_url(self.spec.gateway_url, self.spec.gateway_port_inside)
 
-    async def exec(self, command: str | list[str], timeout_s: float | None = None,
-                   env: Mapping[str, str] | None = None, cwd: str | None = None) -> ExecResult:
+    async def exec(
+        self,
+        command: str | list[str],
+        timeout_s: float | None = None,
+        env: Mapping[str, str] | None = None,
+        cwd: str | None = None,
+    ) -> ExecResult:
         if self._closed:
             raise SandboxError(f"sandbox {self.id} is closed")
         argv = exec_argv(command)
@@ -146,10 +155,14 @@ class LocalSandbox:
         started = time.monotonic()
         try:
             proc = await asyncio.create_subprocess_exec(
-                *argv, stdin=asyncio.subprocess.DEVNULL, stdout=asyncio.subprocess.PIPE,
-                stderr=asyncio.subprocess.PIPE, start_new_session=True,  # own group: killed as one
+                *argv,
+                stdin=asyncio.subprocess.DEVNULL,
+                stdout=asyncio.subprocess.PIPE,
+                stderr=asyncio.subprocess.PIPE,
+                start_new_session=True,  # own group: killed as one
                 env=full_env if self.isolation == "subprocess" else {"PATH": HOST_PATH},
-                cwd=str(self._host_cwd(cwd)) if self.isolation == "subprocess" else None)
+                cwd=str(self._host_cwd(cwd)) if self.isolation == "subprocess" else None,
+            )
         except OSError as exc:  # no such program or cwd: a failing command, as a shell reports it
             return ExecResult(127, b"", f"{exc}\n".encode(), False, time.monotonic() - started)
         self._running.add(proc)
@@ -222,16 +235,33 @@ class LocalSandbox:
         if self._bridge is not None and self._forward_outside:
             return self.limits.wrap(self._outside(listen, bwrap.command(self.layout, argv, env, cwd)))
         if self._bridge is not None:
-            argv = ["python3", bwrap.FORWARDER_INSIDE, *listen,
-                    "--socket", f"{bwrap.SOCKET_DIR_INSIDE}/gateway.sock", "--", *argv]
+            argv = [
+                "python3",
+                bwrap.FORWARDER_INSIDE,
+                *listen,
+                "--socket",
+                f"{bwrap.SOCKET_DIR_INSIDE}/gateway.sock",
+                "--",
+                *argv,
+            ]
         return self.limits.wrap(bwrap.command(self.layout, argv, env, cwd))
 
     def _outside(self, listen: list[str], sandboxed: list[str]) -> list[str]:
         """A new network namespace holding the forwarder (host python, outside the sandbox's mounts and
         pids: the agent can neither replace it nor reach its socket) and bubblewrap sharing it."""
         unshare = ["unshare", "--net"] if os.geteuid() == 0 else ["unshare", "--user", "--map-root-user", "--net"]
-        return [*unshare, "--", sys.executable, str(FORWARDER), *listen, "--loopback-up",
-                "--socket", str(self.socket_dir / "gateway.sock"), "--", *sandboxed]
+        return [
+            *unshare,
+            "--",
+            sys.executable,
+            str(FORWARDER),
+            *listen,
+            "--loopback-up",
+            "--socket",
+            str(self.socket_dir / "gateway.sock"),
+            "--",
+            *sandboxed,
+        ]
 
     def _host_cwd(self, cwd: str | None) -> Path:
         workspace = self.layout.binds[self.spec.workspace]
@@ -256,8 +286,9 @@ class LocalSandbox:
                 return self.layout.binds[mount]
             if parent == mount:
                 return self.layout.binds[mount] / posixpath.basename(path)
-        raise SandboxError(f"{path} is not one of the sandbox's writable dirs {self.spec.writable_dirs} "
-                           "or a folder right under one")
+        raise SandboxError(
+            f"{path} is not one of the sandbox's writable dirs {self.spec.writable_dirs} or a folder right under one"
+        )
 
     def _host_file(self, path: str, writing: bool) -> Path | None:
         if self.isolation == "subprocess":
@@ -272,8 +303,10 @@ class LocalSandbox:
             host = None  # a symlink the agent made points elsewhere: never follow it on the host
         if host is None and writing:
             writable = ", ".join(self.layout.binds)
-            raise SandboxError(f"{path} is read-only in sandbox {self.id}: write under {writable} "
-                               "(or add its directory to SandboxSpec.writable_dirs)")
+            raise SandboxError(
+                f"{path} is read-only in sandbox {self.id}: write under {writable} "
+                "(or add its directory to SandboxSpec.writable_dirs)"
+            )
         return host
 
     def _stays_inside(self, host: Path) -> bool:
@@ -298,12 +331,16 @@ def resolve_isolation(isolation: str, allow_unisolated: bool = False) -> str:
     if isolation == "auto":
         isolation = "bwrap" if bwrap.bwrap_path() or not allow_unisolated else "subprocess"
     if isolation == "bwrap" and not bwrap.bwrap_path():
-        raise SandboxError("bubblewrap not found: apt-get install -y bubblewrap (or, for trusted agents only, "
-                           "run them unisolated on purpose: `harnessrl run --allow-unisolated`, "
-                           "isolation='subprocess')")
+        raise SandboxError(
+            "bubblewrap not found: apt-get install -y bubblewrap (or, for trusted agents only, "
+            "run them unisolated on purpose: `harnessrl run --allow-unisolated`, "
+            "isolation='subprocess')"
+        )
     if isolation == "subprocess":
-        logger.warning("local sandbox UNISOLATED: agents run as this user with the host's files and network; "
-                       "use it for trusted agents only (apt-get install -y bubblewrap isolates them)")
+        logger.warning(
+            "local sandbox UNISOLATED: agents run as this user with the host's files and network; "
+            "use it for trusted agents only (apt-get install -y bubblewrap isolates them)"
+        )
     elif isolation != "bwrap":
         raise SandboxError(f"unknown isolation {isolation!r}: use 'bwrap', 'subprocess' or 'auto'")
     return isolation
@@ -323,9 +360,11 @@ def check_private_mounts(writable_dirs: tuple[str, ...]) -> None:
     if not writable_dirs:
         return
     if os.geteuid() != 0 or not shutil.which("unshare"):
-        raise SandboxError(f"an unisolated sandbox gets its own {', '.join(writable_dirs)} through a private "
-                           "mount namespace, which needs root and unshare (util-linux): install bubblewrap "
-                           "instead (apt-get install -y bubblewrap)")
+        raise SandboxError(
+            f"an unisolated sandbox gets its own {', '.join(writable_dirs)} through a private "
+            "mount namespace, which needs root and unshare (util-linux): install bubblewrap "
+            "instead (apt-get install -y bubblewrap)"
+        )
     for path in writable_dirs:
         os.makedirs(path, exist_ok=True)  # the mount point; nothing is ever written to the host's copy
 
@@ -339,8 +378,10 @@ def _prepare_root(root: str, mount_points: list[str]) -> None:
             try:
                 target.mkdir(parents=True, exist_ok=True)
             except OSError as exc:
-                raise SandboxError(f"the sandbox root {root} lacks {inside} and it cannot be made there "
-                                   f"({exc}): give a root folder this user may write to") from None
+                raise SandboxError(
+                    f"the sandbox root {root} lacks {inside} and it cannot be made there "
+                    f"({exc}): give a root folder this user may write to"
+                ) from None
 
 
 def _copy_tree(source: Path, into: Path) -> None:
@@ -352,6 +393,7 @@ def _copy_tree(source: Path, into: Path) -> None:
 
 def _recreate(path: Path) -> None:
     """Whatever is at path (a tree, a file, a link) removed, then a new empty directory."""
+
     def unlock(function, name, _exc_info):  # a folder the agent made unreadable or unwritable
         os.chmod(os.path.dirname(name), 0o700)
         if os.path.isdir(name) and not os.path.islink(name):

@@ -103,8 +103,13 @@ class Sandbox(Protocol):
     def gateway_url_inside(self) -> str | None:
         """The URL that reaches `spec.gateway_url` from inside (path kept), or None without a gateway."""
 
-    async def exec(self, command: str | list[str], timeout_s: float | None = None,
-                   env: Mapping[str, str] | None = None, cwd: str | None = None) -> ExecResult:
+    async def exec(
+        self,
+        command: str | list[str],
+        timeout_s: float | None = None,
+        env: Mapping[str, str] | None = None,
+        cwd: str | None = None,
+    ) -> ExecResult:
         """Run a command (a string goes through `sh -c`); never raises for a failing command."""
 
     async def put_file(self, path: str, data: bytes, mode: int = 0o644) -> None:

@@ -18,8 +18,10 @@ def gateway_target(url: str) -> tuple[str, int]:
     """(host, port) the host end of the bridge connects to."""
     parts = urlsplit(url)
     if parts.scheme not in DEFAULT_PORTS or not parts.hostname:
-        raise SandboxError(f"gateway URL {url!r} is not http(s)://HOST[:PORT][/path]: "
-                           "pass the gateway's base URL, e.g. http://127.0.0.1:8000/r/<token>/v1")
+        raise SandboxError(
+            f"gateway URL {url!r} is not http(s)://HOST[:PORT][/path]: "
+            "pass the gateway's base URL, e.g. http://127.0.0.1:8000/r/<token>/v1"
+        )
     return parts.hostname, parts.port or DEFAULT_PORTS[parts.scheme]
 
 

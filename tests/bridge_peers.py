@@ -39,14 +39,27 @@ class RecordingUpstream:
             if not message.get("more_body"):
                 break
         headers = {k.decode(): v.decode() for k, v in scope["headers"]}
-        self.requests.append(SeenRequest(scope["method"], scope["raw_path"].decode(), scope["query_string"],
-                                         headers, body, tuple(scope["client"])))
+        self.requests.append(
+            SeenRequest(
+                scope["method"],
+                scope["raw_path"].decode(),
+                scope["query_string"],
+                headers,
+                body,
+                tuple(scope["client"]),
+            )
+        )
         if body == b'{"stream":true}':
             await self._stream(send)
             return
         reply = json.dumps({"path": scope["path"], "bytes": len(body)}).encode()
-        await send({"type": "http.response.start", "status": 200,
-                    "headers": [(b"content-type", b"application/json"), (b"content-length", b"%d" % len(reply))]})
+        await send(
+            {
+                "type": "http.response.start",
+                "status": 200,
+                "headers": [(b"content-type", b"application/json"), (b"content-length", b"%d" % len(reply))],
+            }
+        )
         await send({"type": "http.response.body", "body": reply})
 
     async def _stream(self, send) -> None:

@@ -14,9 +14,15 @@ TEST_HOST = "gateway"  # the in-process clients' base URL is http://gateway
 
 def gateway_settings(database_url: str, engine_url: str, **overrides) -> GatewaySettings:
     """Settings of a test gateway: the test admin key, and the in-process clients' Host served."""
-    fields = {"database_url": database_url, "engine_url": engine_url, "admin_key": TEST_ADMIN_KEY,
-              "allowed_hosts": (TEST_HOST,), **overrides}
+    fields = {
+        "database_url": database_url,
+        "engine_url": engine_url,
+        "admin_key": TEST_ADMIN_KEY,
+        "allowed_hosts": (TEST_HOST,),
+        **overrides,
+    }
     return GatewaySettings(**fields)
+
 
 WEATHER_TOOL = {
     "type": "function",
@@ -25,8 +31,12 @@ WEATHER_TOOL = {
         "description": "Current weather for a city.",
         # strict + enum: a forced call is fully determined by the grammar but for the choice, so
         # even the tiny random model finishes it in a few tokens.
-        "parameters": {"type": "object", "properties": {"city": {"type": "string", "enum": ["Paris", "London"]}},
-                       "required": ["city"], "additionalProperties": False},
+        "parameters": {
+            "type": "object",
+            "properties": {"city": {"type": "string", "enum": ["Paris", "London"]}},
+            "required": ["city"],
+            "additionalProperties": False,
+        },
         "strict": True,
     },
 }
@@ -43,23 +53,41 @@ def messages_body(content: str = "Hi", **overrides) -> dict:
 
 def call_record(rollout_id: int, **overrides) -> CallRecord:
     fields = dict(
-        rollout_id=rollout_id, dialect="chat", model="policy", engine_model="base",
-        policy_version=0, prompt_ids=[1, 2, 3], output_ids=[4, 5], output_logprobs=[-0.5, -0.25],
-        finish_reason="stop", request=chat_body(), response={"id": "x"}, latency_ms=1.0,
+        rollout_id=rollout_id,
+        dialect="chat",
+        model="policy",
+        engine_model="base",
+        policy_version=0,
+        prompt_ids=[1, 2, 3],
+        output_ids=[4, 5],
+        output_logprobs=[-0.5, -0.25],
+        finish_reason="stop",
+        request=chat_body(),
+        response={"id": "x"},
+        latency_ms=1.0,
     )
     fields.update(overrides)
     return CallRecord(**fields)
 
 
-async def run_single_rollout(harness, gateway_url: str, run: str, task, sandbox: str, options: dict,
-                             admin_key: str = TEST_ADMIN_KEY):
+async def run_single_rollout(
+    harness, gateway_url: str, run: str, task, sandbox: str, options: dict, admin_key: str = TEST_ADMIN_KEY
+):
     """One rollout of ``task`` by ``harness`` through the real runner (2 GiB, 1 CPU); its result."""
     from harnesses.gateway_client import GatewayClient
     from harnesses.runner import Runner, RunPlan
     from sandboxes import Limits, SandboxSpec
 
-    plan = RunPlan(run=run, tasks=[task], harness=harness, group_size=1, concurrency=1, sandbox=sandbox,
-                   sandbox_options=options, base_spec=SandboxSpec(limits=Limits(memory_bytes=2 * 2**30, cpus=1.0)))
+    plan = RunPlan(
+        run=run,
+        tasks=[task],
+        harness=harness,
+        group_size=1,
+        concurrency=1,
+        sandbox=sandbox,
+        sandbox_options=options,
+        base_spec=SandboxSpec(limits=Limits(memory_bytes=2 * 2**30, cpus=1.0)),
+    )
     client = GatewayClient(gateway_url, admin_key)
     try:
         [result] = await Runner(plan, client).run()
@@ -70,14 +98,34 @@ async def run_single_rollout(harness, gateway_url: str, run: str, task, sandbox:
 
 def agent_requests(turns: int, history_chars: int = 2_000) -> list[dict]:
     """What an agent sends turn after turn: the same tools and system prompt, the history growing."""
-    messages: list[dict] = [{"role": "system", "content": "You are a coding agent. " * 200},
-                            {"role": "user", "content": "Fix the failing test."}]
+    messages: list[dict] = [
+        {"role": "system", "content": "You are a coding agent. " * 200},
+        {"role": "user", "content": "Fix the failing test."},
+    ]
     requests = []
     for turn in range(turns):
-        requests.append({"model": "policy", "messages": list(messages), "tools": [WEATHER_TOOL] * 10,
-                         "temperature": 1.0, "stream": turn % 2 == 0, "max_tokens": 512})
-        messages += [{"role": "assistant", "content": None, "tool_calls": [{
-                          "id": f"call_{turn}", "type": "function",
-                          "function": {"name": "get_weather", "arguments": json.dumps({"city": f"c{turn}"})}}]},
-                     {"role": "tool", "tool_call_id": f"call_{turn}", "content": "x" * history_chars}]
+        requests.append(
+            {
+                "model": "policy",
+                "messages": list(messages),
+                "tools": [WEATHER_TOOL] * 10,
+                "temperature": 1.0,
+                "stream": turn % 2 == 0,
+                "max_tokens": 512,
+            }
+        )
+        messages += [
+            {
+                "role": "assistant",
+                "content": None,
+                "tool_calls": [
+                    {
+                        "id": f"call_{turn}",
+                        "type": "function",
+                        "function": {"name": "get_weather", "arguments": json.dumps({"city": f"c{turn}"})},
+                    }
+                ],
+            },
+            {"role": "tool", "tool_call_id": f"call_{turn}", "content": "x" * history_chars},
+        ]
     return requests

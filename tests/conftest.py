@@ -41,6 +41,9 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
     reporter = session.config.pluginmanager.get_plugin("terminalreporter")
     skipped = reporter.stats.get("skipped", []) if reporter else []
     if os.environ.get("CI") == "true" and skipped and exitstatus == pytest.ExitCode.OK:
-        reporter.write_line(f"CI=true: {len(skipped)} skipped tests count as failures; "
-                            f"run tests/setup_machine.sh as root to install what they need", red=True)
+        reporter.write_line(
+            f"CI=true: {len(skipped)} skipped tests count as failures; "
+            f"run tests/setup_machine.sh as root to install what they need",
+            red=True,
+        )
         session.exitstatus = pytest.ExitCode.TESTS_FAILED

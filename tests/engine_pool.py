@@ -40,9 +40,11 @@ class PoolGateway:
         return response.json()
 
     async def chat(self, rollout: dict, content: str = "Hi", headers: dict | None = None, **body) -> httpx.Response:
-        return await self.agent.post(f"/r/{rollout['token']}/v1/chat/completions", headers=headers or {},
-                                     json={"model": "policy", "messages": [{"role": "user", "content": content}],
-                                           **body})
+        return await self.agent.post(
+            f"/r/{rollout['token']}/v1/chat/completions",
+            headers=headers or {},
+            json={"model": "policy", "messages": [{"role": "user", "content": content}], **body},
+        )
 
     def calls(self, rollout_id: int | None = None) -> list[dict]:
         """The recorded calls (id, rollout, engine, queue_ms, moved_from, engine_model), oldest first."""
@@ -50,8 +52,10 @@ class PoolGateway:
         with sqlite3.connect(path) as db:
             db.row_factory = sqlite3.Row
             where, args = ("WHERE rollout_id = ?", (rollout_id,)) if rollout_id is not None else ("", ())
-            rows = db.execute(f"SELECT id, rollout_id, engine, queue_ms, moved_from, engine_model FROM calls "
-                              f"{where} ORDER BY id", args).fetchall()
+            rows = db.execute(
+                f"SELECT id, rollout_id, engine, queue_ms, moved_from, engine_model FROM calls {where} ORDER BY id",
+                args,
+            ).fetchall()
         return [dict(row) for row in rows]
 
     def restart_engine(self, index: int, fake: FakeEngine) -> None:
@@ -75,9 +79,12 @@ async def pool_gateway(database_url: str, fakes: list[FakeEngine], **settings) -
         app = create_app(config)
         async with app.router.lifespan_context(app):
             transport = httpx.ASGITransport(app)
-            async with (httpx.AsyncClient(transport=transport, base_url="http://gateway",
-                                          headers={"x-admin-key": TEST_ADMIN_KEY}) as http,
-                        httpx.AsyncClient(transport=transport, base_url="http://gateway") as agent):
+            async with (
+                httpx.AsyncClient(
+                    transport=transport, base_url="http://gateway", headers={"x-admin-key": TEST_ADMIN_KEY}
+                ) as http,
+                httpx.AsyncClient(transport=transport, base_url="http://gateway") as agent,
+            ):
                 gateway = PoolGateway(app, http, agent, fakes, servers, database_url)
                 try:
                     yield gateway

@@ -26,10 +26,14 @@ HARNESSES = ("opencode", "pi", "hermes", "claude-code", "codex")
 PATHS = {"chat": "/v1/chat/completions", "responses": "/v1/responses", "messages": "/v1/messages?beta=true"}
 # Headers the agents send that carry protocol flags (the gateway stores bodies, not headers).
 HEADERS = {
-    "claude-code": {"anthropic-version": "2023-06-01", "anthropic-beta": (
-        "claude-code-20250219,interleaved-thinking-2025-05-14,context-management-2025-06-27,"
-        "mid-conversation-tool-changes-2026-07-01,thinking-token-count-2026-05-13,advanced-tool-use-2025-11-20,"
-        "effort-2025-11-24")},
+    "claude-code": {
+        "anthropic-version": "2023-06-01",
+        "anthropic-beta": (
+            "claude-code-20250219,interleaved-thinking-2025-05-14,context-management-2025-06-27,"
+            "mid-conversation-tool-changes-2026-07-01,thinking-token-count-2026-05-13,advanced-tool-use-2025-11-20,"
+            "effort-2025-11-24"
+        ),
+    },
     "codex": {"x-codex-beta-features": "remote_compaction_v2", "accept": "text/event-stream"},
 }
 
@@ -51,8 +55,12 @@ async def capture(name: str, gateway_url: str) -> dict:
     from harnesses.task import Task
     from tests.builders import ADMIN_HEADERS, run_single_rollout
 
-    task = Task(name="hello-file", instruction="Create a file hello.txt containing exactly: hello",
-                verifier="true", agent_timeout_s=300.0)
+    task = Task(
+        name="hello-file",
+        instruction="Create a file hello.txt containing exactly: hello",
+        verifier="true",
+        agent_timeout_s=300.0,
+    )
     harness = create(name, sandbox="local")
     result = await run_single_rollout(harness, gateway_url, f"capture-{name}", task, "local", {"isolation": "bwrap"})
     async with httpx.AsyncClient(base_url=gateway_url, headers=ADMIN_HEADERS, timeout=60) as http:
@@ -66,8 +74,15 @@ async def capture(name: str, gateway_url: str) -> dict:
     body = dict(detail["request"])
     notes = body.pop("_gateway", {})
     version = sys.modules[AGENTS[name].__module__].VERSION
-    return {"harness": name, "version": version, "dialect": detail["dialect"], "path": PATHS[detail["dialect"]],
-            "headers": HEADERS.get(name, {}), "body": body, "notes": notes}
+    return {
+        "harness": name,
+        "version": version,
+        "dialect": detail["dialect"],
+        "path": PATHS[detail["dialect"]],
+        "headers": HEADERS.get(name, {}),
+        "body": body,
+        "notes": notes,
+    }
 
 
 async def _capture_all(names: list[str]) -> None:
@@ -86,7 +101,9 @@ async def _capture_all(names: list[str]) -> None:
             for name in names:
                 fixture = await capture(name, gateway.url)
                 (FIXTURES / f"{name}.json").write_text(json.dumps(fixture, indent=1, ensure_ascii=False) + "\n")
-                print(f"{name} {fixture['version']}: {len(json.dumps(fixture['body']))} bytes, notes {fixture['notes']}")
+                print(
+                    f"{name} {fixture['version']}: {len(json.dumps(fixture['body']))} bytes, notes {fixture['notes']}"
+                )
 
 
 if __name__ == "__main__":

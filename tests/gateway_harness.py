@@ -36,8 +36,11 @@ async def start_gateway(settings: GatewaySettings, fake: FakeEngine) -> AsyncIte
     app = create_app(settings, engine=engine)
     async with app.router.lifespan_context(app):
         transport = httpx.ASGITransport(app)
-        async with (httpx.AsyncClient(transport=transport, base_url="http://gateway",
-                                      headers={"x-admin-key": settings.admin_key}) as http,
-                    httpx.AsyncClient(transport=transport, base_url="http://gateway") as agent):
+        async with (
+            httpx.AsyncClient(
+                transport=transport, base_url="http://gateway", headers={"x-admin-key": settings.admin_key}
+            ) as http,
+            httpx.AsyncClient(transport=transport, base_url="http://gateway") as agent,
+        ):
             yield GatewayHarness(app, http, fake, agent)
     await engine.close()

@@ -41,8 +41,20 @@ def pins(install: str) -> dict[str, str]:
 def resolve(install: str, timeout_s: float = 900.0) -> Resolution:
     with tempfile.TemporaryDirectory() as tmp:
         report = Path(tmp) / "report.json"
-        argv = [sys.executable, "-m", "pip", "install", "--dry-run", "--ignore-installed", "--quiet",
-                "--report", str(report), "-c", f"constraints/{install}.txt", INSTALLS[install]]
+        argv = [
+            sys.executable,
+            "-m",
+            "pip",
+            "install",
+            "--dry-run",
+            "--ignore-installed",
+            "--quiet",
+            "--report",
+            str(report),
+            "-c",
+            f"constraints/{install}.txt",
+            INSTALLS[install],
+        ]
         done = subprocess.run(argv, cwd=ROOT, capture_output=True, text=True, timeout=timeout_s, check=False)
         if done.returncode != 0:
             return Resolution(install, False, {}, done.stderr[-3000:])
@@ -59,11 +71,16 @@ def main() -> int:
             print(f"{install}: pip cannot resolve {INSTALLS[install]} -c constraints/{install}.txt:\n{result.error}")
             failed += 1
             continue
-        wrong = {n: (v, result.versions.get(n)) for n, v in pins(install).items()
-                 if result.versions.get(n, "").split("+")[0] != v}
+        wrong = {
+            n: (v, result.versions.get(n))
+            for n, v in pins(install).items()
+            if result.versions.get(n, "").split("+")[0] != v
+        }
         shown = ", ".join(f"{n} {result.versions.get(n)}" for n in pins(install))
-        print(f"{install}: resolves ({len(result.versions)} packages): {shown}" +
-              (f"; NOT the pins: {wrong}" if wrong else ""))
+        print(
+            f"{install}: resolves ({len(result.versions)} packages): {shown}"
+            + (f"; NOT the pins: {wrong}" if wrong else "")
+        )
         failed += bool(wrong)
     return 1 if failed else 0
 

@@ -55,14 +55,35 @@ class JudgeServer(BackgroundServer):
         if reply.delay_s:
             await asyncio.sleep(reply.delay_s)
         if reply.status != 200:
-            return JSONResponse({"error": {"message": reply.content or "scripted error", "type": "scripted",
-                                           "code": reply.status}}, status_code=reply.status)
-        return JSONResponse({
-            "id": f"chatcmpl-{len(self.requests)}", "object": "chat.completion", "created": 0,
-            "model": body.get("model", "judge"),
-            "choices": [{"index": 0, "finish_reason": "tool_calls" if reply.tool_calls else "stop",
-                         "message": {"role": "assistant", "content": reply.content, "tool_calls": [
-                             {"id": f"call-{n}", "type": "function", "function": {"name": name, "arguments": args}}
-                             for n, (name, args) in enumerate(reply.tool_calls)] or None}}],
-            "usage": {"prompt_tokens": reply.prompt_tokens, "completion_tokens": reply.completion_tokens,
-                      "total_tokens": reply.prompt_tokens + reply.completion_tokens}})
+            return JSONResponse(
+                {"error": {"message": reply.content or "scripted error", "type": "scripted", "code": reply.status}},
+                status_code=reply.status,
+            )
+        return JSONResponse(
+            {
+                "id": f"chatcmpl-{len(self.requests)}",
+                "object": "chat.completion",
+                "created": 0,
+                "model": body.get("model", "judge"),
+                "choices": [
+                    {
+                        "index": 0,
+                        "finish_reason": "tool_calls" if reply.tool_calls else "stop",
+                        "message": {
+                            "role": "assistant",
+                            "content": reply.content,
+                            "tool_calls": [
+                                {"id": f"call-{n}", "type": "function", "function": {"name": name, "arguments": args}}
+                                for n, (name, args) in enumerate(reply.tool_calls)
+                            ]
+                            or None,
+                        },
+                    }
+                ],
+                "usage": {
+                    "prompt_tokens": reply.prompt_tokens,
+                    "completion_tokens": reply.completion_tokens,
+                    "total_tokens": reply.prompt_tokens + reply.completion_tokens,
+                },
+            }
+        )

@@ -19,16 +19,28 @@ VOCAB = 64
 
 def tiny_base(kind: str = "qwen2", attention: str = "eager", seed: int = 0, layers: int = 2) -> torch.nn.Module:
     torch.manual_seed(seed)
-    common = {"vocab_size": VOCAB, "hidden_size": 64, "intermediate_size": 128, "num_hidden_layers": layers,
-              "num_attention_heads": 2, "num_key_value_heads": 1, "head_dim": 32, "max_position_embeddings": 256}
+    common = {
+        "vocab_size": VOCAB,
+        "hidden_size": 64,
+        "intermediate_size": 128,
+        "num_hidden_layers": layers,
+        "num_attention_heads": 2,
+        "num_key_value_heads": 1,
+        "head_dim": 32,
+        "max_position_embeddings": 256,
+    }
     model = Qwen2ForCausalLM(Qwen2Config(**common)) if kind == "qwen2" else LlamaForCausalLM(LlamaConfig(**common))
     model.config._attn_implementation = attention
     return model
 
 
-def lora_model(seed: int = 0, kind: str = "qwen2", dtype: torch.dtype = torch.float32,
-               targets: tuple[str, ...] = ("q_proj", "k_proj", "v_proj", "o_proj"), moved: bool = False,
-               ) -> torch.nn.Module:
+def lora_model(
+    seed: int = 0,
+    kind: str = "qwen2",
+    dtype: torch.dtype = torch.float32,
+    targets: tuple[str, ...] = ("q_proj", "k_proj", "v_proj", "o_proj"),
+    moved: bool = False,
+) -> torch.nn.Module:
     """A tiny model with LoRA; moved: LoRA's B drawn at random (it starts at 0) so the adapter matters."""
     base = tiny_base(kind, seed=seed).to(dtype)
     lora = LoraConfig(r=8, lora_alpha=16, lora_dropout=0.0, target_modules=list(targets))
@@ -48,8 +60,13 @@ def own_logprobs(model: torch.nn.Module, ids: np.ndarray) -> np.ndarray:
 
 def sample_of(ids: np.ndarray, mask: np.ndarray, old: np.ndarray) -> Sample:
     mask = np.asarray(mask, np.int8)
-    return Sample((0,), np.asarray(ids, np.int32), mask, np.where(mask == 1, old, 0).astype(np.float32),
-                  np.where(mask == 1, 0, -1).astype(np.int32))
+    return Sample(
+        (0,),
+        np.asarray(ids, np.int32),
+        mask,
+        np.where(mask == 1, old, 0).astype(np.float32),
+        np.where(mask == 1, 0, -1).astype(np.int32),
+    )
 
 
 def on_policy_samples(model, seed, n=5, low=6, high=14, noise=0.0):
@@ -60,7 +77,7 @@ def on_policy_samples(model, seed, n=5, low=6, high=14, noise=0.0):
         length = int(rng.integers(low, high))
         ids = rng.integers(0, VOCAB, length)
         mask = np.zeros(length, np.int8)
-        mask[int(rng.integers(1, length - 1)):] = 1
+        mask[int(rng.integers(1, length - 1)) :] = 1
         samples.append(sample_of(ids, mask, own_logprobs(model, ids) + rng.normal(0.0, noise, length)))
     return samples
 
@@ -75,7 +92,7 @@ def group_samples(model, seed, n=4, prefix=20, low=3, high=12, noise=0.3, prompt
         tail = rng.integers(0, VOCAB, int(rng.integers(low, high)))
         ids = np.concatenate([shared, tail])
         mask = np.zeros(len(ids), np.int8)
-        mask[prefix - prompt_trained:] = 1
+        mask[prefix - prompt_trained :] = 1
         samples.append(sample_of(ids, mask, own_logprobs(model, ids) + rng.normal(0.0, noise, len(ids))))
     return samples
 
@@ -92,11 +109,13 @@ def previous_path_row(samples, advantages):
     """The learner's previous packed row: samples concatenated, positions restarting, [L]-aligned tensors."""
     lengths = [len(s.input_ids) for s in samples]
     mask = np.concatenate([np.r_[False, np.asarray(s.loss_mask[1:]).astype(bool)] for s in samples])
-    return (torch.from_numpy(np.concatenate([s.input_ids for s in samples]).astype(np.int64)),
-            torch.from_numpy(np.concatenate([np.arange(n) for n in lengths])),
-            torch.from_numpy(mask),
-            torch.from_numpy(np.concatenate([s.old_logprobs for s in samples]).astype(np.float64)),
-            torch.from_numpy(np.repeat(np.asarray(advantages, np.float64), lengths)))
+    return (
+        torch.from_numpy(np.concatenate([s.input_ids for s in samples]).astype(np.int64)),
+        torch.from_numpy(np.concatenate([np.arange(n) for n in lengths])),
+        torch.from_numpy(mask),
+        torch.from_numpy(np.concatenate([s.old_logprobs for s in samples]).astype(np.float64)),
+        torch.from_numpy(np.repeat(np.asarray(advantages, np.float64), lengths)),
+    )
 
 
 def full_precision_logprobs(logits: torch.Tensor, input_ids: torch.Tensor, temperature: float) -> torch.Tensor:
@@ -106,8 +125,9 @@ def full_precision_logprobs(logits: torch.Tensor, input_ids: torch.Tensor, tempe
     return torch.nn.functional.pad(picked, (1, 0))
 
 
-def previous_path_backward(model, samples, advantages, config: LossConfig | None = None,
-                           temperature: float = 1.0) -> tuple[LossStats, torch.Tensor]:
+def previous_path_backward(
+    model, samples, advantages, config: LossConfig | None = None, temperature: float = 1.0
+) -> tuple[LossStats, torch.Tensor]:
     """The previous path on one row of all the samples: dense block mask, full logits, loss summed;
     gradients left in .grad. Returns the stats and the per-token log-probs [L]."""
     ids, positions, mask, old, adv = previous_path_row(samples, advantages)
@@ -120,15 +140,17 @@ def previous_path_backward(model, samples, advantages, config: LossConfig | None
         c._attn_implementation = "sdpa"
     try:
         with sdpa_kernel([SDPBackend.MATH]):
-            logits = model(input_ids=ids[None], position_ids=positions[None],
-                           attention_mask=block_causal_mask(positions, dtype=dtype)).logits
+            logits = model(
+                input_ids=ids[None],
+                position_ids=positions[None],
+                attention_mask=block_causal_mask(positions, dtype=dtype),
+            ).logits
     finally:
         for c, name in zip(configs, before, strict=True):
             c._attn_implementation = name
     new = full_precision_logprobs(logits, ids[None], temperature)
     with torch.no_grad():
         entropy = token_entropy(logits.detach(), temperature)
-    out = grpo_loss(new, old[None].to(new.dtype), adv[None], mask[None], config or LossConfig(), 1.0,
-                    entropy=entropy)
+    out = grpo_loss(new, old[None].to(new.dtype), adv[None], mask[None], config or LossConfig(), 1.0, entropy=entropy)
     out.loss.backward()
     return out.stats, new[0].detach()

@@ -100,8 +100,9 @@ async def check_concurrent_claims_are_disjoint(database_url: str, workers: int =
     leases = Leases(store.sessions)
     tasks = [f"t{n}" for n in range(5)]
     try:
-        claims = await asyncio.gather(*[leases.claim("race", 0, "r0", tasks, 4, f"w{n}", limit, 30.0)
-                                        for n in range(workers)])
+        claims = await asyncio.gather(
+            *[leases.claim("race", 0, "r0", tasks, 4, f"w{n}", limit, 30.0) for n in range(workers)]
+        )
         got = [slot for claim in claims for slot in _slots(claim)]
         assert len(got) == len(set(got)) == min(workers * limit, 20)
         rows = await leases.slots("race", 0)
@@ -124,8 +125,9 @@ async def check_take_overs_race_finishes(database_url: str, run: str = "race-2")
         dead = await leases.claim(run, 0, "r0", tasks, 4, "dead", 16, 10.0)
         rollouts = {}
         for lease in dead.leases:
-            identity = await store.create_rollout(run, lease.task, "r0", {"round": 0, "index": lease.slot},
-                                                  group_size=4)
+            identity = await store.create_rollout(
+                run, lease.task, "r0", {"round": 0, "index": lease.slot}, group_size=4
+            )
             rollouts[lease.task, lease.slot] = identity.rollout_id
         clock.now += 11.0
 
@@ -135,8 +137,10 @@ async def check_take_overs_race_finishes(database_url: str, run: str = "race-2")
             except RolloutEnded:  # the take-over cancelled it first
                 return False
 
-        results = await asyncio.gather(*[leases.claim(run, 0, "r0", tasks, 4, f"w{n}", 4, 10.0) for n in range(4)],
-                                       *[finish(r) for r in rollouts.values()])
+        results = await asyncio.gather(
+            *[leases.claim(run, 0, "r0", tasks, 4, f"w{n}", 4, 10.0) for n in range(4)],
+            *[finish(r) for r in rollouts.values()],
+        )
         claims, finished = results[:4], dict(zip(rollouts, results[4:]))
         handed = [slot for claim in claims for slot in _slots(claim)]
         assert len(handed) == len(set(handed))
@@ -144,7 +148,10 @@ async def check_take_overs_race_finishes(database_url: str, run: str = "race-2")
         cancelled = {r for claim in claims for r in claim.taken_over}
         assert cancelled == {rollouts[slot] for slot in handed}
         rows = {(row.task, row.slot): row for row in await leases.slots(run, 0)}
-        assert all(rows[slot].status == DONE and rows[slot].rollout_id == rollouts[slot]
-                   for slot, won in finished.items() if won)
+        assert all(
+            rows[slot].status == DONE and rows[slot].rollout_id == rollouts[slot]
+            for slot, won in finished.items()
+            if won
+        )
     finally:
         await store.close()

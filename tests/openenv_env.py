@@ -18,10 +18,20 @@ from openenv.core.env_server.mcp_environment import MCPEnvironment
 from openenv.core.env_server.mcp_types import CallToolAction
 from openenv.core.env_server.types import Observation, State
 
-TASKS = [{"id": "add-2-3", "instruction": "Use the add tool to compute 2 + 3, then call submit with the result.",
-          "a": 2, "b": 3},
-         {"id": "add-40-2", "instruction": "Use the add tool to compute 40 + 2, then call submit with the result.",
-          "a": 40, "b": 2}]
+TASKS = [
+    {
+        "id": "add-2-3",
+        "instruction": "Use the add tool to compute 2 + 3, then call submit with the result.",
+        "a": 2,
+        "b": 3,
+    },
+    {
+        "id": "add-40-2",
+        "instruction": "Use the add tool to compute 40 + 2, then call submit with the result.",
+        "a": 40,
+        "b": 2,
+    },
+]
 
 
 def logged(call: str) -> None:

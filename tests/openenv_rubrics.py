@@ -11,8 +11,10 @@ import os
 from openenv.core.llm_client import OpenAIClient
 from openenv.core.rubrics import LLMJudge, Rubric, TrajectoryRubric, WeightedSum
 
-JUDGE_PROMPT = ("You grade answers. Task: {observation.task}\nAnswer: {action}\n"
-                "Reply with one number from 0 to 1: 1 if the answer is right, 0 if it is wrong.")
+JUDGE_PROMPT = (
+    "You grade answers. Task: {observation.task}\nAnswer: {action}\n"
+    "Reply with one number from 0 to 1: 1 if the answer is right, 0 if it is wrong."
+)
 
 
 class AnswerIs42(Rubric):
@@ -55,9 +57,13 @@ class ScoreOnlyClient(OpenAIClient):
 
 class EnvJudge(LLMJudge):
     def __init__(self) -> None:
-        client = ScoreOnlyClient(os.environ["HARNESSRL_TEST_JUDGE_URL"], None,
-                                 model=os.environ.get("HARNESSRL_TEST_JUDGE_MODEL", "judge"),
-                                 temperature=0.0, max_tokens=int(os.environ.get("HARNESSRL_TEST_JUDGE_MAX_TOKENS", "16")))
+        client = ScoreOnlyClient(
+            os.environ["HARNESSRL_TEST_JUDGE_URL"],
+            None,
+            model=os.environ.get("HARNESSRL_TEST_JUDGE_MODEL", "judge"),
+            temperature=0.0,
+            max_tokens=int(os.environ.get("HARNESSRL_TEST_JUDGE_MAX_TOKENS", "16")),
+        )
         super().__init__(JUDGE_PROMPT, client)
 
 

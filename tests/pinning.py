@@ -9,13 +9,15 @@ async def publish(gw, version: int) -> None:
     assert response.status_code == 200, response.text
 
 
-async def ended_rollout(gw, policy: str | None, task: str, status: str, rewards: dict, group: str,
-                        run: str = "eval") -> int:
+async def ended_rollout(
+    gw, policy: str | None, task: str, status: str, rewards: dict, group: str, run: str = "eval"
+) -> int:
     """A rollout created (pinned when ``policy`` is given) and ended at once with these rewards."""
     body = {"run": run, "task": task, "group": group, **({"policy": policy} if policy else {})}
     created = await gw.http.post("/api/rollouts", json=body)
     assert created.status_code == 201, created.text
-    finished = await gw.http.post(f"/api/rollouts/{created.json()['id']}/finish",
-                                  json={"status": status, "rewards": rewards})
+    finished = await gw.http.post(
+        f"/api/rollouts/{created.json()['id']}/finish", json={"status": status, "rewards": rewards}
+    )
     assert finished.status_code == 200, finished.text
     return created.json()["id"]

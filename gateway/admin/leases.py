@@ -81,11 +81,25 @@ def _leases(state) -> Leases:
 
 
 async def claim(body: ClaimSlots, state: AdminStateDep) -> Claimed:
-    found = await _leases(state).claim(body.run, body.round, body.group, body.tasks, body.group_size, body.worker,
-                                       body.limit, body.lease_s, body.holding)
-    return Claimed(leases=[LeaseView(id=x.id, task=x.task, index=x.slot, attempts=x.attempts,
-                                     expires_at=x.expires_at) for x in found.leases],
-                   remaining=found.remaining, taken_over=list(found.taken_over))
+    found = await _leases(state).claim(
+        body.run,
+        body.round,
+        body.group,
+        body.tasks,
+        body.group_size,
+        body.worker,
+        body.limit,
+        body.lease_s,
+        body.holding,
+    )
+    return Claimed(
+        leases=[
+            LeaseView(id=x.id, task=x.task, index=x.slot, attempts=x.attempts, expires_at=x.expires_at)
+            for x in found.leases
+        ],
+        remaining=found.remaining,
+        taken_over=list(found.taken_over),
+    )
 
 
 async def renew(body: RenewLeases, state: AdminStateDep) -> Renewed:

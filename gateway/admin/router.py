@@ -13,17 +13,23 @@ from gateway.state import AdminStateDep, StateDep
 async def publish(body: PublishAdapter, state: AdminStateDep) -> AdapterPublished:
     policy = await state.ensure_policy()
     async with state.publish_lock:  # one publication at a time keeps versions ordered
-        done = await publish_adapter(state.engine, policy, state.store, body.version, body.path,
-                                     state.settings.max_staleness)
-    return AdapterPublished(version=done.version, name=done.name, load_s=done.load_s,
-                            unloaded=list(done.unloaded), loaded=policy.loaded())
+        done = await publish_adapter(
+            state.engine, policy, state.store, body.version, body.path, state.settings.max_staleness
+        )
+    return AdapterPublished(
+        version=done.version, name=done.name, load_s=done.load_s, unloaded=list(done.unloaded), loaded=policy.loaded()
+    )
 
 
 async def show_policy(state: StateDep) -> PolicyView:
     policy = await state.ensure_policy()
-    return PolicyView(public_name=policy.public_name, current_version=policy.current_version,
-                      loaded=policy.loaded(), max_model_len=state.max_model_len,
-                      max_staleness=state.settings.max_staleness)
+    return PolicyView(
+        public_name=policy.public_name,
+        current_version=policy.current_version,
+        loaded=policy.loaded(),
+        max_model_len=state.max_model_len,
+        max_staleness=state.settings.max_staleness,
+    )
 
 
 def create_router() -> APIRouter:

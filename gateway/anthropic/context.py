@@ -58,22 +58,32 @@ def clear_thinking(request: RequestT, edit: ClearThinkingEdit) -> tuple[RequestT
     if edit.keep == "all":
         return request, 0
     keep = edit.keep.value if edit.keep is not None else DEFAULT_THINKING_TURNS
-    thinking = [i for i, m in enumerate(request.messages) if isinstance(m, AssistantMessage)
-                and isinstance(m.content, list) and any(_is_thinking(b) for b in m.content)]
-    drop = set(thinking[:max(len(thinking) - keep, 0)])
+    thinking = [
+        i
+        for i, m in enumerate(request.messages)
+        if isinstance(m, AssistantMessage) and isinstance(m.content, list) and any(_is_thinking(b) for b in m.content)
+    ]
+    drop = set(thinking[: max(len(thinking) - keep, 0)])
     if not drop:
         return request, 0
-    messages = [m.model_copy(update={"content": [b for b in m.content if not _is_thinking(b)] or ""})
-                if i in drop else m for i, m in enumerate(request.messages)]
+    messages = [
+        m.model_copy(update={"content": [b for b in m.content if not _is_thinking(b)] or ""}) if i in drop else m
+        for i, m in enumerate(request.messages)
+    ]
     return request.model_copy(update={"messages": messages}), len(drop)
 
 
 def clear_tool_uses(request: RequestT, edit: ClearToolUsesEdit) -> tuple[RequestT, int]:
     excluded = set(edit.exclude_tools or ())
-    uses = [block for m in request.messages if isinstance(m, AssistantMessage) and isinstance(m.content, list)
-            for block in m.content if isinstance(block, ToolUseBlock) and block.name not in excluded]
+    uses = [
+        block
+        for m in request.messages
+        if isinstance(m, AssistantMessage) and isinstance(m.content, list)
+        for block in m.content
+        if isinstance(block, ToolUseBlock) and block.name not in excluded
+    ]
     keep = edit.keep.value if edit.keep is not None else DEFAULT_KEPT_TOOL_USES
-    cleared = {use.id: use.name for use in uses[:max(len(uses) - keep, 0)]}
+    cleared = {use.id: use.name for use in uses[: max(len(uses) - keep, 0)]}
     if not cleared:
         return request, 0
     inputs = edit.clear_tool_inputs
@@ -81,7 +91,9 @@ def clear_tool_uses(request: RequestT, edit: ClearToolUsesEdit) -> tuple[Request
     messages = []
     for message in request.messages:
         if isinstance(message.content, list):
-            message = message.model_copy(update={"content": [_cleared(b, cleared, clear_input) for b in message.content]})
+            message = message.model_copy(
+                update={"content": [_cleared(b, cleared, clear_input) for b in message.content]}
+            )
         messages.append(message)
     return request.model_copy(update={"messages": messages}), len(cleared)
 
@@ -97,8 +109,12 @@ def _cleared(block, cleared: dict[str, str], clear_input):
 async def _triggered(request: PromptFields, edit: ClearToolUsesEdit, count: Counter) -> bool:
     trigger = edit.trigger
     if trigger is not None and trigger.type == "tool_uses":
-        uses = sum(isinstance(b, ToolUseBlock) for m in request.messages if isinstance(m, AssistantMessage)
-                   and isinstance(m.content, list) for b in m.content)
+        uses = sum(
+            isinstance(b, ToolUseBlock)
+            for m in request.messages
+            if isinstance(m, AssistantMessage) and isinstance(m.content, list)
+            for b in m.content
+        )
         return uses >= trigger.value
     threshold = trigger.value if trigger is not None else DEFAULT_TRIGGER_TOKENS
     return await count(request) >= threshold

@@ -92,8 +92,9 @@ class RedactedThinkingBlock(AnthropicModel):
 
 
 UserBlock = Annotated[TextBlock | ImageBlock | DocumentBlock | ToolResultBlock, Field(discriminator="type")]
-AssistantBlock = Annotated[TextBlock | ToolUseBlock | ThinkingBlock | RedactedThinkingBlock,
-                           Field(discriminator="type")]
+AssistantBlock = Annotated[
+    TextBlock | ToolUseBlock | ThinkingBlock | RedactedThinkingBlock, Field(discriminator="type")
+]
 
 
 class UserMessage(AnthropicModel):

@@ -38,8 +38,14 @@ def _event(event) -> str:
 
 def message_events(message: Message) -> Iterator[str]:
     """The SSE events of a finished Message."""
-    start = message.model_copy(update={"content": [], "stop_reason": None, "stop_sequence": None,
-                                       "usage": Usage(input_tokens=message.usage.input_tokens, output_tokens=0)})
+    start = message.model_copy(
+        update={
+            "content": [],
+            "stop_reason": None,
+            "stop_sequence": None,
+            "usage": Usage(input_tokens=message.usage.input_tokens, output_tokens=0),
+        }
+    )
     yield _event(MessageStartEvent(message=start))
     yield _event(PingEvent())
     for index, block in enumerate(message.content):
@@ -57,9 +63,12 @@ def block_events(index: int, block) -> Iterator[str]:
 
 def end_events(message: Message) -> Iterator[str]:
     """The stream's last events: the stop reason and output tokens, then message_stop."""
-    yield _event(MessageDeltaEvent(
-        delta=MessageDelta(stop_reason=message.stop_reason, stop_sequence=message.stop_sequence),
-        usage=DeltaUsage(output_tokens=message.usage.output_tokens)))
+    yield _event(
+        MessageDeltaEvent(
+            delta=MessageDelta(stop_reason=message.stop_reason, stop_sequence=message.stop_sequence),
+            usage=DeltaUsage(output_tokens=message.usage.output_tokens),
+        )
+    )
     yield _event(MessageStopEvent())
 
 

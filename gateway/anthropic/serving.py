@@ -69,8 +69,10 @@ class AnthropicServing:
         if request.stream:
             # Streamed through: thinking and text as sampled, the Message built as for JSON at the end.
             call = await self.pipeline.chat_stream(body, identity, DIALECT, recorded_raw)
-            return StreamedAnswer(call, message_stream_events(call, MessageStream(request.model),
-                                                              lambda answer: to_message(answer, request)))
+            return StreamedAnswer(
+                call,
+                message_stream_events(call, MessageStream(request.model), lambda answer: to_message(answer, request)),
+            )
         recorded = await self.pipeline.chat(body, identity, DIALECT, recorded_raw)
         return ServedMessage(recorded.call_id, to_message(recorded.answer, request), bool(request.stream))
 
@@ -153,8 +155,10 @@ def chat_body(request: MessagesRequest) -> dict:
 def _response_format(form: dict) -> dict:
     """``output_config.format`` (structured outputs) as Chat Completions' ``response_format``."""
     if form.get("type") != "json_schema" or not isinstance(form.get("schema"), dict):
-        raise InvalidRequest("output_config.format: only {\"type\": \"json_schema\", \"schema\": {...}} is "
-                             "supported", param="output_config.format")
+        raise InvalidRequest(
+            'output_config.format: only {"type": "json_schema", "schema": {...}} is supported',
+            param="output_config.format",
+        )
     return {"type": "json_schema", "json_schema": {"name": "output", "schema": form["schema"]}}
 
 
@@ -183,8 +187,11 @@ def prompt_fields(request: PromptFields) -> dict:
 def offered_tools(request: PromptFields) -> list[Tool]:
     """The tools the model sees: client tools, deferred ones only once a tool_reference loaded them."""
     loaded = _referenced_tools(request)
-    return [tool for tool in request.tools or () if isinstance(tool, Tool)
-            and (not tool.defer_loading or tool.name in loaded)]
+    return [
+        tool
+        for tool in request.tools or ()
+        if isinstance(tool, Tool) and (not tool.defer_loading or tool.name in loaded)
+    ]
 
 
 def left_out_tools(request: PromptFields) -> list[str]:
@@ -203,14 +210,20 @@ def _referenced_tools(request: PromptFields) -> set[str]:
 
 
 def chat_tool(tool: Tool) -> dict:
-    function = {"name": tool.name, "description": tool.description, "parameters": tool.input_schema,
-                "strict": tool.strict}
+    function = {
+        "name": tool.name,
+        "description": tool.description,
+        "parameters": tool.input_schema,
+        "strict": tool.strict,
+    }
     return {"type": "function", "function": {k: v for k, v in function.items() if v is not None}}
 
 
 def chat_tool_choice(choice: ToolChoice) -> dict:
-    fields: dict = {"tool_choice": {"auto": "auto", "any": "required", "none": "none"}.get(choice.type)
-                    or {"type": "function", "function": {"name": choice.name}}}
+    fields: dict = {
+        "tool_choice": {"auto": "auto", "any": "required", "none": "none"}.get(choice.type)
+        or {"type": "function", "function": {"name": choice.name}}
+    }
     if choice.disable_parallel_tool_use:
         fields["parallel_tool_calls"] = False
     return fields
@@ -247,8 +260,11 @@ def _user(content, called: set[str], where: str) -> list[dict]:
     for index, block in enumerate(content):
         if isinstance(block, ToolResultBlock):
             if block.tool_use_id not in called:
-                raise InvalidRequest(f"{where}.{index}.tool_use_id: tool result without a call: no earlier "
-                                     f"tool_use has id {block.tool_use_id!r}", param=f"{where}.{index}.tool_use_id")
+                raise InvalidRequest(
+                    f"{where}.{index}.tool_use_id: tool result without a call: no earlier "
+                    f"tool_use has id {block.tool_use_id!r}",
+                    param=f"{where}.{index}.tool_use_id",
+                )
             messages += _user_message(parts)
             parts = []
             messages.append(_tool_message(block))
@@ -271,8 +287,7 @@ def _tool_message(block: ToolResultBlock) -> dict:
     if content is None or isinstance(content, str):
         text = content or ""
     else:
-        text = _join(part.text if isinstance(part, TextBlock) else f"Tool loaded: {part.tool_name}"
-                     for part in content)
+        text = _join(part.text if isinstance(part, TextBlock) else f"Tool loaded: {part.tool_name}" for part in content)
     return {"role": "tool", "tool_call_id": block.tool_use_id, "content": text}
 
 
@@ -289,8 +304,9 @@ def _image_url(source: dict, where: str) -> str:
         return f"data:{source.get('media_type', 'image/png')};base64,{source['data']}"
     if source.get("type") == "url" and isinstance(source.get("url"), str):
         return source["url"]
-    raise InvalidRequest(f"{where}.source: an image source is base64 (media_type, data) or url",
-                         param=f"{where}.source")
+    raise InvalidRequest(
+        f"{where}.source: an image source is base64 (media_type, data) or url", param=f"{where}.source"
+    )
 
 
 def _document_text(source: dict, where: str) -> str:
@@ -300,19 +316,27 @@ def _document_text(source: dict, where: str) -> str:
         return data
     if kind == "content" and isinstance(content, str):
         return content
-    if kind == "content" and isinstance(content, list) and all(
-            isinstance(b, dict) and b.get("type") == "text" and isinstance(b.get("text"), str) for b in content):
+    if (
+        kind == "content"
+        and isinstance(content, list)
+        and all(isinstance(b, dict) and b.get("type") == "text" and isinstance(b.get("text"), str) for b in content)
+    ):
         return _join(b["text"] for b in content)
-    raise InvalidRequest(f"{where}.source: only text documents are supported (type text, or content of "
-                         f"text blocks)", param=f"{where}.source")
+    raise InvalidRequest(
+        f"{where}.source: only text documents are supported (type text, or content of text blocks)",
+        param=f"{where}.source",
+    )
 
 
 def _assistant(message: AssistantMessage) -> dict:
     if isinstance(message.content, str):
         return {"role": "assistant", "content": message.content}
     texts = [b.text for b in message.content if isinstance(b, TextBlock)]
-    calls = [{"id": b.id, "type": "function", "function": {"name": b.name, "arguments": _arguments(b.input)}}
-             for b in message.content if isinstance(b, ToolUseBlock)]
+    calls = [
+        {"id": b.id, "type": "function", "function": {"name": b.name, "arguments": _arguments(b.input)}}
+        for b in message.content
+        if isinstance(b, ToolUseBlock)
+    ]
     reasoning = [b.thinking for b in message.content if isinstance(b, ThinkingBlock)]
     # redacted_thinking carries only opaque data: nothing of it can be rendered.
     chat: dict = {"role": "assistant", "content": _join(texts) if texts or not calls else None}
@@ -343,11 +367,18 @@ def to_message(answer: dict, request: MessagesRequest) -> Message:
         content.append(TextContent(text=message["content"]))
     for call in message.get("tool_calls") or []:
         function = call.get("function") or {}
-        content.append(ToolUseContent(id=call["id"], name=function.get("name", ""),
-                                      input=_tool_input(function.get("arguments"))))
+        content.append(
+            ToolUseContent(id=call["id"], name=function.get("name", ""), input=_tool_input(function.get("arguments")))
+        )
     stop_reason, stop_sequence = _stop(choice, request, any(isinstance(b, ToolUseContent) for b in content))
-    return Message(id=_message_id(answer), content=content, model=request.model, stop_reason=stop_reason,
-                   stop_sequence=stop_sequence, usage=_usage(answer, choice))
+    return Message(
+        id=_message_id(answer),
+        content=content,
+        model=request.model,
+        stop_reason=stop_reason,
+        stop_sequence=stop_sequence,
+        usage=_usage(answer, choice),
+    )
 
 
 def _tool_input(arguments: str | None) -> dict:
@@ -372,8 +403,10 @@ def _stop(choice: dict, request: MessagesRequest, called_tools: bool) -> tuple[s
 
 def _usage(answer: dict, choice: dict) -> Usage:
     usage = answer.get("usage") or {}
-    return Usage(input_tokens=usage.get("prompt_tokens", len(answer.get("prompt_token_ids") or ())),
-                 output_tokens=usage.get("completion_tokens", len(choice.get("token_ids") or ())))
+    return Usage(
+        input_tokens=usage.get("prompt_tokens", len(answer.get("prompt_token_ids") or ())),
+        output_tokens=usage.get("completion_tokens", len(choice.get("token_ids") or ())),
+    )
 
 
 def _message_id(answer: dict) -> str:

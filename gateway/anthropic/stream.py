@@ -48,9 +48,13 @@ class MessageStream:
         self.open = False  # whether the last of them is still open
 
     def start(self, chunk: dict) -> str:
-        message = Message(id="msg_" + str(chunk.get("id", "")).removeprefix("chatcmpl-"), content=[],
-                          model=self.model, stop_reason=None,
-                          usage=Usage(input_tokens=len(chunk.get("prompt_token_ids") or ()), output_tokens=0))
+        message = Message(
+            id="msg_" + str(chunk.get("id", "")).removeprefix("chatcmpl-"),
+            content=[],
+            model=self.model,
+            stop_reason=None,
+            usage=Usage(input_tokens=len(chunk.get("prompt_token_ids") or ()), output_tokens=0),
+        )
         return _event(MessageStartEvent(message=message)) + _event(PingEvent())
 
     def add(self, chunk: dict) -> str:
@@ -98,8 +102,11 @@ class MessageStream:
         return [*out, _event(ContentBlockStopEvent(index=len(self.live) - 1))]
 
 
-async def message_stream_events(call: StreamedCall, stream: MessageStream, finalize: Finalize,
-                                ) -> AsyncIterator[str]:
+async def message_stream_events(
+    call: StreamedCall,
+    stream: MessageStream,
+    finalize: Finalize,
+) -> AsyncIterator[str]:
     started = False
     try:
         async for batch in call.chunks():

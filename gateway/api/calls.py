@@ -27,24 +27,40 @@ def call_view(row: Row, tokens: bool) -> CallView:
     fields = {column.key: getattr(row, column.key) for column in CALL_COLUMNS}
     fields["tags"] = fields["tags"] or []
     if tokens:
-        fields.update(prompt_ids=unpack_ids(row.prompt_ids), output_ids=unpack_ids(row.output_ids),
-                      output_logprobs=unpack_logprobs(row.output_logprobs))
+        fields.update(
+            prompt_ids=unpack_ids(row.prompt_ids),
+            output_ids=unpack_ids(row.output_ids),
+            output_logprobs=unpack_logprobs(row.output_logprobs),
+        )
     else:
         fields.update(prompt_ids=[], output_ids=[], output_logprobs=[])
     return CallView(**fields)
 
 
-async def list_calls(state: StateDep, run: str | None = None, rollout_id: Int64 | None = None,
-                     tag: str | None = None, finish_reason: str | None = None, dialect: str | None = None,
-                     after: After = 0, limit: Limit = 100) -> Page[CallView]:
+async def list_calls(
+    state: StateDep,
+    run: str | None = None,
+    rollout_id: Int64 | None = None,
+    tag: str | None = None,
+    finish_reason: str | None = None,
+    dialect: str | None = None,
+    after: After = 0,
+    limit: Limit = 100,
+) -> Page[CallView]:
     where = CallFilter(run=run, rollout_id=rollout_id, tag=tag, finish_reason=finish_reason, dialect=dialect)
     rows = await state.store.listings.calls(where, after, limit, tokens=False)
     return page_of([call_view(r, tokens=False) for r in rows], limit)
 
 
-async def list_rollout_calls(rollout_id: Int64, state: StateDep, tag: str | None = None,
-                             finish_reason: str | None = None, tokens: Tokens = True, after: After = 0,
-                             limit: Limit = 100) -> Page[CallView]:
+async def list_rollout_calls(
+    rollout_id: Int64,
+    state: StateDep,
+    tag: str | None = None,
+    finish_reason: str | None = None,
+    tokens: Tokens = True,
+    after: After = 0,
+    limit: Limit = 100,
+) -> Page[CallView]:
     if await state.store.get_rollout(rollout_id) is None:
         raise NotFound(f"rollout {rollout_id} not found")
     where = CallFilter(rollout_id=rollout_id, tag=tag, finish_reason=finish_reason)
@@ -77,5 +93,9 @@ def _mark_prompt(detail: CallDetail, call: Call, ancestors: list[Ancestor]) -> N
 
 
 def _decoded(decoder: TokenDecoder, prompt_ids: list[int], output_ids: list[int]) -> dict:
-    return {"prompt_text": decoder.decode(prompt_ids), "output_text": decoder.decode(output_ids),
-            "prompt_pieces": decoder.pieces(prompt_ids), "output_pieces": decoder.pieces(output_ids)}
+    return {
+        "prompt_text": decoder.decode(prompt_ids),
+        "output_text": decoder.decode(output_ids),
+        "prompt_pieces": decoder.pieces(prompt_ids),
+        "output_pieces": decoder.pieces(output_ids),
+    }

@@ -72,22 +72,33 @@ def _text(content) -> str:
     if isinstance(content, str):
         return content
     if isinstance(content, list):  # content parts: text joined, anything else named
-        return "\n".join(p.get("text", "") if p.get("type") in ("text", "input_text", "output_text")
-                         else f"[{p.get('type', 'part')}]" for p in content if isinstance(p, dict))
+        return "\n".join(
+            p.get("text", "")
+            if p.get("type") in ("text", "input_text", "output_text")
+            else f"[{p.get('type', 'part')}]"
+            for p in content
+            if isinstance(p, dict)
+        )
     return json.dumps(content)
 
 
 def _tool_call(call: dict) -> dict:
     function = call.get("function") or {}
     arguments = function.get("arguments", "")
-    return {"id": str(call.get("id") or ""), "name": str(function.get("name") or ""),
-            "arguments": arguments if isinstance(arguments, str) else json.dumps(arguments)}
+    return {
+        "id": str(call.get("id") or ""),
+        "name": str(function.get("name") or ""),
+        "arguments": arguments if isinstance(arguments, str) else json.dumps(arguments),
+    }
 
 
 def _attribute(messages: list[dict], earlier: list[tuple[int, dict]]) -> None:
     """Set ``call_id`` on assistant messages that repeat an earlier answer, matching in call order."""
-    candidates = [(call_id, _key(normalize(m))) for call_id, response in earlier
-                  if (m := answer_message(response or {})) is not None]
+    candidates = [
+        (call_id, _key(normalize(m)))
+        for call_id, response in earlier
+        if (m := answer_message(response or {})) is not None
+    ]
     position = 0
     for message in messages:
         if message["role"] != "assistant":

@@ -23,8 +23,12 @@ Int32 = Annotated[int, Ge(-INT32_MAX - 1), Le(INT32_MAX)]  # policy versions, le
 Limit = Annotated[int, Query(ge=1, le=1000)]
 After = Annotated[int, Query(ge=0, le=INT64_MAX, description="return items with id greater than this cursor")]
 StepAfter = Annotated[int, Query(ge=-1, le=INT32_MAX, description="return steps after this step")]
-Order = Annotated[Literal["asc", "desc"], Query(description="by id: asc (oldest first) or desc (newest first; "
-                                                            "the cursor then returns items with smaller ids)")]
+Order = Annotated[
+    Literal["asc", "desc"],
+    Query(
+        description="by id: asc (oldest first) or desc (newest first; the cursor then returns items with smaller ids)"
+    ),
+]
 
 
 def page_of(items: list[T], limit: int, cursor: Callable[[T], int] = lambda item: item.id) -> Page[T]:

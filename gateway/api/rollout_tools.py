@@ -55,14 +55,17 @@ async def _body(request: Request) -> bytes:
     """The request body, refused past the cap while it streams in."""
     declared = request.headers.get("content-length")
     if declared is not None and declared.isdigit() and int(declared) > MAX_TOOL_BODY_BYTES:
-        raise PayloadTooLarge(f"a tool request of {declared} bytes exceeds the limit of {MAX_TOOL_BODY_BYTES} bytes",
-                              code="tool_body_too_large")
+        raise PayloadTooLarge(
+            f"a tool request of {declared} bytes exceeds the limit of {MAX_TOOL_BODY_BYTES} bytes",
+            code="tool_body_too_large",
+        )
     body = bytearray()
     async for chunk in request.stream():
         body += chunk
         if len(body) > MAX_TOOL_BODY_BYTES:
-            raise PayloadTooLarge(f"a tool request over {MAX_TOOL_BODY_BYTES} bytes is refused",
-                                  code="tool_body_too_large")
+            raise PayloadTooLarge(
+                f"a tool request over {MAX_TOOL_BODY_BYTES} bytes is refused", code="tool_body_too_large"
+            )
     return bytes(body)
 
 
@@ -74,11 +77,14 @@ async def _forward(url: str, method: str, headers: dict[str, str], body: bytes) 
                 async for chunk in answer.aiter_bytes():
                     data += chunk
                     if len(data) > MAX_TOOL_BODY_BYTES:
-                        raise BadGateway(f"the rollout's tool server answered more than {MAX_TOOL_BODY_BYTES} bytes",
-                                         code="tool_answer_too_large")
+                        raise BadGateway(
+                            f"the rollout's tool server answered more than {MAX_TOOL_BODY_BYTES} bytes",
+                            code="tool_answer_too_large",
+                        )
     except httpx.HTTPError as exc:
-        raise BadGateway(f"the rollout's tool server is not reachable: {type(exc).__name__}",
-                         code="tool_server_unreachable") from None
+        raise BadGateway(
+            f"the rollout's tool server is not reachable: {type(exc).__name__}", code="tool_server_unreachable"
+        ) from None
     kept = {name: answer.headers[name] for name in RESPONSE_HEADERS if name in answer.headers}
     return Response(bytes(data), status_code=answer.status_code, headers=kept)
 
@@ -109,8 +115,9 @@ def create_router() -> APIRouter:
         identity = await resolve_identity(request, state.store, require_token=True)  # 401: none, unknown, ended
         url = registry.urls.get(identity.rollout_id)
         if url is None:
-            raise NotFound("this rollout has no tool server (only OpenEnv tasks give the agent tools here)",
-                           code="no_tool_server")
+            raise NotFound(
+                "this rollout has no tool server (only OpenEnv tasks give the agent tools here)", code="no_tool_server"
+            )
         body = await _body(request)
         headers = {name: request.headers[name] for name in REQUEST_HEADERS if name in request.headers}
         return await _forward(url, request.method, headers, body)

@@ -39,8 +39,9 @@ from gateway.store.samples import build_samples
 from gateway.store.store import RequestConflict, RunConflict
 
 # A client's id for a create request, as the header HTTP APIs use for idempotent retries.
-IdempotencyKey = Annotated[str | None, Header(alias="Idempotency-Key", min_length=1, max_length=200,
-                                              pattern=REQUEST_ID)]
+IdempotencyKey = Annotated[
+    str | None, Header(alias="Idempotency-Key", min_length=1, max_length=200, pattern=REQUEST_ID)
+]
 
 
 def _base_url(request: Request, public_url: str | None, token: str) -> str:
@@ -48,22 +49,36 @@ def _base_url(request: Request, public_url: str | None, token: str) -> str:
     return f"{root}/r/{token}/v1"
 
 
-async def create_rollout(body: CreateRollout, request: Request, state: AdminStateDep,
-                         idempotency_key: IdempotencyKey = None) -> RolloutCreated:
+async def create_rollout(
+    body: CreateRollout, request: Request, state: AdminStateDep, idempotency_key: IdempotencyKey = None
+) -> RolloutCreated:
     request_id = _request_id(body.request_id, idempotency_key)
     sampling = body.sampling.model_dump(exclude_none=True) if body.sampling else None
     pinned = await _pinned_version(body.policy, state)
     try:
-        identity = await state.store.create_rollout(body.run, body.task, body.group, body.meta, body.capture,
-                                                    body.group_size, sampling, request_id, body.policy, pinned)
+        identity = await state.store.create_rollout(
+            body.run,
+            body.task,
+            body.group,
+            body.meta,
+            body.capture,
+            body.group_size,
+            sampling,
+            request_id,
+            body.policy,
+            pinned,
+        )
     except RunConflict as exc:
         raise Conflict(str(exc), param=exc.param) from None
     except RequestConflict as exc:
         raise Conflict(str(exc), param="request_id") from None
     except GroupClosed as exc:
         raise Conflict(str(exc), param="group") from None
-    return RolloutCreated(id=identity.rollout_id, token=identity.token,
-                          base_url=_base_url(request, state.settings.public_url, identity.token))
+    return RolloutCreated(
+        id=identity.rollout_id,
+        token=identity.token,
+        base_url=_base_url(request, state.settings.public_url, identity.token),
+    )
 
 
 async def _pinned_version(pin: str | None, state) -> int | None:
@@ -81,18 +96,30 @@ async def get_rollout(rollout_id: Int64, state: StateDep) -> RolloutView:
         raise NotFound(f"rollout {rollout_id} not found")
     rollout, run, task, group, num_calls = found
     graph = GraphStats(**await state.store.graph_stats(rollout_id))
-    return RolloutView(id=rollout.id, run=run, task=task, group=group, group_id=rollout.group_id, status=rollout.status,
-                       reward=rollout.reward, rewards=rollout.rewards or {},
-                       reward_details=rollout.reward_details or {}, error=rollout.error, meta=rollout.meta,
-                       num_calls=num_calls, graph=graph, created_at=rollout.created_at,
-                       pinned_version=rollout.pinned_version,
-                       finished_at=rollout.finished_at, engine_s=state.engine_clock.seconds(rollout_id))
+    return RolloutView(
+        id=rollout.id,
+        run=run,
+        task=task,
+        group=group,
+        group_id=rollout.group_id,
+        status=rollout.status,
+        reward=rollout.reward,
+        rewards=rollout.rewards or {},
+        reward_details=rollout.reward_details or {},
+        error=rollout.error,
+        meta=rollout.meta,
+        num_calls=num_calls,
+        graph=graph,
+        created_at=rollout.created_at,
+        pinned_version=rollout.pinned_version,
+        finished_at=rollout.finished_at,
+        engine_s=state.engine_clock.seconds(rollout_id),
+    )
 
 
 def _request_id(in_body: str | None, header: str | None) -> str | None:
     if in_body is not None and header is not None and in_body != header:
-        raise InvalidRequest("request_id and the Idempotency-Key header differ: send one of them",
-                             param="request_id")
+        raise InvalidRequest("request_id and the Idempotency-Key header differ: send one of them", param="request_id")
     return in_body or header
 
 
@@ -110,8 +137,7 @@ async def add_rollout_reward(rollout_id: Int64, body: AddReward, state: AdminSta
 
 async def finish_rollout(rollout_id: Int64, body: FinishRollout, state: AdminStateDep) -> RolloutView:
     try:
-        found = await state.store.end_rollout(rollout_id, body.status, body.error, body.rewards,
-                                              body.reward_details)
+        found = await state.store.end_rollout(rollout_id, body.status, body.error, body.rewards, body.reward_details)
     except InvalidReward as exc:
         raise InvalidRequest(str(exc), param="rewards") from None
     except RolloutEnded as exc:
@@ -122,37 +148,83 @@ async def finish_rollout(rollout_id: Int64, body: FinishRollout, state: AdminSta
     return await get_rollout(rollout_id, state)
 
 
-async def list_rollouts(state: StateDep, run: str | None = None, task: str | None = None,
-                        group_id: Int64 | None = None, status: str | None = None, harness: str | None = None,
-                        policy_version: Int32 | None = None, reward_min: float | None = None,
-                        reward_max: float | None = None, after: After = 0,
-                        limit: Limit = 100) -> Page[RolloutSummary]:
+async def list_rollouts(
+    state: StateDep,
+    run: str | None = None,
+    task: str | None = None,
+    group_id: Int64 | None = None,
+    status: str | None = None,
+    harness: str | None = None,
+    policy_version: Int32 | None = None,
+    reward_min: float | None = None,
+    reward_max: float | None = None,
+    after: After = 0,
+    limit: Limit = 100,
+) -> Page[RolloutSummary]:
     if reward_min is not None and reward_max is not None and reward_min > reward_max:
         raise InvalidRequest(f"reward_min {reward_min} is above reward_max {reward_max}", param="reward_min")
-    where = RolloutFilter(run=run, task=task, group_id=group_id, status=status, harness=harness,
-                          policy_version=policy_version, reward_min=reward_min, reward_max=reward_max)
+    where = RolloutFilter(
+        run=run,
+        task=task,
+        group_id=group_id,
+        status=status,
+        harness=harness,
+        policy_version=policy_version,
+        reward_min=reward_min,
+        reward_max=reward_max,
+    )
     rows = await state.store.listings.rollouts(where, after, limit)
-    return page_of([RolloutSummary(id=r.id, run=run_name, task=task_name, group=group, group_id=r.group_id,
-                                   status=r.status, reward=r.reward, error=r.error, meta=r.meta,
-                                   created_at=r.created_at, finished_at=r.finished_at,
-                                   pinned_version=r.pinned_version)
-                    for r, run_name, task_name, group in rows], limit)
+    return page_of(
+        [
+            RolloutSummary(
+                id=r.id,
+                run=run_name,
+                task=task_name,
+                group=group,
+                group_id=r.group_id,
+                status=r.status,
+                reward=r.reward,
+                error=r.error,
+                meta=r.meta,
+                created_at=r.created_at,
+                finished_at=r.finished_at,
+                pinned_version=r.pinned_version,
+            )
+            for r, run_name, task_name, group in rows
+        ],
+        limit,
+    )
 
 
-async def list_rollout_samples(rollout_id: Int64, state: StateDep, include_side: bool = False,
-                               decode: bool = False) -> SampleList:
+async def list_rollout_samples(
+    rollout_id: Int64, state: StateDep, include_side: bool = False, decode: bool = False
+) -> SampleList:
     found = await state.store.get_rollout(rollout_id)
     if found is None:
         raise NotFound(f"rollout {rollout_id} not found")
     samples = build_samples(await state.store.call_nodes(rollout_id), include_side)
     decoder = await state.decoder() if decode else None
-    pieces = ([None] * len(samples) if decoder is None else
-              await asyncio.to_thread(lambda: [decoder.pieces(s.input_ids.tolist()) for s in samples]))
-    return SampleList(rollout_id=rollout_id, reward=found[0].reward, data=[
-        SampleView(call_ids=list(s.call_ids), num_turns=s.num_turns, input_ids=s.input_ids.tolist(),
-                   loss_mask=s.loss_mask.tolist(), old_logprobs=s.old_logprobs.tolist(),
-                   policy_versions=s.policy_versions.tolist(), pieces=p)
-        for s, p in zip(samples, pieces)])
+    pieces = (
+        [None] * len(samples)
+        if decoder is None
+        else await asyncio.to_thread(lambda: [decoder.pieces(s.input_ids.tolist()) for s in samples])
+    )
+    return SampleList(
+        rollout_id=rollout_id,
+        reward=found[0].reward,
+        data=[
+            SampleView(
+                call_ids=list(s.call_ids),
+                num_turns=s.num_turns,
+                input_ids=s.input_ids.tolist(),
+                loss_mask=s.loss_mask.tolist(),
+                old_logprobs=s.old_logprobs.tolist(),
+                policy_versions=s.policy_versions.tolist(),
+                pieces=p,
+            )
+            for s, p in zip(samples, pieces)
+        ],
+    )
 
 
 async def get_conversation(rollout_id: Int64, state: StateDep) -> Conversation:
@@ -164,19 +236,23 @@ async def get_conversation(rollout_id: Int64, state: StateDep) -> Conversation:
 def create_router() -> APIRouter:
     router = APIRouter(prefix="/api", tags=["trajectories"])
     get = _getter(router)
-    router.add_api_route("/rollouts", create_rollout, methods=["POST"], status_code=201,
-                         response_model=RolloutCreated)
+    router.add_api_route("/rollouts", create_rollout, methods=["POST"], status_code=201, response_model=RolloutCreated)
     get("/rollouts", list_rollouts, Page[RolloutSummary])
     get("/rollouts/{rollout_id}", get_rollout, RolloutView)
     get("/rollouts/{rollout_id}/calls", calls.list_rollout_calls, Page[CallView])
     get("/rollouts/{rollout_id}/samples", list_rollout_samples, SampleList)
     # Optional keys (tool_calls, tool_call_id, call_id) are left out rather than sent as null.
-    router.add_api_route("/rollouts/{rollout_id}/conversation", get_conversation, methods=["GET"],
-                         response_model=Conversation, response_model_exclude_none=True)
-    router.add_api_route("/rollouts/{rollout_id}/reward", add_rollout_reward, methods=["POST"],
-                         response_model=RolloutView)
-    router.add_api_route("/rollouts/{rollout_id}/finish", finish_rollout, methods=["POST"],
-                         response_model=RolloutView)
+    router.add_api_route(
+        "/rollouts/{rollout_id}/conversation",
+        get_conversation,
+        methods=["GET"],
+        response_model=Conversation,
+        response_model_exclude_none=True,
+    )
+    router.add_api_route(
+        "/rollouts/{rollout_id}/reward", add_rollout_reward, methods=["POST"], response_model=RolloutView
+    )
+    router.add_api_route("/rollouts/{rollout_id}/finish", finish_rollout, methods=["POST"], response_model=RolloutView)
     get("/groups", runs.list_groups, Page[GroupView])
     get("/groups/{group_id}", runs.get_group, GroupView)
     get("/calls", calls.list_calls, Page[CallView])
@@ -191,4 +267,5 @@ def create_router() -> APIRouter:
 def _getter(router: APIRouter):
     def get(path: str, endpoint, response_model) -> None:
         router.add_api_route(path, endpoint, methods=["GET"], response_model=response_model)
+
     return get

@@ -28,8 +28,9 @@ from gateway.store.tables import Group, Run
 
 
 def run_view(run: Run, counts: RunCounts) -> RunView:
-    return RunView(id=run.id, name=run.name, config=run.config or {}, created_at=run.created_at,
-                   **dataclasses.asdict(counts))
+    return RunView(
+        id=run.id, name=run.name, config=run.config or {}, created_at=run.created_at, **dataclasses.asdict(counts)
+    )
 
 
 async def run_views(listings: Listings, runs: list[Run]) -> list[RunView]:
@@ -38,8 +39,13 @@ async def run_views(listings: Listings, runs: list[Run]) -> list[RunView]:
     return [run_view(r, counts.get(r.id, RunCounts())) for r in runs]
 
 
-async def list_runs(state: StateDep, name: str | None = Query(None, description="substring of the run's name"),
-                    order: Order = "asc", after: After = 0, limit: Limit = 100) -> Page[RunView]:
+async def list_runs(
+    state: StateDep,
+    name: str | None = Query(None, description="substring of the run's name"),
+    order: Order = "asc",
+    after: After = 0,
+    limit: Limit = 100,
+) -> Page[RunView]:
     listings = state.store.listings
     runs = await listings.runs(name, after, limit, newest_first=order == "desc")
     return page_of(await run_views(listings, runs), limit)
@@ -60,28 +66,46 @@ async def get_run(name: str, state: StateDep) -> RunView:
 async def get_run_summary(name: str, state: StateDep) -> RunSummary:
     run = await _run(state, name)
     cells = await pinned_task_counts(state.store.sessions, run.id)
-    return RunSummary(run=run.name, **await run_summary(state.store.sessions, run.id),
-                      policies=policy_views(cells), policy_tasks=task_views(cells))
+    return RunSummary(
+        run=run.name,
+        **await run_summary(state.store.sessions, run.id),
+        policies=policy_views(cells),
+        policy_tasks=task_views(cells),
+    )
 
 
 def policy_views(cells: list[TaskCount]) -> list[PolicyResultView]:
-    return [PolicyResultView(policy=policy_label(r.version), version=r.version, tasks=r.tasks, rollouts=r.n,
-                             passed=r.passed, failures=r.failures, k=r.k, pass_at_1=r.pass_at_1,
-                             pass_at_k=r.pass_at_k, reward_mean=r.reward.mean, reward_low=r.reward.low,
-                             reward_high=r.reward.high)
-            for r in policy_results(cells)]
+    return [
+        PolicyResultView(
+            policy=policy_label(r.version),
+            version=r.version,
+            tasks=r.tasks,
+            rollouts=r.n,
+            passed=r.passed,
+            failures=r.failures,
+            k=r.k,
+            pass_at_1=r.pass_at_1,
+            pass_at_k=r.pass_at_k,
+            reward_mean=r.reward.mean,
+            reward_low=r.reward.low,
+            reward_high=r.reward.high,
+        )
+        for r in policy_results(cells)
+    ]
 
 
 def task_views(cells: list[TaskCount]) -> list[PolicyTaskView]:
     tasks: dict[str, dict[str, TaskPolicyCell]] = {}
     for cell in cells:
-        tasks.setdefault(cell.task, {})[policy_label(cell.version)] = TaskPolicyCell(rollouts=cell.n,
-                                                                                     passed=cell.passed)
+        tasks.setdefault(cell.task, {})[policy_label(cell.version)] = TaskPolicyCell(
+            rollouts=cell.n, passed=cell.passed
+        )
     return [PolicyTaskView(task=task, policies=policies) for task, policies in sorted(tasks.items())]
 
 
-async def list_run_steps(name: str, state: StateDep, after: StepAfter = -1,
-                         limit: Limit = 100) -> Page[LearnerStepView]:
+async def list_run_steps(
+    name: str, state: StateDep, after: StepAfter = -1, limit: Limit = 100
+) -> Page[LearnerStepView]:
     run = await _run(state, name)
     steps = await state.store.listings.steps(run.id, after, limit)
     views = [LearnerStepView(step=s.step, metrics=s.metrics or {}, created_at=s.created_at) for s in steps]
@@ -89,19 +113,34 @@ async def list_run_steps(name: str, state: StateDep, after: StepAfter = -1,
 
 
 def group_view(group: Group, run: str, task: str, rollouts: list) -> GroupView:
-    return GroupView(id=group.id, run=run, task=task, name=group.name, status=group.status, error=group.error,
-                     size=group.size,
-                     ready_at=group.ready_at, created_at=group.created_at,
-                     rollouts=[GroupRollout(id=r.id, status=r.status, reward=r.reward) for r in rollouts])
+    return GroupView(
+        id=group.id,
+        run=run,
+        task=task,
+        name=group.name,
+        status=group.status,
+        error=group.error,
+        size=group.size,
+        ready_at=group.ready_at,
+        created_at=group.created_at,
+        rollouts=[GroupRollout(id=r.id, status=r.status, reward=r.reward) for r in rollouts],
+    )
 
 
-async def list_groups(state: StateDep, run: str | None = None, task: str | None = None,
-                      status: str | None = None, after: After = 0, limit: Limit = 100) -> Page[GroupView]:
+async def list_groups(
+    state: StateDep,
+    run: str | None = None,
+    task: str | None = None,
+    status: str | None = None,
+    after: After = 0,
+    limit: Limit = 100,
+) -> Page[GroupView]:
     listings = state.store.listings
     rows = await listings.groups(GroupFilter(run=run, task=task, status=status), after, limit)
     rollouts = await listings.group_rollouts([g.id for g, _, _ in rows])
-    return page_of([group_view(g, run_name, task_name, rollouts.get(g.id, []))
-                    for g, run_name, task_name in rows], limit)
+    return page_of(
+        [group_view(g, run_name, task_name, rollouts.get(g.id, [])) for g, run_name, task_name in rows], limit
+    )
 
 
 async def get_group(group_id: Int64, state: StateDep) -> GroupView:

@@ -97,8 +97,9 @@ class EngineStream:
         except aiohttp.ClientError as exc:
             raise EngineUnavailable(f"engine at {self._base_url} broke off a stream: {type(exc).__name__}") from exc
         except TimeoutError as exc:
-            raise EngineTimeout(f"engine at {self._base_url} stopped streaming (no chunk within the engine "
-                                f"timeout)") from exc
+            raise EngineTimeout(
+                f"engine at {self._base_url} stopped streaming (no chunk within the engine timeout)"
+            ) from exc
         finally:
             self.close()
 
@@ -164,8 +165,9 @@ class VLLMEngineClient:
 
     async def health(self) -> bool:
         try:
-            async with self._http().get(f"{self.base_url}/health",
-                                        timeout=aiohttp.ClientTimeout(total=2.0)) as response:
+            async with self._http().get(
+                f"{self.base_url}/health", timeout=aiohttp.ClientTimeout(total=2.0)
+            ) as response:
                 return response.status == 200
         except (TimeoutError, aiohttp.ClientError):
             return False
@@ -227,7 +229,8 @@ class VLLMEngineClient:
             except TimeoutError as exc:
                 raise EngineTimeout(
                     f"engine at {self.base_url} did not answer within {self.timeout_s:g} s; it may be hung "
-                    f"or overloaded (the limit is `harnessrl serve --engine-timeout SECONDS`)") from exc
+                    f"or overloaded (the limit is `harnessrl serve --engine-timeout SECONDS`)"
+                ) from exc
             except aiohttp.ClientError as exc:
                 raise EngineUnavailable(f"engine at {self.base_url} failed: {type(exc).__name__}: {exc}") from exc
         raise AssertionError("unreachable")

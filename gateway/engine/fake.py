@@ -107,8 +107,13 @@ class FakeEngine:
         return FakeReply(content="Hello from the fake engine.")
 
     def output_ids(self, reply: FakeReply) -> list[int]:
-        text = reply.raw_text if reply.raw_text is not None else _think(reply.reasoning) + reply.content + "".join(
-            _tool_call_text(name, args) for name, args in reply.tool_calls)
+        text = (
+            reply.raw_text
+            if reply.raw_text is not None
+            else _think(reply.reasoning)
+            + reply.content
+            + "".join(_tool_call_text(name, args) for name, args in reply.tool_calls)
+        )
         return [*self.encode_text(text), IM_END]
 
     def too_long(self, num_prompt: int, max_tokens: int | None) -> Response | None:
@@ -127,8 +132,14 @@ class FakeEngine:
         if name == self.model or name in self.adapters:
             return None
         return JSONResponse(
-            {"error": {"message": f"The model `{name}` does not exist.", "type": "NotFoundError",
-                       "param": None, "code": 404}},
+            {
+                "error": {
+                    "message": f"The model `{name}` does not exist.",
+                    "type": "NotFoundError",
+                    "param": None,
+                    "code": 404,
+                }
+            },
             status_code=404,
         )
 
@@ -139,19 +150,30 @@ def _usage(prompt: int, completion: int) -> dict:
 
 def _chat_choice(engine: FakeEngine, reply: FakeReply, ids: list[int]) -> dict:
     tool_calls = [
-        {"id": f"chatcmpl-tool-{next(engine._ids)}", "type": "function",
-         "function": {"name": name, "arguments": _arguments(args)}}
+        {
+            "id": f"chatcmpl-tool-{next(engine._ids)}",
+            "type": "function",
+            "function": {"name": name, "arguments": _arguments(args)},
+        }
         for name, args in reply.tool_calls
     ]
     content = [
-        {"token": engine.decode_ids([i]) if i != IM_END else "<|im_end|>", "logprob": logprob_at(n),
-         "bytes": None, "top_logprobs": []}
+        {
+            "token": engine.decode_ids([i]) if i != IM_END else "<|im_end|>",
+            "logprob": logprob_at(n),
+            "bytes": None,
+            "top_logprobs": [],
+        }
         for n, i in enumerate(ids)
     ]
     return {
         "index": 0,
-        "message": {"role": "assistant", "content": reply.content or None, "tool_calls": tool_calls,
-                    "reasoning": reply.reasoning or None},
+        "message": {
+            "role": "assistant",
+            "content": reply.content or None,
+            "tool_calls": tool_calls,
+            "reasoning": reply.reasoning or None,
+        },
         "logprobs": {"content": content},
         "finish_reason": reply.finish_reason or ("tool_calls" if tool_calls else "stop"),
         "stop_reason": None,
@@ -176,12 +198,21 @@ async def _chat(request: Request) -> Response:
     if body.get("stream"):
         chunks = (_omitted(engine.omit, chunk) for chunk in _chat_chunks(engine, body, reply, prompt_ids, ids))
         return StreamingResponse(_paced(engine, chunks), media_type="text/event-stream")
-    return JSONResponse(_omitted(engine.omit, {
-        "id": f"chatcmpl-{next(engine._ids)}", "object": "chat.completion", "created": int(time.time()),
-        "model": body["model"], "choices": [_chat_choice(engine, reply, ids)],
-        "usage": _usage(len(prompt_ids), len(ids)), "prompt_logprobs": None,
-        "prompt_token_ids": prompt_ids,
-    }))
+    return JSONResponse(
+        _omitted(
+            engine.omit,
+            {
+                "id": f"chatcmpl-{next(engine._ids)}",
+                "object": "chat.completion",
+                "created": int(time.time()),
+                "model": body["model"],
+                "choices": [_chat_choice(engine, reply, ids)],
+                "usage": _usage(len(prompt_ids), len(ids)),
+                "prompt_logprobs": None,
+                "prompt_token_ids": prompt_ids,
+            },
+        )
+    )
 
 
 def _omitted(omit: frozenset[str], answer: dict) -> dict:
@@ -201,16 +232,25 @@ def _omitted(omit: frozenset[str], answer: dict) -> dict:
 
 def _chat_chunks(engine: FakeEngine, body: dict, reply: FakeReply, prompt_ids: list[int], ids: list[int]):
     """The SSE events of a streamed chat answer, as vLLM sends them."""
-    base = {"id": f"chatcmpl-{next(engine._ids)}", "object": "chat.completion.chunk", "created": int(time.time()),
-            "model": body["model"]}
+    base = {
+        "id": f"chatcmpl-{next(engine._ids)}",
+        "object": "chat.completion.chunk",
+        "created": int(time.time()),
+        "model": body["model"],
+    }
     ask_ids, ask_logprobs = body.get("return_token_ids"), body.get("logprobs")
     start = {"index": 0, "delta": {"role": "assistant", "content": ""}, "logprobs": None, "finish_reason": None}
     yield {**base, "choices": [start], **({"prompt_token_ids": prompt_ids} if ask_ids else {})}
     for first, delta, finish in _deltas(engine, reply, ids):
-        piece = ids[first:first + len(delta.pop("_ids"))]
-        choice = {"index": 0, "delta": delta, "finish_reason": finish,
-                  "logprobs": {"content": [_logprob_entry(engine, i, first + n) for n, i in enumerate(piece)]}
-                  if ask_logprobs else None}
+        piece = ids[first : first + len(delta.pop("_ids"))]
+        choice = {
+            "index": 0,
+            "delta": delta,
+            "finish_reason": finish,
+            "logprobs": {"content": [_logprob_entry(engine, i, first + n) for n, i in enumerate(piece)]}
+            if ask_logprobs
+            else None,
+        }
         if ask_ids:
             choice["token_ids"] = piece
         if finish:
@@ -238,10 +278,18 @@ def _deltas(engine: FakeEngine, reply: FakeReply, ids: list[int]):
         call_ids = engine.encode_text(_tool_call_text(name, args))
         arguments = _arguments(args)
         half, third = len(arguments) // 2, len(call_ids) // 3
-        pieces = [({"id": f"chatcmpl-tool-{next(engine._ids)}", "type": "function",
-                    "function": {"name": name, "arguments": ""}}, call_ids[:third]),
-                  ({"function": {"arguments": arguments[:half]}}, call_ids[third:2 * third]),
-                  ({"function": {"arguments": arguments[half:]}}, call_ids[2 * third:])]
+        pieces = [
+            (
+                {
+                    "id": f"chatcmpl-tool-{next(engine._ids)}",
+                    "type": "function",
+                    "function": {"name": name, "arguments": ""},
+                },
+                call_ids[:third],
+            ),
+            ({"function": {"arguments": arguments[:half]}}, call_ids[third : 2 * third]),
+            ({"function": {"arguments": arguments[half:]}}, call_ids[2 * third :]),
+        ]
         for call, piece in pieces:
             yield position, {"tool_calls": [{"index": index, **call}], "_ids": piece}, None
             position += len(piece)
@@ -284,27 +332,51 @@ async def _completions(request: Request) -> Response:
     if body.get("stream"):
         chunks = _completion_chunks(engine, body, prompt_ids, ids)
         return StreamingResponse(_paced(engine, chunks), media_type="text/event-stream")
-    logprobs = {"tokens": [engine.decode_ids([i]) for i in ids],
-                "token_logprobs": [logprob_at(n) for n in range(len(ids))],
-                "top_logprobs": [{} for _ in ids], "text_offset": list(range(len(ids)))}
-    return JSONResponse({
-        "id": f"cmpl-{next(engine._ids)}", "object": "text_completion", "created": int(time.time()),
-        "model": body["model"],
-        "choices": [{"index": 0, "text": engine.decode_ids(ids), "logprobs": logprobs, "finish_reason": "stop",
-                     "stop_reason": None, "prompt_token_ids": prompt_ids, "token_ids": ids}],
-        "usage": _usage(len(prompt_ids), len(ids)),
-    })
+    logprobs = {
+        "tokens": [engine.decode_ids([i]) for i in ids],
+        "token_logprobs": [logprob_at(n) for n in range(len(ids))],
+        "top_logprobs": [{} for _ in ids],
+        "text_offset": list(range(len(ids))),
+    }
+    return JSONResponse(
+        {
+            "id": f"cmpl-{next(engine._ids)}",
+            "object": "text_completion",
+            "created": int(time.time()),
+            "model": body["model"],
+            "choices": [
+                {
+                    "index": 0,
+                    "text": engine.decode_ids(ids),
+                    "logprobs": logprobs,
+                    "finish_reason": "stop",
+                    "stop_reason": None,
+                    "prompt_token_ids": prompt_ids,
+                    "token_ids": ids,
+                }
+            ],
+            "usage": _usage(len(prompt_ids), len(ids)),
+        }
+    )
 
 
 def _completion_chunks(engine: FakeEngine, body: dict, prompt_ids: list[int], ids: list[int]):
     """A streamed completion as vLLM sends it: one sampled token a chunk, ``prompt_token_ids`` on the first."""
-    base = {"id": f"cmpl-{next(engine._ids)}", "object": "text_completion", "created": int(time.time()),
-            "model": body["model"]}
+    base = {
+        "id": f"cmpl-{next(engine._ids)}",
+        "object": "text_completion",
+        "created": int(time.time()),
+        "model": body["model"],
+    }
     for n, token in enumerate(ids):
         text = engine.decode_ids([token])
-        choice = {"index": 0, "text": text, "finish_reason": "stop" if n == len(ids) - 1 else None,
-                  "logprobs": {"tokens": [text], "token_logprobs": [logprob_at(n)], "top_logprobs": [{}],
-                               "text_offset": [n]}, "token_ids": [token]}
+        choice = {
+            "index": 0,
+            "text": text,
+            "finish_reason": "stop" if n == len(ids) - 1 else None,
+            "logprobs": {"tokens": [text], "token_logprobs": [logprob_at(n)], "top_logprobs": [{}], "text_offset": [n]},
+            "token_ids": [token],
+        }
         if n == 0:
             choice["prompt_token_ids"] = prompt_ids
         yield {**base, "choices": [choice]}
@@ -316,16 +388,30 @@ async def _tokenize(request: Request) -> Response:
     engine: FakeEngine = request.app.state.engine
     body = json.loads(await request.body())
     ids = render_chat(body["messages"]) if "messages" in body else encode(body.get("prompt", ""))
-    return JSONResponse({"count": len(ids), "max_model_len": engine.max_model_len, "tokens": ids,
-                         "token_strs": None})
+    return JSONResponse({"count": len(ids), "max_model_len": engine.max_model_len, "tokens": ids, "token_strs": None})
 
 
 async def _models(request: Request) -> Response:
     engine: FakeEngine = request.app.state.engine
-    base = {"id": engine.model, "object": "model", "owned_by": "fake", "root": engine.model,
-            "parent": None, "max_model_len": engine.max_model_len}
-    loras = [{"id": name, "object": "model", "owned_by": "fake", "root": path, "parent": engine.model,
-              "max_model_len": engine.max_model_len} for name, path in engine.adapters.items()]
+    base = {
+        "id": engine.model,
+        "object": "model",
+        "owned_by": "fake",
+        "root": engine.model,
+        "parent": None,
+        "max_model_len": engine.max_model_len,
+    }
+    loras = [
+        {
+            "id": name,
+            "object": "model",
+            "owned_by": "fake",
+            "root": path,
+            "parent": engine.model,
+            "max_model_len": engine.max_model_len,
+        }
+        for name, path in engine.adapters.items()
+    ]
     return JSONResponse({"object": "list", "data": [base, *loras]})
 
 
@@ -333,8 +419,10 @@ async def _load_adapter(request: Request) -> Response:
     body = json.loads(await request.body())
     engine: FakeEngine = request.app.state.engine
     if engine.load_error is not None:
-        return JSONResponse({"error": {"message": engine.load_error, "type": "BadRequestError", "param": None,
-                                       "code": 400}}, status_code=400)
+        return JSONResponse(
+            {"error": {"message": engine.load_error, "type": "BadRequestError", "param": None, "code": 400}},
+            status_code=400,
+        )
     engine.adapters[body["lora_name"]] = body["lora_path"]
     return Response(f"Success: LoRA adapter '{body['lora_name']}' added successfully.")
 
@@ -350,15 +438,17 @@ async def _health(_request: Request) -> Response:
 
 
 def create_fake_engine_app(engine: FakeEngine | None = None) -> Starlette:
-    app = Starlette(routes=[
-        Route("/health", _health),
-        Route("/v1/models", _models),
-        Route("/v1/chat/completions", _chat, methods=["POST"]),
-        Route("/v1/completions", _completions, methods=["POST"]),
-        Route("/tokenize", _tokenize, methods=["POST"]),
-        Route("/v1/load_lora_adapter", _load_adapter, methods=["POST"]),
-        Route("/v1/unload_lora_adapter", _unload_adapter, methods=["POST"]),
-    ])
+    app = Starlette(
+        routes=[
+            Route("/health", _health),
+            Route("/v1/models", _models),
+            Route("/v1/chat/completions", _chat, methods=["POST"]),
+            Route("/v1/completions", _completions, methods=["POST"]),
+            Route("/tokenize", _tokenize, methods=["POST"]),
+            Route("/v1/load_lora_adapter", _load_adapter, methods=["POST"]),
+            Route("/v1/unload_lora_adapter", _unload_adapter, methods=["POST"]),
+        ]
+    )
     app.state.engine = engine or FakeEngine()
     return app
 
@@ -375,8 +465,15 @@ def main() -> None:
     parser.add_argument("--max-model-len", type=int, default=4096)
     args = parser.parse_args()
     engine = FakeEngine(max_model_len=args.max_model_len, record_requests=False)
-    uvicorn.run(create_fake_engine_app(engine), host=args.host, port=args.port, log_level="warning",
-                access_log=False, loop="uvloop", http="httptools")
+    uvicorn.run(
+        create_fake_engine_app(engine),
+        host=args.host,
+        port=args.port,
+        log_level="warning",
+        access_log=False,
+        loop="uvloop",
+        http="httptools",
+    )
 
 
 if __name__ == "__main__":

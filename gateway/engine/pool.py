@@ -85,13 +85,21 @@ class Member:
 
 
 class EnginePool:
-    def __init__(self, engines: Sequence[tuple[str, EngineClient]], *, max_in_flight: int = MAX_IN_FLIGHT,
-                 max_queued: int = MAX_QUEUED, probe_interval_s: float = PROBE_INTERVAL_S,
-                 router: Router | None = None):
+    def __init__(
+        self,
+        engines: Sequence[tuple[str, EngineClient]],
+        *,
+        max_in_flight: int = MAX_IN_FLIGHT,
+        max_queued: int = MAX_QUEUED,
+        probe_interval_s: float = PROBE_INTERVAL_S,
+        router: Router | None = None,
+    ):
         if not engines:
             raise ValueError("an engine pool needs at least one engine")
-        self.members = [Member(i, url.rstrip("/"), client, asyncio.Semaphore(max_in_flight))
-                        for i, (url, client) in enumerate(engines)]
+        self.members = [
+            Member(i, url.rstrip("/"), client, asyncio.Semaphore(max_in_flight))
+            for i, (url, client) in enumerate(engines)
+        ]
         self.max_in_flight, self.max_queued = max_in_flight, max_queued
         self.probe_interval_s = probe_interval_s
         self.router: Router = router or StickyLeastLoaded()
@@ -169,16 +177,23 @@ class EnginePool:
         return member
 
     def load_of(self, member: Member) -> EngineLoad:
-        return EngineLoad(member.index, member.healthy, member.in_flight, member.queued,
-                          self.router.rollouts_on(member.index), member.models)
+        return EngineLoad(
+            member.index,
+            member.healthy,
+            member.in_flight,
+            member.queued,
+            self.router.rollouts_on(member.index),
+            member.models,
+        )
 
     # -- back-pressure ---------------------------------------------------------------------------
 
     async def _acquire(self, member: Member, route: CallRoute) -> None:
         """A slot of ``member``'s in-flight calls, queueing (bounded) when all are taken."""
         if member.in_flight >= self.max_in_flight and member.queued >= self.max_queued:
-            raise EngineBusy(f"the engine has {member.queued} calls queued behind {member.in_flight} in "
-                             f"flight; retry shortly")
+            raise EngineBusy(
+                f"the engine has {member.queued} calls queued behind {member.in_flight} in flight; retry shortly"
+            )
         member.queued += 1
         started = time.perf_counter()
         try:
@@ -317,8 +332,17 @@ class EnginePool:
 
     def engines(self) -> list[dict]:
         """Each engine's state (for the control plane; never shown to a rollout token)."""
-        return [{"url": m.url, "healthy": m.healthy, "in_flight": m.in_flight, "queued": m.queued,
-                 "rollouts": self.router.rollouts_on(m.index), "models": sorted(m.models)} for m in self.members]
+        return [
+            {
+                "url": m.url,
+                "healthy": m.healthy,
+                "in_flight": m.in_flight,
+                "queued": m.queued,
+                "rollouts": self.router.rollouts_on(m.index),
+                "models": sorted(m.models),
+            }
+            for m in self.members
+        ]
 
     async def close(self, clients: bool = True) -> None:
         """Stop probing; with ``clients``, close the engines' clients too (not those a caller owns)."""

@@ -49,8 +49,9 @@ def least_loaded(engines: Sequence[EngineLoad], model: str, exclude: frozenset[i
     return min(serving, key=load_key).index if serving else None
 
 
-def choose(engines: Sequence[EngineLoad], model: str, sticky: int | None,
-           exclude: frozenset[int] = frozenset()) -> Choice | None:
+def choose(
+    engines: Sequence[EngineLoad], model: str, sticky: int | None, exclude: frozenset[int] = frozenset()
+) -> Choice | None:
     """The rollout's engine if it still serves (``sticky``), else the least-loaded one; None: none healthy."""
     if sticky is not None and sticky not in exclude and engines[sticky].healthy:
         return Choice(sticky)
@@ -63,8 +64,9 @@ def choose(engines: Sequence[EngineLoad], model: str, sticky: int | None,
 class Router(Protocol):
     """Where a call goes (the pool asks; ``StickyLeastLoaded`` is the default)."""
 
-    def route(self, rollout_id: int | None, model: str, engines: Sequence[EngineLoad],
-              exclude: frozenset[int] = frozenset()) -> Choice | None: ...
+    def route(
+        self, rollout_id: int | None, model: str, engines: Sequence[EngineLoad], exclude: frozenset[int] = frozenset()
+    ) -> Choice | None: ...
 
     def rollouts_on(self, index: int) -> int: ...
 
@@ -77,8 +79,9 @@ class StickyLeastLoaded:
         self._counts: dict[int, int] = {}
         self._kept = kept
 
-    def route(self, rollout_id: int | None, model: str, engines: Sequence[EngineLoad],
-              exclude: frozenset[int] = frozenset()) -> Choice | None:
+    def route(
+        self, rollout_id: int | None, model: str, engines: Sequence[EngineLoad], exclude: frozenset[int] = frozenset()
+    ) -> Choice | None:
         sticky = self._engine_of.get(rollout_id) if rollout_id is not None else None
         choice = choose(engines, model, sticky, exclude)
         if choice is not None and rollout_id is not None and choice.index != sticky:

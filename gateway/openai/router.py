@@ -38,12 +38,16 @@ async def list_models(request: Request, state: StateDep) -> ModelList:
     await resolve_identity(request, state.store, state.settings.require_token)
     policy = await state.ensure_policy()
     created = int(time.time())
-    cards = [ModelCard(id=policy.public_name, created=created, max_model_len=state.max_model_len,
-                       root=policy.base_model)]
+    cards = [
+        ModelCard(id=policy.public_name, created=created, max_model_len=state.max_model_len, root=policy.base_model)
+    ]
     for version, name in sorted(policy.loaded().items()):
         if version:
-            cards.append(ModelCard(id=name, created=created, max_model_len=state.max_model_len,
-                                   root=name, parent=policy.base_model))
+            cards.append(
+                ModelCard(
+                    id=name, created=created, max_model_len=state.max_model_len, root=name, parent=policy.base_model
+                )
+            )
     return ModelList(data=cards)
 
 

@@ -46,8 +46,9 @@ class OpenAIServing:
             call = await self.pipeline.chat_stream(raw, identity, CHAT.name, raw, request.top_logprobs or 0)
             return StreamedAnswer(call, chat_stream_events(call, request, _include_usage(request)))
         recorded = await self.pipeline.chat(raw, identity, CHAT.name, raw, request.top_logprobs or 0)
-        return ServedCall(recorded.call_id, _client_chat(recorded.answer, request), bool(request.stream),
-                          _include_usage(request))
+        return ServedCall(
+            recorded.call_id, _client_chat(recorded.answer, request), bool(request.stream), _include_usage(request)
+        )
 
     async def completions(self, raw: dict, identity: RolloutIdentity) -> ServedCall | StreamedAnswer:
         request = parse_request(CompletionRequest, raw)
@@ -59,13 +60,17 @@ class OpenAIServing:
         if isinstance(prompt, list) and prompt and isinstance(prompt[0], (str, list)):
             prompt = prompt[0]  # a batch of one
         if request.stream:
-            call = await self.pipeline.completion_stream({**raw, "prompt": prompt}, identity, raw,
-                                                         request.logprobs or 0)
+            call = await self.pipeline.completion_stream(
+                {**raw, "prompt": prompt}, identity, raw, request.logprobs or 0
+            )
             return StreamedAnswer(call, completion_stream_events(call, request, _include_usage(request)))
-        recorded = await self.pipeline.completion({**raw, "prompt": prompt}, identity, raw,
-                                                  request.logprobs or 0)
-        return ServedCall(recorded.call_id, _client_completion(recorded.answer, request),
-                          bool(request.stream), _include_usage(request))
+        recorded = await self.pipeline.completion({**raw, "prompt": prompt}, identity, raw, request.logprobs or 0)
+        return ServedCall(
+            recorded.call_id,
+            _client_completion(recorded.answer, request),
+            bool(request.stream),
+            _include_usage(request),
+        )
 
 
 def _include_usage(request: ChatCompletionRequest | CompletionRequest) -> bool:

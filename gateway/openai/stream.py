@@ -23,14 +23,20 @@ def _event(payload: dict) -> bytes:
     return b"data: " + encoded(payload) + b"\n\n"
 
 
-async def chat_stream_events(call: StreamedCall, request: ChatCompletionRequest, include_usage: bool,
-                             ) -> AsyncIterator[bytes]:
+async def chat_stream_events(
+    call: StreamedCall,
+    request: ChatCompletionRequest,
+    include_usage: bool,
+) -> AsyncIterator[bytes]:
     async for out in _events(call, _ClientShape(request, include_usage)):
         yield out
 
 
-async def completion_stream_events(call: StreamedCall, request: CompletionRequest, include_usage: bool,
-                                   ) -> AsyncIterator[bytes]:
+async def completion_stream_events(
+    call: StreamedCall,
+    request: CompletionRequest,
+    include_usage: bool,
+) -> AsyncIterator[bytes]:
     async for out in _events(call, _CompletionShape(request, include_usage)):
         yield out
 
@@ -77,7 +83,9 @@ class _ClientShape:
             choice.pop("token_ids", None)
         if not self.logprobs:
             choice["logprobs"] = None
-        if not (choice.get("delta") or choice.get("logprobs") or choice.get("finish_reason") or choice.get("token_ids")):
+        if not (
+            choice.get("delta") or choice.get("logprobs") or choice.get("finish_reason") or choice.get("token_ids")
+        ):
             return None  # a chunk that carried only what this client did not ask for
         out["choices"] = [choice]
         return out

@@ -171,8 +171,10 @@ def tool_type(tool: Any) -> str:
 
 
 AnyTool = Annotated[
-    Annotated[FunctionTool, Tag("function")] | Annotated[CustomTool, Tag("custom")]
-    | Annotated[NamespaceTool, Tag("namespace")] | Annotated[HostedTool, Tag("hosted")],
+    Annotated[FunctionTool, Tag("function")]
+    | Annotated[CustomTool, Tag("custom")]
+    | Annotated[NamespaceTool, Tag("namespace")]
+    | Annotated[HostedTool, Tag("hosted")],
     Discriminator(tool_type),
 ]
 
@@ -266,8 +268,9 @@ class OutputReasoning(ResponsesModel):
     encrypted_content: str | None = Field(default=None, exclude_if=lambda value: value is None)
 
 
-OutputItem = Annotated[OutputMessage | OutputFunctionCall | OutputCustomToolCall | OutputReasoning,
-                       Field(discriminator="type")]
+OutputItem = Annotated[
+    OutputMessage | OutputFunctionCall | OutputCustomToolCall | OutputReasoning, Field(discriminator="type")
+]
 
 
 class InputTokensDetails(ResponsesModel):

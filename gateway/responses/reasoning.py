@@ -37,7 +37,7 @@ def decode(value: str | None) -> ReasoningRef | None:
     if not value or not value.startswith(PREFIX):
         return None
     try:
-        payload = json.loads(base64.urlsafe_b64decode(value[len(PREFIX):].encode()))
+        payload = json.loads(base64.urlsafe_b64decode(value[len(PREFIX) :].encode()))
     except (binascii.Error, ValueError, UnicodeDecodeError):
         return None
     if not isinstance(payload, dict):

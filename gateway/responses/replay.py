@@ -43,8 +43,9 @@ class Events:
 
 def response_events(response: Response) -> Iterator[str]:
     event = Events()
-    started = response.model_copy(update={"status": "in_progress", "output": [], "usage": None,
-                                          "incomplete_details": None})
+    started = response.model_copy(
+        update={"status": "in_progress", "output": [], "usage": None, "incomplete_details": None}
+    )
     yield event(ResponseLifecycleEvent, "response.created", response=started)
     yield event(ResponseLifecycleEvent, "response.in_progress", response=started)
     for index, item in enumerate(response.output):
@@ -67,12 +68,15 @@ def item_events(event: Events, index: int, item) -> Iterator[str]:
 
 def _message_events(event: Events, index: int, item: OutputMessage) -> Iterator[str]:
     where = {"item_id": item.id, "output_index": index}
-    yield event(OutputItemEvent, "response.output_item.added", output_index=index,
-                item=item.model_copy(update={"status": "in_progress", "content": []}))
+    yield event(
+        OutputItemEvent,
+        "response.output_item.added",
+        output_index=index,
+        item=item.model_copy(update={"status": "in_progress", "content": []}),
+    )
     for part_index, part in enumerate(item.content):
         at = {**where, "content_index": part_index}
-        yield event(ContentPartEvent, "response.content_part.added", **at,
-                    part=part.model_copy(update={"text": ""}))
+        yield event(ContentPartEvent, "response.content_part.added", **at, part=part.model_copy(update={"text": ""}))
         yield event(OutputTextDeltaEvent, "response.output_text.delta", **at, delta=part.text)
         yield event(OutputTextDoneEvent, "response.output_text.done", **at, text=part.text)
         yield event(ContentPartEvent, "response.content_part.done", **at, part=part)
@@ -81,18 +85,25 @@ def _message_events(event: Events, index: int, item: OutputMessage) -> Iterator[
 
 def _function_call_events(event: Events, index: int, item: OutputFunctionCall) -> Iterator[str]:
     where = {"item_id": item.id, "output_index": index}
-    yield event(OutputItemEvent, "response.output_item.added", output_index=index,
-                item=item.model_copy(update={"status": "in_progress", "arguments": ""}))
-    yield event(FunctionCallArgumentsDeltaEvent, "response.function_call_arguments.delta", **where,
-                delta=item.arguments)
-    yield event(FunctionCallArgumentsDoneEvent, "response.function_call_arguments.done", **where,
-                arguments=item.arguments)
+    yield event(
+        OutputItemEvent,
+        "response.output_item.added",
+        output_index=index,
+        item=item.model_copy(update={"status": "in_progress", "arguments": ""}),
+    )
+    yield event(
+        FunctionCallArgumentsDeltaEvent, "response.function_call_arguments.delta", **where, delta=item.arguments
+    )
+    yield event(
+        FunctionCallArgumentsDoneEvent, "response.function_call_arguments.done", **where, arguments=item.arguments
+    )
     yield event(OutputItemEvent, "response.output_item.done", output_index=index, item=item)
 
 
 def _reasoning_events(event: Events, index: int, item: OutputReasoning) -> Iterator[str]:
-    yield event(OutputItemEvent, "response.output_item.added", output_index=index,
-                item=item.model_copy(update={"content": []}))
+    yield event(
+        OutputItemEvent, "response.output_item.added", output_index=index, item=item.model_copy(update={"content": []})
+    )
     for part_index, part in enumerate(item.content or []):
         at = {"item_id": item.id, "output_index": index, "content_index": part_index}
         yield event(ReasoningTextDeltaEvent, "response.reasoning_text.delta", **at, delta=part.text)

@@ -45,8 +45,7 @@ from gateway.streaming import StreamedAnswer
 
 EMPTY_ANSWER = {"choices": [{"message": {}, "finish_reason": None}]}  # a Response's settings, no output yet
 # Sampling extensions vLLM understands on chat requests; sent on when a client adds them.
-SAMPLING_EXTENSIONS = ("seed", "stop", "top_k", "min_p", "repetition_penalty", "presence_penalty",
-                       "frequency_penalty")
+SAMPLING_EXTENSIONS = ("seed", "stop", "top_k", "min_p", "repetition_penalty", "presence_penalty", "frequency_penalty")
 
 
 @dataclass(frozen=True)
@@ -64,8 +63,9 @@ class ResponsesServing:
         request = parse_request(ResponsesRequest, raw)
         if request.previous_response_id is not None:
             # Nothing is stored between calls: the conversation must come whole, every time.
-            raise InvalidRequest("previous_response_id is not supported; send the full input",
-                                 param="previous_response_id")
+            raise InvalidRequest(
+                "previous_response_id is not supported; send the full input", param="previous_response_id"
+            )
         tools = index_tools(request.tools)
         notes = RequestNotes(ignored_fields=ignored_fields(request), left_out_tools=tools.left_out)
         body, recorded_raw = chat_body(request, raw, tools), recorded_request(raw, notes)
@@ -75,14 +75,17 @@ class ResponsesServing:
         response = to_response(recorded.answer, request, tools, recorded.call_id)
         return ServedResponse(recorded.call_id, response, bool(request.stream))
 
-    async def _stream(self, body: dict, identity: RolloutIdentity, recorded_raw: dict, request: ResponsesRequest,
-                      tools: ToolIndex) -> StreamedAnswer:
+    async def _stream(
+        self, body: dict, identity: RolloutIdentity, recorded_raw: dict, request: ResponsesRequest, tools: ToolIndex
+    ) -> StreamedAnswer:
         """Streamed through: text and reasoning as sampled, the Response built as for JSON at the end."""
         call = await self.pipeline.chat_stream(body, identity, "responses", recorded_raw)
         skeleton = to_response(EMPTY_ANSWER, request, tools)
         stream = ResponseStream(skeleton, new_id, tools)
-        return StreamedAnswer(call, response_stream_events(
-            call, stream, lambda answer, call_id: to_response(answer, request, tools, call_id)))
+        return StreamedAnswer(
+            call,
+            response_stream_events(call, stream, lambda answer, call_id: to_response(answer, request, tools, call_id)),
+        )
 
 
 # --- request: Responses -> Chat Completions --------------------------------------------------
@@ -98,9 +101,14 @@ def chat_body(request: ResponsesRequest, raw: dict, tools: ToolIndex | None = No
     if request.reasoning is not None and request.reasoning.effort is not None:
         # Templates with an effort switch (gpt-oss-style) read it; others ignore it.
         body["chat_template_kwargs"] = {"reasoning_effort": request.reasoning.effort}
-    for name, value in (("max_tokens", request.max_output_tokens), ("temperature", request.temperature),
-                        ("top_p", request.top_p), ("parallel_tool_calls", request.parallel_tool_calls),
-                        ("user", request.user), ("response_format", _response_format(request.text))):
+    for name, value in (
+        ("max_tokens", request.max_output_tokens),
+        ("temperature", request.temperature),
+        ("top_p", request.top_p),
+        ("parallel_tool_calls", request.parallel_tool_calls),
+        ("user", request.user),
+        ("response_format", _response_format(request.text)),
+    ):
         if value is not None:
             body[name] = value
     body.update({name: raw[name] for name in SAMPLING_EXTENSIONS if name in raw})
@@ -135,8 +143,7 @@ def chat_messages(request: ResponsesRequest, tools: ToolIndex | None = None) -> 
             turn.setdefault("tool_calls", []).append(_chat_call(item, tools))
             call_ids.add(item.call_id)
         else:
-            message = (_message(item, index) if isinstance(item, MessageItem)
-                       else _tool_message(item, index, call_ids))
+            message = _message(item, index) if isinstance(item, MessageItem) else _tool_message(item, index, call_ids)
             messages.append(message)
             turn = message if message["role"] == "assistant" else None
         if reasoning and turn is not None:
@@ -161,8 +168,10 @@ def _message(item: MessageItem, index: int) -> dict:
 
 def _tool_message(item: FunctionCallOutputItem | CustomToolCallOutputItem, index: int, call_ids: set[str]) -> dict:
     if item.call_id not in call_ids:
-        raise InvalidRequest(f"input.{index}: tool result without a call: no earlier function_call has "
-                             f"call_id {item.call_id!r}", param=f"input.{index}.call_id")
+        raise InvalidRequest(
+            f"input.{index}: tool result without a call: no earlier function_call has call_id {item.call_id!r}",
+            param=f"input.{index}.call_id",
+        )
     content = item.output if isinstance(item.output, str) else [_text_part(p.text) for p in item.output]
     return {"role": "tool", "tool_call_id": item.call_id, "content": content}
 
@@ -186,8 +195,7 @@ def _chat_content(content: str | list[ContentPart], index: int) -> str | list[di
 def _chat_part(part: ContentPart, where: str) -> dict:
     if isinstance(part, InputImage):
         if not part.image_url:
-            raise InvalidRequest(f"{where}: input_image needs an image_url (the gateway keeps no files)",
-                                 param=where)
+            raise InvalidRequest(f"{where}: input_image needs an image_url (the gateway keeps no files)", param=where)
         image = {"url": part.image_url, **({"detail": part.detail} if part.detail else {})}
         return {"type": "image_url", "image_url": image}
     return _text_part(part.text)  # input_text and output_text alike
@@ -214,8 +222,9 @@ def _response_format(text: dict | None) -> dict | None:
     if kind == "json_schema":
         schema = {key: form[key] for key in ("name", "schema", "description", "strict") if key in form}
         return {"type": "json_schema", "json_schema": schema}
-    raise InvalidRequest(f"text.format: unsupported format {kind!r}; use text, json_object or json_schema",
-                         param="text.format")
+    raise InvalidRequest(
+        f"text.format: unsupported format {kind!r}; use text, json_object or json_schema", param="text.format"
+    )
 
 
 # --- answer: chat.completion -> Response -----------------------------------------------------
@@ -226,11 +235,13 @@ def output_call(call: dict, tools: ToolIndex) -> OutputFunctionCall | OutputCust
     name, arguments = call["function"]["name"], call["function"]["arguments"]
     origin = tools.origins.get(name)
     if origin is not None and origin.kind == "custom":
-        return OutputCustomToolCall(id=new_id("ctc"), call_id=call["id"], name=origin.name,
-                                    input=custom_input(arguments))
+        return OutputCustomToolCall(
+            id=new_id("ctc"), call_id=call["id"], name=origin.name, input=custom_input(arguments)
+        )
     if origin is not None:
-        return OutputFunctionCall(id=new_id("fc"), call_id=call["id"], name=origin.name, arguments=arguments,
-                                  namespace=origin.namespace)
+        return OutputFunctionCall(
+            id=new_id("fc"), call_id=call["id"], name=origin.name, arguments=arguments, namespace=origin.namespace
+        )
     return OutputFunctionCall(id=new_id("fc"), call_id=call["id"], name=name, arguments=arguments)
 
 
@@ -238,8 +249,9 @@ def new_id(prefix: str) -> str:
     return f"{prefix}_{uuid.uuid4().hex}"
 
 
-def to_response(answer: dict, request: ResponsesRequest, tools: ToolIndex | None = None,
-                call_id: int | None = None) -> Response:
+def to_response(
+    answer: dict, request: ResponsesRequest, tools: ToolIndex | None = None, call_id: int | None = None
+) -> Response:
     tools = tools or index_tools(request.tools)
     choice = answer["choices"][0]
     message = choice.get("message") or {}
@@ -247,27 +259,50 @@ def to_response(answer: dict, request: ResponsesRequest, tools: ToolIndex | None
     output: list = []
     reasoning = message.get("reasoning") or message.get("reasoning_content")
     if reasoning:
-        opaque = (encrypted.encode(call_id, reasoning)
-                  if call_id is not None and encrypted.INCLUDE in (request.include or ()) else None)
-        output.append(OutputReasoning(id=new_id("rs"), content=[ReasoningText(type="reasoning_text", text=reasoning)],
-                                      encrypted_content=opaque))
+        opaque = (
+            encrypted.encode(call_id, reasoning)
+            if call_id is not None and encrypted.INCLUDE in (request.include or ())
+            else None
+        )
+        output.append(
+            OutputReasoning(
+                id=new_id("rs"),
+                content=[ReasoningText(type="reasoning_text", text=reasoning)],
+                encrypted_content=opaque,
+            )
+        )
     if message.get("content"):
-        output.append(OutputMessage(id=new_id("msg"), status="incomplete" if truncated else "completed",
-                                    content=[OutputText(type="output_text", text=message["content"])]))
+        output.append(
+            OutputMessage(
+                id=new_id("msg"),
+                status="incomplete" if truncated else "completed",
+                content=[OutputText(type="output_text", text=message["content"])],
+            )
+        )
     output += [output_call(call, tools) for call in message.get("tool_calls") or []]
     usage = answer.get("usage") or {}
     return Response(
-        id=new_id("resp"), created_at=int(answer.get("created") or time.time()),
+        id=new_id("resp"),
+        created_at=int(answer.get("created") or time.time()),
         status="incomplete" if truncated else "completed",
         incomplete_details=IncompleteDetails(reason="max_output_tokens") if truncated else None,
-        model=request.model, output=output,
-        usage=ResponseUsage(input_tokens=usage.get("prompt_tokens", 0),
-                            output_tokens=usage.get("completion_tokens", 0),
-                            total_tokens=usage.get("total_tokens", 0)),
-        instructions=request.instructions, tools=[t.model_dump(exclude_none=True) for t in request.tools or []],
+        model=request.model,
+        output=output,
+        usage=ResponseUsage(
+            input_tokens=usage.get("prompt_tokens", 0),
+            output_tokens=usage.get("completion_tokens", 0),
+            total_tokens=usage.get("total_tokens", 0),
+        ),
+        instructions=request.instructions,
+        tools=[t.model_dump(exclude_none=True) for t in request.tools or []],
         tool_choice=request.tool_choice or "auto",
         parallel_tool_calls=True if request.parallel_tool_calls is None else request.parallel_tool_calls,
-        max_output_tokens=request.max_output_tokens, temperature=request.temperature, top_p=request.top_p,
-        reasoning=request.reasoning, text=request.text or {"format": {"type": "text"}},
-        truncation=request.truncation or "disabled", metadata=request.metadata or {}, user=request.user,
+        max_output_tokens=request.max_output_tokens,
+        temperature=request.temperature,
+        top_p=request.top_p,
+        reasoning=request.reasoning,
+        text=request.text or {"format": {"type": "text"}},
+        truncation=request.truncation or "disabled",
+        metadata=request.metadata or {},
+        user=request.user,
     )

@@ -67,8 +67,9 @@ class _Live:
             return OutputCustomToolCall(id=self.id, call_id=call_id, name=name, input=self.input.sent, status=status)
         if self.type == "function_call":
             call_id, name = self.call
-            return OutputFunctionCall(id=self.id, call_id=call_id, name=name, arguments=text, namespace=self.namespace,
-                                      status=status)
+            return OutputFunctionCall(
+                id=self.id, call_id=call_id, name=name, arguments=text, namespace=self.namespace, status=status
+            )
         if self.type == "message":
             return OutputMessage(id=self.id, status=status, content=[OutputText(type="output_text", text=text)])
         return OutputReasoning(id=self.id, content=[ReasoningText(type="reasoning_text", text=text)])
@@ -85,10 +86,12 @@ class ResponseStream:
         self.calls: dict[int, _Live] = {}  # tool calls, by the chat deltas' index
 
     def start(self) -> str:
-        started = self.skeleton.model_copy(update={"status": "in_progress", "output": [], "usage": None,
-                                                   "incomplete_details": None})
-        return (self.event(ResponseLifecycleEvent, "response.created", response=started)
-                + self.event(ResponseLifecycleEvent, "response.in_progress", response=started))
+        started = self.skeleton.model_copy(
+            update={"status": "in_progress", "output": [], "usage": None, "incomplete_details": None}
+        )
+        return self.event(ResponseLifecycleEvent, "response.created", response=started) + self.event(
+            ResponseLifecycleEvent, "response.in_progress", response=started
+        )
 
     def add(self, chunk: dict) -> str:
         out: list[str] = []
@@ -111,16 +114,34 @@ class ResponseStream:
             live = self._call_item(delta.get("id") or "", function.get("name") or "")
             self.calls[index] = live
             self.live.append(live)
-            out.append(self.event(OutputItemEvent, "response.output_item.added", output_index=len(self.live) - 1,
-                                  item=live.model("in_progress")))
+            out.append(
+                self.event(
+                    OutputItemEvent,
+                    "response.output_item.added",
+                    output_index=len(self.live) - 1,
+                    item=live.model("in_progress"),
+                )
+            )
         live, piece = self.calls[index], function.get("arguments") or ""
         if live.input is not None and (text := live.input.feed(piece)):
-            out.append(self.event(CustomToolCallInputDeltaEvent, "response.custom_tool_call_input.delta",
-                                  **self._where(live), delta=text))
+            out.append(
+                self.event(
+                    CustomToolCallInputDeltaEvent,
+                    "response.custom_tool_call_input.delta",
+                    **self._where(live),
+                    delta=text,
+                )
+            )
         elif live.input is None and piece:
             live.text.append(piece)
-            out.append(self.event(FunctionCallArgumentsDeltaEvent, "response.function_call_arguments.delta",
-                                  **self._where(live), delta=piece))
+            out.append(
+                self.event(
+                    FunctionCallArgumentsDeltaEvent,
+                    "response.function_call_arguments.delta",
+                    **self._where(live),
+                    delta=piece,
+                )
+            )
         return out
 
     def _call_item(self, call_id: str, offered: str) -> _Live:
@@ -145,8 +166,13 @@ class ResponseStream:
             out += item_events(self.event, len(output), item)
             output.append(item)
         out.append(CALL_ID_COMMENT.format(call_id))
-        out.append(self.event(ResponseLifecycleEvent, "response.completed",
-                              response=final.model_copy(update={"id": self.skeleton.id, "output": output})))
+        out.append(
+            self.event(
+                ResponseLifecycleEvent,
+                "response.completed",
+                response=final.model_copy(update={"id": self.skeleton.id, "output": output}),
+            )
+        )
         return "".join(out)
 
     def error(self, exc: GatewayError) -> str:
@@ -163,11 +189,24 @@ class ResponseStream:
         self.live.append(live)
         self.open = live
         announced = live.model("in_progress") if kind == "message" else live.model()
-        out = [self.event(OutputItemEvent, "response.output_item.added", output_index=len(self.live) - 1,
-                          item=announced.model_copy(update={"content": []}))]
+        out = [
+            self.event(
+                OutputItemEvent,
+                "response.output_item.added",
+                output_index=len(self.live) - 1,
+                item=announced.model_copy(update={"content": []}),
+            )
+        ]
         if kind == "message":
-            out.append(self.event(ContentPartEvent, "response.content_part.added", **self._where(live),
-                                  content_index=0, part=OutputText(type="output_text", text="")))
+            out.append(
+                self.event(
+                    ContentPartEvent,
+                    "response.content_part.added",
+                    **self._where(live),
+                    content_index=0,
+                    part=OutputText(type="output_text", text=""),
+                )
+            )
         return out
 
     def _done(self, index: int, live: _Live, item) -> list[str]:
@@ -175,26 +214,49 @@ class ResponseStream:
         out = []
         if isinstance(item, OutputMessage):
             part = item.content[0] if item.content else OutputText(type="output_text", text="")
-            out += [self.event(OutputTextDoneEvent, "response.output_text.done", **at, text=part.text),
-                    self.event(ContentPartEvent, "response.content_part.done", **at, part=part)]
+            out += [
+                self.event(OutputTextDoneEvent, "response.output_text.done", **at, text=part.text),
+                self.event(ContentPartEvent, "response.content_part.done", **at, part=part),
+            ]
         elif isinstance(item, OutputReasoning):
             text = "".join(part.text for part in item.content or ())
             out.append(self.event(ReasoningTextDoneEvent, "response.reasoning_text.done", **at, text=text))
         elif isinstance(item, OutputFunctionCall):
             where, sent = {"item_id": live.id, "output_index": index}, "".join(live.text)
             if item.arguments.startswith(sent) and item.arguments != sent:
-                out.append(self.event(FunctionCallArgumentsDeltaEvent, "response.function_call_arguments.delta",
-                                      **where, delta=item.arguments[len(sent):]))
-            out.append(self.event(FunctionCallArgumentsDoneEvent, "response.function_call_arguments.done", **where,
-                                  arguments=item.arguments))
+                out.append(
+                    self.event(
+                        FunctionCallArgumentsDeltaEvent,
+                        "response.function_call_arguments.delta",
+                        **where,
+                        delta=item.arguments[len(sent) :],
+                    )
+                )
+            out.append(
+                self.event(
+                    FunctionCallArgumentsDoneEvent,
+                    "response.function_call_arguments.done",
+                    **where,
+                    arguments=item.arguments,
+                )
+            )
         elif isinstance(item, OutputCustomToolCall):
             where = {"item_id": live.id, "output_index": index}
             sent = live.input.sent
             if item.input.startswith(sent) and item.input != sent:  # what was not streamed, if any
-                out.append(self.event(CustomToolCallInputDeltaEvent, "response.custom_tool_call_input.delta",
-                                      **where, delta=item.input[len(sent):]))
-            out.append(self.event(CustomToolCallInputDoneEvent, "response.custom_tool_call_input.done", **where,
-                                  input=item.input))
+                out.append(
+                    self.event(
+                        CustomToolCallInputDeltaEvent,
+                        "response.custom_tool_call_input.delta",
+                        **where,
+                        delta=item.input[len(sent) :],
+                    )
+                )
+            out.append(
+                self.event(
+                    CustomToolCallInputDoneEvent, "response.custom_tool_call_input.done", **where, input=item.input
+                )
+            )
         out.append(self.event(OutputItemEvent, "response.output_item.done", output_index=index, item=item))
         return out
 
@@ -202,8 +264,11 @@ class ResponseStream:
         return {"item_id": live.id, "output_index": self.live.index(live)}
 
 
-async def response_stream_events(call: StreamedCall, stream: ResponseStream, finalize: Finalize,
-                                 ) -> AsyncIterator[str]:
+async def response_stream_events(
+    call: StreamedCall,
+    stream: ResponseStream,
+    finalize: Finalize,
+) -> AsyncIterator[str]:
     yield stream.start()
     try:
         async for batch in call.chunks():

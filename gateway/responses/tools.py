@@ -72,8 +72,10 @@ def _chat_tool(tool: FunctionTool | CustomTool, name: str) -> dict:
     if form.get("type") == "grammar" and isinstance(form.get("definition"), str):
         description += f"\n\nThe input must match this {form.get('syntax', '')} grammar:\n{form['definition']}"
     parameters = {"type": "object", "properties": {CUSTOM_INPUT: {"type": "string"}}, "required": [CUSTOM_INPUT]}
-    return {"type": "function", "function": {"name": name, "description": description.strip(),
-                                             "parameters": parameters}}
+    return {
+        "type": "function",
+        "function": {"name": name, "description": description.strip(), "parameters": parameters},
+    }
 
 
 def custom_arguments(text: str) -> str:
@@ -122,7 +124,7 @@ class CustomInputStream:
             return ""
         safe = self._safe_end()
         try:
-            text = json.loads(f'"{self.arguments[self._at:safe]}"') if safe > self._at else ""
+            text = json.loads(f'"{self.arguments[self._at : safe]}"') if safe > self._at else ""
         except ValueError:  # not a JSON string after all: the rest goes out whole at the end
             self._ended = True
             return ""
@@ -141,8 +143,8 @@ class CustomInputStream:
             if char != "\\":
                 i += 1
                 continue
-            size = 6 if text[i + 1: i + 2] == "u" else 2
-            if text[i + 1: i + 2] == "u" and 0xD800 <= _hex(text[i + 2: i + 6]) <= 0xDBFF:
+            size = 6 if text[i + 1 : i + 2] == "u" else 2
+            if text[i + 1 : i + 2] == "u" and 0xD800 <= _hex(text[i + 2 : i + 6]) <= 0xDBFF:
                 size = 12  # a high surrogate decodes only with its low half
             if i + size > len(text):
                 break

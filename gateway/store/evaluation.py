@@ -29,25 +29,42 @@ def passed_expression():
 async def pinned_task_counts(sessions: async_sessionmaker[AsyncSession], run_id: int) -> list[TaskCount]:
     """Counts per (pinned version, task) of the run's pinned rollouts, ordered by version then task."""
     reward = case((Rollout.status == RolloutStatus.FINISHED, func.coalesce(Rollout.reward, 0.0)), else_=0.0)
-    query = (select(Rollout.pinned_version, Task.name, func.count(), func.sum(passed_expression()),
-                    func.count().filter(Rollout.status == RolloutStatus.FAILED), func.sum(reward), func.sum(reward * reward))
-             .join(Task, Task.id == Rollout.task_id)
-             .where(Rollout.run_id == run_id, Rollout.pinned_version.is_not(None), Rollout.status.in_(COUNTED))
-             .group_by(Rollout.pinned_version, Task.name)
-             .order_by(Rollout.pinned_version, Task.name))
+    query = (
+        select(
+            Rollout.pinned_version,
+            Task.name,
+            func.count(),
+            func.sum(passed_expression()),
+            func.count().filter(Rollout.status == RolloutStatus.FAILED),
+            func.sum(reward),
+            func.sum(reward * reward),
+        )
+        .join(Task, Task.id == Rollout.task_id)
+        .where(Rollout.run_id == run_id, Rollout.pinned_version.is_not(None), Rollout.status.in_(COUNTED))
+        .group_by(Rollout.pinned_version, Task.name)
+        .order_by(Rollout.pinned_version, Task.name)
+    )
     async with sessions() as session:
         rows = (await session.execute(query)).all()
-    return [TaskCount(version, task, n, int(passed or 0), failed, float(total or 0.0), float(squares or 0.0))
-            for version, task, n, passed, failed, total, squares in rows]
+    return [
+        TaskCount(version, task, n, int(passed or 0), failed, float(total or 0.0), float(squares or 0.0))
+        for version, task, n, passed, failed, total, squares in rows
+    ]
 
 
-async def record_eval_metrics(sessions: async_sessionmaker[AsyncSession], run_id: int, version: int,
-                              metrics: dict) -> int | None:
+async def record_eval_metrics(
+    sessions: async_sessionmaker[AsyncSession], run_id: int, version: int, metrics: dict
+) -> int | None:
     """Merge a version's evaluation numbers (``eval_*`` keys) into the learner's metrics of the first
     step the learner took at that version or later; that step, or None when there is none yet."""
     at_version = LearnerStep.metrics["version"].as_integer() >= version
-    query = (select(LearnerStep).where(LearnerStep.run_id == run_id, at_version)
-             .order_by(LearnerStep.step).limit(1).with_for_update())
+    query = (
+        select(LearnerStep)
+        .where(LearnerStep.run_id == run_id, at_version)
+        .order_by(LearnerStep.step)
+        .limit(1)
+        .with_for_update()
+    )
     async with sessions.begin() as session:
         row = (await session.scalars(query)).first()
         if row is None:

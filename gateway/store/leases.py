@@ -56,31 +56,57 @@ class Leases:
     def __init__(self, sessions: async_sessionmaker[AsyncSession], clock=time.time):
         self.sessions, self.clock = sessions, clock
 
-    async def claim(self, run: str, round_: int, group: str, tasks: Sequence[str], group_size: int,
-                    worker: str, limit: int, lease_s: float, holding: Sequence[int] = ()) -> Claim:
+    async def claim(
+        self,
+        run: str,
+        round_: int,
+        group: str,
+        tasks: Sequence[str],
+        group_size: int,
+        worker: str,
+        limit: int,
+        lease_s: float,
+        holding: Sequence[int] = (),
+    ) -> Claim:
         """Up to ``limit`` open or expired slots of ``tasks`` x ``range(group_size)``, held by ``worker``.
         ``holding``: the leases the worker is playing (expired or not, never handed to it again)."""
         now = self.clock()
         async with self.sessions.begin() as session:
             await _add_missing(session, run, round_, tasks, group_size)
-            claimable = (select(RolloutLease.id)
-                         .where(*_of(run, round_, tasks, group_size), RolloutLease.status != DONE,
-                                or_(RolloutLease.status == OPEN, RolloutLease.expires_at < now),
-                                RolloutLease.id.not_in(list(holding)))
-                         .order_by(RolloutLease.task, RolloutLease.slot).limit(limit)
-                         .with_for_update(skip_locked=True))
-            claimed = (await session.execute(
-                update(RolloutLease).where(RolloutLease.id.in_(claimable.scalar_subquery()))
-                .values(status=CLAIMED, worker=worker, expires_at=now + lease_s,
-                        attempts=RolloutLease.attempts + 1)
-                .returning(RolloutLease.id, RolloutLease.task, RolloutLease.slot, RolloutLease.attempts,
-                           RolloutLease.expires_at)
-                .execution_options(synchronize_session=False))).all()
+            claimable = (
+                select(RolloutLease.id)
+                .where(
+                    *_of(run, round_, tasks, group_size),
+                    RolloutLease.status != DONE,
+                    or_(RolloutLease.status == OPEN, RolloutLease.expires_at < now),
+                    RolloutLease.id.not_in(list(holding)),
+                )
+                .order_by(RolloutLease.task, RolloutLease.slot)
+                .limit(limit)
+                .with_for_update(skip_locked=True)
+            )
+            claimed = (
+                await session.execute(
+                    update(RolloutLease)
+                    .where(RolloutLease.id.in_(claimable.scalar_subquery()))
+                    .values(status=CLAIMED, worker=worker, expires_at=now + lease_s, attempts=RolloutLease.attempts + 1)
+                    .returning(
+                        RolloutLease.id,
+                        RolloutLease.task,
+                        RolloutLease.slot,
+                        RolloutLease.attempts,
+                        RolloutLease.expires_at,
+                    )
+                    .execution_options(synchronize_session=False)
+                )
+            ).all()
             leases = [Lease(*row) for row in claimed]
             settled, taken_over = await _settle_earlier(session, run, round_, group, leases)
-            remaining = (await session.execute(
-                select(func.count()).where(*_of(run, round_, tasks, group_size), RolloutLease.status != DONE)
-            )).scalar_one()
+            remaining = (
+                await session.execute(
+                    select(func.count()).where(*_of(run, round_, tasks, group_size), RolloutLease.status != DONE)
+                )
+            ).scalar_one()
         kept = tuple(sorted((lease for lease in leases if lease.id not in settled), key=lambda x: (x.task, x.slot)))
         return Claim(kept, remaining, taken_over)
 
@@ -89,10 +115,17 @@ class Leases:
         if not lease_ids:
             return set(), set()
         async with self.sessions.begin() as session:
-            renewed = set((await session.execute(
-                update(RolloutLease).where(*_held(worker, lease_ids))
-                .values(expires_at=self.clock() + lease_s)
-                .returning(RolloutLease.id).execution_options(synchronize_session=False))).scalars())
+            renewed = set(
+                (
+                    await session.execute(
+                        update(RolloutLease)
+                        .where(*_held(worker, lease_ids))
+                        .values(expires_at=self.clock() + lease_s)
+                        .returning(RolloutLease.id)
+                        .execution_options(synchronize_session=False)
+                    )
+                ).scalars()
+            )
         return renewed, set(lease_ids) - renewed
 
     async def release(self, worker: str, ends: Sequence[SlotEnd]) -> set[int]:
@@ -100,10 +133,17 @@ class Leases:
         lost = set()
         async with self.sessions.begin() as session:
             for end in ends:
-                values = ({"status": DONE, "rollout_id": end.rollout_id} if end.done
-                          else {"status": OPEN, "worker": None, "expires_at": 0.0})
-                result = await session.execute(update(RolloutLease).where(*_held(worker, [end.lease_id]))
-                                               .values(**values).execution_options(synchronize_session=False))
+                values = (
+                    {"status": DONE, "rollout_id": end.rollout_id}
+                    if end.done
+                    else {"status": OPEN, "worker": None, "expires_at": 0.0}
+                )
+                result = await session.execute(
+                    update(RolloutLease)
+                    .where(*_held(worker, [end.lease_id]))
+                    .values(**values)
+                    .execution_options(synchronize_session=False)
+                )
                 if result.rowcount == 0:
                     lost.add(end.lease_id)
         return lost
@@ -111,15 +151,21 @@ class Leases:
     async def slots(self, run: str, round_: int) -> list[RolloutLease]:
         """Every lease row of a run's round (reports and tests)."""
         async with self.sessions() as session:
-            rows = await session.scalars(select(RolloutLease).where(RolloutLease.run == run,
-                                                                    RolloutLease.round == round_)
-                                         .order_by(RolloutLease.task, RolloutLease.slot))
+            rows = await session.scalars(
+                select(RolloutLease)
+                .where(RolloutLease.run == run, RolloutLease.round == round_)
+                .order_by(RolloutLease.task, RolloutLease.slot)
+            )
             return list(rows)
 
 
 def _of(run: str, round_: int, tasks: Sequence[str], group_size: int) -> tuple:
-    return (RolloutLease.run == run, RolloutLease.round == round_, RolloutLease.task.in_(list(tasks)),
-            RolloutLease.slot < group_size)
+    return (
+        RolloutLease.run == run,
+        RolloutLease.round == round_,
+        RolloutLease.task.in_(list(tasks)),
+        RolloutLease.slot < group_size,
+    )
 
 
 def _held(worker: str, lease_ids: Sequence[int]) -> tuple:
@@ -131,27 +177,33 @@ async def _add_missing(session: AsyncSession, run: str, round_: int, tasks: Sequ
     have = (await session.execute(select(func.count()).where(*_of(run, round_, tasks, group_size)))).scalar_one()
     if have >= len(set(tasks)) * group_size:
         return
-    rows = [{"run": run, "round": round_, "task": task, "slot": slot, "status": OPEN, "expires_at": 0.0,
-             "attempts": 0} for task in dict.fromkeys(tasks) for slot in range(group_size)]
+    rows = [
+        {"run": run, "round": round_, "task": task, "slot": slot, "status": OPEN, "expires_at": 0.0, "attempts": 0}
+        for task in dict.fromkeys(tasks)
+        for slot in range(group_size)
+    ]
     dialect = postgresql if session.bind.dialect.name == "postgresql" else sqlite
-    statement = dialect.insert(RolloutLease).on_conflict_do_nothing(
-        index_elements=["run", "round", "task", "slot"])
+    statement = dialect.insert(RolloutLease).on_conflict_do_nothing(index_elements=["run", "round", "task", "slot"])
     for start in range(0, len(rows), 500):
-        await session.execute(statement, rows[start:start + 500])
+        await session.execute(statement, rows[start : start + 500])
 
 
-async def _settle_earlier(session: AsyncSession, run: str, round_: int, group: str,
-                          leases: Sequence[Lease]) -> tuple[set[int], tuple[int, ...]]:
+async def _settle_earlier(
+    session: AsyncSession, run: str, round_: int, group: str, leases: Sequence[Lease]
+) -> tuple[set[int], tuple[int, ...]]:
     """Claimed slots that already have an ended rollout become done; rollouts still running on a claimed
     slot (their worker's lease expired) are cancelled. (lease ids now done, rollout ids cancelled)."""
     if not leases:
         return set(), ()
     by_slot = {(lease.task, lease.slot): lease for lease in leases}
     found = await session.execute(
-        select(Rollout, Task.name).join(Task, Task.id == Rollout.task_id).join(Group, Group.id == Rollout.group_id)
+        select(Rollout, Task.name)
+        .join(Task, Task.id == Rollout.task_id)
+        .join(Group, Group.id == Rollout.group_id)
         .join(Run, Run.id == Rollout.run_id)
         .where(Run.name == run, Group.name == group, Task.name.in_({lease.task for lease in leases}))
-        .order_by(Rollout.id))
+        .order_by(Rollout.id)
+    )
     done, running = {}, []  # lease id -> the rollout that ended its slot; (rollout id, lease id) still running
     for rollout, task in found.all():
         meta = rollout.meta or {}
@@ -165,11 +217,13 @@ async def _settle_earlier(session: AsyncSession, run: str, round_: int, group: s
     cancelled, settled = await _cancel(session, dict(running))
     done.update(settled)
     for lease_id, rollout_id in done.items():
-        await session.execute(update(RolloutLease).where(RolloutLease.id == lease_id)
-                              .values(status=DONE, rollout_id=rollout_id)
-                              .execution_options(synchronize_session=False))
+        await session.execute(
+            update(RolloutLease)
+            .where(RolloutLease.id == lease_id)
+            .values(status=DONE, rollout_id=rollout_id)
+            .execution_options(synchronize_session=False)
+        )
     return set(done), tuple(cancelled)
-
 
 
 async def _cancel(session: AsyncSession, running: dict[int, int]) -> tuple[tuple[int, ...], dict[int, int]]:
@@ -179,8 +233,15 @@ async def _cancel(session: AsyncSession, running: dict[int, int]) -> tuple[tuple
     it, and a finish (its rollout, then its group) can then never wait in a cycle with a take-over."""
     if not running:
         return (), {}
-    rows = (await session.scalars(select(Rollout).where(Rollout.id.in_(list(running))).order_by(Rollout.id)
-                                  .with_for_update().execution_options(populate_existing=True))).all()
+    rows = (
+        await session.scalars(
+            select(Rollout)
+            .where(Rollout.id.in_(list(running)))
+            .order_by(Rollout.id)
+            .with_for_update()
+            .execution_options(populate_existing=True)
+        )
+    ).all()
     settled = {running[r.id]: r.id for r in rows if r.status in SETTLED}  # a finish landed first
     still = [r for r in rows if r.status == "running"]
     for rollout in still:

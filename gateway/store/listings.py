@@ -60,10 +60,25 @@ class CallFilter:
 
 
 # A call without its token blobs and bodies: what listings of many calls show.
-CALL_COLUMNS = (Call.id, Call.rollout_id, Call.parent_id, Call.fork_of, Call.drift_tokens, Call.dialect,
-                Call.model, Call.engine_model, Call.policy_version, Call.num_prompt_tokens,
-                Call.num_output_tokens, Call.finish_reason, Call.tags, Call.latency_ms, Call.temperature, Call.top_p,
-                Call.created_at)
+CALL_COLUMNS = (
+    Call.id,
+    Call.rollout_id,
+    Call.parent_id,
+    Call.fork_of,
+    Call.drift_tokens,
+    Call.dialect,
+    Call.model,
+    Call.engine_model,
+    Call.policy_version,
+    Call.num_prompt_tokens,
+    Call.num_output_tokens,
+    Call.finish_reason,
+    Call.tags,
+    Call.latency_ms,
+    Call.temperature,
+    Call.top_p,
+    Call.created_at,
+)
 TOKEN_COLUMNS = (Call.prompt_ids, Call.output_ids, Call.output_logprobs)
 
 
@@ -87,9 +102,17 @@ class Listings:
         """Rollout counts of each run, by id: one GROUP BY over the runs' rollouts (ix_rollouts_run_id)."""
         if not run_ids:
             return {}
-        query = (select(Rollout.run_id, func.count(), func.count().filter(Rollout.status == RolloutStatus.FINISHED),
-                        func.avg(Rollout.reward), func.max(Rollout.created_at))
-                 .where(Rollout.run_id.in_(run_ids)).group_by(Rollout.run_id))
+        query = (
+            select(
+                Rollout.run_id,
+                func.count(),
+                func.count().filter(Rollout.status == RolloutStatus.FINISHED),
+                func.avg(Rollout.reward),
+                func.max(Rollout.created_at),
+            )
+            .where(Rollout.run_id.in_(run_ids))
+            .group_by(Rollout.run_id)
+        )
         async with self.sessions() as session:
             rows = (await session.execute(query)).all()
         return {run_id: RunCounts(n, finished, mean, last) for run_id, n, finished, mean, last in rows}
@@ -99,22 +122,36 @@ class Listings:
             return (await session.scalars(select(Run).where(Run.name == name))).first()
 
     async def steps(self, run_id: int, after: int, limit: int) -> list[LearnerStep]:
-        query = (select(LearnerStep).where(LearnerStep.run_id == run_id, LearnerStep.step > after)
-                 .order_by(LearnerStep.step).limit(limit))
+        query = (
+            select(LearnerStep)
+            .where(LearnerStep.run_id == run_id, LearnerStep.step > after)
+            .order_by(LearnerStep.step)
+            .limit(limit)
+        )
         async with self.sessions() as session:
             return list((await session.scalars(query)).all())
 
     async def groups(self, where: GroupFilter, after: int, limit: int) -> list[tuple[Group, str, str]]:
         """Groups with their run and task names, by id."""
-        query = (select(Group, Run.name, Task.name).join(Run, Run.id == Group.run_id)
-                 .join(Task, Task.id == Group.task_id).where(Group.id > after).order_by(Group.id).limit(limit))
+        query = (
+            select(Group, Run.name, Task.name)
+            .join(Run, Run.id == Group.run_id)
+            .join(Task, Task.id == Group.task_id)
+            .where(Group.id > after)
+            .order_by(Group.id)
+            .limit(limit)
+        )
         query = _equal(query, (Run.name, where.run), (Task.name, where.task), (Group.status, where.status))
         async with self.sessions() as session:
             return [(row[0], row[1], row[2]) for row in (await session.execute(query)).all()]
 
     async def group(self, group_id: int) -> tuple[Group, str, str] | None:
-        query = (select(Group, Run.name, Task.name).join(Run, Run.id == Group.run_id)
-                 .join(Task, Task.id == Group.task_id).where(Group.id == group_id))
+        query = (
+            select(Group, Run.name, Task.name)
+            .join(Run, Run.id == Group.run_id)
+            .join(Task, Task.id == Group.task_id)
+            .where(Group.id == group_id)
+        )
         async with self.sessions() as session:
             row = (await session.execute(query)).first()
         return None if row is None else (row[0], row[1], row[2])
@@ -123,8 +160,11 @@ class Listings:
         """The rollouts (id, status, reward) of each group, by id: one IN query for a page of groups."""
         if not group_ids:
             return {}
-        query = (select(Rollout.group_id, Rollout.id, Rollout.status, Rollout.reward)
-                 .where(Rollout.group_id.in_(group_ids)).order_by(Rollout.id))
+        query = (
+            select(Rollout.group_id, Rollout.id, Rollout.status, Rollout.reward)
+            .where(Rollout.group_id.in_(group_ids))
+            .order_by(Rollout.id)
+        )
         found: dict[int, list[Row]] = defaultdict(list)
         async with self.sessions() as session:
             for row in (await session.execute(query)).all():
@@ -133,19 +173,32 @@ class Listings:
 
     async def rollouts(self, where: RolloutFilter, after: int, limit: int) -> list[tuple[Rollout, str, str, str]]:
         """Rollouts with their run, task and group names, by id."""
-        query = (select(Rollout, Run.name, Task.name, Group.name).join(Run, Run.id == Rollout.run_id)
-                 .join(Task, Task.id == Rollout.task_id).join(Group, Group.id == Rollout.group_id)
-                 .where(Rollout.id > after).order_by(Rollout.id).limit(limit))
-        query = _equal(query, (Run.name, where.run), (Task.name, where.task), (Rollout.group_id, where.group_id),
-                       (Rollout.status, where.status), (Rollout.meta["harness"].as_string(), where.harness))
+        query = (
+            select(Rollout, Run.name, Task.name, Group.name)
+            .join(Run, Run.id == Rollout.run_id)
+            .join(Task, Task.id == Rollout.task_id)
+            .join(Group, Group.id == Rollout.group_id)
+            .where(Rollout.id > after)
+            .order_by(Rollout.id)
+            .limit(limit)
+        )
+        query = _equal(
+            query,
+            (Run.name, where.run),
+            (Task.name, where.task),
+            (Rollout.group_id, where.group_id),
+            (Rollout.status, where.status),
+            (Rollout.meta["harness"].as_string(), where.harness),
+        )
         if where.reward_min is not None:
             query = query.where(Rollout.reward >= where.reward_min)
         if where.reward_max is not None:
             query = query.where(Rollout.reward <= where.reward_max)
         if where.policy_version is not None:
             # EXISTS probes the (rollout_id, policy_version, ...) index of migration 0005 per rollout.
-            query = query.where(exists().where(Call.rollout_id == Rollout.id,
-                                               Call.policy_version == where.policy_version))
+            query = query.where(
+                exists().where(Call.rollout_id == Rollout.id, Call.policy_version == where.policy_version)
+            )
         async with self.sessions() as session:
             return [tuple(row) for row in (await session.execute(query)).all()]
 
@@ -153,10 +206,17 @@ class Listings:
         """Calls by id, as rows of ``CALL_COLUMNS`` (plus ``TOKEN_COLUMNS`` with ``tokens``)."""
         columns = CALL_COLUMNS + TOKEN_COLUMNS if tokens else CALL_COLUMNS
         query = select(*columns).where(Call.id > after).order_by(Call.id).limit(limit)
-        query = _equal(query, (Call.rollout_id, where.rollout_id), (Call.finish_reason, where.finish_reason),
-                       (Call.dialect, where.dialect))
-        run_rollouts = None if where.run is None else (
-            select(Rollout.id).join(Run, Run.id == Rollout.run_id).where(Run.name == where.run))
+        query = _equal(
+            query,
+            (Call.rollout_id, where.rollout_id),
+            (Call.finish_reason, where.finish_reason),
+            (Call.dialect, where.dialect),
+        )
+        run_rollouts = (
+            None
+            if where.run is None
+            else (select(Rollout.id).join(Run, Run.id == Rollout.run_id).where(Run.name == where.run))
+        )
         if where.tag is not None:
             # The matching ids first, from the covering index that holds tags on SQLite (migration
             # 0005); filtering the calls' rows instead reads their tags past the token blobs' overflow

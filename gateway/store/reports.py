@@ -94,8 +94,12 @@ async def gather_report(store: Store, run: str) -> ReportData | None:
     if found is None:
         return None
     run_id = found.id
-    return ReportData(run, tuple(await step_points(store, run_id)), tuple(await reward_by_version(store, run_id)),
-                      await generation_throughput(store, run_id))
+    return ReportData(
+        run,
+        tuple(await step_points(store, run_id)),
+        tuple(await reward_by_version(store, run_id)),
+        await generation_throughput(store, run_id),
+    )
 
 
 async def known_runs(store: Store, limit: int = 20) -> list[str]:
@@ -108,44 +112,68 @@ async def step_points(store: Store, run_id: int) -> list[StepPoint]:
 
 
 def _step_point(step: int, m: dict) -> StepPoint:
-    return StepPoint(step=step, version=int(m.get("version") or 0), reward_mean=m.get("reward_mean"),
-                     reward_mean_kept=m.get("reward_mean_kept"), staleness_mean=m.get("staleness_mean"),
-                     staleness_max=m.get("staleness_max"), samples=int(m.get("samples") or 0),
-                     tokens_trained=int(m.get("tokens_trained") or 0), step_time_s=m.get("step_time_s"))
+    return StepPoint(
+        step=step,
+        version=int(m.get("version") or 0),
+        reward_mean=m.get("reward_mean"),
+        reward_mean_kept=m.get("reward_mean_kept"),
+        staleness_mean=m.get("staleness_mean"),
+        staleness_max=m.get("staleness_max"),
+        samples=int(m.get("samples") or 0),
+        tokens_trained=int(m.get("tokens_trained") or 0),
+        step_time_s=m.get("step_time_s"),
+    )
 
 
 async def reward_by_version(store: Store, run_id: int) -> list[VersionReward]:
     """Mean and spread of the scored rollouts per policy version, aggregated in SQL."""
     pinned = pinned_versions(run_id)
     reward = cast(Rollout.reward, Float)
-    query = (select(pinned.c.version, func.count(), func.avg(reward), func.avg(reward * reward))
-             .join(Rollout, Rollout.id == pinned.c.rollout_id).where(Rollout.reward.is_not(None))
-             .group_by(pinned.c.version).order_by(pinned.c.version))
+    query = (
+        select(pinned.c.version, func.count(), func.avg(reward), func.avg(reward * reward))
+        .join(Rollout, Rollout.id == pinned.c.rollout_id)
+        .where(Rollout.reward.is_not(None))
+        .group_by(pinned.c.version)
+        .order_by(pinned.c.version)
+    )
     async with store.sessions() as session:
         rows = (await session.execute(query)).all()
     # E[x^2] - E[x]^2 can dip below 0 by rounding when every reward is equal.
-    return [VersionReward(int(v), int(n), float(mean), math.sqrt(max(0.0, float(square) - float(mean) ** 2)))
-            for v, n, mean, square in rows]
+    return [
+        VersionReward(int(v), int(n), float(mean), math.sqrt(max(0.0, float(square) - float(mean) ** 2)))
+        for v, n, mean, square in rows
+    ]
 
 
 async def generation_throughput(store: Store, run_id: int) -> GenerationThroughput | None:
     """Output tokens per time bucket: one aggregate for the span, one GROUP BY over buckets."""
     dialect = store.engine.dialect.name
     epoch = _epoch_s(Call.created_at, dialect)
-    span = (select(func.min(epoch), func.max(epoch)).select_from(Call)
-            .join(Rollout, Rollout.id == Call.rollout_id).where(Rollout.run_id == run_id))
+    span = (
+        select(func.min(epoch), func.max(epoch))
+        .select_from(Call)
+        .join(Rollout, Rollout.id == Call.rollout_id)
+        .where(Rollout.run_id == run_id)
+    )
     async with store.sessions() as session:
         first, last = (await session.execute(span)).one()
         if first is None:
             return None
         width = bucket_width_s(float(last) - float(first))
         bucket = _bucket(epoch, float(first), width, dialect)
-        per_call = (select(bucket.label("bucket"), Call.num_output_tokens.label("tokens"))
-                    .join(Rollout, Rollout.id == Call.rollout_id).where(Rollout.run_id == run_id).subquery())
+        per_call = (
+            select(bucket.label("bucket"), Call.num_output_tokens.label("tokens"))
+            .join(Rollout, Rollout.id == Call.rollout_id)
+            .where(Rollout.run_id == run_id)
+            .subquery()
+        )
         # Grouped in an outer query: PostgreSQL would not match a GROUP BY expression whose bound
         # parameters differ from the SELECT's.
-        query = (select(per_call.c.bucket, func.sum(per_call.c.tokens), func.count())
-                 .group_by(per_call.c.bucket).order_by(per_call.c.bucket))
+        query = (
+            select(per_call.c.bucket, func.sum(per_call.c.tokens), func.count())
+            .group_by(per_call.c.bucket)
+            .order_by(per_call.c.bucket)
+        )
         rows = (await session.execute(query)).all()
     n = int(rows[-1][0]) + 1
     tokens, calls = [0] * n, [0] * n  # buckets without calls stay 0: a stall is worth seeing

@@ -29,16 +29,23 @@ ROLLOUTS_CACHED = 1024  # rollouts whose recent requests are kept in memory
 def encode(request: dict, parent_id: int | None, parent: Mapping[str, Any] | None) -> dict:
     """The form to store: ``request`` itself, or a delta against ``parent`` (the request of ``parent_id``)."""
     if parent is None or parent_id is None:
-        return {MARKER: {"parent": None, "keys": [[":", k, v] for k, v in request.items()]}} \
-            if MARKER in request else request
+        return (
+            {MARKER: {"parent": None, "keys": [[":", k, v] for k, v in request.items()]}}
+            if MARKER in request
+            else request
+        )
     ops: list[list] = []
     for key, value in request.items():
         base = parent.get(key, _ABSENT)
         if base is not _ABSENT and same(base, value):
             ops.append(["=", key])
-        elif isinstance(value, list) and isinstance(base, list) and len(base) <= len(value) \
-                and same(value[:len(base)], base):
-            ops.append(["+", key, value[len(base):]])
+        elif (
+            isinstance(value, list)
+            and isinstance(base, list)
+            and len(base) <= len(value)
+            and same(value[: len(base)], base)
+        ):
+            ops.append(["+", key, value[len(base) :]])
         else:
             ops.append([":", key, value])
     return {MARKER: {"parent": parent_id, "keys": ops}}

@@ -21,7 +21,10 @@ from gateway.store.tables import Call, Group, LearnerCheckpoint, LearnerStep, Ro
 
 STATUSES = ENDED
 AGE_UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400}
-KEEP_GROUPS = (GroupStatus.OPEN, GroupStatus.READY)  # a group still filling or waiting for the learner keeps its rollouts
+KEEP_GROUPS = (
+    GroupStatus.OPEN,
+    GroupStatus.READY,
+)  # a group still filling or waiting for the learner keeps its rollouts
 BATCH = 500  # rollouts deleted per transaction: a big prune never holds one long lock
 
 
@@ -33,8 +36,9 @@ class PruneFilter:
 
     def __post_init__(self) -> None:
         if self.status is not None and self.status not in STATUSES:
-            raise ValueError(f"--status is one of {', '.join(STATUSES)} (running rollouts are never pruned); "
-                             f"got {self.status!r}")
+            raise ValueError(
+                f"--status is one of {', '.join(STATUSES)} (running rollouts are never pruned); got {self.status!r}"
+            )
 
 
 def parse_age(age: str, now: datetime | None = None) -> datetime:
@@ -57,8 +61,9 @@ async def prune(store: Store, where: PruneFilter, dry_run: bool = False) -> Prun
     """Delete the ended rollouts ``where`` selects, with their calls; return what went (or would go)."""
     matched = _matching(where)
     async with store.sessions() as session:
-        kept = await session.scalar(select(func.count()).select_from(
-            matched.where(Group.status.in_(KEEP_GROUPS)).subquery()))
+        kept = await session.scalar(
+            select(func.count()).select_from(matched.where(Group.status.in_(KEEP_GROUPS)).subquery())
+        )
     deletable = matched.where(Group.status.not_in(KEEP_GROUPS))
     if dry_run:
         async with store.sessions() as session:
@@ -72,8 +77,9 @@ async def prune(store: Store, where: PruneFilter, dry_run: bool = False) -> Prun
             if not ids:
                 break
             # Children first: parent_id and fork_of point at calls of the same rollout.
-            await session.execute(Call.__table__.update().where(Call.rollout_id.in_(ids))
-                                  .values(parent_id=None, fork_of=None))
+            await session.execute(
+                Call.__table__.update().where(Call.rollout_id.in_(ids)).values(parent_id=None, fork_of=None)
+            )
             calls += (await session.execute(delete(Call).where(Call.rollout_id.in_(ids)))).rowcount
             rollouts += (await session.execute(delete(Rollout).where(Rollout.id.in_(ids)))).rowcount
     await _drop_empty(store, where.run)
@@ -81,8 +87,12 @@ async def prune(store: Store, where: PruneFilter, dry_run: bool = False) -> Prun
 
 
 def _matching(where: PruneFilter):
-    query = (select(Rollout.id).join(Group, Group.id == Rollout.group_id)
-             .where(Rollout.status != RolloutStatus.RUNNING).order_by(Rollout.id))
+    query = (
+        select(Rollout.id)
+        .join(Group, Group.id == Rollout.group_id)
+        .where(Rollout.status != RolloutStatus.RUNNING)
+        .order_by(Rollout.id)
+    )
     if where.run is not None:
         query = query.join(Run, Run.id == Rollout.run_id).where(Run.name == where.run)
     if where.ended_before is not None:
@@ -97,8 +107,9 @@ async def _drop_empty(store: Store, run: str | None) -> None:
     async with store.sessions.begin() as session:
         no_rollouts = ~exists().where(Rollout.group_id == Group.id)
         await session.execute(delete(Group).where(no_rollouts, Group.status.not_in(KEEP_GROUPS)))
-        await session.execute(delete(Task).where(~exists().where(Group.task_id == Task.id),
-                                                 ~exists().where(Rollout.task_id == Task.id)))
+        await session.execute(
+            delete(Task).where(~exists().where(Group.task_id == Task.id), ~exists().where(Rollout.task_id == Task.id))
+        )
         if run is None:
             return
         run_id = await session.scalar(select(Run.id).where(Run.name == run))

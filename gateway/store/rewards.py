@@ -77,8 +77,11 @@ async def mark_group_if_ready(session: AsyncSession, group_id: int) -> bool:
     total, running = await _members(session, group_id)
     if total < group.size or running:
         return False
-    await session.execute(update(Group).where(Group.id == group_id, Group.status == GroupStatus.OPEN)
-                          .values(status=GroupStatus.READY, ready_at=utcnow()))
+    await session.execute(
+        update(Group)
+        .where(Group.id == group_id, Group.status == GroupStatus.OPEN)
+        .values(status=GroupStatus.READY, ready_at=utcnow())
+    )
     return True
 
 
@@ -95,19 +98,26 @@ async def lock_group(session: AsyncSession, group: Group) -> None:
 async def check_group_open(session: AsyncSession, group: Group, group_size: int | None) -> None:
     """GroupClosed unless ``group`` (locked) takes one more rollout: still open, a free place, its size."""
     if group_size is not None and group.size is not None and group_size != group.size:
-        raise GroupClosed(f"group {group.name!r} has size {group.size}, not {group_size}: a group's size is "
-                          f"fixed by its first rollout")
+        raise GroupClosed(
+            f"group {group.name!r} has size {group.size}, not {group_size}: a group's size is "
+            f"fixed by its first rollout"
+        )
     if group.status != GroupStatus.OPEN:
-        raise GroupClosed(f"group {group.name!r} is already {group.status}: it takes no more rollouts; "
-                          f"create the rollout in a new group")
+        raise GroupClosed(
+            f"group {group.name!r} is already {group.status}: it takes no more rollouts; "
+            f"create the rollout in a new group"
+        )
     if group.size is not None and (await _members(session, group.id))[0] >= group.size:
-        raise GroupClosed(f"group {group.name!r} already has its {group.size} rollouts; create the rollout in "
-                          f"a new group, or cancel one of them first")
+        raise GroupClosed(
+            f"group {group.name!r} already has its {group.size} rollouts; create the rollout in "
+            f"a new group, or cancel one of them first"
+        )
 
 
 async def _members(session: AsyncSession, group_id: int) -> tuple[int, int]:
     """(rollouts that count, of which still running): cancelled rollouts are no members."""
-    counts = select(func.count(Rollout.id), func.count(Rollout.id).filter(Rollout.status == RolloutStatus.RUNNING)).where(
-        Rollout.group_id == group_id, Rollout.status != CANCELLED)
+    counts = select(
+        func.count(Rollout.id), func.count(Rollout.id).filter(Rollout.status == RolloutStatus.RUNNING)
+    ).where(Rollout.group_id == group_id, Rollout.status != CANCELLED)
     total, running = (await session.execute(counts)).one()
     return total, running

@@ -54,11 +54,19 @@ class SampledMarks:
 
     @classmethod
     def empty(cls, length: int) -> SampledMarks:
-        return cls(np.zeros(length, dtype=np.int8), np.zeros(length, dtype=np.float32),
-                   np.full(length, -1, dtype=np.int32))
+        return cls(
+            np.zeros(length, dtype=np.int8), np.zeros(length, dtype=np.float32), np.full(length, -1, dtype=np.int32)
+        )
 
-    def mark(self, ids: np.ndarray, offset: int, output_ids: np.ndarray, output_logprobs: np.ndarray,
-             version: int, where: str) -> None:
+    def mark(
+        self,
+        ids: np.ndarray,
+        offset: int,
+        output_ids: np.ndarray,
+        output_logprobs: np.ndarray,
+        version: int,
+        where: str,
+    ) -> None:
         """Marks a call's output, which sits in ``ids`` at ``offset``; ``where`` names it if it does not."""
         end = offset + len(output_ids)
         if end > len(ids) or not np.array_equal(ids[offset:end], output_ids):
@@ -100,8 +108,14 @@ def sample_from_path(path: list[CallNode]) -> Sample:
     input_ids = np.concatenate([leaf.prompt_ids, leaf.output_ids]).astype(np.int32)
     marks = SampledMarks.empty(len(input_ids))
     for node in path:
-        marks.mark(input_ids, len(node.prompt_ids), node.output_ids, node.output_logprobs, node.policy_version,
-                   f"call {node.call_id} is not a prefix of call {leaf.call_id}")
+        marks.mark(
+            input_ids,
+            len(node.prompt_ids),
+            node.output_ids,
+            node.output_logprobs,
+            node.policy_version,
+            f"call {node.call_id} is not a prefix of call {leaf.call_id}",
+        )
     return Sample(tuple(n.call_id for n in path), input_ids, marks.mask, marks.logprobs, marks.versions)
 
 
@@ -131,8 +145,14 @@ def prompt_marks(prompt_ids: np.ndarray, ancestors: list[Ancestor], include_side
     for ancestor in ancestors:
         if not trained_on(ancestor.tags, include_side):
             break
-        marks.mark(prompt_ids, ancestor.offset, ancestor.output_ids, ancestor.output_logprobs,
-                   ancestor.policy_version, f"call {ancestor.call_id} is not a prefix of its descendant")
+        marks.mark(
+            prompt_ids,
+            ancestor.offset,
+            ancestor.output_ids,
+            ancestor.output_logprobs,
+            ancestor.policy_version,
+            f"call {ancestor.call_id} is not a prefix of its descendant",
+        )
     return marks
 
 

@@ -49,14 +49,15 @@ class RunConflict(ValueError):
 
 class RequestConflict(ValueError):
     """A request id that already created a rollout, sent again with a different body."""
+
+
 DEFAULT_GROUP = "default"
 RUNNING_RECHECK_S = 1.0  # how long a rollout read as running is trusted to run
 TOKEN_PREFIX = "hrl-"  # lets the gateway tell its tokens from placeholder API keys
 
 
 class Store:
-    def __init__(self, engine: AsyncEngine, bind: AsyncConnection | None = None,
-                 inserts: SQLiteInserts | None = None):
+    def __init__(self, engine: AsyncEngine, bind: AsyncConnection | None = None, inserts: SQLiteInserts | None = None):
         """``bind`` runs every session inside one outer connection (tests roll it back);
         ``inserts`` takes the call inserts off aiosqlite (SQLite files, see ``sqlite_inserts``)."""
         self.engine = engine
@@ -82,9 +83,17 @@ class Store:
     # --- rollout identity -------------------------------------------------------------------
 
     async def create_rollout(
-        self, run: str, task: str, group: str | None = None, meta: dict | None = None,
-        capture: str | None = None, group_size: int | None = None, sampling: dict[str, float] | None = None,
-        request_id: str | None = None, policy: str | None = None, pinned_version: int | None = None,
+        self,
+        run: str,
+        task: str,
+        group: str | None = None,
+        meta: dict | None = None,
+        capture: str | None = None,
+        group_size: int | None = None,
+        sampling: dict[str, float] | None = None,
+        request_id: str | None = None,
+        policy: str | None = None,
+        pinned_version: int | None = None,
     ) -> RolloutIdentity:
         """A new rollout (and its run, task and group when missing).
 
@@ -111,11 +120,14 @@ class Store:
             earlier = await _created_by(session, run_row.id, request_id) if request_id else None
             if earlier is not None:
                 if earlier.request_digest != digest:
-                    raise RequestConflict(f"request id {request_id!r} already created rollout {earlier.id} with "
-                                          f"another body: a retry sends the same body; a new rollout needs a new "
-                                          f"request id")
-                identity = _identity(earlier.id, run_row.id, earlier.token, config, earlier.meta or {},
-                                     earlier.pinned_version)
+                    raise RequestConflict(
+                        f"request id {request_id!r} already created rollout {earlier.id} with "
+                        f"another body: a retry sends the same body; a new rollout needs a new "
+                        f"request id"
+                    )
+                identity = _identity(
+                    earlier.id, run_row.id, earlier.token, config, earlier.meta or {}, earlier.pinned_version
+                )
                 self._tokens[identity.token] = identity
                 return identity
             await check_group_open(session, group_row, group_size)
@@ -141,8 +153,11 @@ class Store:
         cached = self._tokens.get(token)
         if cached is not None:
             return cached
-        query = (select(Rollout.id, Rollout.run_id, Rollout.meta, Rollout.pinned_version, Run.config)
-                 .join(Run, Run.id == Rollout.run_id).where(Rollout.token == token))
+        query = (
+            select(Rollout.id, Rollout.run_id, Rollout.meta, Rollout.pinned_version, Run.config)
+            .join(Run, Run.id == Rollout.run_id)
+            .where(Rollout.token == token)
+        )
         async with self.sessions() as session:
             row = (await session.execute(query)).first()
         if row is None:
@@ -239,7 +254,9 @@ class Store:
         """The rollout's last ``limit`` calls as call-graph nodes, oldest first."""
         query = (
             select(Call.id, Call.num_prompt_tokens, Call.prompt_ids, Call.output_ids)
-            .where(Call.rollout_id == rollout_id).order_by(Call.id.desc()).limit(limit)
+            .where(Call.rollout_id == rollout_id)
+            .order_by(Call.id.desc())
+            .limit(limit)
         )
         async with self.sessions() as session:
             rows = (await session.execute(query)).all()
@@ -248,28 +265,58 @@ class Store:
     async def call_nodes(self, rollout_id: int) -> list[CallNode]:
         """Every call of the rollout with its tokens (no bodies), for building samples."""
         query = (
-            select(Call.id, Call.parent_id, Call.prompt_ids, Call.output_ids, Call.output_logprobs,
-                   Call.policy_version, Call.tags)
-            .where(Call.rollout_id == rollout_id).order_by(Call.id)
+            select(
+                Call.id,
+                Call.parent_id,
+                Call.prompt_ids,
+                Call.output_ids,
+                Call.output_logprobs,
+                Call.policy_version,
+                Call.tags,
+            )
+            .where(Call.rollout_id == rollout_id)
+            .order_by(Call.id)
         )
         async with self.sessions() as session:
             rows = (await session.execute(query)).all()
-        return [CallNode(r.id, r.parent_id, np.frombuffer(r.prompt_ids, "<i4"), np.frombuffer(r.output_ids, "<i4"),
-                         np.frombuffer(r.output_logprobs, "<f4"), r.policy_version, tuple(r.tags or ()))
-                for r in rows]
+        return [
+            CallNode(
+                r.id,
+                r.parent_id,
+                np.frombuffer(r.prompt_ids, "<i4"),
+                np.frombuffer(r.output_ids, "<i4"),
+                np.frombuffer(r.output_logprobs, "<f4"),
+                r.policy_version,
+                tuple(r.tags or ()),
+            )
+            for r in rows
+        ]
 
     async def ancestors(self, call_id: int) -> list[Ancestor]:
         """The calls above this one on its path, parent first (one recursive query)."""
         chain = select(Call.id, Call.parent_id).where(Call.id == call_id).cte("chain", recursive=True)
         chain = chain.union_all(select(Call.id, Call.parent_id).join(chain, Call.id == chain.c.parent_id))
-        query = (select(Call.id, Call.num_prompt_tokens, Call.output_ids, Call.tags, Call.output_logprobs,
-                        Call.policy_version)
-                 .join(chain, Call.id == chain.c.id).where(Call.id != call_id).order_by(Call.id.desc()))
+        query = (
+            select(
+                Call.id, Call.num_prompt_tokens, Call.output_ids, Call.tags, Call.output_logprobs, Call.policy_version
+            )
+            .join(chain, Call.id == chain.c.id)
+            .where(Call.id != call_id)
+            .order_by(Call.id.desc())
+        )
         async with self.sessions() as session:
             rows = (await session.execute(query)).all()
-        return [Ancestor(r.id, r.num_prompt_tokens, np.frombuffer(r.output_ids, "<i4"), tuple(r.tags or ()),
-                         np.frombuffer(r.output_logprobs, "<f4"), r.policy_version)
-                for r in rows]
+        return [
+            Ancestor(
+                r.id,
+                r.num_prompt_tokens,
+                np.frombuffer(r.output_ids, "<i4"),
+                tuple(r.tags or ()),
+                np.frombuffer(r.output_logprobs, "<f4"),
+                r.policy_version,
+            )
+            for r in rows
+        ]
 
     async def graph_stats(self, rollout_id: int) -> dict[str, int]:
         """Calls, roots, forks and drift tokens of a rollout's call graph."""
@@ -285,8 +332,12 @@ class Store:
 
     async def recent_outputs(self, rollout_id: int, limit: int) -> list[tuple[dict, list[int]]]:
         """The rollout's last chat answers (assistant message, sampled ids), oldest first."""
-        query = (select(Call.response, Call.output_ids).where(Call.rollout_id == rollout_id)
-                 .order_by(Call.id.desc()).limit(limit))
+        query = (
+            select(Call.response, Call.output_ids)
+            .where(Call.rollout_id == rollout_id)
+            .order_by(Call.id.desc())
+            .limit(limit)
+        )
         async with self.sessions() as session:
             rows = (await session.execute(query)).all()
         outputs = []
@@ -306,8 +357,7 @@ class Store:
 
     async def last_main_call(self, rollout_id: int) -> Call | None:
         """The rollout's last call that is not a side call (the agent's latest view of its task)."""
-        query = (select(Call).where(Call.rollout_id == rollout_id, is_main_call())
-                 .order_by(Call.id.desc()).limit(1))
+        query = select(Call).where(Call.rollout_id == rollout_id, is_main_call()).order_by(Call.id.desc()).limit(1)
         async with self.sessions() as session:
             call = (await session.scalars(query)).first()
         if call is not None:
@@ -316,18 +366,12 @@ class Store:
 
     async def answers_before(self, rollout_id: int, call_id: int) -> list[tuple[int, dict]]:
         """(id, engine response) of the rollout's calls before ``call_id``, oldest first (no token blobs)."""
-        query = (select(Call.id, Call.response).where(Call.rollout_id == rollout_id, Call.id < call_id)
-                 .order_by(Call.id))
+        query = select(Call.id, Call.response).where(Call.rollout_id == rollout_id, Call.id < call_id).order_by(Call.id)
         async with self.sessions() as session:
             return [(row.id, row.response) for row in (await session.execute(query)).all()]
 
     async def list_calls(self, rollout_id: int, after: int, limit: int) -> list[Call]:
-        query = (
-            select(Call)
-            .where(Call.rollout_id == rollout_id, Call.id > after)
-            .order_by(Call.id)
-            .limit(limit)
-        )
+        query = select(Call).where(Call.rollout_id == rollout_id, Call.id > after).order_by(Call.id).limit(limit)
         async with self.sessions() as session:
             calls = list((await session.scalars(query)).all())
         await self._decode_requests(calls)
@@ -354,9 +398,14 @@ class Store:
 
     async def run_rollouts(self, run: str, after: int, limit: int) -> list[tuple[Rollout, str]]:
         """A page of a run's rollouts with their group names, by id."""
-        query = (select(Rollout, Group.name).join(Run, Run.id == Rollout.run_id)
-                 .join(Group, Group.id == Rollout.group_id)
-                 .where(Run.name == run, Rollout.id > after).order_by(Rollout.id).limit(limit))
+        query = (
+            select(Rollout, Group.name)
+            .join(Run, Run.id == Rollout.run_id)
+            .join(Group, Group.id == Rollout.group_id)
+            .where(Run.name == run, Rollout.id > after)
+            .order_by(Rollout.id)
+            .limit(limit)
+        )
         async with self.sessions() as session:
             return [(row[0], row[1]) for row in (await session.execute(query)).all()]
 
@@ -380,9 +429,14 @@ class Store:
             await add_reward(session, rollout, name, value)
         return True
 
-    async def end_rollout(self, rollout_id: int, status: str, error: str | None = None,
-                          rewards: dict[str, float | None] | None = None,
-                          reward_details: dict[str, dict] | None = None) -> bool:
+    async def end_rollout(
+        self,
+        rollout_id: int,
+        status: str,
+        error: str | None = None,
+        rewards: dict[str, float | None] | None = None,
+        reward_details: dict[str, dict] | None = None,
+    ) -> bool:
         """Record the rollout's final rewards (and how they were reached) and end it; its group may
         become ready.
 
@@ -423,12 +477,20 @@ class Store:
             return list((await session.scalars(query)).all())
 
 
-def _identity(rollout_id: int, run_id: int, token: str, run_config: dict, meta: dict,
-              pinned_version: int | None = None) -> RolloutIdentity:
+def _identity(
+    rollout_id: int, run_id: int, token: str, run_config: dict, meta: dict, pinned_version: int | None = None
+) -> RolloutIdentity:
     patterns = meta.get("side_call_patterns") or {}
-    return RolloutIdentity(rollout_id, run_id, token, run_config.get("capture", "engine"), meta.get("harness"),
-                           tuple(sorted((str(k), str(v)) for k, v in patterns.items())),
-                           SamplingSettings.from_config(run_config.get("sampling")), pinned_version)
+    return RolloutIdentity(
+        rollout_id,
+        run_id,
+        token,
+        run_config.get("capture", "engine"),
+        meta.get("harness"),
+        tuple(sorted((str(k), str(v)) for k, v in patterns.items())),
+        SamplingSettings.from_config(run_config.get("sampling")),
+        pinned_version,
+    )
 
 
 def _run_config(run: str, config: dict, capture: str | None, sampling: dict[str, float] | None) -> dict:
@@ -444,16 +506,22 @@ def _run_config(run: str, config: dict, capture: str | None, sampling: dict[str,
         raise RunConflict(f"run {run!r} captures in {config['capture']!r} mode, not {capture!r}", "capture")
     if run == ADHOC_RUN:
         if sampling:
-            raise RunConflict(f"run {run!r} passes each client's sampling through; it takes no sampling "
-                              f"settings: give the rollout a run of its own", "sampling")
+            raise RunConflict(
+                f"run {run!r} passes each client's sampling through; it takes no sampling "
+                f"settings: give the rollout a run of its own",
+                "sampling",
+            )
         return config
     fixed = SamplingSettings.from_config(config.get("sampling"))
     asked = dataclasses.replace(fixed or SamplingSettings(), **(sampling or {}))
     if fixed is None:
         config["sampling"] = asked.as_config()
     elif asked != fixed:
-        raise RunConflict(f"run {run!r} samples with {_describe(fixed)}, not {_describe(asked)}: a run's "
-                          f"sampling is fixed when it is created; start a new run to change it", "sampling")
+        raise RunConflict(
+            f"run {run!r} samples with {_describe(fixed)}, not {_describe(asked)}: a run's "
+            f"sampling is fixed when it is created; start a new run to change it",
+            "sampling",
+        )
     return config
 
 
@@ -461,11 +529,24 @@ def _describe(sampling: SamplingSettings) -> str:
     return f"temperature={sampling.temperature:g}, top_p={sampling.top_p:g}"
 
 
-def _request_digest(task: str, group: str | None, meta: dict, capture: str | None, group_size: int | None,
-                    sampling: dict[str, float] | None, policy: str | None = None) -> str:
+def _request_digest(
+    task: str,
+    group: str | None,
+    meta: dict,
+    capture: str | None,
+    group_size: int | None,
+    sampling: dict[str, float] | None,
+    policy: str | None = None,
+) -> str:
     """What a create-rollout request asked for, so a retry can be told from another request."""
-    asked = {"task": task, "group": group, "meta": meta, "capture": capture, "group_size": group_size,
-             "sampling": sampling or None}
+    asked = {
+        "task": task,
+        "group": group,
+        "meta": meta,
+        "capture": capture,
+        "group_size": group_size,
+        "sampling": sampling or None,
+    }
     if policy is not None:  # absent from the digests of requests without a pin, as before
         asked["policy"] = policy
     canonical = json.dumps(asked, sort_keys=True, separators=(",", ":"), default=str)

@@ -32,7 +32,8 @@ async def _summary(session: AsyncSession, run_id: int) -> dict:
         **calls,
         "fork_rate": calls["forks"] / calls["calls"] if calls["calls"] else None,
         "learner_steps": await session.scalar(
-            select(func.count()).select_from(LearnerStep).where(LearnerStep.run_id == run_id)),
+            select(func.count()).select_from(LearnerStep).where(LearnerStep.run_id == run_id)
+        ),
     }
 
 
@@ -60,18 +61,26 @@ async def _call_totals(session: AsyncSession, run_id: int) -> dict[str, int]:
 def pinned_versions(run_id: int):
     """Subquery (rollout_id, version): the policy version each rollout of the run was served by, the
     lowest among its calls (a rollout is pinned to the version current when it started)."""
-    return (select(Call.rollout_id, func.min(Call.policy_version).label("version"))
-            .where(Call.rollout_id.in_(_run_rollout_ids(run_id))).group_by(Call.rollout_id).subquery())
+    return (
+        select(Call.rollout_id, func.min(Call.policy_version).label("version"))
+        .where(Call.rollout_id.in_(_run_rollout_ids(run_id)))
+        .group_by(Call.rollout_id)
+        .subquery()
+    )
 
 
 async def _reward_by_version(session: AsyncSession, run_id: int) -> list[dict]:
     """Mean reward per policy version, a rollout counting under the version it was pinned to."""
     version = pinned_versions(run_id)
-    query = (select(version.c.version, func.count(), func.avg(Rollout.reward))
-             .join(Rollout, Rollout.id == version.c.rollout_id)
-             .group_by(version.c.version).order_by(version.c.version))
-    return [{"policy_version": v, "rollouts": n, "reward_mean": mean}
-            for v, n, mean in (await session.execute(query)).all()]
+    query = (
+        select(version.c.version, func.count(), func.avg(Rollout.reward))
+        .join(Rollout, Rollout.id == version.c.rollout_id)
+        .group_by(version.c.version)
+        .order_by(version.c.version)
+    )
+    return [
+        {"policy_version": v, "rollouts": n, "reward_mean": mean} for v, n, mean in (await session.execute(query)).all()
+    ]
 
 
 def _run_rollout_ids(run_id: int):

@@ -145,8 +145,10 @@ class RolloutLease(Base):
     """Which rollout worker runs one (round, task, index) of a run, and until when (``gateway.store.leases``)."""
 
     __tablename__ = "rollout_leases"
-    __table_args__ = (UniqueConstraint("run", "round", "task", "slot"),
-                      Index("ix_rollout_leases_claimable", "run", "round", "status", "expires_at"))
+    __table_args__ = (
+        UniqueConstraint("run", "round", "task", "slot"),
+        Index("ix_rollout_leases_claimable", "run", "round", "status", "expires_at"),
+    )
 
     id: Mapped[int] = mapped_column(Id, primary_key=True)
     run: Mapped[str] = mapped_column(String(200))  # the run's name (the run row may not exist yet)

@@ -56,8 +56,12 @@ async def ready_group_ids(store: Store, run_id: int, limit: int, exclude: Collec
     By status, not "after the last consumed position": a group whose ``ready_at`` is earlier than the
     position (clock skew between gateways, a slow commit) is still trained, later, instead of skipped.
     """
-    query = (select(Group.id).where(Group.run_id == run_id, Group.status == READY)
-             .order_by(Group.ready_at, Group.id).limit(limit + len(exclude)))
+    query = (
+        select(Group.id)
+        .where(Group.run_id == run_id, Group.status == READY)
+        .order_by(Group.ready_at, Group.id)
+        .limit(limit + len(exclude))
+    )
     async with store.sessions() as session:
         ids = list((await session.scalars(query)).all())
     return [i for i in ids if i not in exclude][:limit]
@@ -72,10 +76,17 @@ async def run_sampling(store: Store, run_id: int) -> SamplingSettings | None:
 
 async def group_members(store: Store, group_id: int) -> GroupMembers:
     """A group's rollouts with their rewards, and the temperatures its calls were sampled at."""
-    members = (select(Rollout.id, Rollout.reward, Rollout.meta).where(Rollout.group_id == group_id, Rollout.status != CANCELLED)
-               .order_by(Rollout.id))
-    temperatures = (select(Call.temperature).distinct().join(Rollout, Rollout.id == Call.rollout_id)
-                    .where(Rollout.group_id == group_id, Rollout.status != CANCELLED, Call.temperature.is_not(None)))
+    members = (
+        select(Rollout.id, Rollout.reward, Rollout.meta)
+        .where(Rollout.group_id == group_id, Rollout.status != CANCELLED)
+        .order_by(Rollout.id)
+    )
+    temperatures = (
+        select(Call.temperature)
+        .distinct()
+        .join(Rollout, Rollout.id == Call.rollout_id)
+        .where(Rollout.group_id == group_id, Rollout.status != CANCELLED, Call.temperature.is_not(None))
+    )
     async with store.sessions() as session:
         ready_at = await session.scalar(select(Group.ready_at).where(Group.id == group_id))
         rows = (await session.execute(members)).all()
@@ -88,8 +99,10 @@ async def quarantine_group(store: Store, run_id: int, group_id: int, reason: str
     """Mark a ready group quarantined with ``reason``; False when it was no longer ready."""
     async with store.sessions.begin() as session:
         done = await session.execute(
-            update(Group).where(Group.id == group_id, Group.run_id == run_id, Group.status == READY)
-            .values(status=QUARANTINED, error=reason[:2000]))
+            update(Group)
+            .where(Group.id == group_id, Group.run_id == run_id, Group.status == READY)
+            .values(status=QUARANTINED, error=reason[:2000])
+        )
     return done.rowcount == 1
 
 
@@ -105,26 +118,42 @@ async def commit_checkpoint(store: Store, run_id: int, record: CheckpointRecord)
     ids = list(record.group_ids)
     try:
         async with store.sessions.begin() as session:
-            session.add(LearnerCheckpoint(
-                run_id=run_id, step=record.step, version=record.version, path=record.path, group_ids=ids,
-                last_ready_at=record.last_ready_at, last_group_id=record.last_group_id))
+            session.add(
+                LearnerCheckpoint(
+                    run_id=run_id,
+                    step=record.step,
+                    version=record.version,
+                    path=record.path,
+                    group_ids=ids,
+                    last_ready_at=record.last_ready_at,
+                    last_group_id=record.last_group_id,
+                )
+            )
             await session.flush()
             if ids:
                 done = await session.execute(
-                    update(Group).where(Group.id.in_(ids), Group.run_id == run_id, Group.status == READY)
-                    .values(status=CONSUMED))
+                    update(Group)
+                    .where(Group.id.in_(ids), Group.run_id == run_id, Group.status == READY)
+                    .values(status=CONSUMED)
+                )
                 if done.rowcount != len(set(ids)):
-                    raise ConsumeConflict(f"of groups {ids}, only {done.rowcount} were still ready: "
-                                          f"is another learner training this run?")
+                    raise ConsumeConflict(
+                        f"of groups {ids}, only {done.rowcount} were still ready: is another learner training this run?"
+                    )
     except IntegrityError:
-        raise ConsumeConflict(f"step {record.step} of this run is already checkpointed: "
-                              f"is another learner training this run?") from None
+        raise ConsumeConflict(
+            f"step {record.step} of this run is already checkpointed: is another learner training this run?"
+        ) from None
 
 
 async def latest_checkpoint(store: Store, run_id: int) -> CheckpointRecord | None:
     """The newest committed checkpoint of the run (the only one a restart may load)."""
-    query = (select(LearnerCheckpoint).where(LearnerCheckpoint.run_id == run_id)
-             .order_by(LearnerCheckpoint.step.desc()).limit(1))
+    query = (
+        select(LearnerCheckpoint)
+        .where(LearnerCheckpoint.run_id == run_id)
+        .order_by(LearnerCheckpoint.step.desc())
+        .limit(1)
+    )
     async with store.sessions() as session:
         row = await session.scalar(query)
     return None if row is None else _checkpoint(row)
@@ -138,8 +167,7 @@ async def checkpoints(store: Store, run_id: int) -> list[CheckpointRecord]:
 
 
 def _checkpoint(row: LearnerCheckpoint) -> CheckpointRecord:
-    return CheckpointRecord(row.step, row.version, row.path, tuple(row.group_ids), row.last_ready_at,
-                            row.last_group_id)
+    return CheckpointRecord(row.step, row.version, row.path, tuple(row.group_ids), row.last_ready_at, row.last_group_id)
 
 
 # --- step metrics ------------------------------------------------------------------------------
@@ -154,7 +182,6 @@ async def record_step(store: Store, run_id: int, step: int, metrics: dict) -> No
 
 async def learner_steps(store: Store, run_id: int) -> list[tuple[int, dict]]:
     """Every stored step of the run as (step, metrics), in step order."""
-    query = select(LearnerStep.step, LearnerStep.metrics).where(LearnerStep.run_id == run_id).order_by(
-        LearnerStep.step)
+    query = select(LearnerStep.step, LearnerStep.metrics).where(LearnerStep.run_id == run_id).order_by(LearnerStep.step)
     async with store.sessions() as session:
         return [(step, metrics or {}) for step, metrics in (await session.execute(query)).all()]

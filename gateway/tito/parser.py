@@ -25,7 +25,7 @@ def parse_output(text: str, tools_enabled: bool) -> ParsedOutput:
     reasoning = None
     think = THINK.match(text)
     if think:
-        reasoning, text = think.group(1).strip(), text[think.end():]
+        reasoning, text = think.group(1).strip(), text[think.end() :]
     if not tools_enabled or "<tool_call>" not in text:
         return ParsedOutput(text, reasoning, [])
     try:
@@ -39,9 +39,14 @@ def parse_output(text: str, tools_enabled: bool) -> ParsedOutput:
 
 def _tool_call(call: dict) -> dict:
     arguments = call.get("arguments", {})
-    return {"id": f"call_{secrets.token_hex(12)}", "type": "function",
-            "function": {"name": call["name"],
-                         "arguments": arguments if isinstance(arguments, str) else json.dumps(arguments, ensure_ascii=False)}}
+    return {
+        "id": f"call_{secrets.token_hex(12)}",
+        "type": "function",
+        "function": {
+            "name": call["name"],
+            "arguments": arguments if isinstance(arguments, str) else json.dumps(arguments, ensure_ascii=False),
+        },
+    }
 
 
 THINK_OPEN, THINK_CLOSE, CALL_OPEN, CALL_CLOSE = "<think>", "</think>", "<tool_call>", "</tool_call>"
@@ -91,7 +96,7 @@ class StreamParser:
         elif self.mode == "content" and self.pending:
             out.append({"content": self.pending})
         elif self.mode == "calls" and CALL_OPEN in self.pending:  # an unclosed last call
-            call = self.pending[self.pending.find(CALL_OPEN) + len(CALL_OPEN):]
+            call = self.pending[self.pending.find(CALL_OPEN) + len(CALL_OPEN) :]
             self.region.append(self.pending)
             self.pending = ""
             self._call(call, out)
@@ -111,7 +116,7 @@ class StreamParser:
     def _start(self) -> bool:
         head = self.pending.lstrip()
         if head.startswith(THINK_OPEN):
-            self.mode, self.pending = "reasoning", head[len(THINK_OPEN):]
+            self.mode, self.pending = "reasoning", head[len(THINK_OPEN) :]
             return True
         if THINK_OPEN.startswith(head):
             return False  # too little text yet to know
@@ -124,12 +129,12 @@ class StreamParser:
         end = self.pending.find(THINK_CLOSE)
         if end >= 0:
             self._reasoning(self.pending[:end].rstrip(), out)
-            self.mode, self.pending = "content", self.pending[end + len(THINK_CLOSE):]
+            self.mode, self.pending = "content", self.pending[end + len(THINK_CLOSE) :]
             return True
         # Trailing whitespace waits too: the reasoning is stripped at its end.
         sure = self.pending[: len(self.pending) - _held(self.pending, THINK_CLOSE)].rstrip()
         self._reasoning(sure, out)
-        self.pending = self.pending[len(sure):]
+        self.pending = self.pending[len(sure) :]
         return False
 
     def _reasoning(self, text: str, out: list[dict]) -> None:
@@ -147,7 +152,7 @@ class StreamParser:
         held = _held(self.pending, CALL_OPEN) if self.tools_enabled else 0
         if sure := self.pending[: len(self.pending) - held]:
             out.append({"content": sure})
-            self.pending = self.pending[len(sure):]
+            self.pending = self.pending[len(sure) :]
         return False
 
     def _in_calls(self, out: list[dict]) -> bool:
@@ -155,9 +160,9 @@ class StreamParser:
         end = self.pending.find(CALL_CLOSE, start) if start >= 0 else -1
         if end < 0:
             return False
-        call = self.pending[start + len(CALL_OPEN): end]
+        call = self.pending[start + len(CALL_OPEN) : end]
         self.region.append(self.pending[: end + len(CALL_CLOSE)])
-        self.pending = self.pending[end + len(CALL_CLOSE):]
+        self.pending = self.pending[end + len(CALL_CLOSE) :]
         self._call(call, out)
         return True
 

@@ -39,8 +39,10 @@ def _arguments(arguments):
 
 def fingerprint(message: dict) -> str:
     """An assistant turn's identity by parsed content and tool calls, never by raw strings."""
-    calls = [[(c.get("function") or c).get("name"), _arguments((c.get("function") or c).get("arguments"))]
-             for c in message.get("tool_calls") or []]
+    calls = [
+        [(c.get("function") or c).get("name"), _arguments((c.get("function") or c).get("arguments"))]
+        for c in message.get("tool_calls") or []
+    ]
     return json.dumps([_text(message.get("content")).strip(), calls], sort_keys=True, ensure_ascii=False)
 
 
@@ -101,8 +103,10 @@ class TurnRenderer:
         rendered = self.text.template.render([{"role": "assistant", "content": "x"}])
         eos = self.text.tokenizer.id_to_token(self.text.eos_id) if self.text.eos_id is not None else None
         if not eos or eos not in rendered:
-            raise ValueError("the chat template does not end assistant turns with the eos token; "
-                             "tito capture needs a ChatML-style template")
+            raise ValueError(
+                "the chat template does not end assistant turns with the eos token; "
+                "tito capture needs a ChatML-style template"
+            )
         return self.text.encode(rendered.rsplit(eos, 1)[1])
 
     def prompt_ids(self, messages: list[dict], tools: list[dict] | None, state: RolloutText) -> list[int]:
@@ -132,8 +136,9 @@ class TurnRenderer:
         return [*self.generation_prompt, *closed, *self._after_eos]
 
 
-def _best_match(conversations: list[Conversation], turns: list[list[dict]],
-                tools: list[dict] | None) -> tuple[Conversation | None, int]:
+def _best_match(
+    conversations: list[Conversation], turns: list[list[dict]], tools: list[dict] | None
+) -> tuple[Conversation | None, int]:
     """The cached conversation sharing the most leading turns with ``turns``, and how many it shares."""
     best, best_len = None, 0
     for conversation in conversations:
@@ -151,6 +156,9 @@ def _best_match(conversations: list[Conversation], turns: list[list[dict]],
 
 def _store(state: RolloutText, conversation: Conversation) -> None:
     """Keep the newest conversations; one extending a cached one replaces it."""
-    kept = [c for c in state.conversations
-            if not (len(c.turns) <= len(conversation.turns) and c.turns == conversation.turns[: len(c.turns)])]
+    kept = [
+        c
+        for c in state.conversations
+        if not (len(c.turns) <= len(conversation.turns) and c.turns == conversation.turns[: len(c.turns)])
+    ]
     state.conversations = [conversation, *kept][:CONVERSATIONS_PER_ROLLOUT]

@@ -20,8 +20,19 @@ from gateway.tito.template import ModelText
 
 ROLLOUTS_CACHED = 1024
 # Sampling fields passed through to vLLM's completions unchanged.
-SAMPLING_FIELDS = ("temperature", "top_p", "top_k", "min_p", "stop", "seed", "presence_penalty",
-                   "frequency_penalty", "repetition_penalty", "logit_bias", "user")
+SAMPLING_FIELDS = (
+    "temperature",
+    "top_p",
+    "top_k",
+    "min_p",
+    "stop",
+    "seed",
+    "presence_penalty",
+    "frequency_penalty",
+    "repetition_penalty",
+    "logit_bias",
+    "user",
+)
 
 RecentOutputs = Callable[[int, int], Awaitable[list[tuple[dict, list[int]]]]]
 
@@ -33,8 +44,9 @@ class TitoEngine:
         self._recent_outputs = recent_outputs
         self._rollouts: OrderedDict[int, RolloutText] = OrderedDict()
 
-    async def chat(self, body: dict, engine_model: str, rollout_id: int, max_model_len: int | None,
-                   top_logprobs: int) -> dict:
+    async def chat(
+        self, body: dict, engine_model: str, rollout_id: int, max_model_len: int | None, top_logprobs: int
+    ) -> dict:
         state = await self._state(rollout_id)
         request, prompt_ids = self._request(body, engine_model, state, max_model_len, top_logprobs)
         completion = await self.engine.completions(request)
@@ -42,8 +54,9 @@ class TitoEngine:
         self.remember(rollout_id, answer)
         return answer
 
-    async def chat_stream(self, body: dict, engine_model: str, rollout_id: int, max_model_len: int | None,
-                          top_logprobs: int) -> TitoStream:
+    async def chat_stream(
+        self, body: dict, engine_model: str, rollout_id: int, max_model_len: int | None, top_logprobs: int
+    ) -> TitoStream:
         """``chat``, streamed: once the engine accepted the call, its answer as chat chunks. The caller
         ``remember``s the assembled answer (splicing) when the stream ends."""
         state = await self._state(rollout_id)
@@ -59,13 +72,20 @@ class TitoEngine:
             choice = answer["choices"][0]
             state.remember(choice["message"], choice["token_ids"])
 
-    def _request(self, body: dict, engine_model: str, state: RolloutText, max_model_len: int | None,
-                 top_logprobs: int) -> tuple[dict, list[int]]:
+    def _request(
+        self, body: dict, engine_model: str, state: RolloutText, max_model_len: int | None, top_logprobs: int
+    ) -> tuple[dict, list[int]]:
         _check_supported(body)
         prompt_ids = self.renderer.prompt_ids(body["messages"], body.get("tools") or None, state)
-        request = {"model": engine_model, "prompt": prompt_ids, "logprobs": top_logprobs,
-                   "return_token_ids": True, "skip_special_tokens": False, "stream": False,
-                   "max_tokens": _max_tokens(body, len(prompt_ids), max_model_len)}
+        request = {
+            "model": engine_model,
+            "prompt": prompt_ids,
+            "logprobs": top_logprobs,
+            "return_token_ids": True,
+            "skip_special_tokens": False,
+            "stream": False,
+            "max_tokens": _max_tokens(body, len(prompt_ids), max_model_len),
+        }
         request.update({k: body[k] for k in SAMPLING_FIELDS if body.get(k) is not None})
         return request, prompt_ids
 
@@ -78,20 +98,37 @@ class TitoEngine:
         if parsed.tool_calls and finish == "stop":
             finish = "tool_calls"
         logprobs = choice.get("logprobs") or {}
-        content = [{"token": token, "logprob": logprob, "bytes": None, "top_logprobs": []}
-                   for token, logprob in zip(logprobs.get("tokens") or [], logprobs.get("token_logprobs") or [])]
+        content = [
+            {"token": token, "logprob": logprob, "bytes": None, "top_logprobs": []}
+            for token, logprob in zip(logprobs.get("tokens") or [], logprobs.get("token_logprobs") or [])
+        ]
         usage = completion.get("usage") or {}
         return {
-            "id": f"chatcmpl-tito-{secrets.token_hex(8)}", "object": "chat.completion",
-            "created": int(time.time()), "model": body["model"],
-            "choices": [{"index": 0, "message": {"role": "assistant", "content": parsed.content,
-                                                 "tool_calls": parsed.tool_calls,
-                                                 "reasoning_content": parsed.reasoning},
-                         "logprobs": {"content": content}, "finish_reason": finish,
-                         "stop_reason": choice.get("stop_reason"), "token_ids": output_ids}],
-            "usage": {"prompt_tokens": len(prompt_ids), "completion_tokens": len(output_ids),
-                      "total_tokens": len(prompt_ids) + len(output_ids), **{k: v for k, v in usage.items() if k not in (
-                          "prompt_tokens", "completion_tokens", "total_tokens")}},
+            "id": f"chatcmpl-tito-{secrets.token_hex(8)}",
+            "object": "chat.completion",
+            "created": int(time.time()),
+            "model": body["model"],
+            "choices": [
+                {
+                    "index": 0,
+                    "message": {
+                        "role": "assistant",
+                        "content": parsed.content,
+                        "tool_calls": parsed.tool_calls,
+                        "reasoning_content": parsed.reasoning,
+                    },
+                    "logprobs": {"content": content},
+                    "finish_reason": finish,
+                    "stop_reason": choice.get("stop_reason"),
+                    "token_ids": output_ids,
+                }
+            ],
+            "usage": {
+                "prompt_tokens": len(prompt_ids),
+                "completion_tokens": len(output_ids),
+                "total_tokens": len(prompt_ids) + len(output_ids),
+                **{k: v for k, v in usage.items() if k not in ("prompt_tokens", "completion_tokens", "total_tokens")},
+            },
             "prompt_token_ids": prompt_ids,
         }
 
@@ -115,22 +152,32 @@ def _tools_enabled(body: dict) -> bool:
 def _check_supported(body: dict) -> None:
     choice = body.get("tool_choice")
     if choice == "required" or isinstance(choice, dict):
-        raise InvalidRequest("tool_choice 'required' or a named function is not supported in tito capture "
-                             "mode; use tool_choice 'auto', or a run with capture 'engine'", param="tool_choice")
+        raise InvalidRequest(
+            "tool_choice 'required' or a named function is not supported in tito capture "
+            "mode; use tool_choice 'auto', or a run with capture 'engine'",
+            param="tool_choice",
+        )
     if body.get("continue_final_message"):
-        raise InvalidRequest("an assistant prefill (a final assistant turn to continue) is not supported in "
-                             "tito capture mode; use a run with capture 'engine'", param="messages")
+        raise InvalidRequest(
+            "an assistant prefill (a final assistant turn to continue) is not supported in "
+            "tito capture mode; use a run with capture 'engine'",
+            param="messages",
+        )
     if body.get("response_format") and body["response_format"].get("type") != "text":
-        raise InvalidRequest("response_format is not supported in tito capture mode; use a run with "
-                             "capture 'engine'", param="response_format")
+        raise InvalidRequest(
+            "response_format is not supported in tito capture mode; use a run with capture 'engine'",
+            param="response_format",
+        )
 
 
 def _max_tokens(body: dict, prompt_len: int, max_model_len: int | None) -> int | None:
     asked = body.get("max_completion_tokens") or body.get("max_tokens")
     room = max_model_len - prompt_len if max_model_len else None
     if room is not None and room <= 0:
-        raise InvalidRequest(f"the prompt has {prompt_len} tokens; the engine's maximum context length "
-                             f"is {max_model_len} tokens", param="messages")
+        raise InvalidRequest(
+            f"the prompt has {prompt_len} tokens; the engine's maximum context length is {max_model_len} tokens",
+            param="messages",
+        )
     if asked is None:
         return room  # completions default to 16 tokens; chat to the rest of the context
     return min(asked, room) if room is not None else asked

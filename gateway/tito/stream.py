@@ -28,23 +28,33 @@ USAGE_COUNTS = ("prompt_tokens", "completion_tokens", "total_tokens")
 class TitoStream:
     """One completions stream of sampled ids, read as chat chunks (``batches``), ``close`` to abort."""
 
-    def __init__(self, stream: EngineStream, text: ModelText, prompt_ids: list[int], model: str,
-                 tools_enabled: bool):
+    def __init__(self, stream: EngineStream, text: ModelText, prompt_ids: list[int], model: str, tools_enabled: bool):
         self._stream, self._text, self.prompt_ids = stream, text, prompt_ids
         self._parser = StreamParser(tools_enabled)
         self._decoder = DecodeStream(skip_special_tokens=False)
         self._held_eos = False  # an end-of-turn id not decoded yet (dropped when it ends the answer)
         self._output = 0  # ids sampled so far
         self._calls = 0
-        self._base = {"id": f"chatcmpl-tito-{secrets.token_hex(8)}", "object": "chat.completion.chunk",
-                      "created": int(time.time()), "model": model}
+        self._base = {
+            "id": f"chatcmpl-tito-{secrets.token_hex(8)}",
+            "object": "chat.completion.chunk",
+            "created": int(time.time()),
+            "model": model,
+        }
 
     def close(self) -> None:
         self._stream.close()
 
     async def batches(self) -> AsyncIterator[list[dict]]:
-        yield [{**self._base, "prompt_token_ids": self.prompt_ids, "choices": [
-            {"index": 0, "delta": {"role": "assistant", "content": ""}, "logprobs": None, "finish_reason": None}]}]
+        yield [
+            {
+                **self._base,
+                "prompt_token_ids": self.prompt_ids,
+                "choices": [
+                    {"index": 0, "delta": {"role": "assistant", "content": ""}, "logprobs": None, "finish_reason": None}
+                ],
+            }
+        ]
         async for batch in self._stream.batches():
             out: list[dict] = []
             for chunk in batch:
@@ -101,11 +111,16 @@ class TitoStream:
     def _usage(self, usage: dict) -> dict:
         prompt = len(self.prompt_ids)
         counts = {"prompt_tokens": prompt, "completion_tokens": self._output, "total_tokens": prompt + self._output}
-        return {**self._base, "choices": [], "usage": {**counts, **{k: v for k, v in usage.items()
-                                                                     if k not in USAGE_COUNTS}}}
+        return {
+            **self._base,
+            "choices": [],
+            "usage": {**counts, **{k: v for k, v in usage.items() if k not in USAGE_COUNTS}},
+        }
 
 
 def _logprobs(logprobs: dict) -> list[dict]:
     """A completions chunk's logprobs as chat ``logprobs.content`` entries (as the unstreamed path)."""
-    return [{"token": token, "logprob": logprob, "bytes": None, "top_logprobs": []}
-            for token, logprob in zip(logprobs.get("tokens") or [], logprobs.get("token_logprobs") or [])]
+    return [
+        {"token": token, "logprob": logprob, "bytes": None, "top_logprobs": []}
+        for token, logprob in zip(logprobs.get("tokens") or [], logprobs.get("token_logprobs") or [])
+    ]

@@ -26,18 +26,17 @@ def _raise(message: str):
 
 class ChatTemplate:
     def __init__(self, source: str, special: dict[str, str]):
-        env = ImmutableSandboxedEnvironment(trim_blocks=True, lstrip_blocks=True,
-                                            extensions=[jinja2.ext.loopcontrols])
+        env = ImmutableSandboxedEnvironment(trim_blocks=True, lstrip_blocks=True, extensions=[jinja2.ext.loopcontrols])
         env.filters["tojson"] = _tojson
         env.globals["raise_exception"] = _raise
         env.globals["strftime_now"] = lambda fmt: datetime.now().strftime(fmt)
         self._template = env.from_string(source)
         self._special = special  # bos_token, eos_token, ... as templates expect them
 
-    def render(self, messages: list[dict], tools: list[dict] | None = None,
-               add_generation_prompt: bool = False) -> str:
-        return self._template.render(messages=messages, tools=tools or None,
-                                     add_generation_prompt=add_generation_prompt, **self._special)
+    def render(self, messages: list[dict], tools: list[dict] | None = None, add_generation_prompt: bool = False) -> str:
+        return self._template.render(
+            messages=messages, tools=tools or None, add_generation_prompt=add_generation_prompt, **self._special
+        )
 
 
 class ModelText:

@@ -15,19 +15,24 @@ from fastapi.responses import FileResponse, RedirectResponse
 STATIC_DIR = Path(__file__).parent / "static"
 
 # Explicit types: some systems map .js to text/plain, which browsers refuse for ES modules.
-MEDIA_TYPES = {".html": "text/html; charset=utf-8", ".js": "text/javascript; charset=utf-8",
-               ".css": "text/css; charset=utf-8", ".svg": "image/svg+xml"}
+MEDIA_TYPES = {
+    ".html": "text/html; charset=utf-8",
+    ".js": "text/javascript; charset=utf-8",
+    ".css": "text/css; charset=utf-8",
+    ".svg": "image/svg+xml",
+}
 
 # data: for the empty favicon only (without a <link rel=icon> the browser asks for /favicon.ico).
-CSP = ("default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self' data:; connect-src 'self'; "
-       "base-uri 'none'; form-action 'none'; frame-ancestors 'none'")
+CSP = (
+    "default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self' data:; connect-src 'self'; "
+    "base-uri 'none'; form-action 'none'; frame-ancestors 'none'"
+)
 HEADERS = {"Content-Security-Policy": CSP, "X-Content-Type-Options": "nosniff", "Cache-Control": "no-cache"}
 
 
 def static_files(root: Path = STATIC_DIR) -> dict[str, Path]:
     """The servable files by URL path; a fixed map, so no request path ever reaches the file system."""
-    return {p.relative_to(root).as_posix(): p for p in root.rglob("*")
-            if p.is_file() and p.suffix in MEDIA_TYPES}
+    return {p.relative_to(root).as_posix(): p for p in root.rglob("*") if p.is_file() and p.suffix in MEDIA_TYPES}
 
 
 def create_router() -> APIRouter:

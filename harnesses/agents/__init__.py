@@ -1,7 +1,7 @@
 """Adapters for the real CLI coding agents: OpenCode, pi, Hermes, Claude Code and Codex CLI (see `cli_agent`).
 
-    harness = create("opencode", sandbox="docker")   # image harnessrl/opencode:latest
-    harness = create("pi")                           # local sandbox: the host's install, read-only
+harness = create("opencode", sandbox="docker")   # image harnessrl/opencode:latest
+harness = create("pi")                           # local sandbox: the host's install, read-only
 """
 
 from __future__ import annotations
@@ -13,11 +13,26 @@ from harnesses.agents.hermes import HermesHarness
 from harnesses.agents.opencode import OpenCodeHarness
 from harnesses.agents.pi import PiHarness
 
-AGENTS: dict[str, type[CliAgentHarness]] = {"opencode": OpenCodeHarness, "pi": PiHarness, "hermes": HermesHarness,
-                                            "claude-code": ClaudeCodeHarness, "codex": CodexHarness}
+AGENTS: dict[str, type[CliAgentHarness]] = {
+    "opencode": OpenCodeHarness,
+    "pi": PiHarness,
+    "hermes": HermesHarness,
+    "claude-code": ClaudeCodeHarness,
+    "codex": CodexHarness,
+}
 
-__all__ = ["AGENTS", "AgentNotInstalled", "AgentSettings", "ClaudeCodeHarness", "CliAgentHarness", "CodexHarness",
-           "HermesHarness", "OpenCodeHarness", "PiHarness", "create"]
+__all__ = [
+    "AGENTS",
+    "AgentNotInstalled",
+    "AgentSettings",
+    "ClaudeCodeHarness",
+    "CliAgentHarness",
+    "CodexHarness",
+    "HermesHarness",
+    "OpenCodeHarness",
+    "PiHarness",
+    "create",
+]
 
 
 def create(name: str, sandbox: str = "local", settings: AgentSettings | None = None) -> CliAgentHarness:

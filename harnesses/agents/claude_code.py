@@ -36,15 +36,28 @@ VERSION = "2.1.332"
 # prefix of it) and the system prompt of the variant sent without tools.
 SIDE_CALLS = {
     "summary": r"CRITICAL: Respond with TEXT ONLY\. Do NOT call any tools|"
-               r"You are a helpful AI assistant tasked with summarizing conversations|"
-               r"Your task is to create a detailed summary of (the conversation so far|the RECENT portion|"
-               r"this conversation)",
+    r"You are a helpful AI assistant tasked with summarizing conversations|"
+    r"Your task is to create a detailed summary of (the conversation so far|the RECENT portion|"
+    r"this conversation)",
 }
-QUIET = ("DISABLE_TELEMETRY", "DISABLE_ERROR_REPORTING", "DISABLE_AUTOUPDATER", "DISABLE_BUG_COMMAND",
-         "CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC", "CLAUDE_CODE_DISABLE_FEEDBACK_SURVEY",
-         "CLAUDE_CODE_DISABLE_OFFICIAL_MARKETPLACE_AUTOINSTALL", "CLAUDE_CODE_DISABLE_TERMINAL_TITLE")
-MODEL_ROLES = ("ANTHROPIC_MODEL", "ANTHROPIC_SMALL_FAST_MODEL", "ANTHROPIC_DEFAULT_HAIKU_MODEL",
-               "ANTHROPIC_DEFAULT_SONNET_MODEL", "ANTHROPIC_DEFAULT_OPUS_MODEL", "CLAUDE_CODE_SUBAGENT_MODEL")
+QUIET = (
+    "DISABLE_TELEMETRY",
+    "DISABLE_ERROR_REPORTING",
+    "DISABLE_AUTOUPDATER",
+    "DISABLE_BUG_COMMAND",
+    "CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC",
+    "CLAUDE_CODE_DISABLE_FEEDBACK_SURVEY",
+    "CLAUDE_CODE_DISABLE_OFFICIAL_MARKETPLACE_AUTOINSTALL",
+    "CLAUDE_CODE_DISABLE_TERMINAL_TITLE",
+)
+MODEL_ROLES = (
+    "ANTHROPIC_MODEL",
+    "ANTHROPIC_SMALL_FAST_MODEL",
+    "ANTHROPIC_DEFAULT_HAIKU_MODEL",
+    "ANTHROPIC_DEFAULT_SONNET_MODEL",
+    "ANTHROPIC_DEFAULT_OPUS_MODEL",
+    "CLAUDE_CODE_SUBAGENT_MODEL",
+)
 
 
 class ClaudeCodeHarness(CliAgentHarness):
@@ -57,8 +70,12 @@ class ClaudeCodeHarness(CliAgentHarness):
         return f"{endpoint.home}/.claude"
 
     def settings_json(self) -> dict:
-        return {"permissions": {"defaultMode": "bypassPermissions"}, "autoUpdates": False,
-                "includeCoAuthoredBy": False, "cleanupPeriodDays": 1}
+        return {
+            "permissions": {"defaultMode": "bypassPermissions"},
+            "autoUpdates": False,
+            "includeCoAuthoredBy": False,
+            "cleanupPeriodDays": 1,
+        }
 
     def config_files(self, endpoint: Endpoint) -> dict[str, bytes]:
         return {f"{self.config_dir(endpoint)}/settings.json": json.dumps(self.settings_json(), indent=2).encode()}
@@ -81,8 +98,7 @@ class ClaudeCodeHarness(CliAgentHarness):
     def arguments(self, instruction: str, endpoint: Endpoint) -> list[str]:
         # An instruction starting with "-" would be read as a flag.
         message = "\n" + instruction if instruction.startswith("-") else instruction
-        return ["-p", message, "--output-format", "json", "--model", endpoint.model,
-                "--dangerously-skip-permissions"]
+        return ["-p", message, "--output-format", "json", "--model", endpoint.model, "--dangerously-skip-permissions"]
 
     def final_text(self, stdout: str) -> str:
         for line in reversed(stdout.strip().splitlines()):

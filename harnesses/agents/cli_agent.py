@@ -59,8 +59,12 @@ class Endpoint:
 
     @property
     def xdg(self) -> dict[str, str]:
-        return {"XDG_CONFIG_HOME": f"{self.home}/.config", "XDG_DATA_HOME": f"{self.home}/.local/share",
-                "XDG_CACHE_HOME": f"{self.home}/.cache", "XDG_STATE_HOME": f"{self.home}/.local/state"}
+        return {
+            "XDG_CONFIG_HOME": f"{self.home}/.config",
+            "XDG_DATA_HOME": f"{self.home}/.local/share",
+            "XDG_CACHE_HOME": f"{self.home}/.cache",
+            "XDG_STATE_HOME": f"{self.home}/.local/state",
+        }
 
 
 @dataclass(frozen=True)
@@ -131,13 +135,19 @@ class CliAgentHarness:
         return {**common, **self.agent_env(endpoint)}
 
     async def run(self, sandbox: Sandbox, task: Task, target: RolloutTarget, timeout_s: float) -> AgentOutcome:
-        endpoint = Endpoint(sandbox.gateway_url_inside or target.base_url, target.token, target.model,
-                            await sandbox_home(sandbox), tools=target.tools)
+        endpoint = Endpoint(
+            sandbox.gateway_url_inside or target.base_url,
+            target.token,
+            target.model,
+            await sandbox_home(sandbox),
+            tools=target.tools,
+        )
         for path, data in self.config_files(endpoint).items():
             await sandbox.put_file(path, data, mode=0o600)  # holds the rollout token
         installed = getattr(getattr(sandbox, "spec", None), "root", None) is not None  # a task image's root
-        result = await sandbox.exec(self.command(task.instruction, endpoint, installed), timeout_s=timeout_s,
-                                    env=self.env(endpoint))
+        result = await sandbox.exec(
+            self.command(task.instruction, endpoint, installed), timeout_s=timeout_s, env=self.env(endpoint)
+        )
         return self.outcome(result)
 
     def outcome(self, result: ExecResult) -> AgentOutcome:
@@ -169,8 +179,9 @@ def which(executable: str, hint: str) -> Path:
     """The executable's path on this host (symlinks kept), or AgentNotInstalled naming the fix."""
     found = shutil.which(executable)
     if found is None:
-        raise AgentNotInstalled(f"{executable} not found: {hint}, or use the docker sandbox with "
-                                "`harnessrl images build`")
+        raise AgentNotInstalled(
+            f"{executable} not found: {hint}, or use the docker sandbox with `harnessrl images build`"
+        )
     return Path(found)
 
 

@@ -51,15 +51,35 @@ class CodexHarness(CliAgentHarness):
 
     def config_toml(self, endpoint: Endpoint) -> str:
         window = self.settings.context_length
-        provider = {"name": "harnessrl gateway", "base_url": endpoint.base_url, "env_key": API_KEY_ENV,
-                    "wire_api": "responses", "request_max_retries": 1, "stream_max_retries": 1}
-        lines = ["# written by harnessrl for one rollout",
-                 f"model = {_toml(endpoint.model)}", f"model_provider = {_toml(PROVIDER_ID)}",
-                 f"model_context_window = {window}", f"model_auto_compact_token_limit = {int(window * COMPACT_AT)}",
-                 "check_for_update_on_startup = false", 'approval_policy = "never"',
-                 'sandbox_mode = "danger-full-access"', "",
-                 "[analytics]", "enabled = false", "", "[feedback]", "enabled = false", "",
-                 "[history]", 'persistence = "none"', "", f"[model_providers.{PROVIDER_ID}]"]
+        provider = {
+            "name": "harnessrl gateway",
+            "base_url": endpoint.base_url,
+            "env_key": API_KEY_ENV,
+            "wire_api": "responses",
+            "request_max_retries": 1,
+            "stream_max_retries": 1,
+        }
+        lines = [
+            "# written by harnessrl for one rollout",
+            f"model = {_toml(endpoint.model)}",
+            f"model_provider = {_toml(PROVIDER_ID)}",
+            f"model_context_window = {window}",
+            f"model_auto_compact_token_limit = {int(window * COMPACT_AT)}",
+            "check_for_update_on_startup = false",
+            'approval_policy = "never"',
+            'sandbox_mode = "danger-full-access"',
+            "",
+            "[analytics]",
+            "enabled = false",
+            "",
+            "[feedback]",
+            "enabled = false",
+            "",
+            "[history]",
+            'persistence = "none"',
+            "",
+            f"[model_providers.{PROVIDER_ID}]",
+        ]
         lines += [f"{key} = {_toml(value)}" for key, value in provider.items()]
         return "\n".join(lines) + "\n"
 
@@ -70,8 +90,18 @@ class CodexHarness(CliAgentHarness):
         return {"CODEX_HOME": self.codex_home(endpoint), API_KEY_ENV: endpoint.api_key}
 
     def arguments(self, instruction: str, endpoint: Endpoint) -> list[str]:
-        return ["exec", "--skip-git-repo-check", "--dangerously-bypass-approvals-and-sandbox", "--json",
-                "--color", "never", "--model", endpoint.model, "--", instruction]
+        return [
+            "exec",
+            "--skip-git-repo-check",
+            "--dangerously-bypass-approvals-and-sandbox",
+            "--json",
+            "--color",
+            "never",
+            "--model",
+            endpoint.model,
+            "--",
+            instruction,
+        ]
 
     def final_text(self, stdout: str) -> str:
         texts = []

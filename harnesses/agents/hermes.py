@@ -47,17 +47,36 @@ class HermesHarness(CliAgentHarness):
         gateway = {"base_url": endpoint.base_url, "api_key": endpoint.api_key}
         side_calls = self.settings.side_calls
         return {
-            "model": {"provider": "custom", "default": endpoint.model, **gateway,
-                      "context_length": self.settings.context_length, "max_tokens": self.settings.max_tokens},
+            "model": {
+                "provider": "custom",
+                "default": endpoint.model,
+                **gateway,
+                "context_length": self.settings.context_length,
+                "max_tokens": self.settings.max_tokens,
+            },
             "auxiliary": {
                 "title_generation": {"enabled": side_calls, "provider": "custom", "model": endpoint.model, **gateway},
-                "compression": {"provider": "custom", "model": endpoint.model, **gateway,
-                                "context_length": self.settings.context_length},
+                "compression": {
+                    "provider": "custom",
+                    "model": endpoint.model,
+                    **gateway,
+                    "context_length": self.settings.context_length,
+                },
             },
             "compression": {"enabled": side_calls},
-            **({"mcp_servers": {MCP_SERVER: {"url": endpoint.mcp_url, "timeout": MCP_TIMEOUT_S,
-                                             "headers": {"Authorization": f"Bearer {endpoint.api_key}"}}}}
-               if endpoint.tools else {}),
+            **(
+                {
+                    "mcp_servers": {
+                        MCP_SERVER: {
+                            "url": endpoint.mcp_url,
+                            "timeout": MCP_TIMEOUT_S,
+                            "headers": {"Authorization": f"Bearer {endpoint.api_key}"},
+                        }
+                    }
+                }
+                if endpoint.tools
+                else {}
+            ),
         }
 
     def config_files(self, endpoint: Endpoint) -> dict[str, bytes]:
@@ -65,8 +84,10 @@ class HermesHarness(CliAgentHarness):
         return {f"{self.hermes_home(endpoint)}/config.yaml": text.encode()}
 
     def agent_env(self, endpoint: Endpoint) -> dict[str, str]:
-        return {"HERMES_HOME": self.hermes_home(endpoint),
-                "HERMES_DISABLE_LAZY_INSTALLS": "1"}  # no pip installs at run time (no network anyway)
+        return {
+            "HERMES_HOME": self.hermes_home(endpoint),
+            "HERMES_DISABLE_LAZY_INSTALLS": "1",
+        }  # no pip installs at run time (no network anyway)
 
     def arguments(self, instruction: str, endpoint: Endpoint) -> list[str]:
         # "--oneshot=TEXT", not "-z TEXT": an instruction starting with "-" stays the value.
@@ -89,5 +110,6 @@ def _hermes_on_host() -> Path:
     for found in (venv and f"{venv}/bin/hermes", shutil.which("hermes"), f"{VENV}/bin/hermes"):
         if found and Path(found).exists():
             return Path(found)
-    raise AgentNotInstalled(f"hermes not found: {HermesHarness.install_hint}, or use the docker sandbox "
-                            "with `harnessrl images build`")
+    raise AgentNotInstalled(
+        f"hermes not found: {HermesHarness.install_hint}, or use the docker sandbox with `harnessrl images build`"
+    )

@@ -43,14 +43,31 @@ class OpenCodeHarness(CliAgentHarness):
         return f"{endpoint.xdg['XDG_CONFIG_HOME']}/opencode/opencode.json"
 
     def config(self, endpoint: Endpoint) -> dict:
-        model = {"name": endpoint.model, "tool_call": True,
-                 "limit": {"context": self.settings.context_length, "output": self.settings.max_tokens}}
-        provider = {"npm": "@ai-sdk/openai-compatible", "name": "harnessrl gateway",
-                    "options": {"baseURL": endpoint.base_url, "apiKey": endpoint.api_key},
-                    "models": {endpoint.model: model}}
-        mcp = {MCP_SERVER: {"type": "remote", "url": endpoint.mcp_url, "enabled": True, "oauth": False,
-                            "headers": {"Authorization": f"Bearer {endpoint.api_key}"},
-                            "timeout": MCP_TIMEOUT_MS}} if endpoint.tools else {}
+        model = {
+            "name": endpoint.model,
+            "tool_call": True,
+            "limit": {"context": self.settings.context_length, "output": self.settings.max_tokens},
+        }
+        provider = {
+            "npm": "@ai-sdk/openai-compatible",
+            "name": "harnessrl gateway",
+            "options": {"baseURL": endpoint.base_url, "apiKey": endpoint.api_key},
+            "models": {endpoint.model: model},
+        }
+        mcp = (
+            {
+                MCP_SERVER: {
+                    "type": "remote",
+                    "url": endpoint.mcp_url,
+                    "enabled": True,
+                    "oauth": False,
+                    "headers": {"Authorization": f"Bearer {endpoint.api_key}"},
+                    "timeout": MCP_TIMEOUT_MS,
+                }
+            }
+            if endpoint.tools
+            else {}
+        )
         return {
             "$schema": "https://opencode.ai/config.json",
             **({"mcp": mcp} if mcp else {}),
@@ -80,8 +97,11 @@ class OpenCodeHarness(CliAgentHarness):
         return ["run", "-m", f"{PROVIDER_ID}/{endpoint.model}", "--format", "json", "--", instruction]
 
     def final_text(self, stdout: str) -> str:
-        texts = [event["part"]["text"] for event in _events(stdout)
-                 if event.get("type") == "text" and isinstance(event.get("part"), dict)]
+        texts = [
+            event["part"]["text"]
+            for event in _events(stdout)
+            if event.get("type") == "text" and isinstance(event.get("part"), dict)
+        ]
         return texts[-1].strip() if texts else ""
 
     def host_install(self) -> HostInstall:

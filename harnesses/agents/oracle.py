@@ -35,8 +35,9 @@ class OracleHarness:
 
     async def run(self, sandbox: Sandbox, task: Task, target: RolloutTarget, timeout_s: float) -> AgentOutcome:
         if not task.solution:
-            raise NoSolution(f"task {task.name} has no reference solution: add solution/solve.sh "
-                             "(JSONL: a \"solution\" script)")
+            raise NoSolution(
+                f'task {task.name} has no reference solution: add solution/solve.sh (JSONL: a "solution" script)'
+            )
         if task.solution_files:
             for path, data in task.solution_files.items():
                 await sandbox.put_file(f"{SOLUTION_DIR}/{path}", data, mode=0o755)

@@ -42,19 +42,33 @@ class PiHarness(CliAgentHarness):
         return f"{endpoint.home}/.pi/agent"
 
     def models(self, endpoint: Endpoint) -> dict:
-        model = {"id": endpoint.model, "name": endpoint.model, "reasoning": False, "input": ["text"],
-                 "contextWindow": self.settings.context_length, "maxTokens": self.settings.max_tokens}
-        provider = {"baseUrl": endpoint.base_url, "api": "openai-completions", "apiKey": endpoint.api_key,
-                    "compat": {"supportsDeveloperRole": False, "supportsReasoningEffort": False},
-                    "models": [model]}
+        model = {
+            "id": endpoint.model,
+            "name": endpoint.model,
+            "reasoning": False,
+            "input": ["text"],
+            "contextWindow": self.settings.context_length,
+            "maxTokens": self.settings.max_tokens,
+        }
+        provider = {
+            "baseUrl": endpoint.base_url,
+            "api": "openai-completions",
+            "apiKey": endpoint.api_key,
+            "compat": {"supportsDeveloperRole": False, "supportsReasoningEffort": False},
+            "models": [model],
+        }
         return {"providers": {PROVIDER_ID: provider}}
 
     def config_files(self, endpoint: Endpoint) -> dict[str, bytes]:
         return {f"{self.agent_dir(endpoint)}/models.json": json.dumps(self.models(endpoint), indent=2).encode()}
 
     def agent_env(self, endpoint: Endpoint) -> dict[str, str]:
-        return {"PI_CODING_AGENT_DIR": self.agent_dir(endpoint), "PI_OFFLINE": "1", "PI_TELEMETRY": "0",
-                "PI_SKIP_VERSION_CHECK": "1"}
+        return {
+            "PI_CODING_AGENT_DIR": self.agent_dir(endpoint),
+            "PI_OFFLINE": "1",
+            "PI_TELEMETRY": "0",
+            "PI_SKIP_VERSION_CHECK": "1",
+        }
 
     def arguments(self, instruction: str, endpoint: Endpoint) -> list[str]:
         # pi reads an argument starting with "-" as a flag and "@" as a file to attach.

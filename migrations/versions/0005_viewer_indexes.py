@@ -17,8 +17,15 @@ down_revision = "0004"
 branch_labels = None
 depends_on = None
 
-STATS = ["rollout_id", "policy_version", "parent_id", "fork_of", "drift_tokens", "num_prompt_tokens",
-         "num_output_tokens"]
+STATS = [
+    "rollout_id",
+    "policy_version",
+    "parent_id",
+    "fork_of",
+    "drift_tokens",
+    "num_prompt_tokens",
+    "num_output_tokens",
+]
 
 
 def upgrade() -> None:

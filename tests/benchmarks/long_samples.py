@@ -51,8 +51,9 @@ def rss_mb() -> float:
 def sample(ids: np.ndarray, sampled_from: int) -> Sample:
     mask = np.zeros(len(ids), np.int8)
     mask[sampled_from:] = 1
-    return Sample((0,), ids.astype(np.int32), mask, np.zeros(len(ids), np.float32),
-                  np.where(mask == 1, 0, -1).astype(np.int32))
+    return Sample(
+        (0,), ids.astype(np.int32), mask, np.zeros(len(ids), np.float32), np.where(mask == 1, 0, -1).astype(np.int32)
+    )
 
 
 def with_own_logprobs(trainer, samples: list[Sample], config: LearnerConfig, tree: bool) -> list[Sample]:
@@ -76,10 +77,17 @@ def one_step(model_dir: str, samples: list[Sample], advantages: list[float], bud
     packing = pack_samples(samples, advantages, budget, tree=tree)
     started = time.perf_counter()
     metrics = train_step(trainer.model, trainer.optimizer, list(packing.rows), config.step())
-    return {"step_s": round(time.perf_counter() - started, 2), "peak_rss_mb": round(rss_mb()),
-            "tokens_forwarded": metrics["tokens"], "tokens_trained": metrics["tokens_trained"],
-            "rows": metrics["rows"], "tree": tree, "refused": len(packing.refused),
-            "ratio_max": metrics["ratio_max"], "threads": torch.get_num_threads()}
+    return {
+        "step_s": round(time.perf_counter() - started, 2),
+        "peak_rss_mb": round(rss_mb()),
+        "tokens_forwarded": metrics["tokens"],
+        "tokens_trained": metrics["tokens_trained"],
+        "rows": metrics["rows"],
+        "tree": tree,
+        "refused": len(packing.refused),
+        "ratio_max": metrics["ratio_max"],
+        "threads": torch.get_num_threads(),
+    }
 
 
 def child_length(model_dir: str, length: int) -> dict:
@@ -107,16 +115,21 @@ def run_child(args: list[str]) -> dict:
 def table(report: dict) -> str:
     lines = ["| L | peak RSS | step time |", "|---|---|---|"]
     for r in report.get("lengths", []):
-        lines.append(f"| {r.get('length', '?'):,} | {r['peak_rss_mb'] / 1024:.2f} GB | {r['step_s']:.0f} s |"
-                     if "error" not in r else f"| {r['args'][1]} | failed (rc {r['returncode']}) | – |")
+        lines.append(
+            f"| {r.get('length', '?'):,} | {r['peak_rss_mb'] / 1024:.2f} GB | {r['step_s']:.0f} s |"
+            if "error" not in r
+            else f"| {r['args'][1]} | failed (rc {r['returncode']}) | – |"
+        )
     group = report.get("group", {})
     if group:
         lines += ["", "| packing | forwarded tokens | rows | peak RSS | step time |", "|---|---|---|---|---|"]
         for name in ("tree", "flat"):
             r = group.get(name)
             if r and "error" not in r:
-                lines.append(f"| {name} | {r['tokens_forwarded']:,} | {r['rows']} | {r['peak_rss_mb'] / 1024:.2f} GB "
-                             f"| {r['step_s']:.0f} s |")
+                lines.append(
+                    f"| {name} | {r['tokens_forwarded']:,} | {r['rows']} | {r['peak_rss_mb'] / 1024:.2f} GB "
+                    f"| {r['step_s']:.0f} s |"
+                )
         if "speedup" in group:
             lines.append(f"\ntree speed-up: x{group['speedup']:.2f}")
     return "\n".join(lines)
@@ -136,8 +149,11 @@ def main() -> None:
     args = parser.parse_args()
     if args.child:
         kind, model_dir, *rest = args.child
-        result = (child_length(model_dir, int(rest[0])) if kind == "length" else
-                  child_group(model_dir, int(rest[0]), int(rest[1]), int(rest[2]), rest[3] == "tree"))
+        result = (
+            child_length(model_dir, int(rest[0]))
+            if kind == "length"
+            else child_group(model_dir, int(rest[0]), int(rest[1]), int(rest[2]), rest[3] == "tree")
+        )
         print(json.dumps(result))
         return
     if not args.model:
@@ -153,8 +169,9 @@ def main() -> None:
     if not args.skip_group:
         report["group"] = {}
         for name in ("tree", "flat"):
-            report["group"][name] = run_child(["group", args.model, str(args.group), str(args.prefix),
-                                               str(args.continuation), name])
+            report["group"][name] = run_child(
+                ["group", args.model, str(args.group), str(args.prefix), str(args.continuation), name]
+            )
             print(json.dumps(report["group"][name]), flush=True)
         tree, flat = report["group"]["tree"], report["group"]["flat"]
         if "error" not in tree and "error" not in flat:

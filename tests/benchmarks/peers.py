@@ -46,8 +46,10 @@ ADMIN_KEY = "bench-admin-key"
 LITELLM_KEY = "sk-" + secrets.token_hex(32)  # the proxy refuses to start without a strong master key
 PEER_HOME = Path.home() / ".cache" / "harnessrl" / "peers"
 PINS = {"litellm": ["litellm[proxy]==1.108.7"], "openenv": ["openenv==0.10.0"]}
-MESSAGES = [{"role": "system", "content": "You are a coding agent."},
-            {"role": "user", "content": "List the files in the repo."}]
+MESSAGES = [
+    {"role": "system", "content": "You are a coding agent."},
+    {"role": "user", "content": "List the files in the repo."},
+]
 RECORDING = {"return_token_ids": True, "logprobs": True}  # what a recording proxy needs of the engine
 DEFAULT_OUT = Path(__file__).parent / "results" / "peers.json"
 FIRST_TOKEN = re.compile(rb'"(content|delta)":"[^"]')  # a chunk carrying the first piece of text
@@ -109,8 +111,13 @@ class Peer:
 
     def request(self, stream: bool, session: dict[str, str] | None = None) -> bytes:
         session = session or self.session()
-        body = {"model": session.get("model", "policy"), "messages": MESSAGES, "max_tokens": 64,
-                **self.body_extra, "stream": stream}
+        body = {
+            "model": session.get("model", "policy"),
+            "messages": MESSAGES,
+            "max_tokens": 64,
+            **self.body_extra,
+            "stream": stream,
+        }
         return post_request(HOST, self.port, session["path"], body, {"authorization": session["auth"]})
 
     def cpu_s(self) -> float:
@@ -131,22 +138,40 @@ class Peer:
 def start_peers(workdir: Path, engine_url: str) -> dict[str, Peer]:
     peers: dict[str, Peer] = {}
     port = free_port()
-    gateway = ManagedProcess([sys.executable, "-m", "harnessrl.cli", "serve", "--engine-url", engine_url,
-                             "--port", str(port), "--admin-key", ADMIN_KEY, "--database-url",
-                             f"sqlite+aiosqlite:///{workdir / 'harnessrl.db'}"], f"http://{HOST}:{port}",
-                            workdir / "harnessrl.log").start()
+    gateway = ManagedProcess(
+        [
+            sys.executable,
+            "-m",
+            "harnessrl.cli",
+            "serve",
+            "--engine-url",
+            engine_url,
+            "--port",
+            str(port),
+            "--admin-key",
+            ADMIN_KEY,
+            "--database-url",
+            f"sqlite+aiosqlite:///{workdir / 'harnessrl.db'}",
+        ],
+        f"http://{HOST}:{port}",
+        workdir / "harnessrl.log",
+    ).start()
     wait_for(f"http://{HOST}:{port}/health", gateway)
 
     def rollout(url: str = f"http://{HOST}:{port}") -> dict[str, str]:
-        token = httpx.post(f"{url}/api/rollouts", json={"run": "bench", "task": "peers"},
-                           headers={"x-admin-key": ADMIN_KEY}).json()["token"]
+        token = httpx.post(
+            f"{url}/api/rollouts", json={"run": "bench", "task": "peers"}, headers={"x-admin-key": ADMIN_KEY}
+        ).json()["token"]
         return {"path": f"/r/{token}/v1/chat/completions", "auth": f"Bearer {token}"}
 
     peers["harnessrl"] = Peer("harnessrl", gateway, port, rollout, {})
 
     port = free_port()
-    capture = ManagedProcess([str(peer_python("openenv")), "-c", CAPTURE_SERVER, f"{engine_url}/v1", str(port),
-                             ADMIN_KEY], f"http://{HOST}:{port}", workdir / "capture.log").start()
+    capture = ManagedProcess(
+        [str(peer_python("openenv")), "-c", CAPTURE_SERVER, f"{engine_url}/v1", str(port), ADMIN_KEY],
+        f"http://{HOST}:{port}",
+        workdir / "capture.log",
+    ).start()
     wait_for(f"http://{HOST}:{port}/health", capture)
 
     def session(url: str = f"http://{HOST}:{port}") -> dict[str, str]:
@@ -159,21 +184,33 @@ def start_peers(workdir: Path, engine_url: str) -> dict[str, Peer]:
     port = free_port()
     config = workdir / "litellm.yaml"
     config.write_text(LITELLM_CONFIG.format(engine=engine_url))
-    litellm = ManagedProcess([str(peer_python("litellm").parent / "litellm"), "--config", str(config), "--host", HOST,
-                             "--port", str(port), "--num_workers", "1"], f"http://{HOST}:{port}",
-                            workdir / "litellm.log",
-                            env={**os.environ, "LITELLM_LOG": "ERROR", "LITELLM_MASTER_KEY": LITELLM_KEY}).start()
+    litellm = ManagedProcess(
+        [
+            str(peer_python("litellm").parent / "litellm"),
+            "--config",
+            str(config),
+            "--host",
+            HOST,
+            "--port",
+            str(port),
+            "--num_workers",
+            "1",
+        ],
+        f"http://{HOST}:{port}",
+        workdir / "litellm.log",
+        env={**os.environ, "LITELLM_LOG": "ERROR", "LITELLM_MASTER_KEY": LITELLM_KEY},
+    ).start()
     wait_for(f"http://{HOST}:{port}/health/liveliness", litellm, timeout_s=240)
-    peers["litellm"] = Peer("litellm", litellm, port, lambda: {"path": "/v1/chat/completions", "auth": f"Bearer {LITELLM_KEY}"},
-                            RECORDING)
+    peers["litellm"] = Peer(
+        "litellm", litellm, port, lambda: {"path": "/v1/chat/completions", "auth": f"Bearer {LITELLM_KEY}"}, RECORDING
+    )
     return peers
 
 
 # --- streams: time to first token ------------------------------------------------------------------
 
 
-async def _stream_connection(port: int, request: bytes, count: int, latencies: list[float],
-                             ttfts: list[float]) -> None:
+async def _stream_connection(port: int, request: bytes, count: int, latencies: list[float], ttfts: list[float]) -> None:
     reader, writer = await asyncio.open_connection(HOST, port)
     try:
         for _ in range(count):
@@ -207,8 +244,9 @@ async def run_streams(port: int, request: bytes, concurrency: int, calls: int) -
     latencies: list[float] = []
     ttfts: list[float] = []
     started = time.perf_counter()
-    await asyncio.gather(*[_stream_connection(port, request, max(1, calls // concurrency), latencies, ttfts)
-                           for _ in range(concurrency)])
+    await asyncio.gather(
+        *[_stream_connection(port, request, max(1, calls // concurrency), latencies, ttfts) for _ in range(concurrency)]
+    )
     return LoadResult(concurrency, len(latencies), time.perf_counter() - started, tuple(latencies)), ttfts
 
 
@@ -232,8 +270,11 @@ def row(direct_port: int, peers: dict[str, Peer], concurrency: int, stream: bool
     direct = post_request(HOST, direct_port, "/v1/chat/completions", direct_body)
 
     def load(port: int, request: bytes):
-        return (run_streams(port, request, concurrency, calls) if stream
-                else run_load(HOST, port, request, concurrency, calls))
+        return (
+            run_streams(port, request, concurrency, calls)
+            if stream
+            else run_load(HOST, port, request, concurrency, calls)
+        )
 
     base, _ = measured(None, load(direct_port, direct))
     out = {"concurrency": concurrency, "stream": stream, "direct": base}
@@ -260,8 +301,11 @@ def long_rollout_row(peers: dict[str, Peer], turns: int, short: int, concurrency
             asyncio.run(run_load(HOST, peer.port, peer.request(False), concurrency, short))
         short_rate = turns / (time.perf_counter() - started)
         long = asyncio.run(run_load(HOST, peer.port, peer.request(False), concurrency, turns))
-        out[name] = {"short_calls_per_s": round(short_rate, 1), "long_calls_per_s": round(long.calls_per_s, 1),
-                     "long_vs_short": round(long.calls_per_s / short_rate, 3)}
+        out[name] = {
+            "short_calls_per_s": round(short_rate, 1),
+            "long_calls_per_s": round(long.calls_per_s, 1),
+            "long_vs_short": round(long.calls_per_s / short_rate, 3),
+        }
     return out
 
 
@@ -274,22 +318,37 @@ def main() -> None:
     args = parser.parse_args()
     workdir = Path(tempfile.mkdtemp(prefix="harnessrl-peers-"))
     engine_port = free_port()
-    engine = ManagedProcess([sys.executable, "-m", "gateway.engine.fake", "--port", str(engine_port)],
-                           f"http://{HOST}:{engine_port}", workdir / "engine.log").start()
+    engine = ManagedProcess(
+        [sys.executable, "-m", "gateway.engine.fake", "--port", str(engine_port)],
+        f"http://{HOST}:{engine_port}",
+        workdir / "engine.log",
+    ).start()
     peers: dict[str, Peer] = {}
     try:
         wait_for(f"{engine.url}/health", engine)
         peers = start_peers(workdir, engine.url)
-        rows = [row(engine_port, peers, c, stream, args.calls)
-                for _ in range(args.runs) for stream in (False, True) for c in (1, 16, 64)]
+        rows = [
+            row(engine_port, peers, c, stream, args.calls)
+            for _ in range(args.runs)
+            for stream in (False, True)
+            for c in (1, 16, 64)
+        ]
         long = long_rollout_row(peers, args.turns, 32)
     finally:
         for peer in peers.values():
             if peer.process is not None:
                 peer.process.stop()
         engine.stop()
-    report = {"benchmark": "peers", "pins": PINS, "calls_per_row": args.calls, "runs": args.runs,
-              "cpus": os.cpu_count(), "load_average": os.getloadavg(), "rows": rows, "long_rollout": long}
+    report = {
+        "benchmark": "peers",
+        "pins": PINS,
+        "calls_per_row": args.calls,
+        "runs": args.runs,
+        "cpus": os.cpu_count(),
+        "load_average": os.getloadavg(),
+        "rows": rows,
+        "long_rollout": long,
+    }
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps(report, indent=2))
     print_report(report)
@@ -305,14 +364,18 @@ def print_report(report: dict) -> None:
         for n in names:
             s = r[n]
             extra = f", ttft+{s['added_ttft_p50_ms']}" if r["stream"] else ""
-            cells.append(f"{s['calls_per_s']:>7.0f}, +{s['added_p50_ms']:.2f}, +{s['added_p99_ms']:.2f}, "
-                         f"{s['cpu_ms_per_call']:.2f}{extra}")
+            cells.append(
+                f"{s['calls_per_s']:>7.0f}, +{s['added_p50_ms']:.2f}, +{s['added_p99_ms']:.2f}, "
+                f"{s['cpu_ms_per_call']:.2f}{extra}"
+            )
         print(f"{label:<14} {r['direct']['calls_per_s']:>9.0f} " + " ".join(f"{c:>38}" for c in cells))
     long = report["long_rollout"]
     for n in names[:2]:
         s = long[n]
-        print(f"{n}: {long['turns']} turns in one rollout {s['long_calls_per_s']}/s vs {s['short_calls_per_s']}/s "
-              f"in rollouts of {long['short_turns']} ({s['long_vs_short'] * 100:.0f}%)")
+        print(
+            f"{n}: {long['turns']} turns in one rollout {s['long_calls_per_s']}/s vs {s['short_calls_per_s']}/s "
+            f"in rollouts of {long['short_turns']} ({s['long_vs_short'] * 100:.0f}%)"
+        )
 
 
 if __name__ == "__main__":

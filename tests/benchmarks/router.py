@@ -29,9 +29,14 @@ from tests.benchmarks.loadgen import LoadResult, _connection, post_request  # no
 
 HOST = "127.0.0.1"
 ADMIN_KEY = "bench-admin-key"
-BODY = {"model": "policy", "messages": [{"role": "system", "content": "You are a coding agent."},
-                                        {"role": "user", "content": "List the files in the repo."}],
-        "max_tokens": 16}
+BODY = {
+    "model": "policy",
+    "messages": [
+        {"role": "system", "content": "You are a coding agent."},
+        {"role": "user", "content": "List the files in the repo."},
+    ],
+    "max_tokens": 16,
+}
 DIRECT_BODY = {**BODY, "model": "fake-base", "return_token_ids": True, "logprobs": True}
 ROLLOUTS = 64
 ENGINE_COUNTS = (1, 2, 4)
@@ -53,8 +58,7 @@ def serve_engine(port: int, latency_ms: float, slots: int) -> None:
                 return await app(scope, receive, send)
         return await app(scope, receive, send)
 
-    uvicorn.run(bounded, host=HOST, port=port, log_level="warning", access_log=False, loop="uvloop",
-                http="httptools")
+    uvicorn.run(bounded, host=HOST, port=port, log_level="warning", access_log=False, loop="uvloop", http="httptools")
 
 
 async def load(targets: list[tuple[int, bytes]], calls: int) -> LoadResult:
@@ -74,33 +78,53 @@ def start(command: list[str], port: int, log: Path) -> ManagedProcess:
 
 def rollout_requests(gateway_port: int, count: int) -> list[bytes]:
     import httpx
+
     requests = []
     for i in range(count):
-        token = httpx.post(f"http://{HOST}:{gateway_port}/api/rollouts", json={"run": "bench", "task": f"t{i}"},
-                           headers={"x-admin-key": ADMIN_KEY}).json()["token"]
+        token = httpx.post(
+            f"http://{HOST}:{gateway_port}/api/rollouts",
+            json={"run": "bench", "task": f"t{i}"},
+            headers={"x-admin-key": ADMIN_KEY},
+        ).json()["token"]
         requests.append(post_request(HOST, gateway_port, f"/r/{token}/v1/chat/completions", BODY))
     return requests
 
 
 def measure(count: int, ports: list[int], in_flight: int, workdir: Path, calls: int) -> dict:
     gateway_port = free_port()
-    command = [sys.executable, "-m", "harnessrl.cli", "serve", "--port", str(gateway_port), "--admin-key", ADMIN_KEY,
-               "--database-url", f"sqlite+aiosqlite:///{workdir / f'bench-{count}.db'}",
-               "--engine-max-in-flight", str(in_flight)]
+    command = [
+        sys.executable,
+        "-m",
+        "harnessrl.cli",
+        "serve",
+        "--port",
+        str(gateway_port),
+        "--admin-key",
+        ADMIN_KEY,
+        "--database-url",
+        f"sqlite+aiosqlite:///{workdir / f'bench-{count}.db'}",
+        "--engine-max-in-flight",
+        str(in_flight),
+    ]
     for port in ports[:count]:
         command += ["--engine-url", f"http://{HOST}:{port}"]
     gateway = start(command, gateway_port, workdir / f"gateway-{count}.log")
     try:
         via = rollout_requests(gateway_port, ROLLOUTS)
-        direct = [(ports[i % count], post_request(HOST, ports[i % count], "/v1/chat/completions", DIRECT_BODY))
-                  for i in range(ROLLOUTS)]
+        direct = [
+            (ports[i % count], post_request(HOST, ports[i % count], "/v1/chat/completions", DIRECT_BODY))
+            for i in range(ROLLOUTS)
+        ]
         row = {"engines": count}
         for concurrency, n in ((1, calls // 4), (64, calls)):
             asyncio.run(load([(gateway_port, r) for r in via[:concurrency]], min(n, 256)))  # warm-up
             base = asyncio.run(load(direct[:concurrency], n)).summary()
             routed = asyncio.run(load([(gateway_port, r) for r in via[:concurrency]], n)).summary()
-            row[f"c{concurrency}"] = {"direct": base, "gateway": routed,
-                                      "added_p50_ms": round(routed["p50_ms"] - base["p50_ms"], 3)}
+            row[f"c{concurrency}"] = {
+                "direct": base,
+                "gateway": routed,
+                "added_p50_ms": round(routed["p50_ms"] - base["p50_ms"], 3),
+            }
         return row
     finally:
         gateway.stop()
@@ -110,8 +134,12 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--latency-ms", type=float, default=20.0)
     parser.add_argument("--slots", type=int, default=2)
-    parser.add_argument("--gateway-in-flight", type=int, help="the gateway's in-flight bound per engine "
-                        "[default: 2 x slots, so an engine never idles while the gateway hands a slot on]")
+    parser.add_argument(
+        "--gateway-in-flight",
+        type=int,
+        help="the gateway's in-flight bound per engine "
+        "[default: 2 x slots, so an engine never idles while the gateway hands a slot on]",
+    )
     parser.add_argument("--calls", type=int, default=2000)
     parser.add_argument("--out", type=Path, default=DEFAULT_OUT)
     parser.add_argument("--serve-engine", type=int, help=argparse.SUPPRESS)  # internal: run one fake engine
@@ -121,8 +149,23 @@ def main() -> None:
         return
     workdir = Path(tempfile.mkdtemp(prefix="harnessrl-router-bench-"))
     ports = [free_port() for _ in range(max(ENGINE_COUNTS))]
-    engines = [start([sys.executable, __file__, "--serve-engine", str(port), "--latency-ms", str(args.latency_ms),
-                      "--slots", str(args.slots)], port, workdir / f"engine-{port}.log") for port in ports]
+    engines = [
+        start(
+            [
+                sys.executable,
+                __file__,
+                "--serve-engine",
+                str(port),
+                "--latency-ms",
+                str(args.latency_ms),
+                "--slots",
+                str(args.slots),
+            ],
+            port,
+            workdir / f"engine-{port}.log",
+        )
+        for port in ports
+    ]
     try:
         in_flight = args.gateway_in_flight or 2 * args.slots
         rows = [measure(count, ports, in_flight, workdir, args.calls) for count in ENGINE_COUNTS]
@@ -130,20 +173,31 @@ def main() -> None:
         for engine in engines:
             engine.stop()
     one = rows[0]["c64"]["gateway"]["calls_per_s"]
-    report = {"benchmark": "router", "latency_ms": args.latency_ms, "slots_per_engine": args.slots,
-              "gateway_in_flight_per_engine": args.gateway_in_flight or 2 * args.slots,
-              "rollouts": ROLLOUTS, "rows": rows,
-              "scaling_c64": {str(r["engines"]): round(r["c64"]["gateway"]["calls_per_s"] / one, 2) for r in rows}}
+    report = {
+        "benchmark": "router",
+        "latency_ms": args.latency_ms,
+        "slots_per_engine": args.slots,
+        "gateway_in_flight_per_engine": args.gateway_in_flight or 2 * args.slots,
+        "rollouts": ROLLOUTS,
+        "rows": rows,
+        "scaling_c64": {str(r["engines"]): round(r["c64"]["gateway"]["calls_per_s"] / one, 2) for r in rows},
+    }
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps(report, indent=2))
-    print(f"fake engines: {args.latency_ms:g} ms a call, {args.slots} at once each; gateway in flight per engine "
-          f"{report['gateway_in_flight_per_engine']}; {ROLLOUTS} rollouts")
-    print(f"{'engines':>7} {'c=1 calls/s':>12} {'c=64 calls/s':>13} {'x vs 1':>7} {'direct c=64':>12} "
-          f"{'added p50 c=1':>14} {'added p50 c=64':>15}")
+    print(
+        f"fake engines: {args.latency_ms:g} ms a call, {args.slots} at once each; gateway in flight per engine "
+        f"{report['gateway_in_flight_per_engine']}; {ROLLOUTS} rollouts"
+    )
+    print(
+        f"{'engines':>7} {'c=1 calls/s':>12} {'c=64 calls/s':>13} {'x vs 1':>7} {'direct c=64':>12} "
+        f"{'added p50 c=1':>14} {'added p50 c=64':>15}"
+    )
     for r in rows:
-        print(f"{r['engines']:>7} {r['c1']['gateway']['calls_per_s']:>12.0f} {r['c64']['gateway']['calls_per_s']:>13.0f} "
-              f"{report['scaling_c64'][str(r['engines'])]:>7.2f} {r['c64']['direct']['calls_per_s']:>12.0f} "
-              f"{r['c1']['added_p50_ms']:>12.2f}ms {r['c64']['added_p50_ms']:>13.2f}ms")
+        print(
+            f"{r['engines']:>7} {r['c1']['gateway']['calls_per_s']:>12.0f} {r['c64']['gateway']['calls_per_s']:>13.0f} "
+            f"{report['scaling_c64'][str(r['engines'])]:>7.2f} {r['c64']['direct']['calls_per_s']:>12.0f} "
+            f"{r['c1']['added_p50_ms']:>12.2f}ms {r['c64']['added_p50_ms']:>13.2f}ms"
+        )
     print(f"written to {args.out}")
 
 

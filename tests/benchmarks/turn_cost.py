@@ -34,8 +34,14 @@ from gateway.tito.template import ModelText  # noqa: E402
 from migrations.runner import upgrade  # noqa: E402
 
 DEFAULT_OUT = Path(__file__).parent / "results" / "turn_cost.json"
-TOOL = {"type": "function", "function": {"name": "read_file", "description": "Read a file.",
-        "parameters": {"type": "object", "properties": {"path": {"type": "string"}}}}}
+TOOL = {
+    "type": "function",
+    "function": {
+        "name": "read_file",
+        "description": "Read a file.",
+        "parameters": {"type": "object", "properties": {"path": {"type": "string"}}},
+    },
+}
 TARGET_TOKENS = 32_768
 REPORT_AT = (1024, 2048, 4096, 8192, 16384, 32768)
 WORDS = "def return import class self value result error test file path line data index list".split()
@@ -56,21 +62,44 @@ class StubEngine:
 
     async def completions(self, body: dict) -> dict:
         ids = self.text.encode(self.sampled_text()) + [self.text.eos_id]
-        return {"choices": [{"index": 0, "text": "", "finish_reason": "stop", "token_ids": ids,
-                             "prompt_token_ids": body["prompt"],
-                             "logprobs": {"tokens": ["t"] * len(ids), "token_logprobs": [-0.5] * len(ids)}}],
-                "usage": {"prompt_tokens": len(body["prompt"]), "completion_tokens": len(ids)}}
+        return {
+            "choices": [
+                {
+                    "index": 0,
+                    "text": "",
+                    "finish_reason": "stop",
+                    "token_ids": ids,
+                    "prompt_token_ids": body["prompt"],
+                    "logprobs": {"tokens": ["t"] * len(ids), "token_logprobs": [-0.5] * len(ids)},
+                }
+            ],
+            "usage": {"prompt_tokens": len(body["prompt"]), "completion_tokens": len(ids)},
+        }
 
     async def chat(self, body: dict) -> dict:
         ids = self.text.encode(self.sampled_text()) + [self.text.eos_id]
-        call = {"id": f"call_{self.turn}", "type": "function",
-                "function": {"name": "read_file", "arguments": json.dumps({"path": f"f{self.turn}.py"})}}
-        return {"id": "x", "object": "chat.completion", "created": 0, "model": body["model"],
-                "choices": [{"index": 0, "message": {"role": "assistant", "content": None, "tool_calls": [call]},
-                             "logprobs": {"content": [{"token": "t", "logprob": -0.5}] * len(ids)},
-                             "finish_reason": "tool_calls", "token_ids": ids}],
-                "usage": {"prompt_tokens": len(self.prompt_ids), "completion_tokens": len(ids)},
-                "prompt_token_ids": self.prompt_ids}
+        call = {
+            "id": f"call_{self.turn}",
+            "type": "function",
+            "function": {"name": "read_file", "arguments": json.dumps({"path": f"f{self.turn}.py"})},
+        }
+        return {
+            "id": "x",
+            "object": "chat.completion",
+            "created": 0,
+            "model": body["model"],
+            "choices": [
+                {
+                    "index": 0,
+                    "message": {"role": "assistant", "content": None, "tool_calls": [call]},
+                    "logprobs": {"content": [{"token": "t", "logprob": -0.5}] * len(ids)},
+                    "finish_reason": "tool_calls",
+                    "token_ids": ids,
+                }
+            ],
+            "usage": {"prompt_tokens": len(self.prompt_ids), "completion_tokens": len(ids)},
+            "prompt_token_ids": self.prompt_ids,
+        }
 
 
 class NaiveTito(TitoEngine):
@@ -80,7 +109,8 @@ class NaiveTito(TitoEngine):
         super().__init__(*args)
         renderer = self.renderer
         renderer.prompt_ids = lambda messages, tools, state: self.text.encode(
-            self.text.template.render([for_template(m) for m in messages], tools, add_generation_prompt=True))
+            self.text.template.render([for_template(m) for m in messages], tools, add_generation_prompt=True)
+        )
         del renderer
 
 
@@ -97,8 +127,14 @@ async def run_mode(mode: str, text: ModelText, workdir: Path) -> list[tuple[int,
     async def tito() -> TitoEngine:
         return tito_engine
 
-    pipeline = ChatPipeline(engine, PolicyRegistry("policy", "base"), writer,
-                            CallGraphIndex(store.recent_graph_nodes), tito=tito, max_model_len=200_000)
+    pipeline = ChatPipeline(
+        engine,
+        PolicyRegistry("policy", "base"),
+        writer,
+        CallGraphIndex(store.recent_graph_nodes),
+        tito=tito,
+        max_model_len=200_000,
+    )
     identity = await store.create_rollout(f"bench-{mode}", "t", capture="engine" if mode == "engine" else "tito")
     serving = OpenAIServing(pipeline)
     messages = [{"role": "system", "content": "You are a coding agent."}, {"role": "user", "content": "Fix the bug."}]
@@ -114,10 +150,17 @@ async def run_mode(mode: str, text: ModelText, workdir: Path) -> list[tuple[int,
         message = served.body["choices"][0]["message"]
         call = message["tool_calls"][0]
         # The agent echoes the call back re-serialized, then appends the tool's output.
-        call = {**call, "function": {**call["function"], "arguments": json.dumps(
-            json.loads(call["function"]["arguments"]), separators=(",", ":"))}}
-        messages += [{"role": "assistant", "content": message.get("content"), "tool_calls": [call]},
-                     {"role": "tool", "tool_call_id": call["id"], "content": tool_output(engine.turn)}]
+        call = {
+            **call,
+            "function": {
+                **call["function"],
+                "arguments": json.dumps(json.loads(call["function"]["arguments"]), separators=(",", ":")),
+            },
+        }
+        messages += [
+            {"role": "assistant", "content": message.get("content"), "tool_calls": [call]},
+            {"role": "tool", "tool_call_id": call["id"], "content": tool_output(engine.turn)},
+        ]
         engine.turn += 1
         history = served.body["usage"]["prompt_tokens"]
     await writer.stop()
@@ -128,8 +171,9 @@ async def run_mode(mode: str, text: ModelText, workdir: Path) -> list[tuple[int,
 def at_sizes(points: list[tuple[int, float]]) -> dict[int, float]:
     """CPU ms per turn at each reported size: the median of the three turns whose history is closest
     (one turn alone is at the mercy of a garbage collection or a neighbour's burst on shared cores)."""
-    return {size: statistics.median(p[1] for p in sorted(points, key=lambda p: abs(p[0] - size))[:3])
-            for size in REPORT_AT}
+    return {
+        size: statistics.median(p[1] for p in sorted(points, key=lambda p: abs(p[0] - size))[:3]) for size in REPORT_AT
+    }
 
 
 def main() -> None:
@@ -142,21 +186,27 @@ def main() -> None:
     workdir = Path(tempfile.mkdtemp(prefix="harnessrl-turn-cost-"))
     if args.model is None:
         from harnessrl.model_prep import build_tiny_model
+
         args.model = build_tiny_model(workdir / "tiny")
     text = ModelText(args.model)
     report = {}
     for mode in args.modes.split(","):
-        runs = [at_sizes(asyncio.run(run_mode(mode, text, workdir / f"{mode}-{r}")))
-                for r in range(args.repeats) if (workdir / f"{mode}-{r}").mkdir(parents=True) is None]
+        runs = [
+            at_sizes(asyncio.run(run_mode(mode, text, workdir / f"{mode}-{r}")))
+            for r in range(args.repeats)
+            if (workdir / f"{mode}-{r}").mkdir(parents=True) is None
+        ]
         per_size = {size: round(statistics.median(run[size] for run in runs), 3) for size in REPORT_AT}
-        report[mode] = {"cpu_ms_per_turn": per_size,
-                        "ratio_32k_to_1k": round(per_size[32768] / per_size[1024], 2)}
+        report[mode] = {"cpu_ms_per_turn": per_size, "ratio_32k_to_1k": round(per_size[32768] / per_size[1024], 2)}
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps({"benchmark": "turn_cost", "model": str(args.model), "results": report}, indent=2))
     print(f"{'mode':<8}" + "".join(f"{size:>9}" for size in REPORT_AT) + f"{'32k/1k':>9}")
     for mode, row in report.items():
-        print(f"{mode:<8}" + "".join(f"{row['cpu_ms_per_turn'][s]:>9.2f}" for s in REPORT_AT)
-              + f"{row['ratio_32k_to_1k']:>9.2f}")
+        print(
+            f"{mode:<8}"
+            + "".join(f"{row['cpu_ms_per_turn'][s]:>9.2f}" for s in REPORT_AT)
+            + f"{row['ratio_32k_to_1k']:>9.2f}"
+        )
     print(f"CPU ms per turn by history size (tokens); written to {args.out}")
 
 

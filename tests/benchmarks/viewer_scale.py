@@ -51,21 +51,47 @@ def build(path: Path) -> dict:
     rng = np.random.default_rng(0)
     with engine.begin() as conn:
         conn.exec_driver_sql("PRAGMA synchronous=OFF")
-        conn.execute(insert(Run.__table__), [{"id": 1, "name": RUN, "config": {"capture": "engine"},
-                                              "created_at": utcnow()}])
-        conn.execute(insert(Task.__table__), [{"id": t + 1, "run_id": 1, "name": f"task-{t}", "spec": {},
-                                               "created_at": utcnow()} for t in range(TASKS)])
+        conn.execute(
+            insert(Run.__table__), [{"id": 1, "name": RUN, "config": {"capture": "engine"}, "created_at": utcnow()}]
+        )
+        conn.execute(
+            insert(Task.__table__),
+            [{"id": t + 1, "run_id": 1, "name": f"task-{t}", "spec": {}, "created_at": utcnow()} for t in range(TASKS)],
+        )
         groups = ROLLOUTS // GROUP_SIZE
-        conn.execute(insert(Group.__table__), [
-            {"id": g + 1, "run_id": 1, "task_id": g % TASKS + 1, "name": f"round-{g // TASKS}",
-             "status": "consumed" if g < groups * 0.8 else "ready" if g < groups * 0.95 else "open",
-             "size": GROUP_SIZE, "ready_at": utcnow() if g < groups * 0.95 else None, "created_at": utcnow()}
-            for g in range(groups)])
+        conn.execute(
+            insert(Group.__table__),
+            [
+                {
+                    "id": g + 1,
+                    "run_id": 1,
+                    "task_id": g % TASKS + 1,
+                    "name": f"round-{g // TASKS}",
+                    "status": "consumed" if g < groups * 0.8 else "ready" if g < groups * 0.95 else "open",
+                    "size": GROUP_SIZE,
+                    "ready_at": utcnow() if g < groups * 0.95 else None,
+                    "created_at": utcnow(),
+                }
+                for g in range(groups)
+            ],
+        )
         conn.execute(insert(Rollout.__table__), [_rollout(n, rng) for n in range(ROLLOUTS)])
-        conn.execute(insert(LearnerStep.__table__), [
-            {"run_id": 1, "step": s, "metrics": {"loss": float(rng.normal()), "reward_mean": s / 600,
-                                                 "staleness": int(rng.integers(0, 3))}, "created_at": utcnow()}
-            for s in range(1, 601)])
+        conn.execute(
+            insert(LearnerStep.__table__),
+            [
+                {
+                    "run_id": 1,
+                    "step": s,
+                    "metrics": {
+                        "loss": float(rng.normal()),
+                        "reward_mean": s / 600,
+                        "staleness": int(rng.integers(0, 3)),
+                    },
+                    "created_at": utcnow(),
+                }
+                for s in range(1, 601)
+            ],
+        )
         rows, call_id = [], 0
         for n in range(ROLLOUTS):
             for row in _calls(n, call_id, rng):
@@ -77,48 +103,98 @@ def build(path: Path) -> dict:
         if rows:
             conn.execute(insert(Call.__table__), rows)
     engine.dispose()
-    return {"rollouts": ROLLOUTS, "calls": call_id, "db_mib": round(path.stat().st_size / 2**20),
-            "build_s": round(time.perf_counter() - started, 1)}
+    return {
+        "rollouts": ROLLOUTS,
+        "calls": call_id,
+        "db_mib": round(path.stat().st_size / 2**20),
+        "build_s": round(time.perf_counter() - started, 1),
+    }
 
 
 def _rollout(n: int, rng) -> dict:
     status = "running" if n >= ROLLOUTS - 500 else "failed" if n % 10 == 3 else "finished"
     reward = None if status == "running" else float(rng.random() < 0.2 + 0.6 * n / ROLLOUTS)
-    return {"id": n + 1, "run_id": 1, "task_id": (n // GROUP_SIZE) % TASKS + 1, "group_id": n // GROUP_SIZE + 1,
-            "token": f"hrl-bench-{n}", "status": status, "reward": reward,
-            "rewards": {} if reward is None else {"verifier": reward},
-            "error": "timeout after 600 s" if status == "failed" else None,
-            "meta": {"harness": HARNESSES[n % len(HARNESSES)]}, "created_at": utcnow(),
-            "finished_at": None if status == "running" else utcnow()}
+    return {
+        "id": n + 1,
+        "run_id": 1,
+        "task_id": (n // GROUP_SIZE) % TASKS + 1,
+        "group_id": n // GROUP_SIZE + 1,
+        "token": f"hrl-bench-{n}",
+        "status": status,
+        "reward": reward,
+        "rewards": {} if reward is None else {"verifier": reward},
+        "error": "timeout after 600 s" if status == "failed" else None,
+        "meta": {"harness": HARNESSES[n % len(HARNESSES)]},
+        "created_at": utcnow(),
+        "finished_at": None if status == "running" else utcnow(),
+    }
 
 
 def _calls(n: int, last_id: int, rng) -> list[dict]:
     """One rollout's calls: a title side call for some, then turns that each extend the previous one."""
     version = n // 160
     context = rng.integers(3, VOCAB, int(rng.integers(300, 800)), dtype=np.int32)
-    history = [{"role": "system", "content": "You are a coding agent. " * 8},
-               {"role": "user", "content": f"Fix the failing test in task {n}. " * 4}]
+    history = [
+        {"role": "system", "content": "You are a coding agent. " * 8},
+        {"role": "user", "content": f"Fix the failing test in task {n}. " * 4},
+    ]
     rows, parent = [], None
     for k in range(CALLS_PER_ROLLOUT):
         call_id = last_id + k + 1
         if k == 0 and n % 5 == 0:  # title generation, beside the main loop
-            rows.append(_call_row(call_id, n, version, rng.integers(3, VOCAB, 120, dtype=np.int32),
-                                  rng.integers(3, VOCAB, 8, dtype=np.int32), ["title"], None, None, 0,
-                                  [{"role": "user", "content": "Generate a short title for this conversation."}],
-                                  "A title", "stop"))
+            rows.append(
+                _call_row(
+                    call_id,
+                    n,
+                    version,
+                    rng.integers(3, VOCAB, 120, dtype=np.int32),
+                    rng.integers(3, VOCAB, 8, dtype=np.int32),
+                    ["title"],
+                    None,
+                    None,
+                    0,
+                    [{"role": "user", "content": "Generate a short title for this conversation."}],
+                    "A title",
+                    "stop",
+                )
+            )
             continue
         output = rng.integers(3, VOCAB, int(rng.integers(10, 80)), dtype=np.int32)
         fork = n % 7 == 0 and k == 10 and parent is not None
         final = k == CALLS_PER_ROLLOUT - 1
         text = f"Running the tests, step {k}. " * 3
-        rows.append(_call_row(call_id, n, version + (n % 11 == 0 and k >= 10), context, output, [],
-                              None if fork else parent, parent if fork else None, 5 if fork else 0, history,
-                              text, "stop" if final else "length" if k % 9 == 8 else "tool_calls"))
+        rows.append(
+            _call_row(
+                call_id,
+                n,
+                version + (n % 11 == 0 and k >= 10),
+                context,
+                output,
+                [],
+                None if fork else parent,
+                parent if fork else None,
+                5 if fork else 0,
+                history,
+                text,
+                "stop" if final else "length" if k % 9 == 8 else "tool_calls",
+            )
+        )
         tool = rng.integers(3, VOCAB, int(rng.integers(20, 120)), dtype=np.int32)
         context = np.concatenate([context, output, tool])
-        history = history + [{"role": "assistant", "content": text, "tool_calls": [
-            {"id": f"call_{k}", "type": "function", "function": {"name": "bash", "arguments": '{"cmd": "pytest -q"}'}}]},
-            {"role": "tool", "tool_call_id": f"call_{k}", "content": "1 failed, 3 passed " * 6}]
+        history = history + [
+            {
+                "role": "assistant",
+                "content": text,
+                "tool_calls": [
+                    {
+                        "id": f"call_{k}",
+                        "type": "function",
+                        "function": {"name": "bash", "arguments": '{"cmd": "pytest -q"}'},
+                    }
+                ],
+            },
+            {"role": "tool", "tool_call_id": f"call_{k}", "content": "1 failed, 3 passed " * 6},
+        ]
         parent = call_id
     return rows
 
@@ -126,20 +202,42 @@ def _calls(n: int, last_id: int, rng) -> list[dict]:
 def _call_row(call_id, n, version, prompt, output, tags, parent, fork_of, drift, messages, text, finish) -> dict:
     message = {"role": "assistant", "content": text}
     if finish == "tool_calls":
-        message["tool_calls"] = [{"id": "call_x", "type": "function",
-                                  "function": {"name": "bash", "arguments": '{"cmd": "pytest -q"}'}}]
+        message["tool_calls"] = [
+            {"id": "call_x", "type": "function", "function": {"name": "bash", "arguments": '{"cmd": "pytest -q"}'}}
+        ]
     logprobs = -np.abs(np.sin(np.arange(len(output), dtype=np.float32)))
-    return {"id": call_id, "rollout_id": n + 1, "parent_id": parent, "fork_of": fork_of, "drift_tokens": drift,
-            "dialect": "chat", "model": "policy", "engine_model": f"policy-v{version}" if version else "base",
-            "policy_version": int(version), "prompt_ids": pack_ids(prompt), "output_ids": pack_ids(output),
-            "output_logprobs": pack_logprobs(logprobs), "num_prompt_tokens": len(prompt),
-            "num_output_tokens": len(output), "finish_reason": finish,
-            "request": {"model": "policy", "messages": messages, "tools": [{"type": "function", "function": {
-                "name": "bash", "parameters": {"type": "object"}}}]},
-            "response": {"id": f"chatcmpl-{call_id}", "object": "chat.completion", "model": "base",
-                         "choices": [{"index": 0, "message": message, "finish_reason": finish}],
-                         "usage": {"prompt_tokens": len(prompt), "completion_tokens": len(output)}},
-            "tags": tags, "latency_ms": 120.0, "created_at": utcnow()}
+    return {
+        "id": call_id,
+        "rollout_id": n + 1,
+        "parent_id": parent,
+        "fork_of": fork_of,
+        "drift_tokens": drift,
+        "dialect": "chat",
+        "model": "policy",
+        "engine_model": f"policy-v{version}" if version else "base",
+        "policy_version": int(version),
+        "prompt_ids": pack_ids(prompt),
+        "output_ids": pack_ids(output),
+        "output_logprobs": pack_logprobs(logprobs),
+        "num_prompt_tokens": len(prompt),
+        "num_output_tokens": len(output),
+        "finish_reason": finish,
+        "request": {
+            "model": "policy",
+            "messages": messages,
+            "tools": [{"type": "function", "function": {"name": "bash", "parameters": {"type": "object"}}}],
+        },
+        "response": {
+            "id": f"chatcmpl-{call_id}",
+            "object": "chat.completion",
+            "model": "base",
+            "choices": [{"index": 0, "message": message, "finish_reason": finish}],
+            "usage": {"prompt_tokens": len(prompt), "completion_tokens": len(output)},
+        },
+        "tags": tags,
+        "latency_ms": 120.0,
+        "created_at": utcnow(),
+    }
 
 
 # --- the measurement ---------------------------------------------------------------------------
@@ -167,8 +265,12 @@ def endpoints() -> list[tuple[str, str]]:
 
 def measure(url: str, requests: int) -> list[dict]:
     results = []
-    with httpx.Client(base_url=url, timeout=60, follow_redirects=True,  # /ui -> /ui/
-                      headers={"x-admin-key": ADMIN_KEY}) as client:
+    with httpx.Client(
+        base_url=url,
+        timeout=60,
+        follow_redirects=True,  # /ui -> /ui/
+        headers={"x-admin-key": ADMIN_KEY},
+    ) as client:
         for name, path in endpoints():
             client.get(path)  # warm-up: caches, the tokenizer's first load
             times, response = [], None
@@ -184,9 +286,15 @@ def _result(name: str, path: str, response: httpx.Response, times: list[float]) 
     """Timings, and how many items came back (page data, messages, or decoded pieces)."""
     body = response.json() if "json" in response.headers.get("content-type", "") else {}
     lists = [body[key] for key in ("data", "messages", "prompt_pieces") if isinstance(body.get(key), list)]
-    return {"endpoint": name, "path": path, "status": response.status_code, "items": len(lists[0]) if lists else None,
-            "bytes": len(response.content), "p50_ms": round(statistics.median(times), 1),
-            "p95_ms": round(float(np.percentile(times, 95)), 1)}
+    return {
+        "endpoint": name,
+        "path": path,
+        "status": response.status_code,
+        "items": len(lists[0]) if lists else None,
+        "bytes": len(response.content),
+        "p50_ms": round(statistics.median(times), 1),
+        "p95_ms": round(float(np.percentile(times, 95)), 1),
+    }
 
 
 def tokenizer_dir(db: Path) -> Path:
@@ -197,11 +305,18 @@ def tokenizer_dir(db: Path) -> Path:
 
 
 def markdown(fixture: dict, results: list[dict]) -> str:
-    lines = [f"# Viewer REST at scale ({fixture['rollouts']:,} rollouts, {fixture['calls']:,} calls, "
-             f"SQLite {fixture['db_mib']:,} MiB)", "",
-             "| endpoint | status | items | p50 ms | p95 ms |", "|---|---|---|---|---|"]
-    lines += [f"| `{r['path']}` | {r['status']} | {'' if r['items'] is None else r['items']} | {r['p50_ms']} "
-              f"| {r['p95_ms']} |" for r in results]
+    lines = [
+        f"# Viewer REST at scale ({fixture['rollouts']:,} rollouts, {fixture['calls']:,} calls, "
+        f"SQLite {fixture['db_mib']:,} MiB)",
+        "",
+        "| endpoint | status | items | p50 ms | p95 ms |",
+        "|---|---|---|---|---|",
+    ]
+    lines += [
+        f"| `{r['path']}` | {r['status']} | {'' if r['items'] is None else r['items']} | {r['p50_ms']} "
+        f"| {r['p95_ms']} |"
+        for r in results
+    ]
     return "\n".join(lines) + "\n"
 
 
@@ -218,8 +333,13 @@ def main() -> None:
         marker.write_text(json.dumps(fixture))
     fixture = json.loads(marker.read_text())
     print(f"fixture: {fixture}")
-    settings = GatewaySettings(database_url=sqlite_url(args.db), engine_url="http://127.0.0.1:9",
-                               admin_key=ADMIN_KEY, base_model="bench-base", model_dir=str(tokenizer_dir(args.db)))
+    settings = GatewaySettings(
+        database_url=sqlite_url(args.db),
+        engine_url="http://127.0.0.1:9",
+        admin_key=ADMIN_KEY,
+        base_model="bench-base",
+        model_dir=str(tokenizer_dir(args.db)),
+    )
     with BackgroundGateway(settings) as server:
         results = measure(server.url, args.requests)
     args.out.parent.mkdir(parents=True, exist_ok=True)
@@ -227,8 +347,10 @@ def main() -> None:
     args.out.with_suffix(".md").write_text(markdown(fixture, results))
     print(f"{'endpoint':<28} {'status':>6} {'items':>5} {'p50 ms':>8} {'p95 ms':>8}")
     for r in results:
-        print(f"{r['endpoint']:<28} {r['status']:>6} {'' if r['items'] is None else r['items']:>5} "
-              f"{r['p50_ms']:>8.1f} {r['p95_ms']:>8.1f}")
+        print(
+            f"{r['endpoint']:<28} {r['status']:>6} {'' if r['items'] is None else r['items']:>5} "
+            f"{r['p50_ms']:>8.1f} {r['p95_ms']:>8.1f}"
+        )
     print(f"written to {args.out} and {args.out.with_suffix('.md')}")
 
 

@@ -39,8 +39,13 @@ def sample(ids: np.ndarray, sampled_from: int, old: np.ndarray | None = None) ->
     mask = np.zeros(len(ids), np.int8)
     mask[sampled_from:] = 1
     old = np.zeros(len(ids), np.float32) if old is None else old.astype(np.float32)
-    return Sample((0,), ids.astype(np.int32), mask, np.where(mask == 1, old, 0).astype(np.float32),
-                  np.where(mask == 1, 0, -1).astype(np.int32))
+    return Sample(
+        (0,),
+        ids.astype(np.int32),
+        mask,
+        np.where(mask == 1, old, 0).astype(np.float32),
+        np.where(mask == 1, 0, -1).astype(np.int32),
+    )
 
 
 def alone_logprobs(model, ids: np.ndarray) -> np.ndarray:
@@ -80,8 +85,14 @@ def check_step(trainer, config: LearnerConfig, vocab: int) -> dict:
     metrics = train_step(trainer.model, trainer.optimizer, rows, config.step())
     moved = any(not torch.equal(before[n], p) for n, p in trainer.model.named_parameters() if p.requires_grad)
     ok = bool(metrics["optimizer_stepped"] and moved and abs(metrics["ratio_mean"] - 1.0) < 0.05)
-    return emit(check="bf16_step", ok=ok, ratio_mean=metrics["ratio_mean"], grad_norm=metrics["grad_norm"],
-                loss=metrics["loss"], lora_dtype=str(next(iter(before.values())).dtype))
+    return emit(
+        check="bf16_step",
+        ok=ok,
+        ratio_mean=metrics["ratio_mean"],
+        grad_norm=metrics["grad_norm"],
+        loss=metrics["loss"],
+        lora_dtype=str(next(iter(before.values())).dtype),
+    )
 
 
 def check_memory(trainer, config: LearnerConfig, vocab: int, length: int) -> dict:
@@ -96,8 +107,14 @@ def check_memory(trainer, config: LearnerConfig, vocab: int, length: int) -> dic
     train_step(trainer.model, trainer.optimizer, rows, config.step())
     torch.cuda.synchronize()
     peak = torch.cuda.max_memory_allocated() - base
-    return emit(check="peak_memory", length=length, ok=True, step_s=round(time.perf_counter() - started, 2),
-                peak_step_gib=round(peak / 2**30, 3), per_token_kib=round(peak / length / 1024, 1))
+    return emit(
+        check="peak_memory",
+        length=length,
+        ok=True,
+        step_s=round(time.perf_counter() - started, 2),
+        peak_step_gib=round(peak / 2**30, 3),
+        per_token_kib=round(peak / length / 1024, 1),
+    )
 
 
 def main() -> int:
@@ -112,15 +129,22 @@ def main() -> int:
     config = with_overrides(LearnerConfig(model_dir=args.model_dir), token_budget=32768)  # dtype auto: bfloat16 on CUDA
     trainer = build_trainer(config)
     vocab = trainer.model.get_input_embeddings().weight.shape[0]
-    emit(check="setup", ok=True, gpu=torch.cuda.get_device_name(device), torch=torch.__version__,
-         dtype=str(next(trainer.model.parameters()).dtype), kernel=resolve_kernel(config.forward.kernel, device))
+    emit(
+        check="setup",
+        ok=True,
+        gpu=torch.cuda.get_device_name(device),
+        torch=torch.__version__,
+        dtype=str(next(trainer.model.parameters()).dtype),
+        kernel=resolve_kernel(config.forward.kernel, device),
+    )
     results = [check_rows(trainer, config, vocab), check_step(trainer, config, vocab)]
     memory = [check_memory(trainer, config, vocab, int(n)) for n in args.lengths.split(",")]
     if len(memory) >= 2:
         growth = memory[-1]["peak_step_gib"] / max(memory[0]["peak_step_gib"], 1e-9)
         ratio = memory[-1]["length"] / memory[0]["length"]
-        results.append(emit(check="memory_linear", ok=growth <= 1.125 * ratio, growth=round(growth, 2),
-                            length_ratio=ratio))
+        results.append(
+            emit(check="memory_linear", ok=growth <= 1.125 * ratio, growth=round(growth, 2), length_ratio=ratio)
+        )
     ok = all(r["ok"] for r in results)
     emit(check="summary", ok=ok, failed=[r["check"] for r in results if not r["ok"]])
     return 0 if ok else 1

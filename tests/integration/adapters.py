@@ -18,8 +18,12 @@ def lora_model(model_dir: Path, rank: int = 8, seed: int = 0, scale: float = 0.5
 
     torch.manual_seed(seed)
     base = AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32)
-    model = get_peft_model(base, LoraConfig(r=rank, lora_alpha=2 * rank, lora_dropout=0.0,
-                                            target_modules=list(ALL_LINEAR), task_type="CAUSAL_LM"))
+    model = get_peft_model(
+        base,
+        LoraConfig(
+            r=rank, lora_alpha=2 * rank, lora_dropout=0.0, target_modules=list(ALL_LINEAR), task_type="CAUSAL_LM"
+        ),
+    )
     with torch.no_grad():
         for name, p in model.named_parameters():
             if "lora_B" in name:

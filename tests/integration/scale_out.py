@@ -29,18 +29,32 @@ def by_index(rollout: dict) -> float:
 
 
 def engine(model_dir: Path, logs: Path) -> EngineProcess:
-    launch = EngineLaunch(model_dir=model_dir, port=free_port(), max_model_len=2048, kv_cache_gib=1,
-                          max_lora_rank=8)
+    launch = EngineLaunch(model_dir=model_dir, port=free_port(), max_model_len=2048, kv_cache_gib=1, max_lora_rank=8)
     return EngineProcess.vllm(launch, logs / f"engine-{launch.port}.log")
 
 
 def gateway(engine_urls: list[str], database_url: str, model_dir: Path, home: Path, logs: Path) -> EngineProcess:
     port = free_port()
     urls = [a for url in engine_urls for a in ("--engine-url", url)]
-    command = [sys.executable, "-m", "harnessrl.cli", "serve", "--port", str(port), "--admin-key", TEST_ADMIN_KEY,
-               *urls, "--database-url", database_url, "--tokenizer", str(model_dir), "--require-token"]
-    return EngineProcess(command, f"http://127.0.0.1:{port}", logs / f"gateway-{port}.log",
-                         {**os.environ, "HARNESSRL_HOME": str(home)})
+    command = [
+        sys.executable,
+        "-m",
+        "harnessrl.cli",
+        "serve",
+        "--port",
+        str(port),
+        "--admin-key",
+        TEST_ADMIN_KEY,
+        *urls,
+        "--database-url",
+        database_url,
+        "--tokenizer",
+        str(model_dir),
+        "--require-token",
+    ]
+    return EngineProcess(
+        command, f"http://127.0.0.1:{port}", logs / f"gateway-{port}.log", {**os.environ, "HARNESSRL_HOME": str(home)}
+    )
 
 
 @dataclass
@@ -54,29 +68,74 @@ class Worker:
         self.process.wait()
 
 
-def worker(name: str, gateway_url: str, run: str, tasks_file: Path, home: Path, logs: Path,
-           lease_s: float) -> Worker:
+def worker(name: str, gateway_url: str, run: str, tasks_file: Path, home: Path, logs: Path, lease_s: float) -> Worker:
     log = logs / f"worker-{name}.log"
-    command = [sys.executable, "-m", "harnessrl.cli", "run", "--tasks", str(tasks_file), "--run", run,
-               "--harness", "builtin", "--group-size", "4", "--concurrency", "2", "--sandbox", "local",
-               "--gateway", gateway_url, "--admin-key", TEST_ADMIN_KEY, "--worker-id", name,
-               "--lease-s", str(lease_s), "--reward", "tests.integration.scale_out:by_index"]
+    command = [
+        sys.executable,
+        "-m",
+        "harnessrl.cli",
+        "run",
+        "--tasks",
+        str(tasks_file),
+        "--run",
+        run,
+        "--harness",
+        "builtin",
+        "--group-size",
+        "4",
+        "--concurrency",
+        "2",
+        "--sandbox",
+        "local",
+        "--gateway",
+        gateway_url,
+        "--admin-key",
+        TEST_ADMIN_KEY,
+        "--worker-id",
+        name,
+        "--lease-s",
+        str(lease_s),
+        "--reward",
+        "tests.integration.scale_out:by_index",
+    ]
     with open(log, "ab") as out:
-        process = subprocess.Popen(command, stdout=out, stderr=subprocess.STDOUT, start_new_session=True,
-                                   env={**os.environ, "HARNESSRL_HOME": str(home), "COLUMNS": "200"})
+        process = subprocess.Popen(
+            command,
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+            env={**os.environ, "HARNESSRL_HOME": str(home), "COLUMNS": "200"},
+        )
     return Worker(name, process, log)
 
 
 def learner(run: str, gateway_url: str, database_url: str, model_dir: Path, home: Path, logs: Path) -> subprocess.Popen:
     config = home / "learner.toml"
     config.parent.mkdir(parents=True, exist_ok=True)
-    config.write_text(f'model_dir = "{model_dir}"\npoll_interval_s = 0.2\noutput_dir = "{home / "learner"}"\n'
-                      f'[publish]\ngateway_url = "{gateway_url}"\nadmin_key = "{TEST_ADMIN_KEY}"\n'
-                      f"[batch]\ngroups_per_step = 2\n[lora]\nrank = 8\n")
+    config.write_text(
+        f'model_dir = "{model_dir}"\npoll_interval_s = 0.2\noutput_dir = "{home / "learner"}"\n'
+        f'[publish]\ngateway_url = "{gateway_url}"\nadmin_key = "{TEST_ADMIN_KEY}"\n'
+        f"[batch]\ngroups_per_step = 2\n[lora]\nrank = 8\n"
+    )
     with open(logs / "learner.log", "ab") as out:
-        return subprocess.Popen([sys.executable, "-m", "harnessrl.cli", "train", "--run", run, "--config", str(config),
-                                 "--database-url", database_url], stdout=out, stderr=subprocess.STDOUT,
-                                start_new_session=True, env={**os.environ, "HARNESSRL_HOME": str(home)})
+        return subprocess.Popen(
+            [
+                sys.executable,
+                "-m",
+                "harnessrl.cli",
+                "train",
+                "--run",
+                run,
+                "--config",
+                str(config),
+                "--database-url",
+                database_url,
+            ],
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+            env={**os.environ, "HARNESSRL_HOME": str(home)},
+        )
 
 
 @dataclass
@@ -122,9 +181,13 @@ class CallRow:
 
 
 async def read_calls(store: Store, run: str) -> list[CallRow]:
-    query = (select(Call.id, Call.rollout_id, Call.engine, Call.moved_from, Call.policy_version, Call.created_at)
-             .join(Rollout, Rollout.id == Call.rollout_id).join(Run, Run.id == Rollout.run_id)
-             .where(Run.name == run).order_by(Call.id))
+    query = (
+        select(Call.id, Call.rollout_id, Call.engine, Call.moved_from, Call.policy_version, Call.created_at)
+        .join(Rollout, Rollout.id == Call.rollout_id)
+        .join(Run, Run.id == Rollout.run_id)
+        .where(Run.name == run)
+        .order_by(Call.id)
+    )
     async with store.sessions() as session:
         return [CallRow(i, r, e, m, v, c.timestamp()) for i, r, e, m, v, c in (await session.execute(query)).all()]
 

@@ -84,8 +84,9 @@ def attacks(port: int, own: dict, sibling: dict) -> dict[str, tuple[str, bool]]:
     chat = {"model": "policy", "messages": [{"role": "user", "content": "hi"}]}
     plain = {
         "own reward": request("POST", f"/api/rollouts/{own['id']}/reward", host, {"name": "x", "value": 1000}, tok),
-        "sibling reward": request("POST", f"/api/rollouts/{sibling['id']}/reward", host,
-                                  {"name": "x", "value": -1000}, tok),
+        "sibling reward": request(
+            "POST", f"/api/rollouts/{sibling['id']}/reward", host, {"name": "x", "value": -1000}, tok
+        ),
         "finish sibling": request("POST", f"/api/rollouts/{sibling['id']}/finish", host, {"status": "failed"}, tok),
         "create rollout": request("POST", "/api/rollouts", host, {"run": RUN, "task": "t", "group": "g"}, tok),
         "publish adapter": request("POST", "/admin/adapters", host, {"version": 1_000_000, "path": "/tmp/x"}, tok),
@@ -93,18 +94,21 @@ def attacks(port: int, own: dict, sibling: dict) -> dict[str, tuple[str, bool]]:
         "sibling conversation": request("GET", f"/api/rollouts/{sibling['id']}/conversation", host, token=tok),
         "admin policy": request("GET", "/admin/policy", host, token=tok),
         "viewer": request("GET", "/ui/", host),
-        "sibling model call": request("POST", f"/r/{sibling['token']}/v1/chat/completions", host, chat,
-                                      sibling["token"]),
+        "sibling model call": request(
+            "POST", f"/r/{sibling['token']}/v1/chat/completions", host, chat, sibling["token"]
+        ),
         "no-token model call": request("POST", "/v1/chat/completions", host, chat),
-        "dot-dot": request("POST", f"{mine}/../../api/rollouts/{own['id']}/reward", host,
-                           {"name": "x", "value": 1000}, tok),
+        "dot-dot": request(
+            "POST", f"{mine}/../../api/rollouts/{own['id']}/reward", host, {"name": "x", "value": 1000}, tok
+        ),
         "encoded dot-dot": request("GET", f"{mine}/%2e%2e/%2e%2e/api/runs", host, token=tok),
         "encoded slash": request("GET", f"{mine}/..%2F..%2Fapi%2Fruns", host, token=tok),
         "absolute form": request("GET", f"http://{host}/api/runs", host, token=tok),
         "absolute form, own path": request("GET", f"http://{host}{mine}/models", host, token=tok),
         "connect": request("CONNECT", host, host),
         "upgrade": request("GET", f"{mine}/models", host, token=tok).replace(
-            "connection: close", "connection: Upgrade\r\nupgrade: websocket"),
+            "connection: close", "connection: Upgrade\r\nupgrade: websocket"
+        ),
     }
     found = {name: (raw, False) for name, raw in plain.items()}
     found["socket directly"] = (request("GET", "/api/runs", host, token=tok), True)
@@ -147,8 +151,10 @@ def snapshot(gateway: BackgroundGateway, engine: FakeEngine) -> dict:
 async def test_an_attacking_agent_reaches_only_its_own_model_endpoints(backend, gateway, engine_server):
     engine: FakeEngine = engine_server.app.state.engine
     with admin(gateway) as http:
-        own, sibling = (http.post("/api/rollouts", json={"run": RUN, "task": "t", "group": "g",
-                                                          "group_size": 2}).json() for _ in range(2))
+        own, sibling = (
+            http.post("/api/rollouts", json={"run": RUN, "task": "t", "group": "g", "group_size": 2}).json()
+            for _ in range(2)
+        )
     program = f"PORT = {gateway.port}\nSOCKET = {SOCKET_INSIDE!r}\n"
     program += f"ATTACKS = {attacks(gateway.port, own, sibling)!r}\n{SENDER}"
     engine.script = lambda body: FakeReply(content=program if len(body["messages"]) == 1 else "Done.")

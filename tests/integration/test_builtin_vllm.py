@@ -22,16 +22,25 @@ async def test_builtin_harness_runs_the_task_set_on_smollm2(vllm_servers, sqlite
     settings = gateway_settings(sqlite_db, vllm_servers["smollm2"].url)
     with BackgroundGateway(settings) as gateway:
         client = GatewayClient(gateway.url, TEST_ADMIN_KEY)
-        plan = RunPlan(run="builtin-smollm2", tasks=tasks, harness=harness, group_size=1, concurrency=8,
-                       sandbox="local", sandbox_options={"isolation": "bwrap"})
+        plan = RunPlan(
+            run="builtin-smollm2",
+            tasks=tasks,
+            harness=harness,
+            group_size=1,
+            concurrency=8,
+            sandbox="local",
+            sandbox_options={"isolation": "bwrap"},
+        )
         try:
             results = await Runner(plan, client).run()
         finally:
             await client.close()
         assert len(results) == len(tasks)
-        assert all(r.status == "finished" and r.reward in (0.0, 1.0) for r in results), \
-            [(r.task, r.status, r.error) for r in results if r.status != "finished"]
-        ready = httpx.get(f"{gateway.url}/api/groups", params={"run": "builtin-smollm2", "status": "ready"},
-                          headers=ADMIN_HEADERS).json()
+        assert all(r.status == "finished" and r.reward in (0.0, 1.0) for r in results), [
+            (r.task, r.status, r.error) for r in results if r.status != "finished"
+        ]
+        ready = httpx.get(
+            f"{gateway.url}/api/groups", params={"run": "builtin-smollm2", "status": "ready"}, headers=ADMIN_HEADERS
+        ).json()
         assert len(ready["data"]) == len(tasks)
         print(f"SmolLM2 solved {sum(r.reward for r in results):.0f} of {len(tasks)} built-in tasks")

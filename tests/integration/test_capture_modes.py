@@ -13,16 +13,23 @@ TURNS = 10
 
 
 def converse(gateway, capture: str, turns: int = TURNS) -> dict:
-    rollout = httpx.post(f"{gateway.url}/api/rollouts", headers=ADMIN_HEADERS,
-                         json={"run": f"capture-{capture}", "task": "chat", "capture": capture}).json()
+    rollout = httpx.post(
+        f"{gateway.url}/api/rollouts",
+        headers=ADMIN_HEADERS,
+        json={"run": f"capture-{capture}", "task": "chat", "capture": capture},
+    ).json()
     client = OpenAI(base_url=rollout["base_url"], api_key=rollout["token"], max_retries=0, timeout=300)
     messages = [{"role": "system", "content": "You are a helpful assistant."}]
     for turn in range(turns):
         messages.append({"role": "user", "content": f"Tell me one fact about the number {turn + 1}."})
-        reply = client.chat.completions.create(model="policy", messages=messages, max_tokens=12,
-                                               temperature=1.0, stream=turn % 2 == 1)
-        content = reply.choices[0].message.content if turn % 2 == 0 else "".join(
-            c.choices[0].delta.content or "" for c in reply if c.choices)
+        reply = client.chat.completions.create(
+            model="policy", messages=messages, max_tokens=12, temperature=1.0, stream=turn % 2 == 1
+        )
+        content = (
+            reply.choices[0].message.content
+            if turn % 2 == 0
+            else "".join(c.choices[0].delta.content or "" for c in reply if c.choices)
+        )
         messages.append({"role": "assistant", "content": content})
     return rollout
 
@@ -49,7 +56,9 @@ def test_engine_mode_reports_measured_forks_and_exact_samples(live_gateway):
     view, calls, samples = rollout_view(live_gateway, rollout)
     graph = view["graph"]
     assert graph["calls"] == TURNS
-    assert graph["roots"] == 1 + graph["forks"] + sum(1 for c in calls[1:] if c["parent_id"] is None and c["fork_of"] is None)
+    assert graph["roots"] == 1 + graph["forks"] + sum(
+        1 for c in calls[1:] if c["parent_id"] is None and c["fork_of"] is None
+    )
     parents = {c["parent_id"] for c in calls}
     assert len(samples) == sum(1 for c in calls if c["id"] not in parents)  # one per leaf
     assert_samples_reproduce_calls(calls, samples)
@@ -61,6 +70,7 @@ def test_tito_prompt_matches_what_vllm_renders(live_gateway, engine):
     _, [call], _ = rollout_view(live_gateway, rollout)
     detail = httpx.get(f"{live_gateway.url}/api/calls/{call['id']}", headers=ADMIN_HEADERS).json()
     messages = detail["request"]["messages"]
-    rendered = httpx.post(f"{engine.url}/tokenize", json={"model": "base", "messages": messages,
-                                                         "add_generation_prompt": True}).json()["tokens"]
+    rendered = httpx.post(
+        f"{engine.url}/tokenize", json={"model": "base", "messages": messages, "add_generation_prompt": True}
+    ).json()["tokens"]
     assert call["prompt_ids"] == rendered

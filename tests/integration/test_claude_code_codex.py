@@ -62,6 +62,7 @@ def chat_script(body: dict) -> FakeReply:
 
 def tito_script(text: ModelText):
     """Tito capture: the engine gets token ids; the rendered prompt says where the rollout is."""
+
     def script(body: dict) -> FakeReply:
         prompt = text.decode(body["prompt"])
         if "<tools>" not in prompt:
@@ -70,6 +71,7 @@ def tito_script(text: ModelText):
             return FakeReply(content="Done.")
         names = {n for n in WRITES if f'"name": "{n}"' in prompt}
         return FakeReply(tool_calls=(planned_write(names),))
+
     return script
 
 
@@ -102,16 +104,22 @@ def local_harness(name: str):
 
 
 def rollout_api(gateway: BackgroundGateway, rollout_id: int, what: str = "") -> dict | list:
-    response = httpx.get(f"{gateway.url}/api/rollouts/{rollout_id}{what}", headers=ADMIN_HEADERS,
-                         params={"limit": 1000} if what else None, timeout=30)
+    response = httpx.get(
+        f"{gateway.url}/api/rollouts/{rollout_id}{what}",
+        headers=ADMIN_HEADERS,
+        params={"limit": 1000} if what else None,
+        timeout=30,
+    )
     assert response.status_code == 200, response.text
     body = response.json()
     return body["data"] if what else body
 
 
 def call_details(gateway: BackgroundGateway, rollout_id: int) -> list[dict]:
-    return [httpx.get(f"{gateway.url}/api/calls/{c['id']}", headers=ADMIN_HEADERS, timeout=30).json()
-            for c in rollout_api(gateway, rollout_id, "/calls")]
+    return [
+        httpx.get(f"{gateway.url}/api/calls/{c['id']}", headers=ADMIN_HEADERS, timeout=30).json()
+        for c in rollout_api(gateway, rollout_id, "/calls")
+    ]
 
 
 def check_recorded(gateway: BackgroundGateway, engine: FakeEngine, rollout_id: int, dialect: str) -> list[dict]:
@@ -132,8 +140,9 @@ DIALECTS = {"claude-code": "messages", "codex": "responses"}
 
 @pytest.mark.parametrize("name", AGENTS)
 async def test_agent_in_local_sandbox_writes_the_file_and_scores_one(name, gateway, engine):
-    result = await run_single_rollout(local_harness(name), gateway.url, f"real-{name}-local", TASK, "local",
-                                      {"isolation": "bwrap"})
+    result = await run_single_rollout(
+        local_harness(name), gateway.url, f"real-{name}-local", TASK, "local", {"isolation": "bwrap"}
+    )
     assert (result.status, result.reward, result.error) == ("finished", 1.0, None)
     check_recorded(gateway, engine, result.rollout_id, DIALECTS[name])
 
@@ -171,9 +180,17 @@ async def test_tito_rollout_of_the_agent_is_one_sample_without_forks(name, tito_
     from harnesses.runner import Runner, RunPlan
     from sandboxes import Limits, SandboxSpec
 
-    plan = RunPlan(run=f"tito-{name}", tasks=[TASK], harness=local_harness(name), group_size=1, concurrency=1,
-                   sandbox="local", sandbox_options={"isolation": "bwrap"}, capture="tito",
-                   base_spec=SandboxSpec(limits=Limits(memory_bytes=2 * 2**30, cpus=1.0)))
+    plan = RunPlan(
+        run=f"tito-{name}",
+        tasks=[TASK],
+        harness=local_harness(name),
+        group_size=1,
+        concurrency=1,
+        sandbox="local",
+        sandbox_options={"isolation": "bwrap"},
+        capture="tito",
+        base_spec=SandboxSpec(limits=Limits(memory_bytes=2 * 2**30, cpus=1.0)),
+    )
     client = GatewayClient(tito_gateway.url, TEST_ADMIN_KEY)
     try:
         [result] = await Runner(plan, client).run()
@@ -206,8 +223,9 @@ async def test_codex_runs_the_namespaced_call_it_gets_back(gateway, engine):
     subagent) and returns its output on a function_call that names the namespace."""
     engine.script = subagent_script
     task = Task(name="spawn", instruction="Spawn a helper agent.", verifier="true", agent_timeout_s=240.0)
-    result = await run_single_rollout(local_harness("codex"), gateway.url, "codex-namespace", task, "local",
-                                      {"isolation": "bwrap"})
+    result = await run_single_rollout(
+        local_harness("codex"), gateway.url, "codex-namespace", task, "local", {"isolation": "bwrap"}
+    )
     assert result.status == "finished", result.error
     inputs = [call["request"]["input"] for call in call_details(gateway, result.rollout_id)]
     calls = [item for items in inputs for item in items if item.get("type") == "function_call"]
@@ -234,8 +252,9 @@ async def test_agent_prompt_prefix_is_shared_by_rollouts_of_different_tasks(name
     for index, instruction in enumerate(("Create hello.txt containing hello", TASK.instruction)):
         engine.requests = []
         task = Task(name=f"prefix-{index}", instruction=instruction, verifier="true", agent_timeout_s=240.0)
-        result = await run_single_rollout(local_harness(name), gateway.url, f"prefix-{name}-{index}", task, "local",
-                                          {"isolation": "bwrap"})
+        result = await run_single_rollout(
+            local_harness(name), gateway.url, f"prefix-{name}-{index}", task, "local", {"isolation": "bwrap"}
+        )
         assert result.status == "finished", result.error
         prompts.append(first_main_prompt(engine.requests))
     assert prompts[0] == prompts[1]

@@ -42,12 +42,16 @@ TASK = Task(
 )
 BIG = "head -c 30000 /dev/zero | tr '\\0' x"
 COMMANDS = {"Bash": {"command": BIG, "description": "Print the big file"}, "exec_command": {"cmd": BIG}}
-WRITES = {"Write": {"file_path": f"{WORKSPACE}/hello.txt", "content": "hello"},
-          "exec_command": {"cmd": f"printf hello > {WORKSPACE}/hello.txt"}}
+WRITES = {
+    "Write": {"file_path": f"{WORKSPACE}/hello.txt", "content": "hello"},
+    "exec_command": {"cmd": f"printf hello > {WORKSPACE}/hello.txt"},
+}
 # How each agent asks for the summary (the last user message), and how it goes on from it.
 ASKS = ("CRITICAL: Respond with TEXT ONLY", "You are performing a CONTEXT CHECKPOINT COMPACTION")
-GOES_ON = ("This session is being continued from a previous conversation",
-           "Another language model started to solve this problem")
+GOES_ON = (
+    "This session is being continued from a previous conversation",
+    "Another language model started to solve this problem",
+)
 SUMMARY = "<analysis>A big file was printed.</analysis>\n<summary>Printed the big file; hello.txt is next.</summary>"
 
 
@@ -134,6 +138,7 @@ async def test_agent_compaction_in_docker_is_tagged_summary_and_left_out_of_samp
 async def test_agent_compaction_in_bubblewrap_is_tagged_summary_and_left_out_of_samples(name, gateway, engine):
     harness = create(name, sandbox="local", settings=SETTINGS)
     harness.host_install()  # AgentNotInstalled names the install command
-    result = await run_single_rollout(harness, gateway.url, f"compact-{name}-local", TASK, "local",
-                                      {"isolation": "bwrap"})
+    result = await run_single_rollout(
+        harness, gateway.url, f"compact-{name}-local", TASK, "local", {"isolation": "bwrap"}
+    )
     check_compaction(gateway, engine, result, name)

@@ -22,8 +22,12 @@ from harnessrl.server import BackgroundGateway
 from tests.builders import ADMIN_HEADERS, gateway_settings, run_single_rollout
 from tests.integration.long_context import DEFAULT_MAX_TOKENS, LONG_CONTEXT
 
-TASK = Task(name="hello-file", instruction="Create a file hello.txt containing exactly: hello",
-            verifier='test "$(cat hello.txt 2>/dev/null)" = hello', agent_timeout_s=600.0)
+TASK = Task(
+    name="hello-file",
+    instruction="Create a file hello.txt containing exactly: hello",
+    verifier='test "$(cat hello.txt 2>/dev/null)" = hello',
+    agent_timeout_s=600.0,
+)
 
 
 @pytest.fixture

@@ -17,17 +17,26 @@ KILL_AFTER = 40  # fully received responses before the kill
 
 
 def burst(base_url: str, token: str, received: list[int], stop: threading.Event, index: int) -> None:
-    body = {"model": "policy", "messages": [{"role": "user", "content": f"client {index}: say something"}],
-            "max_tokens": 4, "stream": index % 2 == 0}
+    body = {
+        "model": "policy",
+        "messages": [{"role": "user", "content": f"client {index}: say something"}],
+        "max_tokens": 4,
+        "stream": index % 2 == 0,
+    }
     with httpx.Client(base_url=base_url, timeout=60, headers={"authorization": f"Bearer {token}"}) as http:
         while not stop.is_set():
             try:
                 with http.stream("POST", "/v1/chat/completions", json=body) as response:
                     payload = response.read()
-                    complete = response.status_code == 200 and (not body["stream"] or payload.rstrip().endswith(b"[DONE]"))
+                    complete = response.status_code == 200 and (
+                        not body["stream"] or payload.rstrip().endswith(b"[DONE]")
+                    )
                     if complete:  # a stream names its call at its end (the call id header comes first)
-                        received.append(streamed_call_id(payload) if body["stream"]
-                                        else int(response.headers["x-harnessrl-call-id"]))
+                        received.append(
+                            streamed_call_id(payload)
+                            if body["stream"]
+                            else int(response.headers["x-harnessrl-call-id"])
+                        )
             except httpx.HTTPError:
                 return
 
@@ -35,8 +44,9 @@ def burst(base_url: str, token: str, received: list[int], stop: threading.Event,
 def stored_call_ids(base_url: str, rollout_id: int) -> set[int]:
     ids, after = set(), 0
     while True:
-        page = httpx.get(f"{base_url}/api/rollouts/{rollout_id}/calls", params={"after": after, "limit": 1000},
-                         headers=ADMIN_HEADERS).json()
+        page = httpx.get(
+            f"{base_url}/api/rollouts/{rollout_id}/calls", params={"after": after, "limit": 1000}, headers=ADMIN_HEADERS
+        ).json()
         ids |= {call["id"] for call in page["data"]}
         if page["next_cursor"] is None:
             return ids
@@ -47,12 +57,14 @@ def test_kill_9_during_a_burst_loses_no_delivered_call(vllm_servers, database_ur
     engine_args = ("--engine-url", vllm_servers["tiny"].url, "--database-url", database_url)
     gateway = serve_process(tmp_path, *engine_args).start()
     gateway.wait_healthy(120)
-    rollout = httpx.post(f"{gateway.url}/api/rollouts", json={"run": "durability", "task": "burst"},
-                         headers=ADMIN_HEADERS).json()
+    rollout = httpx.post(
+        f"{gateway.url}/api/rollouts", json={"run": "durability", "task": "burst"}, headers=ADMIN_HEADERS
+    ).json()
     received: list[int] = []
     stop = threading.Event()
-    threads = [threading.Thread(target=burst, args=(gateway.url, rollout["token"], received, stop, i))
-               for i in range(CLIENTS)]
+    threads = [
+        threading.Thread(target=burst, args=(gateway.url, rollout["token"], received, stop, i)) for i in range(CLIENTS)
+    ]
     for thread in threads:
         thread.start()
     try:

@@ -36,13 +36,17 @@ def recorded_calls(database_url: str) -> list[tuple[int, str, str | None, str]]:
 
 
 def test_two_vllm_engines_share_rollouts_get_every_adapter_and_survive_one_killed(
-        vllm_servers, tiny_model_dir, sqlite_db, tmp_path):
+    vllm_servers, tiny_model_dir, sqlite_db, tmp_path
+):
     shared = vllm_servers["tiny"]  # the session's engine; the second one is this test's to kill
-    second = ManagedProcess.vllm(EngineLaunch(model_dir=tiny_model_dir, port=free_port(), max_model_len=2048,
-                                             kv_cache_gib=1, max_lora_rank=8), tmp_path / "second.log")
+    second = ManagedProcess.vllm(
+        EngineLaunch(model_dir=tiny_model_dir, port=free_port(), max_model_len=2048, kv_cache_gib=1, max_lora_rank=8),
+        tmp_path / "second.log",
+    )
     adapter = save_random_adapter(tiny_model_dir, tmp_path / "lora", rank=8, seed=3)
-    settings = gateway_settings(sqlite_db, shared.url, engine_urls=(shared.url, second.url),
-                                engine_probe_interval_s=0.2, follow_interval_s=0)
+    settings = gateway_settings(
+        sqlite_db, shared.url, engine_urls=(shared.url, second.url), engine_probe_interval_s=0.2, follow_interval_s=0
+    )
     try:
         second.start().wait_healthy(900)
         with BackgroundGateway(settings) as gateway:
@@ -51,8 +55,10 @@ def test_two_vllm_engines_share_rollouts_get_every_adapter_and_survive_one_kille
             assert published.status_code == 200, published.text
             assert "policy-v1" in served_adapters(shared.url) and "policy-v1" in served_adapters(second.url)
 
-            tokens = [admin.post("/api/rollouts", json={"run": "pool", "task": f"t{i}"}).json()["token"]
-                      for i in range(ROLLOUTS)]
+            tokens = [
+                admin.post("/api/rollouts", json={"run": "pool", "task": f"t{i}"}).json()["token"]
+                for i in range(ROLLOUTS)
+            ]
             assert [chat(gateway, token, 0) for token in tokens] == [200] * ROLLOUTS
             first_engines = [engine for _, engine, _, _ in recorded_calls(sqlite_db)]
             assert set(first_engines) == {shared.url, second.url}  # spread over both
@@ -82,7 +88,7 @@ def test_two_vllm_engines_share_rollouts_get_every_adapter_and_survive_one_kille
                 if engines[0][0] == second.url:  # killed under it: moved once to the other, then stays
                     moved = [i for i, (_, m) in enumerate(engines) if m is not None]
                     assert len(moved) == 1 and engines[moved[0]] == (shared.url, second.url), engines
-                    assert all(engine == shared.url for engine, _ in engines[moved[0]:]), engines
+                    assert all(engine == shared.url for engine, _ in engines[moved[0] :]), engines
                 else:
                     assert {engine for engine, _ in engines} == {shared.url}, engines
     finally:

@@ -42,13 +42,16 @@ def independent_counts(db_path, run: str) -> dict[int, dict]:
         with Session(engine) as session:
             rows = session.execute(
                 select(Rollout.pinned_version, Task.name, Rollout.status, Rollout.rewards, Rollout.reward)
-                .join(Task, Task.id == Rollout.task_id).join(Run, Run.id == Rollout.run_id)
-                .where(Run.name == run)).all()
+                .join(Task, Task.id == Rollout.task_id)
+                .join(Run, Run.id == Rollout.run_id)
+                .where(Run.name == run)
+            ).all()
             latest = session.scalar(select(Adapter.version).order_by(Adapter.version.desc()).limit(1))
     finally:
         engine.dispose()
-    counts: dict[int, dict] = defaultdict(lambda: {"n": 0, "passed": 0, "failed": 0, "rewards": [],
-                                                   "tasks": defaultdict(lambda: [0, 0])})
+    counts: dict[int, dict] = defaultdict(
+        lambda: {"n": 0, "passed": 0, "failed": 0, "rewards": [], "tasks": defaultdict(lambda: [0, 0])}
+    )
     for version, task, status, rewards, reward in rows:
         assert status in ("finished", "failed"), status
         cell = counts[version]
@@ -74,23 +77,33 @@ def unload_policies(engine_url: str) -> None:
 
 
 @pytest.mark.skipif(not shutil.which("bwrap"), reason="verifiers read /logs: apt-get install bubblewrap")
-def test_eval_of_a_quickstart_adapter_against_the_base_model_equals_the_stores_count(tmp_path, monkeypatch,
-                                                                                     vllm_servers):
+def test_eval_of_a_quickstart_adapter_against_the_base_model_equals_the_stores_count(
+    tmp_path, monkeypatch, vllm_servers
+):
     monkeypatch.setenv("HARNESSRL_HOME", str(tmp_path / "home"))
     db = tmp_path / "eval.db"
     url = sqlite_url(db)
     upgrade(url)
     assert not {t.name for t in TRAIN} & {t.name for t in HELD_OUT}
-    plan = QuickstartPlan(run="qs", model_dir=prepare_smollm2(), tasks=TRAIN, database_url=url, minutes=MINUTES,
-                          eval_every=1, eval_tasks=HELD_OUT, eval_k=2)
+    plan = QuickstartPlan(
+        run="qs",
+        model_dir=prepare_smollm2(),
+        tasks=TRAIN,
+        database_url=url,
+        minutes=MINUTES,
+        eval_every=1,
+        eval_tasks=HELD_OUT,
+        eval_k=2,
+    )
     _, adapter = Quickstart(plan).run()
     assert adapter is not None, "the short quickstart run published no adapter"
 
     # quickstart's periodic evaluation: the base model first, then later versions, into run qs-eval
     during = independent_counts(db, "qs-eval")
     assert 0 in during and any(v > 0 for v in during if v != "latest")
-    report = CliRunner().invoke(app, ["report", "--run", "qs", "--out", str(tmp_path / "report"),
-                                      "--database-url", url])
+    report = CliRunner().invoke(
+        app, ["report", "--run", "qs", "--out", str(tmp_path / "report"), "--database-url", url]
+    )
     assert report.exit_code == 0, report.output
     assert_plot_image(tmp_path / "report" / "eval_per_version.png")
 
@@ -98,10 +111,32 @@ def test_eval_of_a_quickstart_adapter_against_the_base_model_equals_the_stores_c
     out = tmp_path / "eval-out"
     try:
         with BackgroundGateway(gateway_settings(url, engine.url)) as gateway:
-            result = CliRunner().invoke(app, [
-                "eval", "--tasks", "builtin:arithmetic", "--split", "test", "--harness", "oneshot",
-                "--policies", "base,latest", "-k", str(K), "--run", "held-out", "--out", str(out),
-                "--concurrency", "6", "--gateway", gateway.url, "--admin-key", TEST_ADMIN_KEY])
+            result = CliRunner().invoke(
+                app,
+                [
+                    "eval",
+                    "--tasks",
+                    "builtin:arithmetic",
+                    "--split",
+                    "test",
+                    "--harness",
+                    "oneshot",
+                    "--policies",
+                    "base,latest",
+                    "-k",
+                    str(K),
+                    "--run",
+                    "held-out",
+                    "--out",
+                    str(out),
+                    "--concurrency",
+                    "6",
+                    "--gateway",
+                    gateway.url,
+                    "--admin-key",
+                    TEST_ADMIN_KEY,
+                ],
+            )
             assert result.exit_code == 0, result.output
             summary = httpx.get(f"{gateway.url}/api/runs/held-out/summary", headers=ADMIN_HEADERS).json()
     finally:
@@ -111,17 +146,24 @@ def test_eval_of_a_quickstart_adapter_against_the_base_model_equals_the_stores_c
     document = json.loads((out / "eval.json").read_text())
     counted = independent_counts(db, "held-out")
     assert [row["policy"] for row in document["policies"]] == ["base", f"policy-v{counted['latest']}"]
-    assert document["policies"] == [{"asked": asked, **row} for asked, row in zip(("base", "latest"),
-                                                                                   summary["policies"])]
+    assert document["policies"] == [
+        {"asked": asked, **row} for asked, row in zip(("base", "latest"), summary["policies"])
+    ]
     for row in document["policies"]:
         mine = counted[row["version"]]
         tasks = mine["tasks"]
-        assert (row["rollouts"], row["passed"], row["failures"], row["tasks"], row["k"]) == \
-            (mine["n"], mine["passed"], mine["failed"], len(HELD_OUT), K)
+        assert (row["rollouts"], row["passed"], row["failures"], row["tasks"], row["k"]) == (
+            mine["n"],
+            mine["passed"],
+            mine["failed"],
+            len(HELD_OUT),
+            K,
+        )
         assert mine["n"] == K * len(HELD_OUT)
         assert row["pass_at_1"] == pytest.approx(sum(c / n for n, c in tasks.values()) / len(tasks))
-        assert row["pass_at_k"] == pytest.approx(sum(unbiased_pass_at_k(n, c, K) for n, c in tasks.values())
-                                                 / len(tasks))
+        assert row["pass_at_k"] == pytest.approx(
+            sum(unbiased_pass_at_k(n, c, K) for n, c in tasks.values()) / len(tasks)
+        )
         assert row["reward_mean"] == pytest.approx(sum(mine["rewards"]) / mine["n"])
         for task_row in document["per_task"]:
             n, c = tasks[task_row["task"]]

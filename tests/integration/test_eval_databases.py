@@ -10,6 +10,7 @@ from gateway.store.store import Store
 async def test_pinned_counts_agree_on_both_databases(database_url):
     store = Store.from_url(database_url)
     try:
+
         async def ended(version: int | None, task: str, status: str, rewards: dict) -> None:
             identity = await store.create_rollout("eval", task, f"g-{version}", pinned_version=version)
             await store.end_rollout(identity.rollout_id, status, rewards=rewards)

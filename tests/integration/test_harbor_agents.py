@@ -73,9 +73,9 @@ def rollout_view(gateway: BackgroundGateway, rollout_id: int) -> dict:
 
 @pytest.mark.parametrize("name", ["opencode", "pi", "hermes", "builtin"])
 async def test_agent_solves_a_harbor_task_inside_the_task_image_and_the_verifier_reward_is_recorded(
-        name, gateway, engine):
-    result = await run_single_rollout(create_harness(name, "docker"), gateway.url, f"harbor-{name}", TASK,
-                                      "docker", {})
+    name, gateway, engine
+):
+    result = await run_single_rollout(create_harness(name, "docker"), gateway.url, f"harbor-{name}", TASK, "docker", {})
     assert (result.status, result.reward, result.error) == ("finished", 1.0, None)
     view = rollout_view(gateway, result.rollout_id)
     assert view["rewards"] == {"verifier": 1.0}
@@ -93,8 +93,9 @@ def ran_in_task_image(name: str) -> bool:
 
 
 async def test_builtin_solves_a_harbor_task_in_a_bubblewrap_sandbox_of_the_exported_image(gateway, engine):
-    result = await run_single_rollout(create_harness("builtin", "local"), gateway.url, "harbor-builtin-local",
-                                      TASK, "local", {"isolation": "bwrap"})
+    result = await run_single_rollout(
+        create_harness("builtin", "local"), gateway.url, "harbor-builtin-local", TASK, "local", {"isolation": "bwrap"}
+    )
     assert (result.status, result.reward, result.error) == ("finished", 1.0, None)
 
 
@@ -105,23 +106,25 @@ def task_without_python(root: Path):
     folder = root / "csv-total-nopy"
     shutil.copytree(TASK.source, folder)
     dockerfile = folder / "environment" / "Dockerfile"
-    dockerfile.write_text(dockerfile.read_text().replace(
-        "WORKDIR /app", "RUN rm -rf /usr/bin/python3* /usr/lib/python3*\nWORKDIR /app"))
+    dockerfile.write_text(
+        dockerfile.read_text().replace("WORKDIR /app", "RUN rm -rf /usr/bin/python3* /usr/lib/python3*\nWORKDIR /app")
+    )
     return load_harbor(folder)
 
 
 @pytest.mark.parametrize("name", ["pi", "opencode"])
-async def test_cli_agent_solves_a_harbor_task_in_bubblewrap_on_an_image_without_python(
-        name, gateway, engine, tmp_path):
+async def test_cli_agent_solves_a_harbor_task_in_bubblewrap_on_an_image_without_python(name, gateway, engine, tmp_path):
     task = task_without_python(tmp_path)
-    result = await run_single_rollout(create_harness(name, "local"), gateway.url, f"harbor-{name}-local-nopy",
-                                      task, "local", {"isolation": "bwrap"})
+    result = await run_single_rollout(
+        create_harness(name, "local"), gateway.url, f"harbor-{name}-local-nopy", task, "local", {"isolation": "bwrap"}
+    )
     assert (result.status, result.reward, result.error) == ("finished", 1.0, None)
     assert len([r for r in engine.requests if r.get("tools")]) >= 2
 
 
 async def test_docker_sandbox_route_needs_no_python_in_the_task_image(gateway, engine, tmp_path):
     task = task_without_python(tmp_path)
-    result = await run_single_rollout(create_harness("pi", "docker"), gateway.url, "harbor-pi-docker-nopy",
-                                      task, "docker", {})
+    result = await run_single_rollout(
+        create_harness("pi", "docker"), gateway.url, "harbor-pi-docker-nopy", task, "docker", {}
+    )
     assert (result.status, result.reward, result.error) == ("finished", 1.0, None)

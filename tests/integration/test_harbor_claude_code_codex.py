@@ -24,8 +24,10 @@ from tests.builders import ADMIN_HEADERS, gateway_settings, run_single_rollout
 
 TASK = load_harbor(Path(__file__).resolve().parents[1] / "fixtures" / "harbor_public" / "csv-total")
 AGENTS = ("claude-code", "codex")
-WRITES = {"Write": {"file_path": "/app/total.txt", "content": "42\n"},
-          "exec_command": {"cmd": "printf '42\\n' > /app/total.txt"}}
+WRITES = {
+    "Write": {"file_path": "/app/total.txt", "content": "42\n"},
+    "exec_command": {"cmd": "printf '42\\n' > /app/total.txt"},
+}
 
 
 def script(body: dict) -> FakeReply:
@@ -77,20 +79,21 @@ def check_solved(gateway: BackgroundGateway, engine: FakeEngine, result, name: s
     tags = derived_images(name)
     assert tags, f"no task image with {name} inside was built"
     for tag in tags:  # the task's image has no Node.js, and the agent needs none
-        found = docker.from_env().containers.run(tag, ["sh", "-c", "command -v node || echo none"], remove=True,
-                                                 network_mode="none")
+        found = docker.from_env().containers.run(
+            tag, ["sh", "-c", "command -v node || echo none"], remove=True, network_mode="none"
+        )
         assert found.strip() == b"none"
 
 
 @pytest.mark.parametrize("name", AGENTS)
 async def test_agent_solves_a_harbor_task_inside_the_task_image_in_docker(name, gateway, engine):
-    result = await run_single_rollout(create_harness(name, "docker"), gateway.url, f"harbor-{name}", TASK,
-                                      "docker", {})
+    result = await run_single_rollout(create_harness(name, "docker"), gateway.url, f"harbor-{name}", TASK, "docker", {})
     check_solved(gateway, engine, result, name)
 
 
 @pytest.mark.parametrize("name", AGENTS)
 async def test_agent_solves_a_harbor_task_in_bubblewrap_on_the_exported_task_image(name, gateway, engine):
-    result = await run_single_rollout(create_harness(name, "local"), gateway.url, f"harbor-{name}-local", TASK,
-                                      "local", {"isolation": "bwrap"})
+    result = await run_single_rollout(
+        create_harness(name, "local"), gateway.url, f"harbor-{name}-local", TASK, "local", {"isolation": "bwrap"}
+    )
     check_solved(gateway, engine, result, name)

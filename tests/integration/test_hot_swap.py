@@ -37,8 +37,9 @@ def adapter_dir(tiny_model_dir, tmp_path_factory) -> Path:
 
 @pytest.fixture
 def swap_gateway(tiny_engine, database_url) -> Iterator[BackgroundGateway]:
-    settings = GatewaySettings(database_url=database_url, engine_url=tiny_engine.url, admin_key=ADMIN_KEY,
-                               max_staleness=1)
+    settings = GatewaySettings(
+        database_url=database_url, engine_url=tiny_engine.url, admin_key=ADMIN_KEY, max_staleness=1
+    )
     try:
         with BackgroundGateway(settings) as gateway:
             yield gateway
@@ -65,24 +66,31 @@ def prompt_ids(engine: ManagedProcess) -> list[int]:
 
 def new_rollout(gateway: BackgroundGateway) -> dict:
     # A greedy run (temperature 0): the swap's effect is read off deterministic answers.
-    response = httpx.post(f"{gateway.url}/api/rollouts", headers=ADMIN,
-                          json={"run": "hot-swap", "task": "t", "sampling": {"temperature": 0.0}})
+    response = httpx.post(
+        f"{gateway.url}/api/rollouts",
+        headers=ADMIN,
+        json={"run": "hot-swap", "task": "t", "sampling": {"temperature": 0.0}},
+    )
     assert response.status_code == 201, response.text
     return response.json()
 
 
 def greedy_call(gateway: BackgroundGateway, rollout: dict, ids: list[int]) -> dict:
     """The same forced prompt, greedy: the recorded call (output ids and the engine's log-probs)."""
-    response = httpx.post(f"{rollout['base_url']}/completions", timeout=300, json={
-        "model": "policy", "prompt": ids, "max_tokens": NEW_TOKENS, "temperature": 0.0})
+    response = httpx.post(
+        f"{rollout['base_url']}/completions",
+        timeout=300,
+        json={"model": "policy", "prompt": ids, "max_tokens": NEW_TOKENS, "temperature": 0.0},
+    )
     assert response.status_code == 200, response.text
     calls = httpx.get(f"{gateway.url}/api/rollouts/{rollout['id']}/calls", headers=ADMIN).json()["data"]
     return calls[-1]
 
 
 def publish(gateway: BackgroundGateway, version: int, path: Path) -> dict:
-    response = httpx.post(f"{gateway.url}/admin/adapters", headers=ADMIN, timeout=120,
-                          json={"version": version, "path": str(path)})
+    response = httpx.post(
+        f"{gateway.url}/admin/adapters", headers=ADMIN, timeout=120, json={"version": version, "path": str(path)}
+    )
     assert response.status_code == 200, response.text
     return response.json()
 
@@ -94,8 +102,9 @@ def first_token_logprob(model, ids: list[int], token: int) -> float:
     return float(torch.log_softmax(logits, -1)[token])
 
 
-def test_new_rollouts_get_the_new_adapter_and_running_ones_keep_theirs(swap_gateway, tiny_engine, tiny_model_dir,
-                                                                       adapter_dir):
+def test_new_rollouts_get_the_new_adapter_and_running_ones_keep_theirs(
+    swap_gateway, tiny_engine, tiny_model_dir, adapter_dir
+):
     ids = prompt_ids(tiny_engine)
     early = new_rollout(swap_gateway)
     before = greedy_call(swap_gateway, early, ids)  # pins `early` to version 0 (the base model)
@@ -109,8 +118,10 @@ def test_new_rollouts_get_the_new_adapter_and_running_ones_keep_theirs(swap_gate
     assert (after["policy_version"], after["engine_model"]) == (1, "policy-v1")
     assert after["prompt_ids"] == before["prompt_ids"] == ids
     # the output distribution changed: other greedy tokens, or the same ones with other log-probs
-    changed = after["output_ids"] != before["output_ids"] or max(
-        abs(a - b) for a, b in zip(after["output_logprobs"], before["output_logprobs"])) > 0.1
+    changed = (
+        after["output_ids"] != before["output_ids"]
+        or max(abs(a - b) for a, b in zip(after["output_logprobs"], before["output_logprobs"])) > 0.1
+    )
     assert changed, (before, after)
     # and it is *this* adapter that vLLM applies: its log-prob of the first token is the one peft
     # computes (bf16 engine vs fp32 here: ~0.005 apart), not the base model's (~0.5 nats apart here)

@@ -10,14 +10,19 @@ from harnesses.rubric import Rubric, Trajectory
 
 pytestmark = pytest.mark.vllm
 
-RUBRIC = Rubric("The task asks for the sum of two numbers. Score 1 when the final answer is the right sum, "
-                "0 when it is wrong.")
+RUBRIC = Rubric(
+    "The task asks for the sum of two numbers. Score 1 when the final answer is the right sum, 0 when it is wrong."
+)
 
 
 def arithmetic(answer: str) -> Trajectory:
     task = "What is 3 + 4? Reply with just the number."
-    return Trajectory(task=task, messages=({"role": "user", "content": task}, {"role": "assistant", "content": answer}),
-                      final_answer=answer, verifier_reward=1.0 if answer == "7" else 0.0)
+    return Trajectory(
+        task=task,
+        messages=({"role": "user", "content": task}, {"role": "assistant", "content": answer}),
+        final_answer=answer,
+        verifier_reward=1.0 if answer == "7" else 0.0,
+    )
 
 
 @pytest.fixture(scope="module")
@@ -26,8 +31,15 @@ def smollm2_base(vllm_servers) -> str:
 
 
 def judge(api_base: str, tmp_path=None, **overrides) -> Judge:
-    settings = {"model": "hosted_vllm/base", "rubric": RUBRIC, "api_base": api_base, "timeout_s": 300.0,
-                "max_tokens": 96, "cache_dir": tmp_path, **overrides}
+    settings = {
+        "model": "hosted_vllm/base",
+        "rubric": RUBRIC,
+        "api_base": api_base,
+        "timeout_s": 300.0,
+        "max_tokens": 96,
+        "cache_dir": tmp_path,
+        **overrides,
+    }
     return Judge(JudgeSettings(**settings))
 
 

@@ -19,8 +19,20 @@ STEPS = 2
 
 
 def torchrun_check(out: Path) -> list[dict]:
-    command = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2",
-               "-m", "learner.ddp_check", "--out", str(out), "--steps", str(STEPS)]
+    command = [
+        sys.executable,
+        "-m",
+        "torch.distributed.run",
+        "--standalone",
+        "--nproc_per_node",
+        "2",
+        "-m",
+        "learner.ddp_check",
+        "--out",
+        str(out),
+        "--steps",
+        str(STEPS),
+    ]
     env = {**os.environ, "OMP_NUM_THREADS": "1"}  # two ranks share the machine's cores
     done = subprocess.run(command, cwd=REPO, env=env, capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
@@ -48,10 +60,20 @@ def test_two_ranks_take_the_same_steps_as_one_process_on_the_whole_batch(tmp_pat
         assert_same_weights(result["weights"], want_weights)
         for got, want in zip(result["metrics"], want_metrics, strict=True):
             assert got["optimizer_stepped"] and want["optimizer_stepped"]
-            assert (got["tokens_trained"], got["tokens"], got["rows"]) == (want["tokens_trained"], want["tokens"],
-                                                                           want["rows"])
-            for key in ("loss", "grad_norm", "ratio_min", "ratio_max", "clip_frac_low", "clip_frac_high",
-                        "is_masked_fraction"):
+            assert (got["tokens_trained"], got["tokens"], got["rows"]) == (
+                want["tokens_trained"],
+                want["tokens"],
+                want["rows"],
+            )
+            for key in (
+                "loss",
+                "grad_norm",
+                "ratio_min",
+                "ratio_max",
+                "clip_frac_low",
+                "clip_frac_high",
+                "is_masked_fraction",
+            ):
                 assert got[key] == pytest.approx(want[key], rel=1e-5, abs=1e-7), key
     first = want_metrics[0]
     assert first["is_masked_fraction"] > 0 and first["clip_frac_low"] + first["clip_frac_high"] > 0
@@ -84,9 +106,16 @@ async def _fill(url: str, groups: int) -> None:
         for g in range(groups):
             for reward in (0.0, 1.0, 0.5, float(g % 2)):
                 identity = await store.create_rollout(RUN, f"task-{g}", group_size=4)
-                await store.insert_calls([call_record(
-                    identity.rollout_id, prompt_ids=rng.integers(10, 1000, int(rng.integers(8, 30))).tolist(),
-                    output_ids=rng.integers(10, 1000, 6).tolist(), output_logprobs=[-7.6] * 6)])
+                await store.insert_calls(
+                    [
+                        call_record(
+                            identity.rollout_id,
+                            prompt_ids=rng.integers(10, 1000, int(rng.integers(8, 30))).tolist(),
+                            output_ids=rng.integers(10, 1000, 6).tolist(),
+                            output_logprobs=[-7.6] * 6,
+                        )
+                    ]
+                )
                 await store.end_rollout(identity.rollout_id, "finished", rewards={"verifier": reward})
     finally:
         await store.close()
@@ -96,8 +125,21 @@ def _train(command_prefix: list[str], home: Path, db: Path, config: Path) -> sub
     from gateway.store.database import sqlite_url
 
     # `--`: torchrun would take `--run` for an abbreviation of its own --run-path
-    command = [*command_prefix, "-m", "harnessrl.cli", "--", "train", "--run", RUN, "--config", str(config),
-               "--database-url", sqlite_url(db), "--max-steps", str(STEPS)]
+    command = [
+        *command_prefix,
+        "-m",
+        "harnessrl.cli",
+        "--",
+        "train",
+        "--run",
+        RUN,
+        "--config",
+        str(config),
+        "--database-url",
+        sqlite_url(db),
+        "--max-steps",
+        str(STEPS),
+    ]
     env = {**os.environ, "OMP_NUM_THREADS": "1", "HARNESSRL_HOME": str(home)}
     done = subprocess.run(command, cwd=REPO, env=env, capture_output=True, text=True, timeout=600)
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
@@ -116,8 +158,10 @@ def _consumed_and_losses(db: Path) -> tuple[list, list]:
 
     with sqlite3.connect(db) as connection:
         consumed = connection.execute("select id from groups where status = 'consumed' order by id").fetchall()
-        losses = [row[0] for row in connection.execute(
-            "select json_extract(metrics, '$.loss') from learner_steps order by step")]
+        losses = [
+            row[0]
+            for row in connection.execute("select json_extract(metrics, '$.loss') from learner_steps order by step")
+        ]
     return consumed, losses
 
 
@@ -131,16 +175,22 @@ def test_harnessrl_train_under_torchrun_matches_one_process(tmp_path, tiny_model
     shutil.copyfile(migrated_sqlite_file, template)
     asyncio.run(_fill(sqlite_url(template), groups=2 * STEPS))
     config = tmp_path / "learner.toml"
-    config.write_text(f'model_dir = "{tiny_model_dir}"\ngroups_per_step = 2\nlr = 0.001\nlora_rank = 4\n'
-                      f'lora_alpha = 8\nmax_staleness = 100\npublish = false\npoll_interval_s = 0.05\n'
-                      f'token_budget = 64\n')  # several packed rows per step: both ranks get a share
+    config.write_text(
+        f'model_dir = "{tiny_model_dir}"\ngroups_per_step = 2\nlr = 0.001\nlora_rank = 4\n'
+        f"lora_alpha = 8\nmax_staleness = 100\npublish = false\npoll_interval_s = 0.05\n"
+        f"token_budget = 64\n"
+    )  # several packed rows per step: both ranks get a share
     one, two = tmp_path / "one.db", tmp_path / "two.db"
     shutil.copyfile(template, one)
     shutil.copyfile(template, two)
 
     _train([sys.executable], tmp_path / "home-one", one, config)
-    ranks = _train([sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2"],
-                   tmp_path / "home-two", two, config)
+    ranks = _train(
+        [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2"],
+        tmp_path / "home-two",
+        two,
+        config,
+    )
 
     assert "rank 1: rank 0 stopped after 2 steps here" in ranks.stderr
     assert_same_weights(_adapter(tmp_path / "home-two"), _adapter(tmp_path / "home-one"))

@@ -30,9 +30,16 @@ async def fill(store: Store) -> list[int]:
         rollouts = []
         for _ in range(4):
             identity = await store.create_rollout(RUN, f"task-{g}", group_size=4)
-            await store.insert_calls([call_record(
-                identity.rollout_id, prompt_ids=rng.integers(10, 1000, PROMPT).tolist(),
-                output_ids=rng.integers(10, 1000, OUTPUT).tolist(), output_logprobs=[-7.6] * OUTPUT)])
+            await store.insert_calls(
+                [
+                    call_record(
+                        identity.rollout_id,
+                        prompt_ids=rng.integers(10, 1000, PROMPT).tolist(),
+                        output_ids=rng.integers(10, 1000, OUTPUT).tolist(),
+                        output_logprobs=[-7.6] * OUTPUT,
+                    )
+                ]
+            )
             rollouts.append(identity.rollout_id)
         for k, rollout_id in enumerate(rollouts):
             await store.end_rollout(rollout_id, "finished", rewards={"verifier": float(k % 2)})
@@ -44,7 +51,10 @@ def start(tmp_path: Path, config: Path, url: str) -> subprocess.Popen:
     log = open(tmp_path / "train.log", "a")
     return subprocess.Popen(
         [sys.executable, "-m", "harnessrl.cli", "train", "--run", RUN, "--config", str(config), "--database-url", url],
-        stdout=log, stderr=subprocess.STDOUT, env={**os.environ, "HARNESSRL_HOME": str(tmp_path / "home")})
+        stdout=log,
+        stderr=subprocess.STDOUT,
+        env={**os.environ, "HARNESSRL_HOME": str(tmp_path / "home")},
+    )
 
 
 async def committed(store: Store) -> int:
@@ -66,9 +76,11 @@ async def test_kill_9_and_restart_consume_every_group_exactly_once(database_url,
     try:
         groups = await fill(store)
         config = tmp_path / "learner.toml"
-        config.write_text(f'model_dir = "{tiny_model_dir}"\ngroups_per_step = 1\nmax_steps = {GROUPS}\n'
-                          f"publish = false\npoll_interval_s = 0.2\n"
-                          f"max_staleness = 1000\ncheckpoint_every = 2\n")
+        config.write_text(
+            f'model_dir = "{tiny_model_dir}"\ngroups_per_step = 1\nmax_steps = {GROUPS}\n'
+            f"publish = false\npoll_interval_s = 0.2\n"
+            f"max_staleness = 1000\ncheckpoint_every = 2\n"
+        )
         rng = random.Random(0)
         seen = 0
         for _ in range(3):  # killed at a random moment after some progress

@@ -32,8 +32,14 @@ def test_reward_rises_with_async_grpo_and_hot_swaps(tmp_path, monkeypatch):
     url = sqlite_url(tmp_path / "learning.db")
     upgrade(url)
     metrics_port = free_port()
-    plan = QuickstartPlan(run="learning-test", model_dir=prepare_smollm2(), tasks=arithmetic_tasks(16),
-                          database_url=url, minutes=MINUTES, learner_metrics_port=metrics_port)
+    plan = QuickstartPlan(
+        run="learning-test",
+        model_dir=prepare_smollm2(),
+        tasks=arithmetic_tasks(16),
+        database_url=url,
+        minutes=MINUTES,
+        learner_metrics_port=metrics_port,
+    )
     quickstart = Quickstart(plan)
     png, adapter = quickstart.run()
     rounds = quickstart.dashboard.rewards_by_round
@@ -43,8 +49,10 @@ def test_reward_rises_with_async_grpo_and_hot_swaps(tmp_path, monkeypatch):
     last = [x for r in full[-K:] for x in rounds[r]]
     gain = statistics.fmean(last) - statistics.fmean(first)
     noise = math.sqrt(statistics.pvariance(first) / len(first) + statistics.pvariance(last) / len(last))
-    print(f"first {K} rounds {statistics.fmean(first):.3f}, last {K} rounds {statistics.fmean(last):.3f}, "
-          f"gain {gain:.3f} (noise {noise:.3f}), {len(quickstart.dashboard.steps)} learner steps")
+    print(
+        f"first {K} rounds {statistics.fmean(first):.3f}, last {K} rounds {statistics.fmean(last):.3f}, "
+        f"gain {gain:.3f} (noise {noise:.3f}), {len(quickstart.dashboard.steps)} learner steps"
+    )
     assert gain > max(0.2, 4 * noise)
     assert adapter is not None and (adapter / "adapter_config.json").exists()
     assert png.stat().st_size > 10_000

@@ -23,12 +23,28 @@ async def test_filters_summary_and_ancestors_agree_on_both_databases(database_ur
     try:
         a = await store.create_rollout("db-run", "t1", "g", {"harness": "pi"}, group_size=2)
         b = await store.create_rollout("db-run", "t1", "g", {"harness": "opencode"}, group_size=2)
-        [first] = await store.insert_calls([call_record(a.rollout_id, prompt_ids=[1, 2], output_ids=[3, 4],
-                                                        output_logprobs=[-1.0, -1.0], policy_version=1)])
-        [second] = await store.insert_calls([call_record(a.rollout_id, prompt_ids=[1, 2, 3, 4, 5], output_ids=[6],
-                                                         output_logprobs=[-1.0], parent_id=first, policy_version=2)])
-        await store.insert_calls([call_record(b.rollout_id, tags=["title"], finish_reason="length", fork_of=first,
-                                              drift_tokens=2)])
+        [first] = await store.insert_calls(
+            [
+                call_record(
+                    a.rollout_id, prompt_ids=[1, 2], output_ids=[3, 4], output_logprobs=[-1.0, -1.0], policy_version=1
+                )
+            ]
+        )
+        [second] = await store.insert_calls(
+            [
+                call_record(
+                    a.rollout_id,
+                    prompt_ids=[1, 2, 3, 4, 5],
+                    output_ids=[6],
+                    output_logprobs=[-1.0],
+                    parent_id=first,
+                    policy_version=2,
+                )
+            ]
+        )
+        await store.insert_calls(
+            [call_record(b.rollout_id, tags=["title"], finish_reason="length", fork_of=first, drift_tokens=2)]
+        )
         await store.end_rollout(a.rollout_id, "finished", rewards={"v": 1.0})
         await store.end_rollout(b.rollout_id, "finished", rewards={"v": 0.0})
 
@@ -46,15 +62,19 @@ async def test_filters_summary_and_ancestors_agree_on_both_databases(database_ur
         assert [r.name for r in await listings.runs(None, newest[0].id, 1, newest_first=True)] == ["db-run"]
         runs = await listings.runs(None, 0, 10)
         counts = await listings.run_counts([r.id for r in runs])
-        assert [(counts[r.id].rollouts, counts[r.id].rollouts_finished, counts[r.id].reward_mean) for r in runs] \
-            == [(2, 2, 0.5), (1, 0, None)]
+        assert [(counts[r.id].rollouts, counts[r.id].rollouts_finished, counts[r.id].reward_mean) for r in runs] == [
+            (2, 2, 0.5),
+            (1, 0, None),
+        ]
         assert all(counts[r.id].last_activity is not None for r in runs)
 
         run = await listings.run("db-run")
         summary = await run_summary(store.sessions, run.id)
         assert (summary["calls"], summary["side_calls"], summary["roots"], summary["forks"]) == (3, 1, 2, 1)
-        assert summary["reward_by_version"] == [{"policy_version": 0, "rollouts": 1, "reward_mean": 0.0},
-                                                {"policy_version": 1, "rollouts": 1, "reward_mean": 1.0}]
+        assert summary["reward_by_version"] == [
+            {"policy_version": 0, "rollouts": 1, "reward_mean": 0.0},
+            {"policy_version": 1, "rollouts": 1, "reward_mean": 1.0},
+        ]
         assert summary["prompt_tokens"] == 2 + 5 + 3 and summary["drift_tokens"] == 2
 
         ancestors = await store.ancestors(second)
@@ -106,8 +126,9 @@ async def test_requests_stored_as_deltas_read_back_byte_identical(database_url):
         requests = agent_requests(6)
         ids: list[int] = []
         for request in requests:
-            ids += await store.insert_calls([call_record(rollout.rollout_id, request=request,
-                                                         parent_id=ids[-1] if ids else None)])
+            ids += await store.insert_calls(
+                [call_record(rollout.rollout_id, request=request, parent_id=ids[-1] if ids else None)]
+            )
         for call_id, sent in zip(ids, requests):
             assert json.dumps((await store.get_call(call_id)).request) == json.dumps(sent)
     finally:

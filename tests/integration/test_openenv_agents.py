@@ -39,8 +39,10 @@ PACKAGE = "tests.openenv_env:AdderEnvironment"
 def gateway(sqlite_db) -> Iterator[BackgroundGateway]:
     engine = FakeEngine(model="fake-base", max_model_len=1_000_000)
     engine.script = mcp_script()
-    with BackgroundServer(create_fake_engine_app(engine)) as server, \
-            BackgroundGateway(gateway_settings(sqlite_db, server.url)) as gw:
+    with (
+        BackgroundServer(create_fake_engine_app(engine)) as server,
+        BackgroundGateway(gateway_settings(sqlite_db, server.url)) as gw,
+    ):
         yield gw
 
 
@@ -54,9 +56,16 @@ def adder_log(tmp_path, monkeypatch):
 async def play(gateway: BackgroundGateway, run: str, harness, tasks, group_size: int = 2):
     harness, rewards = with_environments(tasks, harness, (), admin_key=TEST_ADMIN_KEY)
     client = GatewayClient(gateway.url, TEST_ADMIN_KEY)
-    plan = RunPlan(run=run, tasks=tasks, harness=harness, group_size=group_size, concurrency=group_size,
-                   sandbox="docker", rewards=rewards,
-                   base_spec=SandboxSpec(limits=Limits(memory_bytes=2 * 2**30, cpus=1.0)))
+    plan = RunPlan(
+        run=run,
+        tasks=tasks,
+        harness=harness,
+        group_size=group_size,
+        concurrency=group_size,
+        sandbox="docker",
+        rewards=rewards,
+        base_spec=SandboxSpec(limits=Limits(memory_bytes=2 * 2**30, cpus=1.0)),
+    )
     try:
         return await Runner(plan, client).run()
     finally:
@@ -65,7 +74,8 @@ async def play(gateway: BackgroundGateway, run: str, harness, tasks, group_size:
 
 @pytest.mark.parametrize("agent", ["opencode", "hermes"])
 async def test_a_cli_agent_in_docker_uses_the_environments_tools_and_the_learner_trains(
-        agent, gateway, adder_log, sqlite_db, tiny_model_dir, tmp_path):
+    agent, gateway, adder_log, sqlite_db, tiny_model_dir, tmp_path
+):
     run = f"openenv-{agent}"
     tasks = load_dataset(f"openenv:{PACKAGE}")[:1]
     results = await play(gateway, run, create(agent, sandbox="docker"), tasks)
@@ -75,17 +85,29 @@ async def test_a_cli_agent_in_docker_uses_the_environments_tools_and_the_learner
     assert sorted(v["reward"] for v in views) == [0.0, 1.0]
     # The agent's tool calls reached the environment, each once, through the gateway.
     assert sorted(adder_log.read_text().splitlines()) == ["add(2, 3)", "add(2, 3)", "submit(5)", "submit(6)"]
-    ready = httpx.get(f"{gateway.url}/api/groups", params={"run": run, "status": "ready"},
-                      headers=ADMIN_HEADERS).json()["data"]
+    ready = httpx.get(
+        f"{gateway.url}/api/groups", params={"run": run, "status": "ready"}, headers=ADMIN_HEADERS
+    ).json()["data"]
     assert len(ready) == 1
 
     store = Store.from_url(sqlite_db)
     try:
-        config = resolve_paths(with_overrides(LearnerConfig(), model_dir=str(tiny_model_dir), groups_per_step=1, lr=1e-3,
-                                             poll_interval_s=0.05, publish=False, lora_rank=4, lora_alpha=8,
-                                             max_staleness=100, max_steps=1), tmp_path / "learner")
-        result = await asyncio.wait_for(learner.loop.run_learner(config, store, run,
-                                                                 handle_signals=False), 300)
+        config = resolve_paths(
+            with_overrides(
+                LearnerConfig(),
+                model_dir=str(tiny_model_dir),
+                groups_per_step=1,
+                lr=1e-3,
+                poll_interval_s=0.05,
+                publish=False,
+                lora_rank=4,
+                lora_alpha=8,
+                max_staleness=100,
+                max_steps=1,
+            ),
+            tmp_path / "learner",
+        )
+        result = await asyncio.wait_for(learner.loop.run_learner(config, store, run, handle_signals=False), 300)
     finally:
         await store.close()
     assert result.step == 1 and result.reason == "max_steps"

@@ -38,14 +38,21 @@ def home(tmp_path, monkeypatch):
 def gateway(sqlite_db, home) -> Iterator[BackgroundGateway]:
     engine = FakeEngine(model="fake-base", max_model_len=1_000_000)
     engine.script = mcp_script()
-    with BackgroundServer(create_fake_engine_app(engine)) as fake, \
-            BackgroundGateway(gateway_settings(sqlite_db, fake.url, admin_key=admin_key(create=True))) as gw:
+    with (
+        BackgroundServer(create_fake_engine_app(engine)) as fake,
+        BackgroundGateway(gateway_settings(sqlite_db, fake.url, admin_key=admin_key(create=True))) as gw,
+    ):
         yield gw
 
 
 def cli(*arguments: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "harnessrl.cli", *arguments], capture_output=True, text=True,
-                          timeout=900, env=dict(os.environ))
+    return subprocess.run(
+        [sys.executable, "-m", "harnessrl.cli", *arguments],
+        capture_output=True,
+        text=True,
+        timeout=900,
+        env=dict(os.environ),
+    )
 
 
 def said(done: subprocess.CompletedProcess) -> str:
@@ -54,21 +61,47 @@ def said(done: subprocess.CompletedProcess) -> str:
 
 
 def test_run_then_train_on_an_openenv_environment_from_the_cli(gateway, sqlite_db, tiny_model_dir, tmp_path):
-    ran = cli("run", "--tasks", SPEC, "--include", "adder-train-add-2-3", "--harness", "opencode", "--sandbox", "docker",
-              "--group-size", "2", "--concurrency", "2", "--run", RUN, "--gateway", gateway.url)
+    ran = cli(
+        "run",
+        "--tasks",
+        SPEC,
+        "--include",
+        "adder-train-add-2-3",
+        "--harness",
+        "opencode",
+        "--sandbox",
+        "docker",
+        "--group-size",
+        "2",
+        "--concurrency",
+        "2",
+        "--run",
+        RUN,
+        "--gateway",
+        gateway.url,
+    )
     assert ran.returncode == 0, ran.stdout + ran.stderr
     assert "2 rollouts this time (2 finished, 0 failed), mean reward 0.500" in said(ran)
-    rollouts = httpx.get(f"{gateway.url}/api/rollouts", params={"run": RUN},
-                         headers={"x-admin-key": admin_key()}).json()["data"]
-    views = [httpx.get(f"{gateway.url}/api/rollouts/{r['id']}", headers={"x-admin-key": admin_key()}).json()
-             for r in rollouts]
+    rollouts = httpx.get(
+        f"{gateway.url}/api/rollouts", params={"run": RUN}, headers={"x-admin-key": admin_key()}
+    ).json()["data"]
+    views = [
+        httpx.get(f"{gateway.url}/api/rollouts/{r['id']}", headers={"x-admin-key": admin_key()}).json()
+        for r in rollouts
+    ]
     assert sorted(v["rewards"][REWARD_NAME] for v in views) == [0.0, 1.0]  # the environment's, as recorded
-    assert sorted((tmp_path / "adder.log").read_text().splitlines()) == ["add(2, 3)", "add(2, 3)", "submit(5)",
-                                                                         "submit(6)"]
+    assert sorted((tmp_path / "adder.log").read_text().splitlines()) == [
+        "add(2, 3)",
+        "add(2, 3)",
+        "submit(5)",
+        "submit(6)",
+    ]
 
     config = tmp_path / "learner.toml"
-    config.write_text(f'model_dir = "{tiny_model_dir}"\ngroups_per_step = 1\npublish = false\n'
-                      "poll_interval_s = 0.2\nmax_staleness = 1000\nlora_rank = 4\n")
+    config.write_text(
+        f'model_dir = "{tiny_model_dir}"\ngroups_per_step = 1\npublish = false\n'
+        "poll_interval_s = 0.2\nmax_staleness = 1000\nlora_rank = 4\n"
+    )
     trained = cli("train", "--run", RUN, "--config", str(config), "--database-url", sqlite_db, "--max-steps", "1")
     assert trained.returncode == 0, trained.stdout + trained.stderr
     assert "learner stopped (max_steps) at step 1" in said(trained)

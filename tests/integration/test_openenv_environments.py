@@ -52,8 +52,10 @@ def adder_script() -> callable:
 def fake_gateway(sqlite_db) -> Iterator[BackgroundGateway]:
     engine = FakeEngine(model="fake-base", max_model_len=1_000_000)
     engine.script = adder_script()
-    with BackgroundServer(create_fake_engine_app(engine)) as server, \
-            BackgroundGateway(gateway_settings(sqlite_db, server.url)) as gateway:
+    with (
+        BackgroundServer(create_fake_engine_app(engine)) as server,
+        BackgroundGateway(gateway_settings(sqlite_db, server.url)) as gateway,
+    ):
         yield gateway
 
 
@@ -67,8 +69,15 @@ def adder_log(tmp_path, monkeypatch):
 async def play(gateway: BackgroundGateway, run: str, tasks, group_size: int = 2):
     harness, rewards = with_environments(tasks, BuiltinHarness(), ())
     client = GatewayClient(gateway.url, TEST_ADMIN_KEY)
-    plan = RunPlan(run=run, tasks=tasks, harness=harness, group_size=group_size, concurrency=group_size,
-                   sandbox="local", rewards=rewards)
+    plan = RunPlan(
+        run=run,
+        tasks=tasks,
+        harness=harness,
+        group_size=group_size,
+        concurrency=group_size,
+        sandbox="local",
+        rewards=rewards,
+    )
     try:
         return await Runner(plan, client).run()
     finally:
@@ -83,26 +92,43 @@ def test_an_installed_environment_lists_its_tasks():
 
 
 async def test_a_running_environment_scores_the_builtin_agent_and_the_learner_trains(
-        fake_gateway, adder_log, sqlite_db, tiny_model_dir, tmp_path):
+    fake_gateway, adder_log, sqlite_db, tiny_model_dir, tmp_path
+):
     with EnvServer(PACKAGE) as url:  # a server that is already running, reached by its URL
         [task, _] = load_dataset(f"openenv:{url}")
         results = await play(fake_gateway, "openenv-url", [task])
     assert sorted(r.status for r in results) == ["finished", "finished"], [r.error for r in results]
-    views = [httpx.get(f"{fake_gateway.url}/api/rollouts/{r.rollout_id}", headers=ADMIN_HEADERS).json()
-             for r in results]
+    views = [
+        httpx.get(f"{fake_gateway.url}/api/rollouts/{r.rollout_id}", headers=ADMIN_HEADERS).json() for r in results
+    ]
     assert sorted(v["rewards"][REWARD_NAME] for v in views) == [0.0, 1.0]  # the environment's verdicts
     assert sorted(v["reward"] for v in views) == [0.0, 1.0]
     assert sorted(adder_log.read_text().splitlines()) == ["add(2, 3)", "add(2, 3)", "submit(5)", "submit(6)"]
-    ready = httpx.get(f"{fake_gateway.url}/api/groups", params={"run": "openenv-url", "status": "ready"},
-                      headers=ADMIN_HEADERS).json()["data"]
+    ready = httpx.get(
+        f"{fake_gateway.url}/api/groups", params={"run": "openenv-url", "status": "ready"}, headers=ADMIN_HEADERS
+    ).json()["data"]
     assert len(ready) == 1
 
     store = Store.from_url(sqlite_db)
     try:
-        config = resolve_paths(with_overrides(LearnerConfig(), model_dir=str(tiny_model_dir), groups_per_step=1, lr=1e-3,
-                                             poll_interval_s=0.05, publish=False, lora_rank=4, lora_alpha=8,
-                                             max_staleness=100, max_steps=1), tmp_path / "learner")
-        result = await asyncio.wait_for(learner.loop.run_learner(config, store, "openenv-url", handle_signals=False), 300)
+        config = resolve_paths(
+            with_overrides(
+                LearnerConfig(),
+                model_dir=str(tiny_model_dir),
+                groups_per_step=1,
+                lr=1e-3,
+                poll_interval_s=0.05,
+                publish=False,
+                lora_rank=4,
+                lora_alpha=8,
+                max_staleness=100,
+                max_steps=1,
+            ),
+            tmp_path / "learner",
+        )
+        result = await asyncio.wait_for(
+            learner.loop.run_learner(config, store, "openenv-url", handle_signals=False), 300
+        )
     finally:
         await store.close()
     assert result.step == 1 and result.reason == "max_steps"
@@ -120,8 +146,20 @@ async def test_harnessrl_run_takes_an_environment_url(fake_gateway, adder_log):
     from harnesses.launch import launch_run
 
     with EnvServer(PACKAGE) as url:
-        summary = await launch_run(f"openenv:{url}", "openenv-cli", "builtin", 2, 2, "local", fake_gateway.url,
-                                   TEST_ADMIN_KEY, [], None, 1.0, selection=Selection(include=("adder-train-add-2-3",)))
+        summary = await launch_run(
+            f"openenv:{url}",
+            "openenv-cli",
+            "builtin",
+            2,
+            2,
+            "local",
+            fake_gateway.url,
+            TEST_ADMIN_KEY,
+            [],
+            None,
+            1.0,
+            selection=Selection(include=("adder-train-add-2-3",)),
+        )
     assert "2 rollouts this time (2 finished, 0 failed), mean reward 0.500" in summary
 
 
@@ -129,16 +167,25 @@ def attacker(body: dict) -> FakeReply:
     """Reserved and unknown tools, bad arguments, a shell it does not have, and a second submit after the first."""
     if any(m["role"] == "tool" for m in body["messages"]):
         return FakeReply(content="Done.")
-    return FakeReply(tool_calls=(("reset", {"index": 1}), ("state", {}), ("bash", {"command": "curl 127.0.0.1"}),
-                                 ("add", {"a": "2; import os", "b": 3}), ("submit", {"answer": 6}),
-                                 ("submit", {"answer": 5})))
+    return FakeReply(
+        tool_calls=(
+            ("reset", {"index": 1}),
+            ("state", {}),
+            ("bash", {"command": "curl 127.0.0.1"}),
+            ("add", {"a": "2; import os", "b": 3}),
+            ("submit", {"answer": 6}),
+            ("submit", {"answer": 5}),
+        )
+    )
 
 
 async def test_an_attacking_agent_cannot_raise_the_environments_reward(sqlite_db, adder_log):
     engine = FakeEngine(model="fake-base", max_model_len=1_000_000)
     engine.script = attacker
-    with BackgroundServer(create_fake_engine_app(engine)) as server, \
-            BackgroundGateway(gateway_settings(sqlite_db, server.url)) as gateway:
+    with (
+        BackgroundServer(create_fake_engine_app(engine)) as server,
+        BackgroundGateway(gateway_settings(sqlite_db, server.url)) as gateway,
+    ):
         tasks = load_dataset(f"openenv:{PACKAGE}")
         [result] = await play(gateway, "openenv-attack", tasks[:1], group_size=1)
         view = httpx.get(f"{gateway.url}/api/rollouts/{result.rollout_id}", headers=ADMIN_HEADERS).json()

@@ -30,17 +30,30 @@ async def test_real_rollouts_export_as_valid_traces_that_rebuild_our_samples(vll
     tasks = load_tasks(builtin_tasks_path())[:2]
     with BackgroundGateway(gateway_settings(sqlite_db, vllm_servers["smollm2"].url)) as gateway:
         client = GatewayClient(gateway.url, TEST_ADMIN_KEY)
-        plan = RunPlan(run="openenv-export", tasks=tasks, harness=BuiltinHarness(BuiltinSettings(max_turns=3, max_tokens=48)),
-                       group_size=2, concurrency=4, sandbox="local")
+        plan = RunPlan(
+            run="openenv-export",
+            tasks=tasks,
+            harness=BuiltinHarness(BuiltinSettings(max_turns=3, max_tokens=48)),
+            group_size=2,
+            concurrency=4,
+            sandbox="local",
+        )
         try:
             results = await Runner(plan, client).run()
         finally:
             await client.close()
-        samples = {r.rollout_id: httpx.get(f"{gateway.url}/api/rollouts/{r.rollout_id}/samples",
-                                           headers=ADMIN_HEADERS).json()["data"] for r in results}
+        samples = {
+            r.rollout_id: httpx.get(f"{gateway.url}/api/rollouts/{r.rollout_id}/samples", headers=ADMIN_HEADERS).json()[
+                "data"
+            ]
+            for r in results
+        }
     out = tmp_path / "traces.jsonl"
-    done = await asyncio.to_thread(CliRunner().invoke, app, ["export", "--run", "openenv-export", "--format",
-                                                             "openenv", "--out", str(out), "--database-url", sqlite_db])
+    done = await asyncio.to_thread(
+        CliRunner().invoke,
+        app,
+        ["export", "--run", "openenv-export", "--format", "openenv", "--out", str(out), "--database-url", sqlite_db],
+    )
     assert done.exit_code == 0, done.output
     records = [json.loads(line) for line in out.read_text().splitlines()]
     assert sorted(r["rollout_id"] for r in records) == sorted(samples)
@@ -48,8 +61,14 @@ async def test_real_rollouts_export_as_valid_traces_that_rebuild_our_samples(vll
     for record in records:
         trace = TrainingTrace.model_validate(record["trace"])  # OpenEnv's own validators, again on the file
         turns += len(trace.turns)
-        rebuilt = [{"input_ids": s.input_ids.tolist(), "loss_mask": s.loss_mask.tolist(),
-                    "old_logprobs": s.old_logprobs.tolist()} for s in build_samples(trace_nodes(record))]
+        rebuilt = [
+            {
+                "input_ids": s.input_ids.tolist(),
+                "loss_mask": s.loss_mask.tolist(),
+                "old_logprobs": s.old_logprobs.tolist(),
+            }
+            for s in build_samples(trace_nodes(record))
+        ]
         ours = [{k: s[k] for k in ("input_ids", "loss_mask")} for s in samples[record["rollout_id"]]]
         assert [{k: r[k] for k in ("input_ids", "loss_mask")} for r in rebuilt] == ours
         for mine, theirs in zip(rebuilt, samples[record["rollout_id"]]):

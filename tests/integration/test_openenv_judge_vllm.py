@@ -28,8 +28,15 @@ async def test_an_llm_judge_rubric_scores_rollouts_through_vllm(vllm_servers, sq
     tasks = load_tasks(builtin_tasks_path())[:1]
     with BackgroundGateway(gateway_settings(sqlite_db, engine.url)) as gateway:
         client = GatewayClient(gateway.url, TEST_ADMIN_KEY)
-        plan = RunPlan(run="openenv-judge", tasks=tasks, harness=BuiltinHarness(BuiltinSettings(max_turns=1, max_tokens=32)),
-                       group_size=2, concurrency=2, sandbox="local", rewards=(load_reward_function(JUDGE),))
+        plan = RunPlan(
+            run="openenv-judge",
+            tasks=tasks,
+            harness=BuiltinHarness(BuiltinSettings(max_turns=1, max_tokens=32)),
+            group_size=2,
+            concurrency=2,
+            sandbox="local",
+            rewards=(load_reward_function(JUDGE),),
+        )
         try:
             results = await Runner(plan, client).run()
         finally:

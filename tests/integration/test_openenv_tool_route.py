@@ -26,8 +26,10 @@ PACKAGE = "tests.openenv_env:AdderEnvironment"
 
 @pytest.fixture
 def gateway(sqlite_db) -> Iterator[BackgroundGateway]:
-    with BackgroundServer(create_fake_engine_app(FakeEngine(model="fake-base"))) as server, \
-            BackgroundGateway(gateway_settings(sqlite_db, server.url)) as gw:
+    with (
+        BackgroundServer(create_fake_engine_app(FakeEngine(model="fake-base"))) as server,
+        BackgroundGateway(gateway_settings(sqlite_db, server.url)) as gw,
+    ):
         yield gw
 
 
@@ -57,8 +59,10 @@ async def call(http: httpx.AsyncClient, url: str, body, **kwargs) -> httpx.Respo
 async def relayed(rollout: dict, env_url: str, index: int = 0):
     """A relay for the rollout, on an environment reset to task ``index``, registered with the gateway."""
     target = RolloutTarget(rollout["base_url"], rollout["token"])
-    async with ToolRelay(env_url, EnvTaskRef(PACKAGE, "adder", "train", index)) as relay, \
-            registered(target, relay.url, TEST_ADMIN_KEY):
+    async with (
+        ToolRelay(env_url, EnvTaskRef(PACKAGE, "adder", "train", index)) as relay,
+        registered(target, relay.url, TEST_ADMIN_KEY),
+    ):
         yield relay
 
 
@@ -68,24 +72,33 @@ def tools_url(rollout: dict) -> str:
 
 async def test_a_token_reaches_its_own_rollouts_environment_and_no_other(gateway, env_url):
     first, second = new_rollout(gateway, "a"), new_rollout(gateway, "b")
-    async with relayed(first, env_url, index=0) as mine, relayed(second, env_url, index=1) as theirs, \
-            httpx.AsyncClient(timeout=60) as http:
+    async with (
+        relayed(first, env_url, index=0) as mine,
+        relayed(second, env_url, index=1) as theirs,
+        httpx.AsyncClient(timeout=60) as http,
+    ):
         init = await call(http, tools_url(first), rpc("initialize", {"protocolVersion": "2025-06-18"}))
         assert init.status_code == 200 and init.json()["result"]["capabilities"] == {"tools": {"listChanged": False}}
-        assert (await call(http, tools_url(first), {"jsonrpc": "2.0", "method": "notifications/initialized"})
-                ).status_code == 202
+        assert (
+            await call(http, tools_url(first), {"jsonrpc": "2.0", "method": "notifications/initialized"})
+        ).status_code == 202
         listed = (await call(http, tools_url(first), rpc("tools/list"))).json()["result"]["tools"]
         assert {t["name"] for t in listed} == {"add", "submit"}
-        added = (await call(http, tools_url(first), rpc("tools/call", {"name": "add", "arguments": {"a": 2, "b": 3}})
-                            )).json()["result"]
+        added = (
+            await call(http, tools_url(first), rpc("tools/call", {"name": "add", "arguments": {"a": 2, "b": 3}}))
+        ).json()["result"]
         assert added["content"][0]["text"] == "5" and added["isError"] is False
         # The first rollout's token in the second's path: refused before anything is forwarded.
-        crossed = await http.post(tools_url(second), json=rpc("tools/call", {"name": "submit", "arguments": {"answer": 42}}),
-                                  headers={"authorization": f"Bearer {first['token']}"})
+        crossed = await http.post(
+            tools_url(second),
+            json=rpc("tools/call", {"name": "submit", "arguments": {"answer": 42}}),
+            headers={"authorization": f"Bearer {first['token']}"},
+        )
         assert crossed.status_code == 401
         await call(http, tools_url(first), rpc("tools/call", {"name": "submit", "arguments": {"answer": 5}}))
-        after = (await call(http, tools_url(first), rpc("tools/call", {"name": "submit", "arguments": {"answer": 5}}))
-                 ).json()["result"]
+        after = (
+            await call(http, tools_url(first), rpc("tools/call", {"name": "submit", "arguments": {"answer": 5}}))
+        ).json()["result"]
         assert after["isError"] is True and "episode is over" in after["content"][0]["text"]
         assert (await http.get(tools_url(first))).status_code == 405  # no server-to-client stream
     assert (mine.episode.reward, mine.episode.done, mine.episode.calls) == (1.0, True, 2)
@@ -104,8 +117,11 @@ async def test_the_route_forwards_to_the_registered_url_and_nowhere_else(gateway
         listed = await call(http, f"{tools_url(rollout)}?url={env_url}/mcp", rpc("tools/list"))
         assert {t["name"] for t in listed.json()["result"]["tools"]} == {"add", "submit"}
         # The agent's token cannot re-point its route (the control plane needs the admin key).
-        repoint = await http.put(f"{gateway.url}/api/rollout-tools", json={"token": rollout["token"], "url": env_url},
-                                 headers={"authorization": f"Bearer {rollout['token']}"})
+        repoint = await http.put(
+            f"{gateway.url}/api/rollout-tools",
+            json={"token": rollout["token"], "url": env_url},
+            headers={"authorization": f"Bearer {rollout['token']}"},
+        )
         assert repoint.status_code == 401
         assert (await call(http, tools_url(rollout), rpc("tools/list"))).json()["result"]["tools"]
 
@@ -115,8 +131,11 @@ async def test_no_token_an_unknown_token_or_an_ended_rollout_is_refused(gateway,
     async with relayed(rollout, env_url), httpx.AsyncClient(timeout=60) as http:
         assert (await call(http, f"{gateway.url}/v1/tools/mcp", rpc("tools/list"))).status_code in (404, 405)
         assert (await call(http, f"{gateway.url}/r/hrl-forged/v1/tools/mcp", rpc("tools/list"))).status_code == 401
-        finished = await http.post(f"{gateway.url}/api/rollouts/{rollout['id']}/finish",
-                                   json={"status": "finished", "rewards": {}}, headers=ADMIN_HEADERS)
+        finished = await http.post(
+            f"{gateway.url}/api/rollouts/{rollout['id']}/finish",
+            json={"status": "finished", "rewards": {}},
+            headers=ADMIN_HEADERS,
+        )
         assert finished.status_code == 200, finished.text
         ended = await call(http, tools_url(rollout), rpc("tools/call", {"name": "submit", "arguments": {"answer": 5}}))
         assert ended.status_code == 401 and "has ended" in ended.text
@@ -132,14 +151,15 @@ async def test_bodies_over_the_limit_are_refused(gateway, env_url):
     rollout = new_rollout(gateway)
     huge = rpc("tools/call", {"name": "add", "arguments": {"a": 1, "b": 2, "pad": "x" * MAX_TOOL_BODY_BYTES}})
     async with relayed(rollout, env_url) as relay, httpx.AsyncClient(timeout=60) as http:
-        declared = await http.post(tools_url(rollout), content=json.dumps(huge).encode(),
-                                   headers={"content-type": "application/json"})
+        declared = await http.post(
+            tools_url(rollout), content=json.dumps(huge).encode(), headers={"content-type": "application/json"}
+        )
         assert declared.status_code == 413
 
         async def chunks():
             data = json.dumps(huge).encode()
             for start in range(0, len(data), 65536):
-                yield data[start:start + 65536]
+                yield data[start : start + 65536]
 
         streamed = await http.post(tools_url(rollout), content=chunks(), headers={"content-type": "application/json"})
         assert streamed.status_code == 413

@@ -33,8 +33,9 @@ def adapters_in(engine: ManagedProcess) -> set[str]:
 @pytest.fixture
 def pin_gateway(vllm_servers, database_url) -> Iterator[BackgroundGateway]:
     engine = vllm_servers["tiny"]
-    settings = GatewaySettings(database_url=database_url, engine_url=engine.url, admin_key=ADMIN["x-admin-key"],
-                               max_staleness=1)
+    settings = GatewaySettings(
+        database_url=database_url, engine_url=engine.url, admin_key=ADMIN["x-admin-key"], max_staleness=1
+    )
     try:
         with BackgroundGateway(settings) as gateway:
             yield gateway
@@ -44,15 +45,22 @@ def pin_gateway(vllm_servers, database_url) -> Iterator[BackgroundGateway]:
 
 
 def pinned_rollout(gateway: BackgroundGateway, policy: str) -> dict:
-    response = httpx.post(f"{gateway.url}/api/rollouts", headers=ADMIN, timeout=120, json={
-        "run": "pinned", "task": "t", "group": policy, "policy": policy, "sampling": {"temperature": 0.0}})
+    response = httpx.post(
+        f"{gateway.url}/api/rollouts",
+        headers=ADMIN,
+        timeout=120,
+        json={"run": "pinned", "task": "t", "group": policy, "policy": policy, "sampling": {"temperature": 0.0}},
+    )
     assert response.status_code == 201, response.text
     return response.json()
 
 
 def greedy_call(gateway: BackgroundGateway, rollout: dict, ids: list[int], model: str) -> dict:
-    response = httpx.post(f"{rollout['base_url']}/completions", timeout=300, json={
-        "model": model, "prompt": ids, "max_tokens": 4, "temperature": 0.0})
+    response = httpx.post(
+        f"{rollout['base_url']}/completions",
+        timeout=300,
+        json={"model": model, "prompt": ids, "max_tokens": 4, "temperature": 0.0},
+    )
     assert response.status_code == 200, response.text
     return httpx.get(f"{gateway.url}/api/rollouts/{rollout['id']}/calls", headers=ADMIN).json()["data"][-1]
 
@@ -64,19 +72,25 @@ def first_token_logprob(model, ids: list[int], token: int) -> float:
 
 
 def test_a_retired_version_is_loaded_again_and_pinned_rollouts_are_sampled_by_their_own_version(
-        pin_gateway, vllm_servers, tiny_model_dir, adapter_dir):
+    pin_gateway, vllm_servers, tiny_model_dir, adapter_dir
+):
     engine = vllm_servers["tiny"]
     for version in (1, 2, 3):
-        published = httpx.post(f"{pin_gateway.url}/admin/adapters", headers=ADMIN, timeout=120,
-                               json={"version": version, "path": str(adapter_dir)})
+        published = httpx.post(
+            f"{pin_gateway.url}/admin/adapters",
+            headers=ADMIN,
+            timeout=120,
+            json={"version": version, "path": str(adapter_dir)},
+        )
         assert published.status_code == 200, published.text
     assert adapters_in(engine) == {"policy-v2", "policy-v3"}  # max_staleness 1 retired v1
 
     on_v1 = pinned_rollout(pin_gateway, "policy-v1")
     assert "policy-v1" in adapters_in(engine)  # loaded into vLLM again from the store's path
     on_base = pinned_rollout(pin_gateway, "base")
-    ids = httpx.post(f"{engine.url}/tokenize", json={"model": "base", "prompt": PROMPT, "add_special_tokens": False},
-                     timeout=30).json()["tokens"]
+    ids = httpx.post(
+        f"{engine.url}/tokenize", json={"model": "base", "prompt": PROMPT, "add_special_tokens": False}, timeout=30
+    ).json()["tokens"]
 
     adapted = greedy_call(pin_gateway, on_v1, ids, model="policy-v3")  # the agent names another version
     assert (adapted["policy_version"], adapted["engine_model"]) == (1, "policy-v1")
@@ -85,9 +99,12 @@ def test_a_retired_version_is_loaded_again_and_pinned_rollouts_are_sampled_by_th
 
     peft = lora_model(tiny_model_dir, seed=ADAPTER_SEED)
     assert adapted["output_logprobs"][0] == pytest.approx(
-        first_token_logprob(peft, ids, adapted["output_ids"][0]), abs=0.03)
+        first_token_logprob(peft, ids, adapted["output_ids"][0]), abs=0.03
+    )
     with peft.disable_adapter():  # the base-pinned call was sampled by the base model, not by policy-v3
         assert base["output_logprobs"][0] == pytest.approx(
-            first_token_logprob(peft, ids, base["output_ids"][0]), abs=0.03)
+            first_token_logprob(peft, ids, base["output_ids"][0]), abs=0.03
+        )
         assert adapted["output_logprobs"][0] != pytest.approx(
-            first_token_logprob(peft, ids, adapted["output_ids"][0]), abs=0.1)
+            first_token_logprob(peft, ids, adapted["output_ids"][0]), abs=0.1
+        )

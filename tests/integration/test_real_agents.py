@@ -166,11 +166,13 @@ async def test_agent_prompt_prefix_is_the_same_across_rollouts_of_a_task(name, g
     prompts = []
     for index in range(2):
         engine.requests = []
-        result = await run_single_rollout(harness, gateway.url, f"prefix-{name}-{index}", TASK, "local",
-                                          {"isolation": "bwrap"})
+        result = await run_single_rollout(
+            harness, gateway.url, f"prefix-{name}-{index}", TASK, "local", {"isolation": "bwrap"}
+        )
         assert result.status == "finished", result.error
         prompts.append(first_main_prompt(engine.requests))
     (system_a, tools_a), (system_b, tools_b) = prompts
     assert tools_a == tools_b
     assert shared_prefix(system_a, system_b) >= 0.97 * min(len(system_a), len(system_b)), (
-        f"{name}'s system prompt differs early between rollouts: ...{system_a[shared_prefix(system_a, system_b):][:200]}")
+        f"{name}'s system prompt differs early between rollouts: ...{system_a[shared_prefix(system_a, system_b) :][:200]}"
+    )

@@ -17,14 +17,16 @@ from harnessrl.cli import app
 from tests.builders import agent_requests, call_record
 
 
-async def played_rollout(store: Store, run: str, task: str, status: str = "finished", turns: int = 3,
-                         group_size: int = 1) -> int:
+async def played_rollout(
+    store: Store, run: str, task: str, status: str = "finished", turns: int = 3, group_size: int = 1
+) -> int:
     """A rollout of ``turns`` linked calls (requests stored as deltas), ended with ``status``."""
     rollout = await store.create_rollout(run, task, None, group_size=group_size)
     ids: list[int] = []
     for request in agent_requests(turns, history_chars=50):
-        ids += await store.insert_calls([call_record(rollout.rollout_id, request=request,
-                                                     parent_id=ids[-1] if ids else None)])
+        ids += await store.insert_calls(
+            [call_record(rollout.rollout_id, request=request, parent_id=ids[-1] if ids else None)]
+        )
     if status != "running":
         await store.end_rollout(rollout.rollout_id, status, rewards={"v": 1.0} if status == "finished" else None)
     return rollout.rollout_id
@@ -38,8 +40,9 @@ async def count(store: Store, table) -> int:
 async def consume_groups(store: Store, run: str) -> None:
     async with store.sessions.begin() as session:
         run_id = await session.scalar(select(Run.id).where(Run.name == run))
-        await session.execute(update(Group).where(Group.run_id == run_id, Group.status == "ready")
-                              .values(status="consumed"))
+        await session.execute(
+            update(Group).where(Group.run_id == run_id, Group.status == "ready").values(status="consumed")
+        )
 
 
 async def test_prune_deletes_ended_rollouts_and_keeps_what_the_learner_needs(database_url):
@@ -94,8 +97,11 @@ async def test_prune_by_age_and_status_from_the_cli(database_url):
         await played_rollout(store, "r", "c", status="cancelled")
         await consume_groups(store, "r")
         async with store.sessions.begin() as session:
-            await session.execute(update(Rollout).where(Rollout.id == old_failed)
-                                  .values(finished_at=datetime.now(UTC) - timedelta(days=8)))
+            await session.execute(
+                update(Rollout)
+                .where(Rollout.id == old_failed)
+                .values(finished_at=datetime.now(UTC) - timedelta(days=8))
+            )
     finally:
         await store.close()
 
@@ -109,7 +115,10 @@ async def test_prune_by_age_and_status_from_the_cli(database_url):
         assert await store.get_rollout(old_failed) is None and await count(store, Rollout) == 2
     finally:
         await store.close()
-    for args, says in ((("--older-than", "a week"), "like 7d or 12h"), (("--status", "running"), "never pruned"),
-                       ((), "say what to prune")):
+    for args, says in (
+        (("--older-than", "a week"), "like 7d or 12h"),
+        (("--status", "running"), "never pruned"),
+        ((), "say what to prune"),
+    ):
         refused = await asyncio.to_thread(invoke, *args)
         assert refused.exit_code == 1 and says in refused.output and "Traceback" not in refused.output, refused.output

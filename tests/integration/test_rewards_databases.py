@@ -19,14 +19,20 @@ async def test_rollout_creation_rewards_and_quarantine_on_both_databases(databas
     store = Store.from_url(database_url)
     try:
         # The same request id, twice at once: one rollout.
-        same = await asyncio.gather(*[store.create_rollout("db", "t", "g", {"i": 0}, group_size=2,
-                                                           sampling={"temperature": 0.8}, request_id="req-0")
-                                      for _ in range(2)])
+        same = await asyncio.gather(
+            *[
+                store.create_rollout(
+                    "db", "t", "g", {"i": 0}, group_size=2, sampling={"temperature": 0.8}, request_id="req-0"
+                )
+                for _ in range(2)
+            ]
+        )
         assert same[0] == same[1]
         # Three requests race for the group's one free place: one gets it.
-        racing = await asyncio.gather(*[store.create_rollout("db", "t", "g", {"i": n}, group_size=2,
-                                                             request_id=f"req-{n}") for n in (1, 2, 3)],
-                                      return_exceptions=True)
+        racing = await asyncio.gather(
+            *[store.create_rollout("db", "t", "g", {"i": n}, group_size=2, request_id=f"req-{n}") for n in (1, 2, 3)],
+            return_exceptions=True,
+        )
         assert sorted(type(r).__name__ for r in racing) == ["GroupClosed", "GroupClosed", "RolloutIdentity"]
         [second] = [r for r in racing if not isinstance(r, Exception)]
         with pytest.raises(GroupClosed):

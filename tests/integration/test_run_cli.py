@@ -39,23 +39,47 @@ def gateway(sqlite_db, tmp_path, monkeypatch) -> Iterator[BackgroundGateway]:
 
 
 def run_command(gateway: BackgroundGateway, tasks_file) -> list[str]:
-    return [sys.executable, "-m", "harnessrl.cli", "run", "--tasks", str(tasks_file), "--harness", "builtin",
-            "--group-size", "4", "--concurrency", "8", "--sandbox", "local", "--run", "cli-run",
-            "--gateway", gateway.url, "--lease-s", "3"]
+    return [
+        sys.executable,
+        "-m",
+        "harnessrl.cli",
+        "run",
+        "--tasks",
+        str(tasks_file),
+        "--harness",
+        "builtin",
+        "--group-size",
+        "4",
+        "--concurrency",
+        "8",
+        "--sandbox",
+        "local",
+        "--run",
+        "cli-run",
+        "--gateway",
+        gateway.url,
+        "--lease-s",
+        "3",
+    ]
 
 
 def rollouts(gateway) -> list[dict]:
-    return httpx.get(f"{gateway.url}/api/rollouts", params={"run": "cli-run", "limit": 1000},
-                     headers={"x-admin-key": admin_key()}).json()["data"]
+    return httpx.get(
+        f"{gateway.url}/api/rollouts", params={"run": "cli-run", "limit": 1000}, headers={"x-admin-key": admin_key()}
+    ).json()["data"]
 
 
 def test_run_finishes_and_resumes_after_an_interrupt(gateway, tmp_path):
     tasks_file = tmp_path / "tasks.jsonl"
-    subset = [line for line in (builtin_tasks_path() / "builtin.jsonl").read_text().splitlines()
-              if any(f'"name": "{t.name}"' in line for t in TASKS)]
+    subset = [
+        line
+        for line in (builtin_tasks_path() / "builtin.jsonl").read_text().splitlines()
+        if any(f'"name": "{t.name}"' in line for t in TASKS)
+    ]
     tasks_file.write_text("\n".join(subset) + "\n")
-    first = subprocess.Popen(run_command(gateway, tasks_file), stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                             start_new_session=True)
+    first = subprocess.Popen(
+        run_command(gateway, tasks_file), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, start_new_session=True
+    )
     deadline = time.monotonic() + 300
     while sum(r["status"] == "finished" for r in rollouts(gateway)) < 8 and time.monotonic() < deadline:
         time.sleep(0.2)
@@ -75,6 +99,7 @@ def test_run_finishes_and_resumes_after_an_interrupt(gateway, tmp_path):
     cancelled = [r for r in final if r["status"] == "cancelled"]
     assert len(cancelled) >= interrupted and all(r["error"] == TAKEN_OVER for r in cancelled)
     assert not [r for r in final if r["status"] == "failed"]
-    groups = httpx.get(f"{gateway.url}/api/groups", params={"run": "cli-run", "status": "ready"},
-                       headers={"x-admin-key": admin_key()}).json()["data"]
+    groups = httpx.get(
+        f"{gateway.url}/api/groups", params={"run": "cli-run", "status": "ready"}, headers={"x-admin-key": admin_key()}
+    ).json()["data"]
     assert len(groups) == 10

@@ -53,10 +53,19 @@ def test_two_runners_share_a_run_and_the_survivor_plays_a_killed_ones_claims(sha
     tasks_file = tmp_path / "tasks.jsonl"
     lines = (builtin_tasks_path() / "builtin.jsonl").read_text().splitlines()
     tasks_file.write_text("\n".join(x for x in lines if any(f'"name": "{t.name}"' in x for t in TASKS)) + "\n")
-    killed = subprocess.Popen(worker_command(gateway, tasks_file, "doomed"), stdout=subprocess.PIPE,
-                              stderr=subprocess.STDOUT, start_new_session=True)
-    survivor = subprocess.Popen(worker_command(gateway, tasks_file, "survivor"), stdout=subprocess.PIPE,
-                                stderr=subprocess.STDOUT, text=True, start_new_session=True)
+    killed = subprocess.Popen(
+        worker_command(gateway, tasks_file, "doomed"),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        start_new_session=True,
+    )
+    survivor = subprocess.Popen(
+        worker_command(gateway, tasks_file, "survivor"),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        start_new_session=True,
+    )
     try:
         deadline = time.monotonic() + 300
         while not (by_worker(gateway, "doomed", "finished") >= 4 and by_worker(gateway, "doomed", "running") >= 1):
@@ -80,6 +89,7 @@ def test_two_runners_share_a_run_and_the_survivor_plays_a_killed_ones_claims(sha
     assert len(cancelled) >= left_running >= 1
     assert all(r["meta"]["worker"] == "doomed" and r["error"] == TAKEN_OVER for r in cancelled)
     assert {r["meta"]["worker"] for r in final if r["status"] == "finished"} == {"doomed", "survivor"}
-    groups = httpx.get(f"{gateway.url}/api/groups", params={"run": "cli-run", "limit": 100},
-                       headers={"x-admin-key": admin_key()}).json()["data"]
+    groups = httpx.get(
+        f"{gateway.url}/api/groups", params={"run": "cli-run", "limit": 100}, headers={"x-admin-key": admin_key()}
+    ).json()["data"]
     assert sorted(g["status"] for g in groups) == ["ready"] * len(TASKS)  # each group once, complete

@@ -43,6 +43,7 @@ FETCH = "import sys, urllib.request; print(urllib.request.urlopen(sys.argv[1], t
 
 async def _http_server(host: str, name: str) -> tuple[asyncio.AbstractServer, int]:
     """A tiny HTTP server answering `<name> saw <request line>`."""
+
     async def handle(reader, writer):
         request_line = (await reader.readline()).decode().strip()
         while (await reader.readline()) not in (b"\r\n", b""):
@@ -100,8 +101,14 @@ async def test_only_the_gateway_is_reachable(backend, servers):
 
         for address in _host_addresses():  # the negative checks below mean something: the host can
             socket.create_connection((address, servers["other"]), timeout=3).close()
-        targets = [f"127.0.0.1:{servers['other']}", "1.1.1.1:80", "8.8.8.8:53", "172.17.0.1:80",
-                   "10.0.0.1:80", *[f"{a}:{servers['other']}" for a in _host_addresses()]]
+        targets = [
+            f"127.0.0.1:{servers['other']}",
+            "1.1.1.1:80",
+            "8.8.8.8:53",
+            "172.17.0.1:80",
+            "10.0.0.1:80",
+            *[f"{a}:{servers['other']}" for a in _host_addresses()],
+        ]
         probe = await sb.exec(["python3", "-c", PROBE, *targets], timeout_s=60)
         assert probe.ok, probe.text()
         results = json.loads(probe.stdout)
@@ -120,9 +127,14 @@ async def test_host_files_outside_the_workspace_are_invisible(backend):
     try:
         async with await _create(backend, _spec(backend, files={"mine.txt": b"mine"})) as sb:
             assert (await sb.exec("cat mine.txt", timeout_s=10)).stdout == b"mine"
-            for path in (secret_dir / "secret.txt", secret_dir, repo / "pyproject.toml",
-                         Path("/root/.bash_history"), Path("/var/log/harnessrl-dockerd.log"),
-                         Path("/run/docker.sock")):
+            for path in (
+                secret_dir / "secret.txt",
+                secret_dir,
+                repo / "pyproject.toml",
+                Path("/root/.bash_history"),
+                Path("/var/log/harnessrl-dockerd.log"),
+                Path("/run/docker.sock"),
+            ):
                 seen = await sb.exec(["test", "-e", str(path)], timeout_s=10)
                 assert seen.exit_code == 1, f"{path} is visible inside the {backend} sandbox"
             assert (await sb.exec(["cat", str(secret_dir / "secret.txt")], timeout_s=10)).stdout == b""
@@ -161,17 +173,21 @@ async def test_exec_timeout_and_verifier_files(backend):
         slow = await sb.exec("sleep 60; echo never", timeout_s=1)
         assert slow.timed_out and slow.killed_reason == "timeout" and slow.duration_s < 10
         # Harbor-style: tests are uploaded after the agent ran, the verifier writes /logs/verifier.
-        test_sh = b'#!/bin/sh\nmkdir -p /logs/verifier\n[ "$(cat /workspace/answer.txt)" = 42 ] && ' \
-                  b'echo 1 > /logs/verifier/reward.txt\n'
+        test_sh = (
+            b'#!/bin/sh\nmkdir -p /logs/verifier\n[ "$(cat /workspace/answer.txt)" = 42 ] && '
+            b"echo 1 > /logs/verifier/reward.txt\n"
+        )
         await sb.put_file("/tests/test.sh", test_sh, mode=0o755)
         verified = await sb.exec(["/tests/test.sh"], timeout_s=30)
         assert verified.ok, verified.text()
         assert await sb.get_file("/logs/verifier/reward.txt") == b"1\n"
 
 
-LEFTOVER = ("mkdir -p /logs/verifier /tests && echo 1 > /logs/verifier/reward.txt && echo fake > /tests/test.sh && "
-            "(setsid sh -c 'while true; do mkdir -p /logs/verifier; echo 1 > /logs/verifier/reward.txt; "
-            "sleep 0.01; done' >/dev/null 2>&1 &)")
+LEFTOVER = (
+    "mkdir -p /logs/verifier /tests && echo 1 > /logs/verifier/reward.txt && echo fake > /tests/test.sh && "
+    "(setsid sh -c 'while true; do mkdir -p /logs/verifier; echo 1 > /logs/verifier/reward.txt; "
+    "sleep 0.01; done' >/dev/null 2>&1 &)"
+)
 
 
 @pytest.mark.parametrize("backend", BACKENDS)
@@ -198,8 +214,13 @@ async def test_docker_sandboxes_run_concurrently(servers):
     # overlap, the last to begin began before the first to end ended, however slow the machine is.
     code = "import time; print(time.time()); time.sleep(1); print(time.time()); " + FETCH
     try:
-        results = await asyncio.gather(*(sb.exec(["python3", "-c", code, sb.gateway_url_inside + "/models"],
-                                                 timeout_s=60) for sb in boxes for _ in range(4)))
+        results = await asyncio.gather(
+            *(
+                sb.exec(["python3", "-c", code, sb.gateway_url_inside + "/models"], timeout_s=60)
+                for sb in boxes
+                for _ in range(4)
+            )
+        )
         assert all(r.ok and b"gateway saw GET /r/t/v1/models" in r.stdout for r in results), results
         spans = [tuple(float(x) for x in r.stdout.split(b"\n")[:2]) for r in results]
         assert max(begin for begin, _ in spans) < min(end for _, end in spans), spans

@@ -31,8 +31,9 @@ SEEN_SLACK_S = 0.25  # the adapter poller's lag (it looks every 0.05 s); a call 
 
 
 def rollouts(url: str) -> list[dict]:
-    return httpx.get(f"{url}/api/rollouts", params={"run": RUN, "limit": 1000}, headers=ADMIN_HEADERS,
-                     timeout=10).json()["data"]
+    return httpx.get(
+        f"{url}/api/rollouts", params={"run": RUN, "limit": 1000}, headers=ADMIN_HEADERS, timeout=10
+    ).json()["data"]
 
 
 def wait_until(condition, timeout_s: float, what: str, alive=()) -> None:
@@ -50,9 +51,11 @@ def current_version(url: str) -> int:
 
 @pytest.mark.skipif(not shutil.which("bwrap"), reason="verifiers write /logs: apt-get install bubblewrap")
 def test_engines_gateways_and_workers_killed_mid_run_lose_nothing_and_run_nothing_twice(
-        postgres, tiny_model_dir, tmp_path):
+    postgres, tiny_model_dir, tmp_path
+):
     database_url = postgres.create_database("scale_out")
     from migrations.runner import upgrade
+
     upgrade(database_url)
     logs, home = tmp_path / "logs", tmp_path / "home"
     logs.mkdir()
@@ -78,8 +81,12 @@ def test_engines_gateways_and_workers_killed_mid_run_lose_nothing_and_run_nothin
         # w0 (on gateway-1) starts; w1 (on gateway-2) joins once the learner published v1, so both work
         # on rollouts of published versions.
         workers = [scale_out.worker("w0", gateways[0].url, RUN, tasks_file, home, logs, LEASE_S)]
-        wait_until(lambda: current_version(gateways[1].url) >= 1, 400, "v1, followed by gateway-2",
-                   [("learner", learner), ("w0", workers[0].process)])
+        wait_until(
+            lambda: current_version(gateways[1].url) >= 1,
+            400,
+            "v1, followed by gateway-2",
+            [("learner", learner), ("w0", workers[0].process)],
+        )
         workers.append(scale_out.worker("w1", gateways[1].url, RUN, tasks_file, home, logs, LEASE_S))
         alive = [("learner", learner), *[(w.name, w.process) for w in workers]]
 
@@ -98,8 +105,12 @@ def test_engines_gateways_and_workers_killed_mid_run_lose_nothing_and_run_nothin
         out = workers[0].process.wait(timeout=900)
         assert out == 0, workers[0].log.read_text()[-3000:]
         groups = asyncio.run(_read(database_url, scale_out.read_groups))
-        wait_until(lambda: sorted(asyncio.run(_read(database_url, scale_out.consumed_group_ids))) == sorted(groups),
-                   400, "the learner consuming every group", [("learner", learner)])
+        wait_until(
+            lambda: sorted(asyncio.run(_read(database_url, scale_out.consumed_group_ids))) == sorted(groups),
+            400,
+            "the learner consuming every group",
+            [("learner", learner)],
+        )
         calls = asyncio.run(_read(database_url, scale_out.read_calls))
         consumed = asyncio.run(_read(database_url, scale_out.consumed_group_ids))
     finally:
@@ -147,9 +158,11 @@ def test_engines_gateways_and_workers_killed_mid_run_lose_nothing_and_run_nothin
             if after.engine != before.engine:
                 assert after.moved_from == before.engine, (before, after)
                 moved += 1
-    print(f"{len(calls)} calls in {len(by_rollout)} rollouts, {moved} moved across the engine failover, "
-          f"versions used {sorted(first_use)}, {len(cancelled)} rollouts taken over from the killed worker "
-          f"(killed at +{killed_worker_at - killed_engine_at:.1f} s after the engine)")
+    print(
+        f"{len(calls)} calls in {len(by_rollout)} rollouts, {moved} moved across the engine failover, "
+        f"versions used {sorted(first_use)}, {len(cancelled)} rollouts taken over from the killed worker "
+        f"(killed at +{killed_worker_at - killed_engine_at:.1f} s after the engine)"
+    )
 
 
 def _kill_group(process) -> None:
@@ -173,11 +186,18 @@ async def _rollouts(database_url: str) -> list[dict]:
     from sqlalchemy import select
 
     from gateway.store.tables import Rollout, Run, Task
+
     store = Store.from_url(database_url)
     try:
         async with store.sessions() as session:
-            rows = (await session.execute(select(Rollout, Task.name).join(Task, Task.id == Rollout.task_id)
-                                          .join(Run, Run.id == Rollout.run_id).where(Run.name == RUN))).all()
+            rows = (
+                await session.execute(
+                    select(Rollout, Task.name)
+                    .join(Task, Task.id == Rollout.task_id)
+                    .join(Run, Run.id == Rollout.run_id)
+                    .where(Run.name == RUN)
+                )
+            ).all()
         return [{"task": task, "status": r.status, "meta": r.meta, "error": r.error} for r, task in rows]
     finally:
         await store.close()

@@ -26,8 +26,15 @@ def wait_until(predicate, timeout_s: float) -> bool:
 
 
 def start_serve(tiny_model_dir, tmp_path):
-    gateway = serve_process(tmp_path, "--model", str(tiny_model_dir), "--max-model-len", "1024",
-                            "--database-url", sqlite_url(tmp_path / "serve.db"))
+    gateway = serve_process(
+        tmp_path,
+        "--model",
+        str(tiny_model_dir),
+        "--max-model-len",
+        "1024",
+        "--database-url",
+        sqlite_url(tmp_path / "serve.db"),
+    )
     gateway.env = {**os.environ, "VLLM_CPU_KVCACHE_SPACE": "1", "HARNESSRL_HOME": str(tmp_path / "home")}
     gateway.start().wait_healthy(START_TIMEOUT_S)
     [engine_pid] = children_of(gateway.pid)
@@ -38,8 +45,11 @@ def start_serve(tiny_model_dir, tmp_path):
 def test_stopping_the_gateway_stops_its_engine(tiny_model_dir, tmp_path, how):
     gateway, engine_pid = start_serve(tiny_model_dir, tmp_path)
     try:
-        reply = httpx.post(f"{gateway.url}/v1/chat/completions", timeout=120,
-                           json={"model": "policy", "messages": [{"role": "user", "content": "hi"}], "max_tokens": 4})
+        reply = httpx.post(
+            f"{gateway.url}/v1/chat/completions",
+            timeout=120,
+            json={"model": "policy", "messages": [{"role": "user", "content": "hi"}], "max_tokens": 4},
+        )
         assert reply.status_code == 200, reply.text
         os.kill(gateway.pid, how)
         assert wait_until(lambda: not pid_alive(engine_pid), 60), "the engine outlived its gateway"
@@ -79,8 +89,12 @@ def test_serve_creates_a_private_admin_key_once_and_guards_the_control_plane_wit
                 assert wait_until(lambda: f"/ui/#key={key}" in gateway.tail(50), 10), gateway.tail(50)  # noqa: B023
                 assert httpx.get(f"{gateway.url}/api/runs").status_code == 401
                 assert httpx.get(f"{gateway.url}/api/runs", headers={"x-admin-key": key}).status_code == 200
-                assert httpx.get(f"{gateway.url}/api/runs", headers={"x-admin-key": key,
-                                                                     "host": "evil.example"}).status_code == 421
+                assert (
+                    httpx.get(
+                        f"{gateway.url}/api/runs", headers={"x-admin-key": key, "host": "evil.example"}
+                    ).status_code
+                    == 421
+                )
                 keys.append(key)
             finally:
                 gateway.stop()

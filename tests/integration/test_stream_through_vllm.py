@@ -21,8 +21,10 @@ from tests.integration.test_anthropic_vllm import client_for as anthropic_client
 from tests.integration.test_responses_vllm import RESPONSES_WEATHER_TOOL
 from tests.integration.test_vllm_gateway import FORCE_WEATHER, client_for, engine_tokenization, new_rollout, recorded
 
-pytestmark = [pytest.mark.parametrize("engine", ["smollm2"], indirect=True),
-              pytest.mark.parametrize("database_url", ["sqlite"], indirect=True)]
+pytestmark = [
+    pytest.mark.parametrize("engine", ["smollm2"], indirect=True),
+    pytest.mark.parametrize("database_url", ["sqlite"], indirect=True),
+]
 
 COUNT = [{"role": "user", "content": "Count from 1 to 100, one number per line."}]
 LONG = 128  # tokens: long enough that decoding them takes a good part of the request, even on busy cores
@@ -96,8 +98,11 @@ def test_responses_stream_arrives_as_sampled_and_records_the_replayed_generation
 
 def greedy_rollout(gateway) -> dict:
     """A rollout of an evaluation run (temperature 0): the Messages API has no seed to replay with."""
-    response = httpx.post(f"{gateway.url}/api/rollouts", headers=ADMIN_HEADERS, json={
-        "run": "greedy", "task": "count", "sampling": {"temperature": 0.0}})
+    response = httpx.post(
+        f"{gateway.url}/api/rollouts",
+        headers=ADMIN_HEADERS,
+        json={"run": "greedy", "task": "count", "sampling": {"temperature": 0.0}},
+    )
     assert response.status_code == 201, response.text
     return response.json()
 
@@ -126,22 +131,31 @@ def test_streamed_tool_call_deltas_parse_in_each_sdk(live_gateway, engine):
     question = [{"role": "user", "content": "What is the weather in Paris?"}]
     rollout = new_rollout(live_gateway)
 
-    with client_for(rollout).chat.completions.stream(model="policy", messages=question, tools=[WEATHER_TOOL],
-                                                     tool_choice=FORCE_WEATHER, max_tokens=48) as stream:
+    with client_for(rollout).chat.completions.stream(
+        model="policy", messages=question, tools=[WEATHER_TOOL], tool_choice=FORCE_WEATHER, max_tokens=48
+    ) as stream:
         deltas = sum(1 for event in stream if event.type == "tool_calls.function.arguments.delta")
         [chat_call] = stream.get_final_completion().choices[0].message.tool_calls
     assert deltas >= 2  # the arguments came in pieces, as sampled
     assert chat_call.function.name == "get_weather" and isinstance(json.loads(chat_call.function.arguments), dict)
 
-    with client_for(rollout).responses.stream(model="policy", input=question, tools=[RESPONSES_WEATHER_TOOL],
-                                              tool_choice={"type": "function", "name": "get_weather"},
-                                              max_output_tokens=48) as stream:
+    with client_for(rollout).responses.stream(
+        model="policy",
+        input=question,
+        tools=[RESPONSES_WEATHER_TOOL],
+        tool_choice={"type": "function", "name": "get_weather"},
+        max_output_tokens=48,
+    ) as stream:
         [responses_call] = [i for i in stream.get_final_response().output if i.type == "function_call"]
     assert responses_call.name == "get_weather" and isinstance(json.loads(responses_call.arguments), dict)
 
-    with anthropic_client(rollout).messages.stream(model="policy", messages=question, max_tokens=48,
-                                                   tools=[ANTHROPIC_WEATHER_TOOL],
-                                                   tool_choice={"type": "tool", "name": "get_weather"}) as stream:
+    with anthropic_client(rollout).messages.stream(
+        model="policy",
+        messages=question,
+        max_tokens=48,
+        tools=[ANTHROPIC_WEATHER_TOOL],
+        tool_choice={"type": "tool", "name": "get_weather"},
+    ) as stream:
         final = stream.get_final_message()
     [tool_use] = [b for b in final.content if b.type == "tool_use"]
     assert tool_use.name == "get_weather" and isinstance(tool_use.input, dict) and "_raw" not in tool_use.input

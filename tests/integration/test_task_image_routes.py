@@ -19,8 +19,10 @@ IMAGE = "harnessrl-test/no-python:1"
 DOCKERFILE = "FROM debian:bookworm-slim\nRUN rm -rf /usr/bin/python3* /usr/lib/python3*\nWORKDIR /app\n"
 TOKEN = "hrl-mine"
 # bash's /dev/tcp: the image has no curl and no python. Prints the status line of each request.
-REQUEST = ('exec 3<>/dev/tcp/127.0.0.1/{port} || exit 7; printf "GET {path} HTTP/1.1\\r\\nHost: 127.0.0.1:{port}'
-           '\\r\\nConnection: close\\r\\n\\r\\n" >&3; head -n 1 <&3')
+REQUEST = (
+    'exec 3<>/dev/tcp/127.0.0.1/{port} || exit 7; printf "GET {path} HTTP/1.1\\r\\nHost: 127.0.0.1:{port}'
+    '\\r\\nConnection: close\\r\\n\\r\\n" >&3; head -n 1 <&3'
+)
 
 
 @pytest.fixture(scope="module")
@@ -50,8 +52,9 @@ async def gateway_port() -> AsyncIterator[int]:
 async def sandbox_for(kind: str, image: str, port: int):
     spec = SandboxSpec(gateway_url=f"http://127.0.0.1:{port}/r/{TOKEN}/v1", workdir="/app")
     if kind == "docker":
-        return await create_sandbox("docker", SandboxSpec(**{**spec.__dict__, "image": image,
-                                                              "forwarder_image": "debian:bookworm-slim"}))
+        return await create_sandbox(
+            "docker", SandboxSpec(**{**spec.__dict__, "image": image, "forwarder_image": "debian:bookworm-slim"})
+        )
     import docker
 
     found = docker.from_env().images.get(image)
@@ -81,11 +84,10 @@ async def test_an_agent_in_a_task_image_reaches_only_its_own_model_endpoints(kin
         assert "200" in await status(f"/r/{TOKEN}/v1/models")  # the route survived the attempts
 
 
-
-
 @pytest.mark.parametrize("kind", ["docker", "local"])
 async def test_a_task_allowed_the_internet_gets_the_hosts_network_only_when_the_run_allows_it(
-        kind, no_python_image, gateway_port, tmp_path):
+    kind, no_python_image, gateway_port, tmp_path
+):
     from harnesses.environments import TaskEnvironmentError
     from harnesses.task import load_harbor
 
@@ -101,6 +103,5 @@ async def test_a_task_allowed_the_internet_gets_the_hosts_network_only_when_the_
     assert spec.internet and spec.workdir == "/app"
     options = {"isolation": "bwrap"} if kind == "local" else {}
     async with await create_sandbox(kind, spec, **options) as sandbox:  # a host port: the host's network
-        result = await sandbox.exec(["bash", "-c", REQUEST.format(port=gateway_port, path="/anything")],
-                                    timeout_s=30)
+        result = await sandbox.exec(["bash", "-c", REQUEST.format(port=gateway_port, path="/anything")], timeout_s=30)
         assert "200" in result.text(), result.text()

@@ -19,9 +19,23 @@ SANDBOXES = ["docker", "local"]
 
 @pytest.mark.parametrize("sandbox", SANDBOXES)
 def test_tasks_check_scores_the_public_style_dataset_oracle_one_and_do_nothing_zero(sandbox):
-    done = subprocess.run([sys.executable, "-m", "harnessrl.cli", "tasks", "check", str(DATASET),
-                           "--sandbox", sandbox, "--concurrency", "3"],
-                          capture_output=True, text=True, timeout=1800)
+    done = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "harnessrl.cli",
+            "tasks",
+            "check",
+            str(DATASET),
+            "--sandbox",
+            sandbox,
+            "--concurrency",
+            "3",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=1800,
+    )
     output = done.stdout + done.stderr
     assert done.returncode == 0, output
     assert "6 of 6 tasks sound" in output
@@ -47,20 +61,31 @@ GOOD_TEST = 'if [ "$(cat /app/out.txt 2>/dev/null)" = 1 ]; then echo 1; else ech
 @pytest.mark.parametrize("sandbox", SANDBOXES)
 async def test_tasks_check_names_each_broken_task_and_its_reason(tmp_path, sandbox):
     harbor_task(tmp_path, "sound", BASE, GOOD_TEST, "echo 1 > /app/out.txt\n")
-    harbor_task(tmp_path, "relative-paths", "FROM debian:bookworm-slim\nENV HOME=/root\nWORKDIR /srv/work\n",
-                'if [ "$(cat out.txt)" = 1 ]; then echo 1; else echo 0; fi > /logs/verifier/reward.txt\n',
-                "echo 1 > out.txt\n")  # the solution and the verifier both run in the image's WORKDIR
+    harbor_task(
+        tmp_path,
+        "relative-paths",
+        "FROM debian:bookworm-slim\nENV HOME=/root\nWORKDIR /srv/work\n",
+        'if [ "$(cat out.txt)" = 1 ]; then echo 1; else echo 0; fi > /logs/verifier/reward.txt\n',
+        "echo 1 > out.txt\n",
+    )  # the solution and the verifier both run in the image's WORKDIR
     harbor_task(tmp_path, "no-build", BASE + "RUN exit 3\n", GOOD_TEST, "echo 1 > /app/out.txt\n")
     harbor_task(tmp_path, "checks-nothing", BASE, "echo 1 > /logs/verifier/reward.txt\n", "true\n")
     harbor_task(tmp_path, "wrong-solution", BASE, GOOD_TEST, "echo 2 > /app/out.txt\n")
     harbor_task(tmp_path, "bad-reward", BASE, "echo lots > /logs/verifier/reward.txt\n", "true\n")
     harbor_task(tmp_path, "slow-solution", BASE, GOOD_TEST, "sleep 60\n", "[agent]\ntimeout_sec = 2.0\n")
     harbor_task(tmp_path, "slow-verifier", BASE, "sleep 60\n", "true\n", "[verifier]\ntimeout_sec = 2.0\n")
-    harbor_task(tmp_path, "slow-build", BASE + f"RUN sleep 60 # {sandbox}\n", GOOD_TEST, "true\n",
-                "[environment]\nbuild_timeout_sec = 3.0\n")
+    harbor_task(
+        tmp_path,
+        "slow-build",
+        BASE + f"RUN sleep 60 # {sandbox}\n",
+        GOOD_TEST,
+        "true\n",
+        "[environment]\nbuild_timeout_sec = 3.0\n",
+    )
     options = {"isolation": "bwrap"} if sandbox == "local" else {}
-    checks = await check_tasks(load_tasks(tmp_path), CheckSettings(sandbox=sandbox, concurrency=4,
-                                                                   sandbox_options=options), Environments())
+    checks = await check_tasks(
+        load_tasks(tmp_path), CheckSettings(sandbox=sandbox, concurrency=4, sandbox_options=options), Environments()
+    )
     reasons = {c.task: " | ".join(c.reasons) for c in checks}
     assert reasons["sound"] == "" and reasons["relative-paths"] == ""
     assert "oracle: build error" in reasons["no-build"] and "exit 3" in reasons["no-build"]

@@ -23,16 +23,26 @@ from tests.builders import TEST_ADMIN_KEY
 pytestmark = pytest.mark.vllm
 
 
-async def test_a_teacher_run_on_vllm_is_recorded_refused_by_grpo_and_taken_by_sft(vllm_servers, tiny_model_dir,
-                                                                                  sqlite_db, tmp_path):
-    settings = TeacherSettings(model="hosted_vllm/base", tokenizer_dir=tiny_model_dir,
-                               api_base=f"{vllm_servers['smollm2'].url}/v1")
+async def test_a_teacher_run_on_vllm_is_recorded_refused_by_grpo_and_taken_by_sft(
+    vllm_servers, tiny_model_dir, sqlite_db, tmp_path
+):
+    settings = TeacherSettings(
+        model="hosted_vllm/base", tokenizer_dir=tiny_model_dir, api_base=f"{vllm_servers['smollm2'].url}/v1"
+    )
     agent = BuiltinSettings(max_turns=1, max_tokens=24, system=None, tools=False)
     with teacher_gateway(settings, sqlite_db, TEST_ADMIN_KEY) as url:
         client = GatewayClient(url, TEST_ADMIN_KEY)
-        plan = RunPlan(run="teacher", tasks=arithmetic_tasks(2), harness=BuiltinHarness(agent), group_size=2,
-                       concurrency=2, sandbox="local", sandbox_options={"isolation": "bwrap"}, capture="engine",
-                       teacher=settings.model)
+        plan = RunPlan(
+            run="teacher",
+            tasks=arithmetic_tasks(2),
+            harness=BuiltinHarness(agent),
+            group_size=2,
+            concurrency=2,
+            sandbox="local",
+            sandbox_options={"isolation": "bwrap"},
+            capture="engine",
+            teacher=settings.model,
+        )
         results = await Runner(plan, client).run()
         view = await client.rollout(results[0].rollout_id)
         [call] = (await client._json("GET", f"/api/rollouts/{view['id']}/calls"))["data"]
@@ -49,8 +59,15 @@ async def test_a_teacher_run_on_vllm_is_recorded_refused_by_grpo_and_taken_by_sf
     with pytest.raises(UnusableGroup, match="teacher"):
         check_group(group, 1.0)
 
-    sft = await asyncio.to_thread(run_sft, SftPlan(
-        run="teacher", database_url=sqlite_db, out_dir=tmp_path / "sft", min_reward=0.0,
-        learner=with_overrides(LearnerConfig(model_dir=str(tiny_model_dir), device="cpu"), lora_rank=4, lr=1e-3),
-        sft=SftConfig(epochs=2, token_budget=2048)))
+    sft = await asyncio.to_thread(
+        run_sft,
+        SftPlan(
+            run="teacher",
+            database_url=sqlite_db,
+            out_dir=tmp_path / "sft",
+            min_reward=0.0,
+            learner=with_overrides(LearnerConfig(model_dir=str(tiny_model_dir), device="cpu"), lora_rank=4, lr=1e-3),
+            sft=SftConfig(epochs=2, token_budget=2048),
+        ),
+    )
     assert sft.rollouts == 4 and sft.result.samples == 4 and (sft.adapter / "adapter_config.json").exists()

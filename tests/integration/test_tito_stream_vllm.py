@@ -11,13 +11,18 @@ from tests.builders import ADMIN_HEADERS
 from tests.integration.test_stream_through_vllm import COUNT, LONG, SEED, Clock, assert_same_generation
 from tests.integration.test_vllm_gateway import client_for, recorded
 
-pytestmark = [pytest.mark.parametrize("engine", ["smollm2"], indirect=True),
-              pytest.mark.parametrize("database_url", ["sqlite"], indirect=True)]
+pytestmark = [
+    pytest.mark.parametrize("engine", ["smollm2"], indirect=True),
+    pytest.mark.parametrize("database_url", ["sqlite"], indirect=True),
+]
 
 
 def tito_rollout(gateway) -> dict:
-    response = httpx.post(f"{gateway.url}/api/rollouts", headers=ADMIN_HEADERS,
-                          json={"run": "tito-stream", "task": "count", "capture": "tito"})
+    response = httpx.post(
+        f"{gateway.url}/api/rollouts",
+        headers=ADMIN_HEADERS,
+        json={"run": "tito-stream", "task": "count", "capture": "tito"},
+    )
     assert response.status_code == 201, response.text
     return response.json()
 

@@ -30,8 +30,9 @@ from tests.builders import ADMIN_HEADERS, TEST_ADMIN_KEY, WEATHER_TOOL, gateway_
 
 playwright_api = pytest.importorskip("playwright.sync_api", reason="needs playwright (in the dev extras)")
 CHROMIUM = shutil.which("chromium")
-pytestmark = pytest.mark.skipif(CHROMIUM is None, reason="needs a system Chromium (apt-get install chromium); "
-                                                        "no browser is downloaded")
+pytestmark = pytest.mark.skipif(
+    CHROMIUM is None, reason="needs a system Chromium (apt-get install chromium); no browser is downloaded"
+)
 
 RUN = "viewer-run"
 MANY_RUN = "viewer-many"  # rollouts enough to need a second page
@@ -40,9 +41,19 @@ MANY_ROLLOUTS = 60  # the viewer pages by 50
 HOSTILE = 'You are welcome. <img src=x onerror="window.__pwned=1"><script>window.__pwned=2</script>'
 STEPS = 5
 # The judge's verdict as the runner stores it (harnesses.judge.Judgement.detail); its reasons may quote the agent.
-JUDGE_DETAIL = {"score": 0.75, "reasons": f"Polite; the agent wrote {HOSTILE}", "model": "hosted_vllm/judge",
-                "prompt_tokens": 812, "completion_tokens": 40, "cost_usd": None, "latency_s": 1.5, "attempts": 1,
-                "cached": False, "shared_by": 4, "abstained": False}
+JUDGE_DETAIL = {
+    "score": 0.75,
+    "reasons": f"Polite; the agent wrote {HOSTILE}",
+    "model": "hosted_vllm/judge",
+    "prompt_tokens": 812,
+    "completion_tokens": 40,
+    "cost_usd": None,
+    "latency_s": 1.5,
+    "attempts": 1,
+    "cached": False,
+    "shared_by": 4,
+    "abstained": False,
+}
 VIEWPORT = {"width": 1280, "height": 800}
 
 
@@ -65,17 +76,25 @@ def _script() -> list[FakeReply]:
 
 def _weather_rollout(client: OpenAI) -> None:
     """Title call, tool call, tool result (re-rendered: a fork), then one more linked turn."""
-    client.chat.completions.create(model="policy", messages=[
-        {"role": "system", "content": "You are a title generator. Output only a short title."},
-        {"role": "user", "content": "what is the weather in Paris?"}])
+    client.chat.completions.create(
+        model="policy",
+        messages=[
+            {"role": "system", "content": "You are a title generator. Output only a short title."},
+            {"role": "user", "content": "what is the weather in Paris?"},
+        ],
+    )
     messages = [{"role": "user", "content": "What is the weather in Paris?"}]
     first = client.chat.completions.create(model="policy", messages=messages, tools=[WEATHER_TOOL])
     call = first.choices[0].message.tool_calls[0]
-    messages += [{"role": "assistant", "tool_calls": [call.model_dump()]},
-                 {"role": "tool", "tool_call_id": call.id, "content": "sunny, 24 C"}]
+    messages += [
+        {"role": "assistant", "tool_calls": [call.model_dump()]},
+        {"role": "tool", "tool_call_id": call.id, "content": "sunny, 24 C"},
+    ]
     second = client.chat.completions.create(model="policy", messages=messages, tools=[WEATHER_TOOL])
-    messages += [{"role": "assistant", "content": second.choices[0].message.content},
-                 {"role": "user", "content": "Thanks!"}]
+    messages += [
+        {"role": "assistant", "content": second.choices[0].message.content},
+        {"role": "user", "content": "Thanks!"},
+    ]
     client.chat.completions.create(model="policy", messages=messages, tools=[WEATHER_TOOL])
 
 
@@ -83,20 +102,25 @@ def _record_run(url: str) -> int:
     http = httpx.Client(base_url=url, timeout=30, headers=ADMIN_HEADERS)
 
     def rollout(task: str, group: str, run: str = RUN, harness: str = "builtin") -> dict:
-        response = http.post("/api/rollouts", json={"run": run, "task": task, "group": group, "group_size": 2,
-                                                   "meta": {"harness": harness}})
+        response = http.post(
+            "/api/rollouts",
+            json={"run": run, "task": task, "group": group, "group_size": 2, "meta": {"harness": harness}},
+        )
         assert response.status_code == 201, response.text
         return response.json()
 
     def chat(token: str, text: str) -> None:
         OpenAI(base_url=f"{url}/v1", api_key=token, max_retries=0).chat.completions.create(
-            model="policy", messages=[{"role": "user", "content": text}])
+            model="policy", messages=[{"role": "user", "content": text}]
+        )
 
-    def finish(rollout_id: int, status: str = "finished", error: str | None = None, details: dict | None = None,
-               **rewards) -> None:
-        response = http.post(f"/api/rollouts/{rollout_id}/finish",
-                             json={"status": status, "error": error, "rewards": rewards,
-                                   "reward_details": details or {}})
+    def finish(
+        rollout_id: int, status: str = "finished", error: str | None = None, details: dict | None = None, **rewards
+    ) -> None:
+        response = http.post(
+            f"/api/rollouts/{rollout_id}/finish",
+            json={"status": status, "error": error, "rewards": rewards, "reward_details": details or {}},
+        )
         assert response.status_code == 200, response.text
 
     weather = rollout("weather", "g-weather")
@@ -125,12 +149,25 @@ def _write_steps(db_path: Path, run: str) -> None:
         with Session(engine) as session, session.begin():
             run_id = session.scalars(select(Run.id).where(Run.name == run)).one()
             for step in range(1, STEPS + 1):
-                session.add(LearnerStep(run_id=run_id, step=step, metrics={
-                    "step": step, "version": step, "reward_mean": 0.2 + 0.15 * step, "loss": 1.0 / step,
-                    "kl": 0.01 * step, "entropy": 2.0 - 0.1 * step, "grad_norm": 0.5 + 0.05 * step,
-                    "staleness_mean": 0.5, "step_time_s": 2.5,
-                    "swap_time_s": 0.4 if step % 2 else None,  # not published every step: gaps in the line
-                    "optimizer_stepped": True}))
+                session.add(
+                    LearnerStep(
+                        run_id=run_id,
+                        step=step,
+                        metrics={
+                            "step": step,
+                            "version": step,
+                            "reward_mean": 0.2 + 0.15 * step,
+                            "loss": 1.0 / step,
+                            "kl": 0.01 * step,
+                            "entropy": 2.0 - 0.1 * step,
+                            "grad_norm": 0.5 + 0.05 * step,
+                            "staleness_mean": 0.5,
+                            "step_time_s": 2.5,
+                            "swap_time_s": 0.4 if step % 2 else None,  # not published every step: gaps in the line
+                            "optimizer_stepped": True,
+                        },
+                    )
+                )
     finally:
         engine.dispose()
 
@@ -279,8 +316,12 @@ def test_run_group_rollout_call_by_clicking(recorded, db, browser):
 
     # Run page: summary, learner charts, groups with their rewards side by side.
     assert browser.texts("[data-testid=stat-rollouts]") == [str(len(rollouts))]
-    by_status = dict(zip(browser.attrs("[data-testid=rollouts-by-status] .count", "data-status"),
-                         browser.texts("[data-testid=rollouts-by-status] .count")))
+    by_status = dict(
+        zip(
+            browser.attrs("[data-testid=rollouts-by-status] .count", "data-status"),
+            browser.texts("[data-testid=rollouts-by-status] .count"),
+        )
+    )
     for status in {r.status for r in rollouts}:
         assert by_status[status].split()[-1] == str(sum(r.status == status for r in rollouts)), by_status
     assert browser.texts("[data-testid=stat-learner-steps]") == [str(STEPS)]
@@ -289,8 +330,11 @@ def test_run_group_rollout_call_by_clicking(recorded, db, browser):
         assert chart.get_attribute("data-points") == str(points)
         assert chart.locator("[data-testid=chart-point]").count() == points
     calls = db.scalars(select(Call).join(Rollout, Rollout.id == Call.rollout_id).where(Rollout.run_id == run_id)).all()
-    pinned = {r.id: min(c.policy_version for c in calls if c.rollout_id == r.id)
-              for r in rollouts if any(c.rollout_id == r.id for c in calls)}
+    pinned = {
+        r.id: min(c.policy_version for c in calls if c.rollout_id == r.id)
+        for r in rollouts
+        if any(c.rollout_id == r.id for c in calls)
+    }
     by_version = page.locator("svg[data-testid=chart][data-key='mean reward']")  # reward per policy version
     assert by_version.get_attribute("data-points") == str(len(set(pinned.values())))
     assert page.locator("[data-testid=group-row]").count() == len(groups)
@@ -322,7 +366,9 @@ def test_run_group_rollout_call_by_clicking(recorded, db, browser):
     assert components == [f"{name} = {_reward_text(value)}" for name, value in weather.rewards.items()]
     assert browser.texts("[data-testid=judge-model]") == ["hosted_vllm/judge"]
     assert browser.texts("[data-testid=judge-score]") == ["0.75"]
-    assert browser.texts("[data-testid=judge-tokens]") == ["812 prompt + 40 completion (one call for 4 rollouts of the group)"]
+    assert browser.texts("[data-testid=judge-tokens]") == [
+        "812 prompt + 40 completion (one call for 4 rollouts of the group)"
+    ]
     assert browser.texts("[data-testid=judge-cost]") == ["unknown to litellm"]
     assert HOSTILE in browser.texts("[data-testid=judge-reasons]")[0]  # as text, never run
     assert browser.attrs("[data-testid=call-row]", "data-call-id") == [str(i) for i in calls]
@@ -387,15 +433,19 @@ def _check_token_view(browser: Browser, call: Call, calls: dict[int, Call]) -> N
     assert browser.page.locator("[data-testid=token][data-sampled]").count() == len(output) + _mask_sum(call, calls)
     # Prompt tokens an earlier call sampled are shaded by that call's logprob and marked as earlier.
     earlier = browser.attrs("[data-testid=token].prompt.earlier", "data-logprob")
-    assert len(earlier) == browser.page.locator("[data-testid=token].prompt[data-logprob]").count() \
+    assert (
+        len(earlier)
+        == browser.page.locator("[data-testid=token].prompt[data-logprob]").count()
         == _mask_sum(call, calls)
+    )
     assert [float(x) for x in earlier] == _earlier_logprobs(call, calls)
     shaded = browser.page.locator("[data-testid=token].prompt.earlier").evaluate_all(
-        "els => els.map(e => e.style.backgroundColor)")
+        "els => els.map(e => e.style.backgroundColor)"
+    )
     assert all(shaded) and len(set(shaded)) == len(set(earlier))  # by value, not one flat colour
     titles = browser.attrs("[data-testid=token]", "title")
     assert [int(t.split(" · ")[1].removeprefix("id ")) for t in titles] == prompt + output
-    assert all("logprob" in t for t in titles[len(prompt):])
+    assert all("logprob" in t for t in titles[len(prompt) :])
     assert not browser.page.locator(".legend .warn").count()  # the gateway had a tokenizer: pieces shown
     shown_output = browser.texts("[data-testid=token].output")
     assert "".join(shown_output).replace("↵", "") == decode(output) + "<|im_end|>"
@@ -413,13 +463,16 @@ def test_listings_page_with_more(recorded, browser):
     rows = browser.page.locator("[data-testid=rollouts-table] [data-testid=rollout-row]")
     assert rows.count() == 50
     browser.page.locator("[data-testid=rollouts-table] ~ [data-testid=more]").click()
-    browser.page.wait_for_function(f"() => document.querySelectorAll("
-                                   f"'[data-testid=rollouts-table] [data-testid=rollout-row]').length === {MANY_ROLLOUTS}")
+    browser.page.wait_for_function(
+        f"() => document.querySelectorAll("
+        f"'[data-testid=rollouts-table] [data-testid=rollout-row]').length === {MANY_ROLLOUTS}"
+    )
     assert browser.page.locator("[data-testid=rollouts-table] ~ [data-testid=more]").is_hidden()
     # A filter re-queries from the first page: none of these rollouts finished.
     browser.page.locator("[data-testid=rollout-filters] [data-testid=filter-status]").select_option("finished")
-    browser.page.wait_for_function("() => document.querySelector('[data-testid=rollouts-table]').dataset.state"
-                                   " === 'ready'")
+    browser.page.wait_for_function(
+        "() => document.querySelector('[data-testid=rollouts-table]').dataset.state === 'ready'"
+    )
     assert rows.count() == 0
     assert "No rollouts match." in browser.page.locator("[data-testid=rollouts-table] ~ p").inner_text()
 
@@ -452,7 +505,8 @@ def test_filters_query_the_store(recorded, db, browser):
                 field.fill(text)
                 field.press("Tab")  # a text input reports its change when left
             browser.page.wait_for_function(
-                f"() => document.querySelector('[data-testid={table}]').dataset.state === 'ready'")
+                f"() => document.querySelector('[data-testid={table}]').dataset.state === 'ready'"
+            )
 
         set_to(value)
         values = browser.attrs(f"[data-testid={table}] [data-testid={row}]", key)
@@ -465,13 +519,16 @@ def test_filters_query_the_store(recorded, db, browser):
     rollout_filter = dict(filters="rollout-filters", table="rollouts-table", row="rollout-row", key="data-rollout-id")
     assert shown(name="status", value="failed", **rollout_filter) == ids(r for r in rollouts if r.status == "failed")
     assert shown(name="harness", value="opencode", **rollout_filter) == ids(
-        r for r in rollouts if r.meta.get("harness") == "opencode")
+        r for r in rollouts if r.meta.get("harness") == "opencode"
+    )
     assert shown(name="reward_min", value="0.5", **rollout_filter) == ids(
-        r for r in rollouts if r.reward is not None and r.reward >= 0.5)
+        r for r in rollouts if r.reward is not None and r.reward >= 0.5
+    )
     assert shown(name="policy_version", value="0", **rollout_filter) == ids(r for r in rollouts if r.id in with_calls)
     groups = db.scalars(select(Group).where(Group.run_id == run_id, Group.status == "open")).all()
-    assert shown(filters="group-filters", name="status", value="open", table="groups-table", row="group-row",
-                 key="data-group-id") == ids(groups)
+    assert shown(
+        filters="group-filters", name="status", value="open", table="groups-table", row="group-row", key="data-group-id"
+    ) == ids(groups)
 
 
 def test_call_without_a_tokenizer_shows_token_ids(recorded, db, browser):

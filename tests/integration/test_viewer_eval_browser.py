@@ -18,9 +18,16 @@ CHROMIUM = shutil.which("chromium")
 pytestmark = pytest.mark.skipif(CHROMIUM is None, reason="needs a system Chromium (apt-get install chromium)")
 
 # (policy, task, status, verifier reward)
-ROLLOUTS = [("base", "a", "finished", 1.0), ("base", "a", "finished", 0.0), ("base", "b", "failed", None),
-            ("base", "b", "finished", 0.0), ("policy-v1", "a", "finished", 1.0), ("policy-v1", "a", "finished", 1.0),
-            ("policy-v1", "b", "finished", 1.0), ("policy-v1", "b", "finished", 0.0)]
+ROLLOUTS = [
+    ("base", "a", "finished", 1.0),
+    ("base", "a", "finished", 0.0),
+    ("base", "b", "failed", None),
+    ("base", "b", "finished", 0.0),
+    ("policy-v1", "a", "finished", 1.0),
+    ("policy-v1", "a", "finished", 1.0),
+    ("policy-v1", "b", "finished", 1.0),
+    ("policy-v1", "b", "finished", 0.0),
+]
 
 
 def record(url: str) -> None:
@@ -37,8 +44,10 @@ def record(url: str) -> None:
 def test_the_run_page_shows_each_policys_results_and_each_tasks_passes(tmp_path, migrated_sqlite_file):
     db = tmp_path / "harnessrl.db"
     shutil.copyfile(migrated_sqlite_file, db)
-    with (BackgroundServer(create_fake_engine_app(FakeEngine(record_requests=False))) as fake,
-          BackgroundGateway(gateway_settings(sqlite_url(db), fake.url)) as gateway):
+    with (
+        BackgroundServer(create_fake_engine_app(FakeEngine(record_requests=False))) as fake,
+        BackgroundGateway(gateway_settings(sqlite_url(db), fake.url)) as gateway,
+    ):
         record(gateway.url)
         summary = httpx.get(f"{gateway.url}/api/runs/eval/summary", headers=ADMIN_HEADERS).json()
         with playwright_api.sync_playwright() as p:
@@ -51,10 +60,14 @@ def test_the_run_page_shows_each_policys_results_and_each_tasks_passes(tmp_path,
                 page.wait_for_function("() => document.getElementById('app').dataset.state === 'ready'")
                 rows = page.locator("[data-testid=policy-row]")
                 assert rows.evaluate_all("els => els.map(e => e.dataset.policy)") == ["base", "policy-v1"]
-                assert page.locator("[data-testid=pass-at-1]").all_inner_texts() == [
-                    f"{100 * p['pass_at_1']:.1f}%" for p in summary["policies"]] == ["25.0%", "75.0%"]
+                assert (
+                    page.locator("[data-testid=pass-at-1]").all_inner_texts()
+                    == [f"{100 * p['pass_at_1']:.1f}%" for p in summary["policies"]]
+                    == ["25.0%", "75.0%"]
+                )
                 assert page.locator("[data-testid=pass-at-k]").all_inner_texts() == [
-                    f"{100 * p['pass_at_k']:.1f}%" for p in summary["policies"]]
+                    f"{100 * p['pass_at_k']:.1f}%" for p in summary["policies"]
+                ]
                 cells = [row.split("\t") for row in page.locator("[data-testid=policy-task-row]").all_inner_texts()]
                 assert cells == [["a", "1/2", "2/2"], ["b", "0/2", "1/2"]]
                 assert rows.first.inner_text().split("\t")[-1] == "1"  # base's one failure

@@ -19,8 +19,9 @@ FORCE_WEATHER = {"type": "function", "function": {"name": "get_weather"}}
 
 
 def new_rollout(gateway, task: str = "task") -> dict:
-    response = httpx.post(f"{gateway.url}/api/rollouts", json={"run": "integration", "task": task},
-                          headers=ADMIN_HEADERS)
+    response = httpx.post(
+        f"{gateway.url}/api/rollouts", json={"run": "integration", "task": task}, headers=ADMIN_HEADERS
+    )
     assert response.status_code == 201, response.text
     return response.json()
 
@@ -54,7 +55,8 @@ def test_chat_records_what_the_engine_saw_and_sampled(live_gateway, engine):
     rollout = new_rollout(live_gateway)
     messages = [{"role": "user", "content": "Name three colors."}]
     completion = client_for(rollout).chat.completions.create(
-        model="policy", messages=messages, max_tokens=24, temperature=1.0)
+        model="policy", messages=messages, max_tokens=24, temperature=1.0
+    )
     [call] = recorded(live_gateway, rollout)
     assert_faithful(call, completion.usage, engine, messages)
     assert completion.choices[0].logprobs is None  # not asked for, not returned
@@ -64,7 +66,8 @@ def test_streamed_chat_with_usage_records_the_same_tokens(live_gateway, engine):
     rollout = new_rollout(live_gateway)
     messages = [{"role": "system", "content": "Be brief."}, {"role": "user", "content": "Say hi."}]
     stream = client_for(rollout).chat.completions.create(
-        model="policy", messages=messages, max_tokens=24, stream=True, stream_options={"include_usage": True})
+        model="policy", messages=messages, max_tokens=24, stream=True, stream_options={"include_usage": True}
+    )
     chunks = list(stream)
     usage = chunks[-1].usage
     [call] = recorded(live_gateway, rollout)
@@ -81,8 +84,9 @@ def test_tool_call_round_trip(live_gateway, engine):
     rollout = new_rollout(live_gateway)
     client = client_for(rollout)
     messages = [{"role": "user", "content": "What is the weather in Paris?"}]
-    first = client.chat.completions.create(model="policy", messages=messages, tools=[WEATHER_TOOL],
-                                           tool_choice=FORCE_WEATHER, max_tokens=48)
+    first = client.chat.completions.create(
+        model="policy", messages=messages, tools=[WEATHER_TOOL], tool_choice=FORCE_WEATHER, max_tokens=48
+    )
     [tool_call] = first.choices[0].message.tool_calls
     assert tool_call.function.name == "get_weather"
     arguments = json.loads(tool_call.function.arguments)
@@ -90,8 +94,14 @@ def test_tool_call_round_trip(live_gateway, engine):
         {"role": "assistant", "content": None, "tool_calls": [tool_call.model_dump()]},
         {"role": "tool", "tool_call_id": tool_call.id, "content": json.dumps({"forecast": "sunny", **arguments})},
     ]
-    stream = client.chat.completions.create(model="policy", messages=messages, tools=[WEATHER_TOOL],
-                                            max_tokens=24, stream=True, stream_options={"include_usage": True})
+    stream = client.chat.completions.create(
+        model="policy",
+        messages=messages,
+        tools=[WEATHER_TOOL],
+        max_tokens=24,
+        stream=True,
+        stream_options={"include_usage": True},
+    )
     second_usage = list(stream)[-1].usage
     calls = recorded(live_gateway, rollout)
     assert len(calls) == 2
@@ -104,13 +114,27 @@ def test_tool_history_reaches_the_engine_and_is_recorded_as_tokenized(live_gatew
     rollout = new_rollout(live_gateway)
     messages = [
         {"role": "user", "content": "Weather in London?"},
-        {"role": "assistant", "content": None, "tool_calls": [
-            {"id": "call_1", "type": "function", "function": {"name": "get_weather", "arguments": '{"city":"London"}'}}]},
+        {
+            "role": "assistant",
+            "content": None,
+            "tool_calls": [
+                {
+                    "id": "call_1",
+                    "type": "function",
+                    "function": {"name": "get_weather", "arguments": '{"city":"London"}'},
+                }
+            ],
+        },
         {"role": "tool", "tool_call_id": "call_1", "content": '{"forecast": "rain"}'},
     ]
     stream = client_for(rollout).chat.completions.create(
-        model="policy", messages=messages, tools=[WEATHER_TOOL], max_tokens=16, stream=True,
-        stream_options={"include_usage": True})
+        model="policy",
+        messages=messages,
+        tools=[WEATHER_TOOL],
+        max_tokens=16,
+        stream=True,
+        stream_options={"include_usage": True},
+    )
     usage = list(stream)[-1].usage
     [call] = recorded(live_gateway, rollout)
     assert_faithful(call, usage, engine, messages, [WEATHER_TOOL])
@@ -129,6 +153,7 @@ def test_prompt_over_the_engine_limit_is_a_400_naming_it(live_gateway):
     rollout = new_rollout(live_gateway)
     with pytest.raises(openai.BadRequestError) as raised:
         client_for(rollout).chat.completions.create(
-            model="policy", messages=[{"role": "user", "content": "lorem ipsum " * 3000}], max_tokens=8)
+            model="policy", messages=[{"role": "user", "content": "lorem ipsum " * 3000}], max_tokens=8
+        )
     assert "2048" in str(raised.value)
     assert recorded(live_gateway, rollout) == []

@@ -36,10 +36,15 @@ def run_rows(db_path, run: str) -> list[tuple]:
     engine = create_engine(f"sqlite:///{db_path}")
     try:
         with Session(engine) as session:
-            first = (select(func.min(Call.policy_version)).where(Call.rollout_id == Rollout.id)
-                     .correlate(Rollout).scalar_subquery())
-            return session.execute(select(Rollout.reward, Rollout.meta, first)
-                                   .join(Run, Run.id == Rollout.run_id).where(Run.name == run)).all()
+            first = (
+                select(func.min(Call.policy_version))
+                .where(Call.rollout_id == Rollout.id)
+                .correlate(Rollout)
+                .scalar_subquery()
+            )
+            return session.execute(
+                select(Rollout.reward, Rollout.meta, first).join(Run, Run.id == Rollout.run_id).where(Run.name == run)
+            ).all()
     finally:
         engine.dispose()
 
@@ -53,17 +58,24 @@ def adapter_versions(db_path) -> list[int]:
         engine.dispose()
 
 
-def test_warm_start_imitates_a_teacher_then_grpo_continues_from_the_sft_version(tmp_path, monkeypatch,
-                                                                                 tiny_model_dir):
+def test_warm_start_imitates_a_teacher_then_grpo_continues_from_the_sft_version(tmp_path, monkeypatch, tiny_model_dir):
     monkeypatch.setenv("HARNESSRL_HOME", str(tmp_path / "home"))
     db = tmp_path / "warm.db"
     url = sqlite_url(db)
     upgrade(url)
     console = Console(width=220, record=True)
     with JudgeServer(teacher_answers) as upstream:
-        plan = QuickstartPlan(run="ws", model_dir=tiny_model_dir, tasks=arithmetic_tasks(2), database_url=url,
-                              minutes=1.5, group_size=2, groups_per_step=2, concurrency=4,
-                              warm_start=WarmStart(teacher=TEACHER, teacher_base_url=upstream.api_base, epochs=2))
+        plan = QuickstartPlan(
+            run="ws",
+            model_dir=tiny_model_dir,
+            tasks=arithmetic_tasks(2),
+            database_url=url,
+            minutes=1.5,
+            group_size=2,
+            groups_per_step=2,
+            concurrency=4,
+            warm_start=WarmStart(teacher=TEACHER, teacher_base_url=upstream.api_base, epochs=2),
+        )
         quickstart = Quickstart(plan, console)
         png, _ = quickstart.run()
     assert len(upstream.requests) == 4  # the warm-up: 2 tasks x G=2, all the teacher's

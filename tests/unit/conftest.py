@@ -48,8 +48,9 @@ def model_text(tiny_model_dir) -> ModelText:
 
 
 @pytest.fixture
-async def tito_gateway(sqlite_db, fake_engine: FakeEngine, fake_engine_server, tiny_model_dir,
-                       model_text) -> AsyncIterator[GatewayHarness]:
+async def tito_gateway(
+    sqlite_db, fake_engine: FakeEngine, fake_engine_server, tiny_model_dir, model_text
+) -> AsyncIterator[GatewayHarness]:
     """A gateway that can capture in tito mode: the fake engine speaks the tiny model's tokens."""
     fake_engine.encode_text, fake_engine.decode_ids = model_text.encode, model_text.decode
     fake_engine.max_model_len = 100_000

@@ -34,7 +34,7 @@ def main() -> None:
     rng = np.random.default_rng(0)
     ids = rng.integers(0, VOCAB, length)
     mask = np.zeros(length, np.int8)
-    mask[length // 4:] = 1
+    mask[length // 4 :] = 1
     sample = sample_of(ids, mask, np.full(length, -4.0))
     with torch.no_grad():  # warm up the allocator and kernels on a short row
         model(input_ids=torch.tensor([[1, 2, 3]]))

@@ -14,22 +14,23 @@ ADMIN = {"x-admin-key": "k"}
 
 @pytest.fixture
 async def admin_gateway(sqlite_db, fake_engine, fake_engine_server) -> AsyncIterator[GatewayHarness]:
-    settings = gateway_settings(sqlite_db, fake_engine_server.url, admin_key="k",
-                               max_staleness=1)
+    settings = gateway_settings(sqlite_db, fake_engine_server.url, admin_key="k", max_staleness=1)
     async for harness in start_gateway(settings, fake_engine):
         yield harness
 
 
 async def chat(gateway, token: str) -> dict:
-    response = await gateway.http.post(f"/r/{token}/v1/chat/completions", json={
-        "model": "policy", "messages": [{"role": "user", "content": "hi"}]})
+    response = await gateway.http.post(
+        f"/r/{token}/v1/chat/completions", json={"model": "policy", "messages": [{"role": "user", "content": "hi"}]}
+    )
     assert response.status_code == 200, response.text
     return response.json()
 
 
 async def publish(gateway, version: int) -> dict:
-    response = await gateway.http.post("/admin/adapters", headers=ADMIN,
-                                       json={"version": version, "path": f"/adapters/v{version}"})
+    response = await gateway.http.post(
+        "/admin/adapters", headers=ADMIN, json={"version": version, "path": f"/adapters/v{version}"}
+    )
     assert response.status_code == 200, response.text
     return response.json()
 

@@ -59,11 +59,15 @@ def test_a_key_file_readable_by_others_is_refused(home):
 
 
 def test_ls_through_a_gateway_finds_the_key_under_harnessrl_home(home, sqlite_db, fake_engine, fake_engine_server):
-    settings = GatewaySettings(database_url=sqlite_db, engine_url=fake_engine_server.url,
-                               admin_key=admin_key(create=True))
+    settings = GatewaySettings(
+        database_url=sqlite_db, engine_url=fake_engine_server.url, admin_key=admin_key(create=True)
+    )
     with BackgroundGateway(settings) as gateway:
-        created = httpx.post(f"{gateway.url}/api/rollouts", json={"run": "keyed-run", "task": "t"},
-                             headers={"x-admin-key": settings.admin_key})
+        created = httpx.post(
+            f"{gateway.url}/api/rollouts",
+            json={"run": "keyed-run", "task": "t"},
+            headers={"x-admin-key": settings.admin_key},
+        )
         assert created.status_code == 201
         listed = CliRunner().invoke(app, ["ls", "runs", "--gateway", gateway.url], env={"COLUMNS": "200"})
         assert listed.exit_code == 0, listed.output

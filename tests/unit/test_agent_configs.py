@@ -25,14 +25,19 @@ ENDPOINT = Endpoint(URL, TOKEN, "policy", "/home/agent")
 TASK = Task(name="t", instruction="Create hello.txt", files={"seed.txt": b"x"}, verifier="true")
 
 # Side-call prompts as the agents send them (from their installed packages).
-OPENCODE_TITLE = ("You are a title generator. You output ONLY a thread title. Nothing else.\n\n<task>\n"
-                  "Generate a brief title that would help the user find this conversation later.")
-OPENCODE_COMPACTION = ("You are a context summarization agent. You are given a conversation between a user "
-                       "and an agent.")
-PI_SUMMARY = ("You are a context summarization assistant. Your task is to read a conversation between a user "
-              "and an AI coding assistant, then produce a structured summary following the exact format specified.")
-HERMES_TITLE = ("Generate a short, descriptive title (3-7 words) for a conversation that starts with the "
-                "following exchange. The title should capture the main topic or intent.")
+OPENCODE_TITLE = (
+    "You are a title generator. You output ONLY a thread title. Nothing else.\n\n<task>\n"
+    "Generate a brief title that would help the user find this conversation later."
+)
+OPENCODE_COMPACTION = "You are a context summarization agent. You are given a conversation between a user and an agent."
+PI_SUMMARY = (
+    "You are a context summarization assistant. Your task is to read a conversation between a user "
+    "and an AI coding assistant, then produce a structured summary following the exact format specified."
+)
+HERMES_TITLE = (
+    "Generate a short, descriptive title (3-7 words) for a conversation that starts with the "
+    "following exchange. The title should capture the main topic or intent."
+)
 HERMES_COMPRESSION = "You are a summarization agent creating a context checkpoint. Treat the conversation turns"
 MAIN_LOOP = {
     "opencode": "You are opencode, an interactive CLI tool that helps users with software engineering tasks.",
@@ -47,6 +52,7 @@ SIDE_PROMPTS = {
 
 
 # -- configs ----------------------------------------------------------------------------------------
+
 
 def test_opencode_config_is_json_with_our_provider_at_the_gateway():
     harness = create("opencode")
@@ -84,8 +90,11 @@ def test_hermes_config_is_yaml_with_a_custom_provider_and_auxiliary_calls_at_the
     [(path, data)] = harness.config_files(ENDPOINT).items()
     assert path == "/home/agent/.hermes/config.yaml"
     config = yaml.safe_load(data)
-    assert config["model"] | {"provider": "custom", "default": "policy", "base_url": URL, "api_key": TOKEN,
-                              "max_tokens": 4096} == config["model"]
+    assert (
+        config["model"]
+        | {"provider": "custom", "default": "policy", "base_url": URL, "api_key": TOKEN, "max_tokens": 4096}
+        == config["model"]
+    )
     assert config["model"]["context_length"] >= 65536  # Hermes refuses less
     for task in ("title_generation", "compression"):
         assert (config["auxiliary"][task]["base_url"], config["auxiliary"][task]["api_key"]) == (URL, TOKEN)
@@ -94,19 +103,40 @@ def test_hermes_config_is_yaml_with_a_custom_provider_and_auxiliary_calls_at_the
 
 
 def test_hermes_side_calls_can_be_switched_off():
-    config = yaml.safe_load(create("hermes", settings=AgentSettings(side_calls=False)).config_files(ENDPOINT)
-                            ["/home/agent/.hermes/config.yaml"])
+    config = yaml.safe_load(
+        create("hermes", settings=AgentSettings(side_calls=False)).config_files(ENDPOINT)[
+            "/home/agent/.hermes/config.yaml"
+        ]
+    )
     assert config["auxiliary"]["title_generation"]["enabled"] is False
     assert config["compression"]["enabled"] is False
 
 
 # -- command lines ----------------------------------------------------------------------------------
 
+
 def test_command_lines_in_docker_use_the_image_path():
     assert create("opencode", "docker").command("do it", ENDPOINT) == [
-        "opencode", "run", "-m", "harnessrl/policy", "--format", "json", "--", "do it"]
+        "opencode",
+        "run",
+        "-m",
+        "harnessrl/policy",
+        "--format",
+        "json",
+        "--",
+        "do it",
+    ]
     assert create("pi", "docker").command("do it", ENDPOINT) == [
-        "pi", "--offline", "--provider", "harnessrl", "--model", "policy", "--no-session", "-p", "do it"]
+        "pi",
+        "--offline",
+        "--provider",
+        "harnessrl",
+        "--model",
+        "policy",
+        "--no-session",
+        "-p",
+        "do it",
+    ]
     assert create("hermes", "docker").command("do it", ENDPOINT) == ["hermes", "--oneshot=do it", "--yolo"]
 
 
@@ -124,6 +154,7 @@ def test_local_commands_run_the_host_install(monkeypatch):
 
 # -- sandbox specs ----------------------------------------------------------------------------------
 
+
 def test_docker_spec_names_the_harness_image_and_binds_nothing():
     base = SandboxSpec(gateway_url=URL, files={"base.txt": b"b"})
     spec = create("hermes", "docker").sandbox_spec(TASK, RolloutTarget(URL, TOKEN), base)
@@ -139,8 +170,10 @@ def test_local_spec_shows_the_install_outside_the_system_dirs(monkeypatch):
     assert spec.ro_binds == ("/data", "/opt/hermes", "/root/.pyenv/v") and spec.image is None
 
 
-@pytest.mark.parametrize(("name", "hint"), [("opencode", "npm install -g opencode-ai@"),
-                                             ("pi", "npm install -g @mariozechner/pi-coding-agent@")])
+@pytest.mark.parametrize(
+    ("name", "hint"),
+    [("opencode", "npm install -g opencode-ai@"), ("pi", "npm install -g @mariozechner/pi-coding-agent@")],
+)
 def test_a_missing_agent_names_the_install_command(monkeypatch, name, hint):
     monkeypatch.setattr(cli_agent.shutil, "which", lambda _: None)
     with pytest.raises(AgentNotInstalled, match=re.escape(hint)) as error:
@@ -156,6 +189,7 @@ def test_registry_creates_the_cli_agents():
 
 # -- side calls -------------------------------------------------------------------------------------
 
+
 @pytest.mark.parametrize("name", ["opencode", "pi", "hermes"])
 def test_side_call_patterns_tag_the_agents_side_prompts_and_not_its_main_loop(name):
     patterns = create(name).side_call_patterns
@@ -170,13 +204,19 @@ def test_side_call_patterns_tag_the_agents_side_prompts_and_not_its_main_loop(na
 
 # -- outcomes ---------------------------------------------------------------------------------------
 
-OPENCODE_STDOUT = "\n".join(json.dumps(e) for e in [
-    {"type": "step_start", "part": {"type": "step-start"}},
-    {"type": "tool_use", "part": {"type": "tool", "tool": "write"}},
-    {"type": "text", "part": {"type": "text", "text": "First."}},
-    {"type": "text", "part": {"type": "text", "text": "Done.\n"}},
-    {"type": "step_finish", "part": {"reason": "stop"}},
-]) + "\nnot json\n{broken"
+OPENCODE_STDOUT = (
+    "\n".join(
+        json.dumps(e)
+        for e in [
+            {"type": "step_start", "part": {"type": "step-start"}},
+            {"type": "tool_use", "part": {"type": "tool", "tool": "write"}},
+            {"type": "text", "part": {"type": "text", "text": "First."}},
+            {"type": "text", "part": {"type": "text", "text": "Done.\n"}},
+            {"type": "step_finish", "part": {"reason": "stop"}},
+        ]
+    )
+    + "\nnot json\n{broken"
+)
 PI_STDOUT = "Done.\n"
 
 
@@ -230,6 +270,7 @@ async def test_a_timed_out_or_missing_agent_is_reported_in_the_outcome():
 
 # -- images -----------------------------------------------------------------------------------------
 
+
 class FakeImages:
     def __init__(self, have: set[str]):
         self.have, self.builds = have, []
@@ -253,7 +294,11 @@ def test_images_build_each_harness_on_the_base_with_host_network():
     assert [b.tag for b in built] == ["harnessrl/pi:latest", "harnessrl/hermes:latest"]
     first = client.images.builds[0]
     assert (first["dockerfile"], first["buildargs"], first["tag"], first["network_mode"]) == (
-        "Dockerfile.pi", {"BASE": "my/base:1"}, "harnessrl/pi:latest", "host")
+        "Dockerfile.pi",
+        {"BASE": "my/base:1"},
+        "harnessrl/pi:latest",
+        "host",
+    )
 
 
 def test_images_report_a_missing_base_or_engine_with_the_fix(monkeypatch):

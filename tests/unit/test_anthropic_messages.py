@@ -15,8 +15,11 @@ from gateway.engine.fake import FakeReply, decode, logprob_at, render_chat
 from tests.builders import gateway_settings
 from tests.unit.conftest import GatewayHarness, start_gateway
 
-WEATHER = {"name": "get_weather", "description": "Current weather for a city.",
-           "input_schema": {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]}}
+WEATHER = {
+    "name": "get_weather",
+    "description": "Current weather for a city.",
+    "input_schema": {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]},
+}
 HI = [{"role": "user", "content": "Hi"}]
 EPHEMERAL = {"type": "ephemeral"}  # prompt caching: accepted, means nothing to the engine
 
@@ -74,8 +77,13 @@ async def test_message_records_exact_prompt_and_sampled_tokens(gateway, sdk_http
 
 async def test_client_body_is_stored_verbatim_and_the_call_id_is_a_header(gateway, sdk_http):
     rollout = await gateway.new_rollout()
-    body = {"model": "claude-sonnet-4-5", "max_tokens": 16, "messages": HI, "metadata": {"user_id": "u1"},
-            "service_tier": "auto"}  # an extra field is accepted and kept with the call
+    body = {
+        "model": "claude-sonnet-4-5",
+        "max_tokens": 16,
+        "messages": HI,
+        "metadata": {"user_id": "u1"},
+        "service_tier": "auto",
+    }  # an extra field is accepted and kept with the call
     response = await gateway.http.post("/v1/messages", json=body, headers={"x-api-key": rollout["token"]})
     assert response.status_code == 200, response.text
     assert response.json()["model"] == "claude-sonnet-4-5"
@@ -87,14 +95,28 @@ async def test_client_body_is_stored_verbatim_and_the_call_id_is_a_header(gatewa
 
 async def test_engine_gets_a_translated_chat_body(gateway, sdk_http):
     await sdk(sdk_http).messages.create(
-        model="policy", max_tokens=40,
+        model="policy",
+        max_tokens=40,
         system=[{"type": "text", "text": "One."}, {"type": "text", "text": "Two.", "cache_control": EPHEMERAL}],
-        messages=HI, stop_sequences=["END"], tools=[WEATHER], tool_choice={"type": "auto"}, metadata={"user_id": "u1"},
-        extra_body={"temperature": 0.5, "top_p": 0.9, "top_k": 20})  # sampling knobs this SDK no longer types
+        messages=HI,
+        stop_sequences=["END"],
+        tools=[WEATHER],
+        tool_choice={"type": "auto"},
+        metadata={"user_id": "u1"},
+        extra_body={"temperature": 0.5, "top_p": 0.9, "top_k": 20},
+    )  # sampling knobs this SDK no longer types
     sent = gateway.fake.requests[-1]
     assert sent["messages"] == [{"role": "system", "content": "One.\nTwo."}, *HI]
-    assert sent["tools"] == [{"type": "function", "function": {
-        "name": "get_weather", "description": WEATHER["description"], "parameters": WEATHER["input_schema"]}}]
+    assert sent["tools"] == [
+        {
+            "type": "function",
+            "function": {
+                "name": "get_weather",
+                "description": WEATHER["description"],
+                "parameters": WEATHER["input_schema"],
+            },
+        }
+    ]
     sampling = (sent["max_tokens"], sent["stop"], sent["temperature"], sent["top_p"], sent["top_k"])
     assert sampling == (40, ["END"], 0.5, 0.9, 20)
     assert sent["tool_choice"] == "auto" and sent["add_generation_prompt"] is True
@@ -102,14 +124,19 @@ async def test_engine_gets_a_translated_chat_body(gateway, sdk_http):
     assert "metadata" not in sent and "system" not in sent and sent["model"] == "fake-base"
 
 
-@pytest.mark.parametrize(("choice", "expected"), [
-    ({"type": "auto"}, {"tool_choice": "auto"}),
-    ({"type": "any"}, {"tool_choice": "required"}),
-    ({"type": "none"}, {"tool_choice": "none"}),
-    ({"type": "tool", "name": "get_weather"},
-     {"tool_choice": {"type": "function", "function": {"name": "get_weather"}}}),
-    ({"type": "any", "disable_parallel_tool_use": True}, {"tool_choice": "required", "parallel_tool_calls": False}),
-])
+@pytest.mark.parametrize(
+    ("choice", "expected"),
+    [
+        ({"type": "auto"}, {"tool_choice": "auto"}),
+        ({"type": "any"}, {"tool_choice": "required"}),
+        ({"type": "none"}, {"tool_choice": "none"}),
+        (
+            {"type": "tool", "name": "get_weather"},
+            {"tool_choice": {"type": "function", "function": {"name": "get_weather"}}},
+        ),
+        ({"type": "any", "disable_parallel_tool_use": True}, {"tool_choice": "required", "parallel_tool_calls": False}),
+    ],
+)
 async def test_tool_choice_translates_to_chat(gateway, sdk_http, choice, expected):
     await sdk(sdk_http).messages.create(model="policy", max_tokens=8, messages=HI, tools=[WEATHER], tool_choice=choice)
     sent = gateway.fake.requests[-1]
@@ -133,13 +160,22 @@ async def test_stream_helper_rebuilds_the_same_message(gateway, sdk_http):
 
 async def test_create_with_stream_emits_anthropic_events_in_order(gateway, sdk_http):
     gateway.fake.script = [FakeReply(content="Checking.", tool_calls=(("get_weather", {"city": "Paris"}),))]
-    stream = await sdk(sdk_http).messages.create(model="policy", max_tokens=64, messages=HI, tools=[WEATHER],
-                                                 stream=True)
+    stream = await sdk(sdk_http).messages.create(
+        model="policy", max_tokens=64, messages=HI, tools=[WEATHER], stream=True
+    )
     events = [event async for event in stream]
     types = [e.type for e in events]
     assert [t for n, t in enumerate(types) if n == 0 or t != types[n - 1]] == [
-        "message_start", "content_block_start", "content_block_delta", "content_block_stop",
-        "content_block_start", "content_block_delta", "content_block_stop", "message_delta", "message_stop"]
+        "message_start",
+        "content_block_start",
+        "content_block_delta",
+        "content_block_stop",
+        "content_block_start",
+        "content_block_delta",
+        "content_block_stop",
+        "message_delta",
+        "message_stop",
+    ]
     assert events[0].message.usage.input_tokens > 0 and events[0].message.stop_reason is None
     text = [e.delta.text for e in events if e.type == "content_block_delta" and e.index == 0]
     assert events[1].content_block.type == "text" and len(text) > 1 and "".join(text) == "Checking."  # as sampled
@@ -150,10 +186,13 @@ async def test_create_with_stream_emits_anthropic_events_in_order(gateway, sdk_h
 
 
 async def test_raw_stream_is_named_sse_events_with_a_ping(gateway):
-    response = await gateway.http.post("/v1/messages", json={"model": "policy", "max_tokens": 8, "messages": HI,
-                                                             "stream": True})
+    response = await gateway.http.post(
+        "/v1/messages", json={"model": "policy", "max_tokens": 8, "messages": HI, "stream": True}
+    )
     assert response.headers["content-type"].startswith("text/event-stream")
-    frames = [frame for frame in response.text.split("\n\n") if frame and not frame.startswith(":")]  # comments: the call id
+    frames = [
+        frame for frame in response.text.split("\n\n") if frame and not frame.startswith(":")
+    ]  # comments: the call id
     names = [frame.split("\n")[0].removeprefix("event: ") for frame in frames]
     assert names[:2] == ["message_start", "ping"] and names[-2:] == ["message_delta", "message_stop"]
     for name, frame in zip(names, frames):
@@ -164,8 +203,10 @@ async def test_raw_stream_is_named_sse_events_with_a_ping(gateway):
 
 
 async def test_tool_use_round_trip(gateway, sdk_http):
-    gateway.fake.script = [FakeReply(tool_calls=(("get_weather", {"city": "Paris"}),)),
-                           FakeReply(content="It is sunny in Paris.")]
+    gateway.fake.script = [
+        FakeReply(tool_calls=(("get_weather", {"city": "Paris"}),)),
+        FakeReply(content="It is sunny in Paris."),
+    ]
     rollout = await gateway.new_rollout()
     client = sdk(sdk_http, api_key=rollout["token"])
     messages = [{"role": "user", "content": "Weather in Paris?"}]
@@ -175,15 +216,30 @@ async def test_tool_use_round_trip(gateway, sdk_http):
     assert first.stop_reason == "tool_use"
     assert (tool_use.type, tool_use.name, tool_use.input) == ("tool_use", "get_weather", {"city": "Paris"})
 
-    messages += [{"role": "assistant", "content": [block.model_dump(exclude_none=True) for block in first.content]},
-                 {"role": "user", "content": [{"type": "tool_result", "tool_use_id": tool_use.id,
-                                               "content": [{"type": "text", "text": "sunny"}]}]}]
+    messages += [
+        {"role": "assistant", "content": [block.model_dump(exclude_none=True) for block in first.content]},
+        {
+            "role": "user",
+            "content": [
+                {"type": "tool_result", "tool_use_id": tool_use.id, "content": [{"type": "text", "text": "sunny"}]}
+            ],
+        },
+    ]
     final = await client.messages.create(model="policy", max_tokens=64, messages=messages, tools=[WEATHER])
     assert final.content[0].text == "It is sunny in Paris." and final.stop_reason == "end_turn"
 
     sent = gateway.fake.requests[-1]["messages"]
-    assert sent[1] == {"role": "assistant", "content": None, "tool_calls": [
-        {"id": tool_use.id, "type": "function", "function": {"name": "get_weather", "arguments": '{"city": "Paris"}'}}]}
+    assert sent[1] == {
+        "role": "assistant",
+        "content": None,
+        "tool_calls": [
+            {
+                "id": tool_use.id,
+                "type": "function",
+                "function": {"name": "get_weather", "arguments": '{"city": "Paris"}'},
+            }
+        ],
+    }
     assert sent[2] == {"role": "tool", "tool_call_id": tool_use.id, "content": "sunny"}
     calls = await recorded_calls(gateway, rollout["id"])
     assert [(c["dialect"], c["finish_reason"]) for c in calls] == [("messages", "tool_calls"), ("messages", "stop")]
@@ -193,15 +249,23 @@ async def test_tool_use_round_trip(gateway, sdk_http):
 async def test_tool_results_become_tool_messages_in_order(gateway, sdk_http):
     history = [
         {"role": "user", "content": "Weather in Paris and London?"},
-        {"role": "assistant", "content": [
-            {"type": "text", "text": "Looking."},
-            {"type": "tool_use", "id": "toolu_a", "name": "get_weather", "input": {"city": "Paris"}},
-            {"type": "tool_use", "id": "toolu_b", "name": "get_weather", "input": {"city": "London"}}]},
-        {"role": "user", "content": [
-            {"type": "tool_result", "tool_use_id": "toolu_a", "content": "sunny"},
-            {"type": "tool_result", "tool_use_id": "toolu_b", "content": "rain", "is_error": False},
-            {"type": "text", "text": "Summarize."},
-            {"type": "document", "source": {"type": "text", "media_type": "text/plain", "data": "A note."}}]},
+        {
+            "role": "assistant",
+            "content": [
+                {"type": "text", "text": "Looking."},
+                {"type": "tool_use", "id": "toolu_a", "name": "get_weather", "input": {"city": "Paris"}},
+                {"type": "tool_use", "id": "toolu_b", "name": "get_weather", "input": {"city": "London"}},
+            ],
+        },
+        {
+            "role": "user",
+            "content": [
+                {"type": "tool_result", "tool_use_id": "toolu_a", "content": "sunny"},
+                {"type": "tool_result", "tool_use_id": "toolu_b", "content": "rain", "is_error": False},
+                {"type": "text", "text": "Summarize."},
+                {"type": "document", "source": {"type": "text", "media_type": "text/plain", "data": "A note."}},
+            ],
+        },
     ]
     await sdk(sdk_http).messages.create(model="policy", max_tokens=8, messages=history, tools=[WEATHER])
     sent = gateway.fake.requests[-1]["messages"]
@@ -212,12 +276,21 @@ async def test_tool_results_become_tool_messages_in_order(gateway, sdk_http):
 
 
 async def test_thinking_blocks_in_history_become_reasoning_content(gateway, sdk_http):
-    history = [*HI, {"role": "assistant", "content": [
-        {"type": "thinking", "thinking": "They greet me.", "signature": "sig"},
-        {"type": "redacted_thinking", "data": "opaque"},
-        {"type": "text", "text": "Hello!"}]}, {"role": "user", "content": "Again?"}]
-    await sdk(sdk_http).messages.create(model="policy", max_tokens=8, messages=history,
-                                        thinking={"type": "enabled", "budget_tokens": 1024})
+    history = [
+        *HI,
+        {
+            "role": "assistant",
+            "content": [
+                {"type": "thinking", "thinking": "They greet me.", "signature": "sig"},
+                {"type": "redacted_thinking", "data": "opaque"},
+                {"type": "text", "text": "Hello!"},
+            ],
+        },
+        {"role": "user", "content": "Again?"},
+    ]
+    await sdk(sdk_http).messages.create(
+        model="policy", max_tokens=8, messages=history, thinking={"type": "enabled", "budget_tokens": 1024}
+    )
     sent = gateway.fake.requests[-1]
     assert sent["messages"][1] == {"role": "assistant", "content": "Hello!", "reasoning_content": "They greet me."}
     assert sent["chat_template_kwargs"] == {"enable_thinking": True}
@@ -235,7 +308,10 @@ async def test_engine_reasoning_becomes_a_thinking_block_streamed_or_not(gateway
     assert [b.to_dict() for b in streamed.content] == [b.to_dict() for b in message.content]
     deltas = [e.delta.type for e in events if e.type == "content_block_delta"]
     assert [d for n, d in enumerate(deltas) if n == 0 or d != deltas[n - 1]] == [
-        "thinking_delta", "signature_delta", "text_delta"]
+        "thinking_delta",
+        "signature_delta",
+        "text_delta",
+    ]
 
 
 async def test_unparsable_tool_arguments_are_kept_raw_and_sent_back_verbatim(gateway, sdk_http):
@@ -244,9 +320,21 @@ async def test_unparsable_tool_arguments_are_kept_raw_and_sent_back_verbatim(gat
     async with client.messages.stream(model="policy", max_tokens=64, messages=HI, tools=[WEATHER]) as stream:
         first = await stream.get_final_message()
     assert first.content[0].input == {"_raw": '{"city": "Par'}
-    history = [*HI, {"role": "assistant", "content": [first.content[0].model_dump(exclude_none=True)]},
-               {"role": "user", "content": [{"type": "tool_result", "tool_use_id": first.content[0].id,
-                                             "content": "bad arguments", "is_error": True}]}]
+    history = [
+        *HI,
+        {"role": "assistant", "content": [first.content[0].model_dump(exclude_none=True)]},
+        {
+            "role": "user",
+            "content": [
+                {
+                    "type": "tool_result",
+                    "tool_use_id": first.content[0].id,
+                    "content": "bad arguments",
+                    "is_error": True,
+                }
+            ],
+        },
+    ]
     await client.messages.create(model="policy", max_tokens=64, messages=history, tools=[WEATHER])
     assert gateway.fake.requests[-1]["messages"][1]["tool_calls"][0]["function"]["arguments"] == '{"city": "Par'
 
@@ -293,43 +381,86 @@ def messages_body(**overrides) -> dict:
 CALLED = {"role": "assistant", "content": [{"type": "tool_use", "id": "toolu_1", "name": "get_weather", "input": {}}]}
 
 
-@pytest.mark.parametrize(("body", "field"), [
-    ({"model": "policy", "messages": HI}, "max_tokens"),
-    (messages_body(max_tokens="lots"), "max_tokens"),
-    (messages_body(max_tokens=0), "max_tokens"),
-    ({"max_tokens": 16, "messages": HI}, "model"),
-    (messages_body(messages=[]), "messages"),
-    (messages_body(messages="hello"), "messages"),
-    (messages_body(messages=[{"role": "wizard", "content": "hi"}]), "messages.0"),
-    (messages_body(messages=[*HI, {"role": "system", "content": 7}]), "messages.1.content"),
-    (messages_body(messages=[{"role": "user", "content": 7}]), "messages.0.content"),
-    (messages_body(messages=[{"role": "user", "content": []}]), "messages.0.content"),
-    (messages_body(messages=[{"role": "user", "content": [{"type": "banana"}]}]), "messages.0.content.0"),
-    (messages_body(messages=[{"role": "user", "content": [{"type": "text"}]}]), "messages.0.content.0.text"),
-    (messages_body(messages=[{"role": "user", "content": [{"type": "tool_result", "tool_use_id": "toolu_1"}]}]),
-     "messages.0.content.0.tool_use_id"),
-    (messages_body(messages=[*HI, {"role": "user", "content": [
-        {"type": "tool_result", "tool_use_id": "toolu_1", "content": "x"}]}, CALLED]),
-     "messages.1.content.0.tool_use_id"),
-    (messages_body(messages=[*HI, CALLED, {"role": "user", "content": [
-        {"type": "tool_result", "tool_use_id": "toolu_2", "content": "x"}]}]), "messages.2.content.0.tool_use_id"),
-    (messages_body(messages=[{"role": "assistant", "content": [
-        {"type": "tool_use", "id": "t", "name": "f", "input": "{}"}]}]), "messages.0.content.0.input"),
-    (messages_body(messages=[{"role": "user", "content": [
-        {"type": "image", "source": {"type": "file", "file_id": "f"}}]}]), "messages.0.content.0.source"),
-    (messages_body(messages=[{"role": "user", "content": [
-        {"type": "document", "source": {"type": "base64", "media_type": "application/pdf", "data": "JVBE"}}]}]),
-     "messages.0.content.0.source"),
-    (messages_body(system=7), "system"),
-    (messages_body(temperature="hot"), "temperature"),
-    (messages_body(temperature=3), "temperature"),
-    (messages_body(stop_sequences="END"), "stop_sequences"),
-    (messages_body(stream="sometimes"), "stream"),
-    (messages_body(tools=[{"name": "get_weather"}]), "tools.0.input_schema"),
-    (messages_body(tool_choice={"type": "tool"}), "tool_choice"),
-    (messages_body(tool_choice={"type": "maybe"}), "tool_choice.type"),
-    (messages_body(thinking={"type": "enabled", "budget_tokens": "many"}), "thinking.budget_tokens"),
-])
+@pytest.mark.parametrize(
+    ("body", "field"),
+    [
+        ({"model": "policy", "messages": HI}, "max_tokens"),
+        (messages_body(max_tokens="lots"), "max_tokens"),
+        (messages_body(max_tokens=0), "max_tokens"),
+        ({"max_tokens": 16, "messages": HI}, "model"),
+        (messages_body(messages=[]), "messages"),
+        (messages_body(messages="hello"), "messages"),
+        (messages_body(messages=[{"role": "wizard", "content": "hi"}]), "messages.0"),
+        (messages_body(messages=[*HI, {"role": "system", "content": 7}]), "messages.1.content"),
+        (messages_body(messages=[{"role": "user", "content": 7}]), "messages.0.content"),
+        (messages_body(messages=[{"role": "user", "content": []}]), "messages.0.content"),
+        (messages_body(messages=[{"role": "user", "content": [{"type": "banana"}]}]), "messages.0.content.0"),
+        (messages_body(messages=[{"role": "user", "content": [{"type": "text"}]}]), "messages.0.content.0.text"),
+        (
+            messages_body(messages=[{"role": "user", "content": [{"type": "tool_result", "tool_use_id": "toolu_1"}]}]),
+            "messages.0.content.0.tool_use_id",
+        ),
+        (
+            messages_body(
+                messages=[
+                    *HI,
+                    {"role": "user", "content": [{"type": "tool_result", "tool_use_id": "toolu_1", "content": "x"}]},
+                    CALLED,
+                ]
+            ),
+            "messages.1.content.0.tool_use_id",
+        ),
+        (
+            messages_body(
+                messages=[
+                    *HI,
+                    CALLED,
+                    {"role": "user", "content": [{"type": "tool_result", "tool_use_id": "toolu_2", "content": "x"}]},
+                ]
+            ),
+            "messages.2.content.0.tool_use_id",
+        ),
+        (
+            messages_body(
+                messages=[
+                    {"role": "assistant", "content": [{"type": "tool_use", "id": "t", "name": "f", "input": "{}"}]}
+                ]
+            ),
+            "messages.0.content.0.input",
+        ),
+        (
+            messages_body(
+                messages=[{"role": "user", "content": [{"type": "image", "source": {"type": "file", "file_id": "f"}}]}]
+            ),
+            "messages.0.content.0.source",
+        ),
+        (
+            messages_body(
+                messages=[
+                    {
+                        "role": "user",
+                        "content": [
+                            {
+                                "type": "document",
+                                "source": {"type": "base64", "media_type": "application/pdf", "data": "JVBE"},
+                            }
+                        ],
+                    }
+                ]
+            ),
+            "messages.0.content.0.source",
+        ),
+        (messages_body(system=7), "system"),
+        (messages_body(temperature="hot"), "temperature"),
+        (messages_body(temperature=3), "temperature"),
+        (messages_body(stop_sequences="END"), "stop_sequences"),
+        (messages_body(stream="sometimes"), "stream"),
+        (messages_body(tools=[{"name": "get_weather"}]), "tools.0.input_schema"),
+        (messages_body(tool_choice={"type": "tool"}), "tool_choice"),
+        (messages_body(tool_choice={"type": "maybe"}), "tool_choice.type"),
+        (messages_body(thinking={"type": "enabled", "budget_tokens": "many"}), "thinking.budget_tokens"),
+    ],
+)
 async def test_malformed_bodies_are_400_naming_the_field_and_record_nothing(gateway, body, field):
     rollout = await gateway.new_rollout()
     response = await gateway.http.post("/v1/messages", json=body, headers={"x-api-key": rollout["token"]})
@@ -347,8 +478,9 @@ async def test_unparsable_bodies_are_400(gateway, path, content):
 
 
 async def test_count_tokens_checks_its_body_too(gateway):
-    message = assert_anthropic_error(await gateway.http.post("/v1/messages/count_tokens",
-                                                             json={"model": "policy", "messages": []}), 400)
+    message = assert_anthropic_error(
+        await gateway.http.post("/v1/messages/count_tokens", json={"model": "policy", "messages": []}), 400
+    )
     assert message.startswith("messages:")
 
 
@@ -356,8 +488,9 @@ async def test_huge_body_is_413_and_records_nothing(sqlite_db, fake_engine, fake
     settings = gateway_settings(sqlite_db, fake_engine_server.url, max_body_bytes=1000)
     async for gateway in start_gateway(settings, fake_engine):
         rollout = await gateway.new_rollout()
-        response = await gateway.http.post(f"/r/{rollout['token']}/v1/messages",
-                                           json=messages_body(messages=[{"role": "user", "content": "x" * 5000}]))
+        response = await gateway.http.post(
+            f"/r/{rollout['token']}/v1/messages", json=messages_body(messages=[{"role": "user", "content": "x" * 5000}])
+        )
         assert_anthropic_error(response, 413, "request_too_large")
         assert await recorded_calls(gateway, rollout["id"]) == [] and fake_engine.requests == []
 
@@ -366,8 +499,11 @@ async def test_sdk_sees_errors_as_typed_exceptions(gateway, sdk_http):
     rollout = await gateway.new_rollout()
     client = sdk(sdk_http, rollout["base_url"])
     with pytest.raises(anthropic.BadRequestError) as raised:
-        await client.messages.create(model="policy", max_tokens=16, messages=[
-            {"role": "user", "content": [{"type": "tool_result", "tool_use_id": "toolu_x", "content": "x"}]}])
+        await client.messages.create(
+            model="policy",
+            max_tokens=16,
+            messages=[{"role": "user", "content": [{"type": "tool_result", "tool_use_id": "toolu_x", "content": "x"}]}],
+        )
     assert raised.value.body["error"]["type"] == "invalid_request_error"
     assert "tool result without a call" in raised.value.body["error"]["message"]
     with pytest.raises(anthropic.BadRequestError) as too_long:  # the engine's 400, passed on in this shape

@@ -16,24 +16,27 @@ from tests.unit.test_errors import assert_openai_error
 BIG = 2**63
 
 
-@pytest.mark.parametrize("method, url", [
-    ("GET", f"/api/rollouts/{BIG}"),
-    ("GET", f"/api/rollouts/{BIG}/calls"),
-    ("GET", f"/api/rollouts/{BIG}/samples"),
-    ("GET", f"/api/rollouts/{BIG}/conversation"),
-    ("GET", f"/api/calls/{BIG}"),
-    ("GET", f"/api/groups/{BIG}"),
-    ("GET", f"/api/rollouts?after={BIG}"),
-    ("GET", f"/api/rollouts?group_id={BIG}"),
-    ("GET", f"/api/rollouts?policy_version={BIG}"),
-    ("GET", f"/api/calls?rollout_id={BIG}"),
-    ("GET", f"/api/calls?after={-BIG - 1}"),
-    ("GET", f"/api/groups?after={BIG}"),
-    ("GET", f"/api/runs?after={BIG}"),
-    ("GET", f"/api/runs/test-run/steps?after={BIG}"),
-    ("POST", f"/api/rollouts/{BIG}/reward"),
-    ("POST", f"/api/rollouts/{BIG}/finish"),
-])
+@pytest.mark.parametrize(
+    "method, url",
+    [
+        ("GET", f"/api/rollouts/{BIG}"),
+        ("GET", f"/api/rollouts/{BIG}/calls"),
+        ("GET", f"/api/rollouts/{BIG}/samples"),
+        ("GET", f"/api/rollouts/{BIG}/conversation"),
+        ("GET", f"/api/calls/{BIG}"),
+        ("GET", f"/api/groups/{BIG}"),
+        ("GET", f"/api/rollouts?after={BIG}"),
+        ("GET", f"/api/rollouts?group_id={BIG}"),
+        ("GET", f"/api/rollouts?policy_version={BIG}"),
+        ("GET", f"/api/calls?rollout_id={BIG}"),
+        ("GET", f"/api/calls?after={-BIG - 1}"),
+        ("GET", f"/api/groups?after={BIG}"),
+        ("GET", f"/api/runs?after={BIG}"),
+        ("GET", f"/api/runs/test-run/steps?after={BIG}"),
+        ("POST", f"/api/rollouts/{BIG}/reward"),
+        ("POST", f"/api/rollouts/{BIG}/finish"),
+    ],
+)
 async def test_integers_beyond_the_store_columns_are_400(gateway, method, url):
     await gateway.new_rollout()
     body = {"reward": {"value": 1.0}, "finish": {"status": "finished"}}.get(url.rsplit("/", 1)[-1])
@@ -46,11 +49,18 @@ def nested(depth: int) -> bytes:
     return b'{"a":' * depth + b"1" + b"}" * depth
 
 
-@pytest.mark.parametrize("path, anthropic", [
-    ("/v1/chat/completions", False), ("/v1/completions", False), ("/v1/responses", False),
-    ("/v1/messages", True), ("/v1/messages/count_tokens", True), ("/api/rollouts", False),
-    ("/admin/adapters", False),
-])
+@pytest.mark.parametrize(
+    "path, anthropic",
+    [
+        ("/v1/chat/completions", False),
+        ("/v1/completions", False),
+        ("/v1/responses", False),
+        ("/v1/messages", True),
+        ("/v1/messages/count_tokens", True),
+        ("/api/rollouts", False),
+        ("/admin/adapters", False),
+    ],
+)
 @pytest.mark.parametrize("depth", [50_000, 500])
 async def test_json_nested_too_deep_is_400_in_the_dialects_shape(gateway, path, anthropic, depth):
     response = await gateway.http.post(path, content=nested(depth), headers={"content-type": "application/json"})
@@ -111,8 +121,9 @@ async def stream_through(limit: int, path: str, total: int, headers=()) -> tuple
     return app, pulled, sent
 
 
-@pytest.mark.parametrize("path, shape_key", [("/v1/chat/completions", "error"), ("/v1/messages", "type"),
-                                             ("/api/rollouts", "error")])
+@pytest.mark.parametrize(
+    "path, shape_key", [("/v1/chat/completions", "error"), ("/v1/messages", "type"), ("/api/rollouts", "error")]
+)
 async def test_chunked_body_over_the_limit_is_cut_off_while_it_streams_in(path, shape_key):
     limit = 1024 * 1024
     app, pulled, sent = await stream_through(limit, path, total=96 * 1024 * 1024)
@@ -123,8 +134,9 @@ async def test_chunked_body_over_the_limit_is_cut_off_while_it_streams_in(path, 
 
 
 async def test_declared_length_over_the_limit_is_413_before_the_app_runs():
-    app, pulled, sent = await stream_through(1000, "/v1/chat/completions", total=CHUNK,
-                                             headers=[(b"content-length", str(96 * 2**20).encode())])
+    app, pulled, sent = await stream_through(
+        1000, "/v1/chat/completions", total=CHUNK, headers=[(b"content-length", str(96 * 2**20).encode())]
+    )
     assert (app.received, pulled, sent[0]["status"]) == (0, 0, 413)
 
 
@@ -143,8 +155,9 @@ async def test_api_and_model_bodies_over_the_limit_are_413(sqlite_db, fake_engin
             for _ in range(10):
                 yield b" " * 4096  # no Content-Length: only counting catches it
 
-        response = await gateway.http.post("/v1/chat/completions", content=chunks(),
-                                           headers={"content-type": "application/json"})
+        response = await gateway.http.post(
+            "/v1/chat/completions", content=chunks(), headers={"content-type": "application/json"}
+        )
         assert_openai_error(response, 413)
         assert (await gateway.http.get("/api/runs")).json()["data"] == []
 
@@ -169,8 +182,9 @@ async def test_500_on_the_messages_route_is_in_anthropics_shape(gateway, monkeyp
         raise RuntimeError("boom")
 
     monkeypatch.setattr(gateway.app.state.gateway, "pipeline", broken)
-    response = await gateway.http.post("/v1/messages", json={"model": "policy", "max_tokens": 8,
-                                                             "messages": [{"role": "user", "content": "Hi"}]})
+    response = await gateway.http.post(
+        "/v1/messages", json={"model": "policy", "max_tokens": 8, "messages": [{"role": "user", "content": "Hi"}]}
+    )
     assert response.status_code == 500
     assert response.json()["type"] == "error" and "err-" in response.json()["error"]["message"]
 

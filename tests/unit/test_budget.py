@@ -82,8 +82,13 @@ async def test_a_gateway_that_cannot_answer_keeps_the_last_engine_time():
 
 
 needs_bwrap = pytest.mark.skipif(not shutil.which("bwrap"), reason="verifiers write /logs: apt-get install bubblewrap")
-TASK = Task(name="write-ok", instruction="Write ok to ok.txt.", tests={"check.sh": b"grep -q ok ok.txt"},
-            verifier="sh /tests/check.sh", agent_timeout_s=3.0)  # the agent's own part: a sandbox start, one bash
+TASK = Task(
+    name="write-ok",
+    instruction="Write ok to ok.txt.",
+    tests={"check.sh": b"grep -q ok ok.txt"},
+    verifier="sh /tests/check.sh",
+    agent_timeout_s=3.0,
+)  # the agent's own part: a sandbox start, one bash
 
 
 @pytest.fixture
@@ -95,18 +100,27 @@ def live_gateway(sqlite_db, fake_engine, fake_engine_server) -> Iterator[Backgro
 
 def slow_engine_script(command: str, delay_s: float):
     """Each call takes ``delay_s`` in the engine; the agent runs ``command`` once, then answers."""
+
     def reply(body: dict) -> FakeReply:
         time.sleep(delay_s)
         if body["messages"][-1]["role"] == "tool":
             return FakeReply(content="Done.")
         return FakeReply(tool_calls=(("bash", {"command": command}),))
+
     return reply
 
 
 async def run_one(gateway_url: str) -> list:
     client = GatewayClient(gateway_url, TEST_ADMIN_KEY)
-    plan = RunPlan(run="budget", tasks=[TASK], harness=BuiltinHarness(), group_size=1, concurrency=1,
-                   sandbox="local", sandbox_options={"isolation": "bwrap"})
+    plan = RunPlan(
+        run="budget",
+        tasks=[TASK],
+        harness=BuiltinHarness(),
+        group_size=1,
+        concurrency=1,
+        sandbox="local",
+        sandbox_options={"isolation": "bwrap"},
+    )
     try:
         return await Runner(plan, client).run()
     finally:

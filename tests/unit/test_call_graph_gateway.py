@@ -12,8 +12,10 @@ async def test_appending_turns_link_into_one_sample(gateway):
     messages = [{"role": "user", "content": "hi"}]
     for turn in range(3):
         reply = await client.chat.completions.create(model="policy", messages=messages)
-        messages += [{"role": "assistant", "content": reply.choices[0].message.content},
-                     {"role": "user", "content": f"and then {turn}?"}]
+        messages += [
+            {"role": "assistant", "content": reply.choices[0].message.content},
+            {"role": "user", "content": f"and then {turn}?"},
+        ]
     calls = (await gateway.http.get(f"/api/rollouts/{rollout['id']}/calls")).json()["data"]
     assert [c["parent_id"] for c in calls] == [None, calls[0]["id"], calls[1]["id"]]
     [sample] = (await gateway.http.get(f"/api/rollouts/{rollout['id']}/samples")).json()["data"]
@@ -32,8 +34,10 @@ async def test_re_rendered_tool_call_shows_as_a_fork_in_engine_mode(gateway):
     messages = [{"role": "user", "content": "weather?"}]
     first = await client.chat.completions.create(model="policy", messages=messages, tools=[WEATHER_TOOL])
     call = first.choices[0].message.tool_calls[0]
-    messages += [{"role": "assistant", "tool_calls": [call.model_dump()]},
-                 {"role": "tool", "tool_call_id": call.id, "content": "sunny"}]
+    messages += [
+        {"role": "assistant", "tool_calls": [call.model_dump()]},
+        {"role": "tool", "tool_call_id": call.id, "content": "sunny"},
+    ]
     await client.chat.completions.create(model="policy", messages=messages, tools=[WEATHER_TOOL])
     calls = (await gateway.http.get(f"/api/rollouts/{rollout['id']}/calls")).json()["data"]
     assert calls[1]["parent_id"] is None and calls[1]["fork_of"] == calls[0]["id"]
@@ -45,11 +49,16 @@ async def test_re_rendered_tool_call_shows_as_a_fork_in_engine_mode(gateway):
 async def test_title_calls_are_tagged_and_left_out_of_samples(gateway):
     rollout = await gateway.new_rollout()
     client = gateway.openai(api_key=rollout["token"])
-    await client.chat.completions.create(model="policy", messages=[
-        {"role": "system", "content": "You are a title generator. Output only a short title."},
-        {"role": "user", "content": "fix the failing test in utils"}])
-    await client.chat.completions.create(model="policy", messages=[{"role": "user", "content": "fix it"}],
-                                         tools=[WEATHER_TOOL])
+    await client.chat.completions.create(
+        model="policy",
+        messages=[
+            {"role": "system", "content": "You are a title generator. Output only a short title."},
+            {"role": "user", "content": "fix the failing test in utils"},
+        ],
+    )
+    await client.chat.completions.create(
+        model="policy", messages=[{"role": "user", "content": "fix it"}], tools=[WEATHER_TOOL]
+    )
     calls = (await gateway.http.get(f"/api/rollouts/{rollout['id']}/calls")).json()["data"]
     assert [c["tags"] for c in calls] == [["title"], []]
     samples = (await gateway.http.get(f"/api/rollouts/{rollout['id']}/samples")).json()["data"]

@@ -27,8 +27,10 @@ def test_retries_of_the_same_turn_become_siblings():
     first = node(1, [1, 2], [3])
     retry_a, retry_b = node(2, [1, 2, 3, 4], [5]), node(3, [1, 2, 3, 4], [6])
     assert link(pack_ids([1, 2, 3, 4]), [first]).parent_id == 1
-    assert {link(pack_ids([1, 2, 3, 4, 5, 7]), [first, retry_a, retry_b]).parent_id,
-            link(pack_ids([1, 2, 3, 4, 6, 7]), [first, retry_a, retry_b]).parent_id} == {2, 3}
+    assert {
+        link(pack_ids([1, 2, 3, 4, 5, 7]), [first, retry_a, retry_b]).parent_id,
+        link(pack_ids([1, 2, 3, 4, 6, 7]), [first, retry_a, retry_b]).parent_id,
+    } == {2, 3}
 
 
 def test_divergence_inside_sampled_tokens_is_a_fork_with_its_drift():

@@ -20,8 +20,9 @@ async def served(settings) -> AsyncIterator[httpx.AsyncClient]:
     app = create_app(settings, engine=engine)
     try:
         async with app.router.lifespan_context(app):
-            async with httpx.AsyncClient(transport=httpx.ASGITransport(app), base_url="http://gateway",
-                                         headers=ADMIN_HEADERS) as http:
+            async with httpx.AsyncClient(
+                transport=httpx.ASGITransport(app), base_url="http://gateway", headers=ADMIN_HEADERS
+            ) as http:
                 yield http
     finally:
         await engine.close()
@@ -41,18 +42,23 @@ async def http_of(sqlite_db, fake_engine, fake_engine_server):
         await gateway.aclose()
 
 
-@pytest.mark.parametrize(("omit", "named"), [
-    ({"prompt_token_ids"}, "no prompt_token_ids (it ignored return_token_ids); the gateway needs vLLM >= 0.10.2"),
-    ({"token_ids"}, "no sampled token_ids (it ignored return_token_ids); the gateway needs vLLM >= 0.10.2"),
-    ({"logprobs"}, "0 logprobs for 3 sampled tokens; start vLLM without --max-logprobs 0"),
-])
+@pytest.mark.parametrize(
+    ("omit", "named"),
+    [
+        ({"prompt_token_ids"}, "no prompt_token_ids (it ignored return_token_ids); the gateway needs vLLM >= 0.10.2"),
+        ({"token_ids"}, "no sampled token_ids (it ignored return_token_ids); the gateway needs vLLM >= 0.10.2"),
+        ({"logprobs"}, "0 logprobs for 3 sampled tokens; start vLLM without --max-logprobs 0"),
+    ],
+)
 async def test_engine_without_a_recording_field_serves_no_call_naming_the_fix(http_of, fake_engine, omit, named):
     fake_engine.omit = frozenset(omit)
     http = await http_of()
     rollout = (await http.post("/api/rollouts", json={"run": "r", "task": "t"})).json()
-    for path, body, read in (("/v1/chat/completions", chat_body(), lambda e: e["error"]["message"]),
-                             ("/v1/chat/completions", chat_body(stream=True), lambda e: e["error"]["message"]),
-                             ("/v1/messages", messages_body(), lambda e: e["error"]["message"])):
+    for path, body, read in (
+        ("/v1/chat/completions", chat_body(), lambda e: e["error"]["message"]),
+        ("/v1/chat/completions", chat_body(stream=True), lambda e: e["error"]["message"]),
+        ("/v1/messages", messages_body(), lambda e: e["error"]["message"]),
+    ):
         response = await http.post(path, json=body, headers={"authorization": f"Bearer {rollout['token']}"})
         assert response.status_code == 502, response.text
         assert named in read(response.json())
@@ -83,8 +89,13 @@ class FlakyEngine:
         if self.down:
             self.down -= 1
             raise EngineUnavailable("engine at test is unreachable")
-        choice = {"index": 0, "message": {"role": "assistant", "content": "OK"}, "finish_reason": "length",
-                  "token_ids": [7] if self.complete else None, "logprobs": {"content": [{"logprob": -0.5}]}}
+        choice = {
+            "index": 0,
+            "message": {"role": "assistant", "content": "OK"},
+            "finish_reason": "length",
+            "token_ids": [7] if self.complete else None,
+            "logprobs": {"content": [{"logprob": -0.5}]},
+        }
         return {"choices": [choice], "prompt_token_ids": [1, 2]}
 
     async def chat_stream(self, body: dict):

@@ -24,14 +24,21 @@ ENDPOINT = Endpoint(URL, TOKEN, "policy", "/home/agent")
 TASK = Task(name="t", instruction="Create hello.txt", verifier="true")
 SETTINGS = AgentSettings(max_tokens=512, context_length=65536)
 # Prompts as the binaries carry them (strings of the installed executables).
-CLAUDE_COMPACTION = ("You are a helpful AI assistant tasked with summarizing conversations.", "Your task is to "
-                     "create a detailed summary of the conversation so far, paying close attention to the user's "
-                     "explicit requests and your previous actions.")
+CLAUDE_COMPACTION = (
+    "You are a helpful AI assistant tasked with summarizing conversations.",
+    "Your task is to "
+    "create a detailed summary of the conversation so far, paying close attention to the user's "
+    "explicit requests and your previous actions.",
+)
 CLAUDE_ASK = "CRITICAL: Respond with TEXT ONLY. Do NOT call any tools."  # opens its compaction's user message
-CODEX_COMPACTION = ("You are performing a CONTEXT CHECKPOINT COMPACTION. Create a handoff summary for another LLM "
-                    "that will resume the task.")
-MAIN_LOOP = {"claude-code": "You are a Claude agent, built on Anthropic's Claude Agent SDK.",
-             "codex": "You are a coding agent running in the Codex CLI, a terminal-based coding assistant."}
+CODEX_COMPACTION = (
+    "You are performing a CONTEXT CHECKPOINT COMPACTION. Create a handoff summary for another LLM "
+    "that will resume the task."
+)
+MAIN_LOOP = {
+    "claude-code": "You are a Claude agent, built on Anthropic's Claude Agent SDK.",
+    "codex": "You are a coding agent running in the Codex CLI, a terminal-based coding assistant.",
+}
 
 
 def test_claude_code_points_every_model_role_at_the_gateway_with_the_token_and_limits():
@@ -39,12 +46,20 @@ def test_claude_code_points_every_model_role_at_the_gateway_with_the_token_and_l
     env = harness.env(ENDPOINT)
     assert env["ANTHROPIC_BASE_URL"] == "http://127.0.0.1:8123/r/hrl-secret"  # the client appends /v1/messages
     assert env["ANTHROPIC_API_KEY"] == TOKEN
-    for role in ("ANTHROPIC_MODEL", "ANTHROPIC_SMALL_FAST_MODEL", "ANTHROPIC_DEFAULT_HAIKU_MODEL",
-                 "CLAUDE_CODE_SUBAGENT_MODEL"):
+    for role in (
+        "ANTHROPIC_MODEL",
+        "ANTHROPIC_SMALL_FAST_MODEL",
+        "ANTHROPIC_DEFAULT_HAIKU_MODEL",
+        "CLAUDE_CODE_SUBAGENT_MODEL",
+    ):
         assert env[role] == "policy"
     assert (env["CLAUDE_CODE_MAX_OUTPUT_TOKENS"], env["CLAUDE_CODE_AUTO_COMPACT_WINDOW"]) == ("512", "65536")
-    for quiet in ("DISABLE_TELEMETRY", "DISABLE_AUTOUPDATER", "DISABLE_ERROR_REPORTING",
-                  "CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC"):
+    for quiet in (
+        "DISABLE_TELEMETRY",
+        "DISABLE_AUTOUPDATER",
+        "DISABLE_ERROR_REPORTING",
+        "CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC",
+    ):
         assert env[quiet] == "1"
     assert env["CLAUDE_CONFIG_DIR"] == "/home/agent/.claude" and env["HOME"] == "/home/agent"
     assert env["CLAUDE_CODE_ATTRIBUTION_HEADER"] == "0"  # no per-task hash at the head of the prompt
@@ -80,12 +95,19 @@ def test_an_instruction_that_looks_like_a_flag_stays_the_prompt():
 def test_final_answers_are_parsed_from_each_agents_json_output():
     claude = json.dumps({"type": "result", "subtype": "success", "is_error": False, "result": "Done.\n"})
     assert create("claude-code").final_text(f"warning line\n{claude}\n") == "Done."
-    codex = "\n".join(json.dumps(e) for e in [
-        {"type": "thread.started", "thread_id": "t"},
-        {"type": "item.completed", "item": {"id": "item_0", "type": "agent_message", "text": "First."}},
-        {"type": "item.completed", "item": {"id": "item_1", "type": "command_execution", "command": "ls"}},
-        {"type": "item.completed", "item": {"id": "item_2", "type": "agent_message", "text": "Done."}},
-        {"type": "turn.completed"}]) + "\n{broken"
+    codex = (
+        "\n".join(
+            json.dumps(e)
+            for e in [
+                {"type": "thread.started", "thread_id": "t"},
+                {"type": "item.completed", "item": {"id": "item_0", "type": "agent_message", "text": "First."}},
+                {"type": "item.completed", "item": {"id": "item_1", "type": "command_execution", "command": "ls"}},
+                {"type": "item.completed", "item": {"id": "item_2", "type": "agent_message", "text": "Done."}},
+                {"type": "turn.completed"},
+            ]
+        )
+        + "\n{broken"
+    )
     assert create("codex").final_text(codex) == "Done."
     assert create("claude-code").final_text("") == create("codex").final_text("") == ""
 
@@ -104,11 +126,15 @@ def test_claude_code_compaction_with_the_main_loops_tools_is_tagged_and_the_main
     last user message. A main-loop call merely quoting it (not at the opening) stays untagged."""
     patterns = tuple(create("claude-code").side_call_patterns.items())
     ask = CLAUDE_ASK + "\n\n" + CLAUDE_COMPACTION[1]
-    history = [{"role": "system", "content": MAIN_LOOP["claude-code"]}, {"role": "user", "content": "Fix it."},
-               {"role": "assistant", "content": "Looking."}]
+    history = [
+        {"role": "system", "content": MAIN_LOOP["claude-code"]},
+        {"role": "user", "content": "Fix it."},
+        {"role": "assistant", "content": "Looking."},
+    ]
     assert side_call_tags([*history, {"role": "user", "content": ask}], True, "claude-code", patterns) == ["summary"]
-    assert side_call_tags([*history, {"role": "user", "content": [{"type": "text", "text": ask}]}], True,
-                          "claude-code", patterns) == ["summary"]
+    assert side_call_tags(
+        [*history, {"role": "user", "content": [{"type": "text", "text": ask}]}], True, "claude-code", patterns
+    ) == ["summary"]
     quoted = {"role": "user", "content": "Why did you print " + ask}
     assert side_call_tags([*history, quoted], True, "claude-code", patterns) == []
     assert side_call_tags(history, True, "claude-code", patterns) == []

@@ -32,8 +32,17 @@ def argv(service: dict) -> list[str]:
 
 def test_the_stack_has_each_piece_on_the_hosts_network_and_loopback():
     found = services()
-    assert {"postgres", "migrate", "engine-1", "engine-2", "gateway-1", "gateway-2", "worker-1", "worker-2",
-            "learner"} <= set(found)
+    assert {
+        "postgres",
+        "migrate",
+        "engine-1",
+        "engine-2",
+        "gateway-1",
+        "gateway-2",
+        "worker-1",
+        "worker-2",
+        "learner",
+    } <= set(found)
     for name, service in found.items():
         assert service["network_mode"] == "host", name  # no bridge network is ever created
         assert "ports" not in service and "networks" not in service, name
@@ -54,14 +63,18 @@ def test_every_image_is_built_from_the_local_base_image():
 
 def test_the_gateways_serve_every_engine_and_the_workers_share_one_run():
     found = services()
-    engines = {f"http://127.0.0.1:{argv(found[e])[argv(found[e]).index('--port') + 1]}" for e in ("engine-1", "engine-2")}
+    engines = {
+        f"http://127.0.0.1:{argv(found[e])[argv(found[e]).index('--port') + 1]}" for e in ("engine-1", "engine-2")
+    }
     ports = set()
     for name in ("gateway-1", "gateway-2"):
         args = argv(found[name])
         assert {args[i + 1] for i, a in enumerate(args) if a == "--engine-url"} == engines, name
         ports.add(args[args.index("--port") + 1])
     runs = {argv(found[w])[argv(found[w]).index("--run") + 1] for w in ("worker-1", "worker-2")}
-    gateways = {argv(found[w])[argv(found[w]).index("--gateway") + 1].rsplit(":", 1)[1] for w in ("worker-1", "worker-2")}
+    gateways = {
+        argv(found[w])[argv(found[w]).index("--gateway") + 1].rsplit(":", 1)[1] for w in ("worker-1", "worker-2")
+    }
     assert len(runs) == 1 and argv(found["learner"])[argv(found["learner"]).index("--run") + 1] in runs
     assert gateways == ports  # one worker on each gateway
 
@@ -87,9 +100,17 @@ def compose_command() -> list[str] | None:
 def test_docker_compose_validates_the_file():
     compose = compose_command()
     assert compose is not None, "no docker compose here: run tests/setup_machine.sh as root (installs docker-compose)"
-    done = subprocess.run([*compose, "-f", str(COMPOSE), "config", "-q"], capture_output=True, text=True,
-                          env={**os.environ, "HARNESSRL_ADMIN_KEY": "k"})
+    done = subprocess.run(
+        [*compose, "-f", str(COMPOSE), "config", "-q"],
+        capture_output=True,
+        text=True,
+        env={**os.environ, "HARNESSRL_ADMIN_KEY": "k"},
+    )
     assert done.returncode == 0, done.stderr
-    unkeyed = subprocess.run([*compose, "-f", str(COMPOSE), "config", "-q"], capture_output=True, text=True,
-                             env={k: v for k, v in os.environ.items() if k != "HARNESSRL_ADMIN_KEY"})
+    unkeyed = subprocess.run(
+        [*compose, "-f", str(COMPOSE), "config", "-q"],
+        capture_output=True,
+        text=True,
+        env={k: v for k, v in os.environ.items() if k != "HARNESSRL_ADMIN_KEY"},
+    )
     assert unkeyed.returncode != 0 and "HARNESSRL_ADMIN_KEY" in unkeyed.stderr  # no stack without a key

@@ -38,8 +38,9 @@ async def no_sleep(_: float) -> None:
 
 async def test_transport_errors_and_503s_are_retried_until_an_answer():
     client, seen = scripted(httpx.ConnectError("refused"), 503, httpx.ReadTimeout("slow"), 200)
-    attempts, response = await send(client, "GET", URL + "/admin/policy", Backoff(retries=3), "start it",
-                                    sleep=no_sleep)
+    attempts, response = await send(
+        client, "GET", URL + "/admin/policy", Backoff(retries=3), "start it", sleep=no_sleep
+    )
     assert (attempts, response.status_code, len(seen)) == (4, 200, 4)
 
 
@@ -57,8 +58,14 @@ async def test_retries_are_bounded_and_the_error_names_the_fix():
 
     client, seen = scripted(*[httpx.ConnectError("refused")] * 4)
     with pytest.raises(GatewayUnreachable, match="harnessrl serve"):
-        await send(client, "GET", URL + "/api/runs", Backoff(retries=3, first_s=0.5, max_s=1.0),
-                   "start it with `harnessrl serve`", sleep=sleep)
+        await send(
+            client,
+            "GET",
+            URL + "/api/runs",
+            Backoff(retries=3, first_s=0.5, max_s=1.0),
+            "start it with `harnessrl serve`",
+            sleep=sleep,
+        )
     assert len(seen) == 4 and delays == [0.5, 1.0, 1.0]
     client, _ = scripted(503, 503)
     _, last = await send(client, "GET", URL + "/api/runs", Backoff(retries=1), "x", sleep=no_sleep)

@@ -24,8 +24,12 @@ ATTACKS = {
 
 
 def control_plane_routes(app) -> list[tuple[str, str]]:
-    routes = [(method, route.path) for route in app.routes if isinstance(route, APIRoute)
-              and re.match(r"^/(api|admin)(/|$)", route.path) for method in sorted(route.methods)]
+    routes = [
+        (method, route.path)
+        for route in app.routes
+        if isinstance(route, APIRoute) and re.match(r"^/(api|admin)(/|$)", route.path)
+        for method in sorted(route.methods)
+    ]
     assert len(routes) >= 18, routes  # the route table was read, not an empty list
     return routes
 
@@ -36,8 +40,13 @@ async def victim(gateway) -> dict:
     reply = await gateway.http.post(f"/r/{rollout['token']}/v1/chat/completions", json=chat_body())
     assert reply.status_code == 200, reply.text
     found = (await gateway.http.get(f"/api/rollouts/{rollout['id']}")).json()
-    return {"rollout_id": rollout["id"], "group_id": found["group_id"], "name": "test-run",
-            "call_id": int(reply.headers["x-harnessrl-call-id"]), "token": rollout["token"]}
+    return {
+        "rollout_id": rollout["id"],
+        "group_id": found["group_id"],
+        "name": "test-run",
+        "call_id": int(reply.headers["x-harnessrl-call-id"]),
+        "token": rollout["token"],
+    }
 
 
 def url_of(path: str, ids: dict) -> str:
@@ -61,8 +70,9 @@ async def test_every_control_plane_route_refuses_requests_without_the_admin_key(
     before, adapters = store_snapshot(sqlite_db), dict(gateway.fake.adapters)
     for method, path in control_plane_routes(gateway.app):
         for what, headers in refusals(ids["token"]).items():
-            response = await gateway.agent.request(method, url_of(path, ids), headers=headers,
-                                                   json=ATTACKS.get(path, {}) if method == "POST" else None)
+            response = await gateway.agent.request(
+                method, url_of(path, ids), headers=headers, json=ATTACKS.get(path, {}) if method == "POST" else None
+            )
             assert response.status_code == 401, (method, path, what, response.text)
             error = response.json()["error"]
             assert error["code"] == "invalid_admin_key" and "admin key" in error["message"], (method, path, what)
@@ -88,8 +98,12 @@ async def test_every_control_plane_read_answers_with_the_key(gateway):
 async def test_the_writes_an_agent_would_forge_work_with_the_key(gateway):
     ids = await victim(gateway)
     headers = {"x-admin-key": TEST_ADMIN_KEY}
-    for path, status in (("/api/rollouts/{rollout_id}/reward", 200), ("/api/rollouts/{rollout_id}/finish", 200),
-                         ("/api/rollouts", 201), ("/admin/adapters", 200)):
+    for path, status in (
+        ("/api/rollouts/{rollout_id}/reward", 200),
+        ("/api/rollouts/{rollout_id}/finish", 200),
+        ("/api/rollouts", 201),
+        ("/admin/adapters", 200),
+    ):
         response = await gateway.agent.post(url_of(path, ids), json=ATTACKS[path], headers=headers)
         assert response.status_code == status, (path, response.text)
     assert gateway.fake.adapters == {"policy-v1000000": "/tmp/evil-adapter"}

@@ -41,8 +41,9 @@ def rendered_rounds(dashboard: Dashboard) -> list[str]:
 
 def test_the_table_shows_every_round_the_curve_plots_from_round_zero():
     dashboard = dashboard_with_rounds(9)
-    assert rendered_rounds(dashboard) == [str(r) for r in range(9)] == [str(r) for r in sorted(
-        dashboard.rewards_by_round)]
+    assert (
+        rendered_rounds(dashboard) == [str(r) for r in range(9)] == [str(r) for r in sorted(dashboard.rewards_by_round)]
+    )
 
 
 def test_a_long_run_keeps_the_first_round_and_the_latest_ones():

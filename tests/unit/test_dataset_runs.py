@@ -32,9 +32,24 @@ def tasks_run(gateway_url: str, run: str) -> set[str]:
 
 
 def run_cli(gateway_url: str, run: str, *options: str):
-    return CliRunner().invoke(app, ["run", "--tasks", "builtin:arithmetic", "--run", run, "--group-size", "1",
-                                    "--gateway", gateway_url, "--admin-key", TEST_ADMIN_KEY, *UNISOLATED,
-                                    *options])
+    return CliRunner().invoke(
+        app,
+        [
+            "run",
+            "--tasks",
+            "builtin:arithmetic",
+            "--run",
+            run,
+            "--group-size",
+            "1",
+            "--gateway",
+            gateway_url,
+            "--admin-key",
+            TEST_ADMIN_KEY,
+            *UNISOLATED,
+            *options,
+        ],
+    )
 
 
 def test_run_on_the_test_split_runs_exactly_the_held_out_tasks(live_gateway):
@@ -48,7 +63,9 @@ def test_run_with_globs_runs_the_matching_tasks_and_an_empty_selection_names_the
     result = run_cli(live_gateway.url, "glob-run", "--include", "add-00*", "--exclude", "add-001-*")
     assert result.exit_code == 0, result.output
     ran = tasks_run(live_gateway.url, "glob-run")
-    assert ran == {f"add-00{i}-{q}" for i, q in ((0, "7+7"), (2, "9+8"), (3, "7+5"), (4, "8+6"), (5, "4+9"),
-                                               (6, "3+5"), (7, "3+2"), (8, "5+9"))}
+    assert ran == {
+        f"add-00{i}-{q}"
+        for i, q in ((0, "7+7"), (2, "9+8"), (3, "7+5"), (4, "8+6"), (5, "4+9"), (6, "3+5"), (7, "3+2"), (8, "5+9"))
+    }
     empty = run_cli(live_gateway.url, "none-run", "--include", "nothing-*")
     assert empty.exit_code == 1 and "--include/--exclude" in empty.output

@@ -23,15 +23,23 @@ def test_every_dialect_route_is_served_under_both_prefixes_and_maps_back_to_its_
 
 
 def test_paths_that_only_end_like_a_dialect_route_are_not_that_dialect():
-    for path in ("/api/rollouts/1/messages", "/admin/responses", "/v1/models", "/v2/chat/completions",
-                 "/r/tok/v1/messages/extra", "/r/tok"):
+    for path in (
+        "/api/rollouts/1/messages",
+        "/admin/responses",
+        "/v1/models",
+        "/v2/chat/completions",
+        "/r/tok/v1/messages/extra",
+        "/r/tok",
+    ):
         assert dialect_at(path) is OTHER, path
 
 
 def test_errors_take_the_shape_of_the_dialect_at_the_path():
     error = InvalidRequest("bad", param="x")
     assert shape_for("/r/tok/v1/messages/count_tokens")(error) == {
-        "type": "error", "error": {"type": "invalid_request_error", "message": "bad"}}
+        "type": "error",
+        "error": {"type": "invalid_request_error", "message": "bad"},
+    }
     assert shape_for("/v1/responses")(error)["error"]["param"] == "x"
     assert shape_for("/api/runs")(GatewayError("boom"))["error"]["type"] == "server_error"
 
@@ -47,10 +55,13 @@ def test_failures_are_counted_under_the_dialects_name():
 
 def test_the_conversation_view_reads_each_dialects_history():
     assert request_messages("chat", {"messages": [{"role": "user", "content": "hi"}, "junk"]}) == [
-        {"role": "user", "content": "hi"}]
+        {"role": "user", "content": "hi"}
+    ]
     assert request_messages("completions", {"prompt": "2+2="}) == [{"role": "user", "content": "2+2="}]
-    anthropic = request_messages(MESSAGES.name, {"model": "policy", "max_tokens": 8, "system": "be brief",
-                                                 "messages": [{"role": "user", "content": "hi"}]})
+    anthropic = request_messages(
+        MESSAGES.name,
+        {"model": "policy", "max_tokens": 8, "system": "be brief", "messages": [{"role": "user", "content": "hi"}]},
+    )
     assert [m["role"] for m in anthropic] == ["system", "user"]
     responses = request_messages("responses", {"model": "policy", "input": "hi"})
     assert responses[-1]["role"] == "user"

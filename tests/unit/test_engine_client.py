@@ -29,8 +29,9 @@ async def raw_server(drops: int):
             sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))  # RST, not FIN
             writer.close()
             return
-        writer.write(b"HTTP/1.1 200 OK\r\ncontent-type: application/json\r\n"
-                     b"content-length: %d\r\n\r\n%s" % (len(MODELS), MODELS))
+        writer.write(
+            b"HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ncontent-length: %d\r\n\r\n%s" % (len(MODELS), MODELS)
+        )
         await writer.drain()
         writer.close()
 

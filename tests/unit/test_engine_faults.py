@@ -47,18 +47,23 @@ async def test_adapter_that_cannot_be_reloaded_fails_the_call_after_one_retry(ga
     assert len(gateway.fake.requests) == 2  # the call, and its one retry after the reload attempt
 
 
-@pytest.mark.parametrize("path, body, anthropic", [
-    ("/v1/chat/completions", chat_body(), False),
-    ("/v1/responses", {"model": "policy", "input": "Hi"}, False),
-    ("/v1/messages", {"model": "policy", "max_tokens": 8, "messages": [{"role": "user", "content": "Hi"}]}, True),
-])
+@pytest.mark.parametrize(
+    "path, body, anthropic",
+    [
+        ("/v1/chat/completions", chat_body(), False),
+        ("/v1/responses", {"model": "policy", "input": "Hi"}, False),
+        ("/v1/messages", {"model": "policy", "max_tokens": 8, "messages": [{"role": "user", "content": "Hi"}]}, True),
+    ],
+)
 async def test_hung_engine_gives_a_504_in_the_dialects_shape_after_the_engine_timeout(
-        sqlite_db, fake_engine, fake_engine_server, path, body, anthropic):
+    sqlite_db, fake_engine, fake_engine_server, path, body, anthropic
+):
     settings = gateway_settings(sqlite_db, fake_engine_server.url, engine_timeout_s=0.5)
     app = create_app(settings)  # the gateway's own engine client, built from the settings
     async with app.router.lifespan_context(app):
-        async with httpx.AsyncClient(transport=httpx.ASGITransport(app), base_url="http://gateway",
-                                     headers=ADMIN_HEADERS) as http:
+        async with httpx.AsyncClient(
+            transport=httpx.ASGITransport(app), base_url="http://gateway", headers=ADMIN_HEADERS
+        ) as http:
             fake_engine.delay_s = 3.0  # hung, well past the timeout
             started = time.monotonic()
             response = await http.post(path, json=body)
@@ -83,9 +88,20 @@ def test_serve_passes_engine_timeout_to_the_gateway(tmp_path, monkeypatch):
     monkeypatch.setenv("HARNESSRL_HOME", str(tmp_path))
     monkeypatch.setattr(server, "uvicorn_server", lambda settings, *args, **kw: seen.setdefault("settings", settings))
     monkeypatch.setattr(engine_watchdog, "serve_until_stopped", lambda server, engine, console: 0)
-    result = CliRunner().invoke(cli.app, ["serve", "--engine-url", "http://127.0.0.1:9", "--admin-key", "k",
-                                          "--database-url", f"sqlite+aiosqlite:///{tmp_path}/db.sqlite",
-                                          "--engine-timeout", "7.5"])
+    result = CliRunner().invoke(
+        cli.app,
+        [
+            "serve",
+            "--engine-url",
+            "http://127.0.0.1:9",
+            "--admin-key",
+            "k",
+            "--database-url",
+            f"sqlite+aiosqlite:///{tmp_path}/db.sqlite",
+            "--engine-timeout",
+            "7.5",
+        ],
+    )
     assert result.exit_code == 0, result.output
     assert seen["settings"].engine_timeout_s == 7.5
 

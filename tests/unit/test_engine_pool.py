@@ -11,8 +11,14 @@ from gateway.errors import EngineUnavailable
 from tests.engine_pool import fake_engines, pool_gateway
 
 
-def load(index: int, in_flight: int = 0, queued: int = 0, rollouts: int = 0, healthy: bool = True,
-         models: tuple[str, ...] = ("base",)) -> EngineLoad:
+def load(
+    index: int,
+    in_flight: int = 0,
+    queued: int = 0,
+    rollouts: int = 0,
+    healthy: bool = True,
+    models: tuple[str, ...] = ("base",),
+) -> EngineLoad:
     return EngineLoad(index, healthy, in_flight, queued, rollouts, frozenset(models))
 
 
@@ -26,16 +32,24 @@ async def wait_until(condition, timeout_s: float = 5.0) -> None:
 
 # -- the choice, as pure functions -------------------------------------------------------------------
 
+
 def test_least_loaded_counts_calls_in_flight_and_queued_then_rollouts_then_pool_order():
-    engines = [load(0, in_flight=2), load(1, in_flight=1, queued=1), load(2, in_flight=1, rollouts=3),
-               load(3, in_flight=1, rollouts=3)]
+    engines = [
+        load(0, in_flight=2),
+        load(1, in_flight=1, queued=1),
+        load(2, in_flight=1, rollouts=3),
+        load(3, in_flight=1, rollouts=3),
+    ]
     assert least_loaded(engines, "base") == 2
     assert least_loaded(engines, "base", exclude=frozenset({2})) == 3
 
 
 def test_least_loaded_prefers_engines_that_serve_the_version_and_skips_unhealthy_ones():
-    engines = [load(0, models=("base",)), load(1, in_flight=5, models=("base", "policy-v3")),
-               load(2, healthy=False, models=("base", "policy-v3"))]
+    engines = [
+        load(0, models=("base",)),
+        load(1, in_flight=5, models=("base", "policy-v3")),
+        load(2, healthy=False, models=("base", "policy-v3")),
+    ]
     assert least_loaded(engines, "policy-v3") == 1
     assert least_loaded([load(0, healthy=False)], "base") is None
 
@@ -50,14 +64,17 @@ def test_a_rollout_stays_on_its_engine_however_loaded_and_moves_only_when_it_is_
 def test_router_spreads_new_rollouts_and_remembers_each_ones_engine():
     router = StickyLeastLoaded()
     engines = [load(0), load(1)]
-    firsts = [router.route(rollout, "base", [load(i, rollouts=router.rollouts_on(i)) for i in range(2)]).index
-              for rollout in range(6)]
+    firsts = [
+        router.route(rollout, "base", [load(i, rollouts=router.rollouts_on(i)) for i in range(2)]).index
+        for rollout in range(6)
+    ]
     assert firsts == [0, 1, 0, 1, 0, 1]
     assert [router.route(rollout, "base", engines).index for rollout in range(6)] == firsts
     assert (router.rollouts_on(0), router.rollouts_on(1)) == (3, 3)
 
 
 # -- through the gateway, on fake engine servers ---------------------------------------------------
+
 
 async def test_every_call_of_a_rollout_goes_to_one_engine_and_rollouts_spread_over_all(sqlite_db):
     async with pool_gateway(sqlite_db, fake_engines(3)) as gateway:
@@ -189,8 +206,10 @@ async def test_a_rollout_token_cannot_choose_or_learn_its_engine(sqlite_db):
 
 async def test_a_gateway_with_several_engines_follows_a_publication_onto_all_of_them_before_serving_it(sqlite_db):
     publisher_fakes, follower_fakes = fake_engines(1), fake_engines(2)
-    async with (pool_gateway(sqlite_db, publisher_fakes) as publisher,
-                pool_gateway(sqlite_db, follower_fakes, follow_interval_s=0.05) as follower):
+    async with (
+        pool_gateway(sqlite_db, publisher_fakes) as publisher,
+        pool_gateway(sqlite_db, follower_fakes, follow_interval_s=0.05) as follower,
+    ):
         published = await publisher.http.post("/admin/adapters", json={"version": 1, "path": "/adapters/v1"})
         assert published.status_code == 200, published.text
         seen = []

@@ -19,19 +19,22 @@ def assert_openai_error(response: httpx.Response, status: int) -> dict:
     return error
 
 
-@pytest.mark.parametrize("body", [
-    {"model": "policy"},
-    {"model": "policy", "messages": []},
-    {"model": "policy", "messages": "hello"},
-    {"model": "policy", "messages": [{"role": "wizard", "content": "hi"}]},
-    {"model": "policy", "messages": [{"role": "user", "content": 7}]},
-    {"model": "policy", "messages": [{"role": "tool", "content": "result"}]},
-    chat_body(temperature="hot"),
-    chat_body(n=3),
-    chat_body(max_tokens=0),
-    chat_body(tools=[{"type": "function"}]),
-    chat_body(tool_choice="sometimes"),
-])
+@pytest.mark.parametrize(
+    "body",
+    [
+        {"model": "policy"},
+        {"model": "policy", "messages": []},
+        {"model": "policy", "messages": "hello"},
+        {"model": "policy", "messages": [{"role": "wizard", "content": "hi"}]},
+        {"model": "policy", "messages": [{"role": "user", "content": 7}]},
+        {"model": "policy", "messages": [{"role": "tool", "content": "result"}]},
+        chat_body(temperature="hot"),
+        chat_body(n=3),
+        chat_body(max_tokens=0),
+        chat_body(tools=[{"type": "function"}]),
+        chat_body(tool_choice="sometimes"),
+    ],
+)
 async def test_malformed_chat_bodies_are_400(gateway, body):
     assert_openai_error(await gateway.http.post("/v1/chat/completions", json=body), 400)
     assert gateway.fake.requests == []
@@ -39,8 +42,9 @@ async def test_malformed_chat_bodies_are_400(gateway, body):
 
 @pytest.mark.parametrize("content", [b"{not json", b"\xff\xfe{}", b"[1, 2]", b""])
 async def test_unparsable_bodies_are_400(gateway, content):
-    response = await gateway.http.post("/v1/chat/completions", content=content,
-                                       headers={"content-type": "application/json"})
+    response = await gateway.http.post(
+        "/v1/chat/completions", content=content, headers={"content-type": "application/json"}
+    )
     assert_openai_error(response, 400)
 
 
@@ -60,8 +64,9 @@ async def test_prompt_over_the_context_limit_is_400_naming_the_limit(gateway):
 async def test_unknown_token_is_401(gateway):
     response = await gateway.http.post("/r/hrl-nope/v1/chat/completions", json=chat_body())
     assert_openai_error(response, 401)
-    response = await gateway.http.post("/v1/chat/completions", json=chat_body(),
-                                       headers={"authorization": "Bearer hrl-forged"})
+    response = await gateway.http.post(
+        "/v1/chat/completions", json=chat_body(), headers={"authorization": "Bearer hrl-forged"}
+    )
     assert_openai_error(response, 401)
 
 
@@ -69,8 +74,9 @@ async def test_require_token_refuses_anonymous_calls(strict_gateway):
     response = await strict_gateway.http.post("/v1/chat/completions", json=chat_body())
     assert_openai_error(response, 401)
     rollout = await strict_gateway.new_rollout()
-    ok = await strict_gateway.http.post("/v1/chat/completions", json=chat_body(),
-                                        headers={"authorization": f"Bearer {rollout['token']}"})
+    ok = await strict_gateway.http.post(
+        "/v1/chat/completions", json=chat_body(), headers={"authorization": f"Bearer {rollout['token']}"}
+    )
     assert ok.status_code == 200
 
 
@@ -78,8 +84,9 @@ async def test_engine_down_is_503_with_retry_after(sqlite_db):
     settings = gateway_settings(sqlite_db, "http://127.0.0.1:9", base_model="base")
     app = create_app(settings)
     async with app.router.lifespan_context(app):
-        async with httpx.AsyncClient(transport=httpx.ASGITransport(app), base_url="http://gateway",
-                                     headers=ADMIN_HEADERS) as http:
+        async with httpx.AsyncClient(
+            transport=httpx.ASGITransport(app), base_url="http://gateway", headers=ADMIN_HEADERS
+        ) as http:
             response = await http.post("/v1/chat/completions", json=chat_body())
             error = assert_openai_error(response, 503)
             assert response.headers["retry-after"].isdigit()

@@ -36,13 +36,20 @@ async def test_the_summary_reports_each_policys_pass_rates_rewards_and_failures(
 
     summary = (await gw.http.get("/api/runs/eval/summary")).json()
     base, v1 = summary["policies"]
-    assert (base["policy"], base["rollouts"], base["passed"], base["failures"], base["tasks"], base["k"]) == \
-        ("base", 4, 1, 1, 2, 2)
+    assert (base["policy"], base["rollouts"], base["passed"], base["failures"], base["tasks"], base["k"]) == (
+        "base",
+        4,
+        1,
+        1,
+        2,
+        2,
+    )
     assert base["pass_at_1"] == pytest.approx((1 / 2 + 0) / 2)
     assert base["pass_at_k"] == pytest.approx((pass_at_k(2, 1, 2) + 0) / 2)
     interval = mean_interval(4, 1.0 + 0.0 + 1.0 + 0.0, 1.0 + 1.0)
-    assert (base["reward_mean"], base["reward_low"], base["reward_high"]) == \
-        pytest.approx((interval.mean, interval.low, interval.high))
+    assert (base["reward_mean"], base["reward_low"], base["reward_high"]) == pytest.approx(
+        (interval.mean, interval.low, interval.high)
+    )
     assert (v1["policy"], v1["rollouts"], v1["passed"], v1["failures"]) == ("policy-v1", 4, 3, 0)
     assert v1["pass_at_1"] == pytest.approx((1.0 + 0.5) / 2) and v1["pass_at_k"] == pytest.approx(1.0)
     assert v1["reward_mean"] == pytest.approx((1 + 1.5 + 1 + 0) / 4)

@@ -33,15 +33,23 @@ def live_gateway(sqlite_db, fake_engine, fake_engine_server) -> Iterator[Backgro
     fake_engine.record_requests = False
     fake_engine.script = adapter_knows_arithmetic
     with BackgroundGateway(gateway_settings(sqlite_db, fake_engine_server.url)) as gateway:
-        published = httpx.post(f"{gateway.url}/admin/adapters", headers=ADMIN_HEADERS,
-                               json={"version": 1, "path": "/adapters/v1"})
+        published = httpx.post(
+            f"{gateway.url}/admin/adapters", headers=ADMIN_HEADERS, json={"version": 1, "path": "/adapters/v1"}
+        )
         assert published.status_code == 200, published.text
         yield gateway
 
 
 def plan(**overrides) -> EvalPlan:
-    fields = dict(run="eval-test", tasks=TASKS, harness=eval_harness("oneshot", "local"), policies=("base", "latest"),
-                  k=3, concurrency=4, sandbox_options=OPTIONS)
+    fields = dict(
+        run="eval-test",
+        tasks=TASKS,
+        harness=eval_harness("oneshot", "local"),
+        policies=("base", "latest"),
+        k=3,
+        concurrency=4,
+        sandbox_options=OPTIONS,
+    )
     return EvalPlan(**{**fields, **overrides})
 
 
@@ -58,24 +66,30 @@ def store_counts(gateway_url: str, run: str) -> dict[int, tuple[int, int]]:
 async def test_each_policy_is_evaluated_pinned_and_the_numbers_are_the_stores(live_gateway, tmp_path):
     document = await run_evaluation(plan(), live_gateway.url, TEST_ADMIN_KEY)
     base, latest = document["policies"]
-    assert (base["asked"], base["policy"], latest["asked"], latest["policy"]) == \
-        ("base", "base", "latest", "policy-v1")
+    assert (base["asked"], base["policy"], latest["asked"], latest["policy"]) == ("base", "base", "latest", "policy-v1")
     assert (base["rollouts"], base["passed"], base["pass_at_1"], base["pass_at_k"]) == (3 * len(TASKS), 0, 0.0, 0.0)
-    assert (latest["rollouts"], latest["passed"], latest["pass_at_1"], latest["pass_at_k"]) == \
-        (3 * len(TASKS), 3 * len(TASKS), 1.0, 1.0)
+    assert (latest["rollouts"], latest["passed"], latest["pass_at_1"], latest["pass_at_k"]) == (
+        3 * len(TASKS),
+        3 * len(TASKS),
+        1.0,
+        1.0,
+    )
     assert latest["k"] == 3 and latest["reward_mean"] == 1.0 and base["failures"] == 0
     assert store_counts(live_gateway.url, "eval-test") == {0: (3 * len(TASKS), 0), 1: (3 * len(TASKS), 3 * len(TASKS))}
     assert [row["task"] for row in document["per_task"]] == [t.name for t in TASKS]
-    assert all(row["policies"] == {"base": {"rollouts": 3, "passed": 0}, "policy-v1": {"rollouts": 3, "passed": 3}}
-               for row in document["per_task"])
+    assert all(
+        row["policies"] == {"base": {"rollouts": 3, "passed": 0}, "policy-v1": {"rollouts": 3, "passed": 3}}
+        for row in document["per_task"]
+    )
     again = await run_evaluation(plan(), live_gateway.url, TEST_ADMIN_KEY)  # resumes: nothing left to run
     assert again["policies"] == document["policies"]
 
 
 async def test_evaluate_prints_the_table_and_writes_eval_json_and_a_png(live_gateway, tmp_path):
     console = Console(record=True, width=160)
-    document = await _in_thread(lambda: evaluate(plan(policies=("policy-v1",), k=2), live_gateway.url,
-                                                 TEST_ADMIN_KEY, tmp_path, console))
+    document = await _in_thread(
+        lambda: evaluate(plan(policies=("policy-v1",), k=2), live_gateway.url, TEST_ADMIN_KEY, tmp_path, console)
+    )
     written = json.loads((tmp_path / "eval.json").read_text())
     assert written["policies"] == document["policies"] and written["k"] == 2
     assert (tmp_path / "eval.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
@@ -89,8 +103,10 @@ async def test_an_unpublished_policy_stops_the_evaluation_with_the_gateways_reas
 
 
 def test_latest_is_read_once_and_duplicates_collapse():
-    assert [(p.asked, p.label) for p in resolve_policies(("base", "latest", "policy-v4", "base"), 4)] == \
-        [("base", "base"), ("latest", "policy-v4")]
+    assert [(p.asked, p.label) for p in resolve_policies(("base", "latest", "policy-v4", "base"), 4)] == [
+        ("base", "base"),
+        ("latest", "policy-v4"),
+    ]
     assert resolve_policies(("latest",), 0)[0].label == "base"
     with pytest.raises(ValueError, match="--policies takes"):
         resolve_policies(("v3",), 3)
@@ -98,4 +114,5 @@ def test_latest_is_read_once_and_duplicates_collapse():
 
 async def _in_thread(work):
     import asyncio
+
     return await asyncio.to_thread(work)  # evaluate() runs its own event loop, as the CLI does

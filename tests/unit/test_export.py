@@ -16,8 +16,10 @@ async def record_two_turns(gateway, run: str) -> dict:
     client = gateway.openai(api_key=rollout["token"])
     messages = [{"role": "user", "content": "hi"}]
     reply = await client.chat.completions.create(model="policy", messages=messages)
-    messages += [{"role": "assistant", "content": reply.choices[0].message.content},
-                 {"role": "user", "content": "more"}]
+    messages += [
+        {"role": "assistant", "content": reply.choices[0].message.content},
+        {"role": "user", "content": "more"},
+    ]
     await client.chat.completions.create(model="policy", messages=messages)
     return rollout
 
@@ -51,6 +53,7 @@ async def test_parquet_export_loads_with_datasets(gateway, tmp_path):
 
 
 def test_export_of_an_unknown_run_names_the_fix(sqlite_db, tmp_path):
-    result = CliRunner().invoke(app, ["export", "--run", "nope", "--out", str(tmp_path / "x.jsonl"),
-                                      "--database-url", sqlite_db])
+    result = CliRunner().invoke(
+        app, ["export", "--run", "nope", "--out", str(tmp_path / "x.jsonl"), "--database-url", sqlite_db]
+    )
     assert result.exit_code == 1 and "no run named 'nope'" in result.output

@@ -69,8 +69,11 @@ async def test_first_request_is_served_and_recorded_in_each_capture_mode(name, a
     gateway, fixture = any_gateway, load_first_request(name)
     gateway.fake.max_model_len = 1_000_000  # real agents' prompts are 6-60 kB; asks for up to 64K tokens
     rollout = await gateway.new_rollout(run=f"compat-{mode}", task=name, capture=mode)
-    response = await gateway.agent.post(fixture["path"].replace("/v1/", f"/r/{rollout['token']}/v1/", 1),
-                                        json=fixture["body"], headers=headers_for(fixture, rollout["token"]))
+    response = await gateway.agent.post(
+        fixture["path"].replace("/v1/", f"/r/{rollout['token']}/v1/", 1),
+        json=fixture["body"],
+        headers=headers_for(fixture, rollout["token"]),
+    )
     assert response.status_code == 200, response.text[:2000]
     assert_complete_answer(fixture, response)
 

@@ -18,8 +18,9 @@ DIALECT_EXAMPLES = 60
 @pytest.fixture
 def fuzz_settings(sqlite_db, fake_engine, fake_engine_server):
     fake_engine.max_model_len = 100_000
-    return gateway_settings(sqlite_db, fake_engine_server.url, allowed_hosts=(FUZZ_HOST,), require_token=True,
-                            max_body_bytes=256 * 1024)
+    return gateway_settings(
+        sqlite_db, fake_engine_server.url, allowed_hosts=(FUZZ_HOST,), require_token=True, max_body_bytes=256 * 1024
+    )
 
 
 def test_rest_api_fuzzed_has_no_server_errors_and_answers_in_its_documented_shapes(fuzz_settings):
@@ -38,8 +39,13 @@ def test_model_dialects_fuzzed_have_no_server_errors_and_answer_in_their_shapes(
         rollout = _new_rollout(app)  # the dialects are fuzzed as a training agent reaches them: its token
         schema = dialect_schema(app, f"/r/{rollout['token']}/v1")
         statuses: list[int] = []
-        fuzz(schema, fuzz_settings.database_url, {}, DIALECT_EXAMPLES,
-             on_case=lambda case, response: statuses.append(response.status_code))
+        fuzz(
+            schema,
+            fuzz_settings.database_url,
+            {},
+            DIALECT_EXAMPLES,
+            on_case=lambda case, response: statuses.append(response.status_code),
+        )
     assert 200 in statuses and any(400 <= s < 500 for s in statuses)  # both answers and refusals were seen
 
 

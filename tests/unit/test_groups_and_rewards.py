@@ -17,8 +17,9 @@ async def test_reward_components_add_up_and_none_is_left_out(gateway):
     await gateway.http.post(f"/api/rollouts/{rollout['id']}/reward", json={"name": "judge", "value": None})
     assert (await gateway.http.get(f"/api/rollouts/{rollout['id']}")).json()["reward"] is None
     await gateway.http.post(f"/api/rollouts/{rollout['id']}/reward", json={"name": "style", "value": 0.25})
-    done = await gateway.http.post(f"/api/rollouts/{rollout['id']}/finish",
-                                   json={"status": "finished", "rewards": {"verifier": 1.0}})
+    done = await gateway.http.post(
+        f"/api/rollouts/{rollout['id']}/finish", json={"status": "finished", "rewards": {"verifier": 1.0}}
+    )
     view = done.json()
     assert view["reward"] == 1.25 and view["rewards"] == {"judge": None, "style": 0.25, "verifier": 1.0}
     assert view["status"] == "finished" and view["finished_at"] is not None
@@ -30,8 +31,10 @@ async def test_group_becomes_ready_when_all_its_rollouts_ended(gateway):
     for n, (rollout, (status, error)) in enumerate(zip(rollouts, ended)):
         groups = (await gateway.http.get("/api/groups", params={"run": "grpo"})).json()["data"]
         assert groups[0]["status"] == "open" and groups[0]["size"] == 3
-        await gateway.http.post(f"/api/rollouts/{rollout['id']}/finish",
-                                json={"status": status, "error": error, "rewards": {"verifier": float(n)}})
+        await gateway.http.post(
+            f"/api/rollouts/{rollout['id']}/finish",
+            json={"status": status, "error": error, "rewards": {"verifier": float(n)}},
+        )
     [group] = (await gateway.http.get("/api/groups", params={"run": "grpo", "status": "ready"})).json()["data"]
     assert group["ready_at"] is not None and group["task"] == "t1"
 
@@ -58,7 +61,10 @@ async def test_store_writes_need_the_admin_key_when_one_is_set(guarded_gateway):
     assert refused.status_code == 401 and "admin key" in refused.json()["error"]["message"]
     rollout = (await http.post("/api/rollouts", json={"run": "r", "task": "t"}, headers=ADMIN)).json()
     # An agent holding only its rollout token cannot score itself.
-    forged = await guarded_gateway.agent.post(f"/api/rollouts/{rollout['id']}/reward", json={"value": 100.0},
-                             headers={"authorization": f"Bearer {rollout['token']}"})
+    forged = await guarded_gateway.agent.post(
+        f"/api/rollouts/{rollout['id']}/reward",
+        json={"value": 100.0},
+        headers={"authorization": f"Bearer {rollout['token']}"},
+    )
     assert forged.status_code == 401
     assert (await http.get(f"/api/rollouts/{rollout['id']}")).json()["reward"] is None

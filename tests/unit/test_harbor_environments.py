@@ -57,11 +57,17 @@ def copy_task(tmp_path: Path, name: str = "csv-total") -> Path:
 
 def test_docker_image_in_task_toml_is_used_and_sizes_parse(tmp_path):
     folder = copy_task(tmp_path)
-    (folder / "task.toml").write_text('[environment]\ndocker_image = "acme/tool:1"\nmemory = "512M"\n'
-                                      'storage = "2G"\ncpus = 2\n')
+    (folder / "task.toml").write_text(
+        '[environment]\ndocker_image = "acme/tool:1"\nmemory = "512M"\nstorage = "2G"\ncpus = 2\n'
+    )
     env = load_harbor(folder).environment
-    assert (env.docker_image, env.context, env.memory_mb, env.storage_mb, env.cpus) == ("acme/tool:1", None,
-                                                                                          512, 2048, 2.0)
+    assert (env.docker_image, env.context, env.memory_mb, env.storage_mb, env.cpus) == (
+        "acme/tool:1",
+        None,
+        512,
+        2048,
+        2.0,
+    )
 
 
 def test_a_bad_size_or_a_missing_machine_is_a_task_error_naming_the_file(tmp_path):
@@ -116,9 +122,9 @@ async def verdict_of(reward_script: str):
 async def test_reward_json_with_several_keys_becomes_reward_components():
     verdict = await verdict_of('echo \'{"mean": 0.5, "median": 0.25}\' > /logs/verifier/reward.json')
     assert verdict.components == {"verifier.mean": 0.5, "verifier.median": 0.25} and verdict.reward == 0.75
-    single = await verdict_of('echo \'{"reward": 1}\' > /logs/verifier/reward.json')
+    single = await verdict_of("echo '{\"reward\": 1}' > /logs/verifier/reward.json")
     assert single.components == {"verifier": 1.0}
-    for bad in ('{"a": "high"}', '{"a": true}', '[1]', '{}', '{"a b": 1}'):
+    for bad in ('{"a": "high"}', '{"a": true}', "[1]", "{}", '{"a b": 1}'):
         verdict = await verdict_of(f"echo '{bad}' > /logs/verifier/reward.json")
         assert verdict.reward is None and "does not hold a reward" in verdict.error, bad
 
@@ -128,8 +134,7 @@ async def test_oracle_scores_one_and_doing_nothing_zero_on_builtin_tasks_and_a_m
     tasks = [t for t in load_tasks(builtin_tasks_path()) if t.name in ("fix-add", "harbor-gcd", "arith-add-small")]
     settings = CheckSettings(sandbox="local", sandbox_options={"isolation": ISOLATION})
     checks = await check_tasks(tasks, settings, Environments())
-    assert [(c.task, c.oracle.reward, c.nop.reward, c.ok) for c in checks] == [
-        (t.name, 1.0, 0.0, True) for t in tasks]
+    assert [(c.task, c.oracle.reward, c.nop.reward, c.ok) for c in checks] == [(t.name, 1.0, 0.0, True) for t in tasks]
     unsolved = type(tasks[0])(**{**tasks[0].__dict__, "solution": None})
     [check] = await check_tasks([unsolved], settings, Environments())
     assert not check.ok and "has no reference solution: add solution/solve.sh" in check.oracle.reason

@@ -42,8 +42,10 @@ def test_unknown_dtype_names_the_choices():
 
 def test_cpu_flags_read_the_flags_line(tmp_path: Path):
     cpuinfo = tmp_path / "cpuinfo"
-    cpuinfo.write_text("processor\t: 0\nmodel name\t: AMD EPYC\nflags\t\t: fpu avx2 avx512_bf16\n\n"
-                       "processor\t: 1\nflags\t\t: fpu avx2 avx512_bf16\n")
+    cpuinfo.write_text(
+        "processor\t: 0\nmodel name\t: AMD EPYC\nflags\t\t: fpu avx2 avx512_bf16\n\n"
+        "processor\t: 1\nflags\t\t: fpu avx2 avx512_bf16\n"
+    )
     assert cpu_flags(cpuinfo) == {"fpu", "avx2", "avx512_bf16"}
     assert cpu_flags(tmp_path / "missing") == frozenset()
 
@@ -77,6 +79,7 @@ def test_cpu_engines_prefill_agent_prompts_in_large_chunks():
 
 
 def test_an_explicit_batched_token_flag_is_not_overridden(tmp_path: Path):
-    command = vllm_command(EngineLaunch(model_dir=tmp_path, dtype="float32",
-                                        extra_args=("--max-num-batched-tokens", "512")))
+    command = vllm_command(
+        EngineLaunch(model_dir=tmp_path, dtype="float32", extra_args=("--max-num-batched-tokens", "512"))
+    )
     assert command.count("--max-num-batched-tokens") == 1

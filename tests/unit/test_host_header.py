@@ -33,8 +33,9 @@ async def test_loopback_names_and_configured_names_are_served(gateway, host):
 
 
 def test_served_names_are_loopback_the_public_url_and_the_allowed_hosts():
-    settings = GatewaySettings(database_url="sqlite://", admin_key="k", public_url="https://GW.example.org:8443/x",
-                               allowed_hosts=("Box.lan",))
+    settings = GatewaySettings(
+        database_url="sqlite://", admin_key="k", public_url="https://GW.example.org:8443/x", allowed_hosts=("Box.lan",)
+    )
     assert settings.served_hosts() == {"127.0.0.1", "localhost", "::1", "gw.example.org", "box.lan"}
     assert "gateway" not in GatewaySettings(database_url="sqlite://", admin_key="k").served_hosts()
 

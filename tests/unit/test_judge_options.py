@@ -25,11 +25,26 @@ def decorated_app(modes: bool) -> tuple[typer.Typer, list[JudgeOptions]]:
 
 def test_a_decorated_command_receives_the_judge_flags_as_one_options_object(tmp_path):
     demo, seen = decorated_app(modes=True)
-    result = CliRunner().invoke(demo, ["x", "--judge", "openai/m", "--rubric", str(tmp_path / "r.txt"),
-                                       "--judge-mode", "group", "--judge-concurrency", "2", "--judge-timeout", "5"])
+    result = CliRunner().invoke(
+        demo,
+        [
+            "x",
+            "--judge",
+            "openai/m",
+            "--rubric",
+            str(tmp_path / "r.txt"),
+            "--judge-mode",
+            "group",
+            "--judge-concurrency",
+            "2",
+            "--judge-timeout",
+            "5",
+        ],
+    )
     assert result.exit_code == 0, result.output
-    assert seen == [JudgeOptions(model="openai/m", rubric=tmp_path / "r.txt", mode="group", concurrency=2,
-                                 timeout_s=5.0)]
+    assert seen == [
+        JudgeOptions(model="openai/m", rubric=tmp_path / "r.txt", mode="group", concurrency=2, timeout_s=5.0)
+    ]
 
 
 def test_without_modes_there_is_no_judge_mode_flag_and_rollouts_are_judged_alone():
@@ -48,8 +63,18 @@ def test_judge_options_name_the_missing_flag(tmp_path):
 def test_run_eval_and_quickstart_refuse_a_judge_without_a_rubric(tmp_path, monkeypatch):
     monkeypatch.setenv("HARNESSRL_HOME", str(tmp_path))
     for command in (["run", "--tasks", "builtin:arithmetic", "--run", "r"], ["eval"], ["quickstart"]):
-        result = CliRunner().invoke(app, [*command, "--admin-key", "k", "--judge", "openai/m",
-                                          "--database-url", f"sqlite+aiosqlite:///{tmp_path}/db.sqlite"])
+        result = CliRunner().invoke(
+            app,
+            [
+                *command,
+                "--admin-key",
+                "k",
+                "--judge",
+                "openai/m",
+                "--database-url",
+                f"sqlite+aiosqlite:///{tmp_path}/db.sqlite",
+            ],
+        )
         assert result.exit_code == 1, (command, result.output)
         assert "--judge needs --rubric" in result.output, (command, result.output)
 

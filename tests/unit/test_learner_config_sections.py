@@ -14,8 +14,14 @@ from learner.config import LearnerConfig, config_from_dict, dump_toml, with_over
 
 
 def test_quickstarts_learner_toml_loads_back_as_the_config_it_built(tmp_path):
-    plan = QuickstartPlan(run="qs", model_dir=tmp_path / "model", tasks=[], database_url="sqlite+aiosqlite://",
-                          learner_metrics_port=9100, learner={"beta": 0.01})
+    plan = QuickstartPlan(
+        run="qs",
+        model_dir=tmp_path / "model",
+        tasks=[],
+        database_url="sqlite+aiosqlite://",
+        learner_metrics_port=9100,
+        learner={"beta": 0.01},
+    )
     warm = WarmStartResult(tmp_path / "adapter", 3, 5)
     built = learner_config(plan, "http://127.0.0.1:8123", tmp_path / "out", warm)
     written = tomllib.loads(dump_toml(built))
@@ -31,8 +37,9 @@ def test_show_config_prints_sections_without_the_admin_key(tmp_path, monkeypatch
     model.mkdir()
     (model / "config.json").write_text("{}")
     config = tmp_path / "learner.toml"
-    config.write_text(dump_toml(with_overrides(LearnerConfig(model_dir=str(model)), lora_rank=8, admin_key="s3cret"),
-                                secrets=True))
+    config.write_text(
+        dump_toml(with_overrides(LearnerConfig(model_dir=str(model)), lora_rank=8, admin_key="s3cret"), secrets=True)
+    )
     result = CliRunner().invoke(app, ["train", "--run", "r", "--config", str(config), "--show-config"])
     assert result.exit_code == 0, result.output
     shown = tomllib.loads(result.stdout)

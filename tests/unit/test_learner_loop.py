@@ -48,16 +48,26 @@ class Crash(Exception):
 # --- building stores ---------------------------------------------------------------------------
 
 
-async def add_group(store: Store, task: str, rewards: list[float | None], *, version: int = 0, seed: int = 0,
-                    end: bool = True) -> list[int]:
+async def add_group(
+    store: Store, task: str, rewards: list[float | None], *, version: int = 0, seed: int = 0, end: bool = True
+) -> list[int]:
     """One group of len(rewards) rollouts with one call each; ended (so ready) unless end=False."""
     rng = np.random.default_rng(seed)
     rollout_ids = []
     for _ in rewards:
         identity = await store.create_rollout(RUN, task, group_size=len(rewards))
         prompt, output = rng.integers(10, 1000, 12).tolist(), rng.integers(10, 1000, 6).tolist()
-        await store.insert_calls([call_record(identity.rollout_id, prompt_ids=prompt, output_ids=output,
-                                              output_logprobs=[LOGPROB] * 6, policy_version=version)])
+        await store.insert_calls(
+            [
+                call_record(
+                    identity.rollout_id,
+                    prompt_ids=prompt,
+                    output_ids=output,
+                    output_logprobs=[LOGPROB] * 6,
+                    policy_version=version,
+                )
+            ]
+        )
         rollout_ids.append(identity.rollout_id)
     if end:
         for rollout_id, reward in zip(rollout_ids, rewards):
@@ -96,8 +106,16 @@ async def reference_store(tmp_path: Path, migrated_sqlite_file: Path) -> AsyncIt
 
 
 def config_for(tiny_model_dir: Path, out: Path, **overrides) -> LearnerConfig:
-    values = dict(model_dir=str(tiny_model_dir), groups_per_step=2, lr=1e-3, poll_interval_s=0.05, publish=False,
-                  lora_rank=4, lora_alpha=8, max_staleness=100)
+    values = dict(
+        model_dir=str(tiny_model_dir),
+        groups_per_step=2,
+        lr=1e-3,
+        poll_interval_s=0.05,
+        publish=False,
+        lora_rank=4,
+        lora_alpha=8,
+        max_staleness=100,
+    )
     values.update(overrides)
     return resolve_paths(with_overrides(LearnerConfig(), **values), out)
 
@@ -163,8 +181,9 @@ async def test_the_learner_waits_for_enough_ready_groups_and_stops_when_asked(st
     assert list((await statuses(store)).values()).count("ready") == 1
 
 
-async def test_a_crash_between_steps_resumes_without_training_a_group_twice(store, reference_store, tiny_model_dir,
-                                                                            tmp_path, monkeypatch):
+async def test_a_crash_between_steps_resumes_without_training_a_group_twice(
+    store, reference_store, tiny_model_dir, tmp_path, monkeypatch
+):
     groups = await fill(store, 8)
     await fill(reference_store, 8)  # the same data, trained straight through
     reference = config_for(tiny_model_dir, tmp_path / "ref", max_steps=4, checkpoint_every=2)
@@ -196,7 +215,8 @@ async def test_a_crash_between_steps_resumes_without_training_a_group_twice(stor
 
 
 async def test_a_crash_after_the_checkpoint_write_before_the_commit_reloads_the_committed_one(
-        store, reference_store, tiny_model_dir, tmp_path, monkeypatch):
+    store, reference_store, tiny_model_dir, tmp_path, monkeypatch
+):
     groups = await fill(store, 6)
     config = config_for(tiny_model_dir, tmp_path / "out", max_steps=3)
     real_commit = learner.loop.commit_checkpoint
@@ -247,15 +267,21 @@ async def test_stale_samples_are_dropped_and_counted(store, tiny_model_dir, tmp_
 
 def sample(version: int, n: int = 6) -> Sample:
     mask = np.array([0, 0, 1, 1, 1, 1][:n], np.int8)
-    return Sample((1,), np.arange(n, dtype=np.int32), mask, np.zeros(n, np.float32),
-                  np.where(mask == 1, version, -1).astype(np.int32))
+    return Sample(
+        (1,),
+        np.arange(n, dtype=np.int32),
+        mask,
+        np.zeros(n, np.float32),
+        np.where(mask == 1, version, -1).astype(np.int32),
+    )
 
 
 def test_a_sample_is_as_old_as_its_oldest_sampled_token():
     mixed = sample(5)
     mixed.policy_versions[2] = 3  # an earlier turn sampled by version 3
-    group = ReadyGroup(1, None, (RolloutData(1, 1.0, (mixed,)), RolloutData(2, 0.0, (sample(5),)),
-                                 RolloutData(3, None, (sample(5),))))
+    group = ReadyGroup(
+        1, None, (RolloutData(1, 1.0, (mixed,)), RolloutData(2, 0.0, (sample(5),)), RolloutData(3, None, (sample(5),)))
+    )
     batch = build_batch([group], learner_version=5, max_staleness=1)
     assert batch.staleness == (2, 0, 0) and batch.samples_stale == 1 and batch.samples_unscored == 1
     assert [s.rollout_id for s in batch.samples] == [2] and batch.samples[0].advantage == pytest.approx(-1.0)
@@ -281,9 +307,25 @@ async def test_each_step_stores_its_metrics_and_writes_tensorboard(store, tiny_m
     await train(config, store)
     rows = await stored_steps(store, RUN)
     assert [row["step"] for row in rows] == [1, 2]
-    for key in ("reward_mean", "reward_mean_kept", "frac_reward_zero_std", "samples", "tokens", "staleness_mean",
-                "staleness_max", "ratio_min", "ratio_mean", "ratio_max", "is_masked_fraction", "clip_frac_low",
-                "clip_frac_high", "entropy", "loss", "grad_norm", "step_time_s"):
+    for key in (
+        "reward_mean",
+        "reward_mean_kept",
+        "frac_reward_zero_std",
+        "samples",
+        "tokens",
+        "staleness_mean",
+        "staleness_max",
+        "ratio_min",
+        "ratio_mean",
+        "ratio_max",
+        "is_masked_fraction",
+        "clip_frac_low",
+        "clip_frac_high",
+        "entropy",
+        "loss",
+        "grad_norm",
+        "step_time_s",
+    ):
         assert isinstance(rows[0][key], (int, float)), key
     assert rows[0]["swap_time_s"] is None  # nothing published
     assert rows[0]["tokens"] == 8 * 18 and rows[0]["tokens_sampled"] == 8 * 6  # 2 groups of 4, one call each
@@ -296,8 +338,7 @@ async def test_each_step_stores_its_metrics_and_writes_tensorboard(store, tiny_m
 @pytest.fixture
 async def admin_gateway(sqlite_db, fake_engine, fake_engine_server) -> AsyncIterator[GatewayHarness]:
     # max_staleness 2: the learner takes the gateway's, so version-0 samples still train its third step
-    settings = gateway_settings(sqlite_db, fake_engine_server.url, admin_key=ADMIN,
-                               max_staleness=2)
+    settings = gateway_settings(sqlite_db, fake_engine_server.url, admin_key=ADMIN, max_staleness=2)
     async for harness in start_gateway(settings, fake_engine):
         yield harness
 
@@ -306,8 +347,7 @@ def gateway_publisher(gateway: GatewayHarness, config: LearnerConfig) -> Publish
     return Publisher("http://gateway", ADMIN, Path(config.publish.adapters_dir), client=gateway.http)
 
 
-async def test_each_new_version_is_published_through_the_admin_endpoint(admin_gateway, store, tiny_model_dir,
-                                                                        tmp_path):
+async def test_each_new_version_is_published_through_the_admin_endpoint(admin_gateway, store, tiny_model_dir, tmp_path):
     await fill(store, 6)
     config = config_for(tiny_model_dir, tmp_path / "out", max_steps=3, weight_sync_steps=1, publish=True)
     await train(config, store, publisher=gateway_publisher(admin_gateway, config))
@@ -320,10 +360,13 @@ async def test_each_new_version_is_published_through_the_admin_endpoint(admin_ga
     assert all(row["swap_time_s"] > 0 for row in rows)
     # a rollout started now is served by the newest adapter
     headers = {"x-admin-key": ADMIN}
-    rollout = (await admin_gateway.http.post("/api/rollouts", json={"run": RUN, "task": "next"},
-                                             headers=headers)).json()
-    answer = await admin_gateway.http.post(f"/r/{rollout['token']}/v1/chat/completions", json={
-        "model": "policy", "messages": [{"role": "user", "content": "hi"}]})
+    rollout = (
+        await admin_gateway.http.post("/api/rollouts", json={"run": RUN, "task": "next"}, headers=headers)
+    ).json()
+    answer = await admin_gateway.http.post(
+        f"/r/{rollout['token']}/v1/chat/completions",
+        json={"model": "policy", "messages": [{"role": "user", "content": "hi"}]},
+    )
     assert answer.status_code == 200 and admin_gateway.fake.requests[-1]["model"] == "policy-v3"
     # keep_checkpoints = 2: older committed checkpoints are pruned
     assert sorted(p.name for p in Path(config.checkpoint.dir).iterdir()) == ["step-00000002", "step-00000003"]
@@ -363,8 +406,9 @@ async def test_an_unreachable_gateway_delays_publishing_but_not_training(store, 
     assert [row["swap_time_s"] for row in rows] == [None, 0.02, 0.02]
 
 
-async def test_the_token_budget_defaults_to_the_engines_max_model_len(admin_gateway, store, tiny_model_dir,
-                                                                     tmp_path, caplog):
+async def test_the_token_budget_defaults_to_the_engines_max_model_len(
+    admin_gateway, store, tiny_model_dir, tmp_path, caplog
+):
     config = config_for(tiny_model_dir, tmp_path / "out", publish=True)
     assert config.batch.token_budget == 0  # the default: ask the gateway
     trainer = learner.trainer.build_trainer(config)
@@ -390,8 +434,9 @@ async def test_samples_longer_than_the_budget_are_refused_and_counted(store, tin
     assert row["samples_too_long"] == 8 and row["samples"] == 0 and row["optimizer_stepped"] is False
 
 
-async def test_a_committed_version_not_yet_published_is_published_on_restart(admin_gateway, store,
-                                                                             tiny_model_dir, tmp_path):
+async def test_a_committed_version_not_yet_published_is_published_on_restart(
+    admin_gateway, store, tiny_model_dir, tmp_path
+):
     await fill(store, 4)
     offline = config_for(tiny_model_dir, tmp_path / "out", max_steps=2, weight_sync_steps=2, publish=False)
     await train(offline, store)  # step 2 committed; as if killed before its publication
@@ -411,8 +456,16 @@ async def test_publishing_retries_transport_errors_then_names_the_fix(tmp_path):
         if failures["left"] > 0:
             failures["left"] -= 1
             raise httpx.ConnectError("connection refused", request=request)
-        return httpx.Response(200, json={"version": 1, "name": "policy-v1", "load_s": 0.01, "unloaded": [],
-                                         "loaded": {"0": "base", "1": "policy-v1"}})
+        return httpx.Response(
+            200,
+            json={
+                "version": 1,
+                "name": "policy-v1",
+                "load_s": 0.01,
+                "unloaded": [],
+                "loaded": {"0": "base", "1": "policy-v1"},
+            },
+        )
 
     async def no_sleep(seconds: float) -> None:
         sleeps.append(seconds)
@@ -428,8 +481,14 @@ async def test_publishing_retries_transport_errors_then_names_the_fix(tmp_path):
         await publisher.publish(model, 2)
     assert sleeps[2:] == [0.5, 1.0, 2.0]  # bounded: retries + 1 attempts
 
-    refused = Publisher("http://gw", "wrong", tmp_path / "adapters", client=httpx.AsyncClient(
-        transport=httpx.MockTransport(lambda r: httpx.Response(401, json={"error": {"message": "bad admin key"}}))))
+    refused = Publisher(
+        "http://gw",
+        "wrong",
+        tmp_path / "adapters",
+        client=httpx.AsyncClient(
+            transport=httpx.MockTransport(lambda r: httpx.Response(401, json={"error": {"message": "bad admin key"}}))
+        ),
+    )
     with pytest.raises(PublishError, match="admin_key") as error:
         await refused.publish(model, 3)
     assert not isinstance(error.value, GatewayUnreachable)
@@ -477,27 +536,36 @@ def test_the_default_config_round_trips_through_toml(tmp_path):
     assert load_config(path) == LearnerConfig()
     path.write_text("lr = 1\nlora_targets = ['q_proj']\nadam_betas = [0.9, 1]\n")
     loaded = load_config(path, max_steps=5)
-    assert loaded.optimizer.lr == 1.0 and loaded.lora.targets == ("q_proj",) and loaded.optimizer.adam_betas == (0.9, 1.0)
+    assert (
+        loaded.optimizer.lr == 1.0 and loaded.lora.targets == ("q_proj",) and loaded.optimizer.adam_betas == (0.9, 1.0)
+    )
     assert loaded.max_steps == 5
 
 
 def test_a_sectioned_config_loads_and_the_old_flat_form_still_does_naming_the_sections(tmp_path, caplog):
     sectioned, flat = tmp_path / "sectioned.toml", tmp_path / "flat.toml"
-    sectioned.write_text('model_dir = "/m"\n[lora]\nrank = 8\n[optimizer]\nlr = 0.01\n'
-                         '[publish]\nenabled = false\n[checkpoint]\nkeep = 3\n')
+    sectioned.write_text(
+        'model_dir = "/m"\n[lora]\nrank = 8\n[optimizer]\nlr = 0.01\n'
+        "[publish]\nenabled = false\n[checkpoint]\nkeep = 3\n"
+    )
     flat.write_text('model_dir = "/m"\nlora_rank = 8\nlr = 0.01\npublish = false\nkeep_checkpoints = 3\n')
     with caplog.at_level(logging.WARNING, logger="learner.config"):
         assert load_config(sectioned) == load_config(flat)
     assert "lora_rank -> [lora] rank" in caplog.text and "publish -> [publish] enabled" in caplog.text
     assert str(sectioned) not in caplog.text  # only the flat file is warned about
     loaded = load_config(sectioned)
-    assert (loaded.lora.rank, loaded.optimizer.lr, loaded.publish.enabled, loaded.checkpoint.keep) == (8, 0.01, False, 3)
+    assert (loaded.lora.rank, loaded.optimizer.lr, loaded.publish.enabled, loaded.checkpoint.keep) == (
+        8,
+        0.01,
+        False,
+        3,
+    )
     assert loaded.loss == LearnerConfig().loss  # [loss] is learner.loss.LossConfig itself, its own defaults
 
 
-async def test_a_publishing_learner_drops_samples_by_the_gateways_max_staleness(sqlite_db, fake_engine,
-                                                                                fake_engine_server, store,
-                                                                                tiny_model_dir, tmp_path):
+async def test_a_publishing_learner_drops_samples_by_the_gateways_max_staleness(
+    sqlite_db, fake_engine, fake_engine_server, store, tiny_model_dir, tmp_path
+):
     settings = gateway_settings(sqlite_db, fake_engine_server.url, admin_key=ADMIN, max_staleness=0)
     async for gateway in start_gateway(settings, fake_engine):
         await fill(store, 4)  # every call sampled by version 0; the config would keep 100 versions
@@ -515,8 +583,16 @@ async def test_publishing_waits_out_a_briefly_unavailable_engine(tmp_path):
         status = answers.pop(0) if answers else 503
         if status == 503:
             return httpx.Response(503, json={"error": {"message": "engine at http://e failed: ClientOSError"}})
-        return httpx.Response(200, json={"version": 1, "name": "policy-v1", "load_s": 0.01, "unloaded": [],
-                                         "loaded": {"0": "base", "1": "policy-v1"}})
+        return httpx.Response(
+            200,
+            json={
+                "version": 1,
+                "name": "policy-v1",
+                "load_s": 0.01,
+                "unloaded": [],
+                "loaded": {"0": "base", "1": "policy-v1"},
+            },
+        )
 
     async def no_sleep(seconds: float) -> None:
         sleeps.append(seconds)
@@ -585,8 +661,11 @@ async def test_a_group_with_an_infinite_reward_is_quarantined_and_the_learner_go
     result = await train(config_for(tiny_model_dir, tmp_path / "out", max_steps=1), store)
 
     assert result.step == 1 and await history(store) == [tuple(good)]  # the next groups, in ready order
-    [group] = [g for g, _, _ in await store.listings.groups(GroupFilter(run=RUN), 0, 100)
-               if g.id == await group_of(store, bad[0])]
+    [group] = [
+        g
+        for g, _, _ in await store.listings.groups(GroupFilter(run=RUN), 0, 100)
+        if g.id == await group_of(store, bad[0])
+    ]
     assert group.status == "quarantined" and "not finite" in group.error
     [metrics] = await stored_steps(store, RUN)
     assert metrics["groups_quarantined"] == 1 and metrics["groups"] == 2
@@ -595,8 +674,9 @@ async def test_a_group_with_an_infinite_reward_is_quarantined_and_the_learner_go
 async def test_a_group_whose_samples_the_model_cannot_take_is_quarantined(store, tiny_model_dir, tmp_path):
     identity = await store.create_rollout(RUN, "broken", group_size=2)
     other = await store.create_rollout(RUN, "broken", group_size=2)
-    await store.insert_calls([call_record(identity.rollout_id, prompt_ids=[5, 6, 7], output_ids=[10**7, 8],
-                                          output_logprobs=[LOGPROB] * 2)])  # no such token in the vocabulary
+    await store.insert_calls(
+        [call_record(identity.rollout_id, prompt_ids=[5, 6, 7], output_ids=[10**7, 8], output_logprobs=[LOGPROB] * 2)]
+    )  # no such token in the vocabulary
     await store.insert_calls([call_record(other.rollout_id, output_logprobs=[LOGPROB] * 2)])
     for rollout_id, reward in ((identity.rollout_id, 0.0), (other.rollout_id, 1.0)):
         await store.end_rollout(rollout_id, "finished", rewards={"verifier": reward})

@@ -71,9 +71,16 @@ def ref_loss(new, old, adv, mask, cfg, normaliser, ref=None):
                 if abs(ref[b, t] - new[b, t]) < KL_LOG_RATIO_LIMIT:
                     grad[b, t] += cfg.beta * (1 - math.exp(d))
     scale = 1 / normaliser if normaliser > 0 else 0.0
-    stats = dict(sampled=sampled, trained=trained, low=low, high=high, kl=kl_total,
-                 ratio_min=min(ratios, default=None), ratio_max=max(ratios, default=None),
-                 ratio_mean=float(np.mean(ratios)) if ratios else None)
+    stats = dict(
+        sampled=sampled,
+        trained=trained,
+        low=low,
+        high=high,
+        kl=kl_total,
+        ratio_min=min(ratios, default=None),
+        ratio_max=max(ratios, default=None),
+        ratio_mean=float(np.mean(ratios)) if ratios else None,
+    )
     return total * scale, grad * scale, stats
 
 
@@ -136,18 +143,22 @@ def test_logprobs_accept_bf16_logits_and_return_float32():
 
 
 @pytest.mark.parametrize("seed", [0, 1, 2])
-@pytest.mark.parametrize("cfg", [
-    LossConfig(),
-    LossConfig(epsilon=0.1, epsilon_high=0.5, is_min=0.5, is_max=2.0),
-    LossConfig(beta=0.05),
-    LossConfig(is_min=None, is_max=None, beta=0.3),
-])
+@pytest.mark.parametrize(
+    "cfg",
+    [
+        LossConfig(),
+        LossConfig(epsilon=0.1, epsilon_high=0.5, is_min=0.5, is_max=2.0),
+        LossConfig(beta=0.05),
+        LossConfig(is_min=None, is_max=None, beta=0.3),
+    ],
+)
 def test_loss_gradient_and_stats_match_the_token_loop(seed, cfg):
     new, old, ref, adv, mask = random_batch(seed)
     normaliser = 37.0
     out, grad = run_loss(new, old, adv, mask, cfg, normaliser, ref=ref)
-    want, want_grad, want_stats = ref_loss(new.numpy(), old.numpy(), adv.numpy(), mask.numpy(), cfg, normaliser,
-                                           ref.numpy())
+    want, want_grad, want_stats = ref_loss(
+        new.numpy(), old.numpy(), adv.numpy(), mask.numpy(), cfg, normaliser, ref.numpy()
+    )
     assert out.loss.item() == pytest.approx(want, rel=1e-9, abs=1e-12)
     np.testing.assert_allclose(grad.numpy(), want_grad, rtol=1e-9, atol=1e-12)
     s = out.stats

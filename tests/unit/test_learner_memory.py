@@ -64,8 +64,12 @@ FORWARDS = {
 @pytest.mark.parametrize("kind", ["qwen2", "llama"])
 @pytest.mark.parametrize("forward", list(FORWARDS))
 def test_the_new_path_equals_the_previous_path_in_float64(kind, forward):
-    model = lora_model(kind=kind, dtype=torch.float64, moved=True,
-                       targets=("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"))
+    model = lora_model(
+        kind=kind,
+        dtype=torch.float64,
+        moved=True,
+        targets=("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"),
+    )
     model.train()
     samples = on_policy_samples(model, 4, n=6, noise=1.5)  # ratios spread: some clipped, some masked
     advantages = [1.0, -1.0, 0.5, -0.5, 2.0, -2.0]
@@ -79,8 +83,10 @@ def test_the_new_path_equals_the_previous_path_in_float64(kind, forward):
     stats = accumulate_gradients(model, rows, config)
     got = grads(model)
     assert (stats.tokens_sampled, stats.tokens_trained) == (want_stats.tokens_sampled, want_stats.tokens_trained)
-    assert (stats.tokens_clipped_low, stats.tokens_clipped_high) == (want_stats.tokens_clipped_low,
-                                                                     want_stats.tokens_clipped_high)
+    assert (stats.tokens_clipped_low, stats.tokens_clipped_high) == (
+        want_stats.tokens_clipped_low,
+        want_stats.tokens_clipped_high,
+    )
     assert 0 < stats.tokens_trained < stats.tokens_sampled  # the ratio mask took some out
     for name in ("loss_sum", "ratio_sum", "ratio_min", "ratio_max"):
         assert getattr(stats, name) == pytest.approx(getattr(want_stats, name), rel=1e-9, abs=1e-9), name
@@ -107,8 +113,14 @@ def test_the_model_attention_is_restored_after_a_step():
 
 
 def probe(length: int, path: str) -> dict:
-    out = subprocess.run([sys.executable, str(PROBE), str(length), path], capture_output=True, text=True,
-                         check=False, timeout=600, cwd=Path(__file__).parents[2])
+    out = subprocess.run(
+        [sys.executable, str(PROBE), str(length), path],
+        capture_output=True,
+        text=True,
+        check=False,
+        timeout=600,
+        cwd=Path(__file__).parents[2],
+    )
     assert out.returncode == 0, out.stderr[-2000:]
     return json.loads(out.stdout.strip().splitlines()[-1])
 
@@ -134,8 +146,11 @@ def test_the_memory_formula_says_how_long_a_sample_fits():
     # tiny Qwen2: 2 layers x 64 hidden, 128 intermediate, float32
     assert checkpointed.bytes_per_token == 4 * (2 * 64 + 12 * 64 + 4 * 128 + 4 * 64)
     assert kept.bytes_per_token == 4 * (2 * (16 * 64 + 6 * 128) + 4 * 64)
-    assert checkpointed.max_tokens == (checkpointed.available_bytes - checkpointed.fixed_bytes) // (
-        checkpointed.bytes_per_token) > kept.max_tokens
+    assert (
+        checkpointed.max_tokens
+        == (checkpointed.available_bytes - checkpointed.fixed_bytes) // (checkpointed.bytes_per_token)
+        > kept.max_tokens
+    )
     assert "tokens fit in one step" in checkpointed.describe()
     assert memory_estimate(model, 512, True, available=0).max_tokens == 0
 

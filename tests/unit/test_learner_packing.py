@@ -102,8 +102,13 @@ def test_packed_rows_concatenate_samples_with_restarting_positions():
 
 
 def test_the_first_token_of_a_sample_is_never_trained():
-    sample = Sample((0,), np.array([5, 6, 7], np.int32), np.array([1, 1, 1], np.int8),
-                    np.array([-1.0, -1.0, -1.0], np.float32), np.zeros(3, np.int32))
+    sample = Sample(
+        (0,),
+        np.array([5, 6, 7], np.int32),
+        np.array([1, 1, 1], np.int8),
+        np.array([-1.0, -1.0, -1.0], np.float32),
+        np.zeros(3, np.int32),
+    )
     [row] = pack_samples([sample, sample], [1.0, 1.0], 8).rows
     assert row.target_offsets.tolist() == [1, 2, 1, 2] and row.targets.tolist() == [6, 7, 6, 7]
     assert pad_samples([sample], [1.0]).loss_mask.tolist() == [[False, True, True]]
@@ -145,8 +150,11 @@ def test_packed_logits_equal_per_sample_logits(kind, attention):
     assert any(len(row.sample_indices) > 1 for row in packing.rows)
     with torch.no_grad():
         for row in packing.rows:
-            packed = model(input_ids=row.input_ids[None], position_ids=row.position_ids[None],
-                           attention_mask=block_causal_mask(row.position_ids)).logits[0]
+            packed = model(
+                input_ids=row.input_ids[None],
+                position_ids=row.position_ids[None],
+                attention_mask=block_causal_mask(row.position_ids),
+            ).logits[0]
             for k, i in enumerate(row.sample_indices):
                 alone = model(input_ids=torch.from_numpy(samples[i].input_ids).long()[None]).logits[0]
                 start, end = int(row.layout.cu_q[k]), int(row.layout.cu_q[k + 1])
@@ -158,8 +166,9 @@ def test_a_plain_causal_mask_would_leak_across_samples():
     samples = random_samples(6, 2, low=6, high=10)
     [row] = pack_samples(samples, [1.0, 1.0], token_budget=32).rows
     length = row.num_tokens
-    causal = torch.zeros(length, length).masked_fill(~torch.ones(length, length, dtype=torch.bool).tril(),
-                                                      torch.finfo(torch.float32).min)[None, None]
+    causal = torch.zeros(length, length).masked_fill(
+        ~torch.ones(length, length, dtype=torch.bool).tril(), torch.finfo(torch.float32).min
+    )[None, None]
     with torch.no_grad():
         leaky = model(input_ids=row.input_ids[None], position_ids=row.position_ids[None], attention_mask=causal).logits
         alone = model(input_ids=torch.from_numpy(samples[row.sample_indices[1]].input_ids).long()[None]).logits
@@ -176,8 +185,11 @@ def test_packed_and_padded_batches_give_the_same_logprobs_on_trained_tokens():
         logits = model(input_ids=padded.input_ids, attention_mask=padded.attention_mask).logits
         want = token_logprobs(logits, padded.input_ids)
         for row in packing.rows:
-            packed_logits = model(input_ids=row.input_ids[None], position_ids=row.position_ids[None],
-                                  attention_mask=block_causal_mask(row.position_ids)).logits[0]
+            packed_logits = model(
+                input_ids=row.input_ids[None],
+                position_ids=row.position_ids[None],
+                attention_mask=block_causal_mask(row.position_ids),
+            ).logits[0]
             got = torch.log_softmax(packed_logits[row.predictors], -1).gather(-1, row.targets[:, None])[:, 0]
             sample = torch.tensor(row.sample_indices)[row.target_samples]
             assert padded.loss_mask[sample, row.target_offsets].all()

@@ -21,8 +21,11 @@ from tests.unit.test_learner_loop import RUN, config_for, fill, store, train  # 
 def scrape(port: int) -> dict[str, float]:
     """Every sample of the endpoint, by name (the metrics here carry no labels but histogram buckets)."""
     text = httpx.get(f"http://127.0.0.1:{port}/metrics", timeout=5).text
-    return {sample.name + (f"{{le={sample.labels['le']}}}" if "le" in sample.labels else ""): sample.value
-            for family in text_string_to_metric_families(text) for sample in family.samples}
+    return {
+        sample.name + (f"{{le={sample.labels['le']}}}" if "le" in sample.labels else ""): sample.value
+        for family in text_string_to_metric_families(text)
+        for sample in family.samples
+    }
 
 
 def assert_same(scraped: float, stored) -> None:
@@ -61,11 +64,16 @@ async def test_the_endpoint_serves_the_stored_step_metrics(store, tiny_model_dir
 
 def test_missing_values_read_as_nan_and_swaps_feed_their_histogram():
     exporter = LearnerExporter()
-    exporter.observe({"step": 4, "loss": None, "samples": 3, "step_time_s": 1.5, "swap_time_s": 0.2,
-                      "optimizer_stepped": False})
+    exporter.observe(
+        {"step": 4, "loss": None, "samples": 3, "step_time_s": 1.5, "swap_time_s": 0.2, "optimizer_stepped": False}
+    )
     exporter.observe({"step": 5, "loss": 0.25, "samples": None, "step_time_s": 2.5, "swap_time_s": None})
-    seen = {s.name: s.value for f in text_string_to_metric_families(exporter.exposition().decode())
-            for s in f.samples if "le" not in s.labels}
+    seen = {
+        s.name: s.value
+        for f in text_string_to_metric_families(exporter.exposition().decode())
+        for s in f.samples
+        if "le" not in s.labels
+    }
     assert seen[PREFIX + "step"] == 5 and seen[PREFIX + "loss"] == 0.25 and math.isnan(seen[PREFIX + "kl"])
     assert seen[PREFIX + "samples_trained_total"] == 3 and seen[PREFIX + "step_time_seconds_sum"] == 4.0
     assert seen[PREFIX + "swap_time_seconds_count"] == 1 and seen[PREFIX + "swap_time_seconds_sum"] == 0.2

@@ -26,8 +26,19 @@ def test_one_step_with_positive_advantages_lowers_the_loss_on_the_batch():
     model.zero_grad(set_to_none=True)
     assert after["loss"] < before["loss"] - 1e-3
     assert after["ratio_mean"] > 1.0
-    for key in ("loss", "grad_norm", "entropy", "clip_frac_low", "clip_frac_high", "ratio_min", "ratio_mean",
-                "ratio_max", "is_masked_fraction", "tokens", "tokens_trained"):
+    for key in (
+        "loss",
+        "grad_norm",
+        "entropy",
+        "clip_frac_low",
+        "clip_frac_high",
+        "ratio_min",
+        "ratio_mean",
+        "ratio_max",
+        "is_masked_fraction",
+        "tokens",
+        "tokens_trained",
+    ):
         assert before[key] is not None and math.isfinite(before[key])
     assert before["tokens"] == sum(r.num_tokens for r in rows) and before["rows"] == len(rows)
 
@@ -82,8 +93,14 @@ def padded_reference_grads(model, samples, advantages, normaliser):
     model.zero_grad(set_to_none=True)
     batch = pad_samples(samples, advantages)
     logits = model(input_ids=batch.input_ids, attention_mask=batch.attention_mask).logits
-    out = grpo_loss(token_logprobs(logits, batch.input_ids), batch.old_logprobs, batch.advantages, batch.loss_mask,
-                    LossConfig(), normaliser=normaliser)
+    out = grpo_loss(
+        token_logprobs(logits, batch.input_ids),
+        batch.old_logprobs,
+        batch.advantages,
+        batch.loss_mask,
+        LossConfig(),
+        normaliser=normaliser,
+    )
     out.loss.backward()
     reference = grads(model)
     model.zero_grad(set_to_none=True)
@@ -124,8 +141,12 @@ def test_gradient_norm_is_clipped_to_max_grad_norm():
     rows = pack_samples(on_policy_samples(model, 5), [3.0] * 5, token_budget=40).rows
     before = adapter(model)
     lr, max_norm = 0.1, 1e-3
-    metrics = train_step(model, torch.optim.SGD([p for p in model.parameters() if p.requires_grad], lr=lr), rows,
-                         StepConfig(max_grad_norm=max_norm))
+    metrics = train_step(
+        model,
+        torch.optim.SGD([p for p in model.parameters() if p.requires_grad], lr=lr),
+        rows,
+        StepConfig(max_grad_norm=max_norm),
+    )
     assert metrics["grad_norm"] > max_norm  # reported before clipping
     moved = torch.sqrt(sum(((v - before[k]) ** 2).sum() for k, v in adapter(model).items()))
     assert moved.item() / lr == pytest.approx(max_norm, rel=1e-3)

@@ -22,8 +22,16 @@ RUN_TEMPERATURE = 0.5
 
 def tiny_lora_model() -> torch.nn.Module:
     torch.manual_seed(0)
-    config = Qwen2Config(vocab_size=VOCAB, hidden_size=64, intermediate_size=128, num_hidden_layers=2,
-                         num_attention_heads=2, num_key_value_heads=1, head_dim=32, max_position_embeddings=128)
+    config = Qwen2Config(
+        vocab_size=VOCAB,
+        hidden_size=64,
+        intermediate_size=128,
+        num_hidden_layers=2,
+        num_attention_heads=2,
+        num_key_value_heads=1,
+        head_dim=32,
+        max_position_embeddings=128,
+    )
     base = Qwen2ForCausalLM(config)
     base.config._attn_implementation = "eager"
     lora = LoraConfig(r=4, lora_alpha=8, lora_dropout=0.0, target_modules=["q_proj", "v_proj"])
@@ -53,15 +61,23 @@ def one_step(model, batch) -> dict:
     optimizer = torch.optim.SGD([p for p in model.parameters() if p.requires_grad], lr=0.0)
     trainer = Trainer(model, optimizer, torch.optim.lr_scheduler.LambdaLR(optimizer, lambda k: 1.0))
     # The config's temperature is not the run's: the batch's must win.
-    result, refused = train_batch(trainer, batch, with_overrides(LearnerConfig(model_dir="-"), token_budget=64, temperature=1.0))
+    result, refused = train_batch(
+        trainer, batch, with_overrides(LearnerConfig(model_dir="-"), token_budget=64, temperature=1.0)
+    )
     assert refused == 0
     return result
 
 
 def test_the_step_takes_log_probs_at_the_runs_temperature_not_the_configs():
     model = tiny_lora_model()
-    group = ReadyGroup(1, None, (RolloutData(1, 0.0, (sampled_at(model, 1, RUN_TEMPERATURE),)),
-                                 RolloutData(2, 1.0, (sampled_at(model, 2, RUN_TEMPERATURE),))))
+    group = ReadyGroup(
+        1,
+        None,
+        (
+            RolloutData(1, 0.0, (sampled_at(model, 1, RUN_TEMPERATURE),)),
+            RolloutData(2, 1.0, (sampled_at(model, 2, RUN_TEMPERATURE),)),
+        ),
+    )
     batch = build_batch([group], learner_version=0, max_staleness=1, temperature=RUN_TEMPERATURE)
 
     at_run = one_step(model, batch)

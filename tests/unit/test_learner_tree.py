@@ -21,8 +21,14 @@ def test_the_prefix_tree_of_a_worked_example():
     seqs = [np.array(s) for s in ([1, 2, 3, 4], [1, 2, 3, 5, 6], [1, 2, 7], [1, 2, 3], [9, 9])]
     tree = build_tree(seqs, range(5))
     spans = [(n.start, n.end, n.parent, n.members) for n in tree.nodes]
-    assert spans == [(0, 2, -1, (0, 1, 2, 3)), (2, 3, 0, (0, 1, 3)), (3, 4, 1, (0,)), (3, 5, 1, (1,)),
-                     (2, 3, 0, (2,)), (0, 2, -1, (4,))]
+    assert spans == [
+        (0, 2, -1, (0, 1, 2, 3)),
+        (2, 3, 0, (0, 1, 3)),
+        (3, 4, 1, (0,)),
+        (3, 5, 1, (1,)),
+        (2, 3, 0, (2,)),
+        (0, 2, -1, (4,)),
+    ]
     assert tree.unique_tokens == 2 + 1 + 1 + 2 + 1 + 2
     assert tree.path(1) == [0, 1, 3] and tree.path(3) == [0, 1] and tree.ancestors(3) == [0, 1]
     assert tree.order == (3, 0, 1, 2, 4)  # depth-first; a sample ending inside comes first
@@ -52,7 +58,7 @@ def test_a_group_sharing_its_prompt_packs_as_one_tree_row():
     start = 40
     for k in range(4):  # each branch continues the prefix's positions
         n = len(samples[row.sample_indices[k]].input_ids) - 40
-        assert row.position_ids[start:start + n].tolist() == list(range(40, 40 + n))
+        assert row.position_ids[start : start + n].tolist() == list(range(40, 40 + n))
         start += n
     # the first trained token of each branch is predicted by the prefix's last position
     firsts = [int(row.predictors[row.target_samples == k][0]) for k in range(4)]
@@ -93,8 +99,10 @@ def rollout_paths(model, seed):
     return samples
 
 
-CASES = {"group": lambda m: group_samples(m, 3, n=4, prefix=30, prompt_trained=5),
-         "paths": lambda m: rollout_paths(m, 4)}
+CASES = {
+    "group": lambda m: group_samples(m, 3, n=4, prefix=30, prompt_trained=5),
+    "paths": lambda m: rollout_paths(m, 4),
+}
 
 
 @pytest.mark.parametrize("kind", ["qwen2", "llama"])
@@ -129,7 +137,11 @@ def test_tree_and_flat_packing_take_the_same_step_in_float64(kind, case):
     tree = accumulate_gradients(model, rows, config)
     got = grads(model)
     assert (tree.tokens_sampled, tree.tokens_trained, tree.tokens_clipped_low, tree.tokens_clipped_high) == (
-        flat.tokens_sampled, flat.tokens_trained, flat.tokens_clipped_low, flat.tokens_clipped_high)
+        flat.tokens_sampled,
+        flat.tokens_trained,
+        flat.tokens_clipped_low,
+        flat.tokens_clipped_high,
+    )
     for name in ("loss_sum", "kl_sum", "ratio_sum", "ratio_min", "ratio_max"):
         assert getattr(tree, name) == pytest.approx(getattr(flat, name), rel=1e-9, abs=1e-12), name
     assert tree.entropy_sum == pytest.approx(flat.entropy_sum, rel=1e-6)  # a metric, summed in float32

@@ -12,8 +12,11 @@ from gateway.anthropic.context import CLEARED_RESULT
 from gateway.engine.fake import FakeReply, render_chat
 
 HI = [{"role": "user", "content": "Hi"}]
-WEATHER = {"name": "get_weather", "description": "Current weather for a city.",
-           "input_schema": {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]}}
+WEATHER = {
+    "name": "get_weather",
+    "description": "Current weather for a city.",
+    "input_schema": {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]},
+}
 BETAS = ["interleaved-thinking-2025-05-14", "context-management-2025-06-27", "effort-2025-11-24"]
 
 
@@ -34,19 +37,24 @@ async def stored_request(gateway) -> dict:
 
 
 def thinking_turn(thought: str, text: str) -> dict:
-    return {"role": "assistant", "content": [{"type": "thinking", "thinking": thought, "signature": ""},
-                                             {"type": "text", "text": text}]}
+    return {
+        "role": "assistant",
+        "content": [{"type": "thinking", "thinking": thought, "signature": ""}, {"type": "text", "text": text}],
+    }
 
 
 def tool_turn(call_id: str, name: str = "get_weather") -> list[dict]:
-    return [{"role": "assistant", "content": [{"type": "tool_use", "id": call_id, "name": name, "input": {"city": "X"}}]},
-            {"role": "user", "content": [{"type": "tool_result", "tool_use_id": call_id, "content": f"sunny {call_id}"}]}]
+    return [
+        {"role": "assistant", "content": [{"type": "tool_use", "id": call_id, "name": name, "input": {"city": "X"}}]},
+        {"role": "user", "content": [{"type": "tool_result", "tool_use_id": call_id, "content": f"sunny {call_id}"}]},
+    ]
 
 
 async def test_system_turn_inside_messages_is_rendered_where_it_occurs(gateway, client):
     environment = [{"type": "text", "text": "# Environment\ncwd: /workspace", "cache_control": {"type": "ephemeral"}}]
-    await client.beta.messages.create(model="policy", max_tokens=16, betas=BETAS,
-                                      messages=[*HI, {"role": "system", "content": environment}])
+    await client.beta.messages.create(
+        model="policy", max_tokens=16, betas=BETAS, messages=[*HI, {"role": "system", "content": environment}]
+    )
     sent = gateway.fake.requests[-1]
     assert sent["messages"] == [*HI, {"role": "system", "content": "# Environment\ncwd: /workspace"}]
     detail = await last_call(gateway)
@@ -55,25 +63,46 @@ async def test_system_turn_inside_messages_is_rendered_where_it_occurs(gateway, 
 
 async def test_claude_code_options_are_accepted_mapped_and_unknown_fields_recorded(gateway, client):
     await client.beta.messages.create(
-        model="policy", max_tokens=16, betas=BETAS, messages=HI, metadata={"user_id": "device-1"},
+        model="policy",
+        max_tokens=16,
+        betas=BETAS,
+        messages=HI,
+        metadata={"user_id": "device-1"},
         system=[{"type": "text", "text": "Be brief.", "cache_control": {"type": "ephemeral", "ttl": "1h"}}],
-        extra_body={"thinking": {"type": "adaptive", "display": "omitted"}, "output_config": {"effort": "high"},
-                    "context_management": {"edits": [{"type": "clear_thinking_20251015", "keep": "all"}]},
-                    "speed": "fast", "_gateway": {"left_out_tools": ["spoofed"]}})
+        extra_body={
+            "thinking": {"type": "adaptive", "display": "omitted"},
+            "output_config": {"effort": "high"},
+            "context_management": {"edits": [{"type": "clear_thinking_20251015", "keep": "all"}]},
+            "speed": "fast",
+            "_gateway": {"left_out_tools": ["spoofed"]},
+        },
+    )
     sent = gateway.fake.requests[-1]
     assert sent["chat_template_kwargs"] == {"enable_thinking": True, "reasoning_effort": "high"}
     stored = await stored_request(gateway)
-    assert stored["thinking"] == {"type": "adaptive", "display": "omitted"} and stored["metadata"]["user_id"] == "device-1"
+    assert (
+        stored["thinking"] == {"type": "adaptive", "display": "omitted"} and stored["metadata"]["user_id"] == "device-1"
+    )
     # Unknown optional fields are kept and named; a client's own _gateway is replaced by the gateway's.
     assert stored["speed"] == "fast" and stored["_gateway"] == {"ignored_fields": ["speed"]}
 
 
 async def test_clear_thinking_keeps_thinking_of_the_last_turns_only(gateway, client):
-    history = [*HI, thinking_turn("first thought", "One."), {"role": "user", "content": "Again"},
-               thinking_turn("second thought", "Two."), {"role": "user", "content": "Once more"}]
+    history = [
+        *HI,
+        thinking_turn("first thought", "One."),
+        {"role": "user", "content": "Again"},
+        thinking_turn("second thought", "Two."),
+        {"role": "user", "content": "Once more"},
+    ]
     edit = {"type": "clear_thinking_20251015", "keep": {"type": "thinking_turns", "value": 1}}
-    await client.beta.messages.create(model="policy", max_tokens=16, messages=history, betas=BETAS,
-                                      extra_body={"context_management": {"edits": [edit]}})
+    await client.beta.messages.create(
+        model="policy",
+        max_tokens=16,
+        messages=history,
+        betas=BETAS,
+        extra_body={"context_management": {"edits": [edit]}},
+    )
     assistants = [m for m in gateway.fake.requests[-1]["messages"] if m["role"] == "assistant"]
     assert [m.get("reasoning_content") for m in assistants] == [None, "second thought"]
     assert [m["content"] for m in assistants] == ["One.", "Two."]
@@ -81,12 +110,18 @@ async def test_clear_thinking_keeps_thinking_of_the_last_turns_only(gateway, cli
 
 
 async def test_clear_thinking_by_default_keeps_one_turn_and_all_keeps_everything(gateway, client):
-    history = [*HI, thinking_turn("a", "One."), {"role": "user", "content": "Again"}, thinking_turn("b", "Two."),
-               {"role": "user", "content": "More"}]
+    history = [
+        *HI,
+        thinking_turn("a", "One."),
+        {"role": "user", "content": "Again"},
+        thinking_turn("b", "Two."),
+        {"role": "user", "content": "More"},
+    ]
     for keep, expected in ((None, [None, "b"]), ("all", ["a", "b"])):
         edit = {"type": "clear_thinking_20251015", **({"keep": keep} if keep else {})}
-        await client.beta.messages.create(model="policy", max_tokens=16, messages=history,
-                                          extra_body={"context_management": {"edits": [edit]}})
+        await client.beta.messages.create(
+            model="policy", max_tokens=16, messages=history, extra_body={"context_management": {"edits": [edit]}}
+        )
         sent = gateway.fake.requests[-1]["messages"]
         assert [m.get("reasoning_content") for m in sent if m["role"] == "assistant"] == expected
 
@@ -94,10 +129,20 @@ async def test_clear_thinking_by_default_keeps_one_turn_and_all_keeps_everything
 async def test_clear_tool_uses_replaces_old_results_once_triggered(gateway, client):
     history = [*HI, *tool_turn("toolu_1"), *tool_turn("toolu_2", "read"), *tool_turn("toolu_3")]
     tools = [WEATHER, {**WEATHER, "name": "read"}]
-    edit = {"type": "clear_tool_uses_20250919", "trigger": {"type": "tool_uses", "value": 3},
-            "keep": {"type": "tool_uses", "value": 1}, "exclude_tools": ["read"], "clear_tool_inputs": True}
-    await client.beta.messages.create(model="policy", max_tokens=16, messages=history, tools=tools,
-                                      extra_body={"context_management": {"edits": [edit]}})
+    edit = {
+        "type": "clear_tool_uses_20250919",
+        "trigger": {"type": "tool_uses", "value": 3},
+        "keep": {"type": "tool_uses", "value": 1},
+        "exclude_tools": ["read"],
+        "clear_tool_inputs": True,
+    }
+    await client.beta.messages.create(
+        model="policy",
+        max_tokens=16,
+        messages=history,
+        tools=tools,
+        extra_body={"context_management": {"edits": [edit]}},
+    )
     sent = gateway.fake.requests[-1]["messages"]
     results = [m["content"] for m in sent if m["role"] == "tool"]
     assert results == [CLEARED_RESULT, "sunny toolu_2", "sunny toolu_3"]  # the excluded tool and the last one kept
@@ -108,14 +153,27 @@ async def test_clear_tool_uses_replaces_old_results_once_triggered(gateway, clie
 
 async def test_clear_tool_uses_waits_for_its_token_trigger(gateway, client):
     history = [*HI, *tool_turn("toolu_1"), *tool_turn("toolu_2")]
-    edit = {"type": "clear_tool_uses_20250919", "trigger": {"type": "input_tokens", "value": 100_000},
-            "keep": {"type": "tool_uses", "value": 0}}
-    await client.beta.messages.create(model="policy", max_tokens=16, messages=history, tools=[WEATHER],
-                                      extra_body={"context_management": {"edits": [edit]}})
+    edit = {
+        "type": "clear_tool_uses_20250919",
+        "trigger": {"type": "input_tokens", "value": 100_000},
+        "keep": {"type": "tool_uses", "value": 0},
+    }
+    await client.beta.messages.create(
+        model="policy",
+        max_tokens=16,
+        messages=history,
+        tools=[WEATHER],
+        extra_body={"context_management": {"edits": [edit]}},
+    )
     assert CLEARED_RESULT not in str(gateway.fake.requests[-1]["messages"])
     low = {**edit, "trigger": {"type": "input_tokens", "value": 10}}
-    await client.beta.messages.create(model="policy", max_tokens=16, messages=history, tools=[WEATHER],
-                                      extra_body={"context_management": {"edits": [low]}})
+    await client.beta.messages.create(
+        model="policy",
+        max_tokens=16,
+        messages=history,
+        tools=[WEATHER],
+        extra_body={"context_management": {"edits": [low]}},
+    )
     assert [m["content"] for m in gateway.fake.requests[-1]["messages"] if m["role"] == "tool"] == [CLEARED_RESULT] * 2
 
 
@@ -127,10 +185,20 @@ async def test_server_and_deferred_tools_are_left_out_until_a_tool_reference_loa
     assert [t["function"]["name"] for t in gateway.fake.requests[-1]["tools"]] == ["get_weather"]
     assert (await stored_request(gateway))["_gateway"] == {"left_out_tools": ["WebFetch", "web_search"]}
 
-    loaded = [*HI, {"role": "assistant", "content": [
-        {"type": "tool_use", "id": "toolu_s", "name": "get_weather", "input": {}}]},
-        {"role": "user", "content": [{"type": "tool_result", "tool_use_id": "toolu_s",
-                                      "content": [{"type": "tool_reference", "tool_name": "WebFetch"}]}]}]
+    loaded = [
+        *HI,
+        {"role": "assistant", "content": [{"type": "tool_use", "id": "toolu_s", "name": "get_weather", "input": {}}]},
+        {
+            "role": "user",
+            "content": [
+                {
+                    "type": "tool_result",
+                    "tool_use_id": "toolu_s",
+                    "content": [{"type": "tool_reference", "tool_name": "WebFetch"}],
+                }
+            ],
+        },
+    ]
     await client.beta.messages.create(model="policy", max_tokens=16, messages=loaded, tools=tools, betas=BETAS)
     sent = gateway.fake.requests[-1]
     assert [t["function"]["name"] for t in sent["tools"]] == ["get_weather", "WebFetch"]
@@ -141,14 +209,22 @@ async def test_server_and_deferred_tools_are_left_out_until_a_tool_reference_loa
 async def test_tool_use_answer_comes_back_for_a_conversation_ending_in_a_system_turn(gateway, client):
     gateway.fake.script = [FakeReply(tool_calls=(("get_weather", {"city": "Paris"}),))]
     message = await client.beta.messages.create(
-        model="policy", max_tokens=64, tools=[WEATHER], betas=BETAS,
-        messages=[*HI, {"role": "system", "content": "Today is Monday."}])
+        model="policy",
+        max_tokens=64,
+        tools=[WEATHER],
+        betas=BETAS,
+        messages=[*HI, {"role": "system", "content": "Today is Monday."}],
+    )
     assert message.stop_reason == "tool_use" and message.content[0].input == {"city": "Paris"}
 
 
 async def test_count_tokens_applies_the_same_edits_and_system_turns(gateway):
-    history = [*HI, thinking_turn("a long thought " * 20, "One."), {"role": "user", "content": "Again"},
-               {"role": "system", "content": "reminder"}]
+    history = [
+        *HI,
+        thinking_turn("a long thought " * 20, "One."),
+        {"role": "user", "content": "Again"},
+        {"role": "system", "content": "reminder"},
+    ]
     body = {"model": "policy", "messages": history}
     kept = (await gateway.http.post("/v1/messages/count_tokens", json=body)).json()["input_tokens"]
     edits = {"edits": [{"type": "clear_thinking_20251015", "keep": {"type": "thinking_turns", "value": 0}}]}
@@ -157,23 +233,48 @@ async def test_count_tokens_applies_the_same_edits_and_system_turns(gateway):
     assert 0 < cleared.json()["input_tokens"] <= kept
 
 
-@pytest.mark.parametrize(("extra", "field"), [
-    ({"output_config": {"effort": "extreme"}}, "output_config.effort"),
-    ({"output_config": {"format": {"type": "regex"}}}, "output_config.format"),
-    ({"thinking": {"type": "enabled"}}, "thinking"),
-    ({"thinking": {"type": "adaptive", "display": "loud"}}, "thinking.display"),
-    ({"context_management": {"edits": [{"type": "clear_everything"}]}}, "context_management.edits.0"),
-    ({"context_management": {"edits": [{"type": "clear_thinking_20251015", "keep": 2}]}},
-     "context_management.edits.0.keep"),
-    ({"system": [{"type": "text", "text": "x", "cache_control": {"type": "forever"}}]}, "system.0.cache_control.type"),
-    ({"metadata": {"user_id": 7}}, "metadata.user_id"),
-    ({"context_management": {"edits": [{"type": "clear_tool_uses_20250919", "keep": {"type": "tool_uses", "value": -1}}]}},
-     "context_management.edits.0.keep.value"),
-    ({"tools": [{"type": "web_search_20250305"}]}, "tools.0.name"),
-    ({"messages": [*HI, {"role": "user", "content": [{"type": "tool_result", "tool_use_id": "t",
-                                                       "content": [{"type": "tool_reference"}]}]}]},
-     "messages.1.content.0.content.0.tool_name"),
-])
+@pytest.mark.parametrize(
+    ("extra", "field"),
+    [
+        ({"output_config": {"effort": "extreme"}}, "output_config.effort"),
+        ({"output_config": {"format": {"type": "regex"}}}, "output_config.format"),
+        ({"thinking": {"type": "enabled"}}, "thinking"),
+        ({"thinking": {"type": "adaptive", "display": "loud"}}, "thinking.display"),
+        ({"context_management": {"edits": [{"type": "clear_everything"}]}}, "context_management.edits.0"),
+        (
+            {"context_management": {"edits": [{"type": "clear_thinking_20251015", "keep": 2}]}},
+            "context_management.edits.0.keep",
+        ),
+        (
+            {"system": [{"type": "text", "text": "x", "cache_control": {"type": "forever"}}]},
+            "system.0.cache_control.type",
+        ),
+        ({"metadata": {"user_id": 7}}, "metadata.user_id"),
+        (
+            {
+                "context_management": {
+                    "edits": [{"type": "clear_tool_uses_20250919", "keep": {"type": "tool_uses", "value": -1}}]
+                }
+            },
+            "context_management.edits.0.keep.value",
+        ),
+        ({"tools": [{"type": "web_search_20250305"}]}, "tools.0.name"),
+        (
+            {
+                "messages": [
+                    *HI,
+                    {
+                        "role": "user",
+                        "content": [
+                            {"type": "tool_result", "tool_use_id": "t", "content": [{"type": "tool_reference"}]}
+                        ],
+                    },
+                ]
+            },
+            "messages.1.content.0.content.0.tool_name",
+        ),
+    ],
+)
 async def test_malformed_current_api_values_are_400_in_anthropic_shape_and_record_nothing(gateway, extra, field):
     rollout = await gateway.new_rollout()
     body = {"model": "policy", "max_tokens": 16, "messages": HI, **extra}

@@ -8,8 +8,11 @@ from tests.builders import chat_body
 
 
 def samples(text: str) -> dict[tuple[str, tuple], float]:
-    return {(s.name, tuple(sorted(s.labels.items()))): s.value
-            for family in text_string_to_metric_families(text) for s in family.samples}
+    return {
+        (s.name, tuple(sorted(s.labels.items()))): s.value
+        for family in text_string_to_metric_families(text)
+        for s in family.samples
+    }
 
 
 async def test_metrics_count_calls_tokens_and_failures(gateway):

@@ -37,17 +37,30 @@ def _call(name, arguments, call_id):
 # Each assistant turn is paired with the raw text the model would have generated for it.
 CONVERSATION = [
     ({"role": "system", "content": "You are a coding agent."}, None),
-    ({"role": "user", "content": [{"type": "text", "text": "Look at a.txt"}, {"type": "text", "text": "then b.txt"}]}, None),
     (
-        {"role": "assistant", "content": None, "tool_calls": [
-            _call("read_file", '{"path": "a.txt"}', "c1"), _call("read_file", {"path": "b.txt"}, "c2")]},
+        {
+            "role": "user",
+            "content": [{"type": "text", "text": "Look at a.txt"}, {"type": "text", "text": "then b.txt"}],
+        },
+        None,
+    ),
+    (
+        {
+            "role": "assistant",
+            "content": None,
+            "tool_calls": [_call("read_file", '{"path": "a.txt"}', "c1"), _call("read_file", {"path": "b.txt"}, "c2")],
+        },
         '<tool_call>\n{"name": "read_file", "arguments": {"path": "a.txt"}}\n</tool_call>\n'
         '<tool_call>\n{"name": "read_file", "arguments": {"path": "b.txt"}}\n</tool_call>',
     ),
     ({"role": "tool", "tool_call_id": "c1", "content": "alpha"}, None),
     ({"role": "tool", "tool_call_id": "c2", "content": [{"type": "text", "text": "beta"}]}, None),
     (
-        {"role": "assistant", "content": "Now I count.", "tool_calls": [_call("bash", {"command": "wc -c a.txt"}, "c3")]},
+        {
+            "role": "assistant",
+            "content": "Now I count.",
+            "tool_calls": [_call("bash", {"command": "wc -c a.txt"}, "c3")],
+        },
         'Now I count.\n<tool_call>\n{"name": "bash", "arguments": {"command": "wc -c a.txt"}}\n</tool_call>',
     ),
     ({"role": "tool", "tool_call_id": "c3", "content": "5 a.txt"}, None),
@@ -61,7 +74,9 @@ def render(messages, tools=None, add_generation_prompt=False):
     from transformers.utils.chat_template_utils import render_jinja_template
 
     rendered, _ = render_jinja_template(
-        conversations=[messages], tools=tools, chat_template=TEMPLATE_PATH.read_text(),
+        conversations=[messages],
+        tools=tools,
+        chat_template=TEMPLATE_PATH.read_text(),
         add_generation_prompt=add_generation_prompt,
     )
     return rendered[0]
@@ -90,8 +105,10 @@ def test_template_layout():
     assert text.startswith("<|im_start|>system\nYou are a coding agent.\n\n# Tools\n")
     tools_block = text.split("<tools>\n", 1)[1].split("\n</tools>", 1)[0].split("\n")
     assert [json.loads(line) for line in tools_block] == TOOLS
-    assert ('<|im_end|>\n<|im_start|>user\n<tool_response>\nalpha\n</tool_response>\n'
-            '<tool_response>\nbeta\n</tool_response><|im_end|>\n') in text
+    assert (
+        "<|im_end|>\n<|im_start|>user\n<tool_response>\nalpha\n</tool_response>\n"
+        "<tool_response>\nbeta\n</tool_response><|im_end|>\n"
+    ) in text
     assert "Look at a.txt\nthen b.txt" in text
     assert text.count("<|im_start|>system") == 1
     # No default system prompt, with or without tools.
@@ -168,7 +185,9 @@ def _fake_cache(root: Path) -> Path:
         (dest / name).write_text("{}")
     (dest / "chat_template.jinja").write_text(TEMPLATE_PATH.read_text())
     st = gguf.stat()
-    model_prep._write_marker(dest, source={"file": gguf.name, "size": st.st_size, "mtime_ns": st.st_mtime_ns, "sha256": "x"})
+    model_prep._write_marker(
+        dest, source={"file": gguf.name, "size": st.st_size, "mtime_ns": st.st_mtime_ns, "sha256": "x"}
+    )
     return dest
 
 

@@ -35,9 +35,12 @@ async def test_chat_call_records_exact_prompt_and_sampled_tokens(gateway):
 async def test_engine_is_asked_for_token_ids_and_logprobs_streaming_as_the_client_does(gateway):
     client = gateway.openai()
     for stream in (True, False):
-        await client.chat.completions.create(model="policy", messages=[{"role": "user", "content": "x"}],
-                                             stream=stream, **({"stream_options": {"include_usage": True}}
-                                                               if stream else {}))
+        await client.chat.completions.create(
+            model="policy",
+            messages=[{"role": "user", "content": "x"}],
+            stream=stream,
+            **({"stream_options": {"include_usage": True}} if stream else {}),
+        )
         sent = gateway.fake.requests[-1]
         assert sent["stream"] is stream and sent["return_token_ids"] is True and sent["logprobs"] is True
         assert sent.get("stream_options") == ({"include_usage": True} if stream else None)
@@ -55,8 +58,11 @@ async def test_logprobs_and_token_ids_are_not_returned_unless_asked(gateway):
 async def test_streaming_replay_parses_with_the_sdk_and_carries_usage(gateway):
     client = gateway.openai()
     stream = await client.chat.completions.create(
-        model="policy", messages=[{"role": "user", "content": "Hi"}], stream=True,
-        stream_options={"include_usage": True})
+        model="policy",
+        messages=[{"role": "user", "content": "Hi"}],
+        stream=True,
+        stream_options={"include_usage": True},
+    )
     chunks = [chunk async for chunk in stream]
     text = "".join(c.choices[0].delta.content or "" for c in chunks if c.choices)
     assert text == "Hello from the fake engine."
@@ -65,18 +71,29 @@ async def test_streaming_replay_parses_with_the_sdk_and_carries_usage(gateway):
 
 
 async def test_streamed_tool_call_round_trip(gateway):
-    gateway.fake.script = [FakeReply(tool_calls=(("get_weather", {"city": "Paris"}),)),
-                           FakeReply(content="It is sunny in Paris.")]
+    gateway.fake.script = [
+        FakeReply(tool_calls=(("get_weather", {"city": "Paris"}),)),
+        FakeReply(content="It is sunny in Paris."),
+    ]
     rollout = await gateway.new_rollout()
     client = gateway.openai(api_key=rollout["token"])
     messages = [{"role": "user", "content": "Weather in Paris?"}]
-    stream = await client.chat.completions.create(model="policy", messages=messages, tools=[WEATHER_TOOL],
-                                                  stream=True)
+    stream = await client.chat.completions.create(model="policy", messages=messages, tools=[WEATHER_TOOL], stream=True)
     calls = merged_tool_calls([c async for c in stream])
     assert [(c["name"], json.loads(c["arguments"])) for c in calls] == [("get_weather", {"city": "Paris"})]
-    messages += [{"role": "assistant", "tool_calls": [{"id": calls[0]["id"], "type": "function",
-                  "function": {"name": "get_weather", "arguments": calls[0]["arguments"]}}]},
-                 {"role": "tool", "tool_call_id": calls[0]["id"], "content": "sunny"}]
+    messages += [
+        {
+            "role": "assistant",
+            "tool_calls": [
+                {
+                    "id": calls[0]["id"],
+                    "type": "function",
+                    "function": {"name": "get_weather", "arguments": calls[0]["arguments"]},
+                }
+            ],
+        },
+        {"role": "tool", "tool_call_id": calls[0]["id"], "content": "sunny"},
+    ]
     final = await client.chat.completions.create(model="policy", messages=messages, tools=[WEATHER_TOOL])
     assert final.choices[0].message.content == "It is sunny in Paris."
     recorded = await recorded_calls(gateway, rollout["id"])
@@ -87,8 +104,9 @@ async def test_legacy_completions_with_token_prompt_and_stream(gateway):
     client = gateway.openai()
     completion = await client.completions.create(model="policy", prompt=[5, 6, 7], max_tokens=8)
     assert completion.choices[0].text == "Hello from the fake engine."
-    stream = await client.completions.create(model="policy", prompt="abc", stream=True,
-                                             stream_options={"include_usage": True})
+    stream = await client.completions.create(
+        model="policy", prompt="abc", stream=True, stream_options={"include_usage": True}
+    )
     chunks = [c async for c in stream]
     assert chunks[-1].usage.prompt_tokens == 3
     assert gateway.fake.requests[0]["prompt"] == [5, 6, 7]
@@ -104,8 +122,9 @@ async def test_token_in_header_or_path_selects_the_rollout(gateway):
     first, second = await gateway.new_rollout(task="a"), await gateway.new_rollout(task="b")
     await gateway.http.post("/v1/chat/completions", json=chat_body(), headers={"x-api-key": first["token"]})
     await gateway.http.post(f"/r/{second['token']}/v1/chat/completions", json=chat_body())
-    await gateway.http.post("/v1/chat/completions", json=chat_body(),
-                            headers={"authorization": f"Bearer {second['token']}"})
+    await gateway.http.post(
+        "/v1/chat/completions", json=chat_body(), headers={"authorization": f"Bearer {second['token']}"}
+    )
     assert len(await recorded_calls(gateway, first["id"])) == 1
     assert len(await recorded_calls(gateway, second["id"])) == 2
 

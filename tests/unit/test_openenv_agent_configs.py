@@ -24,8 +24,14 @@ def test_opencode_gets_the_rollouts_tools_route_as_a_remote_mcp_server():
     harness = create("opencode")
     [text] = harness.config_files(WITH_TOOLS).values()
     server = json.loads(text)["mcp"]["env"]
-    assert server == {"type": "remote", "url": f"{URL}/tools/mcp", "enabled": True, "oauth": False,
-                      "headers": {"Authorization": "Bearer hrl-secret"}, "timeout": 120_000}
+    assert server == {
+        "type": "remote",
+        "url": f"{URL}/tools/mcp",
+        "enabled": True,
+        "oauth": False,
+        "headers": {"Authorization": "Bearer hrl-secret"},
+        "timeout": 120_000,
+    }
     [plain] = harness.config_files(WITHOUT).values()
     assert "mcp" not in json.loads(plain)
 
@@ -54,6 +60,11 @@ def test_an_agent_without_mcp_is_refused_naming_those_that_work():
 def test_environment_tools_are_listed_as_mcp_tools():
     from openenv.core.env_server.mcp_types import Tool
 
-    tool = Tool(name="add", description="Adds.", input_schema={"type": "object", "properties": {"a": {"type": "integer"}}})
-    assert mcp_tool(tool) == {"name": "add", "description": "Adds.",
-                              "inputSchema": {"type": "object", "properties": {"a": {"type": "integer"}}}}
+    tool = Tool(
+        name="add", description="Adds.", input_schema={"type": "object", "properties": {"a": {"type": "integer"}}}
+    )
+    assert mcp_tool(tool) == {
+        "name": "add",
+        "description": "Adds.",
+        "inputSchema": {"type": "object", "properties": {"a": {"type": "integer"}}},
+    }

@@ -41,8 +41,10 @@ def test_a_registry_spec_names_what_it_needs():
         load_dataset("harbor:terminal-bench@2.0")
 
 
-@pytest.mark.parametrize(("source", "message"), [("harbor:", "names no dataset"), ("hf:./here", "ORG/NAME"),
-                                                 ("harbor:./no-such-folder", "is not a folder")])
+@pytest.mark.parametrize(
+    ("source", "message"),
+    [("harbor:", "names no dataset"), ("hf:./here", "ORG/NAME"), ("harbor:./no-such-folder", "is not a folder")],
+)
 def test_malformed_specs_name_the_fix(source, message):
     with pytest.raises(TaskError, match=message):
         load_dataset(source)

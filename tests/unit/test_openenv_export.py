@@ -17,16 +17,21 @@ from harnessrl.openenv_export import rollout_record, trace_nodes, training_trace
 
 def call(call_id, parent, prompt, output, version=0, tags=()) -> CallNode:
     logprobs = -np.arange(1, len(output) + 1, dtype=np.float32) / 7
-    return CallNode(call_id, parent, np.array(prompt, np.int32), np.array(output, np.int32), logprobs,
-                    version, tuple(tags))
+    return CallNode(
+        call_id, parent, np.array(prompt, np.int32), np.array(output, np.int32), logprobs, version, tuple(tags)
+    )
 
 
 def graph() -> list[CallNode]:
     """Two turns, a retry of the second, a title side call, an undelivered call and a call below the title."""
-    return [call(1, None, [10, 11], [20, 21]), call(2, 1, [10, 11, 20, 21, 30], [40], version=1),
-            call(3, 1, [10, 11, 20, 21, 30], [41, 42], version=1), call(4, None, [7], [8], tags=["title"]),
-            call(5, 2, [10, 11, 20, 21, 30, 40, 50], [60], tags=["undelivered"]),
-            call(6, 4, [7, 8, 9], [5])]
+    return [
+        call(1, None, [10, 11], [20, 21]),
+        call(2, 1, [10, 11, 20, 21, 30], [40], version=1),
+        call(3, 1, [10, 11, 20, 21, 30], [41, 42], version=1),
+        call(4, None, [7], [8], tags=["title"]),
+        call(5, 2, [10, 11, 20, 21, 30, 40, 50], [60], tags=["undelivered"]),
+        call(6, 4, [7, 8, 9], [5]),
+    ]
 
 
 async def record_two_turns(gateway, run: str) -> dict:
@@ -34,16 +39,23 @@ async def record_two_turns(gateway, run: str) -> dict:
     client = gateway.openai(api_key=rollout["token"])
     messages = [{"role": "user", "content": "hi"}]
     reply = await client.chat.completions.create(model="policy", messages=messages)
-    messages += [{"role": "assistant", "content": reply.choices[0].message.content}, {"role": "user", "content": "more"}]
+    messages += [
+        {"role": "assistant", "content": reply.choices[0].message.content},
+        {"role": "user", "content": "more"},
+    ]
     await client.chat.completions.create(model="policy", messages=messages)
     return rollout
 
 
 def same_samples(left, right) -> bool:
     return len(left) == len(right) and all(
-        a.call_ids == b.call_ids and np.array_equal(a.input_ids, b.input_ids)
-        and np.array_equal(a.loss_mask, b.loss_mask) and np.array_equal(a.old_logprobs, b.old_logprobs)
-        and np.array_equal(a.policy_versions, b.policy_versions) for a, b in zip(left, right))
+        a.call_ids == b.call_ids
+        and np.array_equal(a.input_ids, b.input_ids)
+        and np.array_equal(a.loss_mask, b.loss_mask)
+        and np.array_equal(a.old_logprobs, b.old_logprobs)
+        and np.array_equal(a.policy_versions, b.policy_versions)
+        for a, b in zip(left, right)
+    )
 
 
 def record_of(nodes, include_side=False) -> dict:
@@ -103,9 +115,23 @@ async def test_rollout_record_carries_the_rewards(gateway):
 
 
 def test_cli_offers_the_openenv_format(sqlite_db, tmp_path):
-    result = CliRunner().invoke(app, ["export", "--run", "nope", "--out", str(tmp_path / "x.jsonl"),
-                                      "--format", "openenv", "--database-url", sqlite_db])
+    result = CliRunner().invoke(
+        app,
+        [
+            "export",
+            "--run",
+            "nope",
+            "--out",
+            str(tmp_path / "x.jsonl"),
+            "--format",
+            "openenv",
+            "--database-url",
+            sqlite_db,
+        ],
+    )
     assert result.exit_code == 1 and "no run named 'nope'" in result.output
-    result = CliRunner().invoke(app, ["export", "--run", "nope", "--out", str(tmp_path / "x.jsonl"),
-                                      "--format", "trl", "--database-url", sqlite_db])
+    result = CliRunner().invoke(
+        app,
+        ["export", "--run", "nope", "--out", str(tmp_path / "x.jsonl"), "--format", "trl", "--database-url", sqlite_db],
+    )
     assert result.exit_code == 1 and "jsonl, parquet or openenv" in result.output

@@ -55,6 +55,7 @@ def test_openenv_mcp_environments_run_on_this_stack():
     class Adder(MCPEnvironment):
         def reset(self, seed=None, episode_id=None, **kwargs):
             from openenv.core.env_server.types import Observation
+
             return Observation()
 
         def _step_impl(self, action, timeout_s=None, **kwargs):
@@ -63,6 +64,7 @@ def test_openenv_mcp_environments_run_on_this_stack():
         @property
         def state(self):
             from openenv.core.env_server.types import State
+
             return State()
 
     env = Adder(mcp)

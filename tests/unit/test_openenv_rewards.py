@@ -16,8 +16,12 @@ TASK = Task(name="sum", instruction="What is 40 + 2?")
 
 
 def context(answer: str, verifier: float | None = 1.0) -> dict:
-    return {"task": TASK, "rollout": {"id": 7}, "verdict": Verdict(verifier, 0, "ok"),
-            "outcome": AgentOutcome(final_text=answer, log="", exit_code=0)}
+    return {
+        "task": TASK,
+        "rollout": {"id": 7},
+        "verdict": Verdict(verifier, 0, "ok"),
+        "outcome": AgentOutcome(final_text=answer, log="", exit_code=0),
+    }
 
 
 async def test_a_rubric_instance_scores_the_final_answer():
@@ -55,7 +59,9 @@ async def test_an_llm_judge_scores_through_an_openai_compatible_endpoint(monkeyp
         reward = load_reward_function("tests.openenv_rubrics:EnvJudge")
         assert await reward(**context("42")) == 0.75
         [request] = server.requests
-    assert "What is 40 + 2?" in request["messages"][-1]["content"] and "Answer: 42" in request["messages"][-1]["content"]
+    assert (
+        "What is 40 + 2?" in request["messages"][-1]["content"] and "Answer: 42" in request["messages"][-1]["content"]
+    )
 
 
 async def test_an_llm_judge_without_a_score_in_its_reply_abstains(monkeypatch):

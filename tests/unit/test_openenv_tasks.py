@@ -12,9 +12,16 @@ from harnesses.openenv_tasks import REWARD_NAME, EnvOutcome, EnvTaskRef, env_tas
 from harnesses.task import Task, TaskError
 
 
-@pytest.mark.parametrize(("spec", "kind"), [("http://127.0.0.1:8000", "url"), ("https://env.example/x", "url"),
-                                            ("my_env.server:MyEnvironment", "package"),
-                                            ("ghcr.io/org/echo-env:latest", "image"), ("echo-env", "image")])
+@pytest.mark.parametrize(
+    ("spec", "kind"),
+    [
+        ("http://127.0.0.1:8000", "url"),
+        ("https://env.example/x", "url"),
+        ("my_env.server:MyEnvironment", "package"),
+        ("ghcr.io/org/echo-env:latest", "image"),
+        ("echo-env", "image"),
+    ],
+)
 def test_a_spec_is_a_url_a_package_or_an_image(spec, kind):
     assert spec_kind(spec) == kind
 
@@ -24,7 +31,9 @@ def test_an_environment_task_keeps_where_it_came_from():
     task = env_task(ref, {"id": "q/3", "prompt": "Say hi."})
     assert task.name == "echo-test-q-3" and task.instruction == "Say hi."
     assert EnvTaskRef.of(task) == ref and EnvTaskRef.of(Task(name="t", instruction="x")) is None
-    assert env_task(ref, {"level": 2}).instruction == '{"level": 2}' and env_task(ref, {"level": 2}).name == "echo-test-3"
+    assert (
+        env_task(ref, {"level": 2}).instruction == '{"level": 2}' and env_task(ref, {"level": 2}).name == "echo-test-3"
+    )
 
 
 def test_the_reward_is_the_environments_and_nothing_else():
@@ -52,12 +61,21 @@ def test_an_unreachable_server_is_an_error_naming_it():
 def test_mcp_tools_become_function_tools_and_results_text():
     from openenv.core.env_server.mcp_types import CallToolObservation, Tool, ToolError, ToolErrorType
 
-    tool = Tool(name="add", description="Adds.", input_schema={"type": "object", "properties": {"a": {"type": "integer"}}})
-    assert openai_tool(tool) == {"type": "function", "function": {"name": "add", "description": "Adds.",
-                                 "parameters": {"type": "object", "properties": {"a": {"type": "integer"}}}}}
+    tool = Tool(
+        name="add", description="Adds.", input_schema={"type": "object", "properties": {"a": {"type": "integer"}}}
+    )
+    assert openai_tool(tool) == {
+        "type": "function",
+        "function": {
+            "name": "add",
+            "description": "Adds.",
+            "parameters": {"type": "object", "properties": {"a": {"type": "integer"}}},
+        },
+    }
     ok = CallToolObservation(tool_name="add", result={"content": [{"type": "text", "text": "5"}], "data": 5})
-    failed = CallToolObservation(tool_name="add", result=None,
-                                 error=ToolError(error_type=ToolErrorType.INVALID_ARGS, message="b is required"))
+    failed = CallToolObservation(
+        tool_name="add", result=None, error=ToolError(error_type=ToolErrorType.INVALID_ARGS, message="b is required")
+    )
     assert tool_text(ok) == "5" and tool_text(failed) == "error: b is required"
 
 

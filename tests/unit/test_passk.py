@@ -17,8 +17,9 @@ def pass_at_k_by_enumeration(n: int, c: int, k: int) -> float:
     return sum(any(samples[i] for i in draw) for draw in draws) / len(draws)
 
 
-@pytest.mark.parametrize(("n", "c", "k"), [(8, 0, 1), (8, 3, 1), (8, 3, 4), (8, 5, 4), (8, 8, 8), (10, 1, 10),
-                                           (6, 2, 3), (5, 4, 2)])
+@pytest.mark.parametrize(
+    ("n", "c", "k"), [(8, 0, 1), (8, 3, 1), (8, 3, 4), (8, 5, 4), (8, 8, 8), (10, 1, 10), (6, 2, 3), (5, 4, 2)]
+)
 def test_pass_at_k_equals_the_share_of_draws_with_a_pass(n, c, k):
     assert pass_at_k(n, c, k) == pytest.approx(pass_at_k_by_enumeration(n, c, k), abs=1e-12)
 

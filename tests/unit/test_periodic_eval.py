@@ -42,21 +42,24 @@ def live_gateway(sqlite_db, fake_engine, fake_engine_server) -> Iterator[Backgro
 
 
 def publish(url: str, version: int) -> None:
-    response = httpx.post(f"{url}/admin/adapters", headers=ADMIN_HEADERS,
-                          json={"version": version, "path": f"/adapters/v{version}"})
+    response = httpx.post(
+        f"{url}/admin/adapters", headers=ADMIN_HEADERS, json={"version": version, "path": f"/adapters/v{version}"}
+    )
     assert response.status_code == 200, response.text
 
 
 async def test_the_base_model_then_every_second_version_is_evaluated_into_the_learners_metrics(
-        live_gateway, sqlite_db, tmp_path):
+    live_gateway, sqlite_db, tmp_path
+):
     store = Store.from_url(sqlite_db)
     try:
         await store.create_rollout("train-run", "t", "g")  # the training run, as the learner's steps need it
         run_id = await store.run_id("train-run")
         for step, version in ((1, 0), (2, 1), (3, 2), (4, 2)):
             await record_step(store, run_id, step, {"step": step, "version": version, "loss": 0.5})
-        settings = EvalEvery(every=2, tasks=HELD_OUT, harness=eval_harness("oneshot", "local"), k=2,
-                             sandbox_options=OPTIONS)
+        settings = EvalEvery(
+            every=2, tasks=HELD_OUT, harness=eval_harness("oneshot", "local"), k=2, sandbox_options=OPTIONS
+        )
         periodic = PeriodicEval(settings, "train-run", live_gateway.url, TEST_ADMIN_KEY, store)
         base = await periodic.check()
         assert (base["eval_version"], base["eval_pass_at_1"], base["eval_rollouts"]) == (0, 0.0, 2 * len(HELD_OUT))
@@ -91,15 +94,18 @@ def test_the_training_thread_evaluates_beside_the_learner_and_stops_cleanly(live
 
     from harnessrl.periodic_eval import EvalThread
 
-    settings = EvalEvery(every=1, tasks=HELD_OUT[:1], harness=eval_harness("oneshot", "local"), k=1,
-                         sandbox_options=OPTIONS)
-    thread = EvalThread(PeriodicEval(settings, "train-run", live_gateway.url, TEST_ADMIN_KEY, store=None),
-                        sqlite_db, poll_s=0.2).start()
+    settings = EvalEvery(
+        every=1, tasks=HELD_OUT[:1], harness=eval_harness("oneshot", "local"), k=1, sandbox_options=OPTIONS
+    )
+    thread = EvalThread(
+        PeriodicEval(settings, "train-run", live_gateway.url, TEST_ADMIN_KEY, store=None), sqlite_db, poll_s=0.2
+    ).start()
     try:
         deadline = time.monotonic() + 60
         while time.monotonic() < deadline:
-            rows = client.get(f"{live_gateway.url}/api/rollouts", params={"run": "train-run-eval"},
-                              headers=ADMIN_HEADERS).json()["data"]
+            rows = client.get(
+                f"{live_gateway.url}/api/rollouts", params={"run": "train-run-eval"}, headers=ADMIN_HEADERS
+            ).json()["data"]
             if rows and all(r["status"] == "finished" for r in rows):
                 break
             time.sleep(0.2)

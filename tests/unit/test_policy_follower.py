@@ -59,8 +59,10 @@ async def test_a_publish_on_one_gateway_is_followed_by_the_other(sqlite_db):
         assert set(b.fake.adapters) == set(a.fake.adapters) == {"policy-v2", "policy-v3"}  # v1 retired on both
 
         rollout = await a.new_rollout(run="follow-run")
-        answer = await b.http.post(f"/r/{rollout['token']}/v1/chat/completions",
-                                   json={"model": "policy", "messages": [{"role": "user", "content": "hi"}]})
+        answer = await b.http.post(
+            f"/r/{rollout['token']}/v1/chat/completions",
+            json={"model": "policy", "messages": [{"role": "user", "content": "hi"}]},
+        )
         assert answer.status_code == 200, answer.text
         [call] = (await a.http.get(f"/api/rollouts/{rollout['id']}/calls")).json()["data"]
         assert (call["engine_model"], call["policy_version"]) == ("policy-v3", 3)

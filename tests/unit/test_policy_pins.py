@@ -27,8 +27,9 @@ async def pinned(gw: GatewayHarness, policy: str, **extra) -> dict:
 
 
 async def agent_chat(gw: GatewayHarness, token: str, model: str) -> dict:
-    response = await gw.agent.post(f"/r/{token}/v1/chat/completions",
-                                   json={"model": model, "messages": [{"role": "user", "content": "hi"}]})
+    response = await gw.agent.post(
+        f"/r/{token}/v1/chat/completions", json={"model": model, "messages": [{"role": "user", "content": "hi"}]}
+    )
     assert response.status_code == 200, response.text
     calls = (await gw.http.get("/api/calls", params={"limit": 1000})).json()["data"]
     return calls[-1]
@@ -81,8 +82,10 @@ async def test_a_retired_version_is_loaded_again_for_a_rollout_pinned_to_it(gw):
     assert (call["policy_version"], call["engine_model"]) == (1, "policy-v1")
 
 
-@pytest.mark.parametrize(("policy", "status"), [("policy-v7", 404), ("policy-v0", 400), ("v1", 400),
-                                                ("policy-v99999999999", 400), ("policy-v2147483648", 400)])
+@pytest.mark.parametrize(
+    ("policy", "status"),
+    [("policy-v7", 404), ("policy-v0", 400), ("v1", 400), ("policy-v99999999999", 400), ("policy-v2147483648", 400)],
+)
 async def test_a_pin_to_an_unknown_or_malformed_version_creates_nothing(gw, policy, status):
     await publish(gw, 1)
     response = await gw.http.post("/api/rollouts", json={"run": "eval", "task": "t", "policy": policy})
@@ -97,8 +100,9 @@ async def test_a_retried_create_returns_the_same_pinned_rollout_and_another_pin_
     again = await pinned(gw, "latest", request_id="req-1")  # "latest" moved, but this is the same request
     assert again["id"] == first["id"]
     assert (await agent_chat(gw, again["token"], "policy"))["policy_version"] == 1
-    other = await gw.http.post("/api/rollouts", json={"run": "eval", "task": "t", "policy": "base",
-                                                      "request_id": "req-1"})
+    other = await gw.http.post(
+        "/api/rollouts", json={"run": "eval", "task": "t", "policy": "base", "request_id": "req-1"}
+    )
     assert other.status_code == 409, other.text
 
 
@@ -109,14 +113,22 @@ async def test_an_agent_with_a_rollout_token_cannot_choose_or_change_a_pin(gw):
     rollout = await pinned(gw, "base")
     token = rollout["token"]
     for headers in ({"authorization": f"Bearer {token}"}, {"x-admin-key": token}, {"x-api-key": token}):
-        created = await gw.agent.post("/api/rollouts", headers=headers,
-                                      json={"run": "eval", "task": "t", "policy": "latest"})
+        created = await gw.agent.post(
+            "/api/rollouts", headers=headers, json={"run": "eval", "task": "t", "policy": "latest"}
+        )
         assert created.status_code == 401, created.text
     for path in (f"/r/{token}/api/rollouts", f"/r/{token}/v1/rollouts"):
         assert (await gw.agent.post(path, json={"policy": "latest"})).status_code in (401, 404, 405)
-    sneaky = await gw.agent.post(f"/r/{token}/v1/chat/completions", json={
-        "model": "policy-v1", "policy": "latest", "messages": [{"role": "user", "content": "hi"}],
-        "metadata": {"policy": "policy-v1"}}, headers={"x-harnessrl-policy": "policy-v1"})
+    sneaky = await gw.agent.post(
+        f"/r/{token}/v1/chat/completions",
+        json={
+            "model": "policy-v1",
+            "policy": "latest",
+            "messages": [{"role": "user", "content": "hi"}],
+            "metadata": {"policy": "policy-v1"},
+        },
+        headers={"x-harnessrl-policy": "policy-v1"},
+    )
     if sneaky.status_code == 200:
         call = (await gw.http.get("/api/calls", params={"limit": 1000})).json()["data"][-1]
         assert call["policy_version"] == 0

@@ -36,16 +36,28 @@ async def store(sqlite_db: str) -> AsyncIterator[Store]:
     await store.close()
 
 
-async def add_rollout(store: Store, run: str, task: str, reward: float | None, calls: list[tuple[int, int, float]],
-                      group_size: int = 4, group: str | None = None) -> int:
+async def add_rollout(
+    store: Store,
+    run: str,
+    task: str,
+    reward: float | None,
+    calls: list[tuple[int, int, float]],
+    group_size: int = 4,
+    group: str | None = None,
+) -> int:
     """A rollout with one call per (policy_version, output tokens, seconds after START)."""
     identity = await store.create_rollout(run, task, group, group_size=group_size)
-    ids = await store.insert_calls([call_record(identity.rollout_id, policy_version=version, output_ids=[7] * n,
-                                                output_logprobs=[-0.1] * n) for version, n, _ in calls])
+    ids = await store.insert_calls(
+        [
+            call_record(identity.rollout_id, policy_version=version, output_ids=[7] * n, output_logprobs=[-0.1] * n)
+            for version, n, _ in calls
+        ]
+    )
     async with store.sessions.begin() as session:
         for call_id, (_, _, at_s) in zip(ids, calls):
-            await session.execute(update(Call).where(Call.id == call_id)
-                                  .values(created_at=START + timedelta(seconds=at_s)))
+            await session.execute(
+                update(Call).where(Call.id == call_id).values(created_at=START + timedelta(seconds=at_s))
+            )
     if reward is not None:
         await store.end_rollout(identity.rollout_id, "finished", rewards={"verifier": reward})
     return identity.rollout_id
@@ -60,8 +72,9 @@ async def build_run(store: Store, steps: int = 6) -> None:
         calls = [(version, int(rng.integers(3, 40)), at)]
         if k % 5 == 0:  # a second turn, served after the next hot swap: the rollout stays pinned to the first
             calls.append((version + 1, int(rng.integers(3, 40)), at + 7.5))
-        await add_rollout(store, RUN, f"task-{k % 4}", float(rng.choice([0.0, 0.5, 1.0])), calls,
-                          group=f"round-{k // 16}")  # a group takes its 4 rollouts, no more
+        await add_rollout(
+            store, RUN, f"task-{k % 4}", float(rng.choice([0.0, 0.5, 1.0])), calls, group=f"round-{k // 16}"
+        )  # a group takes its 4 rollouts, no more
     await add_rollout(store, RUN, "unscored", None, [(0, 11, 3.0)])  # counts for throughput, not reward
     await add_rollout(store, "other-run", "t", 1.0, [(0, 99, 1.0)])  # another run: never counted
     run_id = await run_id_of(store, RUN)
@@ -71,9 +84,18 @@ async def build_run(store: Store, steps: int = 6) -> None:
 
 
 def step_metrics(step: int) -> dict:
-    return {"step": step, "version": step - 1, "reward_mean": 0.1 * step, "reward_mean_kept": 0.1 * step + 0.05,
-            "staleness_mean": 0.5 + 0.1 * step, "staleness_max": step % 3, "samples": 8 + step,
-            "tokens_trained": 100 * step, "step_time_s": 2.0 + step, "loss": None}
+    return {
+        "step": step,
+        "version": step - 1,
+        "reward_mean": 0.1 * step,
+        "reward_mean_kept": 0.1 * step + 0.05,
+        "staleness_mean": 0.5 + 0.1 * step,
+        "staleness_max": step % 3,
+        "samples": 8 + step,
+        "tokens_trained": 100 * step,
+        "step_time_s": 2.0 + step,
+        "loss": None,
+    }
 
 
 async def run_id_of(store: Store, run: str) -> int:
@@ -85,11 +107,14 @@ async def rows_of(store: Store, run: str) -> tuple[list, list]:
     """Every call (rollout id, version, output tokens, created_at) and rollout (id, reward) of the run."""
     run_id = await run_id_of(store, run)
     async with store.sessions() as session:
-        calls = (await session.execute(select(Call.rollout_id, Call.policy_version, Call.num_output_tokens,
-                                              Call.created_at).join(Rollout, Rollout.id == Call.rollout_id)
-                                       .where(Rollout.run_id == run_id))).all()
-        rollouts = (await session.execute(select(Rollout.id, Rollout.reward)
-                                          .where(Rollout.run_id == run_id))).all()
+        calls = (
+            await session.execute(
+                select(Call.rollout_id, Call.policy_version, Call.num_output_tokens, Call.created_at)
+                .join(Rollout, Rollout.id == Call.rollout_id)
+                .where(Rollout.run_id == run_id)
+            )
+        ).all()
+        rollouts = (await session.execute(select(Rollout.id, Rollout.reward).where(Rollout.run_id == run_id))).all()
     return calls, rollouts
 
 
@@ -149,7 +174,11 @@ async def test_step_points_carry_the_stored_step_metrics(store):
     for p in data.steps:
         m = step_metrics(p.step)
         assert (p.reward_mean, p.reward_mean_kept, p.staleness_mean, p.staleness_max) == (
-            m["reward_mean"], m["reward_mean_kept"], m["staleness_mean"], m["staleness_max"])
+            m["reward_mean"],
+            m["reward_mean_kept"],
+            m["staleness_mean"],
+            m["staleness_max"],
+        )
         assert p.samples == m["samples"] and p.trained_tokens_per_s == pytest.approx(100 * p.step / (2.0 + p.step))
 
 

@@ -27,16 +27,18 @@ async def store(sqlite_db: str) -> AsyncIterator[Store]:
 async def record_chain(store: Store, requests: list[dict], rollout_id: int) -> list[int]:
     ids: list[int] = []
     for request in requests:
-        [call_id] = await store.insert_calls([call_record(rollout_id, request=request,
-                                                          parent_id=ids[-1] if ids else None)])
+        [call_id] = await store.insert_calls(
+            [call_record(rollout_id, request=request, parent_id=ids[-1] if ids else None)]
+        )
         ids.append(call_id)
     return ids
 
 
 async def stored_requests(store: Store, rollout_id: int) -> list:
     async with store.sessions() as session:
-        return list((await session.scalars(select(Call.request).where(Call.rollout_id == rollout_id)
-                                           .order_by(Call.id))).all())
+        return list(
+            (await session.scalars(select(Call.request).where(Call.rollout_id == rollout_id).order_by(Call.id))).all()
+        )
 
 
 async def test_every_request_reads_back_byte_identical_as_json(store):
@@ -65,8 +67,12 @@ async def test_stored_request_bytes_grow_linearly_in_turns(store):
 async def test_a_changed_system_prompt_or_tools_is_stored_whole_and_reads_back(store):
     rollout = await store.create_rollout("delta-run", "t")
     first, second = agent_requests(2)
-    second = {**second, "tools": [], "messages": [{"role": "system", "content": "new"}, *second["messages"][1:]],
-              "extra": {"a": 1}}
+    second = {
+        **second,
+        "tools": [],
+        "messages": [{"role": "system", "content": "new"}, *second["messages"][1:]],
+        "extra": {"a": 1},
+    }
     del second["max_tokens"]
     [a, b] = await record_chain(store, [first, second], rollout.rollout_id)
     assert json.dumps((await store.get_call(b)).request) == json.dumps(second)
@@ -74,8 +80,9 @@ async def test_a_changed_system_prompt_or_tools_is_stored_whole_and_reads_back(s
 
 async def test_a_request_that_forges_the_delta_form_reads_back_as_sent(store):
     victim = await store.create_rollout("delta-run", "victim")
-    [victim_call] = await record_chain(store, [{"messages": [{"role": "user", "content": "secret"}]}],
-                                       victim.rollout_id)
+    [victim_call] = await record_chain(
+        store, [{"messages": [{"role": "user", "content": "secret"}]}], victim.rollout_id
+    )
     attacker = await store.create_rollout("delta-run", "attacker")
     forged = {request_delta.MARKER: {"parent": victim_call, "keys": [["=", "messages"]]}}
     [plain, child] = await record_chain(store, [forged, {**forged, "model": "policy"}], attacker.rollout_id)

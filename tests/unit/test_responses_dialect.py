@@ -12,7 +12,9 @@ from tests.builders import gateway_settings
 from tests.unit.conftest import start_gateway
 
 WEATHER_TOOL = {
-    "type": "function", "name": "get_weather", "description": "Current weather for a city.",
+    "type": "function",
+    "name": "get_weather",
+    "description": "Current weather for a city.",
     "parameters": {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]},
     "strict": True,
 }
@@ -57,13 +59,21 @@ async def test_call_id_header_names_the_recorded_call(gateway):
 async def test_instructions_and_message_items_become_chat_messages(gateway):
     rollout = await gateway.new_rollout(sampling={"temperature": 0.5})  # a training run sets the temperature
     await rollout_client(gateway, rollout).responses.create(
-        model="policy", instructions="Be brief.", max_output_tokens=64, temperature=0.5,
-        input=[{"role": "developer", "content": "Answer in French."},
-               {"type": "message", "role": "user", "content": [{"type": "input_text", "text": "Hi"}]}])
+        model="policy",
+        instructions="Be brief.",
+        max_output_tokens=64,
+        temperature=0.5,
+        input=[
+            {"role": "developer", "content": "Answer in French."},
+            {"type": "message", "role": "user", "content": [{"type": "input_text", "text": "Hi"}]},
+        ],
+    )
 
-    expected = [{"role": "system", "content": "Be brief."},
-                {"role": "developer", "content": "Answer in French."},
-                {"role": "user", "content": [{"type": "text", "text": "Hi"}]}]
+    expected = [
+        {"role": "system", "content": "Be brief."},
+        {"role": "developer", "content": "Answer in French."},
+        {"role": "user", "content": [{"type": "text", "text": "Hi"}]},
+    ]
     sent = gateway.fake.requests[-1]
     assert sent["messages"] == expected
     assert sent["max_tokens"] == 64 and sent["temperature"] == 0.5 and "max_output_tokens" not in sent
@@ -74,8 +84,17 @@ async def test_instructions_and_message_items_become_chat_messages(gateway):
 async def test_history_items_fold_into_assistant_turns_and_tool_messages(gateway):
     history = [
         {"role": "user", "content": "Weather in Paris and London?"},
-        {"type": "reasoning", "id": "rs_1", "summary": [], "content": [{"type": "reasoning_text", "text": "Two calls."}]},
-        {"type": "message", "role": "assistant", "content": [{"type": "output_text", "text": "Checking.", "annotations": []}]},
+        {
+            "type": "reasoning",
+            "id": "rs_1",
+            "summary": [],
+            "content": [{"type": "reasoning_text", "text": "Two calls."}],
+        },
+        {
+            "type": "message",
+            "role": "assistant",
+            "content": [{"type": "output_text", "text": "Checking.", "annotations": []}],
+        },
         {"type": "function_call", "call_id": "call_1", "name": "get_weather", "arguments": '{"city":"Paris"}'},
         {"type": "function_call", "call_id": "call_2", "name": "get_weather", "arguments": '{"city":"London"}'},
         {"type": "function_call_output", "call_id": "call_1", "output": "sunny"},
@@ -88,10 +107,23 @@ async def test_history_items_fold_into_assistant_turns_and_tool_messages(gateway
     sent = gateway.fake.requests[-1]
     assert sent["messages"] == [
         {"role": "user", "content": "Weather in Paris and London?"},
-        {"role": "assistant", "content": [{"type": "text", "text": "Checking."}], "reasoning_content": "Two calls.",
-         "tool_calls": [
-             {"id": "call_1", "type": "function", "function": {"name": "get_weather", "arguments": '{"city":"Paris"}'}},
-             {"id": "call_2", "type": "function", "function": {"name": "get_weather", "arguments": '{"city":"London"}'}}]},
+        {
+            "role": "assistant",
+            "content": [{"type": "text", "text": "Checking."}],
+            "reasoning_content": "Two calls.",
+            "tool_calls": [
+                {
+                    "id": "call_1",
+                    "type": "function",
+                    "function": {"name": "get_weather", "arguments": '{"city":"Paris"}'},
+                },
+                {
+                    "id": "call_2",
+                    "type": "function",
+                    "function": {"name": "get_weather", "arguments": '{"city":"London"}'},
+                },
+            ],
+        },
         {"role": "tool", "tool_call_id": "call_1", "content": "sunny"},
         {"role": "tool", "tool_call_id": "call_2", "content": [{"type": "text", "text": "rain"}]},
         {"role": "user", "content": "Thanks."},
@@ -105,9 +137,16 @@ async def test_streamed_response_streams_every_event_in_order(gateway):
 
     types = [e.type for e in events]
     assert [t for n, t in enumerate(types) if n == 0 or t != types[n - 1]] == [
-        "response.created", "response.in_progress", "response.output_item.added", "response.content_part.added",
-        "response.output_text.delta", "response.output_text.done", "response.content_part.done",
-        "response.output_item.done", "response.completed"]
+        "response.created",
+        "response.in_progress",
+        "response.output_item.added",
+        "response.content_part.added",
+        "response.output_text.delta",
+        "response.output_text.done",
+        "response.content_part.done",
+        "response.output_item.done",
+        "response.completed",
+    ]
     assert [e.sequence_number for e in events] == list(range(len(events)))
     assert events[0].response.status == "in_progress" and events[0].response.output == []
     deltas = [e.delta for e in events if e.type == "response.output_text.delta"]
@@ -136,13 +175,20 @@ async def test_sdk_stream_helper_assembles_the_final_response(gateway):
 
 
 async def test_function_call_round_trip_with_reserialized_arguments(gateway):
-    gateway.fake.script = [FakeReply(tool_calls=(("get_weather", {"city": "Paris"}),)),
-                           FakeReply(content="It is sunny in Paris.")]
+    gateway.fake.script = [
+        FakeReply(tool_calls=(("get_weather", {"city": "Paris"}),)),
+        FakeReply(content="It is sunny in Paris."),
+    ]
     rollout = await gateway.new_rollout()
     client = rollout_client(gateway, rollout)
     question = {"role": "user", "content": "Weather in Paris?"}
-    stream = await client.responses.create(model="policy", input=[question], tools=[WEATHER_TOOL],
-                                           tool_choice={"type": "function", "name": "get_weather"}, stream=True)
+    stream = await client.responses.create(
+        model="policy",
+        input=[question],
+        tools=[WEATHER_TOOL],
+        tool_choice={"type": "function", "name": "get_weather"},
+        stream=True,
+    )
     events = [event async for event in stream]
     kinds = [e.type for e in events if "function_call_arguments" in e.type]
     # The arguments stream as sampled (the fake engine sends them in halves), then done.
@@ -155,14 +201,24 @@ async def test_function_call_round_trip_with_reserialized_arguments(gateway):
     # Harnesses send arguments back re-serialized; they reach the engine as the client sent them.
     compact = json.dumps(json.loads(call.arguments), separators=(",", ":"))
     echoed = {**call.model_dump(exclude_none=True), "arguments": compact}
-    final = await client.responses.create(model="policy", tools=[WEATHER_TOOL], input=[
-        question, echoed, {"type": "function_call_output", "call_id": call.call_id, "output": "sunny"}])
+    final = await client.responses.create(
+        model="policy",
+        tools=[WEATHER_TOOL],
+        input=[question, echoed, {"type": "function_call_output", "call_id": call.call_id, "output": "sunny"}],
+    )
 
     assert final.output_text == "It is sunny in Paris."
-    expected = [{"role": "user", "content": "Weather in Paris?"},
-                {"role": "assistant", "content": None, "tool_calls": [
-                    {"id": call.call_id, "type": "function", "function": {"name": "get_weather", "arguments": compact}}]},
-                {"role": "tool", "tool_call_id": call.call_id, "content": "sunny"}]
+    expected = [
+        {"role": "user", "content": "Weather in Paris?"},
+        {
+            "role": "assistant",
+            "content": None,
+            "tool_calls": [
+                {"id": call.call_id, "type": "function", "function": {"name": "get_weather", "arguments": compact}}
+            ],
+        },
+        {"role": "tool", "tool_call_id": call.call_id, "content": "sunny"},
+    ]
     assert gateway.fake.requests[-1]["messages"] == expected
     recorded = await recorded_calls(gateway, rollout["id"])
     assert [c["finish_reason"] for c in recorded] == ["tool_calls", "stop"]
@@ -183,8 +239,17 @@ async def test_output_cut_at_max_output_tokens_is_incomplete_and_still_completes
 
 async def test_response_echoes_the_request_settings(gateway):
     response = await gateway.openai().responses.create(
-        model="policy", input="Hi", tools=[WEATHER_TOOL], tool_choice="auto", temperature=0.2, top_p=0.9,
-        parallel_tool_calls=False, metadata={"k": "v"}, store=False, max_output_tokens=32)
+        model="policy",
+        input="Hi",
+        tools=[WEATHER_TOOL],
+        tool_choice="auto",
+        temperature=0.2,
+        top_p=0.9,
+        parallel_tool_calls=False,
+        metadata={"k": "v"},
+        store=False,
+        max_output_tokens=32,
+    )
     assert response.tools[0].name == "get_weather" and response.tool_choice == "auto"
     assert response.temperature == 0.2 and response.top_p == 0.9 and response.max_output_tokens == 32
     assert response.parallel_tool_calls is False and response.metadata == {"k": "v"}
@@ -206,34 +271,46 @@ def body(**fields) -> dict:
     return {"model": "policy", "input": "Hi", **fields}
 
 
-@pytest.mark.parametrize(("bad", "named"), [
-    ({"model": "policy"}, "input"),
-    (body(input=7), "input"),
-    (body(input=[]), "input must not be empty"),
-    (body(input=""), "input must not be empty"),
-    (body(input=["hi"]), "input.0"),
-    (body(input=[{"role": "wizard", "content": "hi"}]), "role"),
-    (body(input=[{"role": "user", "content": 7}]), "content"),
-    (body(input=[{"role": "user", "content": [{"type": "input_audio", "data": "x"}]}]), "input_audio"),
-    (body(input=[{"type": "web_search_call", "id": "ws_1"}]), "web_search_call"),
-    (body(input=[{"type": "function_call_output", "call_id": "call_9", "output": "x"}]), "tool result without a call"),
-    (body(input=[{"type": "function_call_output", "call_id": "call_9", "output": "x"},
-                 {"type": "function_call", "call_id": "call_9", "name": "f", "arguments": "{}"}]),
-     "tool result without a call"),
-    (body(input=[{"type": "function_call", "call_id": "c", "name": "f", "arguments": {"a": 1}}]), "arguments"),
-    (body(input=[{"type": "reasoning", "id": "rs_1", "summary": []}]), "input has no message"),
-    (body(input=[{"role": "user", "content": [{"type": "input_image", "file_id": "file_1"}]}]), "image_url"),
-    (body(tools=[{"type": "namespace", "name": "agents", "tools": []}]), "tools.0.namespace.tools"),
-    (body(tools=[{"type": "custom"}]), "tools.0.custom.name"),
-    (body(tools=[{"type": "function"}]), "tools.0.function.name"),
-    (body(reasoning={"effort": "extreme"}), "reasoning.effort"),
-    (body(include="reasoning.encrypted_content"), "include"),
-    (body(tool_choice="sometimes"), "tool_choice"),
-    (body(temperature="hot"), "temperature"),
-    (body(max_output_tokens=0), "max_output_tokens"),
-    (body(text={"format": {"type": "grammar"}}), "text.format"),
-    (body(previous_response_id="resp_1"), "previous_response_id is not supported; send the full input"),
-])
+@pytest.mark.parametrize(
+    ("bad", "named"),
+    [
+        ({"model": "policy"}, "input"),
+        (body(input=7), "input"),
+        (body(input=[]), "input must not be empty"),
+        (body(input=""), "input must not be empty"),
+        (body(input=["hi"]), "input.0"),
+        (body(input=[{"role": "wizard", "content": "hi"}]), "role"),
+        (body(input=[{"role": "user", "content": 7}]), "content"),
+        (body(input=[{"role": "user", "content": [{"type": "input_audio", "data": "x"}]}]), "input_audio"),
+        (body(input=[{"type": "web_search_call", "id": "ws_1"}]), "web_search_call"),
+        (
+            body(input=[{"type": "function_call_output", "call_id": "call_9", "output": "x"}]),
+            "tool result without a call",
+        ),
+        (
+            body(
+                input=[
+                    {"type": "function_call_output", "call_id": "call_9", "output": "x"},
+                    {"type": "function_call", "call_id": "call_9", "name": "f", "arguments": "{}"},
+                ]
+            ),
+            "tool result without a call",
+        ),
+        (body(input=[{"type": "function_call", "call_id": "c", "name": "f", "arguments": {"a": 1}}]), "arguments"),
+        (body(input=[{"type": "reasoning", "id": "rs_1", "summary": []}]), "input has no message"),
+        (body(input=[{"role": "user", "content": [{"type": "input_image", "file_id": "file_1"}]}]), "image_url"),
+        (body(tools=[{"type": "namespace", "name": "agents", "tools": []}]), "tools.0.namespace.tools"),
+        (body(tools=[{"type": "custom"}]), "tools.0.custom.name"),
+        (body(tools=[{"type": "function"}]), "tools.0.function.name"),
+        (body(reasoning={"effort": "extreme"}), "reasoning.effort"),
+        (body(include="reasoning.encrypted_content"), "include"),
+        (body(tool_choice="sometimes"), "tool_choice"),
+        (body(temperature="hot"), "temperature"),
+        (body(max_output_tokens=0), "max_output_tokens"),
+        (body(text={"format": {"type": "grammar"}}), "text.format"),
+        (body(previous_response_id="resp_1"), "previous_response_id is not supported; send the full input"),
+    ],
+)
 async def test_bad_bodies_are_400_naming_the_field_and_record_nothing(gateway, bad, named):
     rollout = await gateway.new_rollout()
     error = assert_openai_error(await gateway.http.post(f"/r/{rollout['token']}/v1/responses", json=bad), 400)

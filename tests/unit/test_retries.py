@@ -18,8 +18,9 @@ async def test_a_retry_with_the_sdk_header_replaces_the_call_it_retries(gateway)
     auth = {"authorization": f"Bearer {rollout['token']}"}
     body = chat_body("Weather in Paris?")
     assert (await gateway.agent.post("/v1/chat/completions", json=body, headers=auth)).status_code == 200
-    retry = await gateway.agent.post("/v1/chat/completions", json=body,
-                                     headers={**auth, "x-stainless-retry-count": "1"})
+    retry = await gateway.agent.post(
+        "/v1/chat/completions", json=body, headers={**auth, "x-stainless-retry-count": "1"}
+    )
     assert retry.status_code == 200
     calls, samples = await calls_and_samples(gateway, rollout)
     assert [sorted(c["tags"]) for c in calls] == [["retried", "undelivered"], []]
@@ -47,8 +48,12 @@ async def test_parallel_calls_are_turns_of_their_own_same_body_or_not(gateway):
     gateway.fake.delay_s = 0.4
     rollout = await gateway.new_rollout()
     auth = {"authorization": f"Bearer {rollout['token']}"}
-    replies = await asyncio.gather(*[gateway.agent.post("/v1/chat/completions", json=chat_body(text), headers=auth)
-                                     for text in ("one", "two", "two")])
+    replies = await asyncio.gather(
+        *[
+            gateway.agent.post("/v1/chat/completions", json=chat_body(text), headers=auth)
+            for text in ("one", "two", "two")
+        ]
+    )
     assert [r.status_code for r in replies] == [200, 200, 200]
     calls, _ = await calls_and_samples(gateway, rollout)
     assert [c["tags"] for c in calls] == [[], [], []]

@@ -76,8 +76,9 @@ async def test_a_retried_create_with_the_same_request_id_returns_the_same_rollou
     body = {"run": "idem", "task": "t", "group": "g", "group_size": 2, "request_id": "attempt-1"}
     first = await gateway.http.post("/api/rollouts", json=body)
     again = await gateway.http.post("/api/rollouts", json=body)
-    by_header = await gateway.http.post("/api/rollouts", json={**body, "request_id": None},
-                                        headers={"Idempotency-Key": "attempt-1"})
+    by_header = await gateway.http.post(
+        "/api/rollouts", json={**body, "request_id": None}, headers={"Idempotency-Key": "attempt-1"}
+    )
 
     assert first.status_code == again.status_code == by_header.status_code == 201
     assert first.json() == again.json() == by_header.json()  # same id, same token
@@ -111,8 +112,11 @@ class LosesFirstResponse(httpx.AsyncBaseTransport):
 async def test_the_runner_client_retrying_a_lost_create_leaves_no_stray_rollout(gateway):
     client = GatewayClient("http://gateway", TEST_ADMIN_KEY)
     await client._http.aclose()
-    client._http = httpx.AsyncClient(base_url="http://gateway", headers={"x-admin-key": TEST_ADMIN_KEY},
-                                     transport=LosesFirstResponse(httpx.ASGITransport(gateway.app)))
+    client._http = httpx.AsyncClient(
+        base_url="http://gateway",
+        headers={"x-admin-key": TEST_ADMIN_KEY},
+        transport=LosesFirstResponse(httpx.ASGITransport(gateway.app)),
+    )
     try:
         created = await client.create_rollout("retry", "t", "g", 2, {"index": 0})
     finally:
@@ -134,8 +138,7 @@ async def test_a_full_group_takes_no_more_rollouts(gateway):
 
 async def test_a_ready_group_takes_no_more_rollouts_and_stays_ready(gateway):
     rollout = await gateway.new_rollout(run="g1", task="t", group="g", group_size=1)
-    await gateway.http.post(f"/api/rollouts/{rollout['id']}/finish", json={"status": "finished",
-                                                                           "rewards": {"v": 1.0}})
+    await gateway.http.post(f"/api/rollouts/{rollout['id']}/finish", json={"status": "finished", "rewards": {"v": 1.0}})
     late = await gateway.http.post("/api/rollouts", json={"run": "g1", "task": "t", "group": "g"})
     assert late.status_code == 409 and "already ready" in late.json()["error"]["message"]
     [group] = (await gateway.http.get("/api/groups", params={"run": "g1"})).json()["data"]
@@ -144,12 +147,12 @@ async def test_a_ready_group_takes_no_more_rollouts_and_stays_ready(gateway):
 
 async def test_a_cancelled_rollout_gives_its_place_in_the_group_to_a_replacement(gateway):
     first, second = [await gateway.new_rollout(run="c", task="t", group="g", group_size=2) for _ in range(2)]
-    await gateway.http.post(f"/api/rollouts/{first['id']}/finish", json={"status": "cancelled",
-                                                                         "error": "interrupted"})
+    await gateway.http.post(f"/api/rollouts/{first['id']}/finish", json={"status": "cancelled", "error": "interrupted"})
     replacement = await gateway.new_rollout(run="c", task="t", group="g", group_size=2)
     for rollout, reward in ((second, 0.0), (replacement, 1.0)):
-        await gateway.http.post(f"/api/rollouts/{rollout['id']}/finish", json={"status": "finished",
-                                                                               "rewards": {"v": reward}})
+        await gateway.http.post(
+            f"/api/rollouts/{rollout['id']}/finish", json={"status": "finished", "rewards": {"v": reward}}
+        )
     [group] = (await gateway.http.get("/api/groups", params={"run": "c"})).json()["data"]
     assert group["status"] == "ready"
     assert sorted(r["status"] for r in group["rollouts"]) == ["cancelled", "finished", "finished"]

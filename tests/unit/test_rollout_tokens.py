@@ -33,17 +33,20 @@ async def num_calls(gateway) -> int:
 
 @pytest.mark.parametrize("status", ["finished", "failed"])
 @pytest.mark.parametrize(("method", "path", "body", "shape"), ENDPOINTS, ids=IDS)
-async def test_the_token_of_an_ended_rollout_is_refused_on_every_model_endpoint(gateway, method, path, body, shape,
-                                                                                status):
+async def test_the_token_of_an_ended_rollout_is_refused_on_every_model_endpoint(
+    gateway, method, path, body, shape, status
+):
     rollout = await gateway.new_rollout()
     ok = await gateway.agent.request(method, f"/r/{rollout['token']}/v1{path}", json=body)
     assert ok.status_code == 200, ok.text
     ended = await gateway.http.post(f"/api/rollouts/{rollout['id']}/finish", json={"status": status})
     assert ended.status_code == 200, ended.text
     before = await num_calls(gateway)
-    for url, headers in ((f"/r/{rollout['token']}/v1{path}", {}),
-                         (f"/v1{path}", {"authorization": f"Bearer {rollout['token']}"}),
-                         (f"/v1{path}", {"x-api-key": rollout["token"]})):
+    for url, headers in (
+        (f"/r/{rollout['token']}/v1{path}", {}),
+        (f"/v1{path}", {"authorization": f"Bearer {rollout['token']}"}),
+        (f"/v1{path}", {"x-api-key": rollout["token"]}),
+    ):
         refused = await gateway.agent.request(method, url, json=body, headers=headers)
         assert refused.status_code == 401, (url, refused.text)
         error = error_of(refused, shape)
@@ -70,8 +73,11 @@ async def test_a_rollout_ended_by_another_gateway_is_refused_soon_after(gateway,
 
 async def test_a_token_in_the_path_cannot_be_paired_with_another_rollouts_token(gateway):
     mine, sibling = await gateway.new_rollout(task="a"), await gateway.new_rollout(task="b")
-    response = await gateway.agent.post(f"/r/{mine['token']}/v1/chat/completions", json=chat_body(),
-                                        headers={"authorization": f"Bearer {sibling['token']}"})
+    response = await gateway.agent.post(
+        f"/r/{mine['token']}/v1/chat/completions",
+        json=chat_body(),
+        headers={"authorization": f"Bearer {sibling['token']}"},
+    )
     assert response.status_code == 401 and "another rollout's token" in response.json()["error"]["message"]
     assert await num_calls(gateway) == 0
 
@@ -81,9 +87,13 @@ async def test_a_token_reaches_nothing_of_another_rollout(gateway):
     await gateway.agent.post(f"/r/{mine['token']}/v1/chat/completions", json=chat_body())
     await gateway.agent.post(f"/r/{sibling['token']}/v1/chat/completions", json=chat_body())
     bearer = {"authorization": f"Bearer {mine['token']}"}
-    for method, path in (("GET", f"/api/rollouts/{sibling['id']}/conversation"),
-                         ("GET", f"/api/rollouts/{sibling['id']}/calls"), ("GET", "/api/calls"),
-                         ("POST", f"/api/rollouts/{sibling['id']}/reward"), ("GET", "/admin/policy")):
+    for method, path in (
+        ("GET", f"/api/rollouts/{sibling['id']}/conversation"),
+        ("GET", f"/api/rollouts/{sibling['id']}/calls"),
+        ("GET", "/api/calls"),
+        ("POST", f"/api/rollouts/{sibling['id']}/reward"),
+        ("GET", "/admin/policy"),
+    ):
         body = {"name": "x", "value": -1000.0} if method == "POST" else None
         response = await gateway.agent.request(method, path, headers=bearer, json=body)
         assert response.status_code == 401, (path, response.text)

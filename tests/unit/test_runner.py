@@ -43,8 +43,15 @@ def live_gateway(sqlite_db, fake_engine, fake_engine_server) -> Iterator[Backgro
 
 
 def plan(tasks, **overrides) -> RunPlan:
-    fields = dict(run="runner-test", tasks=tasks, harness=BuiltinHarness(), group_size=2, concurrency=4,
-                  sandbox="local", sandbox_options=OPTIONS)
+    fields = dict(
+        run="runner-test",
+        tasks=tasks,
+        harness=BuiltinHarness(),
+        group_size=2,
+        concurrency=4,
+        sandbox="local",
+        sandbox_options=OPTIONS,
+    )
     fields.update(overrides)
     return RunPlan(**fields)
 
@@ -104,8 +111,11 @@ async def test_rerunning_skips_ended_rollouts_and_replaces_interrupted_ones(live
     await runner.run()
     assert await Runner(plan(TASKS[:1]), client).pending() == []
     rollouts = await client.rollouts("runner-test")
-    assert sorted((r["meta"]["index"], r["status"]) for r in rollouts) == [(0, "cancelled"), (0, "finished"),
-                                                                             (1, "finished")]
+    assert sorted((r["meta"]["index"], r["status"]) for r in rollouts) == [
+        (0, "cancelled"),
+        (0, "finished"),
+        (1, "finished"),
+    ]
     # the cancelled rollout gave its place to the replacement: the group of 2 is ready, with both scored
     [group] = await client.groups("runner-test", "ready")
     assert sorted(r["status"] for r in group["rollouts"]) == ["cancelled", "finished", "finished"]

@@ -45,16 +45,33 @@ def live_gateway(sqlite_db, fake_engine, fake_engine_server) -> Iterator[Backgro
 
 
 def judged_plan(judge_server: JudgeServer, mode: str = "rollout", **overrides) -> RunPlan:
-    judge = Judge(JudgeSettings(model="hosted_vllm/judge", rubric=Rubric("Reward correct, polite answers."),
-                                mode=mode, api_base=judge_server.api_base, timeout_s=5.0, retries=0))
-    fields = dict(run="judged", tasks=TASKS, harness=BuiltinHarness(AGENT), group_size=3, concurrency=4,
-                  sandbox="local", sandbox_options={"isolation": "bwrap"}, judge=judge)
+    judge = Judge(
+        JudgeSettings(
+            model="hosted_vllm/judge",
+            rubric=Rubric("Reward correct, polite answers."),
+            mode=mode,
+            api_base=judge_server.api_base,
+            timeout_s=5.0,
+            retries=0,
+        )
+    )
+    fields = dict(
+        run="judged",
+        tasks=TASKS,
+        harness=BuiltinHarness(AGENT),
+        group_size=3,
+        concurrency=4,
+        sandbox="local",
+        sandbox_options={"isolation": "bwrap"},
+        judge=judge,
+    )
     return RunPlan(**{**fields, **overrides})
 
 
 async def test_each_finished_rollout_gets_the_judges_score_with_its_tokens_and_reasons(live_gateway):
-    with JudgeServer(lambda body: Reply(json.dumps({"verdict_id": nonce_of(body), "score": 0.5,
-                                                    "reasons": "right, terse"}))) as judge_server:
+    with JudgeServer(
+        lambda body: Reply(json.dumps({"verdict_id": nonce_of(body), "score": 0.5, "reasons": "right, terse"}))
+    ) as judge_server:
         client = GatewayClient(live_gateway.url, TEST_ADMIN_KEY)
         results = await Runner(judged_plan(judge_server), client).run()
         view = await client.rollout(results[0].rollout_id)
@@ -117,8 +134,16 @@ async def test_eval_judges_each_pinned_rollout(live_gateway):
 
     with JudgeServer(lambda body: Reply(json.dumps({"verdict_id": nonce_of(body), "score": 0.5}))) as judge_server:
         judge = judged_plan(judge_server).judge
-        plan = EvalPlan(run="eval-judged", tasks=TASKS, harness=eval_harness("oneshot", "local"), policies=("base",),
-                        k=2, concurrency=4, sandbox_options={"isolation": "bwrap"}, judge=judge)
+        plan = EvalPlan(
+            run="eval-judged",
+            tasks=TASKS,
+            harness=eval_harness("oneshot", "local"),
+            policies=("base",),
+            k=2,
+            concurrency=4,
+            sandbox_options={"isolation": "bwrap"},
+            judge=judge,
+        )
         await run_evaluation(plan, live_gateway.url, TEST_ADMIN_KEY)
         client = GatewayClient(live_gateway.url, TEST_ADMIN_KEY)
         views = [await client.rollout(r["id"]) for r in await client.rollouts("eval-judged")]

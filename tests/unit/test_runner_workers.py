@@ -56,8 +56,12 @@ def test_run_takes_the_worker_settings(monkeypatch, tmp_path):
 
     monkeypatch.setattr(harnesses.launch, "launch_run", launch_run)
     command = ["run", "--tasks", str(tmp_path / "t.jsonl"), "--run", "r", "--admin-key", "k"]
-    assert CliRunner().invoke(app, [*command, "--worker-id", "node-3", "--lease-s", "12", "--sandbox-gateway",
-                                    "http://gw-1:8000"]).exit_code == 0
+    assert (
+        CliRunner()
+        .invoke(app, [*command, "--worker-id", "node-3", "--lease-s", "12", "--sandbox-gateway", "http://gw-1:8000"])
+        .exit_code
+        == 0
+    )
     assert (seen["worker"], seen["lease_s"], seen["sandbox_gateway"]) == ("node-3", 12.0, "http://gw-1:8000")
     monkeypatch.setenv("HARNESSRL_SANDBOX_GATEWAY", "http://gw-2:8000")
     assert CliRunner().invoke(app, command).exit_code == 0
@@ -70,8 +74,9 @@ async def test_sandboxes_reach_the_gateway_by_the_workers_url_not_the_gateways_o
     try:
         [unreached] = await Runner(plan(TASKS[:1], group_size=1, run="far-1"), client).run()
         assert unreached.reward != 1.0  # the bridge dialled 127.0.0.1:9, the gateway's public name
-        [reached] = await Runner(plan(TASKS[:1], group_size=1, run="far-2", sandbox_gateway=far_gateway.url),
-                                 client).run()
+        [reached] = await Runner(
+            plan(TASKS[:1], group_size=1, run="far-2", sandbox_gateway=far_gateway.url), client
+        ).run()
         assert (reached.status, reached.reward) == ("finished", 1.0)
     finally:
         await client.close()
@@ -83,8 +88,10 @@ async def test_two_runners_on_one_run_share_its_slots_and_neither_cancels_the_ot
     started together failed each other's rollouts."""
     clients = [GatewayClient(live_gateway.url, TEST_ADMIN_KEY) for _ in range(2)]
     try:
-        runners = [Runner(plan(TASKS[:3], group_size=2, concurrency=2, worker=f"w{n}", lease_s=5.0), client)
-                   for n, client in enumerate(clients)]
+        runners = [
+            Runner(plan(TASKS[:3], group_size=2, concurrency=2, worker=f"w{n}", lease_s=5.0), client)
+            for n, client in enumerate(clients)
+        ]
         first, second = await asyncio.gather(*[runner.run() for runner in runners])
         rollouts = await clients[0].rollouts("runner-test")
     finally:
@@ -92,6 +99,7 @@ async def test_two_runners_on_one_run_share_its_slots_and_neither_cancels_the_ot
             await client.close()
     assert first and second  # both played some
     assert Counter((r["task"], r["meta"]["index"]) for r in rollouts) == Counter(
-        {(t.name, i): 1 for t in TASKS[:3] for i in range(2)})  # each slot once, nothing cancelled
+        {(t.name, i): 1 for t in TASKS[:3] for i in range(2)}
+    )  # each slot once, nothing cancelled
     assert all(r["status"] == "finished" and r["reward"] == 1.0 for r in rollouts)
     assert {r["meta"]["worker"] for r in rollouts} == {"w0", "w1"}

@@ -10,8 +10,9 @@ from gateway.store.samples import CallNode, build_samples
 
 def call(call_id, parent, prompt, output, version=0, tags=()) -> CallNode:
     logprobs = -np.arange(1, len(output) + 1, dtype=np.float32) / 10
-    return CallNode(call_id, parent, np.array(prompt, np.int32), np.array(output, np.int32), logprobs,
-                    version, tuple(tags))
+    return CallNode(
+        call_id, parent, np.array(prompt, np.int32), np.array(output, np.int32), logprobs, version, tuple(tags)
+    )
 
 
 def test_two_turns_make_one_sample_masking_prompt_and_tool_output():

@@ -53,8 +53,9 @@ async def test_a_run_keeps_its_sampling_and_refuses_other_settings_with_a_409(ga
     await gateway.new_rollout(run="fixed", sampling=RUN_SAMPLING)
     await gateway.new_rollout(run="fixed", sampling={"temperature": 0.7})  # the rest is the run's
     await gateway.new_rollout(run="fixed")
-    other = await gateway.http.post("/api/rollouts", json={"run": "fixed", "task": "t",
-                                                           "sampling": {"temperature": 1.0}})
+    other = await gateway.http.post(
+        "/api/rollouts", json={"run": "fixed", "task": "t", "sampling": {"temperature": 1.0}}
+    )
     assert other.status_code == 409
     assert other.json()["error"]["param"] == "sampling" and "temperature=0.7" in other.json()["error"]["message"]
 
@@ -80,11 +81,22 @@ async def test_logit_bias_is_a_400_in_the_dialects_shape_in_a_training_run(gatew
     assert len(gateway.fake.requests) == engine_calls and await calls_of(gateway, rollout["id"]) == []
 
 
-@pytest.mark.parametrize("field, value", [("min_p", 0.1), ("top_k", 5), ("repetition_penalty", 1.3),
-                                          ("presence_penalty", 1.0), ("frequency_penalty", -0.5), ("min_tokens", 4),
-                                          ("bad_words", ["no"]), ("allowed_token_ids", [1, 2]),
-                                          ("guided_regex", "a+"), ("use_beam_search", True),
-                                          ("response_format", {"type": "json_object"})])
+@pytest.mark.parametrize(
+    "field, value",
+    [
+        ("min_p", 0.1),
+        ("top_k", 5),
+        ("repetition_penalty", 1.3),
+        ("presence_penalty", 1.0),
+        ("frequency_penalty", -0.5),
+        ("min_tokens", 4),
+        ("bad_words", ["no"]),
+        ("allowed_token_ids", [1, 2]),
+        ("guided_regex", "a+"),
+        ("use_beam_search", True),
+        ("response_format", {"type": "json_object"}),
+    ],
+)
 async def test_fields_that_reshape_the_distribution_are_refused_in_a_training_run(gateway, field, value):
     rollout = await gateway.new_rollout(run="trained")
     refused = await call(gateway, rollout, "chat", **{field: value})
@@ -100,8 +112,16 @@ async def test_a_structured_output_format_is_refused_in_the_responses_dialect(ga
 
 async def test_neutral_values_of_refused_fields_pass_and_stay_out_of_the_engine_request(gateway):
     rollout = await gateway.new_rollout(run="trained")
-    answered = await call(gateway, rollout, "chat", presence_penalty=0, frequency_penalty=0.0, logit_bias={},
-                          top_k=-1, response_format={"type": "text"})
+    answered = await call(
+        gateway,
+        rollout,
+        "chat",
+        presence_penalty=0,
+        frequency_penalty=0.0,
+        logit_bias={},
+        top_k=-1,
+        response_format={"type": "text"},
+    )
     assert answered.status_code == 200, answered.text
     assert not set(REFUSED) & set(gateway.fake.requests[-1])
 
@@ -125,12 +145,15 @@ async def test_tito_capture_samples_with_the_runs_settings_too(tito_gateway):
 
 async def test_completions_in_a_training_run_sample_with_its_settings(gateway):
     rollout = await gateway.new_rollout(run="trained", sampling=RUN_SAMPLING)
-    answered = await gateway.agent.post(f"/r/{rollout['token']}/v1/completions",
-                                        json={"model": "policy", "prompt": "Hi", "max_tokens": 4, "temperature": 2})
+    answered = await gateway.agent.post(
+        f"/r/{rollout['token']}/v1/completions",
+        json={"model": "policy", "prompt": "Hi", "max_tokens": 4, "temperature": 2},
+    )
     assert answered.status_code == 200, answered.text
     assert (gateway.fake.requests[-1]["temperature"], gateway.fake.requests[-1]["top_p"]) == (0.7, 0.9)
-    refused = await gateway.agent.post(f"/r/{rollout['token']}/v1/completions",
-                                       json={"model": "policy", "prompt": "Hi", "logit_bias": {"1": 3}})
+    refused = await gateway.agent.post(
+        f"/r/{rollout['token']}/v1/completions", json={"model": "policy", "prompt": "Hi", "logit_bias": {"1": 3}}
+    )
     assert refused.status_code == 400 and refused.json()["error"]["param"] == "logit_bias"
 
 

@@ -44,9 +44,14 @@ def agent(bridge: HostBridge) -> httpx.AsyncClient:
 
 async def test_every_model_endpoint_of_the_own_rollout_passes_on_one_connection(bridge, upstream):
     async with agent(bridge) as http:
-        for method, path in [("POST", "chat/completions"), ("POST", "completions"), ("POST", "responses"),
-                             ("POST", "messages?beta=true"), ("POST", "messages/count_tokens?beta=true"),
-                             ("GET", "models")]:
+        for method, path in [
+            ("POST", "chat/completions"),
+            ("POST", "completions"),
+            ("POST", "responses"),
+            ("POST", "messages?beta=true"),
+            ("POST", "messages/count_tokens?beta=true"),
+            ("GET", "models"),
+        ]:
             reply = await http.request(method, f"{MINE}/{path}", json={"model": "policy"} if method == "POST" else None)
             assert reply.status_code == 200, reply.text
             assert reply.json()["path"] == f"{MINE}/{path.partition('?')[0]}"
@@ -83,8 +88,9 @@ async def test_large_and_chunked_bodies_pass_whole(bridge, upstream):
 
 async def test_expect_100_continue_is_answered_by_the_bridge(bridge, upstream):
     reader, writer = await asyncio.open_unix_connection(bridge.socket_path)
-    writer.write(raw_request("POST", f"{MINE}/chat/completions", extra=b"expect: 100-continue\r\n"
-                             b"content-length: 2\r\n"))
+    writer.write(
+        raw_request("POST", f"{MINE}/chat/completions", extra=b"expect: 100-continue\r\ncontent-length: 2\r\n")
+    )
     assert (await asyncio.wait_for(reader.readline(), 5)).startswith(b"HTTP/1.1 100")
     writer.write(b"{}")
     reply = await asyncio.wait_for(reader.readuntil(b'"bytes": 2}'), 5)
@@ -93,9 +99,17 @@ async def test_expect_100_continue_is_answered_by_the_bridge(bridge, upstream):
 
 
 async def test_headers_are_the_gateways_host_and_the_sandboxs_own_token(bridge, upstream):
-    headers = {"authorization": "Bearer hrl-sibling", "x-api-key": "hrl-sibling", "x-admin-key": "stolen",
-               "x-forwarded-for": "10.0.0.1", "forwarded": "for=10.0.0.1", "proxy-authorization": "Basic eA==",
-               "keep-alive": "timeout=5", "anthropic-beta": "tools-2024", "x-session-id": "s1"}
+    headers = {
+        "authorization": "Bearer hrl-sibling",
+        "x-api-key": "hrl-sibling",
+        "x-admin-key": "stolen",
+        "x-forwarded-for": "10.0.0.1",
+        "forwarded": "for=10.0.0.1",
+        "proxy-authorization": "Basic eA==",
+        "keep-alive": "timeout=5",
+        "anthropic-beta": "tools-2024",
+        "x-session-id": "s1",
+    }
     async with agent(bridge) as http:
         assert (await http.post(f"{MINE}/messages", json={}, headers=headers)).status_code == 200
     [seen] = upstream.requests
@@ -130,8 +144,11 @@ TRICKS = {
     "connect": raw_request("CONNECT", "127.0.0.1:8000"),
     "asterisk": raw_request("OPTIONS", "*"),
     "websocket": raw_request("GET", f"{MINE}/models", extra=b"connection: Upgrade\r\nupgrade: websocket\r\n"),
-    "h2c": raw_request("GET", f"{MINE}/models", extra=b"connection: Upgrade, HTTP2-Settings\r\nupgrade: h2c\r\n"
-                       b"http2-settings: AAMAAABkAAQAAP__\r\n"),
+    "h2c": raw_request(
+        "GET",
+        f"{MINE}/models",
+        extra=b"connection: Upgrade, HTTP2-Settings\r\nupgrade: h2c\r\nhttp2-settings: AAMAAABkAAQAAP__\r\n",
+    ),
     "bad host": raw_request("GET", f"{MINE}/models", host="evil.example"),
     "gateway host": raw_request("GET", f"{MINE}/models", host="127.0.0.1:9999"),
     "two hosts": raw_request("GET", f"{MINE}/models", extra=b"host: evil\r\n"),

@@ -35,11 +35,18 @@ async def test_the_own_rollouts_tools_route_passes_with_the_sandboxs_token(bridg
     async with httpx.AsyncClient(transport=transport, base_url=f"http://{HOST}", timeout=10) as http:
         for method in ("POST", "GET", "DELETE"):
             body = {"jsonrpc": "2.0", "id": 1, "method": "tools/list"} if method == "POST" else None
-            reply = await http.request(method, f"{MINE}/tools/mcp", json=body,
-                                       headers={"authorization": "Bearer hrl-sibling", "mcp-protocol-version": "2025-06-18"})
+            reply = await http.request(
+                method,
+                f"{MINE}/tools/mcp",
+                json=body,
+                headers={"authorization": "Bearer hrl-sibling", "mcp-protocol-version": "2025-06-18"},
+            )
             assert reply.status_code == 200, reply.text
-    assert [(r.method, r.path) for r in upstream.requests] == [("POST", f"{MINE}/tools/mcp"), ("GET", f"{MINE}/tools/mcp"),
-                                                                ("DELETE", f"{MINE}/tools/mcp")]
+    assert [(r.method, r.path) for r in upstream.requests] == [
+        ("POST", f"{MINE}/tools/mcp"),
+        ("GET", f"{MINE}/tools/mcp"),
+        ("DELETE", f"{MINE}/tools/mcp"),
+    ]
     assert {r.headers["authorization"] for r in upstream.requests} == {"Bearer hrl-mine"}
     assert upstream.requests[0].headers["mcp-protocol-version"] == "2025-06-18"
 

@@ -19,8 +19,10 @@ from sandboxes.urls import inside_url
 HAS_BWRAP = shutil.which("bwrap") is not None
 ISOLATIONS = [
     "subprocess",
-    pytest.param("bwrap", marks=pytest.mark.skipif(not HAS_BWRAP, reason="bubblewrap not installed "
-                                                   "(apt-get install -y bubblewrap)")),
+    pytest.param(
+        "bwrap",
+        marks=pytest.mark.skipif(not HAS_BWRAP, reason="bubblewrap not installed (apt-get install -y bubblewrap)"),
+    ),
 ]
 
 
@@ -165,8 +167,10 @@ async def test_bwrap_root_is_read_only_and_private_dirs_writable():
     async with await make("bwrap") as sb:
         assert (await sb.exec("touch /usr/x", timeout_s=10)).exit_code != 0
         assert (await sb.exec("touch /x", timeout_s=10)).exit_code != 0
-        wrote = await sb.exec("echo t > /tmp/t && echo h > $HOME/h && mkdir -p /logs/verifier && "
-                              "echo 1 > /logs/verifier/reward.txt", timeout_s=10)
+        wrote = await sb.exec(
+            "echo t > /tmp/t && echo h > $HOME/h && mkdir -p /logs/verifier && echo 1 > /logs/verifier/reward.txt",
+            timeout_s=10,
+        )
         assert wrote.ok, wrote.text()
         assert await sb.get_file("/logs/verifier/reward.txt") == b"1\n"
         assert await sb.get_file("/tmp/t") == b"t\n"
@@ -187,6 +191,7 @@ async def test_gateway_url_inside(isolation):
 
 async def _http_server() -> tuple[asyncio.AbstractServer, int]:
     """A one-route HTTP stand-in for the gateway: echoes the request line."""
+
     async def handle(reader, writer):
         request_line = (await reader.readline()).decode().strip()
         while (await reader.readline()) not in (b"\r\n", b""):
@@ -208,8 +213,9 @@ async def test_forwarders_round_trip(tmp_path):
     bridge = await HostBridge(str(tmp_path / "gw.sock"), route).start()
     try:
         reader, writer = await asyncio.open_connection("127.0.0.1", inside_port)
-        writer.write(f"GET /r/tok/v1/models HTTP/1.1\r\nhost: 127.0.0.1:{inside_port}\r\n"
-                     "connection: close\r\n\r\n".encode())
+        writer.write(
+            f"GET /r/tok/v1/models HTTP/1.1\r\nhost: 127.0.0.1:{inside_port}\r\nconnection: close\r\n\r\n".encode()
+        )
         await writer.drain()
         reply = await asyncio.wait_for(reader.read(), 5)
         writer.close()
@@ -226,8 +232,10 @@ async def test_bwrap_reaches_the_gateway_through_the_socket():
     server, port = await _http_server()
     try:
         async with await make("bwrap", gateway_url=f"http://127.0.0.1:{port}/r/tok/v1") as sb:
-            code = ("import os, urllib.request; "
-                    "print(urllib.request.urlopen(os.environ['HARNESSRL_GATEWAY_URL'] + '/models').read().decode())")
+            code = (
+                "import os, urllib.request; "
+                "print(urllib.request.urlopen(os.environ['HARNESSRL_GATEWAY_URL'] + '/models').read().decode())"
+            )
             result = await sb.exec(["python3", "-c", code], timeout_s=20)
             assert result.ok, result.text()
             assert "gateway saw GET /r/tok/v1/models" in result.stdout.decode()
@@ -241,7 +249,6 @@ async def test_unknown_kind_and_missing_bwrap_name_the_fix(monkeypatch):
     monkeypatch.setattr("sandboxes.bwrap.shutil.which", lambda name: None)
     with pytest.raises(SandboxError, match="apt-get install -y bubblewrap"):
         await create_sandbox("local", SandboxSpec(), isolation="bwrap")
-
 
 
 async def test_without_bubblewrap_unisolated_runs_only_when_asked_for(monkeypatch, caplog):
@@ -261,8 +268,20 @@ def test_run_without_bubblewrap_is_a_cli_error_naming_both_fixes(monkeypatch):
     from harnessrl.cli import app
 
     monkeypatch.setattr("sandboxes.bwrap.bwrap_path", lambda: None)
-    result = CliRunner().invoke(app, ["run", "--tasks", str(builtin_tasks_path()), "--run", "r",
-                                      "--admin-key", "k", "--gateway", "http://127.0.0.1:9"])
+    result = CliRunner().invoke(
+        app,
+        [
+            "run",
+            "--tasks",
+            str(builtin_tasks_path()),
+            "--run",
+            "r",
+            "--admin-key",
+            "k",
+            "--gateway",
+            "http://127.0.0.1:9",
+        ],
+    )
     assert result.exit_code != 0
     assert "apt-get install -y bubblewrap" in result.output and "--allow-unisolated" in result.output
 
@@ -273,11 +292,16 @@ async def test_unisolated_sandboxes_get_a_minimal_environment_and_their_own_veri
         env = await first.exec("env", timeout_s=10)
         assert b"parent-secret" not in env.stdout and b"HARNESSRL_ADMIN_KEY" not in env.stdout
         for sb, name in ((first, b"first"), (second, b"second")):
-            wrote = await sb.exec(f"mkdir -p /logs/verifier && echo {name.decode()} > /logs/verifier/who && "
-                                  f"echo {name.decode()} > /tests/who", timeout_s=10)
+            wrote = await sb.exec(
+                f"mkdir -p /logs/verifier && echo {name.decode()} > /logs/verifier/who && "
+                f"echo {name.decode()} > /tests/who",
+                timeout_s=10,
+            )
             assert wrote.ok, wrote.text()
         for sb, name in ((first, b"first"), (second, b"second")):
-            assert (await sb.exec("cat /logs/verifier/who /tests/who", timeout_s=10)).stdout == name + b"\n" + name + b"\n"
+            assert (
+                await sb.exec("cat /logs/verifier/who /tests/who", timeout_s=10)
+            ).stdout == name + b"\n" + name + b"\n"
             assert await sb.get_file("/tests/who") == name + b"\n"
         await first.put_file("/tests/check.sh", b"uploaded")
         assert (await first.exec("cat /tests/check.sh", timeout_s=10)).stdout == b"uploaded"
@@ -291,10 +315,12 @@ async def test_seeded_files_stay_in_the_workspace(isolation, key):
         await make(isolation, files={key: b"x"})
 
 
-PLANT = ("mkdir -p /logs/verifier && echo 1 > /logs/verifier/reward.txt && echo fake > /tests/test.sh && "
-         "ln -s /workspace /tests/linked && "
-         "(setsid sh -c 'while true; do echo 1 > /logs/verifier/reward.txt; sleep 0.05; done' "
-         ">/dev/null 2>&1 &)")
+PLANT = (
+    "mkdir -p /logs/verifier && echo 1 > /logs/verifier/reward.txt && echo fake > /tests/test.sh && "
+    "ln -s /workspace /tests/linked && "
+    "(setsid sh -c 'while true; do echo 1 > /logs/verifier/reward.txt; sleep 0.05; done' "
+    ">/dev/null 2>&1 &)"
+)
 
 
 async def test_fresh_dirs_remove_what_the_agent_left_and_stop_its_processes(isolation):

@@ -3,7 +3,6 @@ independent token-level computation, and it falls when a tiny model trains on a 
 
 from __future__ import annotations
 
-
 import numpy as np
 import pytest
 import torch
@@ -24,8 +23,12 @@ def trajectories(seed: int = 0, n: int = 4) -> list:
     rng = np.random.default_rng(seed)
     samples = []
     for _ in range(n):
-        parts = [(rng.integers(0, 64, 9), 0), (np.array([5, 6, 7, 8, 9]), 1), (rng.integers(0, 64, 4), 0),
-                 (np.array([10, 11, 12]), 1)]
+        parts = [
+            (rng.integers(0, 64, 9), 0),
+            (np.array([5, 6, 7, 8, 9]), 1),
+            (rng.integers(0, 64, 4), 0),
+            (np.array([10, 11, 12]), 1),
+        ]
         ids = np.concatenate([p for p, _ in parts])
         mask = np.concatenate([np.full(len(p), m) for p, m in parts])
         samples.append(sample_of(ids, mask, np.zeros(len(ids), np.float32)))
@@ -60,8 +63,9 @@ def test_training_lowers_the_loss_on_a_tiny_model():
     model, samples = lora_model(), trajectories()
     optimizer = torch.optim.AdamW([p for p in model.parameters() if p.requires_grad], lr=1e-2)
     before = reference_loss(model, samples)
-    result = train_sft(model, optimizer, samples, SftConfig(epochs=30, rows_per_step=2, token_budget=256,
-                                                            forward=CONFIG.forward))
+    result = train_sft(
+        model, optimizer, samples, SftConfig(epochs=30, rows_per_step=2, token_budget=256, forward=CONFIG.forward)
+    )
     after = reference_loss(model, samples)
     assert result.samples == 4 and result.refused == 0 and len(result.steps) == 30 * 1
     assert after < before * 0.8 and result.steps[-1].loss < result.steps[0].loss

@@ -27,12 +27,19 @@ def recorded(sqlite_db, fake_engine, fake_engine_server) -> Iterator[BackgroundG
     fake_engine.script = lambda body: FakeReply(content="The answer is 7.")
     with BackgroundGateway(gateway_settings(sqlite_db, fake_engine_server.url)) as gateway:
         http = httpx.Client(base_url=gateway.url, headers=ADMIN, timeout=30)
-        for group, reward, status in (("g1", 1.0, "finished"), ("g1", 0.0, "finished"), ("g2", 0.5, "finished"),
-                                      ("g2", 0.8, "finished"), ("g3", 1.0, "failed")):
-            rollout = http.post("/api/rollouts", json={"run": "teach", "task": group, "group": group,
-                                                       "group_size": 2}).json()
+        for group, reward, status in (
+            ("g1", 1.0, "finished"),
+            ("g1", 0.0, "finished"),
+            ("g2", 0.5, "finished"),
+            ("g2", 0.8, "finished"),
+            ("g3", 1.0, "failed"),
+        ):
+            rollout = http.post(
+                "/api/rollouts", json={"run": "teach", "task": group, "group": group, "group_size": 2}
+            ).json()
             OpenAI(base_url=rollout["base_url"], api_key=rollout["token"], max_retries=0).chat.completions.create(
-                model="policy", messages=[{"role": "user", "content": f"What is 3 + 4? ({group}, {reward})"}])
+                model="policy", messages=[{"role": "user", "content": f"What is 3 + 4? ({group}, {reward})"}]
+            )
             http.post(f"/api/rollouts/{rollout['id']}/finish", json={"status": status, "rewards": {"v": reward}})
         yield gateway
 
@@ -49,11 +56,34 @@ async def test_successes_are_the_finished_rollouts_at_the_threshold_or_the_best_
     assert all(s.loss_mask.sum() > 0 and s.loss_mask[0] == 0 for s in samples)  # prompts are not trained on
 
 
-def test_sft_trains_an_adapter_and_publishes_it_as_the_next_policy_version(recorded, sqlite_db, tiny_model_dir,
-                                                                          tmp_path):
-    args = ["sft", "--run", "teach", "--min-reward", "0.5", "--model", str(tiny_model_dir), "--database-url",
-            sqlite_db, "--out", str(tmp_path / "sft"), "--epochs", "3", "--token-budget", "1024",
-            "--rows-per-step", "1", "--lr", "1e-3", "--publish", recorded.url, "--admin-key", TEST_ADMIN_KEY]
+def test_sft_trains_an_adapter_and_publishes_it_as_the_next_policy_version(
+    recorded, sqlite_db, tiny_model_dir, tmp_path
+):
+    args = [
+        "sft",
+        "--run",
+        "teach",
+        "--min-reward",
+        "0.5",
+        "--model",
+        str(tiny_model_dir),
+        "--database-url",
+        sqlite_db,
+        "--out",
+        str(tmp_path / "sft"),
+        "--epochs",
+        "3",
+        "--token-budget",
+        "1024",
+        "--rows-per-step",
+        "1",
+        "--lr",
+        "1e-3",
+        "--publish",
+        recorded.url,
+        "--admin-key",
+        TEST_ADMIN_KEY,
+    ]
     result = CliRunner().invoke(app, args)
     assert result.exit_code == 0, result.output
     assert "trained on 3 samples of 3 rollouts" in result.output and "published as policy-v1" in result.output
@@ -67,9 +97,25 @@ def test_sft_trains_an_adapter_and_publishes_it_as_the_next_policy_version(recor
 
 
 def test_sft_without_successes_says_what_to_do(recorded, sqlite_db, tiny_model_dir, tmp_path):
-    result = CliRunner().invoke(app, ["sft", "--run", "teach", "--min-reward", "5", "--model", str(tiny_model_dir),
-                                      "--database-url", sqlite_db, "--out", str(tmp_path)])
+    result = CliRunner().invoke(
+        app,
+        [
+            "sft",
+            "--run",
+            "teach",
+            "--min-reward",
+            "5",
+            "--model",
+            str(tiny_model_dir),
+            "--database-url",
+            sqlite_db,
+            "--out",
+            str(tmp_path),
+        ],
+    )
     assert result.exit_code == 1 and "nothing to imitate" in " ".join(result.output.split())
-    result = CliRunner().invoke(app, ["sft", "--run", "nope", "--model", str(tiny_model_dir),
-                                      "--database-url", sqlite_db, "--out", str(tmp_path)])
+    result = CliRunner().invoke(
+        app,
+        ["sft", "--run", "nope", "--model", str(tiny_model_dir), "--database-url", sqlite_db, "--out", str(tmp_path)],
+    )
     assert result.exit_code == 1 and "no run named 'nope'" in " ".join(result.output.split())

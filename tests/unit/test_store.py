@@ -77,8 +77,7 @@ async def test_writer_batches_concurrent_calls_and_returns_each_id(store):
     rollout = await store.create_rollout("run", "task")
     writer = CallWriter(store)
     writer.start()
-    ids = await asyncio.gather(*[writer.record(call_record(rollout.rollout_id, output_ids=[i]))
-                                 for i in range(50)])
+    ids = await asyncio.gather(*[writer.record(call_record(rollout.rollout_id, output_ids=[i])) for i in range(50)])
     await writer.stop()
     async with store.sessions() as session:
         rows = {c.id: unpack_ids(c.output_ids) for c in (await session.scalars(select(Call))).all()}

@@ -12,16 +12,22 @@ from harnessrl.server import BackgroundServer
 from tests.builders import ADMIN_HEADERS, WEATHER_TOOL, chat_body, gateway_settings, messages_body
 from tests.streams import CALL_ID_COMMENT
 
-ANTHROPIC_WEATHER = {"name": "get_weather", "description": "Weather.", "input_schema": WEATHER_TOOL["function"][
-    "parameters"]}
+ANTHROPIC_WEATHER = {
+    "name": "get_weather",
+    "description": "Weather.",
+    "input_schema": WEATHER_TOOL["function"]["parameters"],
+}
 BODIES = {
     "chat": ("/v1/chat/completions", chat_body("Weather in Paris?", tools=[WEATHER_TOOL])),
-    "responses": ("/v1/responses", {"model": "policy", "input": "Weather in Paris?",
-                                    "tools": [{"type": "function", **WEATHER_TOOL["function"]}]}),
+    "responses": (
+        "/v1/responses",
+        {"model": "policy", "input": "Weather in Paris?", "tools": [{"type": "function", **WEATHER_TOOL["function"]}]},
+    ),
     "messages": ("/v1/messages", messages_body("Weather in Paris?", tools=[ANTHROPIC_WEATHER], max_tokens=64)),
 }
-REPLY = FakeReply(reasoning="They ask for weather.", content="Checking.",
-                  tool_calls=(("get_weather", {"city": "Paris"}),))
+REPLY = FakeReply(
+    reasoning="They ask for weather.", content="Checking.", tool_calls=(("get_weather", {"city": "Paris"}),)
+)
 
 
 @pytest.mark.parametrize("dialect", sorted(BODIES))
@@ -38,8 +44,9 @@ async def test_a_streamed_call_records_what_the_same_call_unstreamed_records(gat
     for field in ("prompt_ids", "output_ids", "output_logprobs", "finish_reason", "dialect"):
         assert streamed[field] == plain[field], field
     assert streamed["tags"] == plain["tags"] == []
-    details = [(await gateway.http.get(f"/api/calls/{c['id']}")).json()["response"]["choices"][0]["message"]
-               for c in calls]
+    details = [
+        (await gateway.http.get(f"/api/calls/{c['id']}")).json()["response"]["choices"][0]["message"] for c in calls
+    ]
     for message in details:
         message["tool_calls"] = [{**c, "id": None} for c in message.get("tool_calls") or ()]  # ids are per call
         message["reasoning"] = message.get("reasoning") or message.pop("reasoning_content", None)

@@ -31,8 +31,9 @@ async def score(task, with_solution: bool) -> float | None:
         return (await verify(sandbox, task)).reward
 
 
-@pytest.mark.skipif(ISOLATION != "bwrap",
-                    reason="Harbor verifiers write /logs: needs an isolated sandbox (apt-get install bubblewrap)")
+@pytest.mark.skipif(
+    ISOLATION != "bwrap", reason="Harbor verifiers write /logs: needs an isolated sandbox (apt-get install bubblewrap)"
+)
 @pytest.mark.parametrize("task", TASKS, ids=[t.name for t in TASKS])
 async def test_reference_solution_scores_one_and_doing_nothing_scores_zero(task):
     assert await score(task, with_solution=True) == 1.0
@@ -41,7 +42,7 @@ async def test_reference_solution_scores_one_and_doing_nothing_scores_zero(task)
 
 def test_malformed_jsonl_names_the_line_and_the_fields(tmp_path):
     path = tmp_path / "tasks.jsonl"
-    path.write_text(json.dumps({"name": "ok", "instruction": "x", "verifier": "true"}) + "\n{\"name\": \"bad\"}\n")
+    path.write_text(json.dumps({"name": "ok", "instruction": "x", "verifier": "true"}) + '\n{"name": "bad"}\n')
     with pytest.raises(TaskError, match=r"tasks.jsonl:2: .*needs name, instruction, verifier"):
         load_tasks(path)
 
@@ -57,13 +58,15 @@ def builtin(name: str):
 
 # What a reward-seeking agent leaves behind: a reward file the verifier may not overwrite, fake
 # tests that pass, and a process that keeps writing the reward file.
-FORGE = ("mkdir -p /logs/verifier /tests && echo 1 > /logs/verifier/reward.txt && "
-         "echo '{\"reward\": 1}' > /logs/verifier/reward.json && "
-         "printf 'import sys; sys.exit(0)\\n' > /tests/check.py && "
-         "printf 'mkdir -p /logs/verifier; echo 1 > /logs/verifier/reward.txt\\n' > /tests/test.sh && "
-         "(setsid sh -c 'while true; do mkdir -p /logs/verifier; echo 1 > /logs/verifier/reward.txt; "
-         "sleep 0.02; done' >/dev/null 2>&1 &) && "
-         "chmod 444 /logs/verifier/reward.txt && chmod 555 /logs/verifier")  # the verifier cannot overwrite it
+FORGE = (
+    "mkdir -p /logs/verifier /tests && echo 1 > /logs/verifier/reward.txt && "
+    "echo '{\"reward\": 1}' > /logs/verifier/reward.json && "
+    "printf 'import sys; sys.exit(0)\\n' > /tests/check.py && "
+    "printf 'mkdir -p /logs/verifier; echo 1 > /logs/verifier/reward.txt\\n' > /tests/test.sh && "
+    "(setsid sh -c 'while true; do mkdir -p /logs/verifier; echo 1 > /logs/verifier/reward.txt; "
+    "sleep 0.02; done' >/dev/null 2>&1 &) && "
+    "chmod 444 /logs/verifier/reward.txt && chmod 555 /logs/verifier"
+)  # the verifier cannot overwrite it
 
 
 @pytest.mark.parametrize("name", ["arith-add-small", "fix-add", "harbor-gcd"])  # JSONL exit codes, a Harbor reward.txt

@@ -31,12 +31,22 @@ def teacher_answers(body: dict) -> Reply:
 
 async def test_a_teacher_run_is_recorded_with_the_policys_tokens_and_marked(sqlite_db, tiny_model_dir):
     with JudgeServer(teacher_answers) as upstream:
-        settings = TeacherSettings(model="hosted_vllm/teacher", tokenizer_dir=tiny_model_dir, api_base=upstream.api_base)
+        settings = TeacherSettings(
+            model="hosted_vllm/teacher", tokenizer_dir=tiny_model_dir, api_base=upstream.api_base
+        )
         with teacher_gateway(settings, sqlite_db, TEST_ADMIN_KEY) as url:
             client = GatewayClient(url, TEST_ADMIN_KEY)
-            plan = RunPlan(run="teacher", tasks=TASKS, group_size=2, concurrency=4, sandbox="local",
-                           harness=BuiltinHarness(BuiltinSettings(max_turns=1, max_tokens=32, system=None, tools=False)),
-                           sandbox_options={"isolation": "bwrap"}, capture="engine", teacher="hosted_vllm/teacher")
+            plan = RunPlan(
+                run="teacher",
+                tasks=TASKS,
+                group_size=2,
+                concurrency=4,
+                sandbox="local",
+                harness=BuiltinHarness(BuiltinSettings(max_turns=1, max_tokens=32, system=None, tools=False)),
+                sandbox_options={"isolation": "bwrap"},
+                capture="engine",
+                teacher="hosted_vllm/teacher",
+            )
             results = await Runner(plan, client).run()
             views = [await client.rollout(r.rollout_id) for r in results]
             listed = (await client._json("GET", "/api/calls", params={"limit": 100}))["data"]
@@ -58,8 +68,10 @@ async def test_a_teacher_run_is_recorded_with_the_policys_tokens_and_marked(sqli
     finally:
         await store.close()
     assert rollouts == 4 and len(samples) == 4 and len(build_samples(nodes)) == 1
-    assert sorted(int(s.loss_mask.sum()) for s in samples) == sorted(len(c["output_ids"]) for c in calls), \
-        ([int(s.loss_mask.sum()) for s in samples], [len(c["output_ids"]) for c in calls])
+    assert sorted(int(s.loss_mask.sum()) for s in samples) == sorted(len(c["output_ids"]) for c in calls), (
+        [int(s.loss_mask.sum()) for s in samples],
+        [len(c["output_ids"]) for c in calls],
+    )
 
 
 def test_the_policy_rendering_of_a_tool_call_is_what_the_template_writes(tiny_model_dir):
@@ -67,8 +79,11 @@ def test_the_policy_rendering_of_a_tool_call_is_what_the_template_writes(tiny_mo
     messages = [{"role": "user", "content": "list files"}]
     tools = [{"type": "function", "function": {"name": "bash", "parameters": {"type": "object"}}}]
     prompt = rendering.prompt(messages, tools)
-    answer = {"role": "assistant", "content": "",
-              "tool_calls": [{"id": "c", "type": "function", "function": {"name": "bash", "arguments": '{"c": "ls"}'}}]}
+    answer = {
+        "role": "assistant",
+        "content": "",
+        "tool_calls": [{"id": "c", "type": "function", "function": {"name": "bash", "arguments": '{"c": "ls"}'}}],
+    }
     text = rendering.answer(messages, tools, answer, prompt)
     assert text.endswith("<|im_end|>") and "<tool_call>" in text and json.dumps({"c": "ls"}) in text
 

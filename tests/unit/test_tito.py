@@ -8,17 +8,31 @@ from gateway.engine.fake import FakeReply
 from gateway.tito.renderer import RolloutText, TurnRenderer
 from tests.gateway_harness import GatewayHarness
 
-TOOL = {"type": "function", "function": {"name": "read_file", "description": "Read a file.",
-        "parameters": {"type": "object", "properties": {"path": {"type": "string"}}}}}
+TOOL = {
+    "type": "function",
+    "function": {
+        "name": "read_file",
+        "description": "Read a file.",
+        "parameters": {"type": "object", "properties": {"path": {"type": "string"}}},
+    },
+}
 
 
 def conversation(turns: int) -> list[dict]:
     messages = [{"role": "system", "content": "You are a coding agent."}, {"role": "user", "content": "Fix the bug."}]
     for n in range(turns):
         messages += [
-            {"role": "assistant", "content": f"Looking at file {n}.",
-             "tool_calls": [{"id": f"c{n}", "type": "function",
-                             "function": {"name": "read_file", "arguments": json.dumps({"path": f"f{n}.py"})}}]},
+            {
+                "role": "assistant",
+                "content": f"Looking at file {n}.",
+                "tool_calls": [
+                    {
+                        "id": f"c{n}",
+                        "type": "function",
+                        "function": {"name": "read_file", "arguments": json.dumps({"path": f"f{n}.py"})},
+                    }
+                ],
+            },
             {"role": "tool", "tool_call_id": f"c{n}", "content": f"print({n})"},
         ]
     return messages
@@ -30,7 +44,8 @@ def test_rendering_turn_by_turn_equals_the_whole_template(model_text, tiny_model
     messages = conversation(3) + [{"role": "tool", "tool_call_id": "c2", "content": "second result"}]
     ids = TurnRenderer(model_text).prompt_ids(messages, [TOOL], RolloutText())
     reference = AutoTokenizer.from_pretrained(tiny_model_dir).apply_chat_template(
-        [dict(m) for m in messages], tools=[TOOL], add_generation_prompt=True, tokenize=True, return_dict=False)
+        [dict(m) for m in messages], tools=[TOOL], add_generation_prompt=True, tokenize=True, return_dict=False
+    )
     assert ids == list(reference)
 
 
@@ -46,19 +61,36 @@ def test_a_new_turn_costs_only_its_own_rendering(model_text, monkeypatch):
 
 async def run_tool_conversation(gateway: GatewayHarness, capture: str, turns: int) -> dict:
     # The model writes arguments with odd spacing; the agent echoes them back re-serialized.
-    gateway.fake.script = [FakeReply(
-        raw_text=f'Reading.\n<tool_call>\n{{"name": "read_file", "arguments": {{"path":   "f{n}.py"}}}}\n</tool_call>')
-                           for n in range(turns - 1)] + [FakeReply(content="Done: the bug is fixed.")]
+    gateway.fake.script = [
+        FakeReply(
+            raw_text=f'Reading.\n<tool_call>\n{{"name": "read_file", "arguments": {{"path":   "f{n}.py"}}}}\n</tool_call>'
+        )
+        for n in range(turns - 1)
+    ] + [FakeReply(content="Done: the bug is fixed.")]
     rollout = await gateway.new_rollout(run=f"{capture}-run", capture=capture)
     client = gateway.openai(api_key=rollout["token"])
     messages = [{"role": "user", "content": "Fix the bug."}]
     for _ in range(turns):
         reply = (await client.chat.completions.create(model="policy", messages=messages, tools=[TOOL])).choices[0]
         calls = reply.message.tool_calls or []
-        messages.append({"role": "assistant", "content": reply.message.content, "tool_calls": [
-            {"id": c.id, "type": "function", "function": {
-                "name": c.function.name, "arguments": json.dumps(json.loads(c.function.arguments), separators=(",", ":"))}}
-            for c in calls] or None})
+        messages.append(
+            {
+                "role": "assistant",
+                "content": reply.message.content,
+                "tool_calls": [
+                    {
+                        "id": c.id,
+                        "type": "function",
+                        "function": {
+                            "name": c.function.name,
+                            "arguments": json.dumps(json.loads(c.function.arguments), separators=(",", ":")),
+                        },
+                    }
+                    for c in calls
+                ]
+                or None,
+            }
+        )
         messages += [{"role": "tool", "tool_call_id": c.id, "content": "x = 1\n"} for c in calls]
     return rollout
 
@@ -81,8 +113,11 @@ async def test_a_history_rewrite_opens_a_new_root_in_tito(tito_gateway):
     rollout = await run_tool_conversation(tito_gateway, "tito", turns=3)
     client = tito_gateway.openai(api_key=rollout["token"])
     tito_gateway.fake.script = [FakeReply(content="Summary continues.")]
-    await client.chat.completions.create(model="policy", tools=[TOOL], messages=[
-        {"role": "user", "content": "Fix the bug. (Earlier turns were compacted.)"}])
+    await client.chat.completions.create(
+        model="policy",
+        tools=[TOOL],
+        messages=[{"role": "user", "content": "Fix the bug. (Earlier turns were compacted.)"}],
+    )
     calls = (await tito_gateway.http.get(f"/api/rollouts/{rollout['id']}/calls")).json()["data"]
     assert calls[-1]["parent_id"] is None and calls[-1]["fork_of"] is None
     samples = (await tito_gateway.http.get(f"/api/rollouts/{rollout['id']}/samples")).json()["data"]
@@ -91,7 +126,13 @@ async def test_a_history_rewrite_opens_a_new_root_in_tito(tito_gateway):
 
 async def test_forced_tool_choice_is_refused_in_tito(tito_gateway):
     rollout = await tito_gateway.new_rollout(run="tito-forced", capture="tito")
-    response = await tito_gateway.http.post(f"/r/{rollout['token']}/v1/chat/completions", json={
-        "model": "policy", "messages": [{"role": "user", "content": "x"}], "tools": [TOOL],
-        "tool_choice": "required"})
+    response = await tito_gateway.http.post(
+        f"/r/{rollout['token']}/v1/chat/completions",
+        json={
+            "model": "policy",
+            "messages": [{"role": "user", "content": "x"}],
+            "tools": [TOOL],
+            "tool_choice": "required",
+        },
+    )
     assert response.status_code == 400 and "tito" in response.json()["error"]["message"]

@@ -15,17 +15,27 @@ from gateway.engine.fake import FakeReply
 from tests.gateway_harness import GatewayHarness
 
 TURNS = 6
-ANTHROPIC_TOOL = {"name": "read_file", "description": "Read a file.",
-                  "input_schema": {"type": "object", "properties": {"path": {"type": "string"}}}}
-RESPONSES_TOOL = {"type": "function", "name": "read_file", "description": "Read a file.",
-                  "parameters": {"type": "object", "properties": {"path": {"type": "string"}}}}
+ANTHROPIC_TOOL = {
+    "name": "read_file",
+    "description": "Read a file.",
+    "input_schema": {"type": "object", "properties": {"path": {"type": "string"}}},
+}
+RESPONSES_TOOL = {
+    "type": "function",
+    "name": "read_file",
+    "description": "Read a file.",
+    "parameters": {"type": "object", "properties": {"path": {"type": "string"}}},
+}
 
 
 def script(gateway: GatewayHarness) -> None:
     # Odd spacing inside the sampled arguments: the agent's echo never matches them byte for byte.
     gateway.fake.script = [
-        FakeReply(raw_text=f'Reading.\n<tool_call>\n{{"name": "read_file", "arguments": {{"path":   "f{n}.py"}}}}\n</tool_call>')
-        for n in range(TURNS - 1)] + [FakeReply(content="Done: the bug is fixed.")]
+        FakeReply(
+            raw_text=f'Reading.\n<tool_call>\n{{"name": "read_file", "arguments": {{"path":   "f{n}.py"}}}}\n</tool_call>'
+        )
+        for n in range(TURNS - 1)
+    ] + [FakeReply(content="Done: the bug is fixed.")]
 
 
 async def assert_one_sample_without_forks(gateway: GatewayHarness, rollout_id: int, dialect: str) -> None:
@@ -52,16 +62,21 @@ async def anthropic_http(tito_gateway) -> AsyncIterator[httpx2.AsyncClient]:
 async def test_anthropic_tool_turns_in_tito_make_one_sample_without_forks(tito_gateway, anthropic_http):
     script(tito_gateway)
     rollout = await tito_gateway.new_rollout(run="tito-anthropic", capture="tito")
-    client = AsyncAnthropic(base_url="http://gateway", api_key=rollout["token"], http_client=anthropic_http,
-                            max_retries=0)
+    client = AsyncAnthropic(
+        base_url="http://gateway", api_key=rollout["token"], http_client=anthropic_http, max_retries=0
+    )
     messages: list[dict] = [{"role": "user", "content": "Fix the bug."}]
     for _ in range(TURNS):
         reply = await client.messages.create(model="policy", max_tokens=256, messages=messages, tools=[ANTHROPIC_TOOL])
         uses = [b for b in reply.content if b.type == "tool_use"]
         messages.append({"role": "assistant", "content": [b.model_dump(exclude_none=True) for b in reply.content]})
         if uses:
-            messages.append({"role": "user", "content": [
-                {"type": "tool_result", "tool_use_id": u.id, "content": "x = 1\n"} for u in uses]})
+            messages.append(
+                {
+                    "role": "user",
+                    "content": [{"type": "tool_result", "tool_use_id": u.id, "content": "x = 1\n"} for u in uses],
+                }
+            )
     assert reply.stop_reason == "end_turn" and reply.content[0].text == "Done: the bug is fixed."
     await assert_one_sample_without_forks(tito_gateway, rollout["id"], "messages")
 

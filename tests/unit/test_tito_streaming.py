@@ -19,13 +19,23 @@ from tests.builders import ADMIN_HEADERS, WEATHER_TOOL, chat_body, gateway_setti
 from tests.unit.test_stream_through import BODIES
 from tests.unit.test_undelivered import calls_of, read_then_hang_up
 
-SAMPLED = ('<think>They ask for weather.</think>Checking the weather now.\n<tool_call>\n'
-           '{"name": "get_weather", "arguments": {"city": "Paris"}}\n</tool_call>')
+SAMPLED = (
+    "<think>They ask for weather.</think>Checking the weather now.\n<tool_call>\n"
+    '{"name": "get_weather", "arguments": {"city": "Paris"}}\n</tool_call>'
+)
 LONG_ANSWER = "Hello there, this answer is long enough to leave in the middle."
 TEXTS = [
-    "Hello world", "  <think> let me think \n</think>\nAnswer <tool", SAMPLED, "x <tool_cal", "", "<thin", " <",
+    "Hello world",
+    "  <think> let me think \n</think>\nAnswer <tool",
+    SAMPLED,
+    "x <tool_cal",
+    "",
+    "<thin",
+    " <",
     'A<tool_call>{"name":"f","arguments":{}}</tool_call>\n<tool_call>{"name":"g","arguments":"x"}</tool_call>tail',
-    "A<tool_call>{bad</tool_call> rest", 'A<tool_call>{"name":"f","arguments":{}}', "<think>a</think>",
+    "A<tool_call>{bad</tool_call> rest",
+    'A<tool_call>{"name":"f","arguments":{}}',
+    "<think>a</think>",
 ]
 
 
@@ -33,7 +43,7 @@ def streamed_parse(text: str, tools: bool, rng: random.Random) -> tuple:
     parser, deltas, at = StreamParser(tools), [], 0
     while at < len(text):
         size = rng.randint(1, 6)
-        deltas += parser.feed(text[at:at + size])
+        deltas += parser.feed(text[at : at + size])
         at += size
     deltas += parser.finish()
     content = "".join(d["content"] for d in deltas if "content" in d) or None
@@ -48,7 +58,10 @@ def test_text_parsed_piece_by_piece_reads_as_the_whole_text_parsed(text, tools):
     rng = random.Random(text)
     for _ in range(40):
         assert streamed_parse(text, tools, rng) == (
-            whole.content or None, whole.reasoning or None, [c["function"] for c in whole.tool_calls])
+            whole.content or None,
+            whole.reasoning or None,
+            [c["function"] for c in whole.tool_calls],
+        )
 
 
 def test_a_tool_call_is_parsed_as_soon_as_it_closes():
@@ -76,18 +89,31 @@ async def test_a_tito_stream_records_what_the_same_call_unstreamed_records(tito_
     for call in (plain, streamed):
         detail = (await tito_gateway.http.get(f"/api/calls/{call['id']}")).json()
         message = detail["response"]["choices"][0]["message"]
-        messages.append((message["content"], message.get("reasoning") or message.get("reasoning_content"),
-                         [c["function"] for c in message["tool_calls"]]))
-    assert messages[1] == messages[0] == ("Checking the weather now.\n", "They ask for weather.",
-                                          [{"name": "get_weather", "arguments": '{"city": "Paris"}'}])
+        messages.append(
+            (
+                message["content"],
+                message.get("reasoning") or message.get("reasoning_content"),
+                [c["function"] for c in message["tool_calls"]],
+            )
+        )
+    assert (
+        messages[1]
+        == messages[0]
+        == (
+            "Checking the weather now.\n",
+            "They ask for weather.",
+            [{"name": "get_weather", "arguments": '{"city": "Paris"}'}],
+        )
+    )
 
 
 async def test_a_tito_stream_arrives_in_pieces_and_its_tool_call_parses_in_the_sdk(tito_gateway):
     tito_gateway.fake.script = [FakeReply(raw_text=SAMPLED)]
     rollout = await tito_gateway.new_rollout(capture="tito")
     client = tito_gateway.openai(api_key=rollout["token"])
-    async with client.chat.completions.stream(model="policy", messages=[{"role": "user", "content": "Paris?"}],
-                                              tools=[WEATHER_TOOL]) as stream:
+    async with client.chat.completions.stream(
+        model="policy", messages=[{"role": "user", "content": "Paris?"}], tools=[WEATHER_TOOL]
+    ) as stream:
         kinds = [event.type async for event in stream]
         final = await stream.get_final_completion()
     assert kinds.count("content.delta") >= 3  # as sampled, token by token; a replay sends one delta
@@ -102,9 +128,17 @@ async def test_the_completions_route_streams_through_and_records_what_unstreamed
     rollout = await gateway.new_rollout()
     client = gateway.openai(api_key=rollout["token"])
     plain = await client.completions.create(model="policy", prompt="Count:", max_tokens=16, logprobs=0)
-    chunks = [chunk async for chunk in await client.completions.create(
-        model="policy", prompt="Count:", max_tokens=16, logprobs=0, stream=True,
-        stream_options={"include_usage": True})]
+    chunks = [
+        chunk
+        async for chunk in await client.completions.create(
+            model="policy",
+            prompt="Count:",
+            max_tokens=16,
+            logprobs=0,
+            stream=True,
+            stream_options={"include_usage": True},
+        )
+    ]
     texts = [c.choices[0].text for c in chunks if c.choices and c.choices[0].text]
     assert len(texts) >= 3 and "".join(texts) == plain.choices[0].text
     assert chunks[-1].usage.completion_tokens == plain.usage.completion_tokens
@@ -124,14 +158,16 @@ def served_tito_gateway(sqlite_db, fake_engine, fake_engine_server, tiny_model_d
 
 
 async def test_a_tito_stream_whose_client_leaves_cancels_the_engine_and_records_the_part_sent(
-        served_tito_gateway, fake_engine, model_text):
+    served_tito_gateway, fake_engine, model_text
+):
     fake_engine.token_delay_s = 0.05
     fake_engine.script = [FakeReply(raw_text=LONG_ANSWER)]
     async with httpx.AsyncClient(base_url=served_tito_gateway.url, headers=ADMIN_HEADERS, timeout=10) as http:
         rollout = (await http.post("/api/rollouts", json={"run": "r", "task": "t", "capture": "tito"})).json()
         path = f"/r/{rollout['token']}/v1/chat/completions"
-        received = await asyncio.to_thread(read_then_hang_up, served_tito_gateway.url, path,
-                                           chat_body("first", stream=True), b"Hello")
+        received = await asyncio.to_thread(
+            read_then_hang_up, served_tito_gateway.url, path, chat_body("first", stream=True), b"Hello"
+        )
         assert b"[DONE]" not in received
         [call] = await calls_of(http, rollout["id"], 1)
         for _ in range(100):
@@ -143,7 +179,7 @@ async def test_a_tito_stream_whose_client_leaves_cancels_the_engine_and_records_
         detail = (await http.get(f"/api/calls/{call['id']}")).json()
         sampled = model_text.encode(LONG_ANSWER)
         assert 1 <= len(detail["output_ids"]) < len(sampled)
-        assert detail["output_ids"] == sampled[:len(detail["output_ids"])]
+        assert detail["output_ids"] == sampled[: len(detail["output_ids"])]
         assert len(detail["output_logprobs"]) == len(detail["output_ids"])
         assert fake_engine.streams_aborted == 1  # the engine request was cancelled, not run to its end
         assert fake_engine.requests[-1]["stream"] is True and isinstance(fake_engine.requests[-1]["prompt"], list)

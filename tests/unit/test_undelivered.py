@@ -24,8 +24,11 @@ def send_and_hang_up(url: str, path: str, body: dict, after_s: float) -> None:
     host, port = url.removeprefix("http://").split(":")
     payload = json.dumps(body).encode()
     with socket.create_connection((host, int(port))) as sock:
-        sock.sendall(f"POST {path} HTTP/1.1\r\nHost: {host}:{port}\r\nContent-Type: application/json\r\n"
-                     f"Content-Length: {len(payload)}\r\n\r\n".encode() + payload)
+        sock.sendall(
+            f"POST {path} HTTP/1.1\r\nHost: {host}:{port}\r\nContent-Type: application/json\r\n"
+            f"Content-Length: {len(payload)}\r\n\r\n".encode()
+            + payload
+        )
         sock.settimeout(after_s)
         with pytest.raises(TimeoutError):
             sock.recv(1)  # nothing yet: the engine is still working
@@ -50,7 +53,8 @@ def served_gateway(sqlite_db, fake_engine, fake_engine_server):
 
 @pytest.mark.parametrize("stream", [False])
 async def test_call_whose_client_hung_up_is_tagged_undelivered_and_left_out_of_samples(
-        served_gateway, fake_engine, stream):
+    served_gateway, fake_engine, stream
+):
     async with httpx.AsyncClient(base_url=served_gateway.url, headers=ADMIN_HEADERS, timeout=10) as http:
         rollout = (await http.post("/api/rollouts", json={"run": "r", "task": "t"})).json()
         path = f"/r/{rollout['token']}/v1/chat/completions"
@@ -58,16 +62,19 @@ async def test_call_whose_client_hung_up_is_tagged_undelivered_and_left_out_of_s
         assert delivered.status_code == 200
         fake_engine.delay_s = 0.6
         prompt = chat_body("first", stream=stream)
-        prompt["messages"] += [{"role": "assistant", "content": "Hello from the fake engine."},
-                               {"role": "user", "content": "second"}]
+        prompt["messages"] += [
+            {"role": "assistant", "content": "Hello from the fake engine."},
+            {"role": "user", "content": "second"},
+        ]
         await asyncio.to_thread(send_and_hang_up, served_gateway.url, path, prompt, 0.2)
 
         calls = await calls_of(http, rollout["id"], 2)
         assert [c["tags"] for c in calls] == [[], ["undelivered"]]
         assert calls[1]["parent_id"] == calls[0]["id"]  # recorded as it was: it did extend the first
         for include_side in ("false", "true"):
-            samples = (await http.get(f"/api/rollouts/{rollout['id']}/samples",
-                                      params={"include_side": include_side})).json()["data"]
+            samples = (
+                await http.get(f"/api/rollouts/{rollout['id']}/samples", params={"include_side": include_side})
+            ).json()["data"]
             assert [s["call_ids"] for s in samples] == [[calls[0]["id"]]]
 
 
@@ -77,8 +84,11 @@ def read_then_hang_up(url: str, path: str, body: dict, until: bytes) -> bytes:
     payload = json.dumps(body).encode()
     received = b""
     with socket.create_connection((host, int(port))) as sock:
-        sock.sendall(f"POST {path} HTTP/1.1\r\nHost: {host}:{port}\r\nContent-Type: application/json\r\n"
-                     f"Content-Length: {len(payload)}\r\n\r\n".encode() + payload)
+        sock.sendall(
+            f"POST {path} HTTP/1.1\r\nHost: {host}:{port}\r\nContent-Type: application/json\r\n"
+            f"Content-Length: {len(payload)}\r\n\r\n".encode()
+            + payload
+        )
         sock.settimeout(10)
         while until not in received:
             received += sock.recv(65536)
@@ -86,20 +96,22 @@ def read_then_hang_up(url: str, path: str, body: dict, until: bytes) -> bytes:
 
 
 async def test_stream_whose_client_leaves_midway_cancels_the_engine_and_records_the_part_sent(
-        served_gateway, fake_engine):
+    served_gateway, fake_engine
+):
     fake_engine.token_delay_s = 0.05  # 28 chunks: the client leaves after the first few
     async with httpx.AsyncClient(base_url=served_gateway.url, headers=ADMIN_HEADERS, timeout=10) as http:
         rollout = (await http.post("/api/rollouts", json={"run": "r", "task": "t"})).json()
         path = f"/r/{rollout['token']}/v1/chat/completions"
-        received = await asyncio.to_thread(read_then_hang_up, served_gateway.url, path,
-                                           chat_body("first", stream=True), b'"content":"H"')
+        received = await asyncio.to_thread(
+            read_then_hang_up, served_gateway.url, path, chat_body("first", stream=True), b'"content":"H"'
+        )
         assert b"[DONE]" not in received
         calls = await calls_of(http, rollout["id"], 1)
         assert [c["tags"] for c in calls] == [["undelivered"]]
         call = (await http.get(f"/api/calls/{calls[0]['id']}")).json()
         sampled = encode("Hello from the fake engine.")
         assert 1 <= len(call["output_ids"]) < len(sampled)  # what had been sampled when the client left
-        assert call["output_ids"] == sampled[:len(call["output_ids"])]
+        assert call["output_ids"] == sampled[: len(call["output_ids"])]
         assert len(call["output_logprobs"]) == len(call["output_ids"])
         for _ in range(100):
             if fake_engine.streams_aborted:

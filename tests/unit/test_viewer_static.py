@@ -52,8 +52,9 @@ def test_the_one_fetch_helper_sends_the_admin_key_kept_for_this_tab():
     """The page's data needs the admin key: api.js is the only module that fetches, and it sends the
     key kept in sessionStorage, which a `#key=` fragment fills (the browser test runs it for real)."""
     sources = {path: file.read_text() for path, file in static_files().items() if path.endswith(".js")}
-    assert [path for path, text in sources.items() if re.search(r"\bfetch\(|XMLHttpRequest|EventSource", text)] \
-        == ["js/api.js"]
+    assert [path for path, text in sources.items() if re.search(r"\bfetch\(|XMLHttpRequest|EventSource", text)] == [
+        "js/api.js"
+    ]
     api = sources["js/api.js"]
     assert 'headers["x-admin-key"] = key' in api and "sessionStorage.getItem(KEY_ITEM)" in api
     assert "location.hash.match(/^#key=" in api and "history.replaceState" in api  # the key leaves the URL

@@ -22,6 +22,7 @@ async def test_ls_and_show_render_what_was_recorded(gateway, sqlite_db):
     client = gateway.openai(api_key=rollout["token"])
     await client.chat.completions.create(model="policy", messages=[{"role": "user", "content": "hi there"}])
     await gateway.http.post(f"/api/rollouts/{rollout['id']}/finish", json={"status": "finished", "rewards": {"v": 1.0}})
+
     def invoke(*args):  # the CLI runs its own event loop: off this test's loop
         return asyncio.to_thread(CliRunner().invoke, app, [*args, "--database-url", sqlite_db], env={"COLUMNS": "200"})
 
@@ -30,8 +31,17 @@ async def test_ls_and_show_render_what_was_recorded(gateway, sqlite_db):
     [run] = [row for row in table_rows(runs.output) if row["name"] == "views-run"]
     assert (run["rollouts"], run["finished"], run["reward"]) == ("1", "1", "1.000")
     rollouts = await invoke("ls", "rollouts", "--run", "views-run")
-    assert table_rows(rollouts.output) == [{"id": str(rollout["id"]), "run": "views-run", "task": "t1", "group": "g",
-                                            "status": "finished", "reward": "1.000", "error": ""}]
+    assert table_rows(rollouts.output) == [
+        {
+            "id": str(rollout["id"]),
+            "run": "views-run",
+            "task": "t1",
+            "group": "g",
+            "status": "finished",
+            "reward": "1.000",
+            "error": "",
+        }
+    ]
     groups = await invoke("ls", "groups", "--run", "views-run")
     [group] = table_rows(groups.output)
     assert (group["task"], group["group"], group["status"], group["size"]) == ("t1", "g", "ready", "1")
@@ -55,18 +65,28 @@ async def test_show_prints_a_tool_conversation_of_any_dialect_with_its_calls(gat
     rollout = await gateway.new_rollout(run="views-tools", task="t1")
     client = gateway.openai(api_key=rollout["token"])
     items: list[dict] = [{"role": "user", "content": "Weather in Oslo?"}]
-    first = await client.responses.create(model="policy", input=items, tools=[{
-        "type": "function", **WEATHER_TOOL["function"]}])
+    first = await client.responses.create(
+        model="policy", input=items, tools=[{"type": "function", **WEATHER_TOOL["function"]}]
+    )
     [call] = first.output
-    items += [call.model_dump(exclude_none=True),
-              {"type": "function_call_output", "call_id": call.call_id, "output": "minus four"}]
+    items += [
+        call.model_dump(exclude_none=True),
+        {"type": "function_call_output", "call_id": call.call_id, "output": "minus four"},
+    ]
     await client.responses.create(model="policy", input=items)
-    shown = await asyncio.to_thread(CliRunner().invoke, app, ["show", "rollout", str(rollout["id"]),
-                                                              "--database-url", sqlite_db])
+    shown = await asyncio.to_thread(
+        CliRunner().invoke, app, ["show", "rollout", str(rollout["id"]), "--database-url", sqlite_db]
+    )
     assert shown.exit_code == 0, shown.output
     calls = (await gateway.http.get(f"/api/rollouts/{rollout['id']}/calls?tokens=false")).json()["data"]
     text = " ".join(shown.output.split())
-    for expected in ("user: Weather in Oslo?", 'tool call get_weather({"city": "Oslo"})', "minus four",
-                     f"[call {calls[0]['id']}]", f"assistant [call {calls[1]['id']}]: Cold.",
-                     f"call {calls[1]['id']} parent None", f"fork of {calls[0]['id']}"):
+    for expected in (
+        "user: Weather in Oslo?",
+        'tool call get_weather({"city": "Oslo"})',
+        "minus four",
+        f"[call {calls[0]['id']}]",
+        f"assistant [call {calls[1]['id']}]: Cold.",
+        f"call {calls[1]['id']} parent None",
+        f"fork of {calls[0]['id']}",
+    ):
         assert expected in text, (expected, shown.output)  # engine capture: the echo re-rendered, a fork
