@@ -40,6 +40,3 @@ class Harness(Protocol):
 
     async def run(self, sandbox: Sandbox, task: Task, target: RolloutTarget, timeout_s: float) -> AgentOutcome:
         """Run the agent on the task until it stops or ``timeout_s`` passes."""
-
-
-HarnessAdapter = Harness  # the old name, for callers not yet renamed (harnesses/runner.py)

@@ -23,7 +23,7 @@ import socket
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 
-from harnesses.adapter import AgentOutcome, HarnessAdapter, RolloutTarget
+from harnesses.adapter import AgentOutcome, Harness, RolloutTarget
 from harnesses.budget import DEFAULT_WALL_FACTOR, AgentBudget, BudgetExceeded, run_within
 from harnesses.environments import Environments
 from harnesses.gateway_client import GatewayClient, rebased
@@ -53,7 +53,7 @@ class LeaseLost(RuntimeError):
 class RunPlan:
     run: str
     tasks: list[Task]
-    harness: HarnessAdapter
+    harness: Harness
     group_size: int  # G
     concurrency: int  # rollouts at once
     sandbox: str  # "docker" | "local"

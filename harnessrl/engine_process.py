@@ -279,6 +279,3 @@ class EngineGroup:
     def stop(self) -> None:
         for engine in self.engines:
             engine.stop()
-
-
-EngineProcess = ManagedProcess  # the old name, for callers not yet renamed

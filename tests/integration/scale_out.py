@@ -18,7 +18,7 @@ from sqlalchemy import select
 
 from gateway.store.store import Store
 from gateway.store.tables import Call, Group, LearnerCheckpoint, Rollout, Run
-from harnessrl.engine_process import EngineLaunch, EngineProcess
+from harnessrl.engine_process import EngineLaunch, ManagedProcess
 from harnessrl.server import free_port
 from tests.builders import TEST_ADMIN_KEY
 
@@ -28,12 +28,12 @@ def by_index(rollout: dict) -> float:
     return float(rollout["meta"]["index"] % 2)
 
 
-def engine(model_dir: Path, logs: Path) -> EngineProcess:
+def engine(model_dir: Path, logs: Path) -> ManagedProcess:
     launch = EngineLaunch(model_dir=model_dir, port=free_port(), max_model_len=2048, kv_cache_gib=1, max_lora_rank=8)
-    return EngineProcess.vllm(launch, logs / f"engine-{launch.port}.log")
+    return ManagedProcess.vllm(launch, logs / f"engine-{launch.port}.log")
 
 
-def gateway(engine_urls: list[str], database_url: str, model_dir: Path, home: Path, logs: Path) -> EngineProcess:
+def gateway(engine_urls: list[str], database_url: str, model_dir: Path, home: Path, logs: Path) -> ManagedProcess:
     port = free_port()
     urls = [a for url in engine_urls for a in ("--engine-url", url)]
     command = [
@@ -52,7 +52,7 @@ def gateway(engine_urls: list[str], database_url: str, model_dir: Path, home: Pa
         str(model_dir),
         "--require-token",
     ]
-    return EngineProcess(
+    return ManagedProcess(
         command, f"http://127.0.0.1:{port}", logs / f"gateway-{port}.log", {**os.environ, "HARNESSRL_HOME": str(home)}
     )
 
