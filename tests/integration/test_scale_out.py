@@ -111,6 +111,7 @@ def test_engines_gateways_and_workers_killed_mid_run_lose_nothing_and_run_nothin
             "the learner consuming every group",
             [("learner", learner)],
         )
+        groups = asyncio.run(_read(database_url, scale_out.read_groups))  # as consumed, not as first read
         calls = asyncio.run(_read(database_url, scale_out.read_calls))
         consumed = asyncio.run(_read(database_url, scale_out.consumed_group_ids))
     finally:
