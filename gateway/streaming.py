@@ -96,12 +96,7 @@ class ChatAssembler:
             "tool_calls": calls,
             "reasoning": "".join(self.reasoning) or None,
         }
-        prompt = len(self.prompt_ids or ())
-        usage = self.usage or {
-            "prompt_tokens": prompt,
-            "completion_tokens": len(self.output_ids),
-            "total_tokens": prompt + len(self.output_ids),
-        }
+        usage = self.usage or counted_usage(self.prompt_ids, self.output_ids)
         return {
             "id": self.head.get("id"),
             "object": "chat.completion",
@@ -120,6 +115,12 @@ class ChatAssembler:
             "usage": usage,
             "prompt_token_ids": self.prompt_ids,
         }
+
+
+def counted_usage(prompt_ids: list[int] | None, output_ids: list[int]) -> dict:
+    """The usage block of a stream whose engine sent none, counted from the ids."""
+    prompt = len(prompt_ids or ())
+    return {"prompt_tokens": prompt, "completion_tokens": len(output_ids), "total_tokens": prompt + len(output_ids)}
 
 
 @dataclass
@@ -156,12 +157,7 @@ class CompletionAssembler:
 
     def answer(self) -> dict:
         """The ``text_completion`` body of what was streamed (so far)."""
-        prompt = len(self.prompt_ids or ())
-        usage = self.usage or {
-            "prompt_tokens": prompt,
-            "completion_tokens": len(self.output_ids),
-            "total_tokens": prompt + len(self.output_ids),
-        }
+        usage = self.usage or counted_usage(self.prompt_ids, self.output_ids)
         return {
             "id": self.head.get("id"),
             "object": "text_completion",
