@@ -97,6 +97,7 @@ def create_app(
             state.metrics.policy_version.set(state.policy.current_version)
         if state.settings.engine_dtype is not None:
             state.metrics.engine_dtype.labels(state.settings.engine_dtype).set(1)
+        state.metrics.engines(state.engine.engines())
         return Response(state.metrics.exposition(), media_type=CONTENT_TYPE_LATEST)
 
     @app.get("/health", tags=["admin"])

@@ -32,6 +32,11 @@ class GatewayMetrics:
         self.in_flight = Gauge("harnessrl_calls_in_flight", "Engine calls in progress", registry=r)
         self.engine_errors = Counter("harnessrl_engine_errors", "Engine failures by kind", ["kind"], registry=r)
         self.policy_version = Gauge("harnessrl_policy_version", "Current policy (adapter) version", registry=r)
+        self.engine_healthy = Gauge(
+            "harnessrl_engine_healthy", "1 while the engine serves, 0 while taken out", ["engine"], registry=r
+        )
+        self.engine_in_flight = Gauge("harnessrl_engine_in_flight", "Calls on the engine now", ["engine"], registry=r)
+        self.engine_queued = Gauge("harnessrl_engine_queued", "Calls waiting for the engine", ["engine"], registry=r)
         self.engine_dtype = Gauge(
             "harnessrl_engine_dtype_info", "1 for the managed engine's serving dtype", ["dtype"], registry=r
         )
@@ -46,6 +51,14 @@ class GatewayMetrics:
         self.calls.labels(dialect_at(path).name, str(status_code)).inc()
         if engine_kind:
             self.engine_errors.labels(engine_kind).inc()
+
+    def engines(self, engines: list[dict]) -> None:
+        """Each engine's state (``EnginePool.engines()``), labelled by its position, never its address."""
+        for engine in engines:
+            label = str(engine["index"])
+            self.engine_healthy.labels(label).set(int(engine["healthy"]))
+            self.engine_in_flight.labels(label).set(engine["in_flight"])
+            self.engine_queued.labels(label).set(engine["queued"])
 
     def exposition(self) -> bytes:
         return generate_latest(self.registry)

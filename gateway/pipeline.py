@@ -16,6 +16,7 @@ from dataclasses import dataclass, replace
 import numpy as np
 
 from gateway.callgraph import CallGraphIndex, GraphNode
+from gateway.dialects import COMPLETIONS
 from gateway.engine.client import EngineClient
 from gateway.engine.pool import begin_call, served_fields
 from gateway.engine_clock import EngineClock
@@ -223,7 +224,7 @@ class ChatPipeline:
         token_logprobs = (choice.get("logprobs") or {}).get("token_logprobs") or []
         record = _record(
             identity,
-            "completions",
+            COMPLETIONS.name,
             client_request,
             resolved,
             answer,
@@ -294,30 +295,19 @@ class ChatPipeline:
 
 
 def _engine_chat_body(chat_body: dict, resolved: ResolvedModel, top_logprobs: int, stream: bool) -> dict:
-    """What the engine is sent: the recording fields on, and when streaming, the usage chunk too."""
-    body = {
-        **chat_body,
-        "model": resolved.engine_model,
-        "stream": stream,
-        "return_token_ids": True,
-        "logprobs": True,
-        "top_logprobs": top_logprobs,
-    }
-    if stream:
-        body["stream_options"] = {"include_usage": True}
-    else:
-        body.pop("stream_options", None)
-    return body
+    """What the engine is sent for a chat call: the recording fields on (sampled ids, their logprobs)."""
+    return _engine_body(chat_body, resolved, stream, logprobs=True, top_logprobs=top_logprobs)
 
 
 def _engine_completion_body(completion_body: dict, resolved: ResolvedModel, logprobs: int, stream: bool) -> dict:
-    body = {
-        **completion_body,
-        "model": resolved.engine_model,
-        "stream": stream,
-        "return_token_ids": True,
-        "logprobs": logprobs,
-    }
+    """What the engine is sent for a completion call (Completions counts its top logprobs in ``logprobs``)."""
+    return _engine_body(completion_body, resolved, stream, logprobs=logprobs)
+
+
+def _engine_body(client_body: dict, resolved: ResolvedModel, stream: bool, **logprobs) -> dict:
+    """The client's body on the resolved engine model with token ids returned; when streaming, the
+    usage chunk too (a non-streaming request must not carry ``stream_options``)."""
+    body = {**client_body, "model": resolved.engine_model, "stream": stream, "return_token_ids": True, **logprobs}
     if stream:
         body["stream_options"] = {"include_usage": True}
     else:

@@ -1,5 +1,5 @@
 """What every dialect's model route shares: opening a call (its body, who it belongs to, the pipeline)
-and delivering the recorded answer (JSON, a replayed stream, or a stream passed through), tagged
+and delivering the recorded answer (JSON, or a stream passed through as the engine samples it), tagged
 ``undelivered`` when it never reaches the client."""
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ from gateway.json_body import read_json_body
 from gateway.pipeline import ChatPipeline
 from gateway.state import GatewayState
 from gateway.store.records import RolloutIdentity
-from gateway.streaming import StreamedAnswer
+from gateway.streaming import ServedCall, StreamedAnswer
 
 CALL_ID_HEADER = "x-harnessrl-call-id"
 
@@ -34,15 +34,15 @@ async def open_call(request: Request, state: GatewayState) -> OpenedCall:
     return OpenedCall(raw, identity, await state.pipeline())
 
 
-def delivered(state: GatewayState, call_id: int, stream: bool, body, content) -> Delivery:
-    """The recorded call's response, a stream of ``content`` or JSON ``body``; tagged if never delivered."""
-    headers = {CALL_ID_HEADER: str(call_id)}
-    response = (
-        StreamingResponse(content, media_type="text/event-stream", headers=headers)
-        if stream
-        else JSONBody(body, headers=headers)
-    )
-    return Delivery(response, lambda: state.writer.add_tag(call_id, UNDELIVERED))
+def answered(state: GatewayState, served: ServedCall | StreamedAnswer) -> Delivery:
+    """A dialect serving's answer as the route's response: every model route ends here."""
+    return streamed(served) if isinstance(served, StreamedAnswer) else delivered(state, served)
+
+
+def delivered(state: GatewayState, served: ServedCall) -> Delivery:
+    """The recorded call's JSON response, tagged if it never reaches the client."""
+    response = JSONBody(served.body, headers={CALL_ID_HEADER: str(served.call_id)})
+    return Delivery(response, lambda: state.writer.add_tag(served.call_id, UNDELIVERED))
 
 
 def streamed(answer: StreamedAnswer) -> Delivery:

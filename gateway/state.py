@@ -12,7 +12,7 @@ from fastapi import Depends, Request
 from gateway.adapters import restore_adapters
 from gateway.callgraph import CallGraphIndex
 from gateway.decoding import TokenDecoder, tokenizer_folder
-from gateway.engine.client import EngineClient
+from gateway.engine.pool import EnginePool
 from gateway.engine_clock import EngineClock
 from gateway.errors import EngineUnavailable, GatewayError, InvalidRequest
 from gateway.identity import require_admin
@@ -34,7 +34,7 @@ class GatewayState:
     settings: GatewaySettings
     store: Store
     writer: CallWriter
-    engine: EngineClient
+    engine: EnginePool  # every engine the gateway serves from (one or more)
     policy: PolicyRegistry | None = None  # None until the engine's base model is known
     max_model_len: int | None = None
     graph: CallGraphIndex = field(init=False)

@@ -25,6 +25,10 @@ from typing import Protocol
 
 from gateway.errors import EngineError
 
+# An SSE comment every dialect's stream carries with its last events: the call id (its HTTP header goes
+# out before the call exists).
+CALL_ID_COMMENT = ": x-harnessrl-call-id {}\n\n"
+
 
 @dataclass(frozen=True)
 class Committed:
@@ -243,6 +247,14 @@ class StreamedCall:
         if self._latency_ms is None:
             self._latency_ms = (time.perf_counter() - self._started) * 1000.0
             self._timers.close()
+
+
+@dataclass(frozen=True)
+class ServedCall:
+    """What a route sends a client that did not ask to stream: the recorded call's response body."""
+
+    call_id: int
+    body: dict  # the response in the client's dialect, as JSON
 
 
 @dataclass(frozen=True)

@@ -23,23 +23,26 @@ sys.exit(0 if sys.argv[1] in numbers and len(numbers) <= 3 else 1)
 """
 
 
+def sum_task(name: str, a: int, b: int, source: str) -> Task:
+    """One "What is a + b?" task, graded from the agent's final reply (``CHECK``)."""
+    return Task(
+        name=name,
+        instruction=f"What is {a} + {b}? Reply with just the number.",
+        tests={"check.py": CHECK.encode()},
+        verifier=f"python3 /tests/check.py {a + b}",
+        solution=f"mkdir -p /logs/agent && echo {a + b} > /logs/agent/final.txt",
+        agent_timeout_s=120.0,
+        verifier_timeout_s=30.0,
+        source=source,
+    )
+
+
 def arithmetic_tasks(count: int = 16, seed: int = 0) -> list[Task]:
     rng = random.Random(seed)
     tasks = []
     for n in range(count):
         a, b = rng.randint(1, 9), rng.randint(1, 9)
-        tasks.append(
-            Task(
-                name=f"add-{n:03d}-{a}+{b}",
-                instruction=f"What is {a} + {b}? Reply with just the number.",
-                tests={"check.py": CHECK.encode()},
-                verifier=f"python3 /tests/check.py {a + b}",
-                solution=f"mkdir -p /logs/agent && echo {a + b} > /logs/agent/final.txt",
-                agent_timeout_s=120.0,
-                verifier_timeout_s=30.0,
-                source=f"arithmetic family, seed {seed}",
-            )
-        )
+        tasks.append(sum_task(f"add-{n:03d}-{a}+{b}", a, b, f"arithmetic family, seed {seed}"))
     return tasks
 
 
@@ -54,16 +57,5 @@ def two_digit_tasks(count: int = 20, seed: int = 0) -> list[Task]:
         if (a, b) in seen:
             continue
         seen.add((a, b))
-        tasks.append(
-            Task(
-                name=f"add2-{len(tasks):03d}-{a}+{b}",
-                instruction=f"What is {a} + {b}? Reply with just the number.",
-                tests={"check.py": CHECK.encode()},
-                verifier=f"python3 /tests/check.py {a + b}",
-                solution=f"mkdir -p /logs/agent && echo {a + b} > /logs/agent/final.txt",
-                agent_timeout_s=120.0,
-                verifier_timeout_s=30.0,
-                source=f"two-digit family, seed {seed}",
-            )
-        )
+        tasks.append(sum_task(f"add2-{len(tasks):03d}-{a}+{b}", a, b, f"two-digit family, seed {seed}"))
     return tasks

@@ -1,4 +1,5 @@
-"""The runner's and the CLI's view of the gateway's REST API (creating rollouts, ending them with rewards).
+"""The one client of the gateway's REST API for the runner, the CLI and the tool relay (creating rollouts,
+ending them with rewards, registering a rollout's tool server, reading listings).
 
 Requests go through ``gateway.control_client`` (the one list of retried transport errors and its
 backoff); every request here is safe to repeat (see there).
@@ -39,6 +40,10 @@ class AlreadyEnded(RuntimeError):
 class GatewayRefused(RuntimeError):
     """The gateway answered with an error; the message has its status and text (and the fix, for a 401)."""
 
+    def __init__(self, message: str, status_code: int):
+        super().__init__(message)
+        self.status_code = status_code
+
 
 class GatewayClient:
     def __init__(self, url: str, admin_key: str | None = None, transport: httpx.AsyncBaseTransport | None = None):
@@ -77,14 +82,14 @@ class GatewayClient:
             body["sampling"] = sampling
         return await self._json("POST", "/api/rollouts", json=body)
 
-    async def finish(
+    async def end_rollout(
         self, rollout_id: int, status: str, error: str | None, rewards: dict, reward_details: dict | None = None
     ) -> dict:
         body = {"status": status, "error": error, "rewards": rewards}
         if reward_details:  # e.g. the judge's tokens, cost and reasons, kept with its component
             body["reward_details"] = reward_details
         try:
-            return await self._json("POST", f"/api/rollouts/{rollout_id}/finish", json=body)
+            return await self._json("POST", f"/api/rollouts/{rollout_id}/end", json=body)
         except AlreadyEnded:  # a retried request whose first attempt did land
             return await self.rollout(rollout_id)
 
@@ -107,6 +112,22 @@ class GatewayClient:
     async def groups(self, run: str, status: str | None = None, limit: int = 100) -> list[dict]:
         params = {"run": run, "limit": limit, **({"status": status} if status else {})}
         return (await self._json("GET", "/api/groups", params=params))["data"]
+
+    async def listing(self, path: str, params: dict) -> list[dict]:
+        """The first page of a REST listing (``/api/runs``, ``/api/groups``, ``/api/rollouts``), filtered
+        by ``params`` (None values left out)."""
+        query = {k: v for k, v in params.items() if v is not None}
+        return (await self._json("GET", path, params=query))["data"]
+
+    async def calls(self, rollout_id: int) -> list[dict]:
+        return (await self._json("GET", f"/api/rollouts/{rollout_id}/calls"))["data"]
+
+    async def register_tools(self, token: str, url: str) -> dict:
+        """Route the rollout's ``tools/mcp`` (its token) to the tool server at ``url``; {"rollout_id", ...}."""
+        return await self._json("PUT", "/api/rollout-tools", json={"token": token, "url": url})
+
+    async def unregister_tools(self, rollout_id: int) -> None:
+        await self._json("DELETE", f"/api/rollout-tools/{rollout_id}")
 
     async def claim_slots(
         self,
@@ -159,6 +180,7 @@ class GatewayClient:
         if response.status_code >= 400:
             raise GatewayRefused(
                 f"gateway {method} {path}: {response.status_code} {response.text[:500]}"
-                + (" (pass --admin-key)" if response.status_code == 401 else "")
+                + (" (pass --admin-key)" if response.status_code == 401 else ""),
+                response.status_code,
             )
-        return response.json()
+        return response.json() if response.content else {}

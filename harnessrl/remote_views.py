@@ -6,12 +6,13 @@ listings are GET /api/runs, /api/groups and /api/rollouts, with the admin key.
 
 from __future__ import annotations
 
+import asyncio
 from datetime import datetime
 
-import httpx
 from rich.table import Table
 
 from gateway.store.listings import RolloutFilter
+from harnesses.gateway_client import GatewayClient, GatewayRefused, GatewayUnreachable
 
 
 class GatewayReadError(RuntimeError):
@@ -76,22 +77,25 @@ def gateway_list_view(url: str, admin_key: str, what: str, where: RolloutFilter,
 
 
 def _get(url: str, admin_key: str, path: str, params: dict) -> list[dict]:
-    query = {k: v for k, v in params.items() if v is not None}
     try:
-        response = httpx.get(url.rstrip("/") + path, params=query, headers={"x-admin-key": admin_key}, timeout=30)
-    except httpx.HTTPError as exc:
-        raise GatewayReadError(
-            f"gateway at {url} unreachable ({type(exc).__name__}: {exc}); "
-            f"check --gateway, or start it with `harnessrl serve`"
-        ) from None
-    if response.status_code == 401:
-        raise GatewayReadError(
-            f"the gateway at {url} refused the admin key: pass --admin-key, set "
-            f"HARNESSRL_ADMIN_KEY, or use the $HARNESSRL_HOME/admin.key of its `harnessrl serve`"
-        )
-    if response.status_code != 200:
-        raise GatewayReadError(f"GET {path} on {url}: HTTP {response.status_code} {response.text[:300]}")
-    return response.json()["data"]
+        return asyncio.run(_listing(url, admin_key, path, params))
+    except GatewayUnreachable as exc:
+        raise GatewayReadError(str(exc)) from None
+    except GatewayRefused as exc:
+        if exc.status_code == 401:
+            raise GatewayReadError(
+                f"the gateway at {url} refused the admin key: pass --admin-key, set "
+                f"HARNESSRL_ADMIN_KEY, or use the $HARNESSRL_HOME/admin.key of its `harnessrl serve`"
+            ) from None
+        raise GatewayReadError(str(exc)) from None
+
+
+async def _listing(url: str, admin_key: str, path: str, params: dict) -> list[dict]:
+    gateway = GatewayClient(url, admin_key)
+    try:
+        return await gateway.listing(path, params)
+    finally:
+        await gateway.close()
 
 
 def _when(value: str | None, layout: str) -> str:

@@ -17,7 +17,7 @@ async def ended_rollout(
     created = await gw.http.post("/api/rollouts", json=body)
     assert created.status_code == 201, created.text
     finished = await gw.http.post(
-        f"/api/rollouts/{created.json()['id']}/finish", json={"status": status, "rewards": rewards}
+        f"/api/rollouts/{created.json()['id']}/end", json={"status": status, "rewards": rewards}
     )
     assert finished.status_code == 200, finished.text
     return created.json()["id"]

@@ -26,3 +26,13 @@ class PolicyView(BaseModel):
     loaded: dict[int, str]
     max_model_len: int | None = None  # the engine's context length (the learner's default token budget)
     max_staleness: int | None = None  # versions kept loaded behind the current one (the learner drops older samples)
+
+
+class EngineView(BaseModel):
+    index: int  # the engine's position in ``--engine-url`` order (how errors and metrics name it)
+    url: str
+    healthy: bool  # False while taken out after a failure (until its probe passes and adapters reload)
+    in_flight: int  # calls being served now (at most --engine-max-in-flight)
+    queued: int  # calls waiting for a free slot
+    rollouts: int  # rollouts pinned to it (their calls go here for its prefix cache)
+    models: list[str]  # the base model and the adapter versions it holds

@@ -1,4 +1,4 @@
-"""Admin routes: publish a new adapter, show the policy versions being served."""
+"""Admin routes: publish a new adapter, show the policy versions being served and the engines serving them."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ from fastapi import APIRouter
 
 from gateway.adapters import publish_adapter
 from gateway.admin import leases
-from gateway.admin.protocol import AdapterPublished, PolicyView, PublishAdapter
+from gateway.admin.protocol import AdapterPublished, EngineView, PolicyView, PublishAdapter
 from gateway.state import AdminStateDep, StateDep
 
 
@@ -32,9 +32,14 @@ async def show_policy(state: StateDep) -> PolicyView:
     )
 
 
+async def list_engines(state: AdminStateDep) -> list[EngineView]:
+    return [EngineView(**engine) for engine in state.engine.engines()]
+
+
 def create_router() -> APIRouter:
     router = APIRouter(prefix="/admin", tags=["admin"])
     router.add_api_route("/adapters", publish, methods=["POST"], response_model=AdapterPublished)
     router.add_api_route("/policy", show_policy, methods=["GET"], response_model=PolicyView)
+    router.add_api_route("/engines", list_engines, methods=["GET"], response_model=list[EngineView])
     leases.add_routes(router)  # rollout workers' leases
     return router

@@ -5,24 +5,17 @@ from __future__ import annotations
 from fastapi import APIRouter, Request
 from fastapi.responses import JSONResponse
 
-from gateway.anthropic.replay import message_events
 from gateway.anthropic.serving import AnthropicServing
 from gateway.dialects import API_PREFIXES, COUNT_TOKENS, MESSAGES
 from gateway.identity import resolve_identity
 from gateway.json_body import read_json_body
-from gateway.routes import delivered, open_call, streamed
+from gateway.routes import answered, open_call
 from gateway.state import StateDep
-from gateway.streaming import StreamedAnswer
 
 
 async def messages(request: Request, state: StateDep):
     call = await open_call(request, state)
-    served = await AnthropicServing(call.pipeline).messages(call.raw, call.identity)
-    if isinstance(served, StreamedAnswer):
-        return streamed(served)
-    if served.stream:
-        return delivered(state, served.call_id, True, None, message_events(served.message))
-    return delivered(state, served.call_id, False, served.message.model_dump(mode="json"), None)
+    return answered(state, await AnthropicServing(call.pipeline).messages(call.raw, call.identity))
 
 
 async def count_tokens(request: Request, state: StateDep) -> JSONResponse:

@@ -10,10 +10,7 @@ served (unknown fields, server tools, deferred tools) is recorded with the call
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass
 from typing import TypeVar
-
-from pydantic import ValidationError
 
 from gateway.anthropic.context import apply_context_edits
 from gateway.anthropic.protocol import (
@@ -44,25 +41,19 @@ from gateway.errors import InvalidRequest
 from gateway.pipeline import ChatPipeline
 from gateway.request_notes import RequestNotes, ignored_fields, recorded_request
 from gateway.store.records import RolloutIdentity
-from gateway.streaming import StreamedAnswer
+from gateway.streaming import ServedCall, StreamedAnswer
+from gateway.validation import parse_request
 
 DIALECT = MESSAGES.name
 RAW_ARGUMENTS_KEY = "_raw"  # tool input holding arguments the model wrote that are not a JSON object
 RequestT = TypeVar("RequestT", bound=PromptFields)
 
 
-@dataclass(frozen=True)
-class ServedMessage:
-    call_id: int
-    message: Message
-    stream: bool
-
-
 class AnthropicServing:
     def __init__(self, pipeline: ChatPipeline):
         self.pipeline = pipeline
 
-    async def messages(self, raw: dict, identity: RolloutIdentity) -> ServedMessage | StreamedAnswer:
+    async def messages(self, raw: dict, identity: RolloutIdentity) -> ServedCall | StreamedAnswer:
         request = parse_request(MessagesRequest, raw)
         request, notes = await self._prepared(request)
         body, recorded_raw = chat_body(request), recorded_request(raw, notes)
@@ -74,7 +65,7 @@ class AnthropicServing:
                 message_stream_events(call, MessageStream(request.model), lambda answer: to_message(answer, request)),
             )
         recorded = await self.pipeline.chat(body, identity, DIALECT, recorded_raw)
-        return ServedMessage(recorded.call_id, to_message(recorded.answer, request), bool(request.stream))
+        return ServedCall(recorded.call_id, to_message(recorded.answer, request).model_dump(mode="json"))
 
     async def count_tokens(self, raw: dict) -> dict:
         """The prompt's length as the engine tokenizes it (nothing is generated or recorded)."""
@@ -92,47 +83,6 @@ class AnthropicServing:
     async def _count(self, request: PromptFields) -> int:
         engine_model = self.pipeline.policy.resolve(request.model).engine_model
         return (await self.pipeline.engine.tokenize({"model": engine_model, **prompt_fields(request)}))["count"]
-
-
-# --- validation --------------------------------------------------------------------------------
-
-
-def parse_request(model: type[RequestT], raw: dict) -> RequestT:
-    try:
-        return model.model_validate(raw)
-    except ValidationError as exc:
-        message, param = describe_errors(exc, raw)
-        raise InvalidRequest(message, param=param) from None
-
-
-def describe_errors(exc: ValidationError, raw: dict) -> tuple[str, str | None]:
-    """One line naming each bad field by its path in the client's body, and the first as ``param``.
-
-    Pydantic's locations also name the union branch it tried (``user``, ``str``, ``list[...]``);
-    those are dropped, and a branch error is dropped when a deeper one explains the same field.
-    """
-    found: dict[str, list[str]] = {}
-    for error in exc.errors():
-        path = _body_path(raw, error["loc"], keep_last=error["type"] == "missing")
-        found.setdefault(path, [])
-        if error["msg"] not in found[path]:
-            found[path].append(error["msg"])
-    paths = [p for p in found if not any(other.startswith(f"{p}.") for other in found)][:5]
-    message = "; ".join(f"{p}: {' or '.join(found[p])}" if p else " or ".join(found[p]) for p in paths)
-    return message or "invalid request body", (paths[0] or None) if paths else None
-
-
-def _body_path(raw, loc: tuple, keep_last: bool) -> str:
-    parts, node = [], raw
-    for position, part in enumerate(loc):
-        if isinstance(node, dict) and part in node:
-            node = node[part]
-        elif isinstance(node, list) and isinstance(part, int) and 0 <= part < len(node):
-            node = node[part]
-        elif not (keep_last and position == len(loc) - 1):
-            continue  # a union branch's name, not a place in the body
-        parts.append(str(part))
-    return ".".join(parts)
 
 
 # --- request: Messages -> Chat Completions -------------------------------------------------

@@ -12,6 +12,7 @@ from __future__ import annotations
 import json
 from collections.abc import AsyncIterator, Callable
 
+from gateway.anthropic.events import block_events, end_events
 from gateway.anthropic.protocol import (
     ContentBlockDeltaEvent,
     ContentBlockStartEvent,
@@ -26,12 +27,10 @@ from gateway.anthropic.protocol import (
     ThinkingDelta,
     Usage,
 )
-from gateway.anthropic.replay import block_events, end_events
 from gateway.dialects import anthropic_error_body
 from gateway.errors import GatewayError
-from gateway.streaming import Committed, StreamedCall
+from gateway.streaming import CALL_ID_COMMENT, Committed, StreamedCall
 
-CALL_ID_COMMENT = ": x-harnessrl-call-id {}\n\n"
 Finalize = Callable[[dict], Message]  # chat.completion answer -> the Message
 
 

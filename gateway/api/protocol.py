@@ -83,7 +83,7 @@ MAX_REWARD_DETAIL_BYTES = 16_384
 RewardDetail = Annotated[dict[str, Any], AfterValidator(_bounded_detail)]
 
 
-class FinishRollout(BaseModel):
+class EndRollout(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     # cancelled: ended without a result (e.g. interrupted); its place in the group goes to a replacement

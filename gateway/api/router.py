@@ -17,7 +17,7 @@ from gateway.api.protocol import (
     CallView,
     Conversation,
     CreateRollout,
-    FinishRollout,
+    EndRollout,
     GraphStats,
     GroupView,
     LearnerStepView,
@@ -135,7 +135,7 @@ async def add_rollout_reward(rollout_id: Int64, body: AddReward, state: AdminSta
     return await get_rollout(rollout_id, state)
 
 
-async def finish_rollout(rollout_id: Int64, body: FinishRollout, state: AdminStateDep) -> RolloutView:
+async def end_rollout(rollout_id: Int64, body: EndRollout, state: AdminStateDep) -> RolloutView:
     try:
         found = await state.store.end_rollout(rollout_id, body.status, body.error, body.rewards, body.reward_details)
     except InvalidReward as exc:
@@ -252,7 +252,11 @@ def create_router() -> APIRouter:
     router.add_api_route(
         "/rollouts/{rollout_id}/reward", add_rollout_reward, methods=["POST"], response_model=RolloutView
     )
-    router.add_api_route("/rollouts/{rollout_id}/finish", finish_rollout, methods=["POST"], response_model=RolloutView)
+    router.add_api_route("/rollouts/{rollout_id}/end", end_rollout, methods=["POST"], response_model=RolloutView)
+    # The route's earlier name, for harness scripts written against it ("finished" is one way to end).
+    router.add_api_route(
+        "/rollouts/{rollout_id}/finish", end_rollout, methods=["POST"], response_model=RolloutView, deprecated=True
+    )
     get("/groups", runs.list_groups, Page[GroupView])
     get("/groups/{group_id}", runs.get_group, GroupView)
     get("/calls", calls.list_calls, Page[CallView])

@@ -334,6 +334,7 @@ class EnginePool:
         """Each engine's state (for the control plane; never shown to a rollout token)."""
         return [
             {
+                "index": m.index,
                 "url": m.url,
                 "healthy": m.healthy,
                 "in_flight": m.in_flight,

@@ -6,32 +6,22 @@ import time
 
 from fastapi import APIRouter, Request
 
-from gateway.delivery import Delivery
 from gateway.dialects import API_PREFIXES, CHAT, COMPLETIONS
 from gateway.identity import resolve_identity
 from gateway.openai.protocol import ModelCard, ModelList
-from gateway.openai.replay import chat_chunks, completion_chunks
-from gateway.openai.serving import OpenAIServing, ServedCall
-from gateway.routes import delivered, open_call, streamed
-from gateway.state import GatewayState, StateDep
-from gateway.streaming import StreamedAnswer
-
-
-def _respond(state: GatewayState, served: ServedCall | StreamedAnswer, chunks) -> Delivery:
-    if isinstance(served, StreamedAnswer):
-        return streamed(served)
-    content = chunks(served.body, served.include_usage) if served.stream else None
-    return delivered(state, served.call_id, served.stream, served.body, content)
+from gateway.openai.serving import OpenAIServing
+from gateway.routes import answered, open_call
+from gateway.state import StateDep
 
 
 async def chat_completions(request: Request, state: StateDep):
     call = await open_call(request, state)
-    return _respond(state, await OpenAIServing(call.pipeline).chat(call.raw, call.identity), chat_chunks)
+    return answered(state, await OpenAIServing(call.pipeline).chat(call.raw, call.identity))
 
 
 async def completions(request: Request, state: StateDep):
     call = await open_call(request, state)
-    return _respond(state, await OpenAIServing(call.pipeline).completions(call.raw, call.identity), completion_chunks)
+    return answered(state, await OpenAIServing(call.pipeline).completions(call.raw, call.identity))
 
 
 async def list_models(request: Request, state: StateDep) -> ModelList:

@@ -2,38 +2,14 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import TypeVar
-
-from pydantic import BaseModel, ValidationError
-
 from gateway.dialects import CHAT
-from gateway.errors import InvalidRequest, describe_validation_error
+from gateway.errors import InvalidRequest
 from gateway.openai.protocol import ChatCompletionRequest, CompletionRequest
 from gateway.openai.stream import chat_stream_events, completion_stream_events
 from gateway.pipeline import ChatPipeline
 from gateway.store.records import RolloutIdentity
-from gateway.streaming import StreamedAnswer
-
-RequestT = TypeVar("RequestT", bound=BaseModel)
-
-
-@dataclass(frozen=True)
-class ServedCall:
-    """What a route needs to answer: the client's body and where the call was recorded."""
-
-    call_id: int
-    body: dict  # the response in the client's shape (non-streaming form)
-    stream: bool
-    include_usage: bool
-
-
-def parse_request(model: type[RequestT], raw: dict) -> RequestT:
-    try:
-        return model.model_validate(raw)
-    except ValidationError as exc:
-        message, param = describe_validation_error(exc)
-        raise InvalidRequest(message, param=param) from None
+from gateway.streaming import ServedCall, StreamedAnswer
+from gateway.validation import parse_request
 
 
 class OpenAIServing:
@@ -46,9 +22,7 @@ class OpenAIServing:
             call = await self.pipeline.chat_stream(raw, identity, CHAT.name, raw, request.top_logprobs or 0)
             return StreamedAnswer(call, chat_stream_events(call, request, _include_usage(request)))
         recorded = await self.pipeline.chat(raw, identity, CHAT.name, raw, request.top_logprobs or 0)
-        return ServedCall(
-            recorded.call_id, _client_chat(recorded.answer, request), bool(request.stream), _include_usage(request)
-        )
+        return ServedCall(recorded.call_id, _client_chat(recorded.answer, request))
 
     async def completions(self, raw: dict, identity: RolloutIdentity) -> ServedCall | StreamedAnswer:
         request = parse_request(CompletionRequest, raw)
@@ -65,12 +39,7 @@ class OpenAIServing:
             )
             return StreamedAnswer(call, completion_stream_events(call, request, _include_usage(request)))
         recorded = await self.pipeline.completion({**raw, "prompt": prompt}, identity, raw, request.logprobs or 0)
-        return ServedCall(
-            recorded.call_id,
-            _client_completion(recorded.answer, request),
-            bool(request.stream),
-            _include_usage(request),
-        )
+        return ServedCall(recorded.call_id, _client_completion(recorded.answer, request))
 
 
 def _include_usage(request: ChatCompletionRequest | CompletionRequest) -> bool:

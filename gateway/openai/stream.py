@@ -13,10 +13,9 @@ from collections.abc import AsyncIterator, Callable
 from gateway.engine.client import encoded
 from gateway.errors import GatewayError, error_body
 from gateway.openai.protocol import ChatCompletionRequest, CompletionRequest
-from gateway.openai.replay import DONE
-from gateway.streaming import Committed, StreamedCall
+from gateway.streaming import CALL_ID_COMMENT, Committed, StreamedCall
 
-CALL_ID_COMMENT = ": x-harnessrl-call-id {}\n\n"
+DONE = "data: [DONE]\n\n"
 
 
 def _event(payload: dict) -> bytes:

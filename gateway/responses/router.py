@@ -5,21 +5,14 @@ from __future__ import annotations
 from fastapi import APIRouter, Request
 
 from gateway.dialects import API_PREFIXES, RESPONSES
-from gateway.responses.replay import response_events
 from gateway.responses.serving import ResponsesServing
-from gateway.routes import delivered, open_call, streamed
+from gateway.routes import answered, open_call
 from gateway.state import StateDep
-from gateway.streaming import StreamedAnswer
 
 
 async def create_response(request: Request, state: StateDep):
     call = await open_call(request, state)
-    served = await ResponsesServing(call.pipeline).create(call.raw, call.identity)
-    if isinstance(served, StreamedAnswer):
-        return streamed(served)
-    if served.stream:
-        return delivered(state, served.call_id, True, None, response_events(served.response))
-    return delivered(state, served.call_id, False, served.response.model_dump(mode="json"), None)
+    return answered(state, await ResponsesServing(call.pipeline).create(call.raw, call.identity))
 
 
 def create_router() -> APIRouter:

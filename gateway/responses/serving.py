@@ -10,10 +10,9 @@ from __future__ import annotations
 
 import time
 import uuid
-from dataclasses import dataclass
 
+from gateway.dialects import RESPONSES
 from gateway.errors import InvalidRequest
-from gateway.openai.serving import parse_request
 from gateway.pipeline import ChatPipeline
 from gateway.request_notes import RequestNotes, ignored_fields, recorded_request
 from gateway.responses import reasoning as encrypted
@@ -41,25 +40,19 @@ from gateway.responses.protocol import (
 from gateway.responses.stream import ResponseStream, response_stream_events
 from gateway.responses.tools import ToolIndex, custom_arguments, custom_input, index_tools
 from gateway.store.records import RolloutIdentity
-from gateway.streaming import StreamedAnswer
+from gateway.streaming import ServedCall, StreamedAnswer
+from gateway.validation import parse_request
 
 EMPTY_ANSWER = {"choices": [{"message": {}, "finish_reason": None}]}  # a Response's settings, no output yet
 # Sampling extensions vLLM understands on chat requests; sent on when a client adds them.
 SAMPLING_EXTENSIONS = ("seed", "stop", "top_k", "min_p", "repetition_penalty", "presence_penalty", "frequency_penalty")
 
 
-@dataclass(frozen=True)
-class ServedResponse:
-    call_id: int
-    response: Response
-    stream: bool
-
-
 class ResponsesServing:
     def __init__(self, pipeline: ChatPipeline):
         self.pipeline = pipeline
 
-    async def create(self, raw: dict, identity: RolloutIdentity) -> ServedResponse | StreamedAnswer:
+    async def create(self, raw: dict, identity: RolloutIdentity) -> ServedCall | StreamedAnswer:
         request = parse_request(ResponsesRequest, raw)
         if request.previous_response_id is not None:
             # Nothing is stored between calls: the conversation must come whole, every time.
@@ -71,15 +64,15 @@ class ResponsesServing:
         body, recorded_raw = chat_body(request, raw, tools), recorded_request(raw, notes)
         if request.stream:
             return await self._stream(body, identity, recorded_raw, request, tools)
-        recorded = await self.pipeline.chat(body, identity, "responses", recorded_raw)
+        recorded = await self.pipeline.chat(body, identity, RESPONSES.name, recorded_raw)
         response = to_response(recorded.answer, request, tools, recorded.call_id)
-        return ServedResponse(recorded.call_id, response, bool(request.stream))
+        return ServedCall(recorded.call_id, response.model_dump(mode="json"))
 
     async def _stream(
         self, body: dict, identity: RolloutIdentity, recorded_raw: dict, request: ResponsesRequest, tools: ToolIndex
     ) -> StreamedAnswer:
         """Streamed through: text and reasoning as sampled, the Response built as for JSON at the end."""
-        call = await self.pipeline.chat_stream(body, identity, "responses", recorded_raw)
+        call = await self.pipeline.chat_stream(body, identity, RESPONSES.name, recorded_raw)
         skeleton = to_response(EMPTY_ANSWER, request, tools)
         stream = ResponseStream(skeleton, new_id, tools)
         return StreamedAnswer(

@@ -16,6 +16,7 @@ from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field
 
 from gateway.errors import GatewayError
+from gateway.responses.events import Events, item_events
 from gateway.responses.protocol import (
     ContentPartEvent,
     CustomToolCallInputDeltaEvent,
@@ -37,11 +38,9 @@ from gateway.responses.protocol import (
     ResponseLifecycleEvent,
     StreamEvent,
 )
-from gateway.responses.replay import Events, item_events
 from gateway.responses.tools import CustomInputStream, ToolIndex
-from gateway.streaming import Committed, StreamedCall
+from gateway.streaming import CALL_ID_COMMENT, Committed, StreamedCall
 
-CALL_ID_COMMENT = ": x-harnessrl-call-id {}\n\n"
 Finalize = Callable[[dict, int], Response]  # (chat.completion answer, call id) -> the Response
 
 

@@ -22,11 +22,12 @@ from sqlalchemy import func, or_, select, update
 from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
+from gateway.store.records import SCORED, LeaseStatus, RolloutStatus
 from gateway.store.tables import Group, Rollout, RolloutLease, Run, Task, utcnow
 
 TAKEN_OVER = "interrupted: its worker's lease expired before it ended; another worker replaces it"
-CLAIMED, DONE, OPEN = "claimed", "done", "open"
-SETTLED = ("finished", "failed")  # a slot with such a rollout has ended (cancelled ones are replaced)
+CLAIMED, DONE, OPEN = LeaseStatus.CLAIMED, LeaseStatus.DONE, LeaseStatus.OPEN
+SETTLED = SCORED  # a slot with such a rollout has ended (cancelled ones are replaced)
 
 
 @dataclass(frozen=True)
@@ -212,7 +213,7 @@ async def _settle_earlier(
             continue
         if rollout.status in SETTLED:
             done[lease.id] = rollout.id
-        elif rollout.status == "running":
+        elif rollout.status == RolloutStatus.RUNNING:
             running.append((rollout.id, lease.id))
     cancelled, settled = await _cancel(session, dict(running))
     done.update(settled)
@@ -243,9 +244,9 @@ async def _cancel(session: AsyncSession, running: dict[int, int]) -> tuple[tuple
         )
     ).all()
     settled = {running[r.id]: r.id for r in rows if r.status in SETTLED}  # a finish landed first
-    still = [r for r in rows if r.status == "running"]
+    still = [r for r in rows if r.status == RolloutStatus.RUNNING]
     for rollout in still:
-        rollout.status, rollout.error, rollout.finished_at = "cancelled", TAKEN_OVER, utcnow()
+        rollout.status, rollout.error, rollout.finished_at = RolloutStatus.CANCELLED, TAKEN_OVER, utcnow()
     await session.flush()
     return tuple(r.id for r in still), settled
 

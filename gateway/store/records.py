@@ -29,6 +29,14 @@ class GroupStatus(StrEnum):
     QUARANTINED = "quarantined"  # refused by the learner (reason in ``error``): never read again
 
 
+class LeaseStatus(StrEnum):
+    """A rollout slot's lease (``rollout_leases.status``): which worker plays it, if any."""
+
+    OPEN = "open"  # nobody holds it: the next claim takes it
+    CLAIMED = "claimed"  # a worker holds it until ``expires_at`` (renewed while its rollout runs)
+    DONE = "done"  # its rollout ended: never handed out again
+
+
 class CallTag(StrEnum):
     """Tags the gateway itself puts on a call (harnesses add side-call tags: "title", "summary")."""
 

@@ -5,7 +5,8 @@ group's shared prefix against flat packing.
    ``pack_samples`` then ``train_step``; SmolLM2-135M, float32, the default LoRA, CPU) on ONE sample of
    L tokens, the last quarter sampled (an agent's trajectory is mostly prompt and tool output). Each
    length runs in its own process: peak RSS is the process's ``ru_maxrss``, the step time the wall
-   time of ``train_step``.
+   time of ``train_step`` and its CPU time (user + system, all threads: less sensitive than wall time
+   to other work on a shared machine).
 2. ``group``: G samples sharing a P-token prefix, each with its own C-token continuation (sampled):
    one step with tree packing (the prefix forwarded once) and one with flat packing (every sample
    whole), each in its own process; forwarded tokens, rows, peak RSS and step time side by side.
@@ -75,10 +76,11 @@ def one_step(model_dir: str, samples: list[Sample], advantages: list[float], bud
         group["lr"] = 0.0
     samples = with_own_logprobs(trainer, samples, config, tree)
     packing = pack_samples(samples, advantages, budget, tree=tree)
-    started = time.perf_counter()
+    started, started_cpu = time.perf_counter(), time.process_time()
     metrics = train_step(trainer.model, trainer.optimizer, list(packing.rows), config.step())
     return {
         "step_s": round(time.perf_counter() - started, 2),
+        "step_cpu_s": round(time.process_time() - started_cpu, 2),
         "peak_rss_mb": round(rss_mb()),
         "tokens_forwarded": metrics["tokens"],
         "tokens_trained": metrics["tokens_trained"],
@@ -96,12 +98,28 @@ def child_length(model_dir: str, length: int) -> dict:
     return {"length": length, **result}
 
 
-def child_group(model_dir: str, g: int, prefix: int, continuation: int, tree: bool) -> dict:
+def child_group(model_dir: str, g: int, prefix: int, continuation: int, tree: bool, rows: int = 0) -> dict:
+    """``rows`` (flat only, 0 = all G): train only that many of the G samples and scale the step's time
+    by G / rows. Flat rows are independent and of one shape (the prefix and one continuation each), so a
+    flat step costs G times one row; measuring one row keeps the comparison affordable on 2 cores."""
     rng = np.random.default_rng(0)
     shared = rng.integers(0, 49152, prefix)
     samples = [sample(np.concatenate([shared, rng.integers(0, 49152, continuation)]), prefix) for _ in range(g)]
     advantages = [float(a) for a in np.linspace(-1.0, 1.0, g)]
-    result = one_step(model_dir, samples, advantages, max(g * continuation + prefix, prefix + continuation), tree)
+    measured = g if tree or not rows else min(rows, g)
+    budget = max(g * continuation + prefix, prefix + continuation)
+    result = one_step(model_dir, samples[:measured], advantages[:measured], budget, tree)
+    if measured < g:
+        scale = g / measured
+        result = {
+            **result,
+            "rows_measured": measured,
+            "step_s": round(result["step_s"] * scale, 2),
+            "step_cpu_s": round(result["step_cpu_s"] * scale, 2),
+            "tokens_forwarded": round(result["tokens_forwarded"] * scale),
+            "tokens_trained": round(result["tokens_trained"] * scale),
+            "rows": g,
+        }
     return {"group": g, "prefix": prefix, "continuation": continuation, **result}
 
 
@@ -113,26 +131,34 @@ def run_child(args: list[str]) -> dict:
 
 
 def table(report: dict) -> str:
-    lines = ["| L | peak RSS | step time |", "|---|---|---|"]
+    lines = ["| L | peak RSS | step time | step CPU |", "|---|---|---|---|"]
     for r in report.get("lengths", []):
         lines.append(
-            f"| {r.get('length', '?'):,} | {r['peak_rss_mb'] / 1024:.2f} GB | {r['step_s']:.0f} s |"
+            f"| {r.get('length', '?'):,} | {r['peak_rss_mb'] / 1024:.2f} GB | {r['step_s']:.0f} s | {_cpu(r)} |"
             if "error" not in r
-            else f"| {r['args'][1]} | failed (rc {r['returncode']}) | – |"
+            else f"| {r['args'][2]} | failed (rc {r['returncode']}) | – | – |"
         )
     group = report.get("group", {})
     if group:
-        lines += ["", "| packing | forwarded tokens | rows | peak RSS | step time |", "|---|---|---|---|---|"]
+        lines += [
+            "",
+            "| packing | forwarded tokens | rows | peak RSS | step time | step CPU |",
+            "|---|---|---|---|---|---|",
+        ]
         for name in ("tree", "flat"):
             r = group.get(name)
             if r and "error" not in r:
                 lines.append(
                     f"| {name} | {r['tokens_forwarded']:,} | {r['rows']} | {r['peak_rss_mb'] / 1024:.2f} GB "
-                    f"| {r['step_s']:.0f} s |"
+                    f"| {r['step_s']:.0f} s | {_cpu(r)} |"
                 )
         if "speedup" in group:
-            lines.append(f"\ntree speed-up: x{group['speedup']:.2f}")
+            lines.append(f"\ntree speed-up: x{group['speedup']:.2f} wall, x{group.get('speedup_cpu', 0):.2f} CPU")
     return "\n".join(lines)
+
+
+def _cpu(result: dict) -> str:
+    return f"{result['step_cpu_s']:.0f} s" if "step_cpu_s" in result else "–"
 
 
 def main() -> None:
@@ -144,6 +170,10 @@ def main() -> None:
     parser.add_argument("--continuation", type=int, default=1024)
     parser.add_argument("--skip-lengths", action="store_true")
     parser.add_argument("--skip-group", action="store_true")
+    parser.add_argument("--packings", default="tree,flat", help="which group packings to measure (tree, flat or both)")
+    parser.add_argument(
+        "--flat-rows", type=int, default=0, help="measure this many flat rows and scale to G (0: all G)"
+    )
     parser.add_argument("--out", type=Path, default=DEFAULT_OUT)
     parser.add_argument("--child", nargs="+", help=argparse.SUPPRESS)
     args = parser.parse_args()
@@ -152,7 +182,7 @@ def main() -> None:
         result = (
             child_length(model_dir, int(rest[0]))
             if kind == "length"
-            else child_group(model_dir, int(rest[0]), int(rest[1]), int(rest[2]), rest[3] == "tree")
+            else child_group(model_dir, int(rest[0]), int(rest[1]), int(rest[2]), rest[3] == "tree", int(rest[4]))
         )
         print(json.dumps(result))
         return
@@ -168,18 +198,27 @@ def main() -> None:
             print(json.dumps(report["lengths"][-1]), flush=True)
     if not args.skip_group:
         report["group"] = {}
-        for name in ("tree", "flat"):
+        for name in args.packings.split(","):
             report["group"][name] = run_child(
-                ["group", args.model, str(args.group), str(args.prefix), str(args.continuation), name]
+                [
+                    "group",
+                    args.model,
+                    str(args.group),
+                    str(args.prefix),
+                    str(args.continuation),
+                    name,
+                    str(args.flat_rows),
+                ]
             )
             print(json.dumps(report["group"][name]), flush=True)
-        tree, flat = report["group"]["tree"], report["group"]["flat"]
-        if "error" not in tree and "error" not in flat:
-            report["group"]["speedup"] = round(flat["step_s"] / tree["step_s"], 2)
-    args.out.parent.mkdir(parents=True, exist_ok=True)
     if args.out.exists():  # keep what an earlier partial run measured
         earlier = json.loads(args.out.read_text())
-        report = {**earlier, **report}
+        report = {**earlier, **report, "group": {**earlier.get("group", {}), **report.get("group", {})}}
+    tree, flat = report.get("group", {}).get("tree", {}), report.get("group", {}).get("flat", {})
+    if tree and flat and "error" not in tree and "error" not in flat:
+        report["group"]["speedup"] = round(flat["step_s"] / tree["step_s"], 2)
+        report["group"]["speedup_cpu"] = round(flat["step_cpu_s"] / tree["step_cpu_s"], 2)
+    args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps(report, indent=2) + "\n")
     print(table(report))
 

@@ -11,10 +11,11 @@ from pathlib import Path
 
 import pytest
 
+from gateway.engine.fake import FakeEngine, create_fake_engine_app
 from gateway.store.database import sqlite_url
 from harnessrl.engine_process import EngineLaunch, ManagedProcess
 from harnessrl.model_prep import prepare_smollm2
-from harnessrl.server import BackgroundGateway, free_port
+from harnessrl.server import BackgroundGateway, BackgroundServer, free_port
 from migrations.runner import upgrade
 from tests.builders import gateway_settings
 from tests.integration.long_context import long_context_engine_process
@@ -96,3 +97,22 @@ def live_gateway(engine, database_url) -> Iterator[BackgroundGateway]:
     settings = gateway_settings(database_url, engine.url)
     with BackgroundGateway(settings) as gateway:
         yield gateway
+
+
+# --- a scripted engine: real agents driven through exact scenarios ---------------------------------
+
+
+@pytest.fixture(scope="module")
+def engine_server() -> Iterator[BackgroundServer]:
+    """A fake engine for the module's real-agent tests; the module's own ``engine`` fixture scripts it
+    (``fake.script``) and resets its requests. Bytes are tokens here, and agents send 10-50 kB of
+    system prompt and tools asking for tens of thousands of tokens: a context far above any real one."""
+    with BackgroundServer(create_fake_engine_app(FakeEngine(model="fake-base", max_model_len=1_000_000))) as server:
+        yield server
+
+
+@pytest.fixture
+def gateway(sqlite_db, engine_server, engine) -> Iterator[BackgroundGateway]:
+    """The gateway (SQLite) on ``engine_server``, once the module's ``engine`` fixture has scripted it."""
+    with BackgroundGateway(gateway_settings(sqlite_db, engine_server.url)) as gw:
+        yield gw

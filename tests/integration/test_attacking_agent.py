@@ -87,7 +87,7 @@ def attacks(port: int, own: dict, sibling: dict) -> dict[str, tuple[str, bool]]:
         "sibling reward": request(
             "POST", f"/api/rollouts/{sibling['id']}/reward", host, {"name": "x", "value": -1000}, tok
         ),
-        "finish sibling": request("POST", f"/api/rollouts/{sibling['id']}/finish", host, {"status": "failed"}, tok),
+        "finish sibling": request("POST", f"/api/rollouts/{sibling['id']}/end", host, {"status": "failed"}, tok),
         "create rollout": request("POST", "/api/rollouts", host, {"run": RUN, "task": "t", "group": "g"}, tok),
         "publish adapter": request("POST", "/admin/adapters", host, {"version": 1_000_000, "path": "/tmp/x"}, tok),
         "list runs": request("GET", "/api/runs", host, token=tok),

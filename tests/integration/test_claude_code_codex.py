@@ -20,11 +20,11 @@ from collections.abc import Iterator
 import httpx
 import pytest
 
-from gateway.engine.fake import FakeEngine, FakeReply, create_fake_engine_app, decode, encode
+from gateway.engine.fake import FakeEngine, FakeReply, decode, encode
 from gateway.tito.template import ModelText
 from harnesses.agents import create
 from harnesses.task import Task
-from harnessrl.server import BackgroundGateway, BackgroundServer
+from harnessrl.server import BackgroundGateway
 from sandboxes import WORKSPACE
 from tests.builders import ADMIN_HEADERS, TEST_ADMIN_KEY, gateway_settings, run_single_rollout
 
@@ -75,25 +75,12 @@ def tito_script(text: ModelText):
     return script
 
 
-@pytest.fixture(scope="module")
-def engine_server() -> Iterator[BackgroundServer]:
-    # Bytes are tokens here; Claude Code sends ~50 kB of prompt and tools and asks for 32K tokens.
-    with BackgroundServer(create_fake_engine_app(FakeEngine(model="fake-base", max_model_len=1_000_000))) as server:
-        yield server
-
-
 @pytest.fixture
 def engine(engine_server) -> FakeEngine:
     fake = engine_server.app.state.engine
     fake.script, fake.requests = chat_script, []
     fake.encode_text, fake.decode_ids = encode, decode
     return fake
-
-
-@pytest.fixture
-def gateway(sqlite_db, engine_server, engine) -> Iterator[BackgroundGateway]:
-    with BackgroundGateway(gateway_settings(sqlite_db, engine_server.url)) as gw:
-        yield gw
 
 
 def local_harness(name: str):

@@ -16,18 +16,17 @@ The thresholds, from the pinned binaries: Claude Code compacts at its auto-compa
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
 
 import httpx
 import pytest
 
-from gateway.engine.fake import FakeEngine, FakeReply, create_fake_engine_app, decode, encode
+from gateway.engine.fake import FakeEngine, FakeReply, decode, encode
 from harnesses.agents import create
 from harnesses.agents.cli_agent import AgentSettings
 from harnesses.task import Task
-from harnessrl.server import BackgroundGateway, BackgroundServer
+from harnessrl.server import BackgroundGateway
 from sandboxes import WORKSPACE
-from tests.builders import ADMIN_HEADERS, gateway_settings, run_single_rollout
+from tests.builders import ADMIN_HEADERS, run_single_rollout
 
 AGENTS = ("claude-code", "codex")
 # Claude Code's least window; the history passes its threshold (82,904 with a 4,096 output cap) after
@@ -82,24 +81,12 @@ def compaction_script(body: dict) -> FakeReply:
     return FakeReply(tool_calls=(tool_named(body, COMMANDS),))
 
 
-@pytest.fixture(scope="module")
-def engine_server() -> Iterator[BackgroundServer]:
-    with BackgroundServer(create_fake_engine_app(FakeEngine(model="fake-base", max_model_len=1_000_000))) as server:
-        yield server
-
-
 @pytest.fixture
 def engine(engine_server) -> FakeEngine:
     fake = engine_server.app.state.engine
     fake.script, fake.requests = compaction_script, []
     fake.encode_text, fake.decode_ids = encode, decode
     return fake
-
-
-@pytest.fixture
-def gateway(sqlite_db, engine_server, engine) -> Iterator[BackgroundGateway]:
-    with BackgroundGateway(gateway_settings(sqlite_db, engine_server.url)) as gw:
-        yield gw
 
 
 def recorded(gateway: BackgroundGateway, rollout_id: int) -> tuple[list[dict], list[dict], list[dict]]:

@@ -12,45 +12,20 @@ is recorded on the rollout.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from pathlib import Path
 
 import httpx
 import pytest
 
-from gateway.engine.fake import FakeEngine, FakeReply, create_fake_engine_app
+from gateway.engine.fake import FakeEngine
 from harnesses.registry import create_harness
 from harnesses.task import load_harbor
-from harnessrl.server import BackgroundGateway, BackgroundServer
-from tests.builders import ADMIN_HEADERS, gateway_settings, run_single_rollout
+from harnessrl.server import BackgroundGateway
+from tests.agent_scripts import write_then_done
+from tests.builders import ADMIN_HEADERS, run_single_rollout
 
 TASK = load_harbor(Path(__file__).resolve().parents[1] / "fixtures" / "harbor_public" / "csv-total")
-WRITE_TOOLS = ("write", "write_file")  # OpenCode and pi: write; Hermes and builtin: write_file
-PATH_KEYS = ("filePath", "path", "file_path")
-
-
-def planned_write(tools: list[dict]) -> tuple[str, dict]:
-    functions = {t["function"]["name"]: t["function"] for t in tools if t.get("type") == "function"}
-    name = next(n for n in WRITE_TOOLS if n in functions)
-    properties = functions[name].get("parameters", {}).get("properties", {})
-    return name, {next(k for k in PATH_KEYS if k in properties): "/app/total.txt", "content": "42\n"}
-
-
-def script(body: dict) -> FakeReply:
-    if not body.get("tools"):
-        return FakeReply(content="Sum of sales")  # a side call
-    messages = body["messages"]
-    last_user = max(i for i, m in enumerate(messages) if m["role"] == "user")
-    if any(m["role"] == "tool" for m in messages[last_user:]):
-        return FakeReply(content="Done.")
-    return FakeReply(tool_calls=(planned_write(body["tools"]),))
-
-
-@pytest.fixture(scope="module")
-def engine_server() -> Iterator[BackgroundServer]:
-    engine = FakeEngine(model="fake-base", max_model_len=1_000_000)
-    with BackgroundServer(create_fake_engine_app(engine)) as server:
-        yield server
+script = write_then_done("/app/total.txt", "42\n", side_reply="Sum of sales")
 
 
 @pytest.fixture
@@ -58,12 +33,6 @@ def engine(engine_server) -> FakeEngine:
     fake = engine_server.app.state.engine
     fake.script, fake.requests = script, []
     return fake
-
-
-@pytest.fixture
-def gateway(sqlite_db, engine_server) -> Iterator[BackgroundGateway]:
-    with BackgroundGateway(gateway_settings(sqlite_db, engine_server.url)) as gw:
-        yield gw
 
 
 def rollout_view(gateway: BackgroundGateway, rollout_id: int) -> dict:

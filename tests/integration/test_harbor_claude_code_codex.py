@@ -10,17 +10,16 @@ is recorded on the rollout, in docker and in bubblewrap on the derived image's e
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from pathlib import Path
 
 import httpx
 import pytest
 
-from gateway.engine.fake import FakeEngine, FakeReply, create_fake_engine_app
+from gateway.engine.fake import FakeEngine, FakeReply
 from harnesses.registry import create_harness
 from harnesses.task import load_harbor
-from harnessrl.server import BackgroundGateway, BackgroundServer
-from tests.builders import ADMIN_HEADERS, gateway_settings, run_single_rollout
+from harnessrl.server import BackgroundGateway
+from tests.builders import ADMIN_HEADERS, run_single_rollout
 
 TASK = load_harbor(Path(__file__).resolve().parents[1] / "fixtures" / "harbor_public" / "csv-total")
 AGENTS = ("claude-code", "codex")
@@ -42,23 +41,11 @@ def script(body: dict) -> FakeReply:
     return FakeReply(tool_calls=((name, WRITES[name]),))
 
 
-@pytest.fixture(scope="module")
-def engine_server() -> Iterator[BackgroundServer]:
-    with BackgroundServer(create_fake_engine_app(FakeEngine(model="fake-base", max_model_len=1_000_000))) as server:
-        yield server
-
-
 @pytest.fixture
 def engine(engine_server) -> FakeEngine:
     fake = engine_server.app.state.engine
     fake.script, fake.requests = script, []
     return fake
-
-
-@pytest.fixture
-def gateway(sqlite_db, engine_server, engine) -> Iterator[BackgroundGateway]:
-    with BackgroundGateway(gateway_settings(sqlite_db, engine_server.url)) as gw:
-        yield gw
 
 
 def derived_images(name: str) -> list[str]:

@@ -11,13 +11,11 @@ learner trains one step on the group.
 
 from __future__ import annotations
 
-import asyncio
 from collections.abc import Iterator
 
 import httpx
 import pytest
 
-import learner.loop
 from gateway.engine.fake import FakeEngine, create_fake_engine_app
 from gateway.store.store import Store
 from harnesses.agents import create
@@ -27,10 +25,10 @@ from harnesses.openenv_agent import with_environments
 from harnesses.openenv_tasks import REWARD_NAME
 from harnesses.runner import Runner, RunPlan
 from harnessrl.server import BackgroundGateway, BackgroundServer
-from learner.config import LearnerConfig, resolve_paths, with_overrides
 from sandboxes import Limits, SandboxSpec
 from tests.builders import ADMIN_HEADERS, TEST_ADMIN_KEY, gateway_settings
 from tests.integration.openenv_scripts import mcp_script
+from tests.learner_runs import tiny_learner_config, train_run
 
 PACKAGE = "tests.openenv_env:AdderEnvironment"
 
@@ -92,22 +90,8 @@ async def test_a_cli_agent_in_docker_uses_the_environments_tools_and_the_learner
 
     store = Store.from_url(sqlite_db)
     try:
-        config = resolve_paths(
-            with_overrides(
-                LearnerConfig(),
-                model_dir=str(tiny_model_dir),
-                groups_per_step=1,
-                lr=1e-3,
-                poll_interval_s=0.05,
-                publish=False,
-                lora_rank=4,
-                lora_alpha=8,
-                max_staleness=100,
-                max_steps=1,
-            ),
-            tmp_path / "learner",
-        )
-        result = await asyncio.wait_for(learner.loop.run_learner(config, store, run, handle_signals=False), 300)
+        config = tiny_learner_config(tiny_model_dir, tmp_path / "learner", groups_per_step=1, max_steps=1)
+        result = await train_run(config, store, run, timeout_s=300)
     finally:
         await store.close()
     assert result.step == 1 and result.reason == "max_steps"

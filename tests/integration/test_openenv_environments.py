@@ -6,7 +6,6 @@ other, so the group has something to learn)."""
 
 from __future__ import annotations
 
-import asyncio
 import itertools
 import re
 from collections.abc import Iterator
@@ -14,7 +13,6 @@ from collections.abc import Iterator
 import httpx
 import pytest
 
-import learner.loop
 from gateway.engine.fake import FakeEngine, FakeReply, create_fake_engine_app
 from gateway.store.store import Store
 from harnesses.builtin_agent import BuiltinHarness
@@ -24,8 +22,8 @@ from harnesses.openenv_agent import with_environments
 from harnesses.openenv_tasks import REWARD_NAME, EnvServer, EnvTaskRef
 from harnesses.runner import Runner, RunPlan
 from harnessrl.server import BackgroundGateway, BackgroundServer
-from learner.config import LearnerConfig, resolve_paths, with_overrides
 from tests.builders import ADMIN_HEADERS, TEST_ADMIN_KEY, gateway_settings
+from tests.learner_runs import tiny_learner_config, train_run
 
 PACKAGE = "tests.openenv_env:AdderEnvironment"
 
@@ -111,24 +109,8 @@ async def test_a_running_environment_scores_the_builtin_agent_and_the_learner_tr
 
     store = Store.from_url(sqlite_db)
     try:
-        config = resolve_paths(
-            with_overrides(
-                LearnerConfig(),
-                model_dir=str(tiny_model_dir),
-                groups_per_step=1,
-                lr=1e-3,
-                poll_interval_s=0.05,
-                publish=False,
-                lora_rank=4,
-                lora_alpha=8,
-                max_staleness=100,
-                max_steps=1,
-            ),
-            tmp_path / "learner",
-        )
-        result = await asyncio.wait_for(
-            learner.loop.run_learner(config, store, "openenv-url", handle_signals=False), 300
-        )
+        config = tiny_learner_config(tiny_model_dir, tmp_path / "learner", groups_per_step=1, max_steps=1)
+        result = await train_run(config, store, "openenv-url", timeout_s=300)
     finally:
         await store.close()
     assert result.step == 1 and result.reason == "max_steps"

@@ -132,7 +132,7 @@ async def test_no_token_an_unknown_token_or_an_ended_rollout_is_refused(gateway,
         assert (await call(http, f"{gateway.url}/v1/tools/mcp", rpc("tools/list"))).status_code in (404, 405)
         assert (await call(http, f"{gateway.url}/r/hrl-forged/v1/tools/mcp", rpc("tools/list"))).status_code == 401
         finished = await http.post(
-            f"{gateway.url}/api/rollouts/{rollout['id']}/finish",
+            f"{gateway.url}/api/rollouts/{rollout['id']}/end",
             json={"status": "finished", "rewards": {}},
             headers=ADMIN_HEADERS,
         )

@@ -15,21 +15,19 @@ from __future__ import annotations
 
 import json
 import shutil
-from collections.abc import Iterator
 
 import httpx
 import pytest
 
-from gateway.engine.fake import FakeEngine, FakeReply, create_fake_engine_app
+from gateway.engine.fake import FakeEngine
 from harnesses.agents import AgentNotInstalled, create
 from harnesses.task import Task
-from harnessrl.server import BackgroundGateway, BackgroundServer
+from harnessrl.server import BackgroundGateway
 from sandboxes import WORKSPACE
-from tests.builders import ADMIN_HEADERS, gateway_settings, run_single_rollout
+from tests.agent_scripts import write_then_done
+from tests.builders import ADMIN_HEADERS, run_single_rollout
 
 AGENTS = ("opencode", "pi", "hermes")
-WRITE_TOOLS = ("write", "write_file")  # OpenCode and pi: write; Hermes: write_file
-PATH_KEYS = ("filePath", "path", "file_path")
 TITLE = "Hello file"
 TASK = Task(
     name="hello-file",
@@ -41,33 +39,7 @@ TASK = Task(
 )
 
 
-def planned_write(tools: list[dict]) -> tuple[str, dict]:
-    """The agent's own write tool, called with hello.txt in the workspace (absolute path)."""
-    functions = {t["function"]["name"]: t["function"] for t in tools if t.get("type") == "function"}
-    name = next((n for n in WRITE_TOOLS if n in functions), None)
-    assert name, f"no file-writing tool among {sorted(functions)}"
-    properties = functions[name].get("parameters", {}).get("properties", {})
-    path_key = next(k for k in PATH_KEYS if k in properties)
-    return name, {path_key: f"{WORKSPACE}/hello.txt", "content": "hello"}
-
-
-def script(body: dict) -> FakeReply:
-    if not body.get("tools"):
-        return FakeReply(content=TITLE)  # a side call
-    messages = body["messages"]
-    last_user = max(i for i, m in enumerate(messages) if m["role"] == "user")
-    if any(m["role"] == "tool" for m in messages[last_user:]):
-        return FakeReply(content="Done.")
-    return FakeReply(tool_calls=(planned_write(body["tools"]),))
-
-
-@pytest.fixture(scope="module")
-def engine_server() -> Iterator[BackgroundServer]:
-    # Bytes are tokens here and agents send 10-40 kB of system prompt and tools, asking for
-    # max_tokens in the tens of thousands: a context far above any real one.
-    engine = FakeEngine(model="fake-base", max_model_len=1_000_000)
-    with BackgroundServer(create_fake_engine_app(engine)) as server:
-        yield server
+script = write_then_done(f"{WORKSPACE}/hello.txt", "hello", side_reply=TITLE)
 
 
 @pytest.fixture
@@ -75,12 +47,6 @@ def engine(engine_server) -> FakeEngine:
     fake = engine_server.app.state.engine
     fake.script, fake.requests = script, []
     return fake
-
-
-@pytest.fixture
-def gateway(sqlite_db, engine_server) -> Iterator[BackgroundGateway]:
-    with BackgroundGateway(gateway_settings(sqlite_db, engine_server.url)) as gw:
-        yield gw
 
 
 def local_harness(name: str):

@@ -3,8 +3,10 @@
 A streaming client gets the answer as the engine samples it: its first token arrives well before the
 generation ends. The recorded call is exact: its ids and logprobs equal those of the same generation
 asked for without streaming (seeded, or greedy where the dialect has no seed). Tool calls streamed as
-deltas parse in each SDK's stream helper. SmolLM2 (it counts and calls tools); SQLite (the store plays
-no part in streaming; the durability test covers both stores).
+deltas parse in each SDK's stream helper. Chat streams in both capture modes (tito: token prompts to
+the engine's completions stream, turned into chat chunks), and the Completions route streams too.
+SmolLM2 (it counts and calls tools); SQLite (the store plays no part in streaming; the durability
+test covers both stores).
 """
 
 from __future__ import annotations
@@ -59,8 +61,11 @@ def assert_same_generation(streamed: dict, replayed: dict, engine, messages, too
     assert len(streamed["output_logprobs"]) == len(streamed["output_ids"])
 
 
-def test_chat_stream_arrives_as_sampled_and_records_the_replayed_generation(live_gateway, engine):
-    rollout = new_rollout(live_gateway)
+@pytest.mark.parametrize("capture", ["engine", "tito"])
+def test_chat_stream_arrives_as_sampled_and_records_the_replayed_generation(live_gateway, engine, capture):
+    """In both capture modes: tito streams the engine's completions as chat chunks; the prompt it
+    renders is what vLLM renders, too."""
+    rollout = new_rollout(live_gateway, capture=capture)
     client = client_for(rollout)
     sampling = {"max_tokens": LONG, "seed": SEED}  # the run samples at temperature 1
     clock, text = Clock(), []
@@ -165,3 +170,24 @@ def test_streamed_tool_call_deltas_parse_in_each_sdk(live_gateway, engine):
     assert [c["dialect"] for c in calls] == ["chat", "responses", "messages"]
     assert all(c["output_ids"] and len(c["output_ids"]) == len(c["output_logprobs"]) for c in calls)
     assert {c["finish_reason"] for c in calls} <= {"tool_calls", "stop"}
+
+
+def test_completions_stream_arrives_as_sampled_and_records_the_replayed_generation(live_gateway, engine):
+    rollout = new_rollout(live_gateway, capture="tito")
+    client = client_for(rollout)
+    sampling = {"max_tokens": LONG, "seed": SEED, "logprobs": 0}
+    prompt = "1, 2, 3, 4, 5,"
+    clock, text = Clock(), []
+    for chunk in client.completions.create(model="policy", prompt=prompt, stream=True, **sampling):
+        if chunk.choices and chunk.choices[0].text:
+            clock.piece()
+            text.append(chunk.choices[0].text)
+    clock.end()
+    clock.assert_streamed()
+    replay = client.completions.create(model="policy", prompt=prompt, **sampling)
+    streamed, replayed = recorded(live_gateway, rollout)
+    assert streamed["prompt_ids"] == replayed["prompt_ids"] and streamed["output_ids"] == replayed["output_ids"]
+    assert len(streamed["output_ids"]) >= LONG // 2  # the model may end its answer early
+    assert streamed["output_logprobs"] == pytest.approx(replayed["output_logprobs"], abs=1e-3)
+    assert "".join(text) == replay.choices[0].text
+    assert streamed["dialect"] == "completions" and streamed["tags"] == []

@@ -118,7 +118,7 @@ def _record_run(url: str) -> int:
         rollout_id: int, status: str = "finished", error: str | None = None, details: dict | None = None, **rewards
     ) -> None:
         response = http.post(
-            f"/api/rollouts/{rollout_id}/finish",
+            f"/api/rollouts/{rollout_id}/end",
             json={"status": status, "error": error, "rewards": rewards, "reward_details": details or {}},
         )
         assert response.status_code == 200, response.text

@@ -37,7 +37,7 @@ def record(url: str) -> None:
         created = http.post("/api/rollouts", json={"run": "eval", "task": task, "group": policy, "policy": policy})
         assert created.status_code == 201, created.text
         rewards = {} if reward is None else {"verifier": reward}
-        ended = http.post(f"/api/rollouts/{created.json()['id']}/finish", json={"status": status, "rewards": rewards})
+        ended = http.post(f"/api/rollouts/{created.json()['id']}/end", json={"status": status, "rewards": rewards})
         assert ended.status_code == 200, ended.text
 
 

@@ -18,10 +18,9 @@ from tests.integration.sample_checks import check_rollout_samples
 FORCE_WEATHER = {"type": "function", "function": {"name": "get_weather"}}
 
 
-def new_rollout(gateway, task: str = "task") -> dict:
-    response = httpx.post(
-        f"{gateway.url}/api/rollouts", json={"run": "integration", "task": task}, headers=ADMIN_HEADERS
-    )
+def new_rollout(gateway, task: str = "task", capture: str | None = None) -> dict:
+    body = {"run": "integration", "task": task, **({"capture": capture} if capture else {})}
+    response = httpx.post(f"{gateway.url}/api/rollouts", json=body, headers=ADMIN_HEADERS)
     assert response.status_code == 201, response.text
     return response.json()
 

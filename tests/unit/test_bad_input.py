@@ -34,7 +34,7 @@ BIG = 2**63
         ("GET", f"/api/runs?after={BIG}"),
         ("GET", f"/api/runs/test-run/steps?after={BIG}"),
         ("POST", f"/api/rollouts/{BIG}/reward"),
-        ("POST", f"/api/rollouts/{BIG}/finish"),
+        ("POST", f"/api/rollouts/{BIG}/end"),
     ],
 )
 async def test_integers_beyond_the_store_columns_are_400(gateway, method, url):
@@ -198,7 +198,7 @@ def aware_utc(value: str) -> datetime:
 async def test_timestamps_in_responses_carry_their_timezone(gateway):
     rollout = await gateway.new_rollout()
     call = await gateway.http.post(f"/r/{rollout['token']}/v1/chat/completions", json=chat_body())
-    await gateway.http.post(f"/api/rollouts/{rollout['id']}/finish", json={"status": "finished"})
+    await gateway.http.post(f"/api/rollouts/{rollout['id']}/end", json={"status": "finished"})
     view = (await gateway.http.get(f"/api/rollouts/{rollout['id']}")).json()
     aware_utc(view["created_at"]), aware_utc(view["finished_at"])
     aware_utc((await gateway.http.get("/api/rollouts")).json()["data"][0]["created_at"])

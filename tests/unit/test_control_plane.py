@@ -18,7 +18,7 @@ from tests.store_snapshot import store_snapshot
 ATTACKS = {
     "/api/rollouts": {"run": "test-run", "task": "task-1", "group": "g"},
     "/api/rollouts/{rollout_id}/reward": {"name": "forged", "value": 1000.0},
-    "/api/rollouts/{rollout_id}/finish": {"status": "failed", "error": "killed by a sibling"},
+    "/api/rollouts/{rollout_id}/end": {"status": "failed", "error": "killed by a sibling"},
     "/admin/adapters": {"version": 1_000_000, "path": "/tmp/evil-adapter"},
 }
 
@@ -100,7 +100,7 @@ async def test_the_writes_an_agent_would_forge_work_with_the_key(gateway):
     headers = {"x-admin-key": TEST_ADMIN_KEY}
     for path, status in (
         ("/api/rollouts/{rollout_id}/reward", 200),
-        ("/api/rollouts/{rollout_id}/finish", 200),
+        ("/api/rollouts/{rollout_id}/end", 200),
         ("/api/rollouts", 201),
         ("/admin/adapters", 200),
     ):

@@ -166,6 +166,10 @@ async def test_a_failed_engine_is_taken_out_its_rollouts_move_and_it_returns_wit
         assert {c["moved_from"] for c in moved} == {down} and len(moved) == 2
         assert all(c["engine"] != down for c in gateway.calls()[4:])
         assert not gateway.pool.members[index].healthy
+        engines = (await gateway.http.get("/admin/engines")).json()
+        assert [e["healthy"] for e in engines] == [i != index for i in range(2)]
+        assert engines[1 - index]["rollouts"] == 4 and engines[index]["rollouts"] == 0
+        assert f'harnessrl_engine_healthy{{engine="{index}"}} 0.0' in (await gateway.http.get("/metrics")).text
 
         # It comes back as a fresh process with a broken capture: it stays out until the probe passes.
         fresh = fake_engines(1, omit=frozenset({"prompt_token_ids"}))[0]
@@ -175,6 +179,8 @@ async def test_a_failed_engine_is_taken_out_its_rollouts_move_and_it_returns_wit
         fresh.omit = frozenset()
         await wait_until(lambda: gateway.pool.members[index].healthy)
         assert fresh.adapters == {"policy-v1": "/a/v1"}  # loaded again before it serves
+        back = (await gateway.http.get("/admin/engines")).json()[index]
+        assert back["healthy"] and "policy-v1" in back["models"]
         newcomer = await gateway.new_rollout(task="new")
         assert (await gateway.chat(newcomer)).status_code == 200
         assert gateway.calls(newcomer["id"])[0]["engine"] == down  # the least loaded again

@@ -18,7 +18,7 @@ async def test_reward_components_add_up_and_none_is_left_out(gateway):
     assert (await gateway.http.get(f"/api/rollouts/{rollout['id']}")).json()["reward"] is None
     await gateway.http.post(f"/api/rollouts/{rollout['id']}/reward", json={"name": "style", "value": 0.25})
     done = await gateway.http.post(
-        f"/api/rollouts/{rollout['id']}/finish", json={"status": "finished", "rewards": {"verifier": 1.0}}
+        f"/api/rollouts/{rollout['id']}/end", json={"status": "finished", "rewards": {"verifier": 1.0}}
     )
     view = done.json()
     assert view["reward"] == 1.25 and view["rewards"] == {"judge": None, "style": 0.25, "verifier": 1.0}
@@ -32,7 +32,7 @@ async def test_group_becomes_ready_when_all_its_rollouts_ended(gateway):
         groups = (await gateway.http.get("/api/groups", params={"run": "grpo"})).json()["data"]
         assert groups[0]["status"] == "open" and groups[0]["size"] == 3
         await gateway.http.post(
-            f"/api/rollouts/{rollout['id']}/finish",
+            f"/api/rollouts/{rollout['id']}/end",
             json={"status": status, "error": error, "rewards": {"verifier": float(n)}},
         )
     [group] = (await gateway.http.get("/api/groups", params={"run": "grpo", "status": "ready"})).json()["data"]
@@ -41,10 +41,10 @@ async def test_group_becomes_ready_when_all_its_rollouts_ended(gateway):
 
 async def test_a_rollout_ends_only_once(gateway):
     rollout = await gateway.new_rollout()
-    first = await gateway.http.post(f"/api/rollouts/{rollout['id']}/finish", json={"status": "finished"})
-    again = await gateway.http.post(f"/api/rollouts/{rollout['id']}/finish", json={"status": "failed"})
+    first = await gateway.http.post(f"/api/rollouts/{rollout['id']}/end", json={"status": "finished"})
+    again = await gateway.http.post(f"/api/rollouts/{rollout['id']}/end", json={"status": "failed"})
     assert first.status_code == 200 and again.status_code == 409
-    bad = await gateway.http.post(f"/api/rollouts/{rollout['id']}/finish", json={"status": "exploded"})
+    bad = await gateway.http.post(f"/api/rollouts/{rollout['id']}/end", json={"status": "exploded"})
     assert bad.status_code == 400
 
 
@@ -68,3 +68,10 @@ async def test_store_writes_need_the_admin_key_when_one_is_set(guarded_gateway):
     )
     assert forged.status_code == 401
     assert (await http.get(f"/api/rollouts/{rollout['id']}")).json()["reward"] is None
+
+
+async def test_the_finish_route_is_the_end_routes_old_name(gateway):
+    rollout = await gateway.new_rollout()
+    ended = await gateway.http.post(f"/api/rollouts/{rollout['id']}/finish", json={"status": "failed", "error": "x"})
+    again = await gateway.http.post(f"/api/rollouts/{rollout['id']}/end", json={"status": "finished"})
+    assert ended.status_code == 200 and ended.json()["status"] == "failed" and again.status_code == 409

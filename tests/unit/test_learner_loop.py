@@ -27,7 +27,6 @@ from learner.config import (
     config_from_dict,
     dump_toml,
     load_config,
-    resolve_paths,
     with_overrides,
 )
 from learner.groups import ReadyGroup, RolloutData, build_batch
@@ -35,6 +34,7 @@ from learner.publish import GatewayUnreachable, Published, Publisher, PublishErr
 from tests.builders import call_record, gateway_settings
 from tests.gateway_harness import GatewayHarness, start_gateway
 from tests.learner_reads import stored_checkpoints, stored_steps
+from tests.learner_runs import tiny_learner_config, train_run
 
 RUN = "learn"
 ADMIN = "k"
@@ -106,22 +106,11 @@ async def reference_store(tmp_path: Path, migrated_sqlite_file: Path) -> AsyncIt
 
 
 def config_for(tiny_model_dir: Path, out: Path, **overrides) -> LearnerConfig:
-    values = dict(
-        model_dir=str(tiny_model_dir),
-        groups_per_step=2,
-        lr=1e-3,
-        poll_interval_s=0.05,
-        publish=False,
-        lora_rank=4,
-        lora_alpha=8,
-        max_staleness=100,
-    )
-    values.update(overrides)
-    return resolve_paths(with_overrides(LearnerConfig(), **values), out)
+    return tiny_learner_config(tiny_model_dir, out, **overrides)
 
 
 async def train(config: LearnerConfig, store: Store, **kwargs):
-    return await asyncio.wait_for(learner.loop.run_learner(config, store, RUN, handle_signals=False, **kwargs), 60)
+    return await train_run(config, store, RUN, **kwargs)
 
 
 async def history(store: Store) -> list[tuple[int, ...]]:

@@ -213,7 +213,7 @@ async def test_codex_request_fields_are_accepted_and_recorded(gateway):
     ("tools", "named"),
     [
         ([{"type": "custom", "name": "apply_patch", "format": "lark"}], "format"),
-        ([{"type": "namespace", "name": "ns", "tools": [{"type": "web_search"}]}], "tools.0.namespace.tools.0"),
+        ([{"type": "namespace", "name": "ns", "tools": [{"type": "web_search"}]}], "tools.0.tools.0: Input tag"),
         ([{"type": 7}], "type"),
     ],
 )

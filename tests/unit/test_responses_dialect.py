@@ -299,9 +299,10 @@ def body(**fields) -> dict:
         (body(input=[{"type": "function_call", "call_id": "c", "name": "f", "arguments": {"a": 1}}]), "arguments"),
         (body(input=[{"type": "reasoning", "id": "rs_1", "summary": []}]), "input has no message"),
         (body(input=[{"role": "user", "content": [{"type": "input_image", "file_id": "file_1"}]}]), "image_url"),
-        (body(tools=[{"type": "namespace", "name": "agents", "tools": []}]), "tools.0.namespace.tools"),
-        (body(tools=[{"type": "custom"}]), "tools.0.custom.name"),
-        (body(tools=[{"type": "function"}]), "tools.0.function.name"),
+        # named by their path in the client's body (not pydantic's union branch, "tools.0.custom.name")
+        (body(tools=[{"type": "namespace", "name": "agents", "tools": []}]), "tools.0.tools: List should"),
+        (body(tools=[{"type": "custom"}]), "tools.0.name: Field required"),
+        (body(tools=[{"type": "function"}]), "tools.0.name: Field required"),
         (body(reasoning={"effort": "extreme"}), "reasoning.effort"),
         (body(include="reasoning.encrypted_content"), "include"),
         (body(tool_choice="sometimes"), "tool_choice"),

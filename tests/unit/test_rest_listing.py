@@ -56,7 +56,7 @@ async def seed(gateway: GatewayHarness) -> Seeded:
         status, reward = ("finished", float(n) / 4) if n < 6 else ("running", None)
         if status == "finished":
             finished = await gateway.http.post(
-                f"/api/rollouts/{created['id']}/finish", json={"status": status, "rewards": {"v": reward}}
+                f"/api/rollouts/{created['id']}/end", json={"status": status, "rewards": {"v": reward}}
             )
             assert finished.status_code == 200
         view = (await gateway.http.get(f"/api/rollouts/{created['id']}")).json()

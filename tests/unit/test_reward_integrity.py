@@ -31,7 +31,7 @@ async def test_a_reward_that_is_not_finite_is_a_400_and_nothing_is_stored(gatewa
     path = f"/api/rollouts/{rollout['id']}"
 
     added = await post_raw(gateway, f"{path}/reward", f'{{"name": "judge", "value": {literal}}}')
-    finished = await post_raw(gateway, f"{path}/finish", f'{{"status": "finished", "rewards": {{"v": {literal}}}}}')
+    finished = await post_raw(gateway, f"{path}/end", f'{{"status": "finished", "rewards": {{"v": {literal}}}}}')
 
     for response in (added, finished):
         assert response.status_code == 400, response.text
@@ -61,10 +61,10 @@ async def test_a_reward_function_returning_infinity_abstains_instead_of_blocking
 async def test_rewards_are_final_once_a_rollout_has_ended(gateway):
     rollout = await gateway.new_rollout()
     path = f"/api/rollouts/{rollout['id']}"
-    await gateway.http.post(f"{path}/finish", json={"status": "finished", "rewards": {"verifier": 0.0}})
+    await gateway.http.post(f"{path}/end", json={"status": "finished", "rewards": {"verifier": 0.0}})
 
     late = await gateway.http.post(f"{path}/reward", json={"name": "verifier", "value": 1000.0})
-    refinish = await gateway.http.post(f"{path}/finish", json={"status": "failed", "rewards": {"verifier": 1.0}})
+    refinish = await gateway.http.post(f"{path}/end", json={"status": "failed", "rewards": {"verifier": 1.0}})
 
     for response in (late, refinish):
         assert response.status_code == 409 and "already ended as 'finished'" in response.json()["error"]["message"]
@@ -138,7 +138,7 @@ async def test_a_full_group_takes_no_more_rollouts(gateway):
 
 async def test_a_ready_group_takes_no_more_rollouts_and_stays_ready(gateway):
     rollout = await gateway.new_rollout(run="g1", task="t", group="g", group_size=1)
-    await gateway.http.post(f"/api/rollouts/{rollout['id']}/finish", json={"status": "finished", "rewards": {"v": 1.0}})
+    await gateway.http.post(f"/api/rollouts/{rollout['id']}/end", json={"status": "finished", "rewards": {"v": 1.0}})
     late = await gateway.http.post("/api/rollouts", json={"run": "g1", "task": "t", "group": "g"})
     assert late.status_code == 409 and "already ready" in late.json()["error"]["message"]
     [group] = (await gateway.http.get("/api/groups", params={"run": "g1"})).json()["data"]
@@ -147,11 +147,11 @@ async def test_a_ready_group_takes_no_more_rollouts_and_stays_ready(gateway):
 
 async def test_a_cancelled_rollout_gives_its_place_in_the_group_to_a_replacement(gateway):
     first, second = [await gateway.new_rollout(run="c", task="t", group="g", group_size=2) for _ in range(2)]
-    await gateway.http.post(f"/api/rollouts/{first['id']}/finish", json={"status": "cancelled", "error": "interrupted"})
+    await gateway.http.post(f"/api/rollouts/{first['id']}/end", json={"status": "cancelled", "error": "interrupted"})
     replacement = await gateway.new_rollout(run="c", task="t", group="g", group_size=2)
     for rollout, reward in ((second, 0.0), (replacement, 1.0)):
         await gateway.http.post(
-            f"/api/rollouts/{rollout['id']}/finish", json={"status": "finished", "rewards": {"v": reward}}
+            f"/api/rollouts/{rollout['id']}/end", json={"status": "finished", "rewards": {"v": reward}}
         )
     [group] = (await gateway.http.get("/api/groups", params={"run": "c"})).json()["data"]
     assert group["status"] == "ready"

@@ -39,7 +39,7 @@ async def test_the_token_of_an_ended_rollout_is_refused_on_every_model_endpoint(
     rollout = await gateway.new_rollout()
     ok = await gateway.agent.request(method, f"/r/{rollout['token']}/v1{path}", json=body)
     assert ok.status_code == 200, ok.text
-    ended = await gateway.http.post(f"/api/rollouts/{rollout['id']}/finish", json={"status": status})
+    ended = await gateway.http.post(f"/api/rollouts/{rollout['id']}/end", json={"status": status})
     assert ended.status_code == 200, ended.text
     before = await num_calls(gateway)
     for url, headers in (

@@ -117,7 +117,7 @@ async def test_reward_details_are_bounded_and_plain_json(live_gateway):
     created = await client.create_rollout("details", "t", "g", 1, {})
     await client.close()
     async with httpx.AsyncClient(base_url=live_gateway.url, headers={"x-admin-key": TEST_ADMIN_KEY}) as http:
-        finish = f"/api/rollouts/{created['id']}/finish"
+        finish = f"/api/rollouts/{created['id']}/end"
         too_big = {"status": "finished", "rewards": {"judge": 1.0}, "reward_details": {"judge": {"x": "y" * 20_000}}}
         refused = await http.post(finish, json=too_big)
         assert refused.status_code == 400 and "16384 bytes" in refused.text

@@ -191,3 +191,46 @@ def test_the_route_needs_a_rollout_base_url():
     route = Route.for_gateway("http://gw.example:9000/r/hrl-x/v1/")
     assert (route.prefix, route.token, route.upstream) == ("/r/hrl-x/v1", "hrl-x", ("gw.example", 9000))
     assert route.hosts == {b"127.0.0.1:9000", b"localhost:9000"}
+
+
+# --- the rollout's tools route (OpenEnv environments' MCP): its own token's passes, nothing around it ---
+
+
+async def test_the_own_rollouts_tools_route_passes_with_the_sandboxs_token(bridge, upstream):
+    async with agent(bridge) as http:
+        for method in ("POST", "GET", "DELETE"):
+            body = {"jsonrpc": "2.0", "id": 1, "method": "tools/list"} if method == "POST" else None
+            reply = await http.request(
+                method,
+                f"{MINE}/tools/mcp",
+                json=body,
+                headers={"authorization": "Bearer hrl-sibling", "mcp-protocol-version": "2025-06-18"},
+            )
+            assert reply.status_code == 200, reply.text
+    assert [(r.method, r.path) for r in upstream.requests] == [
+        ("POST", f"{MINE}/tools/mcp"),
+        ("GET", f"{MINE}/tools/mcp"),
+        ("DELETE", f"{MINE}/tools/mcp"),
+    ]
+    assert {r.headers["authorization"] for r in upstream.requests} == {"Bearer hrl-mine"}
+    assert upstream.requests[0].headers["mcp-protocol-version"] == "2025-06-18"
+
+
+TOOLS_TRICKS = {
+    "sibling's tools": raw_request("POST", "/r/hrl-sibling/v1/tools/mcp", body=b"{}"),
+    "below the route": raw_request("POST", f"{MINE}/tools/mcp/x", body=b"{}"),
+    "beside the route": raw_request("POST", f"{MINE}/tools/other", body=b"{}"),
+    "up from the route": raw_request("POST", f"{MINE}/tools/mcp/../../../api/rollout-tools", body=b"{}"),
+    "encoded up": raw_request("POST", f"{MINE}/tools/%2e%2e/mcp", body=b"{}"),
+    "registration": raw_request("PUT", "/api/rollout-tools", body=b'{"token": "hrl-mine", "url": "http://x"}'),
+    "another method": raw_request("PUT", f"{MINE}/tools/mcp", body=b"{}"),
+    "websocket": raw_request("GET", f"{MINE}/tools/mcp", extra=b"connection: Upgrade\r\nupgrade: websocket\r\n"),
+}
+
+
+@pytest.mark.parametrize("trick", TOOLS_TRICKS, ids=list(TOOLS_TRICKS))
+async def test_tricks_around_the_tools_route_never_reach_the_gateway(bridge, upstream, trick):
+    replies = await raw_exchange(bridge.socket_path, TOOLS_TRICKS[trick])
+    assert [status for status, _ in replies] == [403], replies
+    assert json.loads(replies[0][1])["error"]["code"] == "sandbox_route_forbidden"
+    assert upstream.requests == []

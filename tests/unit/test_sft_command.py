@@ -40,7 +40,7 @@ def recorded(sqlite_db, fake_engine, fake_engine_server) -> Iterator[BackgroundG
             OpenAI(base_url=rollout["base_url"], api_key=rollout["token"], max_retries=0).chat.completions.create(
                 model="policy", messages=[{"role": "user", "content": f"What is 3 + 4? ({group}, {reward})"}]
             )
-            http.post(f"/api/rollouts/{rollout['id']}/finish", json={"status": status, "rewards": {"v": reward}})
+            http.post(f"/api/rollouts/{rollout['id']}/end", json={"status": status, "rewards": {"v": reward}})
         yield gateway
 
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import get_args
 
-from gateway.api.protocol import FinishRollout
+from gateway.api.protocol import EndRollout
 from gateway.store.records import ENDED, CallTag, GroupStatus, RolloutStatus
 
 
@@ -16,4 +16,4 @@ def test_status_values_are_the_strings_the_database_and_rest_api_hold():
 
 
 def test_the_end_a_client_may_post_is_one_the_store_accepts():
-    assert set(get_args(FinishRollout.model_fields["status"].annotation)) == set(ENDED)
+    assert set(get_args(EndRollout.model_fields["status"].annotation)) == set(ENDED)

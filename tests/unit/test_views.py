@@ -21,7 +21,7 @@ async def test_ls_and_show_render_what_was_recorded(gateway, sqlite_db):
     rollout = await gateway.new_rollout(run="views-run", task="t1", group="g", group_size=1)
     client = gateway.openai(api_key=rollout["token"])
     await client.chat.completions.create(model="policy", messages=[{"role": "user", "content": "hi there"}])
-    await gateway.http.post(f"/api/rollouts/{rollout['id']}/finish", json={"status": "finished", "rewards": {"v": 1.0}})
+    await gateway.http.post(f"/api/rollouts/{rollout['id']}/end", json={"status": "finished", "rewards": {"v": 1.0}})
 
     def invoke(*args):  # the CLI runs its own event loop: off this test's loop
         return asyncio.to_thread(CliRunner().invoke, app, [*args, "--database-url", sqlite_db], env={"COLUMNS": "200"})

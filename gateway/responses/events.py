@@ -1,10 +1,6 @@
-"""Replaying a finished Response to a client that asked for a stream (Responses SSE).
-
-The engine call is complete before the first byte is sent, so each output item is replayed whole:
-added, its text or arguments in one delta, done. The stream always ends with
-``response.completed`` carrying the full response, also when it was cut at max_output_tokens
-(its ``status`` says "incomplete"): Codex CLI and the SDK's stream helper fail a stream that lacks
-it, and an agent should see the truncated turn rather than a transport error. No ``[DONE]``.
+"""Responses Server-Sent Events for what the stream-through (``gateway.responses.stream``) sends
+whole: an output item once it is complete (added, its text or arguments in one delta, done), the
+events numbered in order.
 """
 
 from __future__ import annotations
@@ -24,8 +20,6 @@ from gateway.responses.protocol import (
     OutputTextDoneEvent,
     ReasoningTextDeltaEvent,
     ReasoningTextDoneEvent,
-    Response,
-    ResponseLifecycleEvent,
     StreamEvent,
 )
 
@@ -39,18 +33,6 @@ class Events:
     def __call__(self, model: type[StreamEvent], type: str, **fields) -> str:
         event = model(type=type, sequence_number=next(self._sequence), **fields)
         return f"event: {type}\ndata: {event.model_dump_json()}\n\n"
-
-
-def response_events(response: Response) -> Iterator[str]:
-    event = Events()
-    started = response.model_copy(
-        update={"status": "in_progress", "output": [], "usage": None, "incomplete_details": None}
-    )
-    yield event(ResponseLifecycleEvent, "response.created", response=started)
-    yield event(ResponseLifecycleEvent, "response.in_progress", response=started)
-    for index, item in enumerate(response.output):
-        yield from item_events(event, index, item)
-    yield event(ResponseLifecycleEvent, "response.completed", response=response)
 
 
 def item_events(event: Events, index: int, item) -> Iterator[str]:

@@ -1,8 +1,6 @@
-"""Replaying a finished Message to a client that asked for a stream (Anthropic's Server-Sent Events).
-
-The upstream call is complete before the first byte is sent, so each content block goes out whole
-in one delta: the text, the thinking (then its signature), a tool call's whole input as one
-``partial_json``.
+"""Anthropic's Server-Sent Events for what the stream-through (``gateway.anthropic.stream``) sends
+whole: a content block once it is complete (the text, the thinking then its signature, a tool call's
+whole input as one ``partial_json``) and the message's end.
 """
 
 from __future__ import annotations
@@ -19,38 +17,18 @@ from gateway.anthropic.protocol import (
     Message,
     MessageDelta,
     MessageDeltaEvent,
-    MessageStartEvent,
     MessageStopEvent,
-    PingEvent,
     SignatureDelta,
     TextContent,
     TextDelta,
     ThinkingContent,
     ThinkingDelta,
     ToolUseContent,
-    Usage,
 )
 
 
 def _event(event) -> str:
     return f"event: {event.type}\ndata: {event.model_dump_json()}\n\n"
-
-
-def message_events(message: Message) -> Iterator[str]:
-    """The SSE events of a finished Message."""
-    start = message.model_copy(
-        update={
-            "content": [],
-            "stop_reason": None,
-            "stop_sequence": None,
-            "usage": Usage(input_tokens=message.usage.input_tokens, output_tokens=0),
-        }
-    )
-    yield _event(MessageStartEvent(message=start))
-    yield _event(PingEvent())
-    for index, block in enumerate(message.content):
-        yield from block_events(index, block)
-    yield from end_events(message)
 
 
 def block_events(index: int, block) -> Iterator[str]:

@@ -1,0 +1,35 @@
+"""Scripts for a fake engine that drive a real agent through one exact scenario: write a file with the
+agent's own write tool, then answer "Done."; a call without tools (a title, a summary) is a side call."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from gateway.engine.fake import FakeReply
+
+WRITE_TOOLS = ("write", "write_file")  # OpenCode and pi: write; Hermes and builtin: write_file
+PATH_KEYS = ("filePath", "path", "file_path")
+
+
+def planned_write(tools: list[dict], path: str, content: str) -> tuple[str, dict]:
+    """The agent's own write tool, called with ``path`` and ``content``."""
+    functions = {t["function"]["name"]: t["function"] for t in tools if t.get("type") == "function"}
+    name = next((n for n in WRITE_TOOLS if n in functions), None)
+    assert name, f"no file-writing tool among {sorted(functions)}"
+    properties = functions[name].get("parameters", {}).get("properties", {})
+    return name, {next(k for k in PATH_KEYS if k in properties): path, "content": content}
+
+
+def write_then_done(path: str, content: str, side_reply: str) -> Callable[[dict], FakeReply]:
+    """Write the file, then "Done." once the tool's result follows the last user message."""
+
+    def script(body: dict) -> FakeReply:
+        if not body.get("tools"):
+            return FakeReply(content=side_reply)
+        messages = body["messages"]
+        last_user = max(i for i, m in enumerate(messages) if m["role"] == "user")
+        if any(m["role"] == "tool" for m in messages[last_user:]):
+            return FakeReply(content="Done.")
+        return FakeReply(tool_calls=(planned_write(body["tools"], path, content),))
+
+    return script

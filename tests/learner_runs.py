@@ -1,0 +1,34 @@
+"""Running the real learner in a test: a config for the tiny model (small LoRA, no publishing, fast
+polling) and training a run from a store until the learner stops."""
+
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+
+import learner.loop
+from gateway.store.store import Store
+from learner.config import LearnerConfig, resolve_paths, with_overrides
+
+
+def tiny_learner_config(model_dir: Path, out: Path, **overrides) -> LearnerConfig:
+    """The learner on the tiny model: 2 groups a step, LoRA r4, nothing published, staleness unbounded."""
+    values = dict(
+        model_dir=str(model_dir),
+        groups_per_step=2,
+        lr=1e-3,
+        poll_interval_s=0.05,
+        publish=False,
+        lora_rank=4,
+        lora_alpha=8,
+        max_staleness=100,
+    )
+    values.update(overrides)
+    return resolve_paths(with_overrides(LearnerConfig(), **values), out)
+
+
+async def train_run(config: LearnerConfig, store: Store, run: str, timeout_s: float = 60, **kwargs):
+    """The learner's loop on ``run`` until it stops (max_steps, a stop event, ...); its result."""
+    return await asyncio.wait_for(
+        learner.loop.run_learner(config, store, run, handle_signals=False, **kwargs), timeout_s
+    )
