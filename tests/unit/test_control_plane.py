@@ -119,8 +119,10 @@ async def test_metrics_carry_only_aggregate_counters(gateway):
     await gateway.agent.post(f"/r/{ids['token']}x/v1/chat/completions", json=chat_body())  # a refused call
     text = (await gateway.agent.get("/metrics")).text
     labels = set(re.findall(r'(\w+)="', text))
-    assert labels <= {"dialect", "status", "kind", "dtype", "le", "reason"}, labels
-    for secret in (ids["token"], "test-run", "task-1", TEST_ADMIN_KEY):
+    assert labels <= {"dialect", "status", "kind", "dtype", "le", "reason", "engine"}, labels
+    assert set(re.findall(r'engine="([^"]*)"', text)) == {"0"}  # an engine by its position, never its address
+    engine_url = gateway.app.state.gateway.engine.engines()[0]["url"]
+    for secret in (ids["token"], "test-run", "task-1", TEST_ADMIN_KEY, engine_url):
         assert secret not in text
 
 
