@@ -6,7 +6,8 @@ from __future__ import annotations
 import asyncio
 from dataclasses import dataclass
 
-from gateway.store.leases import DONE, TAKEN_OVER, Leases, SlotEnd
+from gateway.store.leases import TAKEN_OVER, Leases, SlotEnd
+from gateway.store.records import LeaseStatus
 from gateway.store.rewards import RolloutEnded
 from gateway.store.store import Store
 
@@ -76,8 +77,8 @@ async def check_claim_renew_expire_take_over(database_url: str) -> None:
         again = await claim("w3", 5)
         assert _slots(again) == [("a", 1), ("b", 0)]  # b/1 is not played again
         rows = {(row.task, row.slot): row for row in await leases.slots("leased", 0)}
-        assert (rows["b", 1].status, rows["b", 1].rollout_id) == (DONE, b1)
-        assert (rows["a", 0].status, rows["a", 0].rollout_id) == (DONE, rollouts["a", 0])
+        assert (rows["b", 1].status, rows["b", 1].rollout_id) == (LeaseStatus.DONE, b1)
+        assert (rows["a", 0].status, rows["a", 0].rollout_id) == (LeaseStatus.DONE, rollouts["a", 0])
         assert again.remaining == 2
 
         # A worker whose own renewal came late is not handed the slots it is still playing; restarted
@@ -149,7 +150,7 @@ async def check_take_overs_race_finishes(database_url: str, run: str = "race-2")
         assert cancelled == {rollouts[slot] for slot in handed}
         rows = {(row.task, row.slot): row for row in await leases.slots(run, 0)}
         assert all(
-            rows[slot].status == DONE and rows[slot].rollout_id == rollouts[slot]
+            rows[slot].status == LeaseStatus.DONE and rows[slot].rollout_id == rollouts[slot]
             for slot, won in finished.items()
             if won
         )

@@ -165,6 +165,8 @@ class ResponseStream:
             out += item_events(self.event, len(output), item)
             output.append(item)
         out.append(CALL_ID_COMMENT.format(call_id))
+        # Always response.completed, also for an answer cut at max_output_tokens (its status says
+        # "incomplete"): Codex CLI and the SDK's stream helper fail a stream without it.
         out.append(
             self.event(
                 ResponseLifecycleEvent,

@@ -26,8 +26,6 @@ from gateway.store.records import SCORED, LeaseStatus, RolloutStatus
 from gateway.store.tables import Group, Rollout, RolloutLease, Run, Task, utcnow
 
 TAKEN_OVER = "interrupted: its worker's lease expired before it ended; another worker replaces it"
-CLAIMED, DONE, OPEN = LeaseStatus.CLAIMED, LeaseStatus.DONE, LeaseStatus.OPEN
-SETTLED = SCORED  # a slot with such a rollout has ended (cancelled ones are replaced)
 
 
 @dataclass(frozen=True)
@@ -78,8 +76,8 @@ class Leases:
                 select(RolloutLease.id)
                 .where(
                     *_of(run, round_, tasks, group_size),
-                    RolloutLease.status != DONE,
-                    or_(RolloutLease.status == OPEN, RolloutLease.expires_at < now),
+                    RolloutLease.status != LeaseStatus.DONE,
+                    or_(RolloutLease.status == LeaseStatus.OPEN, RolloutLease.expires_at < now),
                     RolloutLease.id.not_in(list(holding)),
                 )
                 .order_by(RolloutLease.task, RolloutLease.slot)
@@ -90,7 +88,12 @@ class Leases:
                 await session.execute(
                     update(RolloutLease)
                     .where(RolloutLease.id.in_(claimable.scalar_subquery()))
-                    .values(status=CLAIMED, worker=worker, expires_at=now + lease_s, attempts=RolloutLease.attempts + 1)
+                    .values(
+                        status=LeaseStatus.CLAIMED,
+                        worker=worker,
+                        expires_at=now + lease_s,
+                        attempts=RolloutLease.attempts + 1,
+                    )
                     .returning(
                         RolloutLease.id,
                         RolloutLease.task,
@@ -105,7 +108,9 @@ class Leases:
             settled, taken_over = await _settle_earlier(session, run, round_, group, leases)
             remaining = (
                 await session.execute(
-                    select(func.count()).where(*_of(run, round_, tasks, group_size), RolloutLease.status != DONE)
+                    select(func.count()).where(
+                        *_of(run, round_, tasks, group_size), RolloutLease.status != LeaseStatus.DONE
+                    )
                 )
             ).scalar_one()
         kept = tuple(sorted((lease for lease in leases if lease.id not in settled), key=lambda x: (x.task, x.slot)))
@@ -135,9 +140,9 @@ class Leases:
         async with self.sessions.begin() as session:
             for end in ends:
                 values = (
-                    {"status": DONE, "rollout_id": end.rollout_id}
+                    {"status": LeaseStatus.DONE, "rollout_id": end.rollout_id}
                     if end.done
-                    else {"status": OPEN, "worker": None, "expires_at": 0.0}
+                    else {"status": LeaseStatus.OPEN, "worker": None, "expires_at": 0.0}
                 )
                 result = await session.execute(
                     update(RolloutLease)
@@ -170,7 +175,11 @@ def _of(run: str, round_: int, tasks: Sequence[str], group_size: int) -> tuple:
 
 
 def _held(worker: str, lease_ids: Sequence[int]) -> tuple:
-    return RolloutLease.id.in_(list(lease_ids)), RolloutLease.worker == worker, RolloutLease.status == CLAIMED
+    return (
+        RolloutLease.id.in_(list(lease_ids)),
+        RolloutLease.worker == worker,
+        RolloutLease.status == LeaseStatus.CLAIMED,
+    )
 
 
 async def _add_missing(session: AsyncSession, run: str, round_: int, tasks: Sequence[str], group_size: int) -> None:
@@ -179,7 +188,15 @@ async def _add_missing(session: AsyncSession, run: str, round_: int, tasks: Sequ
     if have >= len(set(tasks)) * group_size:
         return
     rows = [
-        {"run": run, "round": round_, "task": task, "slot": slot, "status": OPEN, "expires_at": 0.0, "attempts": 0}
+        {
+            "run": run,
+            "round": round_,
+            "task": task,
+            "slot": slot,
+            "status": LeaseStatus.OPEN,
+            "expires_at": 0.0,
+            "attempts": 0,
+        }
         for task in dict.fromkeys(tasks)
         for slot in range(group_size)
     ]
@@ -211,7 +228,7 @@ async def _settle_earlier(
         lease = by_slot.get((task, meta.get("index")))
         if lease is None or meta.get("round", 0) != round_:
             continue
-        if rollout.status in SETTLED:
+        if rollout.status in SCORED:  # it ended (a cancelled one is replaced)
             done[lease.id] = rollout.id
         elif rollout.status == RolloutStatus.RUNNING:
             running.append((rollout.id, lease.id))
@@ -221,7 +238,7 @@ async def _settle_earlier(
         await session.execute(
             update(RolloutLease)
             .where(RolloutLease.id == lease_id)
-            .values(status=DONE, rollout_id=rollout_id)
+            .values(status=LeaseStatus.DONE, rollout_id=rollout_id)
             .execution_options(synchronize_session=False)
         )
     return set(done), tuple(cancelled)
@@ -243,7 +260,7 @@ async def _cancel(session: AsyncSession, running: dict[int, int]) -> tuple[tuple
             .execution_options(populate_existing=True)
         )
     ).all()
-    settled = {running[r.id]: r.id for r in rows if r.status in SETTLED}  # a finish landed first
+    settled = {running[r.id]: r.id for r in rows if r.status in SCORED}  # a finish landed first
     still = [r for r in rows if r.status == RolloutStatus.RUNNING]
     for rollout in still:
         rollout.status, rollout.error, rollout.finished_at = RolloutStatus.CANCELLED, TAKEN_OVER, utcnow()
@@ -251,4 +268,4 @@ async def _cancel(session: AsyncSession, running: dict[int, int]) -> tuple[tuple
     return tuple(r.id for r in still), settled
 
 
-__all__ = ["CLAIMED", "DONE", "OPEN", "TAKEN_OVER", "Claim", "Lease", "Leases", "SlotEnd"]
+__all__ = ["TAKEN_OVER", "Claim", "Lease", "Leases", "SlotEnd"]
