@@ -25,6 +25,7 @@ ROLLOUTS_CACHED = 2048  # rollouts whose recent calls are kept in memory
 @dataclass(frozen=True)
 class Link:
     parent_id: int | None
+    parent_tokens: int = 0  # the parent's prompt + output: the prefix of this call's prompt
     fork_of: int | None = None  # the call whose sampled tokens this one diverged from
     drift_tokens: int = 0  # sampled tokens of fork_of from the divergence point on
 
@@ -46,7 +47,7 @@ def link(prompt: bytes, candidates: Iterable[GraphNode]) -> Link:
     parents = [node for node in candidates if prompt.startswith(node.sequence)]
     if parents:  # longest wins; among equals the latest (a retry's result is the freshest)
         best = max(parents, key=lambda node: (len(node.sequence), node.call_id))
-        return Link(parent_id=best.call_id)
+        return Link(parent_id=best.call_id, parent_tokens=len(best.sequence) // 4)
     fork, drift = None, 0
     best_overlap = 0
     for node in candidates:

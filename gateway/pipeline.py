@@ -283,6 +283,7 @@ class ChatPipeline:
             record,
             tags=tags,
             parent_id=link.parent_id,
+            prompt_offset=link.parent_tokens,
             fork_of=link.fork_of,
             drift_tokens=link.drift_tokens,
             **served_fields(),

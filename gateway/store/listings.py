@@ -12,11 +12,13 @@ import json
 from collections import defaultdict
 from dataclasses import dataclass
 from datetime import datetime
+from types import SimpleNamespace
 
 from sqlalchemy import Select, String, cast, exists, func, select
 from sqlalchemy.engine import Row
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
+from gateway.store import prompt_delta
 from gateway.store.records import RolloutStatus
 from gateway.store.tables import Call, Group, LearnerStep, Rollout, Run, Task
 
@@ -79,7 +81,7 @@ CALL_COLUMNS = (
     Call.top_p,
     Call.created_at,
 )
-TOKEN_COLUMNS = (Call.prompt_ids, Call.output_ids, Call.output_logprobs)
+TOKEN_COLUMNS = (Call.prompt_ids, Call.prompt_offset, Call.output_ids, Call.output_logprobs)
 
 
 class Listings:
@@ -202,8 +204,8 @@ class Listings:
         async with self.sessions() as session:
             return [tuple(row) for row in (await session.execute(query)).all()]
 
-    async def calls(self, where: CallFilter, after: int, limit: int, tokens: bool = False) -> list[Row]:
-        """Calls by id, as rows of ``CALL_COLUMNS`` (plus ``TOKEN_COLUMNS`` with ``tokens``)."""
+    async def calls(self, where: CallFilter, after: int, limit: int, tokens: bool = False) -> list:
+        """Calls by id, as rows of ``CALL_COLUMNS`` (plus ``TOKEN_COLUMNS`` with ``tokens``, whole prompts)."""
         columns = CALL_COLUMNS + TOKEN_COLUMNS if tokens else CALL_COLUMNS
         query = select(*columns).where(Call.id > after).order_by(Call.id).limit(limit)
         query = _equal(
@@ -229,7 +231,11 @@ class Listings:
         elif run_rollouts is not None:
             query = query.where(Call.rollout_id.in_(run_rollouts))
         async with self.sessions() as session:
-            return list((await session.execute(query)).all())
+            rows = list((await session.execute(query)).all())
+            if not tokens:
+                return rows
+            prompts = await prompt_delta.fill_whole_prompts(session, rows)
+        return [SimpleNamespace(**{**row._asdict(), "prompt_ids": prompts[row.id], "prompt_offset": 0}) for row in rows]
 
 
 def is_main_call():

@@ -105,6 +105,7 @@ class CallRecord:
     latency_ms: float  # engine round trip, milliseconds
     tags: list[str] = field(default_factory=list)  # side-call tags ("title", "summary")
     parent_id: int | None = None  # the call this one extends (call graph)
+    prompt_offset: int = 0  # leading prompt tokens that are the parent's prompt + output (stored once, there)
     fork_of: int | None = None  # root that diverged inside this call's sampled tokens
     drift_tokens: int = 0  # sampled tokens lost at that divergence
     temperature: float | None = None  # what the engine sampled with; None: the client left it to the engine

@@ -17,7 +17,7 @@ from sqlalchemy import func, insert, select, update
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine, AsyncSession, async_sessionmaker
 
-from gateway.store import request_delta
+from gateway.store import prompt_delta, request_delta
 from gateway.store.arrays import pack_ids, pack_logprobs, unpack_ids
 from gateway.store.database import create_engine, create_sessionmaker
 from gateway.store.listings import Listings, is_main_call
@@ -223,6 +223,14 @@ class Store:
         parent = self._recent_requests.get(record.rollout_id, record.parent_id)
         return request_delta.encode(record.request, record.parent_id, parent)
 
+    async def _read_whole(self, calls: Sequence[Call]) -> None:
+        """Detached calls as received: whole requests and whole prompts in place of the stored deltas."""
+        await self._decode_requests(calls)
+        async with self.sessions() as session:
+            prompts = await prompt_delta.fill_whole_prompts(session, calls)
+        for call in calls:
+            call.prompt_ids, call.prompt_offset = prompts[call.id], 0
+
     async def _decode_requests(self, calls: Sequence[Call]) -> None:
         """Replace stored deltas by the requests as received (one query for the bases they need)."""
         pending = [c for c in calls if request_delta.is_delta(c.request)]
@@ -252,38 +260,29 @@ class Store:
 
     async def recent_graph_nodes(self, rollout_id: int, limit: int) -> list[GraphNode]:
         """The rollout's last ``limit`` calls as call-graph nodes, oldest first."""
-        query = (
-            select(Call.id, Call.num_prompt_tokens, Call.prompt_ids, Call.output_ids)
-            .where(Call.rollout_id == rollout_id)
-            .order_by(Call.id.desc())
-            .limit(limit)
-        )
+        query = select(*prompt_delta.STORED_COLUMNS).where(Call.rollout_id == rollout_id).order_by(Call.id)
         async with self.sessions() as session:
-            rows = (await session.execute(query)).all()
-        return [GraphNode(r.id, r.num_prompt_tokens, r.prompt_ids + r.output_ids) for r in reversed(rows)]
+            rows = [prompt_delta.as_stored(row) for row in (await session.execute(query)).all()]
+        prompts = prompt_delta.whole_prompts(rows)
+        return [
+            GraphNode(r.call_id, len(prompts[r.call_id]) // 4, prompts[r.call_id] + r.output) for r in rows[-limit:]
+        ]
 
     async def call_nodes(self, rollout_id: int) -> list[CallNode]:
         """Every call of the rollout with its tokens (no bodies), for building samples."""
         query = (
-            select(
-                Call.id,
-                Call.parent_id,
-                Call.prompt_ids,
-                Call.output_ids,
-                Call.output_logprobs,
-                Call.policy_version,
-                Call.tags,
-            )
+            select(*prompt_delta.STORED_COLUMNS, Call.output_logprobs, Call.policy_version, Call.tags)
             .where(Call.rollout_id == rollout_id)
             .order_by(Call.id)
         )
         async with self.sessions() as session:
             rows = (await session.execute(query)).all()
+        prompts = prompt_delta.whole_prompts(prompt_delta.as_stored(row) for row in rows)
         return [
             CallNode(
                 r.id,
                 r.parent_id,
-                np.frombuffer(r.prompt_ids, "<i4"),
+                np.frombuffer(prompts[r.id], "<i4"),
                 np.frombuffer(r.output_ids, "<i4"),
                 np.frombuffer(r.output_logprobs, "<f4"),
                 r.policy_version,
@@ -352,7 +351,7 @@ class Store:
         async with self.sessions() as session:
             call = await session.get(Call, call_id)
         if call is not None:
-            await self._decode_requests([call])
+            await self._read_whole([call])
         return call
 
     async def last_main_call(self, rollout_id: int) -> Call | None:
@@ -361,7 +360,7 @@ class Store:
         async with self.sessions() as session:
             call = (await session.scalars(query)).first()
         if call is not None:
-            await self._decode_requests([call])
+            await self._read_whole([call])
         return call
 
     async def answers_before(self, rollout_id: int, call_id: int) -> list[tuple[int, dict]]:
@@ -374,7 +373,7 @@ class Store:
         query = select(Call).where(Call.rollout_id == rollout_id, Call.id > after).order_by(Call.id).limit(limit)
         async with self.sessions() as session:
             calls = list((await session.scalars(query)).all())
-        await self._decode_requests(calls)
+        await self._read_whole(calls)
         return calls
 
     # --- runs and rollouts ------------------------------------------------------------------
@@ -597,7 +596,8 @@ def _call_row(record: CallRecord, request: dict) -> dict:
         "model": record.model,
         "engine_model": record.engine_model,
         "policy_version": record.policy_version,
-        "prompt_ids": pack_ids(record.prompt_ids),
+        "prompt_ids": prompt_delta.stored_ids(record.prompt_ids, record.prompt_offset),
+        "prompt_offset": record.prompt_offset,
         "output_ids": pack_ids(record.output_ids),
         "output_logprobs": pack_logprobs(record.output_logprobs),
         "num_prompt_tokens": len(record.prompt_ids),

@@ -118,7 +118,10 @@ class Call(Base):
     model: Mapped[str] = mapped_column(String(200))  # the public name the client asked for
     engine_model: Mapped[str] = mapped_column(String(200))  # base model or adapter name in vLLM
     policy_version: Mapped[int] = mapped_column(Integer, default=0)
-    prompt_ids: Mapped[bytes] = mapped_column(LargeBinary)  # int32 LE
+    # int32 LE: the prompt from prompt_offset on; the tokens before it are the parent's prompt + output
+    # (gateway.store.prompt_delta). Read through the store, which gives whole prompts.
+    prompt_ids: Mapped[bytes] = mapped_column(LargeBinary)
+    prompt_offset: Mapped[int] = mapped_column(Integer, default=0, server_default="0")
     output_ids: Mapped[bytes] = mapped_column(LargeBinary)  # int32 LE
     output_logprobs: Mapped[bytes] = mapped_column(LargeBinary)  # float32 LE, one per output id
     num_prompt_tokens: Mapped[int] = mapped_column(Integer)

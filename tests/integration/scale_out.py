@@ -4,6 +4,7 @@ engines, the groups and what the learner consumed."""
 
 from __future__ import annotations
 
+import asyncio
 import os
 import signal
 import subprocess
@@ -22,10 +23,27 @@ from harnessrl.engine_process import EngineLaunch, ManagedProcess
 from harnessrl.server import free_port
 from tests.builders import TEST_ADMIN_KEY
 
+GROUPS_PER_STEP = 2  # the learner's
+HOLD_ENV = "HARNESSRL_TEST_HOLD"  # a file naming the tasks a worker may end; held rollouts wait for its removal
 
-def by_index(rollout: dict) -> float:
-    """A reward component that differs within every group (index parity), so every group teaches."""
+
+async def by_index(rollout: dict, task) -> float:
+    """A reward component that differs within every group (index parity), so every group teaches.
+
+    It is also the test's pacing: while the file in $HARNESSRL_TEST_HOLD exists, a rollout of a task it
+    does not name waits here (its lease still renewed), so a fast machine cannot end the run before the
+    kills it is meant to survive."""
+    hold = os.environ.get(HOLD_ENV)
+    while hold and os.path.exists(hold) and task.name not in _names(hold):
+        await asyncio.sleep(0.2)
     return float(rollout["meta"]["index"] % 2)
+
+
+def _names(path: str) -> set[str]:
+    try:
+        return set(Path(path).read_text().split())
+    except FileNotFoundError:  # removed since the caller looked
+        return set()
 
 
 def engine(model_dir: Path, logs: Path) -> ManagedProcess:
@@ -68,7 +86,17 @@ class Worker:
         self.process.wait()
 
 
-def worker(name: str, gateway_url: str, run: str, tasks_file: Path, home: Path, logs: Path, lease_s: float) -> Worker:
+def worker(
+    name: str,
+    gateway_url: str,
+    run: str,
+    tasks_file: Path,
+    home: Path,
+    logs: Path,
+    lease_s: float,
+    hold: Path | None = None,
+) -> Worker:
+    """``hold``: a file naming the tasks this worker may end while it exists (see by_index)."""
     log = logs / f"worker-{name}.log"
     command = [
         sys.executable,
@@ -104,7 +132,12 @@ def worker(name: str, gateway_url: str, run: str, tasks_file: Path, home: Path, 
             stdout=out,
             stderr=subprocess.STDOUT,
             start_new_session=True,
-            env={**os.environ, "HARNESSRL_HOME": str(home), "COLUMNS": "200"},
+            env={
+                **os.environ,
+                "HARNESSRL_HOME": str(home),
+                "COLUMNS": "200",
+                **({HOLD_ENV: str(hold)} if hold else {}),
+            },
         )
     return Worker(name, process, log)
 
@@ -115,7 +148,7 @@ def learner(run: str, gateway_url: str, database_url: str, model_dir: Path, home
     config.write_text(
         f'model_dir = "{model_dir}"\npoll_interval_s = 0.2\noutput_dir = "{home / "learner"}"\n'
         f'[publish]\ngateway_url = "{gateway_url}"\nadmin_key = "{TEST_ADMIN_KEY}"\n'
-        f"[batch]\ngroups_per_step = 2\n[lora]\nrank = 8\n"
+        f"[batch]\ngroups_per_step = {GROUPS_PER_STEP}\n[lora]\nrank = 8\n"
     )
     with open(logs / "learner.log", "ab") as out:
         return subprocess.Popen(

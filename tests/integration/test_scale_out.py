@@ -79,8 +79,11 @@ def test_engines_gateways_and_workers_killed_mid_run_lose_nothing_and_run_nothin
             gateway.wait_healthy(300)
         learner = scale_out.learner(RUN, gateways[0].url, database_url, tiny_model_dir, home, logs)
         # w0 (on gateway-1) starts; w1 (on gateway-2) joins once the learner published v1, so both work
-        # on rollouts of published versions.
-        workers = [scale_out.worker("w0", gateways[0].url, RUN, tasks_file, home, logs, LEASE_S)]
+        # on rollouts of published versions. w0 ends only the first groups (those v1 trains on) until the
+        # kills, so however fast the machine, w1 is mid-run while w0 still has work.
+        hold = tmp_path / "hold"
+        hold.write_text("\n".join(sorted(t.name for t in TASKS)[: scale_out.GROUPS_PER_STEP]))
+        workers = [scale_out.worker("w0", gateways[0].url, RUN, tasks_file, home, logs, LEASE_S, hold)]
         wait_until(
             lambda: current_version(gateways[1].url) >= 1,
             400,
@@ -100,6 +103,7 @@ def test_engines_gateways_and_workers_killed_mid_run_lose_nothing_and_run_nothin
         _kill_group(gateways[1])
         workers[1].kill()
         killed_worker_at = time.time()
+        hold.unlink()
 
         # The survivor plays everything left, the killed worker's expired claims included.
         out = workers[0].process.wait(timeout=900)

@@ -22,6 +22,7 @@ from sqlalchemy import create_engine, select
 from sqlalchemy.orm import Session
 
 from gateway.engine.fake import BYTE_OFFSET, FakeEngine, FakeReply, create_fake_engine_app, decode
+from gateway.store import prompt_delta
 from gateway.store.arrays import unpack_ids, unpack_logprobs
 from gateway.store.database import sqlite_url
 from gateway.store.tables import Call, Group, LearnerStep, Rollout, Run
@@ -427,7 +428,8 @@ def _earlier_logprobs(call: Call, calls: dict[int, Call]) -> list[float]:
 
 
 def _check_token_view(browser: Browser, call: Call, calls: dict[int, Call]) -> None:
-    prompt, output = unpack_ids(call.prompt_ids), unpack_ids(call.output_ids)
+    whole = prompt_delta.whole_prompts(prompt_delta.as_stored(c) for c in calls.values())  # rows store deltas
+    prompt, output = unpack_ids(whole[call.id]), unpack_ids(call.output_ids)
     tokens = browser.page.locator("[data-testid=token]")
     assert tokens.count() == len(prompt) + len(output)
     assert browser.page.locator("[data-testid=token][data-sampled]").count() == len(output) + _mask_sum(call, calls)
