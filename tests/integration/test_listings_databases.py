@@ -8,6 +8,7 @@ import json
 import numpy as np
 from sqlalchemy import inspect
 
+from gateway.store.arrays import unpack_ids
 from gateway.store.listings import CallFilter, GroupFilter, RolloutFilter
 from gateway.store.samples import prompt_marks, prompt_mask
 from gateway.store.store import Store
@@ -119,17 +120,34 @@ async def test_migration_0005_goes_down_and_up_keeping_the_calls(database_url):
         await store.close()
 
 
-async def test_requests_stored_as_deltas_read_back_byte_identical(database_url):
+async def test_requests_and_prompts_stored_as_deltas_read_back_whole(database_url):
     store = Store.from_url(database_url)
     try:
         rollout = await store.create_rollout("delta-db", "t1", None)
         requests = agent_requests(6)
         ids: list[int] = []
-        for request in requests:
-            ids += await store.insert_calls(
-                [call_record(rollout.rollout_id, request=request, parent_id=ids[-1] if ids else None)]
+        prompts, prompt, output = [], [], []
+        for turn, request in enumerate(requests):
+            offset = len(prompt) + len(output) if ids else 0
+            prompt = [*prompt, *output, 1000 + turn, 2000 + turn]
+            output = [3000 + turn]
+            prompts.append(prompt)
+            record = call_record(
+                rollout.rollout_id,
+                request=request,
+                prompt_ids=prompt,
+                output_ids=output,
+                output_logprobs=[-0.5],
+                parent_id=ids[-1] if ids else None,
+                prompt_offset=offset,
             )
-        for call_id, sent in zip(ids, requests):
-            assert json.dumps((await store.get_call(call_id)).request) == json.dumps(sent)
+            ids += await store.insert_calls([record])
+        for call_id, sent, whole in zip(ids, requests, prompts):
+            call = await store.get_call(call_id)
+            assert json.dumps(call.request) == json.dumps(sent)
+            assert unpack_ids(call.prompt_ids) == whole
+        listed = await store.listings.calls(CallFilter(rollout_id=rollout.rollout_id), 0, 100, tokens=True)
+        assert [unpack_ids(c.prompt_ids) for c in listed] == prompts
+        assert [n.prompt_ids.tolist() for n in await store.call_nodes(rollout.rollout_id)] == prompts
     finally:
         await store.close()
