@@ -93,7 +93,7 @@ async def _play(
 ) -> tuple[float | None, str | None]:
     base = SandboxSpec(limits=settings.limits, name=f"check-{task.name}"[:40])
     base = await environments.sandbox_spec(task, harness.name, settings.sandbox, base)
-    spec = harness.sandbox_spec(task, NO_GATEWAY, base)
+    spec = environments.with_plain_image(harness.sandbox_spec(task, NO_GATEWAY, base), settings.sandbox)
     async with await create_sandbox(settings.sandbox, spec, **(settings.sandbox_options or {})) as sandbox:
         outcome = await harness.run(sandbox, task, NO_GATEWAY, task.agent_timeout_s)
         if outcome.timed_out:

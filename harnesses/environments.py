@@ -39,6 +39,7 @@ from sandboxes import Limits, SandboxSpec
 
 IMAGE_PREFIX = "harnessrl-task"
 FORWARDER_IMAGE = "debian:bookworm-slim"  # python3 inside (docker/setup-engine.sh builds it so)
+PLAIN_IMAGE = FORWARDER_IMAGE  # a docker sandbox's image when neither the task nor the harness brings one
 AGENTS_IN_TASK = ("opencode", "pi", "hermes", "claude-code", "codex")  # docker/Dockerfile.task-<agent>
 LOG_LINES = 30
 DEFAULT_WORKDIR = "/workspace"  # for an image without WORKDIR (its "/" cannot be a private workspace)
@@ -127,6 +128,12 @@ class Environments:
         if backend == "docker":
             return replace(spec, image=image.tag, forwarder_image=FORWARDER_IMAGE)
         return replace(spec, image=None, root=str(await self.rootfs(image)))
+
+    @staticmethod
+    def with_plain_image(spec: SandboxSpec, backend: str) -> SandboxSpec:
+        """A docker sandbox for a task without an image of its own (builtin tasks: files, instruction,
+        verifier) played by a harness that brings none (builtin, oracle): the plain base image."""
+        return replace(spec, image=PLAIN_IMAGE) if backend == "docker" and not spec.image else spec
 
     async def image_for(self, task: Task, harness: str) -> ImageConfig:
         """The task's image, or for a CLI agent the image derived from it with the agent inside."""

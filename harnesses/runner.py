@@ -431,7 +431,7 @@ class Runner:
         target = RolloutTarget(base_url, rollout["token"])
         base = replace(plan.base_spec, gateway_url=base_url, name=f"{task.name}-{index}"[:40])
         base = await self.environments.sandbox_spec(task, plan.harness.name, plan.sandbox, base)
-        spec = plan.harness.sandbox_spec(task, target, base)
+        spec = self.environments.with_plain_image(plan.harness.sandbox_spec(task, target, base), plan.sandbox)
         async with await create_sandbox(plan.sandbox, spec, **plan.sandbox_options) as sandbox:
             budget = AgentBudget.for_timeout(task.agent_timeout_s, plan.wall_factor)
             try:

@@ -28,6 +28,7 @@ import asyncio
 import contextlib
 import functools
 import io
+import re
 import secrets
 import shlex
 import shutil
@@ -61,6 +62,7 @@ KILL_ALL = (  # every process but PID 1 (init), this shell and the container's c
 )
 MAIN_PID = "cat /proc/1/task/1/children"  # init's one child at start: the forwarder (or sleep)
 
+_NAME_UNSAFE = re.compile(r"[^a-zA-Z0-9_.-]")
 _pool = ThreadPoolExecutor(max_workers=256, thread_name_prefix="harnessrl-docker")
 _client: docker.DockerClient | None = None
 
@@ -98,7 +100,8 @@ def _tar(files: Mapping[str, bytes], mode: int = 0o644) -> bytes:
 class DockerSandbox:
     def __init__(self, spec: SandboxSpec, client: docker.DockerClient) -> None:
         self.spec, self.client, self.api = spec, client, client.api
-        self.id = f"{spec.name or 'sbx'}-{secrets.token_hex(4)}"
+        # Container names allow [a-zA-Z0-9_.-] only; task names do not promise that (add-000-3+4).
+        self.id = f"{_NAME_UNSAFE.sub('-', spec.name or 'sbx')}-{secrets.token_hex(4)}"
         self.container_id: str | None = None
         self._sidecar_id: str | None = None  # the forwarder's container, with spec.forwarder_image
         self._dir = Path(tempfile.mkdtemp(prefix=f"harnessrl-{self.id}-"))
