@@ -66,6 +66,11 @@ async def probe(engine: EngineClient, model: str) -> None:
     try:
         answer = await engine.chat({**body, "stream": False})
     except EngineError as exc:
+        if exc.status_code >= 500:  # the engine is broken, not too old: its own log says why
+            raise CaptureUnsupported(
+                f"the engine failed the gateway's capture probe with HTTP {exc.status_code} ({exc.message}): "
+                "see the engine's log"
+            ) from exc
         raise CaptureUnsupported(f"the engine refused the gateway's capture probe ({exc.message}); {UPGRADE}") from exc
     problem = missing_fields(answer, streamed=False)
     if problem is None:

@@ -11,7 +11,7 @@ from gateway import capture_probe
 from gateway.app import create_app
 from gateway.capture_probe import CaptureCheckedEngine, CaptureUnsupported
 from gateway.engine.client import VLLMEngineClient
-from gateway.errors import EngineUnavailable
+from gateway.errors import EngineError, EngineUnavailable
 from tests.builders import ADMIN_HEADERS, chat_body, gateway_settings, messages_body
 
 
@@ -129,3 +129,23 @@ async def test_an_engine_that_comes_back_is_probed_again_before_it_serves():
     with pytest.raises(CaptureUnsupported, match="no sampled token_ids"):
         await checked.chat({"model": "m"})
     assert engine.probes == 3
+
+
+class BrokenEngine(FlakyEngine):
+    """An engine whose core died: every model call answers ``status``."""
+
+    def __init__(self, status: int, message: str):
+        super().__init__()
+        self.status, self.message = status, message
+
+    async def chat(self, body: dict) -> dict:
+        raise EngineError(self.status, self.message)
+
+
+async def test_an_engine_that_fails_the_probe_is_named_broken_not_too_old():
+    with pytest.raises(CaptureUnsupported) as failed:
+        await CaptureCheckedEngine(BrokenEngine(500, "EngineCore encountered an issue")).chat({"model": "m"})
+    assert "failed the gateway's capture probe with HTTP 500" in failed.value.message
+    assert "see the engine's log" in failed.value.message and "upgrade" not in failed.value.message
+    with pytest.raises(CaptureUnsupported, match="refused the gateway's capture probe .*upgrade the engine"):
+        await CaptureCheckedEngine(BrokenEngine(400, "unknown field")).chat({"model": "m"})
