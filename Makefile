@@ -6,7 +6,7 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 DEMO_MINUTES ?= 14
 
-.PHONY: install demo test test-unit lint bench check-install clean
+.PHONY: install demo test test-unit lint bench check-install compose-check clean
 
 # pip, not uv/poetry: only pip sees the CPU torch wheel on this machine kind (see REFERENCE.md).
 $(STAMP): pyproject.toml constraints/cpu.txt
@@ -48,6 +48,11 @@ bench: install
 # dry-run against PyPI, nothing installed (tests/integration/test_install.py runs it on every CI run).
 check-install: install
 	$(BIN)/python tests/install_check.py
+
+# docker/compose.yaml end to end on this host (on demand; builds the ~5 GB stack image): up, a run of
+# the builtin arithmetic tasks through 2 workers, a published version on both engines, down.
+compose-check:
+	bash docker/compose-check.sh
 
 clean:
 	rm -rf $(VENV) build *.egg-info
