@@ -27,6 +27,7 @@ from gateway.store.writer import CallWriter
 from gateway.tito.serving import TitoEngine
 from gateway.tito.template import ModelText
 from gateway.token_prefix import PrefixArrays
+from gateway.validated_history import ValidatedHistory
 
 
 @dataclass
@@ -43,6 +44,7 @@ class GatewayState:
     engine_clock: EngineClock = field(default_factory=EngineClock)  # per rollout, for engine-paced budgets
     retries: RetryBook = field(default_factory=RetryBook)  # in-flight and recent calls: SDK retries
     prefixes: PrefixArrays = field(default_factory=PrefixArrays)  # rollouts' recent token arrays
+    chat_history: ValidatedHistory = field(default_factory=ValidatedHistory)  # rollouts' validated messages
     model_root: str | None = None  # the engine's model folder, as /v1/models reports it
     _tito: TitoEngine | None = None
     _decoder: TokenDecoder | None = None

@@ -16,7 +16,7 @@ from gateway.state import StateDep
 
 async def chat_completions(request: Request, state: StateDep):
     call = await open_call(request, state)
-    return answered(state, await OpenAIServing(call.pipeline).chat(call.raw, call.identity))
+    return answered(state, await OpenAIServing(call.pipeline, state.chat_history).chat(call.raw, call.identity))
 
 
 async def completions(request: Request, state: StateDep):

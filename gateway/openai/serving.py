@@ -9,15 +9,17 @@ from gateway.openai.stream import chat_stream_events, completion_stream_events
 from gateway.pipeline import ChatPipeline
 from gateway.store.records import RolloutIdentity
 from gateway.streaming import ServedCall, StreamedAnswer
+from gateway.validated_history import ValidatedHistory
 from gateway.validation import parse_request
 
 
 class OpenAIServing:
-    def __init__(self, pipeline: ChatPipeline):
+    def __init__(self, pipeline: ChatPipeline, history: ValidatedHistory | None = None):
         self.pipeline = pipeline
+        self.history = history or ValidatedHistory()  # the gateway's: each rollout's messages validated once
 
     async def chat(self, raw: dict, identity: RolloutIdentity) -> ServedCall | StreamedAnswer:
-        request = parse_request(ChatCompletionRequest, raw)
+        request = self.history.parse(ChatCompletionRequest, raw, identity.rollout_id)
         if request.stream:
             call = await self.pipeline.chat_stream(raw, identity, CHAT.name, raw, request.top_logprobs or 0)
             return StreamedAnswer(call, chat_stream_events(call, request, _include_usage(request)))
