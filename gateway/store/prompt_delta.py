@@ -14,7 +14,7 @@ Readers get whole prompts: ``whole_prompts`` rebuilds them from a rollout's stor
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Collection, Iterable, Sequence
 from dataclasses import dataclass
 
 from sqlalchemy import select
@@ -40,23 +40,32 @@ def stored_ids(prompt_ids: Sequence[int], offset: int) -> bytes:
     return pack_ids(prompt_ids[offset:])
 
 
-def whole_prompts(rows: Iterable[StoredPrompt]) -> dict[int, bytes]:
-    """Each call's whole prompt (int32 LE) from the stored rows of its rollout, its ancestors included.
+def whole_prompts(rows: Iterable[StoredPrompt], wanted: Collection[int] | None = None) -> dict[int, bytes]:
+    """The whole prompts (int32 LE) of the calls in ``wanted`` (every row's with None), from the stored
+    rows of their rollout, their ancestors included.
 
-    Cost: one pass in id order; each call copies its parent's prompt + output once, so time and memory
-    are those of the whole prompts returned."""
+    One pass in id order. A whole prompt is held only while a later row still leans on it or when it
+    is wanted, so memory is that of the answer plus the chains' frontier, not of every prompt rebuilt
+    (a 2,000-turn rollout read for its last calls holds a few prompts, not 2,000)."""
     by_id = {row.call_id: row for row in rows}
-    whole: dict[int, bytes] = {}
+    last_child = {by_id[i].parent_id: i for i in sorted(by_id) if by_id[i].offset}
+    held: dict[int, bytes] = {}  # whole prompts a later row leans on
+    found: dict[int, bytes] = {}
     for call_id in sorted(by_id):
         row = by_id[call_id]
         if row.offset == 0:
-            whole[call_id] = row.stored
-            continue
-        if row.parent_id not in whole:
+            prompt = row.stored
+        elif row.parent_id not in held:
             raise LookupError(f"call {call_id}'s prompt leans on call {row.parent_id}, which was not read with it")
-        prefix = (whole[row.parent_id] + by_id[row.parent_id].output)[: row.offset * 4]
-        whole[call_id] = prefix + row.stored
-    return whole
+        else:
+            prompt = (held[row.parent_id] + by_id[row.parent_id].output)[: row.offset * 4] + row.stored
+            if last_child[row.parent_id] == call_id:
+                del held[row.parent_id]
+        if call_id in last_child:
+            held[call_id] = prompt
+        if wanted is None or call_id in wanted:
+            found[call_id] = prompt
+    return found
 
 
 def as_stored(row) -> StoredPrompt:
@@ -64,23 +73,21 @@ def as_stored(row) -> StoredPrompt:
     return StoredPrompt(row.id, row.parent_id, row.prompt_offset or 0, row.prompt_ids, row.output_ids)
 
 
-async def rollout_prompts(session: AsyncSession, rollout_id: int, last_id: int | None = None) -> dict[int, bytes]:
-    """Whole prompts of a rollout's calls up to ``last_id`` (all of them with None): one query."""
-    query = select(*STORED_COLUMNS).where(Call.rollout_id == rollout_id)
-    if last_id is not None:
-        query = query.where(Call.id <= last_id)
-    return whole_prompts(as_stored(row) for row in (await session.execute(query)).all())
+def last_ids(calls: Iterable, needs) -> dict[int, int]:
+    """Per rollout, the highest id of ``calls`` for which ``needs(call)``: how far its rows are read."""
+    last: dict[int, int] = {}
+    for call in calls:
+        if needs(call):
+            last[call.rollout_id] = max(last.get(call.rollout_id, 0), call.id)
+    return last
 
 
 async def fill_whole_prompts(session: AsyncSession, calls: Sequence) -> dict[int, bytes]:
     """Whole prompts of ``calls`` (ORM objects or rows with id, rollout_id, prompt_offset, prompt_ids):
     those stored whole as they are, the others rebuilt with one query per rollout."""
     whole = {call.id: call.prompt_ids for call in calls if not call.prompt_offset}
-    last: dict[int, int] = {}
-    for call in calls:
-        if call.prompt_offset:
-            last[call.rollout_id] = max(last.get(call.rollout_id, 0), call.id)
-    for rollout_id, last_id in last.items():
-        rebuilt = await rollout_prompts(session, rollout_id, last_id)
-        whole.update((call.id, rebuilt[call.id]) for call in calls if call.id in rebuilt and call.prompt_offset)
+    for rollout_id, last_id in last_ids(calls, lambda call: call.prompt_offset).items():
+        query = select(*STORED_COLUMNS).where(Call.rollout_id == rollout_id, Call.id <= last_id)
+        wanted = {call.id for call in calls if call.rollout_id == rollout_id and call.prompt_offset}
+        whole.update(whole_prompts((as_stored(row) for row in (await session.execute(query)).all()), wanted))
     return whole

@@ -224,29 +224,20 @@ class Store:
         return request_delta.encode(record.request, record.parent_id, parent)
 
     async def _read_whole(self, calls: Sequence[Call]) -> None:
-        """Detached calls as received: whole requests and whole prompts in place of the stored deltas."""
-        await self._decode_requests(calls)
-        async with self.sessions() as session:
-            prompts = await prompt_delta.fill_whole_prompts(session, calls)
-        for call in calls:
-            call.prompt_ids, call.prompt_offset = prompts[call.id], 0
-
-    async def _decode_requests(self, calls: Sequence[Call]) -> None:
-        """Replace stored deltas by the requests as received (one query for the bases they need)."""
-        pending = [c for c in calls if request_delta.is_delta(c.request)]
-        if not pending:
-            return
-        by_rollout: dict[int, int] = {}
-        for call in pending:
-            by_rollout[call.rollout_id] = max(by_rollout.get(call.rollout_id, 0), call.id)
-        for rollout_id, last in by_rollout.items():
-            query = select(Call.id, Call.request).where(Call.rollout_id == rollout_id, Call.id <= last)
+        """Detached calls as received: whole requests and whole prompts in place of the stored deltas
+        (one query per rollout for the bases they need)."""
+        stored_whole = {c.id for c in calls if not request_delta.is_delta(c.request) and not c.prompt_offset}
+        for rollout_id, last in prompt_delta.last_ids(calls, lambda c: c.id not in stored_whole).items():
+            query = select(Call.request, *prompt_delta.STORED_COLUMNS).where(
+                Call.rollout_id == rollout_id, Call.id <= last
+            )
             async with self.sessions() as session:
-                stored = {row.id: row.request for row in (await session.execute(query)).all()}
-            decoded = request_delta.decode_all(stored)
-            for call in pending:
-                if call.rollout_id == rollout_id:
-                    call.request = decoded[call.id]
+                rows = (await session.execute(query)).all()
+            requests = request_delta.decode_all({row.id: row.request for row in rows})
+            mine = [c for c in calls if c.rollout_id == rollout_id and c.id not in stored_whole]
+            prompts = prompt_delta.whole_prompts((prompt_delta.as_stored(row) for row in rows), {c.id for c in mine})
+            for call in mine:
+                call.request, call.prompt_ids, call.prompt_offset = requests[call.id], prompts[call.id], 0
 
     @asynccontextmanager
     async def _transaction(self) -> AsyncIterator[AsyncConnection]:
@@ -263,7 +254,7 @@ class Store:
         query = select(*prompt_delta.STORED_COLUMNS).where(Call.rollout_id == rollout_id).order_by(Call.id)
         async with self.sessions() as session:
             rows = [prompt_delta.as_stored(row) for row in (await session.execute(query)).all()]
-        prompts = prompt_delta.whole_prompts(rows)
+        prompts = prompt_delta.whole_prompts(rows, {r.call_id for r in rows[-limit:]})
         return [
             GraphNode(r.call_id, len(prompts[r.call_id]) // 4, prompts[r.call_id] + r.output) for r in rows[-limit:]
         ]

@@ -6,6 +6,7 @@ import asyncio
 import sqlite3
 
 import numpy as np
+import pytest
 from alembic import command
 
 from gateway.engine.fake import render_chat
@@ -127,6 +128,19 @@ def test_whole_prompts_follow_parents_into_their_sampled_tokens():
         3: [1, 2, 3, 4, 5, 7],
         4: [9],
     }
+
+
+def test_only_the_wanted_prompts_are_returned_and_a_missing_parent_is_named():
+    rows = [
+        StoredPrompt(1, None, 0, _ids(1), _ids(2)),
+        StoredPrompt(2, 1, 2, _ids(3), _ids(4)),
+        StoredPrompt(3, 1, 2, _ids(5), _ids()),  # a second child of 1, after 2 was built on it
+        StoredPrompt(4, 2, 4, _ids(6), _ids()),
+    ]
+    whole = prompt_delta.whole_prompts(rows, wanted={3, 4})
+    assert {k: np.frombuffer(v, "<i4").tolist() for k, v in whole.items()} == {3: [1, 2, 5], 4: [1, 2, 3, 4, 6]}
+    with pytest.raises(LookupError, match="leans on call 2"):
+        prompt_delta.whole_prompts([rows[0], rows[3]])
 
 
 async def test_the_prompt_delta_migration_writes_whole_prompts_back_when_downgraded(sqlite_db):
