@@ -69,7 +69,6 @@ class ImportanceRatio:
     ratio: Tensor  # float [B, T]: exp(new - old) on kept tokens, 1 elsewhere; differentiable in new
     mask: Tensor  # bool [B, T]: loss_mask and ratio within [is_min, is_max]: the tokens trained on
     masked: Tensor  # bool [B, T]: loss_mask tokens dropped because their ratio is out of range
-    masked_fraction: float  # masked.sum() / loss_mask.sum(); 0.0 when nothing was sampled
 
 
 def importance_ratio(
@@ -93,9 +92,8 @@ def importance_ratio(
     keep = sampled & in_range
     # exp only of kept tokens' log-ratios: an inf in an unused branch would turn its zero gradient into NaN.
     ratio = torch.where(keep, log_ratio, 0.0).exp()
-    masked = sampled & ~keep
-    num_sampled = int(sampled.sum())
-    return ImportanceRatio(ratio, keep, masked, int(masked.sum()) / num_sampled if num_sampled else 0.0)
+    # No counts here: they would sync the device per micro-batch; the loss's stats count once (_stats).
+    return ImportanceRatio(ratio, keep, sampled & ~keep)
 
 
 def per_token_advantages(advantages: Tensor, like: Tensor) -> Tensor:

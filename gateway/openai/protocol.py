@@ -198,59 +198,6 @@ class CompletionRequest(SamplingFields):
 # --- responses -----------------------------------------------------------------------------
 
 
-class Usage(OpenAIModel):
-    prompt_tokens: int
-    completion_tokens: int
-    total_tokens: int
-
-
-class ChunkToolCall(OpenAIModel):
-    index: int
-    id: str | None = None
-    type: Literal["function"] | None = None
-    function: dict[str, str] | None = None
-
-
-class ChunkDelta(OpenAIModel):
-    role: Literal["assistant"] | None = None
-    content: str | None = None
-    reasoning_content: str | None = None  # extension (vLLM)
-    tool_calls: list[ChunkToolCall] | None = None
-    refusal: str | None = None
-
-
-class ChunkChoice(OpenAIModel):
-    index: int = 0
-    delta: ChunkDelta
-    logprobs: dict[str, Any] | None = None
-    finish_reason: str | None = None
-
-
-class ChatCompletionChunk(OpenAIModel):
-    id: str
-    object: Literal["chat.completion.chunk"] = "chat.completion.chunk"
-    created: int
-    model: str
-    choices: list[ChunkChoice]
-    usage: Usage | None = None
-
-
-class CompletionChunkChoice(OpenAIModel):
-    index: int = 0
-    text: str
-    logprobs: dict[str, Any] | None = None
-    finish_reason: str | None = None
-
-
-class CompletionChunk(OpenAIModel):
-    id: str
-    object: Literal["text_completion"] = "text_completion"
-    created: int
-    model: str
-    choices: list[CompletionChunkChoice]
-    usage: Usage | None = None
-
-
 class ModelCard(OpenAIModel):
     id: str
     object: Literal["model"] = "model"
@@ -265,14 +212,3 @@ class ModelCard(OpenAIModel):
 class ModelList(OpenAIModel):
     object: Literal["list"] = "list"
     data: list[ModelCard]
-
-
-class ErrorDetail(OpenAIModel):
-    message: str
-    type: str
-    param: str | None = None
-    code: str | None = None
-
-
-class ErrorResponse(OpenAIModel):
-    error: ErrorDetail

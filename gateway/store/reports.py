@@ -90,10 +90,9 @@ class ReportData:
 
 async def gather_report(store: Store, run: str) -> ReportData | None:
     """Everything the report plots; None when no run has that name."""
-    found = await store.listings.run(run)
-    if found is None:
+    run_id = await store.run_id(run)
+    if run_id is None:
         return None
-    run_id = found.id
     return ReportData(
         run,
         tuple(await step_points(store, run_id)),

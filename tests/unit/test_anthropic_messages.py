@@ -13,7 +13,7 @@ from anthropic import AsyncAnthropic
 
 from gateway.engine.fake import FakeReply, decode, logprob_at, render_chat
 from tests.builders import gateway_settings
-from tests.unit.conftest import GatewayHarness, start_gateway
+from tests.gateway_harness import GatewayHarness, start_gateway
 
 WEATHER = {
     "name": "get_weather",

@@ -9,7 +9,7 @@ import pytest
 
 from gateway.engine.fake import FakeReply, decode, logprob_at, render_chat
 from tests.builders import gateway_settings
-from tests.unit.conftest import start_gateway
+from tests.gateway_harness import start_gateway
 
 WEATHER_TOOL = {
     "type": "function",
