@@ -1,0 +1,90 @@
+"""What several commands share: the console, failing with a message, the shared options (store URL, task
+selection) and turning options into values (store URL, migrated store, admin key, judge, task selection)."""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+import typer
+from rich.console import Console
+
+console = Console(stderr=True)
+
+DatabaseUrl = Annotated[
+    str | None,
+    typer.Option(
+        "--database-url",
+        envvar="HARNESSRL_DATABASE_URL",
+        help="sqlite+aiosqlite:///PATH or postgresql+asyncpg://USER@HOST/DB [default: SQLite under $HARNESSRL_HOME]",
+    ),
+]
+
+# Which tasks a command runs (harnesses/datasets.py): --tasks and the selection options.
+TASKS_HELP = (
+    "A folder of Harbor tasks (nested), a .jsonl file, a list file (one path a line), or "
+    "builtin:arithmetic | builtin:tasks, or resolved by OpenEnv: harbor:FOLDER | harbor:ORG/NAME | "
+    "harbor:NAME@VERSION | hf:ORG/NAME"
+)
+Include = Annotated[list[str] | None, typer.Option(help="Only tasks whose name matches this glob, repeatable")]
+Exclude = Annotated[list[str] | None, typer.Option(help="Leave out tasks whose name matches this glob, repeatable")]
+Split = Annotated[
+    str,
+    typer.Option(
+        help="all | train | test: tasks split by a hash of their name, so training and evaluation never share one"
+    ),
+]
+TestFraction = Annotated[float, typer.Option(min=0.0, max=1.0, help="Share of task names in the test split")]
+
+
+def fail(message: str) -> typer.Exit:
+    """Print the error; the exit (code 1) for the caller to raise."""
+    console.print(f"[bold red]error:[/] {message}")
+    return typer.Exit(code=1)
+
+
+def resolve_database_url(url: str | None) -> str:
+    """--database-url, else the SQLite store under $HARNESSRL_HOME."""
+    from harnessrl.settings import default_database_url
+
+    return url or default_database_url()
+
+
+def upgrade_store(url: str) -> None:
+    """Apply the store's migrations, or a CLI error naming the setting."""
+    from migrations.runner import upgrade
+
+    try:
+        upgrade(url)
+    except Exception as exc:  # noqa: BLE001 - reported as a CLI message naming the setting
+        raise fail(
+            f"could not migrate {url}: {type(exc).__name__}: {exc}\ncheck --database-url / HARNESSRL_DATABASE_URL"
+        ) from None
+
+
+def resolve_admin_key(given: str | None, create: bool = False) -> str:
+    """The admin key (harnessrl.settings.admin_key), or a CLI error naming where it is looked for."""
+    from harnessrl.settings import AdminKeyError, admin_key
+
+    try:
+        return admin_key(given, create=create)
+    except (AdminKeyError, OSError) as exc:
+        raise fail(str(exc)) from None
+
+
+def judge_settings(options):
+    """The judge the --judge options ask for (None without --judge); a CLI message naming the fix otherwise."""
+    try:
+        return options.settings()
+    except ValueError as exc:
+        raise fail(str(exc)) from None
+
+
+def task_selection(include: list[str] | None, exclude: list[str] | None, split: str, test_fraction: float):
+    """The tasks --include, --exclude, --split and --test-fraction choose (harnesses.datasets.Selection)."""
+    from harnesses.datasets import Selection
+    from harnesses.task import TaskError
+
+    try:
+        return Selection(tuple(include or ()), tuple(exclude or ()), split, test_fraction)
+    except TaskError as exc:
+        raise fail(str(exc)) from None

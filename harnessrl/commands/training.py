@@ -1,0 +1,270 @@
+"""`harnessrl quickstart`, `train`, `sft` and `demo`: training a LoRA adapter (and the all-in-one runs)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from harnessrl.commands.options import (
+    TASKS_HELP,
+    DatabaseUrl,
+    Exclude,
+    Include,
+    TestFraction,
+    console,
+    fail,
+    judge_settings,
+    resolve_admin_key,
+    resolve_database_url,
+    task_selection,
+    upgrade_store,
+)
+from harnessrl.judge_options import NO_JUDGE, JudgeOptions, judge_options
+
+
+@judge_options()
+def quickstart(
+    minutes: Annotated[float, typer.Option(help="Start rollouts for this long")] = 14.0,
+    run: Annotated[str, typer.Option(help="The run's name")] = "quickstart",
+    tasks: Annotated[str, typer.Option(help=TASKS_HELP)] = "builtin:arithmetic",
+    model: Annotated[Path | None, typer.Option(help="Model folder (default: SmolLM2, prepared)")] = None,
+    split: Annotated[str, typer.Option(help="The split trained on (all | train | test); eval uses test")] = "train",
+    test_fraction: TestFraction = 0.2,
+    include: Include = None,
+    exclude: Exclude = None,
+    eval_every: Annotated[
+        int,
+        typer.Option(
+            min=0,
+            help="Evaluate on the held-out (test) split: the base model, then every N versions and the "
+            "last, into the run <run>-eval (0: off)",
+        ),
+    ] = 0,
+    eval_k: Annotated[int, typer.Option(min=1, help="Rollouts per held-out task per evaluation")] = 4,
+    group_size: int = 4,
+    concurrency: int = 8,
+    learner_metrics_port: Annotated[
+        int | None,
+        typer.Option(help="Port of the learner's Prometheus /metrics on 127.0.0.1 (default: a free one; 0: off)"),
+    ] = None,
+    database_url: DatabaseUrl = None,
+    admin_key: Annotated[
+        str | None,
+        typer.Option(envvar="HARNESSRL_ADMIN_KEY", help="The gateway's admin key [default: $HARNESSRL_HOME/admin.key]"),
+    ] = None,
+    judge: JudgeOptions = NO_JUDGE,
+    warm_start: Annotated[
+        bool,
+        typer.Option(
+            help="First a warm-up run (<run>-warmup: a teacher's with --upstream, else the policy's best of "
+            "--warm-up-group-size), SFT on its successes published as the next version, then GRPO from it"
+        ),
+    ] = False,
+    upstream: Annotated[
+        str | None,
+        typer.Option(help="With --warm-start: the teacher, a litellm model string (openai/..., hosted_vllm/NAME)"),
+    ] = None,
+    upstream_base_url: Annotated[str | None, typer.Option(help="The teacher's API base (hosted_vllm/...)")] = None,
+    warm_up_rounds: Annotated[int, typer.Option(min=1, help="Warm-up passes over the tasks")] = 1,
+    warm_up_group_size: Annotated[int, typer.Option(min=1, help="G of the policy's best-of-G warm-up")] = 8,
+    sft_epochs: Annotated[int, typer.Option(min=1, help="SFT passes over the warm-up's successes")] = 4,
+) -> None:
+    """Engine, gateway, rollouts and the learner on this machine, with one live display."""
+    from harnesses.datasets import load_selection
+    from harnesses.task import TaskError
+    from harnessrl.model_prep import prepare_smollm2
+    from harnessrl.quickstart import Quickstart, QuickstartPlan
+    from harnessrl.server import free_port
+    from harnessrl.warm_start import WarmStart
+
+    if tasks.startswith("openenv:"):  # its rounds run the one-shot builtin agent, which has no environment tools
+        raise fail(
+            f"quickstart trains on task files and families; an OpenEnv environment runs with `harnessrl run "
+            f"--tasks {tasks} --harness builtin|opencode --run NAME` and `harnessrl train --run NAME`"
+        )
+    if upstream and not warm_start:
+        raise fail("--upstream names the warm start's teacher: add --warm-start")
+    warm = (
+        WarmStart(
+            teacher=upstream,
+            teacher_base_url=upstream_base_url,
+            rounds=warm_up_rounds,
+            group_size=warm_up_group_size,
+            epochs=sft_epochs,
+        )
+        if warm_start
+        else None
+    )
+    url = resolve_database_url(database_url)
+    upgrade_store(url)
+    try:
+        chosen = load_selection(tasks, task_selection(include, exclude, split, test_fraction))
+        held_out = load_selection(tasks, task_selection(include, exclude, "test", test_fraction)) if eval_every else []
+    except TaskError as exc:
+        raise fail(str(exc)) from None
+    plan = QuickstartPlan(
+        run=run,
+        model_dir=(model or prepare_smollm2()).resolve(),
+        tasks=chosen,
+        database_url=url,
+        minutes=minutes,
+        group_size=group_size,
+        concurrency=concurrency,
+        learner_metrics_port=free_port() if learner_metrics_port is None else learner_metrics_port,
+        admin_key=resolve_admin_key(admin_key, create=True),
+        eval_every=eval_every,
+        eval_tasks=held_out,
+        eval_k=eval_k,
+        judge=judge_settings(judge),
+        warm_start=warm,
+    )
+    png, adapter = Quickstart(plan, console).run()
+    console.print(f"reward curve: {png}")
+    console.print(f"final adapter: {adapter or 'none published (the learner took no step)'}")
+
+
+def train(
+    run: Annotated[str, typer.Option(help="The run whose ready groups to train on")],
+    config: Annotated[
+        Path | None,
+        typer.Option(help="Learner settings (TOML); every key is optional, see --show-config for the defaults"),
+    ] = None,
+    database_url: DatabaseUrl = None,
+    max_steps: Annotated[int | None, typer.Option(help="Stop after this many steps in total (0: never)")] = None,
+    metrics_port: Annotated[
+        int | None,
+        typer.Option(help="Serve Prometheus /metrics on 127.0.0.1:PORT (0: off; overrides the config's metrics_port)"),
+    ] = None,
+    show_config: Annotated[bool, typer.Option(help="Print the resolved settings as TOML and exit")] = False,
+    admin_key: Annotated[
+        str | None,
+        typer.Option(
+            envvar="HARNESSRL_ADMIN_KEY",
+            help="The gateway's admin key, for publishing "
+            "[default: the config's admin_key, else $HARNESSRL_HOME/admin.key]",
+        ),
+    ] = None,
+) -> None:
+    """Train a LoRA adapter on the run's ready groups, continuously, publishing each new version."""
+    import asyncio
+    import logging
+
+    from gateway.store.training import ConsumeConflict
+    from harnessrl.learner_settings import eval_thread, learner_settings
+    from learner.config import ConfigError, dump_toml, load_config
+    from learner.loop import LearnerError, train_from_url
+    from learner.publish import GatewayUnreachable, PublishError
+
+    try:
+        settings = learner_settings(load_config(config, max_steps=max_steps, metrics_port=metrics_port), run, admin_key)
+    except ConfigError as exc:
+        raise fail(f"{exc}") from None
+    if show_config:
+        print(dump_toml(settings), end="")
+        return
+    url = resolve_database_url(database_url)
+    logging.basicConfig(level=logging.WARNING, format="%(asctime)s %(name)s: %(message)s", datefmt="%H:%M:%S")
+    logging.getLogger("learner").setLevel(logging.INFO)
+    from transformers.utils import logging as hf_logging
+
+    hf_logging.disable_progress_bar()  # the per-step log lines are the learner's display
+    from learner.ranks import follow, init_from_env, is_leader, shutdown
+
+    init_from_env()  # under torchrun: rank 0 leads the loop, the other ranks follow it
+    try:
+        if not is_leader():
+            follow(settings)
+            return
+        upgrade_store(url)
+        evaluator = eval_thread(settings, run, url)
+        try:
+            result = asyncio.run(train_from_url(settings, url, run))
+        finally:
+            if evaluator is not None:
+                evaluator.stop()
+    except (PublishError, GatewayUnreachable, ConsumeConflict, LearnerError, ConfigError, FileNotFoundError) as exc:
+        raise fail(str(exc)) from None
+    finally:
+        shutdown()
+    console.print(
+        f"learner stopped ({result.reason}) at step {result.step}, policy version {result.version}; "
+        f"checkpoints in {settings.checkpoint.dir}"
+    )
+
+
+def demo(
+    max_model_len: int = 4096,
+    database_url: DatabaseUrl = None,
+) -> None:
+    """Prepare SmolLM2, serve it on vLLM behind the gateway, run a tool-using chat, show its tokens."""
+    from harnessrl.demo import run_demo
+
+    raise typer.Exit(code=run_demo(resolve_database_url(database_url), max_model_len))
+
+
+def sft(
+    run: Annotated[str, typer.Option(help="The run whose successful trajectories to imitate")],
+    min_reward: Annotated[float, typer.Option(help="Rollouts with at least this reward count as successes")] = 1.0,
+    epochs: Annotated[int, typer.Option(min=1, help="Passes over the trajectories")] = 2,
+    best_of_group: Annotated[
+        bool, typer.Option(help="Only the best rollout of each group (rejection sampling over a policy run)")
+    ] = False,
+    config: Annotated[
+        Path | None,
+        typer.Option(
+            help="Learner TOML (model_dir, dtype, device, lora.rank, optimizer.lr; see `harnessrl train --show-config`)"
+        ),
+    ] = None,
+    model: Annotated[Path | None, typer.Option(help="Model folder (default: the config's model_dir)")] = None,
+    lr: Annotated[float | None, typer.Option(help="AdamW learning rate [default: the config's]")] = None,
+    token_budget: Annotated[int, typer.Option(min=16, help="Tokens per packed row (longer samples left out)")] = 4096,
+    rows_per_step: Annotated[int, typer.Option(min=1, help="Packed rows per optimizer step")] = 4,
+    out: Annotated[Path | None, typer.Option(help="Output folder [default: $HARNESSRL_HOME/sft/RUN]")] = None,
+    publish: Annotated[
+        str | None, typer.Option(help="A gateway URL: publish the adapter there as the next policy version")
+    ] = None,
+    admin_key: Annotated[
+        str | None,
+        typer.Option(envvar="HARNESSRL_ADMIN_KEY", help="The gateway's admin key [default: $HARNESSRL_HOME/admin.key]"),
+    ] = None,
+    database_url: DatabaseUrl = None,
+) -> None:
+    """Warm start: train a LoRA adapter on the sampled tokens of a run's successful trajectories."""
+    from harnessrl.settings import data_home
+    from harnessrl.sft import SftPlan, run_sft
+    from learner.config import ConfigError, load_config
+    from learner.sft import SftConfig
+
+    try:
+        settings = load_config(config, model_dir=str(model) if model else None, lr=lr)
+    except ConfigError as exc:
+        raise fail(str(exc)) from None
+    if not settings.model_dir:
+        raise fail("no model: give --model DIR (the folder the engine serves) or model_dir in --config")
+    plan = SftPlan(
+        run=run,
+        database_url=resolve_database_url(database_url),
+        learner=settings,
+        out_dir=(out or data_home() / "sft" / run).resolve(),
+        sft=SftConfig(epochs=epochs, rows_per_step=rows_per_step, token_budget=token_budget),
+        min_reward=min_reward,
+        best_of_group=best_of_group,
+        gateway_url=publish,
+        admin_key=resolve_admin_key(admin_key) if publish else None,
+    )
+    try:
+        outcome = run_sft(
+            plan,
+            lambda s: console.print(f"step {s.step} (epoch {s.epoch + 1}): loss {s.loss:.4f} over {s.tokens} tokens"),
+        )
+    except (ValueError, RuntimeError) as exc:  # no successes, unreachable gateway, refused adapter
+        raise fail(str(exc)) from None
+    result = outcome.result
+    console.print(
+        f"trained on {result.samples} samples of {outcome.rollouts} rollouts ({result.refused} left out) "
+        f"in {outcome.seconds:.0f} s; adapter: {outcome.adapter}"
+    )
+    if outcome.version is not None:
+        console.print(f"published as policy-v{outcome.version}: new rollouts use it")
