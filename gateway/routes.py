@@ -7,9 +7,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from fastapi import Request
-from fastapi.responses import StreamingResponse
 
-from gateway.delivery import UNDELIVERED, Delivery, JSONBody
+from gateway.delivery import UNDELIVERED, Delivery, EventStream, JSONBody
 from gateway.identity import resolve_identity
 from gateway.json_body import read_json_body
 from gateway.pipeline import ChatPipeline
@@ -48,5 +47,5 @@ def delivered(state: GatewayState, served: ServedCall) -> Delivery:
 def streamed(answer: StreamedAnswer) -> Delivery:
     """A call streamed through: its events as they come; cut short, it is recorded ``undelivered``
     (the call id goes out in the stream, once the call exists)."""
-    response = StreamingResponse(answer.events, media_type="text/event-stream")
+    response = EventStream(answer.events)
     return Delivery(response, lambda: answer.call.undelivered(UNDELIVERED))

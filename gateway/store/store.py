@@ -69,6 +69,7 @@ class Store:
         self._adhoc: RolloutIdentity | None = None
         self._ended: dict[int, str] = {}  # rollout id -> the status it ended with (ended stays ended)
         self._running_seen: dict[int, float] = {}  # rollout id -> when it was last read as running
+        self._reading_status: dict[int, asyncio.Future[str | None]] = {}  # rollout id -> its read in flight
         self._recent_requests = RecentRequests()  # delta bases for the next calls' requests
 
     @classmethod
@@ -171,6 +172,8 @@ class Store:
 
         Ends through this store are seen at once; ends written by another process (a second gateway)
         within ``RUNNING_RECHECK_S``: a running answer is reused that long, so calls cost no query.
+        Concurrent calls of one rollout share one read (not one connection each, as the agent's
+        parallel calls would otherwise open when the answer expires).
         """
         ended = self._ended.get(rollout_id)
         if ended is not None:
@@ -178,6 +181,14 @@ class Store:
         seen = self._running_seen.get(rollout_id)
         if seen is not None and time.monotonic() - seen < RUNNING_RECHECK_S:
             return None
+        reading = self._reading_status.get(rollout_id)
+        if reading is None:
+            reading = asyncio.ensure_future(self._read_ended(rollout_id))
+            self._reading_status[rollout_id] = reading
+            reading.add_done_callback(lambda _: self._reading_status.pop(rollout_id, None))
+        return await asyncio.shield(reading)
+
+    async def _read_ended(self, rollout_id: int) -> str | None:
         async with self.sessions() as session:
             status = await session.scalar(select(Rollout.status).where(Rollout.id == rollout_id))
         if status is not None and status != RolloutStatus.RUNNING:

@@ -7,7 +7,7 @@ import threading
 from collections.abc import AsyncIterator
 
 import pytest
-from sqlalchemy import select
+from sqlalchemy import event, select
 
 from gateway.store.arrays import pack_ids, pack_logprobs, unpack_ids, unpack_logprobs
 from gateway.store.database import create_engine
@@ -133,3 +133,23 @@ def test_only_sqlite_files_take_the_threaded_insert_path():
     assert SQLiteInserts.applies_to("sqlite+aiosqlite:////tmp/x.db")
     assert not SQLiteInserts.applies_to("sqlite+aiosqlite:///:memory:")
     assert not SQLiteInserts.applies_to("postgresql+asyncpg://u@h/db")
+
+
+async def test_concurrent_calls_of_a_rollout_share_one_status_read(sqlite_db, monkeypatch):
+    import gateway.store.store as store_module
+
+    engine = create_engine(sqlite_db)
+    statements: list[str] = []
+    event.listen(engine.sync_engine, "before_cursor_execute", lambda *a: statements.append(a[2]))
+    store = Store(engine)
+    try:
+        identity = await store.create_rollout("run-a", "task-1")
+        monkeypatch.setattr(store_module, "RUNNING_RECHECK_S", 0.0)  # every call reads again
+        before = len(statements)
+        answers = await asyncio.gather(*(store.rollout_ended(identity.rollout_id) for _ in range(16)))
+        assert answers == [None] * 16
+        assert sum("FROM rollouts" in s for s in statements[before:]) == 1
+        await store.end_rollout(identity.rollout_id, "finished", None)
+        assert await store.rollout_ended(identity.rollout_id) == "finished"
+    finally:
+        await store.close()

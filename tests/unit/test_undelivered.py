@@ -10,10 +10,10 @@ import socket
 import anyio
 import httpx
 import pytest
-from starlette.responses import JSONResponse, StreamingResponse
+from starlette.responses import JSONResponse
 
 from gateway.app import create_app
-from gateway.delivery import Delivery
+from gateway.delivery import Delivery, EventStream
 from gateway.engine.fake import encode
 from harnessrl.server import BackgroundServer
 from tests.builders import ADMIN_HEADERS, chat_body, gateway_settings
@@ -148,7 +148,7 @@ async def test_stream_whose_send_fails_midway_is_undelivered():
         for n in range(5):
             yield f"data: {n}\n\n"
 
-    assert await run_response(StreamingResponse(chunks()), never_disconnects, failing_send) == ["undelivered"]
+    assert await run_response(EventStream(chunks()), never_disconnects, failing_send) == ["undelivered"]
 
 
 async def test_response_sent_whole_is_not_tagged():
@@ -195,4 +195,34 @@ async def test_stream_whose_client_leaves_after_the_last_chunk_is_delivered():
         for event in ("data: 1\n\n", "data: [DONE]\n\n"):
             yield event
 
-    assert await run_response(StreamingResponse(chunks()), leaves_after_the_last_chunk, send) == []
+    assert await run_response(EventStream(chunks()), leaves_after_the_last_chunk, send) == []
+
+
+async def test_stream_whose_client_leaves_while_it_waits_stops_its_iteration_and_is_undelivered():
+    """The engine has not sent the next chunk yet when the client hangs up: the iteration is cancelled
+    (its finally closes the engine stream) and the call is tagged, with no later cancellation leaking
+    into the task that served it."""
+    sent: list[dict] = []
+    closed = asyncio.Event()
+    first_out = asyncio.Event()
+
+    async def leaves_after_the_first_chunk() -> dict:
+        await first_out.wait()
+        return {"type": "http.disconnect"}
+
+    async def send(message: dict) -> None:
+        sent.append(message)
+        if message.get("body"):
+            first_out.set()
+
+    async def chunks():
+        try:
+            yield b"data: 1\n\n"
+            await asyncio.sleep(30)  # the engine, still sampling
+            yield b"data: 2\n\n"
+        finally:
+            closed.set()
+
+    assert await run_response(EventStream(chunks()), leaves_after_the_first_chunk, send) == ["undelivered"]
+    assert closed.is_set() and [m.get("body") for m in sent[1:]] == [b"data: 1\n\n"]
+    await asyncio.sleep(0.01)  # still running: the served task was not left cancelled
