@@ -22,22 +22,14 @@ def _event(payload: dict) -> bytes:
     return b"data: " + encoded(payload) + b"\n\n"
 
 
-async def chat_stream_events(
-    call: StreamedCall,
-    request: ChatCompletionRequest,
-    include_usage: bool,
-) -> AsyncIterator[bytes]:
-    async for out in _events(call, _ClientShape(request, include_usage)):
-        yield out
+def chat_stream_events(call: StreamedCall, request: ChatCompletionRequest, include_usage: bool) -> AsyncIterator[bytes]:
+    return _events(call, _ClientShape(request, include_usage))
 
 
-async def completion_stream_events(
-    call: StreamedCall,
-    request: CompletionRequest,
-    include_usage: bool,
+def completion_stream_events(
+    call: StreamedCall, request: CompletionRequest, include_usage: bool
 ) -> AsyncIterator[bytes]:
-    async for out in _events(call, _CompletionShape(request, include_usage)):
-        yield out
+    return _events(call, _CompletionShape(request, include_usage))
 
 
 async def _events(call: StreamedCall, shape: Callable[[dict], dict | None]) -> AsyncIterator[bytes]:

@@ -13,7 +13,7 @@ import pytest
 from starlette.responses import JSONResponse
 
 from gateway.app import create_app
-from gateway.delivery import Delivery, EventStream
+from gateway.delivery import Delivery, EventStream, client_gone
 from gateway.engine.fake import encode
 from harnessrl.server import BackgroundServer
 from tests.builders import ADMIN_HEADERS, chat_body, gateway_settings
@@ -226,3 +226,12 @@ async def test_stream_whose_client_leaves_while_it_waits_stops_its_iteration_and
     assert await run_response(EventStream(chunks()), leaves_after_the_first_chunk, send) == ["undelivered"]
     assert closed.is_set() and [m.get("body") for m in sent[1:]] == [b"data: 1\n\n"]
     await asyncio.sleep(0.01)  # still running: the served task was not left cancelled
+
+
+async def test_a_disconnect_check_with_nothing_waiting_leaves_no_wait_behind():
+    messages: asyncio.Queue[dict] = asyncio.Queue()
+    assert client_gone(messages.get) is False  # nothing there: the wait is dropped, not left pending
+    await messages.put({"type": "http.disconnect"})
+    assert await asyncio.wait_for(messages.get(), 1) == {"type": "http.disconnect"}  # nobody stole it
+    await messages.put({"type": "http.disconnect"})
+    assert client_gone(messages.get) is True
