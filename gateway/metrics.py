@@ -40,12 +40,22 @@ class GatewayMetrics:
         self.engine_dtype = Gauge(
             "harnessrl_engine_dtype_info", "1 for the managed engine's serving dtype", ["dtype"], registry=r
         )
+        self._recorded_children: dict[str, tuple] = {}  # dialect -> its labelled calls, latency, tokens
 
     def recorded(self, dialect: str, latency_ms: float, prompt_tokens: int, output_tokens: int) -> None:
-        self.calls.labels(dialect, "ok").inc()
-        self.latency.labels(dialect).observe(latency_ms / 1000.0)
-        self.tokens_in.labels(dialect).inc(prompt_tokens)
-        self.tokens_out.labels(dialect).inc(output_tokens)
+        children = self._recorded_children.get(dialect)
+        if children is None:  # .labels() costs a lock and a lookup: once per dialect, not per call
+            children = self._recorded_children[dialect] = (
+                self.calls.labels(dialect, "ok"),
+                self.latency.labels(dialect),
+                self.tokens_in.labels(dialect),
+                self.tokens_out.labels(dialect),
+            )
+        calls, latency, tokens_in, tokens_out = children
+        calls.inc()
+        latency.observe(latency_ms / 1000.0)
+        tokens_in.inc(prompt_tokens)
+        tokens_out.inc(output_tokens)
 
     def failed(self, path: str, status_code: int, engine_kind: str | None) -> None:
         self.calls.labels(dialect_at(path).name, str(status_code)).inc()

@@ -216,11 +216,11 @@ class Store:
         (``request_delta``): the agent resends its history, the store keeps what is new."""
         rows = [_call_row(record, self._stored_request(record)) for record in records]
         table = Call.__table__
-        # A Core insert on the session's connection: the ORM's bulk path costs ~1 ms per call.
-        statement = insert(table).returning(table.c.id, sort_by_parameter_order=True)
         if self._inserts is not None and self._bind is None:
-            ids = await self._inserts.insert(statement, rows)
+            ids = await self._inserts.insert(table, rows)
         else:
+            # A Core insert on the session's connection: the ORM's bulk path costs ~1 ms per call.
+            statement = insert(table).returning(table.c.id, sort_by_parameter_order=True)
             async with self._transaction() as connection:
                 if len(rows) == 1:  # a plain execute; the compiled statement is cached
                     ids = [(await connection.execute(statement, rows[0])).scalar_one()]

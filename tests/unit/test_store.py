@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import sqlite3
 import threading
 from collections.abc import AsyncIterator
 
@@ -125,6 +126,33 @@ async def test_a_failed_call_batch_raises_and_commits_nothing(file_store):
         await file_store.insert_calls([good, orphan])
     assert await file_store.list_calls(identity.rollout_id, 0, 10) == []
     assert len(await file_store.insert_calls([good])) == 1  # the writer thread carries on
+
+
+async def test_the_threaded_sqlite_insert_stores_exactly_what_a_core_insert_stores(file_store, sqlite_db):
+    """The threaded path runs SQLAlchemy's compiled INSERT with each column type's bind processor on a
+    plain connection: the stored row, byte for byte, is the Core insert's."""
+    identity = await file_store.create_rollout("run-x", "task-1")
+    record = call_record(
+        identity.rollout_id,
+        request={"messages": [{"role": "user", "content": "héllo \u2603"}], "n": 2**70, "f": 0.1},
+        response={"nested": [None, True, {"a": []}]},
+        tags=["summary"],
+        temperature=0.7,
+    )
+    threaded = (await file_store.insert_calls([record]))[0]
+    core_engine = create_engine(sqlite_db)
+    core = Store(core_engine)  # no threaded inserts: a Core insert on the async engine
+    try:
+        cored = (await core.insert_calls([record]))[0]
+    finally:
+        await core.close()
+    with sqlite3.connect(sqlite_db.removeprefix("sqlite+aiosqlite:///")) as raw:
+        rows = [raw.execute("SELECT * FROM calls WHERE id = ?", (i,)).fetchone() for i in (threaded, cored)]
+    columns = [d[0] for d in raw.execute("SELECT * FROM calls").description]
+    differing = {c for c, a, b in zip(columns, *rows) if a != b}
+    assert differing == {"id", "created_at"}  # the clock moved; the stored form is the same
+    stamps = [row[columns.index("created_at")] for row in rows]
+    assert len(stamps[0]) == len(stamps[1]) and stamps[0][:10] == stamps[1][:10]  # one format
 
 
 def test_only_sqlite_files_take_the_threaded_insert_path():
