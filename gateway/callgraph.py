@@ -43,10 +43,11 @@ def common_prefix_len(a: bytes, b: bytes) -> int:
 
 def link(prompt: bytes, candidates: Iterable[GraphNode]) -> Link:
     """Find the parent (longest earlier sequence that prefixes ``prompt``), else the fork point."""
-    candidates = list(candidates)
-    parents = [node for node in candidates if prompt.startswith(node.sequence)]
-    if parents:  # longest wins; among equals the latest (a retry's result is the freshest)
-        best = max(parents, key=lambda node: (len(node.sequence), node.call_id))
+    # Longest first, among equals the latest (a retry's result is the freshest): the first that
+    # prefixes the prompt is the parent, so a long chain costs one comparison, not one per ancestor.
+    candidates = sorted(candidates, key=lambda node: (len(node.sequence), node.call_id), reverse=True)
+    best = next((node for node in candidates if prompt.startswith(node.sequence)), None)
+    if best is not None:
         return Link(parent_id=best.call_id, parent_tokens=len(best.sequence) // 4)
     fork, drift = None, 0
     best_overlap = 0

@@ -26,9 +26,10 @@ class OpenedCall:
     pipeline: ChatPipeline
 
 
-async def open_call(request: Request, state: GatewayState) -> OpenedCall:
-    """The body (size-limited JSON), then the caller's identity, then the pipeline: every model route's start."""
-    raw = await read_json_body(request)
+async def open_call(request: Request, state: GatewayState, check_depth: bool = True) -> OpenedCall:
+    """The body (size-limited JSON), then the caller's identity, then the pipeline: every model route's start.
+    ``check_depth=False``: the route's validation checks the body's nesting itself."""
+    raw = await read_json_body(request, check_depth)
     identity = await resolve_identity(request, state.store, state.settings.require_token)
     return OpenedCall(raw, identity, await state.pipeline())
 

@@ -7,7 +7,8 @@ model's messages. So per rollout the messages of its last valid request are kept
 messages extend them (equal, compared in C: far cheaper than validating) has only its new messages
 validated, with the rest of its body. Messages are validated one by one (no rule relates two of
 them), so the result is the same; a request that fails is validated whole again, so the error names
-the field's place in the client's body. The prefix is kept per rollout, whose token only its own
+the field's place in the client's body. The body's nesting depth (``gateway.json_body``) is checked
+here as well, on the same new part, for the chat route. The prefix is kept per rollout, whose token only its own
 agent holds: an agent can only lean on messages it sent itself and that passed then.
 """
 
@@ -18,6 +19,7 @@ from typing import TypeVar
 
 from pydantic import BaseModel, ValidationError
 
+from gateway.json_body import json_depth_exceeds, too_deep
 from gateway.validation import parse_request
 
 RequestT = TypeVar("RequestT", bound=BaseModel)
@@ -33,10 +35,17 @@ class ValidatedHistory:
         """``raw`` as ``model`` (a check: its ``field`` holds only the items that were validated now)."""
         items = raw.get(self.field)
         known = self._known.get(rollout_id) if rollout_id is not None else None
+        extends = (
+            known is not None and isinstance(items, list) and len(items) > len(known) and items[: len(known)] == known
+        )
+        new = {**raw, self.field: items[len(known) :]} if extends else None  # the body less what is known
+        # Nesting too, checked only where it is new: the known messages passed in an earlier body.
+        if json_depth_exceeds(raw if new is None else new):
+            raise too_deep()
         request = None
-        if known is not None and isinstance(items, list) and len(items) > len(known) and items[: len(known)] == known:
+        if new is not None:
             try:
-                request = model.model_validate({**raw, self.field: items[len(known) :]})
+                request = model.model_validate(new)
             except ValidationError:
                 request = None  # validated whole below, for the error's place in the body
         if request is None:

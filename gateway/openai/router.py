@@ -15,7 +15,7 @@ from gateway.state import StateDep
 
 
 async def chat_completions(request: Request, state: StateDep):
-    call = await open_call(request, state)
+    call = await open_call(request, state, check_depth=False)  # ValidatedHistory checks what is new
     return answered(state, await OpenAIServing(call.pipeline, state.chat_history).chat(call.raw, call.identity))
 
 

@@ -95,3 +95,23 @@ async def test_the_gateway_refuses_a_bad_turn_after_good_ones_naming_its_place(g
     )
     assert refused.status_code == 400
     assert refused.json()["error"]["param"].startswith(f"messages.{len(messages)}.content")
+
+
+def deep(levels: int) -> dict:
+    value: dict = {}
+    for _ in range(levels):
+        value = {"a": value}
+    return value
+
+
+def test_a_new_message_nested_too_deep_is_refused_though_the_history_before_it_is_known():
+    history = ValidatedHistory()
+    first = {"model": "m", "messages": turns(2)}
+    history.parse(Request, first, rollout_id=1)
+    bad = {"model": "m", "messages": [*turns(2), {"role": "user", "content": "x", "extra": deep(200)}]}
+    with pytest.raises(InvalidRequest, match="nested more than"):
+        history.parse(Request, bad, rollout_id=1)
+    with pytest.raises(InvalidRequest, match="nested more than"):  # and outside the messages, too
+        history.parse(Request, {**first, "messages": turns(3), "meta": deep(200)}, rollout_id=1)
+    with pytest.raises(InvalidRequest, match="nested more than"):  # a first request is checked whole
+        history.parse(Request, {"model": "m", "messages": [{"role": "user", "content": "x", "e": deep(200)}]}, 2)
