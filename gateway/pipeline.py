@@ -31,7 +31,7 @@ from gateway.store.writer import CallWriter
 from gateway.streaming import CompletionAssembler, StreamedCall
 from gateway.tagging import side_call_tags
 from gateway.tito.serving import TitoEngine
-from gateway.token_prefix import PrefixArrays
+from gateway.token_prefix import PrefixArrays, prompt_hint
 
 
 @dataclass(frozen=True)
@@ -246,13 +246,15 @@ class ChatPipeline:
             )
         prompt = self.prefixes.array(identity.rollout_id, prompt_ids)
         output = np.asarray(output_ids, dtype="<i4")
-        self.prefixes.add(identity.rollout_id, prompt_ids, prompt, output_ids, output)
+        hint = prompt_hint.get()
+        self.prefixes.add(identity.rollout_id, prompt_ids, prompt, output_ids, output, hint and hint.text)
         return TokenArrays(prompt, output)
 
     async def _resolve(self, identity: RolloutIdentity, requested: str) -> ResolvedModel:
         """The version serving this call: a pinned rollout's own (the model it names is ignored), else
         the registry's choice for the rollout."""
         begin_call(identity.rollout_id)  # the engine pool routes this call by its rollout (gateway.engine.pool)
+        prompt_hint.set(self.prefixes.hint(identity.rollout_id))  # its answer's prompt ids read as a delta
         version = identity.pinned_version
         if version is None:
             return self.policy.resolve_for(identity.rollout_id, requested)

@@ -18,6 +18,7 @@ import aiohttp
 import orjson
 
 from gateway.errors import EngineError, EngineTimeout, EngineUnavailable
+from gateway.token_prefix import loads_answer
 
 # Transport errors that mean "the request never reached a working engine": safe to retry.
 # ClientOSError is how a pooled connection that the engine closed while idle fails on write
@@ -57,7 +58,11 @@ class EngineClient(Protocol):
 @dataclass(frozen=True)
 class EngineResponse:
     status: int
-    text: str
+    body: bytes
+
+    @property
+    def text(self) -> str:
+        return self.body.decode(errors="replace")
 
 
 class EngineStream:
@@ -112,7 +117,7 @@ class EngineStream:
             if data == b"[DONE]":
                 self.done = True
                 break
-            chunk = orjson.loads(data)
+            chunk = loads_answer(data)  # the first chunk carries the prompt ids
             if "error" in chunk and "choices" not in chunk:
                 error = chunk["error"] if isinstance(chunk["error"], dict) else {"message": chunk["error"]}
                 raise EngineError(502, f"engine: {error.get('message')}", "engine_error")
@@ -144,10 +149,10 @@ class VLLMEngineClient:
         return self._session
 
     async def chat(self, body: dict) -> dict:
-        return _json_or_raise(await self._send("POST", "/v1/chat/completions", body), body.get("model"))
+        return _answer_or_raise(await self._send("POST", "/v1/chat/completions", body), body.get("model"))
 
     async def completions(self, body: dict) -> dict:
-        return _json_or_raise(await self._send("POST", "/v1/completions", body), body.get("model"))
+        return _answer_or_raise(await self._send("POST", "/v1/completions", body), body.get("model"))
 
     async def chat_stream(self, body: dict) -> EngineStream:
         """A streamed chat completion (``body["stream"]`` true), once the engine accepted it."""
@@ -185,7 +190,7 @@ class VLLMEngineClient:
     async def _open_stream(self, path: str, body: dict) -> EngineStream:
         async def opened(response: aiohttp.ClientResponse) -> EngineStream | EngineResponse:
             if response.status >= 400:
-                return EngineResponse(response.status, await response.text())
+                return EngineResponse(response.status, await response.read())
             return EngineStream(response, self.base_url)
 
         answer = await self._request("POST", path, body, opened, keep_open=True)
@@ -195,7 +200,7 @@ class VLLMEngineClient:
 
     async def _send(self, method: str, path: str, body: dict | None = None) -> EngineResponse:
         async def read(response: aiohttp.ClientResponse) -> EngineResponse:
-            return EngineResponse(response.status, await response.text())
+            return EngineResponse(response.status, await response.read())
 
         return await self._request(method, path, body, read)
 
@@ -249,12 +254,17 @@ def _raise_for_status(response: EngineResponse, model: str | None = None) -> Non
         raise _engine_error(response, model)
 
 
-def _json_or_raise(response: EngineResponse, model: str | None = None) -> dict:
+def _json_or_raise(response: EngineResponse, model: str | None = None, loads=orjson.loads) -> dict:
     _raise_for_status(response, model)
     try:
-        return orjson.loads(response.text)
+        return loads(response.body)
     except ValueError:
         raise EngineError(502, f"engine answered with invalid JSON: {response.text[:200]}") from None
+
+
+def _answer_or_raise(response: EngineResponse, model: str | None = None) -> dict:
+    """A sampled answer: its prompt ids read with the call's hint (``gateway.token_prefix``)."""
+    return _json_or_raise(response, model, loads_answer)
 
 
 def _engine_error(response: EngineResponse, model: str | None = None) -> EngineError:

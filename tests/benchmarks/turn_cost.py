@@ -3,8 +3,9 @@
 Three ways to get a turn's prompt ids: ``engine`` (vLLM renders; the gateway forwards and records),
 ``tito`` (the gateway renders turn by turn and splices sampled ids) and ``naive`` (the gateway
 re-renders and re-tokenizes the whole history every turn). Each turn runs the gateway's real
-pipeline (parse, validate, render, record to SQLite, answer) against a stub engine that costs
-nothing, and is timed with process CPU time. Run:
+pipeline (parse, validate, render, record to SQLite, answer) against a stub engine, and is timed
+with process CPU time: the engine client's side (encoding the request, reading the JSON answer) is
+counted, the stub's own writing of its answer is not. Run:
 `.venv/bin/python tests/benchmarks/turn_cost.py [--out FILE] [--repeats N]`.
 """
 
@@ -21,7 +22,10 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # run as a script from anywhere
 
+import orjson  # noqa: E402
+
 from gateway.callgraph import CallGraphIndex  # noqa: E402
+from gateway.engine.client import encoded  # noqa: E402
 from gateway.openai.serving import OpenAIServing  # noqa: E402
 from gateway.pipeline import ChatPipeline  # noqa: E402
 from gateway.policy import PolicyRegistry  # noqa: E402
@@ -31,6 +35,7 @@ from gateway.store.writer import CallWriter  # noqa: E402
 from gateway.tito.renderer import for_template  # noqa: E402
 from gateway.tito.serving import TitoEngine  # noqa: E402
 from gateway.tito.template import ModelText  # noqa: E402
+from gateway.token_prefix import loads_answer  # noqa: E402
 from migrations.runner import upgrade  # noqa: E402
 
 DEFAULT_OUT = Path(__file__).parent / "results" / "turn_cost.json"
@@ -52,29 +57,46 @@ def tool_output(n: int, words: int = 420) -> str:
 
 
 class StubEngine:
-    """Answers instantly: a tool call as text (completions) or as a parsed message (chat)."""
+    """Answers instantly: a tool call as text (completions) or as a parsed message (chat).
+
+    Between the gateway and this stub, what the engine client does on the gateway's side happens as
+    over HTTP: the request body is encoded and the answer read from JSON bytes (``loads_answer``, as
+    ``VLLMEngineClient`` reads it); writing the answer is the engine's work, so its CPU time is kept
+    in ``engine_cpu_s`` and left out of the turn's.
+    """
 
     def __init__(self, text: ModelText):
         self.text, self.turn, self.prompt_ids = text, 0, []
+        self.engine_cpu_s = 0.0
+
+    def _over_the_wire(self, body: dict, answer: dict) -> dict:
+        encoded(body)  # the engine client sends the body
+        started = time.process_time()
+        raw = orjson.dumps(answer)  # the engine writes its answer (compact, as vLLM does)
+        self.engine_cpu_s += time.process_time() - started
+        return loads_answer(raw)  # the engine client reads it
 
     def sampled_text(self) -> str:
         return f'<tool_call>\n{{"name": "read_file", "arguments": {{"path": "f{self.turn}.py"}}}}\n</tool_call>'
 
     async def completions(self, body: dict) -> dict:
         ids = self.text.encode(self.sampled_text()) + [self.text.eos_id]
-        return {
-            "choices": [
-                {
-                    "index": 0,
-                    "text": "",
-                    "finish_reason": "stop",
-                    "token_ids": ids,
-                    "prompt_token_ids": body["prompt"],
-                    "logprobs": {"tokens": ["t"] * len(ids), "token_logprobs": [-0.5] * len(ids)},
-                }
-            ],
-            "usage": {"prompt_tokens": len(body["prompt"]), "completion_tokens": len(ids)},
-        }
+        return self._over_the_wire(
+            body,
+            {
+                "choices": [
+                    {
+                        "index": 0,
+                        "text": "",
+                        "finish_reason": "stop",
+                        "token_ids": ids,
+                        "prompt_token_ids": body["prompt"],
+                        "logprobs": {"tokens": ["t"] * len(ids), "token_logprobs": [-0.5] * len(ids)},
+                    }
+                ],
+                "usage": {"prompt_tokens": len(body["prompt"]), "completion_tokens": len(ids)},
+            },
+        )
 
     async def chat(self, body: dict) -> dict:
         ids = self.text.encode(self.sampled_text()) + [self.text.eos_id]
@@ -83,23 +105,26 @@ class StubEngine:
             "type": "function",
             "function": {"name": "read_file", "arguments": json.dumps({"path": f"f{self.turn}.py"})},
         }
-        return {
-            "id": "x",
-            "object": "chat.completion",
-            "created": 0,
-            "model": body["model"],
-            "choices": [
-                {
-                    "index": 0,
-                    "message": {"role": "assistant", "content": None, "tool_calls": [call]},
-                    "logprobs": {"content": [{"token": "t", "logprob": -0.5}] * len(ids)},
-                    "finish_reason": "tool_calls",
-                    "token_ids": ids,
-                }
-            ],
-            "usage": {"prompt_tokens": len(self.prompt_ids), "completion_tokens": len(ids)},
-            "prompt_token_ids": self.prompt_ids,
-        }
+        return self._over_the_wire(
+            body,
+            {
+                "id": "x",
+                "object": "chat.completion",
+                "created": 0,
+                "model": body["model"],
+                "choices": [
+                    {
+                        "index": 0,
+                        "message": {"role": "assistant", "content": None, "tool_calls": [call]},
+                        "logprobs": {"content": [{"token": "t", "logprob": -0.5}] * len(ids)},
+                        "finish_reason": "tool_calls",
+                        "token_ids": ids,
+                    }
+                ],
+                "usage": {"prompt_tokens": len(self.prompt_ids), "completion_tokens": len(ids)},
+                "prompt_token_ids": self.prompt_ids,
+            },
+        )
 
 
 class NaiveTito(TitoEngine):
@@ -143,10 +168,11 @@ async def run_mode(mode: str, text: ModelText, workdir: Path) -> list[tuple[int,
         body = json.dumps({"model": "policy", "messages": messages, "tools": [TOOL], "max_tokens": 64}).encode()
         if mode == "engine":  # the engine's rendering is not gateway work: done before the clock
             engine.prompt_ids = text.encode(text.template.render([for_template(m) for m in messages], [TOOL], True))
-        started = time.process_time()
+        started, engine_before = time.process_time(), engine.engine_cpu_s
         served = await serving.chat(json.loads(body), identity)
         json.dumps(served.body)
-        points.append((history, (time.process_time() - started) * 1000.0))
+        spent = time.process_time() - started - (engine.engine_cpu_s - engine_before)
+        points.append((history, spent * 1000.0))
         message = served.body["choices"][0]["message"]
         call = message["tool_calls"][0]
         # The agent echoes the call back re-serialized, then appends the tool's output.

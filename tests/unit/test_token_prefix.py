@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import numpy as np
+import orjson
+import pytest
 
-from gateway.token_prefix import PrefixArrays
+from gateway.token_prefix import PrefixArrays, PromptHint, loads_answer, prompt_hint
 
 
 def test_a_prompt_reads_back_exactly_whether_or_not_it_extends_a_known_sequence():
@@ -26,3 +28,78 @@ def test_the_newest_sequence_is_the_one_extended():
         prefixes.add(1, ids, np.asarray(ids, "<i4"), [0], np.asarray([0], "<i4"))
     assert prefixes.array(1, [*second, 0, 11]).tolist() == [*second, 0, 11]
     assert prefixes.array(1, [*first, 0, 12]).tolist() == [*first, 0, 12]
+
+
+def chat_answer(prompt_ids: list[int], content: str = "ok") -> bytes:
+    """An answer as vLLM writes it (compact JSON), prompt ids at the top level."""
+    return orjson.dumps(
+        {"id": "c", "choices": [{"message": {"content": content}, "token_ids": [7, 8]}], "prompt_token_ids": prompt_ids}
+    )
+
+
+def completion_answer(prompt_ids: list[int]) -> bytes:
+    return orjson.dumps({"id": "c", "choices": [{"text": "x", "token_ids": [7], "prompt_token_ids": prompt_ids}]})
+
+
+def hinted(raw: bytes, hint: PromptHint) -> dict:
+    token = prompt_hint.set(hint)
+    try:
+        return loads_answer(raw)
+    finally:
+        prompt_hint.reset(token)
+
+
+def test_an_answer_extending_the_hint_reads_only_its_tail_and_reuses_the_known_ids():
+    known = orjson.loads(b"[300,301,302,303]")
+    hint = PromptHint(known, b"300,301,302,303")
+    for raw, where in (
+        (chat_answer([300, 301, 302, 303, 7, 8]), None),
+        (completion_answer([300, 301, 302, 303, 9]), 0),
+    ):
+        answer = hinted(raw, hint)
+        assert answer == orjson.loads(raw)
+        ids = answer["prompt_token_ids"] if where is None else answer["choices"][where]["prompt_token_ids"]
+        assert ids[0] is known[0]  # the known part is the known list's objects: compared by identity later
+        assert hint.text == orjson.dumps(ids)[1:-1]
+
+
+@pytest.mark.parametrize(
+    "known_text, prompt",
+    [
+        (b"1,2", [1, 23, 4]),  # the known text ends inside a number: not a prefix of the ids
+        (b"5,6", [1, 2, 3]),  # a rewritten history
+        (b"1,2,3,4", [1, 2, 3]),  # shorter than what is known
+    ],
+)
+def test_an_answer_not_extending_the_hint_reads_as_plain_json(known_text, prompt):
+    hint = PromptHint(orjson.loads(b"[" + known_text + b"]"), known_text)
+    raw = chat_answer(prompt)
+    assert hinted(raw, hint) == orjson.loads(raw)
+
+
+def test_the_prompt_ids_key_inside_generated_text_cannot_pass_for_the_ids():
+    """The model writes text; JSON escapes its quotes, so no content forges the key or a second one."""
+    hint = PromptHint([1, 2], b"1,2")
+    sneaky = 'x"prompt_token_ids":[1,2,666],"y'
+    raw = chat_answer([1, 2, 3], content=sneaky)
+    answer = hinted(raw, hint)
+    assert answer == orjson.loads(raw) and answer["prompt_token_ids"] == [1, 2, 3]
+    assert answer["choices"][0]["message"]["content"] == sneaky
+    doubled = orjson.dumps({"prompt_token_ids": [1, 2, 9], "choices": [{"prompt_token_ids": [1, 2, 8]}]})
+    assert hinted(doubled, hint) == orjson.loads(doubled)  # the key twice: read whole
+
+
+def test_a_hinted_answer_that_is_not_json_fails_as_plain_json_does():
+    with pytest.raises(orjson.JSONDecodeError):
+        hinted(b'{"prompt_token_ids":[1,2,x]}', PromptHint([1, 2], b"1,2"))
+
+
+def test_a_recorded_call_hints_the_next_one_with_its_prompt_and_output():
+    prefixes = PrefixArrays()
+    assert prefixes.hint(1) == PromptHint()
+    prompt, output = [10, 11, 12], [13, 14]
+    prefixes.add(1, prompt, np.asarray(prompt, "<i4"), output, np.asarray(output, "<i4"), b"10,11,12")
+    hint = prefixes.hint(1)
+    assert hint.known == [10, 11, 12, 13, 14] and hint.known_text == b"10,11,12,13,14"
+    next_ids = hinted(chat_answer([10, 11, 12, 13, 14, 15]), hint)["prompt_token_ids"]
+    assert prefixes.array(1, next_ids).tolist() == [10, 11, 12, 13, 14, 15]
