@@ -9,9 +9,11 @@ from dataclasses import dataclass
 from fastapi import Request
 
 from gateway.delivery import UNDELIVERED, Delivery, EventStream, JSONBody
+from gateway.errors import GatewayError
 from gateway.identity import resolve_identity
-from gateway.json_body import read_json_body
+from gateway.json_body import parse_json_object, read_json_body
 from gateway.pipeline import ChatPipeline
+from gateway.resent_bodies import ResentBodies
 from gateway.state import GatewayState
 from gateway.store.records import RolloutIdentity
 from gateway.streaming import ServedCall, StreamedAnswer
@@ -26,11 +28,23 @@ class OpenedCall:
     pipeline: ChatPipeline
 
 
-async def open_call(request: Request, state: GatewayState, check_depth: bool = True) -> OpenedCall:
+async def open_call(
+    request: Request, state: GatewayState, check_depth: bool = True, bodies: ResentBodies | None = None
+) -> OpenedCall:
     """The body (size-limited JSON), then the caller's identity, then the pipeline: every model route's start.
-    ``check_depth=False``: the route's validation checks the body's nesting itself."""
-    raw = await read_json_body(request, check_depth)
-    identity = await resolve_identity(request, state.store, state.settings.require_token)
+    ``check_depth=False``: the route's validation checks the body's nesting itself. ``bodies``: the
+    body is parsed against its rollout's last one (what it resends is not parsed again)."""
+    if bodies is None:
+        raw = await read_json_body(request, check_depth)
+        identity = await resolve_identity(request, state.store, state.settings.require_token)
+    else:
+        body = await request.body()
+        try:
+            identity = await resolve_identity(request, state.store, state.settings.require_token)
+        except GatewayError:
+            parse_json_object(body, check_depth)  # a bad body is refused first, as on every route
+            raise
+        raw = bodies.parse(body, identity.rollout_id, check_depth)
     return OpenedCall(raw, identity, await state.pipeline())
 
 

@@ -20,6 +20,7 @@ from gateway.metrics import GatewayMetrics
 from gateway.pins import load_version
 from gateway.pipeline import ChatPipeline
 from gateway.policy import PolicyRegistry
+from gateway.resent_bodies import ResentBodies
 from gateway.retries import RetryBook
 from gateway.settings import GatewaySettings
 from gateway.store.store import Store
@@ -45,6 +46,7 @@ class GatewayState:
     retries: RetryBook = field(default_factory=RetryBook)  # in-flight and recent calls: SDK retries
     prefixes: PrefixArrays = field(default_factory=PrefixArrays)  # rollouts' recent token arrays
     chat_history: ValidatedHistory = field(default_factory=ValidatedHistory)  # rollouts' validated messages
+    resent_bodies: ResentBodies = field(default_factory=ResentBodies)  # rollouts' last chat bodies, parsed
     model_root: str | None = None  # the engine's model folder, as /v1/models reports it
     _tito: TitoEngine | None = None
     _decoder: TokenDecoder | None = None

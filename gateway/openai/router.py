@@ -15,7 +15,8 @@ from gateway.state import StateDep
 
 
 async def chat_completions(request: Request, state: StateDep):
-    call = await open_call(request, state, check_depth=False)  # ValidatedHistory checks what is new
+    # Parsed and validated once per new message: ResentBodies, then ValidatedHistory (nesting too).
+    call = await open_call(request, state, check_depth=False, bodies=state.resent_bodies)
     return answered(state, await OpenAIServing(call.pipeline, state.chat_history).chat(call.raw, call.identity))
 
 

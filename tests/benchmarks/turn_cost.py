@@ -29,6 +29,7 @@ from gateway.engine.client import encoded  # noqa: E402
 from gateway.openai.serving import OpenAIServing  # noqa: E402
 from gateway.pipeline import ChatPipeline  # noqa: E402
 from gateway.policy import PolicyRegistry  # noqa: E402
+from gateway.resent_bodies import ResentBodies  # noqa: E402
 from gateway.store.database import sqlite_url  # noqa: E402
 from gateway.store.store import Store  # noqa: E402
 from gateway.store.writer import CallWriter  # noqa: E402
@@ -162,6 +163,7 @@ async def run_mode(mode: str, text: ModelText, workdir: Path) -> list[tuple[int,
     )
     identity = await store.create_rollout(f"bench-{mode}", "t", capture="engine" if mode == "engine" else "tito")
     serving = OpenAIServing(pipeline)
+    bodies = ResentBodies()  # the chat route's body parser (its rollout's resent history parsed once)
     messages = [{"role": "system", "content": "You are a coding agent."}, {"role": "user", "content": "Fix the bug."}]
     points, history = [], 0
     while history < TARGET_TOKENS:
@@ -169,7 +171,7 @@ async def run_mode(mode: str, text: ModelText, workdir: Path) -> list[tuple[int,
         if mode == "engine":  # the engine's rendering is not gateway work: done before the clock
             engine.prompt_ids = text.encode(text.template.render([for_template(m) for m in messages], [TOOL], True))
         started, engine_before = time.process_time(), engine.engine_cpu_s
-        served = await serving.chat(json.loads(body), identity)
+        served = await serving.chat(bodies.parse(body, identity.rollout_id, check_depth=False), identity)
         json.dumps(served.body)
         spent = time.process_time() - started - (engine.engine_cpu_s - engine_before)
         points.append((history, spent * 1000.0))
