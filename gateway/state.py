@@ -46,7 +46,8 @@ class GatewayState:
     retries: RetryBook = field(default_factory=RetryBook)  # in-flight and recent calls: SDK retries
     prefixes: PrefixArrays = field(default_factory=PrefixArrays)  # rollouts' recent token arrays
     chat_history: ValidatedHistory = field(default_factory=ValidatedHistory)  # rollouts' validated messages
-    resent_bodies: ResentBodies = field(default_factory=ResentBodies)  # rollouts' last chat bodies, parsed
+    resent_bodies: ResentBodies = field(default_factory=ResentBodies)  # rollouts' last chat/messages bodies
+    resent_inputs: ResentBodies = field(default_factory=lambda: ResentBodies("input"))  # ... Responses bodies
     model_root: str | None = None  # the engine's model folder, as /v1/models reports it
     _tito: TitoEngine | None = None
     _decoder: TokenDecoder | None = None

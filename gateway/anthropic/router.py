@@ -14,7 +14,7 @@ from gateway.state import StateDep
 
 
 async def messages(request: Request, state: StateDep):
-    call = await open_call(request, state)
+    call = await open_call(request, state, bodies=state.resent_bodies)  # the resent history parsed once
     return answered(state, await AnthropicServing(call.pipeline).messages(call.raw, call.identity))
 
 

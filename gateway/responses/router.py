@@ -11,7 +11,7 @@ from gateway.state import StateDep
 
 
 async def create_response(request: Request, state: StateDep):
-    call = await open_call(request, state)
+    call = await open_call(request, state, bodies=state.resent_inputs)  # the resent input items parsed once
     return answered(state, await ResponsesServing(call.pipeline).create(call.raw, call.identity))
 
 

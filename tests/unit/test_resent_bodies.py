@@ -113,3 +113,13 @@ async def test_a_rollouts_turns_through_the_chat_route_are_recorded_as_sent(gate
         assert response.status_code == 200, response.text
         call = (await gateway.http.get(f"/api/calls/{response.headers['x-harnessrl-call-id']}")).json()
         assert call["request"] == sent and call["rollout_id"] == rollout["id"]
+
+
+def test_responses_input_items_are_read_as_a_delta_too_and_a_string_input_whole():
+    bodies = ResentBodies("input")
+    items = [{"type": "message", "role": "user", "content": "a"}]
+    first = parsed_like_json_loads(bodies, json.dumps({"model": "m", "input": items}).encode())
+    more = [*items, {"type": "function_call_output", "call_id": "c", "output": "x"}]
+    second = parsed_like_json_loads(bodies, json.dumps({"model": "m", "input": more, "tools": []}).encode())
+    assert second["input"][0] is first["input"][0]
+    parsed_like_json_loads(bodies, json.dumps({"model": "m", "input": "just text"}).encode())
