@@ -18,6 +18,7 @@ import statistics
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # run as a script from anywhere
@@ -70,10 +71,11 @@ class StubEngine:
         self.text, self.turn, self.prompt_ids = text, 0, []
         self.engine_cpu_s = 0.0
 
-    def _over_the_wire(self, body: dict, answer: dict) -> dict:
+    def _over_the_wire(self, body: dict, answer: Callable[[list[int]], dict]) -> dict:
         encoded(body)  # the engine client sends the body
         started = time.process_time()
-        raw = orjson.dumps(answer)  # the engine writes its answer (compact, as vLLM does)
+        ids = self.text.encode(self.sampled_text()) + [self.text.eos_id]  # the engine samples
+        raw = orjson.dumps(answer(ids))  # and writes its answer (compact, as vLLM does)
         self.engine_cpu_s += time.process_time() - started
         return loads_answer(raw)  # the engine client reads it
 
@@ -81,10 +83,9 @@ class StubEngine:
         return f'<tool_call>\n{{"name": "read_file", "arguments": {{"path": "f{self.turn}.py"}}}}\n</tool_call>'
 
     async def completions(self, body: dict) -> dict:
-        ids = self.text.encode(self.sampled_text()) + [self.text.eos_id]
         return self._over_the_wire(
             body,
-            {
+            lambda ids: {
                 "choices": [
                     {
                         "index": 0,
@@ -100,7 +101,6 @@ class StubEngine:
         )
 
     async def chat(self, body: dict) -> dict:
-        ids = self.text.encode(self.sampled_text()) + [self.text.eos_id]
         call = {
             "id": f"call_{self.turn}",
             "type": "function",
@@ -108,7 +108,7 @@ class StubEngine:
         }
         return self._over_the_wire(
             body,
-            {
+            lambda ids: {
                 "id": "x",
                 "object": "chat.completion",
                 "created": 0,
