@@ -59,30 +59,27 @@ class ResentBodies:
         return body
 
     def _read(self, text: str, known: KnownBody | None) -> tuple[dict, KnownBody]:
-        if known is not None and text.startswith(known.text) and len(known.messages):
-            head, messages, i = dict(known.head), list(known.messages), len(known.text)
-            i, last_end = _elements(text, _skip(text, i), messages, last_end=i)
-        else:
-            head, messages, i = {}, None, _expect(text, _skip(text, 0), "{")
-            i = _skip(text, i)
-            while messages is None:
-                if text[i] == "}":
-                    raise _Unreadable  # no messages array
+        if known is not None and text.startswith(known.text):
+            head, messages = known.head, list(known.messages)
+            i, last_end = _elements(text, _skip(text, len(known.text)), messages, last_end=len(known.text))
+            body = {**head, self.field: messages}
+        else:  # the members up to the messages array, which must come (else: _Unreadable)
+            body, i = {}, _skip(text, _expect(text, _skip(text, 0), "{"))
+            while self.field not in body:
                 key, i = _key(text, i)
+                if key in body:
+                    raise _Unreadable  # a repeated key: json.loads's own rule decides
                 if key == self.field:
-                    messages = []
+                    head, messages = dict(body), []
+                    body[key] = messages
                     i, last_end = _elements(text, _skip(text, _expect(text, i, "[")), messages, last_end=None)
                 else:
-                    if key in head:
-                        raise _Unreadable  # a repeated key: json.loads's own rule decides
-                    head[key], i = _value(text, i)
-                    i = _after_member(text, i)
+                    body[key], i = _value(text, i)
+                    i = _skip(text, _expect(text, _skip(text, i), ","))
         known_now = KnownBody(text[:last_end], head, messages)
-        body = {**head, self.field: messages}
         i = _skip(text, i)
-        while text[i] != "}":  # the keys after the messages array
-            i = _expect(text, i, ",")
-            key, i = _key(text, _skip(text, i))
+        while text[i] != "}":  # the members after the messages array
+            key, i = _key(text, _skip(text, _expect(text, i, ",")))
             if key in body:
                 raise _Unreadable
             body[key], i = _value(text, i)
@@ -121,12 +118,6 @@ def _key(text: str, i: int) -> tuple[str, int]:
         raise _Unreadable
     key, i = _value(text, i)
     return key, _skip(text, _expect(text, _skip(text, i), ":"))
-
-
-def _after_member(text: str, i: int) -> int:
-    """Past the "," after a member that the messages array follows (a "}" here means no messages)."""
-    i = _skip(text, i)
-    return _skip(text, _expect(text, i, ","))
 
 
 def _elements(text: str, i: int, into: list, last_end: int | None) -> tuple[int, int]:

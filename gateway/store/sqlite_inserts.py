@@ -95,6 +95,8 @@ class SQLiteInserts:
 
 
 def _values(prepared: _Prepared, row: dict) -> list:
+    if len(row) != len(prepared.columns):  # a key the first row lacks would be dropped without a word
+        raise ValueError(f"every row of one insert must carry the same columns: {sorted(row)}")
     return [
         value if process is None else process(value)
         for value, process in zip((row[name] for name in prepared.columns), prepared.processors)

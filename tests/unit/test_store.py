@@ -181,3 +181,25 @@ async def test_concurrent_calls_of_a_rollout_share_one_status_read(sqlite_db, mo
         assert await store.rollout_ended(identity.rollout_id) == "finished"
     finally:
         await store.close()
+
+
+async def test_a_threaded_insert_refuses_rows_of_different_columns_and_commits_none(file_store, sqlite_db):
+    from gateway.store.sqlite_inserts import SQLiteInserts
+    from gateway.store.tables import utcnow
+
+    identity = await file_store.create_rollout("run-c", "task-1")
+    row = {
+        "rollout_id": identity.rollout_id, "dialect": "chat", "model": "policy", "engine_model": "base",
+        "policy_version": 0, "prompt_ids": b"", "prompt_offset": 0, "output_ids": b"", "output_logprobs": b"",
+        "num_prompt_tokens": 0, "num_output_tokens": 0, "finish_reason": "stop", "request": {}, "response": {},
+        "tags": [], "parent_id": None, "fork_of": None, "drift_tokens": 0, "latency_ms": 1.0, "temperature": None,
+        "top_p": None, "engine": None, "queue_ms": 0.0, "moved_from": None, "created_at": utcnow(),
+    }  # fmt: skip
+    inserts = SQLiteInserts(sqlite_db)
+    try:
+        assert len(await inserts.insert(Call.__table__, [row])) == 1  # a well-formed row goes in
+        with pytest.raises(ValueError, match="same columns"):  # a second row's extra key is not dropped
+            await inserts.insert(Call.__table__, [row, {**row, "unknown": 1}])
+    finally:
+        await asyncio.to_thread(inserts.close)
+    assert len(await file_store.list_calls(identity.rollout_id, 0, 10)) == 1  # the refused batch left nothing
