@@ -17,6 +17,7 @@ import time
 from gateway.engine.client import EngineClient, EngineStream
 from gateway.errors import EngineError, EngineTimeout, EngineUnavailable
 from gateway.streaming import ChatAssembler
+from gateway.token_prefix import token_count
 
 logger = logging.getLogger(__name__)
 
@@ -46,7 +47,7 @@ def missing_fields(answer: dict, streamed: bool) -> str | None:
     """What of the recording fields the engine's answer lacks, and the fix; None when all are there."""
     where = "streamed chunks" if streamed else "answer"
     choices = answer.get("choices") or [{}]
-    if not answer.get("prompt_token_ids"):
+    if not token_count(answer.get("prompt_token_ids")):
         return f"the engine's {where} carry no prompt_token_ids (it ignored return_token_ids); {UPGRADE}"
     ids = choices[0].get("token_ids")
     if not ids:

@@ -17,6 +17,7 @@ import numpy as np
 
 from gateway.callgraph import CallGraphIndex, GraphNode
 from gateway.dialects import COMPLETIONS
+from gateway.engine.body import EngineBodies
 from gateway.engine.client import EngineClient
 from gateway.engine.pool import begin_call, served_fields
 from gateway.engine_clock import EngineClock
@@ -31,7 +32,7 @@ from gateway.store.writer import CallWriter
 from gateway.streaming import CompletionAssembler, StreamedCall
 from gateway.tagging import side_call_tags
 from gateway.tito.serving import TitoEngine
-from gateway.token_prefix import PrefixArrays, prompt_hint
+from gateway.token_prefix import PrefixArrays, TokenIds, prompt_hint
 
 
 @dataclass(frozen=True)
@@ -55,6 +56,7 @@ class ChatPipeline:
         load_version: Callable[[int], Awaitable[str]] | None = None,
         retries: RetryBook | None = None,
         prefixes: PrefixArrays | None = None,
+        engine_bodies: EngineBodies | None = None,
     ):
         self.engine, self.policy, self.writer, self.graph = engine, policy, writer, graph
         self.retries = retries or RetryBook()
@@ -62,7 +64,9 @@ class ChatPipeline:
         self._tito, self.max_model_len = tito, max_model_len
         self.metrics = metrics or GatewayMetrics()
         self.engine_clock = engine_clock or EngineClock()
-        self.prefixes = prefixes or PrefixArrays()  # per rollout, kept across calls (the gateway's state)
+        # Per rollout, kept across calls (the gateway's state): token arrays and engine messages' JSON.
+        self.prefixes = prefixes or PrefixArrays()
+        self.engine_bodies = engine_bodies or EngineBodies()
 
     async def chat(
         self, chat_body: dict, identity: RolloutIdentity, dialect: str, client_request: dict, top_logprobs: int = 0
@@ -83,7 +87,9 @@ class ChatPipeline:
                     identity,
                 )
             else:
-                body = _engine_chat_body(chat_body, resolved, top_logprobs, stream=False)
+                body = self.engine_bodies.encode(
+                    identity.rollout_id, _engine_chat_body(chat_body, resolved, top_logprobs, stream=False)
+                )
                 answer, latency_ms = await self._timed(self.engine.chat(body), identity)
             return await self._commit_answer(
                 identity, dialect, client_request, resolved, chat_body, answer, latency_ms, attempt=attempt
@@ -107,7 +113,8 @@ class ChatPipeline:
                     chat_body, resolved.engine_model, identity.rollout_id, self.max_model_len, top_logprobs
                 )
             else:
-                stream = await self.engine.chat_stream(_engine_chat_body(chat_body, resolved, top_logprobs, True))
+                body = _engine_chat_body(chat_body, resolved, top_logprobs, stream=True)
+                stream = await self.engine.chat_stream(self.engine_bodies.encode(identity.rollout_id, body))
         except BaseException:
             timers.close()
             raise
@@ -236,7 +243,7 @@ class ChatPipeline:
         )
         return await self._commit(identity, record, answer, resolved, tags)
 
-    def _ids(self, identity: RolloutIdentity, prompt_ids: list[int] | None, choice: dict) -> TokenArrays:
+    def _ids(self, identity: RolloutIdentity, prompt_ids: TokenIds | None, choice: dict) -> TokenArrays:
         """The call's prompt and output ids as arrays (the prompt's known prefix not converted again)."""
         output_ids = choice.get("token_ids")
         if prompt_ids is None or output_ids is None:
@@ -247,7 +254,7 @@ class ChatPipeline:
         prompt = self.prefixes.array(identity.rollout_id, prompt_ids)
         output = np.asarray(output_ids, dtype="<i4")
         hint = prompt_hint.get()
-        self.prefixes.add(identity.rollout_id, prompt_ids, prompt, output_ids, output, hint and hint.text)
+        self.prefixes.add(identity.rollout_id, prompt_ids, prompt, output, hint and hint.text)
         return TokenArrays(prompt, output)
 
     async def _resolve(self, identity: RolloutIdentity, requested: str) -> ResolvedModel:

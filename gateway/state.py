@@ -12,6 +12,7 @@ from fastapi import Depends, Request
 from gateway.adapters import restore_adapters
 from gateway.callgraph import CallGraphIndex
 from gateway.decoding import TokenDecoder, tokenizer_folder
+from gateway.engine.body import EngineBodies
 from gateway.engine.pool import EnginePool
 from gateway.engine_clock import EngineClock
 from gateway.errors import EngineUnavailable, GatewayError, InvalidRequest
@@ -45,6 +46,7 @@ class GatewayState:
     engine_clock: EngineClock = field(default_factory=EngineClock)  # per rollout, for engine-paced budgets
     retries: RetryBook = field(default_factory=RetryBook)  # in-flight and recent calls: SDK retries
     prefixes: PrefixArrays = field(default_factory=PrefixArrays)  # rollouts' recent token arrays
+    engine_bodies: EngineBodies = field(default_factory=EngineBodies)  # rollouts' last engine messages' JSON
     chat_history: ValidatedHistory = field(default_factory=ValidatedHistory)  # rollouts' validated messages
     resent_bodies: ResentBodies = field(default_factory=ResentBodies)  # rollouts' last chat/messages bodies
     resent_inputs: ResentBodies = field(default_factory=lambda: ResentBodies("input"))  # ... Responses bodies
@@ -84,6 +86,7 @@ class GatewayState:
             load_version=self.ensure_version,
             retries=self.retries,
             prefixes=self.prefixes,
+            engine_bodies=self.engine_bodies,
         )
 
     async def ensure_version(self, version: int) -> str:

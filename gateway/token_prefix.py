@@ -2,21 +2,26 @@
 
 An agent resends its whole history every turn, so turn k+1's prompt ids are turn k's prompt + output
 ids and a few new turns. Converting a list of Python ints to the packed array the store and the call
-graph use costs ~35 ns a token (a millisecond at 32k tokens, every turn); comparing it with the
-earlier call's list (C, mostly identity checks) and converting only the new tail costs a fraction of
-that. Per rollout the last few sequences are kept, as the list and as the array.
+graph use costs ~35 ns a token (a millisecond at 32k tokens, every turn), and so does building the
+list. Per rollout the last few sequences are kept as arrays, with their JSON text as the engine wrote
+them.
 
 The engine's answer carries the prompt ids again as JSON, ~200 kB at 32k tokens. ``loads_answer``
 reads an answer with a hint (``prompt_hint``, set by the pipeline for the call): the rollout's last
-prompt + output as the engine writes them. When the answer's prompt ids begin with exactly those
-bytes (compared in C), only the new tail is parsed and the list reuses the known one's int objects,
-so the comparison above is one of identities; any other answer is parsed whole, as before. Equal bytes
-are equal ids, so the result is the same either way.
+prompt + output, as an array and as the engine writes them. When the answer's prompt ids begin with
+exactly those bytes (compared in C), only the new tail is parsed, and the prompt ids come back as an
+int32 array: the known array and the tail's, no Python int made for the known part. Any other answer
+is parsed whole, its ids a list, as before. Equal bytes are equal ids, so the ids are the same either
+way; only their container differs (an array is what the pipeline records anyway).
+
+A capture mode that renders its own prompt (tito) hands the pipeline a list; those are compared with
+the rollout's last list (C, mostly identity checks) and only the new tail converted.
 """
 
 from __future__ import annotations
 
 from collections import OrderedDict
+from collections.abc import Sequence
 from contextvars import ContextVar
 from dataclasses import dataclass
 
@@ -28,21 +33,23 @@ SEQUENCES_PER_ROLLOUT = 4  # main loop, subagents, side calls
 ROLLOUTS_CACHED = 1024
 PROMPT_IDS_KEY = b'"prompt_token_ids":['  # as vLLM writes it (compact JSON); a quote in a string is escaped
 
+TokenIds = Sequence[int] | np.ndarray  # a list from plain JSON, an int32 array when read with a hint
+
 
 @dataclass
 class PromptHint:
     """What one call's prompt ids likely begin with; ``text`` is filled in when its answer is read."""
 
-    known: list[int] | None = None  # the rollout's last prompt + output ids
+    known: np.ndarray | None = None  # int32: the rollout's last prompt + output ids
     known_text: bytes | None = None  # the same as the engine writes them: b"1,2,3" (no brackets)
     text: bytes | None = None  # this call's prompt ids as the engine wrote them
 
-    def ids(self, text: bytes) -> list[int]:
-        """The prompt ids written as ``text`` (b"1,2,3"), the known part reused."""
+    def ids(self, text: bytes) -> TokenIds:
+        """The prompt ids written as ``text`` (b"1,2,3"): an int32 array when they extend the known ones."""
         known, head = self.known, self.known_text
         if known is not None and head and text.startswith(head) and text[len(head) : len(head) + 1] in (b"", b","):
             tail = text[len(head) + 1 :]
-            ids = known + orjson.loads(b"[" + tail + b"]") if tail else list(known)
+            ids = np.concatenate((known, np.array(orjson.loads(b"[" + tail + b"]"), dtype=IDS))) if tail else known
         else:
             ids = orjson.loads(b"[" + text + b"]")
         self.text = text  # only once read: a text that does not parse never becomes a hint
@@ -70,21 +77,34 @@ def loads_answer(raw: bytes) -> dict:
         if holder.get("prompt_token_ids", 0) is not None:
             return orjson.loads(raw)  # not where the ids belong: read it whole
         holder["prompt_token_ids"] = hint.ids(raw[begin:end])
-    except (orjson.JSONDecodeError, AttributeError, TypeError):
+    except (orjson.JSONDecodeError, AttributeError, TypeError, OverflowError):
         return orjson.loads(raw)  # anything unusual: the plain reading (which raises if it must)
     return answer
 
 
+def token_count(ids: TokenIds | None) -> int:
+    """How many ids an answer's ``prompt_token_ids`` holds (an array has no truth value)."""
+    return 0 if ids is None else len(ids)
+
+
+@dataclass(frozen=True)
+class _Sequence:
+    array: np.ndarray  # int32, read-only: prompt + output
+    ids: list[int] | None  # the same as the list a rendered prompt came as (tito), else None
+    text: bytes | None  # the same as the engine wrote them (no brackets), if known
+
+
 class PrefixArrays:
     def __init__(self) -> None:
-        # per rollout, newest first: (ids, their array, their JSON text as the engine writes it or None)
-        self._rollouts: OrderedDict[int, list[tuple[list[int], np.ndarray, bytes | None]]] = OrderedDict()
+        self._rollouts: OrderedDict[int, list[_Sequence]] = OrderedDict()  # per rollout, newest first
 
-    def array(self, rollout_id: int, ids: list[int]) -> np.ndarray:
-        """``ids`` as a little-endian int32 array; a known sequence they extend is not converted again."""
-        for known, packed, _ in self._rollouts.get(rollout_id, ()):  # the newest (the likely parent) first
-            if known and len(known) <= len(ids) and ids[: len(known)] == known:
-                return np.concatenate((packed, np.asarray(ids[len(known) :], dtype=IDS)))
+    def array(self, rollout_id: int, ids: TokenIds) -> np.ndarray:
+        """``ids`` as a little-endian int32 array; a known list they extend is not converted again."""
+        if isinstance(ids, np.ndarray):
+            return ids.astype(IDS, copy=False)
+        for known in self._rollouts.get(rollout_id, ()):  # the newest (the likely parent) first
+            if known.ids and len(known.ids) <= len(ids) and ids[: len(known.ids)] == known.ids:
+                return np.concatenate((known.array, np.asarray(ids[len(known.ids) :], dtype=IDS)))
         return np.asarray(ids, dtype=IDS)
 
     def hint(self, rollout_id: int) -> PromptHint:
@@ -92,26 +112,29 @@ class PrefixArrays:
         sequences = self._rollouts.get(rollout_id)
         if not sequences:
             return PromptHint()
-        known, _, known_text = sequences[0]
-        return PromptHint(known, known_text)
+        return PromptHint(sequences[0].array, sequences[0].text)
 
     def add(
         self,
         rollout_id: int,
-        prompt: list[int],
+        prompt: TokenIds,
         prompt_array: np.ndarray,
-        output: list[int],
         output_array: np.ndarray,
         prompt_text: bytes | None = None,
     ) -> None:
         """A recorded call's prompt + output: what the rollout's next prompt likely extends.
-        ``prompt_text``: the prompt ids as the engine wrote them (``PromptHint.text``), if known."""
+        ``prompt``: its ids as the call had them; ``prompt_text``: as the engine wrote them
+        (``PromptHint.text``), if known."""
+        output = output_array.tolist()
+        text = prompt_text
+        if prompt_text and output:
+            text = prompt_text + b"," + orjson.dumps(output)[1:-1]
+        array = np.concatenate((prompt_array, output_array))
+        array.flags.writeable = False  # shared: the next call's ids may be this very array
+        known = _Sequence(array, [*prompt, *output] if isinstance(prompt, list) else None, text)
         sequences = self._rollouts.setdefault(rollout_id, [])
         self._rollouts.move_to_end(rollout_id)
-        text = None
-        if prompt_text is not None:
-            text = prompt_text + b"," + orjson.dumps(output)[1:-1] if output and prompt_text else prompt_text
-        sequences.insert(0, ([*prompt, *output], np.concatenate((prompt_array, output_array)), text))
+        sequences.insert(0, known)
         del sequences[SEQUENCES_PER_ROLLOUT:]
         while len(self._rollouts) > ROLLOUTS_CACHED:
             self._rollouts.popitem(last=False)

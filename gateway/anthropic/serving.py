@@ -42,6 +42,7 @@ from gateway.pipeline import ChatPipeline
 from gateway.request_notes import RequestNotes, ignored_fields, recorded_request
 from gateway.store.records import RolloutIdentity
 from gateway.streaming import ServedCall, StreamedAnswer
+from gateway.token_prefix import token_count
 from gateway.validation import parse_request
 
 DIALECT = MESSAGES.name
@@ -354,7 +355,7 @@ def _stop(choice: dict, request: MessagesRequest, called_tools: bool) -> tuple[s
 def _usage(answer: dict, choice: dict) -> Usage:
     usage = answer.get("usage") or {}
     return Usage(
-        input_tokens=usage.get("prompt_tokens", len(answer.get("prompt_token_ids") or ())),
+        input_tokens=usage.get("prompt_tokens", token_count(answer.get("prompt_token_ids"))),
         output_tokens=usage.get("completion_tokens", len(choice.get("token_ids") or ())),
     )
 

@@ -30,6 +30,7 @@ from gateway.anthropic.protocol import (
 from gateway.dialects import anthropic_error_body
 from gateway.errors import GatewayError
 from gateway.streaming import CALL_ID_COMMENT, Committed, StreamedCall
+from gateway.token_prefix import token_count
 
 Finalize = Callable[[dict], Message]  # chat.completion answer -> the Message
 
@@ -52,7 +53,7 @@ class MessageStream:
             content=[],
             model=self.model,
             stop_reason=None,
-            usage=Usage(input_tokens=len(chunk.get("prompt_token_ids") or ()), output_tokens=0),
+            usage=Usage(input_tokens=token_count(chunk.get("prompt_token_ids")), output_tokens=0),
         )
         return _event(MessageStartEvent(message=message)) + _event(PingEvent())
 

@@ -15,8 +15,10 @@ from dataclasses import dataclass
 from typing import Protocol
 
 import aiohttp
+import numpy as np
 import orjson
 
+from gateway.engine.body import EncodedBody
 from gateway.errors import EngineError, EngineTimeout, EngineUnavailable
 from gateway.token_prefix import loads_answer
 
@@ -242,11 +244,20 @@ class VLLMEngineClient:
 
 
 def encoded(body) -> bytes:
-    """JSON bytes (orjson; the standard encoder for what orjson refuses, such as integers over 64 bits)."""
+    """JSON bytes (orjson; the standard encoder for what orjson refuses, such as integers over 64 bits).
+    Token id arrays (``gateway.token_prefix``) are written as lists; an ``EncodedBody`` is its JSON."""
+    if type(body) is EncodedBody:
+        return body.data
     try:
-        return orjson.dumps(body)
+        return orjson.dumps(body, option=orjson.OPT_SERIALIZE_NUMPY)
     except TypeError:
-        return json.dumps(body).encode()
+        return json.dumps(body, default=_as_list).encode()
+
+
+def _as_list(value):
+    if isinstance(value, np.ndarray):
+        return value.tolist()
+    raise TypeError(f"Object of type {type(value).__name__} is not JSON serializable")
 
 
 def _raise_for_status(response: EngineResponse, model: str | None = None) -> None:

@@ -6,13 +6,14 @@ import numpy as np
 import orjson
 import pytest
 
-from gateway.token_prefix import PrefixArrays, PromptHint, loads_answer, prompt_hint
+from gateway.engine.client import encoded
+from gateway.token_prefix import PrefixArrays, PromptHint, loads_answer, prompt_hint, token_count
 
 
 def test_a_prompt_reads_back_exactly_whether_or_not_it_extends_a_known_sequence():
     prefixes = PrefixArrays()
     prompt, output = list(range(100, 140)), [7, 8, 9]
-    prefixes.add(1, prompt, np.asarray(prompt, "<i4"), output, np.asarray(output, "<i4"))
+    prefixes.add(1, prompt, np.asarray(prompt, "<i4"), np.asarray(output, "<i4"))
     extended = prompt + output + [5, 6]
     forked = prompt[:10] + [99] + prompt[11:] + output + [5]  # a rewritten history: no longer a prefix
     for ids in (extended, forked, prompt[:5], [], prompt + output):
@@ -25,7 +26,7 @@ def test_the_newest_sequence_is_the_one_extended():
     prefixes = PrefixArrays()
     first, second = [1, 2, 3], [1, 2, 3, 4, 5, 6]
     for ids in (first, second):
-        prefixes.add(1, ids, np.asarray(ids, "<i4"), [0], np.asarray([0], "<i4"))
+        prefixes.add(1, ids, np.asarray(ids, "<i4"), np.asarray([0], "<i4"))
     assert prefixes.array(1, [*second, 0, 11]).tolist() == [*second, 0, 11]
     assert prefixes.array(1, [*first, 0, 12]).tolist() == [*first, 0, 12]
 
@@ -49,18 +50,27 @@ def hinted(raw: bytes, hint: PromptHint) -> dict:
         prompt_hint.reset(token)
 
 
-def test_an_answer_extending_the_hint_reads_only_its_tail_and_reuses_the_known_ids():
-    known = orjson.loads(b"[300,301,302,303]")
+def test_an_answer_extending_the_hint_reads_only_its_tail_onto_the_known_array():
+    known = np.asarray([300, 301, 302, 303], "<i4")
     hint = PromptHint(known, b"300,301,302,303")
     for raw, where in (
         (chat_answer([300, 301, 302, 303, 7, 8]), None),
         (completion_answer([300, 301, 302, 303, 9]), 0),
+        (chat_answer([300, 301, 302, 303]), None),  # nothing new: the known array itself
     ):
         answer = hinted(raw, hint)
-        assert answer == orjson.loads(raw)
-        ids = answer["prompt_token_ids"] if where is None else answer["choices"][where]["prompt_token_ids"]
-        assert ids[0] is known[0]  # the known part is the known list's objects: compared by identity later
-        assert hint.text == orjson.dumps(ids)[1:-1]
+        plain = orjson.loads(raw)
+        holder, plain_holder = (answer, plain) if where is None else (answer["choices"][0], plain["choices"][0])
+        ids = holder.pop("prompt_token_ids")
+        assert isinstance(ids, np.ndarray) and ids.dtype == np.dtype("<i4")
+        assert ids.tolist() == plain_holder.pop("prompt_token_ids") and answer == plain
+        assert hint.text == orjson.dumps(ids.tolist())[1:-1]
+
+
+def test_ids_too_large_for_the_array_read_as_plain_json():
+    hint = PromptHint(np.asarray([1, 2], "<i4"), b"1,2")
+    raw = chat_answer([1, 2, 2**40])
+    assert hinted(raw, hint) == orjson.loads(raw)
 
 
 @pytest.mark.parametrize(
@@ -72,18 +82,19 @@ def test_an_answer_extending_the_hint_reads_only_its_tail_and_reuses_the_known_i
     ],
 )
 def test_an_answer_not_extending_the_hint_reads_as_plain_json(known_text, prompt):
-    hint = PromptHint(orjson.loads(b"[" + known_text + b"]"), known_text)
+    hint = PromptHint(np.asarray(orjson.loads(b"[" + known_text + b"]"), "<i4"), known_text)
     raw = chat_answer(prompt)
     assert hinted(raw, hint) == orjson.loads(raw)
 
 
 def test_the_prompt_ids_key_inside_generated_text_cannot_pass_for_the_ids():
     """The model writes text; JSON escapes its quotes, so no content forges the key or a second one."""
-    hint = PromptHint([1, 2], b"1,2")
+    hint = PromptHint(np.asarray([1, 2], "<i4"), b"1,2")
     sneaky = 'x"prompt_token_ids":[1,2,666],"y'
     raw = chat_answer([1, 2, 3], content=sneaky)
     answer = hinted(raw, hint)
-    assert answer == orjson.loads(raw) and answer["prompt_token_ids"] == [1, 2, 3]
+    assert answer.pop("prompt_token_ids").tolist() == [1, 2, 3]
+    assert answer == {k: v for k, v in orjson.loads(raw).items() if k != "prompt_token_ids"}
     assert answer["choices"][0]["message"]["content"] == sneaky
     doubled = orjson.dumps({"prompt_token_ids": [1, 2, 9], "choices": [{"prompt_token_ids": [1, 2, 8]}]})
     assert hinted(doubled, hint) == orjson.loads(doubled)  # the key twice: read whole
@@ -91,15 +102,23 @@ def test_the_prompt_ids_key_inside_generated_text_cannot_pass_for_the_ids():
 
 def test_a_hinted_answer_that_is_not_json_fails_as_plain_json_does():
     with pytest.raises(orjson.JSONDecodeError):
-        hinted(b'{"prompt_token_ids":[1,2,x]}', PromptHint([1, 2], b"1,2"))
+        hinted(b'{"prompt_token_ids":[1,2,x]}', PromptHint(np.asarray([1, 2], "<i4"), b"1,2"))
 
 
 def test_a_recorded_call_hints_the_next_one_with_its_prompt_and_output():
     prefixes = PrefixArrays()
     assert prefixes.hint(1) == PromptHint()
     prompt, output = [10, 11, 12], [13, 14]
-    prefixes.add(1, prompt, np.asarray(prompt, "<i4"), output, np.asarray(output, "<i4"), b"10,11,12")
+    prefixes.add(1, prompt, np.asarray(prompt, "<i4"), np.asarray(output, "<i4"), b"10,11,12")
     hint = prefixes.hint(1)
-    assert hint.known == [10, 11, 12, 13, 14] and hint.known_text == b"10,11,12,13,14"
+    assert hint.known.tolist() == [10, 11, 12, 13, 14] and hint.known_text == b"10,11,12,13,14"
+    assert not hint.known.flags.writeable  # shared with the calls whose ids it becomes
     next_ids = hinted(chat_answer([10, 11, 12, 13, 14, 15]), hint)["prompt_token_ids"]
     assert prefixes.array(1, next_ids).tolist() == [10, 11, 12, 13, 14, 15]
+
+
+def test_an_answer_read_with_a_hint_encodes_and_counts_as_its_list_would():
+    hint = PromptHint(np.asarray([1, 2], "<i4"), b"1,2")
+    answer = hinted(chat_answer([1, 2, 3]), hint)
+    assert encoded(answer) == chat_answer([1, 2, 3])  # what a client that asked for the ids is sent
+    assert token_count(answer["prompt_token_ids"]) == 3 and token_count(None) == 0

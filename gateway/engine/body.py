@@ -1,0 +1,75 @@
+"""Engine request bodies encoded once per new message, not once per resent history.
+
+An agent resends its whole conversation every turn, and the gateway sends it on to the engine:
+encoding it as JSON again costs time linear in the history (~80 µs a turn at 32k tokens). Per rollout
+the messages of its last engine body are kept with their JSON. A body whose messages begin with those
+very objects (an identity check: the chat route parses a resent history into the same objects,
+``gateway.resent_bodies``) has only its new messages encoded, the known JSON copied in front of them.
+Equal objects are not enough: ``1`` and ``1.0`` are equal and encode differently, and the engine must
+get exactly what the client sent. Messages are never changed after they are parsed, which the reuse
+relies on, as ``gateway.validated_history`` does.
+
+The result is an ``EncodedBody``: the body as a (read-only) dict, for whoever routes or inspects it,
+with its JSON, which ``gateway.engine.client.encoded`` sends as is.
+"""
+
+from __future__ import annotations
+
+from collections import OrderedDict
+from dataclasses import dataclass
+from operator import is_
+
+import orjson
+
+ROLLOUTS_CACHED = 1024  # rollouts whose last engine messages are kept (their JSON: ~130 kB at 32k tokens)
+
+
+class EncodedBody(dict):
+    """A request body with its JSON made; read-only, so the two cannot disagree."""
+
+    def __init__(self, body: dict, data: bytes):
+        super().__init__(body)
+        self.data = data
+
+    def _read_only(self, *args, **kwargs):
+        raise TypeError("an EncodedBody is read-only; copy it ({**body, ...}) to change it")
+
+    __setitem__ = __delitem__ = pop = popitem = update = setdefault = clear = _read_only
+
+
+@dataclass(frozen=True)
+class _KnownMessages:
+    messages: list  # the objects last encoded (compared by identity)
+    data: bytes  # their JSON array
+
+
+class EngineBodies:
+    def __init__(self, rollouts: int = ROLLOUTS_CACHED):
+        self.rollouts = rollouts
+        self._known: OrderedDict[int, _KnownMessages] = OrderedDict()
+
+    def encode(self, rollout_id: int, body: dict) -> dict:
+        """``body`` with its JSON made, the rollout's known messages not encoded again; ``body`` itself
+        when it cannot be encoded here (no messages list, or a value orjson refuses)."""
+        messages = body.get("messages")
+        if not isinstance(messages, list):
+            return body
+        try:
+            data = self._messages_json(rollout_id, messages)
+            return EncodedBody(body, orjson.dumps({**body, "messages": orjson.Fragment(data)}))
+        except TypeError:  # e.g. an integer over 64 bits: the engine client's own encoding handles it
+            return body
+
+    def _messages_json(self, rollout_id: int, messages: list) -> bytes:
+        known = self._known.get(rollout_id)
+        count = len(known.messages) if known is not None else 0
+        if known is not None and 0 < count <= len(messages) and all(map(is_, known.messages, messages)):
+            new = messages[count:]
+            data = known.data[:-1] + b"," + orjson.dumps(new)[1:] if new else known.data
+        else:
+            data = orjson.dumps(messages)
+        self._known[rollout_id] = _KnownMessages(list(messages), data)  # a copy: the caller's list may grow
+        self._known.move_to_end(rollout_id)
+        while len(self._known) > self.rollouts:
+            self._known.popitem(last=False)
+        return data
