@@ -153,6 +153,7 @@ class ChatPipeline:
     ) -> RecordedAnswer:
         choice = only_choice(answer)
         logprobs = [entry["logprob"] for entry in (choice.get("logprobs") or {}).get("content") or []]
+        ids = self._ids(identity, answer.get("prompt_token_ids"), choice)
         record = _record(
             identity,
             dialect,
@@ -160,7 +161,7 @@ class ChatPipeline:
             resolved,
             answer,
             latency_ms,
-            self._ids(identity, answer.get("prompt_token_ids"), choice),
+            ids,
             choice,
             logprobs,
             sampled_with(chat_body),
@@ -168,7 +169,7 @@ class ChatPipeline:
         tags = side_call_tags(
             chat_body.get("messages") or [], bool(chat_body.get("tools")), identity.harness, identity.side_patterns
         )
-        recorded = await self._commit(identity, record, answer, resolved, [*tags, *extra_tags])
+        recorded = await self._commit(identity, record, ids.sequence, answer, resolved, [*tags, *extra_tags])
         if attempt is not None:
             await self._settle_retries(attempt, recorded.call_id)
         return recorded
@@ -229,6 +230,7 @@ class ChatPipeline:
     ) -> RecordedAnswer:
         choice = only_choice(answer)
         token_logprobs = (choice.get("logprobs") or {}).get("token_logprobs") or []
+        ids = self._ids(identity, choice.get("prompt_token_ids"), choice)
         record = _record(
             identity,
             COMPLETIONS.name,
@@ -236,12 +238,12 @@ class ChatPipeline:
             resolved,
             answer,
             latency_ms,
-            self._ids(identity, choice.get("prompt_token_ids"), choice),
+            ids,
             choice,
             token_logprobs,
             sampled_with(completion_body),
         )
-        return await self._commit(identity, record, answer, resolved, tags)
+        return await self._commit(identity, record, ids.sequence, answer, resolved, tags)
 
     def _ids(self, identity: RolloutIdentity, prompt_ids: TokenIds | None, choice: dict) -> TokenArrays:
         """The call's prompt and output ids as arrays (the prompt's known prefix not converted again)."""
@@ -254,8 +256,8 @@ class ChatPipeline:
         prompt = self.prefixes.array(identity.rollout_id, prompt_ids)
         output = np.asarray(output_ids, dtype="<i4")
         hint = prompt_hint.get()
-        self.prefixes.add(identity.rollout_id, prompt_ids, prompt, output, hint and hint.text)
-        return TokenArrays(prompt, output)
+        sequence = self.prefixes.add(identity.rollout_id, prompt_ids, prompt, output, hint and hint.text)
+        return TokenArrays(prompt, output, sequence)
 
     async def _resolve(self, identity: RolloutIdentity, requested: str) -> ResolvedModel:
         """The version serving this call: a pinned rollout's own (the model it names is ignored), else
@@ -284,7 +286,13 @@ class ChatPipeline:
             self.metrics.in_flight.dec()
 
     async def _commit(
-        self, identity: RolloutIdentity, record: CallRecord, answer: dict, resolved: ResolvedModel, tags: list[str]
+        self,
+        identity: RolloutIdentity,
+        record: CallRecord,
+        sequence: np.ndarray,
+        answer: dict,
+        resolved: ResolvedModel,
+        tags: list[str],
     ) -> RecordedAnswer:
         """Link the call into its rollout's graph, tag it, and wait until it is committed."""
         link = await self.graph.link(identity.rollout_id, record.prompt_ids)
@@ -299,8 +307,8 @@ class ChatPipeline:
         )
         call_id = await self.writer.record(record)
         self.metrics.recorded(record.dialect, record.latency_ms, len(record.prompt_ids), len(record.output_ids))
-        sequence = record.prompt_ids.tobytes() + record.output_ids.tobytes()
-        await self.graph.add(identity.rollout_id, GraphNode(call_id, len(record.prompt_ids), sequence))
+        node = GraphNode(call_id, len(record.prompt_ids), memoryview(sequence).cast("B"))  # the bytes, not a copy
+        await self.graph.add(identity.rollout_id, node)
         return RecordedAnswer(call_id, answer, resolved)
 
 
@@ -336,6 +344,7 @@ def only_choice(answer: dict) -> dict:
 class TokenArrays:
     prompt: np.ndarray  # int32
     output: np.ndarray  # int32
+    sequence: np.ndarray  # int32, read-only: prompt + output (what the rollout's next prompt likely extends)
 
 
 def _record(

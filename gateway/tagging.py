@@ -55,6 +55,8 @@ def side_call_tags(
     ``extra`` are (tag, regex) rules a harness adapter declared for its rollouts.
     """
     if has_tools:
+        if not extra:  # the main loop, and no rule to look for: no need to find the last user message
+            return []
         users = [m for m in messages if m.get("role") == "user"]
         opening = _text(users[-1].get("content")).lstrip()[:SCAN_CHARS] if users else ""
         return [tag for tag, regex in extra if _compiled(regex) is not None and _compiled(regex).match(opening)]

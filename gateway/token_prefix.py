@@ -41,19 +41,37 @@ class PromptHint:
     """What one call's prompt ids likely begin with; ``text`` is filled in when its answer is read."""
 
     known: np.ndarray | None = None  # int32: the rollout's last prompt + output ids
-    known_text: bytes | None = None  # the same as the engine writes them: b"1,2,3" (no brackets)
-    text: bytes | None = None  # this call's prompt ids as the engine wrote them
+    # The same as the engine writes them (b"1,2,3", no brackets), in parts that join to it: the last
+    # prompt's text as a view of its answer, then b"," and the output's (no copy of the whole made).
+    known_text: tuple[bytes | memoryview, ...] = ()
+    text: memoryview | None = None  # this call's prompt ids as the engine wrote them (a view of its answer)
 
-    def ids(self, text: bytes) -> TokenIds:
-        """The prompt ids written as ``text`` (b"1,2,3"): an int32 array when they extend the known ones."""
-        known, head = self.known, self.known_text
-        if known is not None and head and text.startswith(head) and text[len(head) : len(head) + 1] in (b"", b","):
-            tail = text[len(head) + 1 :]
-            ids = np.concatenate((known, np.array(orjson.loads(b"[" + tail + b"]"), dtype=IDS))) if tail else known
+    def read(self, raw: bytes, begin: int) -> tuple[TokenIds, int] | None:
+        """The prompt ids written in ``raw`` from ``begin`` (after the opening bracket) and the position
+        of their closing bracket: an int32 array when they extend the known ones, only the tail parsed."""
+        known_end = self._known_end(raw, begin)
+        end = raw.find(b"]", begin if known_end is None else known_end)
+        if end < 0:
+            return None
+        if known_end is None:
+            ids = orjson.loads(memoryview(raw)[begin - 1 : end + 1])
+        elif known_end < end:
+            ids = np.concatenate((self.known, np.array(orjson.loads(b"[" + raw[known_end + 1 : end + 1]), IDS)))
         else:
-            ids = orjson.loads(b"[" + text + b"]")
-        self.text = text  # only once read: a text that does not parse never becomes a hint
-        return ids
+            ids = self.known
+        self.text = memoryview(raw)[begin:end]  # only once read: a text that does not parse is no hint
+        return ids, end
+
+    def _known_end(self, raw: bytes, begin: int) -> int | None:
+        """Where the known text ends in ``raw`` when the ids from ``begin`` start with exactly it."""
+        if self.known is None or not self.known_text:
+            return None
+        position = begin
+        for part in self.known_text:
+            if not raw.startswith(part, position):
+                return None
+            position += len(part)
+        return position if raw[position : position + 1] in (b",", b"]") else None  # not inside a number
 
 
 # Set by the pipeline around its engine call (the engine client reads answers with it).
@@ -61,23 +79,32 @@ prompt_hint: ContextVar[PromptHint | None] = ContextVar("prompt_hint", default=N
 
 
 def loads_answer(raw: bytes) -> dict:
-    """An engine answer (or stream chunk) as JSON; its prompt ids read with the call's hint, if any."""
+    """An engine answer (or stream chunk) as JSON; its prompt ids read with the call's hint, if any.
+
+    Only what is around the prompt ids is scanned and parsed, and their tail past the known ones;
+    the known part is compared (``PromptHint.read``). The key is looked for again after the ids only:
+    before them ``find`` found none, and inside them any non-number fails the tail's parse.
+    """
     hint = prompt_hint.get()
     start = raw.find(PROMPT_IDS_KEY) if hint is not None else -1
-    if start < 0 or raw.rfind(PROMPT_IDS_KEY) != start:
+    if start < 0:
         return orjson.loads(raw)
     hint.text = None  # an answer read whole below leaves no text behind (a resent call's second answer)
     begin = start + len(PROMPT_IDS_KEY)
-    end = raw.find(b"]", begin)
-    if end < 0:
-        return orjson.loads(raw)
     try:
+        read = hint.read(raw, begin)
+        if read is None or raw.find(PROMPT_IDS_KEY, read[1]) >= 0:
+            hint.text = None
+            return orjson.loads(raw)  # no end, or the key twice: read whole
+        ids, end = read
         answer = orjson.loads(raw[: begin - 1] + b"null" + raw[end + 1 :])
         holder = answer if "prompt_token_ids" in answer else (answer.get("choices") or [{}])[0]
         if holder.get("prompt_token_ids", 0) is not None:
+            hint.text = None
             return orjson.loads(raw)  # not where the ids belong: read it whole
-        holder["prompt_token_ids"] = hint.ids(raw[begin:end])
+        holder["prompt_token_ids"] = ids
     except (orjson.JSONDecodeError, AttributeError, TypeError, OverflowError):
+        hint.text = None
         return orjson.loads(raw)  # anything unusual: the plain reading (which raises if it must)
     return answer
 
@@ -91,7 +118,7 @@ def token_count(ids: TokenIds | None) -> int:
 class _Sequence:
     array: np.ndarray  # int32, read-only: prompt + output
     ids: list[int] | None  # the same as the list a rendered prompt came as (tito), else None
-    text: bytes | None  # the same as the engine wrote them (no brackets), if known
+    text: tuple[bytes | memoryview, ...]  # the same as the engine wrote them, in parts (PromptHint.known_text)
 
 
 class PrefixArrays:
@@ -120,15 +147,15 @@ class PrefixArrays:
         prompt: TokenIds,
         prompt_array: np.ndarray,
         output_array: np.ndarray,
-        prompt_text: bytes | None = None,
-    ) -> None:
-        """A recorded call's prompt + output: what the rollout's next prompt likely extends.
-        ``prompt``: its ids as the call had them; ``prompt_text``: as the engine wrote them
-        (``PromptHint.text``), if known."""
+        prompt_text: bytes | memoryview | None = None,
+    ) -> np.ndarray:
+        """A recorded call's prompt + output: what the rollout's next prompt likely extends; returns
+        them as one read-only array. ``prompt``: its ids as the call had them; ``prompt_text``: as the
+        engine wrote them (``PromptHint.text``), if known."""
         output = output_array.tolist()
-        text = prompt_text
-        if prompt_text and output:
-            text = prompt_text + b"," + orjson.dumps(output)[1:-1]
+        text: tuple[bytes | memoryview, ...] = (prompt_text,) if prompt_text else ()
+        if text and output:
+            text += (b"," + orjson.dumps(output)[1:-1],)
         array = np.concatenate((prompt_array, output_array))
         array.flags.writeable = False  # shared: the next call's ids may be this very array
         known = _Sequence(array, [*prompt, *output] if isinstance(prompt, list) else None, text)
@@ -138,3 +165,4 @@ class PrefixArrays:
         del sequences[SEQUENCES_PER_ROLLOUT:]
         while len(self._rollouts) > ROLLOUTS_CACHED:
             self._rollouts.popitem(last=False)
+        return array

@@ -50,7 +50,7 @@ class GraphNode:
 
     call_id: int
     prompt_len: int  # tokens
-    sequence: bytes  # prompt + output ids, packed int32 LE
+    sequence: bytes | memoryview  # prompt + output ids, packed int32 LE (a view of the recorded array)
 
 
 @dataclass(frozen=True)

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import functools
 import json
 import statistics
 import sys
@@ -23,6 +24,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # run as a script from anywhere
 
+import numpy as np  # noqa: E402
 import orjson  # noqa: E402
 
 from gateway.callgraph import CallGraphIndex  # noqa: E402
@@ -50,6 +52,7 @@ TOOL = {
     },
 }
 TARGET_TOKENS = 32_768
+EVICT_BYTES = 64 << 20  # twice this machine's L3 (32 MiB; L2 1 MiB a core)
 REPORT_AT = (1024, 2048, 4096, 8192, 16384, 32768)
 WORDS = "def return import class self value result error test file path line data index list".split()
 
@@ -140,8 +143,25 @@ class NaiveTito(TitoEngine):
         del renderer
 
 
-async def run_mode(mode: str, text: ModelText, workdir: Path) -> list[tuple[int, float]]:
-    """(history tokens, gateway CPU ms) for each turn of one conversation."""
+@functools.cache
+def eviction_buffer() -> np.ndarray:
+    return np.zeros(EVICT_BYTES // 8)
+
+
+def evict_caches() -> None:
+    """Write over more memory than the CPU caches hold, so every turn starts as cold as the last.
+
+    Between two turns of a rollout a gateway serves other rollouts, so a turn meets caches full of
+    other work whatever its history. Here nothing else runs, and what comes between two turns grows
+    with the history (the stub engine renders and tokenizes the whole conversation, the agent encodes
+    it): left alone, late turns would start colder than early ones and look dearer for it.
+    """
+    eviction_buffer()[:] += 1.0
+
+
+async def run_mode(mode: str, text: ModelText, workdir: Path, cold: bool = True) -> list[tuple[int, float]]:
+    """(history tokens, gateway CPU ms) for each turn of one conversation; ``cold``: ``evict_caches``
+    before each turn."""
     url = sqlite_url(workdir / f"{mode}.db")
     upgrade(url)
     store = Store.from_url(url)
@@ -170,6 +190,8 @@ async def run_mode(mode: str, text: ModelText, workdir: Path) -> list[tuple[int,
         body = json.dumps({"model": "policy", "messages": messages, "tools": [TOOL], "max_tokens": 64}).encode()
         if mode == "engine":  # the engine's rendering is not gateway work: done before the clock
             engine.prompt_ids = text.encode(text.template.render([for_template(m) for m in messages], [TOOL], True))
+        if cold:
+            evict_caches()
         started, engine_before = time.process_time(), engine.engine_cpu_s
         served = await serving.chat(bodies.parse(body, identity.rollout_id, check_depth=False), identity)
         json.dumps(served.body)
@@ -219,23 +241,26 @@ def main() -> None:
     text = ModelText(args.model)
     report = {}
     for mode in args.modes.split(","):
-        runs = [
-            at_sizes(asyncio.run(run_mode(mode, text, workdir / f"{mode}-{r}")))
-            for r in range(args.repeats)
-            if (workdir / f"{mode}-{r}").mkdir(parents=True) is None
-        ]
-        per_size = {size: round(statistics.median(run[size] for run in runs), 3) for size in REPORT_AT}
-        report[mode] = {"cpu_ms_per_turn": per_size, "ratio_32k_to_1k": round(per_size[32768] / per_size[1024], 2)}
+        for caches in ("cold", "warm"):
+            runs = []
+            for r in range(args.repeats):
+                folder = workdir / f"{mode}-{caches}-{r}"
+                folder.mkdir(parents=True)
+                runs.append(at_sizes(asyncio.run(run_mode(mode, text, folder, cold=caches == "cold"))))
+            per_size = {size: round(statistics.median(run[size] for run in runs), 3) for size in REPORT_AT}
+            ratio = round(per_size[32768] / per_size[1024], 2)
+            report.setdefault(mode, {})[caches] = {"cpu_ms_per_turn": per_size, "ratio_32k_to_1k": ratio}
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps({"benchmark": "turn_cost", "model": str(args.model), "results": report}, indent=2))
-    print(f"{'mode':<8}" + "".join(f"{size:>9}" for size in REPORT_AT) + f"{'32k/1k':>9}")
-    for mode, row in report.items():
-        print(
-            f"{mode:<8}"
-            + "".join(f"{row['cpu_ms_per_turn'][s]:>9.2f}" for s in REPORT_AT)
-            + f"{row['ratio_32k_to_1k']:>9.2f}"
-        )
-    print(f"CPU ms per turn by history size (tokens); written to {args.out}")
+    print(f"{'mode':<14}" + "".join(f"{size:>9}" for size in REPORT_AT) + f"{'32k/1k':>9}")
+    for mode, by_caches in report.items():
+        for caches, row in by_caches.items():
+            print(
+                f"{mode + ' (' + caches + ')':<14}"
+                + "".join(f"{row['cpu_ms_per_turn'][s]:>9.2f}" for s in REPORT_AT)
+                + f"{row['ratio_32k_to_1k']:>9.2f}"
+            )
+    print(f"CPU ms per turn by history size (tokens); cold: caches evicted before each turn; written to {args.out}")
 
 
 if __name__ == "__main__":

@@ -5,6 +5,8 @@ from __future__ import annotations
 import numpy as np
 import orjson
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from gateway.engine.client import encoded
 from gateway.token_prefix import PrefixArrays, PromptHint, loads_answer, prompt_hint, token_count
@@ -52,7 +54,7 @@ def hinted(raw: bytes, hint: PromptHint) -> dict:
 
 def test_an_answer_extending_the_hint_reads_only_its_tail_onto_the_known_array():
     known = np.asarray([300, 301, 302, 303], "<i4")
-    hint = PromptHint(known, b"300,301,302,303")
+    hint = PromptHint(known, (b"300,301", b",302,303"))
     for raw, where in (
         (chat_answer([300, 301, 302, 303, 7, 8]), None),
         (completion_answer([300, 301, 302, 303, 9]), 0),
@@ -64,11 +66,11 @@ def test_an_answer_extending_the_hint_reads_only_its_tail_onto_the_known_array()
         ids = holder.pop("prompt_token_ids")
         assert isinstance(ids, np.ndarray) and ids.dtype == np.dtype("<i4")
         assert ids.tolist() == plain_holder.pop("prompt_token_ids") and answer == plain
-        assert hint.text == orjson.dumps(ids.tolist())[1:-1]
+        assert bytes(hint.text) == orjson.dumps(ids.tolist())[1:-1]
 
 
 def test_ids_too_large_for_the_array_read_as_plain_json():
-    hint = PromptHint(np.asarray([1, 2], "<i4"), b"1,2")
+    hint = PromptHint(np.asarray([1, 2], "<i4"), (b"1,2",))
     raw = chat_answer([1, 2, 2**40])
     assert hinted(raw, hint) == orjson.loads(raw)
 
@@ -82,14 +84,14 @@ def test_ids_too_large_for_the_array_read_as_plain_json():
     ],
 )
 def test_an_answer_not_extending_the_hint_reads_as_plain_json(known_text, prompt):
-    hint = PromptHint(np.asarray(orjson.loads(b"[" + known_text + b"]"), "<i4"), known_text)
+    hint = PromptHint(np.asarray(orjson.loads(b"[" + known_text + b"]"), "<i4"), (known_text,))
     raw = chat_answer(prompt)
     assert hinted(raw, hint) == orjson.loads(raw)
 
 
 def test_the_prompt_ids_key_inside_generated_text_cannot_pass_for_the_ids():
     """The model writes text; JSON escapes its quotes, so no content forges the key or a second one."""
-    hint = PromptHint(np.asarray([1, 2], "<i4"), b"1,2")
+    hint = PromptHint(np.asarray([1, 2], "<i4"), (b"1,2",))
     sneaky = 'x"prompt_token_ids":[1,2,666],"y'
     raw = chat_answer([1, 2, 3], content=sneaky)
     answer = hinted(raw, hint)
@@ -102,7 +104,7 @@ def test_the_prompt_ids_key_inside_generated_text_cannot_pass_for_the_ids():
 
 def test_a_hinted_answer_that_is_not_json_fails_as_plain_json_does():
     with pytest.raises(orjson.JSONDecodeError):
-        hinted(b'{"prompt_token_ids":[1,2,x]}', PromptHint(np.asarray([1, 2], "<i4"), b"1,2"))
+        hinted(b'{"prompt_token_ids":[1,2,x]}', PromptHint(np.asarray([1, 2], "<i4"), (b"1,2",)))
 
 
 def test_a_recorded_call_hints_the_next_one_with_its_prompt_and_output():
@@ -111,14 +113,54 @@ def test_a_recorded_call_hints_the_next_one_with_its_prompt_and_output():
     prompt, output = [10, 11, 12], [13, 14]
     prefixes.add(1, prompt, np.asarray(prompt, "<i4"), np.asarray(output, "<i4"), b"10,11,12")
     hint = prefixes.hint(1)
-    assert hint.known.tolist() == [10, 11, 12, 13, 14] and hint.known_text == b"10,11,12,13,14"
+    assert hint.known.tolist() == [10, 11, 12, 13, 14] and b"".join(hint.known_text) == b"10,11,12,13,14"
     assert not hint.known.flags.writeable  # shared with the calls whose ids it becomes
     next_ids = hinted(chat_answer([10, 11, 12, 13, 14, 15]), hint)["prompt_token_ids"]
     assert prefixes.array(1, next_ids).tolist() == [10, 11, 12, 13, 14, 15]
 
 
 def test_an_answer_read_with_a_hint_encodes_and_counts_as_its_list_would():
-    hint = PromptHint(np.asarray([1, 2], "<i4"), b"1,2")
+    hint = PromptHint(np.asarray([1, 2], "<i4"), (b"1,2",))
     answer = hinted(chat_answer([1, 2, 3]), hint)
     assert encoded(answer) == chat_answer([1, 2, 3])  # what a client that asked for the ids is sent
     assert token_count(answer["prompt_token_ids"]) == 3 and token_count(None) == 0
+
+
+def as_lists(value):
+    """An answer with its id arrays as lists: what ``orjson.loads`` makes of the same bytes."""
+    if isinstance(value, np.ndarray):
+        return value.tolist()
+    if isinstance(value, dict):
+        return {k: as_lists(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [as_lists(v) for v in value]
+    return value
+
+
+ids_st = st.lists(st.integers(0, 300_000), max_size=12)
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    known=ids_st,
+    tail=ids_st,
+    rewrite=st.one_of(st.none(), st.integers(0, 3)),  # which id, counted back from the known's last
+    lengthen=st.booleans(),
+    split=st.integers(0, 12),
+    at_top=st.booleans(),
+    content=st.text(alphabet='ab"[],:prompt_token_ids0123', max_size=30),
+)
+def test_any_answer_reads_as_plain_json_whatever_the_hint(known, tail, rewrite, lengthen, split, at_top, content):
+    prompt = list(known) + tail
+    rewrite = None if rewrite is None else len(known) - 1 - rewrite
+    if rewrite is not None and 0 <= rewrite < len(prompt):
+        # The history rewritten: the hint no longer a prefix (a number one digit longer: still in text).
+        prompt[rewrite] = prompt[rewrite] * 10 + 7 if lengthen else prompt[rewrite] + 1
+    known_text = orjson.dumps(known)[1:-1]
+    parts = tuple(p for p in (known_text[:split], known_text[split:]) if p)
+    raw = chat_answer(prompt, content) if at_top else completion_answer(prompt)
+    hint = PromptHint(np.asarray(known, "<i4"), parts)
+    answer = hinted(raw, hint)
+    assert as_lists(answer) == orjson.loads(raw)
+    if hint.text is not None:
+        assert bytes(hint.text) == orjson.dumps(prompt)[1:-1]
