@@ -226,6 +226,19 @@ def at_sizes(points: list[tuple[int, float]]) -> dict[int, float]:
     }
 
 
+def fitted_line(points: list[tuple[int, float]]) -> tuple[float, float]:
+    """(ms at no history, ms per 1k tokens): the Theil-Sen line through every turn but each
+    conversation's first (its one-time set-up). The median of all pairwise slopes: a turn hit by a
+    garbage collection or a neighbour's burst moves it little, unlike a least-squares fit or the
+    three turns ``at_sizes`` reads."""
+    x = np.array([p[0] for p in points], dtype=float) / 1000.0
+    y = np.array([p[1] for p in points])
+    i, j = np.triu_indices(len(x), k=1)
+    apart = x[j] != x[i]
+    slope = float(np.median((y[j] - y[i])[apart] / (x[j] - x[i])[apart]))
+    return float(np.median(y - slope * x)), slope
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--out", type=Path, default=DEFAULT_OUT)
@@ -242,25 +255,37 @@ def main() -> None:
     report = {}
     for mode in args.modes.split(","):
         for caches in ("cold", "warm"):
-            runs = []
+            runs, turns = [], []
             for r in range(args.repeats):
                 folder = workdir / f"{mode}-{caches}-{r}"
                 folder.mkdir(parents=True)
-                runs.append(at_sizes(asyncio.run(run_mode(mode, text, folder, cold=caches == "cold"))))
+                points = asyncio.run(run_mode(mode, text, folder, cold=caches == "cold"))
+                runs.append(at_sizes(points))
+                turns += points[1:]
             per_size = {size: round(statistics.median(run[size] for run in runs), 3) for size in REPORT_AT}
-            ratio = round(per_size[32768] / per_size[1024], 2)
-            report.setdefault(mode, {})[caches] = {"cpu_ms_per_turn": per_size, "ratio_32k_to_1k": ratio}
+            base, per_1k = fitted_line(turns)
+            report.setdefault(mode, {})[caches] = {
+                "cpu_ms_per_turn": per_size,
+                "ratio_32k_to_1k": round(per_size[32768] / per_size[1024], 2),
+                "fit": {"ms_at_0": round(base, 3), "ms_per_1k_tokens": round(per_1k, 4)},
+                "fit_ratio_32k_to_1k": round((base + 32.768 * per_1k) / (base + 1.024 * per_1k), 2),
+            }
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps({"benchmark": "turn_cost", "model": str(args.model), "results": report}, indent=2))
-    print(f"{'mode':<14}" + "".join(f"{size:>9}" for size in REPORT_AT) + f"{'32k/1k':>9}")
+    print(f"{'mode':<14}" + "".join(f"{size:>9}" for size in REPORT_AT) + f"{'32k/1k':>9}{'fit':>7}{'ms/1k':>8}")
     for mode, by_caches in report.items():
         for caches, row in by_caches.items():
             print(
                 f"{mode + ' (' + caches + ')':<14}"
                 + "".join(f"{row['cpu_ms_per_turn'][s]:>9.2f}" for s in REPORT_AT)
-                + f"{row['ratio_32k_to_1k']:>9.2f}"
+                + f"{row['ratio_32k_to_1k']:>9.2f}{row['fit_ratio_32k_to_1k']:>7.2f}"
+                + f"{row['fit']['ms_per_1k_tokens']:>8.3f}"
             )
-    print(f"CPU ms per turn by history size (tokens); cold: caches evicted before each turn; written to {args.out}")
+    print(
+        "CPU ms per turn by history size (tokens), the median of the three nearest turns, and by the line"
+        " fitted through every turn (fit: 32k/1k; ms/1k: its growth per 1k tokens of history);"
+        f" cold: caches evicted before each turn. Written to {args.out}"
+    )
 
 
 if __name__ == "__main__":
