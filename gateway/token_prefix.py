@@ -4,13 +4,15 @@ An agent resends its whole history every turn, so turn k+1's prompt ids are turn
 ids and a few new turns. Converting a list of Python ints to the packed array the store and the call
 graph use costs ~35 ns a token (a millisecond at 32k tokens, every turn), and so does building the
 list. Per rollout the last few sequences are kept as arrays, with their JSON text as the engine wrote
-them.
+them: a view of the answer that carried the prompt (no copy; it keeps that answer's ~200 kB at 32k
+tokens alive) and the output's text.
 
 The engine's answer carries the prompt ids again as JSON, ~200 kB at 32k tokens. ``loads_answer``
 reads an answer with a hint (``prompt_hint``, set by the pipeline for the call): the rollout's last
 prompt + output, as an array and as the engine writes them. When the answer's prompt ids begin with
-exactly those bytes (compared in C), only the new tail is parsed, and the prompt ids come back as an
-int32 array: the known array and the tail's, no Python int made for the known part. Any other answer
+exactly those bytes (compared in place, in C), only the new tail is scanned and parsed, and the prompt
+ids come back as an int32 array: the known array and the tail's, no Python int made for the known
+part, no copy of the answer's text made. Any other answer
 is parsed whole, its ids a list, as before. Equal bytes are equal ids, so the ids are the same either
 way; only their container differs (an array is what the pipeline records anyway).
 

@@ -183,18 +183,25 @@ async def test_concurrent_calls_of_a_rollout_share_one_status_read(sqlite_db, mo
         await store.close()
 
 
-async def test_a_threaded_insert_refuses_rows_of_different_columns_and_commits_none(file_store, sqlite_db):
-    from gateway.store.sqlite_inserts import SQLiteInserts
+def call_row(rollout_id: int, request: dict | None = None) -> dict:
+    """A calls row as the store hands it to its threaded insert."""
     from gateway.store.tables import utcnow
 
-    identity = await file_store.create_rollout("run-c", "task-1")
-    row = {
-        "rollout_id": identity.rollout_id, "dialect": "chat", "model": "policy", "engine_model": "base",
+    return {
+        "rollout_id": rollout_id, "dialect": "chat", "model": "policy", "engine_model": "base",
         "policy_version": 0, "prompt_ids": b"", "prompt_offset": 0, "output_ids": b"", "output_logprobs": b"",
-        "num_prompt_tokens": 0, "num_output_tokens": 0, "finish_reason": "stop", "request": {}, "response": {},
-        "tags": [], "parent_id": None, "fork_of": None, "drift_tokens": 0, "latency_ms": 1.0, "temperature": None,
-        "top_p": None, "engine": None, "queue_ms": 0.0, "moved_from": None, "created_at": utcnow(),
+        "num_prompt_tokens": 0, "num_output_tokens": 0, "finish_reason": "stop", "request": request or {},
+        "response": {}, "tags": [], "parent_id": None, "fork_of": None, "drift_tokens": 0, "latency_ms": 1.0,
+        "temperature": None, "top_p": None, "engine": None, "queue_ms": 0.0, "moved_from": None,
+        "created_at": utcnow(),
     }  # fmt: skip
+
+
+async def test_a_threaded_insert_refuses_rows_of_different_columns_and_commits_none(file_store, sqlite_db):
+    from gateway.store.sqlite_inserts import SQLiteInserts
+
+    identity = await file_store.create_rollout("run-c", "task-1")
+    row = call_row(identity.rollout_id)
     inserts = SQLiteInserts(sqlite_db)
     try:
         assert len(await inserts.insert(Call.__table__, [row])) == 1  # a well-formed row goes in
@@ -203,3 +210,34 @@ async def test_a_threaded_insert_refuses_rows_of_different_columns_and_commits_n
     finally:
         await asyncio.to_thread(inserts.close)
     assert len(await file_store.list_calls(identity.rollout_id, 0, 10)) == 1  # the refused batch left nothing
+
+
+async def test_the_wal_is_checkpointed_beside_the_commits_not_inside_them(file_store, sqlite_db, monkeypatch):
+    """SQLite's auto-checkpoint made every ~140th commit milliseconds slower; the threaded insert turns
+    it off and checkpoints on a thread of its own, so the WAL's pages still reach the database file."""
+    from pathlib import Path
+
+    from sqlalchemy.engine import make_url
+
+    from gateway.store import sqlite_inserts
+    from gateway.store.sqlite_inserts import SQLiteInserts
+
+    monkeypatch.setattr(sqlite_inserts, "CHECKPOINT_EVERY_ROWS", 4)
+    identity = await file_store.create_rollout("run-w", "task-1")
+    database = Path(make_url(sqlite_db).database)
+    inserts = SQLiteInserts(sqlite_db)
+    try:
+        await inserts.insert(Call.__table__, [call_row(identity.rollout_id)])
+        size_before = database.stat().st_size
+        for n in range(12):
+            await inserts.insert(Call.__table__, [call_row(identity.rollout_id, {"text": "x" * 20_000, "n": n})])
+
+        def own_checkpoint_setting() -> int:
+            return inserts._insert_connection().execute("PRAGMA wal_autocheckpoint").fetchone()[0]
+
+        assert await asyncio.get_running_loop().run_in_executor(inserts._thread, own_checkpoint_setting) == 0
+        await asyncio.wrap_future(inserts._checkpointing)
+    finally:
+        await asyncio.to_thread(inserts.close)
+    assert database.stat().st_size > size_before + 100_000  # the rows' pages were copied from the WAL
+    assert len(await file_store.list_calls(identity.rollout_id, 0, 20)) == 13
