@@ -22,6 +22,9 @@ from operator import is_
 import orjson
 
 ROLLOUTS_CACHED = 1024  # rollouts whose last engine messages are kept (their JSON: ~130 kB at 32k tokens)
+# Where the messages go in an encoded body: orjson writes a NUL inside a string as \u0000, so a raw one
+# appears nowhere else.
+MESSAGES_MARK = orjson.Fragment(b"\x00")
 
 
 class EncodedBody(dict):
@@ -40,7 +43,7 @@ class EncodedBody(dict):
 @dataclass(frozen=True)
 class _KnownMessages:
     messages: list  # the objects last encoded (compared by identity)
-    data: bytes  # their JSON array
+    data: memoryview  # their JSON array: a view of the body it was sent in
 
 
 class EngineBodies:
@@ -50,26 +53,34 @@ class EngineBodies:
 
     def encode(self, rollout_id: int, body: dict) -> dict:
         """``body`` with its JSON made, the rollout's known messages not encoded again; ``body`` itself
-        when it cannot be encoded here (no messages list, or a value orjson refuses)."""
+        when it cannot be encoded here (no messages list, or a value orjson refuses).
+
+        The body is encoded with a marker for its messages, which are then joined in: the history's
+        JSON is copied once a turn, straight into the body sent."""
         messages = body.get("messages")
         if not isinstance(messages, list):
             return body
         try:
-            data = self._messages_json(rollout_id, messages)
-            return EncodedBody(body, orjson.dumps({**body, "messages": orjson.Fragment(data)}))
+            frame = orjson.dumps({**body, "messages": MESSAGES_MARK})
+            parts = self._messages_parts(rollout_id, messages)
         except TypeError:  # e.g. an integer over 64 bits: the engine client's own encoding handles it
             return body
+        at = frame.index(b"\x00")
+        data = b"".join((frame[:at], *parts, frame[at + 1 :]))
+        self._remember(rollout_id, messages, memoryview(data)[at : len(data) - (len(frame) - at - 1)])
+        return EncodedBody(body, data)
 
-    def _messages_json(self, rollout_id: int, messages: list) -> bytes:
+    def _messages_parts(self, rollout_id: int, messages: list) -> tuple[bytes | memoryview, ...]:
+        """What joins to the messages' JSON array: the known part reused when they extend it."""
         known = self._known.get(rollout_id)
         count = len(known.messages) if known is not None else 0
         if known is not None and 0 < count <= len(messages) and all(map(is_, known.messages, messages)):
             new = messages[count:]
-            data = known.data[:-1] + b"," + orjson.dumps(new)[1:] if new else known.data
-        else:
-            data = orjson.dumps(messages)
+            return (known.data[:-1], b",", orjson.dumps(new)[1:]) if new else (known.data,)
+        return (orjson.dumps(messages),)
+
+    def _remember(self, rollout_id: int, messages: list, data: memoryview) -> None:
         self._known[rollout_id] = _KnownMessages(list(messages), data)  # a copy: the caller's list may grow
         self._known.move_to_end(rollout_id)
         while len(self._known) > self.rollouts:
             self._known.popitem(last=False)
-        return data

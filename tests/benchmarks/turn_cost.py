@@ -5,7 +5,9 @@ Three ways to get a turn's prompt ids: ``engine`` (vLLM renders; the gateway for
 re-renders and re-tokenizes the whole history every turn). Each turn runs the gateway's real
 pipeline (parse, validate, render, record to SQLite, answer) against a stub engine, and is timed
 with process CPU time: the engine client's side (encoding the request, reading the JSON answer) is
-counted, the stub's own writing of its answer is not. Run:
+counted, the stub's own writing of its answer is not. The turns timed at each size all add the same
+short message (``run_mode``), and each starts with the CPU caches evicted (``evict_caches``; the
+warm figures are reported beside). Run:
 `.venv/bin/python tests/benchmarks/turn_cost.py [--out FILE] [--repeats N]`.
 """
 
@@ -51,7 +53,8 @@ TOOL = {
         "parameters": {"type": "object", "properties": {"path": {"type": "string"}}},
     },
 }
-TARGET_TOKENS = 32_768
+PROBE_TURNS = 9  # timed turns at each reported size
+PROBE_WORDS = 8  # the tool output a probe turn adds (the growing turns add 420 words, ~1k tokens)
 EVICT_BYTES = 64 << 20  # twice this machine's L3 (32 MiB; L2 1 MiB a core)
 REPORT_AT = (1024, 2048, 4096, 8192, 16384, 32768)
 WORDS = "def return import class self value result error test file path line data index list".split()
@@ -71,7 +74,8 @@ class StubEngine:
     """
 
     def __init__(self, text: ModelText):
-        self.text, self.turn, self.prompt_ids = text, 0, []
+        self.text, self.turn = text, 0
+        self.prompt_ids, self.prompt_json = [], b"[]"  # set before each turn: vLLM's rendering, not the gateway's
         self.engine_cpu_s = 0.0
 
     def _over_the_wire(self, body: dict, answer: Callable[[list[int]], dict]) -> dict:
@@ -126,7 +130,7 @@ class StubEngine:
                     }
                 ],
                 "usage": {"prompt_tokens": len(self.prompt_ids), "completion_tokens": len(ids)},
-                "prompt_token_ids": self.prompt_ids,
+                "prompt_token_ids": orjson.Fragment(self.prompt_json),
             },
         )
 
@@ -159,9 +163,17 @@ def evict_caches() -> None:
     eviction_buffer()[:] += 1.0
 
 
-async def run_mode(mode: str, text: ModelText, workdir: Path, cold: bool = True) -> list[tuple[int, float]]:
-    """(history tokens, gateway CPU ms) for each turn of one conversation; ``cold``: ``evict_caches``
-    before each turn."""
+async def run_mode(
+    mode: str, text: ModelText, workdir: Path, prompts: list[list[int]], cold: bool = True
+) -> list[tuple[int, float]]:
+    """(reported size, gateway CPU ms) for each probe turn of one conversation; ``cold``:
+    ``evict_caches`` before each turn. ``prompts`` (engine mode): the engine's prompt ids for each
+    turn; a turn past its end is rendered before its clock starts and appended (``rehearse``).
+
+    The conversation grows by a ~1k-token tool output a turn; once its history reaches a reported size,
+    ``PROBE_TURNS`` turns each add a short one (``PROBE_WORDS`` words) and are timed. Every probe turn
+    brings the same new work, so what differs between sizes is the cost of the resent history alone,
+    and nine of them at each size steady the median."""
     url = sqlite_url(workdir / f"{mode}.db")
     upgrade(url)
     store = Store.from_url(url)
@@ -185,18 +197,27 @@ async def run_mode(mode: str, text: ModelText, workdir: Path, cold: bool = True)
     serving = OpenAIServing(pipeline)
     bodies = ResentBodies()  # the chat route's body parser (its rollout's resent history parsed once)
     messages = [{"role": "system", "content": "You are a coding agent."}, {"role": "user", "content": "Fix the bug."}]
-    points, history = [], 0
-    while history < TARGET_TOKENS:
+    points, history, sizes, probed = [], 0, list(REPORT_AT), 0
+    while sizes:
         body = json.dumps({"model": "policy", "messages": messages, "tools": [TOOL], "max_tokens": 64}).encode()
         if mode == "engine":  # the engine's rendering is not gateway work: done before the clock
-            engine.prompt_ids = text.encode(text.template.render([for_template(m) for m in messages], [TOOL], True))
+            if engine.turn == len(prompts):
+                prompts.append(text.encode(text.template.render([for_template(m) for m in messages], [TOOL], True)))
+            engine.prompt_ids = prompts[engine.turn]
+            engine.prompt_json = orjson.dumps(engine.prompt_ids)
         if cold:
             evict_caches()
         started, engine_before = time.process_time(), engine.engine_cpu_s
         served = await serving.chat(bodies.parse(body, identity.rollout_id, check_depth=False), identity)
         json.dumps(served.body)
         spent = time.process_time() - started - (engine.engine_cpu_s - engine_before)
-        points.append((history, spent * 1000.0))
+        probing = history >= sizes[0]
+        if probing:
+            points.append((sizes[0], spent * 1000.0))
+            probed += 1
+            if probed == PROBE_TURNS:
+                sizes.pop(0)
+                probed = 0
         message = served.body["choices"][0]["message"]
         call = message["tool_calls"][0]
         # The agent echoes the call back re-serialized, then appends the tool's output.
@@ -209,7 +230,11 @@ async def run_mode(mode: str, text: ModelText, workdir: Path, cold: bool = True)
         }
         messages += [
             {"role": "assistant", "content": message.get("content"), "tool_calls": [call]},
-            {"role": "tool", "tool_call_id": call["id"], "content": tool_output(engine.turn)},
+            {
+                "role": "tool",
+                "tool_call_id": call["id"],
+                "content": tool_output(engine.turn, PROBE_WORDS if probing else 420),
+            },
         ]
         engine.turn += 1
         history = served.body["usage"]["prompt_tokens"]
@@ -218,25 +243,24 @@ async def run_mode(mode: str, text: ModelText, workdir: Path, cold: bool = True)
     return points
 
 
+def rehearse(mode: str, text: ModelText, workdir: Path) -> list[list[int]]:
+    """The engine's prompt ids for each turn of the conversation, from one untimed run of it.
+
+    Rendering a turn's prompt is vLLM's work, in vLLM's process. Done in the gateway's process before
+    each timed turn, tokenizing the whole history (megabytes of Python ints a turn at 32k tokens)
+    churned the gateway's heap, and every later turn paid for it: ~0.5 ms a turn at 32k, which
+    rendering them once beforehand takes away. The conversation is deterministic, so the timed runs
+    send the very messages these prompts were rendered from."""
+    prompts: list[list[int]] = []
+    if mode == "engine":
+        asyncio.run(run_mode(mode, text, workdir, prompts))
+    return prompts
+
+
 def at_sizes(points: list[tuple[int, float]]) -> dict[int, float]:
-    """CPU ms per turn at each reported size: the median of the three turns whose history is closest
-    (one turn alone is at the mercy of a garbage collection or a neighbour's burst on shared cores)."""
-    return {
-        size: statistics.median(p[1] for p in sorted(points, key=lambda p: abs(p[0] - size))[:3]) for size in REPORT_AT
-    }
-
-
-def fitted_line(points: list[tuple[int, float]]) -> tuple[float, float]:
-    """(ms at no history, ms per 1k tokens): the Theil-Sen line through every turn but each
-    conversation's first (its one-time set-up). The median of all pairwise slopes: a turn hit by a
-    garbage collection or a neighbour's burst moves it little, unlike a least-squares fit or the
-    three turns ``at_sizes`` reads."""
-    x = np.array([p[0] for p in points], dtype=float) / 1000.0
-    y = np.array([p[1] for p in points])
-    i, j = np.triu_indices(len(x), k=1)
-    apart = x[j] != x[i]
-    slope = float(np.median((y[j] - y[i])[apart] / (x[j] - x[i])[apart]))
-    return float(np.median(y - slope * x)), slope
+    """CPU ms per turn at each reported size: the median of its probe turns (one turn alone is at the
+    mercy of a garbage collection or a neighbour's burst on shared cores)."""
+    return {size: statistics.median(ms for at, ms in points if at == size) for size in REPORT_AT}
 
 
 def main() -> None:
@@ -254,36 +278,31 @@ def main() -> None:
     text = ModelText(args.model)
     report = {}
     for mode in args.modes.split(","):
+        workdir.joinpath(f"{mode}-rehearsal").mkdir(parents=True)
+        prompts = rehearse(mode, text, workdir / f"{mode}-rehearsal")
         for caches in ("cold", "warm"):
-            runs, turns = [], []
+            points = []
             for r in range(args.repeats):
                 folder = workdir / f"{mode}-{caches}-{r}"
                 folder.mkdir(parents=True)
-                points = asyncio.run(run_mode(mode, text, folder, cold=caches == "cold"))
-                runs.append(at_sizes(points))
-                turns += points[1:]
-            per_size = {size: round(statistics.median(run[size] for run in runs), 3) for size in REPORT_AT}
-            base, per_1k = fitted_line(turns)
+                points += asyncio.run(run_mode(mode, text, folder, prompts, cold=caches == "cold"))
+            per_size = {size: round(ms, 3) for size, ms in at_sizes(points).items()}
             report.setdefault(mode, {})[caches] = {
                 "cpu_ms_per_turn": per_size,
                 "ratio_32k_to_1k": round(per_size[32768] / per_size[1024], 2),
-                "fit": {"ms_at_0": round(base, 3), "ms_per_1k_tokens": round(per_1k, 4)},
-                "fit_ratio_32k_to_1k": round((base + 32.768 * per_1k) / (base + 1.024 * per_1k), 2),
             }
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps({"benchmark": "turn_cost", "model": str(args.model), "results": report}, indent=2))
-    print(f"{'mode':<14}" + "".join(f"{size:>9}" for size in REPORT_AT) + f"{'32k/1k':>9}{'fit':>7}{'ms/1k':>8}")
+    print(f"{'mode':<14}" + "".join(f"{size:>9}" for size in REPORT_AT) + f"{'32k/1k':>9}")
     for mode, by_caches in report.items():
         for caches, row in by_caches.items():
             print(
                 f"{mode + ' (' + caches + ')':<14}"
                 + "".join(f"{row['cpu_ms_per_turn'][s]:>9.2f}" for s in REPORT_AT)
-                + f"{row['ratio_32k_to_1k']:>9.2f}{row['fit_ratio_32k_to_1k']:>7.2f}"
-                + f"{row['fit']['ms_per_1k_tokens']:>8.3f}"
+                + f"{row['ratio_32k_to_1k']:>9.2f}"
             )
     print(
-        "CPU ms per turn by history size (tokens), the median of the three nearest turns, and by the line"
-        " fitted through every turn (fit: 32k/1k; ms/1k: its growth per 1k tokens of history);"
+        f"CPU ms per turn by history size (tokens), the median of {PROBE_TURNS} probe turns a size and run;"
         f" cold: caches evicted before each turn. Written to {args.out}"
     )
 

@@ -86,3 +86,12 @@ def test_any_sequence_of_turns_encodes_byte_identically(turns):
             history = history[: len(history) // 2]
         body = engine_body(list(history))
         assert encoded(bodies.encode(7, body)) == orjson.dumps(body)
+
+
+def test_a_nul_in_any_string_does_not_pass_for_where_the_messages_go():
+    bodies = EngineBodies()
+    for body in (
+        engine_body([message("user", "a\x00b")], user="x\x00y"),
+        engine_body([message("user", "a\x00b"), message("tool", "\x00")], user="x\x00y"),
+    ):
+        assert encoded(bodies.encode(3, body)) == orjson.dumps(body)
