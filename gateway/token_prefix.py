@@ -50,7 +50,8 @@ class PromptHint:
 
     def read(self, raw: bytes, begin: int) -> tuple[TokenIds, int] | None:
         """The prompt ids written in ``raw`` from ``begin`` (after the opening bracket) and the position
-        of their closing bracket: an int32 array when they extend the known ones, only the tail parsed."""
+        of their closing bracket: an int32 array when they extend the known ones, only the tail parsed.
+        ``loads_answer`` sets ``text`` once the whole answer has been read."""
         known_end = self._known_end(raw, begin)
         end = raw.find(b"]", begin if known_end is None else known_end)
         if end < 0:
@@ -61,7 +62,6 @@ class PromptHint:
             ids = np.concatenate((self.known, np.array(orjson.loads(b"[" + raw[known_end + 1 : end + 1]), IDS)))
         else:
             ids = self.known
-        self.text = memoryview(raw)[begin:end]  # only once read: a text that does not parse is no hint
         return ids, end
 
     def _known_end(self, raw: bytes, begin: int) -> int | None:
@@ -96,18 +96,16 @@ def loads_answer(raw: bytes) -> dict:
     try:
         read = hint.read(raw, begin)
         if read is None or raw.find(PROMPT_IDS_KEY, read[1]) >= 0:
-            hint.text = None
             return orjson.loads(raw)  # no end, or the key twice: read whole
         ids, end = read
         answer = orjson.loads(raw[: begin - 1] + b"null" + raw[end + 1 :])
         holder = answer if "prompt_token_ids" in answer else (answer.get("choices") or [{}])[0]
         if holder.get("prompt_token_ids", 0) is not None:
-            hint.text = None
             return orjson.loads(raw)  # not where the ids belong: read it whole
-        holder["prompt_token_ids"] = ids
     except (orjson.JSONDecodeError, AttributeError, TypeError, OverflowError):
-        hint.text = None
         return orjson.loads(raw)  # anything unusual: the plain reading (which raises if it must)
+    holder["prompt_token_ids"] = ids
+    hint.text = memoryview(raw)[begin:end]  # only an answer read this way becomes the next hint
     return answer
 
 
