@@ -32,7 +32,7 @@ from gateway.store.writer import CallWriter
 from gateway.streaming import CompletionAssembler, StreamedCall
 from gateway.tagging import side_call_tags
 from gateway.tito.serving import TitoEngine
-from gateway.token_prefix import PrefixArrays, TokenIds, prompt_hint
+from gateway.token_prefix import PrefixArrays, TokenIds, as_array, prompt_hint
 
 
 @dataclass(frozen=True)
@@ -246,17 +246,16 @@ class ChatPipeline:
         return await self._commit(identity, record, ids.sequence, answer, resolved, tags)
 
     def _ids(self, identity: RolloutIdentity, prompt_ids: TokenIds | None, choice: dict) -> TokenArrays:
-        """The call's prompt and output ids as arrays (the prompt's known prefix not converted again)."""
+        """The call's prompt and output ids as arrays (an answer read with its hint has the prompt's as one)."""
         output_ids = choice.get("token_ids")
         if prompt_ids is None or output_ids is None:
             raise EngineError(
                 502,
                 "engine did not return token ids (return_token_ids); the gateway needs vLLM >= 0.10.2 to record calls",
             )
-        prompt = self.prefixes.array(identity.rollout_id, prompt_ids)
-        output = np.asarray(output_ids, dtype="<i4")
+        prompt, output = as_array(prompt_ids), as_array(output_ids)
         hint = prompt_hint.get()
-        sequence = self.prefixes.add(identity.rollout_id, prompt_ids, prompt, output, hint and hint.text)
+        sequence = self.prefixes.add(identity.rollout_id, prompt, output, hint and hint.text)
         return TokenArrays(prompt, output, sequence)
 
     async def _resolve(self, identity: RolloutIdentity, requested: str) -> ResolvedModel:

@@ -24,6 +24,7 @@ from dataclasses import dataclass, field
 from typing import Protocol
 
 from gateway.errors import EngineError
+from gateway.token_prefix import TokenIds, token_count
 
 # An SSE comment every dialect's stream carries with its last events: the call id (its HTTP header goes
 # out before the call exists).
@@ -42,7 +43,7 @@ class Committed:
 class ChatAssembler:
     """The pieces of a streamed chat answer, put back together."""
 
-    prompt_ids: list[int] | None = None
+    prompt_ids: TokenIds | None = None
     output_ids: list[int] = field(default_factory=list)
     logprobs: list[dict] = field(default_factory=list)  # logprobs.content entries, one per sampled token
     content: list[str] = field(default_factory=list)
@@ -121,9 +122,9 @@ class ChatAssembler:
         }
 
 
-def counted_usage(prompt_ids: list[int] | None, output_ids: list[int]) -> dict:
+def counted_usage(prompt_ids: TokenIds | None, output_ids: list[int]) -> dict:
     """The usage block of a stream whose engine sent none, counted from the ids."""
-    prompt = len(prompt_ids or ())
+    prompt = token_count(prompt_ids)
     return {"prompt_tokens": prompt, "completion_tokens": len(output_ids), "total_tokens": prompt + len(output_ids)}
 
 
@@ -131,7 +132,7 @@ def counted_usage(prompt_ids: list[int] | None, output_ids: list[int]) -> dict:
 class CompletionAssembler:
     """The pieces of a streamed ``text_completion`` (the Completions route), put back together."""
 
-    prompt_ids: list[int] | None = None
+    prompt_ids: TokenIds | None = None
     output_ids: list[int] = field(default_factory=list)
     text: list[str] = field(default_factory=list)
     logprobs: dict[str, list] = field(

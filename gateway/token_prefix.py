@@ -16,8 +16,8 @@ part, no copy of the answer's text made. Any other answer
 is parsed whole, its ids a list, as before. Equal bytes are equal ids, so the ids are the same either
 way; only their container differs (an array is what the pipeline records anyway).
 
-A capture mode that renders its own prompt (tito) hands the pipeline a list; those are compared with
-the rollout's last list (C, mostly identity checks) and only the new tail converted.
+A capture mode that renders its own prompt (tito) hands the pipeline an array too
+(``gateway.tito.renderer``).
 """
 
 from __future__ import annotations
@@ -117,22 +117,17 @@ def token_count(ids: TokenIds | None) -> int:
 @dataclass(frozen=True)
 class _Sequence:
     array: np.ndarray  # int32, read-only: prompt + output
-    ids: list[int] | None  # the same as the list a rendered prompt came as (tito), else None
     text: tuple[bytes | memoryview, ...]  # the same as the engine wrote them, in parts (PromptHint.known_text)
+
+
+def as_array(ids: TokenIds) -> np.ndarray:
+    """``ids`` as a little-endian int32 array (not copied when they are one)."""
+    return ids.astype(IDS, copy=False) if isinstance(ids, np.ndarray) else np.asarray(ids, dtype=IDS)
 
 
 class PrefixArrays:
     def __init__(self) -> None:
         self._rollouts: OrderedDict[int, list[_Sequence]] = OrderedDict()  # per rollout, newest first
-
-    def array(self, rollout_id: int, ids: TokenIds) -> np.ndarray:
-        """``ids`` as a little-endian int32 array; a known list they extend is not converted again."""
-        if isinstance(ids, np.ndarray):
-            return ids.astype(IDS, copy=False)
-        for known in self._rollouts.get(rollout_id, ()):  # the newest (the likely parent) first
-            if known.ids and len(known.ids) <= len(ids) and ids[: len(known.ids)] == known.ids:
-                return np.concatenate((known.array, np.asarray(ids[len(known.ids) :], dtype=IDS)))
-        return np.asarray(ids, dtype=IDS)
 
     def hint(self, rollout_id: int) -> PromptHint:
         """A hint for the rollout's next call: its newest sequence."""
@@ -144,24 +139,21 @@ class PrefixArrays:
     def add(
         self,
         rollout_id: int,
-        prompt: TokenIds,
         prompt_array: np.ndarray,
         output_array: np.ndarray,
         prompt_text: bytes | memoryview | None = None,
     ) -> np.ndarray:
         """A recorded call's prompt + output: what the rollout's next prompt likely extends; returns
-        them as one read-only array. ``prompt``: its ids as the call had them; ``prompt_text``: as the
-        engine wrote them (``PromptHint.text``), if known."""
-        output = output_array.tolist()
+        them as one read-only array. ``prompt_text``: the prompt ids as the engine wrote them
+        (``PromptHint.text``), if known."""
         text: tuple[bytes | memoryview, ...] = (prompt_text,) if prompt_text else ()
-        if text and output:
-            text += (b"," + orjson.dumps(output)[1:-1],)
+        if text and len(output_array):
+            text += (b"," + orjson.dumps(output_array.tolist())[1:-1],)
         array = np.concatenate((prompt_array, output_array))
         array.flags.writeable = False  # shared: the next call's ids may be this very array
-        known = _Sequence(array, [*prompt, *output] if isinstance(prompt, list) else None, text)
         sequences = self._rollouts.setdefault(rollout_id, [])
         self._rollouts.move_to_end(rollout_id)
-        sequences.insert(0, known)
+        sequences.insert(0, _Sequence(array, text))
         del sequences[SEQUENCES_PER_ROLLOUT:]
         while len(self._rollouts) > ROLLOUTS_CACHED:
             self._rollouts.popitem(last=False)

@@ -16,15 +16,16 @@ with its JSON, which ``gateway.engine.client.encoded`` sends as is.
 from __future__ import annotations
 
 from collections import OrderedDict
+from collections.abc import Sequence
 from dataclasses import dataclass
 from operator import is_
 
 import orjson
 
 ROLLOUTS_CACHED = 1024  # rollouts whose last engine messages are kept (their JSON: ~130 kB at 32k tokens)
-# Where the messages go in an encoded body: orjson writes a NUL inside a string as \u0000, so a raw one
-# appears nowhere else.
-MESSAGES_MARK = orjson.Fragment(b"\x00")
+# Where a value made elsewhere goes in an encoded body: orjson writes a NUL inside a string as \u0000,
+# so a raw one appears nowhere else.
+VALUE_MARK = orjson.Fragment(b"\x00")
 
 
 class EncodedBody(dict):
@@ -38,6 +39,16 @@ class EncodedBody(dict):
         raise TypeError("an EncodedBody is read-only; copy it ({**body, ...}) to change it")
 
     __setitem__ = __delitem__ = pop = popitem = update = setdefault = clear = _read_only
+
+
+def with_json(body: dict, key: str, parts: Sequence[bytes | memoryview]) -> tuple[EncodedBody, memoryview]:
+    """``body`` encoded, ``key``'s value written as ``parts`` joined (its JSON, made by the caller), and
+    a view of that value in the body's JSON. The body is encoded with a marker where the value goes,
+    which is then joined in: the value's JSON is copied once, straight into the body sent."""
+    frame = orjson.dumps({**body, key: VALUE_MARK})
+    at = frame.index(b"\x00")
+    data = b"".join((frame[:at], *parts, frame[at + 1 :]))
+    return EncodedBody(body, data), memoryview(data)[at : len(data) - (len(frame) - at - 1)]
 
 
 @dataclass(frozen=True)
@@ -61,14 +72,11 @@ class EngineBodies:
         if not isinstance(messages, list):
             return body
         try:
-            frame = orjson.dumps({**body, "messages": MESSAGES_MARK})
-            parts = self._messages_parts(rollout_id, messages)
+            encoded, data = with_json(body, "messages", self._messages_parts(rollout_id, messages))
         except TypeError:  # e.g. an integer over 64 bits: the engine client's own encoding handles it
             return body
-        at = frame.index(b"\x00")
-        data = b"".join((frame[:at], *parts, frame[at + 1 :]))
-        self._remember(rollout_id, messages, memoryview(data)[at : len(data) - (len(frame) - at - 1)])
-        return EncodedBody(body, data)
+        self._remember(rollout_id, messages, data)
+        return encoded
 
     def _messages_parts(self, rollout_id: int, messages: list) -> tuple[bytes | memoryview, ...]:
         """What joins to the messages' JSON array: the known part reused when they extend it."""

@@ -6,6 +6,11 @@ tokenized once; later requests of the same conversation reuse its ids (a turn co
 proportion to what it adds). An assistant turn whose parsed content and tool calls match what the
 model sampled earlier is replaced by the exact sampled ids, so turn k+1's prompt extends turn k's
 prompt + output by construction, however the agent re-serialized it.
+
+A prompt is made as an int32 array with its JSON (``RenderedPrompt``): each turn's ids are written
+as JSON once, when the turn is first rendered, and a request's prompt is its turns' JSON joined. So
+a turn costs the gateway one copy of the resent history's ids (and one of their JSON, straight into
+the request), no Python int per resent token.
 """
 
 from __future__ import annotations
@@ -13,11 +18,17 @@ from __future__ import annotations
 import json
 from collections import OrderedDict
 from dataclasses import dataclass, field
+from itertools import chain
+
+import numpy as np
+import orjson
 
 from gateway.tito.template import ModelText
+from gateway.token_prefix import IDS
 
 CONVERSATIONS_PER_ROLLOUT = 4  # main loop, subagents, side calls
 SAMPLED_PER_ROLLOUT = 512  # assistant turns remembered for splicing
+_NO_IDS = np.zeros(0, IDS)
 
 
 def _text(content) -> str:
@@ -69,13 +80,19 @@ def split_turns(messages: list[dict]) -> list[list[dict]]:
     return turns
 
 
+@dataclass(frozen=True)
+class RenderedPrompt:
+    ids: np.ndarray  # int32, read-only: the turns' ids one after the other, then the generation prompt
+    json: tuple[bytes, ...]  # the ids as a JSON array, in parts that join to it (b"[", a turn's, b",", ...)
+
+
 @dataclass
 class Conversation:
     tools: list[dict] | None
     turns: list[list[dict]]
-    ids: list[list[int]]  # per turn
-    flat: list[int] = field(default_factory=list)  # the turns' ids, one after the other
-    ends: list[int] = field(default_factory=list)  # where each turn's ids end in ``flat``
+    json: list[bytes]  # per turn: its ids as JSON, no brackets (b"1,2,3")
+    flat: np.ndarray  # int32, read-only: the turns' ids one after the other
+    ends: list[int]  # where each turn's ids end in ``flat``
 
 
 @dataclass
@@ -96,6 +113,7 @@ class TurnRenderer:
     def __init__(self, text: ModelText):
         self.text = text
         self.generation_prompt = text.encode(text.template.render([], add_generation_prompt=True))
+        self._generation_json = orjson.dumps(self.generation_prompt)[1:-1]
         self._after_eos = self._suffix_after_eos()
 
     def _suffix_after_eos(self) -> list[int]:
@@ -109,19 +127,22 @@ class TurnRenderer:
             )
         return self.text.encode(rendered.rsplit(eos, 1)[1])
 
-    def prompt_ids(self, messages: list[dict], tools: list[dict] | None, state: RolloutText) -> list[int]:
+    def prompt_ids(self, messages: list[dict], tools: list[dict] | None, state: RolloutText) -> RenderedPrompt:
         turns = split_turns(messages)
         cached, shared = _best_match(state.conversations, turns, tools)
-        # The shared turns' ids are reused joined: a turn costs work in proportion to what it adds.
-        ids = cached.ids[:shared] if cached is not None else []
-        flat = cached.flat[: cached.ends[shared - 1]] if cached is not None and shared else []
+        # The shared turns' ids and JSON are reused: a turn costs work in proportion to what it adds.
+        known = cached.flat[: cached.ends[shared - 1]] if cached is not None and shared else _NO_IDS
+        json = cached.json[:shared] if cached is not None else []
         ends = cached.ends[:shared] if cached is not None else []
+        new = []
         for index in range(shared, len(turns)):
-            ids.append(self._turn_ids(turns[index], tools if index == 0 else None, state))
-            flat += ids[-1]
-            ends.append(len(flat))
-        _store(state, Conversation(tools, turns, ids, flat, ends))
-        return flat + self.generation_prompt
+            new.append(self._turn_ids(turns[index], tools if index == 0 else None, state))
+            json.append(orjson.dumps(new[-1])[1:-1])
+            ends.append((ends[-1] if ends else 0) + len(new[-1]))
+        ids = np.concatenate((known, np.array([*chain.from_iterable(new), *self.generation_prompt], IDS)))
+        ids.flags.writeable = False  # ``flat`` is a view of it, kept for the rollout's next turn
+        _store(state, Conversation(tools, turns, json, ids[: len(ids) - len(self.generation_prompt)], ends))
+        return RenderedPrompt(ids, _json_array([*json, self._generation_json]))
 
     def _turn_ids(self, turn: list[dict], tools: list[dict] | None, state: RolloutText) -> list[int]:
         message = turn[0]
@@ -134,6 +155,16 @@ class TurnRenderer:
     def spliced(self, sampled: list[int]) -> list[int]:
         closed = sampled if sampled and sampled[-1] == self.text.eos_id else [*sampled, self.text.eos_id]
         return [*self.generation_prompt, *closed, *self._after_eos]
+
+
+def _json_array(items: list[bytes]) -> tuple[bytes, ...]:
+    """Parts that join to the JSON array of ``items`` (each a JSON list's inside, empty ones skipped)."""
+    parts: list[bytes] = [b"["]
+    for item in items:
+        if item:
+            parts += (item, b",")
+    parts[-1] = b"]" if len(parts) > 1 else b"[]"
+    return tuple(parts)
 
 
 def _best_match(

@@ -11,6 +11,9 @@ import time
 from collections import OrderedDict
 from collections.abc import Awaitable, Callable
 
+import numpy as np
+
+from gateway.engine.body import EncodedBody, with_json
 from gateway.engine.client import EngineClient
 from gateway.errors import InvalidRequest
 from gateway.tito.parser import parse_output
@@ -48,7 +51,7 @@ class TitoEngine:
         self, body: dict, engine_model: str, rollout_id: int, max_model_len: int | None, top_logprobs: int
     ) -> dict:
         state = await self._state(rollout_id)
-        request, prompt_ids = self._request(body, engine_model, state, max_model_len, top_logprobs)
+        request, prompt_ids = self._request(body, engine_model, state, max_model_len, top_logprobs, stream=False)
         completion = await self.engine.completions(request)
         answer = self._chat_answer(completion, body, prompt_ids, _tools_enabled(body))
         self.remember(rollout_id, answer)
@@ -60,8 +63,7 @@ class TitoEngine:
         """``chat``, streamed: once the engine accepted the call, its answer as chat chunks. The caller
         ``remember``s the assembled answer (splicing) when the stream ends."""
         state = await self._state(rollout_id)
-        request, prompt_ids = self._request(body, engine_model, state, max_model_len, top_logprobs)
-        request.update(stream=True, stream_options={"include_usage": True})
+        request, prompt_ids = self._request(body, engine_model, state, max_model_len, top_logprobs, stream=True)
         stream = await self.engine.completions_stream(request)
         return TitoStream(stream, self.text, prompt_ids, body["model"], _tools_enabled(body))
 
@@ -73,23 +75,33 @@ class TitoEngine:
             state.remember(choice["message"], choice["token_ids"])
 
     def _request(
-        self, body: dict, engine_model: str, state: RolloutText, max_model_len: int | None, top_logprobs: int
-    ) -> tuple[dict, list[int]]:
+        self,
+        body: dict,
+        engine_model: str,
+        state: RolloutText,
+        max_model_len: int | None,
+        top_logprobs: int,
+        stream: bool,
+    ) -> tuple[EncodedBody, np.ndarray]:
+        """The completions request (its prompt's JSON joined from the turns', not written again) and
+        the prompt ids."""
         _check_supported(body)
-        prompt_ids = self.renderer.prompt_ids(body["messages"], body.get("tools") or None, state)
+        prompt = self.renderer.prompt_ids(body["messages"], body.get("tools") or None, state)
         request = {
             "model": engine_model,
-            "prompt": prompt_ids,
+            "prompt": prompt.ids,
             "logprobs": top_logprobs,
             "return_token_ids": True,
             "skip_special_tokens": False,
-            "stream": False,
-            "max_tokens": _max_tokens(body, len(prompt_ids), max_model_len),
+            "stream": stream,
+            "max_tokens": _max_tokens(body, len(prompt.ids), max_model_len),
         }
+        if stream:
+            request["stream_options"] = {"include_usage": True}
         request.update({k: body[k] for k in SAMPLING_FIELDS if body.get(k) is not None})
-        return request, prompt_ids
+        return with_json(request, "prompt", prompt.json)[0], prompt.ids
 
-    def _chat_answer(self, completion: dict, body: dict, prompt_ids: list[int], tools_enabled: bool) -> dict:
+    def _chat_answer(self, completion: dict, body: dict, prompt_ids: np.ndarray, tools_enabled: bool) -> dict:
         choice = completion["choices"][0]
         output_ids = choice.get("token_ids") or []
         text_ids = output_ids[:-1] if output_ids and output_ids[-1] == self.text.eos_id else output_ids

@@ -15,6 +15,7 @@ import secrets
 import time
 from collections.abc import AsyncIterator
 
+import numpy as np
 from tokenizers.decoders import DecodeStream
 
 from gateway.engine.client import EngineStream
@@ -28,7 +29,7 @@ USAGE_COUNTS = ("prompt_tokens", "completion_tokens", "total_tokens")
 class TitoStream:
     """One completions stream of sampled ids, read as chat chunks (``batches``), ``close`` to abort."""
 
-    def __init__(self, stream: EngineStream, text: ModelText, prompt_ids: list[int], model: str, tools_enabled: bool):
+    def __init__(self, stream: EngineStream, text: ModelText, prompt_ids: np.ndarray, model: str, tools_enabled: bool):
         self._stream, self._text, self.prompt_ids = stream, text, prompt_ids
         self._parser = StreamParser(tools_enabled)
         self._decoder = DecodeStream(skip_special_tokens=False)

@@ -38,7 +38,7 @@ from gateway.resent_bodies import ResentBodies  # noqa: E402
 from gateway.store.database import sqlite_url  # noqa: E402
 from gateway.store.store import Store  # noqa: E402
 from gateway.store.writer import CallWriter  # noqa: E402
-from gateway.tito.renderer import for_template  # noqa: E402
+from gateway.tito.renderer import RenderedPrompt, for_template  # noqa: E402
 from gateway.tito.serving import TitoEngine  # noqa: E402
 from gateway.tito.template import ModelText  # noqa: E402
 from gateway.token_prefix import loads_answer  # noqa: E402
@@ -99,7 +99,7 @@ class StubEngine:
                         "text": "",
                         "finish_reason": "stop",
                         "token_ids": ids,
-                        "prompt_token_ids": body["prompt"],
+                        "prompt_token_ids": body["prompt"].tolist(),
                         "logprobs": {"tokens": ["t"] * len(ids), "token_logprobs": [-0.5] * len(ids)},
                     }
                 ],
@@ -140,11 +140,13 @@ class NaiveTito(TitoEngine):
 
     def __init__(self, *args):
         super().__init__(*args)
-        renderer = self.renderer
-        renderer.prompt_ids = lambda messages, tools, state: self.text.encode(
+        self.renderer.prompt_ids = self._whole
+
+    def _whole(self, messages: list[dict], tools: list[dict] | None, state) -> RenderedPrompt:
+        ids = self.text.encode(
             self.text.template.render([for_template(m) for m in messages], tools, add_generation_prompt=True)
         )
-        del renderer
+        return RenderedPrompt(np.asarray(ids, "<i4"), (orjson.dumps(ids),))
 
 
 @functools.cache

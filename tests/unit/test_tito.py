@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import json
 
+import orjson
+
 from gateway.engine.fake import FakeReply
 from gateway.tito.renderer import RolloutText, TurnRenderer
 from tests.gateway_harness import GatewayHarness
@@ -42,11 +44,12 @@ def test_rendering_turn_by_turn_equals_the_whole_template(model_text, tiny_model
     from transformers import AutoTokenizer
 
     messages = conversation(3) + [{"role": "tool", "tool_call_id": "c2", "content": "second result"}]
-    ids = TurnRenderer(model_text).prompt_ids(messages, [TOOL], RolloutText())
+    prompt = TurnRenderer(model_text).prompt_ids(messages, [TOOL], RolloutText())
     reference = AutoTokenizer.from_pretrained(tiny_model_dir).apply_chat_template(
         [dict(m) for m in messages], tools=[TOOL], add_generation_prompt=True, tokenize=True, return_dict=False
     )
-    assert ids == list(reference)
+    assert prompt.ids.tolist() == list(reference)
+    assert orjson.loads(b"".join(prompt.json)) == list(reference)  # the JSON the engine is sent
 
 
 def test_a_new_turn_costs_only_its_own_rendering(model_text, monkeypatch):
@@ -55,8 +58,11 @@ def test_a_new_turn_costs_only_its_own_rendering(model_text, monkeypatch):
     rendered = []
     original = model_text.template.render
     monkeypatch.setattr(model_text.template, "render", lambda m, *a, **k: rendered.append(m) or original(m, *a, **k))
-    renderer.prompt_ids(conversation(21), [TOOL], state)
+    prompt = renderer.prompt_ids(conversation(21), [TOOL], state)
     assert [[m["role"] for m in turn] for turn in rendered] == [["assistant"], ["tool"]]
+    whole = TurnRenderer(model_text).prompt_ids(conversation(21), [TOOL], RolloutText())
+    assert prompt.ids.tolist() == whole.ids.tolist() == orjson.loads(b"".join(prompt.json))
+    assert not prompt.ids.flags.writeable  # the next turn's prompt is made from a view of it
 
 
 async def run_tool_conversation(gateway: GatewayHarness, capture: str, turns: int) -> dict:

@@ -9,28 +9,23 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from gateway.engine.client import encoded
-from gateway.token_prefix import PrefixArrays, PromptHint, loads_answer, prompt_hint, token_count
+from gateway.token_prefix import PrefixArrays, PromptHint, as_array, loads_answer, prompt_hint, token_count
 
 
-def test_a_prompt_reads_back_exactly_whether_or_not_it_extends_a_known_sequence():
+def test_ids_become_an_int32_array_and_an_array_is_not_copied():
+    for ids in ([5, 6, 7], [], np.asarray([5, 6, 7], "<i8")):
+        array = as_array(ids)
+        assert array.dtype == np.dtype("<i4") and array.tolist() == list(ids)
+    known = np.asarray([1, 2, 3], "<i4")
+    assert as_array(known) is known
+
+
+def test_the_newest_sequence_hints_the_next_call_and_other_rollouts_get_none():
     prefixes = PrefixArrays()
-    prompt, output = list(range(100, 140)), [7, 8, 9]
-    prefixes.add(1, prompt, np.asarray(prompt, "<i4"), np.asarray(output, "<i4"))
-    extended = prompt + output + [5, 6]
-    forked = prompt[:10] + [99] + prompt[11:] + output + [5]  # a rewritten history: no longer a prefix
-    for ids in (extended, forked, prompt[:5], [], prompt + output):
-        array = prefixes.array(1, ids)
-        assert array.dtype == np.dtype("<i4") and array.tolist() == ids
-    assert prefixes.array(2, extended).tolist() == extended  # another rollout's sequences are not used
-
-
-def test_the_newest_sequence_is_the_one_extended():
-    prefixes = PrefixArrays()
-    first, second = [1, 2, 3], [1, 2, 3, 4, 5, 6]
-    for ids in (first, second):
-        prefixes.add(1, ids, np.asarray(ids, "<i4"), np.asarray([0], "<i4"))
-    assert prefixes.array(1, [*second, 0, 11]).tolist() == [*second, 0, 11]
-    assert prefixes.array(1, [*first, 0, 12]).tolist() == [*first, 0, 12]
+    for prompt in ([1, 2, 3], [1, 2, 3, 0, 4, 5]):
+        prefixes.add(1, np.asarray(prompt, "<i4"), np.asarray([0], "<i4"))
+    assert prefixes.hint(1).known.tolist() == [1, 2, 3, 0, 4, 5, 0]
+    assert prefixes.hint(2) == PromptHint()
 
 
 def chat_answer(prompt_ids: list[int], content: str = "ok") -> bytes:
@@ -111,12 +106,12 @@ def test_a_recorded_call_hints_the_next_one_with_its_prompt_and_output():
     prefixes = PrefixArrays()
     assert prefixes.hint(1) == PromptHint()
     prompt, output = [10, 11, 12], [13, 14]
-    prefixes.add(1, prompt, np.asarray(prompt, "<i4"), np.asarray(output, "<i4"), b"10,11,12")
+    prefixes.add(1, np.asarray(prompt, "<i4"), np.asarray(output, "<i4"), b"10,11,12")
     hint = prefixes.hint(1)
     assert hint.known.tolist() == [10, 11, 12, 13, 14] and b"".join(hint.known_text) == b"10,11,12,13,14"
     assert not hint.known.flags.writeable  # shared with the calls whose ids it becomes
     next_ids = hinted(chat_answer([10, 11, 12, 13, 14, 15]), hint)["prompt_token_ids"]
-    assert prefixes.array(1, next_ids).tolist() == [10, 11, 12, 13, 14, 15]
+    assert isinstance(next_ids, np.ndarray) and next_ids.tolist() == [10, 11, 12, 13, 14, 15]
 
 
 def test_an_answer_read_with_a_hint_encodes_and_counts_as_its_list_would():
