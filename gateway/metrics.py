@@ -4,6 +4,8 @@ other)."""
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
@@ -41,6 +43,18 @@ class GatewayMetrics:
             "harnessrl_engine_dtype_info", "1 for the managed engine's serving dtype", ["dtype"], registry=r
         )
         self._recorded_children: dict[str, tuple] = {}  # dialect -> its labelled calls, latency, tokens
+        self.calls_in_flight = 0  # the gauge's value, readable (the writer commits inline when it is 0)
+
+    @contextmanager
+    def call_in_flight(self) -> Iterator[None]:
+        """An engine call in progress, counted while the block runs."""
+        self.in_flight.inc()
+        self.calls_in_flight += 1
+        try:
+            yield
+        finally:
+            self.calls_in_flight -= 1
+            self.in_flight.dec()
 
     def recorded(self, dialect: str, latency_ms: float, prompt_tokens: int, output_tokens: int) -> None:
         children = self._recorded_children.get(dialect)

@@ -132,8 +132,7 @@ class ChatPipeline:
     def _stream_timers(self, identity: RolloutIdentity, client_request: dict) -> tuple[Attempt, ExitStack]:
         """A stream's call in flight, on the rollout's engine clock and among its attempts until it ends."""
         timers = ExitStack()
-        self.metrics.in_flight.inc()
-        timers.callback(self.metrics.in_flight.dec)
+        timers.enter_context(self.metrics.call_in_flight())
         timers.enter_context(self.engine_clock.timing(identity.rollout_id))
         attempt = self.retries.begin(identity.rollout_id, client_request, retry_count.get() > 0)
         timers.callback(self.retries.end, attempt)
@@ -276,13 +275,9 @@ class ChatPipeline:
     async def _timed(self, awaitable, identity: RolloutIdentity) -> tuple[dict, float]:
         """The engine's answer and its round trip in milliseconds, counted as in flight meanwhile
         (and on the rollout's engine clock)."""
-        self.metrics.in_flight.inc()
         started = time.perf_counter()
-        try:
-            with self.engine_clock.timing(identity.rollout_id):
-                return await awaitable, (time.perf_counter() - started) * 1000.0
-        finally:
-            self.metrics.in_flight.dec()
+        with self.metrics.call_in_flight(), self.engine_clock.timing(identity.rollout_id):
+            return await awaitable, (time.perf_counter() - started) * 1000.0
 
     async def _commit(
         self,
@@ -304,7 +299,8 @@ class ChatPipeline:
             drift_tokens=link.drift_tokens,
             **served_fields(),
         )
-        call_id = await self.writer.record(record)
+        # No other call in flight: nothing the commit could hold up, so it may skip the writer's hops.
+        call_id = await self.writer.record(record, alone=self.metrics.calls_in_flight == 0)
         self.metrics.recorded(record.dialect, record.latency_ms, len(record.prompt_ids), len(record.output_ids))
         node = GraphNode(call_id, len(record.prompt_ids), memoryview(sequence).cast("B"))  # the bytes, not a copy
         await self.graph.add(identity.rollout_id, node)

@@ -6,6 +6,7 @@ import json
 
 from gateway.settings import GatewaySettings
 from gateway.store.records import CallRecord
+from gateway.store.tables import utcnow
 
 TEST_ADMIN_KEY = "test-admin-key"  # the control plane's key in every test gateway
 ADMIN_HEADERS = {"x-admin-key": TEST_ADMIN_KEY}
@@ -68,6 +69,18 @@ def call_record(rollout_id: int, **overrides) -> CallRecord:
     )
     fields.update(overrides)
     return CallRecord(**fields)
+
+
+def call_row(rollout_id: int, request: dict | None = None) -> dict:
+    """A calls row as the store hands it to its threaded insert."""
+    return {
+        "rollout_id": rollout_id, "dialect": "chat", "model": "policy", "engine_model": "base",
+        "policy_version": 0, "prompt_ids": b"", "prompt_offset": 0, "output_ids": b"", "output_logprobs": b"",
+        "num_prompt_tokens": 0, "num_output_tokens": 0, "finish_reason": "stop", "request": request or {},
+        "response": {}, "tags": [], "parent_id": None, "fork_of": None, "drift_tokens": 0, "latency_ms": 1.0,
+        "temperature": None, "top_p": None, "engine": None, "queue_ms": 0.0, "moved_from": None,
+        "created_at": utcnow(),
+    }  # fmt: skip
 
 
 async def run_single_rollout(

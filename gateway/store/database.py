@@ -19,6 +19,9 @@ def sqlite_url(path: Path) -> str:
     return f"sqlite+aiosqlite:///{path}"
 
 
+BUSY_TIMEOUT_MS = 10_000  # how long a SQLite connection waits for another's write lock
+
+
 def sqlite_pragmas(dbapi_connection, _record) -> None:
     cursor = dbapi_connection.cursor()
     # WAL lets readers (REST, learner) run beside the writer; synchronous=NORMAL in WAL mode
@@ -26,7 +29,7 @@ def sqlite_pragmas(dbapi_connection, _record) -> None:
     cursor.execute("PRAGMA journal_mode=WAL")
     cursor.execute("PRAGMA synchronous=NORMAL")
     cursor.execute("PRAGMA foreign_keys=ON")
-    cursor.execute("PRAGMA busy_timeout=10000")
+    cursor.execute(f"PRAGMA busy_timeout={BUSY_TIMEOUT_MS}")
     cursor.close()
 
 

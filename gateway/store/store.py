@@ -209,15 +209,16 @@ class Store:
 
     # --- calls ------------------------------------------------------------------------------
 
-    async def insert_calls(self, records: Sequence[CallRecord]) -> list[int]:
+    async def insert_calls(self, records: Sequence[CallRecord], inline: bool = False) -> list[int]:
         """Insert and commit a batch of calls in one transaction; returns their ids in order.
+        ``inline``: on SQLite, try the commit on the calling thread first (``SQLiteInserts.insert``).
 
         A call's request is stored as a delta against its parent's when the parent's is at hand
         (``request_delta``): the agent resends its history, the store keeps what is new."""
         rows = [_call_row(record, self._stored_request(record)) for record in records]
         table = Call.__table__
         if self._inserts is not None and self._bind is None:
-            ids = await self._inserts.insert(table, rows)
+            ids = await self._inserts.insert(table, rows, inline=inline)
         else:
             # A Core insert on the session's connection: the ORM's bulk path costs ~1 ms per call.
             statement = insert(table).returning(table.c.id, sort_by_parameter_order=True)

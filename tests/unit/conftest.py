@@ -7,6 +7,7 @@ from collections.abc import AsyncIterator, Iterator
 import pytest
 
 from gateway.engine.fake import FakeEngine, create_fake_engine_app
+from gateway.store.store import Store
 from gateway.tito.template import ModelText
 from harnessrl.server import BackgroundServer
 from tests.builders import gateway_settings
@@ -57,3 +58,11 @@ async def tito_gateway(
     settings = gateway_settings(sqlite_db, fake_engine_server.url, model_dir=str(tiny_model_dir))
     async for harness in start_gateway(settings, fake_engine):
         yield harness
+
+
+@pytest.fixture
+async def file_store(sqlite_db: str) -> AsyncIterator[Store]:
+    """A store on a SQLite file as the gateway opens it (call inserts on their own thread)."""
+    store = Store.from_url(sqlite_db)
+    yield store
+    await store.close()

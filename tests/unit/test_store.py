@@ -15,7 +15,7 @@ from gateway.store.database import create_engine
 from gateway.store.store import ADHOC_RUN, TOKEN_PREFIX, Store
 from gateway.store.tables import Call, Group, Run, Task
 from gateway.store.writer import CallWriter
-from tests.builders import call_record
+from tests.builders import call_record, call_row
 
 
 @pytest.fixture
@@ -100,14 +100,6 @@ async def test_writer_refuses_work_when_not_started(store):
         await CallWriter(store).record(call_record(1))
 
 
-@pytest.fixture
-async def file_store(sqlite_db: str) -> AsyncIterator[Store]:
-    """A store on a SQLite file as the gateway opens it (call inserts on their own thread)."""
-    store = Store.from_url(sqlite_db)
-    yield store
-    await store.close()
-
-
 async def test_call_batches_on_a_sqlite_file_commit_in_order_and_are_read_back(file_store):
     identity = await file_store.create_rollout("run-i", "task-1")
     records = [call_record(identity.rollout_id, prompt_ids=[n, n + 1], output_ids=[n]) for n in range(5)]
@@ -181,20 +173,6 @@ async def test_concurrent_calls_of_a_rollout_share_one_status_read(sqlite_db, mo
         assert await store.rollout_ended(identity.rollout_id) == "finished"
     finally:
         await store.close()
-
-
-def call_row(rollout_id: int, request: dict | None = None) -> dict:
-    """A calls row as the store hands it to its threaded insert."""
-    from gateway.store.tables import utcnow
-
-    return {
-        "rollout_id": rollout_id, "dialect": "chat", "model": "policy", "engine_model": "base",
-        "policy_version": 0, "prompt_ids": b"", "prompt_offset": 0, "output_ids": b"", "output_logprobs": b"",
-        "num_prompt_tokens": 0, "num_output_tokens": 0, "finish_reason": "stop", "request": request or {},
-        "response": {}, "tags": [], "parent_id": None, "fork_of": None, "drift_tokens": 0, "latency_ms": 1.0,
-        "temperature": None, "top_p": None, "engine": None, "queue_ms": 0.0, "moved_from": None,
-        "created_at": utcnow(),
-    }  # fmt: skip
 
 
 async def test_a_threaded_insert_refuses_rows_of_different_columns_and_commits_none(file_store, sqlite_db):
