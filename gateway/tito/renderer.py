@@ -18,7 +18,8 @@ from __future__ import annotations
 import json
 from collections import OrderedDict
 from dataclasses import dataclass, field
-from itertools import chain
+from itertools import chain, repeat
+from operator import is_
 
 import numpy as np
 import orjson
@@ -69,12 +70,13 @@ def for_template(message: dict) -> dict:
     return {**message, "tool_calls": calls}
 
 
-def split_turns(messages: list[dict]) -> list[list[dict]]:
-    """One turn per message, except that consecutive tool results share one turn."""
-    turns: list[list[dict]] = []
+def split_turns(messages: list[dict], turns: list[list[dict]] | None = None) -> list[list[dict]]:
+    """One turn per message, except that consecutive tool results share one turn; ``turns``: those of
+    earlier messages, continued (a turn a tool result joins is made anew, not changed)."""
+    turns = [] if turns is None else turns
     for message in messages:
         if message.get("role") == "tool" and turns and turns[-1][-1].get("role") == "tool":
-            turns[-1].append(message)
+            turns[-1] = [*turns[-1], message]
         else:
             turns.append([message])
     return turns
@@ -89,6 +91,7 @@ class RenderedPrompt:
 @dataclass
 class Conversation:
     tools: list[dict] | None
+    messages: list[dict]  # as the request had them (the chat route parses a resent history into the same objects)
     turns: list[list[dict]]
     json: list[bytes]  # per turn: its ids as JSON, no brackets (b"1,2,3")
     flat: np.ndarray  # int32, read-only: the turns' ids one after the other
@@ -128,8 +131,7 @@ class TurnRenderer:
         return self.text.encode(rendered.rsplit(eos, 1)[1])
 
     def prompt_ids(self, messages: list[dict], tools: list[dict] | None, state: RolloutText) -> RenderedPrompt:
-        turns = split_turns(messages)
-        cached, shared = _best_match(state.conversations, turns, tools)
+        turns, cached, shared = _turns(state.conversations, messages, tools)
         # The shared turns' ids and JSON are reused: a turn costs work in proportion to what it adds.
         known = cached.flat[: cached.ends[shared - 1]] if cached is not None and shared else _NO_IDS
         json = cached.json[:shared] if cached is not None else []
@@ -141,7 +143,8 @@ class TurnRenderer:
             ends.append((ends[-1] if ends else 0) + len(new[-1]))
         ids = np.concatenate((known, np.array([*chain.from_iterable(new), *self.generation_prompt], IDS)))
         ids.flags.writeable = False  # ``flat`` is a view of it, kept for the rollout's next turn
-        _store(state, Conversation(tools, turns, json, ids[: len(ids) - len(self.generation_prompt)], ends))
+        flat = ids[: len(ids) - len(self.generation_prompt)]
+        _store(state, Conversation(tools, list(messages), turns, json, flat, ends))
         return RenderedPrompt(ids, _json_array([*json, self._generation_json]))
 
     def _turn_ids(self, turn: list[dict], tools: list[dict] | None, state: RolloutText) -> list[int]:
@@ -159,12 +162,30 @@ class TurnRenderer:
 
 def _json_array(items: list[bytes]) -> tuple[bytes, ...]:
     """Parts that join to the JSON array of ``items`` (each a JSON list's inside, empty ones skipped)."""
-    parts: list[bytes] = [b"["]
-    for item in items:
-        if item:
-            parts += (item, b",")
+    parts = [b"[", *chain.from_iterable(zip(filter(None, items), repeat(b",")))]
     parts[-1] = b"]" if len(parts) > 1 else b"[]"
     return tuple(parts)
+
+
+def _turns(
+    conversations: list[Conversation], messages: list[dict], tools: list[dict] | None
+) -> tuple[list[list[dict]], Conversation | None, int]:
+    """The request's turns, the cached conversation sharing the most leading turns with them, and how
+    many it shares. A conversation whose messages the request repeats (the very objects) lends its
+    turns, so only the new messages are looked at (the checks run in C, not a Python loop a message)."""
+    best, best_len = None, -1
+    for conversation in conversations:
+        known = conversation.messages
+        if len(known) > len(messages) or conversation.tools != tools or not all(map(is_, known, messages)):
+            continue
+        if len(conversation.turns) > best_len:
+            best, best_len = conversation, len(conversation.turns)
+    if best is None:
+        turns = split_turns(messages)
+        return (turns, *_best_match(conversations, turns, tools))
+    turns = split_turns(messages[len(best.messages) :], list(best.turns))
+    shared = best_len - (1 if best_len and turns[best_len - 1] is not best.turns[-1] else 0)  # a joined turn is new
+    return turns, best, shared
 
 
 def _best_match(

@@ -65,6 +65,24 @@ def test_a_new_turn_costs_only_its_own_rendering(model_text, monkeypatch):
     assert not prompt.ids.flags.writeable  # the next turn's prompt is made from a view of it
 
 
+def test_a_resent_history_lends_its_turns_and_a_tool_result_joining_the_last_turn_is_rendered_anew(
+    model_text, monkeypatch
+):
+    renderer, state = TurnRenderer(model_text), RolloutText()
+    messages = conversation(5)
+    renderer.prompt_ids(messages, [TOOL], state)
+    first = state.conversations[0]
+    rendered = []
+    original = model_text.template.render
+    monkeypatch.setattr(model_text.template, "render", lambda m, *a, **k: rendered.append(m) or original(m, *a, **k))
+    joined = [*messages, {"role": "tool", "tool_call_id": "c4", "content": "second result"}]  # the same objects
+    prompt = renderer.prompt_ids(joined, [TOOL], state)
+    assert [[m["role"] for m in turn] for turn in rendered] == [["tool", "tool"]]
+    assert len(first.turns[-1]) == 1  # the cached turn was not changed
+    whole = TurnRenderer(model_text).prompt_ids(joined, [TOOL], RolloutText())
+    assert prompt.ids.tolist() == whole.ids.tolist() == orjson.loads(b"".join(prompt.json))
+
+
 async def run_tool_conversation(gateway: GatewayHarness, capture: str, turns: int) -> dict:
     # The model writes arguments with odd spacing; the agent echoes them back re-serialized.
     gateway.fake.script = [
