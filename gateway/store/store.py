@@ -53,6 +53,7 @@ class RequestConflict(ValueError):
 
 DEFAULT_GROUP = "default"
 RUNNING_RECHECK_S = 1.0  # how long a rollout read as running is trusted to run
+FRESH_ROLLOUTS_KEPT = 100_000  # rollouts created here and not called yet, remembered as having no calls
 TOKEN_PREFIX = "hrl-"  # lets the gateway tell its tokens from placeholder API keys
 
 
@@ -69,6 +70,8 @@ class Store:
         self._adhoc: RolloutIdentity | None = None
         self._ended: dict[int, str] = {}  # rollout id -> the status it ended with (ended stays ended)
         self._running_seen: dict[int, float] = {}  # rollout id -> when it was last read as running
+        # Rollouts created here with no call recorded yet: their first call reads nothing back.
+        self._without_calls: set[int] = set()
         self._reading_status: dict[int, asyncio.Future[str | None]] = {}  # rollout id -> its read in flight
         self._recent_requests = RecentRequests()  # delta bases for the next calls' requests
 
@@ -148,6 +151,10 @@ class Store:
             await session.flush()
             identity = _identity(rollout.id, run_row.id, rollout.token, config, meta, pinned_version)
         self._tokens[identity.token] = identity
+        self._running_seen[identity.rollout_id] = time.monotonic()  # as if just read: it runs
+        if len(self._without_calls) >= FRESH_ROLLOUTS_KEPT:  # rollouts never called: forgetting costs a query
+            self._without_calls.clear()
+        self._without_calls.add(identity.rollout_id)
         return identity
 
     async def identity_for_token(self, token: str) -> RolloutIdentity | None:
@@ -229,6 +236,7 @@ class Store:
                     ids = list((await connection.execute(statement, rows)).scalars())
         for record, call_id in zip(records, ids):
             self._recent_requests.add(record.rollout_id, call_id, record.request)
+            self._without_calls.discard(record.rollout_id)
         return ids
 
     def _stored_request(self, record: CallRecord) -> dict:
@@ -263,6 +271,8 @@ class Store:
 
     async def recent_graph_nodes(self, rollout_id: int, limit: int) -> list[GraphNode]:
         """The rollout's last ``limit`` calls as call-graph nodes, oldest first."""
+        if rollout_id in self._without_calls:
+            return []
         query = select(*prompt_delta.STORED_COLUMNS).where(Call.rollout_id == rollout_id).order_by(Call.id)
         async with self.sessions() as session:
             rows = [prompt_delta.as_stored(row) for row in (await session.execute(query)).all()]
@@ -334,6 +344,8 @@ class Store:
 
     async def recent_outputs(self, rollout_id: int, limit: int) -> list[tuple[dict, list[int]]]:
         """The rollout's last chat answers (assistant message, sampled ids), oldest first."""
+        if rollout_id in self._without_calls:
+            return []
         query = (
             select(Call.response, Call.output_ids)
             .where(Call.rollout_id == rollout_id)

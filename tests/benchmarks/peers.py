@@ -4,10 +4,10 @@ Run: `.venv/bin/python tests/benchmarks/peers.py [--calls N] [--runs R] [--out F
 
 Every proxy sits in front of the same zero-latency fake engine (gateway/engine/fake.py) and gets the
 same load from the same lean client (tests/benchmarks/loadgen.py): concurrency 1, 16 and 64, streaming
-and not, and one session (rollout) of 2,000 turns against sessions of 32. Reported per row: calls/s,
-added p50/p99 over calling the engine directly, CPU milliseconds per call of the proxy's process
-tree, and for streams the added time to the first token. Recording fields are on for every request
-(token ids and logprobs asked of the engine).
+and not, and one session (rollout) of 2,000 turns against sessions of 32 (both sent in loads of 32
+calls). Reported per row: calls/s, added p50/p99 over calling the engine directly, CPU milliseconds per
+call of the proxy's process tree, and for streams the added time to the first token. Recording fields
+are on for every request (token ids and logprobs asked of the engine).
 
 Each peer runs in its own virtual environment, created by this script from the package index with
 pinned versions (kept under ~/.cache/harnessrl/peers): LiteLLM's proxy and OpenEnv's CaptureServer
@@ -291,22 +291,31 @@ def row(direct_port: int, peers: dict[str, Peer], concurrency: int, stream: bool
 
 
 def long_rollout_row(peers: dict[str, Peer], turns: int, short: int, concurrency: int = 16) -> dict:
-    """One session of ``turns`` calls against fresh sessions of ``short`` calls each (same total)."""
+    """One session of ``turns`` calls against fresh sessions of ``short`` calls each (same total).
+
+    Both are sent the same way, in loads of ``short`` calls (a fresh client each), with every session
+    opened before the clock starts: the two rates differ only in how long the session has grown."""
     out = {"turns": turns, "short_turns": short, "concurrency": concurrency}
     for name, peer in peers.items():
         if name == "litellm":
             continue  # no sessions: nothing is kept per rollout
-        started = time.perf_counter()
-        for _ in range(turns // short):
-            asyncio.run(run_load(HOST, peer.port, peer.request(False), concurrency, short))
-        short_rate = turns / (time.perf_counter() - started)
-        long = asyncio.run(run_load(HOST, peer.port, peer.request(False), concurrency, turns))
+        fresh = [peer.session() for _ in range(turns // short)]
+        long = [peer.session()] * (turns // short)
+        short_rate, long_rate = (_rate_in_loads(peer, sessions, short, concurrency) for sessions in (fresh, long))
         out[name] = {
             "short_calls_per_s": round(short_rate, 1),
-            "long_calls_per_s": round(long.calls_per_s, 1),
-            "long_vs_short": round(long.calls_per_s / short_rate, 3),
+            "long_calls_per_s": round(long_rate, 1),
+            "long_vs_short": round(long_rate / short_rate, 3),
         }
     return out
+
+
+def _rate_in_loads(peer: Peer, sessions: list[dict[str, str]], calls: int, concurrency: int) -> float:
+    """Calls per second over one load of ``calls`` calls per session in ``sessions``, one after the other."""
+    started = time.perf_counter()
+    for session in sessions:
+        asyncio.run(run_load(HOST, peer.port, peer.request(False, session), concurrency, calls))
+    return len(sessions) * calls / (time.perf_counter() - started)
 
 
 def main() -> None:

@@ -175,6 +175,26 @@ async def test_concurrent_calls_of_a_rollout_share_one_status_read(sqlite_db, mo
         await store.close()
 
 
+async def test_a_rollout_created_here_reads_nothing_back_until_its_first_call_is_recorded(sqlite_db):
+    engine = create_engine(sqlite_db)
+    statements: list[str] = []
+    event.listen(engine.sync_engine, "before_cursor_execute", lambda *a: statements.append(a[2]))
+    store = Store(engine)
+    try:
+        identity = await store.create_rollout("run-f", "task-1")
+        before = len(statements)
+        assert await store.rollout_ended(identity.rollout_id) is None  # it runs: just created
+        assert await store.recent_graph_nodes(identity.rollout_id, 8) == []
+        assert await store.recent_outputs(identity.rollout_id, 8) == []
+        assert statements[before:] == []
+        answer = {"choices": [{"message": {"role": "assistant", "content": "hi"}}]}
+        [call_id] = await store.insert_calls([call_record(identity.rollout_id, response=answer)])
+        assert [node.call_id for node in await store.recent_graph_nodes(identity.rollout_id, 8)] == [call_id]
+        assert await store.recent_outputs(identity.rollout_id, 8) == [({"role": "assistant", "content": "hi"}, [4, 5])]
+    finally:
+        await store.close()
+
+
 async def test_a_threaded_insert_refuses_rows_of_different_columns_and_commits_none(file_store, sqlite_db):
     from gateway.store.sqlite_inserts import SQLiteInserts
 
