@@ -155,13 +155,18 @@ def test_only_sqlite_files_take_the_threaded_insert_path():
     assert not SQLiteInserts.applies_to("postgresql+asyncpg://u@h/db")
 
 
+def store_counting_statements(url: str) -> tuple[Store, list[str]]:
+    """A store on ``url`` and the SQL statements it sends, as they are sent."""
+    engine = create_engine(url)
+    statements: list[str] = []
+    event.listen(engine.sync_engine, "before_cursor_execute", lambda *a: statements.append(a[2]))
+    return Store(engine), statements
+
+
 async def test_concurrent_calls_of_a_rollout_share_one_status_read(sqlite_db, monkeypatch):
     import gateway.store.store as store_module
 
-    engine = create_engine(sqlite_db)
-    statements: list[str] = []
-    event.listen(engine.sync_engine, "before_cursor_execute", lambda *a: statements.append(a[2]))
-    store = Store(engine)
+    store, statements = store_counting_statements(sqlite_db)
     try:
         identity = await store.create_rollout("run-a", "task-1")
         monkeypatch.setattr(store_module, "RUNNING_RECHECK_S", 0.0)  # every call reads again
@@ -176,10 +181,7 @@ async def test_concurrent_calls_of_a_rollout_share_one_status_read(sqlite_db, mo
 
 
 async def test_a_rollout_created_here_reads_nothing_back_until_its_first_call_is_recorded(sqlite_db):
-    engine = create_engine(sqlite_db)
-    statements: list[str] = []
-    event.listen(engine.sync_engine, "before_cursor_execute", lambda *a: statements.append(a[2]))
-    store = Store(engine)
+    store, statements = store_counting_statements(sqlite_db)
     try:
         identity = await store.create_rollout("run-f", "task-1")
         before = len(statements)
