@@ -6,7 +6,7 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 DEMO_MINUTES ?= 14
 
-.PHONY: install demo test test-unit lint bench check-install compose-check clean
+.PHONY: install demo test test-busy test-unit lint bench check-install compose-check clean
 
 # pip, not uv/poetry: only pip sees the CPU torch wheel on this machine kind (see REFERENCE.md).
 $(STAMP): pyproject.toml constraints/cpu.txt
@@ -33,6 +33,13 @@ demo: install
 test: install lint
 	bash tests/setup_machine.sh
 	$(BIN)/python -m pytest
+
+# The suite as on a busy laptop: beside 3 spinning processes and 6 GiB of held memory (BUSY_ARGS to change);
+# prints and writes (tests/benchmarks/results/busy.json) its wall time, the load and its peak memory.
+BUSY_ARGS ?= --cpu-hogs 3 --memory-gib 6
+test-busy: install lint
+	bash tests/setup_machine.sh
+	$(BIN)/python tests/busy.py $(BUSY_ARGS) -- $(BIN)/python -m pytest
 
 lint: install
 	$(BIN)/ruff check .

@@ -48,6 +48,7 @@ class QuickstartPlan:
     tasks: list[Task]
     database_url: str
     minutes: float = 15.0  # rollouts stop starting after this; the learner finishes its step
+    until_version: int = 0  # and not before the learner has published this version (a step count, not a time)
     group_size: int = 4
     concurrency: int = 8
     max_model_len: int = 2048
@@ -85,6 +86,10 @@ def learner_config(
         **learner_keys(warm),
         **plan.learner,
     )
+
+
+async def current_version(client: GatewayClient) -> int:
+    return int((await client.policy()).get("current_version", 0))
 
 
 class Quickstart:
@@ -164,7 +169,7 @@ class Quickstart:
                 warm = await self._warm_start(client, gateway_url, deadline) if self.plan.warm_start else None
                 learner = self._start_learner(gateway_url, warm)
                 round_ = 0
-                while time.monotonic() < deadline and learner.alive():
+                while await self._going(client, deadline, learner):
                     await self._evaluate(periodic)
                     await self._wait_for_learner(client, deadline, learner)
                     await self._one_round(client, round_)
@@ -280,7 +285,7 @@ class Quickstart:
         if final:
             client = GatewayClient(periodic.gateway_url, self.admin_key)
             try:
-                current = int((await client.policy()).get("current_version", 0))
+                current = await current_version(client)
             finally:
                 await client.close()
             metrics = None if current in (periodic.evaluated or set()) else await periodic.evaluate(current)
@@ -294,10 +299,18 @@ class Quickstart:
                 f"{metrics['eval_reward_mean']:.3f}"
             )
 
+    async def _going(self, client: GatewayClient, deadline: float, learner: ManagedProcess) -> bool:
+        """Rounds go on while the learner lives: to the time budget, then until it published ``until_version``."""
+        if not learner.alive():
+            return False
+        if time.monotonic() < deadline:
+            return True
+        return self.plan.until_version > await current_version(client)
+
     async def _wait_for_learner(self, client: GatewayClient, deadline: float, learner: ManagedProcess) -> None:
         """Bound how far rollouts run ahead of the learner (staleness), sharing the CPU with it."""
         limit = self.plan.groups_per_step * self.plan.backlog_steps
-        while time.monotonic() < deadline and learner.alive():
+        while await self._going(client, deadline, learner):
             if len(await client.groups(self.plan.run, GroupStatus.READY, limit)) < limit:
                 return
             await asyncio.sleep(1.0)

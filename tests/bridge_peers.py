@@ -65,7 +65,7 @@ class RecordingUpstream:
     async def _stream(self, send) -> None:
         await send({"type": "http.response.start", "status": 200, "headers": [(b"content-type", b"text/event-stream")]})
         await send({"type": "http.response.body", "body": b"data: first\n\n", "more_body": True})
-        await asyncio.wait_for(self.release.wait(), 10)
+        await asyncio.wait_for(self.release.wait(), 300)  # a guard: the test releases it, however busy
         await send({"type": "http.response.body", "body": b"data: second\n\ndata: [DONE]\n\n"})
 
 
@@ -90,7 +90,7 @@ def raw_request(method: str, target: str, host: str = "127.0.0.1:8000", extra: b
     return f"{method} {target} HTTP/1.1\r\nhost: {host}\r\n".encode() + extra + length + b"\r\n" + body
 
 
-async def raw_exchange(socket_path: str, data: bytes, timeout_s: float = 10) -> list[tuple[int, bytes]]:
+async def raw_exchange(socket_path: str, data: bytes, timeout_s: float = 60) -> list[tuple[int, bytes]]:
     """Send raw bytes to a unix socket, read until the other side closes; (status, body) of each reply."""
     reader, writer = await asyncio.open_unix_connection(socket_path)
     writer.write(data)

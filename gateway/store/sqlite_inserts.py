@@ -15,8 +15,9 @@ The WAL is checkpointed off the commit path. SQLite's own auto-checkpoint runs i
 takes the WAL past 1,000 pages: about every 140th one-call commit took 3-7 ms longer, which was most
 of the gateway's p99 and a tenth of its mean latency one agent at a time. The insert connection has it
 off; every ``CHECKPOINT_EVERY_ROWS`` rows a PASSIVE checkpoint (it never blocks the writer) runs on a
-thread and connection of its own. The other connections keep SQLite's default, which now rarely finds
-a WAL that large.
+thread and connection of its own, and runs again while as many rows came in during the last one (a
+slow checkpoint on a busy machine leaves nothing behind for want of later rows). The other
+connections keep SQLite's default, which now rarely finds a WAL that large.
 
 A commit may also run on the caller's thread (``inline``; the writer asks for it when a call is the
 gateway's only one in flight): the hop to the insert thread and back costs more than the insert, about
@@ -29,6 +30,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import sqlite3
+import threading
 from collections.abc import Callable, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
@@ -66,8 +68,10 @@ class SQLiteInserts:
         # Checkpoints: their own thread and connection; one at a time (counted in the insert thread).
         self._checkpoint_thread = ThreadPoolExecutor(max_workers=1, thread_name_prefix="sqlite-checkpoint")
         self._checkpoint_connection = None
-        self._checkpointing: Future | None = None
+        self._checkpointing: Future | None = None  # the running checkpoints, done when they have caught up
         self._rows_since_checkpoint = 0
+        self._checkpoint_running = False
+        self._checkpoint_lock = threading.Lock()  # the count is kept by the insert and checkpoint threads
 
     @staticmethod
     def applies_to(url: str) -> bool:
@@ -123,11 +127,23 @@ class SQLiteInserts:
         return self._connection
 
     def _count_for_checkpoint(self, rows: int) -> None:
-        self._rows_since_checkpoint += rows
-        running = self._checkpointing is not None and not self._checkpointing.done()
-        if self._rows_since_checkpoint >= CHECKPOINT_EVERY_ROWS and not running:
-            self._rows_since_checkpoint = 0
-            self._checkpointing = self._checkpoint_thread.submit(self._checkpoint)
+        with self._checkpoint_lock:
+            self._rows_since_checkpoint += rows
+            if self._rows_since_checkpoint < CHECKPOINT_EVERY_ROWS or self._checkpoint_running:
+                return
+            self._rows_since_checkpoint, self._checkpoint_running = 0, True
+            self._checkpointing = self._checkpoint_thread.submit(self._checkpoints)
+
+    def _checkpoints(self) -> None:
+        """Checkpoint until fewer than ``CHECKPOINT_EVERY_ROWS`` rows came in meanwhile: rows committed
+        during a slow checkpoint (a busy machine) are not left in the WAL until more rows arrive."""
+        while True:
+            self._checkpoint()
+            with self._checkpoint_lock:
+                if self._rows_since_checkpoint < CHECKPOINT_EVERY_ROWS:
+                    self._checkpoint_running = False
+                    return
+                self._rows_since_checkpoint = 0
 
     def _checkpoint(self) -> None:
         """Copy the WAL's committed pages into the database (PASSIVE: what readers still use stays)."""

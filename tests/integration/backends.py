@@ -19,7 +19,7 @@ def _docker_skip_reason() -> str | None:
     try:
         import docker
 
-        client = docker.from_env(timeout=10)
+        client = docker.from_env(timeout=60)
         client.ping()
     except Exception as exc:  # noqa: BLE001 - any failure means "no engine here"
         return f"docker engine not running ({type(exc).__name__}): run docker/setup-engine.sh"

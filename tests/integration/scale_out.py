@@ -173,34 +173,53 @@ def learner(run: str, gateway_url: str, database_url: str, model_dir: Path, home
 
 @dataclass
 class AdapterWatch:
-    """Polls each engine's /v1/models: when each adapter name was first seen there (time.time())."""
+    """Polls each engine's /v1/models: when each adapter name was first seen there, and when the last
+    look that did not list it yet was sent (time.time()).
+
+    A look sent at ``t`` that does not list an adapter proves it was not loaded at ``t``; the first look
+    that lists it only bounds its load from above by however late that look came (seconds when the
+    machine is busy). So "loaded before used" is checked as: no look sent after the use missed it."""
 
     engines: dict[str, str]  # name -> base URL
     interval_s: float = 0.05
     seen: dict[str, dict[str, float]] = field(default_factory=dict)  # engine -> adapter -> first seen
+    missing_at: dict[str, dict[str, float]] = field(default_factory=dict)  # ... -> last look without it
     _stop: threading.Event = field(default_factory=threading.Event)
 
     def __post_init__(self) -> None:
         self.seen = {name: {} for name in self.engines}
+        self.missing_at = {name: {} for name in self.engines}
+        self._last_look = {name: float("-inf") for name in self.engines}  # when the last answered look was sent
         self._thread = threading.Thread(target=self._poll, daemon=True)
         self._thread.start()
 
     def _poll(self) -> None:
-        with httpx.Client(timeout=1.0) as client:
+        with httpx.Client(timeout=60.0) as client:  # a busy engine answers late; a missed look proves nothing
             while not self._stop.is_set():
                 for name, url in self.engines.items():
-                    try:
-                        models = client.get(f"{url}/v1/models").json()["data"]
-                    except (httpx.HTTPError, ValueError, KeyError):
-                        continue
-                    now = time.time()
-                    for model in models:
-                        self.seen[name].setdefault(model["id"], now)
+                    self._look(client, name, url)
                 time.sleep(self.interval_s)
+
+    def _look(self, client: httpx.Client, name: str, url: str) -> None:
+        sent = time.time()
+        try:
+            models = client.get(f"{url}/v1/models").json()["data"]
+        except (httpx.HTTPError, ValueError, KeyError):
+            return
+        now = time.time()
+        for model in models:
+            if model["id"] not in self.seen[name]:
+                self.seen[name][model["id"]] = now
+                self.missing_at[name][model["id"]] = self._last_look[name]
+        self._last_look[name] = sent
+
+    def last_missing(self, name: str, adapter: str) -> float:
+        """When the last look at engine ``name`` that did not list ``adapter`` was sent (-inf: none)."""
+        return self.missing_at[name].get(adapter, self._last_look[name])
 
     def stop(self) -> None:
         self._stop.set()
-        self._thread.join(5)
+        self._thread.join(120)
 
 
 @dataclass(frozen=True)

@@ -8,21 +8,22 @@ import os
 import signal
 import sqlite3
 import threading
-import time
 
 import httpx
+import pytest
 
 from harnessrl.engine_process import EngineLaunch, ManagedProcess
 from harnessrl.server import BackgroundGateway, free_port
 from tests.builders import ADMIN_HEADERS, gateway_settings
 from tests.integration.adapters import save_random_adapter
+from tests.waiting import wait_until
 
 ROLLOUTS = 4
 TURNS_AFTER_KILL = 3
 
 
 def served_adapters(url: str) -> set[str]:
-    return {m["id"] for m in httpx.get(f"{url}/v1/models", timeout=30).json()["data"] if m.get("parent")}
+    return {m["id"] for m in httpx.get(f"{url}/v1/models", timeout=120).json()["data"] if m.get("parent")}
 
 
 def chat(gateway: BackgroundGateway, token: str, turn: int) -> int:
@@ -35,6 +36,7 @@ def recorded_calls(database_url: str) -> list[tuple[int, str, str | None, str]]:
         return db.execute("SELECT rollout_id, engine, moved_from, engine_model FROM calls ORDER BY id").fetchall()
 
 
+@pytest.mark.engines(1)  # starts its own vLLM engine
 def test_two_vllm_engines_share_rollouts_get_every_adapter_and_survive_one_killed(
     vllm_servers, tiny_model_dir, sqlite_db, tmp_path
 ):
@@ -73,9 +75,13 @@ def test_two_vllm_engines_share_rollouts_get_every_adapter_and_survive_one_kille
             for thread in threads:
                 thread.start()
             pool = gateway.app.state.gateway.engine
-            deadline = time.monotonic() + 120
-            while pool.members[1].in_flight == 0 and time.monotonic() < deadline:
-                time.sleep(0.005)
+            # a call in flight on it, or (under load the calls are slow to come) none left to come
+            wait_until(
+                lambda: pool.members[1].in_flight or not any(t.is_alive() for t in threads),
+                "a call in flight on the second engine",
+                timeout_s=600,
+                interval_s=0.005,
+            )
             os.killpg(os.getpgid(second.pid), signal.SIGKILL)  # mid-run: a call in flight on it
             for thread in threads:
                 thread.join(timeout=600)

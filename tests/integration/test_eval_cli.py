@@ -76,6 +76,7 @@ def unload_policies(engine_url: str) -> None:
         httpx.post(f"{engine_url}/v1/unload_lora_adapter", json={"lora_name": name}, timeout=30)
 
 
+@pytest.mark.engines(1)  # starts its own vLLM engine
 @pytest.mark.skipif(not shutil.which("bwrap"), reason="verifiers read /logs: apt-get install bubblewrap")
 def test_eval_of_a_quickstart_adapter_against_the_base_model_equals_the_stores_count(
     tmp_path, monkeypatch, vllm_servers
@@ -91,6 +92,7 @@ def test_eval_of_a_quickstart_adapter_against_the_base_model_equals_the_stores_c
         tasks=TRAIN,
         database_url=url,
         minutes=MINUTES,
+        until_version=1,  # a busy machine may take longer than MINUTES to publish one
         eval_every=1,
         eval_tasks=HELD_OUT,
         eval_k=2,

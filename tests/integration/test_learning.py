@@ -23,10 +23,12 @@ from migrations.runner import upgrade
 from tests.images import assert_plot_image
 
 MINUTES = 9.0
+MIN_VERSIONS = 12  # learner steps taken however long a busy machine needs for them
 K = 2  # rounds compared at each end
 
 
 @pytest.mark.skipif(not shutil.which("bwrap"), reason="verifiers read /logs: apt-get install bubblewrap")
+@pytest.mark.engines(1)  # quickstart starts its own vLLM engine
 def test_reward_rises_with_async_grpo_and_hot_swaps(tmp_path, monkeypatch):
     monkeypatch.setenv("HARNESSRL_HOME", str(tmp_path / "home"))
     url = sqlite_url(tmp_path / "learning.db")
@@ -38,13 +40,14 @@ def test_reward_rises_with_async_grpo_and_hot_swaps(tmp_path, monkeypatch):
         tasks=arithmetic_tasks(16),
         database_url=url,
         minutes=MINUTES,
+        until_version=MIN_VERSIONS,
         learner_metrics_port=metrics_port,
     )
     quickstart = Quickstart(plan)
     png, adapter = quickstart.run()
     rounds = quickstart.dashboard.rewards_by_round
     full = [r for r in sorted(rounds) if len(rounds[r]) == plan.group_size * len(plan.tasks)]
-    assert len(full) >= 2 * K, f"only {len(full)} complete rounds in {MINUTES} minutes"
+    assert len(full) >= 2 * K, f"only {len(full)} complete rounds"
     first = [x for r in full[:K] for x in rounds[r]]
     last = [x for r in full[-K:] for x in rounds[r]]
     gain = statistics.fmean(last) - statistics.fmean(first)

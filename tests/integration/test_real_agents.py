@@ -63,7 +63,7 @@ def local_harness(name: str):
 def docker_harness(name: str):
     docker = pytest.importorskip("docker")
     try:
-        client = docker.from_env(timeout=10)
+        client = docker.from_env(timeout=60)
         client.ping()
     except docker.errors.DockerException as exc:
         pytest.skip(f"no Docker engine reachable (run docker/setup-engine.sh): {type(exc).__name__}")

@@ -38,7 +38,7 @@ for target in sys.argv[1:]:
 print(json.dumps(results))
 """
 
-FETCH = "import sys, urllib.request; print(urllib.request.urlopen(sys.argv[1], timeout=10).read().decode())"
+FETCH = "import sys, urllib.request; print(urllib.request.urlopen(sys.argv[1], timeout=60).read().decode())"
 
 
 async def _http_server(host: str, name: str) -> tuple[asyncio.AbstractServer, int]:
@@ -115,7 +115,7 @@ async def test_only_the_gateway_is_reachable(backend, servers):
         print(backend, results)
         assert not [t for t, outcome in results.items() if outcome == "connected"], results
 
-        interfaces = await sb.exec("tail -n +3 /proc/net/dev | cut -d: -f1 | tr -d ' '", timeout_s=10)
+        interfaces = await sb.exec("tail -n +3 /proc/net/dev | cut -d: -f1 | tr -d ' '", timeout_s=60)
         assert interfaces.stdout.split() == [b"lo"]
 
 
@@ -126,7 +126,7 @@ async def test_host_files_outside_the_workspace_are_invisible(backend):
     repo = Path(__file__).resolve().parents[2]
     try:
         async with await _create(backend, _spec(backend, files={"mine.txt": b"mine"})) as sb:
-            assert (await sb.exec("cat mine.txt", timeout_s=10)).stdout == b"mine"
+            assert (await sb.exec("cat mine.txt", timeout_s=60)).stdout == b"mine"
             for path in (
                 secret_dir / "secret.txt",
                 secret_dir,
@@ -135,10 +135,10 @@ async def test_host_files_outside_the_workspace_are_invisible(backend):
                 Path("/var/log/harnessrl-dockerd.log"),
                 Path("/run/docker.sock"),
             ):
-                seen = await sb.exec(["test", "-e", str(path)], timeout_s=10)
+                seen = await sb.exec(["test", "-e", str(path)], timeout_s=60)
                 assert seen.exit_code == 1, f"{path} is visible inside the {backend} sandbox"
-            assert (await sb.exec(["cat", str(secret_dir / "secret.txt")], timeout_s=10)).stdout == b""
-            tmp = await sb.exec("ls -A /tmp", timeout_s=10)
+            assert (await sb.exec(["cat", str(secret_dir / "secret.txt")], timeout_s=60)).stdout == b""
+            tmp = await sb.exec("ls -A /tmp", timeout_s=60)
             assert secret_dir.name.encode() not in tmp.stdout
     finally:
         shutil.rmtree(secret_dir)
@@ -153,17 +153,17 @@ async def test_killed_at_the_memory_limit(backend):
         big = await sb.exec(["python3", "-c", "x = bytearray(512 << 20); print('survived')"], timeout_s=60)
         assert big.killed_reason == "oom", big
         assert big.exit_code == 137 and b"survived" not in big.stdout
-        assert (await sb.exec("echo alive", timeout_s=10)).stdout == b"alive\n"  # the sandbox lives on
+        assert (await sb.exec("echo alive", timeout_s=60)).stdout == b"alive\n"  # the sandbox lives on
 
 
 @pytest.mark.parametrize("backend", BACKENDS)
 async def test_killed_at_the_wall_time(backend):
     async with await _create(backend, _spec(backend, limits=Limits(wall_time_s=3.0))) as sb:
-        assert (await sb.exec("echo early", timeout_s=10)).stdout == b"early\n"
+        assert (await sb.exec("echo early", timeout_s=60)).stdout == b"early\n"
         result = await sb.exec("sleep 60 & sleep 60", timeout_s=120)
         assert result.killed_reason == "wall_time" and result.timed_out, result
-        assert result.duration_s < 15
-        after = await sb.exec("echo late", timeout_s=10)
+        assert result.duration_s < 50  # killed: well before the 60 s sleeps end, however busy the machine
+        after = await sb.exec("echo late", timeout_s=60)
         assert after.killed_reason == "wall_time" and after.stdout == b""
 
 
@@ -171,7 +171,7 @@ async def test_killed_at_the_wall_time(backend):
 async def test_exec_timeout_and_verifier_files(backend):
     async with await _create(backend, _spec(backend, files={"answer.txt": b"42\n"})) as sb:
         slow = await sb.exec("sleep 60; echo never", timeout_s=1)
-        assert slow.timed_out and slow.killed_reason == "timeout" and slow.duration_s < 10
+        assert slow.timed_out and slow.killed_reason == "timeout" and slow.duration_s < 50  # not the 60 s
         # Harbor-style: tests are uploaded after the agent ran, the verifier writes /logs/verifier.
         test_sh = (
             b'#!/bin/sh\nmkdir -p /logs/verifier\n[ "$(cat /workspace/answer.txt)" = 42 ] && '

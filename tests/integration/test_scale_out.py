@@ -20,6 +20,7 @@ import pytest
 
 from gateway.store.store import Store
 from harnesses.task import builtin_tasks_path, load_tasks
+from tests import waiting
 from tests.builders import ADMIN_HEADERS
 from tests.integration import scale_out
 
@@ -27,28 +28,30 @@ RUN = "scale-out"
 TASKS = [t for t in load_tasks(builtin_tasks_path()) if t.dockerfile is None][:12]
 G = 4
 LEASE_S = 10.0  # a loaded 2-core machine stalls a worker for seconds: shorter leases expire spuriously
-SEEN_SLACK_S = 0.25  # the adapter poller's lag (it looks every 0.05 s); a call is recorded after it answered
 
 
 def rollouts(url: str) -> list[dict]:
     return httpx.get(
-        f"{url}/api/rollouts", params={"run": RUN, "limit": 1000}, headers=ADMIN_HEADERS, timeout=10
+        f"{url}/api/rollouts", params={"run": RUN, "limit": 1000}, headers=ADMIN_HEADERS, timeout=60
     ).json()["data"]
 
 
 def wait_until(condition, timeout_s: float, what: str, alive=()) -> None:
-    deadline = time.monotonic() + timeout_s
-    while not condition():
-        assert time.monotonic() < deadline, f"timed out waiting for {what}"
+    """``condition`` met, while every ``alive`` process still runs (one that died fails at once)."""
+
+    def met() -> bool:
         for name, process in alive:
             assert process.poll() is None, f"{name} exited early"
-        time.sleep(0.2)
+        return condition()
+
+    waiting.wait_until(met, what, timeout_s=timeout_s, interval_s=0.2)
 
 
 def current_version(url: str) -> int:
-    return httpx.get(f"{url}/admin/policy", headers=ADMIN_HEADERS, timeout=10).json()["current_version"]
+    return httpx.get(f"{url}/admin/policy", headers=ADMIN_HEADERS, timeout=60).json()["current_version"]
 
 
+@pytest.mark.engines(2)  # starts its own vLLM engines
 @pytest.mark.skipif(not shutil.which("bwrap"), reason="verifiers write /logs: apt-get install bubblewrap")
 def test_engines_gateways_and_workers_killed_mid_run_lose_nothing_and_run_nothing_twice(
     postgres, tiny_model_dir, tmp_path
@@ -86,7 +89,7 @@ def test_engines_gateways_and_workers_killed_mid_run_lose_nothing_and_run_nothin
         workers = [scale_out.worker("w0", gateways[0].url, RUN, tasks_file, home, logs, LEASE_S, hold)]
         wait_until(
             lambda: current_version(gateways[1].url) >= 1,
-            400,
+            900,
             "v1, followed by gateway-2",
             [("learner", learner), ("w0", workers[0].process)],
         )
@@ -96,10 +99,10 @@ def test_engines_gateways_and_workers_killed_mid_run_lose_nothing_and_run_nothin
         def of_w1(status: str) -> int:
             return sum(r["status"] == status and r["meta"].get("worker") == "w1" for r in rollouts(gateways[0].url))
 
-        wait_until(lambda: of_w1("finished") >= 1 and of_w1("running") >= 1, 200, "w1 mid-run", alive)
+        wait_until(lambda: of_w1("finished") >= 1 and of_w1("running") >= 1, 600, "w1 mid-run", alive)
         _kill_group(engines[1])  # vLLM and its engine-core children
         killed_engine_at = time.time()
-        time.sleep(1.0)
+        time.sleep(1.0)  # pacing, not a wait: gateway-2 may move a call or two across the failover first
         _kill_group(gateways[1])
         workers[1].kill()
         killed_worker_at = time.time()
@@ -111,7 +114,7 @@ def test_engines_gateways_and_workers_killed_mid_run_lose_nothing_and_run_nothin
         groups = asyncio.run(_read(database_url, scale_out.read_groups))
         wait_until(
             lambda: sorted(asyncio.run(_read(database_url, scale_out.consumed_group_ids))) == sorted(groups),
-            400,
+            900,
             "the learner consuming every group",
             [("learner", learner)],
         )
@@ -126,7 +129,7 @@ def test_engines_gateways_and_workers_killed_mid_run_lose_nothing_and_run_nothin
                 w.kill()
         if learner is not None and learner.poll() is None:
             learner.send_signal(signal.SIGTERM)
-            learner.wait(60)
+            learner.wait(300)
         for process in [*gateways, *engines]:
             process.stop()
 
@@ -140,7 +143,8 @@ def test_engines_gateways_and_workers_killed_mid_run_lose_nothing_and_run_nothin
     # 2. Every group was consumed, once.
     assert len(groups) == len(TASKS) and set(groups.values()) == {"consumed"}
     assert sorted(consumed) == sorted(groups)
-    # 3. Every version in use was on both live engines before its first call was recorded.
+    # 3. Every version in use was on both live engines before its first call was recorded: no look at
+    # an engine sent after that call found it missing (a poller slowed by the load proves less, never fails).
     first_use = {}
     for call in calls:
         first_use.setdefault(call.policy_version, call.created_at)
@@ -152,7 +156,7 @@ def test_engines_gateways_and_workers_killed_mid_run_lose_nothing_and_run_nothin
         for url in urls:
             if url == urls[1] and used_at >= killed_engine_at:
                 continue  # that engine was dead by then
-            assert watch.seen[url].get(name, float("inf")) <= used_at + SEEN_SLACK_S, (version, url)
+            assert watch.last_missing(url, name) < used_at, (version, url, watch.seen[url].get(name))
     # 4. A rollout's calls stay on one engine, except across a recorded failover.
     by_rollout = defaultdict(list)
     for call in calls:

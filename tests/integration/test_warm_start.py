@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import re
 
+import pytest
 from rich.console import Console
 from sqlalchemy import create_engine, func, select
 from sqlalchemy.orm import Session
@@ -58,6 +59,7 @@ def adapter_versions(db_path) -> list[int]:
         engine.dispose()
 
 
+@pytest.mark.engines(1)  # starts its own vLLM engine
 def test_warm_start_imitates_a_teacher_then_grpo_continues_from_the_sft_version(tmp_path, monkeypatch, tiny_model_dir):
     monkeypatch.setenv("HARNESSRL_HOME", str(tmp_path / "home"))
     db = tmp_path / "warm.db"
@@ -71,6 +73,7 @@ def test_warm_start_imitates_a_teacher_then_grpo_continues_from_the_sft_version(
             tasks=arithmetic_tasks(2),
             database_url=url,
             minutes=1.5,
+            until_version=2,  # the SFT version, then at least one GRPO step, however busy the machine
             group_size=2,
             groups_per_step=2,
             concurrency=4,

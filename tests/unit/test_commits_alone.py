@@ -16,6 +16,7 @@ from gateway.store.tables import Call
 from gateway.store.writer import CallWriter
 from harnessrl.server import BackgroundServer
 from tests.builders import ADMIN_HEADERS, call_record, call_row, chat_body, gateway_settings
+from tests.waiting import until
 
 
 async def insert_on_thread(inserts: SQLiteInserts, row: dict, inline: bool) -> str:
@@ -66,9 +67,10 @@ async def test_an_inline_insert_never_holds_the_event_loop_waiting_for_another_c
     ticker = asyncio.create_task(tick())
     try:
         insert = asyncio.create_task(inserts.insert(Call.__table__, [call_row(identity.rollout_id)], inline=True))
-        await asyncio.sleep(0.5)
+        # The loop keeps ticking while the insert waits; held for the busy timeout, it would tick once or
+        # twice and only after the insert failed. Ticks, not seconds: a busy machine ticks slowly.
+        await until(lambda: ticks >= 10 or insert.done(), "the loop to tick while the insert waits")
         assert not insert.done()  # the insert waits for the lock on its thread
-        assert ticks >= 10  # and the loop ran meanwhile (held for the busy timeout, it ticks once or twice)
         holder.execute("COMMIT")
         assert len(await insert) == 1
     finally:
@@ -100,9 +102,10 @@ async def test_a_call_recorded_alone_is_committed_at_once_only_while_the_writer_
     await writer.record(call_record(1))  # another call was in flight: queued, batched
     store.hold.clear()
     batch = asyncio.create_task(writer.record(call_record(1)))
-    await asyncio.sleep(0.05)  # that batch is committing
+    await until(lambda: len(store.inline) == 3, "that batch committing")
     alone = asyncio.create_task(writer.record(call_record(1), alone=True))
-    await asyncio.sleep(0.05)
+    # queued behind the batch, or (wrongly) committing at once: either way it has been decided
+    await until(lambda: writer._queue.qsize() == 1 or len(store.inline) == 4, "the alone call to be taken")
     store.hold.set()
     await asyncio.gather(batch, alone)
     await writer.stop()

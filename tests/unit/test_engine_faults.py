@@ -3,8 +3,6 @@ timeout, and a publication completes in both the store and the engine or changes
 
 from __future__ import annotations
 
-import time
-
 import httpx
 import pytest
 
@@ -64,11 +62,9 @@ async def test_hung_engine_gives_a_504_in_the_dialects_shape_after_the_engine_ti
         async with httpx.AsyncClient(
             transport=httpx.ASGITransport(app), base_url="http://gateway", headers=ADMIN_HEADERS
         ) as http:
-            fake_engine.delay_s = 3.0  # hung, well past the timeout
-            started = time.monotonic()
+            fake_engine.delay_s = 3.0  # hung, well past the timeout: an answer at all would be a 200
             response = await http.post(path, json=body)
-            elapsed = time.monotonic() - started
-    assert response.status_code == 504 and elapsed < 5.0
+    assert response.status_code == 504
     if anthropic:
         assert response.json()["type"] == "error" and response.json()["error"]["type"] == "timeout_error"
         assert "--engine-timeout" in response.json()["error"]["message"]

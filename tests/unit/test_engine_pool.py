@@ -9,6 +9,7 @@ from gateway.engine.pool import EnginePool, begin_call
 from gateway.engine.routing import EngineLoad, StickyLeastLoaded, choose, least_loaded
 from gateway.errors import EngineUnavailable
 from tests.engine_pool import fake_engines, pool_gateway
+from tests.waiting import until
 
 
 def load(
@@ -20,14 +21,6 @@ def load(
     models: tuple[str, ...] = ("base",),
 ) -> EngineLoad:
     return EngineLoad(index, healthy, in_flight, queued, rollouts, frozenset(models))
-
-
-async def wait_until(condition, timeout_s: float = 5.0) -> None:
-    for _ in range(int(timeout_s / 0.02)):
-        if condition():
-            return
-        await asyncio.sleep(0.02)
-    raise AssertionError("condition not reached")
 
 
 # -- the choice, as pure functions -------------------------------------------------------------------
@@ -98,9 +91,9 @@ async def test_a_new_rollout_goes_to_the_engine_with_the_fewest_calls_in_flight(
         assert (await gateway.chat(first)).status_code == 200
         assert (await gateway.chat(second)).status_code == 200
         busy = gateway.calls(first["id"])[0]["engine"]
-        fakes[gateway.urls.index(busy)].delay_s = 0.5
+        fakes[gateway.urls.index(busy)].delay_s = 2.0  # still in flight when the third picks, however slow
         slow = asyncio.create_task(gateway.chat(first, "a long one"))
-        await wait_until(lambda: sum(m.in_flight for m in gateway.pool.members) == 1)
+        await until(lambda: sum(m.in_flight for m in gateway.pool.members) == 1, "the slow call in flight")
         third = await gateway.new_rollout(task="c")  # a tie on rollouts: the calls in flight decide
         assert (await gateway.chat(third)).status_code == 200
         assert (await slow).status_code == 200
@@ -131,13 +124,15 @@ async def test_a_publication_one_engine_refuses_leaves_the_adapter_on_no_engine(
 
 
 async def test_calls_beyond_the_in_flight_bound_queue_with_their_wait_recorded_and_a_full_queue_is_a_503(sqlite_db):
-    fakes = fake_engines(1, delay_s=0.3)
+    # Long enough that the second and third arrive while the first is in flight, and that the two
+    # waits fall either side of half of it, on a busy machine too.
+    fakes = fake_engines(1, delay_s=1.5)
     async with pool_gateway(sqlite_db, fakes, engine_max_in_flight=1, engine_max_queued=1) as gateway:
         rollout = await gateway.new_rollout()
         first = asyncio.create_task(gateway.chat(rollout, "one"))
-        await wait_until(lambda: gateway.pool.members[0].in_flight == 1)
+        await until(lambda: gateway.pool.members[0].in_flight == 1, "the first call in flight")
         second = asyncio.create_task(gateway.chat(rollout, "two"))
-        await wait_until(lambda: gateway.pool.members[0].queued == 1)
+        await until(lambda: gateway.pool.members[0].queued == 1, "the second call queued")
         refused = await gateway.chat(rollout, "three")
         answers = [await first, await second]
 
@@ -145,7 +140,7 @@ async def test_calls_beyond_the_in_flight_bound_queue_with_their_wait_recorded_a
         assert refused.status_code == 503 and refused.headers["retry-after"] == "1"
         assert refused.json()["error"]["code"] == "engine_busy"
         waits = sorted(c["queue_ms"] for c in gateway.calls(rollout["id"]))
-        assert len(waits) == 2 and waits[0] < 100 and waits[1] > 150, waits
+        assert len(waits) == 2 and waits[0] < 750 < waits[1], waits
         assert len(fakes[0].requests) == 2
 
 
@@ -173,17 +168,34 @@ async def test_a_failed_engine_is_taken_out_its_rollouts_move_and_it_returns_wit
 
         # It comes back as a fresh process with a broken capture: it stays out until the probe passes.
         fresh = fake_engines(1, omit=frozenset({"prompt_token_ids"}))[0]
+        failed_probes = spy_failed_probes(gateway.pool.members[index].client)
         gateway.restart_engine(index, fresh)
-        await asyncio.sleep(0.5)
+        await until(lambda: failed_probes, "a capture probe of the fresh engine to fail")  # it ran, not a nap
         assert not gateway.pool.members[index].healthy
         fresh.omit = frozenset()
-        await wait_until(lambda: gateway.pool.members[index].healthy)
+        await until(lambda: gateway.pool.members[index].healthy, "the engine back in the pool")
         assert fresh.adapters == {"policy-v1": "/a/v1"}  # loaded again before it serves
         back = (await gateway.http.get("/admin/engines")).json()[index]
         assert back["healthy"] and "policy-v1" in back["models"]
         newcomer = await gateway.new_rollout(task="new")
         assert (await gateway.chat(newcomer)).status_code == 200
         assert gateway.calls(newcomer["id"])[0]["engine"] == down  # the least loaded again
+
+
+def spy_failed_probes(client) -> list[Exception]:
+    """The capture probes of ``client`` that failed, from now on (the pool's check before it serves again)."""
+    failed: list[Exception] = []
+    verify = client.verify
+
+    async def spied(model: str) -> None:
+        try:
+            await verify(model)
+        except Exception as exc:
+            failed.append(exc)
+            raise
+
+    client.verify = spied
+    return failed
 
 
 async def test_a_rollout_token_cannot_choose_or_learn_its_engine(sqlite_db):
@@ -218,14 +230,14 @@ async def test_a_gateway_with_several_engines_follows_a_publication_onto_all_of_
     ):
         published = await publisher.http.post("/admin/adapters", json={"version": 1, "path": "/adapters/v1"})
         assert published.status_code == 200, published.text
-        seen = []
-        for _ in range(250):
+        seen = []  # (version served, each engine's adapters) at every look
+
+        async def serving_v1() -> bool:
             current = (await follower.http.get("/admin/policy")).json()["current_version"]
             seen.append((current, [dict(fake.adapters) for fake in follower_fakes]))
-            if current == 1:
-                break
-            await asyncio.sleep(0.02)
-        assert seen[-1][0] == 1
+            return current == 1
+
+        await until(serving_v1, "the follower serving v1")
         assert all(adapters == [{"policy-v1": "/adapters/v1"}] * 2 for current, adapters in seen if current == 1)
 
 
@@ -285,9 +297,9 @@ async def test_calls_queued_for_an_engine_that_is_taken_out_go_to_another_withou
 
     try:
         first = asyncio.create_task(call())
-        await wait_until(lambda: pool.members[0].in_flight == 1)
+        await until(lambda: pool.members[0].in_flight == 1, "the first call in flight")
         second = asyncio.create_task(call())
-        await wait_until(lambda: pool.members[0].queued == 1)
+        await until(lambda: pool.members[0].queued == 1, "the second call queued")
         dying.fail.set()
         assert await first == ({"ok": True}, "http://b", "http://a")
         assert await second == ({"ok": True}, "http://b", None)  # the rollout is on b already

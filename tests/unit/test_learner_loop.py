@@ -35,6 +35,7 @@ from tests.builders import call_record, gateway_settings
 from tests.gateway_harness import GatewayHarness, start_gateway
 from tests.learner_reads import stored_checkpoints, stored_steps
 from tests.learner_runs import tiny_learner_config, train_run
+from tests.waiting import until
 
 RUN = "learn"
 ADMIN = "k"
@@ -158,9 +159,12 @@ async def test_the_learner_waits_for_enough_ready_groups_and_stops_when_asked(st
     stop = asyncio.Event()
     config = config_for(tiny_model_dir, tmp_path / "out", checkpoint_every=10)
     task = asyncio.create_task(train(config, store, stop=stop))
-    while len(await stored_steps(store, RUN)) < 1:
-        await asyncio.sleep(0.05)
-    await asyncio.sleep(0.2)  # polling: the third group alone is not a batch
+
+    async def stepped() -> bool:  # or stopped: the assertion below then says so at once
+        return task.done() or bool(await stored_steps(store, RUN))
+
+    await until(stepped, "the first step", timeout_s=300, interval_s=0.05)
+    await asyncio.sleep(0.2)  # polling meanwhile: the third group alone is not a batch (slow: a false pass)
     assert not task.done()
     stop.set()
     result = await task

@@ -20,7 +20,7 @@ from tests.unit.test_learner_loop import RUN, config_for, fill, store, train  # 
 
 def scrape(port: int) -> dict[str, float]:
     """Every sample of the endpoint, by name (the metrics here carry no labels but histogram buckets)."""
-    text = httpx.get(f"http://127.0.0.1:{port}/metrics", timeout=5).text
+    text = httpx.get(f"http://127.0.0.1:{port}/metrics", timeout=60).text
     return {
         sample.name + (f"{{le={sample.labels['le']}}}" if "le" in sample.labels else ""): sample.value
         for family in text_string_to_metric_families(text)

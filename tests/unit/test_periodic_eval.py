@@ -20,6 +20,7 @@ from harnessrl.periodic_eval import EvalEvery, PeriodicEval, eval_run_name, held
 from harnessrl.report import write_report
 from harnessrl.server import BackgroundGateway
 from tests.builders import ADMIN_HEADERS, TEST_ADMIN_KEY, gateway_settings
+from tests.waiting import wait_until
 
 OPTIONS = {"isolation": "bwrap" if shutil.which("bwrap") else "subprocess"}
 HELD_OUT = load_selection("builtin:arithmetic", Selection(split="test"))
@@ -88,8 +89,6 @@ async def test_the_base_model_then_every_second_version_is_evaluated_into_the_le
 
 
 def test_the_training_thread_evaluates_beside_the_learner_and_stops_cleanly(live_gateway, sqlite_db):
-    import time
-
     import httpx as client
 
     from harnessrl.periodic_eval import EvalThread
@@ -100,15 +99,15 @@ def test_the_training_thread_evaluates_beside_the_learner_and_stops_cleanly(live
     thread = EvalThread(
         PeriodicEval(settings, "train-run", live_gateway.url, TEST_ADMIN_KEY, store=None), sqlite_db, poll_s=0.2
     ).start()
+
+    def finished() -> list[dict] | None:
+        rows = client.get(
+            f"{live_gateway.url}/api/rollouts", params={"run": "train-run-eval"}, headers=ADMIN_HEADERS, timeout=60
+        ).json()["data"]
+        return rows if rows and all(r["status"] == "finished" for r in rows) else None
+
     try:
-        deadline = time.monotonic() + 60
-        while time.monotonic() < deadline:
-            rows = client.get(
-                f"{live_gateway.url}/api/rollouts", params={"run": "train-run-eval"}, headers=ADMIN_HEADERS
-            ).json()["data"]
-            if rows and all(r["status"] == "finished" for r in rows):
-                break
-            time.sleep(0.2)
+        rows = wait_until(finished, "the evaluation's rollouts to finish", timeout_s=300, interval_s=0.2)
         assert [(r["pinned_version"], r["task"]) for r in rows] == [(0, HELD_OUT[0].name)]
     finally:
         thread.stop()

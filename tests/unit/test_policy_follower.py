@@ -4,13 +4,13 @@ within a second (loaded into its engine, old ones retired), and a rollout's toke
 from __future__ import annotations
 
 import asyncio
-import time
 from contextlib import AsyncExitStack, asynccontextmanager
 
 from gateway.engine.fake import FakeEngine, create_fake_engine_app
 from harnessrl.server import BackgroundServer
 from tests.builders import gateway_settings
 from tests.gateway_harness import GatewayHarness, start_gateway
+from tests.waiting import until
 
 FOLLOW_S = 0.1
 
@@ -33,11 +33,11 @@ async def current_version(gateway: GatewayHarness) -> int:
     return (await gateway.http.get("/admin/policy")).json()["current_version"]
 
 
-async def until_version(gateway: GatewayHarness, version: int, within_s: float = 30.0) -> None:
-    deadline = time.monotonic() + within_s  # a bound against hanging, not a speed check
-    while await current_version(gateway) != version:
-        assert time.monotonic() < deadline, f"still not serving policy-v{version}"
-        await asyncio.sleep(0.02)
+async def until_version(gateway: GatewayHarness, version: int) -> None:
+    async def serving() -> bool:
+        return await current_version(gateway) == version
+
+    await until(serving, f"policy-v{version} served")
 
 
 async def publish(gateway: GatewayHarness, version: int) -> None:
@@ -72,6 +72,8 @@ async def test_a_gateway_that_does_not_follow_stays_on_its_version(sqlite_db):
     async with AsyncExitStack() as stack:
         a = await stack.enter_async_context(gateway_on(sqlite_db, stack, follow_interval_s=FOLLOW_S))
         b = await stack.enter_async_context(gateway_on(sqlite_db, stack, follow_interval_s=0))
+        c = await stack.enter_async_context(gateway_on(sqlite_db, stack, follow_interval_s=FOLLOW_S))
         await publish(a, 1)
-        await asyncio.sleep(10 * FOLLOW_S)
+        await until_version(c, 1)  # a gateway that follows has followed: time enough for b to have
+        await asyncio.sleep(10 * FOLLOW_S)  # and several of its intervals more
         assert await current_version(b) == 0 and b.fake.adapters == {}

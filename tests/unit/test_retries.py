@@ -3,8 +3,11 @@
 from __future__ import annotations
 
 import asyncio
+import time
 
+from gateway import retries
 from tests.builders import chat_body
+from tests.waiting import until
 
 
 async def calls_and_samples(gateway, rollout: dict) -> tuple[list[dict], list[list[int]]]:
@@ -28,7 +31,7 @@ async def test_a_retry_with_the_sdk_header_replaces_the_call_it_retries(gateway)
 
 
 async def test_the_same_body_sent_while_the_first_is_in_flight_is_a_retry(gateway):
-    gateway.fake.delay_s = 0.8
+    gateway.fake.delay_s = 3.0  # the first is still in flight when the second comes, on a busy machine too
     rollout = await gateway.new_rollout()
     auth = {"authorization": f"Bearer {rollout['token']}"}
     body = chat_body("Weather in Paris?", stream=True)
@@ -37,14 +40,19 @@ async def test_the_same_body_sent_while_the_first_is_in_flight_is_a_retry(gatewa
         return await gateway.agent.post("/v1/chat/completions", json=body, headers=auth)
 
     first = asyncio.create_task(send())
-    await asyncio.sleep(0.5)  # the first is waiting on the engine, as long as an SDK waits before a retry
+    book = gateway.app.state.gateway.retries
+    [attempt] = await until(lambda: book._in_flight.get(rollout["id"]), "the first call in flight")
+    # as long as an SDK waits before it retries: the gap from the first's start, not a nap
+    await until(lambda: time.monotonic() - attempt.started >= retries.MIN_RETRY_GAP_S, "the SDK's retry gap")
     assert (await send()).status_code == 200 and (await first).status_code == 200
     calls, samples = await calls_and_samples(gateway, rollout)
     assert sorted(sorted(c["tags"]) for c in calls) == [[], ["retried", "undelivered"]]
     assert samples == [[next(c["id"] for c in calls if not c["tags"])]]
 
 
-async def test_parallel_calls_are_turns_of_their_own_same_body_or_not(gateway):
+async def test_parallel_calls_are_turns_of_their_own_same_body_or_not(gateway, monkeypatch):
+    # Calls sent together may start further apart than the real gap on a busy machine: widen it.
+    monkeypatch.setattr(retries, "MIN_RETRY_GAP_S", 60.0)
     gateway.fake.delay_s = 0.4
     rollout = await gateway.new_rollout()
     auth = {"authorization": f"Bearer {rollout['token']}"}

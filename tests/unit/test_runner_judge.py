@@ -51,7 +51,7 @@ def judged_plan(judge_server: JudgeServer, mode: str = "rollout", **overrides) -
             rubric=Rubric("Reward correct, polite answers."),
             mode=mode,
             api_base=judge_server.api_base,
-            timeout_s=5.0,
+            timeout_s=60.0,  # a local judge, slow only when the machine is busy
             retries=0,
         )
     )

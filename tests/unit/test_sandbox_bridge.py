@@ -39,7 +39,7 @@ async def bridge(upstream, tmp_path):
 
 def agent(bridge: HostBridge) -> httpx.AsyncClient:
     transport = httpx.AsyncHTTPTransport(uds=bridge.socket_path)
-    return httpx.AsyncClient(transport=transport, base_url=f"http://{HOST}", timeout=10)
+    return httpx.AsyncClient(transport=transport, base_url=f"http://{HOST}", timeout=60)
 
 
 async def test_every_model_endpoint_of_the_own_rollout_passes_on_one_connection(bridge, upstream):
@@ -64,7 +64,8 @@ async def test_streaming_responses_arrive_chunk_by_chunk(bridge, upstream):
         async with http.stream("POST", f"{MINE}/chat/completions", json={"stream": True}) as reply:
             assert reply.headers["content-type"].startswith("text/event-stream")
             chunks = reply.aiter_raw()
-            first = await asyncio.wait_for(anext(chunks), 5)  # sent while the upstream still holds the rest
+            # sent while the upstream still holds the rest (a buffering bridge never sends it before)
+            first = await asyncio.wait_for(anext(chunks), 60)
             assert b"data: first" in first
             upstream.release.set()
             rest = b"".join([chunk async for chunk in chunks])

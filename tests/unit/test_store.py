@@ -212,6 +212,46 @@ async def test_a_threaded_insert_refuses_rows_of_different_columns_and_commits_n
     assert len(await file_store.list_calls(identity.rollout_id, 0, 10)) == 1  # the refused batch left nothing
 
 
+async def test_rows_committed_during_a_slow_checkpoint_are_checkpointed_without_waiting_for_more(
+    file_store, sqlite_db, monkeypatch
+):
+    """On a busy machine a checkpoint may still run when the next rows arrive; once it ends it runs
+    again for them, not only when yet more rows come."""
+    import threading
+    from pathlib import Path
+
+    from sqlalchemy.engine import make_url
+
+    from gateway.store import sqlite_inserts
+    from gateway.store.sqlite_inserts import SQLiteInserts
+
+    monkeypatch.setattr(sqlite_inserts, "CHECKPOINT_EVERY_ROWS", 4)
+    finish, checkpoints = threading.Event(), []
+    checkpoint = SQLiteInserts._checkpoint
+
+    def slow_checkpoint(self) -> None:
+        checkpoint(self)
+        checkpoints.append(1)
+        finish.wait()  # still running while the next rows are committed
+
+    monkeypatch.setattr(SQLiteInserts, "_checkpoint", slow_checkpoint)
+    identity = await file_store.create_rollout("run-w", "task-1")
+    database = Path(make_url(sqlite_db).database)
+    inserts = SQLiteInserts(sqlite_db)
+    try:
+        for n in range(4):
+            await inserts.insert(Call.__table__, [call_row(identity.rollout_id, {"n": n})])
+        size_before = database.stat().st_size
+        for n in range(8):  # during the first checkpoint
+            await inserts.insert(Call.__table__, [call_row(identity.rollout_id, {"text": "x" * 20_000, "n": n})])
+        finish.set()
+        await asyncio.wrap_future(inserts._checkpointing)
+    finally:
+        await asyncio.to_thread(inserts.close)
+    assert len(checkpoints) == 2
+    assert database.stat().st_size > size_before + 100_000  # the later rows' pages left the WAL
+
+
 async def test_the_wal_is_checkpointed_beside_the_commits_not_inside_them(file_store, sqlite_db, monkeypatch):
     """SQLite's auto-checkpoint made every ~140th commit milliseconds slower; the threaded insert turns
     it off and checkpoints on a thread of its own, so the WAL's pages still reach the database file."""

@@ -65,7 +65,7 @@ def served_gateway(sqlite_db, fake_engine, fake_engine_server):
 async def test_a_streamed_call_is_committed_before_its_last_event(served_gateway, fake_engine, dialect):
     path, body = BODIES[dialect]
     seen_before_the_end = None
-    async with httpx.AsyncClient(base_url=served_gateway.url, headers=ADMIN_HEADERS, timeout=10) as http:
+    async with httpx.AsyncClient(base_url=served_gateway.url, headers=ADMIN_HEADERS, timeout=60) as http:
         async with http.stream("POST", path, json={**body, "stream": True}) as response:
             lines = []
             async for line in response.aiter_lines():

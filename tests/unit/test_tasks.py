@@ -77,7 +77,7 @@ async def test_what_the_agent_wrote_to_the_verifier_folders_never_counts(name):
         assert forged.ok, forged.text()
         verdict = await verify(sandbox, task)
         assert (verdict.reward, verdict.error) == (0.0, None), verdict.output
-        listed = await sandbox.exec("ls -A /tests", timeout_s=10)
+        listed = await sandbox.exec("ls -A /tests", timeout_s=60)
         assert listed.stdout.decode().split() == sorted(task.tests)  # only the task's own tests
         for path, data in task.tests.items():
             assert await sandbox.get_file(f"/tests/{path}") == data

@@ -17,6 +17,7 @@ from gateway.delivery import Delivery, EventStream, client_gone
 from gateway.engine.fake import encode
 from harnessrl.server import BackgroundServer
 from tests.builders import ADMIN_HEADERS, chat_body, gateway_settings
+from tests.waiting import until
 
 
 def send_and_hang_up(url: str, path: str, body: dict, after_s: float) -> None:
@@ -34,13 +35,15 @@ def send_and_hang_up(url: str, path: str, body: dict, after_s: float) -> None:
             sock.recv(1)  # nothing yet: the engine is still working
 
 
-async def calls_of(http: httpx.AsyncClient, rollout_id: int, count: int) -> list[dict]:
-    for _ in range(100):
+async def calls_of(http: httpx.AsyncClient, rollout_id: int, count: int, tagged_from: int = 1) -> list[dict]:
+    """The rollout's calls once ``count`` are recorded and those from ``tagged_from`` on are tagged (a
+    call is tagged after its commit, so seeing it recorded is not enough)."""
+
+    async def recorded() -> list[dict] | None:
         calls = (await http.get(f"/api/rollouts/{rollout_id}/calls", params={"tokens": "false"})).json()["data"]
-        if len(calls) >= count and all(c["tags"] for c in calls[1:]):
-            return calls
-        await asyncio.sleep(0.05)
-    return calls
+        return calls if len(calls) >= count and all(c["tags"] for c in calls[tagged_from:]) else None
+
+    return await until(recorded, f"{count} calls recorded and tagged", interval_s=0.05)
 
 
 @pytest.fixture
@@ -55,7 +58,7 @@ def served_gateway(sqlite_db, fake_engine, fake_engine_server):
 async def test_call_whose_client_hung_up_is_tagged_undelivered_and_left_out_of_samples(
     served_gateway, fake_engine, stream
 ):
-    async with httpx.AsyncClient(base_url=served_gateway.url, headers=ADMIN_HEADERS, timeout=10) as http:
+    async with httpx.AsyncClient(base_url=served_gateway.url, headers=ADMIN_HEADERS, timeout=60) as http:
         rollout = (await http.post("/api/rollouts", json={"run": "r", "task": "t"})).json()
         path = f"/r/{rollout['token']}/v1/chat/completions"
         delivered = await http.post(path, json=chat_body("first", stream=stream))
@@ -89,7 +92,7 @@ def read_then_hang_up(url: str, path: str, body: dict, until: bytes) -> bytes:
             f"Content-Length: {len(payload)}\r\n\r\n".encode()
             + payload
         )
-        sock.settimeout(10)
+        sock.settimeout(60)  # a guard against hanging: a busy machine may be slow to send the first chunks
         while until not in received:
             received += sock.recv(65536)
     return received
@@ -98,25 +101,23 @@ def read_then_hang_up(url: str, path: str, body: dict, until: bytes) -> bytes:
 async def test_stream_whose_client_leaves_midway_cancels_the_engine_and_records_the_part_sent(
     served_gateway, fake_engine
 ):
-    fake_engine.token_delay_s = 0.05  # 28 chunks: the client leaves after the first few
-    async with httpx.AsyncClient(base_url=served_gateway.url, headers=ADMIN_HEADERS, timeout=10) as http:
+    # 28 chunks: the client leaves after the first few, seconds before the end even on a busy machine
+    fake_engine.token_delay_s = 0.25
+    async with httpx.AsyncClient(base_url=served_gateway.url, headers=ADMIN_HEADERS, timeout=60) as http:
         rollout = (await http.post("/api/rollouts", json={"run": "r", "task": "t"})).json()
         path = f"/r/{rollout['token']}/v1/chat/completions"
         received = await asyncio.to_thread(
             read_then_hang_up, served_gateway.url, path, chat_body("first", stream=True), b'"content":"H"'
         )
         assert b"[DONE]" not in received
-        calls = await calls_of(http, rollout["id"], 1)
+        calls = await calls_of(http, rollout["id"], 1, tagged_from=0)
         assert [c["tags"] for c in calls] == [["undelivered"]]
         call = (await http.get(f"/api/calls/{calls[0]['id']}")).json()
         sampled = encode("Hello from the fake engine.")
         assert 1 <= len(call["output_ids"]) < len(sampled)  # what had been sampled when the client left
         assert call["output_ids"] == sampled[: len(call["output_ids"])]
         assert len(call["output_logprobs"]) == len(call["output_ids"])
-        for _ in range(100):
-            if fake_engine.streams_aborted:
-                break
-            await asyncio.sleep(0.02)
+        await until(lambda: fake_engine.streams_aborted, "the engine stream to be aborted")
         assert fake_engine.streams_aborted == 1  # the engine request was cancelled, not run to its end
         samples = (await http.get(f"/api/rollouts/{rollout['id']}/samples")).json()["data"]
         assert samples == []
