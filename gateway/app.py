@@ -21,7 +21,7 @@ from gateway.capture_probe import CaptureCheckedEngine
 from gateway.docs import install_docs
 from gateway.engine.client import EngineClient, VLLMEngineClient
 from gateway.engine.pool import EnginePool
-from gateway.errors import GatewayError, install_error_handlers
+from gateway.errors import GatewayError, install_error_handlers, store_failure
 from gateway.json_body import refuse_deep_json
 from gateway.openai.router import create_router as create_openai_router
 from gateway.policy import PolicyRegistry
@@ -103,17 +103,30 @@ def create_app(
     @app.get("/health", tags=["admin"])
     async def health(state: StateDep) -> JSONResponse:
         engine_ok = await state.engine.health()
+        # A store that failed its last write (disk full, locked) cuts calls short: degraded until one succeeds.
+        failed = state.writer.write_failure
+        status = "store_unavailable" if failed else "ok" if engine_ok else "engine_unavailable"
         return JSONResponse(
             {
-                "status": "ok" if engine_ok else "engine_unavailable",
+                "status": status,
                 "engine": engine_ok,
+                "store": failed is None,
+                "store_error": None if failed is None else describe_write_failure(failed),
                 "engine_dtype": state.settings.engine_dtype,
                 "engine_dtype_reason": state.settings.engine_dtype_reason,
             },
-            status_code=200 if engine_ok else 503,
+            status_code=200 if status == "ok" else 503,
         )
 
     return app
+
+
+def describe_write_failure(exc: Exception) -> str:
+    """What /health (open to every caller) says of a failed write: no exception text (it may hold a path)."""
+    known = store_failure(exc)
+    if known is not None:
+        return known.message
+    return f"the last write to the store failed ({type(exc).__name__}); the gateway's log has the details"
 
 
 def engine_pool(

@@ -14,18 +14,19 @@ One layer on every request, cheap on the hot path (a model call pays a few attri
   (``gateway.retries``).
 - **Server errors.** An exception the handlers did not map becomes a 500 naming an error id; the body
   carries the id and no exception text (that may hold a secret or a path), the log holds the
-  traceback once under the same id. After the response started, the id is only logged.
+  traceback once under the same id. After the response started, the id is only logged. A store that
+  fails for a while (locked by another process, disk full) is a 503 with Retry-After instead
+  (``gateway.errors.failure_of``).
 """
 
 from __future__ import annotations
 
 import logging
-import secrets
 
 from starlette.requests import ClientDisconnect, Request
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from gateway.errors import GatewayError, PayloadTooLarge, count_failure, error_response, internal_error
+from gateway.errors import GatewayError, PayloadTooLarge, count_failure, error_response, failure_of
 from gateway.identity import require_admin, require_served_host
 from gateway.retries import RETRY_HEADER, retry_count
 
@@ -96,9 +97,9 @@ class Boundary:
             await self.app(scope, exchange.receive, exchange.send)
         except ClientDisconnect:
             logger.debug("client went away during %s %s", scope.get("method"), scope.get("path"))
-        except Exception:
+        except Exception as exc:
             if not exchange.tripped or exchange.started:
-                return await self._server_error(scope, receive, send, exchange.started)
+                return await self._server_error(scope, receive, send, exchange.started, exc)
         if exchange.tripped and not exchange.started:
             await self._refuse(
                 scope, receive, send, too_large(f"more than {self.max_bytes}", self.max_bytes), close=True
@@ -121,11 +122,10 @@ class Boundary:
             response.headers["connection"] = "close"  # the rest of the body is not read
         await response(scope, receive, send)
 
-    async def _server_error(self, scope: Scope, receive: Receive, send: Send, started: bool) -> None:
-        error_id = f"err-{secrets.token_hex(6)}"
-        logger.exception("%s: unhandled error in %s %s", error_id, scope.get("method"), scope.get("path", ""))
+    async def _server_error(self, scope: Scope, receive: Receive, send: Send, started: bool, exc: Exception) -> None:
+        error = failure_of(exc, f"{scope.get('method')} {scope.get('path', '')}")
         if not started:
-            await self._refuse(scope, receive, send, internal_error(error_id))
+            await self._refuse(scope, receive, send, error)
 
 
 def _read_headers(scope: Scope) -> tuple[int | None, int]:

@@ -3,18 +3,23 @@
 Every error leaves the gateway as JSON in the dialect of the endpoint that raised it (OpenAI's
 ``{"error": {...}}``, Anthropic's ``{"type": "error", "error": {...}}`` on the Messages routes), never
 a traceback: an unexpected exception is logged once under an error id, and the 500 body names only
-that id.
+that id. The store failing for a while (SQLite locked by another process past its busy timeout, a full
+disk) is no surprise: a 503 with Retry-After (``store_failure``), on every route.
 """
 
 from __future__ import annotations
 
+import errno
 import logging
+import secrets
+import sqlite3
 from collections.abc import Callable
 
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from pydantic import ValidationError
+from sqlalchemy.exc import DBAPIError
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from gateway.dialects import dialect_at, openai_error_body
@@ -58,6 +63,21 @@ class Conflict(GatewayError):
 class PayloadTooLarge(GatewayError):
     status_code = 413
     type = "invalid_request_error"
+
+
+class UnsupportedMediaType(GatewayError):
+    status_code = 415
+    type = "invalid_request_error"
+
+
+class StoreUnavailable(GatewayError):
+    """The store cannot read or write for now (locked by another process, disk full); retry later."""
+
+    status_code = 503
+    type = "store_unavailable"
+
+    def __init__(self, message: str, retry_after_s: int = 5):
+        super().__init__(message, code="store_unavailable", headers={"Retry-After": str(retry_after_s)})
 
 
 class EngineUnavailable(GatewayError):
@@ -125,6 +145,54 @@ def internal_error(error_id: str) -> GatewayError:
         code="internal_error",
         headers={ERROR_ID_HEADER: error_id},
     )
+
+
+# How the store says it cannot write for now: SQLite's words (its error codes are not always attached),
+# PostgreSQL's SQLSTATEs (disk full, out of memory, too many connections, lock not available).
+_STORE_LOCKED = ("database is locked", "database table is locked")
+_STORE_FULL = ("database or disk is full",)
+_PG_PASSING = {"53100", "53200", "53300", "55P03"}
+
+
+def store_failure(exc: BaseException) -> StoreUnavailable | None:
+    """``exc`` as a 503 when it is the store failing for a while (None: any other exception)."""
+    cause = exc.orig if isinstance(exc, DBAPIError) and exc.orig is not None else exc  # SQLAlchemy wraps it
+    if isinstance(cause, OSError) and cause.errno in (errno.ENOSPC, errno.EDQUOT):
+        return _store_full()
+    text = str(cause).lower()
+    if isinstance(cause, sqlite3.OperationalError) or isinstance(exc, DBAPIError):
+        if any(words in text for words in _STORE_LOCKED):
+            return StoreUnavailable(
+                "the store is locked by another process (it held SQLite's write lock past the busy timeout); retry "
+                "shortly. One process should write a SQLite store: give others its gateway's URL, or use "
+                "PostgreSQL for several"
+            )
+        if any(words in text for words in _STORE_FULL):
+            return _store_full()
+    if getattr(cause, "sqlstate", None) in _PG_PASSING or getattr(cause, "pgcode", None) in _PG_PASSING:
+        return StoreUnavailable(f"the store cannot serve this request now ({type(cause).__name__}); retry shortly")
+    return None
+
+
+def _store_full() -> StoreUnavailable:
+    return StoreUnavailable(
+        "the store cannot write: its disk is full; retry later (the operator frees space where the database lives)",
+        retry_after_s=30,
+    )
+
+
+def failure_of(exc: BaseException, where: str) -> GatewayError:
+    """An exception no handler mapped, as what the client gets: a store failing for a while is a 503
+    (logged as a warning), anything else a 500 naming an error id, its traceback logged under that id."""
+    if isinstance(exc, GatewayError):
+        return exc
+    error = store_failure(exc)
+    if error is not None:
+        logger.warning("%s: %s (%s: %s)", where, error.message, type(exc).__name__, exc)
+        return error
+    error_id = f"err-{secrets.token_hex(6)}"
+    logger.error("%s: unhandled error in %s", error_id, where, exc_info=exc)
+    return internal_error(error_id)
 
 
 def describe_validation_error(exc: ValidationError | RequestValidationError) -> tuple[str, str | None]:

@@ -8,6 +8,7 @@ this gateway serves, so a web page of another site (DNS rebinding) cannot reach 
 
 from __future__ import annotations
 
+import re
 import secrets
 
 from fastapi import Request
@@ -115,7 +116,7 @@ def require_served_host(request: Request, served: frozenset[str]) -> None:
     if host is None:  # HTTP/1.0 without Host: no browser sends that, so no rebinding either
         return
     name = host_name(host)
-    if name not in served:
+    if name is None or name not in served:
         raise MisdirectedRequest(
             f"this gateway does not serve Host {host!r}; reach it by a configured name "
             f"(loopback, its public URL) or add the name with `harnessrl serve --allowed-host NAME`",
@@ -123,11 +124,14 @@ def require_served_host(request: Request, served: frozenset[str]) -> None:
         )
 
 
-def host_name(host: str) -> str:
-    """A Host header's name: lower case, without port, brackets or a trailing dot."""
-    host = host.strip().lower()
-    if host.startswith("["):
-        return host[1 : host.find("]")] if "]" in host else host
-    if host.count(":") == 1:
-        host = host.split(":", 1)[0]
-    return host.rstrip(".")
+# A Host header's authority: "[IPv6]" or a name (no ":", "[" or "]"), then an optional ":port".
+HOST_AUTHORITY = re.compile(r"(?:\[(?P<ip6>[0-9a-f:.]+)\]|(?P<name>[^:\[\]]+))(?::[0-9]*)?")
+
+
+def host_name(host: str) -> str | None:
+    """A Host header's name: lower case, without port, brackets or a trailing dot; None when the
+    header is no authority (``[::1]evil.example``, a bare IPv6 address, a port that is not a number)."""
+    match = HOST_AUTHORITY.fullmatch(host.strip().lower())
+    if match is None:
+        return None
+    return match["ip6"] or match["name"].rstrip(".")

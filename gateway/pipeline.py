@@ -24,6 +24,7 @@ from gateway.engine_clock import EngineClock
 from gateway.errors import EngineError
 from gateway.metrics import GatewayMetrics
 from gateway.policy import PolicyRegistry, ResolvedModel
+from gateway.refusals import EngineRefusals
 from gateway.retries import RETRIED, Attempt, RetryBook, retry_count
 from gateway.sampling import engine_sampling, sampled_with
 from gateway.store.records import CallRecord, RolloutIdentity
@@ -57,6 +58,7 @@ class ChatPipeline:
         retries: RetryBook | None = None,
         prefixes: PrefixArrays | None = None,
         engine_bodies: EngineBodies | None = None,
+        refusals: EngineRefusals | None = None,
     ):
         self.engine, self.policy, self.writer, self.graph = engine, policy, writer, graph
         self.retries = retries or RetryBook()
@@ -64,6 +66,7 @@ class ChatPipeline:
         self._tito, self.max_model_len = tito, max_model_len
         self.metrics = metrics or GatewayMetrics()
         self.engine_clock = engine_clock or EngineClock()
+        self.refusals = refusals or EngineRefusals()
         # Per rollout, kept across calls (the gateway's state): token arrays and engine messages' JSON.
         self.prefixes = prefixes or PrefixArrays()
         self.engine_bodies = engine_bodies or EngineBodies()
@@ -80,17 +83,20 @@ class ChatPipeline:
         resolved = await self._resolve(identity, chat_body["model"])
         attempt = self.retries.begin(identity.rollout_id, client_request, retry_count.get() > 0)
         try:
-            if identity.capture == "tito" and self._tito is not None:
-                tito = await self._tito()
-                answer, latency_ms = await self._timed(
-                    tito.chat(chat_body, resolved.engine_model, identity.rollout_id, self.max_model_len, top_logprobs),
-                    identity,
-                )
-            else:
-                body = self.engine_bodies.encode(
-                    identity.rollout_id, _engine_chat_body(chat_body, resolved, top_logprobs, stream=False)
-                )
-                answer, latency_ms = await self._timed(self.engine.chat(body), identity)
+            with self.refusals.noting(identity, chat_body):
+                if identity.capture == "tito" and self._tito is not None:
+                    tito = await self._tito()
+                    answer, latency_ms = await self._timed(
+                        tito.chat(
+                            chat_body, resolved.engine_model, identity.rollout_id, self.max_model_len, top_logprobs
+                        ),
+                        identity,
+                    )
+                else:
+                    body = self.engine_bodies.encode(
+                        identity.rollout_id, _engine_chat_body(chat_body, resolved, top_logprobs, stream=False)
+                    )
+                    answer, latency_ms = await self._timed(self.engine.chat(body), identity)
             return await self._commit_answer(
                 identity, dialect, client_request, resolved, chat_body, answer, latency_ms, attempt=attempt
             )
@@ -108,13 +114,14 @@ class ChatPipeline:
         tito = await self._tito() if identity.capture == "tito" and self._tito is not None else None
         attempt, timers = self._stream_timers(identity, client_request)
         try:
-            if tito is not None:
-                stream = await tito.chat_stream(
-                    chat_body, resolved.engine_model, identity.rollout_id, self.max_model_len, top_logprobs
-                )
-            else:
-                body = _engine_chat_body(chat_body, resolved, top_logprobs, stream=True)
-                stream = await self.engine.chat_stream(self.engine_bodies.encode(identity.rollout_id, body))
+            with self.refusals.noting(identity, chat_body):
+                if tito is not None:
+                    stream = await tito.chat_stream(
+                        chat_body, resolved.engine_model, identity.rollout_id, self.max_model_len, top_logprobs
+                    )
+                else:
+                    body = _engine_chat_body(chat_body, resolved, top_logprobs, stream=True)
+                    stream = await self.engine.chat_stream(self.engine_bodies.encode(identity.rollout_id, body))
         except BaseException:
             timers.close()
             raise
@@ -188,7 +195,8 @@ class ChatPipeline:
         completion_body = engine_sampling(completion_body, client_request, identity.sampling)
         resolved = await self._resolve(identity, completion_body["model"])
         body = _engine_completion_body(completion_body, resolved, logprobs, stream=False)
-        answer, latency_ms = await self._timed(self.engine.completions(body), identity)
+        with self.refusals.noting(identity, None):
+            answer, latency_ms = await self._timed(self.engine.completions(body), identity)
         return await self._commit_completion(
             identity, client_request, resolved, completion_body, answer, latency_ms, []
         )
@@ -201,9 +209,10 @@ class ChatPipeline:
         resolved = await self._resolve(identity, completion_body["model"])
         attempt, timers = self._stream_timers(identity, client_request)
         try:
-            stream = await self.engine.completions_stream(
-                _engine_completion_body(completion_body, resolved, logprobs, stream=True)
-            )
+            with self.refusals.noting(identity, None):
+                stream = await self.engine.completions_stream(
+                    _engine_completion_body(completion_body, resolved, logprobs, stream=True)
+                )
         except BaseException:
             timers.close()
             raise
@@ -289,6 +298,7 @@ class ChatPipeline:
         tags: list[str],
     ) -> RecordedAnswer:
         """Link the call into its rollout's graph, tag it, and wait until it is committed."""
+        self.refusals.answered(identity.rollout_id, tags)
         link = await self.graph.link(identity.rollout_id, record.prompt_ids)
         record = replace(
             record,

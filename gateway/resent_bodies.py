@@ -20,7 +20,13 @@ from collections import OrderedDict
 from dataclasses import dataclass
 from json.decoder import WHITESPACE
 
-from gateway.json_body import json_depth_exceeds, parse_json_object, too_deep
+from gateway.json_body import (
+    SURROGATE_ESCAPE,
+    json_depth_exceeds,
+    parse_json_object,
+    refuse_lone_surrogates,
+    too_deep,
+)
 
 ROLLOUTS_CACHED = 512  # rollouts whose last body is kept (the least recently used go)
 _DECODER = json.JSONDecoder()
@@ -49,22 +55,26 @@ class ResentBodies:
         known = self._known.get(rollout_id)
         try:
             text = raw.decode()
-            body, last = self._read(text, known)
+            body, last, new_from = self._read(text, known)
         except (_Unreadable, ValueError, IndexError, RecursionError):  # JSON and UTF-8 errors are ValueErrors
             self._known.pop(rollout_id, None)
             return parse_json_object(raw, check_depth)
         if check_depth and json_depth_exceeds(body):  # the chat route checks what is new (ValidatedHistory)
             raise too_deep()
+        if SURROGATE_ESCAPE.search(text, new_from):  # the known text was searched when it was new
+            refuse_lone_surrogates(body)
         self._remember(rollout_id, last)
         return body
 
-    def _read(self, text: str, known: KnownBody | None) -> tuple[dict, KnownBody]:
+    def _read(self, text: str, known: KnownBody | None) -> tuple[dict, KnownBody, int]:
+        """The body, its known part from now on, and where its text not known before begins."""
         if known is not None and text.startswith(known.text):
+            new_from = len(known.text)
             head, messages = known.head, list(known.messages)
-            i, last_end = _elements(text, _skip(text, len(known.text)), messages, last_end=len(known.text))
+            i, last_end = _elements(text, _skip(text, new_from), messages, last_end=new_from)
             body = {**head, self.field: messages}
         else:  # the members up to the messages array, which must come (else: _Unreadable)
-            body, i = {}, _skip(text, _expect(text, _skip(text, 0), "{"))
+            new_from, body, i = 0, {}, _skip(text, _expect(text, _skip(text, 0), "{"))
             while self.field not in body:
                 key, i = _key(text, i)
                 if key in body:
@@ -86,7 +96,7 @@ class ResentBodies:
             i = _skip(text, i)
         if _skip(text, i + 1) != len(text):
             raise _Unreadable  # text after the object: json.loads refuses it
-        return body, known_now
+        return body, known_now, new_from
 
     def _remember(self, rollout_id: int, known: KnownBody) -> None:
         if not known.messages:

@@ -11,7 +11,7 @@ from fastapi import Request
 from gateway.delivery import UNDELIVERED, Delivery, EventStream, JSONBody
 from gateway.errors import GatewayError
 from gateway.identity import resolve_identity
-from gateway.json_body import parse_json_object, read_json_body
+from gateway.json_body import json_request_body, parse_json_object, read_json_body
 from gateway.pipeline import ChatPipeline
 from gateway.resent_bodies import ResentBodies
 from gateway.state import GatewayState
@@ -31,14 +31,15 @@ class OpenedCall:
 async def open_call(
     request: Request, state: GatewayState, check_depth: bool = True, bodies: ResentBodies | None = None
 ) -> OpenedCall:
-    """The body (size-limited JSON), then the caller's identity, then the pipeline: every model route's start.
-    ``check_depth=False``: the route's validation checks the body's nesting itself. ``bodies``: the
-    body is parsed against its rollout's last one (what it resends is not parsed again)."""
+    """The body (size-limited JSON, declared as such), then the caller's identity, then the pipeline:
+    every model route's start. ``check_depth=False``: the route's validation checks the body's nesting
+    itself. ``bodies``: the body is parsed against its rollout's last one (what it resends is not
+    parsed again)."""
     if bodies is None:
         raw = await read_json_body(request, check_depth)
         identity = await resolve_identity(request, state.store, state.settings.require_token)
     else:
-        body = await request.body()
+        body = await json_request_body(request)
         try:
             identity = await resolve_identity(request, state.store, state.settings.require_token)
         except GatewayError:

@@ -21,6 +21,7 @@ from gateway.metrics import GatewayMetrics
 from gateway.pins import load_version
 from gateway.pipeline import ChatPipeline
 from gateway.policy import PolicyRegistry
+from gateway.refusals import EngineRefusals
 from gateway.resent_bodies import ResentBodies
 from gateway.retries import RetryBook
 from gateway.settings import GatewaySettings
@@ -44,6 +45,7 @@ class GatewayState:
     served_hosts: frozenset[str] = field(init=False)  # the Host names this gateway answers to
     metrics: GatewayMetrics = field(default_factory=GatewayMetrics)
     engine_clock: EngineClock = field(default_factory=EngineClock)  # per rollout, for engine-paced budgets
+    refusals: EngineRefusals = field(default_factory=EngineRefusals)  # per rollout: refused main-loop calls
     retries: RetryBook = field(default_factory=RetryBook)  # in-flight and recent calls: SDK retries
     prefixes: PrefixArrays = field(default_factory=PrefixArrays)  # rollouts' recent token arrays
     engine_bodies: EngineBodies = field(default_factory=EngineBodies)  # rollouts' last engine messages' JSON
@@ -83,6 +85,7 @@ class GatewayState:
             max_model_len=self.max_model_len,
             metrics=self.metrics,
             engine_clock=self.engine_clock,
+            refusals=self.refusals,
             load_version=self.ensure_version,
             retries=self.retries,
             prefixes=self.prefixes,

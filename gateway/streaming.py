@@ -7,7 +7,9 @@ A tito call streams the same chunks, made from the engine's completions stream
 (``gateway.tito.stream``); the Completions route streams ``text_completion`` chunks, gathered by
 ``CompletionAssembler``.
 When the engine's stream ends the call is recorded, and only then ``Committed`` is yielded: dialects
-hold their stream's last events until it comes, so what a client fully received is durable.
+hold their stream's last events until it comes, so what a client fully received is durable. A call
+that cannot be recorded raises a ``GatewayError`` instead (a 503 for a store that is full or locked),
+which every dialect's stream sends as its error event.
 
 A stream the client leaves early is closed (the engine aborts the request) and ``undelivered``
 records what was sampled so far, tagged ``undelivered``; a call already committed is only tagged.
@@ -23,7 +25,7 @@ from contextlib import ExitStack
 from dataclasses import dataclass, field
 from typing import Protocol
 
-from gateway.errors import EngineError
+from gateway.errors import EngineError, failure_of
 from gateway.token_prefix import TokenIds, token_count
 
 # An SSE comment every dialect's stream carries with its last events: the call id (its HTTP header goes
@@ -227,7 +229,11 @@ class StreamedCall:
         answer = self.assembler.answer()
         # Shielded: a client leaving now must not leave the commit half done (``undelivered`` awaits it).
         self._committing = asyncio.ensure_future(self._commit(answer, self._latency_ms, []))
-        yield Committed(await asyncio.shield(self._committing), answer)
+        try:
+            call_id = await asyncio.shield(self._committing)
+        except Exception as exc:  # not recorded (disk full, store locked): the dialect's error event says so
+            raise failure_of(exc, "committing a streamed call") from exc
+        yield Committed(call_id, answer)
 
     def _gather(self, batch: list[dict]) -> None:
         for chunk in batch:

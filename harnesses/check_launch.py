@@ -7,7 +7,7 @@ from pathlib import Path
 
 from harnesses.checks import CheckSettings, check_tasks, table
 from harnesses.environments import Environments
-from harnesses.task import load_tasks
+from harnesses.task import load_tasks, unhonoured_warning
 from sandboxes.local import local_isolation
 
 
@@ -20,6 +20,8 @@ def launch_check(
     tasks = load_tasks(path)
     if not tasks:
         raise ValueError(f"no tasks under {path}")
+    if (ignored := unhonoured_warning(tasks)) is not None:
+        console.print(ignored, markup=False, highlight=False)
     options = {"isolation": local_isolation(allow_unisolated)} if sandbox == "local" else {}
     settings = CheckSettings(sandbox=sandbox, concurrency=concurrency, sandbox_options=options)
     environments = Environments(allow_internet=allow_internet)

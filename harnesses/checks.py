@@ -2,21 +2,24 @@
 
 For each task, in parallel: the oracle (the reference solution as the agent) must score 1, and an
 agent that does nothing should score 0 (a task that passes untouched checks nothing). Each runs as a
-rollout would, in its own sandbox of the task's image, verified by the task's own verifier; no
-gateway and no model are involved. A failure names the task and the reason: build error, agent or
-verifier timeout, verifier error, or the reward it got.
+rollout would, in its own sandbox of the task's image, graded where a rollout is graded (a fresh
+sandbox holding only the working directory, unless the task says ``grade_in = "agent_sandbox"``:
+harnesses/grading.py) by the task's own verifier; no gateway and no model are involved. A failure
+names the task and the reason: build error, agent or verifier timeout, verifier error, or the reward it
+got with the tests that failed.
 """
 
 from __future__ import annotations
 
 import asyncio
+import re
 from dataclasses import dataclass
 
 from harnesses.adapter import RolloutTarget
 from harnesses.agents.oracle import NopHarness, OracleHarness
 from harnesses.environments import Environments, TaskEnvironmentError
+from harnesses.grading import final_answer, grade
 from harnesses.task import Task
-from harnesses.verify import verify
 from sandboxes import Limits, SandboxSpec, create_sandbox
 
 NO_GATEWAY = RolloutTarget(base_url="http://127.0.0.1:9/r/none/v1", token="none")  # neither agent calls it
@@ -98,22 +101,38 @@ async def _play(
         outcome = await harness.run(sandbox, task, NO_GATEWAY, task.agent_timeout_s)
         if outcome.timed_out:
             return None, f"agent timeout: the solution ran past the task's {task.agent_timeout_s:.0f} s"
-        verdict = await verify(sandbox, task)
+        fresh = await environments.grading_spec(task, settings.sandbox, spec)
+        final = await final_answer(sandbox, outcome.final_text)
+        verdict = await grade(settings.sandbox, sandbox, task, fresh, settings.sandbox_options, final)
     if verdict.error:
         kind = "verifier timeout" if "timed out" in verdict.error else "verifier error"
-        return verdict.reward, f"{kind}: {verdict.error}; output: {_last_line(verdict.output)}"
+        return verdict.reward, f"{kind}: {verdict.error}; output: {said_by(verdict.output)}"
     expected = EXPECTED[harness.name]
     if verdict.reward != expected:
         said = f"; solve.sh exit code {outcome.exit_code}" if harness.name == "oracle" and outcome.exit_code else ""
+        where = FRESH_HINT if fresh is not None and harness.name == "oracle" else ""
         return verdict.reward, (
-            f"reward {verdict.reward:g}, expected {expected:g}{said}; verifier output: {_last_line(verdict.output)}"
+            f"reward {verdict.reward:g}, expected {expected:g}{said}; verifier: {said_by(verdict.output)}{where}"
         )
     return verdict.reward, None
 
 
-def _last_line(output: str) -> str:
+FRESH_HINT = (
+    " (graded in a fresh sandbox holding only the working directory: if the verifier needs what the "
+    'solution left elsewhere, set [verifier] grade_in = "agent_sandbox" in task.toml)'
+)
+# pytest's summary ("FAILED tests/test_x.py::test_y - AssertionError") and verbose ("...::test_y FAILED") lines
+FAILED_TEST = re.compile(r"^FAILED (\S+)|^(\S+::\S+) FAILED\b", re.MULTILINE)
+
+
+def said_by(output: str) -> str:
+    """What the verifier's output says went wrong: the tests that failed, else its last line."""
+    failed = list(dict.fromkeys(a or b for a, b in FAILED_TEST.findall(output)))
+    if failed:
+        shown = ", ".join(failed[:10]) + (f" and {len(failed) - 10} more" if len(failed) > 10 else "")
+        return f"failed {shown}"
     lines = [line for line in output.strip().splitlines() if line.strip()]
-    return repr(lines[-1][:200]) if lines else "(none)"
+    return repr(lines[-1][:200]) if lines else "(no output)"
 
 
 def table(checks: list[TaskCheck]):

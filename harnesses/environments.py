@@ -16,8 +16,10 @@ and act through execs, so they use the task image itself.
 
 For local (bubblewrap) sandboxes the image's file system is exported once per image id into
 ``$XDG_CACHE_HOME/harnessrl/rootfs/<id>/`` and becomes the sandbox's read-only root, its WORKDIR
-copied into the private workspace. Without Docker a task with a Dockerfile cannot be built: the
-error says how to get an engine.
+copied into the private workspace. The verifier runs in a fresh sandbox of the same kind, from the
+task's own image with only the agent's work copied in (`Environments.grading_spec`,
+harnesses/grading.py). Without Docker a task with a Dockerfile cannot be built: the error says how to
+get an engine.
 """
 
 from __future__ import annotations
@@ -33,6 +35,7 @@ import time
 from dataclasses import dataclass, replace
 from pathlib import Path
 
+from harnesses.base_images import unpullable_base
 from harnesses.images import DOCKER_DIR, image_tag
 from harnesses.task import Task, TaskEnvironment
 from sandboxes import Limits, SandboxSpec
@@ -128,6 +131,28 @@ class Environments:
         if backend == "docker":
             return replace(spec, image=image.tag, forwarder_image=FORWARDER_IMAGE)
         return replace(spec, image=None, root=str(await self.rootfs(image)))
+
+    async def grading_spec(self, task: Task, backend: str, agent: SandboxSpec) -> SandboxSpec | None:
+        """The fresh sandbox the task's verifier runs in (harnesses/grading.py): the agent's sandbox
+        `agent` as the task alone makes it (the task's own image or root, no agent install, no gateway,
+        no files: the agent's work is copied in); None where the task grades in the agent's sandbox."""
+        if task.grade_in == "agent_sandbox" or agent.workspace == "/":
+            return None
+        spec = replace(
+            agent,
+            gateway_url=None,
+            gateway_port_inside=None,
+            files={},
+            ro_binds=(),
+            forwarder_image=None,
+            name=f"{agent.name or 'sbx'}-grade",
+        )
+        if task.environment is None:
+            return spec
+        image = await self.task_image(task)
+        if backend == "docker":
+            return replace(spec, image=image.tag)
+        return replace(spec, root=str(await self.rootfs(image)))
 
     @staticmethod
     def with_plain_image(spec: SandboxSpec, backend: str) -> SandboxSpec:
@@ -288,7 +313,7 @@ def build(client, context: str, tag: str, buildargs: dict, timeout_s: float, wha
             if text:
                 lines.append(text)
             if chunk.get("error"):
-                raise TaskEnvironmentError(f"{what}: build error: {chunk['error'].strip()}\n" + _tail(lines))
+                raise TaskEnvironmentError(f"{what}: {_build_error(chunk['error'], context)}\n" + _tail(lines))
             if time.monotonic() > deadline:
                 stream.close()  # the engine cancels a build whose client went away
                 raise TaskEnvironmentError(
@@ -299,6 +324,13 @@ def build(client, context: str, tag: str, buildargs: dict, timeout_s: float, wha
     except Exception as exc:  # noqa: BLE001 - the engine's or the transport's error, reported with its log
         kind = "timed out" if "timed out" in str(exc).lower() else "failed"
         raise TaskEnvironmentError(f"{what}: build {kind} ({type(exc).__name__}: {exc})\n" + _tail(lines)) from None
+
+
+def _build_error(error: str, context: str) -> str:
+    """The build's error: a base image that could not be pulled named with the remedy (base_images.py)."""
+    dockerfile = Path(context) / "Dockerfile"
+    text = dockerfile.read_text(errors="replace") if dockerfile.is_file() else ""
+    return unpullable_base(error, text) or f"build error: {error.strip()}"
 
 
 def _tail(lines: list[str]) -> str:

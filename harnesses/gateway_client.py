@@ -9,11 +9,16 @@ from __future__ import annotations
 
 import re
 import uuid
+from typing import TYPE_CHECKING
 from urllib.parse import urlsplit
 
 import httpx
 
 from gateway.control_client import Backoff, GatewayUnreachable, send
+from gateway.store.records import AGENT_LOG_CHARS
+
+if TYPE_CHECKING:
+    from harnesses.adapter import AgentOutcome
 
 BACKOFF = Backoff(retries=3, first_s=0.2, factor=4.0, max_s=3.2)  # 0.2, 0.8, 3.2 s
 UNREACHABLE_HINT = "start it with `harnessrl serve` or pass --gateway URL"
@@ -83,11 +88,20 @@ class GatewayClient:
         return await self._json("POST", "/api/rollouts", json=body)
 
     async def end_rollout(
-        self, rollout_id: int, status: str, error: str | None, rewards: dict, reward_details: dict | None = None
+        self,
+        rollout_id: int,
+        status: str,
+        error: str | None,
+        rewards: dict,
+        reward_details: dict | None = None,
+        agent: AgentOutcome | None = None,
     ) -> dict:
         body = {"status": status, "error": error, "rewards": rewards}
         if reward_details:  # e.g. the judge's tokens, cost and reasons, kept with its component
             body["reward_details"] = reward_details
+        if agent is not None:  # what the agent came to, for a failure to explain itself
+            body["agent_exit_code"] = agent.exit_code
+            body["agent_log"] = agent.log[-AGENT_LOG_CHARS:]
         try:
             return await self._json("POST", f"/api/rollouts/{rollout_id}/end", json=body)
         except AlreadyEnded:  # a retried request whose first attempt did land

@@ -2,20 +2,27 @@
 
 from __future__ import annotations
 
+from collections import Counter
 from pathlib import Path
+
+from rich.console import Console
 
 from harnesses.budget import DEFAULT_WALL_FACTOR
 from harnesses.datasets import Selection, load_selection
 from harnesses.environments import Environments
 from harnesses.gateway_client import GatewayClient
+from harnesses.interrupts import sigterm_cancels_this_task
 from harnesses.judge import Judge, JudgeSettings
 from harnesses.openenv_agent import with_environments
 from harnesses.progress import RunProgress
 from harnesses.registry import create_harness
 from harnesses.reward_functions import load_reward_function
-from harnesses.runner import DEFAULT_LEASE_S, Runner, RunPlan
+from harnesses.runner import DEFAULT_LEASE_S, RolloutResult, Runner, RunPlan
+from harnesses.task import unhonoured_warning
 from sandboxes import Limits, SandboxSpec
 from sandboxes.local import local_isolation
+
+SUMMARY_CAUSE_CHARS = 160  # of a failure's cause in the summary line
 
 
 async def launch_run(
@@ -52,6 +59,8 @@ async def launch_run(
     options = {"isolation": local_isolation(allow_unisolated)} if sandbox == "local" else {}
     limits = Limits(memory_bytes=int(memory_gib * 2**30), cpus=1.0)
     chosen = load_selection(tasks, selection or Selection())
+    if (ignored := unhonoured_warning(chosen)) is not None:
+        Console(stderr=True).print(ignored, markup=False, highlight=False)
     environments = Environments(allow_internet=allow_internet)
     for task in chosen:  # a task needing the internet is refused before anything runs
         environments.check(task)
@@ -83,17 +92,40 @@ async def launch_run(
     )
     gateway = GatewayClient(gateway_url, admin_key)
     try:
+        if (warning := await context_warning(gateway, adapter)) is not None:
+            Console(stderr=True).print(warning, markup=False, highlight=False)
         runner = Runner(plan, gateway)
         remaining = await runner.remaining()  # other runners of the run may play some of these
-        with RunProgress(remaining) as progress:
+        with RunProgress(remaining) as progress, sigterm_cancels_this_task():
             runner.on_start, runner.on_result = progress.started, progress.finished
             results = await runner.run()  # slots claimed with leases (several runners share a run)
     finally:
         await gateway.close()
+    return summary_line(run, results)
+
+
+def summary_line(run: str, results: list[RolloutResult]) -> str:
+    """The run in one line: rollouts, finished and failed, mean reward, and the commonest failures."""
     finished = [r for r in results if r.status == "finished"]
     scored = [r.reward for r in finished if r.reward is not None]
     mean = sum(scored) / len(scored) if scored else float("nan")
+    causes = Counter((r.error or "no reason given")[:SUMMARY_CAUSE_CHARS] for r in results if r.status == "failed")
+    failures = "".join(f"; {n} failed: {cause}" for cause, n in causes.most_common(2))
     return (
         f"run {run!r}: {len(results)} rollouts this time ({len(finished)} finished, "
-        f"{len(results) - len(finished)} failed), mean reward {mean:.3f}"
+        f"{len(results) - len(finished)} failed), mean reward {mean:.3f}{failures}"
+    )
+
+
+async def context_warning(gateway: GatewayClient, harness) -> str | None:
+    """A warning when the harness's first prompt will not fit the engine's context (None: it fits, or
+    either size is unknown): every rollout would then end before its first answer."""
+    needs = getattr(harness, "first_prompt_tokens", 0)
+    served = (await gateway.policy()).get("max_model_len") if needs else None
+    if not served or needs < served:
+        return None
+    return (
+        f"warning: {harness.name}'s first prompt is about {needs:,} tokens (measured with SmolLM2's tokenizer), "
+        f"longer than the engine's context of {served:,}: its rollouts will fail before a first answer. "
+        f"Serve with --max-model-len above {needs:,} (within the model's maximum), or a model with a longer context."
     )

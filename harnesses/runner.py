@@ -28,12 +28,14 @@ from harnesses.adapter import AgentOutcome, Harness, RolloutTarget
 from harnesses.budget import DEFAULT_WALL_FACTOR, AgentBudget, BudgetExceeded, run_within
 from harnesses.environments import Environments
 from harnesses.gateway_client import GatewayClient, rebased
+from harnesses.grading import final_answer, grade
 from harnesses.judge import JUDGE_COMPONENT, Judge, Judgement
 from harnesses.reward_functions import RewardFunction
 from harnesses.rubric import Trajectory
 from harnesses.task import Task
-from harnesses.verify import Verdict, verify
+from harnesses.verify import VERIFIER, Verdict
 from sandboxes import SandboxSpec, create_sandbox
+from sandboxes.bridge import raise_open_files_limit
 
 INTERRUPTED = "interrupted: the runner stopped before this rollout ended; rerun replaces it"
 DEFAULT_LEASE_S = 30.0  # a dead runner's slots are played again this long after its last renewal
@@ -115,6 +117,7 @@ class Runner:
         self._leases: dict[int, int | None] = {}  # lease id -> its rollout id (None until created)
         self._lost: set[int] = set()
         self._jobs: dict[int, asyncio.Task] = {}  # lease id -> the job playing it (stopped when lost)
+        raise_open_files_limit()  # the sandboxes' bridges serve every agent connection in this process
 
     async def pending(self) -> list[tuple[Task, int]]:
         """(task, index) slots to play for a caller that owns the run alone (``run(pending)``, evaluation):
@@ -329,18 +332,26 @@ class Runner:
             self._leases[lease] = rollout["id"]
         try:
             return await self._attempt(task, index, rollout)
+        except asyncio.CancelledError:  # stopped (Ctrl-C, SIGTERM): its sandbox is closed, its rollout cancelled
+            if lease is None or lease not in self._lost:  # a lost lease's new holder cancels it itself
+                await self._end_interrupted(rollout["id"])
+            raise
         except Exception as exc:  # a crashed sandbox or agent fails this rollout, not the run
-            return Played(task, index, rollout, RolloutStatus.FAILED, f"{type(exc).__name__}: {exc}", {})
+            return Played(task, index, rollout, RolloutStatus.FAILED, await self._crash_cause(rollout["id"], exc), {})
 
     async def _end(self, played: Played, judgement: Judgement | None, lease: int | None = None) -> RolloutResult:
         rewards, details = dict(played.rewards), {}
+        if played.verdict is not None:  # its metrics and log, kept with the rollout
+            details[VERIFIER] = played.verdict.detail()
         if judgement is not None:
             rewards[JUDGE_COMPONENT], details[JUDGE_COMPONENT] = judgement.score, judgement.detail()
         rollout_id = played.rollout["id"]
         try:
             if lease is not None:
                 await self._still_held(lease)  # taken over: the new holder cancelled this rollout
-            view = await self.gateway.end_rollout(rollout_id, played.status, played.error, rewards, details)
+            view = await self.gateway.end_rollout(
+                rollout_id, played.status, played.error, rewards, details, played.outcome
+            )
             if lease is not None and self._leases.pop(lease, None) is not None:
                 await self.gateway.release_leases(
                     self.worker, [{"lease": lease, "done": True, "rollout_id": rollout_id}]
@@ -442,13 +453,41 @@ class Runner:
                 )
             except BudgetExceeded as exc:
                 return Played(task, index, rollout, RolloutStatus.FAILED, str(exc), {})
+            unanswered = await self._unanswered(rollout["id"])
             if outcome.timed_out:
-                return Played(task, index, rollout, RolloutStatus.FAILED, budget.ceiling_message(budget.ceiling_s), {})
-            await sandbox.put_file("/logs/agent/final.txt", outcome.final_text.encode())
-            verdict = await verify(sandbox, task)
+                message = "; ".join(filter(None, (budget.ceiling_message(budget.ceiling_s), unanswered)))
+                return Played(task, index, rollout, RolloutStatus.FAILED, message, {}, outcome=outcome)
+            if unanswered:  # an infrastructure failure, not a zero reward: never trained on
+                return Played(task, index, rollout, RolloutStatus.FAILED, unanswered, {}, outcome=outcome)
+            # Graded in a fresh sandbox holding only the agent's work, where the task allows (grading.py).
+            grading = await self.environments.grading_spec(task, plan.sandbox, spec)
+            final = await final_answer(sandbox, outcome.final_text)
+            verdict = await grade(plan.sandbox, sandbox, task, grading, plan.sandbox_options, final)
         rewards = verdict.components
         rewards.update(await self._reward_functions(task, rollout, verdict, outcome))
         return Played(task, index, rollout, RolloutStatus.FINISHED, verdict.error, rewards, verdict, outcome)
+
+    async def _end_interrupted(self, rollout_id: int) -> None:
+        try:
+            await self.gateway.end_rollout(rollout_id, RolloutStatus.CANCELLED, INTERRUPTED, {})
+        except RuntimeError:  # the gateway is away: a rerun (or the lease's expiry) cancels it later
+            pass
+
+    async def _crash_cause(self, rollout_id: int, exc: Exception) -> str:
+        """Why an agent (or its sandbox) crashed: the model never answering it, when that is so."""
+        try:
+            unanswered = await self._unanswered(rollout_id)
+        except RuntimeError:  # the gateway is away too: the crash says what is known
+            unanswered = None
+        return unanswered or f"{type(exc).__name__}: {exc}"
+
+    async def _unanswered(self, rollout_id: int) -> str | None:
+        """Why the model never answered the agent (every main-loop call refused, e.g. its first prompt is
+        longer than the engine's context: gateway.refusals), or None."""
+        view = await self.gateway.rollout(rollout_id)
+        if view.get("refused_calls") and not view.get("answered_calls"):
+            return f"no answer from the model: {view['last_refusal']} ({view['refused_calls']} main-loop calls refused)"
+        return None
 
     async def _engine_seconds(self, rollout_id: int) -> float:
         return float((await self.gateway.rollout(rollout_id)).get("engine_s", 0.0))

@@ -10,8 +10,12 @@ Two forms load into the same record:
   host's system or the harness image), has no environment;
 - a compact JSONL form for small tasks, one object per line:
   ``{"name", "instruction", "files": {path: text}, "tests": {path: text}, "verifier": "sh command",
-  "solution": "sh script", "timeout_s", "reward_file": false}``; its verifier's exit status is the
-  reward unless ``reward_file`` says the verifier writes ``/logs/verifier/reward.txt`` (see verify.py).
+  "solution": "sh script", "timeout_s", "reward_file": false, "reward_key": null}``; its verifier's exit
+  status is the reward unless ``reward_file`` says the verifier writes ``/logs/verifier/reward.txt`` or
+  ``reward.json`` (see verify.py).
+
+``reward_key`` (Harbor: ``[verifier] reward_key`` in task.toml) names the key of ``reward.json`` that
+holds the reward when it is not ``reward``; the other keys are metrics (verify.py).
 
 File paths (JSONL ``files``/``tests`` keys, the files of a Harbor folder) stay inside their folder:
 an absolute path, a ``..`` or a symbolic link is a TaskError when the task loads.
@@ -23,6 +27,7 @@ import json
 import posixpath
 import re
 import tomllib
+from collections import Counter
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -33,6 +38,9 @@ DEFAULT_BUILD_TIMEOUT_S = 600.0
 SIZE_UNITS = {"": 1, "K": 2**-10, "M": 1, "G": 2**10, "T": 2**20}  # -> MiB
 HARBOR_VERIFIER = "bash /tests/test.sh"
 REWARD_SOURCES = ("file", "exit_code")
+# Where the verifier runs (harnesses/grading.py): a fresh sandbox holding only the agent's work, or the
+# agent's own sandbox for a verifier that needs what the agent left outside its working directory.
+GRADE_IN = ("fresh_sandbox", "agent_sandbox")
 
 
 class TaskError(ValueError):
@@ -69,16 +77,26 @@ class Task:
     source: str = ""  # where it was loaded from
     reward_source: str | None = None  # "file" | "exit_code"; None: "file" for the Harbor verifier
     environment: TaskEnvironment | None = None  # a Harbor task's own machine; None: the workspace shortcut
+    grade_in: str = "fresh_sandbox"  # [verifier] grade_in (a JSONL task's "grade_in"): one of GRADE_IN
     solution_files: Mapping[str, bytes] = field(default_factory=dict)  # solution/ (the oracle's), beside solve.sh
     verifier_env: Mapping[str, str] = field(default_factory=dict)  # [verifier] env
     solution_env: Mapping[str, str] = field(default_factory=dict)  # [solution] env
+    reward_key: str | None = None  # [verifier] reward_key: reward.json's key of the reward; None: "reward"
+    unhonoured: tuple[str, ...] = ()  # task.toml settings harnessrl ignores ("[environment] network_mode")
 
     def __post_init__(self) -> None:
         if self.reward_source is None:
             source = "file" if self.verifier == HARBOR_VERIFIER else "exit_code"
             object.__setattr__(self, "reward_source", source)
+        if self.grade_in not in GRADE_IN:
+            raise TaskError(f"task {self.name}: grade_in ([verifier] grade_in in task.toml) must be one of {GRADE_IN}")
         if self.reward_source not in REWARD_SOURCES:
             raise TaskError(f"task {self.name}: reward_source must be one of {REWARD_SOURCES}")
+        if self.reward_key is not None and not (isinstance(self.reward_key, str) and self.reward_key):
+            raise TaskError(
+                f"task {self.name}: reward_key ([verifier] reward_key in task.toml, or a JSONL task's "
+                f'"reward_key") must name a key of reward.json, as a string, not {self.reward_key!r}'
+            )
 
 
 def load_tasks(path: Path) -> list[Task]:
@@ -120,6 +138,8 @@ def load_jsonl(path: Path) -> list[Task]:
                     agent_timeout_s=float(item.get("timeout_s", DEFAULT_AGENT_TIMEOUT_S)),
                     verifier_timeout_s=float(item.get("verifier_timeout_s", DEFAULT_VERIFIER_TIMEOUT_S)),
                     source=f"{path}:{number}",
+                    grade_in=item.get("grade_in", "fresh_sandbox"),
+                    reward_key=item.get("reward_key"),
                 )
             )
         except TaskError:
@@ -149,14 +169,54 @@ def load_harbor(folder: Path) -> Task:
             verifier_timeout_s=float(_section(config, "verifier").get("timeout_sec", DEFAULT_VERIFIER_TIMEOUT_S)),
             source=str(folder),
             environment=_environment(folder, config),
+            grade_in=_section(config, "verifier").get("grade_in", "fresh_sandbox"),
             solution_files=_tree(folder / "solution"),
             verifier_env=_env(config, "verifier", folder),
             solution_env=_env(config, "solution", folder),
+            reward_key=_section(config, "verifier").get("reward_key"),
+            unhonoured=unhonoured_settings(config),
         )
     except (ValueError, TypeError) as exc:
         if isinstance(exc, TaskError):
             raise
         raise TaskError(f"{folder / 'task.toml'}: {exc}") from None
+
+
+# The task.toml settings harnessrl reads; any other (e.g. Harbor 1.3's [environment] network_mode, gpus,
+# a [verifier] user) is named in a warning at `run` and `tasks check`, never dropped silently.
+HONOURED = {
+    "agent": {"timeout_sec"},
+    "verifier": {"timeout_sec", "env", "grade_in", "reward_key"},
+    "solution": {"env"},
+    "environment": {
+        *("docker_image", "build_timeout_sec", "cpus", "memory", "memory_mb", "storage", "storage_mb"),
+        *("allow_internet", "env"),
+    },
+}
+INFORMATIONAL = {"version", "metadata", "schema_version"}  # describe the task; nothing to honour
+
+
+def unhonoured_settings(config: dict) -> tuple[str, ...]:
+    """task.toml settings harnessrl does not apply, as "[section] key" (a top-level key: "key")."""
+    found = []
+    for key, value in config.items():
+        if key in INFORMATIONAL:
+            continue
+        if key not in HONOURED or not isinstance(value, dict):
+            found.append(key)
+            continue
+        found += [f"[{key}] {name}" for name in value if name not in HONOURED[key]]
+    return tuple(found)
+
+
+def unhonoured_warning(tasks: list[Task]) -> str | None:
+    """One warning naming every task.toml setting of ``tasks`` that harnessrl ignores, with how many tasks
+    set it; None when there is none."""
+    counts = Counter(setting for task in tasks for setting in task.unhonoured)
+    if not counts:
+        return None
+    listed = ", ".join(f"{setting} ({n} task{'' if n == 1 else 's'})" for setting, n in sorted(counts.items()))
+    return f"warning: harnessrl does not honour these task.toml settings, which are ignored: {listed}"
 
 
 def _environment(folder: Path, config: dict) -> TaskEnvironment | None:

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import ctypes
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -30,6 +31,29 @@ def _die_with_parent() -> None:
         ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
     except OSError:  # not Linux: stop() still covers orderly shutdowns
         pass
+
+
+# Lines that say why a process died: logged errors, exception lines, the kernel's OOM kill. vLLM prefixes
+# its engine core's lines with "(EngineCore_DP0 pid=N)" and its log lines with "LEVEL date time [file:line]";
+# the rest of a dying server's log is shutdown noise.
+_PREFIX = re.compile(r"^(\(\S+ pid=\d+\) ?)?((?P<level>[A-Z]+) \S+ \S+ \[[^\]]*\] )?")
+_EXCEPTION = re.compile(r"^([\w.]+(Error|Exception|Exit)|Killed)\b(:|$)|(?i:out of memory)")
+
+
+def explaining_lines(text: str, limit: int = 20) -> list[str]:
+    """The log's lines that say why the process died, each once, in order (the first ``limit``):
+    ERROR/CRITICAL messages and exception lines, without the tracebacks' frames and code."""
+    seen, found = set(), []
+    for line in text.splitlines():
+        prefix = _PREFIX.match(line)
+        message = line[prefix.end() :]
+        if message[:1].isspace() or message.startswith("Traceback (most recent call last)"):
+            continue  # a traceback's frames and code: the exception line says it
+        logged_error = prefix.group("level") in ("ERROR", "CRITICAL")
+        if (logged_error or _EXCEPTION.search(message)) and message.strip() and message not in seen:
+            seen.add(message)
+            found.append(line.rstrip())
+    return found[:limit]
 
 
 class EngineFailed(RuntimeError):
@@ -108,6 +132,23 @@ def vllm_env(launch: EngineLaunch) -> dict[str, str]:
     return env
 
 
+FALLBACK_MAX_MODEL_LEN = 4096  # a model folder whose config.json names no maximum
+
+
+def model_max_len(model_dir: Path) -> int:
+    """The model's own maximum context (config.json ``max_position_embeddings``; the text config's for a
+    multimodal model), or FALLBACK_MAX_MODEL_LEN when it names none."""
+    import json
+
+    check_model_dir(model_dir)
+    config = json.loads((model_dir / "config.json").read_text())
+    for section in (config, config.get("text_config") or {}):
+        value = section.get("max_position_embeddings")
+        if isinstance(value, int) and value > 0:
+            return value
+    return FALLBACK_MAX_MODEL_LEN
+
+
 def check_model_dir(model_dir: Path) -> None:
     if not (model_dir / "config.json").exists():
         raise EngineFailed(
@@ -162,7 +203,18 @@ class ManagedProcess:
             return ""
 
     def failure(self, what: str) -> EngineFailed:
-        return EngineFailed(f"{what}; last lines of {self.log_path}:\n{self.tail()}")
+        return EngineFailed(f"{what}; {self.why()}")
+
+    def why(self, last: int = 5) -> str:
+        """What its log says went wrong: the explaining lines, then the last few; else the last 30 lines."""
+        explaining = explaining_lines(self.tail(2000))
+        if not explaining:
+            return f"last lines of {self.log_path}:\n{self.tail()}"
+        return (
+            f"the lines of {self.log_path} that explain it:\n"
+            + "\n".join(explaining)
+            + f"\n(last lines:)\n{self.tail(last)}"
+        )
 
     def wait_healthy(self, timeout_s: float = 900.0) -> None:
         deadline = time.monotonic() + timeout_s

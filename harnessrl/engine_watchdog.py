@@ -43,6 +43,7 @@ def serve_until_stopped(server, engine: ManagedProcess | None, console: Console)
     finally:
         if engine is not None:
             if died.is_set():
-                console.print(f"[bold red]vLLM died[/]; last lines of {engine.log_path}:\n{engine.tail()}")
+                console.print("[bold red]vLLM died[/]")
+                console.print(engine.why(), markup=False, highlight=False)  # log text: no markup in it
             engine.stop()
     return 1 if died.is_set() else 0

@@ -29,6 +29,7 @@ from gateway.store.records import RolloutStatus
 from harnesses.adapter import Harness
 from harnesses.budget import DEFAULT_WALL_FACTOR
 from harnesses.gateway_client import GatewayClient
+from harnesses.interrupts import sigterm_cancels_this_task
 from harnesses.judge import Judge
 from harnesses.runner import RolloutResult, Runner, RunPlan
 from harnesses.task import Task
@@ -192,13 +193,27 @@ async def run_evaluation(
             jobs = await _interleaved_jobs(runners)
             live.total = len(jobs)
             on_update(live)
-            await _run_jobs(jobs, plan.concurrency, live, on_update)
+            interrupted = await _run_until_stopped(_run_jobs(jobs, plan.concurrency, live, on_update))
             summary = await control.summary(plan.run)
             taught = {p.asked: await c.summary(p.run(plan.run)) for p, c in zip(policies, clients) if p.teacher}
     finally:
         for client in (control, *clients):
             await client.close()
-    return eval_document(plan, policies, summary, taught)
+    document = eval_document(plan, policies, summary, taught)
+    if interrupted:  # eval.json holds what ended before Ctrl-C or SIGTERM; rerunning the command resumes it
+        document["interrupted"] = True
+    return document
+
+
+async def _run_until_stopped(jobs) -> bool:
+    """Run ``jobs``; True when Ctrl-C or SIGTERM stopped them (their rollouts in flight are cancelled)."""
+    try:
+        with sigterm_cancels_this_task():
+            await jobs
+    except asyncio.CancelledError:
+        asyncio.current_task().uncancel()  # stopped on purpose: the summary of what ended is still read
+        return True
+    return False
 
 
 def _teacher_url(plan: EvalPlan, policy: Resolved, admin_key: str | None, stack: ExitStack) -> str:

@@ -2,7 +2,9 @@
 
 Each record follows the data contract other async RL stacks read:
 ``{"gen_id", "group_id", "prompt", "prompt_ids", "completion": {"text", "completion_ids",
-"old_logprobs", "action_mask", "reward"}, "metadata": {"timestamp", "status", "num_turns"}}``.
+"old_logprobs", "action_mask", "reward"}, "metadata": {"timestamp", "status", "num_turns", "metrics"}}``,
+where ``metrics`` are the verifier's metrics (reward.json's numbers beside the reward, never part of it;
+in Parquet a list of ``{"name", "value"}``, as Hugging Face datasets reads no Arrow maps).
 The prompt is everything before the first sampled token; the completion is the rest of the
 conversation, with ``action_mask`` 1 on sampled tokens (tool output and later prompts are 0).
 Rollouts are read a page at a time, so a large run is never held in memory.
@@ -16,6 +18,7 @@ from pathlib import Path
 
 import numpy as np
 
+from gateway.store.rewards import verifier_metrics
 from gateway.store.samples import Sample, build_samples
 from gateway.store.store import Store
 from gateway.store.tables import Rollout
@@ -45,6 +48,7 @@ def sample_record(
             "timestamp": rollout.created_at.isoformat(),
             "status": rollout.status,
             "num_turns": sample.num_turns,
+            "metrics": verifier_metrics(rollout.reward_details),
         },
     }
 
@@ -108,7 +112,14 @@ def parquet_schema():
             ("reward", pa.float64()),
         ]
     )
-    metadata = pa.struct([("timestamp", pa.string()), ("status", pa.string()), ("num_turns", pa.int32())])
+    metadata = pa.struct(
+        [
+            ("timestamp", pa.string()),
+            ("status", pa.string()),
+            ("num_turns", pa.int32()),
+            ("metrics", pa.list_(pa.struct([("name", pa.string()), ("value", pa.float64())]))),
+        ]
+    )
     return pa.schema(
         [
             ("gen_id", pa.string()),
@@ -121,6 +132,12 @@ def parquet_schema():
     )
 
 
+def _parquet_row(record: dict) -> dict:
+    """The record with its metrics as ``[{"name", "value"}]``: datasets reads no Arrow maps."""
+    metrics = [{"name": name, "value": value} for name, value in record["metadata"]["metrics"].items()]
+    return {**record, "metadata": {**record["metadata"], "metrics": metrics}}
+
+
 async def _write_parquet(pages: AsyncIterator[list[dict]], out: Path) -> int:
     import pyarrow as pa
     import pyarrow.parquet as pq
@@ -129,6 +146,6 @@ async def _write_parquet(pages: AsyncIterator[list[dict]], out: Path) -> int:
     with pq.ParquetWriter(out, schema) as writer:  # an empty run still gets a readable file
         async for records in pages:
             if records:
-                writer.write_table(pa.Table.from_pylist(records, schema=schema))
+                writer.write_table(pa.Table.from_pylist([_parquet_row(r) for r in records], schema=schema))
                 count += len(records)
     return count

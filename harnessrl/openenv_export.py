@@ -1,10 +1,11 @@
 """`harnessrl export --format openenv`: rollouts in OpenEnv's training contract.
 
 One JSON line per rollout: ``{"rollout_id", "group_id", "task", "status", "reward", "rewards",
-"trace"}`` where ``trace`` is an ``openenv.core.harness.training.TrainingTrace`` (schema_version 1):
-one ``TrainingTurn`` per retained model call, with the engine's prompt ids, the sampled ids, the
-sampler's logprobs and a loss mask over prompt + completion (0 on the prompt, 1 on the sample). Every
-trace is built through OpenEnv's own pydantic models, so a line that is written has passed its
+"metrics", "trace"}`` (``metrics``: the verifier's, beside its reward and never part of it) where
+``trace`` is an ``openenv.core.harness.training.TrainingTrace`` (schema_version 1): one ``TrainingTurn``
+per retained model call, with the engine's prompt ids, the sampled ids, the sampler's logprobs and a
+loss mask over prompt + completion (0 on the prompt, 1 on the sample). Every trace is built through
+OpenEnv's own pydantic models, so a line that is written has passed its
 validators (``validate_training_turn``: aligned ids and logprobs, finite non-positive logprobs, a
 context-only prompt; unique node ids).
 
@@ -24,6 +25,7 @@ from pathlib import Path
 
 import numpy as np
 
+from gateway.store.rewards import verifier_metrics
 from gateway.store.samples import CallNode, trained_on
 from gateway.store.store import Store
 from gateway.store.tables import Rollout
@@ -72,6 +74,7 @@ def rollout_record(rollout: Rollout, group: str, nodes: list[CallNode], include_
         "status": rollout.status,
         "reward": rollout.reward,
         "rewards": rollout.rewards,
+        "metrics": verifier_metrics(rollout.reward_details),
         "trace": trace.model_dump(mode="json"),
     }
 

@@ -183,7 +183,8 @@ class Quickstart:
             await self._store.close()
         learner = self._learner
         if learner is not None and not learner.alive():
-            self.console.print(f"[bold red]the learner stopped[/]; last lines of {learner.log_path}:\n{learner.tail()}")
+            self.console.print("[bold red]the learner stopped[/]")
+            self.console.print(learner.why(), markup=False, highlight=False)  # log text: no markup in it
 
     async def _one_round(
         self,

@@ -12,6 +12,7 @@ from rich.text import Text
 from gateway.api.conversation import rollout_conversation
 from gateway.store.arrays import unpack_ids, unpack_logprobs
 from gateway.store.listings import GroupFilter, RolloutFilter, RunCounts
+from gateway.store.rewards import VERIFIER, verifier_metrics
 from gateway.store.store import Store
 
 LIMIT = 50
@@ -84,10 +85,43 @@ async def rollout_view(store: Store, rollout_id: int, decode=None, tokens: int =
         f"reward {rollout.reward}  calls {num_calls}",
         style="bold",
     )
-    parts = [header, _conversation_panel(await rollout_conversation(store, rollout_id))]
+    parts = [header, _rewards_line(rollout.rewards)]
+    if rollout.error:
+        parts.append(Text(f"error: {rollout.error}", style="red"))
+    if rollout.agent_exit_code is not None or rollout.agent_log:
+        parts.append(_agent_panel(rollout))
+    if VERIFIER in (rollout.reward_details or {}):
+        parts.append(_verifier_panel(rollout.reward_details))
+    parts.append(_conversation_panel(await rollout_conversation(store, rollout_id)))
     for call in await store.list_calls(rollout_id, 0, 1000):
         parts.append(_call_panel(call, decode, tokens))
     return Group(*parts)
+
+
+def _rewards_line(rewards: dict | None) -> Text:
+    components = "  ".join(f"{name} = {value}" for name, value in (rewards or {}).items())
+    return Text(f"reward components: {components or 'none'}")
+
+
+def _agent_panel(rollout) -> Panel:
+    """The agent's exit status, its engine time and the tail of its own output, as the runner saw them."""
+    engine = f"  engine time {rollout.engine_s:.1f} s" if rollout.engine_s is not None else ""
+    lines = [
+        Text(f"exit status {rollout.agent_exit_code}{engine}"),
+        Text(rollout.agent_log or "(no output)", style="dim"),
+    ]
+    return Panel(Group(*lines), title="agent", title_align="left")
+
+
+def _verifier_panel(reward_details: dict) -> Panel:
+    """The verifier's exit status, its metrics (never part of the reward), error and output as stored."""
+    detail = reward_details[VERIFIER]
+    metrics = "  ".join(f"{name} = {value:g}" for name, value in verifier_metrics(reward_details).items())
+    lines = [Text(f"exit status {detail.get('exit_code')}  metrics: {metrics or 'none'}")]
+    if detail.get("error"):
+        lines.append(Text(f"error: {detail['error']}", style="red"))
+    lines.append(Text(detail.get("log") or "(no output)", style="dim"))
+    return Panel(Group(*lines), title="verifier", title_align="left")
 
 
 ROLE_STYLES = {"system": "dim", "user": "cyan", "assistant": "green", "tool": "yellow"}

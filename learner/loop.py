@@ -48,7 +48,7 @@ from learner.checkpoint import (
 from learner.config import LearnerConfig, with_overrides
 from learner.groups import ReadyGroup, UnusableGroup, build_batch, check_group, load_group, run_temperature
 from learner.memory import memory_estimate
-from learner.metrics import Metrics, MetricsSink, step_metrics
+from learner.metrics import Metrics, MetricsSink, step_metrics, why_nothing_trained
 from learner.prometheus import LearnerExporter
 from learner.publish import GatewayUnreachable, Publisher
 from learner.ranks import tell_followers
@@ -187,6 +187,8 @@ async def _train(
         progress.quarantined = 0
         await sink.record(progress.step, metrics)
         logger.info("step %d: %s", progress.step, _summary(metrics))
+        if (nothing := why_nothing_trained(metrics)) is not None:
+            logger.warning("step %d %s", progress.step, nothing)
         if on_step is not None:
             on_step(metrics)
         if stop.is_set():

@@ -93,6 +93,31 @@ def step_metrics(
     return {key: _finite(value) for key, value in metrics.items()}
 
 
+def why_nothing_trained(metrics: Metrics) -> str | None:
+    """A step that trained on no sample, said plainly (e.g. "4 groups had zero reward spread"); None when
+    it trained on something. Read from its metrics, so the log says what /api/runs/{run}/steps records."""
+    if metrics.get("samples"):
+        return None
+    reasons = [
+        ("groups_zero_std", "group", "had zero reward spread (every rollout scored the same)"),
+        ("groups_empty", "group", "had no scored rollout"),
+        ("samples_stale", "sample", "{was} older than max_staleness"),
+        ("samples_unscored", "sample", "had no reward"),
+        ("samples_empty", "sample", "had no sampled token"),
+        ("samples_too_long", "sample", "{was} longer than the token budget"),
+        ("groups_quarantined", "group", "could not be read and {was} quarantined"),
+    ]
+    said = [
+        f"{n} {noun}{'' if n == 1 else 's'} " + text.format(was="was" if n == 1 else "were")
+        for key, noun, text in reasons
+        if (n := metrics.get(key))
+    ]
+    read = metrics.get("groups", 0)
+    return f"trained on nothing of its {read} group{'' if read == 1 else 's'}: " + (
+        "; ".join(said) if said else "no sample to train on"
+    )
+
+
 def _finite(value: Any) -> Any:
     """JSON columns (PostgreSQL's especially) refuse NaN and infinity: store None instead."""
     if isinstance(value, float) and not math.isfinite(value):

@@ -7,7 +7,8 @@ from pathlib import Path
 
 from alembic import command
 from alembic.config import Config
-from sqlalchemy.engine import make_url
+
+from gateway.store.database import prepare_sqlite_file
 
 HERE = Path(__file__).resolve().parent
 
@@ -22,9 +23,7 @@ def alembic_config(url: str) -> Config:
 
 def upgrade(url: str, revision: str = "head") -> None:
     """Bring the database at ``url`` to ``revision``; safe to call from inside an event loop."""
-    parsed = make_url(url)
-    if parsed.get_backend_name() == "sqlite" and parsed.database not in (None, "", ":memory:"):
-        Path(parsed.database).parent.mkdir(parents=True, exist_ok=True)
+    prepare_sqlite_file(url)  # its folder, and a new file private (0600)
     errors: list[BaseException] = []
 
     def run() -> None:

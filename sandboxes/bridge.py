@@ -3,7 +3,7 @@
     agent --> 127.0.0.1:PORT (inside, forwarder.py copies bytes) --> gateway.sock --> HostBridge --> gateway
 
 Everything the agent sends arrives here, on the host, where it cannot reach: each request is parsed
-(h11) and checked against the sandbox's `Route` before a byte goes on to the gateway. Forwarded are
+(h11) and checked against the sandbox's `Route` (sandboxes/route.py) before a byte goes on to the gateway. Forwarded are
 only `METHOD <prefix>/r/<this sandbox's token>/v1/<model endpoint>[?query]` requests in origin form
 with the Host header the agent's clients send; anything else (another path or token, `..` or
 percent-encoded tricks, absolute-form targets, CONNECT, Upgrade, a bad Host, a malformed request)
@@ -11,6 +11,15 @@ gets a 403 in OpenAI's error shape and the connection is closed, so nothing pipe
 request is ever looked at. Requests are re-framed (Content-Length or chunked, never both), hop-by-hop
 and proxy headers are dropped, Host is the gateway's and the credentials are the sandbox's own token.
 Responses stream back event by event (SSE included); connections stay alive across requests.
+
+One agent must not starve the others (they share this process's event loop and file descriptors), so
+each bridge caps its sandbox's open connections and in-flight requests (over a cap: 429 with
+Retry-After on that agent's own connection, then it closes) and bounds how long the agent's *request*
+side may take: the head, the body (per read and in all) and the idle gap between keep-alive requests
+(408 where an answer is still possible, else the connection closes). A response streaming back from the
+gateway is never timed out: a long generation is the normal case. Refusing costs CPU too, so a bridge
+that has refused too often lately stops accepting for a while (its own accept loop) and leaves that
+agent's further connections waiting in the kernel's backlog.
 """
 
 from __future__ import annotations
@@ -18,151 +27,109 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
+import math
 import os
-import re
+import resource
+import socket
+import time
 from dataclasses import dataclass
-from urllib.parse import urlsplit
 
 import h11
 
-from sandboxes.protocol import SandboxError
-from sandboxes.urls import gateway_target
+from sandboxes.route import Route, response_headers
 
 CHUNK = 64 * 1024
 MAX_HEAD_BYTES = 64 * 1024  # request line + headers; agents send a few hundred bytes
-# The model endpoints of the three dialects (gateway/openai, responses, anthropic routers).
-# Also the rollout's tool server (gateway/api/rollout_tools.py: MCP over HTTP, forwarded by the gateway
-# to the one server the runner registered for the rollout, e.g. an OpenEnv environment's tools).
-MODEL_ENDPOINTS = (
-    ("POST", "chat/completions"),
-    ("POST", "completions"),
-    ("POST", "responses"),
-    ("POST", "messages"),
-    ("POST", "messages/count_tokens"),
-    ("GET", "models"),
-    ("POST", "tools/mcp"),
-    ("GET", "tools/mcp"),
-    ("DELETE", "tools/mcp"),
-)
-ROLLOUT_PATH = re.compile(r"(?P<prefix>(?:/[A-Za-z0-9._~-]+)*/r/(?P<token>[A-Za-z0-9_-]+)/v1)")
-SAFE_QUERY = re.compile(rb"[A-Za-z0-9_.~=&-]*")  # e.g. Claude Code's ?beta=true; no %-escapes
-HOP_BY_HOP = {
-    b"connection",
-    b"keep-alive",
-    b"proxy-connection",
-    b"proxy-authorization",
-    b"proxy-authenticate",
-    b"te",
-    b"trailer",
-    b"transfer-encoding",
-    b"upgrade",
-    b"expect",
-}
-REPLACED = {
-    b"host",
-    b"content-length",
-    b"authorization",
-    b"x-api-key",
-    b"x-admin-key",
-    b"forwarded",
-    b"x-real-ip",
-    b"http2-settings",
-}
-CONNECTION_OPTIONS = {b"close", b"keep-alive"}
+# Per sandbox. Agents keep a few pooled connections and a handful of calls at once (subagents, title
+# and summary calls beside the main loop); everything above is a flood.
+MAX_CONNECTIONS = 64  # open agent connections
+MAX_IN_FLIGHT = 32  # requests forwarded and not yet answered in full
+# The agent's request side only (a client sends a request at once, in one go over loopback).
+HEADER_TIMEOUT_S = 30.0  # seconds for the request line + headers (from accept, or from the first byte)
+BODY_READ_TIMEOUT_S = 30.0  # seconds a request body may go without a byte
+BODY_TIMEOUT_S = 300.0  # seconds for a whole request body
+# Longer than clients' own pool expiry (httpx 5 s, undici 4 s, reqwest 90 s), so they close first.
+IDLE_TIMEOUT_S = 120.0  # seconds a keep-alive connection may wait for its next request
+OVER_CAP_WAIT_S = 1.0  # seconds an over-cap connection may take to send its head before the 429
+RETRY_AFTER_S = 1  # seconds, the Retry-After of a 429
+# Refusing costs this process CPU however fast an agent reconnects; past this many error answers a
+# second (real agents get none), a bridge stops accepting until its budget refills, and the kernel's
+# backlog holds that agent's further connections, at no cost to the other sandboxes.
+REFUSALS_PER_S = 20.0  # error answers a second (and at most this many at once)
+ACCEPT_BACKLOG = 128  # connections the kernel holds for a bridge that is not accepting
+ACCEPT_RETRY_S = 0.1  # seconds before accepting again after the process ran out of descriptors
+
+
+FORBIDDEN = ("permission_error", "sandbox_route_forbidden")
+BUSY = ("rate_limit_error", "sandbox_bridge_busy")  # 429: SDKs retry it, honouring Retry-After
+TIMED_OUT = ("timeout_error", "sandbox_request_timeout")  # 408: SDKs retry it too
+
+
+def error_body(message: str, kind: tuple[str, str] = FORBIDDEN) -> bytes:
+    """OpenAI's error shape, which every dialect's client reads well enough to show the message."""
+    error_type, code = kind
+    return json.dumps({"error": {"message": message, "type": error_type, "param": None, "code": code}}).encode()
 
 
 @dataclass(frozen=True)
-class Route:
-    """What one sandbox may ask for, and where it goes."""
+class BridgeLimits:
+    """One sandbox's caps and its request side's timeouts (the module's constants by default)."""
 
-    prefix: str  # e.g. "/r/hrl-abc/v1": the path of the rollout's base URL
-    token: str
-    hosts: frozenset[bytes]  # Host header values the agent's clients send (lowercase)
-    upstream: tuple[str, int]  # the gateway's host and port
-
-    @classmethod
-    def for_gateway(cls, gateway_url: str, port_inside: int | None = None) -> Route:
-        """The route of a sandbox whose agent uses ``gateway_url`` (a rollout's base URL)."""
-        host, port = gateway_target(gateway_url)
-        match = ROLLOUT_PATH.fullmatch(urlsplit(gateway_url).path.rstrip("/"))
-        if match is None:
-            raise SandboxError(
-                f"gateway URL {gateway_url!r} is not a rollout's base URL "
-                "(http://HOST:PORT/r/<token>/v1, as POST /api/rollouts returns it): the "
-                "sandbox's route forwards only that rollout's model endpoints"
-            )
-        inside = port_inside or port
-        hosts = {f"127.0.0.1:{inside}", f"localhost:{inside}"}
-        if inside == 80:
-            hosts |= {"127.0.0.1", "localhost"}
-        return cls(match["prefix"], match["token"], frozenset(h.encode() for h in hosts), (host, port))
-
-    @property
-    def upstream_host(self) -> bytes:
-        host, port = self.upstream
-        return f"[{host}]:{port}".encode() if ":" in host else f"{host}:{port}".encode()
-
-    def allowed(self) -> dict[tuple[bytes, bytes], str]:
-        return {(m.encode(), f"{self.prefix}/{e}".encode()): e for m, e in MODEL_ENDPOINTS}
-
-    def refusal(self, request: h11.Request) -> str | None:
-        """Why the request may not pass, or None when it may."""
-        if request.method == b"CONNECT" or not request.target.startswith(b"/"):
-            return "only origin-form requests (METHOD /path HTTP/1.1) to the gateway pass; no proxying"
-        path, _, query = request.target.partition(b"?")
-        if (request.method, path) not in self.allowed():
-            endpoints = ", ".join(f"{m} {self.prefix}/{e}" for m, e in MODEL_ENDPOINTS)
-            return (
-                f"{request.method.decode('latin-1')} {path.decode('latin-1')[:200]!r} is not a model "
-                f"endpoint of this sandbox's rollout; allowed: {endpoints}"
-            )
-        if not SAFE_QUERY.fullmatch(query):
-            return "the query string may hold only letters, digits and _.~=&- (no %-escapes)"
-        hosts = [value.lower() for name, value in request.headers if name == b"host"]
-        if len(hosts) != 1 or hosts[0] not in self.hosts:
-            return f"Host must be one of {sorted(h.decode() for h in self.hosts)}"
-        for name, value in request.headers:
-            if name in (b"upgrade", b"http2-settings"):
-                return "protocol upgrades (Upgrade, h2c, websockets) are not forwarded"
-            if name == b"connection" and not _tokens(value) <= CONNECTION_OPTIONS:
-                return "Connection may only say close or keep-alive"
-        return None
-
-    def upstream_headers(self, headers: list[tuple[bytes, bytes]]) -> list[tuple[bytes, bytes]]:
-        """The client's end-to-end headers, with the gateway's Host, our framing and our own token."""
-        kept = [
-            (n, v)
-            for n, v in headers
-            if n not in HOP_BY_HOP and n not in REPLACED and not n.startswith(b"x-forwarded-")
-        ]
-        framing = [(n, v) for n, v in headers if n in (b"transfer-encoding", b"content-length")]
-        chunked = any(n == b"transfer-encoding" for n, _ in framing)
-        framing = [(b"transfer-encoding", b"chunked")] if chunked else framing[:1]
-        token = self.token.encode()
-        return [
-            (b"host", self.upstream_host),
-            *kept,
-            *framing,
-            (b"authorization", b"Bearer " + token),
-            (b"x-api-key", token),
-        ]
+    max_connections: int = MAX_CONNECTIONS
+    max_in_flight: int = MAX_IN_FLIGHT
+    header_timeout_s: float = HEADER_TIMEOUT_S
+    body_read_timeout_s: float = BODY_READ_TIMEOUT_S
+    body_timeout_s: float = BODY_TIMEOUT_S
+    idle_timeout_s: float = IDLE_TIMEOUT_S
+    over_cap_wait_s: float = OVER_CAP_WAIT_S
+    refusals_per_s: float = REFUSALS_PER_S
 
 
-def _tokens(value: bytes) -> set[bytes]:
-    return {t.strip().lower() for t in value.split(b",") if t.strip()}
+class _Load:
+    """What one sandbox holds now (connections served, connections being refused, requests in flight)
+    and its refusal budget, a token bucket."""
+
+    def __init__(self, refusals_per_s: float = REFUSALS_PER_S) -> None:
+        self.connections = self.refusing = self.in_flight = 0
+        self.refusals_per_s = refusals_per_s
+        self._tokens, self._stamp = refusals_per_s, time.monotonic()
+
+    def refused(self) -> None:
+        self._refill()  # answers on connections already open may overdraw it, by a second's worth at most
+        self._tokens = max(-self.refusals_per_s, self._tokens - 1)
+
+    def refusals_wait_s(self) -> float:
+        """Seconds until the budget allows another refusal (0: now)."""
+        self._refill()
+        return 0.0 if self._tokens >= 1 else (1 - self._tokens) / self.refusals_per_s
+
+    def _refill(self) -> None:
+        now = time.monotonic()
+        self._tokens = min(self.refusals_per_s, self._tokens + (now - self._stamp) * self.refusals_per_s)
+        self._stamp = now
 
 
-def response_headers(headers: list[tuple[bytes, bytes]]) -> list[tuple[bytes, bytes]]:
-    """The gateway's response headers minus hop-by-hop ones (h11 frames the body for the client)."""
-    framing = (b"content-length", b"transfer-encoding")
-    return [(n, v) for n, v in headers if n in framing or n not in HOP_BY_HOP]
+class RequestTimeout(Exception):
+    """The agent's request side took too long; the message says which part."""
 
 
-def error_body(message: str) -> bytes:
-    """OpenAI's error shape, which every dialect's client reads well enough to show the message."""
-    return json.dumps(
-        {"error": {"message": message, "type": "permission_error", "param": None, "code": "sandbox_route_forbidden"}}
-    ).encode()
+class _ReadTimedOut(Exception):
+    def __init__(self, overall: bool) -> None:
+        self.overall = overall  # the deadline passed (else one read waited too long)
+
+
+def raise_open_files_limit() -> int:
+    """Raise this process's soft RLIMIT_NOFILE to its hard limit; the soft limit now.
+
+    Every agent connection through a bridge holds two descriptors in this process (agent side and
+    gateway side), and 1,024 (a common default) is a few hundred connections for all sandboxes together.
+    """
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    target = hard if hard != resource.RLIM_INFINITY else max(soft, 1 << 20)  # Linux caps at nr_open
+    if target > soft:
+        with contextlib.suppress(ValueError, OSError):  # e.g. nr_open below an unlimited hard limit
+            resource.setrlimit(resource.RLIMIT_NOFILE, (target, hard))
+    return resource.getrlimit(resource.RLIMIT_NOFILE)[0]
 
 
 class _Peer:
@@ -172,12 +139,26 @@ class _Peer:
         self.conn = h11.Connection(role, max_incomplete_event_size=MAX_HEAD_BYTES)
         self.reader, self.writer = reader, writer
 
-    async def next_event(self):
+    async def next_event(self, read_timeout_s: float | None = None, deadline: float | None = None):
+        """The next h11 event; with a read timeout or a loop-time deadline, `_ReadTimedOut` past them."""
         while True:
             event = self.conn.next_event()
             if event is not h11.NEED_DATA:
                 return event
-            self.conn.receive_data(await self.reader.read(CHUNK))
+            self.conn.receive_data(await self._read(read_timeout_s, deadline))
+
+    async def _read(self, read_timeout_s: float | None, deadline: float | None) -> bytes:
+        if read_timeout_s is None and deadline is None:
+            return await self.reader.read(CHUNK)
+        left = math.inf if deadline is None else deadline - asyncio.get_running_loop().time()
+        per_read = math.inf if read_timeout_s is None else read_timeout_s
+        try:
+            return await asyncio.wait_for(self.reader.read(CHUNK), max(0.0, min(left, per_read)))
+        except TimeoutError:
+            raise _ReadTimedOut(overall=left <= per_read) from None
+
+    def buffered(self) -> bool:
+        return bool(self.conn.trailing_data[0])
 
     async def send(self, event) -> None:
         data = self.conn.send(event)
@@ -197,33 +178,96 @@ class _Peer:
 class BridgeConnection:
     """One agent connection: request by request, checked, forwarded, answered."""
 
-    def __init__(self, route: Route, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+    def __init__(
+        self,
+        route: Route,
+        reader: asyncio.StreamReader,
+        writer: asyncio.StreamWriter,
+        limits: BridgeLimits | None = None,
+        load: _Load | None = None,
+    ) -> None:
         self.route = route
+        self.limits = limits or BridgeLimits()
+        self.load = load or _Load()
         self.client = _Peer(h11.SERVER, reader, writer)
         self.upstream: _Peer | None = None
 
     async def serve(self) -> None:
         try:
-            while await self._one_request():
+            first = True
+            while await self._one_request(first):
                 self.client.conn.start_next_cycle()
+                first = False
         except h11.RemoteProtocolError as exc:
             await self._answer(403, f"malformed HTTP request refused: {exc}")
+        except RequestTimeout as exc:
+            await self._answer(408, str(exc), TIMED_OUT)
         except (ConnectionError, OSError, h11.LocalProtocolError, asyncio.IncompleteReadError):
             pass
         finally:
-            for peer in (self.client, self.upstream):
-                if peer is not None:
-                    await peer.close()
+            await self._close()
 
-    async def _one_request(self) -> bool:
+    async def refuse(self, message: str) -> None:
+        """A 429 for a connection over the sandbox's cap; its head is read first (briefly) so that the
+        agent's client sees an answer to its request rather than a connection cut mid-write."""
+        try:
+            if self.load.refusing < self.limits.max_connections:  # else answer at once: fds are the point
+                await self._skim_head()
+            await self._answer(429, message, BUSY)
+        finally:
+            await self._close()
+
+    async def _skim_head(self) -> None:
+        self.load.refusing += 1
+        deadline = asyncio.get_running_loop().time() + self.limits.over_cap_wait_s
+        try:
+            with contextlib.suppress(_ReadTimedOut, h11.RemoteProtocolError, ConnectionError, OSError):
+                await self.client.next_event(deadline=deadline)
+        finally:
+            self.load.refusing -= 1
+
+    async def _close(self) -> None:
+        for peer in (self.client, self.upstream):
+            if peer is not None:
+                await peer.close()
+
+    async def _one_request(self, first: bool) -> bool:
         """Handle one request; whether the connection may carry another."""
-        request = await self.client.next_event()
+        request = await self._request_head(first)
         if type(request) is not h11.Request:
-            return False  # the client closed the connection
+            return False  # the client closed the connection, or it sat idle too long
         reason = self.route.refusal(request)
         if reason is not None:
             await self._answer(403, f"refused by the sandbox's gateway route: {reason}")
             return False
+        if self.load.in_flight >= self.limits.max_in_flight:
+            await self._answer(
+                429, f"too many requests in flight from this sandbox (at most {self.limits.max_in_flight})", BUSY
+            )
+            return False
+        self.load.in_flight += 1
+        try:
+            return await self._forward(request)
+        finally:
+            self.load.in_flight -= 1
+
+    async def _request_head(self, first: bool):
+        """The next request's head, within the header timeout; None after an idle keep-alive gap."""
+        loop = asyncio.get_running_loop()
+        if not first and not self.client.buffered():  # idle between requests: wait for a first byte
+            try:
+                data = await asyncio.wait_for(self.client.reader.read(CHUNK), self.limits.idle_timeout_s)
+            except TimeoutError:
+                return None
+            self.client.conn.receive_data(data)
+        try:
+            return await self.client.next_event(deadline=loop.time() + self.limits.header_timeout_s)
+        except _ReadTimedOut:
+            raise RequestTimeout(
+                f"the request line and headers did not arrive within {self.limits.header_timeout_s:g} s"
+            ) from None
+
+    async def _forward(self, request: h11.Request) -> bool:
         try:
             upstream = await self._upstream()
         except OSError as exc:
@@ -265,8 +309,17 @@ class BridgeConnection:
             await asyncio.gather(body, relay, return_exceptions=True)
 
     async def _pump_body(self, upstream: _Peer) -> None:
+        limits = self.limits
+        deadline = asyncio.get_running_loop().time() + limits.body_timeout_s
         while True:
-            event = await self.client.next_event()
+            try:
+                event = await self.client.next_event(limits.body_read_timeout_s, deadline)
+            except _ReadTimedOut as exc:
+                raise RequestTimeout(
+                    f"the request body did not arrive within {limits.body_timeout_s:g} s"
+                    if exc.overall
+                    else f"the request body stalled: no byte for {limits.body_read_timeout_s:g} s"
+                ) from None
             if type(event) is h11.Data:
                 await upstream.send(h11.Data(data=event.data))
             elif type(event) is h11.EndOfMessage:
@@ -276,7 +329,7 @@ class BridgeConnection:
                 raise ConnectionError("the client went away mid-request")
 
     async def _relay_response(self, upstream: _Peer) -> None:
-        while True:
+        while True:  # no timeout: a response streams for as long as the model generates
             event = await upstream.next_event()
             if type(event) is h11.InformationalResponse:
                 continue  # 100 Continue was ours to give; other 1xx mean nothing to a model client
@@ -296,22 +349,21 @@ class BridgeConnection:
                     await self._answer(502, "the gateway closed the connection without an answer")
                 raise ConnectionError("the gateway closed the connection mid-response")
 
-    async def _answer(self, status: int, message: str) -> None:
+    async def _answer(self, status: int, message: str, kind: tuple[str, str] = FORBIDDEN) -> None:
         """A JSON error from the bridge itself, then the connection ends."""
         if self.client.conn.our_state not in (h11.IDLE, h11.SEND_RESPONSE):
             return
-        body = error_body(message)
+        self.load.refused()
+        body = error_body(message, kind)
+        headers = [
+            (b"content-type", b"application/json"),
+            (b"content-length", str(len(body)).encode()),
+            (b"connection", b"close"),
+        ]
+        if kind is BUSY:
+            headers.append((b"retry-after", str(RETRY_AFTER_S).encode()))
         with contextlib.suppress(ConnectionError, OSError, h11.LocalProtocolError):
-            await self.client.send(
-                h11.Response(
-                    status_code=status,
-                    headers=[
-                        (b"content-type", b"application/json"),
-                        (b"content-length", str(len(body)).encode()),
-                        (b"connection", b"close"),
-                    ],
-                )
-            )
+            await self.client.send(h11.Response(status_code=status, headers=headers))
             await self.client.send(h11.Data(data=body))
             await self.client.send(h11.EndOfMessage())
 
@@ -319,22 +371,75 @@ class BridgeConnection:
 class HostBridge:
     """The host end for one sandbox: a unix socket served in the caller's event loop until `close()`."""
 
-    def __init__(self, socket_path: str, route: Route) -> None:
+    def __init__(self, socket_path: str, route: Route, limits: BridgeLimits | None = None) -> None:
         self.socket_path, self.route = socket_path, route
-        self._server: asyncio.AbstractServer | None = None
+        self.limits = limits or BridgeLimits()
+        self.load = _Load(self.limits.refusals_per_s)  # this sandbox's alone: a neighbour's flood never counts
+        self._listener: socket.socket | None = None
+        self._accepting: asyncio.Task | None = None
+        self._connections: set[asyncio.Task] = set()
 
     async def start(self) -> HostBridge:
         with contextlib.suppress(FileNotFoundError):
             os.unlink(self.socket_path)
-        self._server = await asyncio.start_unix_server(
-            lambda r, w: BridgeConnection(self.route, r, w).serve(), self.socket_path
-        )
+        listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        listener.bind(self.socket_path)
         os.chmod(self.socket_path, 0o666)  # the sandbox's user may not be ours
+        listener.listen(ACCEPT_BACKLOG)
+        listener.setblocking(False)
+        self._listener = listener
+        self._accepting = asyncio.ensure_future(self._accept_loop(listener))
         return self
 
+    async def _accept_loop(self, listener: socket.socket) -> None:
+        """Our own accept loop (not asyncio's server), so that a bridge can stop accepting for a while."""
+        loop = asyncio.get_running_loop()
+        while True:
+            if (wait_s := self.load.refusals_wait_s()) > 0:
+                await asyncio.sleep(wait_s)
+                continue
+            try:
+                sock, _ = await loop.sock_accept(listener)
+            except OSError:  # EMFILE and kin: descriptors free up as connections end
+                await asyncio.sleep(ACCEPT_RETRY_S)
+                continue
+            task = asyncio.ensure_future(self._connection(sock))
+            self._connections.add(task)
+            task.add_done_callback(self._connection_done)
+
+    def _connection_done(self, task: asyncio.Task) -> None:
+        self._connections.discard(task)
+        if not task.cancelled() and task.exception() is not None:  # a bug: reported as asyncio's server does
+            task.get_loop().call_exception_handler(
+                {"message": "sandbox bridge connection failed", "exception": task.exception(), "task": task}
+            )
+
+    async def _connection(self, sock: socket.socket) -> None:
+        try:
+            reader, writer = await asyncio.open_unix_connection(sock=sock)
+        except OSError:
+            sock.close()
+            return
+        connection = BridgeConnection(self.route, reader, writer, self.limits, self.load)
+        if self.load.connections >= self.limits.max_connections:
+            await connection.refuse(
+                f"too many connections from this sandbox (at most {self.limits.max_connections}); "
+                "reuse a kept-alive connection"
+            )
+            return
+        self.load.connections += 1
+        try:
+            await connection.serve()
+        finally:
+            self.load.connections -= 1
+
     async def close(self) -> None:
-        if self._server is not None:
-            self._server.close()
-            self._server = None  # open connections end with their sandbox's processes
+        if self._accepting is not None:
+            self._accepting.cancel()
+            await asyncio.gather(self._accepting, return_exceptions=True)
+            self._accepting = None  # open connections end with their sandbox's processes (or time out)
+        if self._listener is not None:
+            self._listener.close()
+            self._listener = None
         with contextlib.suppress(FileNotFoundError):
             os.unlink(self.socket_path)

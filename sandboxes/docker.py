@@ -14,6 +14,10 @@ sandbox's image, and neither the socket nor the forwarder's processes visible fr
 `spec.internet` (a task that needs it, allowed by the run) the container gets the host's network and
 the gateway URL unchanged. The workspace is `spec.workspace` (a task image's WORKDIR).
 
+The verifier (`exec_verifier`) runs under `env -i` with `verifier_env` (a new home under /tmp, none of
+the container's environment); the agent is root in its container, so only a fresh container
+(`copy_workspace_to` one made from the task's image) leaves the files it changed elsewhere behind.
+
 Limits: `mem_limit` (= memswap, no swap), `nano_cpus`, `pids_limit`; exec timeouts through GNU
 `timeout -s KILL` inside (kills the exec's process group); wall time kills the container. OOM kills
 are read from the engine's `oom` events and `State.OOMKilled`.
@@ -28,6 +32,7 @@ import asyncio
 import contextlib
 import functools
 import io
+import posixpath
 import re
 import secrets
 import shlex
@@ -42,10 +47,19 @@ from pathlib import Path
 import docker.errors
 
 import docker
-from sandboxes.bridge import HostBridge, Route
+from sandboxes.bridge import HostBridge
 from sandboxes.forwarder import READY_LINE
 from sandboxes.limits import exec_time_limit
-from sandboxes.protocol import ExecResult, SandboxError, SandboxSpec, confined_path, exec_argv
+from sandboxes.protocol import (
+    ExecResult,
+    Sandbox,
+    SandboxError,
+    SandboxSpec,
+    confined_path,
+    exec_argv,
+    verifier_env,
+)
+from sandboxes.route import Route
 from sandboxes.urls import gateway_target, inside_url
 
 RUN_DIR = "/run/harnessrl"
@@ -288,6 +302,47 @@ class DockerSandbox:
             killed, timed_out = ("wall_time" if self._expired else reason), True
         return ExecResult(code, stdout, stderr, timed_out, elapsed, killed)
 
+    async def exec_verifier(
+        self, command: str | list[str], timeout_s: float | None = None, env: Mapping[str, str] | None = None
+    ) -> ExecResult:
+        # A new home under a name the agent could not have guessed (nothing of it runs any more), and
+        # `env -i`: the container's own environment (image ENV, spec.env) is not inherited either.
+        home = f"/tmp/harnessrl-verifier-home-{secrets.token_hex(8)}"
+        await self._exec_quietly(["mkdir", "-m", "700", "--", home])
+        variables = verifier_env({**self.spec.env, **(env or {})}, home)
+        return await self.exec(
+            ["env", "-i", *(f"{k}={v}" for k, v in variables.items()), *exec_argv(command)], timeout_s
+        )
+
+    async def copy_workspace_to(self, other: Sandbox) -> None:
+        if not isinstance(other, DockerSandbox):
+            raise SandboxError(f"copy_workspace_to: {other.id} is not a docker sandbox (grade in the same backend)")
+        await self._kill_execs()
+        archive = self._dir / "workspace.tar"
+        found = await _call(self._save_archive, self.workspace, archive)
+        await other._replace_workspace(archive if found else None)
+
+    def _save_archive(self, path: str, into: Path) -> bool:
+        """The tar of path (named by its base name) into a host file; False when path is gone."""
+        try:
+            stream, _ = self.api.get_archive(self.container_id, path)
+            with into.open("wb") as file:
+                for chunk in stream:
+                    file.write(chunk)
+        except docker.errors.NotFound:
+            return False
+        return True
+
+    async def _replace_workspace(self, archive: Path | None) -> None:
+        """The workspace emptied (the image's files there go too), then the archive unpacked over it."""
+        if self.workspace == "/":
+            raise SandboxError(f"sandbox {self.id}: a workspace of / cannot be replaced; grade in the agent's sandbox")
+        quoted = shlex.quote(self.workspace)
+        await self._exec_quietly(["/bin/sh", "-c", f"rm -rf -- {quoted} && mkdir -p -- {quoted}"], user="root")
+        if archive is not None:
+            with archive.open("rb") as file:
+                await _call(self.api.put_archive, self.container_id, posixpath.dirname(self.workspace), file)
+
     def _run_exec(self, argv: list[str], env: dict[str, str], workdir: str) -> tuple[int, bytes, bytes]:
         try:
             exec_id = self.api.exec_create(self.container_id, argv, environment=env, workdir=workdir)["Id"]
@@ -388,9 +443,9 @@ class DockerSandbox:
             await asyncio.sleep(0.05)
         raise SandboxError(f"sandbox {self.id}: the container's command did not start")
 
-    async def _exec_quietly(self, argv: list[str]) -> bytes:
-        """Run a command of ours in the container; its stdout."""
-        exec_id = (await _call(self.api.exec_create, self.container_id, argv))["Id"]
+    async def _exec_quietly(self, argv: list[str], user: str = "") -> bytes:
+        """Run a command of ours in the container (as its user, or `user`); its stdout."""
+        exec_id = (await _call(self.api.exec_create, self.container_id, argv, user=user))["Id"]
         return await _call(self.api.exec_start, exec_id) or b""
 
     async def _expire(self) -> None:

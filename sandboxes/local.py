@@ -20,6 +20,10 @@ writable dirs, which persist across execs.
   (/logs, /tests) are still its own: bound over the host's paths in a private mount namespace
   (`unshare`, which needs root), so concurrent sandboxes never share a verifier's folders.
 
+The verifier (`exec_verifier`) sees the same paths, but $HOME is bound to a new, empty host dir and
+its environment is `verifier_env` alone; /usr, /etc and a root are read-only to the agent anyway.
+`copy_workspace_to` copies the workspace host dir to another local sandbox's (links as links).
+
 Limits: `sandboxes.limits` (cgroup, else rlimit); timeouts and the wall time SIGKILL the whole
 process group (and every process left in the cgroup at wall time).
 """
@@ -39,13 +43,23 @@ import sys
 import tempfile
 import time
 from collections.abc import Mapping
+from dataclasses import replace
 from pathlib import Path
 from urllib.parse import urlsplit
 
 from sandboxes import bwrap
-from sandboxes.bridge import HostBridge, Route
+from sandboxes.bridge import HostBridge
 from sandboxes.limits import ProcessLimits, exec_time_limit
-from sandboxes.protocol import ExecResult, SandboxError, SandboxSpec, confined_path, exec_argv
+from sandboxes.protocol import (
+    ExecResult,
+    Sandbox,
+    SandboxError,
+    SandboxSpec,
+    confined_path,
+    exec_argv,
+    verifier_env,
+)
+from sandboxes.route import Route
 from sandboxes.urls import gateway_target, inside_url
 
 MAX_OUTPUT = 16 * 1024 * 1024  # bytes kept per stream; the rest is drained and dropped
@@ -143,14 +157,36 @@ class LocalSandbox:
         env: Mapping[str, str] | None = None,
         cwd: str | None = None,
     ) -> ExecResult:
+        return await self._run(exec_argv(command), timeout_s, self._env(env), cwd, self.layout)
+
+    async def exec_verifier(
+        self, command: str | list[str], timeout_s: float | None = None, env: Mapping[str, str] | None = None
+    ) -> ExecResult:
+        # The same path inside ($HOME) bound to a new, empty host dir: the agent's home is out of sight.
+        home = self.dir / "verifier_home"
+        await asyncio.to_thread(_recreate, home)
+        layout = replace(self.layout, binds={**self.layout.binds, bwrap.HOME: home})
+        inside_home, tmp = (bwrap.HOME, "/tmp") if self.isolation == "bwrap" else (str(home), str(layout.binds["/tmp"]))
+        full_env = verifier_env({"TMPDIR": tmp, **self.spec.env, **(env or {})}, inside_home)
+        return await self._run(exec_argv(command), timeout_s, full_env, None, layout)
+
+    async def copy_workspace_to(self, other: Sandbox) -> None:
+        if not isinstance(other, LocalSandbox):
+            raise SandboxError(f"copy_workspace_to: {other.id} is not a local sandbox (grade in the same backend)")
+        await asyncio.to_thread(self._stop_all)
+        source, target = self.layout.binds[self.spec.workspace], other.layout.binds[other.spec.workspace]
+        await asyncio.to_thread(_replace_tree, source, target)
+
+    async def _run(
+        self, argv: list[str], timeout_s: float | None, full_env: dict[str, str], cwd: str | None, layout: bwrap.Layout
+    ) -> ExecResult:
         if self._closed:
             raise SandboxError(f"sandbox {self.id} is closed")
-        argv = exec_argv(command)
         limit, reason = self._time_limit(timeout_s)
         if limit is not None and limit <= 0:
             return ExecResult.wall_time_spent()
-        full_env = self._env(env)
-        argv = self._command(argv, full_env, os.path.join(self.workspace, cwd) if cwd else self.workspace)
+        inside_cwd = os.path.join(self.workspace, cwd) if cwd else self.workspace
+        argv = self._command(argv, full_env, inside_cwd, layout)
         oom_before = self.limits.oom_kills()
         started = time.monotonic()
         try:
@@ -192,8 +228,7 @@ class LocalSandbox:
         return await asyncio.to_thread(target.read_bytes)
 
     async def fresh_dirs(self, *paths: str) -> None:
-        self._kill_running()
-        await asyncio.to_thread(self.limits.kill_all)
+        await asyncio.to_thread(self._stop_all)
         for path in paths:
             await asyncio.to_thread(_recreate, self._private_dir(path))
 
@@ -228,12 +263,12 @@ class LocalSandbox:
             base["HARNESSRL_GATEWAY_URL"] = self.gateway_url_inside
         return {**base, **self.spec.env, **(env or {})}
 
-    def _command(self, argv: list[str], env: dict[str, str], cwd: str) -> list[str]:
+    def _command(self, argv: list[str], env: dict[str, str], cwd: str, layout: bwrap.Layout) -> list[str]:
         if self.isolation == "subprocess":
             return self.limits.wrap(self._private_mounts(argv))
         listen = ["tcp-to-unix", "--listen", f"127.0.0.1:{urlsplit(self.gateway_url_inside or '').port}"]
         if self._bridge is not None and self._forward_outside:
-            return self.limits.wrap(self._outside(listen, bwrap.command(self.layout, argv, env, cwd)))
+            return self.limits.wrap(self._outside(listen, bwrap.command(layout, argv, env, cwd)))
         if self._bridge is not None:
             argv = [
                 "python3",
@@ -244,7 +279,7 @@ class LocalSandbox:
                 "--",
                 *argv,
             ]
-        return self.limits.wrap(bwrap.command(self.layout, argv, env, cwd))
+        return self.limits.wrap(bwrap.command(layout, argv, env, cwd))
 
     def _outside(self, listen: list[str], sandboxed: list[str]) -> list[str]:
         """A new network namespace holding the forwarder (host python, outside the sandbox's mounts and
@@ -313,6 +348,11 @@ class LocalSandbox:
         """Whether host, symlinks resolved, is still within one of the sandbox's own dirs."""
         real = Path(os.path.realpath(host))
         return any(real.is_relative_to(os.path.realpath(d)) for d in self.layout.binds.values())
+
+    def _stop_all(self) -> None:
+        """Every process of this sandbox killed: the execs' groups, and what left them (the cgroup)."""
+        self._kill_running()
+        self.limits.kill_all()
 
     def _kill_running(self) -> None:
         for proc in list(self._running):
@@ -389,6 +429,16 @@ def _copy_tree(source: Path, into: Path) -> None:
     private workspace: the agent starts with the image's files there and may change them."""
     if source.is_dir() and not source.is_symlink():
         shutil.copytree(source, into, symlinks=True, dirs_exist_ok=True)
+
+
+def _replace_tree(source: Path, target: Path) -> None:
+    """target made an exact copy of source: links copied as links (never followed on the host), and
+    what cannot be copied (a fifo, a socket, a file the agent made unreadable) left out, logged."""
+    _recreate(target)
+    try:
+        shutil.copytree(source, target, symlinks=True, dirs_exist_ok=True)
+    except shutil.Error as exc:
+        logger.warning("grading copy of %s left out %d entries: %s", source, len(exc.args[0]), exc.args[0][:5])
 
 
 def _recreate(path: Path) -> None:

@@ -18,6 +18,28 @@ from typing import Literal, Protocol, runtime_checkable
 KilledReason = Literal["timeout", "wall_time", "oom"]
 
 WORKSPACE = "/workspace"  # where the workspace appears inside isolated sandboxes
+STANDARD_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
+# Variables that make a program load code it was not asked to run: never in the verifier's environment,
+# whoever set them (a verifier that needs one sets it in its own script).
+LOADER_VARIABLES = frozenset(
+    {
+        "LD_PRELOAD",
+        "LD_LIBRARY_PATH",
+        "LD_AUDIT",
+        "BASH_ENV",
+        "ENV",
+        "NODE_OPTIONS",
+        "NODE_PATH",
+        "PYTHONPATH",
+        "PYTHONSTARTUP",
+        "PYTHONHOME",
+        "PYTHONUSERBASE",
+        "PERL5OPT",
+        "PERL5LIB",
+        "RUBYOPT",
+        "GIT_CONFIG_GLOBAL",
+    }
+)
 
 
 class SandboxError(RuntimeError):
@@ -112,6 +134,17 @@ class Sandbox(Protocol):
     ) -> ExecResult:
         """Run a command (a string goes through `sh -c`); never raises for a failing command."""
 
+    async def exec_verifier(
+        self, command: str | list[str], timeout_s: float | None = None, env: Mapping[str, str] | None = None
+    ) -> ExecResult:
+        """Run the verifier in the workspace with nothing of the agent's environment: a new, empty
+        `$HOME`, and only `verifier_env` of the sandbox's own `spec.env` and `env` (no user-site Python,
+        no `LOADER_VARIABLES`). Call `fresh_dirs` first: it stops the agent's processes."""
+
+    async def copy_workspace_to(self, other: Sandbox) -> None:
+        """Stop every process in this sandbox, then make `other`'s workspace (a sandbox of the same
+        backend) an exact copy of this one's: the agent's work, graded in a fresh sandbox."""
+
     async def put_file(self, path: str, data: bytes, mode: int = 0o644) -> None:
         """Write a file, creating its parent directories."""
 
@@ -129,6 +162,13 @@ class Sandbox(Protocol):
     async def __aenter__(self) -> Sandbox: ...
 
     async def __aexit__(self, *exc: object) -> None: ...
+
+
+def verifier_env(declared: Mapping[str, str], home: str) -> dict[str, str]:
+    """The verifier's whole environment: the task's own variables (the sandbox's `spec.env`, the task's
+    verifier env) over a fixed PATH and locale, a fresh `home`, no user-site Python, no loader variables."""
+    env = {"PATH": STANDARD_PATH, "LANG": "C.UTF-8", **declared, "HOME": home, "PYTHONNOUSERSITE": "1"}
+    return {key: value for key, value in env.items() if key not in LOADER_VARIABLES}
 
 
 def exec_argv(command: str | list[str]) -> list[str]:

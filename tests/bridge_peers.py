@@ -85,6 +85,15 @@ async def running_upstream(app) -> AsyncIterator[int]:
         await task
 
 
+@contextlib.asynccontextmanager
+async def recording_upstream() -> AsyncIterator[RecordingUpstream]:
+    """A RecordingUpstream served on a free loopback port (its ``port`` set)."""
+    recorder = RecordingUpstream()
+    async with running_upstream(recorder) as port:
+        recorder.port = port
+        yield recorder
+
+
 def raw_request(method: str, target: str, host: str = "127.0.0.1:8000", extra: bytes = b"", body: bytes = b"") -> bytes:
     length = b"content-length: %d\r\n" % len(body) if body else b""
     return f"{method} {target} HTTP/1.1\r\nhost: {host}\r\n".encode() + extra + length + b"\r\n" + body

@@ -8,6 +8,9 @@ from typing import Annotated, Any, Generic, Literal, TypeVar
 
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field
 
+from gateway.store.records import AGENT_LOG_CHARS
+from gateway.store.rewards import VERIFIER
+
 T = TypeVar("T")
 
 
@@ -20,8 +23,9 @@ def as_utc(value: datetime) -> datetime:
 Timestamp = Annotated[datetime, AfterValidator(as_utc)]
 
 NAME = Field(min_length=1, max_length=200, pattern=r"^[^\x00-\x1f/]+$")
-# A reward component: a finite number (NaN and infinity are refused), or null for "no opinion".
-Reward = Annotated[float, Field(allow_inf_nan=False)] | None
+# A reward component: a finite JSON number (NaN, infinity, strings such as "1" and true are refused), or
+# null for "no opinion". Strict: a reward is what the scorer computed, not what a coercion made of it.
+Reward = Annotated[float, Field(strict=True, allow_inf_nan=False)] | None
 REQUEST_ID = r"^[\x21-\x7e]+$"  # printable ASCII, no spaces
 # A rollout's policy pin: the base model, the version current when it is created, or a published version.
 POLICY_PIN = r"^(base|latest|policy-v[1-9][0-9]{0,9})$"
@@ -69,18 +73,23 @@ class AddReward(BaseModel):
     value: Reward  # None: this source has no opinion (left out of the total)
 
 
-def _bounded_detail(detail: dict[str, Any]) -> dict[str, Any]:
-    try:
-        size = len(json.dumps(detail, allow_nan=False))
-    except ValueError:
-        raise ValueError("a reward detail is plain JSON: no NaN or infinity") from None
-    if size > MAX_REWARD_DETAIL_BYTES:
-        raise ValueError(f"a reward detail is at most {MAX_REWARD_DETAIL_BYTES} bytes of JSON")
-    return detail
+def _bounded_details(details: dict[str, dict[str, Any]]) -> dict[str, dict[str, Any]]:
+    for name, detail in details.items():
+        try:
+            size = len(json.dumps(detail, allow_nan=False))
+        except ValueError:
+            raise ValueError(f"reward detail {name!r} is plain JSON: no NaN or infinity") from None
+        limit = DETAIL_BYTES.get(name, MAX_REWARD_DETAIL_BYTES)
+        if size > limit:
+            raise ValueError(f"reward detail {name!r} is at most {limit} bytes of JSON, not {size}")
+    return details
 
 
 MAX_REWARD_DETAIL_BYTES = 16_384
-RewardDetail = Annotated[dict[str, Any], AfterValidator(_bounded_detail)]
+# The verifier's detail carries its whole output (head and tail when long: harnesses/verify.py).
+VERIFIER_DETAIL_BYTES = 65_536
+DETAIL_BYTES = {VERIFIER: VERIFIER_DETAIL_BYTES}
+RewardDetails = Annotated[dict[str, dict[str, Any]], AfterValidator(_bounded_details)]
 
 
 class EndRollout(BaseModel):
@@ -91,7 +100,10 @@ class EndRollout(BaseModel):
     error: str | None = None  # why it failed: timeout, crash, ...
     rewards: dict[str, Reward] = Field(default_factory=dict)  # final components, added first
     # How components were reached (e.g. "judge": model, tokens, cost, reasons), shown by the viewer.
-    reward_details: dict[str, RewardDetail] = Field(default_factory=dict, max_length=20)
+    reward_details: RewardDetails = Field(default_factory=dict, max_length=20)
+    # What the runner saw of the agent: its exit status and the tail of its own output.
+    agent_exit_code: int | None = Field(default=None, ge=-(2**31), lt=2**31)
+    agent_log: str | None = Field(default=None, max_length=AGENT_LOG_CHARS)
 
 
 class GroupRollout(BaseModel):
@@ -153,6 +165,13 @@ class RolloutView(RolloutSummary):
     # Seconds its model calls spent in the engine (in-flight ones included, parallel ones once), as
     # this gateway measured them: the runner charges an agent its wall time minus this.
     engine_s: float = 0.0
+    agent_exit_code: int | None = None  # the agent's exit status, as the runner reported it
+    agent_log: str | None = None  # the tail of the agent's own output
+    # Main-loop calls this gateway answered and refused (the engine's 400s: a prompt over its context),
+    # with the last refusal's cause; while the rollout runs (gateway.refusals).
+    answered_calls: int = 0
+    refused_calls: int = 0
+    last_refusal: str | None = None
 
 
 class CallView(BaseModel):

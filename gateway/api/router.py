@@ -34,6 +34,7 @@ from gateway.errors import Conflict, InvalidRequest, NotFound
 from gateway.pins import requested_version
 from gateway.state import AdminStateDep, StateDep
 from gateway.store.listings import RolloutFilter
+from gateway.store.records import AgentReport
 from gateway.store.rewards import GroupClosed, InvalidReward, RolloutEnded
 from gateway.store.samples import build_samples
 from gateway.store.store import RequestConflict, RunConflict
@@ -96,6 +97,7 @@ async def get_rollout(rollout_id: Int64, state: StateDep) -> RolloutView:
         raise NotFound(f"rollout {rollout_id} not found")
     rollout, run, task, group, num_calls = found
     graph = GraphStats(**await state.store.graph_stats(rollout_id))
+    answered, refused, last_refusal = state.refusals.of(rollout_id)
     return RolloutView(
         id=rollout.id,
         run=run,
@@ -113,7 +115,13 @@ async def get_rollout(rollout_id: Int64, state: StateDep) -> RolloutView:
         created_at=rollout.created_at,
         pinned_version=rollout.pinned_version,
         finished_at=rollout.finished_at,
-        engine_s=state.engine_clock.seconds(rollout_id),
+        # the measured value once it ended; the gateway's clock (in-flight calls included) while it runs
+        engine_s=rollout.engine_s if rollout.engine_s is not None else state.engine_clock.seconds(rollout_id),
+        agent_exit_code=rollout.agent_exit_code,
+        agent_log=rollout.agent_log,
+        answered_calls=answered,
+        refused_calls=refused,
+        last_refusal=last_refusal,
     )
 
 
@@ -137,7 +145,15 @@ async def add_rollout_reward(rollout_id: Int64, body: AddReward, state: AdminSta
 
 async def end_rollout(rollout_id: Int64, body: EndRollout, state: AdminStateDep) -> RolloutView:
     try:
-        found = await state.store.end_rollout(rollout_id, body.status, body.error, body.rewards, body.reward_details)
+        found = await state.store.end_rollout(
+            rollout_id,
+            body.status,
+            body.error,
+            body.rewards,
+            body.reward_details,
+            AgentReport(body.agent_exit_code, body.agent_log),
+            state.engine_clock.seconds(rollout_id),
+        )
     except InvalidReward as exc:
         raise InvalidRequest(str(exc), param="rewards") from None
     except RolloutEnded as exc:
@@ -145,6 +161,7 @@ async def end_rollout(rollout_id: Int64, body: EndRollout, state: AdminStateDep)
     if not found:
         raise NotFound(f"rollout {rollout_id} not found")
     state.engine_clock.forget(rollout_id)
+    state.refusals.forget(rollout_id)
     return await get_rollout(rollout_id, state)
 
 

@@ -4,12 +4,14 @@ Upstream calls ask for token ids and logprobs. A non-streaming call returns the 
 streaming one (``chat_stream``) returns an ``EngineStream`` once the engine accepted the request (an
 engine error is raised before any chunk), whose chunks the gateway translates as they arrive.
 Closing an ``EngineStream`` before its end drops the connection, which makes vLLM abort the request.
+A transport failure's message names no engine address (an agent reads it); the log line beside it does.
 """
 
 from __future__ import annotations
 
 import asyncio
 import json
+import logging
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from typing import Protocol
@@ -19,8 +21,10 @@ import numpy as np
 import orjson
 
 from gateway.engine.body import EncodedBody
-from gateway.errors import EngineError, EngineTimeout, EngineUnavailable
+from gateway.errors import EngineError, EngineTimeout, EngineUnavailable, GatewayError
 from gateway.token_prefix import loads_answer
+
+logger = logging.getLogger(__name__)
 
 # Transport errors that mean "the request never reached a working engine": safe to retry.
 # ClientOSError is how a pooled connection that the engine closed while idle fails on write
@@ -102,10 +106,12 @@ class EngineStream:
             while await self._response.content.readany():
                 pass  # past [DONE]: read to the end, so the connection goes back to the pool
         except aiohttp.ClientError as exc:
-            raise EngineUnavailable(f"engine at {self._base_url} broke off a stream: {type(exc).__name__}") from exc
+            raise _logged(
+                EngineUnavailable(f"the engine broke off a stream: {type(exc).__name__}"), self._base_url, exc
+            ) from exc
         except TimeoutError as exc:
-            raise EngineTimeout(
-                f"engine at {self._base_url} stopped streaming (no chunk within the engine timeout)"
+            raise _logged(
+                EngineTimeout("the engine stopped streaming (no chunk within the engine timeout)"), self._base_url, exc
             ) from exc
         finally:
             self.close()
@@ -227,20 +233,30 @@ class VLLMEngineClient:
                 return handled
             except RETRYABLE as exc:
                 if delay is None:
-                    raise EngineUnavailable(
-                        f"engine at {self.base_url} is unreachable after {attempt + 1} attempts "
-                        f"({type(exc).__name__}); check that it is running (harnessrl serve starts "
-                        f"one, --engine-url points at another)"
-                    ) from exc
+                    unreachable = EngineUnavailable(
+                        f"the engine is unreachable after {attempt + 1} attempts ({type(exc).__name__}); "
+                        f"check that it is running (harnessrl serve starts one, --engine-url points at "
+                        f"another; the gateway's log names its URL)"
+                    )
+                    raise _logged(unreachable, self.base_url, exc) from exc
                 await asyncio.sleep(delay)
             except TimeoutError as exc:
-                raise EngineTimeout(
-                    f"engine at {self.base_url} did not answer within {self.timeout_s:g} s; it may be hung "
-                    f"or overloaded (the limit is `harnessrl serve --engine-timeout SECONDS`)"
-                ) from exc
+                timeout = EngineTimeout(
+                    f"the engine did not answer within {self.timeout_s:g} s; it may be hung or overloaded "
+                    f"(the limit is `harnessrl serve --engine-timeout SECONDS`)"
+                )
+                raise _logged(timeout, self.base_url, exc) from exc
             except aiohttp.ClientError as exc:
-                raise EngineUnavailable(f"engine at {self.base_url} failed: {type(exc).__name__}: {exc}") from exc
+                failed = EngineUnavailable(f"the engine failed: {type(exc).__name__}")
+                raise _logged(failed, self.base_url, exc) from exc
         raise AssertionError("unreachable")
+
+
+def _logged(error: GatewayError, base_url: str, exc: BaseException) -> GatewayError:
+    """``error``, logged with the engine's URL: the message a client (an agent) reads names no address,
+    the operator's log does (and /metrics lists the engines)."""
+    logger.warning("engine %s: %s (%s: %s)", base_url, error.message, type(exc).__name__, exc)
+    return error
 
 
 def encoded(body) -> bytes:

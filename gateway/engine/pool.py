@@ -140,12 +140,10 @@ class EnginePool:
                 self._take_out(member, exc)
                 tried.add(member.index)
                 if not self._failover_possible(tried):
-                    self.scrub(exc)
                     raise
                 continue
-            except GatewayError as exc:
+            except GatewayError:
                 self._release(member)
-                self.scrub(exc)
                 raise
             except BaseException:
                 self._release(member)
@@ -154,13 +152,6 @@ class EnginePool:
                 return HeldStream(answer, self, member)
             self._release(member)
             return answer
-
-    def scrub(self, exc: GatewayError) -> None:
-        """``exc``'s message with the engines' URLs replaced by their place in the pool: a client (a rollout's agent)
-        learns no engine address from an error (the gateway's log names them). One engine: unchanged."""
-        if len(self.members) > 1:
-            for member in self.members:
-                exc.message = exc.message.replace(member.url, f"engine {member.index + 1}")
 
     def _failover_possible(self, tried: set[int]) -> bool:
         return len(self.members) > 1 and len(tried) < len(self.members)
@@ -391,10 +382,6 @@ class HeldStream:
                 yield batch
         except ENGINE_DOWN as exc:
             self._pool._take_out(self._member, exc)
-            self._pool.scrub(exc)
-            raise
-        except GatewayError as exc:
-            self._pool.scrub(exc)
             raise
         finally:
             self.close()

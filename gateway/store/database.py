@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 from sqlalchemy import event
@@ -33,11 +34,25 @@ def sqlite_pragmas(dbapi_connection, _record) -> None:
     cursor.close()
 
 
+def prepare_sqlite_file(url: str) -> None:
+    """A SQLite file database's folder, and the file itself when new, created readable by its owner
+    only (0600): it holds every prompt and the rollout tokens. SQLite creates the -wal and -shm files
+    with the main file's permissions, so they are private too. Other databases: nothing to do."""
+    parsed = make_url(url)
+    if parsed.get_backend_name() != "sqlite" or parsed.database in (None, "", ":memory:"):
+        return
+    path = Path(parsed.database)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    try:
+        os.close(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600))  # an empty file is an empty database
+    except FileExistsError:
+        pass  # one that exists keeps the permissions its owner gave it
+
+
 def create_engine(url: str) -> AsyncEngine:
     parsed = make_url(url)
     if parsed.get_backend_name() == "sqlite":
-        if parsed.database and parsed.database != ":memory:":
-            Path(parsed.database).parent.mkdir(parents=True, exist_ok=True)
+        prepare_sqlite_file(url)
         engine = create_async_engine(url)
         event.listen(engine.sync_engine, "connect", sqlite_pragmas)
         return engine

@@ -113,3 +113,14 @@ class CallRecord:
     engine: str | None = None  # the engine that served it (base URL); None: not routed by an engine pool
     queue_ms: float = 0.0  # waiting for a slot on that engine, milliseconds
     moved_from: str | None = None  # the failed engine its rollout was moved from, on the first call after
+
+
+@dataclass(frozen=True)
+class AgentReport:
+    """What the runner saw of a rollout's agent, kept with the rollout when it ends."""
+
+    exit_code: int | None = None  # the agent's exit status
+    log: str | None = None  # the tail of its own output (at most AGENT_LOG_CHARS)
+
+
+AGENT_LOG_CHARS = 16_384

@@ -2,7 +2,8 @@
 
 Rewards come from the task's verifier, Python reward functions and ``POST /api/rollouts/{id}/reward``;
 each is a named component (None allowed: "no opinion"), a finite number otherwise: NaN or infinity
-would only crash the learner later. Rewards are final once a rollout has ended. A group is ready once
+would only crash the learner later; so is their sum (a component that would take it past the
+largest float is refused). Rewards are final once a rollout has ended. A group is ready once
 it has all of its ``size`` rollouts and every one of them has ended; a rollout *cancelled* (ended
 without a result, e.g. interrupted) frees its place for a replacement and never counts. The learner
 then reads ready groups in order; one it cannot use it marks ``quarantined`` (``learner.groups``).
@@ -19,6 +20,7 @@ from gateway.store.records import ENDED, GroupStatus, RolloutStatus
 from gateway.store.tables import Group, Rollout, utcnow
 
 CANCELLED = RolloutStatus.CANCELLED
+VERIFIER = "verifier"  # the task verifier's component and detail, as the runner records them (harnesses/verify.py)
 
 
 class InvalidReward(ValueError):
@@ -47,8 +49,31 @@ def check_rewards(components: dict[str, float | None]) -> dict[str, float | None
 
 
 def total_reward(components: dict[str, float | None]) -> float | None:
+    """The sum of the components (None: none has an opinion), or InvalidReward naming them when the sum
+    is not finite: two finite rewards near 1.8e308 add up to infinity, which no learner can use."""
     values = [v for v in components.values() if v is not None]
-    return float(sum(values)) if values else None
+    if not values:
+        return None
+    total = float(sum(values))
+    if not math.isfinite(total):
+        named = ", ".join(f"{name!r} = {value!r}" for name, value in components.items() if value is not None)
+        raise InvalidReward(
+            f"the rewards {named} add up to {total!r}, beyond the largest float: the total of a "
+            f"rollout's rewards is a finite number; scale them down"
+        )
+    return total
+
+
+def verifier_metrics(reward_details: dict | None) -> dict[str, float]:
+    """The metrics the verifier recorded beside its reward (reward.json's other numbers), {} without."""
+    metrics = ((reward_details or {}).get(VERIFIER) or {}).get("metrics")
+    if not isinstance(metrics, dict):  # details are any JSON an admin client sent: read, never trusted
+        return {}
+    return {
+        str(name): float(value)
+        for name, value in metrics.items()
+        if isinstance(value, (int, float)) and not isinstance(value, bool)
+    }
 
 
 async def add_reward(session: AsyncSession, rollout: Rollout, name: str, value: float | None) -> None:
@@ -56,8 +81,9 @@ async def add_reward(session: AsyncSession, rollout: Rollout, name: str, value: 
     if rollout.status in ENDED:
         raise RolloutEnded(f"rollout {rollout.id} already ended as {rollout.status!r}: its rewards are final")
     value = check_reward(name, value)
-    rollout.rewards = {**(rollout.rewards or {}), name: value}
-    rollout.reward = total_reward(rollout.rewards)
+    rewards = {**(rollout.rewards or {}), name: value}
+    rollout.reward = total_reward(rewards)  # InvalidReward first: nothing of an overflowing sum is kept
+    rollout.rewards = rewards
     await session.flush()
 
 

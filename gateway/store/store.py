@@ -21,7 +21,14 @@ from gateway.store import prompt_delta, request_delta
 from gateway.store.arrays import pack_ids, pack_logprobs, unpack_ids
 from gateway.store.database import create_engine, create_sessionmaker
 from gateway.store.listings import Listings, is_main_call
-from gateway.store.records import CallRecord, GraphNode, RolloutIdentity, RolloutStatus, SamplingSettings
+from gateway.store.records import (
+    AgentReport,
+    CallRecord,
+    GraphNode,
+    RolloutIdentity,
+    RolloutStatus,
+    SamplingSettings,
+)
 from gateway.store.request_delta import RecentRequests
 from gateway.store.rewards import (
     ENDED,
@@ -450,9 +457,11 @@ class Store:
         error: str | None = None,
         rewards: dict[str, float | None] | None = None,
         reward_details: dict[str, dict] | None = None,
+        agent: AgentReport | None = None,
+        engine_s: float | None = None,
     ) -> bool:
-        """Record the rollout's final rewards (and how they were reached) and end it; its group may
-        become ready.
+        """Record the rollout's final rewards (and how they were reached), what its agent and engine time
+        came to, and end it; its group may become ready.
 
         InvalidReward (nothing stored, the rollout still runs) when a reward is not finite.
         """
@@ -468,6 +477,9 @@ class Store:
                 await add_reward(session, rollout, name, value)
             if reward_details:
                 rollout.reward_details = {**(rollout.reward_details or {}), **reward_details}
+            if agent is not None:
+                rollout.agent_exit_code, rollout.agent_log = agent.exit_code, agent.log
+            rollout.engine_s = engine_s
             await end_rollout(session, rollout, status, error)
         self._ended[rollout_id] = status  # its token is refused from now on
         return True

@@ -100,6 +100,11 @@ class Rollout(Base):
     pinned_version: Mapped[int | None] = mapped_column(Integer, nullable=True)
     created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utcnow)
     finished_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True), nullable=True)
+    # Kept when it ends: seconds its calls spent in the engine (the gateway's clock forgets them then),
+    # the agent's exit status and the tail of its own output (the runner's; null where none ran).
+    engine_s: Mapped[float | None] = mapped_column(Float, nullable=True)
+    agent_exit_code: Mapped[int | None] = mapped_column(Integer, nullable=True)
+    agent_log: Mapped[str | None] = mapped_column(Text, nullable=True)
 
 
 class Call(Base):

@@ -7,6 +7,9 @@ One agent at a time there is nothing to batch, and the hops (to the writer's tas
 thread and back) were a tenth of a call's latency: a call recorded ``alone`` (no other call in the
 gateway's flight) while the writer is idle is committed at once, on the event loop's thread when the
 store can (``Store.insert_calls``), never waiting there for a lock.
+
+A commit that fails (disk full, the database locked by another process) is remembered in
+``write_failure`` until one succeeds again: ``/health`` reports the gateway degraded meanwhile.
 """
 
 from __future__ import annotations
@@ -29,6 +32,7 @@ class CallWriter:
         self._queue: asyncio.Queue[tuple[CallRecord, asyncio.Future[int]]] = asyncio.Queue()
         self._task: asyncio.Task | None = None
         self._committing = 0  # commits under way (a batch, or a call recorded alone)
+        self.write_failure: Exception | None = None  # why the last commit failed; None once one succeeded
 
     def start(self) -> None:
         self._task = asyncio.create_task(self._run(), name="call-writer")
@@ -76,25 +80,31 @@ class CallWriter:
         self._committing += 1
         try:
             [call_id] = await self._store.insert_calls([record], inline=True)
-        except Exception:
-            logger.exception("recording 1 call failed")
+        except Exception as exc:
+            self._failed(exc, 1)
             raise
         finally:
             self._committing -= 1
+        self.write_failure = None
         return call_id
+
+    def _failed(self, exc: Exception, calls: int) -> None:
+        self.write_failure = exc
+        logger.exception("recording %d calls failed", calls)
 
     async def _commit(self, batch: list[tuple[CallRecord, asyncio.Future[int]]]) -> None:
         self._committing += 1
         try:
             ids = await self._store.insert_calls([record for record, _ in batch])
         except Exception as exc:  # every waiter learns the write failed; nothing is acked
-            logger.exception("recording %d calls failed", len(batch))
+            self._failed(exc, len(batch))
             for _, future in batch:
                 if not future.done():
                     future.set_exception(exc)
             return
         finally:
             self._committing -= 1
+        self.write_failure = None
         for (_, future), call_id in zip(batch, ids):
             if not future.done():
                 future.set_result(call_id)

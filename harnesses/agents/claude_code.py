@@ -64,6 +64,7 @@ class ClaudeCodeHarness(CliAgentHarness):
     name = "claude-code"
     executable = "claude"
     install_hint = f"npm install -g @anthropic-ai/claude-code@{VERSION}"
+    first_prompt_tokens = 12_200  # its first prompt (tools included), SmolLM2's tokenizer: fixtures
     side_call_patterns = SIDE_CALLS
 
     def config_dir(self, endpoint: Endpoint) -> str:

@@ -84,6 +84,9 @@ class CliAgentHarness:
     name: str
     executable: str  # the command's name on PATH (in the image and on the host)
     install_hint: str  # how to install it on the host
+    # Tokens of its first prompt (system prompt, tools, a one-line task) with SmolLM2's tokenizer, from
+    # tests/fixtures/first_requests: `run` warns when the engine's context is shorter.
+    first_prompt_tokens: int = 0
     side_call_patterns: dict[str, str] = {}
 
     def __init__(self, sandbox: str = "local", settings: AgentSettings | None = None):

@@ -44,6 +44,7 @@ class CodexHarness(CliAgentHarness):
     name = "codex"
     executable = "codex"
     install_hint = f"npm install -g @openai/codex@{VERSION}"
+    first_prompt_tokens = 9_500  # its first prompt (tools included), SmolLM2's tokenizer: fixtures
     side_call_patterns = SIDE_CALLS
 
     def codex_home(self, endpoint: Endpoint) -> str:

@@ -38,6 +38,7 @@ class HermesHarness(CliAgentHarness):
     supports_mcp = True  # `mcp_servers` in its config; their tools are named mcp__<server>__<tool>
     executable = "hermes"
     install_hint = f"python3 -m venv {VENV} && {VENV}/bin/pip install 'hermes-agent[mcp]=={VERSION}'"
+    first_prompt_tokens = 13_100  # its first prompt (tools included), SmolLM2's tokenizer: fixtures
     side_call_patterns = SIDE_CALLS
 
     def hermes_home(self, endpoint: Endpoint) -> str:

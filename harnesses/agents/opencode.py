@@ -37,6 +37,7 @@ class OpenCodeHarness(CliAgentHarness):
     supports_mcp = True  # `mcp` servers in its config; their tools are named <server>_<tool>
     executable = "opencode"
     install_hint = f"npm install -g opencode-ai@{VERSION}"
+    first_prompt_tokens = 7_700  # its first prompt (tools included), SmolLM2's tokenizer: fixtures
     side_call_patterns = SIDE_CALLS
 
     def config_path(self, endpoint: Endpoint) -> str:

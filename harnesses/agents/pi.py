@@ -36,6 +36,7 @@ class PiHarness(CliAgentHarness):
     name = "pi"
     executable = "pi"
     install_hint = f"npm install -g @mariozechner/pi-coding-agent@{VERSION}"
+    first_prompt_tokens = 1_400  # its first prompt (tools included), SmolLM2's tokenizer: fixtures
     side_call_patterns = SIDE_CALLS
 
     def agent_dir(self, endpoint: Endpoint) -> str:

@@ -124,7 +124,9 @@ def run_rollouts(
     from contextlib import nullcontext
 
     from harnesses.launch import launch_run
+    from sandboxes.bridge import raise_open_files_limit
 
+    console.print(f"file descriptors: {raise_open_files_limit()}")  # each agent connection holds two
     key = resolve_admin_key(admin_key)
     judged = judge_settings(judge)
     try:
@@ -160,6 +162,11 @@ def run_rollouts(
             )
     except (ValueError, RuntimeError) as exc:  # bad tasks, harness, reward spec, unreachable gateway
         raise fail(str(exc)) from None
+    except (KeyboardInterrupt, asyncio.CancelledError):  # Ctrl-C or SIGTERM: sandboxes closed, rollouts ended
+        raise fail(
+            f"run {run!r} interrupted: its rollouts in flight were cancelled and their sandboxes removed; "
+            f"the same command resumes it"
+        ) from None
     console.print(summary)
 
 
@@ -280,6 +287,8 @@ def eval_policies(
     except (TaskError, ValueError, RuntimeError) as exc:
         raise fail(str(exc)) from None
     console.print(f"eval.json: {document['files']['json']}\neval.png: {document['files']['png']}")
+    if document.get("interrupted"):
+        raise fail(f"eval {name!r} interrupted: eval.json holds the rollouts that ended; the same command resumes it")
 
 
 def _eval_teacher(

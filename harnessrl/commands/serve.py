@@ -40,7 +40,14 @@ def serve(
     public_model: Annotated[str, typer.Option(help="Model name agents ask for")] = "policy",
     require_token: Annotated[bool, typer.Option(help="Refuse calls without a rollout token")] = False,
     engine_port: Annotated[int | None, typer.Option(help="Port of the managed vLLM")] = None,
-    max_model_len: int = 4096,
+    max_model_len: Annotated[
+        int | None,
+        typer.Option(
+            min=16,
+            help="Context of the managed vLLM in tokens [default: the model's own maximum (config.json "
+            "max_position_embeddings)]",
+        ),
+    ] = None,
     max_lora_rank: int = 16,
     engine_start_timeout: float = 900.0,
     dtype: Annotated[
@@ -73,7 +80,7 @@ def serve(
     """Start vLLM (or attach to one) and the recording gateway in front of it."""
     from gateway.settings import GatewaySettings
     from harnessrl import engine_watchdog
-    from harnessrl.engine_process import EngineFailed, EngineLaunch
+    from harnessrl.engine_process import EngineFailed, EngineLaunch, model_max_len
     from harnessrl.server import free_port, uvicorn_server
     from harnessrl.settings import logs_dir
 
@@ -87,10 +94,14 @@ def serve(
     engine = choice = None
     if model is not None:
         choice = _engine_dtype(dtype)
+        try:
+            context = max_model_len or model_max_len(model.resolve())
+        except EngineFailed as exc:  # not a model folder: the message names the fix
+            raise fail(str(exc)) from None
         launch = EngineLaunch(
             model_dir=model.resolve(),
             port=engine_port or free_port(),
-            max_model_len=max_model_len,
+            max_model_len=context,
             max_lora_rank=max_lora_rank,
             dtype=choice.dtype,
         )

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import signal
@@ -9,6 +10,7 @@ import subprocess
 import sys
 from collections import Counter
 from collections.abc import Iterator
+from pathlib import Path
 
 import httpx
 import pytest
@@ -18,6 +20,7 @@ from gateway.store.leases import TAKEN_OVER
 from harnesses.task import builtin_tasks_path, load_tasks
 from harnessrl.server import BackgroundGateway, BackgroundServer
 from harnessrl.settings import admin_key
+from sandboxes.docker import LABEL
 from tests.builders import gateway_settings
 from tests.unit.test_runner import solving_script
 from tests.waiting import wait_until
@@ -111,3 +114,63 @@ def test_run_finishes_and_resumes_after_an_interrupt(gateway, tmp_path):
         f"{gateway.url}/api/groups", params={"run": "cli-run", "status": "ready"}, headers={"x-admin-key": admin_key()}
     ).json()["data"]
     assert len(groups) == 10
+
+
+def slow_task_file(tmp_path) -> str:
+    path = tmp_path / "slow.jsonl"
+    path.write_text(json.dumps({"name": "slow", "instruction": "Wait.", "verifier": "true", "solution": "sleep 600"}))
+    return str(path)
+
+
+def sandbox_containers() -> list[str]:
+    import docker
+
+    client = docker.from_env(timeout=60)
+    try:
+        return [c.id for c in client.containers.list(all=True, filters={"label": LABEL})]
+    finally:
+        client.close()
+
+
+@pytest.mark.parametrize("sandbox", ["docker", "local"])
+def test_sigterm_stops_a_run_with_no_sandbox_left_and_no_rollout_running(gateway, tmp_path, sandbox):
+    before = set(sandbox_containers()) if sandbox == "docker" else set()
+    command = [
+        *[sys.executable, "-m", "harnessrl.cli", "run", "--tasks", slow_task_file(tmp_path), "--harness", "oracle"],
+        *["--group-size", "2", "--sandbox", sandbox, "--run", "cli-run", "--gateway", gateway.url],
+    ]
+    run = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, start_new_session=True)
+    try:
+        wait_until(
+            lambda: run.poll() is not None or len([r for r in rollouts(gateway) if r["status"] == "running"]) == 2,
+            "both rollouts running",
+            timeout_s=600,
+        )
+        if sandbox == "docker":
+            wait_until(lambda: len(set(sandbox_containers()) - before) == 2, "both containers up", timeout_s=600)
+        else:
+            wait_until(lambda: len(processes_running("sleep 600")) == 2, "both solutions running", timeout_s=600)
+        assert run.poll() is None, run.communicate()[0].decode()[-3000:]
+        run.send_signal(signal.SIGTERM)
+        output = run.communicate(timeout=600)[0].decode()
+    finally:
+        if run.poll() is None:
+            os.killpg(run.pid, signal.SIGKILL)
+    assert run.returncode == 1 and "interrupted" in output, output[-3000:]
+    assert {r["status"] for r in rollouts(gateway)} == {"cancelled"}
+    assert all(r["error"].startswith("interrupted: the runner stopped") for r in rollouts(gateway))
+    if sandbox == "docker":
+        assert set(sandbox_containers()) - before == set()
+    else:
+        wait_until(lambda: not processes_running("sleep 600"), "the solutions' processes to be gone", timeout_s=120)
+
+
+def processes_running(command_line: str) -> list[int]:
+    found = []
+    for cmdline in Path("/proc").glob("[0-9]*/cmdline"):
+        try:
+            if cmdline.read_bytes().replace(b"\0", b" ").strip() == command_line.encode():
+                found.append(int(cmdline.parent.name))
+        except OSError:
+            continue
+    return found

@@ -59,7 +59,7 @@ def test_a_dying_engine_stops_the_gateway_with_its_last_log_lines(tiny_model_dir
         os.killpg(os.getpgid(engine_pid), signal.SIGKILL)
         wait_until(lambda: not gateway.alive(), "the gateway to stop without its engine", timeout_s=300)
         output = gateway.tail(200)
-        assert "vLLM died" in output and "last lines of" in output
+        assert "vLLM died" in output and ("last lines of" in output or "that explain it" in output)
     finally:
         gateway.stop()
 

@@ -70,7 +70,15 @@ async def test_tasks_check_names_each_broken_task_and_its_reason(tmp_path, sandb
     )  # the solution and the verifier both run in the image's WORKDIR
     harbor_task(tmp_path, "no-build", BASE + "RUN exit 3\n", GOOD_TEST, "echo 1 > /app/out.txt\n")
     harbor_task(tmp_path, "checks-nothing", BASE, "echo 1 > /logs/verifier/reward.txt\n", "true\n")
+    unpullable = "FROM registry.example.invalid/team/base:1.0\nWORKDIR /app\n"
+    harbor_task(tmp_path, "unpullable-base", unpullable, GOOD_TEST, "echo 1 > /app/out.txt\n")
     harbor_task(tmp_path, "wrong-solution", BASE, GOOD_TEST, "echo 2 > /app/out.txt\n")
+    failing = "echo 'FAILED tests/test_out.py::test_one - AssertionError'; echo 0 > /logs/verifier/reward.txt\n"
+    harbor_task(tmp_path, "failing-tests", BASE, failing, "true\n")
+    outside = 'if [ "$(cat /tmp/out.txt)" = 1 ]; then echo 1; else echo 0; fi > /logs/verifier/reward.txt\n'
+    harbor_task(tmp_path, "outside-workdir", BASE, outside, "echo 1 > /tmp/out.txt\n")
+    opted = '[verifier]\ngrade_in = "agent_sandbox"\n'
+    harbor_task(tmp_path, "outside-workdir-opted-out", BASE, outside, "echo 1 > /tmp/out.txt\n", opted)
     harbor_task(tmp_path, "bad-reward", BASE, "echo lots > /logs/verifier/reward.txt\n", "true\n")
     harbor_task(tmp_path, "slow-solution", BASE, GOOD_TEST, "sleep 60\n", "[agent]\ntimeout_sec = 2.0\n")
     harbor_task(tmp_path, "slow-verifier", BASE, "sleep 60\n", "true\n", "[verifier]\ntimeout_sec = 2.0\n")
@@ -89,8 +97,14 @@ async def test_tasks_check_names_each_broken_task_and_its_reason(tmp_path, sandb
     reasons = {c.task: " | ".join(c.reasons) for c in checks}
     assert reasons["sound"] == "" and reasons["relative-paths"] == ""
     assert "oracle: build error" in reasons["no-build"] and "exit 3" in reasons["no-build"]
-    assert reasons["checks-nothing"] == "do-nothing: reward 1, expected 0; verifier output: (none)"
+    unpulled = reasons["unpullable-base"]
+    assert "'registry.example.invalid/team/base:1.0' (the Dockerfile's FROM)" in unpulled and "docker load" in unpulled
+    assert reasons["checks-nothing"] == "do-nothing: reward 1, expected 0; verifier: (no output)"
     assert reasons["wrong-solution"].startswith("oracle: reward 0, expected 1")
+    assert "oracle: reward 0, expected 1; verifier: failed tests/test_out.py::test_one" in reasons["failing-tests"]
+    # graded like a rollout: in a fresh sandbox holding only the working directory, unless the task opts out
+    assert 'grade_in = "agent_sandbox"' in reasons["outside-workdir"]
+    assert reasons["outside-workdir-opted-out"] == ""
     assert "verifier error" in reasons["bad-reward"] and "lots" in reasons["bad-reward"]
     assert reasons["slow-solution"].startswith("oracle: agent timeout")
     assert "oracle: verifier timeout" in reasons["slow-verifier"]

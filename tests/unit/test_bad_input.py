@@ -3,6 +3,7 @@ bodies past the limit (counted while they stream in), and what a 500 and a times
 
 from __future__ import annotations
 
+import json
 import logging
 from datetime import datetime, timedelta
 
@@ -206,3 +207,84 @@ async def test_timestamps_in_responses_carry_their_timezone(gateway):
     aware_utc(run["created_at"]), aware_utc(run["last_activity"])
     aware_utc((await gateway.http.get(f"/api/calls/{call.headers['x-harnessrl-call-id']}")).json()["created_at"])
     aware_utc((await gateway.http.get("/api/groups")).json()["data"][0]["created_at"])
+
+
+MODEL_ROUTES = [
+    ("/v1/chat/completions", False),
+    ("/v1/completions", False),
+    ("/v1/responses", False),
+    ("/v1/messages", True),
+    ("/v1/messages/count_tokens", True),
+]
+JSON = {"content-type": "application/json"}
+
+
+def any_dialect_body(extra: str = "", content: str = "hi") -> bytes:
+    """One body every model route reads (each takes its own fields and refuses what is wrong in them)."""
+    text = f'"{content}"'  # as written: escapes stay escapes
+    message = '{"role": "user", "content": ' + text + "}"
+    return (
+        f'{{"model": "policy", "max_tokens": 8, "prompt": {text}, "input": {text}, "messages": [{message}]{extra}}}'
+    ).encode()
+
+
+def assert_dialect_error(response, status: int, anthropic: bool) -> str:
+    """The error's message, after checking it came in the route's dialect."""
+    assert response.status_code == status, response.text
+    if anthropic:
+        assert response.json()["type"] == "error"
+        return response.json()["error"]["message"]
+    return assert_openai_error(response, status)["message"]
+
+
+@pytest.mark.parametrize("path, anthropic", MODEL_ROUTES)
+@pytest.mark.parametrize("where", ['"seed": {}', '"metadata": {{"n": {}}}'])
+async def test_an_integer_of_5000_digits_is_400_in_the_dialect(gateway, path, anthropic, where):
+    body = any_dialect_body(", " + where.format("7" * 5000))
+    response = await gateway.http.post(path, content=body, headers=JSON)
+    assert "more than 4300 digits" in assert_dialect_error(response, 400, anthropic)
+    assert gateway.fake.requests == []
+
+
+@pytest.mark.parametrize("path, anthropic", MODEL_ROUTES)
+async def test_a_lone_surrogate_escape_is_400_in_the_dialect(gateway, path, anthropic):
+    response = await gateway.http.post(path, content=any_dialect_body(content="hi \\udfff"), headers=JSON)
+    assert "invalid UTF-16 surrogate" in assert_dialect_error(response, 400, anthropic)
+    assert gateway.fake.requests == []
+
+
+async def test_a_lone_surrogate_in_a_rollouts_next_turn_is_400_and_pairs_are_characters(gateway):
+    rollout = await gateway.new_rollout()
+    url, first = f"/r/{rollout['token']}/v1/chat/completions", '{"role": "user", "content": "hi \\ud83d\\ude00"}'
+
+    def turn(*messages: str) -> bytes:
+        return ('{"model": "policy", "messages": [' + ", ".join(messages) + "]}").encode()
+
+    assert (await gateway.agent.post(url, content=turn(first), headers=JSON)).status_code == 200  # a pair: 😀
+    lone = '{"role": "user", "content": "\\ud83d then"}'
+    response = await gateway.agent.post(
+        url, content=turn(first, '{"role": "assistant", "content": "x"}', lone), headers=JSON
+    )
+    assert "invalid UTF-16 surrogate (\\ud83d" in assert_openai_error(response, 400)["message"]
+    assert len(gateway.fake.requests) == 1
+
+
+@pytest.mark.parametrize("path, anthropic", MODEL_ROUTES)
+@pytest.mark.parametrize(
+    "content_type", ["text/plain", "text/plain; charset=utf-8", "application/x-www-form-urlencoded", None]
+)
+async def test_a_model_body_not_sent_as_json_is_415_in_the_dialect(gateway, path, anthropic, content_type):
+    # What a web page may POST across sites without asking (no CORS preflight) to an open gateway.
+    headers = {"content-type": content_type} if content_type else {}
+    response = await gateway.agent.post(path, content=any_dialect_body(), headers=headers)
+    assert "Content-Type: application/json" in assert_dialect_error(response, 415, anthropic)
+    assert gateway.fake.requests == []
+
+
+async def test_a_json_body_with_a_charset_is_served(gateway):
+    response = await gateway.agent.post(
+        "/v1/chat/completions",
+        content=json.dumps(chat_body()),
+        headers={"content-type": "Application/JSON; charset=utf-8"},
+    )
+    assert response.status_code == 200, response.text

@@ -78,3 +78,43 @@ async def test_the_runner_client_names_refusals_and_unreachable_gateways(monkeyp
         await GatewayClient(URL, transport=scripted_transport(401)[0]).policy()
     with pytest.raises(GatewayUnreachable, match="--gateway URL"):
         await GatewayClient(URL, transport=scripted_transport(httpx.ConnectError("refused"))[0]).policy()
+
+
+def scripted_with_headers(*answers) -> tuple[httpx.MockTransport, list[str]]:
+    """Like ``scripted_transport``; an answer may be (status, headers)."""
+    seen: list[str] = []
+    queue = list(answers)
+
+    def handle(request: httpx.Request) -> httpx.Response:
+        seen.append(f"{request.method} {request.url.path}")
+        status, headers = queue.pop(0)
+        return httpx.Response(status, json={"id": 7, "status": "finished"}, headers=headers)
+
+    return httpx.MockTransport(handle), seen
+
+
+async def test_a_503_is_retried_after_its_retry_after_bounded_by_the_backoff():
+    delays: list[float] = []
+
+    async def sleep(s: float) -> None:
+        delays.append(s)
+
+    transport, _ = scripted_with_headers(
+        (503, {"retry-after": "2"}), (503, {"retry-after": "60"}), (503, {}), (200, {})
+    )
+    async with httpx.AsyncClient(transport=transport) as client:
+        attempts, response = await send(
+            client, "POST", URL + "/api/rollouts/7/end", Backoff(retries=3, first_s=0.1, max_s=5.0), "x", sleep=sleep
+        )
+    assert (attempts, response.status_code) == (4, 200)
+    assert delays == [2.0, 5.0, 0.4]  # Retry-After when longer than the backoff's wait, never past its longest
+
+
+async def test_ending_a_rollout_with_rewards_is_retried_when_the_store_was_locked(monkeypatch):
+    # A 503 wrote nothing (the store's transaction failed), and a repeat that lands after a lost answer
+    # is a 409 "already ended" the client resolves: ending with rewards is safe to repeat.
+    monkeypatch.setattr("harnesses.gateway_client.BACKOFF", Backoff(retries=2, first_s=0.0))
+    transport, seen = scripted_with_headers((503, {"retry-after": "0"}), (200, {}))
+    client = GatewayClient(URL, transport=transport)
+    ended = await client.end_rollout(7, "finished", None, {"verifier": 1.0})
+    assert ended["status"] == "finished" and seen == ["POST /api/rollouts/7/end"] * 2

@@ -44,3 +44,26 @@ def test_healthy_engine_starts_and_stops(tmp_path: Path):
         process.wait_healthy(timeout_s=60)
         assert process.alive()
     assert not process.alive()
+
+
+def test_a_managed_engine_defaults_to_the_models_own_maximum_context(tmp_path):
+    import json
+
+    from harnessrl.engine_process import FALLBACK_MAX_MODEL_LEN, model_max_len
+
+    (tmp_path / "config.json").write_text(json.dumps({"max_position_embeddings": 8192}))
+    assert model_max_len(tmp_path) == 8192
+    (tmp_path / "config.json").write_text(json.dumps({"text_config": {"max_position_embeddings": 32768}}))
+    assert model_max_len(tmp_path) == 32768
+    (tmp_path / "config.json").write_text("{}")
+    assert model_max_len(tmp_path) == FALLBACK_MAX_MODEL_LEN
+
+
+def test_serving_a_folder_that_is_no_model_names_the_fix(tmp_path, sqlite_db, monkeypatch):
+    from typer.testing import CliRunner
+
+    from harnessrl.cli import app
+
+    monkeypatch.setenv("HARNESSRL_HOME", str(tmp_path / "home"))
+    result = CliRunner().invoke(app, ["serve", "--model", str(tmp_path), "--database-url", sqlite_db])
+    assert result.exit_code == 1 and "harnessrl models prepare" in result.output

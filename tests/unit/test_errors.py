@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import logging
+
 import httpx
 import openai
 import pytest
@@ -80,17 +82,20 @@ async def test_require_token_refuses_anonymous_calls(strict_gateway):
     assert ok.status_code == 200
 
 
-async def test_engine_down_is_503_with_retry_after(sqlite_db):
+async def test_engine_down_is_503_with_retry_after_naming_no_engine_address(sqlite_db, caplog):
     settings = gateway_settings(sqlite_db, "http://127.0.0.1:9", base_model="base")
     app = create_app(settings)
     async with app.router.lifespan_context(app):
         async with httpx.AsyncClient(
             transport=httpx.ASGITransport(app), base_url="http://gateway", headers=ADMIN_HEADERS
         ) as http:
-            response = await http.post("/v1/chat/completions", json=chat_body())
+            with caplog.at_level(logging.WARNING):
+                response = await http.post("/v1/chat/completions", json=chat_body())
             error = assert_openai_error(response, 503)
             assert response.headers["retry-after"].isdigit()
-            assert "127.0.0.1:9" in error["message"]
+            assert "127.0.0.1" not in error["message"] and "unreachable" in error["message"]  # an agent reads it
+            assert any("127.0.0.1:9" in r.getMessage() for r in caplog.records)  # the operator's log names it
+            assert (await http.get("/admin/engines")).json()[0]["url"] == "http://127.0.0.1:9"  # and the admin's view
             runs = (await http.get("/api/runs")).json()["data"]
             assert runs == [] or all(r["name"] == "adhoc" for r in runs)
 
@@ -107,3 +112,15 @@ async def test_rest_not_found_and_bad_rollout_body(gateway):
     assert_openai_error(await gateway.http.post("/api/rollouts", json={"run": "r"}), 400)
     assert_openai_error(await gateway.http.post("/api/rollouts", json={"run": "", "task": "t"}), 400)
     assert_openai_error(await gateway.http.get("/api/runs?limit=0"), 400)
+
+
+async def test_a_hung_engine_gives_a_504_naming_no_engine_address(sqlite_db, fake_engine, fake_engine_server):
+    settings = gateway_settings(sqlite_db, fake_engine_server.url, engine_timeout_s=0.3)
+    app = create_app(settings)  # the gateway's own engine client, built from the settings
+    async with app.router.lifespan_context(app):
+        async with httpx.AsyncClient(transport=httpx.ASGITransport(app), base_url="http://gateway") as agent:
+            fake_engine.delay_s = 2.0
+            response = await agent.post("/v1/chat/completions", json=chat_body())
+    error = assert_openai_error(response, 504)
+    assert "did not answer within" in error["message"]
+    assert str(fake_engine_server.port) not in error["message"] and fake_engine_server.host not in error["message"]

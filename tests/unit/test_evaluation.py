@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import json
 import re
 import shutil
@@ -116,3 +117,26 @@ async def _in_thread(work):
     import asyncio
 
     return await asyncio.to_thread(work)  # evaluate() runs its own event loop, as the CLI does
+
+
+async def test_sigterm_stops_an_evaluations_jobs_and_the_evaluation_goes_on_to_its_numbers():
+    import os
+    import signal
+
+    from harnessrl.evaluation import _run_until_stopped
+
+    started, finished = asyncio.Event(), []
+
+    async def jobs() -> None:
+        started.set()
+        await asyncio.sleep(600)
+        finished.append(True)
+
+    async def terminate() -> None:
+        await started.wait()
+        os.kill(os.getpid(), signal.SIGTERM)
+
+    stopper = asyncio.create_task(terminate())
+    assert await _run_until_stopped(jobs()) is True and not finished
+    await stopper
+    assert await _run_until_stopped(asyncio.sleep(0)) is False  # jobs that end are no interruption

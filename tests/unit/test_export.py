@@ -52,6 +52,25 @@ async def test_parquet_export_loads_with_datasets(gateway, tmp_path):
     assert loaded[0]["completion"]["action_mask"][0] == 1
 
 
+async def test_exports_carry_the_verifiers_metrics_in_every_format(gateway, tmp_path):
+    for run in ("metrics-jsonl", "metrics-parquet", "metrics-openenv"):
+        rollout = await record_two_turns(gateway, run)
+        verifier = {"exit_code": 0, "metrics": {"cases_passed": 5.0}, "log": "5 passed"}
+        end = {"status": "finished", "rewards": {"verifier": 1.0}, "reward_details": {"verifier": verifier}}
+        assert (await gateway.http.post(f"/api/rollouts/{rollout['id']}/end", json=end)).status_code == 200
+    store = gateway.app.state.gateway.store
+    for fmt in ("jsonl", "parquet", "openenv"):
+        assert await export_run(store, f"metrics-{fmt}", fmt, tmp_path / fmt) == 1
+    [record] = [json.loads(line) for line in (tmp_path / "jsonl").read_text().splitlines()]
+    assert record["metadata"]["metrics"] == {"cases_passed": 5.0} and record["completion"]["reward"] == 1.0
+    [traced] = [json.loads(line) for line in (tmp_path / "openenv").read_text().splitlines()]
+    assert traced["metrics"] == {"cases_passed": 5.0} and traced["rewards"] == {"verifier": 1.0}
+    import pyarrow.parquet as pq
+
+    [row] = pq.read_table(tmp_path / "parquet").to_pylist()
+    assert row["metadata"]["metrics"] == [{"name": "cases_passed", "value": 5.0}]
+
+
 def test_export_of_an_unknown_run_names_the_fix(sqlite_db, tmp_path):
     result = CliRunner().invoke(
         app, ["export", "--run", "nope", "--out", str(tmp_path / "x.jsonl"), "--database-url", sqlite_db]

@@ -1,5 +1,5 @@
 """Harbor task environments without a Docker engine: task.toml read, images keyed by content, the
-internet refused unless allowed, reward.json components, the oracle and do-nothing agents."""
+internet refused unless allowed, reward.json's reward and metrics, the oracle and do-nothing agents."""
 
 from __future__ import annotations
 
@@ -119,14 +119,14 @@ async def verdict_of(reward_script: str):
 
 
 @pytest.mark.skipif(ISOLATION != "bwrap", reason="verifiers write /logs: apt-get install bubblewrap")
-async def test_reward_json_with_several_keys_becomes_reward_components():
-    verdict = await verdict_of('echo \'{"mean": 0.5, "median": 0.25}\' > /logs/verifier/reward.json')
-    assert verdict.components == {"verifier.mean": 0.5, "verifier.median": 0.25} and verdict.reward == 0.75
-    single = await verdict_of("echo '{\"reward\": 1}' > /logs/verifier/reward.json")
+async def test_reward_json_gives_one_reward_and_its_other_keys_are_metrics():
+    verdict = await verdict_of('echo \'{"reward": 0.75, "mean": 0.5, "median": 0.25}\' > /logs/verifier/reward.json')
+    assert verdict.components == {"verifier": 0.75} and dict(verdict.metrics) == {"mean": 0.5, "median": 0.25}
+    single = await verdict_of("echo '{\"a b\": 1}' > /logs/verifier/reward.json")
     assert single.components == {"verifier": 1.0}
-    for bad in ('{"a": "high"}', '{"a": true}', "[1]", "{}", '{"a b": 1}'):
+    for bad in ('{"a": "high"}', '{"a": true}', "[1]", "{}", '{"mean": 0.5, "median": 0.25}'):
         verdict = await verdict_of(f"echo '{bad}' > /logs/verifier/reward.json")
-        assert verdict.reward is None and "does not hold a reward" in verdict.error, bad
+        assert verdict.reward is None and "task harbor-gcd" in verdict.error, bad
 
 
 @pytest.mark.skipif(ISOLATION != "bwrap", reason="verifiers write /logs: apt-get install bubblewrap")

@@ -46,3 +46,13 @@ def test_the_gateway_cannot_be_configured_without_an_admin_key():
             GatewaySettings(database_url="sqlite://", admin_key=key)
     with pytest.raises(TypeError):
         GatewaySettings(database_url="sqlite://")  # no default that leaves the control plane open
+
+
+@pytest.mark.parametrize(
+    "host",
+    ["[::1]evil.example", "[::1]evil.example:8000", "[::1]:8000evil", "localhost:80:80", "::1", "[::1", "gateway:x"],
+)
+async def test_a_host_that_only_begins_with_a_served_name_is_refused(gateway, host):
+    response = await gateway.http.get("/api/runs", headers={"host": host})
+    assert response.status_code == 421, response.text
+    assert response.json()["error"]["code"] == "host_not_allowed"

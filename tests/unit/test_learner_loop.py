@@ -291,6 +291,16 @@ async def test_zero_std_groups_are_dropped_and_counted(store, tiny_model_dir, tm
     assert set((await statuses(store)).values()) == {"consumed"}
 
 
+async def test_a_step_that_trains_on_nothing_says_why_in_its_log_line(store, tiny_model_dir, tmp_path, caplog):
+    await add_group(store, "same", [1.0, 1.0, 1.0, 1.0], seed=1)
+    await add_group(store, "also-same", [0.0, 0.0, 0.0, 0.0], seed=2)
+    with caplog.at_level(logging.INFO, logger="learner"):
+        await train(config_for(tiny_model_dir, tmp_path / "out", max_steps=1), store)
+    [metrics] = await stored_steps(store, RUN)
+    assert metrics["samples"] == 0
+    assert "step 1 trained on nothing of its 2 groups: 2 groups had zero reward spread" in caplog.text
+
+
 # --- metrics -----------------------------------------------------------------------------------
 
 

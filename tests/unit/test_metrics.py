@@ -29,3 +29,21 @@ async def test_metrics_count_calls_tokens_and_failures(gateway):
     assert found[("harnessrl_engine_latency_seconds_count", (("dialect", "chat"),))] == 1
     assert found[("harnessrl_calls_in_flight", ())] == 0
     assert found[("harnessrl_policy_version", ())] == 0
+
+
+def test_a_step_that_trained_on_something_needs_no_reason():
+    from learner.metrics import why_nothing_trained
+
+    assert why_nothing_trained({"samples": 3, "groups_zero_std": 1}) is None
+
+
+def test_every_reason_a_step_kept_nothing_is_named_with_its_count():
+    from learner.metrics import why_nothing_trained
+
+    said = why_nothing_trained(
+        {"samples": 0, "groups": 3, "groups_zero_std": 1, "samples_stale": 2, "groups_quarantined": 1}
+    )
+    assert said == (
+        "trained on nothing of its 3 groups: 1 group had zero reward spread (every rollout scored the same); "
+        "2 samples were older than max_staleness; 1 group could not be read and was quarantined"
+    )

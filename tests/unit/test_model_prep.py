@@ -188,13 +188,15 @@ def _fake_cache(root: Path) -> Path:
     return dest
 
 
-def forbid_work(monkeypatch) -> None:
-    """A valid cache is used as it is: neither hashed nor converted (a no-op, whatever the clock says)."""
+def forbid_work(monkeypatch, hashing: bool = True) -> None:
+    """A valid cache is used as it is: not converted again, nor (``hashing``) even hashed, whatever the clock
+    says. A cache another checkout made (the same GGUF with another mtime) is hashed once per check."""
 
     def forbidden(*args):
         raise AssertionError("a valid cache was hashed or converted again")
 
-    monkeypatch.setattr(model_prep, "_sha256", forbidden)
+    if hashing:
+        monkeypatch.setattr(model_prep, "_sha256", forbidden)
     monkeypatch.setattr(model_prep, "_convert_smollm2", forbidden)
 
 
@@ -236,7 +238,7 @@ def test_prepare_smollm2_converts(tmp_path_factory, monkeypatch):
     cache = Path(os.environ.get("HARNESSRL_TEST_MODEL_CACHE", model_prep.default_cache_root()))
     dest = prepare_smollm2(cache)
     with monkeypatch.context() as patched:
-        forbid_work(patched)
+        forbid_work(patched, hashing=False)
         assert prepare_smollm2(cache) == dest
     config = AutoConfig.from_pretrained(dest)
     assert config.model_type == "llama" and config.vocab_size == 49152

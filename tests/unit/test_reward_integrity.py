@@ -1,4 +1,5 @@
-"""Rewards are finite and final, groups take exactly their G rollouts, and creating a rollout is idempotent."""
+"""Rewards (and their sums) are finite JSON numbers and final, groups take exactly their G rollouts, and
+creating a rollout is idempotent."""
 
 from __future__ import annotations
 
@@ -25,8 +26,11 @@ async def rollout_view(gateway, rollout_id: int) -> dict:
     return (await gateway.http.get(f"/api/rollouts/{rollout_id}")).json()
 
 
-@pytest.mark.parametrize("literal", NOT_FINITE)
-async def test_a_reward_that_is_not_finite_is_a_400_and_nothing_is_stored(gateway, literal):
+@pytest.mark.parametrize(
+    ("literal", "said"),
+    [*((literal, "finite") for literal in NOT_FINITE), *((v, "valid number") for v in ('"1"', "true", '"NaN"'))],
+)
+async def test_a_reward_that_is_not_a_finite_json_number_is_a_400_and_nothing_is_stored(gateway, literal, said):
     rollout = await gateway.new_rollout()
     path = f"/api/rollouts/{rollout['id']}"
 
@@ -36,7 +40,7 @@ async def test_a_reward_that_is_not_finite_is_a_400_and_nothing_is_stored(gatewa
     for response in (added, finished):
         assert response.status_code == 400, response.text
         error = response.json()["error"]
-        assert error["type"] == "invalid_request_error" and "finite" in error["message"]
+        assert error["type"] == "invalid_request_error" and said in error["message"], error
     view = await rollout_view(gateway, rollout["id"])
     assert view["rewards"] == {} and view["reward"] is None and view["status"] == "running"
 
@@ -50,6 +54,36 @@ async def test_the_store_refuses_rewards_that_are_not_finite_from_any_caller(gat
         await store.end_rollout(identity.rollout_id, "finished", rewards={"ok": 1.0, "verifier": math.nan})
     rollout = (await store.get_rollout(identity.rollout_id))[0]
     assert rollout.status == "running" and rollout.rewards == {}
+
+
+async def test_rewards_whose_total_overflows_are_a_400_naming_them_and_nothing_is_stored(gateway):
+    rollout = await gateway.new_rollout()
+    path = f"/api/rollouts/{rollout['id']}"
+    assert (await gateway.http.post(f"{path}/reward", json={"name": "a", "value": 1.7e308})).status_code == 200
+
+    added = await gateway.http.post(f"{path}/reward", json={"name": "b", "value": 1.7e308})
+    finished = await gateway.http.post(f"{path}/end", json={"status": "finished", "rewards": {"c": 1.0, "d": 1.7e308}})
+
+    for response in (added, finished):
+        assert response.status_code == 400, response.text
+        message = response.json()["error"]["message"]
+        assert "'a' = 1.7e+308" in message and "finite" in message, message
+    assert "'b'" in added.json()["error"]["message"] and "'d'" in finished.json()["error"]["message"]
+    view = await rollout_view(gateway, rollout["id"])
+    assert view["rewards"] == {"a": 1.7e308} and view["reward"] == 1.7e308 and view["status"] == "running"
+
+
+async def test_the_store_refuses_a_component_that_takes_the_total_past_the_largest_float(gateway):
+    store: Store = gateway.app.state.gateway.store
+    identity = await store.create_rollout("direct", "t")
+    with pytest.raises(InvalidReward, match="'verifier' = 1.7e\\+308, 'judge' = 1.7e\\+308"):
+        await store.end_rollout(identity.rollout_id, "finished", rewards={"verifier": 1.7e308, "judge": 1.7e308})
+    await store.add_reward(identity.rollout_id, "verifier", -1.7e308)
+    with pytest.raises(InvalidReward, match="finite"):
+        await store.add_reward(identity.rollout_id, "judge", -1.7e308)
+    rollout = (await store.get_rollout(identity.rollout_id))[0]
+    assert rollout.status == "running" and rollout.rewards == {"verifier": -1.7e308}
+    assert rollout.reward == -1.7e308
 
 
 async def test_a_reward_function_returning_infinity_abstains_instead_of_blocking_the_rollout():

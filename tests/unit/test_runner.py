@@ -129,3 +129,42 @@ def test_reward_function_specs_are_checked():
         load_reward_function("nocolon")
     with pytest.raises(ValueError, match="cannot load"):
         load_reward_function("tests.unit.test_runner:missing")
+
+
+@needs_bwrap
+async def test_the_verifiers_metrics_and_whole_log_are_kept_with_the_rollout_not_in_its_reward(
+    live_gateway, fake_engine
+):
+    fake_engine.script = lambda body: FakeReply(content="Done.")
+    verifier = (
+        "echo 'head of the log'; head -c 200000 /dev/zero | tr '\\0' x; echo; echo '5 cases passed'; "
+        'echo \'{"reward": 1.0, "cases_passed": 5, "note": "fast"}\' > /logs/verifier/reward.json'
+    )
+    task = Task(name="metrics", instruction="Say done.", verifier=verifier, reward_source="file")
+    client = GatewayClient(live_gateway.url, TEST_ADMIN_KEY)
+    [result] = await Runner(plan([task], group_size=1), client).run()
+    view = await client.rollout(result.rollout_id)
+    await client.close()
+    assert (result.status, view["reward"], view["rewards"]) == ("finished", 1.0, {"verifier": 1.0}), result.error
+    detail = view["reward_details"]["verifier"]
+    assert detail["metrics"] == {"cases_passed": 5.0} and detail["exit_code"] == 0
+    assert view["agent_exit_code"] == 0 and view["agent_log"] is not None  # the agent's side, kept too
+    log = detail["log"]
+    assert log.startswith("head of the log") and log.rstrip().endswith("5 cases passed") and "cut here" in log
+
+
+@needs_bwrap
+async def test_a_rollout_whose_agent_never_got_an_answer_fails_with_the_cause_and_is_not_scored(
+    live_gateway, fake_engine
+):
+    from harnesses.launch import summary_line
+
+    fake_engine.max_model_len = 16  # the builtin harness's first prompt alone is longer
+    client = GatewayClient(live_gateway.url, TEST_ADMIN_KEY)
+    results = await Runner(plan(TASKS[:1], group_size=2), client).run()
+    views = [await client.rollout(r.rollout_id) for r in results]
+    await client.close()
+    assert {(r.status, r.reward) for r in results} == {("failed", None)}, results
+    assert all(v["error"].startswith("no answer from the model: first prompt ") for v in views), views[0]["error"]
+    assert all(v["reward"] is None and v["rewards"] == {} for v in views)  # no zero reward to train on
+    assert "; 2 failed: no answer from the model: first prompt" in summary_line("r", results)

@@ -15,7 +15,7 @@ from harnesses.gateway_client import GatewayClient, rebased
 from harnesses.runner import Runner
 from harnessrl.cli import app
 from harnessrl.server import BackgroundGateway
-from sandboxes.bridge import Route
+from sandboxes.route import Route
 from tests.builders import TEST_ADMIN_KEY, gateway_settings
 from tests.unit.test_runner import TASKS, needs_bwrap, plan, solving_script
 

@@ -14,8 +14,9 @@ import httpx
 import pytest
 
 from sandboxes import SandboxError
-from sandboxes.bridge import HostBridge, Route
-from tests.bridge_peers import RecordingUpstream, raw_exchange, raw_request, running_upstream
+from sandboxes.bridge import HostBridge
+from sandboxes.route import Route
+from tests.bridge_peers import raw_exchange, raw_request, recording_upstream
 
 MINE = "/r/hrl-mine/v1"
 HOST = "127.0.0.1:8000"  # what the agent's clients send inside the sandbox
@@ -23,9 +24,7 @@ HOST = "127.0.0.1:8000"  # what the agent's clients send inside the sandbox
 
 @pytest.fixture
 async def upstream():
-    recorder = RecordingUpstream()
-    async with running_upstream(recorder) as port:
-        recorder.port = port
+    async with recording_upstream() as recorder:
         yield recorder
 
 

@@ -12,8 +12,9 @@ from pathlib import Path
 import pytest
 
 from sandboxes import Limits, SandboxError, SandboxSpec, create_sandbox
-from sandboxes.bridge import HostBridge, Route
+from sandboxes.bridge import HostBridge
 from sandboxes.forwarder import serve_tcp_to_unix
+from sandboxes.route import Route
 from sandboxes.urls import inside_url
 from tests.waiting import until
 

@@ -120,3 +120,37 @@ def test_harbor_tasks_with_symbolic_links_are_refused_at_load(tmp_path, where):
     (folder / where / "stolen").symlink_to("/etc/passwd")
     with pytest.raises(TaskError, match="stolen is a symbolic link"):
         load_tasks(folder)
+
+
+def test_a_task_check_names_the_tests_that_failed_else_the_verifiers_last_line():
+    from harnesses.checks import said_by
+
+    verbose = "tests/test_a.py::test_one PASSED\ntests/test_a.py::test_two FAILED\n"
+    summary = "=== short test summary info ===\nFAILED tests/test_a.py::test_two - assert 1 == 2\n1 failed, 1 passed\n"
+    assert said_by(verbose + summary) == "failed tests/test_a.py::test_two"
+    many = "".join(f"FAILED t.py::test_{n}\n" for n in range(12))
+    assert said_by(many).endswith("t.py::test_9 and 2 more")
+    assert said_by("collected 3 items\n\n3 passed\n") == "'3 passed'"
+    assert said_by("") == "(no output)"
+
+
+def test_task_toml_settings_harnessrl_does_not_honour_are_named_never_dropped_silently(tmp_path):
+    from harnesses.task import load_harbor, unhonoured_warning
+
+    for name, toml in (
+        ("a", '[environment]\nnetwork_mode = "none"\ngpus = 1\ncpus = 1\n[verifier]\ntimeout_sec = 5\nuser = "x"\n'),
+        ("b", 'version = "1.3"\n[metadata]\nauthor = "me"\n[environment]\nnetwork_mode = "bridge"\n'),
+        ("c", 'version = "1.0"\n[verifier]\nreward_key = "score"\n'),
+    ):
+        folder = tmp_path / name
+        (folder / "environment" / "workspace").mkdir(parents=True)
+        (folder / "instruction.md").write_text("Do it.\n")
+        (folder / "task.toml").write_text(toml)
+    tasks = [load_harbor(tmp_path / name) for name in "abc"]
+    assert tasks[0].unhonoured == ("[environment] network_mode", "[environment] gpus", "[verifier] user")
+    assert tasks[2].unhonoured == ()
+    assert unhonoured_warning(tasks) == (
+        "warning: harnessrl does not honour these task.toml settings, which are ignored: "
+        "[environment] gpus (1 task), [environment] network_mode (2 tasks), [verifier] user (1 task)"
+    )
+    assert unhonoured_warning(tasks[2:]) is None

@@ -50,6 +50,32 @@ async def test_ls_and_show_render_what_was_recorded(gateway, sqlite_db):
     assert shown.exit_code == 0 and "hi there" in shown.output and "Hello from the fake engine." in shown.output
 
 
+async def test_show_prints_the_verifiers_metrics_and_log_beside_the_reward(gateway, sqlite_db):
+    rollout = await gateway.new_rollout(run="verified", task="t1")
+    verifier = {"exit_code": 1, "metrics": {"cases_passed": 5.0}, "log": "FAILED test_median\n[x] not markup"}
+    end = {"status": "finished", "rewards": {"verifier": 0.5}, "reward_details": {"verifier": verifier}}
+    assert (await gateway.http.post(f"/api/rollouts/{rollout['id']}/end", json=end)).status_code == 200
+    shown = await asyncio.to_thread(
+        CliRunner().invoke, app, ["show", "rollout", str(rollout["id"]), "--database-url", sqlite_db]
+    )
+    assert shown.exit_code == 0, shown.output
+    assert "verifier = 0.5" in shown.output and "exit status 1" in shown.output
+    assert "cases_passed = 5" in shown.output and "FAILED test_median" in shown.output
+    assert "[x] not markup" in shown.output  # the verifier's output is shown as written
+
+
+async def test_show_prints_why_a_rollout_failed_and_what_its_agent_said(gateway, sqlite_db):
+    rollout = await gateway.new_rollout(run="crashed", task="t1")
+    end = {"status": "failed", "error": "agent exited with 2", "agent_exit_code": 2, "agent_log": "[boom] no key"}
+    assert (await gateway.http.post(f"/api/rollouts/{rollout['id']}/end", json=end)).status_code == 200
+    shown = await asyncio.to_thread(
+        CliRunner().invoke, app, ["show", "rollout", str(rollout["id"]), "--database-url", sqlite_db]
+    )
+    assert shown.exit_code == 0, shown.output
+    assert "error: agent exited with 2" in shown.output and "exit status 2" in shown.output
+    assert "[boom] no key" in shown.output and "engine time 0.0 s" in shown.output
+
+
 def test_unknown_views_name_the_choices(sqlite_db):
     result = CliRunner().invoke(app, ["ls", "widgets", "--database-url", sqlite_db])
     assert result.exit_code == 1 and "runs, groups or rollouts" in result.output

@@ -84,6 +84,41 @@ function judgeSection(detail) {
     ], { testid: "judge-details" }));
 }
 
+/** The verifier's side of the reward: its exit status, the metrics of reward.json (never added to the
+ * reward), its error and its output (head and tail when long, the cut said in the text). */
+function verifierSection(detail) {
+  const metrics = Object.entries(detail.metrics || {});
+  const log = detail.log || "";
+  return section("Verifier",
+    facts([
+      ["exit status", h("span", { testid: "verifier-exit-code" }, fmtNum(detail.exit_code))],
+      ["metrics", metrics.length
+        ? h("span", { class: "components", testid: "verifier-metrics" }, metrics.map(([name, value]) =>
+            h("span", { class: "component", dataset: { name } }, `${name} = ${fmtNum(value, 4)}`)))
+        : dash()],
+      detail.error ? ["error", h("span", { class: "error-text", testid: "verifier-error" }, detail.error)] : null,
+      ["log", log
+        ? h("details", { testid: "verifier-log" },
+            h("summary", {}, `the verifier's output (${fmtNum(log.length)} characters)`),
+            h("pre", { class: "content" }, log))
+        : dash()],
+    ], { testid: "verifier-details" }));
+}
+
+function agentSection(rollout) {
+  const log = rollout.agent_log || "";
+  return section("Agent",
+    facts([
+      ["exit status", h("span", { testid: "agent-exit-code" }, fmtNum(rollout.agent_exit_code))],
+      ["engine time", `${fmtNum(rollout.engine_s, 1)} s`],
+      ["log", log
+        ? h("details", { testid: "agent-log" },
+            h("summary", {}, `the tail of the agent's output (${fmtNum(log.length)} characters)`),
+            h("pre", { class: "content" }, log))
+        : dash()],
+    ], { testid: "agent-details" }));
+}
+
 function forkCell(c) {
   if (c.fork_of == null) return dash();
   return h("span", { class: "fork", testid: "call-fork" }, "fork of ", callLink(c.fork_of),
@@ -123,6 +158,8 @@ export async function rolloutView(ctx, id) {
   ctx.show(
     h("h1", {}, `Rollout #${rollout.id} `, h("span", { class: "muted" }, rollout.task)),
     header(rollout),
+    rollout.agent_exit_code != null || rollout.agent_log ? agentSection(rollout) : null,
+    rollout.reward_details?.verifier ? verifierSection(rollout.reward_details.verifier) : null,
     rollout.reward_details?.judge ? judgeSection(rollout.reward_details.judge) : null,
     section(`Conversation (${messages.length} messages)`,
       h("div", { class: "conversation", testid: "conversation" },
