@@ -176,3 +176,97 @@ async def test_an_attacking_agent_reaches_only_its_own_model_endpoints(backend, 
     with admin(gateway) as http:
         assert http.get(f"/api/rollouts/{own['id']}").json()["num_calls"] == 2
         assert http.get(f"/api/rollouts/{sibling['id']}").json()["num_calls"] == 0
+
+
+FLOODER = r"""
+import json, socket, time
+
+def status_of(s):
+    try:
+        head = s.recv(65536)
+    except socket.timeout:
+        return None
+    return int(head.split()[1]) if head else None
+
+def flood(count):
+    # slow bodies: a million bytes promised, nine sent; the bridge holds its cap of them, refuses the rest
+    sockets, refused = [], 0
+    for _ in range(count):
+        s = socket.create_connection(("127.0.0.1", PORT), timeout=20)
+        s.sendall(SLOW.encode())
+        sockets.append(s)
+    for s in sockets:
+        s.settimeout(5)
+        refused += status_of(s) == 429
+    for s in sockets:
+        s.close()
+    return refused
+
+def own_call_after(deadline_s):
+    # the agent's own call goes through again once its connections are closed (429s say Retry-After)
+    until = time.monotonic() + deadline_s
+    while True:
+        status = send(OWN, False)
+        if status != [429] or time.monotonic() > until:
+            return status
+        time.sleep(1)
+
+results = {name: send(raw, unix) for name, (raw, unix) in ATTACKS.items()}
+results["flood: refused"] = flood(FLOOD)
+results["own call after the flood"] = own_call_after(120)
+print(json.dumps(results))
+"""
+FLOOD = 80  # connections, above the bridge's per-sandbox cap (sandboxes/bridge.py MAX_CONNECTIONS = 64)
+
+
+def bad_inputs(port: int, own: dict) -> dict[str, tuple[str, bool]]:
+    """Model requests no client should send, on the agent's own route: each must be a 4xx, never a 5xx."""
+    host, mine = f"127.0.0.1:{port}", f"/r/{own['token']}/v1"
+
+    def chat(raw_body: str, content_type: str = "application/json") -> str:
+        return (
+            f"POST {mine}/chat/completions HTTP/1.1\r\nhost: {host}\r\ncontent-type: {content_type}\r\n"
+            f"content-length: {len(raw_body)}\r\nconnection: close\r\n\r\n{raw_body}"
+        )
+
+    messages = '"messages": [{"role": "user", "content": "hi"}]'
+    return {
+        "huge integer": (chat(f'{{"model": "policy", "seed": {"9" * 5000}, {messages}}}'), False),
+        "lone surrogate": (chat('{"model": "policy", "messages": [{"role": "user", "content": "\\udfff"}]}'), False),
+        "text/plain body": (chat(f'{{"model": "policy", {messages}}}', "text/plain"), False),
+    }
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+async def test_an_attacking_agents_bad_input_and_connection_flood_are_refused_on_its_own_connections(
+    backend, gateway, engine_server
+):
+    engine: FakeEngine = engine_server.app.state.engine
+    with admin(gateway) as http:
+        own = http.post("/api/rollouts", json={"run": RUN, "task": "t", "group": "g2", "group_size": 1}).json()
+    host, mine = f"127.0.0.1:{gateway.port}", f"/r/{own['token']}/v1"
+    chat = {"model": "policy", "messages": [{"role": "user", "content": "hi"}]}
+    slow = (
+        f"POST {mine}/chat/completions HTTP/1.1\r\nhost: {host}\r\ncontent-type: application/json\r\n"
+        f'content-length: 1000000\r\n\r\n{{"model":'
+    )
+    program = f"PORT = {gateway.port}\nSOCKET = {SOCKET_INSIDE!r}\nFLOOD = {FLOOD}\nSLOW = {slow!r}\n"
+    program += f"OWN = {request('POST', f'{mine}/chat/completions', host, chat)!r}\n"
+    program += f"ATTACKS = {bad_inputs(gateway.port, own)!r}\n{SENDER.rsplit('print(', 1)[0]}{FLOODER}"
+    engine.script = lambda body: FakeReply(content=program if len(body["messages"]) == 1 else "Done.")
+    engine.requests = []
+
+    spec = backend_spec(backend, gateway_url=own["base_url"], files={"agent.py": AGENT.encode()})
+    async with await create_backend(backend, spec) as sandbox:
+        ran = await sandbox.exec(["python3", "agent.py"], timeout_s=600)
+    assert ran.ok, ran.text()
+    outcome = json.loads(ran.stdout)
+    assert outcome["final"] == "Done.", outcome
+    results = json.loads(outcome["attacks"])
+    assert {k: results[k] for k in ("huge integer", "lone surrogate", "text/plain body")} == {
+        "huge integer": [400],
+        "lone surrogate": [400],
+        "text/plain body": [415],
+    }, outcome["errors"]
+    assert results["flood: refused"] >= FLOOD - 64, outcome["errors"]  # over the cap: 429 on its own connections
+    assert results["own call after the flood"] == [200], outcome["errors"]
