@@ -79,7 +79,21 @@ def final_tables(document: dict) -> list[Table]:
     for row in document["per_task"]:
         cells = [row["policies"].get(label) for label in labels]
         per_task.add_row(row["task"], *("" if c is None else f"{c['passed']}/{c['rollouts']}" for c in cells))
-    return [summary, per_task]
+    return [summary, per_task, *_metrics_table(policies)]
+
+
+def _metrics_table(policies: list[dict]) -> list[Table]:
+    """The verifier's metrics (reward.json's numbers beside the reward), mean per policy; none without."""
+    names = sorted({name for row in policies for name in row.get("metrics") or {}})
+    if not names:
+        return []
+    table = Table(title="verifier metrics (mean over finished rollouts; never part of the reward)")
+    table.add_column("policy")
+    for name in names:
+        table.add_column(name, justify="right")
+    for row in policies:
+        table.add_row(row["policy"], *(_num((row.get("metrics") or {}).get(name)) for name in names))
+    return [table]
 
 
 def save_eval_png(document: dict, path: Path) -> Path:

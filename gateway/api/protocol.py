@@ -263,6 +263,8 @@ class PolicyResultView(BaseModel):
     reward_mean: float | None  # per rollout, failures as 0
     reward_low: float | None  # 95% interval of the mean (normal approximation)
     reward_high: float | None
+    # the mean of each verifier metric (reward.json's other numbers) over its finished rollouts that have it
+    metrics: dict[str, float] = {}
 
 
 class TaskPolicyCell(BaseModel):

@@ -21,7 +21,7 @@ from gateway.api.protocol import (
 from gateway.errors import NotFound
 from gateway.passk import TaskCount, policy_label, policy_results
 from gateway.state import StateDep
-from gateway.store.evaluation import pinned_task_counts
+from gateway.store.evaluation import pinned_metric_means, pinned_task_counts
 from gateway.store.listings import GroupFilter, Listings, RunCounts
 from gateway.store.summary import run_summary
 from gateway.store.tables import Group, Run
@@ -66,15 +66,16 @@ async def get_run(name: str, state: StateDep) -> RunView:
 async def get_run_summary(name: str, state: StateDep) -> RunSummary:
     run = await _run(state, name)
     cells = await pinned_task_counts(state.store.sessions, run.id)
+    metrics = await pinned_metric_means(state.store.sessions, run.id)
     return RunSummary(
         run=run.name,
         **await run_summary(state.store.sessions, run.id),
-        policies=policy_views(cells),
+        policies=policy_views(cells, metrics),
         policy_tasks=task_views(cells),
     )
 
 
-def policy_views(cells: list[TaskCount]) -> list[PolicyResultView]:
+def policy_views(cells: list[TaskCount], metrics: dict[int, dict[str, float]] | None = None) -> list[PolicyResultView]:
     return [
         PolicyResultView(
             policy=policy_label(r.version),
@@ -89,6 +90,7 @@ def policy_views(cells: list[TaskCount]) -> list[PolicyResultView]:
             reward_mean=r.reward.mean,
             reward_low=r.reward.low,
             reward_high=r.reward.high,
+            metrics=(metrics or {}).get(r.version, {}),
         )
         for r in policy_results(cells)
     ]

@@ -2,7 +2,8 @@
 
 A rollout counts once it ended as ``finished`` or ``failed`` (cancelled ones were replaced). It
 *passed* when it finished and its verifier's reward component (the total reward when it has none)
-is at least ``PASS_REWARD``. A failed rollout (timeout, crash) counts as reward 0 and no pass.
+is at least ``PASS_REWARD``. A failed rollout (timeout, crash) counts as reward 0 and no pass. The
+verifier's metrics are averaged per version over the finished rollouts that recorded them.
 """
 
 from __future__ import annotations
@@ -12,6 +13,7 @@ from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
 from gateway.passk import TaskCount
 from gateway.store.records import SCORED, RolloutStatus
+from gateway.store.rewards import verifier_metrics
 from gateway.store.tables import LearnerStep, Rollout, Task
 
 PASS_REWARD = 1.0  # a verifier's "solved"
@@ -50,6 +52,24 @@ async def pinned_task_counts(sessions: async_sessionmaker[AsyncSession], run_id:
         TaskCount(version, task, n, int(passed or 0), failed, float(total or 0.0), float(squares or 0.0))
         for version, task, n, passed, failed, total, squares in rows
     ]
+
+
+async def pinned_metric_means(sessions: async_sessionmaker[AsyncSession], run_id: int) -> dict[int, dict[str, float]]:
+    """Per pinned version, the mean of each verifier metric (reward.json's numbers beside the reward) over
+    the finished rollouts that recorded it. Averaged here, not in SQL: the metrics are JSON per rollout."""
+    query = select(Rollout.pinned_version, Rollout.reward_details).where(
+        Rollout.run_id == run_id, Rollout.pinned_version.is_not(None), Rollout.status == RolloutStatus.FINISHED
+    )
+    async with sessions() as session:
+        rows = (await session.execute(query)).all()
+    sums: dict[int, dict[str, list[float]]] = {}
+    for version, details in rows:
+        for name, value in verifier_metrics(details).items():
+            sums.setdefault(version, {}).setdefault(name, []).append(value)
+    return {
+        version: {name: sum(values) / len(values) for name, values in sorted(metrics.items())}
+        for version, metrics in sums.items()
+    }
 
 
 async def record_eval_metrics(

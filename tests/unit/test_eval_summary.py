@@ -63,3 +63,33 @@ async def test_a_run_without_pinned_rollouts_has_no_policy_results(gw):
     await ended(gw, None, "a", "finished", {"verifier": 1.0}, "g")
     summary = (await gw.http.get("/api/runs/eval/summary")).json()
     assert summary["policies"] == [] and summary["policy_tasks"] == []
+
+
+async def test_the_summary_averages_each_policys_verifier_metrics_over_its_finished_rollouts(gw):
+    def metrics(**values) -> dict:
+        return {"verifier": {"exit_code": 0, "metrics": values, "log": ""}}
+
+    await publish(gw, 1)
+    await ended(gw, "base", "a", "finished", {"verifier": 1.0}, "b1", reward_details=metrics(cases=5, tp=1))
+    await ended(gw, "base", "a", "finished", {"verifier": 0.0}, "b2", reward_details=metrics(cases=2))
+    await ended(gw, "base", "b", "failed", {}, "b3", reward_details=metrics(cases=100))  # failed: not averaged
+    await ended(gw, "policy-v1", "a", "finished", {"verifier": 1.0}, "v1")  # no metrics recorded
+    base, v1 = (await gw.http.get("/api/runs/eval/summary")).json()["policies"]
+    assert base["metrics"] == {"cases": pytest.approx(3.5), "tp": pytest.approx(1.0)}
+    assert v1["metrics"] == {}
+
+
+def test_the_eval_tables_show_the_verifier_metrics_per_policy_only_when_there_are_some():
+    from rich.console import Console
+
+    from harnessrl.eval_view import final_tables
+
+    row = {"asked": "base", "policy": "base", "tasks": 1, "rollouts": 2, "passed": 1, "pass_at_1": 0.5}
+    row |= {"pass_at_k": 1.0, "k": 2, "reward_mean": 0.5, "reward_low": 0.0, "reward_high": 1.0, "failures": 0}
+    document = {"run": "r", "tasks": ["a"], "k": 2, "harness": "builtin", "per_task": []}
+    assert len(final_tables({**document, "policies": [{**row, "metrics": {}}]})) == 2
+    tables = final_tables({**document, "policies": [{**row, "metrics": {"cases": 3.5}}]})
+    console = Console(width=200, record=True)
+    console.print(tables[-1])
+    shown = console.export_text()
+    assert "verifier metrics" in shown and "3.500" in shown
