@@ -53,12 +53,15 @@ class BackgroundServer:
         self._server = uvicorn.Server(config)
         self._thread = threading.Thread(target=self._server.run, name="uvicorn", daemon=True)
 
-    def start(self, timeout_s: float = 30.0) -> BackgroundServer:
+    def start(self, timeout_s: float = 300.0) -> BackgroundServer:
+        """Serve, and return once the server listens; a guard against hangs, generous for busy machines."""
         self._thread.start()
         deadline = time.monotonic() + timeout_s
         while not self._server.started:
-            if not self._thread.is_alive() or time.monotonic() > deadline:
-                raise RuntimeError(f"server did not start on {self.url}")
+            if not self._thread.is_alive():
+                raise RuntimeError(f"server on {self.url} stopped while starting (its log says why)")
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"server did not start on {self.url} within {timeout_s:.0f} s")
             time.sleep(0.02)
         return self
 

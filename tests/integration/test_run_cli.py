@@ -174,3 +174,40 @@ def processes_running(command_line: str) -> list[int]:
         except OSError:
             continue
     return found
+
+
+def test_sigterm_stops_an_eval_which_still_writes_the_eval_json_of_what_it_has(sqlite_db, tmp_path, monkeypatch):
+    monkeypatch.setenv("HARNESSRL_HOME", str(tmp_path / "home"))
+    monkeypatch.delenv("HARNESSRL_ADMIN_KEY", raising=False)
+    engine = FakeEngine(script=solving_script(TASKS), record_requests=False)
+    out = tmp_path / "eval-out"
+    with BackgroundServer(create_fake_engine_app(engine)) as fake:
+        settings = gateway_settings(sqlite_db, fake.url, admin_key=admin_key(create=True))
+        with BackgroundGateway(settings) as gateway:
+            engine.delay_s = 600.0  # from now on every model call hangs: the rollouts wait on the engine
+            command = [sys.executable, "-m", "harnessrl.cli", "eval", "--tasks", "builtin:arithmetic", "--split"]
+            command += ["test", "--harness", "oneshot", "--policies", "base", "-k", "1", "--run", "cli-run"]
+            command += ["--out", str(out), "--concurrency", "2", "--gateway", gateway.url]
+            evaluation = subprocess.Popen(
+                command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, start_new_session=True
+            )
+            try:
+                wait_until(
+                    lambda: (
+                        evaluation.poll() is not None
+                        or len([r for r in rollouts(gateway) if r["status"] == "running"]) == 2
+                    ),
+                    "two rollouts waiting on the engine",
+                    timeout_s=600,
+                )
+                assert evaluation.poll() is None, evaluation.communicate()[0].decode()[-3000:]
+                evaluation.send_signal(signal.SIGTERM)
+                output = evaluation.communicate(timeout=600)[0].decode()
+            finally:
+                if evaluation.poll() is None:
+                    os.killpg(evaluation.pid, signal.SIGKILL)
+            left = rollouts(gateway)
+    assert evaluation.returncode == 1 and "interrupted: eval.json holds" in output, output[-3000:]
+    document = json.loads((out / "eval.json").read_text())
+    assert document["interrupted"] is True and document["run"] == "cli-run"
+    assert {r["status"] for r in left} == {"cancelled"}
