@@ -18,6 +18,7 @@ from concurrent.futures import ThreadPoolExecutor
 import httpx
 import pytest
 
+from gateway.store.leases import TAKEN_OVER
 from gateway.store.store import Store
 from harnesses.task import builtin_tasks_path, load_tasks
 from tests import waiting
@@ -27,7 +28,7 @@ from tests.integration import scale_out
 RUN = "scale-out"
 TASKS = [t for t in load_tasks(builtin_tasks_path()) if t.dockerfile is None][:12]
 G = 4
-LEASE_S = 10.0  # a loaded 2-core machine stalls a worker for seconds: shorter leases expire spuriously
+LEASE_S = 30.0  # a loaded 2-core machine stalls a worker for seconds (10 s leases expired under load 19)
 
 
 def rollouts(url: str) -> list[dict]:
@@ -138,7 +139,10 @@ def test_engines_gateways_and_workers_killed_mid_run_lose_nothing_and_run_nothin
     slots = Counter((r["task"], r["meta"]["index"]) for r in store_rollouts if r["status"] in ("finished", "failed"))
     assert slots == Counter({(t.name, i): 1 for t in TASKS for i in range(G)})
     cancelled = [r for r in store_rollouts if r["status"] == "cancelled"]
-    assert cancelled and {r["meta"]["worker"] for r in cancelled} == {"w1"}
+    # The killed worker's rollouts were taken over; on a busy machine a stall longer than the lease may
+    # have the survivor take over one of its own too: a lease doing its job, still ended exactly once.
+    assert "w1" in {r["meta"]["worker"] for r in cancelled}
+    assert {r["error"] for r in cancelled} == {TAKEN_OVER}
     assert {r["meta"]["worker"] for r in store_rollouts if r["status"] == "finished"} == {"w0", "w1"}
     # 2. Every group was consumed, once.
     assert len(groups) == len(TASKS) and set(groups.values()) == {"consumed"}
