@@ -6,8 +6,9 @@
 - a JSONL file (one task per line);
 - a list file: one path per line (a task folder, a folder of tasks or a JSONL file), relative to the
   list file's folder; blank lines and ``#`` comments are skipped;
-- ``builtin:arithmetic`` (the generated family quickstart trains on) or ``builtin:tasks`` (the 32
-  small tasks shipped in ``harnesses/tasks``);
+- ``builtin:arithmetic`` (the generated family quickstart trains on), ``builtin:shell`` (shell jobs for
+  real agents, ``make demo``'s) and ``builtin:shell-unseen`` (a kind of shell job it never holds), or
+  ``builtin:tasks`` (the 32 small tasks shipped in ``harnesses/tasks``);
 - ``harbor:SPEC`` / ``hf:ORG/NAME``: what OpenEnv's Harbor resolution takes (a folder, a Hugging Face
   dataset repo, a registry ``NAME@VERSION``; see harnesses/openenv_datasets.py);
 - ``openenv:SPEC``: an OpenEnv environment's own tasks (a server URL, ``MODULE:CLASS``, an image; see
@@ -57,8 +58,24 @@ def _two_digit() -> list[Task]:
     return two_digit_tasks(ARITHMETIC_TASKS)
 
 
+def _shell() -> list[Task]:
+    """Shell jobs for real agents (harnesses/shell_family.py)."""
+    from harnesses.shell_family import shell_tasks
+
+    return shell_tasks()
+
+
+def _shell_unseen() -> list[Task]:
+    """A kind of shell job ``builtin:shell`` never holds, evaluated apart."""
+    from harnesses.shell_family import unseen_shell_tasks
+
+    return unseen_shell_tasks()
+
+
 BUILTIN: dict[str, Callable[[], list[Task]]] = {
     "arithmetic": _arithmetic,
+    "shell": _shell,
+    "shell-unseen": _shell_unseen,
     "tasks": lambda: load_tasks(builtin_tasks_path()),
     "two-digit": _two_digit,
 }

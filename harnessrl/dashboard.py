@@ -11,6 +11,7 @@ from collections import defaultdict
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from rich.console import Group
 from rich.table import Table
 
 from gateway.store.records import RolloutStatus
@@ -32,6 +33,7 @@ class Dashboard:
     steps: list[dict] = field(default_factory=list)  # learner metrics per step
     phases: dict[int, str] = field(default_factory=dict)  # round -> its phase ("grpo" when not named)
     sft: dict | None = None  # a warm start's SFT: after_round, losses, status, version, rollouts
+    evals: dict[int, dict[str, dict]] = field(default_factory=dict)  # version -> label -> eval_* metrics
 
     def next_round(self, phase: str) -> int:
         """The number the next round is shown (and plotted) as, in ``phase``."""
@@ -58,6 +60,31 @@ class Dashboard:
         if result.reward is not None:
             self.rewards_by_round[round_].append(result.reward)
         self.failed += result.status == RolloutStatus.FAILED
+
+    def add_eval(self, label: str, metrics: dict) -> None:
+        """A held-out evaluation's metrics (harnessrl.periodic_eval), shown under ``label``."""
+        self.evals.setdefault(metrics["eval_version"], {})[label] = metrics
+
+    def view(self) -> Group | Table:
+        """The live display: the rounds' table and, once there is one, the held-out evaluations'."""
+        return Group(self.render(), self.eval_table()) if self.evals else self.render()
+
+    def eval_table(self) -> Table:
+        labels = list(dict.fromkeys(label for by_label in self.evals.values() for label in by_label))
+        table = Table(title="held-out pass@1 (pass@k) per policy version")
+        table.add_column("policy", justify="right")
+        for label in labels:
+            table.add_column(label, justify="right")
+        for version, by_label in sorted(self.evals.items()):
+            cells = [_eval_cell(by_label.get(label)) for label in labels]
+            table.add_row(self.version_name(version), *cells)
+        return table
+
+    def version_name(self, version: int) -> str:
+        """v0 is the base model; a warm start's published SFT version says so."""
+        if version == 0:
+            return "base"
+        return f"v{version} (sft)" if self.sft and self.sft.get("version") == version else f"v{version}"
 
     def render(self) -> Table:
         table = Table(title=f"harnessrl quickstart: run {self.run!r}  ({time.monotonic() - self.started:.0f} s)")
@@ -122,8 +149,27 @@ class Dashboard:
         return ("sft", what, "", "", version, f"{len(losses)} steps", _fmt(losses[-1]) if losses else "", "", "")
 
 
+def _eval_cell(metrics: dict | None) -> str:
+    if metrics is None:
+        return ""
+    k = metrics["eval_k"]
+    return f"{metrics['eval_pass_at_1'] or 0:.3f} (pass@{k} {metrics['eval_pass_at_k'] or 0:.3f})"
+
+
 def _fmt(value) -> str:
     return "" if value is None else f"{value:.3f}" if isinstance(value, float) else str(value)
+
+
+def _plot_evals(axes, dashboard: Dashboard) -> None:
+    """Held-out pass@1 per evaluated version, one line per task set (held-out split, unseen kind)."""
+    versions = sorted(dashboard.evals)
+    labels = dict.fromkeys(label for by_label in dashboard.evals.values() for label in by_label)
+    for n, label in enumerate(labels):
+        points = [(v, dashboard.evals[v][label]["eval_pass_at_1"]) for v in versions if label in dashboard.evals[v]]
+        axes.plot([p[0] for p in points], [p[1] or 0.0 for p in points], marker="o", color=f"C{n + 2}", label=label)
+    axes.set_xticks(versions, [dashboard.version_name(v) for v in versions], fontsize=8)
+    axes.set(xlabel="policy version", ylabel="pass@1", title="held-out pass@1", ylim=(-0.02, 1.02))
+    axes.legend(fontsize=8, loc="best")
 
 
 async def step_rows(store: Store, run: str) -> list[dict]:
@@ -140,7 +186,8 @@ def save_reward_curve(dashboard: Dashboard, path: Path) -> Path:
     import matplotlib.pyplot as plt
 
     rounds = sorted(dashboard.rewards_by_round)
-    figure, (rewards, losses) = plt.subplots(1, 2, figsize=(10, 4))
+    figure, panels = plt.subplots(1, 3 if dashboard.evals else 2, figsize=(15 if dashboard.evals else 10, 4))
+    rewards, losses = panels[:2]
     rewards.plot(rounds, [statistics.fmean(dashboard.rewards_by_round[r]) for r in rounds], marker="o", color="C0")
     warm = [r for r in rounds if dashboard.phases.get(r, "grpo") != "grpo"]
     if warm:  # the warm-up rounds in their own colour, SFT as a line between them and GRPO
@@ -165,6 +212,8 @@ def save_reward_curve(dashboard: Dashboard, path: Path) -> Path:
     trained = [s for s in dashboard.steps if s.get("loss") is not None]
     losses.plot([s["step"] for s in trained], [s["loss"] for s in trained], color="grey", marker=".")
     losses.set(xlabel="learner step", ylabel="loss", title="learner loss (steps that trained)")
+    if dashboard.evals:
+        _plot_evals(panels[2], dashboard)
     figure.suptitle(f"harnessrl quickstart: {dashboard.run}")
     figure.tight_layout()
     path.parent.mkdir(parents=True, exist_ok=True)

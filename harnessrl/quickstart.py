@@ -22,18 +22,27 @@ from rich.live import Live
 from gateway.settings import GatewaySettings
 from gateway.store.records import GroupStatus
 from gateway.store.store import Store
+from harnesses.adapter import Harness
 from harnesses.builtin_agent import BuiltinHarness, BuiltinSettings
 from harnesses.gateway_client import GatewayClient
 from harnesses.judge import Judge, JudgeSettings
 from harnesses.runner import Runner, RunPlan
 from harnesses.task import Task
 from harnessrl.dashboard import Dashboard, save_reward_curve, step_rows
+from harnessrl.demonstrations import demonstrator
 from harnessrl.engine_process import EngineLaunch, ManagedProcess
 from harnessrl.hardware import machine_dtype
 from harnessrl.server import BackgroundGateway, free_port
 from harnessrl.settings import admin_key, data_home, logs_dir
 from harnessrl.sft import run_sft
-from harnessrl.warm_start import WarmStart, WarmStartResult, learner_keys, result_of, sft_plan, warm_up_run
+from harnessrl.warm_start import (
+    WarmStart,
+    WarmStartResult,
+    learner_keys,
+    result_of,
+    sft_plan,
+    warm_up_run,
+)
 from learner.config import LearnerConfig, dump_toml, with_overrides
 from sandboxes import Limits, SandboxSpec
 
@@ -65,6 +74,12 @@ class QuickstartPlan:
     eval_k: int = 4
     judge: JudgeSettings | None = None  # an LLM judge adding the reward component "judge"
     warm_start: WarmStart | None = None  # warm-up run and SFT before GRPO (the whole run fits `minutes`)
+    # The agent: "builtin" runs `agent`; a CLI agent (pi, opencode, ...) runs its real binary in local
+    # sandboxes, each model call capped at `call_max_tokens`.
+    harness: str = "builtin"
+    call_max_tokens: int = 256
+    # A whole kind of task never trained on, evaluated beside `eval_tasks` into "<run>-unseen-eval".
+    unseen_tasks: list[Task] = field(default_factory=list)
 
 
 def learner_config(
@@ -92,6 +107,22 @@ async def current_version(client: GatewayClient) -> int:
     return int((await client.policy()).get("current_version", 0))
 
 
+def unseen_run(run: str) -> str:
+    """The run whose "-eval" holds the evaluations on the unseen kind of task."""
+    return f"{run}-unseen"
+
+
+def create_agent(plan: QuickstartPlan) -> Harness:
+    """The rounds' agent: the builtin one, or a real CLI agent set up for local sandboxes."""
+    if plan.harness == "builtin":
+        return BuiltinHarness(plan.agent)
+    from harnesses.agents import AgentSettings, create
+
+    agent = create(plan.harness, sandbox="local", settings=AgentSettings(max_tokens=plan.call_max_tokens))
+    agent.host_install()  # AgentNotInstalled, naming the install command, before any engine starts
+    return agent
+
+
 class Quickstart:
     def __init__(self, plan: QuickstartPlan, console: Console | None = None):
         self.plan, self.console = plan, console or Console()
@@ -99,6 +130,7 @@ class Quickstart:
         self.home = data_home() / "quickstart" / plan.run
         self.dashboard = Dashboard(plan.run)
         self.judge = Judge(plan.judge) if plan.judge else None  # one for all rounds: its limit and cache
+        self.agent = create_agent(plan)
 
     def run(self) -> tuple[Path, Path | None]:
         """Run to the time budget; returns (reward-curve PNG, final adapter folder or None)."""
@@ -162,22 +194,24 @@ class Quickstart:
         self._store = Store.from_url(self.plan.database_url)
         deadline = time.monotonic() + self.plan.minutes * 60
         try:
-            with Live(self.dashboard.render(), console=self.console, refresh_per_second=2) as live:
+            with Live(self.dashboard.view(), console=self.console, refresh_per_second=2) as live:
                 refresh = asyncio.create_task(self._refresh(live, client))
-                periodic = self._periodic_eval(gateway_url)
-                await self._evaluate(periodic)  # the base model's held-out score comes first
+                evals = self._periodic_evals(gateway_url)
+                await self._evaluate(evals)  # the base model's held-out score comes first
                 warm = await self._warm_start(client, gateway_url, deadline) if self.plan.warm_start else None
+                if warm is not None:
+                    await self._evaluate(evals, version=warm.version)  # what SFT alone reached
                 learner = self._start_learner(gateway_url, warm)
                 round_ = 0
                 while await self._going(client, deadline, learner):
-                    await self._evaluate(periodic)
+                    await self._evaluate(evals)
                     await self._wait_for_learner(client, deadline, learner)
                     await self._one_round(client, round_)
                     round_ += 1
-                await self._evaluate(periodic, final=True)
+                await self._evaluate(evals, final=True)
                 refresh.cancel()
                 await self._update(client)
-                live.update(self.dashboard.render())
+                live.update(self.dashboard.view())
         finally:
             await client.close()
             await self._store.close()
@@ -200,7 +234,7 @@ class Quickstart:
         plan = RunPlan(
             run=run or self.plan.run,
             tasks=self.plan.tasks,
-            harness=BuiltinHarness(self.plan.agent),
+            harness=self.agent,
             group_size=group_size or self.plan.group_size,
             concurrency=self.plan.concurrency,
             sandbox="local",
@@ -228,7 +262,8 @@ class Quickstart:
                 api_base=warm.teacher_base_url,
                 max_model_len=self.plan.max_model_len,
             )
-            with teacher_gateway(settings, self.plan.database_url, self.admin_key) as url:
+            teacher = demonstrator(warm.teacher, self.plan.tasks, self.agent)
+            with teacher_gateway(settings, self.plan.database_url, self.admin_key, teacher) as url:
                 teacher_client = GatewayClient(url, self.admin_key)
                 try:
                     for round_ in range(warm.rounds):
@@ -262,43 +297,52 @@ class Quickstart:
         self.dashboard.sft_done(result.version, result.rollouts)
         return result
 
-    def _periodic_eval(self, gateway_url: str):
+    def _periodic_evals(self, gateway_url: str) -> list[tuple[str, object]]:
+        """(label, PeriodicEval) for the held-out split and, when given, the unseen kind; [] when off."""
         if not self.plan.eval_every:
-            return None
+            return []
         from harnessrl.periodic_eval import EvalEvery, PeriodicEval
 
-        settings = EvalEvery(
-            every=self.plan.eval_every,
-            tasks=self.plan.eval_tasks,
-            harness=BuiltinHarness(self.plan.agent),
-            k=self.plan.eval_k,
-            concurrency=self.plan.concurrency,
-            sandbox_options={},
-            base_spec=SandboxSpec(limits=Limits(memory_bytes=2**30, cpus=1.0)),
-            temperature=self.plan.agent.temperature,
-        )
-        return PeriodicEval(settings, self.plan.run, gateway_url, self.admin_key, self._store)
-
-    async def _evaluate(self, periodic, final: bool = False) -> None:
-        """A due held-out evaluation (at the end: the last version, if not evaluated yet)."""
-        if periodic is None:
-            return
-        if final:
-            client = GatewayClient(periodic.gateway_url, self.admin_key)
-            try:
-                current = await current_version(client)
-            finally:
-                await client.close()
-            metrics = None if current in (periodic.evaluated or set()) else await periodic.evaluate(current)
-        else:
-            metrics = await periodic.check()
-        if metrics is not None:
-            self.console.print(
-                f"held-out eval of v{metrics['eval_version']} ({metrics['eval_tasks']} tasks, "
-                f"k={metrics['eval_k']}): pass@1 {metrics['eval_pass_at_1']:.3f}, "
-                f"pass@k {metrics['eval_pass_at_k']:.3f}, mean reward "
-                f"{metrics['eval_reward_mean']:.3f}"
+        sets = [("held-out", self.plan.run, self.plan.eval_tasks)]
+        if self.plan.unseen_tasks:
+            sets.append(("unseen kind", unseen_run(self.plan.run), self.plan.unseen_tasks))
+        evals = []
+        for label, run, tasks in sets:
+            settings = EvalEvery(
+                every=self.plan.eval_every,
+                tasks=tasks,
+                harness=self.agent,
+                k=self.plan.eval_k,
+                concurrency=self.plan.concurrency,
+                sandbox_options={},
+                base_spec=SandboxSpec(limits=Limits(memory_bytes=2**30, cpus=1.0)),
+                temperature=self.plan.agent.temperature,
             )
+            evals.append((label, PeriodicEval(settings, run, gateway_url, self.admin_key, self._store)))
+        return evals
+
+    async def _evaluate(self, evals, final: bool = False, version: int | None = None) -> None:
+        """Due held-out evaluations; ``version``: that one now; ``final``: the last version, if not yet."""
+        for label, periodic in evals:
+            if final or version is not None:
+                if version is None:
+                    client = GatewayClient(periodic.gateway_url, self.admin_key)
+                    try:
+                        version = await current_version(client)
+                    finally:
+                        await client.close()
+                done = periodic.evaluated or set()
+                metrics = None if version in done else await periodic.evaluate(version)
+            else:
+                metrics = await periodic.check()
+            if metrics is not None:
+                self.dashboard.add_eval(label, metrics)
+                self.console.print(
+                    f"{label} eval of v{metrics['eval_version']} ({metrics['eval_tasks']} tasks, "
+                    f"k={metrics['eval_k']}): pass@1 {metrics['eval_pass_at_1']:.3f}, "
+                    f"pass@k {metrics['eval_pass_at_k']:.3f}, mean reward "
+                    f"{metrics['eval_reward_mean']:.3f}"
+                )
 
     async def _going(self, client: GatewayClient, deadline: float, learner: ManagedProcess) -> bool:
         """Rounds go on while the learner lives: to the time budget, then until it published ``until_version``."""
@@ -319,7 +363,7 @@ class Quickstart:
     async def _refresh(self, live: Live, client: GatewayClient) -> None:
         while True:
             await self._update(client)
-            live.update(self.dashboard.render())
+            live.update(self.dashboard.view())
             await asyncio.sleep(2.0)
 
     async def _update(self, client: GatewayClient) -> None:

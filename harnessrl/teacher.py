@@ -20,6 +20,7 @@ import time
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Protocol
 
 from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse, StreamingResponse
@@ -39,6 +40,12 @@ class TeacherSettings:
     max_model_len: int = 32768
     max_tokens: int = 4096  # cap on what one call may ask for
     timeout_s: float = 600.0
+
+
+class Teacher(Protocol):
+    """What serves a teacher run: an answer (an assistant message, maybe with tool calls) to a chat body."""
+
+    async def answer(self, body: dict) -> dict: ...
 
 
 class PolicyRendering:
@@ -90,9 +97,48 @@ def _arguments(function: dict):
         return arguments
 
 
-class TeacherEngine(BackgroundServer):
+class LitellmTeacher:
+    """Answers as an external model does, through litellm."""
+
     def __init__(self, settings: TeacherSettings):
+        self.settings = settings
+
+    async def answer(self, body: dict) -> dict:
+        from harnesses.judge import litellm_module
+
+        litellm = litellm_module()
+        s = self.settings
+        kwargs = {
+            "model": s.model,
+            "messages": body["messages"],
+            "timeout": s.timeout_s,
+            "drop_params": True,
+            "max_tokens": min(int(body.get("max_tokens") or s.max_tokens), s.max_tokens),
+        }
+        for name in ("tools", "tool_choice", "temperature", "top_p", "stop"):
+            if body.get(name) is not None:
+                kwargs[name] = body[name]
+        if s.api_base:
+            kwargs["api_base"] = s.api_base
+        message = (await litellm.acompletion(**kwargs)).choices[0].message
+        answer = {"role": "assistant", "content": message.content or ""}
+        calls = [
+            {
+                "id": c.id,
+                "type": "function",
+                "function": {"name": c.function.name, "arguments": c.function.arguments or "{}"},
+            }
+            for c in message.tool_calls or []
+        ]
+        if calls:
+            answer["tool_calls"] = calls
+        return answer
+
+
+class TeacherEngine(BackgroundServer):
+    def __init__(self, settings: TeacherSettings, teacher: Teacher | None = None):
         self.settings, self.rendering, self.calls = settings, PolicyRendering(settings.tokenizer_dir), 0
+        self.teacher = teacher or LitellmTeacher(settings)
         self.adapters: dict[str, str] = {}
         app = FastAPI()
         app.add_api_route("/health", lambda: JSONResponse({}), methods=["GET"])
@@ -153,36 +199,8 @@ class TeacherEngine(BackgroundServer):
         return JSONResponse(reply)
 
     async def _ask(self, body: dict) -> dict:
-        from harnesses.judge import litellm_module
-
-        litellm = litellm_module()
-        s = self.settings
-        kwargs = {
-            "model": s.model,
-            "messages": body["messages"],
-            "timeout": s.timeout_s,
-            "drop_params": True,
-            "max_tokens": min(int(body.get("max_tokens") or s.max_tokens), s.max_tokens),
-        }
-        for name in ("tools", "tool_choice", "temperature", "top_p", "stop"):
-            if body.get(name) is not None:
-                kwargs[name] = body[name]
-        if s.api_base:
-            kwargs["api_base"] = s.api_base
         self.calls += 1
-        message = (await litellm.acompletion(**kwargs)).choices[0].message
-        answer = {"role": "assistant", "content": message.content or ""}
-        calls = [
-            {
-                "id": c.id,
-                "type": "function",
-                "function": {"name": c.function.name, "arguments": c.function.arguments or "{}"},
-            }
-            for c in message.tool_calls or []
-        ]
-        if calls:
-            answer["tool_calls"] = calls
-        return answer
+        return await self.teacher.answer(body)
 
 
 def _reply(body: dict, answer: dict, prompt_ids: list[int], ids: list[int]) -> dict:
@@ -249,9 +267,10 @@ def _stream(body: dict, reply: dict):
 
 
 @contextmanager
-def teacher_gateway(settings: TeacherSettings, database_url: str, admin_key: str):
-    """A gateway on ``database_url`` whose engine is the teacher; yields its URL."""
-    with TeacherEngine(settings) as engine:
+def teacher_gateway(settings: TeacherSettings, database_url: str, admin_key: str, teacher: Teacher | None = None):
+    """A gateway on ``database_url`` whose engine is the teacher (default: ``settings.model`` through
+    litellm); yields its URL."""
+    with TeacherEngine(settings, teacher) as engine:
         gateway_settings = GatewaySettings(
             database_url=database_url, engine_url=engine.url, admin_key=admin_key, model_dir=str(settings.tokenizer_dir)
         )

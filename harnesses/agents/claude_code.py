@@ -28,7 +28,7 @@ from __future__ import annotations
 
 import json
 
-from harnesses.agents.cli_agent import CliAgentHarness, Endpoint, HostInstall, package_root, which
+from harnesses.agents.cli_agent import CliAgentHarness, Endpoint, HostInstall, ShellTool, package_root, which
 
 VERSION = "2.1.332"
 # The compaction prompts of the binary: the instruction (the last user message, opening with the first
@@ -64,6 +64,7 @@ class ClaudeCodeHarness(CliAgentHarness):
     name = "claude-code"
     executable = "claude"
     install_hint = f"npm install -g @anthropic-ai/claude-code@{VERSION}"
+    shell_tool = ShellTool("Bash", fixed=(("description", "Run the commands"),))
     first_prompt_tokens = 12_200  # its first prompt (tools included), SmolLM2's tokenizer: fixtures
     side_call_patterns = SIDE_CALLS
 

@@ -44,6 +44,18 @@ class AgentSettings:
 
 
 @dataclass(frozen=True)
+class ShellTool:
+    """An agent's tool that runs a shell command: its name and the argument holding the command."""
+
+    name: str
+    argument: str = "command"
+    fixed: tuple[tuple[str, str], ...] = ()  # other arguments its schema requires, with fixed values
+
+    def arguments(self, command: str) -> dict:
+        return {self.argument: command, **dict(self.fixed)}
+
+
+@dataclass(frozen=True)
 class Endpoint:
     """Where the agent inside the sandbox sends its calls, and where its state lives."""
 
@@ -88,6 +100,7 @@ class CliAgentHarness:
     # tests/fixtures/first_requests: `run` warns when the engine's context is shorter.
     first_prompt_tokens: int = 0
     side_call_patterns: dict[str, str] = {}
+    shell_tool: ShellTool  # its tool that runs a shell command (demonstrations call it)
 
     def __init__(self, sandbox: str = "local", settings: AgentSettings | None = None):
         if sandbox not in ("local", "docker"):

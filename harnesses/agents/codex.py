@@ -29,6 +29,7 @@ from harnesses.agents.cli_agent import (
     CliAgentHarness,
     Endpoint,
     HostInstall,
+    ShellTool,
     install_prefix,
     package_root,
     which,
@@ -44,6 +45,7 @@ class CodexHarness(CliAgentHarness):
     name = "codex"
     executable = "codex"
     install_hint = f"npm install -g @openai/codex@{VERSION}"
+    shell_tool = ShellTool("exec_command", "cmd")
     first_prompt_tokens = 9_500  # its first prompt (tools included), SmolLM2's tokenizer: fixtures
     side_call_patterns = SIDE_CALLS
 

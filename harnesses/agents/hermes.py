@@ -20,7 +20,14 @@ import os
 import shutil
 from pathlib import Path
 
-from harnesses.agents.cli_agent import AgentNotInstalled, CliAgentHarness, Endpoint, HostInstall, install_prefix
+from harnesses.agents.cli_agent import (
+    AgentNotInstalled,
+    CliAgentHarness,
+    Endpoint,
+    HostInstall,
+    ShellTool,
+    install_prefix,
+)
 
 VERSION = "0.19.0"
 MCP_SERVER = "env"  # the rollout's tool server (OpenEnv tasks): Hermes names its tools mcp__env__<tool>
@@ -38,6 +45,7 @@ class HermesHarness(CliAgentHarness):
     supports_mcp = True  # `mcp_servers` in its config; their tools are named mcp__<server>__<tool>
     executable = "hermes"
     install_hint = f"python3 -m venv {VENV} && {VENV}/bin/pip install 'hermes-agent[mcp]=={VERSION}'"
+    shell_tool = ShellTool("terminal")
     first_prompt_tokens = 13_100  # its first prompt (tools included), SmolLM2's tokenizer: fixtures
     side_call_patterns = SIDE_CALLS
 

@@ -18,7 +18,15 @@ from __future__ import annotations
 
 import json
 
-from harnesses.agents.cli_agent import PROVIDER_ID, CliAgentHarness, Endpoint, HostInstall, package_root, which
+from harnesses.agents.cli_agent import (
+    PROVIDER_ID,
+    CliAgentHarness,
+    Endpoint,
+    HostInstall,
+    ShellTool,
+    package_root,
+    which,
+)
 
 VERSION = "1.18.33"
 MCP_SERVER = "env"  # the rollout's tool server (OpenEnv tasks): OpenCode names its tools env_<tool>
@@ -37,6 +45,7 @@ class OpenCodeHarness(CliAgentHarness):
     supports_mcp = True  # `mcp` servers in its config; their tools are named <server>_<tool>
     executable = "opencode"
     install_hint = f"npm install -g opencode-ai@{VERSION}"
+    shell_tool = ShellTool("bash", fixed=(("description", "Run the commands"),))
     first_prompt_tokens = 7_700  # its first prompt (tools included), SmolLM2's tokenizer: fixtures
     side_call_patterns = SIDE_CALLS
 

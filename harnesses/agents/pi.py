@@ -23,6 +23,7 @@ from harnesses.agents.cli_agent import (
     CliAgentHarness,
     Endpoint,
     HostInstall,
+    ShellTool,
     install_prefix,
     package_root,
     which,
@@ -36,6 +37,7 @@ class PiHarness(CliAgentHarness):
     name = "pi"
     executable = "pi"
     install_hint = f"npm install -g @mariozechner/pi-coding-agent@{VERSION}"
+    shell_tool = ShellTool("bash")
     first_prompt_tokens = 1_400  # its first prompt (tools included), SmolLM2's tokenizer: fixtures
     side_call_patterns = SIDE_CALLS
 

@@ -82,7 +82,8 @@ def run_rollouts(
     upstream: Annotated[
         str | None,
         typer.Option(
-            help="A teacher run: serve the agents by this litellm model (openai/..., hosted_vllm/NAME) instead of the "
+            help="A teacher run: serve the agents by this litellm model (openai/..., hosted_vllm/NAME; solutions: "
+            "each task's reference solution as the agent's own shell tool call) instead of the "
             "policy, recorded with the policy's tokens into --database-url; SFT data, never GRPO's"
         ),
     ] = None,
@@ -129,9 +130,12 @@ def run_rollouts(
     console.print(f"file descriptors: {raise_open_files_limit()}")  # each agent connection holds two
     key = resolve_admin_key(admin_key)
     judged = judge_settings(judge)
+    selection = task_selection(include, exclude, split, test_fraction)
     try:
         with (
-            _teacher_gateway(upstream, upstream_base_url, policy_model, database_url, key)
+            _teacher_gateway(
+                upstream, upstream_base_url, policy_model, database_url, key, selection, tasks, harness, sandbox
+            )
             if upstream
             else nullcontext(gateway) as url
         ):
@@ -152,7 +156,7 @@ def run_rollouts(
                     sampling=_sampling(temperature, top_p),
                     allow_unisolated=allow_unisolated,
                     judge=judged,
-                    selection=task_selection(include, exclude, split, test_fraction),
+                    selection=selection,
                     allow_internet=allow_internet,
                     teacher=upstream,
                     worker=worker_id,
@@ -170,17 +174,35 @@ def run_rollouts(
     console.print(summary)
 
 
-def _teacher_gateway(model: str, base_url: str | None, policy_model: Path | None, database_url: str | None, key: str):
-    """A gateway of its own on the store, served by the teacher (harnessrl.teacher); its URL."""
+def _teacher_gateway(
+    model: str,
+    base_url: str | None,
+    policy_model: Path | None,
+    database_url: str | None,
+    key: str,
+    selection,
+    tasks: str,
+    harness: str,
+    sandbox: str,
+):
+    """A gateway of its own on the store, served by the teacher (harnessrl.teacher): a litellm model, or
+    ``solutions`` (the tasks' reference solutions as the harness's tool calls); its URL."""
+    from harnesses.datasets import load_selection
+    from harnesses.registry import create_harness
+    from harnessrl.demonstrations import SOLUTIONS, demonstrator
     from harnessrl.model_prep import prepare_smollm2
     from harnessrl.teacher import TeacherSettings, teacher_gateway
+
+    teacher = None
+    if model == SOLUTIONS:
+        teacher = demonstrator(model, load_selection(tasks, selection), create_harness(harness, sandbox))
 
     url = resolve_database_url(database_url)
     upgrade_store(url)
     settings = TeacherSettings(
         model=model, tokenizer_dir=(policy_model or prepare_smollm2()).resolve(), api_base=base_url
     )
-    return teacher_gateway(settings, url, key)
+    return teacher_gateway(settings, url, key, teacher)
 
 
 def _sampling(temperature: float | None, top_p: float | None) -> dict | None:

@@ -43,6 +43,23 @@ def quickstart(
         ),
     ] = 0,
     eval_k: Annotated[int, typer.Option(min=1, help="Rollouts per held-out task per evaluation")] = 4,
+    unseen_tasks: Annotated[
+        str | None,
+        typer.Option(
+            help="With --eval-every: tasks of a kind never trained on (builtin:shell-unseen), evaluated beside the "
+            "held-out split into <run>-unseen-eval"
+        ),
+    ] = None,
+    harness: Annotated[
+        str,
+        typer.Option(
+            help="The agent: builtin (one-shot) | pi | opencode | hermes | claude-code | codex (real CLI agents)"
+        ),
+    ] = "builtin",
+    call_max_tokens: Annotated[int, typer.Option(min=16, help="A CLI agent's max tokens per model call")] = 256,
+    max_model_len: Annotated[
+        int | None, typer.Option(min=256, help="The engine's context [default: 2048; 3072 for a CLI agent]")
+    ] = None,
     group_size: int = 4,
     concurrency: int = 8,
     learner_metrics_port: Annotated[
@@ -64,7 +81,10 @@ def quickstart(
     ] = False,
     upstream: Annotated[
         str | None,
-        typer.Option(help="With --warm-start: the teacher, a litellm model string (openai/..., hosted_vllm/NAME)"),
+        typer.Option(
+            help="With --warm-start: the teacher, a litellm model string (openai/..., hosted_vllm/NAME), or "
+            "solutions: each task's reference solution played as the agent's own shell tool call"
+        ),
     ] = None,
     upstream_base_url: Annotated[str | None, typer.Option(help="The teacher's API base (hosted_vllm/...)")] = None,
     warm_up_rounds: Annotated[int, typer.Option(min=1, help="Warm-up passes over the tasks")] = 1,
@@ -72,6 +92,7 @@ def quickstart(
     sft_epochs: Annotated[int, typer.Option(min=1, help="SFT passes over the warm-up's successes")] = 4,
 ) -> None:
     """Engine, gateway, rollouts and the learner on this machine, with one live display."""
+    from harnesses.agents import AGENTS, AgentNotInstalled
     from harnesses.datasets import load_selection
     from harnesses.task import TaskError
     from harnessrl.model_prep import prepare_smollm2
@@ -99,11 +120,16 @@ def quickstart(
     )
     url = resolve_database_url(database_url)
     upgrade_store(url)
+    if harness not in ("builtin", *AGENTS):
+        raise fail(f"unknown harness {harness!r}: choose builtin or one of {', '.join(AGENTS)}")
     try:
         chosen = load_selection(tasks, task_selection(include, exclude, split, test_fraction))
         held_out = load_selection(tasks, task_selection(include, exclude, "test", test_fraction)) if eval_every else []
+        unseen = load_selection(unseen_tasks, task_selection(None, None, "all", 0.0)) if unseen_tasks else []
     except TaskError as exc:
         raise fail(str(exc)) from None
+    if unseen and not eval_every:
+        raise fail("--unseen-tasks are evaluated with the held-out split: add --eval-every N")
     plan = QuickstartPlan(
         run=run,
         model_dir=(model or prepare_smollm2()).resolve(),
@@ -119,8 +145,15 @@ def quickstart(
         eval_k=eval_k,
         judge=judge_settings(judge),
         warm_start=warm,
+        harness=harness,
+        call_max_tokens=call_max_tokens,
+        max_model_len=max_model_len or (2048 if harness == "builtin" else 3072),
+        unseen_tasks=unseen,
     )
-    png, adapter = Quickstart(plan, console).run()
+    try:
+        png, adapter = Quickstart(plan, console).run()
+    except AgentNotInstalled as exc:
+        raise fail(str(exc)) from None
     console.print(f"reward curve: {png}")
     console.print(f"final adapter: {adapter or 'none published (the learner took no step)'}")
 
