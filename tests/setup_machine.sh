@@ -8,7 +8,7 @@
 # the one command that installs them, and the script fails: a run that skips them would prove less
 # than it claims.
 #
-# Usage: tests/setup_machine.sh [demo]   (demo: only what `make demo` needs: bubblewrap)
+# Usage: tests/setup_machine.sh [demo]   (demo: only what `make demo` needs: bubblewrap and pi)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -37,8 +37,9 @@ missing_packages() {
 
 missing_agents() {
     local need=()
-    [ "$(opencode --version 2>/dev/null)" = "$OPENCODE_VERSION" ] || need+=(opencode)
     [ "$(pi --version 2>&1)" = "$PI_VERSION" ] || need+=(pi)
+    [ "$what" = test ] || { echo "${need[@]}"; return; }  # the demo runs pi alone
+    [ "$(opencode --version 2>/dev/null)" = "$OPENCODE_VERSION" ] || need+=(opencode)
     # with its mcp extra: MCP servers in its config (OpenEnv environments' tools)
     { [ -x "$HERMES_VENV/bin/hermes" ] && "$HERMES_VENV/bin/python" -c "import mcp" 2>/dev/null; } || need+=(hermes)
     [ "$(claude --version 2>/dev/null)" = "$CLAUDE_CODE_VERSION (Claude Code)" ] || need+=(claude-code)
@@ -48,8 +49,7 @@ missing_agents() {
 
 if [ "$(id -u)" -ne 0 ]; then
     packages=$(missing_packages)
-    agents=""
-    [ "$what" = test ] && agents=$(missing_agents)
+    agents=$(missing_agents)
     docker_down=""
     [ "$what" = test ] && ! docker info >/dev/null 2>&1 && docker_down="a running Docker engine"
     if [ -n "$packages$agents$docker_down" ]; then
@@ -68,9 +68,7 @@ if [ -n "$packages" ]; then
     # shellcheck disable=SC2086  # a word list
     apt-get install -y -q --no-install-recommends $packages
 fi
-[ "$what" = test ] || exit 0
-
-bash docker/setup-engine.sh  # dockerd (no bridge) and the offline debian:bookworm-slim base image
+[ "$what" = test ] && bash docker/setup-engine.sh  # dockerd (no bridge) and the offline debian:bookworm-slim base image
 
 for agent in $(missing_agents); do
     log "installing $agent"
@@ -82,6 +80,8 @@ for agent in $(missing_agents); do
         codex) npm install -g "@openai/codex@$CODEX_VERSION" ;;
     esac
 done
+
+[ "$what" = test ] || exit 0
 
 # The harness images for docker sandboxes (layer cache: seconds when they are current).
 .venv/bin/harnessrl images build >/dev/null

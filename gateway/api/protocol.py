@@ -291,6 +291,11 @@ class RunSummary(BaseModel):
     roots: int
     forks: int
     fork_rate: float | None  # forks / calls
+    # Main-loop calls after each rollout's first, and those extending an earlier call's prompt + output
+    # ids exactly (a parent in the call graph): the capture's zero-drift share is their ratio.
+    later_turns: int = 0
+    extending_turns: int = 0
+    extension_rate: float | None = None  # extending_turns / later_turns
     drift_tokens: int
     prompt_tokens: int
     output_tokens: int

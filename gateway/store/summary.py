@@ -31,6 +31,7 @@ async def _summary(session: AsyncSession, run_id: int) -> dict:
         "reward_by_version": await _reward_by_version(session, run_id),
         **calls,
         "fork_rate": calls["forks"] / calls["calls"] if calls["calls"] else None,
+        "extension_rate": calls["extending_turns"] / calls["later_turns"] if calls["later_turns"] else None,
         "learner_steps": await session.scalar(
             select(func.count()).select_from(LearnerStep).where(LearnerStep.run_id == run_id)
         ),
@@ -52,10 +53,17 @@ async def _call_totals(session: AsyncSession, run_id: int) -> dict[str, int]:
         func.coalesce(func.sum(Call.drift_tokens), 0),
         func.coalesce(func.sum(Call.num_prompt_tokens), 0),
         func.coalesce(func.sum(Call.num_output_tokens), 0),
+        func.count().filter(untagged),
+        func.count(func.distinct(Call.rollout_id)).filter(untagged),
+        func.count().filter(untagged & Call.parent_id.is_not(None)),
     ).where(Call.rollout_id.in_(_run_rollout_ids(run_id)))
     row = (await session.execute(query)).one()
     names = ("calls", "side_calls", "roots", "forks", "drift_tokens", "prompt_tokens", "output_tokens")
-    return {name: int(value) for name, value in zip(names, row)}
+    totals = {name: int(value) for name, value in zip(names, row)}
+    main_calls, rollouts_calling, extending = (int(value) for value in row[len(names) :])
+    # A rollout's later main-loop turns, and those whose prompt extends an earlier call's prompt and
+    # output exactly (a parent in the call graph); the others re-rendered history (forks, drift).
+    return {**totals, "later_turns": main_calls - rollouts_calling, "extending_turns": extending}
 
 
 def pinned_versions(run_id: int):

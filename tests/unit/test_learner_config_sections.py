@@ -8,7 +8,7 @@ from pathlib import Path
 from typer.testing import CliRunner
 
 from harnessrl.cli import app
-from harnessrl.quickstart import QuickstartPlan, learner_config
+from harnessrl.quickstart import PACKED_ROW_TOKENS, QuickstartPlan, learner_config
 from harnessrl.warm_start import WarmStartResult
 from learner.config import LearnerConfig, config_from_dict, dump_toml, with_overrides
 
@@ -28,7 +28,8 @@ def test_quickstarts_learner_toml_loads_back_as_the_config_it_built(tmp_path):
     assert config_from_dict(written) == built
     assert written["publish"]["gateway_url"] == "http://127.0.0.1:8123" and written["metrics_port"] == 9100
     assert written["lora"]["init_version"] == 3 and written["loss"]["beta"] == 0.01
-    assert written["batch"]["token_budget"] == plan.max_model_len
+    # rows hold at least 8k tokens, so an agent's groups pack as trees sharing their long first prompt
+    assert written["batch"]["token_budget"] == PACKED_ROW_TOKENS > plan.max_model_len
 
 
 def test_show_config_prints_sections_without_the_admin_key(tmp_path, monkeypatch):

@@ -262,8 +262,10 @@ async def test_run_summary_counts_forks_and_drift(gateway):
     summary = (await gateway.http.get("/api/runs/forky/summary")).json()
     assert (summary["calls"], summary["roots"], summary["forks"], summary["drift_tokens"]) == (3, 2, 1, 3)
     assert summary["fork_rate"] == pytest.approx(1 / 3)
+    assert (summary["later_turns"], summary["extending_turns"]) == (2, 1) and summary["extension_rate"] == 0.5
     empty = await gateway.new_rollout(run="empty")
-    assert empty and (await gateway.http.get("/api/runs/empty/summary")).json()["fork_rate"] is None
+    empty_summary = (await gateway.http.get("/api/runs/empty/summary")).json()
+    assert empty and empty_summary["fork_rate"] is None and empty_summary["extension_rate"] is None
 
 
 # --- groups and rollouts -------------------------------------------------------------------
