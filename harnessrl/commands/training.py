@@ -95,6 +95,7 @@ def quickstart(
     from harnesses.agents import AGENTS, AgentNotInstalled
     from harnesses.datasets import load_selection
     from harnesses.task import TaskError
+    from harnessrl.demonstrations import SOLUTIONS
     from harnessrl.model_prep import prepare_smollm2
     from harnessrl.quickstart import Quickstart, QuickstartPlan
     from harnessrl.server import free_port
@@ -122,6 +123,10 @@ def quickstart(
     upgrade_store(url)
     if harness not in ("builtin", *AGENTS):
         raise fail(f"unknown harness {harness!r}: choose builtin or one of {', '.join(AGENTS)}")
+    if upstream == SOLUTIONS and harness == "builtin":
+        raise fail(
+            f"--upstream {SOLUTIONS} plays solutions as a CLI agent's shell tool calls: add --harness pi (or another agent)"
+        )
     try:
         chosen = load_selection(tasks, task_selection(include, exclude, split, test_fraction))
         held_out = load_selection(tasks, task_selection(include, exclude, "test", test_fraction)) if eval_every else []

@@ -6,13 +6,16 @@ from __future__ import annotations
 import statistics
 from collections.abc import AsyncIterator
 
+import matplotlib.colors
+import numpy as np
 import pytest
 from rich.console import Console
 
 from gateway.store.store import Store
 from gateway.store.training import record_step
 from harnesses.runner import RolloutResult
-from harnessrl.dashboard import TABLE_ROUNDS, Dashboard, step_rows
+from harnessrl.dashboard import TABLE_ROUNDS, Dashboard, save_reward_curve, step_rows
+from tests.images import assert_plot_image
 
 RUN = "dash"
 
@@ -63,3 +66,52 @@ async def test_step_rows_are_the_stored_steps_of_the_run(store):
     rows = await step_rows(store, RUN)
     assert rows == [{"step": 1, "loss": 0.6}, {"step": 2, "loss": 0.5}]
     assert statistics.fmean(r["loss"] for r in rows) == pytest.approx(0.55)
+
+
+def eval_metrics(version: int, pass_at_1: float, k: int = 4) -> dict:
+    return {
+        "eval_version": version,
+        "eval_k": k,
+        "eval_pass_at_1": pass_at_1,
+        "eval_pass_at_k": min(1.0, 2 * pass_at_1),
+    }
+
+
+def test_held_out_evaluations_show_per_version_with_the_sft_version_named():
+    dashboard = dashboard_with_rounds(2)
+    dashboard.sft_started()
+    dashboard.sft_done(1, 48)
+    for version, held_out, unseen in ((0, 0.0, 0.0), (1, 0.5, 0.25), (3, 0.75, None)):
+        dashboard.add_eval("held-out", eval_metrics(version, held_out))
+        if unseen is not None:
+            dashboard.add_eval("unseen kind", eval_metrics(version, unseen))
+    console = Console(width=200, record=True)
+    console.print(dashboard.view())
+    rows = [line for line in console.export_text().splitlines() if line.startswith("│")]
+    evals = [[cell.strip() for cell in row.split("│")[1:-1]] for row in rows[-3:]]
+    assert evals == [
+        ["base", "0.000 (pass@4 0.000)", "0.000 (pass@4 0.000)"],
+        ["v1 (sft)", "0.500 (pass@4 1.000)", "0.250 (pass@4 0.500)"],
+        ["v3", "0.750 (pass@4 1.000)", ""],
+    ]
+
+
+def test_without_evaluations_the_view_is_the_rounds_table_alone():
+    dashboard = dashboard_with_rounds(1)
+    assert dashboard.view() is not None and not dashboard.evals
+    console = Console(width=200, record=True)
+    console.print(dashboard.view())
+    assert "held-out pass@1" not in console.export_text()
+
+
+def test_the_reward_curve_gains_a_held_out_panel_in_its_own_colours(tmp_path):
+    plain = dashboard_with_rounds(3)
+    evaluated = dashboard_with_rounds(3)
+    for version, held_out in ((0, 0.0), (2, 0.5)):
+        evaluated.add_eval("held-out", eval_metrics(version, held_out))
+    without = assert_plot_image(save_reward_curve(plain, tmp_path / "plain.png"), min_colors=20)
+    with_panel = assert_plot_image(save_reward_curve(evaluated, tmp_path / "evals.png"), min_colors=20)
+    assert with_panel.shape[1] == without.shape[1] * 3 // 2  # a third panel as wide as the others
+    green = np.array(matplotlib.colors.to_rgb("C2"))  # the held-out line's colour
+    assert (np.abs(with_panel - green).max(axis=2) < 0.05).sum() > 50
+    assert (np.abs(without - green).max(axis=2) < 0.05).sum() == 0

@@ -264,6 +264,9 @@ async def test_run_summary_counts_forks_and_drift(gateway):
     assert summary["fork_rate"] == pytest.approx(1 / 3)
     assert (summary["later_turns"], summary["extending_turns"]) == (2, 1) and summary["extension_rate"] == 0.5
     empty = await gateway.new_rollout(run="empty")
+    await store.insert_calls([call_record(rollout["id"], tags=["title"])])  # a side call: not a turn
+    titled = (await gateway.http.get("/api/runs/forky/summary")).json()
+    assert (titled["calls"], titled["later_turns"], titled["extending_turns"]) == (4, 2, 1)
     empty_summary = (await gateway.http.get("/api/runs/empty/summary")).json()
     assert empty and empty_summary["fork_rate"] is None and empty_summary["extension_rate"] is None
 
