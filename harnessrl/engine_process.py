@@ -74,6 +74,9 @@ class EngineLaunch:
     chat_template: Path | None = None  # default: the model folder's chat_template.jinja
     extra_args: tuple[str, ...] = ()
     cpu_cores: str | None = None  # VLLM_CPU_OMP_THREADS_BIND ("0,1"); None: vLLM's own choice (auto)
+    # GPUs: the share of the GPU's memory vLLM takes (its default 0.9 leaves a learner on the same GPU
+    # too little); None: vLLM's default. Ignored on CPUs.
+    gpu_memory_utilization: float | None = None
 
 
 def vllm_command(launch: EngineLaunch) -> list[str]:
@@ -112,9 +115,12 @@ def vllm_command(launch: EngineLaunch) -> list[str]:
     ]
     if template.exists():
         command += ["--chat-template", str(template)]
-    batched = batched_tokens(launch.max_model_len, has_gpu())
+    gpu = has_gpu()
+    batched = batched_tokens(launch.max_model_len, gpu)
     if batched is not None and "--max-num-batched-tokens" not in launch.extra_args:
         command += ["--max-num-batched-tokens", str(batched)]
+    if gpu and launch.gpu_memory_utilization is not None:
+        command += ["--gpu-memory-utilization", str(launch.gpu_memory_utilization)]
     return command + list(launch.extra_args)
 
 

@@ -80,6 +80,7 @@ class QuickstartPlan:
     # sandboxes, each model call capped at `call_max_tokens`.
     harness: str = "builtin"
     call_max_tokens: int = 256
+    engine_gpu_memory: float | None = None  # GPUs: vLLM's share of the GPU's memory, the rest the learner's
     # A whole kind of task never trained on, evaluated beside `eval_tasks` into "<run>-unseen-eval".
     unseen_tasks: list[Task] = field(default_factory=list)
 
@@ -146,7 +147,11 @@ class Quickstart:
         dtype = machine_dtype()
         self.console.print(f"engine dtype {dtype.reason}")
         launch = EngineLaunch(
-            model_dir=self.plan.model_dir, port=free_port(), max_model_len=self.plan.max_model_len, dtype=dtype.dtype
+            model_dir=self.plan.model_dir,
+            port=free_port(),
+            max_model_len=self.plan.max_model_len,
+            dtype=dtype.dtype,
+            gpu_memory_utilization=self.plan.engine_gpu_memory,
         )
         engine = ManagedProcess.vllm(launch, logs_dir() / f"engine-{self.plan.run}.log")
         self._learner = None

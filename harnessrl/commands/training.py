@@ -27,6 +27,12 @@ from harnessrl.judge_options import NO_JUDGE, JudgeOptions, judge_options
 @judge_options()
 def quickstart(
     minutes: Annotated[float, typer.Option(help="Start rollouts for this long")] = 14.0,
+    until_version: Annotated[
+        int,
+        typer.Option(
+            min=0, help="And go on past --minutes until the learner has published this version (a step count)"
+        ),
+    ] = 0,
     run: Annotated[str, typer.Option(help="The run's name")] = "quickstart",
     tasks: Annotated[str, typer.Option(help=TASKS_HELP)] = "builtin:arithmetic",
     model: Annotated[Path | None, typer.Option(help="Model folder (default: SmolLM2, prepared)")] = None,
@@ -57,6 +63,10 @@ def quickstart(
         ),
     ] = "builtin",
     call_max_tokens: Annotated[int, typer.Option(min=16, help="A CLI agent's max tokens per model call")] = 256,
+    engine_gpu_memory: Annotated[
+        float | None,
+        typer.Option(min=0.05, max=0.95, help="On a GPU: vLLM's share of its memory; the learner uses the rest"),
+    ] = None,
     max_model_len: Annotated[
         int | None, typer.Option(min=256, help="The engine's context [default: 2048; 3072 for a CLI agent]")
     ] = None,
@@ -141,6 +151,8 @@ def quickstart(
         tasks=chosen,
         database_url=url,
         minutes=minutes,
+        until_version=until_version,
+        engine_gpu_memory=engine_gpu_memory,
         group_size=group_size,
         concurrency=concurrency,
         learner_metrics_port=free_port() if learner_metrics_port is None else learner_metrics_port,

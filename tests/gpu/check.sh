@@ -16,6 +16,12 @@
 #   bf16_step             one optimizer step in bf16 (LoRA in float32) moves the adapter, ratios ~1
 #   peak_memory           peak CUDA memory and time of one step on one sample of 8k and 32k tokens
 #   memory_linear         32k peak <= 1.125 x 4 x the 8k peak
+# Then (tests/gpu/pi_round.py, needs pi 0.73.1 and bubblewrap: `sudo tests/setup_machine.sh demo`; and
+# vLLM with CUDA in the same Python; PI_ROUND=0 leaves it out) a short GRPO round with pi on MODEL_DIR:
+#   quickstart            `harnessrl quickstart --harness pi` finished within 8 minutes (wall_s)
+#   demonstrations        the solutions teacher's rollouts, each later turn extending the previous exactly
+#   grpo                  at least one learner step on pi's own rollouts, published and hot-swapped
+#   held_out              held-out pass@1 of the base model and of the last version
 # Exit status 0 when every check passes.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
@@ -30,4 +36,14 @@ import torch, transformers, peft  # noqa: F401
 print(f"torch {torch.__version__} (CUDA {torch.version.cuda}), transformers {transformers.__version__}, peft {peft.__version__}")
 PY
 export HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1
-exec "$PYTHON" tests/gpu/check.py "$MODEL_DIR" --lengths "${LENGTHS:-8192,32768}"
+status=0
+"$PYTHON" tests/gpu/check.py "$MODEL_DIR" --lengths "${LENGTHS:-8192,32768}" || status=1
+if [ "${PI_ROUND:-1}" != 0 ]; then
+  if ! command -v pi >/dev/null || ! command -v bwrap >/dev/null; then
+    echo '{"check": "pi_round", "ok": false, "why": "pi or bubblewrap missing: sudo tests/setup_machine.sh demo"}'
+    status=1
+  else
+    "$PYTHON" tests/gpu/pi_round.py "$MODEL_DIR" --timeout-s "${PI_ROUND_TIMEOUT_S:-480}" || status=1
+  fi
+fi
+exit $status

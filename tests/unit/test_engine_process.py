@@ -21,6 +21,20 @@ def test_vllm_command_turns_on_lora_tool_parser_and_processed_logprobs(tmp_path:
     assert command[command.index("--tool-call-parser") + 1] == "hermes"
 
 
+@pytest.mark.parametrize("gpu", [True, False])
+def test_the_engines_share_of_gpu_memory_is_passed_on_gpus_only(tmp_path: Path, monkeypatch, gpu):
+    import harnessrl.engine_process as engine_process
+
+    monkeypatch.setattr(engine_process, "has_gpu", lambda: gpu)
+    command = vllm_command(EngineLaunch(model_dir=tmp_path, port=9000, dtype="bfloat16", gpu_memory_utilization=0.5))
+    assert (
+        (command[command.index("--gpu-memory-utilization") + 1] == "0.5")
+        if gpu
+        else ("--gpu-memory-utilization" not in command)
+    )
+    assert "--gpu-memory-utilization" not in vllm_command(EngineLaunch(model_dir=tmp_path, port=9000, dtype="bfloat16"))
+
+
 def test_missing_model_folder_names_the_prepare_command(tmp_path: Path):
     with pytest.raises(EngineFailed, match="harnessrl models prepare"):
         ManagedProcess.vllm(EngineLaunch(model_dir=tmp_path / "nope"), tmp_path / "log")
