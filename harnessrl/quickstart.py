@@ -106,6 +106,17 @@ def learner_config(
     )
 
 
+def agent_context(harness: str, call_max_tokens: int) -> int:
+    """The engine context a quickstart of ``harness`` needs: the builtin one-shot's 2,048; a CLI agent's
+    first prompt (SmolLM2's tokenizer), two turns of answers and a tool's output, in whole KiB of tokens."""
+    if harness == "builtin":
+        return 2048
+    from harnesses.agents import AGENTS
+
+    needed = AGENTS[harness].first_prompt_tokens + 2 * call_max_tokens + 1024
+    return -(-needed // 1024) * 1024
+
+
 def packed_row_tokens(plan: QuickstartPlan) -> int:
     """The learner's token budget per packed row: at least 8k, so the samples of an agent's groups, which
     share its long first prompt, pack as prefix trees forwarding that prompt once per row."""

@@ -68,7 +68,8 @@ def quickstart(
         typer.Option(min=0.05, max=0.95, help="On a GPU: vLLM's share of its memory; the learner uses the rest"),
     ] = None,
     max_model_len: Annotated[
-        int | None, typer.Option(min=256, help="The engine's context [default: 2048; 3072 for a CLI agent]")
+        int | None,
+        typer.Option(min=256, help="The engine's context [default: 2048; a CLI agent's first prompt + 2 answers + 1k]"),
     ] = None,
     group_size: int = 4,
     concurrency: int = 8,
@@ -107,7 +108,7 @@ def quickstart(
     from harnesses.task import TaskError
     from harnessrl.demonstrations import SOLUTIONS
     from harnessrl.model_prep import prepare_smollm2
-    from harnessrl.quickstart import Quickstart, QuickstartPlan
+    from harnessrl.quickstart import Quickstart, QuickstartPlan, agent_context
     from harnessrl.server import free_port
     from harnessrl.warm_start import WarmStart
 
@@ -164,7 +165,7 @@ def quickstart(
         warm_start=warm,
         harness=harness,
         call_max_tokens=call_max_tokens,
-        max_model_len=max_model_len or (2048 if harness == "builtin" else 3072),
+        max_model_len=max_model_len or agent_context(harness, call_max_tokens),
         unseen_tasks=unseen,
     )
     try:

@@ -6,6 +6,7 @@ import pytest
 from typer.testing import CliRunner
 
 from harnessrl.cli import app
+from harnessrl.quickstart import agent_context
 
 
 def quickstart(tmp_path, *args: str):
@@ -38,3 +39,13 @@ def test_a_missing_agent_is_named_with_its_install_command_before_any_engine_sta
     assert result.exit_code == 1, result.output
     assert "pi not found: npm install -g @mariozechner/pi-coding-agent@" in " ".join(result.output.split())
     assert not (tmp_path / "logs").exists() or not list((tmp_path / "logs").glob("engine-*.log"))
+
+
+@pytest.mark.parametrize("harness", ["pi", "opencode", "hermes", "claude-code", "codex"])
+def test_an_agents_engine_context_holds_its_first_prompt_and_two_answers(harness):
+    from harnesses.agents import AGENTS
+
+    context = agent_context(harness, call_max_tokens=256)
+    assert context % 1024 == 0 and context >= AGENTS[harness].first_prompt_tokens + 512 + 1024
+    assert context < AGENTS[harness].first_prompt_tokens + 512 + 2048  # no more than the next KiB
+    assert agent_context("builtin", 256) == 2048
