@@ -9,6 +9,8 @@ A teacher samples no log-probs of the policy: each token's logprob is reported a
 of a teacher run carries ``meta.teacher``; the learner quarantines such groups instead of training GRPO
 on them (``learner.groups``), while ``harnessrl sft`` trains on them.
 
+What answers is a ``Teacher``: ``LitellmTeacher`` (the model string through litellm) by default, or
+``harnessrl.demonstrations.SolutionTeacher`` (the tasks' own solutions as the agent's tool calls).
 ``teacher_gateway`` starts the engine and a gateway on the same store, so a teacher run appears beside
 the policy's runs in ``ls``, the viewer, ``report`` and ``eval`` summaries.
 """
