@@ -36,7 +36,7 @@ import tomli_w
 
 from learner.attention import KERNELS
 from learner.forward import ForwardConfig
-from learner.loss import LossConfig
+from learner.loss import IS_CORRECTIONS, LossConfig
 from learner.step import StepConfig
 
 logger = logging.getLogger(__name__)
@@ -195,7 +195,7 @@ FLAT_KEYS: dict[str, tuple[str, str]] = {
                 "optimizer",
                 ("lr", "weight_decay", "adam_betas", "max_grad_norm", "warmup_steps", "scheduler", "min_lr_ratio"),
             ),
-            ("loss", ("epsilon", "epsilon_high", "is_min", "is_max", "beta")),
+            ("loss", ("epsilon", "epsilon_high", "is_min", "is_max", "is_correction", "beta")),
             ("forward", ("chunk_tokens", "checkpoint_min_tokens", "activation_checkpointing")),
             (
                 "batch",
@@ -251,6 +251,7 @@ def _validate(c: LearnerConfig) -> None:
         )
     _check_choice("dtype", c.dtype, typing.get_args(DType))
     _check_choice("forward.kernel", c.forward.kernel, KERNELS)
+    _check_choice("loss.is_correction", c.loss.is_correction, IS_CORRECTIONS)
     lo, hi = c.loss.is_min, c.loss.is_max
     if not ((lo is None or 0 < lo <= 1) and (hi is None or hi >= 1)):
         raise ConfigError(f"need 0 < loss.is_min <= 1 <= loss.is_max, got is_min={lo}, is_max={hi}")

@@ -1,4 +1,5 @@
-"""The GRPO loss on token-aligned tensors: log-probs, masked importance ratio, clipped surrogate, KL.
+"""The GRPO loss on token-aligned tensors: log-probs, importance ratio (masked, or truncated: TIS),
+clipped surrogate, KL.
 
 Alignment: every [B, T] tensor here is aligned with ``input_ids``, as in
 ``gateway.store.samples.Sample``: position t holds a quantity *about token t* (its mask, the sampler's
@@ -23,6 +24,7 @@ from torch import Tensor
 # exp(20) ~ 4.9e8: the k3 estimator's log-ratio is clamped here so one diverged token cannot make the
 # loss infinite; past the clamp that token's KL gradient is zero, like a clipped ratio's.
 KL_LOG_RATIO_LIMIT = 20.0
+IS_CORRECTIONS = ("mask", "truncate")  # LossConfig.is_correction
 
 
 @dataclass(frozen=True)
@@ -31,6 +33,10 @@ class LossConfig:
     epsilon_high: float = 0.28  # DAPO clip above: ratio capped at 1 + epsilon_high (positive advantages)
     is_min: float | None = 0.125  # tokens with ratio < is_min are masked out; None = no lower bound
     is_max: float | None = 8.0  # tokens with ratio > is_max are masked out; None = no upper bound
+    # "mask": tokens outside [is_min, is_max] are dropped (masked IS). "truncate": truncated IS, every
+    # sampled token is trained and a ratio above is_max counts as is_max (value and gradient weight),
+    # so a token the sampler underrated keeps a bounded say instead of none; is_min is not used.
+    is_correction: str = "mask"
     beta: float = 0.0  # KL-to-base coefficient; 0 disables it (no reference forward needed)
 
 
@@ -94,6 +100,27 @@ def importance_ratio(
     ratio = torch.where(keep, log_ratio, 0.0).exp()
     # No counts here: they would sync the device per micro-batch; the loss's stats count once (_stats).
     return ImportanceRatio(ratio, keep, sampled & ~keep)
+
+
+def truncated_ratio(
+    new_logprobs: Tensor, old_logprobs: Tensor, loss_mask: Tensor, cap: float | None
+) -> ImportanceRatio:
+    """Truncated importance sampling: the ratio pi_new / pi_sampler of every sampled token, capped.
+
+    new_logprobs, old_logprobs, loss_mask: [B, T] as in importance_ratio. Above ``cap`` the ratio is
+    r * sg(cap / r): its value is ``cap`` and its gradient cap * grad log pi_new, a bounded weight
+    (None: no cap). Tokens with NaN log-probs are masked out (they carry no usable weight).
+    Returns an ImportanceRatio whose mask is every finite sampled token.
+    """
+    sampled = loss_mask.bool()
+    log_ratio = torch.where(sampled, new_logprobs - old_logprobs, 0.0)
+    keep = sampled & ~torch.isnan(log_ratio.detach())
+    log_ratio = torch.where(keep, log_ratio, 0.0)
+    if cap is not None:
+        # log r - sg(max(0, log r - log cap)): capped value, gradient of log r scaled by the cap below
+        excess = (log_ratio.detach() - math.log(cap)).clamp(min=0.0)
+        log_ratio = log_ratio - excess
+    return ImportanceRatio(log_ratio.exp(), keep, sampled & ~keep)
 
 
 def per_token_advantages(advantages: Tensor, like: Tensor) -> Tensor:
@@ -226,7 +253,10 @@ def grpo_loss(
         normaliser <= 0 gives a zero loss.
     ref_logprobs: [B, T], required when config.beta > 0 (see kl_k3). entropy: [B, T], metrics only.
     """
-    ir = importance_ratio(new_logprobs, old_logprobs, loss_mask, config.is_min, config.is_max)
+    if config.is_correction == "truncate":
+        ir = truncated_ratio(new_logprobs, old_logprobs, loss_mask, config.is_max)
+    else:
+        ir = importance_ratio(new_logprobs, old_logprobs, loss_mask, config.is_min, config.is_max)
     per_token = clipped_surrogate(ir.ratio, advantages, ir.mask, config.epsilon, config.epsilon_high)
     kl = torch.zeros_like(per_token)
     if config.beta > 0:

@@ -5,12 +5,13 @@ from __future__ import annotations
 import tomllib
 from pathlib import Path
 
+import pytest
 from typer.testing import CliRunner
 
 from harnessrl.cli import app
 from harnessrl.quickstart import PACKED_ROW_TOKENS, QuickstartPlan, learner_config
 from harnessrl.warm_start import WarmStartResult
-from learner.config import LearnerConfig, config_from_dict, dump_toml, with_overrides
+from learner.config import ConfigError, LearnerConfig, config_from_dict, dump_toml, with_overrides
 
 
 def test_quickstarts_learner_toml_loads_back_as_the_config_it_built(tmp_path):
@@ -64,3 +65,12 @@ def test_paths_resolve_under_output_dir(tmp_path):
     assert resolved.checkpoint.dir == str(tmp_path / "checkpoints")
     assert resolved.publish.adapters_dir == str(tmp_path / "adapters")
     assert resolved.tensorboard_dir == str(tmp_path / "tensorboard")
+
+
+def test_the_importance_correction_is_chosen_in_the_loss_section_and_checked():
+    truncated = with_overrides(LearnerConfig(), is_correction="truncate")
+    assert truncated.loss.is_correction == "truncate"
+    assert tomllib.loads(dump_toml(truncated))["loss"]["is_correction"] == "truncate"
+    assert config_from_dict(tomllib.loads(dump_toml(truncated))) == truncated
+    with pytest.raises(ConfigError, match="is_correction"):
+        with_overrides(LearnerConfig(), is_correction="clip")

@@ -285,3 +285,46 @@ def test_empty_stats_have_no_ratio_range_and_count_nothing():
     empty = LossStats.empty()
     assert (empty.ratio_min, empty.ratio_max) == (math.inf, -math.inf)
     assert empty.tokens_trained == 0
+
+
+# --- truncated importance sampling ---------------------------------------------------------------
+
+
+def one_token_loss(log_ratio: float, advantage: float, config: LossConfig) -> tuple[float, float, int]:
+    """(loss, d loss / d new log-prob, tokens trained) of one sampled token with that log-ratio."""
+    new = torch.tensor([[0.0, log_ratio]], dtype=torch.float64, requires_grad=True)
+    old = torch.zeros(1, 2, dtype=torch.float64)
+    mask = torch.tensor([[False, True]])
+    out = grpo_loss(new, old, torch.tensor([advantage], dtype=torch.float64), mask, config, normaliser=1.0)
+    out.loss.backward()
+    return out.loss.item(), new.grad[0, 1].item(), out.stats.tokens_trained
+
+
+@pytest.mark.parametrize("ratio", [20.0, 1000.0])
+def test_truncated_is_trains_a_token_far_above_the_cap_with_the_caps_weight(ratio):
+    truncate = LossConfig(is_max=8.0, is_correction="truncate")
+    loss, grad, trained = one_token_loss(math.log(ratio), -1.0, truncate)
+    # -min(r A, clip(r) A) with r counted as 8 and A = -1: the unclipped 8 |A|, gradient 8 |A| d log pi
+    assert trained == 1 and loss == pytest.approx(8.0) and grad == pytest.approx(8.0)
+    assert one_token_loss(math.log(ratio), -1.0, LossConfig(is_max=8.0))[1:] == (0.0, 0)  # masked IS drops it
+
+
+def test_truncated_is_keeps_tokens_below_is_min_and_leaves_ratios_under_the_cap_alone():
+    truncate = LossConfig(is_min=0.5, is_max=8.0, is_correction="truncate")
+    for ratio in (0.01, 0.9, 3.0):
+        loss, grad, trained = one_token_loss(math.log(ratio), -1.0, truncate)
+        masked = one_token_loss(math.log(ratio), -1.0, LossConfig(is_min=0.5, is_max=8.0))
+        assert trained == 1
+        if ratio >= 0.5:  # in range: both corrections are the same loss
+            assert (loss, grad) == pytest.approx(masked[:2])
+    assert one_token_loss(math.log(0.01), -1.0, LossConfig(is_min=0.5))[2] == 0  # masked IS drops it
+
+
+def test_truncated_is_masks_only_tokens_whose_log_probs_are_nan():
+    new = torch.tensor([[0.0, float("nan"), 0.5]], requires_grad=True)
+    out = grpo_loss(
+        new, torch.zeros(1, 3), torch.tensor([1.0]), torch.tensor([[False, True, True]]),
+        LossConfig(is_correction="truncate"), normaliser=1.0,
+    )  # fmt: skip
+    out.loss.backward()
+    assert out.mask.tolist() == [[False, False, True]] and torch.isfinite(new.grad).all()
