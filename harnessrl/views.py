@@ -1,4 +1,5 @@
-"""`harnessrl ls` and `harnessrl show`: runs, groups, rollouts and a rollout's calls, with rich."""
+"""`harnessrl ls`, `show` and `health`: runs, groups, rollouts, a rollout's calls and a run's capture
+health, with rich."""
 
 from __future__ import annotations
 
@@ -11,6 +12,7 @@ from rich.text import Text
 
 from gateway.api.conversation import rollout_conversation
 from gateway.store.arrays import unpack_ids, unpack_logprobs
+from gateway.store.health import CaptureHealth
 from gateway.store.listings import GroupFilter, RolloutFilter, RunCounts
 from gateway.store.rewards import VERIFIER, verifier_metrics
 from gateway.store.store import Store
@@ -172,6 +174,29 @@ def _token_table(call, decode, tokens: int) -> Table:
 def _short(value, limit: int = 160) -> str:
     text = value if isinstance(value, str) else json.dumps(value) if value is not None else ""
     return text if len(text) <= limit else text[:limit] + "…"
+
+
+def health_table(run: str, rows: list[CaptureHealth]) -> Table:
+    """A run's capture health per harness and model (gateway.store.health)."""
+    # later: main-loop turns after each rollout's first; exact: those extending the previous call exactly
+    table = _table("harness", "model", "rollouts", "calls", "later", "exact", "forks", "drift", "false forks",
+                   "retried", "side calls")  # fmt: skip
+    table.title = f"capture health of run {run!r}"
+    for row in rows:
+        table.add_row(
+            row.harness or "",
+            row.model,
+            str(len(row.rollouts)),
+            str(row.calls),
+            str(row.later_turns),
+            f"{row.extending_turns} ({row.extension_rate:.1%})" if row.extension_rate is not None else "",
+            str(row.forks),
+            str(row.drift_tokens),
+            str(row.false_forks),
+            str(row.retried),
+            f"{row.side_calls} ({row.side_call_share:.1%})" if row.side_call_share is not None else "0",
+        )
+    return table
 
 
 def _table(*columns: str) -> Table:

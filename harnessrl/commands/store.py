@@ -128,6 +128,26 @@ def report(
         print(path)
 
 
+def health(
+    run: Annotated[str, typer.Option(help="The run to check")],
+    database_url: DatabaseUrl = None,
+) -> None:
+    """How faithfully a run's calls were captured, per harness and model: the later turns that extend the
+    previous call exactly, forks (and their drift), false forks (re-rendered history), retries, side calls."""
+    from gateway.store.health import capture_health
+    from harnessrl.views import health_table, render
+
+    url = resolve_database_url(database_url)
+
+    async def work(store):
+        run_id = await store.run_id(run)
+        if run_id is None:
+            raise fail(f"no run named {run!r} in {url}; `harnessrl ls runs` lists them")
+        return await capture_health(store, run_id)
+
+    render(health_table(run, _with_store(url, work)))
+
+
 def export(
     run: Annotated[str, typer.Option(help="The run to export")],
     out: Annotated[Path, typer.Option(help="Output file")],

@@ -1,0 +1,108 @@
+"""Capture health: how faithfully a run's calls were recorded, per harness and model.
+
+A call's prompt should extend the previous turn's prompt + output exactly (it then has a parent in the
+call graph and one sample holds both turns). What breaks that, counted per (harness, model):
+- **forks**: a root that diverged inside an earlier call's *sampled* tokens (``fork_of``; its
+  ``drift_tokens`` were lost): the agent re-serialized what the model wrote;
+- **false forks**: a later root that shares at least ``FALSE_FORK_TOKENS`` leading tokens with an earlier
+  call of its rollout but diverged inside that call's *prompt*: the harness or the chat template
+  rewrote history (dropped reasoning, re-rendered tool results), so one trajectory became two samples;
+- **retried** calls (the client sent the same body again) and **side calls** (titles, summaries).
+
+Reads the scalar columns of every call of the run, and the token ids only of the later roots that are
+not forks (the suspects), rollout by rollout.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from dataclasses import dataclass, field
+
+import numpy as np
+from sqlalchemy import select
+
+from gateway.store.records import CallTag
+from gateway.store.store import Store
+from gateway.store.tables import Call, Rollout
+
+FALSE_FORK_TOKENS = 64  # a shared prefix this long means the new root continues an earlier call
+
+
+@dataclass
+class CaptureHealth:
+    harness: str | None
+    model: str  # the public model name the agent asked for
+    rollouts: set[int] = field(default_factory=set)
+    calls: int = 0
+    side_calls: int = 0  # tagged by the harness (titles, summaries)
+    retried: int = 0  # superseded by the client's resend of the same body
+    later_turns: int = 0  # main-loop calls after each rollout's first
+    extending_turns: int = 0  # of those, extending an earlier call exactly (a parent)
+    forks: int = 0
+    drift_tokens: int = 0
+    false_forks: int = 0
+
+    @property
+    def extension_rate(self) -> float | None:
+        return self.extending_turns / self.later_turns if self.later_turns else None
+
+    @property
+    def side_call_share(self) -> float | None:
+        return self.side_calls / self.calls if self.calls else None
+
+
+async def capture_health(store: Store, run_id: int) -> list[CaptureHealth]:
+    """One row per (harness, model) of the run's calls, sorted by harness then model."""
+    query = (
+        select(
+            Rollout.id, Rollout.meta, Call.id, Call.model, Call.parent_id, Call.fork_of, Call.drift_tokens, Call.tags
+        )
+        .join(Call, Call.rollout_id == Rollout.id)
+        .where(Rollout.run_id == run_id)
+        .order_by(Rollout.id, Call.id)
+    )
+    async with store.sessions() as session:
+        rows = (await session.execute(query)).all()
+    health: dict[tuple, CaptureHealth] = {}
+    first_main: set[int] = set()
+    suspects: dict[int, list[int]] = defaultdict(list)  # rollout -> later roots that are no fork
+    row_of: dict[int, CaptureHealth] = {}  # suspect call -> its row
+    for rollout_id, meta, call_id, model, parent_id, fork_of, drift, tags in rows:
+        key = ((meta or {}).get("harness"), model)
+        row = health.setdefault(key, CaptureHealth(*key))
+        row.rollouts.add(rollout_id)
+        row.calls += 1
+        row.retried += CallTag.RETRIED in tags
+        if tags:
+            row.side_calls += not (set(tags) & {CallTag.RETRIED, CallTag.UNDELIVERED})
+            continue
+        row.forks += fork_of is not None
+        row.drift_tokens += drift or 0
+        if rollout_id not in first_main:
+            first_main.add(rollout_id)
+            continue
+        row.later_turns += 1
+        row.extending_turns += parent_id is not None
+        if parent_id is None and fork_of is None:
+            suspects[rollout_id].append(call_id)
+            row_of[call_id] = row
+    await _count_false_forks(store, suspects, row_of)
+    return [health[key] for key in sorted(health, key=lambda k: (k[0] or "", k[1]))]
+
+
+async def _count_false_forks(store: Store, suspects: dict[int, list[int]], row_of: dict[int, CaptureHealth]) -> None:
+    for rollout_id, call_ids in suspects.items():
+        nodes = await store.call_nodes(rollout_id)
+        for n, node in enumerate(nodes):
+            if node.call_id not in call_ids:
+                continue
+            earlier = [np.concatenate([e.prompt_ids, e.output_ids]) for e in nodes[:n]]
+            if any(_shared(node.prompt_ids, seq) >= FALSE_FORK_TOKENS for seq in earlier):
+                row_of[node.call_id].false_forks += 1
+
+
+def _shared(a: np.ndarray, b: np.ndarray) -> int:
+    """Length of the common leading run of two id arrays."""
+    length = min(len(a), len(b))
+    differs = np.flatnonzero(a[:length] != b[:length])
+    return int(differs[0]) if len(differs) else length
