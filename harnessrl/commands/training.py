@@ -101,6 +101,7 @@ def quickstart(
     warm_up_rounds: Annotated[int, typer.Option(min=1, help="Warm-up passes over the tasks")] = 1,
     warm_up_group_size: Annotated[int, typer.Option(min=1, help="G of the policy's best-of-G warm-up")] = 8,
     sft_epochs: Annotated[int, typer.Option(min=1, help="SFT passes over the warm-up's successes")] = 4,
+    sft_lr: Annotated[float, typer.Option(min=0.0, help="SFT learning rate (LoRA)")] = 5e-4,
 ) -> None:
     """Engine, gateway, rollouts and the learner on this machine, with one live display."""
     from harnesses.agents import AGENTS, AgentNotInstalled
@@ -126,6 +127,7 @@ def quickstart(
             rounds=warm_up_rounds,
             group_size=warm_up_group_size,
             epochs=sft_epochs,
+            lr=sft_lr,
         )
         if warm_start
         else None
