@@ -351,16 +351,15 @@ class Quickstart:
 
     async def _evaluate(self, evals, final: bool = False, version: int | None = None) -> None:
         """Due held-out evaluations; ``version``: that one now; ``final``: the last version, if not yet."""
+        if final and evals:  # the version current now, asked once for every task set
+            client = GatewayClient(evals[0][1].gateway_url, self.admin_key)
+            try:
+                version = await current_version(client)
+            finally:
+                await client.close()
         for label, periodic in evals:
-            if final or version is not None:
-                if version is None:
-                    client = GatewayClient(periodic.gateway_url, self.admin_key)
-                    try:
-                        version = await current_version(client)
-                    finally:
-                        await client.close()
-                done = periodic.evaluated or set()
-                metrics = None if version in done else await periodic.evaluate(version)
+            if version is not None:
+                metrics = None if version in (periodic.evaluated or set()) else await periodic.evaluate(version)
             else:
                 metrics = await periodic.check()
             if metrics is not None:
