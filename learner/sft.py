@@ -36,7 +36,7 @@ from learner.step import StepConfig, row_logprobs
 @dataclass(frozen=True)
 class SftConfig:
     epochs: int = 2  # passes over the samples
-    rows_per_step: int = 4  # packed rows (micro-batches) per optimizer step
+    samples_per_step: int = 8  # samples per optimizer step, packed into as few rows as token_budget allows
     token_budget: int = 2048  # tokens per packed row; longer samples are left out (never truncated)
     max_grad_norm: float = 1.0  # <= 0: no clipping
     seed: int = 0  # row order per epoch
@@ -99,21 +99,32 @@ def train_sft(
     config: SftConfig,
     on_step: Callable[[SftStep], None] = lambda step: None,
 ) -> SftResult:
-    """``config.epochs`` passes over ``samples`` (packed once; rows shuffled per epoch)."""
+    """``config.epochs`` passes over ``samples``, shuffled per epoch, ``samples_per_step`` per step.
+
+    A step packs its own samples (tree rows share their prompt prefix), so a small batch of agent
+    demonstrations that share a long system prompt still gives many steps, not one row per epoch.
+    """
     usable = trainable(samples)
-    packing = pack_samples(usable, [0.0] * len(usable), config.token_budget)
-    rows = list(packing.rows)
-    if not rows:
+    refused = set(pack_samples(usable, [0.0] * len(usable), config.token_budget).refused)
+    fitting = [s for i, s in enumerate(usable) if i not in refused]
+    if not fitting:
         raise ValueError(
             f"no sample to train on: {len(samples)} given, {len(samples) - len(usable)} with no "
-            f"sampled tokens, {len(packing.refused)} longer than token_budget {config.token_budget}"
+            f"sampled tokens, {len(refused)} longer than token_budget {config.token_budget}"
         )
     order, steps = random.Random(config.seed), []
     for epoch in range(config.epochs):
-        order.shuffle(rows)
-        for start in range(0, len(rows), config.rows_per_step):
-            loss, tokens, norm = sft_step(model, optimizer, rows[start : start + config.rows_per_step], config)
+        order.shuffle(fitting)
+        for batch in batches(fitting, config.samples_per_step):
+            rows = pack_samples(batch, [0.0] * len(batch), config.token_budget).rows
+            loss, tokens, norm = sft_step(model, optimizer, rows, config)
             steps.append(step := SftStep(len(steps) + 1, epoch, loss, tokens, norm))
             on_step(step)
-    trained = len(usable) - len(packing.refused)
-    return SftResult(tuple(steps), trained, len(samples) - trained)
+    return SftResult(tuple(steps), len(fitting), len(samples) - len(fitting))
+
+
+def batches(items: Sequence[SampleLike], size: int) -> list[Sequence[SampleLike]]:
+    """items cut into consecutive batches of ``size`` (the last may be shorter)."""
+    if size < 1:
+        raise ValueError(f"samples_per_step must be at least 1, got {size}")
+    return [items[start : start + size] for start in range(0, len(items), size)]

@@ -273,7 +273,9 @@ def sft(
     model: Annotated[Path | None, typer.Option(help="Model folder (default: the config's model_dir)")] = None,
     lr: Annotated[float | None, typer.Option(help="AdamW learning rate [default: the config's]")] = None,
     token_budget: Annotated[int, typer.Option(min=16, help="Tokens per packed row (longer samples left out)")] = 4096,
-    rows_per_step: Annotated[int, typer.Option(min=1, help="Packed rows per optimizer step")] = 4,
+    samples_per_step: Annotated[
+        int, typer.Option(min=1, help="Trajectories per optimizer step (packed into rows of --token-budget)")
+    ] = 8,
     out: Annotated[Path | None, typer.Option(help="Output folder [default: $HARNESSRL_HOME/sft/RUN]")] = None,
     publish: Annotated[
         str | None, typer.Option(help="A gateway URL: publish the adapter there as the next policy version")
@@ -301,7 +303,7 @@ def sft(
         database_url=resolve_database_url(database_url),
         learner=settings,
         out_dir=(out or data_home() / "sft" / run).resolve(),
-        sft=SftConfig(epochs=epochs, rows_per_step=rows_per_step, token_budget=token_budget),
+        sft=SftConfig(epochs=epochs, samples_per_step=samples_per_step, token_budget=token_budget),
         min_reward=min_reward,
         best_of_group=best_of_group,
         gateway_url=publish,

@@ -14,7 +14,9 @@ from learner.sft import SftConfig, sft_step, train_sft, trainable
 from learner.trainer import build_trainer
 from tests.learner_builders import lora_model, sample_of
 
-CONFIG = SftConfig(epochs=1, rows_per_step=8, token_budget=256, forward=ForwardConfig(activation_checkpointing=False))
+CONFIG = SftConfig(
+    epochs=1, samples_per_step=8, token_budget=256, forward=ForwardConfig(activation_checkpointing=False)
+)
 
 
 def trajectories(seed: int = 0, n: int = 4) -> list:
@@ -64,7 +66,7 @@ def test_training_lowers_the_loss_on_a_tiny_model():
     optimizer = torch.optim.AdamW([p for p in model.parameters() if p.requires_grad], lr=1e-2)
     before = reference_loss(model, samples)
     result = train_sft(
-        model, optimizer, samples, SftConfig(epochs=30, rows_per_step=2, token_budget=256, forward=CONFIG.forward)
+        model, optimizer, samples, SftConfig(epochs=30, samples_per_step=4, token_budget=256, forward=CONFIG.forward)
     )
     after = reference_loss(model, samples)
     assert result.samples == 4 and result.refused == 0 and len(result.steps) == 30 * 1
@@ -94,3 +96,13 @@ def test_the_learner_starts_from_a_warm_start_adapter_when_given(tiny_model_dir,
     assert trained and all(n.count("lora_") for n in trained)
     assert all(torch.equal(p, dict(warm.named_parameters())[n]) for n, p in trained.items())
     assert not all(torch.equal(p, dict(fresh.named_parameters())[n]) for n, p in trained.items())
+
+
+def test_each_step_trains_on_samples_per_step_samples_however_few_rows_they_pack_into():
+    model, samples = lora_model(), trajectories(n=10)
+    optimizer = torch.optim.SGD([p for p in model.parameters() if p.requires_grad], lr=0.0)
+    config = SftConfig(epochs=2, samples_per_step=4, token_budget=256, forward=CONFIG.forward)
+    assert len(pack_samples(samples, [0.0] * 10, 256).rows) == 1  # all ten fit one row: one step an epoch before
+    result = train_sft(model, optimizer, samples, config)
+    assert [s.epoch for s in result.steps] == [0, 0, 0, 1, 1, 1]  # 4 + 4 + 2 samples an epoch
+    assert [s.tokens for s in result.steps] == [4 * 8, 4 * 8, 2 * 8] * 2

@@ -75,8 +75,8 @@ def test_sft_trains_an_adapter_and_publishes_it_as_the_next_policy_version(
         "3",
         "--token-budget",
         "1024",
-        "--rows-per-step",
-        "1",
+        "--samples-per-step",
+        "3",
         "--lr",
         "1e-3",
         "--publish",
@@ -90,7 +90,7 @@ def test_sft_trains_an_adapter_and_publishes_it_as_the_next_policy_version(
     adapter = tmp_path / "sft" / "adapter"
     assert (adapter / "adapter_config.json").exists() and (adapter / "adapter_model.safetensors").exists()
     summary = json.loads((tmp_path / "sft" / "sft.json").read_text())
-    steps = summary["steps"]  # the three samples pack into one row: one step per epoch
+    steps = summary["steps"]  # three samples per step: one step per epoch
     assert len(steps) == 3 and all(s["tokens"] > 0 for s in steps) and steps[-1]["loss"] < steps[0]["loss"]
     policy = httpx.get(f"{recorded.url}/admin/policy", headers=ADMIN).json()
     assert policy["current_version"] == 1
