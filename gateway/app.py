@@ -142,7 +142,7 @@ def engine_pool(
     members = [
         (
             getattr(client, "base_url", None) or urls[min(i, len(urls) - 1)],
-            CaptureCheckedEngine(RecoveringEngine(client, store, policy)),
+            CaptureCheckedEngine(RecoveringEngine(client, store, policy), logprobs=settings.call_source == "policy"),
         )
         for i, client in enumerate(clients)
     ]

@@ -43,8 +43,9 @@ class CaptureUnsupported(EngineError):
         self.code = "engine_capture_unsupported"
 
 
-def missing_fields(answer: dict, streamed: bool) -> str | None:
-    """What of the recording fields the engine's answer lacks, and the fix; None when all are there."""
+def missing_fields(answer: dict, streamed: bool, logprobs: bool = True) -> str | None:
+    """What of the recording fields the engine's answer lacks, and the fix; None when all are there
+    (``logprobs`` False: an engine that writes for the policy, a teacher, reports none)."""
     where = "streamed chunks" if streamed else "answer"
     choices = answer.get("choices") or [{}]
     if not token_count(answer.get("prompt_token_ids")):
@@ -52,16 +53,16 @@ def missing_fields(answer: dict, streamed: bool) -> str | None:
     ids = choices[0].get("token_ids")
     if not ids:
         return f"the engine's {where} carry no sampled token_ids (it ignored return_token_ids); {UPGRADE}"
-    logprobs = (choices[0].get("logprobs") or {}).get("content") or []
-    if len(logprobs) != len(ids):
+    got = (choices[0].get("logprobs") or {}).get("content") or []
+    if logprobs and len(got) != len(ids):
         return (
-            f"the engine's {where} carry {len(logprobs)} logprobs for {len(ids)} sampled tokens; start vLLM "
+            f"the engine's {where} carry {len(got)} logprobs for {len(ids)} sampled tokens; start vLLM "
             f"without --max-logprobs 0 (and with --logprobs-mode processed_logprobs, as harnessrl serve does)"
         )
     return None
 
 
-async def probe(engine: EngineClient, model: str) -> None:
+async def probe(engine: EngineClient, model: str, logprobs: bool = True) -> None:
     """Raise ``CaptureUnsupported`` unless a one-token call, plain and streamed, returns every field."""
     body = {**PROBE_BODY, "model": model}
     try:
@@ -73,10 +74,10 @@ async def probe(engine: EngineClient, model: str) -> None:
                 "see the engine's log"
             ) from exc
         raise CaptureUnsupported(f"the engine refused the gateway's capture probe ({exc.message}); {UPGRADE}") from exc
-    problem = missing_fields(answer, streamed=False)
+    problem = missing_fields(answer, streamed=False, logprobs=logprobs)
     if problem is None:
         stream: EngineStream = await engine.chat_stream({**body, "stream": True})
-        problem = missing_fields(await _gathered(stream), streamed=True)
+        problem = missing_fields(await _gathered(stream), streamed=True, logprobs=logprobs)
     if problem is not None:
         raise CaptureUnsupported(f"recording refused: {problem}")
 
@@ -91,8 +92,9 @@ async def _gathered(stream: EngineStream) -> dict:
 class CaptureCheckedEngine:
     """An ``EngineClient`` whose model calls wait for a passed capture probe (``probe``)."""
 
-    def __init__(self, engine: EngineClient, clock=time.monotonic):
+    def __init__(self, engine: EngineClient, clock=time.monotonic, logprobs: bool = True):
         self.engine, self._clock = engine, clock
+        self._logprobs = logprobs  # whether answers must carry the sampler's log-probs (False: a teacher)
         self._passed = False
         self._refused: tuple[float, CaptureUnsupported] | None = None  # when, and why
         self._lock = asyncio.Lock()
@@ -142,7 +144,7 @@ class CaptureCheckedEngine:
             if self._refused is not None and not force and self._clock() - self._refused[0] < RECHECK_AFTER_FAILURE_S:
                 raise self._refused[1]
             try:
-                await probe(self.engine, model)
+                await probe(self.engine, model, self._logprobs)
             except CaptureUnsupported as exc:
                 self._refused = (self._clock(), exc)
                 raise

@@ -59,8 +59,10 @@ class ChatPipeline:
         prefixes: PrefixArrays | None = None,
         engine_bodies: EngineBodies | None = None,
         refusals: EngineRefusals | None = None,
+        source: str = "policy",
     ):
         self.engine, self.policy, self.writer, self.graph = engine, policy, writer, graph
+        self.source = source  # who writes the engine's answers (gateway.store.records.CALL_SOURCES)
         self.retries = retries or RetryBook()
         self._load_version = load_version  # loads a pinned rollout's version when it is not loaded
         self._tito, self.max_model_len = tito, max_model_len
@@ -171,6 +173,7 @@ class ChatPipeline:
             choice,
             logprobs,
             sampled_with(chat_body),
+            self.source,
         )
         tags = side_call_tags(
             chat_body.get("messages") or [], bool(chat_body.get("tools")), identity.harness, identity.side_patterns
@@ -250,6 +253,7 @@ class ChatPipeline:
             choice,
             token_logprobs,
             sampled_with(completion_body),
+            self.source,
         )
         return await self._commit(identity, record, ids.sequence, answer, resolved, tags)
 
@@ -363,6 +367,7 @@ def _record(
     choice: dict,
     logprobs: list[float],
     sampling: tuple[float | None, float | None],
+    source: str,
 ) -> CallRecord:
     return CallRecord(
         rollout_id=identity.rollout_id,
@@ -373,13 +378,15 @@ def _record(
         # Arrays once, here: packing, linking and storing then cost a memcpy, not a list walk.
         prompt_ids=ids.prompt,
         output_ids=ids.output,
-        output_logprobs=np.asarray(logprobs, dtype="<f4"),
+        # what a teacher reports is no sampler's log-prob: none is stored (the learner refuses such tokens)
+        output_logprobs=np.asarray(logprobs, dtype="<f4") if source == "policy" else None,
         finish_reason=choice.get("finish_reason"),
         request=client_request,
         response=_without_token_arrays(answer),
         latency_ms=latency_ms,
         temperature=sampling[0],
         top_p=sampling[1],
+        source=source,
     )
 
 

@@ -5,6 +5,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from urllib.parse import urlsplit
 
+from gateway.store.records import CALL_SOURCES
+
 LOOPBACK_HOSTS = frozenset({"127.0.0.1", "localhost", "::1"})
 
 
@@ -40,8 +42,13 @@ class GatewaySettings:
     max_staleness: int = 2  # adapter versions kept loaded beyond the current one: max_staleness + 1
     # seconds between looks at the store for versions other gateways published (gateway.policy_follower); 0: never
     follow_interval_s: float = 0.5
+    # Who writes the engine's answers (gateway.store.records.CALL_SOURCES): "policy" for vLLM; a teacher
+    # gateway (harnessrl.teacher) records "teacher" or "demonstration" calls, with no sampler log-probs.
+    call_source: str = "policy"
 
     def __post_init__(self) -> None:
+        if self.call_source not in CALL_SOURCES:
+            raise ValueError(f"call_source must be one of {CALL_SOURCES}, got {self.call_source!r}")
         if not isinstance(self.admin_key, str) or not self.admin_key.strip():
             raise ValueError(
                 "the gateway needs an admin key for its control plane (/api, /admin): "

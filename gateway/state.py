@@ -90,6 +90,7 @@ class GatewayState:
             retries=self.retries,
             prefixes=self.prefixes,
             engine_bodies=self.engine_bodies,
+            source=self.settings.call_source,
         )
 
     async def ensure_version(self, version: int) -> str:

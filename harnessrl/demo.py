@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+from itertools import repeat
 
 from openai import OpenAI
 from rich.console import Console
@@ -92,12 +93,12 @@ def token_table(call: dict, tokenizer) -> Table:
         table.add_row("…", f"[dim]{start} earlier prompt tokens[/]", "", "", "[dim]context[/]")
     for pos in range(start, len(prompt)):
         table.add_row(str(pos), repr(tokenizer.decode([prompt[pos]])), str(prompt[pos]), "", "[dim]context[/]")
-    for n, (token_id, logprob) in enumerate(zip(call["output_ids"], call["output_logprobs"])):
+    for n, (token_id, logprob) in enumerate(zip(call["output_ids"], call["output_logprobs"] or repeat(None))):
         table.add_row(
             str(len(prompt) + n),
             repr(tokenizer.decode([token_id])),
             str(token_id),
-            f"{logprob:.3f}",
+            "-" if logprob is None else f"{logprob:.3f}",
             "[green]sampled[/]",
         )
     return table

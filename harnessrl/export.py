@@ -18,6 +18,7 @@ from pathlib import Path
 
 import numpy as np
 
+from gateway.store.arrays import logprobs_or_none
 from gateway.store.rewards import verifier_metrics
 from gateway.store.samples import Sample, build_samples
 from gateway.store.store import Store
@@ -40,7 +41,7 @@ def sample_record(
         "completion": {
             "text": decode(completion_ids) if decode else "",
             "completion_ids": completion_ids,
-            "old_logprobs": sample.old_logprobs[split:].tolist(),
+            "old_logprobs": logprobs_or_none(sample.old_logprobs[split:]),  # null: a teacher's token
             "action_mask": sample.loss_mask[split:].astype(int).tolist(),
             "reward": rollout.reward,
         },

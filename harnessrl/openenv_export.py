@@ -25,6 +25,7 @@ from pathlib import Path
 
 import numpy as np
 
+from gateway.store.arrays import logprobs_or_none
 from gateway.store.rewards import verifier_metrics
 from gateway.store.samples import CallNode, trained_on
 from gateway.store.store import Store
@@ -43,7 +44,8 @@ def turn_entry(node: CallNode, parent: int | None, reward: float | None) -> dict
     return {
         "prompt_token_ids": node.prompt_ids.tolist(),
         "completion_token_ids": node.output_ids.tolist(),
-        "per_token_logps": node.output_logprobs.astype(np.float64).tolist(),
+        # null per token for a call the policy did not sample (a teacher's: NaN in the store's arrays)
+        "per_token_logps": logprobs_or_none(node.output_logprobs),
         "loss_mask": [0] * len(node.prompt_ids) + [1] * len(node.output_ids),
         "metadata": {
             "node_id": str(node.call_id),

@@ -5,9 +5,10 @@
 does, with the recording fields the gateway requires: the prompt rendered with the *policy's* chat
 template and tokenizer (``prompt_token_ids``), and the teacher's answer (text and tool calls) rendered
 as the policy would have written it (``token_ids``), so the trajectories are the policy's to imitate.
-A teacher samples no log-probs of the policy: each token's logprob is reported as 0.0 and every rollout
-of a teacher run carries ``meta.teacher``; the learner quarantines such groups instead of training GRPO
-on them (``learner.groups``), while ``harnessrl sft`` trains on them.
+A teacher samples no log-probs of the policy: its gateway records each call with its ``source``
+("teacher", or "demonstration" for the tasks' solutions) and no sampler log-probs (null), and every
+rollout of a teacher run carries ``meta.teacher``; the learner quarantines such groups instead of
+training GRPO on them (``learner.groups``), while ``harnessrl sft`` trains on them.
 
 What answers is a ``Teacher``: ``LitellmTeacher`` (the model string through litellm) by default, or
 ``harnessrl.demonstrations.SolutionTeacher`` (the tasks' own solutions as the agent's tool calls).
@@ -29,6 +30,7 @@ from fastapi.responses import JSONResponse, StreamingResponse
 
 from gateway.capture_probe import PROBE_USER
 from gateway.settings import GatewaySettings
+from harnessrl.demonstrations import SOLUTIONS
 from harnessrl.server import BackgroundGateway, BackgroundServer
 
 SERVED = "base"  # the name the gateway's policy maps to when no adapter is published
@@ -207,7 +209,6 @@ class TeacherEngine(BackgroundServer):
 
 def _reply(body: dict, answer: dict, prompt_ids: list[int], ids: list[int]) -> dict:
     finish = "tool_calls" if answer.get("tool_calls") else "stop"
-    content = [{"token": "", "logprob": 0.0, "bytes": None, "top_logprobs": []} for _ in ids]  # no policy logprobs
     return {
         "id": f"chatcmpl-teacher-{time.monotonic_ns()}",
         "object": "chat.completion",
@@ -218,7 +219,7 @@ def _reply(body: dict, answer: dict, prompt_ids: list[int], ids: list[int]) -> d
             {
                 "index": 0,
                 "message": {"tool_calls": [], **answer},
-                "logprobs": {"content": content},
+                "logprobs": None,  # a teacher samples no log-probs of the policy
                 "finish_reason": finish,
                 "stop_reason": None,
                 "token_ids": ids,
@@ -274,7 +275,11 @@ def teacher_gateway(settings: TeacherSettings, database_url: str, admin_key: str
     litellm); yields its URL."""
     with TeacherEngine(settings, teacher) as engine:
         gateway_settings = GatewaySettings(
-            database_url=database_url, engine_url=engine.url, admin_key=admin_key, model_dir=str(settings.tokenizer_dir)
+            database_url=database_url,
+            engine_url=engine.url,
+            admin_key=admin_key,
+            model_dir=str(settings.tokenizer_dir),
+            call_source="demonstration" if settings.model == SOLUTIONS else "teacher",
         )
         with BackgroundGateway(gateway_settings) as gateway:
             yield gateway.url

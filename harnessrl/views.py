@@ -4,6 +4,7 @@ health, with rich."""
 from __future__ import annotations
 
 import json
+from itertools import repeat
 
 from rich.console import Console, Group
 from rich.panel import Panel
@@ -159,16 +160,18 @@ def _token_table(call, decode, tokens: int) -> Table:
     table = _table("pos", "token", "id", "logprob")
     prompt_len = call.num_prompt_tokens
     for n, (token_id, logprob) in enumerate(
-        zip(unpack_ids(call.output_ids)[:tokens], unpack_logprobs(call.output_logprobs))
+        zip(unpack_ids(call.output_ids)[:tokens], unpack_logprobs(call.output_logprobs) or repeat(None))
     ):
-        shade = "green" if logprob > -0.5 else "yellow" if logprob > -2.5 else "red"
         table.add_row(
-            str(prompt_len + n),
-            repr(decode([token_id])) if decode else "",
-            str(token_id),
-            Text(f"{logprob:.3f}", style=shade),
+            str(prompt_len + n), repr(decode([token_id])) if decode else "", str(token_id), _logprob_text(logprob)
         )
     return table
+
+
+def _logprob_text(logprob: float | None) -> Text:
+    if logprob is None:  # a teacher's or demonstration's call: no sampler log-prob
+        return Text("-", style="dim")
+    return Text(f"{logprob:.3f}", style="green" if logprob > -0.5 else "yellow" if logprob > -2.5 else "red")
 
 
 def _short(value, limit: int = 160) -> str:

@@ -130,6 +130,8 @@ def _sample_problem(sample: Sample, vocab_size: int | None) -> str | None:
         return f"a token id outside the model's vocabulary of {vocab_size}"
     if not np.isin(sample.loss_mask, (0, 1)).all():
         return "its loss mask holds values other than 0 and 1"
+    if np.isnan(sample.old_logprobs[sample.loss_mask == 1]).any():
+        return "it trains on tokens the policy did not sample (a teacher's calls): use `harnessrl sft` for those"
     return None
 
 

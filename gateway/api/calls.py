@@ -14,7 +14,7 @@ from gateway.api.protocol import CallDetail, CallView, Page
 from gateway.decoding import TokenDecoder
 from gateway.errors import NotFound
 from gateway.state import StateDep
-from gateway.store.arrays import unpack_ids, unpack_logprobs
+from gateway.store.arrays import logprobs_or_none, unpack_ids, unpack_logprobs
 from gateway.store.listings import CALL_COLUMNS, CallFilter
 from gateway.store.samples import Ancestor, prompt_marks
 from gateway.store.tables import Call
@@ -88,7 +88,8 @@ def _mark_prompt(detail: CallDetail, call: Call, ancestors: list[Ancestor]) -> N
     marks = prompt_marks(np.frombuffer(call.prompt_ids, "<i4"), ancestors, include_side=bool(call.tags))
     sampled = marks.mask.astype(bool)
     detail.prompt_mask = marks.mask.tolist()
-    detail.prompt_logprobs = [lp if keep else None for lp, keep in zip(marks.logprobs.tolist(), sampled.tolist())]
+    # null where nothing was sampled, and where a teacher wrote the token (NaN: no sampler log-prob)
+    detail.prompt_logprobs = [lp if keep else None for lp, keep in zip(logprobs_or_none(marks.logprobs), sampled)]
     detail.prompt_versions = marks.versions.tolist()
 
 

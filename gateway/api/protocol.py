@@ -186,7 +186,8 @@ class CallView(BaseModel):
     policy_version: int
     prompt_ids: list[int]  # [] in listings asked with tokens=false
     output_ids: list[int]
-    output_logprobs: list[float]
+    output_logprobs: list[float] | None  # null: not sampled by the policy (see source)
+    source: str = "policy"  # who wrote the output: policy | teacher | demonstration
     num_prompt_tokens: int
     num_output_tokens: int
     finish_reason: str | None
@@ -219,7 +220,8 @@ class SampleView(BaseModel):
     num_turns: int
     input_ids: list[int]
     loss_mask: list[int]  # 1 on tokens the model sampled; prompt and tool output are 0
-    old_logprobs: list[float]  # the sampler's logprobs, 0 where loss_mask is 0
+    # the sampler's logprobs, 0 where loss_mask is 0, null on tokens a teacher wrote (no sampler's)
+    old_logprobs: list[float | None]
     policy_versions: list[int]  # version that sampled each token, -1 where loss_mask is 0
     pieces: list[str] | None = None  # decode=true with a tokenizer: one decoded string per input id
 

@@ -33,6 +33,7 @@ from gateway.api.protocol import (
 from gateway.errors import Conflict, InvalidRequest, NotFound
 from gateway.pins import requested_version
 from gateway.state import AdminStateDep, StateDep
+from gateway.store.arrays import logprobs_or_none
 from gateway.store.listings import RolloutFilter
 from gateway.store.records import AgentReport
 from gateway.store.rewards import GroupClosed, InvalidReward, RolloutEnded
@@ -235,7 +236,7 @@ async def list_rollout_samples(
                 num_turns=s.num_turns,
                 input_ids=s.input_ids.tolist(),
                 loss_mask=s.loss_mask.tolist(),
-                old_logprobs=s.old_logprobs.tolist(),
+                old_logprobs=logprobs_or_none(s.old_logprobs),
                 policy_versions=s.policy_versions.tolist(),
                 pieces=p,
             )

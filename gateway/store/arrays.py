@@ -18,9 +18,20 @@ def unpack_ids(blob: bytes) -> list[int]:
     return np.frombuffer(blob, dtype=_IDS).tolist()
 
 
-def pack_logprobs(logprobs: Sequence[float]) -> bytes:
-    return np.asarray(logprobs, dtype=_LOGPROBS).tobytes()
+def pack_logprobs(logprobs: Sequence[float] | None) -> bytes | None:
+    """None stays None: a call the policy did not sample (a teacher's) has no sampler log-probs."""
+    return None if logprobs is None else np.asarray(logprobs, dtype=_LOGPROBS).tobytes()
 
 
-def unpack_logprobs(blob: bytes) -> list[float]:
-    return np.frombuffer(blob, dtype=_LOGPROBS).tolist()
+def unpack_logprobs(blob: bytes | None) -> list[float] | None:
+    return None if blob is None else np.frombuffer(blob, dtype=_LOGPROBS).tolist()
+
+
+def logprobs_or_none(logprobs: np.ndarray) -> list[float | None]:
+    """For JSON: each log-prob as a float, None where there is none (NaN: a teacher wrote the token)."""
+    return [None if lp != lp else lp for lp in logprobs.astype(np.float64).tolist()]  # NaN != NaN
+
+
+def logprobs_array(blob: bytes | None, length: int) -> np.ndarray:
+    """float32 [length]: the sampler's log-probs, NaN for each token of a call the policy did not sample."""
+    return np.full(length, np.nan, dtype=_LOGPROBS) if blob is None else np.frombuffer(blob, dtype=_LOGPROBS)

@@ -72,6 +72,7 @@ CALL_COLUMNS = (
     Call.model,
     Call.engine_model,
     Call.policy_version,
+    Call.source,
     Call.num_prompt_tokens,
     Call.num_output_tokens,
     Call.finish_reason,

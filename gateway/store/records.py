@@ -87,6 +87,11 @@ class RolloutIdentity:
     pinned_version: int | None = None  # the version the control plane pinned the rollout to (0 = base)
 
 
+# Who wrote a call's output: the policy (the engine sampled it, with log-probs), an external teacher
+# model, or a demonstration (a task's solution played as the agent's calls; harnessrl.demonstrations).
+CALL_SOURCES = ("policy", "teacher", "demonstration")
+
+
 @dataclass(frozen=True)
 class CallRecord:
     """One engine call as it is written to the store."""
@@ -98,7 +103,7 @@ class CallRecord:
     policy_version: int  # 0 = base model
     prompt_ids: Sequence[int]  # int32 arrays on the hot path (lists in tests)
     output_ids: Sequence[int]
-    output_logprobs: Sequence[float]  # natural log, one per output id
+    output_logprobs: Sequence[float] | None  # natural log, one per output id; None: not sampled by the policy
     finish_reason: str | None
     request: dict  # the client's body
     response: dict  # the engine's body
@@ -113,6 +118,7 @@ class CallRecord:
     engine: str | None = None  # the engine that served it (base URL); None: not routed by an engine pool
     queue_ms: float = 0.0  # waiting for a slot on that engine, milliseconds
     moved_from: str | None = None  # the failed engine its rollout was moved from, on the first call after
+    source: str = "policy"  # who wrote the output: one of CALL_SOURCES
 
 
 @dataclass(frozen=True)

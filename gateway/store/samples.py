@@ -26,7 +26,7 @@ class CallNode:
     parent_id: int | None
     prompt_ids: np.ndarray  # int32 [prompt_len]
     output_ids: np.ndarray  # int32 [output_len]
-    output_logprobs: np.ndarray  # float32 [output_len], the sampler's logprobs
+    output_logprobs: np.ndarray  # float32 [output_len], the sampler's logprobs (NaN: a teacher's call)
     policy_version: int
     tags: tuple[str, ...]  # side-call tags; empty for the agent's main loop
 

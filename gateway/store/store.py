@@ -18,7 +18,7 @@ from sqlalchemy.exc import IntegrityError
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine, AsyncSession, async_sessionmaker
 
 from gateway.store import prompt_delta, request_delta
-from gateway.store.arrays import pack_ids, pack_logprobs, unpack_ids
+from gateway.store.arrays import logprobs_array, pack_ids, pack_logprobs, unpack_ids
 from gateway.store.database import create_engine, create_sessionmaker
 from gateway.store.listings import Listings, is_main_call
 from gateway.store.records import (
@@ -303,8 +303,8 @@ class Store:
                 r.id,
                 r.parent_id,
                 np.frombuffer(prompts[r.id], "<i4"),
-                np.frombuffer(r.output_ids, "<i4"),
-                np.frombuffer(r.output_logprobs, "<f4"),
+                outputs := np.frombuffer(r.output_ids, "<i4"),
+                logprobs_array(r.output_logprobs, len(outputs)),
                 r.policy_version,
                 tuple(r.tags or ()),
             )
@@ -329,9 +329,9 @@ class Store:
             Ancestor(
                 r.id,
                 r.num_prompt_tokens,
-                np.frombuffer(r.output_ids, "<i4"),
+                outputs := np.frombuffer(r.output_ids, "<i4"),
                 tuple(r.tags or ()),
-                np.frombuffer(r.output_logprobs, "<f4"),
+                logprobs_array(r.output_logprobs, len(outputs)),
                 r.policy_version,
             )
             for r in rows
@@ -627,6 +627,7 @@ def _call_row(record: CallRecord, request: dict) -> dict:
         "prompt_offset": record.prompt_offset,
         "output_ids": pack_ids(record.output_ids),
         "output_logprobs": pack_logprobs(record.output_logprobs),
+        "source": record.source,
         "num_prompt_tokens": len(record.prompt_ids),
         "num_output_tokens": len(record.output_ids),
         "finish_reason": record.finish_reason,

@@ -128,7 +128,11 @@ class Call(Base):
     prompt_ids: Mapped[bytes] = mapped_column(LargeBinary)
     prompt_offset: Mapped[int] = mapped_column(Integer, default=0, server_default="0")
     output_ids: Mapped[bytes] = mapped_column(LargeBinary)  # int32 LE
-    output_logprobs: Mapped[bytes] = mapped_column(LargeBinary)  # float32 LE, one per output id
+    # float32 LE, one per output id; null for a call the policy did not sample (source is not "policy")
+    output_logprobs: Mapped[bytes | None] = mapped_column(LargeBinary, nullable=True)
+    # who wrote the output: "policy" (sampled by the engine), "teacher" (an external model through
+    # harnessrl.teacher) or "demonstration" (a task's reference solution played as the agent's calls)
+    source: Mapped[str] = mapped_column(String(20), default="policy", server_default="policy")
     num_prompt_tokens: Mapped[int] = mapped_column(Integer)
     num_output_tokens: Mapped[int] = mapped_column(Integer)
     finish_reason: Mapped[str | None] = mapped_column(String(40), nullable=True)

@@ -66,6 +66,7 @@ async def test_pi_plays_each_tasks_solution_as_its_own_bash_call_and_sft_trains_
     for result, rollout_calls in zip(results, calls):
         first, answer = sorted(rollout_calls, key=lambda c: c["id"])
         assert answer["parent_id"] == first["id"] and answer["fork_of"] is None  # exact extension
+        assert {(c["source"], c["output_logprobs"]) for c in (first, answer)} == {("demonstration", None)}
         [call] = first["response"]["choices"][0]["message"]["tool_calls"]
         assert call["function"]["name"] == "bash"
         assert json.loads(call["function"]["arguments"])["command"] == by_name[result.task].solution.strip()

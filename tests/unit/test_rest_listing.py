@@ -595,3 +595,23 @@ async def test_ls_filters_like_the_rest_listings(gateway, sqlite_db):
     for name, (rollouts, finished, reward) in cells.items():
         assert (int(rollouts), int(finished)) == (api[name]["rollouts"], api[name]["rollouts_finished"])
         assert reward == ("" if api[name]["reward_mean"] is None else f"{api[name]['reward_mean']:.3f}")
+
+
+async def test_a_demonstrations_calls_say_so_and_carry_no_sampler_logprobs(gateway):
+    rollout = await gateway.new_rollout()
+    store = gateway.app.state.gateway.store
+    unsampled = dict(output_logprobs=None, source="demonstration")
+    [parent] = await store.insert_calls([call_record(rollout["id"], prompt_ids=[1, 2], output_ids=[3, 4], **unsampled)])
+    [child] = await store.insert_calls(
+        [call_record(rollout["id"], prompt_ids=[1, 2, 3, 4, 5], output_ids=[6], parent_id=parent, **unsampled)]
+    )
+    leaf = (await gateway.http.get(f"/api/calls/{child}", params={"decode": "true"})).json()
+    assert (leaf["source"], leaf["output_logprobs"]) == ("demonstration", None)
+    assert leaf["prompt_mask"] == [0, 0, 1, 1, 0] and leaf["prompt_logprobs"] == [None] * 5  # sampled by nobody
+    [sample] = (await gateway.http.get(f"/api/rollouts/{rollout['id']}/samples")).json()["data"]
+    assert sample["loss_mask"] == [0, 0, 1, 1, 0, 1] and sample["old_logprobs"] == [0, 0, None, None, 0, None]
+    listed = (await gateway.http.get("/api/calls", params={"rollout_id": rollout["id"]})).json()["data"]
+    assert [c["source"] for c in listed] == ["demonstration"] * 2
+    policy = await gateway.new_rollout()
+    [own] = await store.insert_calls([call_record(policy["id"])])
+    assert (await gateway.http.get(f"/api/calls/{own}")).json()["source"] == "policy"

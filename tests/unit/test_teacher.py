@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import re
 
+import numpy as np
 import pytest
 
 from gateway.store.samples import build_samples
@@ -60,7 +61,7 @@ async def test_a_teacher_run_is_recorded_with_the_policys_tokens_and_marked(sqli
         answer = call["response"]["choices"][0]["message"]["content"]
         assert rendering.tokenizer.decode(call["output_ids"]) == f"{answer}<|im_end|>"
         assert rendering.tokenizer.decode(call["prompt_ids"]).endswith("<|im_start|>assistant\n")
-        assert call["output_logprobs"] == [0.0] * len(call["output_ids"])  # no policy logprobs
+        assert call["output_logprobs"] is None and call["source"] == "teacher"  # nobody sampled these tokens
     store = Store.from_url(sqlite_db)
     try:
         samples, rollouts = await successful_samples(store, "teacher", 1.0)
@@ -68,6 +69,7 @@ async def test_a_teacher_run_is_recorded_with_the_policys_tokens_and_marked(sqli
     finally:
         await store.close()
     assert rollouts == 4 and len(samples) == 4 and len(build_samples(nodes)) == 1
+    assert all(np.isnan(s.old_logprobs[s.loss_mask == 1]).all() for s in samples)  # never taken for a sampler's
     assert sorted(int(s.loss_mask.sum()) for s in samples) == sorted(len(c["output_ids"]) for c in calls), (
         [int(s.loss_mask.sum()) for s in samples],
         [len(c["output_ids"]) for c in calls],
@@ -104,3 +106,20 @@ async def test_the_learner_refuses_a_group_a_teacher_served_and_takes_a_policy_g
     with pytest.raises(UnusableGroup, match="teacher openai/gpt-4o.*harnessrl sft"):
         check_group(taught, 1.0)
     check_group(sampled, 1.0)  # the policy's own rollouts train as before
+
+
+async def test_the_learner_refuses_tokens_without_sampler_logprobs_even_outside_a_teacher_run(sqlite_db):
+    """A call recorded with no log-probs (source "demonstration") in a group whose rollouts name no
+    teacher: the NaN the store reads for them never reaches the GRPO loss."""
+    store = Store.from_url(sqlite_db)
+    try:
+        for reward in (0.0, 1.0):
+            identity = await store.create_rollout("unmarked", "task", "r0", {}, group_size=2)
+            record = call_record(identity.rollout_id, output_logprobs=None, source="demonstration")
+            await store.insert_calls([record])
+            await store.end_rollout(identity.rollout_id, "finished", rewards={"verifier": reward})
+        group = await load_group(store, (await store.get_rollout(identity.rollout_id))[0].group_id)
+    finally:
+        await store.close()
+    with pytest.raises(UnusableGroup, match="did not sample.*harnessrl sft"):
+        check_group(group, 1.0)

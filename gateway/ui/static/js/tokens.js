@@ -65,7 +65,8 @@ export function tokenView(call) {
   frag.append(h("span", { class: "tok-divider", testid: "output-start", title: "the call's output starts here" },
     "▶ output"));
   call.output_ids.forEach((id, i) => frag.append(
-    tokenSpan(id, outputPieces[i], { part: "output", index: i, sampled: true, logprob: call.output_logprobs[i] })));
+    // a teacher's or demonstration's call (source) stores no sampler log-probs: unshaded
+    tokenSpan(id, outputPieces[i], { part: "output", index: i, sampled: true, logprob: call.output_logprobs?.[i] })));
   return h("div", { class: "tokens", testid: "token-view" }, frag);
 }
 
