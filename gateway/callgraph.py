@@ -4,7 +4,8 @@ A call's parent is the earlier call of the same rollout whose prompt + output is
 its prompt (the longest such). Retries share a parent and become siblings. A call that extends
 nothing is a new root; when it diverges *inside* an earlier call's sampled tokens (the agent sent
 back a re-serialized turn that tokenizes differently), it is a fork of that call and the sampled
-tokens lost from the divergence on are its drift.
+tokens lost from the divergence on are its drift. A root that shares a long prefix with an earlier
+call but diverges inside its *prompt* is a false fork: the harness rewrote history (``Link.kind``).
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ from gateway.store.arrays import pack_ids
 from gateway.store.records import GraphNode
 
 RECENT_CALLS = 64  # per rollout: candidates for parents (subagents interleave, but not 64 deep)
+FALSE_FORK_TOKENS = 64  # a root sharing this many leading tokens with an earlier call continues it
 ROLLOUTS_CACHED = 2048  # rollouts whose recent calls are kept in memory
 
 
@@ -28,6 +30,19 @@ class Link:
     parent_tokens: int = 0  # the parent's prompt + output: the prefix of this call's prompt
     fork_of: int | None = None  # the call whose sampled tokens this one diverged from
     drift_tokens: int = 0  # sampled tokens of fork_of from the divergence point on
+    main_before: bool = True  # an earlier main-loop call of the rollout exists (only a root can say no)
+    shared_tokens: int = 0  # a root's longest shared prefix with an earlier call
+
+    @property
+    def kind(self) -> str:
+        """extends | fork | first (the rollout's first main-loop call) | false_fork | new_root."""
+        if self.parent_id is not None:
+            return "extends"
+        if self.fork_of is not None:
+            return "fork"
+        if not self.main_before:
+            return "first"
+        return "false_fork" if self.shared_tokens >= FALSE_FORK_TOKENS else "new_root"
 
 
 def common_prefix_len(a: bytes, b: bytes) -> int:
@@ -62,7 +77,11 @@ def link(prompt: bytes, candidates: Iterable[GraphNode]) -> Link:
         if shared > node.prompt_len and shared >= best_overlap:
             fork, best_overlap = node.call_id, shared
             drift = len(node.sequence) // 4 - shared
-    return Link(parent_id=None, fork_of=fork, drift_tokens=drift)
+    if fork is not None:
+        return Link(parent_id=None, fork_of=fork, drift_tokens=drift)
+    main_before = any(not node.side for node in candidates)
+    shared = max((common_prefix_len(prompt, node.sequence) for node in candidates), default=0)
+    return Link(parent_id=None, main_before=main_before, shared_tokens=shared)
 
 
 class CallGraphIndex:

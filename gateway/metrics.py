@@ -42,7 +42,20 @@ class GatewayMetrics:
         self.engine_dtype = Gauge(
             "harnessrl_engine_dtype_info", "1 for the managed engine's serving dtype", ["dtype"], registry=r
         )
+        # Capture health live (gateway.store.health reads it per run and model from the store): how each
+        # recorded call joined its rollout's graph, by harness. Labels come from a fixed set and the
+        # control plane (a rollout's harness), never from what an agent sends: /metrics is open and an
+        # agent's model names are unbounded.
+        self.turns = Counter(
+            "harnessrl_turns",
+            "Recorded calls by how they joined their rollout's call graph: extends (the previous turn, exactly), "
+            "fork (lost sampled tokens), false_fork (rewrote an earlier prompt), new_root, first, side",
+            ["harness", "link"],
+            registry=r,
+        )
+        self.drift_tokens = Counter("harnessrl_drift_tokens", "Sampled tokens lost at forks", ["harness"], registry=r)
         self._recorded_children: dict[str, tuple] = {}  # dialect -> its labelled calls, latency, tokens
+        self._turn_children: dict[tuple[str, str], object] = {}  # (harness, link) -> its counter
         self.calls_in_flight = 0  # the gauge's value, readable (the writer commits inline when it is 0)
 
     @contextmanager
@@ -70,6 +83,15 @@ class GatewayMetrics:
         latency.observe(latency_ms / 1000.0)
         tokens_in.inc(prompt_tokens)
         tokens_out.inc(output_tokens)
+
+    def turn(self, harness: str | None, link: str, drift_tokens: int) -> None:
+        key = (harness or "", link)
+        child = self._turn_children.get(key)
+        if child is None:  # as in recorded(): .labels() once per label set, not per call
+            child = self._turn_children[key] = self.turns.labels(*key)
+        child.inc()
+        if drift_tokens:
+            self.drift_tokens.labels(harness or "").inc(drift_tokens)
 
     def failed(self, path: str, status_code: int, engine_kind: str | None) -> None:
         self.calls.labels(dialect_at(path).name, str(status_code)).inc()

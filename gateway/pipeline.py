@@ -316,7 +316,8 @@ class ChatPipeline:
         # No other call in flight: nothing the commit could hold up, so it may skip the writer's hops.
         call_id = await self.writer.record(record, alone=self.metrics.calls_in_flight == 0)
         self.metrics.recorded(record.dialect, record.latency_ms, len(record.prompt_ids), len(record.output_ids))
-        node = GraphNode(call_id, len(record.prompt_ids), memoryview(sequence).cast("B"))  # the bytes, not a copy
+        self.metrics.turn(identity.harness, "side" if tags else link.kind, link.drift_tokens)
+        node = GraphNode(call_id, len(record.prompt_ids), memoryview(sequence).cast("B"), bool(tags))  # bytes, no copy
         await self.graph.add(identity.rollout_id, node)
         return RecordedAnswer(call_id, answer, resolved)
 

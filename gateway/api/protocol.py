@@ -279,6 +279,23 @@ class PolicyTaskView(BaseModel):
     policies: dict[str, TaskPolicyCell]  # policy label -> its rollouts and passes on this task
 
 
+class CaptureHealthView(BaseModel):
+    """How faithfully a run's calls were recorded, for one (harness, model) (gateway.store.health)."""
+
+    harness: str | None
+    model: str
+    rollouts: int
+    calls: int
+    side_calls: int
+    retried: int
+    later_turns: int  # main-loop calls after each rollout's first
+    extending_turns: int  # of those, extending an earlier call exactly
+    extension_rate: float | None  # extending_turns / later_turns
+    forks: int  # roots that diverged inside an earlier call's sampled tokens
+    drift_tokens: int  # sampled tokens lost at those forks
+    false_forks: int  # roots sharing a long prefix with an earlier call but rewriting its prompt
+
+
 class RunSummary(BaseModel):
     """A run in numbers, all SQL aggregates."""
 

@@ -15,6 +15,7 @@ from gateway.api.protocol import (
     AddReward,
     CallDetail,
     CallView,
+    CaptureHealthView,
     Conversation,
     CreateRollout,
     EndRollout,
@@ -282,6 +283,7 @@ def create_router() -> APIRouter:
     get("/runs", runs.list_runs, Page[RunView])
     get("/runs/{name}", runs.get_run, RunView)
     get("/runs/{name}/summary", runs.get_run_summary, RunSummary)
+    get("/runs/{name}/health", runs.get_run_health, list[CaptureHealthView])
     get("/runs/{name}/steps", runs.list_run_steps, Page[LearnerStepView])
     return router
 

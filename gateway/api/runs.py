@@ -8,6 +8,7 @@ from fastapi import Query
 
 from gateway.api.params import After, Int64, Limit, Order, StepAfter, page_of
 from gateway.api.protocol import (
+    CaptureHealthView,
     GroupRollout,
     GroupView,
     LearnerStepView,
@@ -22,6 +23,7 @@ from gateway.errors import NotFound
 from gateway.passk import TaskCount, policy_label, policy_results
 from gateway.state import StateDep
 from gateway.store.evaluation import pinned_metric_means, pinned_task_counts
+from gateway.store.health import capture_health
 from gateway.store.listings import GroupFilter, Listings, RunCounts
 from gateway.store.summary import run_summary
 from gateway.store.tables import Group, Run
@@ -73,6 +75,19 @@ async def get_run_summary(name: str, state: StateDep) -> RunSummary:
         policies=policy_views(cells, metrics),
         policy_tasks=task_views(cells),
     )
+
+
+async def get_run_health(name: str, state: StateDep) -> list[CaptureHealthView]:
+    """The run's capture health per (harness, model): exact extensions, forks, false forks, retries."""
+    run = await _run(state, name)
+    return [
+        CaptureHealthView(
+            **{k: v for k, v in dataclasses.asdict(row).items() if k != "rollouts"},
+            rollouts=len(row.rollouts),
+            extension_rate=row.extension_rate,
+        )
+        for row in await capture_health(state.store, run.id)
+    ]
 
 
 def policy_views(cells: list[TaskCount], metrics: dict[int, dict[str, float]] | None = None) -> list[PolicyResultView]:

@@ -21,11 +21,10 @@ from dataclasses import dataclass, field
 import numpy as np
 from sqlalchemy import select
 
+from gateway.callgraph import FALSE_FORK_TOKENS
 from gateway.store.records import CallTag
 from gateway.store.store import Store
 from gateway.store.tables import Call, Rollout
-
-FALSE_FORK_TOKENS = 64  # a shared prefix this long means the new root continues an earlier call
 
 
 @dataclass

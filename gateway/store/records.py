@@ -51,6 +51,7 @@ class GraphNode:
     call_id: int
     prompt_len: int  # tokens
     sequence: bytes | memoryview  # prompt + output ids, packed int32 LE (a view of the recorded array)
+    side: bool = False  # a side call (title, summary): not the agent's main loop
 
 
 @dataclass(frozen=True)

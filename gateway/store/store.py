@@ -280,12 +280,14 @@ class Store:
         """The rollout's last ``limit`` calls as call-graph nodes, oldest first."""
         if rollout_id in self._without_calls:
             return []
-        query = select(*prompt_delta.STORED_COLUMNS).where(Call.rollout_id == rollout_id).order_by(Call.id)
+        query = select(*prompt_delta.STORED_COLUMNS, Call.tags).where(Call.rollout_id == rollout_id).order_by(Call.id)
         async with self.sessions() as session:
-            rows = [prompt_delta.as_stored(row) for row in (await session.execute(query)).all()]
+            raw = (await session.execute(query)).all()
+        rows, side = [prompt_delta.as_stored(row) for row in raw], {row.id: bool(row.tags) for row in raw}
         prompts = prompt_delta.whole_prompts(rows, {r.call_id for r in rows[-limit:]})
         return [
-            GraphNode(r.call_id, len(prompts[r.call_id]) // 4, prompts[r.call_id] + r.output) for r in rows[-limit:]
+            GraphNode(r.call_id, len(prompts[r.call_id]) // 4, prompts[r.call_id] + r.output, side[r.call_id])
+            for r in rows[-limit:]
         ]
 
     async def call_nodes(self, rollout_id: int) -> list[CallNode]:

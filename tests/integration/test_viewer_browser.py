@@ -326,6 +326,15 @@ def test_run_group_rollout_call_by_clicking(recorded, db, browser):
     for status in {r.status for r in rollouts}:
         assert by_status[status].split()[-1] == str(sum(r.status == status for r in rollouts)), by_status
     assert browser.texts("[data-testid=stat-learner-steps]") == [str(STEPS)]
+    # Capture health: a row per harness that made calls, the forks those of its main-loop calls.
+    run_calls = db.scalars(select(Call).join(Rollout, Rollout.id == Call.rollout_id).where(Rollout.run_id == run_id))
+    run_calls = list(run_calls)
+    harness_of = {r.id: (r.meta or {}).get("harness") or "" for r in rollouts}
+    assert sorted(browser.attrs("[data-testid=health-row]", "data-harness")) == sorted(
+        {harness_of[c.rollout_id] for c in run_calls}
+    )
+    forks = sum(c.fork_of is not None and not c.tags for c in run_calls)
+    assert sum(int(t) for t in browser.texts("[data-testid=capture-health] [data-testid=forks]")) == forks
     for key, points in (("reward_mean", STEPS), ("loss", STEPS), ("kl", STEPS), ("swap_time_s", (STEPS + 1) // 2)):
         chart = page.locator(f"svg[data-testid=chart][data-key={key}]")
         assert chart.get_attribute("data-points") == str(points)

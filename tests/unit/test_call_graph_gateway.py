@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from prometheus_client.parser import text_string_to_metric_families
+
 from gateway.engine.fake import FakeReply
 from tests.builders import WEATHER_TOOL
 
@@ -69,3 +71,52 @@ async def test_capture_mode_is_fixed_per_run(gateway):
     await gateway.new_rollout(run="tito-run", capture="tito")
     response = await gateway.http.post("/api/rollouts", json={"run": "tito-run", "task": "t", "capture": "engine"})
     assert response.status_code == 409 and "tito" in response.json()["error"]["message"]
+
+
+def turns(metrics: str, harness: str) -> dict[str, float]:
+    """harnessrl_turns_total by link for one harness, from the /metrics text."""
+    [family] = [f for f in text_string_to_metric_families(metrics) if f.name == "harnessrl_turns"]
+    return {
+        s.labels["link"]: s.value
+        for s in family.samples
+        if s.name == "harnessrl_turns_total" and s.labels["harness"] == harness
+    }
+
+
+async def test_metrics_count_each_turn_by_how_it_joined_the_call_graph(gateway):
+    gateway.fake.script = [
+        FakeReply(content="A title"),
+        FakeReply(tool_calls=(("get_weather", {"city": "Paris"}),)),
+        FakeReply(content="Sunny."),
+        FakeReply(content="Noted."),
+        FakeReply(content="Again."),
+        FakeReply(content="Other."),
+    ]
+    rollout = await gateway.new_rollout(meta={"harness": "pi"})
+    client = gateway.openai(api_key=rollout["token"])
+    await client.chat.completions.create(  # side
+        model="policy",
+        messages=[{"role": "system", "content": "You are a title generator."}, {"role": "user", "content": "x"}],
+    )
+    system = {"role": "system", "content": " ".join(f"rule{n}" for n in range(80))}  # > 64 shared tokens
+    messages = [system, {"role": "user", "content": "weather?"}]
+    first = await client.chat.completions.create(model="policy", messages=messages, tools=[WEATHER_TOOL])  # first
+    call = first.choices[0].message.tool_calls[0]
+    messages += [
+        {"role": "assistant", "tool_calls": [call.model_dump()]},
+        {"role": "tool", "tool_call_id": call.id, "content": "sunny"},
+    ]
+    answer = await client.chat.completions.create(model="policy", messages=messages, tools=[WEATHER_TOOL])  # fork
+    messages = [*messages, {"role": "assistant", "content": answer.choices[0].message.content}]
+    await client.chat.completions.create(  # extends
+        model="policy", messages=[*messages, {"role": "user", "content": "thanks"}], tools=[WEATHER_TOOL]
+    )
+    rewritten = [system, {"role": "user", "content": "weather in Rome?"}]  # history rewritten: false fork
+    await client.chat.completions.create(model="policy", messages=rewritten, tools=[WEATHER_TOOL])
+    await client.chat.completions.create(model="policy", messages=[{"role": "user", "content": "new"}])  # new root
+    calls = (await gateway.http.get(f"/api/rollouts/{rollout['id']}/calls")).json()["data"]
+    text = (await gateway.http.get("/metrics")).text
+    counted = turns(text, "pi")
+    assert counted == {"side": 1, "first": 1, "fork": 1, "extends": 1, "false_fork": 1, "new_root": 1}, counted
+    drift = sum(c["drift_tokens"] for c in calls)
+    assert drift > 0 and f'harnessrl_drift_tokens_total{{harness="pi"}} {float(drift)}' in text

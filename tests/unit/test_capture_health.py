@@ -6,7 +6,8 @@ import asyncio
 
 from typer.testing import CliRunner
 
-from gateway.store.health import FALSE_FORK_TOKENS, capture_health
+from gateway.callgraph import FALSE_FORK_TOKENS
+from gateway.store.health import capture_health
 from gateway.store.store import Store
 from harnessrl.cli import app
 from tests.builders import call_record
@@ -74,3 +75,14 @@ def test_health_prints_the_table_and_names_an_unknown_run(sqlite_db):
     assert "capture health of run 'health'" in result.output and "opencode" in result.output
     missing = CliRunner().invoke(app, ["health", "--run", "nope", "--database-url", sqlite_db])
     assert missing.exit_code == 1 and "no run named 'nope'" in missing.output
+
+
+async def test_the_run_page_reads_the_same_rows_from_the_api(gateway):
+    await plant(gateway.app.state.gateway.store)
+    response = await gateway.http.get("/api/runs/health/health")
+    assert response.status_code == 200
+    opencode, pi = response.json()
+    assert (pi["harness"], pi["rollouts"], pi["calls"], pi["extension_rate"], pi["retried"]) == ("pi", 1, 4, 1.0, 1)
+    assert (opencode["forks"], opencode["drift_tokens"], opencode["false_forks"]) == (1, 3, 1)
+    missing = await gateway.http.get("/api/runs/nope/health")
+    assert missing.status_code == 404 and "not found" in missing.json()["error"]["message"]

@@ -117,9 +117,13 @@ async def test_health_and_metrics_stay_open(gateway, path):
 async def test_metrics_carry_only_aggregate_counters(gateway):
     ids = await victim(gateway)
     await gateway.agent.post(f"/r/{ids['token']}x/v1/chat/completions", json=chat_body())  # a refused call
+    named = {**chat_body(), "model": "agent-chosen-model-name"}  # served (as the policy), counted, never a label
+    assert (await gateway.agent.post(f"/r/{ids['token']}/v1/chat/completions", json=named)).status_code == 200
     text = (await gateway.agent.get("/metrics")).text
+    assert "agent-chosen-model-name" not in text and "harnessrl_turns_total" in text
     labels = set(re.findall(r'(\w+)="', text))
-    assert labels <= {"dialect", "status", "kind", "dtype", "le", "reason", "engine"}, labels
+    # harness: a rollout's, set through the control plane; link: one of a fixed few (gateway.callgraph)
+    assert labels <= {"dialect", "status", "kind", "dtype", "le", "reason", "engine", "harness", "link"}, labels
     assert set(re.findall(r'engine="([^"]*)"', text)) == {"0"}  # an engine by its position, never its address
     engine_url = gateway.app.state.gateway.engine.engines()[0]["url"]
     for secret in (ids["token"], "test-run", "task-1", TEST_ADMIN_KEY, engine_url):

@@ -1,4 +1,4 @@
-// #/runs/NAME: the run's summary, the learner's metrics, its groups and its rollouts.
+// #/runs/NAME: the run's summary, its capture health, the learner's metrics, its groups and its rollouts.
 
 import { get, pager } from "../api.js";
 import { badge, dash, facts, fmtNum, fmtPct, fmtTime, h, href, link, section } from "../dom.js";
@@ -91,6 +91,26 @@ function evaluationCard(summary) {
     "Rollouts pinned to a policy; a pass is a verifier reward of 1, a failed rollout counts as 0."), perPolicy, tasks);
 }
 
+// Capture health per harness × model (GET .../health): how many later turns extended the previous one
+// exactly (one sample holds both), and what broke the others: forks, false forks, retries.
+function healthCard(rows) {
+  if (!rows.length) return null;
+  const num = (label) => h("th", { class: "num" }, label);
+  const cell = (value, testid) => h("td", { class: "num", testid }, value);
+  return section("Capture health", h("p", { class: "muted small" },
+    "A later turn should extend the previous turn's prompt and output exactly; a fork lost sampled tokens, a ",
+    "false fork rewrote an earlier prompt (one trajectory became two samples)."),
+  h("table", { class: "grid narrow", testid: "capture-health" },
+    h("thead", {}, h("tr", {}, h("th", {}, "harness"), h("th", {}, "model"), num("rollouts"), num("calls"),
+      num("later turns"), num("exact extensions"), num("forks"), num("drift tokens"), num("false forks"),
+      num("retried"), num("side calls"))),
+    h("tbody", {}, rows.map((r) => h("tr", { testid: "health-row", dataset: { harness: r.harness ?? "" } },
+      h("td", {}, r.harness ?? dash()), h("td", {}, r.model), cell(fmtNum(r.rollouts)), cell(fmtNum(r.calls)),
+      cell(fmtNum(r.later_turns)), cell(fmtPct(r.extension_rate), "extension-rate"), cell(fmtNum(r.forks), "forks"),
+      cell(fmtNum(r.drift_tokens)), cell(fmtNum(r.false_forks), "false-forks"), cell(fmtNum(r.retried), "retried"),
+      cell(fmtNum(r.side_calls)))))));
+}
+
 async function loadSteps(name, signal) {
   const pages = pager(`runs/${encodeURIComponent(name)}/steps`, {}, signal, 1000);
   const steps = [];
@@ -147,8 +167,9 @@ function groupsCard(ctx, run) {
 export async function runView(ctx, name) {
   ctx.crumbs([["runs", href.runs()], [name, href.run(name)]]);
   const path = `runs/${encodeURIComponent(name)}`;
-  const [run, summary, steps] = await Promise.all([
-    get(path, {}, ctx.signal), get(`${path}/summary`, {}, ctx.signal), loadSteps(name, ctx.signal)]);
+  const [run, summary, health, steps] = await Promise.all([
+    get(path, {}, ctx.signal), get(`${path}/summary`, {}, ctx.signal), get(`${path}/health`, {}, ctx.signal),
+    loadSteps(name, ctx.signal)]);
   const groups = groupsCard(ctx, name);
   const rollouts = rolloutList(ctx, { run: name });
   ctx.show(
@@ -156,6 +177,7 @@ export async function runView(ctx, name) {
     h("p", { class: "muted small" }, `created ${fmtTime(run.created_at)} · capture ${run.config?.capture ?? "engine"}`),
     summaryCard(summary),
     evaluationCard(summary),
+    healthCard(health),
     chartsCard(steps.steps, steps.truncated),
     groups.el,
     section("Rollouts", rollouts.el));
