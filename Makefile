@@ -10,7 +10,7 @@ DEMO_SFT_EPOCHS ?= 4
 
 .PHONY: install demo demo-pi test test-busy test-unit lint bench check-install compose-check clean
 
-# pip, not uv/poetry: only pip sees the CPU torch wheel on this machine kind (see REFERENCE.md).
+# pip, not uv/poetry: only pip sees the CPU torch wheel on this machine kind (docs/platforms.md).
 $(STAMP): pyproject.toml constraints/cpu.txt
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install -q --upgrade pip

@@ -1,7 +1,7 @@
 """What the machine offers the managed engine: the serving dtype and the CPU engine's memory.
 
 bfloat16 is emulated on CPUs without native bf16 instructions (AVX512-BF16 or AMX): there, float32
-prefills 2-4x faster (REFERENCE.md, measured on AVX2 cloud VMs). GPUs serve bfloat16. Every choice
+prefills 2-4x faster (docs/platforms.md, measured on AVX2 cloud VMs). GPUs serve bfloat16. Every choice
 carries its reason, which `serve` logs and the gateway shows on /health and /metrics.
 """
 

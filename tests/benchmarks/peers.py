@@ -11,7 +11,7 @@ are on for every request (token ids and logprobs asked of the engine).
 
 Each peer runs in its own virtual environment, created by this script from the package index with
 pinned versions (kept under ~/.cache/harnessrl/peers): LiteLLM's proxy and OpenEnv's CaptureServer
-cannot share one resolved environment with vLLM (see REFERENCE.md). The rows of one run alternate
+cannot share one resolved environment with vLLM (docs/platforms.md). The rows of one run alternate
 peers on the same cores, so ratios are fair; absolute numbers on a shared 2-core machine are noise.
 """
 
