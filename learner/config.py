@@ -195,7 +195,7 @@ FLAT_KEYS: dict[str, tuple[str, str]] = {
                 "optimizer",
                 ("lr", "weight_decay", "adam_betas", "max_grad_norm", "warmup_steps", "scheduler", "min_lr_ratio"),
             ),
-            ("loss", ("epsilon", "epsilon_high", "is_min", "is_max", "is_correction", "beta")),
+            ("loss", ("epsilon", "epsilon_high", "is_min", "is_max", "is_correction", "beta", "mismatch_alarm")),
             ("forward", ("chunk_tokens", "checkpoint_min_tokens", "activation_checkpointing")),
             (
                 "batch",
@@ -236,6 +236,7 @@ def _validate(c: LearnerConfig) -> None:
         ("publish.retries", p.retries),
         ("optimizer.weight_decay", o.weight_decay),
         ("loss.beta", c.loss.beta),
+        ("loss.mismatch_alarm", c.loss.mismatch_alarm),
         ("batch.token_budget", b.token_budget),
         ("batch.min_saved_tokens", b.min_saved_tokens),
         ("forward.checkpoint_min_tokens", c.forward.checkpoint_min_tokens),

@@ -21,6 +21,7 @@ import torch.distributed as dist
 from torch import nn
 
 from learner.loss import LossStats
+from learner.mismatch import MismatchStats
 
 T = TypeVar("T")
 
@@ -112,6 +113,16 @@ def all_reduce_stats(stats: LossStats, device: torch.device | str = "cpu") -> Lo
     dist.all_reduce(extremes, op=dist.ReduceOp.MIN)  # the max as the min of its negation: one call
     low, neg_high = extremes.tolist()
     return LossStats(int(s[0]), int(s[1]), int(s[2]), int(s[3]), s[4], s[5], s[6], s[7], low, -neg_high)
+
+
+def all_reduce_mismatch(stats: MismatchStats, device: torch.device | str = "cpu") -> MismatchStats:
+    """The step's train/inference mismatch over every rank: sums summed, the max over all ranks."""
+    if not is_distributed():
+        return stats
+    s = sum_over_ranks([stats.tokens, stats.abs_sum, stats.k3_sum, stats.over], device)
+    high = torch.tensor([stats.abs_max], dtype=torch.float64, device=device)
+    dist.all_reduce(high, op=dist.ReduceOp.MAX)
+    return MismatchStats(int(s[0]), s[1], float(high.item()), s[2], int(s[3]))
 
 
 def _grad_or_zeros(p: nn.Parameter) -> torch.Tensor:

@@ -67,6 +67,9 @@ class Batch:
     samples_empty: int  # dropped: no sampled token (nothing to learn from)
     staleness: tuple[int, ...]  # of every sample read (how old the incoming data is)
     temperature: float = 1.0  # the run's sampling temperature: the learner's log-probs are taken at it
+    # the version the learner's weights are (None: they moved since it was published): tokens it
+    # sampled measure the train/inference mismatch (learner.mismatch)
+    version: int | None = None
 
     @property
     def group_ids(self) -> tuple[int, ...]:
@@ -176,5 +179,14 @@ def build_batch(
                 else:
                     kept.append(TrainSample(sample, advantage, age, group.group_id, rollout.rollout_id))
     return Batch(
-        tuple(groups), tuple(kept), advantages, len(staleness), stale, unscored, empty, tuple(staleness), temperature
+        tuple(groups),
+        tuple(kept),
+        advantages,
+        len(staleness),
+        stale,
+        unscored,
+        empty,
+        tuple(staleness),
+        temperature,
+        learner_version,
     )

@@ -23,6 +23,7 @@ checkpoint are checkpointed and committed, then it returns.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import logging
 import signal
 import threading
@@ -49,6 +50,7 @@ from learner.config import LearnerConfig, with_overrides
 from learner.groups import ReadyGroup, UnusableGroup, build_batch, check_group, load_group, run_temperature
 from learner.memory import memory_estimate
 from learner.metrics import Metrics, MetricsSink, step_metrics, why_nothing_trained
+from learner.mismatch import is_alarming
 from learner.prometheus import LearnerExporter
 from learner.publish import GatewayUnreachable, Publisher
 from learner.ranks import tell_followers
@@ -56,6 +58,12 @@ from learner.trainer import Trainer, build_trainer, train_batch
 
 logger = logging.getLogger("learner")
 FALLBACK_TOKEN_BUDGET = 32768  # token_budget = 0 with no gateway to ask (publish = false)
+MISMATCH_ALARM = (
+    "step %d: the learner's log-probs of tokens its own version sampled differ from the engine's by "
+    "%.4f nats per token (loss.mismatch_alarm %.4f): the engine is not computing what the learner "
+    "trains (a bfloat16 engine, another chat template, an adapter the engine did not apply); compare "
+    "the engine's dtype on /health with the learner's, or serve with --dtype float32"
+)
 
 
 class LearnerError(RuntimeError):
@@ -169,6 +177,8 @@ async def _train(
         started = time.perf_counter()
         version = progress.version
         batch = build_batch(groups, version, config.batch.max_staleness, config.batch.scale_by_std, check.temperature)
+        if progress.changed:  # stepped since the last publish: the weights are no published version
+            batch = dataclasses.replace(batch, version=None)
         lr = trainer.lr
         result, too_long = await asyncio.to_thread(_lead_step, trainer, batch, config)
         progress.step += 1
@@ -189,6 +199,8 @@ async def _train(
         logger.info("step %d: %s", progress.step, _summary(metrics))
         if (nothing := why_nothing_trained(metrics)) is not None:
             logger.warning("step %d %s", progress.step, nothing)
+        if is_alarming(metrics, config.loss.mismatch_alarm):
+            logger.warning(MISMATCH_ALARM, progress.step, metrics["mismatch_mean_abs"], config.loss.mismatch_alarm)
         if on_step is not None:
             on_step(metrics)
         if stop.is_set():

@@ -22,6 +22,11 @@ Metrics = dict[str, float | int | bool | None]
 
 # Keys of learner.step.train_step's result that are reported as they are.
 TRAIN_KEYS = (
+    "mismatch_tokens",  # learner.mismatch: fresh tokens whose learner and sampler log-probs were compared
+    "mismatch_mean_abs",
+    "mismatch_max_abs",
+    "mismatch_k3",
+    "mismatch_frac_over",
     "loss",
     "kl",
     "entropy",

@@ -44,6 +44,7 @@ class SampleLike(Protocol):
     input_ids: np.ndarray
     loss_mask: np.ndarray
     old_logprobs: np.ndarray
+    policy_versions: np.ndarray  # the version that sampled each token, -1 where none did
 
 
 @dataclass(frozen=True)
@@ -57,6 +58,7 @@ class PackedRow:
     advantages: Tensor  # float32 [M], their sample's advantage
     target_samples: Tensor  # long [M], k: the entry belongs to sample_indices[k]
     target_offsets: Tensor  # long [M], the entry's token index within its sample
+    target_versions: Tensor  # long [M], the policy version that sampled it
     sample_indices: tuple[int, ...]  # which of the given samples, in row order
     sample_tokens: int  # the samples' tokens counted one by one: what flat packing forwards
 
@@ -179,8 +181,11 @@ def _targets(
 ) -> dict[str, Tensor]:
     """One entry per trained token of each sample: predictor position, token, old log-prob, advantage."""
     parts: dict[str, list[np.ndarray]] = {
-        k: [] for k in ("predictors", "targets", "old_logprobs", "advantages", "target_samples", "target_offsets")
-    }
+        k: []
+        for k in (
+            "predictors", "targets", "old_logprobs", "advantages", "target_samples", "target_offsets", "target_versions"
+        )
+    }  # fmt: skip
     for k, m in enumerate(order):
         s = samples[m]
         t = np.flatnonzero(_trainable_mask(s))  # token offsets trained, all >= 1
@@ -190,6 +195,7 @@ def _targets(
         parts["advantages"].append(np.full(len(t), advantages[m]))
         parts["target_samples"].append(np.full(len(t), k))
         parts["target_offsets"].append(t)
+        parts["target_versions"].append(np.asarray(s.policy_versions)[t])
     dtypes = {"old_logprobs": np.float32, "advantages": np.float32}
     return {
         k: torch.from_numpy(

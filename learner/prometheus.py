@@ -47,6 +47,14 @@ GAUGES = (
     ),
     ("clip_frac_low", "clip_fraction_low", "Trained tokens clipped below 1 - epsilon"),
     ("clip_frac_high", "clip_fraction_high", "Trained tokens clipped above 1 + epsilon_high"),
+    (
+        "mismatch_mean_abs",
+        "logprob_mismatch_mean_abs",
+        "Mean |learner - sampler| log-prob (nats) of the tokens the learner's own version sampled",
+    ),
+    ("mismatch_max_abs", "logprob_mismatch_max_abs", "Largest |learner - sampler| log-prob of those tokens"),
+    ("mismatch_k3", "logprob_mismatch_kl", "k3 estimate of KL(sampler || learner) on those tokens"),
+    ("mismatch_frac_over", "logprob_mismatch_frac_over", "Share of those tokens differing by more than 0.1 nats"),
 )
 
 # (step metrics key, counter name, help): added up over steps; exposed with a _total suffix.

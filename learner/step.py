@@ -23,7 +23,7 @@ from dataclasses import dataclass, field
 import torch
 from torch import Tensor, nn
 
-from learner.distributed import all_reduce_gradients, all_reduce_stats, sum_over_ranks
+from learner.distributed import all_reduce_gradients, all_reduce_mismatch, all_reduce_stats, sum_over_ranks
 from learner.forward import (
     ForwardConfig,
     causal_lm,
@@ -33,6 +33,7 @@ from learner.forward import (
     packed_mode,
 )
 from learner.loss import LossConfig, LossOutput, LossStats, grpo_loss
+from learner.mismatch import MismatchStats, logprob_mismatch
 from learner.packing import PackedRow
 
 
@@ -90,9 +91,12 @@ def row_loss(
     )
 
 
-def accumulate_gradients(model: nn.Module, rows: list[PackedRow], config: StepConfig) -> LossStats:
-    """Back-propagate every row's summed loss into .grad (added to what is there); merged stats."""
-    stats = LossStats.empty()
+def accumulate_gradients(
+    model: nn.Module, rows: list[PackedRow], config: StepConfig, version: int | None = None
+) -> tuple[LossStats, MismatchStats]:
+    """Back-propagate every row's summed loss into .grad (added to what is there); merged stats, and
+    the train/inference mismatch on the tokens the learner's ``version`` sampled (none when None)."""
+    stats, mismatch = LossStats.empty(), MismatchStats.empty()
     with packed_mode(model):  # the backward reruns checkpointed layers: it stays inside too
         for row in rows:
             if row.num_targets == 0:  # nothing sampled in it: no loss, no gradient, no forward needed
@@ -102,19 +106,27 @@ def accumulate_gradients(model: nn.Module, rows: list[PackedRow], config: StepCo
             out = row_loss(new, entropy, row, config, normaliser=1.0, ref_logprobs=ref)
             out.loss.backward()
             stats = stats.merge(out.stats)
-    return stats
+            if version is not None:
+                mismatch = mismatch.merge(logprob_mismatch(new, row.old_logprobs, row.target_versions == version))
+    return stats, mismatch
 
 
 def train_step(
-    model: nn.Module, optimizer: torch.optim.Optimizer, rows: list[PackedRow], config: StepConfig
+    model: nn.Module,
+    optimizer: torch.optim.Optimizer,
+    rows: list[PackedRow],
+    config: StepConfig,
+    version: int | None = None,
 ) -> dict[str, float | int | bool | None]:
     """One optimizer step over all rows. Skips the step (and says so) when no token was trained or
-    the gradient is not finite, so a bad batch cannot corrupt the adapter or the optimizer state."""
+    the gradient is not finite, so a bad batch cannot corrupt the adapter or the optimizer state.
+    ``version``: the policy version the model's weights are (tokens it sampled measure the mismatch)."""
     params = [p for p in model.parameters() if p.requires_grad]
     optimizer.zero_grad(set_to_none=True)
     device = _device(model)
     # distributed: every rank sums over all ranks, so all see the same count, norm and skip decision
-    stats = all_reduce_stats(accumulate_gradients(model, rows, config), device)
+    stats, mismatch = accumulate_gradients(model, rows, config, version)
+    stats, mismatch = all_reduce_stats(stats, device), all_reduce_mismatch(mismatch, device)
     all_reduce_gradients(params)
     grad_norm, stepped = 0.0, False
     if stats.tokens_trained > 0:
@@ -127,6 +139,7 @@ def train_step(
     num_rows, tokens = sum_over_ranks([len(rows), sum(row.num_tokens for row in rows)], device)
     return {
         **stats.metrics(),
+        **mismatch.metrics(),
         "grad_norm": grad_norm,  # before clipping
         "optimizer_stepped": stepped,
         "rows": int(num_rows),

@@ -118,7 +118,8 @@ def train_batch(trainer: Trainer, batch: Batch, config: LearnerConfig) -> tuple[
     )
     rows = shard(packing.rows, [row.num_tokens for row in packing.rows], *world())  # all of them in one process
     # log-probs at the temperature the run sampled at (the batch says it: every rank gets the batch)
-    result = train_step(trainer.model, trainer.optimizer, rows, replace(config.step(), temperature=batch.temperature))
+    step = replace(config.step(), temperature=batch.temperature)
+    result = train_step(trainer.model, trainer.optimizer, rows, step, batch.version)
     if result["optimizer_stepped"]:
         trainer.scheduler.step()
     return result, len(packing.refused)

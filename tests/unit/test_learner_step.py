@@ -22,7 +22,7 @@ def test_one_step_with_positive_advantages_lowers_the_loss_on_the_batch():
     before = train_step(model, optimizer, rows, config)
     assert before["optimizer_stepped"] and before["ratio_min"] == pytest.approx(1.0, abs=1e-5)
     assert before["loss"] == pytest.approx(-1.0, abs=1e-5)  # -ratio * A with ratio 1, A 1
-    after = accumulate_gradients(model, rows, config).metrics()
+    after = accumulate_gradients(model, rows, config)[0].metrics()
     model.zero_grad(set_to_none=True)
     assert after["loss"] < before["loss"] - 1e-3
     assert after["ratio_mean"] > 1.0
@@ -114,7 +114,7 @@ def test_packed_accumulated_gradient_equals_the_padded_batch_gradient():
     rows = pack_samples(samples, advantages, token_budget=30).rows
     assert len(rows) > 1  # several micro-batches
     # learner.step: per-row sums, divided by the trained-token count afterwards
-    stats = accumulate_gradients(model, rows, StepConfig())
+    stats, _ = accumulate_gradients(model, rows, StepConfig())
     packed = {k: g / stats.tokens_trained for k, g in grads(model).items()}
     reference, trained = padded_reference_grads(model, samples, advantages, float(stats.tokens_trained))
     assert trained == stats.tokens_trained

@@ -129,12 +129,12 @@ def test_tree_and_flat_packing_take_the_same_step_in_float64(kind, case):
     samples = CASES[case](model)
     advantages = [float(a) for a in np.linspace(-1.0, 1.5, len(samples))]
     config = StepConfig(loss=LossConfig(beta=0.05), temperature=0.9)
-    flat = accumulate_gradients(model, list(pack_samples(samples, advantages, 300, tree=False).rows), config)
+    flat, _ = accumulate_gradients(model, list(pack_samples(samples, advantages, 300, tree=False).rows), config)
     want = grads(model)
     model.zero_grad(set_to_none=True)
     rows = list(pack_samples(samples, advantages, 300, min_saved_tokens=1).rows)
     assert any(r.is_tree for r in rows)
-    tree = accumulate_gradients(model, rows, config)
+    tree, _ = accumulate_gradients(model, rows, config)
     got = grads(model)
     assert (tree.tokens_sampled, tree.tokens_trained, tree.tokens_clipped_low, tree.tokens_clipped_high) == (
         flat.tokens_sampled,
