@@ -6,7 +6,8 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 DEMO_MINUTES ?= 14
 DEMO_PI_MINUTES ?= 20
-DEMO_SFT_EPOCHS ?= 4
+DEMO_SFT_EPOCHS ?= 2
+DEMO_SFT_LR ?= 2e-3
 
 .PHONY: install demo demo-pi test test-busy test-unit lint bench check-install compose-check clean
 
@@ -39,7 +40,7 @@ demo-pi: install
 	bash tests/setup_machine.sh demo
 	$(BIN)/harnessrl models prepare
 	$(BIN)/harnessrl quickstart --run demo-pi --harness pi --tasks builtin:shell --minutes $(DEMO_PI_MINUTES) \
-	    --warm-start --upstream solutions --sft-epochs $(DEMO_SFT_EPOCHS) \
+	    --warm-start --upstream solutions --sft-epochs $(DEMO_SFT_EPOCHS) --sft-lr $(DEMO_SFT_LR) \
 	    --eval-every 1000 --unseen-tasks builtin:shell-unseen
 
 # Sets up what the suite needs (as root: installs it; else names the command), then runs every tier.
