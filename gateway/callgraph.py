@@ -16,11 +16,10 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from gateway.store.arrays import pack_ids
-from gateway.store.records import GraphNode
+from gateway.store.arrays import ids_array, pack_ids
+from gateway.store.records import FALSE_FORK_TOKENS, GraphNode
 
 RECENT_CALLS = 64  # per rollout: candidates for parents (subagents interleave, but not 64 deep)
-FALSE_FORK_TOKENS = 64  # a root sharing this many leading tokens with an earlier call continues it
 ROLLOUTS_CACHED = 2048  # rollouts whose recent calls are kept in memory
 
 
@@ -50,8 +49,7 @@ def common_prefix_len(a: bytes, b: bytes) -> int:
     n = min(len(a), len(b)) // 4
     if n == 0:
         return 0
-    x = np.frombuffer(a, dtype="<i4", count=n)
-    y = np.frombuffer(b, dtype="<i4", count=n)
+    x, y = ids_array(a, n), ids_array(b, n)
     mismatch = np.flatnonzero(x != y)
     return int(mismatch[0]) if mismatch.size else n
 

@@ -27,6 +27,7 @@ from gateway.policy import PolicyRegistry, ResolvedModel
 from gateway.refusals import EngineRefusals
 from gateway.retries import RETRIED, Attempt, RetryBook, retry_count
 from gateway.sampling import engine_sampling, sampled_with
+from gateway.store.arrays import LOGPROBS
 from gateway.store.records import CallRecord, RolloutIdentity
 from gateway.store.samples import UNDELIVERED
 from gateway.store.writer import CallWriter
@@ -380,7 +381,7 @@ def _record(
         prompt_ids=ids.prompt,
         output_ids=ids.output,
         # what a teacher reports is no sampler's log-prob: none is stored (the learner refuses such tokens)
-        output_logprobs=np.asarray(logprobs, dtype="<f4") if source == "policy" else None,
+        output_logprobs=np.asarray(logprobs, dtype=LOGPROBS) if source == "policy" else None,
         finish_reason=choice.get("finish_reason"),
         request=client_request,
         response=_without_token_arrays(answer),

@@ -30,7 +30,8 @@ from dataclasses import dataclass
 import numpy as np
 import orjson
 
-IDS = np.dtype("<i4")
+from gateway.store.arrays import IDS
+
 SEQUENCES_PER_ROLLOUT = 4  # main loop, subagents, side calls
 ROLLOUTS_CACHED = 1024
 PROMPT_IDS_KEY = b'"prompt_token_ids":['  # as vLLM writes it (compact JSON); a quote in a string is escaped

@@ -5,7 +5,6 @@ from __future__ import annotations
 import asyncio
 from typing import Annotated
 
-import numpy as np
 from fastapi import Query
 from sqlalchemy.engine import Row
 
@@ -14,7 +13,7 @@ from gateway.api.protocol import CallDetail, CallView, Page
 from gateway.decoding import TokenDecoder
 from gateway.errors import NotFound
 from gateway.state import StateDep
-from gateway.store.arrays import logprobs_or_none, unpack_ids, unpack_logprobs
+from gateway.store.arrays import ids_array, logprobs_or_none, unpack_ids, unpack_logprobs
 from gateway.store.listings import CALL_COLUMNS, CallFilter
 from gateway.store.samples import Ancestor, prompt_marks
 from gateway.store.tables import Call
@@ -85,7 +84,7 @@ async def get_call(call_id: Int64, state: StateDep, decode: bool = False) -> Cal
 
 def _mark_prompt(detail: CallDetail, call: Call, ancestors: list[Ancestor]) -> None:
     """The prompt's mask, logprobs and versions: what the sample through this call holds there."""
-    marks = prompt_marks(np.frombuffer(call.prompt_ids, "<i4"), ancestors, include_side=bool(call.tags))
+    marks = prompt_marks(ids_array(call.prompt_ids), ancestors, include_side=bool(call.tags))
     sampled = marks.mask.astype(bool)
     detail.prompt_mask = marks.mask.tolist()
     # null where nothing was sampled, and where a teacher wrote the token (NaN: no sampler log-prob)

@@ -21,8 +21,7 @@ from dataclasses import dataclass, field
 import numpy as np
 from sqlalchemy import select
 
-from gateway.callgraph import FALSE_FORK_TOKENS
-from gateway.store.records import CallTag
+from gateway.store.records import FALSE_FORK_TOKENS, CallTag
 from gateway.store.store import Store
 from gateway.store.tables import Call, Rollout
 

@@ -44,6 +44,9 @@ class CallTag(StrEnum):
     RETRIED = "retried"  # the client sent the same body again: this one is superseded
 
 
+FALSE_FORK_TOKENS = 64  # a new root sharing this many leading tokens with an earlier call continues it
+
+
 @dataclass(frozen=True)
 class GraphNode:
     """A recorded call as the call graph links it (``gateway.callgraph``)."""

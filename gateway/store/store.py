@@ -12,13 +12,12 @@ from collections.abc import AsyncIterator, Sequence
 from contextlib import asynccontextmanager
 from datetime import UTC, datetime
 
-import numpy as np
 from sqlalchemy import func, insert, select, update
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine, AsyncSession, async_sessionmaker
 
 from gateway.store import prompt_delta, request_delta
-from gateway.store.arrays import logprobs_array, pack_ids, pack_logprobs, unpack_ids
+from gateway.store.arrays import ids_array, logprobs_array, pack_ids, pack_logprobs, unpack_ids
 from gateway.store.database import create_engine, create_sessionmaker
 from gateway.store.listings import Listings, is_main_call
 from gateway.store.records import (
@@ -304,8 +303,8 @@ class Store:
             CallNode(
                 r.id,
                 r.parent_id,
-                np.frombuffer(prompts[r.id], "<i4"),
-                outputs := np.frombuffer(r.output_ids, "<i4"),
+                ids_array(prompts[r.id]),
+                outputs := ids_array(r.output_ids),
                 logprobs_array(r.output_logprobs, len(outputs)),
                 r.policy_version,
                 tuple(r.tags or ()),
@@ -331,7 +330,7 @@ class Store:
             Ancestor(
                 r.id,
                 r.num_prompt_tokens,
-                outputs := np.frombuffer(r.output_ids, "<i4"),
+                outputs := ids_array(r.output_ids),
                 tuple(r.tags or ()),
                 logprobs_array(r.output_logprobs, len(outputs)),
                 r.policy_version,

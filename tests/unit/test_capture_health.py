@@ -6,8 +6,8 @@ import asyncio
 
 from typer.testing import CliRunner
 
-from gateway.callgraph import FALSE_FORK_TOKENS
 from gateway.store.health import capture_health
+from gateway.store.records import FALSE_FORK_TOKENS
 from gateway.store.store import Store
 from harnessrl.cli import app
 from tests.builders import call_record
