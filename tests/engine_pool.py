@@ -11,10 +11,10 @@ import httpx
 from fastapi import FastAPI
 
 from gateway.app import create_app
-from gateway.engine.fake import FakeEngine, create_fake_engine_app
 from gateway.engine.pool import EnginePool
 from harnessrl.server import BackgroundServer
 from tests.builders import TEST_ADMIN_KEY, gateway_settings
+from tests.fake_engine import FakeEngine, create_fake_engine_app
 
 
 @dataclass

@@ -86,11 +86,11 @@ async def capture(name: str, gateway_url: str) -> dict:
 
 
 async def _capture_all(names: list[str]) -> None:
-    from gateway.engine.fake import FakeEngine, FakeReply, create_fake_engine_app
     from gateway.store.database import sqlite_url
     from harnessrl.server import BackgroundGateway, BackgroundServer
     from migrations.runner import upgrade
     from tests.builders import gateway_settings
+    from tests.fake_engine import FakeEngine, FakeReply, create_fake_engine_app
 
     engine = FakeEngine(model="fake-base", max_model_len=1_000_000, script=lambda body: FakeReply(content="Done."))
     with tempfile.TemporaryDirectory() as folder, BackgroundServer(create_fake_engine_app(engine)) as server:

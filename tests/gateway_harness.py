@@ -11,8 +11,8 @@ from openai import AsyncOpenAI
 
 from gateway.app import create_app
 from gateway.engine.client import VLLMEngineClient
-from gateway.engine.fake import FakeEngine
 from gateway.settings import GatewaySettings
+from tests.fake_engine import FakeEngine
 
 
 @dataclass

@@ -3,7 +3,7 @@
 Run: `.venv/bin/python tests/benchmarks/bridge_flood.py [--calls N] [--connections C] [--uncapped] [--out FILE]`.
 
 Two bridges (two sandboxes) are served in this process, as the runner serves them, in front of one fake
-engine (gateway/engine/fake.py, mounted under /r/<token>, in its own process). The neighbour makes
+engine (tests/fake_engine.py, mounted under /r/<token>, in its own process). The neighbour makes
 sequential chat calls through its bridge, each on a fresh connection (the harsh case: a new descriptor
 on both sides per call). Two phases side by side, in alternating blocks (`--rounds`): an idle
 neighbourhood, and one where another process (the flooding agent) holds C slow-body connections to the
@@ -63,7 +63,7 @@ UPSTREAM = """
 import sys, uvicorn
 from starlette.applications import Starlette
 from starlette.routing import Mount
-from gateway.engine.fake import FakeEngine, create_fake_engine_app
+from tests.fake_engine import FakeEngine, create_fake_engine_app
 engine = create_fake_engine_app(FakeEngine(record_requests=False))
 app = Starlette(routes=[Mount("/r/{token}", app=engine)])
 uvicorn.run(app, host="127.0.0.1", port=int(sys.argv[1]), log_level="critical", access_log=False)

@@ -75,7 +75,7 @@ def main() -> None:
     workdir = Path(tempfile.mkdtemp(prefix="harnessrl-bench-"))
     engine_port, gateway_port = free_port(), free_port()
     engine = start(
-        [sys.executable, "-m", "gateway.engine.fake", "--port", str(engine_port)], engine_port, workdir / "engine.log"
+        [sys.executable, "-m", "tests.fake_engine", "--port", str(engine_port)], engine_port, workdir / "engine.log"
     )
     gateway = start(
         [

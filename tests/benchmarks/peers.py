@@ -2,7 +2,7 @@
 
 Run: `.venv/bin/python tests/benchmarks/peers.py [--calls N] [--runs R] [--out FILE]`.
 
-Every proxy sits in front of the same zero-latency fake engine (gateway/engine/fake.py) and gets the
+Every proxy sits in front of the same zero-latency fake engine (tests/fake_engine.py) and gets the
 same load from the same lean client (tests/benchmarks/loadgen.py): concurrency 1, 16 and 64, streaming
 and not, and one session (rollout) of 2,000 turns against sessions of 32 (both sent in loads of 32
 calls). Reported per row: calls/s, added p50/p99 over calling the engine directly, CPU milliseconds per
@@ -328,7 +328,7 @@ def main() -> None:
     workdir = Path(tempfile.mkdtemp(prefix="harnessrl-peers-"))
     engine_port = free_port()
     engine = ManagedProcess(
-        [sys.executable, "-m", "gateway.engine.fake", "--port", str(engine_port)],
+        [sys.executable, "-m", "tests.fake_engine", "--port", str(engine_port)],
         f"http://{HOST}:{engine_port}",
         workdir / "engine.log",
     ).start()

@@ -47,7 +47,7 @@ def serve_engine(port: int, latency_ms: float, slots: int) -> None:
     """One fake engine: ``latency_ms`` per chat call, at most ``slots`` at once (the rest wait inside)."""
     import uvicorn
 
-    from gateway.engine.fake import FakeEngine, create_fake_engine_app
+    from tests.fake_engine import FakeEngine, create_fake_engine_app
 
     app = create_fake_engine_app(FakeEngine(record_requests=False, delay_s=latency_ms / 1000.0))
     capacity = asyncio.Semaphore(slots)

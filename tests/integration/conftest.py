@@ -10,7 +10,6 @@ from pathlib import Path
 
 import pytest
 
-from gateway.engine.fake import FakeEngine, create_fake_engine_app
 from gateway.store.database import sqlite_url
 from harnessrl.engine_process import EngineLaunch, ManagedProcess
 from harnessrl.model_prep import prepare_smollm2
@@ -18,6 +17,7 @@ from harnessrl.server import BackgroundGateway, BackgroundServer, free_port
 from migrations.runner import upgrade
 from tests.builders import gateway_settings
 from tests.engine_shelf import EngineShelf, ShelfView, max_engines
+from tests.fake_engine import FakeEngine, create_fake_engine_app
 from tests.integration.long_context import long_context_engine_process
 from tests.integration.postgres import PostgresCluster
 

@@ -7,7 +7,7 @@ from __future__ import annotations
 import itertools
 import re
 
-from gateway.engine.fake import FakeReply
+from tests.fake_engine import FakeReply
 
 
 def text_of(content) -> str:

@@ -16,9 +16,9 @@ from collections.abc import Iterator
 import httpx
 import pytest
 
-from gateway.engine.fake import FakeEngine, FakeReply, create_fake_engine_app
 from gateway.settings import GatewaySettings
 from harnessrl.server import BackgroundGateway, BackgroundServer
+from tests.fake_engine import FakeEngine, FakeReply, create_fake_engine_app
 from tests.integration.backends import BACKENDS, backend_spec, create_backend
 
 ADMIN_KEY = "test-admin-key"

@@ -20,13 +20,13 @@ from collections.abc import Iterator
 import httpx
 import pytest
 
-from gateway.engine.fake import FakeEngine, FakeReply, decode, encode
 from gateway.tito.template import ModelText
 from harnesses.agents import create
 from harnesses.task import Task
 from harnessrl.server import BackgroundGateway
 from sandboxes import WORKSPACE
 from tests.builders import ADMIN_HEADERS, TEST_ADMIN_KEY, gateway_settings, run_single_rollout
+from tests.fake_engine import FakeEngine, FakeReply, decode, encode
 
 AGENTS = ("claude-code", "codex")
 TASK = Task(

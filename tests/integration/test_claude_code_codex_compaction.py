@@ -20,13 +20,13 @@ import json
 import httpx
 import pytest
 
-from gateway.engine.fake import FakeEngine, FakeReply, decode, encode
 from harnesses.agents import create
 from harnesses.agents.cli_agent import AgentSettings
 from harnesses.task import Task
 from harnessrl.server import BackgroundGateway
 from sandboxes import WORKSPACE
 from tests.builders import ADMIN_HEADERS, run_single_rollout
+from tests.fake_engine import FakeEngine, FakeReply, decode, encode
 
 AGENTS = ("claude-code", "codex")
 # Claude Code's least window; the history passes its threshold (82,904 with a 4,096 output cap) after

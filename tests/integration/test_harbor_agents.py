@@ -17,12 +17,12 @@ from pathlib import Path
 import httpx
 import pytest
 
-from gateway.engine.fake import FakeEngine
 from harnesses.registry import create_harness
 from harnesses.task import load_harbor
 from harnessrl.server import BackgroundGateway
 from tests.agent_scripts import write_then_done
 from tests.builders import ADMIN_HEADERS, run_single_rollout
+from tests.fake_engine import FakeEngine
 
 TASK = load_harbor(Path(__file__).resolve().parents[1] / "fixtures" / "harbor_public" / "csv-total")
 script = write_then_done("/app/total.txt", "42\n", side_reply="Sum of sales")

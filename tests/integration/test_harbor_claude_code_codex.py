@@ -15,11 +15,11 @@ from pathlib import Path
 import httpx
 import pytest
 
-from gateway.engine.fake import FakeEngine, FakeReply
 from harnesses.registry import create_harness
 from harnesses.task import load_harbor
 from harnessrl.server import BackgroundGateway
 from tests.builders import ADMIN_HEADERS, run_single_rollout
+from tests.fake_engine import FakeEngine, FakeReply
 
 TASK = load_harbor(Path(__file__).resolve().parents[1] / "fixtures" / "harbor_public" / "csv-total")
 AGENTS = ("claude-code", "codex")

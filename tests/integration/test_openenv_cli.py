@@ -15,11 +15,11 @@ from collections.abc import Iterator
 import httpx
 import pytest
 
-from gateway.engine.fake import FakeEngine, create_fake_engine_app
 from harnesses.openenv_tasks import REWARD_NAME
 from harnessrl.server import BackgroundGateway, BackgroundServer
 from harnessrl.settings import admin_key
 from tests.builders import gateway_settings
+from tests.fake_engine import FakeEngine, create_fake_engine_app
 from tests.integration.openenv_scripts import mcp_script
 
 SPEC = "openenv:tests.openenv_env:AdderEnvironment"

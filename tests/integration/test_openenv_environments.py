@@ -13,7 +13,6 @@ from collections.abc import Iterator
 import httpx
 import pytest
 
-from gateway.engine.fake import FakeEngine, FakeReply, create_fake_engine_app
 from gateway.store.store import Store
 from harnesses.builtin_agent import BuiltinHarness
 from harnesses.datasets import load_dataset
@@ -23,6 +22,7 @@ from harnesses.openenv_tasks import REWARD_NAME, EnvServer, EnvTaskRef
 from harnesses.runner import Runner, RunPlan
 from harnessrl.server import BackgroundGateway, BackgroundServer
 from tests.builders import ADMIN_HEADERS, TEST_ADMIN_KEY, gateway_settings
+from tests.fake_engine import FakeEngine, FakeReply, create_fake_engine_app
 from tests.learner_runs import tiny_learner_config, train_run
 
 PACKAGE = "tests.openenv_env:AdderEnvironment"

@@ -14,12 +14,12 @@ import httpx
 import pytest
 
 from gateway.api.rollout_tools import MAX_TOOL_BODY_BYTES
-from gateway.engine.fake import FakeEngine, create_fake_engine_app
 from harnesses.adapter import RolloutTarget
 from harnesses.openenv_relay import ToolRelay, registered
 from harnesses.openenv_tasks import EnvServer, EnvTaskRef
 from harnessrl.server import BackgroundGateway, BackgroundServer
 from tests.builders import ADMIN_HEADERS, TEST_ADMIN_KEY, gateway_settings
+from tests.fake_engine import FakeEngine, create_fake_engine_app
 
 PACKAGE = "tests.openenv_env:AdderEnvironment"
 

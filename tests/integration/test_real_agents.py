@@ -19,13 +19,13 @@ import shutil
 import httpx
 import pytest
 
-from gateway.engine.fake import FakeEngine
 from harnesses.agents import AgentNotInstalled, create
 from harnesses.task import Task
 from harnessrl.server import BackgroundGateway
 from sandboxes import WORKSPACE
 from tests.agent_scripts import write_then_done
 from tests.builders import ADMIN_HEADERS, run_single_rollout
+from tests.fake_engine import FakeEngine
 
 AGENTS = ("opencode", "pi", "hermes")
 TITLE = "Hello file"

@@ -15,13 +15,13 @@ from pathlib import Path
 import httpx
 import pytest
 
-from gateway.engine.fake import FakeEngine, create_fake_engine_app
 from gateway.store.leases import TAKEN_OVER
 from harnesses.task import builtin_tasks_path, load_tasks
 from harnessrl.server import BackgroundGateway, BackgroundServer
 from harnessrl.settings import admin_key
 from sandboxes.docker import LABEL
 from tests.builders import gateway_settings
+from tests.fake_engine import FakeEngine, create_fake_engine_app
 from tests.unit.test_runner import solving_script
 from tests.waiting import wait_until
 

@@ -13,12 +13,12 @@ from collections.abc import Iterator
 import httpx
 import pytest
 
-from gateway.engine.fake import FakeEngine, create_fake_engine_app
 from gateway.store.leases import TAKEN_OVER
 from harnesses.task import builtin_tasks_path
 from harnessrl.server import BackgroundGateway, BackgroundServer
 from harnessrl.settings import admin_key
 from tests.builders import gateway_settings
+from tests.fake_engine import FakeEngine, create_fake_engine_app
 from tests.integration.test_run_cli import TASKS, rollouts, run_command
 from tests.unit.test_runner import solving_script
 from tests.waiting import wait_until

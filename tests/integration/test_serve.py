@@ -67,8 +67,8 @@ def test_a_dying_engine_stops_the_gateway_with_its_last_log_lines(tiny_model_dir
 def test_serve_creates_a_private_admin_key_once_and_guards_the_control_plane_with_it(tmp_path):
     """`harnessrl serve` without --admin-key on the fake engine: the key file, the printed viewer URL,
     and the same key after a restart."""
-    from gateway.engine.fake import create_fake_engine_app
     from harnessrl.server import BackgroundServer
+    from tests.fake_engine import create_fake_engine_app
 
     key_file = tmp_path / "home" / "admin.key"
     with BackgroundServer(create_fake_engine_app()) as fake:

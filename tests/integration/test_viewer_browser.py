@@ -21,13 +21,13 @@ from openai import OpenAI
 from sqlalchemy import create_engine, select
 from sqlalchemy.orm import Session
 
-from gateway.engine.fake import BYTE_OFFSET, FakeEngine, FakeReply, create_fake_engine_app, decode
 from gateway.store import prompt_delta
 from gateway.store.arrays import unpack_ids, unpack_logprobs
 from gateway.store.database import sqlite_url
 from gateway.store.tables import Call, Group, LearnerStep, Rollout, Run
 from harnessrl.server import BackgroundGateway, BackgroundServer
 from tests.builders import ADMIN_HEADERS, TEST_ADMIN_KEY, WEATHER_TOOL, gateway_settings
+from tests.fake_engine import BYTE_OFFSET, FakeEngine, FakeReply, create_fake_engine_app, decode
 
 playwright_api = pytest.importorskip("playwright.sync_api", reason="needs playwright (in the dev extras)")
 CHROMIUM = shutil.which("chromium")

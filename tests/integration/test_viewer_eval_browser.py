@@ -8,10 +8,10 @@ import shutil
 import httpx
 import pytest
 
-from gateway.engine.fake import FakeEngine, create_fake_engine_app
 from gateway.store.database import sqlite_url
 from harnessrl.server import BackgroundGateway, BackgroundServer
 from tests.builders import ADMIN_HEADERS, TEST_ADMIN_KEY, gateway_settings
+from tests.fake_engine import FakeEngine, create_fake_engine_app
 
 playwright_api = pytest.importorskip("playwright.sync_api", reason="needs playwright (in the dev extras)")
 CHROMIUM = shutil.which("chromium")

@@ -11,8 +11,8 @@ import httpx2
 import pytest
 from anthropic import AsyncAnthropic
 
-from gateway.engine.fake import FakeReply, decode, logprob_at, render_chat
 from tests.builders import gateway_settings
+from tests.fake_engine import FakeReply, decode, logprob_at, render_chat
 from tests.gateway_harness import GatewayHarness, start_gateway
 
 WEATHER = {

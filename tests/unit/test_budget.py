@@ -9,7 +9,6 @@ from collections.abc import Iterator
 
 import pytest
 
-from gateway.engine.fake import FakeReply
 from harnesses.budget import AgentBudget, BudgetExceeded, run_within
 from harnesses.builtin_agent import BuiltinHarness
 from harnesses.gateway_client import GatewayClient
@@ -17,6 +16,7 @@ from harnesses.runner import Runner, RunPlan
 from harnesses.task import Task
 from harnessrl.server import BackgroundGateway
 from tests.builders import TEST_ADMIN_KEY, gateway_settings
+from tests.fake_engine import FakeReply
 
 
 def test_engine_time_is_not_charged_to_the_agent():

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from prometheus_client.parser import text_string_to_metric_families
 
-from gateway.engine.fake import FakeReply
 from tests.builders import WEATHER_TOOL
+from tests.fake_engine import FakeReply
 
 
 async def test_appending_turns_link_into_one_sample(gateway):

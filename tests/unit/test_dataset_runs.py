@@ -9,11 +9,11 @@ import httpx
 import pytest
 from typer.testing import CliRunner
 
-from gateway.engine.fake import FakeReply
 from harnesses.datasets import Selection, load_selection
 from harnessrl.cli import app
 from harnessrl.server import BackgroundGateway
 from tests.builders import ADMIN_HEADERS, TEST_ADMIN_KEY, gateway_settings
+from tests.fake_engine import FakeReply
 
 UNISOLATED = [] if shutil.which("bwrap") else ["--allow-unisolated"]
 

@@ -3,10 +3,10 @@ one gateway client."""
 
 from __future__ import annotations
 
-from gateway.engine.fake import FakeReply
 from harnessrl.demo import one_recorded_rollout
 from harnessrl.server import BackgroundGateway
 from tests.builders import TEST_ADMIN_KEY, gateway_settings
+from tests.fake_engine import FakeReply
 
 
 def weather_script(body: dict) -> FakeReply:

@@ -50,7 +50,7 @@ def test_engine_that_dies_is_reported_with_its_last_log_lines(tmp_path: Path):
 def test_healthy_engine_starts_and_stops(tmp_path: Path):
     port = free_port()
     process = ManagedProcess(
-        [sys.executable, "-m", "gateway.engine.fake", "--port", str(port)],
+        [sys.executable, "-m", "tests.fake_engine", "--port", str(port)],
         f"http://127.0.0.1:{port}",
         tmp_path / "e.log",
     )

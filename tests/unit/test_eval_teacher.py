@@ -11,11 +11,11 @@ from collections.abc import Iterator
 import httpx
 import pytest
 
-from gateway.engine.fake import FakeReply
 from harnesses.datasets import Selection, load_selection
 from harnessrl.evaluation import EvalPlan, eval_harness, resolve_policies, run_evaluation
 from harnessrl.server import BackgroundGateway
 from tests.builders import ADMIN_HEADERS, TEST_ADMIN_KEY, gateway_settings
+from tests.fake_engine import FakeReply
 from tests.judge_server import JudgeServer, Reply
 
 OPTIONS = {"isolation": "bwrap" if shutil.which("bwrap") else "subprocess"}

@@ -12,11 +12,11 @@ import httpx
 import pytest
 from rich.console import Console
 
-from gateway.engine.fake import FakeReply
 from harnesses.datasets import Selection, load_selection
 from harnessrl.evaluation import EvalPlan, eval_harness, evaluate, resolve_policies, run_evaluation
 from harnessrl.server import BackgroundGateway
 from tests.builders import ADMIN_HEADERS, TEST_ADMIN_KEY, gateway_settings
+from tests.fake_engine import FakeReply
 
 OPTIONS = {"isolation": "bwrap" if shutil.which("bwrap") else "subprocess"}
 TASKS = load_selection("builtin:arithmetic", Selection(split="test"))

@@ -6,9 +6,9 @@ import json
 
 from typer.testing import CliRunner
 
-from gateway.engine.fake import decode
 from harnessrl.cli import app
 from harnessrl.export import export_run
+from tests.fake_engine import decode
 
 
 async def record_two_turns(gateway, run: str) -> dict:

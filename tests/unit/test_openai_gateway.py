@@ -6,8 +6,8 @@ import json
 
 import pytest
 
-from gateway.engine.fake import FakeReply, decode, encode, logprob_at, render_chat
 from tests.builders import WEATHER_TOOL, chat_body
+from tests.fake_engine import FakeReply, decode, encode, logprob_at, render_chat
 from tests.streams import merged_tool_calls
 
 

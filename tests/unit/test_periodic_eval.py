@@ -10,7 +10,6 @@ from collections.abc import Iterator
 import httpx
 import pytest
 
-from gateway.engine.fake import FakeReply
 from gateway.store.reports import gather_report
 from gateway.store.store import Store
 from gateway.store.training import learner_steps, record_step
@@ -20,6 +19,7 @@ from harnessrl.periodic_eval import EvalEvery, PeriodicEval, eval_run_name, held
 from harnessrl.report import write_report
 from harnessrl.server import BackgroundGateway
 from tests.builders import ADMIN_HEADERS, TEST_ADMIN_KEY, gateway_settings
+from tests.fake_engine import FakeReply
 from tests.waiting import wait_until
 
 OPTIONS = {"isolation": "bwrap" if shutil.which("bwrap") else "subprocess"}

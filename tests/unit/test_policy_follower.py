@@ -6,9 +6,9 @@ from __future__ import annotations
 import asyncio
 from contextlib import AsyncExitStack, asynccontextmanager
 
-from gateway.engine.fake import FakeEngine, create_fake_engine_app
 from harnessrl.server import BackgroundServer
 from tests.builders import gateway_settings
+from tests.fake_engine import FakeEngine, create_fake_engine_app
 from tests.gateway_harness import GatewayHarness, start_gateway
 from tests.waiting import until
 

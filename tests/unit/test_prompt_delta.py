@@ -9,12 +9,12 @@ import numpy as np
 import pytest
 from alembic import command
 
-from gateway.engine.fake import render_chat
 from gateway.store import prompt_delta
 from gateway.store.prompt_delta import StoredPrompt
 from gateway.store.store import Store
 from migrations.runner import alembic_config, upgrade
 from tests.builders import call_record
+from tests.fake_engine import render_chat
 
 TURNS = 24
 HISTORY_CHARS = 400  # per user turn

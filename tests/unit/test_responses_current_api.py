@@ -6,8 +6,8 @@ import json
 
 import pytest
 
-from gateway.engine.fake import FakeReply
 from gateway.responses import reasoning
+from tests.fake_engine import FakeReply
 
 EXEC = {
     "type": "function",

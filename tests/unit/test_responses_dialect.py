@@ -7,8 +7,8 @@ import json
 import httpx
 import pytest
 
-from gateway.engine.fake import FakeReply, decode, logprob_at, render_chat
 from tests.builders import gateway_settings
+from tests.fake_engine import FakeReply, decode, logprob_at, render_chat
 from tests.gateway_harness import start_gateway
 
 WEATHER_TOOL = {

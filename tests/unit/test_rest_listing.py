@@ -12,10 +12,10 @@ import pytest
 from sqlalchemy import delete, select
 from typer.testing import CliRunner
 
-from gateway.engine.fake import FakeReply
 from gateway.store.tables import LearnerStep, Rollout, Run
 from harnessrl.cli import app as cli
 from tests.builders import call_record, gateway_settings
+from tests.fake_engine import FakeReply
 from tests.gateway_harness import GatewayHarness, start_gateway
 
 

@@ -7,7 +7,6 @@ from collections.abc import Iterator
 
 import pytest
 
-from gateway.engine.fake import FakeReply
 from harnesses.builtin_agent import BuiltinHarness
 from harnesses.gateway_client import GatewayClient
 from harnesses.reward_functions import load_reward_function
@@ -15,6 +14,7 @@ from harnesses.runner import Runner, RunPlan
 from harnesses.task import Task, builtin_tasks_path, load_tasks
 from harnessrl.server import BackgroundGateway
 from tests.builders import TEST_ADMIN_KEY, gateway_settings
+from tests.fake_engine import FakeReply
 
 TASKS = load_tasks(builtin_tasks_path())
 OPTIONS = {"isolation": "bwrap" if shutil.which("bwrap") else "subprocess"}

@@ -10,7 +10,6 @@ from collections.abc import Iterator
 import httpx
 import pytest
 
-from gateway.engine.fake import FakeReply
 from harnesses.builtin_agent import BuiltinHarness, BuiltinSettings
 from harnesses.families import arithmetic_tasks
 from harnesses.gateway_client import GatewayClient
@@ -19,6 +18,7 @@ from harnesses.rubric import Rubric
 from harnesses.runner import Runner, RunPlan
 from harnessrl.server import BackgroundGateway
 from tests.builders import TEST_ADMIN_KEY, gateway_settings
+from tests.fake_engine import FakeReply
 from tests.judge_server import JudgeServer, Reply, nonce_of, user_text
 
 TASKS = arithmetic_tasks(2)

@@ -6,8 +6,8 @@ import json
 
 import orjson
 
-from gateway.engine.fake import FakeReply
 from gateway.tito.renderer import RolloutText, TurnRenderer
+from tests.fake_engine import FakeReply
 from tests.gateway_harness import GatewayHarness
 
 TOOL = {

@@ -14,9 +14,9 @@ from starlette.responses import JSONResponse
 
 from gateway.app import create_app
 from gateway.delivery import Delivery, EventStream, client_gone
-from gateway.engine.fake import encode
 from harnessrl.server import BackgroundServer
 from tests.builders import ADMIN_HEADERS, chat_body, gateway_settings
+from tests.fake_engine import encode
 from tests.waiting import until
 
 

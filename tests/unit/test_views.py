@@ -84,8 +84,8 @@ def test_unknown_views_name_the_choices(sqlite_db):
 
 
 async def test_show_prints_a_tool_conversation_of_any_dialect_with_its_calls(gateway, sqlite_db):
-    from gateway.engine.fake import FakeReply
     from tests.builders import WEATHER_TOOL
+    from tests.fake_engine import FakeReply
 
     gateway.fake.script = [FakeReply(tool_calls=(("get_weather", {"city": "Oslo"}),)), FakeReply(content="Cold.")]
     rollout = await gateway.new_rollout(run="views-tools", task="t1")

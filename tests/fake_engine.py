@@ -454,7 +454,7 @@ def create_fake_engine_app(engine: FakeEngine | None = None) -> Starlette:
 
 
 def main() -> None:
-    """Serve the fake engine over HTTP: ``python -m gateway.engine.fake --port 8123``."""
+    """Serve the fake engine over HTTP: ``python -m tests.fake_engine --port 8123``."""
     import argparse
 
     import uvicorn
