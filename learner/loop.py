@@ -23,13 +23,12 @@ checkpoint are checkpointed and committed, then it returns.
 from __future__ import annotations
 
 import asyncio
-import dataclasses
 import logging
 import signal
 import threading
 import time
 from collections.abc import Callable
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 
 from gateway.store.store import Store
@@ -178,7 +177,7 @@ async def _train(
         version = progress.version
         batch = build_batch(groups, version, config.batch.max_staleness, config.batch.scale_by_std, check.temperature)
         if progress.changed:  # stepped since the last publish: the weights are no published version
-            batch = dataclasses.replace(batch, version=None)
+            batch = replace(batch, version=None)
         lr = trainer.lr
         result, too_long = await asyncio.to_thread(_lead_step, trainer, batch, config)
         progress.step += 1
