@@ -23,9 +23,9 @@ def start_engine(launch: EngineLaunch, log_path: Path, timeout_s: float, console
     return engine
 
 
-def serve_until_stopped(server, engine: ManagedProcess | None, console: Console) -> int:
-    """Run the gateway (a uvicorn server) until SIGTERM/SIGINT; a dying engine stops it with the engine's
-    last log lines. The exit code: 1 when the engine died, else 0."""
+def serve_until_stopped(server, engine: ManagedProcess | None, console: Console, sockets=None) -> int:
+    """Run the gateway (a uvicorn server, on ``sockets`` already bound when given) until SIGTERM/SIGINT; a dying
+    engine stops it with the engine's last log lines. The exit code: 1 when the engine died, else 0."""
     died = threading.Event()
 
     def watch() -> None:
@@ -39,7 +39,7 @@ def serve_until_stopped(server, engine: ManagedProcess | None, console: Console)
     threading.Thread(target=watch, name="engine-watch", daemon=True).start()
     signal.signal(signal.SIGTERM, lambda *_: setattr(server, "should_exit", True))
     try:
-        server.run()
+        server.run(sockets=sockets)
     finally:
         if engine is not None:
             if died.is_set():

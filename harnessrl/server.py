@@ -18,6 +18,22 @@ def free_port(host: str = "127.0.0.1") -> int:
         return sock.getsockname()[1]
 
 
+def listening_socket(host: str, port: int) -> socket.socket:
+    """The gateway's socket, bound before its engine starts: a taken --port fails in a second rather than after
+    the engine's minutes, and no other process can take the port while the engine loads.
+
+    Raises OSError when the port is taken (callers name the fix)."""
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    sock = socket.socket(family, socket.SOCK_STREAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # as uvicorn does: TIME_WAIT leftovers are no conflict
+    try:
+        sock.bind((host, port))
+    except OSError:
+        sock.close()
+        raise
+    return sock
+
+
 def uvicorn_server(settings: GatewaySettings, host: str, port: int, log_level: str = "warning") -> uvicorn.Server:
     config = uvicorn.Config(
         create_app(settings),
@@ -38,7 +54,9 @@ class BackgroundServer:
 
     def __init__(self, app, host: str = "127.0.0.1", port: int | None = None):
         self.app = app
-        self.host, self.port = host, port or free_port(host)
+        # bound now and handed to uvicorn, so no other process can take the port between choosing and serving
+        self._socket = listening_socket(host, port or 0)
+        self.host, self.port = host, self._socket.getsockname()[1]
         self.url = f"http://{self.host}:{self.port}"
         config = uvicorn.Config(
             app,
@@ -51,7 +69,9 @@ class BackgroundServer:
             timeout_keep_alive=75,
         )
         self._server = uvicorn.Server(config)
-        self._thread = threading.Thread(target=self._server.run, name="uvicorn", daemon=True)
+        self._thread = threading.Thread(
+            target=self._server.run, kwargs={"sockets": [self._socket]}, name="uvicorn", daemon=True
+        )
 
     def start(self, timeout_s: float = 300.0) -> BackgroundServer:
         """Serve, and return once the server listens; a guard against hangs, generous for busy machines."""
@@ -67,7 +87,9 @@ class BackgroundServer:
 
     def stop(self) -> None:
         self._server.should_exit = True
-        self._thread.join(timeout=15)
+        if self._thread.is_alive():
+            self._thread.join(timeout=15)
+        self._socket.close()  # uvicorn closed it if it served; a server never started still holds it
 
     def __enter__(self) -> BackgroundServer:
         return self.start()

@@ -80,62 +80,75 @@ def serve(
     """Start vLLM (or attach to one) and the recording gateway in front of it."""
     from gateway.settings import GatewaySettings
     from harnessrl import engine_watchdog
-    from harnessrl.engine_process import EngineFailed, EngineLaunch, model_max_len
-    from harnessrl.server import free_port, uvicorn_server
-    from harnessrl.settings import logs_dir
+    from harnessrl.server import listening_socket, uvicorn_server
 
     if (model is None) == (not engine_url):
         raise fail("give exactly one of --model DIR (start vLLM) or --engine-url URL (attach)")
     if engines > 1 and model is None:
         raise fail("--engines N starts N managed engines with --model DIR; to attach to several, repeat --engine-url")
-    key = resolve_admin_key(admin_key, create=True)
-    url = resolve_database_url(database_url)
-    upgrade_store(url)
-    engine = choice = None
-    if model is not None:
-        choice = _engine_dtype(dtype)
-        try:
-            context = max_model_len or model_max_len(model.resolve())
-        except EngineFailed as exc:  # not a model folder: the message names the fix
-            raise fail(str(exc)) from None
+    try:
+        listener = listening_socket(host, port)
+    except OSError as exc:
+        raise fail(
+            f"cannot listen on {host}:{port} ({exc.strerror}): pick another --port or stop what holds it"
+        ) from None
+    try:
+        key = resolve_admin_key(admin_key, create=True)
+        url = resolve_database_url(database_url)
+        upgrade_store(url)
+        engine = choice = None
+        if model is not None:
+            choice = _engine_dtype(dtype)
+            engine = _managed_engine(
+                model, choice.dtype, engine_port, max_model_len, max_lora_rank, engines, engine_start_timeout
+            )
+            engine_url = engine.urls if engines > 1 else [engine.url]
+        model_dir = model or tokenizer
+        settings = GatewaySettings(
+            engine_dtype=choice.dtype if choice else None,
+            engine_dtype_reason=choice.reason if choice else None,
+            database_url=url,
+            engine_url=engine_url[0],
+            engine_urls=tuple(engine_url) if len(engine_url) > 1 else (),
+            engine_max_in_flight=engine_max_in_flight,
+            public_model=public_model,
+            require_token=require_token,
+            admin_key=key,
+            max_staleness=max_staleness,
+            allowed_hosts=_served_names(host, allowed_host or []),
+            model_dir=str(model_dir.resolve()) if model_dir else None,
+            engine_timeout_s=engine_timeout,
+        )
+    except BaseException:  # uvicorn owns the socket once it serves; until then it is ours to close
+        listener.close()
+        raise
+    server = uvicorn_server(settings, host, port, log_level="info")
+    _print_viewer_url(host, port, key, from_file=not admin_key)
+    exit_code = engine_watchdog.serve_until_stopped(server, engine, console, sockets=[listener])
+    raise typer.Exit(code=exit_code)
+
+
+def _managed_engine(model: Path, dtype: str, engine_port, max_model_len, max_lora_rank: int, engines: int, timeout_s):
+    """Start the vLLM engine(s) ``serve --model`` manages; the CLI message names the fix when they cannot start."""
+    from harnessrl import engine_watchdog
+    from harnessrl.engine_process import EngineFailed, EngineLaunch, model_max_len
+    from harnessrl.server import free_port
+    from harnessrl.settings import logs_dir
+
+    try:
+        context = max_model_len or model_max_len(model.resolve())
         launch = EngineLaunch(
             model_dir=model.resolve(),
             port=engine_port or free_port(),
             max_model_len=context,
             max_lora_rank=max_lora_rank,
-            dtype=choice.dtype,
+            dtype=dtype,
         )
-        try:
-            engine = (
-                engine_watchdog.start_engine(
-                    launch, logs_dir() / f"engine-{launch.port}.log", engine_start_timeout, console
-                )
-                if engines == 1
-                else _start_engines(launch, engines, engine_start_timeout)
-            )
-        except EngineFailed as exc:
-            raise fail(str(exc)) from None
-        engine_url = engine.urls if engines > 1 else [engine.url]
-    model_dir = model or tokenizer
-    settings = GatewaySettings(
-        engine_dtype=choice.dtype if choice else None,
-        engine_dtype_reason=choice.reason if choice else None,
-        database_url=url,
-        engine_url=engine_url[0],
-        engine_urls=tuple(engine_url) if len(engine_url) > 1 else (),
-        engine_max_in_flight=engine_max_in_flight,
-        public_model=public_model,
-        require_token=require_token,
-        admin_key=key,
-        max_staleness=max_staleness,
-        allowed_hosts=_served_names(host, allowed_host or []),
-        model_dir=str(model_dir.resolve()) if model_dir else None,
-        engine_timeout_s=engine_timeout,
-    )
-    server = uvicorn_server(settings, host, port, log_level="info")
-    _print_viewer_url(host, port, key, from_file=not admin_key)
-    exit_code = engine_watchdog.serve_until_stopped(server, engine, console)
-    raise typer.Exit(code=exit_code)
+        if engines > 1:
+            return _start_engines(launch, engines, timeout_s)
+        return engine_watchdog.start_engine(launch, logs_dir() / f"engine-{launch.port}.log", timeout_s, console)
+    except EngineFailed as exc:  # not a model folder, or vLLM died starting: the message names the fix
+        raise fail(str(exc)) from None
 
 
 def _start_engines(launch, count: int, timeout_s: float):

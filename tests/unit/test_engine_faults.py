@@ -7,6 +7,7 @@ import httpx
 import pytest
 
 from gateway.app import create_app
+from harnessrl.server import free_port
 from tests.builders import ADMIN_HEADERS, chat_body, gateway_settings
 from tests.unit.test_errors import assert_openai_error
 
@@ -83,7 +84,7 @@ def test_serve_passes_engine_timeout_to_the_gateway(tmp_path, monkeypatch):
     seen = {}
     monkeypatch.setenv("HARNESSRL_HOME", str(tmp_path))
     monkeypatch.setattr(server, "uvicorn_server", lambda settings, *args, **kw: seen.setdefault("settings", settings))
-    monkeypatch.setattr(engine_watchdog, "serve_until_stopped", lambda server, engine, console: 0)
+    monkeypatch.setattr(engine_watchdog, "serve_until_stopped", lambda server, engine, console, sockets: 0)
     result = CliRunner().invoke(
         cli.app,
         [
@@ -96,10 +97,32 @@ def test_serve_passes_engine_timeout_to_the_gateway(tmp_path, monkeypatch):
             f"sqlite+aiosqlite:///{tmp_path}/db.sqlite",
             "--engine-timeout",
             "7.5",
+            "--port",
+            str(free_port()),
         ],
     )
     assert result.exit_code == 0, result.output
     assert seen["settings"].engine_timeout_s == 7.5
+
+
+def test_serve_on_a_taken_port_fails_at_once_naming_the_fix_without_starting_an_engine(tmp_path, monkeypatch):
+    import socket
+
+    from typer.testing import CliRunner
+
+    import harnessrl.cli as cli
+    import harnessrl.engine_watchdog as engine_watchdog
+
+    started = []
+    monkeypatch.setenv("HARNESSRL_HOME", str(tmp_path))
+    monkeypatch.setattr(engine_watchdog, "start_engine", lambda *args, **kw: started.append(args))
+    with socket.socket() as holder:
+        holder.bind(("127.0.0.1", 0))
+        holder.listen()
+        port = holder.getsockname()[1]
+        result = CliRunner().invoke(cli.app, ["serve", "--model", str(tmp_path), "--port", str(port)])
+    assert result.exit_code == 1 and f"127.0.0.1:{port}" in result.output and "--port" in result.output
+    assert started == []
 
 
 async def test_publish_with_a_version_beyond_the_store_changes_neither_store_nor_engine(gateway):
