@@ -89,6 +89,8 @@ class PeriodicEval:
             sandbox_options=s.sandbox_options,
         )
         document = await run_evaluation(plan, self.gateway_url, self.admin_key)
+        if document.get("interrupted"):  # Ctrl-C or SIGTERM stops the caller too; part of an eval is no score
+            raise asyncio.CancelledError(f"the evaluation of {_label(version)} was interrupted")
         [row] = document["policies"]
         metrics = {
             "eval_version": version,

@@ -25,6 +25,7 @@ from gateway.store.store import Store
 from harnesses.adapter import Harness
 from harnesses.builtin_agent import BuiltinHarness, BuiltinSettings
 from harnesses.gateway_client import GatewayClient
+from harnesses.interrupts import sigterm_cancels_this_task
 from harnesses.judge import Judge, JudgeSettings
 from harnesses.runner import Runner, RunPlan
 from harnesses.task import Task
@@ -218,7 +219,10 @@ class Quickstart:
         self._store = Store.from_url(self.plan.database_url)
         deadline = time.monotonic() + self.plan.minutes * 60
         try:
-            with Live(self.dashboard.view(), console=self.console, refresh_per_second=2) as live:
+            with (
+                sigterm_cancels_this_task(),
+                Live(self.dashboard.view(), console=self.console, refresh_per_second=2) as live,
+            ):
                 refresh = asyncio.create_task(self._refresh(live, client))
                 evals = self._periodic_evals(gateway_url)
                 await self._evaluate(evals)  # the base model's held-out score comes first

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 from pathlib import Path
 from typing import Annotated
 
@@ -174,6 +175,11 @@ def quickstart(
         png, adapter = Quickstart(plan, console).run()
     except AgentNotInstalled as exc:
         raise fail(str(exc)) from None
+    except (KeyboardInterrupt, asyncio.CancelledError):  # Ctrl-C or SIGTERM: engine, learner and sandboxes stopped
+        raise fail(
+            f"quickstart {run!r} interrupted: its engine, learner and sandboxes are stopped; what it recorded "
+            f"stays in the store (harnessrl ls)"
+        ) from None
     console.print(f"reward curve: {png}")
     console.print(f"final adapter: {adapter or 'none published (the learner took no step)'}")
 

@@ -132,3 +132,28 @@ async def test_an_evaluation_runs_own_pinned_rollouts_are_its_report_results(sql
         assert await held_out_results(store, "no-such-run") == []
     finally:
         await store.close()
+
+
+async def test_an_interrupted_evaluation_stops_its_caller_and_records_no_partial_score(sqlite_db, monkeypatch):
+    import asyncio
+
+    import harnessrl.periodic_eval as periodic_eval
+
+    async def interrupted(plan, gateway_url, admin_key):  # Ctrl-C after one rollout of each task
+        row = {"k": 1, "tasks": 2, "rollouts": 2, "pass_at_1": 0.0, "pass_at_k": 0.0, "reward_mean": 0.0}
+        return {"policies": [{**row, "failures": 0}], "interrupted": True}
+
+    monkeypatch.setattr(periodic_eval, "run_evaluation", interrupted)
+    store = Store.from_url(sqlite_db)
+    try:
+        await store.create_rollout("train-run", "t", "g")
+        run_id = await store.run_id("train-run")
+        await record_step(store, run_id, 1, {"step": 1, "version": 0, "loss": 0.5})
+        settings = EvalEvery(every=1, tasks=HELD_OUT, harness=eval_harness("oneshot", "local"), k=4)
+        periodic = PeriodicEval(settings, "train-run", "http://127.0.0.1:9", TEST_ADMIN_KEY, store)
+        with pytest.raises(asyncio.CancelledError):
+            await periodic.evaluate(0)
+        assert not periodic.evaluated and periodic.results == {}
+        assert "eval_version" not in dict(await learner_steps(store, run_id))[1]
+    finally:
+        await store.close()
