@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import random
 import sys
 import time
 from dataclasses import dataclass, field
@@ -61,6 +62,7 @@ class QuickstartPlan:
     database_url: str
     minutes: float = 15.0  # rollouts stop starting after this; the learner finishes its step
     until_version: int = 0  # and not before the learner has published this version (a step count, not a time)
+    max_rounds: int = 0  # GRPO rounds at most, whatever the two above say; 0: no limit
     group_size: int = 4
     concurrency: int = 8
     max_model_len: int = 2048
@@ -131,6 +133,14 @@ async def current_version(client: GatewayClient) -> int:
 def unseen_run(run: str) -> str:
     """The run whose "-eval" holds the evaluations on the unseen kind of task."""
     return f"{run}-unseen"
+
+
+def round_order(tasks: list[Task], round_: int) -> list[Task]:
+    """The round's tasks in an order of its own (seeded by the round): each learner step then sees groups of
+    every kind of task, not one kind after another as a sorted family would give it."""
+    shuffled = list(tasks)
+    random.Random(round_).shuffle(shuffled)
+    return shuffled
 
 
 def create_agent(plan: QuickstartPlan) -> Harness:
@@ -231,7 +241,7 @@ class Quickstart:
                     await self._evaluate(evals, version=warm.version)  # what SFT alone reached
                 learner = self._start_learner(gateway_url, warm)
                 round_ = 0
-                while await self._going(client, deadline, learner):
+                while await self._going(client, deadline, learner) and round_ < (self.plan.max_rounds or round_ + 1):
                     await self._evaluate(evals)
                     await self._wait_for_learner(client, deadline, learner)
                     await self._one_round(client, round_)
@@ -262,7 +272,7 @@ class Quickstart:
         shown = self.dashboard.next_round(phase)
         plan = RunPlan(
             run=run or self.plan.run,
-            tasks=self.plan.tasks,
+            tasks=round_order(self.plan.tasks, round_),
             harness=self.agent,
             group_size=group_size or self.plan.group_size,
             concurrency=self.plan.concurrency,

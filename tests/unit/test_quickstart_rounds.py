@@ -45,3 +45,16 @@ async def test_within_the_time_budget_rounds_go_on_whatever_the_version(tmp_path
 async def test_a_dead_learner_ends_the_rounds(tmp_path, monkeypatch):
     ahead = time.monotonic() + 3600
     assert not await quickstart(tmp_path, monkeypatch, 5)._going(Gateway(0), ahead, Learner(False))
+
+
+def test_each_round_visits_every_task_once_in_its_own_order_mixing_the_kinds():
+    from harnesses.shell_family import shell_tasks
+    from harnessrl.quickstart import round_order
+
+    tasks = shell_tasks()  # sorted by kind: 8 of one kind, then the next
+    first, again, second = round_order(tasks, 0), round_order(tasks, 0), round_order(tasks, 1)
+    assert sorted(t.name for t in first) == sorted(t.name for t in tasks)
+    assert [t.name for t in first] == [t.name for t in again]  # seeded: a rerun visits the same order
+    assert [t.name for t in first] != [t.name for t in second]
+    kinds = {t.name.rsplit("-", 1)[0] for t in first[:8]}
+    assert len(kinds) >= 3  # a learner step of the first groups sees several kinds, not one
