@@ -8,9 +8,14 @@ mode's own), modes alternating repeat after repeat so load from other processes 
 - ``tree``: the learner's path: ``learner.packing.pack_samples`` (prefix trees: pi's ~1.4k-token system
   prompt and each shared turn forwarded once) and ``learner.step.train_step``;
 - ``flat``: the same learner with ``tree=False`` (each sample forwarded whole, no padding);
-- ``trl``: TRL's own loss (``GRPOTrainer.compute_loss``, loss_type "grpo", beta 0) on the batch TRL builds
-  for a multi-turn tool rollout: the first call's prompt left-padded, the rest as the completion
-  right-padded, ``tool_mask`` zeroing what no call sampled (tool results, re-sent history).
+- ``trl``: TRL's own loss (``GRPOTrainer.compute_loss``, loss_type "grpo", beta 0, gradient checkpointing
+  on as its ``train()`` turns it on) on the batch TRL builds for a multi-turn tool rollout: the first
+  call's prompt left-padded, the rest as the completion right-padded, ``tool_mask`` zeroing what no call
+  sampled (tool results, re-sent history).
+
+Both learners start from the base model's LoRA (zero update), so the samples' sampler log-probs (taken
+under later adapters) differ from theirs: the learner's ratio mask leaves some sampled tokens out of its
+loss (``tokens_trained``); every mode still forwards and back-propagates every token.
 
 Reported: median step seconds, peak resident memory (ru_maxrss), tokens forwarded and trained, the speed
 ratios (trl / tree) and, per forwarded token, the tree row's cost over a flat row's.
@@ -181,6 +186,9 @@ def trl_steps(model_dir: str, samples, advantages, repeats: int) -> dict:
         )
         model = trainer.model
         model.train()
+        if args.gradient_checkpointing:  # as Trainer.train() does before its first step (TRL's default: on)
+            model.gradient_checkpointing_enable(gradient_checkpointing_kwargs=args.gradient_checkpointing_kwargs)
+            model.enable_input_require_grads()
         trainer.current_gradient_accumulation_steps = 1
         params = [p for p in model.parameters() if p.requires_grad]
         optimizer = torch.optim.AdamW(params, lr=0.0)
