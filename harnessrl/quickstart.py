@@ -241,7 +241,7 @@ class Quickstart:
                     await self._evaluate(evals, version=warm.version)  # what SFT alone reached
                 learner = self._start_learner(gateway_url, warm)
                 round_ = 0
-                while await self._going(client, deadline, learner) and round_ < (self.plan.max_rounds or round_ + 1):
+                while await self._going(client, deadline, learner) and not (0 < self.plan.max_rounds <= round_):
                     await self._evaluate(evals)
                     await self._wait_for_learner(client, deadline, learner)
                     await self._one_round(client, round_)

@@ -13,8 +13,7 @@ import asyncio
 
 import pytest
 from rich.console import Console
-from sqlalchemy import create_engine, func, select
-from sqlalchemy.orm import Session
+from sqlalchemy import func, select
 
 from gateway.store.database import sqlite_url
 from gateway.store.samples import build_samples
@@ -27,6 +26,7 @@ from harnessrl.warm_start import WarmStart
 from migrations.runner import upgrade
 from tests.images import assert_plot_image
 from tests.integration.sample_checks import assert_samples_reproduce_calls
+from tests.store_rows import row_session
 
 # Two "write a word to a file" tasks: the SFT adapter learns them from one demonstration each, and at
 # temperature 1 its groups hold both right and wrong rollouts (GRPO's signal; a few short SFT epochs keep
@@ -36,29 +36,21 @@ TASKS = [t for t in shell_tasks() if t.name.startswith("shell-write-")][:2]
 
 def rollouts_of(db_path, run: str) -> list[tuple]:
     """(rollout id, reward, meta, group status, main calls) per rollout of ``run``."""
-    engine = create_engine(f"sqlite:///{db_path}")
-    try:
-        with Session(engine) as session:
-            calls = select(func.count()).where(Call.rollout_id == Rollout.id).correlate(Rollout).scalar_subquery()
-            query = (
-                select(Rollout.id, Rollout.reward, Rollout.meta, Group.status, calls)
-                .join(Run, Run.id == Rollout.run_id)
-                .join(Group, Group.id == Rollout.group_id)
-                .where(Run.name == run)
-            )
-            return session.execute(query).all()
-    finally:
-        engine.dispose()
+    with row_session(db_path) as session:
+        calls = select(func.count()).where(Call.rollout_id == Rollout.id).correlate(Rollout).scalar_subquery()
+        query = (
+            select(Rollout.id, Rollout.reward, Rollout.meta, Group.status, calls)
+            .join(Run, Run.id == Rollout.run_id)
+            .join(Group, Group.id == Rollout.group_id)
+            .where(Run.name == run)
+        )
+        return session.execute(query).all()
 
 
 def engine_models(db_path, run: str) -> set[str]:
-    engine = create_engine(f"sqlite:///{db_path}")
-    try:
-        with Session(engine) as session:
-            query = select(Call.engine_model).join(Rollout).join(Run, Run.id == Rollout.run_id).where(Run.name == run)
-            return set(session.scalars(query))
-    finally:
-        engine.dispose()
+    with row_session(db_path) as session:
+        query = select(Call.engine_model).join(Rollout).join(Run, Run.id == Rollout.run_id).where(Run.name == run)
+        return set(session.scalars(query))
 
 
 async def samples_and_calls(url: str, rollout_id: int) -> tuple[list[dict], list[dict]]:

@@ -10,8 +10,7 @@ import re
 
 import pytest
 from rich.console import Console
-from sqlalchemy import create_engine, func, select
-from sqlalchemy.orm import Session
+from sqlalchemy import func, select
 from typer.testing import CliRunner
 
 from gateway.store.database import sqlite_url
@@ -23,6 +22,7 @@ from harnessrl.warm_start import WarmStart
 from migrations.runner import upgrade
 from tests.images import assert_plot_image
 from tests.judge_server import JudgeServer, Reply
+from tests.store_rows import row_session
 
 TEACHER = "hosted_vllm/teacher"
 
@@ -34,29 +34,21 @@ def teacher_answers(body: dict) -> Reply:
 
 def run_rows(db_path, run: str) -> list[tuple]:
     """(reward, meta, lowest policy version of its calls) of each rollout of ``run``, read from the rows."""
-    engine = create_engine(f"sqlite:///{db_path}")
-    try:
-        with Session(engine) as session:
-            first = (
-                select(func.min(Call.policy_version))
-                .where(Call.rollout_id == Rollout.id)
-                .correlate(Rollout)
-                .scalar_subquery()
-            )
-            return session.execute(
-                select(Rollout.reward, Rollout.meta, first).join(Run, Run.id == Rollout.run_id).where(Run.name == run)
-            ).all()
-    finally:
-        engine.dispose()
+    with row_session(db_path) as session:
+        first = (
+            select(func.min(Call.policy_version))
+            .where(Call.rollout_id == Rollout.id)
+            .correlate(Rollout)
+            .scalar_subquery()
+        )
+        return session.execute(
+            select(Rollout.reward, Rollout.meta, first).join(Run, Run.id == Rollout.run_id).where(Run.name == run)
+        ).all()
 
 
 def adapter_versions(db_path) -> list[int]:
-    engine = create_engine(f"sqlite:///{db_path}")
-    try:
-        with Session(engine) as session:
-            return sorted(session.scalars(select(Adapter.version)))
-    finally:
-        engine.dispose()
+    with row_session(db_path) as session:
+        return sorted(session.scalars(select(Adapter.version)))
 
 
 @pytest.mark.engines(1)  # starts its own vLLM engine
