@@ -19,8 +19,19 @@ import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 
+from gateway.adapter_proof import (
+    AdapterNotApplied,
+    AdapterProbe,
+    ProbeResult,
+    adapter_digest,
+    engine_prompt_logprobs,
+    judge,
+    not_applied_message,
+    probe_request,
+)
 from gateway.engine.client import EngineClient, ModelNotLoaded
-from gateway.errors import Conflict, GatewayError, InvalidRequest
+from gateway.engine.pool import EnginePool
+from gateway.errors import Conflict, EngineError, GatewayError, InvalidRequest
 from gateway.policy import MAX_VERSION, PolicyRegistry, adapter_name
 from gateway.store.store import Store
 
@@ -30,11 +41,21 @@ LOST_ADAPTER_RETRIES = 1  # a call that found its adapter gone is sent again onc
 
 
 @dataclass(frozen=True)
+class Claim:
+    """What the publisher says of the adapter (``gateway.adapter_proof``); both optional."""
+
+    digest: str | None = None  # sha256 of its config and weights
+    probe: AdapterProbe | None = None  # the learner's log-probs of a probe sequence under it
+
+
+@dataclass(frozen=True)
 class Published:
     version: int
     name: str  # the engine's adapter name
     load_s: float  # seconds the engine took to load it
     unloaded: tuple[int, ...]  # versions retired by this publication
+    digest: str | None = None  # the adapter's content digest (None: neither sent nor readable here)
+    proof: tuple[ProbeResult, ...] = ()  # one per engine; empty when no probe was sent
 
 
 def check_version(version: int, policy: PolicyRegistry) -> None:
@@ -52,25 +73,75 @@ def check_version(version: int, policy: PolicyRegistry) -> None:
 
 
 async def publish_adapter(
-    engine: EngineClient, policy: PolicyRegistry, store: Store, version: int, path: str, max_staleness: int
+    engine: EnginePool,
+    policy: PolicyRegistry,
+    store: Store,
+    version: int,
+    path: str,
+    max_staleness: int,
+    claim: Claim = Claim(),
+    tolerance: float = 0.0,
 ) -> Published:
+    """Load, prove (the claim's probe on every engine, within ``tolerance``), record, make current."""
     check_version(version, policy)
+    digest = await checked_digest(path, claim.digest)
     name = adapter_name(version)
     started = time.perf_counter()
     try:
         await engine.load_adapter(name, path)
-    except GatewayError:
+        load_s = time.perf_counter() - started
+        proof = await prove(engine, name, claim.probe, tolerance) if claim.probe else ()
+        await store.save_adapter(
+            version, name, path, loaded=True, digest=digest, probe=_json(claim.probe), proof=_proof_json(proof)
+        )
+    except Exception:  # not proven or not recorded: the engine must not keep serving it either
         await _unload_quietly(engine, name)  # a load that timed out may still have happened
         raise
-    load_s = time.perf_counter() - started
-    try:
-        await store.save_adapter(version, name, path, loaded=True)
-    except Exception:  # not recorded: the engine must not keep serving it either
-        await _unload_quietly(engine, name)
-        raise
-    policy.publish(version, name)
+    policy.publish(version, name, digest)
     unloaded = await retire_old(engine, policy, store, max_staleness)
-    return Published(version, name, load_s, unloaded)
+    return Published(version, name, load_s, unloaded, digest, proof)
+
+
+async def checked_digest(path: str, claimed: str | None) -> str | None:
+    """The adapter folder's digest when this gateway can read it (refusing a claim that differs: the
+    folder changed after the learner wrote it), else the claim."""
+    try:
+        found = await asyncio.to_thread(adapter_digest, path)
+    except OSError:  # the folder is on the engine's disk, not this gateway's
+        return claimed
+    if claimed is not None and claimed != found:
+        raise InvalidRequest(
+            f"the adapter folder {path} holds other weights than the learner published (digest "
+            f"{found[:12]}, claimed {claimed[:12]}): something rewrote it; publish it again",
+            param="digest",
+        )
+    return found
+
+
+async def prove(engine: EnginePool, name: str, probe: AdapterProbe, tolerance: float) -> tuple[ProbeResult, ...]:
+    """The probe's log-probs on every engine holding ``name``; ``AdapterNotApplied`` when one differs."""
+    answers = await engine.completions_on_each(probe_request(name, probe.token_ids))
+    results = []
+    for url, answer in answers:
+        try:
+            result = judge(url, engine_prompt_logprobs(answer, probe.token_ids), probe, tolerance)
+        except ValueError as exc:
+            raise EngineError(502, f"engine {url} cannot prove it applies {name}: {exc}") from None
+        if not result.passed:
+            logger.error("%s", not_applied_message(name, result))
+            raise AdapterNotApplied(not_applied_message(name, result))
+        if not result.distinguishable:
+            logger.info("%s moves the probe %.3g nats per token: within tolerance of the base", name, result.effect)
+        results.append(result)
+    return tuple(results)
+
+
+def _json(probe: AdapterProbe | None) -> dict | None:
+    return None if probe is None else probe.as_json()
+
+
+def _proof_json(proof: tuple[ProbeResult, ...]) -> list[dict] | None:
+    return [result.as_json() for result in proof] if proof else None
 
 
 async def _unload_quietly(engine: EngineClient, name: str) -> None:
@@ -112,7 +183,7 @@ async def restore_adapters(engine: EngineClient, policy: PolicyRegistry, store: 
         try:
             if adapter.name not in served:
                 await engine.load_adapter(adapter.name, adapter.path)
-            policy.publish(adapter.version, adapter.name)
+            policy.publish(adapter.version, adapter.name, adapter.digest)
         except GatewayError as exc:
             logger.warning("could not restore %s from %s: %s", adapter.name, adapter.path, exc.message)
             await store.save_adapter(adapter.version, adapter.name, adapter.path, loaded=False)

@@ -57,7 +57,7 @@ async def load_version(engine: EngineClient, policy: PolicyRegistry, store: Stor
     if adapter.name not in served:
         await engine.load_adapter(adapter.name, adapter.path)
     await store.save_adapter(version, adapter.name, adapter.path, loaded=True)
-    policy.load(version, adapter.name)
+    policy.load(version, adapter.name, adapter.digest)
     return adapter.name
 
 

@@ -281,7 +281,8 @@ class ChatPipeline:
             return self.policy.resolve_for(identity.rollout_id, requested)
         resolved = self.policy.pinned(requested, version)
         if resolved is None and self._load_version is not None:
-            return ResolvedModel(requested, await self._load_version(version), version)
+            await self._load_version(version)
+            resolved = self.policy.pinned(requested, version)
         if resolved is None:
             raise EngineError(503, f"policy version {version} of this rollout is not loaded")
         return resolved
@@ -377,6 +378,7 @@ def _record(
         model=resolved.public_name,
         engine_model=resolved.engine_model,
         policy_version=resolved.version,
+        adapter_digest=resolved.adapter_digest,
         # Arrays once, here: packing, linking and storing then cost a memcpy, not a list walk.
         prompt_ids=ids.prompt,
         output_ids=ids.output,

@@ -14,6 +14,7 @@ class ResolvedModel:
     public_name: str  # what the client asked for
     engine_model: str  # vLLM's name: the base model or an adapter policy-v{N}
     version: int  # 0 = base model
+    adapter_digest: str | None = None  # the adapter's content digest (None: the base, or not known)
 
 
 def adapter_name(version: int) -> str:
@@ -32,13 +33,17 @@ class PolicyRegistry:
         self.base_model = base_model
         self.current_version = 0
         self._loaded: dict[int, str] = {0: base_model}
+        self._digests: dict[int, str] = {}  # version -> its adapter's digest, where the publisher gave one
         self._pinned: OrderedDict[int, int] = OrderedDict()  # rollout id -> version it started with
 
     def resolve(self, requested: str) -> ResolvedModel:
         for version, name in self._loaded.items():
             if requested == name and version != 0:
-                return ResolvedModel(requested, name, version)
-        return ResolvedModel(requested, self._loaded[self.current_version], self.current_version)
+                return self._resolved(requested, version)
+        return self._resolved(requested, self.current_version)
+
+    def _resolved(self, requested: str, version: int) -> ResolvedModel:
+        return ResolvedModel(requested, self._loaded[version], version, self._digests.get(version))
 
     def resolve_for(self, rollout_id: int, requested: str) -> ResolvedModel:
         """Like ``resolve``, but a rollout keeps the version it started with while it is loaded."""
@@ -48,29 +53,35 @@ class PolicyRegistry:
         pinned = self._pinned.get(rollout_id)
         if pinned is not None and pinned in self._loaded:
             self._pinned.move_to_end(rollout_id)
-            return ResolvedModel(requested, self._loaded[pinned], pinned)
+            return self._resolved(requested, pinned)
         self._pinned[rollout_id] = resolved.version
         if len(self._pinned) > PINNED_ROLLOUTS:
             self._pinned.popitem(last=False)
         return resolved
 
-    def publish(self, version: int, engine_model: str) -> None:
+    def publish(self, version: int, engine_model: str, digest: str | None = None) -> None:
         """Make a loaded adapter the current policy for new calls."""
-        self._loaded[version] = engine_model
+        self.load(version, engine_model, digest)
         self.current_version = max(self.current_version, version)
 
-    def load(self, version: int, engine_model: str) -> None:
+    def load(self, version: int, engine_model: str, digest: str | None = None) -> None:
         """A version loaded for rollouts pinned to it (evaluation); the current policy stays."""
         self._loaded[version] = engine_model
+        if digest is not None:
+            self._digests[version] = digest
 
     def pinned(self, requested: str, version: int) -> ResolvedModel | None:
         """The loaded version a pinned rollout is served by, whatever it asked for; None when not loaded."""
-        name = self._loaded.get(version)
-        return None if name is None else ResolvedModel(requested, name, version)
+        return self._resolved(requested, version) if version in self._loaded else None
 
     def retire(self, version: int) -> None:
         if version not in (0, self.current_version):
             self._loaded.pop(version, None)
+            self._digests.pop(version, None)
 
     def loaded(self) -> dict[int, str]:
         return dict(self._loaded)
+
+    def digests(self) -> dict[int, str]:
+        """Loaded version -> its adapter's digest (versions published without one are absent)."""
+        return {v: d for v, d in self._digests.items() if v in self._loaded}

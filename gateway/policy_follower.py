@@ -17,8 +17,10 @@ from typing import TYPE_CHECKING
 
 from sqlalchemy.exc import SQLAlchemyError
 
-from gateway.adapters import retire_old
+from gateway.adapter_proof import AdapterNotApplied, AdapterProbe, tolerance_for
+from gateway.adapters import prove, retire_old
 from gateway.errors import GatewayError
+from gateway.store.tables import Adapter
 
 if TYPE_CHECKING:
     from gateway.state import GatewayState
@@ -32,7 +34,12 @@ async def follow_once(state: GatewayState) -> tuple[int, ...]:
     if policy is None:  # the engine was not discovered yet: nothing is served to follow from
         return ()
     newer = sorted(
-        (a for a in await state.store.loaded_adapters() if a.version > policy.current_version), key=lambda a: a.version
+        (
+            a
+            for a in await state.store.loaded_adapters()
+            if a.version > policy.current_version and a.version not in state.refused_versions
+        ),
+        key=lambda a: a.version,
     )
     if not newer:
         return ()
@@ -42,15 +49,31 @@ async def follow_once(state: GatewayState) -> tuple[int, ...]:
         for adapter in newer:
             if adapter.version <= policy.current_version:  # published here meanwhile
                 continue
-            if adapter.name not in served:
-                await state.engine.load_adapter(adapter.name, adapter.path)
-            policy.publish(adapter.version, adapter.name)
+            if adapter.name not in served and not await _load_proven(state, adapter):
+                continue
+            policy.publish(adapter.version, adapter.name, adapter.digest)
             followed.append(adapter.version)
         if followed:
             await retire_old(state.engine, policy, state.store, state.settings.max_staleness)
     if followed:
         logger.info("following the store: now serving policy-v%d", policy.current_version)
     return tuple(followed)
+
+
+async def _load_proven(state: GatewayState, adapter: Adapter) -> bool:
+    """Load a version another gateway published into this gateway's engines and prove it with the
+    stored probe; False (unloaded, never tried again) when an engine does not apply it."""
+    await state.engine.load_adapter(adapter.name, adapter.path)
+    if adapter.probe is None:
+        return True
+    probe = AdapterProbe.from_json(adapter.probe)
+    try:
+        await prove(state.engine, adapter.name, probe, tolerance_for(state.settings, probe))
+    except AdapterNotApplied:  # logged by prove, with the fix
+        state.refused_versions.add(adapter.version)
+        await state.engine.unload_adapter(adapter.name)
+        return False
+    return True
 
 
 async def follow(state: GatewayState, interval_s: float) -> None:

@@ -58,6 +58,7 @@ class GatewayState:
     _decoder_lock: asyncio.Lock = field(default_factory=asyncio.Lock)
     _discover_lock: asyncio.Lock = field(default_factory=asyncio.Lock)
     publish_lock: asyncio.Lock = field(default_factory=asyncio.Lock)
+    refused_versions: set[int] = field(default_factory=set)  # published elsewhere, failed the probe here
 
     def __post_init__(self) -> None:
         self.graph = CallGraphIndex(self.store.recent_graph_nodes)

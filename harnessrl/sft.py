@@ -21,6 +21,7 @@ from pathlib import Path
 from gateway.store.records import RolloutStatus
 from gateway.store.samples import Sample, build_samples
 from gateway.store.store import Store
+from learner.adapter_probe import probe_ids_from
 from learner.checkpoint import atomic_write_dir
 from learner.config import LearnerConfig
 from learner.publish import Publisher
@@ -94,7 +95,8 @@ def run_sft(plan: SftPlan, on_step: Callable[[SftStep], None] = lambda step: Non
         "steps": [asdict(step) for step in result.steps],
     }
     (plan.out_dir / "sft.json").write_text(json.dumps(summary, indent=1))
-    version = asyncio.run(_publish(plan, trainer.model)) if plan.gateway_url else None
+    probe = probe_ids_from(samples[0].input_ids)  # the adapter is proven on what it was trained on
+    version = asyncio.run(_publish(plan, trainer.model, probe)) if plan.gateway_url else None
     return SftOutcome(adapter, rollouts, result, version, time.monotonic() - started)
 
 
@@ -108,11 +110,11 @@ async def _read(plan: SftPlan) -> tuple[list[Sample], int]:
         await store.close()
 
 
-async def _publish(plan: SftPlan, model) -> int:
+async def _publish(plan: SftPlan, model, probe_ids: tuple[int, ...]) -> int:
     publisher = Publisher(plan.gateway_url, plan.admin_key or "", plan.out_dir / "adapters")
     try:
         version = await publisher.current_version() + 1
-        await publisher.publish(model, version)
+        await publisher.publish(model, version, probe_ids)
         return version
     finally:
         await publisher.close()

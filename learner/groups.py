@@ -45,6 +45,8 @@ class ReadyGroup:
     rollouts: tuple[RolloutData, ...]
     temperatures: tuple[float, ...] = ()  # the distinct temperatures its calls recorded (none: not recorded)
     teachers: tuple[str, ...] = ()  # external models that served its rollouts (harnessrl.teacher)
+    # (version, digest its calls recorded, the version's published digest) where the two differ
+    foreign_adapters: tuple[tuple[int, str | None, str], ...] = ()
 
 
 @dataclass(frozen=True)
@@ -98,7 +100,9 @@ async def load_group(store: Store, group_id: int, include_side: bool = False) ->
         except (ValueError, IndexError) as exc:
             raise UnusableGroup(f"rollout {rollout_id}: its calls make no samples: {exc}") from None
         rollouts.append(RolloutData(rollout_id, reward, tuple(samples)))
-    return ReadyGroup(group_id, members.ready_at, tuple(rollouts), members.temperatures, members.teachers)
+    return ReadyGroup(
+        group_id, members.ready_at, tuple(rollouts), members.temperatures, members.teachers, members.foreign_adapters
+    )
 
 
 def check_group(group: ReadyGroup, temperature: float, vocab_size: int | None = None) -> None:
@@ -108,6 +112,13 @@ def check_group(group: ReadyGroup, temperature: float, vocab_size: int | None = 
         raise UnusableGroup(
             f"its rollouts were served by the teacher {group.teachers[0]}, which samples no "
             f"log-probs of the policy: train on them with `harnessrl sft`, not GRPO"
+        )
+    if group.foreign_adapters:
+        version, served, published = group.foreign_adapters[0]
+        raise UnusableGroup(
+            f"calls of policy-v{version} were served by adapter {(served or 'unknown')[:12]}, not the one "
+            f"published as v{version} ({published[:12]}): their log-probs belong to no version this "
+            f"learner trained; check that every gateway on this store runs this release"
         )
     try:
         group_advantages([[r.reward for r in group.rollouts]])

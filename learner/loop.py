@@ -31,6 +31,9 @@ from collections.abc import Callable
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 
+import numpy as np
+
+from gateway.store.mismatch import save_call_mismatch
 from gateway.store.store import Store
 from gateway.store.training import (
     CheckpointRecord,
@@ -39,6 +42,7 @@ from gateway.store.training import (
     quarantine_group,
     ready_group_ids,
 )
+from learner.adapter_probe import probe_ids_from
 from learner.checkpoint import (
     load_checkpoint,
     prune_checkpoints,
@@ -49,7 +53,7 @@ from learner.config import LearnerConfig, with_overrides
 from learner.groups import ReadyGroup, UnusableGroup, build_batch, check_group, load_group, run_temperature
 from learner.memory import memory_estimate
 from learner.metrics import Metrics, MetricsSink, step_metrics, why_nothing_trained
-from learner.mismatch import is_alarming
+from learner.mismatch import call_records, is_alarming
 from learner.prometheus import LearnerExporter
 from learner.publish import GatewayUnreachable, Publisher
 from learner.ranks import tell_followers
@@ -90,6 +94,9 @@ class _Progress:
     quarantined: int = 0  # groups quarantined since the last step's metrics were taken
     unpublished: bool = False  # a publication failed on transport: retry at the next publishing step
     resumed_from: str | None = None  # the committed checkpoint this run started from
+    # the probe every publication of this process is proven on (learner.adapter_probe): the tail of
+    # the first sample it trained; None before any (a fixed sequence then)
+    probe_ids: tuple[int, ...] | None = None
 
 
 async def run_learner(
@@ -179,9 +186,14 @@ async def _train(
         if progress.changed:  # stepped since the last publish: the weights are no published version
             batch = replace(batch, version=None)
         lr = trainer.lr
-        result, too_long = await asyncio.to_thread(_lead_step, trainer, batch, config)
+        per_call: dict[int, np.ndarray] = {}
+        result, too_long = await asyncio.to_thread(_lead_step, trainer, batch, config, per_call)
         progress.step += 1
+        if batch.version is not None:  # per token, what the step's mismatch metrics sum up
+            await save_call_mismatch(store, run_id, call_records(per_call, progress.step, batch.version))
         progress.pending.extend(groups)
+        if progress.probe_ids is None and batch.samples:
+            progress.probe_ids = probe_ids_from(batch.samples[0].sample.input_ids)
         progress.changed = progress.changed or bool(result.get("optimizer_stepped"))
         if config.publishes_at(progress.step) and progress.changed:  # cut a new version
             progress.version, progress.changed = progress.version + 1, False
@@ -207,9 +219,9 @@ async def _train(
     return "max_steps"
 
 
-def _lead_step(trainer: Trainer, batch, config: LearnerConfig):
+def _lead_step(trainer: Trainer, batch, config: LearnerConfig, per_call: dict[int, np.ndarray]):
     tell_followers("batch", batch)  # under torchrun the other ranks take their share of this batch
-    return train_batch(trainer, batch, config)
+    return train_batch(trainer, batch, config, per_call)
 
 
 def _exporter(config: LearnerConfig) -> LearnerExporter | None:
@@ -419,7 +431,7 @@ async def _publish(
         return None  # a failed publication waits for the next checkpointed step
     version = progress.version
     try:
-        published = await publisher.publish(trainer.model, version)
+        published = await publisher.publish(trainer.model, version, progress.probe_ids)
     except GatewayUnreachable as exc:
         logger.warning("could not publish policy-v%d, will publish a newer version later: %s", version, exc)
         progress.unpublished = True

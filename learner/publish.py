@@ -10,6 +10,10 @@ Transport errors and 503 answers are retried with doubling delays up to ``retrie
 configuration problem and is raised with the fix.
 A retried request may already have been applied (a timeout after the gateway loaded it): the
 gateway then answers 409 and the learner checks ``GET /admin/policy`` before calling it an error.
+
+Each publication carries the adapter's digest and a probe (``learner.adapter_probe``): the gateway
+checks that every engine computes with the adapter before it serves it (``gateway.adapter_proof``);
+an engine that does not fails the publication with a 502 that names the fix.
 """
 
 from __future__ import annotations
@@ -23,7 +27,9 @@ from typing import Any
 
 import httpx
 
+from gateway.adapter_proof import adapter_digest
 from gateway.control_client import Backoff, GatewayUnreachable, send
+from learner.adapter_probe import adapter_probe, fallback_probe_ids
 from learner.checkpoint import atomic_write_dir
 
 MAX_DELAY_S = 10.0
@@ -49,6 +55,8 @@ class Published:
     swap_s: float  # save start -> the gateway's answer (the adapter is then current)
     engine_load_s: float | None  # the engine's own load time, as the gateway reports it
     attempts: int
+    digest: str = ""  # sha256 of the adapter's config and weights (gateway.adapter_proof)
+    proof: tuple[dict, ...] = ()  # each engine's answer to the probe, as the gateway reports it
 
 
 def adapter_name(version: int) -> str:
@@ -101,20 +109,25 @@ class Publisher:
             _raise_for(response, 0)  # names the admin-key fix
         return response.json().get(name) if response.status_code == 200 else None
 
-    async def publish(self, model: Any, version: int) -> Published:
-        """Save ``model`` (a peft model) as policy-v{version} and make the gateway serve it."""
+    async def publish(self, model: Any, version: int, probe_ids: tuple[int, ...] | None = None) -> Published:
+        """Save ``model`` (a peft model) as policy-v{version} and make the gateway serve it, proven on
+        ``probe_ids`` (default: ``learner.adapter_probe.fallback_probe_ids``)."""
         name = adapter_name(version)
         started = time.perf_counter()
         path = atomic_write_dir(self.adapters_dir / name, lambda tmp: model.save_pretrained(tmp))
+        digest = adapter_digest(path)
+        probe = adapter_probe(model, probe_ids or fallback_probe_ids(model.config.vocab_size))
         save_s = time.perf_counter() - started
-        body = {"version": version, "path": str(path)}
+        body = {"version": version, "path": str(path), "digest": digest, "probe": probe.as_json()}
         attempts, response = await self._send_counted("POST", "/admin/adapters", body)
         swap_s = time.perf_counter() - started
         if response.status_code == 409 and await self._serves(version, name):
             # an earlier attempt landed (its answer was lost to a timeout): the version is served
-            return Published(version, name, str(path), save_s, swap_s, None, attempts)
+            return Published(version, name, str(path), save_s, swap_s, None, attempts, digest)
         _raise_for(response, version)
-        return Published(version, name, str(path), save_s, swap_s, response.json().get("load_s"), attempts)
+        answer = response.json()
+        proof = tuple(answer.get("proof") or ())
+        return Published(version, name, str(path), save_s, swap_s, answer.get("load_s"), attempts, digest, proof)
 
     async def _serves(self, version: int, name: str) -> bool:
         """Whether ``name`` is the gateway's current version (published by us, answer lost)."""

@@ -20,6 +20,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 
+import numpy as np
 import torch
 from torch import Tensor, nn
 
@@ -33,7 +34,7 @@ from learner.forward import (
     packed_mode,
 )
 from learner.loss import LossConfig, LossOutput, LossStats, grpo_loss
-from learner.mismatch import MismatchStats, logprob_mismatch
+from learner.mismatch import MismatchStats, RowDeltas, deltas_stats, token_deltas
 from learner.packing import PackedRow
 
 
@@ -92,10 +93,15 @@ def row_loss(
 
 
 def accumulate_gradients(
-    model: nn.Module, rows: list[PackedRow], config: StepConfig, version: int | None = None
+    model: nn.Module,
+    rows: list[PackedRow],
+    config: StepConfig,
+    version: int | None = None,
+    deltas: list[RowDeltas] | None = None,
 ) -> tuple[LossStats, MismatchStats]:
     """Back-propagate every row's summed loss into .grad (added to what is there); merged stats, and
-    the train/inference mismatch on the tokens the learner's ``version`` sampled (none when None)."""
+    the train/inference mismatch on the tokens the learner's ``version`` sampled (none when None),
+    per token into ``deltas`` when given (one ``RowDeltas`` per row with a compared token)."""
     stats, mismatch = LossStats.empty(), MismatchStats.empty()
     with packed_mode(model):  # the backward reruns checkpointed layers: it stays inside too
         for row in rows:
@@ -107,8 +113,15 @@ def accumulate_gradients(
             out.loss.backward()
             stats = stats.merge(out.stats)
             if version is not None:
-                mismatch = mismatch.merge(logprob_mismatch(new, row.old_logprobs, row.target_versions == version))
+                values = token_deltas(new, row.old_logprobs, row.target_versions == version)
+                mismatch = mismatch.merge(deltas_stats(values))
+                if deltas is not None:
+                    deltas.append(_row_deltas(row, values))
     return stats, mismatch
+
+
+def _row_deltas(row: PackedRow, values: np.ndarray) -> RowDeltas:
+    return RowDeltas(row.sample_indices, row.target_samples.cpu().numpy(), row.target_offsets.cpu().numpy(), values)
 
 
 def train_step(
@@ -117,15 +130,17 @@ def train_step(
     rows: list[PackedRow],
     config: StepConfig,
     version: int | None = None,
+    deltas: list[RowDeltas] | None = None,
 ) -> dict[str, float | int | bool | None]:
     """One optimizer step over all rows. Skips the step (and says so) when no token was trained or
     the gradient is not finite, so a bad batch cannot corrupt the adapter or the optimizer state.
-    ``version``: the policy version the model's weights are (tokens it sampled measure the mismatch)."""
+    ``version``: the policy version the model's weights are (tokens it sampled measure the mismatch),
+    per token into ``deltas`` when given (this rank's rows)."""
     params = [p for p in model.parameters() if p.requires_grad]
     optimizer.zero_grad(set_to_none=True)
     device = _device(model)
     # distributed: every rank sums over all ranks, so all see the same count, norm and skip decision
-    stats, mismatch = accumulate_gradients(model, rows, config, version)
+    stats, mismatch = accumulate_gradients(model, rows, config, version, deltas)
     stats, mismatch = all_reduce_stats(stats, device), all_reduce_mismatch(mismatch, device)
     all_reduce_gradients(params)
     grad_norm, stepped = 0.0, False

@@ -8,12 +8,14 @@ import os
 from dataclasses import dataclass, replace
 from typing import Any
 
+import numpy as np
 import torch
 
 from learner.config import LearnerConfig
 from learner.distributed import broadcast_trainable, shard, world
 from learner.groups import Batch
 from learner.memory import return_freed_memory
+from learner.mismatch import RowDeltas, call_deltas
 from learner.packing import pack_samples
 from learner.step import train_step
 
@@ -99,10 +101,15 @@ def lr_factor(config: LearnerConfig, k: int) -> float:
     return low + (1.0 - low) * 0.5 * (1.0 + math.cos(math.pi * progress))
 
 
-def train_batch(trainer: Trainer, batch: Batch, config: LearnerConfig) -> tuple[dict[str, Any], int]:
+def train_batch(
+    trainer: Trainer, batch: Batch, config: LearnerConfig, mismatch: dict[int, np.ndarray] | None = None
+) -> tuple[dict[str, Any], int]:
     """Pack the batch's samples under token_budget and take one optimizer step (gradients accumulated
     over every packed row; under torchrun each rank takes its share of the rows and train_step sums
     across ranks). Returns train_step's metrics and how many samples were too long to pack.
+
+    ``mismatch``, when given, gets each trained call's per-token learner - sampler log-prob
+    (``learner.mismatch.call_deltas``; this rank's rows, NaN where not compared).
 
     The scheduler advances only when the optimizer did: a batch with nothing to train (all groups
     zero-std, all samples stale) must not eat into the warm-up or the decay.
@@ -119,7 +126,10 @@ def train_batch(trainer: Trainer, batch: Batch, config: LearnerConfig) -> tuple[
     rows = shard(packing.rows, [row.num_tokens for row in packing.rows], *world())  # all of them in one process
     # log-probs at the temperature the run sampled at (the batch says it: every rank gets the batch)
     step = replace(config.step(), temperature=batch.temperature)
-    result = train_step(trainer.model, trainer.optimizer, rows, step, batch.version)
+    deltas: list[RowDeltas] | None = [] if mismatch is not None else None
+    result = train_step(trainer.model, trainer.optimizer, rows, step, batch.version, deltas)
+    if mismatch is not None and deltas:
+        mismatch.update(call_deltas(deltas, [s.sample for s in batch.samples]))
     if result["optimizer_stepped"]:
         trainer.scheduler.step()
     return result, len(packing.refused)

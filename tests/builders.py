@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import math
 
 from gateway.settings import GatewaySettings
 from gateway.store.records import CallRecord
@@ -14,12 +15,17 @@ TEST_HOST = "gateway"  # the in-process clients' base URL is http://gateway
 
 
 def gateway_settings(database_url: str, engine_url: str, **overrides) -> GatewaySettings:
-    """Settings of a test gateway: the test admin key, and the in-process clients' Host served."""
+    """Settings of a test gateway: the test admin key, and the in-process clients' Host served.
+
+    A publication's probe is not judged (infinite tolerance): the fake engine computes no model, so
+    its log-probs never match a real learner's. Tests of the proof set a tolerance.
+    """
     fields = {
         "database_url": database_url,
         "engine_url": engine_url,
         "admin_key": TEST_ADMIN_KEY,
         "allowed_hosts": (TEST_HOST,),
+        "adapter_probe_tolerance": math.inf,
         **overrides,
     }
     return GatewaySettings(**fields)

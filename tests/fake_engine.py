@@ -62,6 +62,11 @@ def logprob_at(position: int) -> float:
     return -0.125 * (position % 7)
 
 
+def prompt_logprob_at(position: int) -> float:
+    """The base model's fake log-prob of the prompt token at ``position`` (vLLM's ``prompt_logprobs``)."""
+    return -0.25 - 0.5 * (position % 5)
+
+
 def render_chat(messages: list[dict]) -> list[int]:
     """ChatML-shaped token ids of the conversation plus the generation prompt."""
     ids: list[int] = []
@@ -90,6 +95,10 @@ class FakeEngine:
     omit: frozenset[str] = frozenset()  # recording fields left out of answers (an old or misconfigured vLLM)
     streams_aborted: int = 0  # streams whose client went away before their end
     load_error: str | None = None  # when set, loading an adapter fails with this message
+    # Every loaded adapter moves each prompt log-prob by this many nats (what a probe measures);
+    # ``ignore_loads``: a load answers 200 but the adapter is never applied (the base model serves it).
+    adapter_shift: float = -0.5
+    ignore_loads: bool = False
     # The "tokenizer" of sampled text: bytes by default; tito tests plug in a real model's.
     encode_text: Callable[[str], list[int]] = encode
     decode_ids: Callable[[list[int]], str] = decode
@@ -327,6 +336,8 @@ async def _completions(request: Request) -> Response:
     error = engine.check_model(body.get("model", "")) or engine.too_long(len(prompt_ids), body.get("max_tokens"))
     if error:
         return error
+    if body.get("prompt_logprobs") is not None:
+        return JSONResponse(_prompt_logprobs_answer(engine, body, prompt_ids))
     reply = engine.next_reply(body)
     ids = engine.output_ids(reply)
     if body.get("stream"):
@@ -358,6 +369,18 @@ async def _completions(request: Request) -> Response:
             "usage": _usage(len(prompt_ids), len(ids)),
         }
     )
+
+
+def _prompt_logprobs_answer(engine: FakeEngine, body: dict, prompt_ids: list[int]) -> dict:
+    """vLLM's answer with ``prompt_logprobs``: None for the first token, then {id: {"logprob", ...}}."""
+    applied = body["model"] != engine.model and not engine.ignore_loads
+    shift = engine.adapter_shift if applied else 0.0
+    entries = [None] + [
+        {str(token): {"logprob": prompt_logprob_at(n) + shift, "rank": 1, "decoded_token": None}}
+        for n, token in enumerate(prompt_ids[1:], start=1)
+    ]
+    choice = {"index": 0, "text": "", "logprobs": None, "finish_reason": "length", "prompt_logprobs": entries}
+    return {"id": f"cmpl-{next(engine._ids)}", "object": "text_completion", "model": body["model"], "choices": [choice]}
 
 
 def _completion_chunks(engine: FakeEngine, body: dict, prompt_ids: list[int], ids: list[int]):

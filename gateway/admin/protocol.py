@@ -2,7 +2,35 @@
 
 from __future__ import annotations
 
-from pydantic import BaseModel, ConfigDict, Field
+from typing import Annotated, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+from gateway.adapter_proof import MAX_PROBE_TOKENS, AdapterProbe
+
+TokenId = Annotated[int, Field(ge=0, lt=2**31)]
+LogProb = Annotated[float, Field(le=0.0, allow_inf_nan=False)]
+
+
+class ProbeBody(BaseModel):
+    """The learner's log-probs of a probe sequence under the adapter (gateway.adapter_proof)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    token_ids: list[TokenId] = Field(min_length=2, max_length=MAX_PROBE_TOKENS)
+    logprobs: list[LogProb]  # log p(token_ids[i] | token_ids[:i]) under the adapter, i = 1..n-1
+    base_logprobs: list[LogProb]  # the same with the adapter disabled
+    dtype: Literal["float32", "bfloat16", "float16"]  # the learner's compute dtype
+
+    @model_validator(mode="after")
+    def _one_per_predicted_token(self) -> ProbeBody:
+        n = len(self.token_ids) - 1
+        if len(self.logprobs) != n or len(self.base_logprobs) != n:
+            raise ValueError(f"logprobs and base_logprobs need one value per token after the first ({n})")
+        return self
+
+    def probe(self) -> AdapterProbe:
+        return AdapterProbe(tuple(self.token_ids), tuple(self.logprobs), tuple(self.base_logprobs), self.dtype)
 
 
 class PublishAdapter(BaseModel):
@@ -10,6 +38,19 @@ class PublishAdapter(BaseModel):
 
     version: int = Field(ge=1)  # N of policy-v{N}; must exceed the current version
     path: str = Field(min_length=1)  # a PEFT adapter folder the engine can read
+    # sha256 of the folder's adapter_config.json and adapter_model.safetensors (gateway.adapter_proof)
+    digest: str | None = Field(default=None, pattern=r"^[0-9a-f]{64}$")
+    probe: ProbeBody | None = None  # without one the engines' use of the adapter is not checked
+
+
+class ProbeAnswer(BaseModel):
+    engine: str
+    mean_abs: float  # mean |engine - learner| log-prob per probe token under the adapter, nats
+    base_mean_abs: float  # the same against the learner's base model
+    effect: float  # mean |adapter - base|: how far the adapter moves the probe
+    tolerance: float
+    passed: bool
+    distinguishable: bool  # effect > tolerance: the probe tells the adapter from the base model
 
 
 class AdapterPublished(BaseModel):
@@ -18,12 +59,15 @@ class AdapterPublished(BaseModel):
     load_s: float
     unloaded: list[int]  # versions retired by this publication
     loaded: dict[int, str]  # every version now served: version -> engine name (0 = base model)
+    digest: str | None = None  # the adapter's digest as recorded (null: neither sent nor readable)
+    proof: list[ProbeAnswer] = []  # each engine's answer to the probe; empty: none was sent
 
 
 class PolicyView(BaseModel):
     public_name: str
     current_version: int
     loaded: dict[int, str]
+    digests: dict[int, str] = {}  # loaded version -> its adapter's digest, where one was published
     max_model_len: int | None = None  # the engine's context length (the learner's default token budget)
     max_staleness: int | None = None  # versions kept loaded behind the current one (the learner drops older samples)
 

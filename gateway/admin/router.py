@@ -4,20 +4,36 @@ from __future__ import annotations
 
 from fastapi import APIRouter
 
-from gateway.adapters import publish_adapter
+from gateway.adapter_proof import tolerance_for
+from gateway.adapters import Claim, publish_adapter
 from gateway.admin import leases
-from gateway.admin.protocol import AdapterPublished, EngineView, PolicyView, PublishAdapter
+from gateway.admin.protocol import AdapterPublished, EngineView, PolicyView, ProbeAnswer, PublishAdapter
 from gateway.state import AdminStateDep, StateDep
 
 
 async def publish(body: PublishAdapter, state: AdminStateDep) -> AdapterPublished:
     policy = await state.ensure_policy()
+    probe = body.probe.probe() if body.probe else None
+    tolerance = tolerance_for(state.settings, probe) if probe else 0.0
     async with state.publish_lock:  # one publication at a time keeps versions ordered
         done = await publish_adapter(
-            state.engine, policy, state.store, body.version, body.path, state.settings.max_staleness
+            state.engine,
+            policy,
+            state.store,
+            body.version,
+            body.path,
+            state.settings.max_staleness,
+            Claim(body.digest, probe),
+            tolerance,
         )
     return AdapterPublished(
-        version=done.version, name=done.name, load_s=done.load_s, unloaded=list(done.unloaded), loaded=policy.loaded()
+        version=done.version,
+        name=done.name,
+        load_s=done.load_s,
+        unloaded=list(done.unloaded),
+        loaded=policy.loaded(),
+        digest=done.digest,
+        proof=[ProbeAnswer(**result.as_json()) for result in done.proof],
     )
 
 
@@ -27,6 +43,7 @@ async def show_policy(state: StateDep) -> PolicyView:
         public_name=policy.public_name,
         current_version=policy.current_version,
         loaded=policy.loaded(),
+        digests=policy.digests(),
         max_model_len=state.max_model_len,
         max_staleness=state.settings.max_staleness,
     )

@@ -9,12 +9,13 @@ from fastapi import Query
 from sqlalchemy.engine import Row
 
 from gateway.api.params import After, Int64, Limit, page_of
-from gateway.api.protocol import CallDetail, CallView, Page
+from gateway.api.protocol import CallDetail, CallMismatchView, CallView, Page
 from gateway.decoding import TokenDecoder
 from gateway.errors import NotFound
 from gateway.state import StateDep
 from gateway.store.arrays import ids_array, logprobs_or_none, unpack_ids, unpack_logprobs
 from gateway.store.listings import CALL_COLUMNS, CallFilter
+from gateway.store.mismatch import CallMismatchRecord, call_mismatch
 from gateway.store.samples import Ancestor, prompt_marks
 from gateway.store.tables import Call
 
@@ -72,6 +73,7 @@ async def get_call(call_id: Int64, state: StateDep, decode: bool = False) -> Cal
     if call is None:
         raise NotFound(f"call {call_id} not found")
     detail = CallDetail(**call_view(call, tokens=True).model_dump(), request=call.request, response=call.response)
+    detail.mismatch = mismatch_view(await call_mismatch(state.store, call_id))
     if decode:
         _mark_prompt(detail, call, await state.store.ancestors(call_id))
         decoder = await state.decoder()
@@ -80,6 +82,13 @@ async def get_call(call_id: Int64, state: StateDep, decode: bool = False) -> Cal
             for name, value in text.items():
                 setattr(detail, name, value)
     return detail
+
+
+def mismatch_view(record: CallMismatchRecord | None) -> CallMismatchView | None:
+    if record is None:
+        return None
+    fields = {k: v for k, v in vars(record).items() if k not in ("call_id", "deltas")}
+    return CallMismatchView(**fields, deltas=logprobs_or_none(record.deltas))
 
 
 def _mark_prompt(detail: CallDetail, call: Call, ancestors: list[Ancestor]) -> None:

@@ -195,12 +195,29 @@ class CallView(BaseModel):
     latency_ms: float
     temperature: float | None = None  # the sampling the engine applied (null: left to the engine)
     top_p: float | None = None
+    # sha256 of the adapter (config and weights) that served the call: the one its version published
+    # (GET /admin/policy); null for the base model or a version published without one
+    adapter_digest: str | None = None
     created_at: Timestamp
+
+
+class CallMismatchView(BaseModel):
+    """The learner's log-probs of the call's sampled tokens against the sampler's, when it trained them."""
+
+    step: int  # the learner step that trained the call
+    version: int  # the policy version the learner's weights were
+    tokens: int  # tokens compared: those that version sampled
+    mean_abs: float | None  # mean |learner - sampler| log-prob per compared token, nats
+    max_abs: float | None
+    k3: float | None  # mean exp(Δ) - 1 - Δ: an estimate of KL(sampler || learner)
+    frac_over: float | None  # share of compared tokens with |Δ| > 0.1 nats
+    deltas: list[float | None]  # one per output token: learner - sampler log-prob; null: not compared
 
 
 class CallDetail(CallView):
     request: dict[str, Any]
     response: dict[str, Any]
+    mismatch: CallMismatchView | None = None  # null until the learner trained the call
     # decode=true: the text (null without a tokenizer), one piece per id, and the prompt's mask
     prompt_text: str | None = None
     output_text: str | None = None

@@ -278,6 +278,13 @@ class EnginePool:
                 raise
         member.models.add(name)
 
+    async def completions_on_each(self, body: dict) -> list[tuple[str, dict]]:
+        """``body`` sent to every healthy engine holding ``body["model"]``, outside routing and
+        back-pressure (a publication's probe): (engine URL, answer) each; errors are raised."""
+        targets = [m for m in self.members if m.healthy and body["model"] in m.models]
+        answers = await asyncio.gather(*(m.client.completions(body) for m in targets))
+        return [(m.url, answer) for m, answer in zip(targets, answers, strict=True)]
+
     async def unload_adapter(self, name: str) -> None:
         self.adapters.pop(name, None)
         targets = [m for m in self.members if m.healthy]

@@ -8,6 +8,7 @@ import numpy as np
 
 IDS = np.dtype("<i4")  # token ids: int32, little-endian
 LOGPROBS = np.dtype("<f4")  # log-probs: float32, little-endian
+DELTAS = np.dtype("<f2")  # log-prob differences (call_mismatch): float16, little-endian, NaN = none
 
 
 def pack_ids(ids: Sequence[int]) -> bytes:
@@ -40,3 +41,12 @@ def logprobs_or_none(logprobs: np.ndarray) -> list[float | None]:
 def logprobs_array(blob: bytes | None, length: int) -> np.ndarray:
     """float32 [length]: the sampler's log-probs, NaN for each token of a call the policy did not sample."""
     return np.full(length, np.nan, dtype=LOGPROBS) if blob is None else np.frombuffer(blob, dtype=LOGPROBS)
+
+
+def pack_deltas(deltas: np.ndarray) -> bytes:
+    return np.asarray(deltas, dtype=DELTAS).tobytes()
+
+
+def deltas_array(blob: bytes) -> np.ndarray:
+    """float32 [n]: packed deltas (NaN where nothing was compared)."""
+    return np.frombuffer(blob, dtype=DELTAS).astype(np.float32)

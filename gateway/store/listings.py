@@ -80,6 +80,7 @@ CALL_COLUMNS = (
     Call.latency_ms,
     Call.temperature,
     Call.top_p,
+    Call.adapter_digest,
     Call.created_at,
 )
 TOKEN_COLUMNS = (Call.prompt_ids, Call.prompt_offset, Call.output_ids, Call.output_logprobs)

@@ -17,7 +17,7 @@ from sqlalchemy import delete, exists, func, select
 
 from gateway.store.records import ENDED, GroupStatus, RolloutStatus
 from gateway.store.store import Store
-from gateway.store.tables import Call, Group, LearnerCheckpoint, LearnerStep, Rollout, Run, Task
+from gateway.store.tables import Call, CallMismatch, Group, LearnerCheckpoint, LearnerStep, Rollout, Run, Task
 
 STATUSES = ENDED
 AGE_UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400}
@@ -80,6 +80,8 @@ async def prune(store: Store, where: PruneFilter, dry_run: bool = False) -> Prun
             await session.execute(
                 Call.__table__.update().where(Call.rollout_id.in_(ids)).values(parent_id=None, fork_of=None)
             )
+            their_calls = select(Call.id).where(Call.rollout_id.in_(ids))
+            await session.execute(delete(CallMismatch).where(CallMismatch.call_id.in_(their_calls)))
             calls += (await session.execute(delete(Call).where(Call.rollout_id.in_(ids)))).rowcount
             rollouts += (await session.execute(delete(Rollout).where(Rollout.id.in_(ids)))).rowcount
     await _drop_empty(store, where.run)

@@ -38,6 +38,8 @@ class Sample:
     loss_mask: np.ndarray  # int8 [T]: 1 on tokens sampled by a call of the path
     old_logprobs: np.ndarray  # float32 [T]: sampler logprobs where loss_mask is 1, else 0
     policy_versions: np.ndarray  # int32 [T]: version that sampled the token, -1 where loss_mask is 0
+    # (start, end) of each path call's output in input_ids, aligned with call_ids; () when built by hand
+    output_spans: tuple[tuple[int, int], ...] = ()
 
     @property
     def num_turns(self) -> int:
@@ -116,7 +118,8 @@ def sample_from_path(path: list[CallNode]) -> Sample:
             node.policy_version,
             f"call {node.call_id} is not a prefix of call {leaf.call_id}",
         )
-    return Sample(tuple(n.call_id for n in path), input_ids, marks.mask, marks.logprobs, marks.versions)
+    spans = tuple((len(n.prompt_ids), len(n.prompt_ids) + len(n.output_ids)) for n in path)
+    return Sample(tuple(n.call_id for n in path), input_ids, marks.mask, marks.logprobs, marks.versions, spans)
 
 
 def build_samples(nodes: list[CallNode], include_side: bool = False) -> list[Sample]:

@@ -485,13 +485,29 @@ class Store:
         self._ended[rollout_id] = status  # its token is refused from now on
         return True
 
-    async def save_adapter(self, version: int, name: str, path: str, loaded: bool) -> None:
+    async def save_adapter(
+        self,
+        version: int,
+        name: str,
+        path: str,
+        loaded: bool,
+        digest: str | None = None,
+        probe: dict | None = None,
+        proof: list[dict] | None = None,
+    ) -> None:
+        """Record a version (or its loaded flag); a digest, probe or proof left None keeps what is stored."""
         async with self.sessions.begin() as session:
             row = (await session.scalars(select(Adapter).where(Adapter.version == version))).first()
             if row is None:
-                session.add(Adapter(version=version, name=name, path=path, loaded=loaded))
-            else:
-                row.name, row.path, row.loaded = name, path, loaded
+                row = Adapter(version=version)
+                session.add(row)
+            row.name, row.path, row.loaded = name, path, loaded
+            if digest is not None:
+                row.digest = digest
+            if probe is not None:
+                row.probe = probe
+            if proof is not None:
+                row.proof = proof
 
     async def adapter(self, version: int) -> Adapter | None:
         """The published adapter of this version, loaded or not."""
@@ -644,5 +660,6 @@ def _call_row(record: CallRecord, request: dict) -> dict:
         "engine": record.engine,
         "queue_ms": record.queue_ms,
         "moved_from": record.moved_from,
+        "adapter_digest": record.adapter_digest,
         "created_at": utcnow(),
     }

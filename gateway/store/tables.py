@@ -150,6 +150,9 @@ class Call(Base):
     engine: Mapped[str | None] = mapped_column(String(400), nullable=True)
     queue_ms: Mapped[float] = mapped_column(Float, default=0.0, server_default="0")
     moved_from: Mapped[str | None] = mapped_column(String(400), nullable=True)
+    # the digest of the adapter that served the call (adapters.digest of its version); null for the
+    # base model, a version published without one, or before revision 0014
+    adapter_digest: Mapped[str | None] = mapped_column(String(64), nullable=True)
     created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utcnow)
 
 
@@ -186,6 +189,12 @@ class Adapter(Base):
     name: Mapped[str] = mapped_column(String(200), unique=True)  # vLLM adapter name, policy-v{N}
     path: Mapped[str] = mapped_column(Text)
     loaded: Mapped[bool] = mapped_column(default=False)
+    # gateway.adapter_proof: sha256 of its config and weights; the learner's probe (token ids and
+    # log-probs); what each engine answered to it at publication. Null before revision 0014 or when
+    # the publisher sent none.
+    digest: Mapped[str | None] = mapped_column(String(64), nullable=True)
+    probe: Mapped[dict | None] = mapped_column(JSON, nullable=True)
+    proof: Mapped[list | None] = mapped_column(JSON, nullable=True)
     created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utcnow)
 
 
@@ -209,6 +218,27 @@ class LearnerCheckpoint(Base):
     # Consumed position: the last group covered, in (ready_at, id) order (for reports and checks).
     last_ready_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True), nullable=True)
     last_group_id: Mapped[int | None] = mapped_column(Id, nullable=True)
+    created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utcnow)
+
+
+class CallMismatch(Base):
+    """How far the learner's log-probs of one trained call's sampled tokens were from the sampler's
+    (learner.mismatch): per token, and summed up. One row per call (a retrained call is overwritten)."""
+
+    __tablename__ = "call_mismatch"
+
+    id: Mapped[int] = mapped_column(Id, primary_key=True)
+    call_id: Mapped[int] = mapped_column(ForeignKey("calls.id"), unique=True)
+    run_id: Mapped[int] = mapped_column(ForeignKey("runs.id"), index=True)
+    step: Mapped[int] = mapped_column(Integer)  # the learner step that trained it
+    version: Mapped[int] = mapped_column(Integer)  # the policy version the learner's weights were
+    tokens: Mapped[int] = mapped_column(Integer)  # tokens compared (sampled by that version)
+    mean_abs: Mapped[float | None] = mapped_column(Float, nullable=True)  # nats; null when none compared
+    max_abs: Mapped[float | None] = mapped_column(Float, nullable=True)
+    k3: Mapped[float | None] = mapped_column(Float, nullable=True)  # mean exp(Δ) - 1 - Δ: KL(sampler || learner)
+    frac_over: Mapped[float | None] = mapped_column(Float, nullable=True)  # share with |Δ| > 0.1 nats
+    # float16 LE, one per output token: learner - sampler log-prob, NaN where not compared
+    deltas: Mapped[bytes] = mapped_column(LargeBinary)
     created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utcnow)
 
 

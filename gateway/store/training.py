@@ -12,13 +12,13 @@ from collections.abc import Collection
 from dataclasses import dataclass
 from datetime import datetime
 
-from sqlalchemy import delete, select, update
+from sqlalchemy import delete, or_, select, update
 from sqlalchemy.exc import IntegrityError
 
 from gateway.store.records import GroupStatus, SamplingSettings
 from gateway.store.rewards import CANCELLED
 from gateway.store.store import Store
-from gateway.store.tables import Call, Group, LearnerCheckpoint, LearnerStep, Rollout, Run
+from gateway.store.tables import Adapter, Call, Group, LearnerCheckpoint, LearnerStep, Rollout, Run
 
 READY, CONSUMED = GroupStatus.READY, GroupStatus.CONSUMED
 QUARANTINED = GroupStatus.QUARANTINED
@@ -35,6 +35,9 @@ class GroupMembers:
     rewards: tuple[tuple[int, float | None], ...]  # (rollout id, reward) of each member, by id; cancelled: none
     temperatures: tuple[float, ...]  # the distinct temperatures its calls recorded (none: not recorded)
     teachers: tuple[str, ...] = ()  # external models that served members (meta.teacher): no sampler logprobs
+    # calls whose adapter is not the one published as their version: (version, the digest the call
+    # recorded (None: none), the version's published digest), distinct (gateway.adapter_proof)
+    foreign_adapters: tuple[tuple[int, str | None, str], ...] = ()
 
 
 @dataclass(frozen=True)
@@ -87,12 +90,21 @@ async def group_members(store: Store, group_id: int) -> GroupMembers:
         .join(Rollout, Rollout.id == Call.rollout_id)
         .where(Rollout.group_id == group_id, Rollout.status != CANCELLED, Call.temperature.is_not(None))
     )
+    foreign = (
+        select(Call.policy_version, Call.adapter_digest, Adapter.digest)
+        .distinct()
+        .join(Rollout, Rollout.id == Call.rollout_id)
+        .join(Adapter, Adapter.version == Call.policy_version)
+        .where(Rollout.group_id == group_id, Rollout.status != CANCELLED, Adapter.digest.is_not(None))
+        .where(or_(Call.adapter_digest.is_(None), Call.adapter_digest != Adapter.digest))
+    )
     async with store.sessions() as session:
         ready_at = await session.scalar(select(Group.ready_at).where(Group.id == group_id))
         rows = (await session.execute(members)).all()
         recorded = tuple(sorted((await session.scalars(temperatures)).all()))
+        mismatched = tuple(tuple(r) for r in (await session.execute(foreign)).all())
     teachers = tuple(sorted({str(r[2]["teacher"]) for r in rows if isinstance(r[2], dict) and r[2].get("teacher")}))
-    return GroupMembers(group_id, ready_at, tuple((r[0], r[1]) for r in rows), recorded, teachers)
+    return GroupMembers(group_id, ready_at, tuple((r[0], r[1]) for r in rows), recorded, teachers, mismatched)
 
 
 async def quarantine_group(store: Store, run_id: int, group_id: int, reason: str) -> bool:

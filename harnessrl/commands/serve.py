@@ -76,6 +76,14 @@ def serve(
     engine_timeout: Annotated[
         float, typer.Option(min=0.1, help="Seconds one engine call may take; a hung engine then gives the client a 504")
     ] = 600.0,
+    adapter_probe_tolerance: Annotated[
+        float | None,
+        typer.Option(
+            min=0.0,
+            help="Mean |engine - learner| log-prob per probe token a published adapter may show before the "
+            "publication fails [default: by dtype, 0.001 float32, 0.1 bfloat16]",
+        ),
+    ] = None,
 ) -> None:
     """Start vLLM (or attach to one) and the recording gateway in front of it."""
     from gateway.settings import GatewaySettings
@@ -118,6 +126,7 @@ def serve(
             allowed_hosts=_served_names(host, allowed_host or []),
             model_dir=str(model_dir.resolve()) if model_dir else None,
             engine_timeout_s=engine_timeout,
+            adapter_probe_tolerance=adapter_probe_tolerance,
         )
     except BaseException:  # uvicorn owns the socket once it serves; until then it is ours to close
         listener.close()

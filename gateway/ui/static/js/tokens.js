@@ -83,3 +83,38 @@ export function tokenLegend(hasPieces) {
     " · ", sample("masked prompt", "not sampled (masked)"),
     hasPieces ? null : h("span", { class: "warn" }, " · no tokenizer on the gateway: token ids shown"));
 }
+
+const WORST_MISMATCH = 0.1; // nats: red at or above this |learner - sampler| (learner.mismatch.THRESHOLD)
+
+/** Background for a compared token: green at |Δ| 0, red at WORST_MISMATCH and beyond. */
+export function mismatchColor(delta) {
+  const t = Math.min(1, Math.abs(delta) / WORST_MISMATCH);
+  return `hsl(${Math.round(120 * (1 - t))}, 70%, 80%)`;
+}
+
+/**
+ * The output tokens coloured by |learner - sampler| log-prob (call.mismatch.deltas, null: not
+ * compared); hovering shows both log-probs.
+ */
+export function mismatchView(call) {
+  const frag = document.createDocumentFragment();
+  const pieces = call.output_pieces || [];
+  call.output_ids.forEach((id, i) => {
+    const piece = pieces[i];
+    const known = piece !== null && piece !== undefined;
+    const delta = call.mismatch.deltas[i];
+    const sampler = call.output_logprobs?.[i];
+    const compared = typeof delta === "number" && typeof sampler === "number";
+    const title = [`output ${i}`, `id ${id}`, known ? JSON.stringify(piece) : null,
+      compared ? `sampler ${fmtNum(sampler, 4)} · learner ${fmtNum(sampler + delta, 4)} · Δ ${fmtNum(delta, 4)}`
+        : "not compared (sampled by another version)"].filter(Boolean).join(" · ");
+    const span = h("span", { class: `tok ${compared ? "sampled" : "masked"} output`, testid: "mismatch-token", title });
+    span.textContent = known ? shown(piece) : `[${id}]`;
+    if (compared) {
+      span.dataset.delta = String(delta);
+      span.style.backgroundColor = mismatchColor(delta);
+    }
+    frag.append(span);
+  });
+  return h("div", { class: "tokens", testid: "mismatch-view" }, frag);
+}

@@ -1,0 +1,73 @@
+"""Per-token train/inference mismatch of trained calls (table ``call_mismatch``).
+
+The learner writes one row per call it trained (``learner.mismatch.call_deltas``): the difference
+between its log-prob and the sampler's for each sampled token of the call's output, and the summary.
+The call API (``GET /api/calls/{id}``) and the viewer's heatmap read it back.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import numpy as np
+from sqlalchemy import delete, select
+
+from gateway.store.arrays import deltas_array, pack_deltas
+from gateway.store.store import Store
+from gateway.store.tables import CallMismatch, utcnow
+
+
+@dataclass(frozen=True)
+class CallMismatchRecord:
+    call_id: int
+    step: int  # the learner step that trained the call
+    version: int  # the policy version the learner's weights were (compared tokens were sampled by it)
+    tokens: int  # tokens compared
+    mean_abs: float | None  # nats per compared token; None when none was compared
+    max_abs: float | None
+    k3: float | None  # mean exp(Δ) - 1 - Δ, an estimate of KL(sampler || learner)
+    frac_over: float | None  # share of compared tokens with |Δ| above learner.mismatch.THRESHOLD
+    deltas: np.ndarray  # float32 [output_len]: learner - sampler log-prob, NaN where not compared
+
+
+async def save_call_mismatch(store: Store, run_id: int, records: Sequence[CallMismatchRecord]) -> None:
+    """Write the records, replacing what an earlier training of the same calls left."""
+    if not records:
+        return
+    async with store.sessions.begin() as session:
+        await session.execute(delete(CallMismatch).where(CallMismatch.call_id.in_([r.call_id for r in records])))
+        session.add_all(
+            CallMismatch(
+                call_id=r.call_id,
+                run_id=run_id,
+                step=r.step,
+                version=r.version,
+                tokens=r.tokens,
+                mean_abs=r.mean_abs,
+                max_abs=r.max_abs,
+                k3=r.k3,
+                frac_over=r.frac_over,
+                deltas=pack_deltas(r.deltas),
+                created_at=utcnow(),
+            )
+            for r in records
+        )
+
+
+async def call_mismatch(store: Store, call_id: int) -> CallMismatchRecord | None:
+    async with store.sessions() as session:
+        row = await session.scalar(select(CallMismatch).where(CallMismatch.call_id == call_id))
+    if row is None:
+        return None
+    return CallMismatchRecord(
+        row.call_id,
+        row.step,
+        row.version,
+        row.tokens,
+        row.mean_abs,
+        row.max_abs,
+        row.k3,
+        row.frac_over,
+        deltas_array(row.deltas),
+    )
