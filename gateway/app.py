@@ -31,6 +31,7 @@ from gateway.settings import GatewaySettings
 from gateway.state import GatewayState, StateDep
 from gateway.store.store import Store
 from gateway.store.writer import CallWriter
+from gateway.trace_export import TraceExport
 from gateway.ui import create_router as create_ui_router
 
 logger = logging.getLogger(__name__)
@@ -64,12 +65,18 @@ def create_app(
         follower = (
             asyncio.create_task(follow(state, settings.follow_interval_s)) if settings.follow_interval_s > 0 else None
         )
+        if settings.otlp_endpoint:
+            state.trace_export = TraceExport.otlp(store, settings.otlp_endpoint)
+        exporter = asyncio.create_task(state.trace_export.run()) if state.trace_export else None
         try:
             yield
         finally:
-            if follower is not None:
-                follower.cancel()
-                await asyncio.gather(follower, return_exceptions=True)
+            for task in (follower, exporter):
+                if task is not None:
+                    task.cancel()
+                    await asyncio.gather(task, return_exceptions=True)
+            if state.trace_export is not None:
+                await state.trace_export.close()
             await writer.stop()
             await pool.close(clients=given is None)
             await store.close()
@@ -98,6 +105,8 @@ def create_app(
         if state.settings.engine_dtype is not None:
             state.metrics.engine_dtype.labels(state.settings.engine_dtype).set(1)
         state.metrics.engines(state.engine.engines())
+        if state.trace_export is not None:
+            state.metrics.trace_export(state.trace_export.exported, state.trace_export.dropped)
         return Response(state.metrics.exposition(), media_type=CONTENT_TYPE_LATEST)
 
     @app.get("/health", tags=["admin"])

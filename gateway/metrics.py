@@ -54,9 +54,19 @@ class GatewayMetrics:
             registry=r,
         )
         self.drift_tokens = Counter("harnessrl_drift_tokens", "Sampled tokens lost at forks", ["harness"], registry=r)
+        self.traces = Gauge(
+            "harnessrl_trace_export_rollouts",
+            "Ended rollouts exported as OpenTelemetry traces, or dropped (the export queue was full)",
+            ["outcome"],
+            registry=r,
+        )
         self._recorded_children: dict[str, tuple] = {}  # dialect -> its labelled calls, latency, tokens
         self._turn_children: dict[tuple[str, str], object] = {}  # (harness, link) -> its counter
         self.calls_in_flight = 0  # the gauge's value, readable (the writer commits inline when it is 0)
+
+    def trace_export(self, exported: int, dropped: int) -> None:
+        self.traces.labels("exported").set(exported)
+        self.traces.labels("dropped").set(dropped)
 
     @contextmanager
     def call_in_flight(self) -> Iterator[None]:

@@ -63,7 +63,8 @@ def _walk(node, path: str, found: dict[str, None], skip: frozenset[str]) -> None
         for name, value in node.__dict__.items():  # the declared fields' values (extras live apart)
             if isinstance(value, (BaseModel, list)):
                 _walk(value, f"{path}{name}.", found, skip)
-    elif node and isinstance(node[0], (BaseModel, list)):  # a list: of models, or of plain values
+    elif isinstance(node, list) and node and isinstance(node[0], (BaseModel, list)):  # of models or lists
+        # (the first item decides: a list of plain values, token ids say, is not walked; a dict is not a model)
         inner = path + "*."
         for item in node:
             _walk(item, inner, found, skip)

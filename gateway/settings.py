@@ -48,6 +48,9 @@ class GatewaySettings:
     # Who writes the engine's answers (gateway.store.records.CALL_SOURCES): "policy" for vLLM; a teacher
     # gateway (harnessrl.teacher) records "teacher" or "demonstration" calls, with no sampler log-probs.
     call_source: str = "policy"
+    # OTLP/HTTP traces endpoint (e.g. http://127.0.0.1:6006/v1/traces): each ended rollout exported as a
+    # trace (gateway.trace_export); None: no export
+    otlp_endpoint: str | None = None
 
     def __post_init__(self) -> None:
         if self.call_source not in CALL_SOURCES:

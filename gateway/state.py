@@ -30,6 +30,7 @@ from gateway.store.writer import CallWriter
 from gateway.tito.serving import TitoEngine
 from gateway.tito.template import ModelText
 from gateway.token_prefix import PrefixArrays
+from gateway.trace_export import TraceExport
 from gateway.validated_history import ValidatedHistory
 
 
@@ -58,7 +59,8 @@ class GatewayState:
     _decoder_lock: asyncio.Lock = field(default_factory=asyncio.Lock)
     _discover_lock: asyncio.Lock = field(default_factory=asyncio.Lock)
     publish_lock: asyncio.Lock = field(default_factory=asyncio.Lock)
-    refused_versions: set[int] = field(default_factory=set)  # published elsewhere, failed the probe here
+    refused_versions: set[int] = field(default_factory=set)
+    trace_export: TraceExport | None = None  # serve --otlp-endpoint  # published elsewhere, failed the probe here
 
     def __post_init__(self) -> None:
         self.graph = CallGraphIndex(self.store.recent_graph_nodes)

@@ -15,6 +15,7 @@ from gateway.api.conversation import rollout_conversation
 from gateway.store.arrays import unpack_ids, unpack_logprobs
 from gateway.store.health import CaptureHealth
 from gateway.store.listings import GroupFilter, RolloutFilter, RunCounts
+from gateway.store.mismatch import MismatchSummary
 from gateway.store.rewards import VERIFIER, verifier_metrics
 from gateway.store.store import Store
 
@@ -198,6 +199,23 @@ def health_table(run: str, rows: list[CaptureHealth]) -> Table:
             str(row.false_forks),
             str(row.retried),
             f"{row.side_calls} ({row.side_call_share:.1%})" if row.side_call_share is not None else "0",
+        )
+    return table
+
+
+def mismatch_table(run: str, rows: list[MismatchSummary]) -> Table:
+    """A run's train/inference mismatch per harness, model and version (gateway.store.mismatch)."""
+    table = _table("harness", "model", "version", "calls", "tokens", "mean |Δ|", "max |Δ|", "k3", "over 0.1")
+    table.title = f"train/inference mismatch of run {run!r} (nats per token, learner - sampler)"
+    for row in rows:
+        table.add_row(
+            row.harness or "",
+            row.model,
+            f"v{row.version}",
+            str(row.calls),
+            str(row.tokens),
+            *(f"{value:.3g}" if value is not None else "" for value in (row.mean_abs, row.max_abs, row.k3)),
+            f"{row.frac_over:.1%}" if row.frac_over is not None else "",
         )
     return table
 

@@ -206,11 +206,12 @@ async def _train(
             progress.step, version, lr, batch, too_long, result, step_s, started - waited, swap_s, progress.quarantined
         )
         progress.quarantined = 0
+        metrics["mismatch_alarmed"] = is_alarming(metrics, config.loss.mismatch_alarm)  # the viewer's banner
         await sink.record(progress.step, metrics)
         logger.info("step %d: %s", progress.step, _summary(metrics))
         if (nothing := why_nothing_trained(metrics)) is not None:
             logger.warning("step %d %s", progress.step, nothing)
-        if is_alarming(metrics, config.loss.mismatch_alarm):
+        if metrics["mismatch_alarmed"]:
             logger.warning(MISMATCH_ALARM, progress.step, metrics["mismatch_mean_abs"], config.loss.mismatch_alarm)
         if on_step is not None:
             on_step(metrics)

@@ -296,6 +296,20 @@ class PolicyTaskView(BaseModel):
     policies: dict[str, TaskPolicyCell]  # policy label -> its rollouts and passes on this task
 
 
+class MismatchSummaryView(BaseModel):
+    """A run's trained calls of one (harness, model, version): train/inference mismatch, tokens pooled."""
+
+    harness: str | None
+    model: str
+    version: int  # the policy version that sampled the compared tokens
+    calls: int
+    tokens: int
+    mean_abs: float | None  # mean |learner - sampler| log-prob per compared token, nats
+    max_abs: float | None
+    k3: float | None
+    frac_over: float | None  # share of compared tokens over 0.1 nats
+
+
 class CaptureHealthView(BaseModel):
     """How faithfully a run's calls were recorded, for one (harness, model) (gateway.store.health)."""
 

@@ -22,6 +22,7 @@ from gateway.api.protocol import (
     GraphStats,
     GroupView,
     LearnerStepView,
+    MismatchSummaryView,
     Page,
     RolloutCreated,
     RolloutSummary,
@@ -164,6 +165,8 @@ async def end_rollout(rollout_id: Int64, body: EndRollout, state: AdminStateDep)
         raise NotFound(f"rollout {rollout_id} not found")
     state.engine_clock.forget(rollout_id)
     state.refusals.forget(rollout_id)
+    if state.trace_export is not None:
+        state.trace_export.rollout_ended(rollout_id)
     return await get_rollout(rollout_id, state)
 
 
@@ -284,6 +287,7 @@ def create_router() -> APIRouter:
     get("/runs/{name}", runs.get_run, RunView)
     get("/runs/{name}/summary", runs.get_run_summary, RunSummary)
     get("/runs/{name}/health", runs.get_run_health, list[CaptureHealthView])
+    get("/runs/{name}/mismatch", runs.get_run_mismatch, list[MismatchSummaryView])
     get("/runs/{name}/steps", runs.list_run_steps, Page[LearnerStepView])
     return router
 

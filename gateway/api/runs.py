@@ -12,6 +12,7 @@ from gateway.api.protocol import (
     GroupRollout,
     GroupView,
     LearnerStepView,
+    MismatchSummaryView,
     Page,
     PolicyResultView,
     PolicyTaskView,
@@ -25,6 +26,7 @@ from gateway.state import StateDep
 from gateway.store.evaluation import pinned_metric_means, pinned_task_counts
 from gateway.store.health import capture_health
 from gateway.store.listings import GroupFilter, Listings, RunCounts
+from gateway.store.mismatch import mismatch_summary
 from gateway.store.summary import run_summary
 from gateway.store.tables import Group, Run
 
@@ -75,6 +77,12 @@ async def get_run_summary(name: str, state: StateDep) -> RunSummary:
         policies=policy_views(cells, metrics),
         policy_tasks=task_views(cells),
     )
+
+
+async def get_run_mismatch(name: str, state: StateDep) -> list[MismatchSummaryView]:
+    """The run's train/inference mismatch per (harness, model, version), from the calls the learner trained."""
+    run = await _run(state, name)
+    return [MismatchSummaryView(**dataclasses.asdict(row)) for row in await mismatch_summary(state.store, run.id)]
 
 
 async def get_run_health(name: str, state: StateDep) -> list[CaptureHealthView]:

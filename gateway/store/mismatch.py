@@ -11,11 +11,11 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 import numpy as np
-from sqlalchemy import delete, select
+from sqlalchemy import delete, func, select
 
 from gateway.store.arrays import deltas_array, pack_deltas
 from gateway.store.store import Store
-from gateway.store.tables import CallMismatch, utcnow
+from gateway.store.tables import Call, CallMismatch, Rollout, utcnow
 
 
 @dataclass(frozen=True)
@@ -71,3 +71,49 @@ async def call_mismatch(store: Store, call_id: int) -> CallMismatchRecord | None
         row.frac_over,
         deltas_array(row.deltas),
     )
+
+
+@dataclass(frozen=True)
+class MismatchSummary:
+    """A run's trained calls of one harness, model and policy version, their tokens pooled."""
+
+    harness: str | None
+    model: str  # the public name the agent asked for
+    version: int  # the policy version that sampled the compared tokens
+    calls: int
+    tokens: int
+    mean_abs: float | None  # nats per compared token
+    max_abs: float | None
+    k3: float | None
+    frac_over: float | None
+
+
+async def mismatch_summary(store: Store, run_id: int) -> list[MismatchSummary]:
+    """Per (harness, model, version) of the run: token-weighted means of the calls' mismatch."""
+    harness = Rollout.meta["harness"].as_string()
+    tokens = func.sum(CallMismatch.tokens)
+
+    def weighted(column):
+        return func.sum(column * CallMismatch.tokens) / func.nullif(tokens, 0)
+
+    query = (
+        select(
+            harness,
+            Call.model,
+            CallMismatch.version,
+            func.count(CallMismatch.id),
+            tokens,
+            weighted(CallMismatch.mean_abs),
+            func.max(CallMismatch.max_abs),
+            weighted(CallMismatch.k3),
+            weighted(CallMismatch.frac_over),
+        )
+        .join(Call, Call.id == CallMismatch.call_id)
+        .join(Rollout, Rollout.id == Call.rollout_id)
+        .where(CallMismatch.run_id == run_id, CallMismatch.tokens > 0)
+        .group_by(harness, Call.model, CallMismatch.version)
+        .order_by(harness, Call.model, CallMismatch.version)
+    )
+    async with store.sessions() as session:
+        rows = (await session.execute(query)).all()
+    return [MismatchSummary(*row[:4], int(row[4]), *(None if v is None else float(v) for v in row[5:])) for row in rows]

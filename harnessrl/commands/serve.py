@@ -84,6 +84,13 @@ def serve(
             "publication fails [default: by dtype, 0.001 float32, 0.1 bfloat16]",
         ),
     ] = None,
+    otlp_endpoint: Annotated[
+        str | None,
+        typer.Option(
+            help="Export each ended rollout as an OpenTelemetry trace over OTLP/HTTP to this URL "
+            "(e.g. Phoenix: http://127.0.0.1:6006/v1/traces); off by default, never on the call path",
+        ),
+    ] = None,
 ) -> None:
     """Start vLLM (or attach to one) and the recording gateway in front of it."""
     from gateway.settings import GatewaySettings
@@ -127,6 +134,7 @@ def serve(
             model_dir=str(model_dir.resolve()) if model_dir else None,
             engine_timeout_s=engine_timeout,
             adapter_probe_tolerance=adapter_probe_tolerance,
+            otlp_endpoint=otlp_endpoint,
         )
     except BaseException:  # uvicorn owns the socket once it serves; until then it is ours to close
         listener.close()

@@ -133,9 +133,11 @@ def health(
     database_url: DatabaseUrl = None,
 ) -> None:
     """How faithfully a run's calls were captured, per harness and model: the later turns that extend the
-    previous call exactly, forks (and their drift), false forks (re-rendered history), retries, side calls."""
+    previous call exactly, forks (and their drift), false forks (re-rendered history), retries, side calls;
+    and, once the learner trained them, the train/inference mismatch per harness, model and version."""
     from gateway.store.health import capture_health
-    from harnessrl.views import health_table, render
+    from gateway.store.mismatch import mismatch_summary
+    from harnessrl.views import health_table, mismatch_table, render
 
     url = resolve_database_url(database_url)
 
@@ -143,9 +145,12 @@ def health(
         run_id = await store.run_id(run)
         if run_id is None:
             raise fail(f"no run named {run!r} in {url}; `harnessrl ls runs` lists them")
-        return await capture_health(store, run_id)
+        return await capture_health(store, run_id), await mismatch_summary(store, run_id)
 
-    render(health_table(run, _with_store(url, work)))
+    captured, mismatch = _with_store(url, work)
+    render(health_table(run, captured))
+    if mismatch:
+        render(mismatch_table(run, mismatch))
 
 
 def export(

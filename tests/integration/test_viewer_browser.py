@@ -167,6 +167,9 @@ def _write_steps(db_path: Path, run: str) -> None:
                             "step_time_s": 2.5,
                             "swap_time_s": 0.4 if step % 2 else None,  # not published every step: gaps in the line
                             "optimizer_stepped": True,
+                            # crossing the learner's mismatch_alarm (0.1) at the last two steps
+                            "mismatch_mean_abs": 0.03 * step,
+                            "mismatch_alarmed": 0.03 * step > 0.1,
                         },
                     )
                 )
@@ -336,7 +339,11 @@ def test_run_group_rollout_call_by_clicking(recorded, db, browser):
     )
     forks = sum(c.fork_of is not None and not c.tags for c in run_calls)
     assert sum(int(t) for t in browser.texts("[data-testid=capture-health] [data-testid=forks]")) == forks
-    for key, points in (("reward_mean", STEPS), ("loss", STEPS), ("kl", STEPS), ("swap_time_s", (STEPS + 1) // 2)):
+    alarmed = [step for step in range(1, STEPS + 1) if 0.03 * step > 0.1]
+    banner = browser.texts("[data-testid=mismatch-banner]")[0]
+    assert f"at {len(alarmed)} of {STEPS} steps" in banner and f"up to {0.03 * STEPS:g} nats" in banner
+    charted = (("reward_mean", STEPS), ("loss", STEPS), ("kl", STEPS), ("mismatch_mean_abs", STEPS))
+    for key, points in (*charted, ("swap_time_s", (STEPS + 1) // 2)):
         chart = page.locator(f"svg[data-testid=chart][data-key={key}]")
         assert chart.get_attribute("data-points") == str(points)
         assert chart.locator("[data-testid=chart-point]").count() == points

@@ -4,23 +4,37 @@ packing (a shared turn forwarded once) and through the learner's own loop."""
 
 from __future__ import annotations
 
+import asyncio
+from collections.abc import AsyncIterator
+
 import numpy as np
 import pytest
 import torch
 from transformers import AutoModelForCausalLM
+from typer.testing import CliRunner
 
 from gateway.api.calls import mismatch_view
-from gateway.store.mismatch import call_mismatch
+from gateway.store.mismatch import call_mismatch, mismatch_summary, save_call_mismatch
 from gateway.store.samples import Sample
 from gateway.store.store import Store
+from harnessrl.cli import app
 from learner.mismatch import RowDeltas, call_deltas, call_records
 from learner.packing import pack_samples
 from learner.step import StepConfig, train_step
-from tests.builders import call_record
+from tests.builders import call_record, gateway_settings
+from tests.gateway_harness import GatewayHarness, start_gateway
 from tests.learner_builders import lora_model, own_logprobs
 from tests.learner_runs import tiny_learner_config, train_run
 
 RUN = "mismatch"
+
+
+@pytest.fixture
+async def gateway(sqlite_db, fake_engine, fake_engine_server) -> AsyncIterator[GatewayHarness]:
+    async for harness in start_gateway(gateway_settings(sqlite_db, fake_engine_server.url), fake_engine):
+        yield harness
+
+
 SAMPLER = -4.0  # what the "sampler" said of every token: far from the model, so every Δ is visible
 
 
@@ -98,3 +112,53 @@ async def test_the_learner_stores_each_trained_calls_mismatch_as_recomputed_offl
             assert len(view.deltas) == len(output)
     finally:
         await store.close()
+
+
+async def plant_mismatch(store: Store) -> None:
+    """pi: two calls of v1 (3 and 1 compared tokens) and one of v2; opencode: one call of v1."""
+    planted = (
+        ("pi", 1, [0.05, -0.05, 0.3, np.nan]),
+        ("pi", 1, [0.5]),
+        ("pi", 2, [0.02, 0.02]),
+        ("opencode", 1, [-0.2]),
+    )
+    for harness, version, deltas in planted:
+        rollout = (await store.create_rollout("summed", "t", None, {"harness": harness})).rollout_id
+        record = call_record(rollout, output_ids=list(range(len(deltas))), output_logprobs=[-1.0] * len(deltas))
+        [call_id] = await store.insert_calls([record])
+        values = np.asarray(deltas, dtype=np.float32)
+        await save_call_mismatch(store, await store.run_id("summed"), call_records({call_id: values}, 1, version))
+
+
+async def test_the_run_summary_pools_tokens_per_harness_model_and_version(gateway):
+    store = gateway.state.store
+    await plant_mismatch(store)
+    rows = await mismatch_summary(store, await store.run_id("summed"))
+    assert [(r.harness, r.version, r.calls, r.tokens) for r in rows] == [
+        ("opencode", 1, 1, 1),
+        ("pi", 1, 2, 4),
+        ("pi", 2, 1, 2),
+    ]
+    pi_v1 = rows[1]
+    assert pi_v1.mean_abs == pytest.approx((0.05 + 0.05 + 0.3 + 0.5) / 4, rel=1e-3)  # token-weighted, NaN left out
+    assert pi_v1.max_abs == pytest.approx(0.5, rel=1e-3) and pi_v1.frac_over == pytest.approx(2 / 4)
+    listed = (await gateway.http.get("/api/runs/summed/mismatch")).json()
+    assert [(r["harness"], r["version"], r["tokens"]) for r in listed] == [
+        ("opencode", 1, 1),
+        ("pi", 1, 4),
+        ("pi", 2, 2),
+    ]
+
+
+def test_health_prints_the_mismatch_table_once_calls_were_trained(sqlite_db):
+    async def planted() -> None:
+        store = Store.from_url(sqlite_db)
+        try:
+            await plant_mismatch(store)
+        finally:
+            await store.close()
+
+    asyncio.run(planted())
+    result = CliRunner().invoke(app, ["health", "--run", "summed", "--database-url", sqlite_db], env={"COLUMNS": "200"})
+    assert result.exit_code == 0, result.output
+    assert "train/inference mismatch of run 'summed'" in result.output and "v2" in result.output

@@ -3,9 +3,12 @@
 from __future__ import annotations
 
 import json
+from typing import Any
 
 import pytest
+from pydantic import BaseModel, ConfigDict
 
+from gateway.request_notes import ignored_fields
 from gateway.responses import reasoning
 from tests.fake_engine import FakeReply
 
@@ -266,3 +269,19 @@ async def test_a_streamed_custom_tool_calls_input_arrives_in_pieces_as_sampled(g
     assert final.output[2].input == patch and final.output[2].name == "apply_patch"
     added = [e.output_index for e in events if e.type == "response.output_item.added"]
     assert added == [0, 1, 2] and done.output_index == 2
+
+
+def test_a_list_mixing_models_and_plain_objects_is_walked_without_error():
+    """Found by the fuzzer: a list whose first item is a list and a later one a dict made the walk index
+    the dict (a 500 on /v1/responses)."""
+
+    class Loose(BaseModel):
+        model_config = ConfigDict(extra="allow")
+        items: list[Any]
+
+    class Outer(BaseModel):
+        model_config = ConfigDict(extra="allow")
+        parts: list[Loose]
+
+    parsed = Outer(parts=[Loose(items=[[1], {"a": 1}], unknown=True)], other=1)
+    assert ignored_fields(parsed) == ["other", "parts.*.unknown"]

@@ -54,7 +54,7 @@ export function lineChart(key, points, xName = "step") {
 
 // The metrics people look at first, in this order; other numeric keys go under "more metrics".
 const MAIN_METRICS = ["reward_mean", "loss", "staleness_mean", "kl", "entropy", "grad_norm", "step_time_s",
-                             "trained_tokens_per_s", "clip_frac_high", "swap_time_s"];
+                             "trained_tokens_per_s", "clip_frac_high", "swap_time_s", "mismatch_mean_abs"];
 const NOT_CHARTED = new Set(["step"]);
 
 /** The numeric metric keys of some steps: [main keys present, other keys present]. */

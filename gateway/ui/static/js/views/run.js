@@ -118,6 +118,17 @@ async function loadSteps(name, signal) {
   return { steps, truncated: !pages.done };
 }
 
+// Steps whose train/inference mismatch crossed the learner's [loss] mismatch_alarm: said loudly.
+function mismatchBanner(steps) {
+  const alarmed = steps.filter((st) => st.metrics?.mismatch_alarmed === true);
+  if (!alarmed.length) return null;
+  const worst = Math.max(...alarmed.map((st) => st.metrics.mismatch_mean_abs ?? 0));
+  return h("p", { class: "banner warn", testid: "mismatch-banner" },
+    `Train/inference mismatch above the alarm at ${fmtNum(alarmed.length)} of ${fmtNum(steps.length)} steps `
+    + `(up to ${fmtNum(worst, 4)} nats per token): the engine is not computing what the learner computes. `
+    + "Usual causes: a bfloat16 engine, another chat template, an adapter the engine did not apply.");
+}
+
 function chartsCard(steps, truncated) {
   if (!steps.length) return section("Learner", h("p", { class: "muted", testid: "no-steps" }, "No learner steps yet."));
   const [main, rest] = metricKeys(steps);
@@ -129,6 +140,7 @@ function chartsCard(steps, truncated) {
     }
   });
   return section("Learner",
+    mismatchBanner(steps),
     h("p", { class: "muted small" }, `${fmtNum(steps.length)} steps`, truncated ? " (first pages only)" : ""),
     h("div", { class: "charts", testid: "charts" }, main.map((k) => lineChart(k, seriesOf(steps, k)))),
     rest.length ? more : null);
@@ -164,12 +176,29 @@ function groupsCard(ctx, run) {
   return { el: section("Groups", filters, slot), ready: show({}) };
 }
 
+// Train/inference mismatch per harness × model × version (GET .../mismatch), from the calls the learner trained.
+function mismatchCard(rows) {
+  if (!rows.length) return null;
+  const num = (label) => h("th", { class: "num" }, label);
+  const cell = (value, testid) => h("td", { class: "num", testid }, value);
+  return section("Train/inference mismatch", h("p", { class: "muted small" },
+    "|learner − sampler| log-prob of the tokens each policy version sampled, pooled over the calls the ",
+    "learner trained; a call's page shows it token by token."),
+  h("table", { class: "grid narrow", testid: "mismatch-table" },
+    h("thead", {}, h("tr", {}, h("th", {}, "harness"), h("th", {}, "model"), h("th", {}, "version"), num("calls"),
+      num("tokens"), num("mean |Δ|"), num("max |Δ|"), num("k3"), num("over 0.1"))),
+    h("tbody", {}, rows.map((r) => h("tr", { testid: "mismatch-row", dataset: { version: String(r.version) } },
+      h("td", {}, r.harness ?? dash()), h("td", {}, r.model), h("td", {}, `v${r.version}`), cell(fmtNum(r.calls)),
+      cell(fmtNum(r.tokens)), cell(fmtNum(r.mean_abs, 5), "mismatch-row-mean"), cell(fmtNum(r.max_abs, 4)),
+      cell(fmtNum(r.k3, 6)), cell(fmtPct(r.frac_over)))))));
+}
+
 export async function runView(ctx, name) {
   ctx.crumbs([["runs", href.runs()], [name, href.run(name)]]);
   const path = `runs/${encodeURIComponent(name)}`;
-  const [run, summary, health, steps] = await Promise.all([
+  const [run, summary, health, mismatch, steps] = await Promise.all([
     get(path, {}, ctx.signal), get(`${path}/summary`, {}, ctx.signal), get(`${path}/health`, {}, ctx.signal),
-    loadSteps(name, ctx.signal)]);
+    get(`${path}/mismatch`, {}, ctx.signal), loadSteps(name, ctx.signal)]);
   const groups = groupsCard(ctx, name);
   const rollouts = rolloutList(ctx, { run: name });
   ctx.show(
@@ -178,6 +207,7 @@ export async function runView(ctx, name) {
     summaryCard(summary),
     evaluationCard(summary),
     healthCard(health),
+    mismatchCard(mismatch),
     chartsCard(steps.steps, steps.truncated),
     groups.el,
     section("Rollouts", rollouts.el));
