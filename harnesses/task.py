@@ -56,7 +56,7 @@ class TaskEnvironment:
     build_timeout_s: float = DEFAULT_BUILD_TIMEOUT_S
     cpus: float | None = None  # cores
     memory_mb: int | None = None  # MiB
-    storage_mb: int | None = None  # MiB (not enforced by the sandboxes here; see README)
+    storage_mb: int | None = None  # MiB (not enforced by the sandboxes here; see docs/running.md)
     allow_internet: bool = False  # true only when task.toml says so; a run must then pass --allow-internet
     env: Mapping[str, str] = field(default_factory=dict)  # [environment] env, beside the image's own ENV
 

@@ -1,4 +1,4 @@
-"""`harnessrl run --tasks openenv:SPEC` and `harnessrl train`, the commands the README shows, as users type them.
+"""`harnessrl run --tasks openenv:SPEC` and `harnessrl train`, the commands docs/running.md shows, as users type them.
 
 The environment (tests/openenv_env.py, an installed MODULE:CLASS) is served per rollout; OpenCode runs in
 its docker sandbox with the environment's tools through the gateway; a scripted engine plays the model
