@@ -1,0 +1,96 @@
+"""No import cycle in the house: the project's modules, linked by their module-level imports (a package
+counting as imported with any of its modules; imports under ``TYPE_CHECKING`` and inside functions left
+out, as they run after both modules loaded), form no loop."""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+PACKAGES = ("gateway", "harnessrl", "harnesses", "learner", "sandboxes", "migrations")
+
+
+def project_modules() -> dict[str, Path]:
+    found = {}
+    for package in PACKAGES:
+        for path in (ROOT / package).rglob("*.py"):
+            name = ".".join(path.relative_to(ROOT).with_suffix("").parts).removesuffix(".__init__")
+            found[name] = path
+    return found
+
+
+def owner(name: str, modules: dict[str, Path]) -> str | None:
+    """The project module an imported name lives in (``a.b.c`` may be a module or a name in ``a.b``)."""
+    while name and name not in modules:
+        name = name.rpartition(".")[0]
+    return name or None
+
+
+def imported(path: Path) -> list[str]:
+    names = []
+    for node in ast.parse(path.read_text()).body:
+        if isinstance(node, ast.Import):
+            names += [alias.name for alias in node.names]
+        elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+            names += [node.module, *(f"{node.module}.{alias.name}" for alias in node.names)]
+    return names
+
+
+def import_graph() -> dict[str, set[str]]:
+    modules = project_modules()
+    graph: dict[str, set[str]] = {name: set() for name in modules}
+    for name, path in modules.items():
+        for target in imported(path):
+            found = owner(target, modules)
+            while found:  # importing a.b.c runs a and a.b first
+                if found != name and not name.startswith(found + "."):
+                    graph[name].add(found)
+                found = owner(found.rpartition(".")[0], modules) if "." in found else None
+    return graph
+
+
+def cycles(graph: dict[str, set[str]]) -> list[list[str]]:
+    """Strongly connected components of more than one module (Tarjan, iterative)."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    found: list[list[str]] = []
+    for start in graph:
+        if start in index:
+            continue
+        work = [(start, iter(sorted(graph[start])))]
+        index[start] = low[start] = len(index)
+        stack.append(start)
+        while work:
+            node, edges = work[-1]
+            step = next(edges, None)
+            if step is None:
+                work.pop()
+                if work:
+                    low[work[-1][0]] = min(low[work[-1][0]], low[node])
+                if low[node] == index[node]:
+                    component = []
+                    while (member := stack.pop()) != node:
+                        component.append(member)
+                    component.append(node)
+                    if len(component) > 1:
+                        found.append(sorted(component))
+            elif step not in index:
+                index[step] = low[step] = len(index)
+                stack.append(step)
+                work.append((step, iter(sorted(graph[step]))))
+            elif step in stack:
+                low[node] = min(low[node], index[step])
+    return found
+
+
+def test_the_cycle_finder_finds_a_planted_cycle():
+    graph = {"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}
+    assert cycles(graph) == [["a", "b", "c"]]
+
+
+def test_no_module_of_the_project_imports_itself_through_others():
+    graph = import_graph()
+    assert len(graph) > 200 and graph["gateway.app"], "the walk found the project's modules and their imports"
+    assert cycles(graph) == []
