@@ -20,14 +20,17 @@ and the result says so rather than claiming a proof.
 from __future__ import annotations
 
 import hashlib
+import logging
 import math
 import os
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from gateway.errors import GatewayError
+from gateway.errors import EngineError, GatewayError
 from gateway.settings import GatewaySettings
+
+logger = logging.getLogger(__name__)
 
 # What defines an adapter's behaviour (peft's save_pretrained); README.md beside them does not.
 DIGEST_FILES = ("adapter_config.json", "adapter_model.safetensors")
@@ -169,6 +172,20 @@ def _mean_abs(a: Sequence[float], b: Sequence[float]) -> float:
         raise ValueError(f"probe log-probs differ in length ({len(a)} vs {len(b)})")
     total = sum(abs(x - y) for x, y in zip(a, b, strict=True))
     return total / len(a) if math.isfinite(total) else math.inf
+
+
+async def prove_engine(client, url: str, name: str, probe: AdapterProbe, tolerance: float) -> ProbeResult:
+    """Ask one engine (an ``EngineClient``) for the probe's log-probs under ``name`` and judge them;
+    ``AdapterNotApplied`` when they differ, an ``EngineError`` when it cannot answer with them."""
+    answer = await client.completions(probe_request(name, probe.token_ids))
+    try:
+        result = judge(url, engine_prompt_logprobs(answer, probe.token_ids), probe, tolerance)
+    except ValueError as exc:
+        raise EngineError(502, f"engine {url} cannot prove it applies {name}: {exc}") from None
+    if not result.passed:
+        logger.error("%s", not_applied_message(name, result))
+        raise AdapterNotApplied(not_applied_message(name, result))
+    return result
 
 
 def not_applied_message(name: str, result: ProbeResult) -> str:

@@ -19,19 +19,10 @@ import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 
-from gateway.adapter_proof import (
-    AdapterNotApplied,
-    AdapterProbe,
-    ProbeResult,
-    adapter_digest,
-    engine_prompt_logprobs,
-    judge,
-    not_applied_message,
-    probe_request,
-)
+from gateway.adapter_proof import AdapterProbe, ProbeResult, adapter_digest, prove_engine
 from gateway.engine.client import EngineClient, ModelNotLoaded
 from gateway.engine.pool import EnginePool
-from gateway.errors import Conflict, EngineError, GatewayError, InvalidRequest
+from gateway.errors import Conflict, GatewayError, InvalidRequest
 from gateway.policy import MAX_VERSION, PolicyRegistry, adapter_name
 from gateway.store.store import Store
 
@@ -119,20 +110,14 @@ async def checked_digest(path: str, claimed: str | None) -> str | None:
 
 
 async def prove(engine: EnginePool, name: str, probe: AdapterProbe, tolerance: float) -> tuple[ProbeResult, ...]:
-    """The probe's log-probs on every engine holding ``name``; ``AdapterNotApplied`` when one differs."""
-    answers = await engine.completions_on_each(probe_request(name, probe.token_ids))
-    results = []
-    for url, answer in answers:
-        try:
-            result = judge(url, engine_prompt_logprobs(answer, probe.token_ids), probe, tolerance)
-        except ValueError as exc:
-            raise EngineError(502, f"engine {url} cannot prove it applies {name}: {exc}") from None
-        if not result.passed:
-            logger.error("%s", not_applied_message(name, result))
-            raise AdapterNotApplied(not_applied_message(name, result))
+    """The probe's log-probs on every engine holding ``name``; ``AdapterNotApplied`` when one differs.
+    The pool keeps the probe: an engine that comes back after a failure must pass it again."""
+    holding = engine.holding(name)
+    results = await asyncio.gather(*(prove_engine(client, url, name, probe, tolerance) for url, client in holding))
+    for result in results:
         if not result.distinguishable:
             logger.info("%s moves the probe %.3g nats per token: within tolerance of the base", name, result.effect)
-        results.append(result)
+    engine.probes[name] = (probe, tolerance)
     return tuple(results)
 
 

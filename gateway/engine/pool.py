@@ -28,6 +28,7 @@ from collections.abc import Sequence
 from contextvars import ContextVar
 from dataclasses import dataclass, field
 
+from gateway.adapter_proof import AdapterProbe, prove_engine
 from gateway.engine.client import ENGINE_DOWN, EngineClient, EngineStream
 from gateway.engine.routing import EngineLoad, Router, StickyLeastLoaded
 from gateway.errors import EngineBusy, EngineError, EngineTimeout, EngineUnavailable, GatewayError
@@ -104,6 +105,9 @@ class EnginePool:
         self.probe_interval_s = probe_interval_s
         self.router: Router = router or StickyLeastLoaded()
         self.adapters: dict[str, str] = {}  # engine name -> path: what every engine must hold
+        # engine name -> (the learner's probe, its tolerance): what an engine holding it must answer
+        # (gateway.adapter_proof); an engine back from a failure passes each before it serves again
+        self.probes: dict[str, tuple[AdapterProbe, float]] = {}
         self.base_model: str | None = None
 
     # -- model calls -----------------------------------------------------------------------------
@@ -235,6 +239,9 @@ class EnginePool:
             verify = getattr(member.client, "verify", None)
             if verify is not None and base is not None:
                 await verify(base)
+            for name, (probe, tolerance) in list(self.probes.items()):
+                if name in member.models:  # raises AdapterNotApplied: the engine stays out
+                    await prove_engine(member.client, member.url, name, probe, tolerance)
             if all(name in member.models for name in self.adapters):
                 return
 
@@ -278,15 +285,13 @@ class EnginePool:
                 raise
         member.models.add(name)
 
-    async def completions_on_each(self, body: dict) -> list[tuple[str, dict]]:
-        """``body`` sent to every healthy engine holding ``body["model"]``, outside routing and
-        back-pressure (a publication's probe): (engine URL, answer) each; errors are raised."""
-        targets = [m for m in self.members if m.healthy and body["model"] in m.models]
-        answers = await asyncio.gather(*(m.client.completions(body) for m in targets))
-        return [(m.url, answer) for m, answer in zip(targets, answers, strict=True)]
+    def holding(self, name: str) -> list[tuple[str, EngineClient]]:
+        """(URL, client) of every healthy engine that holds ``name`` (a publication's probe goes to each)."""
+        return [(m.url, m.client) for m in self.members if m.healthy and name in m.models]
 
     async def unload_adapter(self, name: str) -> None:
         self.adapters.pop(name, None)
+        self.probes.pop(name, None)
         targets = [m for m in self.members if m.healthy]
         results = await asyncio.gather(*(m.client.unload_adapter(name) for m in targets), return_exceptions=True)
         for member in self.members:

@@ -18,6 +18,7 @@ from gateway.store.store import Store
 from learner.adapter_probe import adapter_probe, fallback_probe_ids, probe_ids_from
 from learner.groups import UnusableGroup, check_group, load_group
 from tests.builders import call_record, gateway_settings
+from tests.engine_pool import fake_engines, pool_gateway
 from tests.fake_engine import prompt_logprob_at
 from tests.gateway_harness import GatewayHarness, gateway_on, start_gateway
 from tests.learner_builders import VOCAB, lora_model, own_logprobs
@@ -223,3 +224,27 @@ async def test_the_learner_refuses_a_group_served_by_another_adapter_than_its_ve
             check_group(group, temperature=1.0)
     finally:
         await store.close()
+
+
+async def test_an_engine_back_from_a_failure_serves_again_only_once_it_applies_the_adapters(sqlite_db, tmp_path):
+    fakes = fake_engines(2)
+    async with pool_gateway(sqlite_db, fakes, adapter_probe_tolerance=TOLERANCE) as gateway:
+        response = await gateway.http.post(
+            "/admin/adapters", json={"version": 1, "path": str(adapter_folder(tmp_path, 1)), "probe": fake_probe()}
+        )
+        assert response.status_code == 200 and len(response.json()["proof"]) == 2  # one answer per engine
+        rollouts = [await gateway.new_rollout(task=f"t{i}") for i in range(2)]  # one on each engine
+        for rollout in rollouts:
+            assert (await gateway.chat(rollout)).status_code == 200
+        gateway.servers[1].stop()  # the engine dies; its rollout moves to the other one
+        for rollout in rollouts:
+            assert (await gateway.chat(rollout, "again")).status_code == 200
+        await until(lambda: not gateway.pool.members[1].healthy, "engine 1 taken out")
+
+        fresh = fake_engines(1, ignore_loads=True)[0]  # back, but it drops the adapter it is given
+        gateway.restart_engine(1, fresh)
+        await until(lambda: any("prompt_logprobs" in body for body in fresh.requests), "the probe sent to it")
+        assert not gateway.pool.members[1].healthy  # loaded, not applied: kept out
+        fresh.ignore_loads = False
+        await until(lambda: gateway.pool.members[1].healthy, "engine 1 back in the pool")
+        assert fresh.adapters == {"policy-v1": str(tmp_path / "policy-v1")}
