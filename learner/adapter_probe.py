@@ -1,9 +1,10 @@
 """The learner's side of an adapter's proof (``gateway.adapter_proof``): its log-probs of a probe.
 
-At each publication the learner computes, for a short token sequence, the log-prob of every token
-after the first under the adapter it publishes and under the base model (the adapter disabled). The
-gateway asks each engine for the same numbers under the new adapter's name; an engine that does not
-apply the adapter answers the base model's, and the publication fails.
+At each publication the learner takes a short token sequence and, after each of its last few prefixes,
+the token the adapter it publishes finds likeliest next, with that token's log-prob under the adapter
+and under the base model (the adapter disabled). The gateway asks each engine for the same log-probs
+under the new adapter's name; an engine that does not apply the adapter answers the base model's, and
+the publication fails.
 
 The probe is the tail of a sample the learner trained on (where the adapter moved the model most),
 or, before any, a fixed pseudo-random sequence (``fallback_probe_ids``).
@@ -18,7 +19,8 @@ import torch
 
 from gateway.adapter_proof import AdapterProbe
 
-PROBE_TOKENS = 128  # ids in a probe: one short prefill per engine and publication
+PROBE_TOKENS = 128  # ids in a probe sequence
+PROBE_CHECKS = 16  # prefixes checked: one sampled token each, per engine and publication
 FALLBACK_SEED = 20261204
 MIN_LOGPROB = -1000.0  # a token the model finds impossible is clamped here (the wire wants finite numbers)
 
@@ -35,26 +37,28 @@ def fallback_probe_ids(vocab_size: int, length: int = PROBE_TOKENS) -> tuple[int
     return tuple(int(i) for i in rng.integers(0, vocab_size, size=length))
 
 
-def token_logprobs(model, ids: torch.Tensor) -> torch.Tensor:
-    """ids long [1, n] -> float32 [n-1]: log p(ids[0, i] | ids[0, :i]) for i = 1..n-1 (temperature 1)."""
-    logits = model(input_ids=ids).logits[0, :-1].float()
-    chosen = torch.log_softmax(logits, dim=-1).gather(-1, ids[0, 1:, None])[:, 0]
-    return chosen.clamp(MIN_LOGPROB, 0.0)
-
-
-def adapter_probe(model, token_ids: Sequence[int]) -> AdapterProbe:
-    """A peft ``model``'s log-probs of ``token_ids`` with its adapter and without (no gradient; the
-    model's train/eval mode is restored)."""
+def adapter_probe(model, token_ids: Sequence[int], checks: int = PROBE_CHECKS) -> AdapterProbe:
+    """A peft ``model``'s probe on ``token_ids``: after each of the last ``checks`` prefixes, its likeliest
+    next token under the adapter and that token's log-prob with the adapter and without (temperature 1,
+    no gradient; the model's train/eval mode is restored)."""
     device = next(model.parameters()).device
     ids = torch.tensor([list(token_ids)], dtype=torch.long, device=device)
     training = model.training
     model.eval()
     try:
         with torch.no_grad():
-            adapted = token_logprobs(model, ids)
+            adapted = torch.log_softmax(model(input_ids=ids).logits[0].float(), dim=-1)
             with model.disable_adapter():
-                base = token_logprobs(model, ids)
+                base = torch.log_softmax(model(input_ids=ids).logits[0].float(), dim=-1)
     finally:
         model.train(training)
+    n = len(token_ids)
+    prefixes = tuple(range(max(1, n - checks + 1), n + 1))
+    rows = torch.tensor([length - 1 for length in prefixes], device=device)  # the logits after each prefix
+    targets = adapted[rows].argmax(dim=-1)
+    chosen = lambda table: table[rows, targets].clamp(MIN_LOGPROB, 0.0).tolist()  # noqa: E731
     dtype = str(getattr(model, "dtype", torch.float32)).removeprefix("torch.")
-    return AdapterProbe(tuple(int(i) for i in token_ids), tuple(adapted.tolist()), tuple(base.tolist()), dtype)
+    return AdapterProbe(
+        tuple(int(i) for i in token_ids), prefixes, tuple(int(t) for t in targets.tolist()), tuple(chosen(adapted)),
+        tuple(chosen(base)), dtype,
+    )  # fmt: skip

@@ -63,7 +63,7 @@ def logprob_at(position: int) -> float:
 
 
 def prompt_logprob_at(position: int) -> float:
-    """The base model's fake log-prob of the prompt token at ``position`` (vLLM's ``prompt_logprobs``)."""
+    """The base model's fake log-prob of the likeliest token after a prompt of ``position`` tokens."""
     return -0.25 - 0.5 * (position % 5)
 
 
@@ -336,8 +336,6 @@ async def _completions(request: Request) -> Response:
     error = engine.check_model(body.get("model", "")) or engine.too_long(len(prompt_ids), body.get("max_tokens"))
     if error:
         return error
-    if body.get("prompt_logprobs") is not None:
-        return JSONResponse(_prompt_logprobs_answer(engine, body, prompt_ids))
     reply = engine.next_reply(body)
     ids = engine.output_ids(reply)
     if body.get("stream"):
@@ -346,7 +344,7 @@ async def _completions(request: Request) -> Response:
     logprobs = {
         "tokens": [engine.decode_ids([i]) for i in ids],
         "token_logprobs": [logprob_at(n) for n in range(len(ids))],
-        "top_logprobs": [{} for _ in ids],
+        "top_logprobs": _top_logprobs(engine, body, prompt_ids, len(ids)),
         "text_offset": list(range(len(ids))),
     }
     return JSONResponse(
@@ -371,16 +369,20 @@ async def _completions(request: Request) -> Response:
     )
 
 
-def _prompt_logprobs_answer(engine: FakeEngine, body: dict, prompt_ids: list[int]) -> dict:
-    """vLLM's answer with ``prompt_logprobs``: None for the first token, then {id: {"logprob", ...}}."""
-    applied = body["model"] != engine.model and not engine.ignore_loads
-    shift = engine.adapter_shift if applied else 0.0
-    entries = [None] + [
-        {str(token): {"logprob": prompt_logprob_at(n) + shift, "rank": 1, "decoded_token": None}}
-        for n, token in enumerate(prompt_ids[1:], start=1)
-    ]
-    choice = {"index": 0, "text": "", "logprobs": None, "finish_reason": "length", "prompt_logprobs": entries}
-    return {"id": f"cmpl-{next(engine._ids)}", "object": "text_completion", "model": body["model"], "choices": [choice]}
+def next_token(prompt_ids: list[int]) -> int:
+    """The token the fake model finds likeliest after a prompt (what an adapter probe reads)."""
+    return prompt_ids[-1] + 1
+
+
+def _top_logprobs(engine: FakeEngine, body: dict, prompt_ids: list[int], count: int) -> list[dict]:
+    """Top log-probs of each output position: with ``return_tokens_as_token_ids``, the first holds the
+    fake model's ``next_token`` at ``prompt_logprob_at(len(prompt))``, moved by a loaded adapter."""
+    top = [{} for _ in range(count)]
+    if body.get("return_tokens_as_token_ids") and body.get("logprobs"):
+        applied = body["model"] != engine.model and not engine.ignore_loads
+        value = prompt_logprob_at(len(prompt_ids)) + (engine.adapter_shift if applied else 0.0)
+        top[0] = {f"token_id:{next_token(prompt_ids)}": value}
+    return top
 
 
 def _completion_chunks(engine: FakeEngine, body: dict, prompt_ids: list[int], ids: list[int]):

@@ -6,31 +6,39 @@ from typing import Annotated, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-from gateway.adapter_proof import MAX_PROBE_TOKENS, AdapterProbe
+from gateway.adapter_proof import MAX_PROBE_CHECKS, MAX_PROBE_TOKENS, AdapterProbe
 
 TokenId = Annotated[int, Field(ge=0, lt=2**31)]
 LogProb = Annotated[float, Field(le=0.0, allow_inf_nan=False)]
 
 
 class ProbeBody(BaseModel):
-    """The learner's log-probs of a probe sequence under the adapter (gateway.adapter_proof)."""
+    """The learner's log-probs of the adapter's likeliest next tokens after prefixes of a probe sequence
+    (gateway.adapter_proof)."""
 
     model_config = ConfigDict(extra="forbid")
 
-    token_ids: list[TokenId] = Field(min_length=2, max_length=MAX_PROBE_TOKENS)
-    logprobs: list[LogProb]  # log p(token_ids[i] | token_ids[:i]) under the adapter, i = 1..n-1
-    base_logprobs: list[LogProb]  # the same with the adapter disabled
+    token_ids: list[TokenId] = Field(min_length=1, max_length=MAX_PROBE_TOKENS)
+    prefixes: list[int] = Field(min_length=1, max_length=MAX_PROBE_CHECKS)  # prefix lengths, 1..len(token_ids)
+    targets: list[TokenId]  # one per prefix: the token whose log-prob is compared
+    logprobs: list[LogProb]  # one per prefix, under the adapter
+    base_logprobs: list[LogProb]  # one per prefix, with the adapter disabled
     dtype: Literal["float32", "bfloat16", "float16"]  # the learner's compute dtype
 
     @model_validator(mode="after")
-    def _one_per_predicted_token(self) -> ProbeBody:
-        n = len(self.token_ids) - 1
-        if len(self.logprobs) != n or len(self.base_logprobs) != n:
-            raise ValueError(f"logprobs and base_logprobs need one value per token after the first ({n})")
+    def _one_per_prefix(self) -> ProbeBody:
+        k = len(self.prefixes)
+        if not len(self.targets) == len(self.logprobs) == len(self.base_logprobs) == k:
+            raise ValueError(f"targets, logprobs and base_logprobs need one value per prefix ({k})")
+        if not all(1 <= length <= len(self.token_ids) for length in self.prefixes):
+            raise ValueError(f"a prefix length is outside 1..{len(self.token_ids)}")
         return self
 
     def probe(self) -> AdapterProbe:
-        return AdapterProbe(tuple(self.token_ids), tuple(self.logprobs), tuple(self.base_logprobs), self.dtype)
+        return AdapterProbe(
+            tuple(self.token_ids), tuple(self.prefixes), tuple(self.targets), tuple(self.logprobs),
+            tuple(self.base_logprobs), self.dtype,
+        )  # fmt: skip
 
 
 class PublishAdapter(BaseModel):

@@ -101,7 +101,9 @@ def advantages_of(rewards: list[float]) -> list[float]:
 # --- one step each way (each in its own process) -----------------------------------------------------
 
 
-def learner_steps(model_dir: str, samples, advantages, token_budget: int, tree: bool, repeats: int) -> dict:
+def learner_steps(
+    model_dir: str, samples, advantages, token_budget: int, tree: bool, repeats: int, warmup: bool = True
+) -> dict:
     from learner.loss import LossConfig
     from learner.packing import pack_samples
     from learner.step import StepConfig, train_step
@@ -112,11 +114,11 @@ def learner_steps(model_dir: str, samples, advantages, token_budget: int, tree: 
         group["lr"] = 0.0  # every repeat steps the same weights
     config = StepConfig(loss=LossConfig())
     times, metrics = [], {}
-    for repeat in range(repeats + 1):  # the first warms up (allocator, kernels) and is not timed
+    for repeat in range(repeats + warmup):  # a warm-up step (allocator, kernels) is not timed
         started = time.perf_counter()
         rows = list(pack_samples(samples, advantages, token_budget, tree=tree).rows)
         metrics = train_step(trainer.model, trainer.optimizer, rows, config)
-        if repeat:
+        if repeat or not warmup:
             times.append(time.perf_counter() - started)
     return {
         "step_s": times,

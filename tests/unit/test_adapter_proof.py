@@ -19,9 +19,9 @@ from learner.adapter_probe import adapter_probe, fallback_probe_ids, probe_ids_f
 from learner.groups import UnusableGroup, check_group, load_group
 from tests.builders import call_record, gateway_settings
 from tests.engine_pool import fake_engines, pool_gateway
-from tests.fake_engine import prompt_logprob_at
+from tests.fake_engine import next_token, prompt_logprob_at
 from tests.gateway_harness import GatewayHarness, gateway_on, start_gateway
-from tests.learner_builders import VOCAB, lora_model, own_logprobs
+from tests.learner_builders import VOCAB, lora_model
 from tests.waiting import until
 
 TOLERANCE = 1e-3
@@ -30,10 +30,14 @@ SHIFT = -0.5  # the fake engine's adapter effect (FakeEngine.adapter_shift)
 
 
 def fake_probe(shift: float = SHIFT) -> dict:
-    """What a learner would send for the fake engine's model: its base log-probs, moved by ``shift``."""
-    base = [prompt_logprob_at(n) for n in range(1, len(PROBE_IDS))]
+    """What a learner would send for the fake engine's model: after each prefix, the fake's likeliest next
+    token at its base log-prob, moved by ``shift`` under the adapter."""
+    prefixes = list(range(2, len(PROBE_IDS) + 1))
+    base = [prompt_logprob_at(n) for n in prefixes]
     return {
         "token_ids": list(PROBE_IDS),
+        "prefixes": prefixes,
+        "targets": [next_token(list(PROBE_IDS[:n])) for n in prefixes],
         "logprobs": [x + shift for x in base],
         "base_logprobs": base,
         "dtype": "float32",
@@ -136,6 +140,7 @@ async def test_a_folder_rewritten_after_the_learner_hashed_it_is_refused(proving
     [
         {**fake_probe(), "logprobs": fake_probe()["logprobs"][:-1]},  # one value short
         {**fake_probe(), "logprobs": [0.5] * (len(PROBE_IDS) - 1)},  # a log-prob above 0
+        {**fake_probe(), "prefixes": [0] + fake_probe()["prefixes"][1:]},  # a prefix of no token
         {**fake_probe(), "token_ids": [-1] + list(PROBE_IDS[1:])},
         {**fake_probe(), "dtype": "int8"},
     ],
@@ -175,7 +180,7 @@ def test_the_tolerance_is_the_coarser_dtypes_and_an_override_wins():
 
 
 def test_an_engine_answering_minus_infinity_is_infinitely_far():
-    probe = AdapterProbe((1, 2, 3), (-1.0, -2.0), (-1.5, -2.5), "float32")
+    probe = AdapterProbe((1, 2, 3), (2, 3), (7, 8), (-1.0, -2.0), (-1.5, -2.5), "float32")
     assert judge("e", [-1.0, -2.0], probe, 1e-3).passed
     far = judge("e", [-math.inf, -2.0], probe, 1e-3)
     assert far.mean_abs == math.inf and not far.passed
@@ -196,13 +201,18 @@ def test_the_digest_covers_the_weights_and_config_and_nothing_else(tmp_path):
 def test_the_learners_probe_is_its_log_probs_with_and_without_the_adapter():
     model = lora_model(moved=True).train()
     ids = fallback_probe_ids(VOCAB, length=16)
-    probe = adapter_probe(model, ids)
+    probe = adapter_probe(model, ids, checks=4)
     assert model.training  # the mode it had
-    assert probe.token_ids == ids and probe.dtype == "float32"
+    assert probe.token_ids == ids and probe.dtype == "float32" and probe.prefixes == tuple(range(13, 17))
     model.eval()
-    assert probe.logprobs == pytest.approx(own_logprobs(model, ids)[1:].tolist(), abs=1e-5)
-    with model.disable_adapter():
-        assert probe.base_logprobs == pytest.approx(own_logprobs(model, ids)[1:].tolist(), abs=1e-5)
+    for j, length in enumerate(probe.prefixes):  # each check: the adapter's likeliest next token, both ways
+        with torch.no_grad():
+            adapted = torch.log_softmax(model(input_ids=torch.tensor([ids[:length]])).logits[0, -1], -1)
+            with model.disable_adapter():
+                base = torch.log_softmax(model(input_ids=torch.tensor([ids[:length]])).logits[0, -1], -1)
+        assert probe.targets[j] == int(adapted.argmax())
+        assert probe.logprobs[j] == pytest.approx(float(adapted.max()), abs=1e-5)
+        assert probe.base_logprobs[j] == pytest.approx(float(base[probe.targets[j]]), abs=1e-5)
     assert judge("e", probe.logprobs, probe, 1e-3).distinguishable  # a moved adapter shows on it
     assert probe_ids_from(torch.arange(300).numpy(), 5) == (295, 296, 297, 298, 299)
 
@@ -243,7 +253,7 @@ async def test_an_engine_back_from_a_failure_serves_again_only_once_it_applies_t
 
         fresh = fake_engines(1, ignore_loads=True)[0]  # back, but it drops the adapter it is given
         gateway.restart_engine(1, fresh)
-        await until(lambda: any("prompt_logprobs" in body for body in fresh.requests), "the probe sent to it")
+        await until(lambda: any(body.get("return_tokens_as_token_ids") for body in fresh.requests), "the probe sent")
         assert not gateway.pool.members[1].healthy  # loaded, not applied: kept out
         fresh.ignore_loads = False
         await until(lambda: gateway.pool.members[1].healthy, "engine 1 back in the pool")
