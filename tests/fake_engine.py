@@ -62,7 +62,7 @@ def logprob_at(position: int) -> float:
     return -0.125 * (position % 7)
 
 
-def prompt_logprob_at(position: int) -> float:
+def next_logprob_at(position: int) -> float:
     """The base model's fake log-prob of the likeliest token after a prompt of ``position`` tokens."""
     return -0.25 - 0.5 * (position % 5)
 
@@ -376,11 +376,11 @@ def next_token(prompt_ids: list[int]) -> int:
 
 def _top_logprobs(engine: FakeEngine, body: dict, prompt_ids: list[int], count: int) -> list[dict]:
     """Top log-probs of each output position: with ``return_tokens_as_token_ids``, the first holds the
-    fake model's ``next_token`` at ``prompt_logprob_at(len(prompt))``, moved by a loaded adapter."""
+    fake model's ``next_token`` at ``next_logprob_at(len(prompt))``, moved by a loaded adapter."""
     top = [{} for _ in range(count)]
     if body.get("return_tokens_as_token_ids") and body.get("logprobs"):
         applied = body["model"] != engine.model and not engine.ignore_loads
-        value = prompt_logprob_at(len(prompt_ids)) + (engine.adapter_shift if applied else 0.0)
+        value = next_logprob_at(len(prompt_ids)) + (engine.adapter_shift if applied else 0.0)
         top[0] = {f"token_id:{next_token(prompt_ids)}": value}
     return top
 

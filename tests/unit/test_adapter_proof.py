@@ -19,7 +19,7 @@ from learner.adapter_probe import adapter_probe, fallback_probe_ids, probe_ids_f
 from learner.groups import UnusableGroup, check_group, load_group
 from tests.builders import call_record, gateway_settings
 from tests.engine_pool import fake_engines, pool_gateway
-from tests.fake_engine import next_token, prompt_logprob_at
+from tests.fake_engine import next_logprob_at, next_token
 from tests.gateway_harness import GatewayHarness, gateway_on, start_gateway
 from tests.learner_builders import VOCAB, lora_model
 from tests.waiting import until
@@ -33,7 +33,7 @@ def fake_probe(shift: float = SHIFT) -> dict:
     """What a learner would send for the fake engine's model: after each prefix, the fake's likeliest next
     token at its base log-prob, moved by ``shift`` under the adapter."""
     prefixes = list(range(2, len(PROBE_IDS) + 1))
-    base = [prompt_logprob_at(n) for n in prefixes]
+    base = [next_logprob_at(n) for n in prefixes]
     return {
         "token_ids": list(PROBE_IDS),
         "prefixes": prefixes,
