@@ -159,19 +159,38 @@ async def _mark_unloaded(store: Store, version: int, name: str) -> None:
             await store.save_adapter(version, name, adapter.path, loaded=False)
 
 
-async def restore_adapters(engine: EngineClient, policy: PolicyRegistry, store: Store) -> None:
+Tolerance = Callable[[AdapterProbe], float]  # the gateway's tolerance for a probe (``adapter_proof.tolerance_for``)
+
+
+async def restore_adapters(
+    engine: EngineClient, policy: PolicyRegistry, store: Store, tolerance: Tolerance | None = None
+) -> None:
     """After a gateway restart: make the store's loaded versions current again, reloading any the
-    engine lost (it may have restarted too); versions that cannot be reloaded are marked unloaded."""
+    engine lost (it may have restarted too). Each must still be what was published: its folder's digest
+    the stored one, and (given a ``tolerance``) its stored probe passed again on the engine. A version
+    that cannot be reloaded or proven is unloaded and marked so: calls never get it."""
     adapters = await store.loaded_adapters()
     served = {m["id"] for m in await engine.models()} if adapters else set()
     for adapter in adapters:
         try:
+            await checked_digest(adapter.path, adapter.digest)
             if adapter.name not in served:
                 await engine.load_adapter(adapter.name, adapter.path)
+            if adapter.probe is not None and tolerance is not None:
+                probe = AdapterProbe.from_json(adapter.probe)
+                await _prove_restored(engine, adapter.name, probe, tolerance(probe))
             policy.publish(adapter.version, adapter.name, adapter.digest)
         except GatewayError as exc:
             logger.warning("could not restore %s from %s: %s", adapter.name, adapter.path, exc.message)
+            await _unload_quietly(engine, adapter.name)
             await store.save_adapter(adapter.version, adapter.name, adapter.path, loaded=False)
+
+
+async def _prove_restored(engine: EngineClient, name: str, probe: AdapterProbe, tolerance: float) -> None:
+    if isinstance(engine, EnginePool):  # every engine holding it; a recovering one is proven again
+        await prove(engine, name, probe, tolerance)
+    else:
+        await prove_engine(engine, getattr(engine, "base_url", "the engine"), name, probe, tolerance)
 
 
 class RecoveringEngine:
@@ -182,8 +201,14 @@ class RecoveringEngine:
     (``LOST_ADAPTER_RETRIES``). Concurrent calls that hit the loss share one reload.
     """
 
-    def __init__(self, engine: EngineClient, store: Store, policy: Callable[[], PolicyRegistry | None]):
-        self.engine, self.store, self._policy = engine, store, policy
+    def __init__(
+        self,
+        engine: EngineClient,
+        store: Store,
+        policy: Callable[[], PolicyRegistry | None],
+        tolerance: Tolerance | None = None,
+    ):
+        self.engine, self.store, self._policy, self.tolerance = engine, store, policy, tolerance
         self._reload_lock = asyncio.Lock()
 
     async def chat(self, body: dict) -> dict:
@@ -236,4 +261,4 @@ class RecoveringEngine:
         """Load the store's loaded versions the engine does not list (one reload at a time)."""
         async with self._reload_lock:
             logger.warning("the engine lost adapters (restarted?): reloading the loaded versions")
-            await restore_adapters(self.engine, policy, self.store)
+            await restore_adapters(self.engine, policy, self.store, self.tolerance)

@@ -6,11 +6,13 @@ import asyncio
 import logging
 from collections.abc import Callable, Sequence
 from contextlib import asynccontextmanager
+from functools import partial
 
 from fastapi import Depends, FastAPI
 from fastapi.responses import JSONResponse, Response
 from prometheus_client import CONTENT_TYPE_LATEST
 
+from gateway.adapter_proof import tolerance_for
 from gateway.adapters import RecoveringEngine
 from gateway.admin.router import create_router as create_admin_router
 from gateway.anthropic.router import create_router as create_anthropic_router
@@ -151,7 +153,10 @@ def engine_pool(
     members = [
         (
             getattr(client, "base_url", None) or urls[min(i, len(urls) - 1)],
-            CaptureCheckedEngine(RecoveringEngine(client, store, policy), logprobs=settings.call_source == "policy"),
+            CaptureCheckedEngine(
+                RecoveringEngine(client, store, policy, partial(tolerance_for, settings)),
+                logprobs=settings.call_source == "policy",
+            ),
         )
         for i, client in enumerate(clients)
     ]

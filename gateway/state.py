@@ -4,11 +4,13 @@ from __future__ import annotations
 
 import asyncio
 from dataclasses import dataclass, field
+from functools import partial
 from pathlib import Path
 from typing import Annotated
 
 from fastapi import Depends, Request
 
+from gateway.adapter_proof import tolerance_for
 from gateway.adapters import restore_adapters
 from gateway.callgraph import CallGraphIndex
 from gateway.decoding import TokenDecoder, tokenizer_folder
@@ -74,7 +76,7 @@ class GatewayState:
             if self.policy is None:
                 base, self.max_model_len = await self._discover_base_model()
                 policy = PolicyRegistry(self.settings.public_model, base)
-                await restore_adapters(self.engine, policy, self.store)
+                await restore_adapters(self.engine, policy, self.store, partial(tolerance_for, self.settings))
                 self.policy = policy
         return self.policy
 

@@ -18,6 +18,7 @@ from gateway.store.listings import GroupFilter, RolloutFilter, RunCounts
 from gateway.store.mismatch import MismatchSummary
 from gateway.store.rewards import VERIFIER, verifier_metrics
 from gateway.store.store import Store
+from harnessrl.retokenization import RetokenizationSkew
 
 LIMIT = 50
 
@@ -199,6 +200,22 @@ def health_table(run: str, rows: list[CaptureHealth]) -> Table:
             str(row.false_forks),
             str(row.retried),
             f"{row.side_calls} ({row.side_call_share:.1%})" if row.side_call_share is not None else "0",
+        )
+    return table
+
+
+def skew_table(run: str, rows: list[RetokenizationSkew]) -> Table:
+    """How often re-rendering a run's latest calls as text gives other ids (harnessrl.retokenization)."""
+    table = _table("harness", "model", "calls", "re-rendered", "prompt differs", "output differs")
+    table.title = f"re-tokenization skew of run {run!r} (what a text pipeline would train on)"
+    for row in rows:
+        table.add_row(
+            row.harness or "",
+            row.model,
+            str(row.calls),
+            str(row.rendered),
+            f"{row.prompt_skewed} ({row.prompt_share:.1%})" if row.prompt_share is not None else "",
+            f"{row.output_skewed} ({row.output_share:.1%})" if row.output_share is not None else "",
         )
     return table
 

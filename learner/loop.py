@@ -191,6 +191,7 @@ async def _train(
         progress.step += 1
         if batch.version is not None:  # per token, what the step's mismatch metrics sum up
             await save_call_mismatch(store, run_id, call_records(per_call, progress.step, batch.version))
+            await sink.record_mismatch(batch.version)
         progress.pending.extend(groups)
         if progress.probe_ids is None and batch.samples:
             progress.probe_ids = probe_ids_from(batch.samples[0].sample.input_ids)

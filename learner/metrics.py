@@ -13,6 +13,7 @@ import math
 from pathlib import Path
 from typing import Any
 
+from gateway.store.mismatch import mismatch_summary
 from gateway.store.store import Store
 from gateway.store.training import record_step
 from learner.groups import Batch
@@ -154,6 +155,11 @@ class MetricsSink:
                 if isinstance(value, (int, float)) and key != "step":
                     self.writer.add_scalar(f"learner/{key}", float(value), step)
             self.writer.flush()
+
+    async def record_mismatch(self, version: int) -> None:
+        """Export the mismatch of ``version``'s trained calls per harness and model (Prometheus only)."""
+        if self.exporter is not None:
+            self.exporter.policy_mismatch(await mismatch_summary(self.store, self.run_id, version))
 
     def close(self) -> None:
         if self.writer is not None:

@@ -6,12 +6,18 @@ latest step's value (NaN when the step did not produce one, e.g. no loss on a st
 train); counters add up over the steps this process took (a restarted learner starts them at 0, as
 Prometheus expects of counters); histograms take the step and swap times.
 
+The mismatch is also exported per harness × model × policy version (``policy_logprob_mismatch_*``), from
+the store's summary of the calls the step trained: the series of the latest ``KEEP_VERSIONS`` versions
+stay, older ones are removed, and at most ``MAX_POLICY_SERIES`` (harness, model) pairs get their own
+labels (the rest fold into model ``other``: an agent names its model, and label sets must stay bounded).
+
 Its own CollectorRegistry: no process-wide default collectors, and tests can run several.
 """
 
 from __future__ import annotations
 
 import math
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest, start_http_server
@@ -71,6 +77,18 @@ COUNTERS = (
     ),
 )
 
+# (MismatchSummary attribute, gauge name, help): per harness, model and policy version.
+POLICY_GAUGES = (
+    ("mean_abs", "policy_logprob_mismatch_mean_abs", "Mean |learner - sampler| log-prob (nats) per token"),
+    ("max_abs", "policy_logprob_mismatch_max_abs", "Largest |learner - sampler| log-prob of a token"),
+    ("k3", "policy_logprob_mismatch_kl", "k3 estimate of KL(sampler || learner) per token"),
+    ("frac_over", "policy_logprob_mismatch_frac_over", "Share of tokens differing by more than 0.1 nats"),
+    ("tokens", "policy_logprob_mismatch_tokens", "Sampled tokens compared"),
+)
+POLICY_LABELS = ("harness", "model", "version")
+KEEP_VERSIONS = 4  # policy versions whose mismatch series stay exported
+MAX_POLICY_SERIES = 32  # (harness, model) pairs with labels of their own; the rest are model="other"
+
 
 @dataclass
 class LearnerExporter:
@@ -89,7 +107,30 @@ class LearnerExporter:
         self.swap_time = Histogram(
             PREFIX + "swap_time_seconds", "Adapter save until the gateway serves it", buckets=SWAP_BUCKETS_S, registry=r
         )
+        self.policy_gauges = {
+            key: Gauge(PREFIX + name, text, POLICY_LABELS, registry=r) for key, name, text in POLICY_GAUGES
+        }
+        self._policy_pairs: set[tuple[str, str]] = set()
+        self._series: dict[int, set[tuple[str, str, str]]] = {}  # version -> its label values
         self._server = None
+
+    def policy_mismatch(self, summaries: Iterable) -> None:
+        """Set the per-policy series from ``gateway.store.mismatch.MismatchSummary`` rows (one version's)."""
+        for row in summaries:
+            labels = (*self._pair(row.harness or "", row.model), str(row.version))
+            for key, gauge in self.policy_gauges.items():
+                gauge.labels(*labels).set(_number(getattr(row, key)))
+            self._series.setdefault(row.version, set()).add(labels)
+        for version in sorted(self._series)[:-KEEP_VERSIONS]:
+            for labels in self._series.pop(version):
+                for gauge in self.policy_gauges.values():
+                    gauge.remove(*labels)
+
+    def _pair(self, harness: str, model: str) -> tuple[str, str]:
+        if (harness, model) not in self._policy_pairs and len(self._policy_pairs) >= MAX_POLICY_SERIES:
+            return harness, "other"
+        self._policy_pairs.add((harness, model))
+        return harness, model
 
     def observe(self, metrics: dict) -> None:
         """Take one step's metrics (learner.metrics.step_metrics)."""

@@ -8,7 +8,7 @@ from pathlib import Path
 from alembic import command
 from alembic.config import Config
 
-from gateway.store.database import prepare_sqlite_file
+from gateway.store.database import prepare_sqlite_file, with_async_driver
 
 HERE = Path(__file__).resolve().parent
 
@@ -23,6 +23,7 @@ def alembic_config(url: str) -> Config:
 
 def upgrade(url: str, revision: str = "head") -> None:
     """Bring the database at ``url`` to ``revision``; safe to call from inside an event loop."""
+    url = with_async_driver(url)
     prepare_sqlite_file(url)  # its folder, and a new file private (0600)
     errors: list[BaseException] = []
 

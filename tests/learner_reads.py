@@ -16,3 +16,19 @@ async def stored_checkpoints(store: Store, run: str) -> list[CheckpointRecord]:
     """The run's committed checkpoints, oldest first (none when the run does not exist)."""
     run_id = await store.run_id(run)
     return [] if run_id is None else await checkpoints(store, run_id)
+
+
+def policy_series(exporter) -> dict[tuple[str, str, str], dict[str, float]]:
+    """The exporter's per-policy mismatch series: (harness, model, version) -> {summary key: value}."""
+    from prometheus_client.parser import text_string_to_metric_families
+
+    from learner.prometheus import POLICY_GAUGES, PREFIX
+
+    keys = {PREFIX + name: key for key, name, _ in POLICY_GAUGES}
+    series: dict[tuple[str, str, str], dict[str, float]] = {}
+    for family in text_string_to_metric_families(exporter.exposition().decode()):
+        for sample in family.samples:
+            if sample.name in keys:
+                labels = (sample.labels["harness"], sample.labels["model"], sample.labels["version"])
+                series.setdefault(labels, {})[keys[sample.name]] = sample.value
+    return series

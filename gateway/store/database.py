@@ -20,6 +20,25 @@ def sqlite_url(path: Path) -> str:
     return f"sqlite+aiosqlite:///{path}"
 
 
+# the async driver the store uses for each backend a URL may name without one
+ASYNC_DRIVERS = {"sqlite": "sqlite+aiosqlite", "postgresql": "postgresql+asyncpg", "postgres": "postgresql+asyncpg"}
+
+
+def with_async_driver(url: str) -> str:
+    """``url`` with the store's async driver when it names none (``sqlite:///x.db``, ``postgresql://...``,
+    as people write them); a ValueError naming the accepted forms for a driver the store cannot use."""
+    try:
+        parsed = make_url(url)
+    except Exception as exc:  # noqa: BLE001 - SQLAlchemy's ArgumentError and friends: one message
+        raise ValueError(f"{url!r} is no database URL ({exc}); {ACCEPTED}") from None
+    if parsed.drivername in ASYNC_DRIVERS:
+        return parsed.set(drivername=ASYNC_DRIVERS[parsed.drivername]).render_as_string(hide_password=False)
+    if parsed.drivername not in ASYNC_DRIVERS.values():
+        raise ValueError(f"the store cannot use the driver {parsed.drivername!r} of {url!r}; {ACCEPTED}")
+    return url
+
+
+ACCEPTED = "use sqlite:///PATH or postgresql://USER@HOST/DB (their async drivers, aiosqlite and asyncpg, are added)"
 BUSY_TIMEOUT_MS = 10_000  # how long a SQLite connection waits for another's write lock
 
 
@@ -50,6 +69,7 @@ def prepare_sqlite_file(url: str) -> None:
 
 
 def create_engine(url: str) -> AsyncEngine:
+    url = with_async_driver(url)
     parsed = make_url(url)
     if parsed.get_backend_name() == "sqlite":
         prepare_sqlite_file(url)

@@ -21,6 +21,8 @@ from dataclasses import dataclass, field
 import numpy as np
 from sqlalchemy import select
 
+from gateway.store.arrays import unpack_ids
+from gateway.store.listings import is_main_call
 from gateway.store.records import FALSE_FORK_TOKENS, CallTag
 from gateway.store.store import Store
 from gateway.store.tables import Call, Rollout
@@ -104,3 +106,34 @@ def _shared(a: np.ndarray, b: np.ndarray) -> int:
     length = min(len(a), len(b))
     differs = np.flatnonzero(a[:length] != b[:length])
     return int(differs[0]) if len(differs) else length
+
+
+@dataclass(frozen=True)
+class PolicyCall:
+    """A call the policy sampled, whole, as a text pipeline would have had it."""
+
+    harness: str | None
+    model: str  # the public model name the agent asked for
+    dialect: str
+    request: dict  # the client's body, as received
+    prompt_ids: list[int]  # what the engine saw
+    output_ids: list[int]  # what it sampled
+
+
+async def latest_policy_calls(store: Store, run_id: int, limit: int) -> list[PolicyCall]:
+    """The run's ``limit`` latest main-loop calls the policy sampled, with whole requests and prompts."""
+    query = (
+        select(Call, Rollout.meta)
+        .join(Rollout, Rollout.id == Call.rollout_id)
+        .where(Rollout.run_id == run_id, Call.source == "policy", is_main_call())
+        .order_by(Call.id.desc())
+        .limit(limit)
+    )
+    async with store.sessions() as session:
+        rows = (await session.execute(query)).all()
+    await store.read_whole([call for call, _ in rows])
+    return [
+        PolicyCall((meta or {}).get("harness"), c.model, c.dialect, c.request, unpack_ids(c.prompt_ids),
+                   unpack_ids(c.output_ids))
+        for c, meta in rows
+    ]  # fmt: skip

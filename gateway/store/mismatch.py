@@ -88,8 +88,9 @@ class MismatchSummary:
     frac_over: float | None
 
 
-async def mismatch_summary(store: Store, run_id: int) -> list[MismatchSummary]:
-    """Per (harness, model, version) of the run: token-weighted means of the calls' mismatch."""
+async def mismatch_summary(store: Store, run_id: int, version: int | None = None) -> list[MismatchSummary]:
+    """Per (harness, model, version) of the run: token-weighted means of the calls' mismatch; one
+    policy ``version``'s only when given (the learner's per-step export reads just the version it trained)."""
     harness = Rollout.meta["harness"].as_string()
     tokens = func.sum(CallMismatch.tokens)
 
@@ -114,6 +115,8 @@ async def mismatch_summary(store: Store, run_id: int) -> list[MismatchSummary]:
         .group_by(harness, Call.model, CallMismatch.version)
         .order_by(harness, Call.model, CallMismatch.version)
     )
+    if version is not None:
+        query = query.where(CallMismatch.version == version)
     async with store.sessions() as session:
         rows = (await session.execute(query)).all()
     return [MismatchSummary(*row[:4], int(row[4]), *(None if v is None else float(v) for v in row[5:])) for row in rows]

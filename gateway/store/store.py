@@ -249,7 +249,7 @@ class Store:
         parent = self._recent_requests.get(record.rollout_id, record.parent_id)
         return request_delta.encode(record.request, record.parent_id, parent)
 
-    async def _read_whole(self, calls: Sequence[Call]) -> None:
+    async def read_whole(self, calls: Sequence[Call]) -> None:
         """Detached calls as received: whole requests and whole prompts in place of the stored deltas
         (one query per rollout for the bases they need)."""
         stored_whole = {c.id for c in calls if not request_delta.is_delta(c.request) and not c.prompt_offset}
@@ -374,7 +374,7 @@ class Store:
         async with self.sessions() as session:
             call = await session.get(Call, call_id)
         if call is not None:
-            await self._read_whole([call])
+            await self.read_whole([call])
         return call
 
     async def last_main_call(self, rollout_id: int) -> Call | None:
@@ -383,7 +383,7 @@ class Store:
         async with self.sessions() as session:
             call = (await session.scalars(query)).first()
         if call is not None:
-            await self._read_whole([call])
+            await self.read_whole([call])
         return call
 
     async def answers_before(self, rollout_id: int, call_id: int) -> list[tuple[int, dict]]:
@@ -396,7 +396,7 @@ class Store:
         query = select(Call).where(Call.rollout_id == rollout_id, Call.id > after).order_by(Call.id).limit(limit)
         async with self.sessions() as session:
             calls = list((await session.scalars(query)).all())
-        await self._read_whole(calls)
+        await self.read_whole(calls)
         return calls
 
     # --- runs and rollouts ------------------------------------------------------------------

@@ -15,7 +15,7 @@ DatabaseUrl = Annotated[
     typer.Option(
         "--database-url",
         envvar="HARNESSRL_DATABASE_URL",
-        help="sqlite+aiosqlite:///PATH or postgresql+asyncpg://USER@HOST/DB [default: SQLite under $HARNESSRL_HOME]",
+        help="sqlite:///PATH or postgresql://USER@HOST/DB [default: SQLite under $HARNESSRL_HOME]",
     ),
 ]
 
@@ -43,10 +43,14 @@ def fail(message: str) -> typer.Exit:
 
 
 def resolve_database_url(url: str | None) -> str:
-    """--database-url, else the SQLite store under $HARNESSRL_HOME."""
+    """--database-url (its async driver added when it names none), else the SQLite store under $HARNESSRL_HOME."""
+    from gateway.store.database import with_async_driver
     from harnessrl.settings import default_database_url
 
-    return url or default_database_url()
+    try:
+        return with_async_driver(url or default_database_url())
+    except ValueError as exc:
+        raise fail(f"--database-url / HARNESSRL_DATABASE_URL: {exc}") from None
 
 
 def upgrade_store(url: str) -> None:

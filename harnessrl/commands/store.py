@@ -130,27 +130,52 @@ def report(
 
 def health(
     run: Annotated[str, typer.Option(help="The run to check")],
+    model: Annotated[
+        Path | None,
+        typer.Option(help="Model folder: also re-render the latest calls with its tokenizer (re-tokenization skew)"),
+    ] = None,
+    skew_calls: Annotated[int, typer.Option(min=1, help="How many of the latest calls --model re-renders")] = 200,
     database_url: DatabaseUrl = None,
 ) -> None:
     """How faithfully a run's calls were captured, per harness and model: the later turns that extend the
     previous call exactly, forks (and their drift), false forks (re-rendered history), retries, side calls;
-    and, once the learner trained them, the train/inference mismatch per harness, model and version."""
-    from gateway.store.health import capture_health
+    with --model, how often a text pipeline would have trained on other ids than the engine's; and, once
+    the learner trained them, the train/inference mismatch per harness, model and version."""
+    from gateway.store.health import capture_health, latest_policy_calls
     from gateway.store.mismatch import mismatch_summary
-    from harnessrl.views import health_table, mismatch_table, render
+    from harnessrl.views import health_table, mismatch_table, render, skew_table
 
     url = resolve_database_url(database_url)
+    tokenizer = _tokenizer(model) if model is not None else None
 
     async def work(store):
         run_id = await store.run_id(run)
         if run_id is None:
             raise fail(f"no run named {run!r} in {url}; `harnessrl ls runs` lists them")
-        return await capture_health(store, run_id), await mismatch_summary(store, run_id)
+        calls = await latest_policy_calls(store, run_id, skew_calls) if tokenizer is not None else []
+        return await capture_health(store, run_id), calls, await mismatch_summary(store, run_id)
 
-    captured, mismatch = _with_store(url, work)
+    captured, calls, mismatch = _with_store(url, work)
     render(health_table(run, captured))
+    if tokenizer is not None:
+        from harnessrl.retokenization import retokenization_skew
+
+        render(skew_table(run, retokenization_skew(tokenizer, calls)))
     if mismatch:
         render(mismatch_table(run, mismatch))
+
+
+def _tokenizer(model: Path):
+    from transformers import AutoTokenizer
+
+    if not (model / "tokenizer_config.json").is_file():
+        raise fail(
+            f"--model {model} holds no tokenizer (no tokenizer_config.json); give the model folder the engine serves"
+        )
+    try:
+        return AutoTokenizer.from_pretrained(str(model))
+    except (OSError, ValueError) as exc:
+        raise fail(f"--model {model}: its tokenizer does not load ({exc})") from None
 
 
 def export(

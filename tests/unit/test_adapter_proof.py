@@ -135,6 +135,51 @@ async def test_a_folder_rewritten_after_the_learner_hashed_it_is_refused(proving
     assert (await proving_gateway.http.get("/admin/policy")).json()["current_version"] == 0
 
 
+async def restarted_after_publishing(
+    sqlite_db, fake_engine, fake_engine_server, folder: Path, between
+) -> AsyncIterator[GatewayHarness]:
+    """A gateway that published v1 (proven), stopped; ``between(fake_engine)`` ran; a new one started over
+    the same store, engine restarted too (its adapters gone)."""
+    settings = gateway_settings(sqlite_db, fake_engine_server.url, adapter_probe_tolerance=TOLERANCE)
+    async for gw in start_gateway(settings, fake_engine):
+        assert (await publish(gw, 1, folder, probe=fake_probe())).status_code == 200
+    fake_engine.adapters.clear()
+    between(fake_engine)
+    async for gw in start_gateway(settings, fake_engine):
+        yield gw
+
+
+async def test_a_restarted_gateway_proves_a_restored_version_again(sqlite_db, fake_engine, fake_engine_server, tmp_path):
+    folder = adapter_folder(tmp_path, 1)
+    async for gw in restarted_after_publishing(sqlite_db, fake_engine, fake_engine_server, folder, lambda e: None):
+        call = await served_call(gw)
+        assert (call["policy_version"], call["adapter_digest"]) == (1, adapter_digest(folder))
+
+
+@pytest.mark.parametrize(
+    "between",
+    [
+        pytest.param(lambda engine: setattr(engine, "ignore_loads", True), id="engine-ignores-the-reload"),
+        pytest.param(lambda engine: None, id="folder-rewritten-while-down"),
+    ],
+)
+async def test_a_restored_version_that_is_not_what_was_published_never_serves(
+    sqlite_db, fake_engine, fake_engine_server, tmp_path, between
+):
+    folder = adapter_folder(tmp_path, 1)
+
+    def tamper(engine) -> None:
+        between(engine)
+        if not engine.ignore_loads:
+            (folder / "adapter_model.safetensors").write_bytes(b"other weights")
+
+    async for gw in restarted_after_publishing(sqlite_db, fake_engine, fake_engine_server, folder, tamper):
+        call = await served_call(gw)
+        assert (call["policy_version"], call["adapter_digest"]) == (0, None)
+        assert "policy-v1" not in gw.fake.adapters  # unloaded again after the failed proof
+        assert not (await gw.state.store.adapter(1)).loaded  # marked: the next restart does not try it
+
+
 @pytest.mark.parametrize(
     "probe",
     [

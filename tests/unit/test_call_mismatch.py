@@ -18,12 +18,15 @@ from gateway.store.mismatch import call_mismatch, mismatch_summary, save_call_mi
 from gateway.store.samples import Sample
 from gateway.store.store import Store
 from harnessrl.cli import app
+from learner.metrics import MetricsSink
 from learner.mismatch import RowDeltas, call_deltas, call_records
 from learner.packing import pack_samples
+from learner.prometheus import LearnerExporter
 from learner.step import StepConfig, train_step
 from tests.builders import call_record, gateway_settings
 from tests.gateway_harness import GatewayHarness, start_gateway
 from tests.learner_builders import lora_model, own_logprobs
+from tests.learner_reads import policy_series
 from tests.learner_runs import tiny_learner_config, train_run
 
 RUN = "mismatch"
@@ -142,12 +145,25 @@ async def test_the_run_summary_pools_tokens_per_harness_model_and_version(gatewa
     pi_v1 = rows[1]
     assert pi_v1.mean_abs == pytest.approx((0.05 + 0.05 + 0.3 + 0.5) / 4, rel=1e-3)  # token-weighted, NaN left out
     assert pi_v1.max_abs == pytest.approx(0.5, rel=1e-3) and pi_v1.frac_over == pytest.approx(2 / 4)
+    only_v2 = await mismatch_summary(store, await store.run_id("summed"), version=2)
+    assert [(r.harness, r.version, r.tokens) for r in only_v2] == [("pi", 2, 2)]
     listed = (await gateway.http.get("/api/runs/summed/mismatch")).json()
     assert [(r["harness"], r["version"], r["tokens"]) for r in listed] == [
         ("opencode", 1, 1),
         ("pi", 1, 4),
         ("pi", 2, 2),
     ]
+
+
+async def test_the_learner_exports_the_mismatch_of_the_version_it_trained_per_harness_and_model(gateway):
+    store = gateway.state.store
+    await plant_mismatch(store)
+    sink = MetricsSink(store, await store.run_id("summed"), None, LearnerExporter())
+    await sink.record_mismatch(1)
+    series = policy_series(sink.exporter)
+    assert series[("pi", "policy", "1")]["mean_abs"] == pytest.approx((0.05 + 0.05 + 0.3 + 0.5) / 4, rel=1e-3)
+    assert series[("opencode", "policy", "1")]["tokens"] == 1
+    assert not any(labels[2] == "2" for labels in series)  # v2's calls were not trained by this step
 
 
 def test_health_prints_the_mismatch_table_once_calls_were_trained(sqlite_db):

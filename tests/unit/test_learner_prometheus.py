@@ -10,11 +10,12 @@ import httpx
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
+from gateway.store.mismatch import MismatchSummary
 from harnessrl.server import free_port
 from learner.config import ConfigError, config_from_dict
 from learner.loop import LearnerError
-from learner.prometheus import COUNTERS, GAUGES, PREFIX, LearnerExporter
-from tests.learner_reads import stored_steps
+from learner.prometheus import COUNTERS, GAUGES, KEEP_VERSIONS, MAX_POLICY_SERIES, PREFIX, LearnerExporter
+from tests.learner_reads import policy_series, stored_steps
 from tests.unit.test_learner_loop import RUN, config_for, fill, store, train  # noqa: F401 - store is a fixture
 
 
@@ -97,3 +98,22 @@ def test_quarantined_groups_are_counted():
     exporter.observe({"groups_quarantined": 1})
     text = exporter.exposition().decode()
     assert f"{PREFIX}groups_quarantined_total 3.0" in text
+
+
+def summary(harness: str, model: str, version: int, mean_abs: float = 0.01) -> MismatchSummary:
+    return MismatchSummary(harness, model, version, 1, 8, mean_abs, mean_abs, mean_abs / 2, 0.0)
+
+
+def test_per_policy_mismatch_keeps_the_latest_versions_and_bounded_label_sets():
+    exporter = LearnerExporter()
+    for version in range(1, KEEP_VERSIONS + 3):
+        exporter.policy_mismatch([summary("pi", "policy", version, mean_abs=version / 100)])
+    series = policy_series(exporter)
+    kept = list(range(3, KEEP_VERSIONS + 3))
+    assert sorted(int(v) for _, _, v in series) == kept  # the two oldest versions' series were removed
+    assert series[("pi", "policy", str(kept[-1]))]["mean_abs"] == pytest.approx(kept[-1] / 100)
+
+    # an agent that names a new model per call gets MAX_POLICY_SERIES pairs, then "other"
+    exporter.policy_mismatch([summary("pi", f"m{k}", 99) for k in range(MAX_POLICY_SERIES + 5)])
+    models = {model for _, model, version in policy_series(exporter) if version == "99"}
+    assert len(models) == MAX_POLICY_SERIES and "other" in models and "m40" not in models
