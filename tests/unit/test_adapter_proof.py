@@ -149,7 +149,9 @@ async def restarted_after_publishing(
         yield gw
 
 
-async def test_a_restarted_gateway_proves_a_restored_version_again(sqlite_db, fake_engine, fake_engine_server, tmp_path):
+async def test_a_restarted_gateway_proves_a_restored_version_again(
+    sqlite_db, fake_engine, fake_engine_server, tmp_path
+):
     folder = adapter_folder(tmp_path, 1)
     async for gw in restarted_after_publishing(sqlite_db, fake_engine, fake_engine_server, folder, lambda e: None):
         call = await served_call(gw)
