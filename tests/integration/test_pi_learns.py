@@ -48,6 +48,12 @@ def rollouts_of(db_path, run: str) -> list[tuple]:
         return session.execute(query).all()
 
 
+def forks_of(db_path, call_ids: list[int]) -> dict[int, int | None]:
+    """call id -> the earlier call it forked from (None: no fork recorded)."""
+    with row_session(db_path) as session:
+        return dict(session.execute(select(Call.id, Call.fork_of).where(Call.id.in_(call_ids))).all())
+
+
 def engine_models(db_path, run: str) -> set[str]:
     with row_session(db_path) as session:
         query = select(Call.engine_model).join(Rollout).join(Run, Run.id == Rollout.run_id).where(Run.name == run)
@@ -61,8 +67,8 @@ async def samples_and_calls(url: str, rollout_id: int) -> tuple[list[dict], list
     finally:
         await store.close()
     calls = [
-        {"id": n.call_id, "prompt_ids": list(n.prompt_ids), "output_ids": list(n.output_ids),
-         "output_logprobs": list(n.output_logprobs)}
+        {"id": n.call_id, "parent_id": n.parent_id, "prompt_ids": list(n.prompt_ids),
+         "output_ids": list(n.output_ids), "output_logprobs": list(n.output_logprobs)}
         for n in nodes
     ]  # fmt: skip
     samples = [
@@ -115,11 +121,17 @@ def test_pi_is_warm_started_from_demonstrations_then_trained_by_grpo_on_its_own_
     assert multi_turn, f"no trained group holds a multi-turn pi rollout: {trained}"
     assert len({r[1] for r in trained}) > 1  # a group with a spread of rewards was trained on
     assert any(s.get("loss") is not None for s in quickstart.dashboard.steps)
+    whole = 0
     for rollout_id, *_ in multi_turn:
         samples, calls = asyncio.run(samples_and_calls(url, rollout_id))
         assert_samples_reproduce_calls(calls, samples)
-        # the answer's prompt extends the tool call's prompt + output exactly: one sample holds both turns
-        assert [len(s["call_ids"]) for s in samples] == [len(calls)], [c["id"] for c in calls]
+        # the answer's prompt extends the tool call's prompt + output exactly: one sample holds both turns;
+        # a later root is a recorded fork (pi re-serialized a malformed tool call the model wrote)
+        later_roots = [c["id"] for c in calls[1:] if c["parent_id"] is None]
+        assert len(samples) == 1 + len(later_roots), [c["id"] for c in calls]
+        assert all(fork is not None for fork in forks_of(db, later_roots).values()), later_roots
+        whole += not later_roots
+    assert whole, "no multi-turn rollout was captured as one sample"
 
     assert adapter is not None and adapter.name == "policy-v2"
     assert "policy-v2" in engine_models(db, "pi-eval")  # hot-swapped into vLLM, serving the final evaluation
