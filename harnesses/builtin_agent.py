@@ -67,6 +67,10 @@ class BuiltinSettings:
     tools: bool = True  # offer the function tools (bash blocks in replies run either way)
 
 
+# One reply, short and without tools: how quickstart runs the arithmetic family (``--harness oneshot``).
+ONE_SHOT = BuiltinSettings(max_turns=1, max_tokens=32, system=None, tools=False)
+
+
 class BuiltinHarness:
     name = "builtin"
     side_call_patterns: dict[str, str] = {}

@@ -37,13 +37,14 @@ from pathlib import Path
 
 from harnesses.base_images import unpullable_base
 from harnesses.images import DOCKER_DIR, image_tag
+from harnesses.registry import CLI_AGENTS
 from harnesses.task import Task, TaskEnvironment
 from sandboxes import Limits, SandboxSpec
 
 IMAGE_PREFIX = "harnessrl-task"
 FORWARDER_IMAGE = "debian:bookworm-slim"  # python3 inside (docker/setup-engine.sh builds it so)
 PLAIN_IMAGE = FORWARDER_IMAGE  # a docker sandbox's image when neither the task nor the harness brings one
-AGENTS_IN_TASK = ("opencode", "pi", "hermes", "claude-code", "codex")  # docker/Dockerfile.task-<agent>
+AGENTS_IN_TASK = CLI_AGENTS  # docker/Dockerfile.task-<agent>
 LOG_LINES = 30
 DEFAULT_WORKDIR = "/workspace"  # for an image without WORKDIR (its "/" cannot be a private workspace)
 ENGINE_HINT = (

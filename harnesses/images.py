@@ -19,8 +19,10 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from pathlib import Path
 
+from harnesses.registry import CLI_AGENTS
+
 DEFAULT_BASE = "debian:bookworm-slim"
-HARNESS_IMAGES = ("opencode", "pi", "hermes", "claude-code", "codex")
+HARNESS_IMAGES = CLI_AGENTS  # docker/Dockerfile.<name>
 DOCKER_DIR = Path(__file__).resolve().parent.parent / "docker"
 SETUP_HINT = "docker/setup-engine.sh starts an engine and builds the base image offline"
 LOG_LINES = 30  # of a failed build, in the error

@@ -105,9 +105,9 @@ def token_table(call: dict, tokenizer) -> Table:
 
 
 def show_trajectory(calls: list[dict], rollout_id: int, model_dir) -> None:
-    from transformers import AutoTokenizer
+    from gateway.model_tokenizer import model_tokenizer
 
-    tokenizer = AutoTokenizer.from_pretrained(model_dir)
+    tokenizer = model_tokenizer(model_dir)
     for call in calls:
         console.print(token_table(call, tokenizer))
     console.print(

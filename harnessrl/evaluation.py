@@ -319,14 +319,9 @@ def write_outputs(document: dict, out_dir: Path) -> tuple[Path, Path]:
 
 
 def eval_harness(name: str, sandbox: str) -> Harness:
-    """The harness by name; ``oneshot`` is the builtin agent as quickstart runs it (one reply, no tools)."""
+    """The harness by name (``harnesses.registry``)."""
     from harnesses.registry import create_harness
 
-    if name == "oneshot":
-        from harnesses.builtin_agent import BuiltinHarness
-        from harnessrl.quickstart import ONE_SHOT
-
-        return BuiltinHarness(ONE_SHOT)
     return create_harness(name, sandbox)
 
 

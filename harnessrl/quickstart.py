@@ -24,7 +24,7 @@ from gateway.settings import GatewaySettings
 from gateway.store.records import GroupStatus
 from gateway.store.store import Store
 from harnesses.adapter import Harness
-from harnesses.builtin_agent import BuiltinHarness, BuiltinSettings
+from harnesses.builtin_agent import ONE_SHOT, BuiltinHarness, BuiltinSettings
 from harnesses.gateway_client import GatewayClient
 from harnesses.interrupts import sigterm_cancels_this_task
 from harnesses.judge import Judge, JudgeSettings
@@ -51,7 +51,7 @@ from sandboxes import Limits, SandboxSpec
 
 # One reply per rollout, short: the arithmetic family is graded on the final answer (`eval --harness oneshot`).
 PACKED_ROW_TOKENS = 8192
-ONE_SHOT = BuiltinSettings(max_turns=1, max_tokens=32, system=None, tools=False)
+LEARNER_STOP_S = 120.0  # for the learner to finish its step, checkpoint and publish before it is killed
 
 
 @dataclass(frozen=True)
@@ -195,7 +195,7 @@ class Quickstart:
                 asyncio.run(self._rounds(gateway.url))
         finally:
             if self._learner is not None:
-                self._learner.stop(timeout_s=120)
+                self._learner.stop(timeout_s=LEARNER_STOP_S)
             engine.stop()
         png = save_reward_curve(self.dashboard, self.home / "reward_curve.png")
         return png, self._final_adapter()
@@ -246,6 +246,9 @@ class Quickstart:
                     await self._wait_for_learner(client, deadline, learner)
                     await self._one_round(client, round_)
                     round_ += 1
+                died = not learner.alive()
+                # stopped first (it finishes its step): the final evaluation is of the last version it published
+                await asyncio.to_thread(learner.stop, LEARNER_STOP_S)
                 await self._evaluate(evals, final=True)
                 refresh.cancel()
                 await self._update(client)
@@ -254,8 +257,7 @@ class Quickstart:
         finally:
             await client.close()
             await self._store.close()
-        learner = self._learner
-        if learner is not None and not learner.alive():
+        if died:
             self.console.print("[bold red]the learner stopped[/]")
             self.console.print(learner.why(), markup=False, highlight=False)  # log text: no markup in it
 
@@ -429,7 +431,10 @@ class Quickstart:
         self.dashboard.steps = await step_rows(self._store, self.plan.run)
 
     def _final_adapter(self) -> Path | None:
-        adapters = sorted(
-            (self.home / "learner" / "adapters").glob("policy-v*"), key=lambda p: int(p.name.removeprefix("policy-v"))
-        )
+        """The adapter the gateway served last (what the final evaluation measured), else the newest saved."""
+        folder = self.home / "learner" / "adapters"
+        served = (self.dashboard.policy or {}).get("current_version")
+        if served and (folder / f"policy-v{served}").is_dir():
+            return folder / f"policy-v{served}"
+        adapters = sorted(folder.glob("policy-v*"), key=lambda p: int(p.name.removeprefix("policy-v")))
         return adapters[-1] if adapters else None

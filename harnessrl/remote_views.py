@@ -7,12 +7,12 @@ listings are GET /api/runs, /api/groups and /api/rollouts, with the admin key.
 from __future__ import annotations
 
 import asyncio
-from datetime import datetime
 
 from rich.table import Table
 
 from gateway.store.listings import RolloutFilter
 from harnesses.gateway_client import GatewayClient, GatewayRefused, GatewayUnreachable
+from harnessrl.views import listing_table
 
 
 class GatewayReadError(RuntimeError):
@@ -20,60 +20,20 @@ class GatewayReadError(RuntimeError):
 
 
 def gateway_list_view(url: str, admin_key: str, what: str, where: RolloutFilter, limit: int) -> Table:
+    """``harnessrl ls``'s table (``harnessrl.views.listing_table``) of a gateway's listing."""
     if what == "runs":
-        rows = _get(url, admin_key, "/api/runs", {"name": where.run, "order": "desc", "limit": limit})
-        table = _table("id", "name", "capture", "created", "rollouts", "finished", "reward", "last activity")
-        table.columns[1].no_wrap = True  # a name is what one copies into --run
-        for r in rows:
-            table.add_row(
-                str(r["id"]),
-                r["name"],
-                (r["config"] or {}).get("capture", "engine"),
-                _when(r["created_at"], "%Y-%m-%d %H:%M"),
-                str(r["rollouts"]),
-                str(r["rollouts_finished"]),
-                "" if r["reward_mean"] is None else f"{r['reward_mean']:.3f}",
-                _when(r["last_activity"], "%Y-%m-%d %H:%M:%S"),
-            )
-        return table
-    if what == "groups":
-        params = {"run": where.run, "task": where.task, "status": where.status, "limit": limit}
-        table = _table("id", "run", "task", "group", "status", "size", "ready")
-        for g in _get(url, admin_key, "/api/groups", params):
-            table.add_row(
-                str(g["id"]),
-                g["run"],
-                g["task"],
-                g["name"],
-                g["status"],
-                str(g["size"] or ""),
-                _when(g["ready_at"], "%H:%M:%S"),
-            )
-        return table
-    if what == "rollouts":
+        path, params = "/api/runs", {"name": where.run, "order": "desc"}
+    elif what == "groups":
+        path, params = "/api/groups", {"run": where.run, "task": where.task, "status": where.status}
+    elif what == "rollouts":
+        path = "/api/rollouts"
         params = {
-            "run": where.run,
-            "task": where.task,
-            "status": where.status,
-            "harness": where.harness,
-            "policy_version": where.policy_version,
-            "reward_min": where.reward_min,
-            "reward_max": where.reward_max,
-            "limit": limit,
-        }
-        table = _table("id", "run", "task", "group", "status", "reward", "error")
-        for r in _get(url, admin_key, "/api/rollouts", params):
-            table.add_row(
-                str(r["id"]),
-                r["run"],
-                r["task"],
-                r["group"],
-                r["status"],
-                "" if r["reward"] is None else f"{r['reward']:.3f}",
-                (r["error"] or "")[:60],
-            )
-        return table
-    raise ValueError(f"ls shows runs, groups or rollouts, not {what!r}")
+            "run": where.run, "task": where.task, "status": where.status, "harness": where.harness,
+            "policy_version": where.policy_version, "reward_min": where.reward_min, "reward_max": where.reward_max,
+        }  # fmt: skip
+    else:
+        raise ValueError(f"ls shows runs, groups or rollouts, not {what!r}")
+    return listing_table(what, _get(url, admin_key, path, {**params, "limit": limit}))
 
 
 def _get(url: str, admin_key: str, path: str, params: dict) -> list[dict]:
@@ -96,14 +56,3 @@ async def _listing(url: str, admin_key: str, path: str, params: dict) -> list[di
         return await gateway.listing(path, params)
     finally:
         await gateway.close()
-
-
-def _when(value: str | None, layout: str) -> str:
-    return "" if value is None else f"{datetime.fromisoformat(value):{layout}}"
-
-
-def _table(*columns: str) -> Table:
-    table = Table(show_lines=False)
-    for column in columns:
-        table.add_column(column)
-    return table

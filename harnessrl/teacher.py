@@ -56,9 +56,9 @@ class PolicyRendering:
     """Chat -> the policy's token ids, and an answer -> the ids the policy would have sampled."""
 
     def __init__(self, tokenizer_dir: Path):
-        from transformers import AutoTokenizer
+        from gateway.model_tokenizer import model_tokenizer
 
-        self.tokenizer = AutoTokenizer.from_pretrained(tokenizer_dir)
+        self.tokenizer = model_tokenizer(tokenizer_dir)
         self.end = self.tokenizer.eos_token or "<|im_end|>"
 
     def ids(self, text: str) -> list[int]:

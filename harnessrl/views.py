@@ -4,6 +4,7 @@ health, with rich."""
 from __future__ import annotations
 
 import json
+from datetime import datetime
 from itertools import repeat
 
 from rich.console import Console, Group
@@ -14,7 +15,7 @@ from rich.text import Text
 from gateway.api.conversation import rollout_conversation
 from gateway.store.arrays import unpack_ids, unpack_logprobs
 from gateway.store.health import CaptureHealth
-from gateway.store.listings import GroupFilter, RolloutFilter, RunCounts
+from gateway.store.listings import GroupFilter, RolloutFilter
 from gateway.store.mismatch import MismatchSummary
 from gateway.store.rewards import VERIFIER, verifier_metrics
 from gateway.store.store import Store
@@ -24,60 +25,63 @@ LIMIT = 50
 
 
 async def list_view(store: Store, what: str, where: RolloutFilter, limit: int = LIMIT) -> Table:
-    """A table of runs, groups or rollouts; ``where`` filters rollouts (groups use run, task, status)."""
+    """A table of runs, groups or rollouts; ``where`` filters rollouts (groups use run, task, status).
+    Rows go through the REST API's own views, so ``ls --gateway`` shows the same table."""
+    from gateway.api.router import rollout_summary
+    from gateway.api.runs import group_view, run_views
+
+    listings = store.listings
     if what == "runs":
-        return await _runs_table(store, where.run, limit)
-    if what == "groups":
-        table = _table("id", "run", "task", "group", "status", "size", "ready")
+        views = await run_views(listings, await listings.runs(where.run, 0, limit, newest_first=True))
+    elif what == "groups":
         groups = GroupFilter(run=where.run, task=where.task, status=where.status)
-        for g, run_name, task in await store.listings.groups(groups, 0, limit):
+        views = [group_view(g, run, task, []) for g, run, task in await listings.groups(groups, 0, limit)]
+    elif what == "rollouts":
+        views = [rollout_summary(*row) for row in await listings.rollouts(where, 0, limit)]
+    else:
+        raise ValueError(f"ls shows runs, groups or rollouts, not {what!r}")
+    return listing_table(what, [view.model_dump(mode="json") for view in views])
+
+
+def listing_table(what: str, rows: list[dict]) -> Table:
+    """``harnessrl ls``'s table of ``rows`` in the REST API's JSON shape (GET /api/runs, /groups, /rollouts)."""
+    if what == "runs":
+        table = _table("id", "name", "capture", "created", "rollouts", "finished", "reward", "last activity")
+        table.columns[1].no_wrap = True  # a name is what one copies into --run: never broken across lines
+        for r in rows:
             table.add_row(
-                str(g.id),
-                run_name,
-                task,
-                g.name,
-                g.status,
-                str(g.size or ""),
-                f"{g.ready_at:%H:%M:%S}" if g.ready_at else "",
-            )
-        return table
-    if what == "rollouts":
+                str(r["id"]), r["name"], (r["config"] or {}).get("capture", "engine"),
+                _when(r["created_at"], "%Y-%m-%d %H:%M"), str(r["rollouts"]), str(r["rollouts_finished"]),
+                _reward(r["reward_mean"]), _when(r["last_activity"], "%Y-%m-%d %H:%M:%S"),
+            )  # fmt: skip
+    elif what == "groups":
+        table = _table("id", "run", "task", "group", "status", "size", "ready")
+        for g in rows:
+            table.add_row(
+                str(g["id"]), g["run"], g["task"], g["name"], g["status"], str(g["size"] or ""),
+                _when(g["ready_at"], "%H:%M:%S"),
+            )  # fmt: skip
+    else:
         table = _table("id", "run", "task", "group", "status", "reward", "error")
-        for r, run_name, task, group in await store.listings.rollouts(where, 0, limit):
+        for r in rows:
             table.add_row(
-                str(r.id),
-                run_name,
-                task,
-                group,
-                r.status,
-                "" if r.reward is None else f"{r.reward:.3f}",
-                (r.error or "")[:60],
+                str(r["id"]),
+                r["run"],
+                r["task"],
+                r["group"],
+                r["status"],
+                _reward(r["reward"]),
+                (r["error"] or "")[:60],
             )
-        return table
-    raise ValueError(f"ls shows runs, groups or rollouts, not {what!r}")
-
-
-async def _runs_table(store: Store, name: str | None, limit: int) -> Table:
-    """The newest runs, with their rollout counts: the viewer's runs page (GET /api/runs?order=desc)."""
-    table = _table("id", "name", "capture", "created", "rollouts", "finished", "reward", "last activity")
-    table.columns[1].no_wrap = True  # a name is what one copies into --run: never broken across lines
-    runs = await store.listings.runs(name, 0, limit, newest_first=True)
-    counts = await store.listings.run_counts([r.id for r in runs])
-    for r in runs:
-        c = counts.get(r.id, RunCounts())
-        reward = "" if c.reward_mean is None else f"{c.reward_mean:.3f}"
-        last = "" if c.last_activity is None else f"{c.last_activity:%Y-%m-%d %H:%M:%S}"
-        table.add_row(
-            str(r.id),
-            r.name,
-            (r.config or {}).get("capture", "engine"),
-            f"{r.created_at:%Y-%m-%d %H:%M}",
-            str(c.rollouts),
-            str(c.rollouts_finished),
-            reward,
-            last,
-        )
     return table
+
+
+def _when(value: str | None, layout: str) -> str:
+    return "" if value is None else f"{datetime.fromisoformat(value):{layout}}"
+
+
+def _reward(value: float | None) -> str:
+    return "" if value is None else f"{value:.3f}"
 
 
 async def rollout_view(store: Store, rollout_id: int, decode=None, tokens: int = 40) -> Group:

@@ -121,7 +121,7 @@ class EvalSettings:
     tasks: str = ""  # the dataset (as `harnessrl eval --tasks` takes it); its test split is evaluated
     test_fraction: float = 0.2  # the split: the same as training's --test-fraction
     k: int = 4  # pinned rollouts per held-out task per evaluation
-    harness: str = "builtin"  # builtin | opencode | pi | hermes | oneshot
+    harness: str = "builtin"  # a name of harnesses.registry.harness_names()
     sandbox: str = "local"
     concurrency: int = 4
 

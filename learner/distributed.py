@@ -16,12 +16,13 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import TypeVar
 
+import numpy as np
 import torch
 import torch.distributed as dist
 from torch import nn
 
 from learner.loss import LossStats
-from learner.mismatch import MismatchStats
+from learner.mismatch import MismatchStats, merge_call_deltas
 
 T = TypeVar("T")
 
@@ -123,6 +124,17 @@ def all_reduce_mismatch(stats: MismatchStats, device: torch.device | str = "cpu"
     high = torch.tensor([stats.abs_max], dtype=torch.float64, device=device)
     dist.all_reduce(high, op=dist.ReduceOp.MAX)
     return MismatchStats(int(s[0]), s[1], float(high.item()), s[2], int(s[3]))
+
+
+def gather_call_deltas(per_call: dict[int, np.ndarray]) -> dict[int, np.ndarray]:
+    """Every rank's per-call mismatch on rank 0, merged (``learner.mismatch.merge_call_deltas``); the
+    other ranks get nothing back. A collective: every rank calls it for every batch."""
+    if not is_distributed():
+        return per_call
+    rank, size = world()
+    parts: list[dict[int, np.ndarray]] | None = [{} for _ in range(size)] if rank == 0 else None
+    dist.gather_object(per_call, parts, dst=0)
+    return merge_call_deltas(parts) if parts is not None else {}
 
 
 def _grad_or_zeros(p: nn.Parameter) -> torch.Tensor:

@@ -118,6 +118,15 @@ def call_deltas(rows: Sequence[RowDeltas], samples: Sequence[Sample]) -> dict[in
     return found
 
 
+def merge_call_deltas(parts: Sequence[dict[int, np.ndarray]]) -> dict[int, np.ndarray]:
+    """Several ranks' ``call_deltas`` as one: a call split over ranks keeps the first value per token."""
+    merged: dict[int, np.ndarray] = {}
+    for part in parts:
+        for call_id, values in part.items():
+            _fill(merged.setdefault(call_id, np.full(len(values), np.nan, dtype=np.float32)), values)
+    return merged
+
+
 def _fill(into: np.ndarray, values: np.ndarray) -> None:
     empty = np.isnan(into)
     into[empty] = values[empty]

@@ -12,7 +12,7 @@ import numpy as np
 import torch
 
 from learner.config import LearnerConfig
-from learner.distributed import broadcast_trainable, shard, world
+from learner.distributed import broadcast_trainable, gather_call_deltas, shard, world
 from learner.groups import Batch
 from learner.memory import return_freed_memory
 from learner.mismatch import RowDeltas, call_deltas
@@ -109,7 +109,7 @@ def train_batch(
     across ranks). Returns train_step's metrics and how many samples were too long to pack.
 
     ``mismatch``, when given, gets each trained call's per-token learner - sampler log-prob
-    (``learner.mismatch.call_deltas``; this rank's rows, NaN where not compared).
+    (``learner.mismatch.call_deltas``, NaN where not compared); under torchrun rank 0 gets every rank's.
 
     The scheduler advances only when the optimizer did: a batch with nothing to train (all groups
     zero-std, all samples stale) must not eat into the warm-up or the decay.
@@ -126,10 +126,11 @@ def train_batch(
     rows = shard(packing.rows, [row.num_tokens for row in packing.rows], *world())  # all of them in one process
     # log-probs at the temperature the run sampled at (the batch says it: every rank gets the batch)
     step = replace(config.step(), temperature=batch.temperature)
-    deltas: list[RowDeltas] | None = [] if mismatch is not None else None
+    deltas: list[RowDeltas] = []  # every rank: rank 0 stores them all (a collective below)
     result = train_step(trainer.model, trainer.optimizer, rows, step, batch.version, deltas)
-    if mismatch is not None and deltas:
-        mismatch.update(call_deltas(deltas, [s.sample for s in batch.samples]))
+    per_call = gather_call_deltas(call_deltas(deltas, [s.sample for s in batch.samples]))
+    if mismatch is not None:
+        mismatch.update(per_call)
     if result["optimizer_stepped"]:
         trainer.scheduler.step()
     return result, len(packing.refused)

@@ -41,6 +41,7 @@ from gateway.store.records import AgentReport
 from gateway.store.rewards import GroupClosed, InvalidReward, RolloutEnded
 from gateway.store.samples import build_samples
 from gateway.store.store import RequestConflict, RunConflict
+from gateway.store.tables import Rollout
 
 # A client's id for a create request, as the header HTTP APIs use for idempotent retries.
 IdempotencyKey = Annotated[
@@ -170,6 +171,16 @@ async def end_rollout(rollout_id: Int64, body: EndRollout, state: AdminStateDep)
     return await get_rollout(rollout_id, state)
 
 
+def rollout_summary(rollout: Rollout, run: str, task: str, group: str) -> RolloutSummary:
+    """A rollout as listings show it (``GET /api/rollouts``, ``harnessrl ls rollouts``)."""
+    r = rollout
+    return RolloutSummary(
+        id=r.id, run=run, task=task, group=group, group_id=r.group_id, status=r.status, reward=r.reward,
+        error=r.error, meta=r.meta, created_at=r.created_at, finished_at=r.finished_at,
+        pinned_version=r.pinned_version,
+    )  # fmt: skip
+
+
 async def list_rollouts(
     state: StateDep,
     run: str | None = None,
@@ -197,23 +208,7 @@ async def list_rollouts(
     )
     rows = await state.store.listings.rollouts(where, after, limit)
     return page_of(
-        [
-            RolloutSummary(
-                id=r.id,
-                run=run_name,
-                task=task_name,
-                group=group,
-                group_id=r.group_id,
-                status=r.status,
-                reward=r.reward,
-                error=r.error,
-                meta=r.meta,
-                created_at=r.created_at,
-                finished_at=r.finished_at,
-                pinned_version=r.pinned_version,
-            )
-            for r, run_name, task_name, group in rows
-        ],
+        [rollout_summary(r, run_name, task_name, group) for r, run_name, task_name, group in rows],
         limit,
     )
 

@@ -1,4 +1,5 @@
-"""The model's chat template and tokenizer, loaded from its folder without transformers.
+"""The model's chat template (rendered here with Jinja, not transformers) and its tokenizer (as
+transformers configures it: ``gateway.model_tokenizer``).
 
 The Jinja environment mirrors Hugging Face's ``apply_chat_template`` (trim/lstrip blocks, a
 non-escaping ``tojson``), so the gateway renders exactly what vLLM renders from the same file.
@@ -14,6 +15,8 @@ import jinja2
 import jinja2.ext
 from jinja2.sandbox import ImmutableSandboxedEnvironment
 from tokenizers import Tokenizer
+
+from gateway.model_tokenizer import model_tokenizer
 
 
 def _tojson(x, ensure_ascii=False, indent=None, separators=None, sort_keys=False) -> str:
@@ -68,9 +71,7 @@ def _backend_tokenizer(model_dir: Path) -> Tokenizer:
     transformers may rebuild a tokenizer's pre-tokenizer from its class (Qwen2's newline rule, for
     one), so ``tokenizer.json`` read directly can split text differently from the engine.
     """
-    from transformers import AutoTokenizer  # heavy: imported only when tito capture is used
-
-    return AutoTokenizer.from_pretrained(model_dir).backend_tokenizer
+    return model_tokenizer(model_dir).backend_tokenizer
 
 
 def _token_text(value) -> str | None:

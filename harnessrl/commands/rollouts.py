@@ -8,6 +8,7 @@ from typing import Annotated
 import typer
 from rich.console import Console
 
+from harnesses.registry import harness_help
 from harnessrl.commands.options import (
     TASKS_HELP,
     DatabaseUrl,
@@ -30,7 +31,7 @@ from harnessrl.judge_options import NO_JUDGE, JudgeOptions, judge_options
 def run_rollouts(
     tasks: Annotated[str, typer.Option(help=TASKS_HELP)],  # a path or a spec (openenv:http://...)
     run: Annotated[str, typer.Option(help="The run's name; rerunning the same command resumes it")],
-    harness: Annotated[str, typer.Option(help="builtin | opencode | pi | hermes | claude-code | codex")] = "builtin",
+    harness: Annotated[str, typer.Option(help=harness_help())] = "builtin",
     group_size: Annotated[int, typer.Option(min=1, help="G: rollouts per task (one GRPO group)")] = 4,
     concurrency: Annotated[int, typer.Option(min=1, help="Rollouts at once")] = 4,
     sandbox: Annotated[str, typer.Option(help="local | docker")] = "local",
@@ -225,10 +226,7 @@ def eval_policies(
     k: Annotated[int, typer.Option("-k", "--k", min=1, help="Rollouts per task per policy (pass@k)")] = 8,
     harness: Annotated[
         str,
-        typer.Option(
-            help="builtin | opencode | pi | hermes | oneshot (the builtin agent as quickstart runs it: one reply, "
-            "no tools)"
-        ),
+        typer.Option(help=harness_help() + " (oneshot: the builtin agent as quickstart runs it, one reply, no tools)"),
     ] = "builtin",
     split: Split = "test",
     test_fraction: TestFraction = 0.2,

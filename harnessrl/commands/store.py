@@ -166,14 +166,12 @@ def health(
 
 
 def _tokenizer(model: Path):
-    from transformers import AutoTokenizer
+    from gateway.model_tokenizer import TokenizerMissing, model_tokenizer
 
-    if not (model / "tokenizer_config.json").is_file():
-        raise fail(
-            f"--model {model} holds no tokenizer (no tokenizer_config.json); give the model folder the engine serves"
-        )
     try:
-        return AutoTokenizer.from_pretrained(str(model))
+        return model_tokenizer(model)
+    except TokenizerMissing as exc:
+        raise fail(f"--model {exc}") from None
     except (OSError, ValueError) as exc:
         raise fail(f"--model {model}: its tokenizer does not load ({exc})") from None
 

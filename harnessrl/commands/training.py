@@ -8,6 +8,7 @@ from typing import Annotated
 
 import typer
 
+from harnesses.registry import CLI_AGENTS, harness_help
 from harnessrl.commands.options import (
     TASKS_HELP,
     DatabaseUrl,
@@ -60,7 +61,9 @@ def quickstart(
     harness: Annotated[
         str,
         typer.Option(
-            help="The agent: builtin (one-shot) | pi | opencode | hermes | claude-code | codex (real CLI agents)"
+            help="The agent: "
+            + harness_help(("builtin", *CLI_AGENTS))
+            + " (builtin: one-shot; the others: real CLI agents)"
         ),
     ] = "builtin",
     call_max_tokens: Annotated[int, typer.Option(min=16, help="A CLI agent's max tokens per model call")] = 256,
@@ -105,7 +108,7 @@ def quickstart(
     sft_lr: Annotated[float, typer.Option(min=0.0, help="SFT learning rate (LoRA)")] = 5e-4,
 ) -> None:
     """Engine, gateway, rollouts and the learner on this machine, with one live display."""
-    from harnesses.agents import AGENTS, AgentNotInstalled
+    from harnesses.agents import AgentNotInstalled
     from harnesses.datasets import load_selection
     from harnesses.task import TaskError
     from harnessrl.demonstrations import SOLUTIONS
@@ -135,8 +138,8 @@ def quickstart(
     )
     url = resolve_database_url(database_url)
     upgrade_store(url)
-    if harness not in ("builtin", *AGENTS):
-        raise fail(f"unknown harness {harness!r}: choose builtin or one of {', '.join(AGENTS)}")
+    if harness not in ("builtin", *CLI_AGENTS):
+        raise fail(f"unknown harness {harness!r}: choose builtin or one of {', '.join(CLI_AGENTS)}")
     if upstream == SOLUTIONS and harness == "builtin":
         raise fail(
             f"--upstream {SOLUTIONS} plays solutions as a CLI agent's shell tool calls: add --harness pi (or another agent)"

@@ -1,12 +1,15 @@
 """Peers side by side: harnessrl vs LiteLLM's proxy vs OpenEnv's CaptureServer on one fake engine.
 
-Run: `.venv/bin/python tests/benchmarks/peers.py [--calls N] [--runs R] [--out FILE]`.
+Run: `.venv/bin/python tests/benchmarks/peers.py [--calls N] [--runs R] [--export] [--out FILE]`.
 
 Every proxy sits in front of the same zero-latency fake engine (tests/fake_engine.py) and gets the
 same load from the same lean client (tests/benchmarks/loadgen.py): concurrency 1, 16 and 64, streaming
 and not, and one session (rollout) of 2,000 turns against sessions of 32 (both sent in loads of 32
-calls). Reported per row: calls/s, added p50/p99 over calling the engine directly, CPU milliseconds per
-call of the proxy's process tree, and for streams the added time to the first token. Recording fields
+calls; each short session's rollout is ended after its load, inside the clock, as an agent's run ends
+it). ``--export`` serves harnessrl with ``--otlp-endpoint`` pointed at a local OTLP sink that accepts
+and discards every batch: each ended rollout is read back and sent as a trace. Reported per row:
+calls/s, added p50/p99 over calling the engine directly, CPU milliseconds per call of the proxy's
+process tree, and for streams the added time to the first token. Recording fields
 are on for every request (token ids and logprobs asked of the engine).
 
 Each peer runs in its own virtual environment, created by this script from the package index with
@@ -27,9 +30,11 @@ import statistics
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 import httpx
@@ -108,6 +113,7 @@ class Peer:
     port: int
     session: Callable[[], dict[str, str]]  # a fresh session: its chat completions "path" and "auth" header
     body_extra: dict  # what the client must add for the peer to record token ids and logprobs
+    end: Callable[[dict[str, str]], None] | None = None  # ends a session (None: the peer keeps none)
 
     def request(self, stream: bool, session: dict[str, str] | None = None) -> bytes:
         session = session or self.session()
@@ -135,7 +141,7 @@ class Peer:
         return total
 
 
-def start_peers(workdir: Path, engine_url: str) -> dict[str, Peer]:
+def start_peers(workdir: Path, engine_url: str, otlp_endpoint: str | None = None) -> dict[str, Peer]:
     peers: dict[str, Peer] = {}
     port = free_port()
     gateway = ManagedProcess(
@@ -152,6 +158,7 @@ def start_peers(workdir: Path, engine_url: str) -> dict[str, Peer]:
             ADMIN_KEY,
             "--database-url",
             f"sqlite+aiosqlite:///{workdir / 'harnessrl.db'}",
+            *(["--otlp-endpoint", otlp_endpoint] if otlp_endpoint else []),
         ],
         f"http://{HOST}:{port}",
         workdir / "harnessrl.log",
@@ -159,12 +166,18 @@ def start_peers(workdir: Path, engine_url: str) -> dict[str, Peer]:
     wait_for(f"http://{HOST}:{port}/health", gateway)
 
     def rollout(url: str = f"http://{HOST}:{port}") -> dict[str, str]:
-        token = httpx.post(
+        created = httpx.post(
             f"{url}/api/rollouts", json={"run": "bench", "task": "peers"}, headers={"x-admin-key": ADMIN_KEY}
-        ).json()["token"]
-        return {"path": f"/r/{token}/v1/chat/completions", "auth": f"Bearer {token}"}
+        ).json()
+        token = created["token"]
+        return {"path": f"/r/{token}/v1/chat/completions", "auth": f"Bearer {token}", "id": str(created["id"])}
 
-    peers["harnessrl"] = Peer("harnessrl", gateway, port, rollout, {})
+    def end(session: dict[str, str], url: str = f"http://{HOST}:{port}") -> None:
+        body = {"status": "finished", "rewards": {"bench": 1.0}}
+        ended = httpx.post(f"{url}/api/rollouts/{session['id']}/end", json=body, headers={"x-admin-key": ADMIN_KEY})
+        ended.raise_for_status()
+
+    peers["harnessrl"] = Peer("harnessrl", gateway, port, rollout, {}, end)
 
     port = free_port()
     capture = ManagedProcess(
@@ -311,11 +324,41 @@ def long_rollout_row(peers: dict[str, Peer], turns: int, short: int, concurrency
 
 
 def _rate_in_loads(peer: Peer, sessions: list[dict[str, str]], calls: int, concurrency: int) -> float:
-    """Calls per second over one load of ``calls`` calls per session in ``sessions``, one after the other."""
+    """Calls per second over one load of ``calls`` calls per session in ``sessions``, one after the other;
+    each session ended after its last load (where the peer ends sessions)."""
     started = time.perf_counter()
-    for session in sessions:
+    for n, session in enumerate(sessions):
         asyncio.run(run_load(HOST, peer.port, peer.request(False, session), concurrency, calls))
+        if peer.end is not None and session not in sessions[n + 1 :]:
+            peer.end(session)
     return len(sessions) * calls / (time.perf_counter() - started)
+
+
+class OtlpSink:
+    """An OTLP/HTTP collector that accepts every batch and keeps only the count (``--export``)."""
+
+    def __init__(self) -> None:
+        sink = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def do_POST(self) -> None:  # noqa: N802 - http.server's name
+                self.rfile.read(int(self.headers.get("content-length") or 0))
+                sink.batches += 1
+                self.send_response(200)
+                self.send_header("content-length", "0")
+                self.end_headers()
+
+            def log_message(self, *args) -> None:
+                pass
+
+        self.batches = 0
+        self.server = ThreadingHTTPServer((HOST, 0), Handler)
+        self.endpoint = f"http://{HOST}:{self.server.server_address[1]}/v1/traces"
+        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+
+    def close(self) -> None:
+        self.server.shutdown()
+        self.server.server_close()
 
 
 def main() -> None:
@@ -323,8 +366,10 @@ def main() -> None:
     parser.add_argument("--calls", type=int, default=1000, help="requests per row and peer")
     parser.add_argument("--runs", type=int, default=1)
     parser.add_argument("--turns", type=int, default=2000)
+    parser.add_argument("--export", action="store_true", help="harnessrl exports traces to a local OTLP sink")
     parser.add_argument("--out", type=Path, default=DEFAULT_OUT)
     args = parser.parse_args()
+    sink = OtlpSink() if args.export else None
     workdir = Path(tempfile.mkdtemp(prefix="harnessrl-peers-"))
     engine_port = free_port()
     engine = ManagedProcess(
@@ -335,7 +380,7 @@ def main() -> None:
     peers: dict[str, Peer] = {}
     try:
         wait_for(f"{engine.url}/health", engine)
-        peers = start_peers(workdir, engine.url)
+        peers = start_peers(workdir, engine.url, sink.endpoint if sink else None)
         rows = [
             row(engine_port, peers, c, stream, args.calls)
             for _ in range(args.runs)
@@ -348,6 +393,8 @@ def main() -> None:
             if peer.process is not None:
                 peer.process.stop()
         engine.stop()
+        if sink is not None:
+            sink.close()
     report = {
         "benchmark": "peers",
         "pins": PINS,
@@ -357,6 +404,7 @@ def main() -> None:
         "load_average": os.getloadavg(),
         "rows": rows,
         "long_rollout": long,
+        "export": {"otlp_batches_received": sink.batches} if sink else None,
     }
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps(report, indent=2))

@@ -8,6 +8,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import numpy as np
 import pytest
 import torch
 
@@ -197,3 +198,18 @@ def test_harnessrl_train_under_torchrun_matches_one_process(tmp_path, tiny_model
     (consumed_one, losses_one), (consumed_two, losses_two) = _consumed_and_losses(one), _consumed_and_losses(two)
     assert consumed_two == consumed_one and len(consumed_one) == 2 * STEPS
     assert losses_two == pytest.approx(losses_one, rel=1e-5, abs=1e-7) and len(losses_one) == STEPS
+    # per-token mismatch: rank 0 stores every rank's calls, as one process stores all of them
+    deltas_one, deltas_two = _stored_deltas(one), _stored_deltas(two)
+    assert deltas_one and deltas_two.keys() == deltas_one.keys()
+    for call_id, values in deltas_one.items():
+        np.testing.assert_allclose(deltas_two[call_id], values, atol=1e-3, equal_nan=True)
+
+
+def _stored_deltas(db: Path) -> dict[int, np.ndarray]:
+    import sqlite3
+
+    from gateway.store.arrays import deltas_array
+
+    with sqlite3.connect(db) as connection:
+        rows = connection.execute("select call_id, deltas from call_mismatch").fetchall()
+    return {call_id: deltas_array(blob) for call_id, blob in rows}

@@ -133,8 +133,9 @@ def test_pi_is_warm_started_from_demonstrations_then_trained_by_grpo_on_its_own_
         whole += not later_roots
     assert whole, "no multi-turn rollout was captured as one sample"
 
-    assert adapter is not None and adapter.name == "policy-v2"
-    assert "policy-v2" in engine_models(db, "pi-eval")  # hot-swapped into vLLM, serving the final evaluation
+    # v2 at least: a learner with groups queued may publish once more before the rounds stop
+    assert adapter is not None and int(adapter.name.removeprefix("policy-v")) >= 2, adapter
+    assert adapter.name in engine_models(db, "pi-eval")  # hot-swapped into vLLM, serving the final evaluation
     text = console.export_text()
     assert "held-out pass@1" in text and "v1 (sft)" in text and "capture:" in text
     assert_plot_image(png, min_colors=20)
