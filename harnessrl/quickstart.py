@@ -67,6 +67,9 @@ class QuickstartPlan:
     concurrency: int = 8
     max_model_len: int = 2048
     agent: BuiltinSettings = ONE_SHOT
+    # The GRPO rounds' sampling temperature (the training run's; None: the agent's). Above 1 it keeps a
+    # policy that SFT made nearly certain exploring, so its groups still spread; evaluation stays at the agent's.
+    train_temperature: float | None = None
     groups_per_step: int = 4  # the learner's batch
     backlog_steps: int = 2  # rollouts pause while this many learner steps' worth of groups wait
     learner: dict = field(default_factory=dict)  # more learner settings (learner.config.with_overrides names)
@@ -261,6 +264,12 @@ class Quickstart:
             self.console.print("[bold red]the learner stopped[/]")
             self.console.print(learner.why(), markup=False, highlight=False)  # log text: no markup in it
 
+    def _temperature(self, phase: str) -> float:
+        """The sampling temperature of a round's run: ``train_temperature`` for GRPO, else the agent's."""
+        if phase == "grpo" and self.plan.train_temperature is not None:
+            return self.plan.train_temperature
+        return self.plan.agent.temperature
+
     async def _one_round(
         self,
         client: GatewayClient,
@@ -281,7 +290,7 @@ class Quickstart:
             sandbox="local",
             base_spec=SandboxSpec(limits=Limits(memory_bytes=2**30, cpus=1.0)),
             round=round_,
-            sampling={"temperature": self.plan.agent.temperature, "top_p": 1.0},
+            sampling={"temperature": self._temperature(phase), "top_p": 1.0},
             judge=self.judge,
             teacher=teacher,
             capture="engine" if teacher else None,

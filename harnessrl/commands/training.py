@@ -67,6 +67,15 @@ def quickstart(
         ),
     ] = "builtin",
     call_max_tokens: Annotated[int, typer.Option(min=16, help="A CLI agent's max tokens per model call")] = 256,
+    train_temperature: Annotated[
+        float | None,
+        typer.Option(
+            min=0.05,
+            max=2.0,
+            help="Sampling temperature of the GRPO rounds (above 1 keeps a near-certain SFT policy exploring) "
+            "[default: the agent's, 1.0; evaluation always uses the agent's]",
+        ),
+    ] = None,
     engine_gpu_memory: Annotated[
         float | None,
         typer.Option(min=0.05, max=0.95, help="On a GPU: vLLM's share of its memory; the learner uses the rest"),
@@ -171,6 +180,7 @@ def quickstart(
         warm_start=warm,
         harness=harness,
         call_max_tokens=call_max_tokens,
+        train_temperature=train_temperature,
         max_model_len=max_model_len or agent_context(harness, call_max_tokens),
         unseen_tasks=unseen,
     )

@@ -58,3 +58,22 @@ def test_each_round_visits_every_task_once_in_its_own_order_mixing_the_kinds():
     assert [t.name for t in first] != [t.name for t in second]
     kinds = {t.name.rsplit("-", 1)[0] for t in first[:8]}
     assert len(kinds) >= 3  # a learner step of the first groups sees several kinds, not one
+
+
+def test_the_train_temperature_is_the_grpo_rounds_and_the_warm_up_keeps_the_agents(tmp_path, monkeypatch):
+    monkeypatch.setenv("HARNESSRL_HOME", str(tmp_path / "home"))
+    plain = QuickstartPlan(run="q", model_dir=tmp_path, tasks=[], database_url="sqlite://")
+    hotter = QuickstartPlan(run="q", model_dir=tmp_path, tasks=[], database_url="sqlite://", train_temperature=1.2)
+    assert Quickstart(plain)._temperature("grpo") == plain.agent.temperature == 1.0
+    assert Quickstart(hotter)._temperature("grpo") == 1.2
+    assert Quickstart(hotter)._temperature("warm-up: teacher solutions") == 1.0
+
+
+async def test_the_final_adapter_is_the_version_served_last(tmp_path, monkeypatch):
+    q = quickstart(tmp_path, monkeypatch, 0)
+    for version in (2, 3):
+        (q.home / "learner" / "adapters" / f"policy-v{version}").mkdir(parents=True)
+    q.dashboard.policy = {"current_version": 2}  # v3 was saved but never published
+    assert q._final_adapter().name == "policy-v2"
+    q.dashboard.policy = {}
+    assert q._final_adapter().name == "policy-v3"
