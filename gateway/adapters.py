@@ -24,7 +24,7 @@ from gateway.engine.client import EngineClient, ModelNotLoaded
 from gateway.engine.pool import EnginePool
 from gateway.errors import Conflict, GatewayError, InvalidRequest
 from gateway.policy import MAX_VERSION, PolicyRegistry, adapter_name
-from gateway.store.store import Store
+from store.store import Store
 
 logger = logging.getLogger(__name__)
 

@@ -31,10 +31,10 @@ from gateway.policy_follower import follow
 from gateway.responses.router import create_router as create_responses_router
 from gateway.settings import GatewaySettings
 from gateway.state import GatewayState, StateDep
-from gateway.store.store import Store
-from gateway.store.writer import CallWriter
 from gateway.trace_export import TraceExport
 from gateway.ui import create_router as create_ui_router
+from store.store import Store
+from store.writer import CallWriter
 
 logger = logging.getLogger(__name__)
 

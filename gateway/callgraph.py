@@ -16,8 +16,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from gateway.store.arrays import ids_array, pack_ids
-from gateway.store.records import FALSE_FORK_TOKENS, GraphNode
+from store.arrays import ids_array, pack_ids
+from store.records import FALSE_FORK_TOKENS, GraphNode
 
 RECENT_CALLS = 64  # per rollout: candidates for parents (subagents interleave, but not 64 deep)
 ROLLOUTS_CACHED = 2048  # rollouts whose recent calls are kept in memory

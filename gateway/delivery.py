@@ -4,7 +4,7 @@ A call is committed before its response is sent (a delivered answer is never los
 went away meanwhile leaves a call the agent never saw. ``Delivery`` wraps the route's response: it
 checks for a disconnect right before sending, notices one while a stream is being sent (``EventStream``
 listens for it) and a send that fails, and then tags the call. Tagged calls are
-left out of training samples (``gateway.store.samples``).
+left out of training samples (``store.samples``).
 """
 
 from __future__ import annotations
@@ -18,7 +18,7 @@ from starlette.responses import Response
 from starlette.types import Message, Receive, Scope, Send
 
 from gateway.engine.client import encoded
-from gateway.store.samples import UNDELIVERED
+from store.samples import UNDELIVERED
 
 logger = logging.getLogger(__name__)
 

@@ -14,8 +14,8 @@ import secrets
 from fastapi import Request
 
 from gateway.errors import GatewayError, Unauthorized
-from gateway.store.records import RolloutIdentity
-from gateway.store.store import TOKEN_PREFIX, Store
+from store.records import RolloutIdentity
+from store.store import TOKEN_PREFIX, Store
 
 
 class MisdirectedRequest(GatewayError):

@@ -42,7 +42,7 @@ class GatewayMetrics:
         self.engine_dtype = Gauge(
             "harnessrl_engine_dtype_info", "1 for the managed engine's serving dtype", ["dtype"], registry=r
         )
-        # Capture health live (gateway.store.health reads it per run and model from the store): how each
+        # Capture health live (store.health reads it per run and model from the store): how each
         # recorded call joined its rollout's graph, by harness. Labels come from a fixed set and the
         # control plane (a rollout's harness), never from what an agent sends: /metrics is open and an
         # agent's model names are unbounded.

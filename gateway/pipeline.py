@@ -27,14 +27,14 @@ from gateway.policy import PolicyRegistry, ResolvedModel
 from gateway.refusals import EngineRefusals
 from gateway.retries import RETRIED, Attempt, RetryBook, retry_count
 from gateway.sampling import engine_sampling, sampled_with
-from gateway.store.arrays import LOGPROBS
-from gateway.store.records import CallRecord, RolloutIdentity
-from gateway.store.samples import UNDELIVERED
-from gateway.store.writer import CallWriter
 from gateway.streaming import CompletionAssembler, StreamedCall
 from gateway.tagging import side_call_tags
 from gateway.tito.serving import TitoEngine
 from gateway.token_prefix import PrefixArrays, TokenIds, as_array, prompt_hint
+from store.arrays import LOGPROBS
+from store.records import CallRecord, RolloutIdentity
+from store.samples import UNDELIVERED
+from store.writer import CallWriter
 
 
 @dataclass(frozen=True)
@@ -63,7 +63,7 @@ class ChatPipeline:
         source: str = "policy",
     ):
         self.engine, self.policy, self.writer, self.graph = engine, policy, writer, graph
-        self.source = source  # who writes the engine's answers (gateway.store.records.CALL_SOURCES)
+        self.source = source  # who writes the engine's answers (store.records.CALL_SOURCES)
         self.retries = retries or RetryBook()
         self._load_version = load_version  # loads a pinned rollout's version when it is not loaded
         self._tito, self.max_model_len = tito, max_model_len

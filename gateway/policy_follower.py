@@ -20,7 +20,7 @@ from sqlalchemy.exc import SQLAlchemyError
 from gateway.adapter_proof import AdapterNotApplied, AdapterProbe, tolerance_for
 from gateway.adapters import prove, retire_old
 from gateway.errors import GatewayError
-from gateway.store.tables import Adapter
+from store.tables import Adapter
 
 if TYPE_CHECKING:
     from gateway.state import GatewayState

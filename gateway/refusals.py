@@ -18,8 +18,8 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 
 from gateway.errors import GatewayError
-from gateway.store.records import RolloutIdentity
 from gateway.tagging import side_call_tags
+from store.records import RolloutIdentity
 
 # vLLM's words for a prompt longer than its context (vllm/renderers/params.py, v1/engine/input_processor.py)
 # and tito's (gateway/tito/serving.py): (context, prompt) or (prompt, context) token counts.

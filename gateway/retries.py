@@ -17,7 +17,7 @@ from collections import OrderedDict, deque
 from contextvars import ContextVar
 from dataclasses import dataclass, field
 
-from gateway.store.records import CallTag
+from store.records import CallTag
 
 RETRY_HEADER = b"x-stainless-retry-count"
 RETRIED = CallTag.RETRIED

@@ -15,8 +15,8 @@ from gateway.json_body import json_request_body, parse_json_object, read_json_bo
 from gateway.pipeline import ChatPipeline
 from gateway.resent_bodies import ResentBodies
 from gateway.state import GatewayState
-from gateway.store.records import RolloutIdentity
 from gateway.streaming import ServedCall, StreamedAnswer
+from store.records import RolloutIdentity
 
 CALL_ID_HEADER = "x-harnessrl-call-id"
 

@@ -17,7 +17,7 @@ with a grammar, so the learner's ratio on such forced tokens is approximate.
 from __future__ import annotations
 
 from gateway.errors import InvalidRequest
-from gateway.store.records import SamplingSettings
+from store.records import SamplingSettings
 
 # field -> its neutral values (None: absent). The one list of what a training run refuses.
 REFUSED: dict[str, tuple] = {

@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from urllib.parse import urlsplit
 
-from gateway.store.records import CALL_SOURCES
+from store.records import CALL_SOURCES
 
 LOOPBACK_HOSTS = frozenset({"127.0.0.1", "localhost", "::1"})
 
@@ -45,7 +45,7 @@ class GatewaySettings:
     max_staleness: int = 2  # adapter versions kept loaded beyond the current one: max_staleness + 1
     # seconds between looks at the store for versions other gateways published (gateway.policy_follower); 0: never
     follow_interval_s: float = 0.5
-    # Who writes the engine's answers (gateway.store.records.CALL_SOURCES): "policy" for vLLM; a teacher
+    # Who writes the engine's answers (store.records.CALL_SOURCES): "policy" for vLLM; a teacher
     # gateway (harnessrl.teacher) records "teacher" or "demonstration" calls, with no sampler log-probs.
     call_source: str = "policy"
     # OTLP/HTTP traces endpoint (e.g. http://127.0.0.1:6006/v1/traces): each ended rollout exported as a

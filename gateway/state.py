@@ -27,13 +27,13 @@ from gateway.refusals import EngineRefusals
 from gateway.resent_bodies import ResentBodies
 from gateway.retries import RetryBook
 from gateway.settings import GatewaySettings
-from gateway.store.store import Store
-from gateway.store.writer import CallWriter
 from gateway.tito.serving import TitoEngine
 from gateway.tito.template import ModelText
 from gateway.token_prefix import PrefixArrays
 from gateway.trace_export import TraceExport
 from gateway.validated_history import ValidatedHistory
+from store.store import Store
+from store.writer import CallWriter
 
 
 @dataclass

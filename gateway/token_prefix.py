@@ -30,7 +30,7 @@ from dataclasses import dataclass
 import numpy as np
 import orjson
 
-from gateway.store.arrays import IDS
+from store.arrays import IDS
 
 SEQUENCES_PER_ROLLOUT = 4  # main loop, subagents, side calls
 ROLLOUTS_CACHED = 1024

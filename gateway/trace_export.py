@@ -3,7 +3,7 @@
 ``serve --otlp-endpoint URL`` (off by default) sends traces over OTLP/HTTP to any collector (Arize
 Phoenix, Jaeger, an OpenTelemetry Collector). Nothing happens on the call path: when a rollout ends its
 id goes into a bounded queue (full: the rollout is dropped and counted, never waited for); a worker
-reads the rollout and its calls from the store (``gateway.store.traces``) and hands the spans to the
+reads the rollout and its calls from the store (``store.traces``) and hands the spans to the
 SDK's batch processor, whose own bounded queue and thread do the network (a collector that is down
 costs dropped spans, not latency).
 
@@ -30,9 +30,9 @@ from opentelemetry.sdk.trace import SpanLimits, SpanProcessor, TracerProvider
 from opentelemetry.sdk.trace.export import BatchSpanProcessor, SpanExporter
 from opentelemetry.trace import SpanKind, Status, StatusCode
 
-from gateway.store.records import CallTag
-from gateway.store.store import Store
-from gateway.store.traces import RolloutTrace, TracedCall, rollout_trace
+from store.records import CallTag
+from store.store import Store
+from store.traces import RolloutTrace, TracedCall, rollout_trace
 
 logger = logging.getLogger(__name__)
 

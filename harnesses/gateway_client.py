@@ -15,7 +15,7 @@ from urllib.parse import urlsplit
 import httpx
 
 from gateway.control_client import Backoff, GatewayUnreachable, send
-from gateway.store.records import AGENT_LOG_CHARS
+from store.records import AGENT_LOG_CHARS
 
 if TYPE_CHECKING:
     from harnesses.adapter import AgentOutcome

@@ -5,8 +5,8 @@ from __future__ import annotations
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
-from gateway.store.records import RolloutStatus
 from harnesses.runner import RolloutResult
+from store.records import RolloutStatus
 
 
 class RunProgress:

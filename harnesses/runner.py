@@ -2,7 +2,7 @@
 
 A rollout's identity within a run is (round, task, index), a *slot*. Several runners (processes, hosts)
 may work on one run at once: each slot is claimed with a lease in the gateway's store
-(``gateway.store.leases``, through ``/admin/leases``), renewed every third of ``lease_s`` while its rollout
+(``store.leases``, through ``/admin/leases``), renewed every third of ``lease_s`` while its rollout
 runs, and marked done once the rollout ended. A runner that dies stops renewing; once its leases expire,
 another runner (or the same command run again) claims those slots, which cancels the rollouts left
 running there, and plays them again. A runner only ends rollouts whose lease it holds: one whose lease
@@ -23,7 +23,6 @@ import socket
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 
-from gateway.store.records import ENDED, SCORED, RolloutStatus
 from harnesses.adapter import AgentOutcome, Harness, RolloutTarget
 from harnesses.budget import DEFAULT_WALL_FACTOR, AgentBudget, BudgetExceeded, run_within
 from harnesses.environments import Environments
@@ -36,6 +35,7 @@ from harnesses.task import Task
 from harnesses.verify import VERIFIER, Verdict
 from sandboxes import SandboxSpec, create_sandbox
 from sandboxes.bridge import raise_open_files_limit
+from store.records import ENDED, SCORED, RolloutStatus
 
 INTERRUPTED = "interrupted: the runner stopped before this rollout ended; rerun replaces it"
 DEFAULT_LEASE_S = 30.0  # a dead runner's slots are played again this long after its last renewal

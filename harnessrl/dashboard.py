@@ -14,11 +14,11 @@ from pathlib import Path
 from rich.console import Group
 from rich.table import Table
 
-from gateway.store.records import RolloutStatus
-from gateway.store.store import Store
-from gateway.store.training import learner_steps
 from harnesses.runner import RolloutResult
 from learner.sft import SftStep
+from store.records import RolloutStatus
+from store.store import Store
+from store.training import learner_steps
 
 TABLE_ROUNDS = 12  # rows of rounds the live table shows: the first and the latest
 

@@ -25,7 +25,6 @@ from pathlib import Path
 from urllib.parse import quote
 
 from gateway.passk import TaskCount, policy_label, policy_results
-from gateway.store.records import RolloutStatus
 from harnesses.adapter import Harness
 from harnesses.budget import DEFAULT_WALL_FACTOR
 from harnesses.gateway_client import GatewayClient
@@ -34,6 +33,7 @@ from harnesses.judge import Judge
 from harnesses.runner import RolloutResult, Runner, RunPlan
 from harnesses.task import Task
 from sandboxes import SandboxSpec
+from store.records import RolloutStatus
 
 ROLLOUTS_PATH = "/api/rollouts"
 TEACHER_PREFIX = "teacher:"

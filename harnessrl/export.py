@@ -18,11 +18,11 @@ from pathlib import Path
 
 import numpy as np
 
-from gateway.store.arrays import logprobs_or_none
-from gateway.store.rewards import verifier_metrics
-from gateway.store.samples import Sample, build_samples
-from gateway.store.store import Store
-from gateway.store.tables import Rollout
+from store.arrays import logprobs_or_none
+from store.rewards import verifier_metrics
+from store.samples import Sample, build_samples
+from store.store import Store
+from store.tables import Rollout
 
 PAGE = 100  # rollouts per read
 

@@ -9,7 +9,7 @@ OpenEnv's own pydantic models, so a line that is written has passed its
 validators (``validate_training_turn``: aligned ids and logprobs, finite non-positive logprobs, a
 context-only prompt; unique node ids).
 
-Retained calls are those our samples train on (``gateway/store/samples.py``): side calls (unless
+Retained calls are those our samples train on (``store/samples.py``): side calls (unless
 ``--include-side``) and undelivered calls are left out, and a kept call whose parent was left out
 becomes a root. Each turn's metadata carries ``node_id`` (the call id), ``parent_node_id``, the policy
 version, tags and the rollout's reward (a mirror, as OpenEnv's ``TraceEntry.reward``: None is
@@ -25,11 +25,11 @@ from pathlib import Path
 
 import numpy as np
 
-from gateway.store.arrays import logprobs_or_none
-from gateway.store.rewards import verifier_metrics
-from gateway.store.samples import CallNode, trained_on
-from gateway.store.store import Store
-from gateway.store.tables import Rollout
+from store.arrays import logprobs_or_none
+from store.rewards import verifier_metrics
+from store.samples import CallNode, trained_on
+from store.store import Store
+from store.tables import Rollout
 
 PAGE = 100  # rollouts per read
 

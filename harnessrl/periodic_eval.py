@@ -15,13 +15,13 @@ import logging
 import threading
 from dataclasses import dataclass, field
 
-from gateway.store.evaluation import pinned_task_counts, record_eval_metrics
-from gateway.store.store import Store
 from harnesses.adapter import Harness
 from harnesses.gateway_client import GatewayClient
 from harnesses.task import Task
 from harnessrl.evaluation import EvalPlan, run_evaluation
 from sandboxes import SandboxSpec
+from store.evaluation import pinned_task_counts, record_eval_metrics
+from store.store import Store
 
 logger = logging.getLogger(__name__)
 EVAL_SUFFIX = "-eval"

@@ -21,8 +21,6 @@ from rich.console import Console
 from rich.live import Live
 
 from gateway.settings import GatewaySettings
-from gateway.store.records import GroupStatus
-from gateway.store.store import Store
 from harnesses.adapter import Harness
 from harnesses.builtin_agent import ONE_SHOT, BuiltinHarness, BuiltinSettings
 from harnesses.gateway_client import GatewayClient
@@ -48,6 +46,8 @@ from harnessrl.warm_start import (
 )
 from learner.config import LearnerConfig, dump_toml, with_overrides
 from sandboxes import Limits, SandboxSpec
+from store.records import GroupStatus
+from store.store import Store
 
 # One reply per rollout, short: the arithmetic family is graded on the final answer (`eval --harness oneshot`).
 PACKED_ROW_TOKENS = 8192
@@ -398,7 +398,7 @@ class Quickstart:
 
     async def _capture_line(self, evals) -> str:
         """How many later turns of this quickstart's rollouts extended the previous call's ids exactly."""
-        from gateway.store.summary import run_summary
+        from store.summary import run_summary
 
         runs = [self.plan.run, warm_up_run(self.plan.run), *(eval_run_name(p.run) for _, p in evals)]
         later = extending = 0

@@ -10,9 +10,9 @@ import asyncio
 
 from rich.table import Table
 
-from gateway.store.listings import RolloutFilter
 from harnesses.gateway_client import GatewayClient, GatewayRefused, GatewayUnreachable
 from harnessrl.views import listing_table
+from store.listings import RolloutFilter
 
 
 class GatewayReadError(RuntimeError):

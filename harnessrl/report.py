@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from gateway.passk import PolicyResult
-from gateway.store.reports import ReportData
+from store.reports import ReportData
 
 SIZE_IN = (8.0, 4.5)  # figure size, inches
 DPI = 110  # -> 880 x 495 pixels; fixed (no tight bounding box) so every plot has the same size

@@ -22,7 +22,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from gateway.store.health import PolicyCall
+from store.health import PolicyCall
 
 
 @dataclass
@@ -86,7 +86,7 @@ def output_round_trip(tokenizer, output_ids: Sequence[int]) -> list[int]:
 
 
 def retokenization_skew(tokenizer, calls: Iterable[PolicyCall]) -> list[RetokenizationSkew]:
-    """One row per (harness, model) of ``calls`` (``gateway.store.health.latest_policy_calls``)."""
+    """One row per (harness, model) of ``calls`` (``store.health.latest_policy_calls``)."""
     rows: dict[tuple, RetokenizationSkew] = {}
     for call in calls:
         row = rows.setdefault((call.harness, call.model), RetokenizationSkew(call.harness, call.model))

@@ -6,7 +6,7 @@ import os
 import secrets
 from pathlib import Path
 
-from gateway.store.database import sqlite_url
+from store.database import sqlite_url
 
 
 def data_home() -> Path:

@@ -2,7 +2,7 @@
 
 Reads the run's finished rollouts with reward >= ``min_reward`` from the store (``best_of_group``: only
 the best of each group, i.e. rejection sampling over a policy run), turns each into its training
-samples exactly as the policy saw them (``gateway.store.samples``: the call graph's root-to-leaf paths,
+samples exactly as the policy saw them (``store.samples``: the call graph's root-to-leaf paths,
 side calls left out), trains a fresh LoRA adapter on their sampled tokens (``learner.sft``) with the
 learner's model settings, and writes it as a peft adapter folder: the same format the GRPO learner
 publishes. With a gateway it is published as the next policy version, which serves it to new
@@ -18,14 +18,14 @@ from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-from gateway.store.records import RolloutStatus
-from gateway.store.samples import Sample, build_samples
-from gateway.store.store import Store
 from learner.adapter_probe import probe_ids_from
 from learner.checkpoint import atomic_write_dir
 from learner.config import LearnerConfig
 from learner.publish import Publisher
 from learner.sft import SftConfig, SftResult, SftStep, train_sft
+from store.records import RolloutStatus
+from store.samples import Sample, build_samples
+from store.store import Store
 
 PAGE = 1000
 

@@ -13,13 +13,13 @@ from rich.table import Table
 from rich.text import Text
 
 from gateway.api.conversation import rollout_conversation
-from gateway.store.arrays import unpack_ids, unpack_logprobs
-from gateway.store.health import CaptureHealth
-from gateway.store.listings import GroupFilter, RolloutFilter
-from gateway.store.mismatch import MismatchSummary
-from gateway.store.rewards import VERIFIER, verifier_metrics
-from gateway.store.store import Store
 from harnessrl.retokenization import RetokenizationSkew
+from store.arrays import unpack_ids, unpack_logprobs
+from store.health import CaptureHealth
+from store.listings import GroupFilter, RolloutFilter
+from store.mismatch import MismatchSummary
+from store.rewards import VERIFIER, verifier_metrics
+from store.store import Store
 
 LIMIT = 50
 
@@ -186,7 +186,7 @@ def _short(value, limit: int = 160) -> str:
 
 
 def health_table(run: str, rows: list[CaptureHealth]) -> Table:
-    """A run's capture health per harness and model (gateway.store.health)."""
+    """A run's capture health per harness and model (store.health)."""
     # later: main-loop turns after each rollout's first; exact: those extending the previous call exactly
     table = _table("harness", "model", "rollouts", "calls", "later", "exact", "forks", "drift", "false forks",
                    "retried", "side calls")  # fmt: skip
@@ -225,7 +225,7 @@ def skew_table(run: str, rows: list[RetokenizationSkew]) -> Table:
 
 
 def mismatch_table(run: str, rows: list[MismatchSummary]) -> Table:
-    """A run's train/inference mismatch per harness, model and version (gateway.store.mismatch)."""
+    """A run's train/inference mismatch per harness, model and version (store.mismatch)."""
     table = _table("harness", "model", "version", "calls", "tokens", "mean |Δ|", "max |Δ|", "k3", "over 0.1")
     table.title = f"train/inference mismatch of run {run!r} (nats per token, learner - sampler)"
     for row in rows:

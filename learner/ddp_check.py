@@ -21,11 +21,11 @@ import numpy as np
 import torch
 import torch.distributed as dist
 
-from gateway.store.samples import Sample
 from learner.distributed import broadcast_trainable, shard, world
 from learner.loss import token_logprobs
 from learner.packing import PackedRow, pack_samples
 from learner.step import StepConfig, train_step
+from store.samples import Sample
 
 VOCAB = 256
 TOKEN_BUDGET = 64

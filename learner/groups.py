@@ -1,9 +1,9 @@
 """Ready groups in, training batches out.
 
-The store (``gateway.store.training``) reads the ready groups in ``(ready_at, id)`` order and marks
+The store (``store.training``) reads the ready groups in ``(ready_at, id)`` order and marks
 them consumed only with the checkpoint that covers them; groups trained since the last checkpoint
 stay ready and the learner keeps them in memory as pending. Samples come from
-``gateway.store.samples.build_samples`` (the samples endpoint's own logic).
+``store.samples.build_samples`` (the samples endpoint's own logic).
 
 A ready group the learner cannot use (a reward that is not finite, samples that cannot be built or
 hold token ids the model does not have, calls sampled at another temperature than the run's) is
@@ -19,10 +19,10 @@ from datetime import datetime
 
 import numpy as np
 
-from gateway.store.samples import Sample, build_samples
-from gateway.store.store import Store
-from gateway.store.training import group_members, run_sampling
 from learner.advantages import GroupAdvantages, group_advantages
+from store.samples import Sample, build_samples
+from store.store import Store
+from store.training import group_members, run_sampling
 
 TEMPERATURE_TOLERANCE = 1e-6
 

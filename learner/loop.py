@@ -33,15 +33,6 @@ from pathlib import Path
 
 import numpy as np
 
-from gateway.store.mismatch import save_call_mismatch
-from gateway.store.store import Store
-from gateway.store.training import (
-    CheckpointRecord,
-    commit_checkpoint,
-    latest_checkpoint,
-    quarantine_group,
-    ready_group_ids,
-)
 from learner.adapter_probe import probe_ids_from
 from learner.checkpoint import (
     load_checkpoint,
@@ -58,6 +49,15 @@ from learner.prometheus import LearnerExporter
 from learner.publish import GatewayUnreachable, Publisher
 from learner.ranks import tell_followers
 from learner.trainer import Trainer, build_trainer, train_batch
+from store.mismatch import save_call_mismatch
+from store.store import Store
+from store.training import (
+    CheckpointRecord,
+    commit_checkpoint,
+    latest_checkpoint,
+    quarantine_group,
+    ready_group_ids,
+)
 
 logger = logging.getLogger("learner")
 FALLBACK_TOKEN_BUDGET = 32768  # token_budget = 0 with no gateway to ask (publish = false)

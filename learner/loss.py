@@ -2,7 +2,7 @@
 clipped surrogate, KL.
 
 Alignment: every [B, T] tensor here is aligned with ``input_ids``, as in
-``gateway.store.samples.Sample``: position t holds a quantity *about token t* (its mask, the sampler's
+``store.samples.Sample``: position t holds a quantity *about token t* (its mask, the sampler's
 log-prob of it, the policy's log-prob of it). The model's logits at position t predict token t + 1, so
 ``token_logprobs`` shifts by one and position 0, which nothing predicts, holds 0 and must be masked
 (packing masks the first token of every sample; it is a prompt token anyway).

@@ -13,11 +13,11 @@ import math
 from pathlib import Path
 from typing import Any
 
-from gateway.store.mismatch import mismatch_summary
-from gateway.store.store import Store
-from gateway.store.training import record_step
 from learner.groups import Batch
 from learner.prometheus import LearnerExporter
+from store.mismatch import mismatch_summary
+from store.store import Store
+from store.training import record_step
 
 Metrics = dict[str, float | int | bool | None]
 

@@ -15,7 +15,7 @@ Sums, so micro-batches and ranks merge exactly (``merge``; ``learner.distributed
 
 Per token too: ``token_deltas`` keeps each row's Δ (NaN where not compared) and ``call_deltas`` lays
 them over the calls that sampled the tokens, one array per call's output, which the store keeps
-(``gateway.store.mismatch``) and the viewer draws as a heatmap.
+(``store.mismatch``) and the viewer draws as a heatmap.
 """
 
 from __future__ import annotations
@@ -28,8 +28,8 @@ import numpy as np
 import torch
 from torch import Tensor
 
-from gateway.store.mismatch import CallMismatchRecord
-from gateway.store.samples import Sample
+from store.mismatch import CallMismatchRecord
+from store.samples import Sample
 
 THRESHOLD = 0.1  # nats: a token whose log-probs differ by more counts as "over"
 

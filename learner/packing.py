@@ -39,7 +39,7 @@ MIN_SAVED_TOKENS = 128  # a tree that saves fewer tokens is packed flat (its gat
 
 
 class SampleLike(Protocol):
-    """What packing reads from a ``gateway.store.samples.Sample``: numpy arrays [T]."""
+    """What packing reads from a ``store.samples.Sample``: numpy arrays [T]."""
 
     input_ids: np.ndarray
     loss_mask: np.ndarray

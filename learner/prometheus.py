@@ -115,7 +115,7 @@ class LearnerExporter:
         self._server = None
 
     def policy_mismatch(self, summaries: Iterable) -> None:
-        """Set the per-policy series from ``gateway.store.mismatch.MismatchSummary`` rows (one version's)."""
+        """Set the per-policy series from ``store.mismatch.MismatchSummary`` rows (one version's)."""
         for row in summaries:
             labels = (*self._pair(row.harness or "", row.model), str(row.version))
             for key, gauge in self.policy_gauges.items():

@@ -2,7 +2,7 @@
 
 A model that never succeeds gives GRPO no signal (every group's rewards are equal); imitating the
 trajectories that did succeed (a teacher's, or the best of G of the policy's own) gives it a start.
-The samples are the store's (``gateway.store.samples``): each root-to-leaf path of a rollout's call
+The samples are the store's (``store.samples``): each root-to-leaf path of a rollout's call
 graph, tokenized exactly as the policy saw it, with ``loss_mask`` 1 on the tokens a call sampled
 (assistant turns) and 0 on prompts, tool outputs and the chat template's framing. Only masked tokens
 are trained on, so the model learns to write the answers, never to predict its inputs.

@@ -8,7 +8,7 @@ from alembic import context
 from sqlalchemy.ext.asyncio import create_async_engine
 from sqlalchemy.pool import NullPool
 
-from gateway.store.tables import Base
+from store.tables import Base
 
 config = context.config
 target_metadata = Base.metadata

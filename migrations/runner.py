@@ -8,7 +8,7 @@ from pathlib import Path
 from alembic import command
 from alembic.config import Config
 
-from gateway.store.database import prepare_sqlite_file, with_async_driver
+from store.database import prepare_sqlite_file, with_async_driver
 
 HERE = Path(__file__).resolve().parent
 

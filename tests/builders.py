@@ -6,8 +6,8 @@ import json
 import math
 
 from gateway.settings import GatewaySettings
-from gateway.store.records import CallRecord
-from gateway.store.tables import utcnow
+from store.records import CallRecord
+from store.tables import utcnow
 
 TEST_ADMIN_KEY = "test-admin-key"  # the control plane's key in every test gateway
 ADMIN_HEADERS = {"x-admin-key": TEST_ADMIN_KEY}

@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from gateway.store.database import sqlite_url
 from migrations.runner import upgrade
+from store.database import sqlite_url
 
 
 @pytest.fixture(scope="session")

@@ -86,9 +86,9 @@ async def capture(name: str, gateway_url: str) -> dict:
 
 
 async def _capture_all(names: list[str]) -> None:
-    from gateway.store.database import sqlite_url
     from harnessrl.server import BackgroundGateway, BackgroundServer
     from migrations.runner import upgrade
+    from store.database import sqlite_url
     from tests.builders import gateway_settings
     from tests.fake_engine import FakeEngine, FakeReply, create_fake_engine_app
 

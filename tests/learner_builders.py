@@ -10,9 +10,9 @@ from peft import LoraConfig, get_peft_model
 from torch.nn.attention import SDPBackend, sdpa_kernel
 from transformers import LlamaConfig, LlamaForCausalLM, Qwen2Config, Qwen2ForCausalLM
 
-from gateway.store.samples import Sample
 from learner.loss import LossConfig, LossStats, grpo_loss, token_entropy, token_logprobs
 from learner.packing import block_causal_mask
+from store.samples import Sample
 
 VOCAB = 64
 

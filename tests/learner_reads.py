@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from gateway.store.store import Store
-from gateway.store.training import CheckpointRecord, checkpoints, learner_steps
+from store.store import Store
+from store.training import CheckpointRecord, checkpoints, learner_steps
 
 
 async def stored_steps(store: Store, run: str) -> list[dict]:

@@ -7,8 +7,8 @@ import asyncio
 from pathlib import Path
 
 import learner.loop
-from gateway.store.store import Store
 from learner.config import LearnerConfig, resolve_paths, with_overrides
+from store.store import Store
 
 
 def tiny_learner_config(model_dir: Path, out: Path, **overrides) -> LearnerConfig:

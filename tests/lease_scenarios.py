@@ -6,10 +6,10 @@ from __future__ import annotations
 import asyncio
 from dataclasses import dataclass
 
-from gateway.store.leases import TAKEN_OVER, Leases, SlotEnd
-from gateway.store.records import LeaseStatus
-from gateway.store.rewards import RolloutEnded
-from gateway.store.store import Store
+from store.leases import TAKEN_OVER, Leases, SlotEnd
+from store.records import LeaseStatus
+from store.rewards import RolloutEnded
+from store.store import Store
 
 
 @dataclass

@@ -1,4 +1,4 @@
-"""Admin routes of rollout workers' leases (``gateway.store.leases``): claim slots of a run, renew the
+"""Admin routes of rollout workers' leases (``store.leases``): claim slots of a run, renew the
 leases held, and hand them back done or unplayed. The admin key only: a rollout token opens none of them
 (the control plane's guard, ``gateway.body_limit``), and no sandbox route forwards /admin."""
 
@@ -10,7 +10,7 @@ from fastapi import APIRouter
 from pydantic import BaseModel, ConfigDict, Field
 
 from gateway.state import AdminStateDep
-from gateway.store.leases import Leases, SlotEnd
+from store.leases import Leases, SlotEnd
 
 Name = Field(min_length=1, max_length=200)
 RowId = Annotated[int, Field(ge=1, le=2**63 - 1)]  # a lease's or a rollout's id

@@ -40,10 +40,10 @@ from gateway.dialects import MESSAGES
 from gateway.errors import InvalidRequest
 from gateway.pipeline import ChatPipeline
 from gateway.request_notes import RequestNotes, ignored_fields, recorded_request
-from gateway.store.records import RolloutIdentity
 from gateway.streaming import ServedCall, StreamedAnswer
 from gateway.token_prefix import token_count
 from gateway.validation import parse_request
+from store.records import RolloutIdentity
 
 DIALECT = MESSAGES.name
 RAW_ARGUMENTS_KEY = "_raw"  # tool input holding arguments the model wrote that are not a JSON object

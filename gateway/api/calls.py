@@ -13,11 +13,11 @@ from gateway.api.protocol import CallDetail, CallMismatchView, CallView, Page
 from gateway.decoding import TokenDecoder
 from gateway.errors import NotFound
 from gateway.state import StateDep
-from gateway.store.arrays import ids_array, logprobs_or_none, unpack_ids, unpack_logprobs
-from gateway.store.listings import CALL_COLUMNS, CallFilter
-from gateway.store.mismatch import CallMismatchRecord, call_mismatch
-from gateway.store.samples import Ancestor, prompt_marks
-from gateway.store.tables import Call
+from store.arrays import ids_array, logprobs_or_none, unpack_ids, unpack_logprobs
+from store.listings import CALL_COLUMNS, CallFilter
+from store.mismatch import CallMismatchRecord, call_mismatch
+from store.samples import Ancestor, prompt_marks
+from store.tables import Call
 
 Tokens = Annotated[bool, Query(description="false leaves prompt_ids, output_ids and output_logprobs empty")]
 

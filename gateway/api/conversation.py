@@ -15,8 +15,8 @@ from pydantic import ValidationError
 
 from gateway.dialects import recorded_dialect
 from gateway.errors import GatewayError
-from gateway.store.store import Store
-from gateway.store.tables import Call
+from store.store import Store
+from store.tables import Call
 
 
 async def rollout_conversation(store: Store, rollout_id: int) -> list[dict]:

@@ -8,8 +8,8 @@ from typing import Annotated, Any, Generic, Literal, TypeVar
 
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field
 
-from gateway.store.records import AGENT_LOG_CHARS
-from gateway.store.rewards import VERIFIER
+from store.records import AGENT_LOG_CHARS
+from store.rewards import VERIFIER
 
 T = TypeVar("T")
 
@@ -268,7 +268,7 @@ class RewardByVersion(BaseModel):
 
 
 class PolicyResultView(BaseModel):
-    """One policy's evaluation numbers over a run's rollouts pinned to it (gateway.store.evaluation)."""
+    """One policy's evaluation numbers over a run's rollouts pinned to it (store.evaluation)."""
 
     policy: str  # base | policy-vN
     version: int  # 0 = base
@@ -311,7 +311,7 @@ class MismatchSummaryView(BaseModel):
 
 
 class CaptureHealthView(BaseModel):
-    """How faithfully a run's calls were recorded, for one (harness, model) (gateway.store.health)."""
+    """How faithfully a run's calls were recorded, for one (harness, model) (store.health)."""
 
     harness: str | None
     model: str

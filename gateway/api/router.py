@@ -35,13 +35,13 @@ from gateway.api.protocol import (
 from gateway.errors import Conflict, InvalidRequest, NotFound
 from gateway.pins import requested_version
 from gateway.state import AdminStateDep, StateDep
-from gateway.store.arrays import logprobs_or_none
-from gateway.store.listings import RolloutFilter
-from gateway.store.records import AgentReport
-from gateway.store.rewards import GroupClosed, InvalidReward, RolloutEnded
-from gateway.store.samples import build_samples
-from gateway.store.store import RequestConflict, RunConflict
-from gateway.store.tables import Rollout
+from store.arrays import logprobs_or_none
+from store.listings import RolloutFilter
+from store.records import AgentReport
+from store.rewards import GroupClosed, InvalidReward, RolloutEnded
+from store.samples import build_samples
+from store.store import RequestConflict, RunConflict
+from store.tables import Rollout
 
 # A client's id for a create request, as the header HTTP APIs use for idempotent retries.
 IdempotencyKey = Annotated[

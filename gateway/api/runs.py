@@ -23,12 +23,12 @@ from gateway.api.protocol import (
 from gateway.errors import NotFound
 from gateway.passk import TaskCount, policy_label, policy_results
 from gateway.state import StateDep
-from gateway.store.evaluation import pinned_metric_means, pinned_task_counts
-from gateway.store.health import capture_health
-from gateway.store.listings import GroupFilter, Listings, RunCounts
-from gateway.store.mismatch import mismatch_summary
-from gateway.store.summary import run_summary
-from gateway.store.tables import Group, Run
+from store.evaluation import pinned_metric_means, pinned_task_counts
+from store.health import capture_health
+from store.listings import GroupFilter, Listings, RunCounts
+from store.mismatch import mismatch_summary
+from store.summary import run_summary
+from store.tables import Group, Run
 
 
 def run_view(run: Run, counts: RunCounts) -> RunView:

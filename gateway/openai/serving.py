@@ -7,10 +7,10 @@ from gateway.errors import InvalidRequest
 from gateway.openai.protocol import ChatCompletionRequest, CompletionRequest
 from gateway.openai.stream import chat_stream_events, completion_stream_events
 from gateway.pipeline import ChatPipeline
-from gateway.store.records import RolloutIdentity
 from gateway.streaming import ServedCall, StreamedAnswer
 from gateway.validated_history import ValidatedHistory
 from gateway.validation import parse_request
+from store.records import RolloutIdentity
 
 
 class OpenAIServing:

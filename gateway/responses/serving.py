@@ -39,9 +39,9 @@ from gateway.responses.protocol import (
 )
 from gateway.responses.stream import ResponseStream, response_stream_events
 from gateway.responses.tools import ToolIndex, custom_arguments, custom_input, index_tools
-from gateway.store.records import RolloutIdentity
 from gateway.streaming import ServedCall, StreamedAnswer
 from gateway.validation import parse_request
+from store.records import RolloutIdentity
 
 EMPTY_ANSWER = {"choices": [{"message": {}, "finish_reason": None}]}  # a Response's settings, no output yet
 # Sampling extensions vLLM understands on chat requests; sent on when a client adds them.

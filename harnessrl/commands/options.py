@@ -44,8 +44,8 @@ def fail(message: str) -> typer.Exit:
 
 def resolve_database_url(url: str | None) -> str:
     """--database-url (its async driver added when it names none), else the SQLite store under $HARNESSRL_HOME."""
-    from gateway.store.database import with_async_driver
     from harnessrl.settings import default_database_url
+    from store.database import with_async_driver
 
     try:
         return with_async_driver(url or default_database_url())

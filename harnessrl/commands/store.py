@@ -43,9 +43,9 @@ def ls(
     ] = None,
 ) -> None:
     """List runs, groups or rollouts, filtered as GET /api/runs, /api/groups and /api/rollouts are."""
-    from gateway.store.listings import RolloutFilter
     from harnessrl.remote_views import GatewayReadError, gateway_list_view
     from harnessrl.views import list_view, render
+    from store.listings import RolloutFilter
 
     where = RolloutFilter(
         run=run,
@@ -96,10 +96,10 @@ def report(
     """Plot a run's reward, staleness and throughput curves as PNG files; print their paths."""
     from sqlalchemy.exc import DBAPIError
 
-    from gateway.store.reports import gather_report, known_runs
     from harnessrl.periodic_eval import held_out_results
     from harnessrl.report import write_report
     from harnessrl.warm_start import warm_up_run
+    from store.reports import gather_report, known_runs
 
     url = resolve_database_url(database_url)
 
@@ -141,9 +141,9 @@ def health(
     previous call exactly, forks (and their drift), false forks (re-rendered history), retries, side calls;
     with --model, how often a text pipeline would have trained on other ids than the engine's; and, once
     the learner trained them, the train/inference mismatch per harness, model and version."""
-    from gateway.store.health import capture_health, latest_policy_calls
-    from gateway.store.mismatch import mismatch_summary
     from harnessrl.views import health_table, mismatch_table, render, skew_table
+    from store.health import capture_health, latest_policy_calls
+    from store.mismatch import mismatch_summary
 
     url = resolve_database_url(database_url)
     tokenizer = _tokenizer(model) if model is not None else None
@@ -219,7 +219,7 @@ def _decoder(model: Path | None):
 def _with_store(url: str, work):
     import asyncio
 
-    from gateway.store.store import Store
+    from store.store import Store
 
     async def go():
         store = Store.from_url(url)
@@ -248,7 +248,7 @@ def db_prune(
     database_url: DatabaseUrl = None,
 ) -> None:
     """Delete ended rollouts and their calls (never running ones, nor groups the learner has not consumed)."""
-    from gateway.store.retention import PruneFilter, parse_age, prune
+    from store.retention import PruneFilter, parse_age, prune
 
     if run is None and older_than is None and status is None:
         raise fail("say what to prune: --run NAME, --older-than AGE (e.g. 7d) and/or --status STATUS")

@@ -223,11 +223,11 @@ def train(
     import asyncio
     import logging
 
-    from gateway.store.training import ConsumeConflict
     from harnessrl.learner_settings import eval_thread, learner_settings
     from learner.config import ConfigError, dump_toml, load_config
     from learner.loop import LearnerError, train_from_url
     from learner.publish import GatewayUnreachable, PublishError
+    from store.training import ConsumeConflict
 
     try:
         settings = learner_settings(load_config(config, max_steps=max_steps, metrics_port=metrics_port), run, admin_key)

@@ -4,7 +4,7 @@ Revision ID: 0011
 Revises: 0010
 
 - ``calls.prompt_offset``: how many leading prompt tokens are the parent's prompt + output, which the
-  call no longer stores (``gateway.store.prompt_delta``); 0 for a call that stores its whole prompt,
+  call no longer stores (``store.prompt_delta``); 0 for a call that stores its whole prompt,
   as every call before this revision does. A rollout's token bytes then grow linearly in its turns.
 
 Downgrading writes every call's whole prompt back before the column goes.
@@ -13,7 +13,7 @@ Downgrading writes every call's whole prompt back before the column goes.
 import sqlalchemy as sa
 from alembic import op
 
-from gateway.store.prompt_delta import StoredPrompt, whole_prompts
+from store.prompt_delta import StoredPrompt, whole_prompts
 
 revision = "0011"
 down_revision = "0010"

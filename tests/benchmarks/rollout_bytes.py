@@ -23,9 +23,9 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # run as a script from anywhere
 
-from gateway.store.database import sqlite_url  # noqa: E402
 from harnessrl.server import BackgroundServer  # noqa: E402
 from migrations.runner import upgrade  # noqa: E402
+from store.database import sqlite_url  # noqa: E402
 from tests.builders import gateway_settings  # noqa: E402
 from tests.fake_engine import FakeEngine, create_fake_engine_app  # noqa: E402
 from tests.gateway_harness import start_gateway  # noqa: E402

@@ -40,7 +40,6 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # run as a script 
 
 import torch  # noqa: E402
 
-from gateway.store.store import Store  # noqa: E402
 from harnesses.agents.oracle import OracleHarness  # noqa: E402
 from harnesses.checks import CheckSettings, attempt  # noqa: E402
 from harnesses.environments import Environments  # noqa: E402
@@ -50,6 +49,7 @@ from harnessrl.sft import successful_samples  # noqa: E402
 from learner.config import LearnerConfig, with_overrides  # noqa: E402
 from learner.sft import SftConfig, train_sft  # noqa: E402
 from learner.trainer import build_trainer  # noqa: E402
+from store.store import Store  # noqa: E402
 
 DEFAULT_OUT = Path(__file__).parent / "results" / "sft_warm_start.json"
 TOOL_CALL = re.compile(r"<tool_call>\s*(\{.*?\})\s*</tool_call>", re.DOTALL)

@@ -44,9 +44,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # run as a script 
 import numpy as np  # noqa: E402
 import torch  # noqa: E402
 
-from gateway.store.samples import Sample, build_samples  # noqa: E402
-from gateway.store.store import Store  # noqa: E402
 from learner.config import LearnerConfig  # noqa: E402
+from store.samples import Sample, build_samples  # noqa: E402
+from store.store import Store  # noqa: E402
 
 DEFAULT_OUT = Path(__file__).parent / "results" / "trl_grpo.json"
 MODES = ("tree", "flat", "trl")

@@ -35,14 +35,14 @@ from gateway.openai.serving import OpenAIServing  # noqa: E402
 from gateway.pipeline import ChatPipeline  # noqa: E402
 from gateway.policy import PolicyRegistry  # noqa: E402
 from gateway.resent_bodies import ResentBodies  # noqa: E402
-from gateway.store.database import sqlite_url  # noqa: E402
-from gateway.store.store import Store  # noqa: E402
-from gateway.store.writer import CallWriter  # noqa: E402
 from gateway.tito.renderer import RenderedPrompt, for_template  # noqa: E402
 from gateway.tito.serving import TitoEngine  # noqa: E402
 from gateway.tito.template import ModelText  # noqa: E402
 from gateway.token_prefix import loads_answer  # noqa: E402
 from migrations.runner import upgrade  # noqa: E402
+from store.database import sqlite_url  # noqa: E402
+from store.store import Store  # noqa: E402
+from store.writer import CallWriter  # noqa: E402
 
 DEFAULT_OUT = Path(__file__).parent / "results" / "turn_cost.json"
 TOOL = {

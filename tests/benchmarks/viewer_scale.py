@@ -23,11 +23,11 @@ from sqlalchemy import create_engine, insert
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # run as a script from anywhere
 from gateway.settings import GatewaySettings  # noqa: E402
-from gateway.store.arrays import pack_ids, pack_logprobs  # noqa: E402
-from gateway.store.database import sqlite_url  # noqa: E402
-from gateway.store.tables import Call, Group, LearnerStep, Rollout, Run, Task, utcnow  # noqa: E402
 from harnessrl.server import BackgroundGateway  # noqa: E402
 from migrations.runner import upgrade  # noqa: E402
+from store.arrays import pack_ids, pack_logprobs  # noqa: E402
+from store.database import sqlite_url  # noqa: E402
+from store.tables import Call, Group, LearnerStep, Rollout, Run, Task, utcnow  # noqa: E402
 
 RUN, ROLLOUTS, CALLS_PER_ROLLOUT, GROUP_SIZE, TASKS, VOCAB = "scale", 10_000, 20, 4, 32, 2000
 HARNESSES = ("builtin", "opencode", "pi", "hermes")

@@ -18,7 +18,6 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 import numpy as np
 import torch
 
-from gateway.store.samples import Sample
 from learner.attention import resolve_kernel
 from learner.config import LearnerConfig, with_overrides
 from learner.forward import packed_mode
@@ -26,6 +25,7 @@ from learner.loss import token_logprobs
 from learner.packing import pack_samples
 from learner.step import row_logprobs, train_step
 from learner.trainer import build_trainer
+from store.samples import Sample
 
 BF16_TOLERANCE = 0.05  # nats: bf16 packed vs per-sample forward (different kernels and reductions)
 

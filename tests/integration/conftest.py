@@ -10,11 +10,11 @@ from pathlib import Path
 
 import pytest
 
-from gateway.store.database import sqlite_url
 from harnessrl.engine_process import EngineLaunch, ManagedProcess
 from harnessrl.model_prep import prepare_smollm2
 from harnessrl.server import BackgroundGateway, BackgroundServer, free_port
 from migrations.runner import upgrade
+from store.database import sqlite_url
 from tests.builders import gateway_settings
 from tests.engine_shelf import EngineShelf, ShelfView, max_engines
 from tests.fake_engine import FakeEngine, create_fake_engine_app

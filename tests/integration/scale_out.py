@@ -17,10 +17,10 @@ from pathlib import Path
 import httpx
 from sqlalchemy import select
 
-from gateway.store.store import Store
-from gateway.store.tables import Call, Group, LearnerCheckpoint, Rollout, Run
 from harnessrl.engine_process import EngineLaunch, ManagedProcess
 from harnessrl.server import free_port
+from store.store import Store
+from store.tables import Call, Group, LearnerCheckpoint, Rollout, Run
 from tests.builders import TEST_ADMIN_KEY
 
 GROUPS_PER_STEP = 2  # the learner's

@@ -10,8 +10,6 @@ import asyncio
 import json
 from pathlib import Path
 
-from gateway.store.samples import build_samples
-from gateway.store.store import Store
 from harnesses.agents import create
 from harnesses.gateway_client import GatewayClient
 from harnesses.runner import Runner, RunPlan
@@ -22,6 +20,8 @@ from harnessrl.sft import SftPlan, run_sft
 from harnessrl.teacher import PolicyRendering, TeacherSettings, teacher_gateway
 from learner.config import LearnerConfig, with_overrides
 from learner.sft import SftConfig
+from store.samples import build_samples
+from store.store import Store
 from tests.builders import TEST_ADMIN_KEY
 
 HARBOR = Path(__file__).resolve().parents[1] / "fixtures" / "harbor_public" / "csv-total"

@@ -18,14 +18,14 @@ from sqlalchemy import create_engine, select
 from sqlalchemy.orm import Session
 from typer.testing import CliRunner
 
-from gateway.store.database import sqlite_url
-from gateway.store.tables import Adapter, Rollout, Run, Task
 from harnesses.datasets import Selection, load_selection
 from harnessrl.cli import app
 from harnessrl.model_prep import prepare_smollm2
 from harnessrl.quickstart import Quickstart, QuickstartPlan
 from harnessrl.server import BackgroundGateway
 from migrations.runner import upgrade
+from store.database import sqlite_url
+from store.tables import Adapter, Rollout, Run, Task
 from tests.builders import ADMIN_HEADERS, TEST_ADMIN_KEY, gateway_settings
 from tests.images import assert_plot_image
 

@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 from gateway.passk import TaskCount
-from gateway.store.evaluation import pinned_task_counts
-from gateway.store.store import Store
+from store.evaluation import pinned_task_counts
+from store.store import Store
 
 
 async def test_pinned_counts_agree_on_both_databases(database_url):

@@ -98,7 +98,7 @@ async def _fill(url: str, groups: int) -> None:
     """Ready groups of 4 one-call rollouts with varied rewards (a learning signal in each)."""
     import numpy as np
 
-    from gateway.store.store import Store
+    from store.store import Store
     from tests.builders import call_record
 
     store = Store.from_url(url)
@@ -123,7 +123,7 @@ async def _fill(url: str, groups: int) -> None:
 
 
 def _train(command_prefix: list[str], home: Path, db: Path, config: Path) -> subprocess.CompletedProcess:
-    from gateway.store.database import sqlite_url
+    from store.database import sqlite_url
 
     # `--`: torchrun would take `--run` for an abbreviation of its own --run-path
     command = [
@@ -170,7 +170,7 @@ def test_harnessrl_train_under_torchrun_matches_one_process(tmp_path, tiny_model
     import asyncio
     import shutil
 
-    from gateway.store.database import sqlite_url
+    from store.database import sqlite_url
 
     template = tmp_path / "filled.db"
     shutil.copyfile(migrated_sqlite_file, template)
@@ -208,7 +208,7 @@ def test_harnessrl_train_under_torchrun_matches_one_process(tmp_path, tiny_model
 def _stored_deltas(db: Path) -> dict[int, np.ndarray]:
     import sqlite3
 
-    from gateway.store.arrays import deltas_array
+    from store.arrays import deltas_array
 
     with sqlite3.connect(db) as connection:
         rows = connection.execute("select call_id, deltas from call_mismatch").fetchall()

@@ -13,8 +13,8 @@ from pathlib import Path
 
 import numpy as np
 
-from gateway.store.listings import GroupFilter
-from gateway.store.store import Store
+from store.listings import GroupFilter
+from store.store import Store
 from tests.builders import call_record
 from tests.learner_reads import stored_checkpoints
 from tests.waiting import until

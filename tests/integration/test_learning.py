@@ -11,7 +11,6 @@ import statistics
 import pytest
 from typer.testing import CliRunner
 
-from gateway.store.database import sqlite_url
 from harnesses.families import arithmetic_tasks
 from harnessrl.cli import app
 from harnessrl.model_prep import prepare_smollm2
@@ -20,6 +19,7 @@ from harnessrl.report import PIXELS
 from harnessrl.server import free_port
 from harnessrl.settings import logs_dir
 from migrations.runner import upgrade
+from store.database import sqlite_url
 from tests.images import assert_plot_image
 
 MINUTES = 9.0

@@ -8,12 +8,12 @@ import json
 import numpy as np
 from sqlalchemy import inspect
 
-from gateway.store.arrays import unpack_ids
-from gateway.store.listings import CallFilter, GroupFilter, RolloutFilter
-from gateway.store.samples import prompt_marks, prompt_mask
-from gateway.store.store import Store
-from gateway.store.summary import run_summary
 from migrations.runner import alembic_config
+from store.arrays import unpack_ids
+from store.listings import CallFilter, GroupFilter, RolloutFilter
+from store.samples import prompt_marks, prompt_mask
+from store.store import Store
+from store.summary import run_summary
 from tests.builders import agent_requests, call_record
 
 VIEWER_INDEXES = {"ix_calls_rollout_stats", "ix_calls_finish_reason"}  # migration 0005's

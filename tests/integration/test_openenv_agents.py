@@ -16,7 +16,6 @@ from collections.abc import Iterator
 import httpx
 import pytest
 
-from gateway.store.store import Store
 from harnesses.agents import create
 from harnesses.datasets import load_dataset
 from harnesses.gateway_client import GatewayClient
@@ -25,6 +24,7 @@ from harnesses.openenv_tasks import REWARD_NAME
 from harnesses.runner import Runner, RunPlan
 from harnessrl.server import BackgroundGateway, BackgroundServer
 from sandboxes import Limits, SandboxSpec
+from store.store import Store
 from tests.builders import ADMIN_HEADERS, TEST_ADMIN_KEY, gateway_settings
 from tests.fake_engine import FakeEngine, create_fake_engine_app
 from tests.integration.openenv_scripts import mcp_script

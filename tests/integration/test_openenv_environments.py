@@ -13,7 +13,6 @@ from collections.abc import Iterator
 import httpx
 import pytest
 
-from gateway.store.store import Store
 from harnesses.builtin_agent import BuiltinHarness
 from harnesses.datasets import load_dataset
 from harnesses.gateway_client import GatewayClient
@@ -21,6 +20,7 @@ from harnesses.openenv_agent import with_environments
 from harnesses.openenv_tasks import REWARD_NAME, EnvServer, EnvTaskRef
 from harnesses.runner import Runner, RunPlan
 from harnessrl.server import BackgroundGateway, BackgroundServer
+from store.store import Store
 from tests.builders import ADMIN_HEADERS, TEST_ADMIN_KEY, gateway_settings
 from tests.fake_engine import FakeEngine, FakeReply, create_fake_engine_app
 from tests.learner_runs import tiny_learner_config, train_run

@@ -13,7 +13,6 @@ import pytest
 from openenv.core.harness.training import TrainingTrace
 from typer.testing import CliRunner
 
-from gateway.store.samples import build_samples
 from harnesses.builtin_agent import BuiltinHarness, BuiltinSettings
 from harnesses.gateway_client import GatewayClient
 from harnesses.runner import Runner, RunPlan
@@ -21,6 +20,7 @@ from harnesses.task import builtin_tasks_path, load_tasks
 from harnessrl.cli import app
 from harnessrl.openenv_export import trace_nodes
 from harnessrl.server import BackgroundGateway
+from store.samples import build_samples
 from tests.builders import ADMIN_HEADERS, TEST_ADMIN_KEY, gateway_settings
 
 pytestmark = pytest.mark.vllm

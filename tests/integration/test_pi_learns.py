@@ -15,15 +15,15 @@ import pytest
 from rich.console import Console
 from sqlalchemy import func, select
 
-from gateway.store.database import sqlite_url
-from gateway.store.samples import build_samples
-from gateway.store.store import Store
-from gateway.store.tables import Call, Group, Rollout, Run
 from harnesses.shell_family import shell_tasks
 from harnessrl.demonstrations import SOLUTIONS
 from harnessrl.quickstart import Quickstart, QuickstartPlan
 from harnessrl.warm_start import WarmStart
 from migrations.runner import upgrade
+from store.database import sqlite_url
+from store.samples import build_samples
+from store.store import Store
+from store.tables import Call, Group, Rollout, Run
 from tests.images import assert_plot_image
 from tests.integration.sample_checks import assert_samples_reproduce_calls
 from tests.store_rows import row_session

@@ -9,11 +9,11 @@ from datetime import UTC, datetime, timedelta
 from sqlalchemy import func, select, update
 from typer.testing import CliRunner
 
-from gateway.store.retention import PruneFilter, prune
-from gateway.store.store import Store
-from gateway.store.tables import Call, Group, LearnerStep, Rollout, Run
-from gateway.store.training import record_step
 from harnessrl.cli import app
+from store.retention import PruneFilter, prune
+from store.store import Store
+from store.tables import Call, Group, LearnerStep, Rollout, Run
+from store.training import record_step
 from tests.builders import agent_requests, call_record
 
 

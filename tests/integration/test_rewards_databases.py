@@ -8,10 +8,10 @@ import math
 
 import pytest
 
-from gateway.store.rewards import GroupClosed, InvalidReward
-from gateway.store.store import Store
-from gateway.store.training import quarantine_group, ready_group_ids
 from learner.groups import load_group, run_temperature
+from store.rewards import GroupClosed, InvalidReward
+from store.store import Store
+from store.training import quarantine_group, ready_group_ids
 from tests.builders import call_record
 
 

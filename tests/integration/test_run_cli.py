@@ -15,11 +15,11 @@ from pathlib import Path
 import httpx
 import pytest
 
-from gateway.store.leases import TAKEN_OVER
 from harnesses.task import builtin_tasks_path, load_tasks
 from harnessrl.server import BackgroundGateway, BackgroundServer
 from harnessrl.settings import admin_key
 from sandboxes.docker import LABEL
+from store.leases import TAKEN_OVER
 from tests.builders import gateway_settings
 from tests.fake_engine import FakeEngine, create_fake_engine_app
 from tests.unit.test_runner import solving_script

@@ -13,10 +13,10 @@ from collections.abc import Iterator
 import httpx
 import pytest
 
-from gateway.store.leases import TAKEN_OVER
 from harnesses.task import builtin_tasks_path
 from harnessrl.server import BackgroundGateway, BackgroundServer
 from harnessrl.settings import admin_key
+from store.leases import TAKEN_OVER
 from tests.builders import gateway_settings
 from tests.fake_engine import FakeEngine, create_fake_engine_app
 from tests.integration.test_run_cli import TASKS, rollouts, run_command

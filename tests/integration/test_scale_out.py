@@ -18,9 +18,9 @@ from concurrent.futures import ThreadPoolExecutor
 import httpx
 import pytest
 
-from gateway.store.leases import TAKEN_OVER
-from gateway.store.store import Store
 from harnesses.task import builtin_tasks_path, load_tasks
+from store.leases import TAKEN_OVER
+from store.store import Store
 from tests import waiting
 from tests.builders import ADMIN_HEADERS
 from tests.integration import scale_out
@@ -198,7 +198,7 @@ async def _read(database_url: str, read):
 async def _rollouts(database_url: str) -> list[dict]:
     from sqlalchemy import select
 
-    from gateway.store.tables import Rollout, Run, Task
+    from store.tables import Rollout, Run, Task
 
     store = Store.from_url(database_url)
     try:

@@ -9,7 +9,7 @@ import stat
 import httpx
 import pytest
 
-from gateway.store.database import sqlite_url
+from store.database import sqlite_url
 from tests.integration.processes import children_of, pid_alive, serve_process
 from tests.waiting import wait_until
 

@@ -8,7 +8,6 @@ import asyncio
 
 import pytest
 
-from gateway.store.store import Store
 from harnesses.builtin_agent import BuiltinHarness, BuiltinSettings
 from harnesses.families import arithmetic_tasks
 from harnesses.gateway_client import GatewayClient
@@ -18,6 +17,7 @@ from harnessrl.teacher import PolicyRendering, TeacherSettings, teacher_gateway
 from learner.config import LearnerConfig, with_overrides
 from learner.groups import UnusableGroup, check_group, load_group
 from learner.sft import SftConfig
+from store.store import Store
 from tests.builders import TEST_ADMIN_KEY
 
 pytestmark = pytest.mark.vllm

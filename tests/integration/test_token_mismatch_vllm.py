@@ -16,12 +16,12 @@ from openai import OpenAI
 from transformers import AutoModelForCausalLM
 
 from gateway.settings import GatewaySettings
-from gateway.store.database import sqlite_url
-from gateway.store.mismatch import call_mismatch
-from gateway.store.store import Store
 from harnessrl.engine_process import EngineLaunch, ManagedProcess
 from harnessrl.server import BackgroundGateway, free_port
 from migrations.runner import upgrade
+from store.database import sqlite_url
+from store.mismatch import call_mismatch
+from store.store import Store
 from tests.learner_runs import tiny_learner_config, train_run
 
 ADMIN_KEY = "mismatch-admin"

@@ -15,9 +15,9 @@ import httpx
 import pytest
 from openai import OpenAI
 
-from gateway.store.database import sqlite_url
 from harnessrl.server import BackgroundGateway, BackgroundServer, free_port
 from migrations.runner import upgrade
+from store.database import sqlite_url
 from tests.builders import ADMIN_HEADERS, gateway_settings
 from tests.fake_engine import FakeEngine, FakeReply, create_fake_engine_app
 from tests.waiting import wait_until

@@ -22,11 +22,11 @@ from openai import OpenAI
 from sqlalchemy import create_engine, select
 from sqlalchemy.orm import Session
 
-from gateway.store import prompt_delta
-from gateway.store.arrays import deltas_array, pack_deltas, unpack_ids, unpack_logprobs
-from gateway.store.database import sqlite_url
-from gateway.store.tables import Call, CallMismatch, Group, LearnerStep, Rollout, Run
 from harnessrl.server import BackgroundGateway, BackgroundServer
+from store import prompt_delta
+from store.arrays import deltas_array, pack_deltas, unpack_ids, unpack_logprobs
+from store.database import sqlite_url
+from store.tables import Call, CallMismatch, Group, LearnerStep, Rollout, Run
 from tests.builders import ADMIN_HEADERS, TEST_ADMIN_KEY, WEATHER_TOOL, gateway_settings
 from tests.fake_engine import BYTE_OFFSET, FakeEngine, FakeReply, create_fake_engine_app, decode
 
@@ -582,7 +582,7 @@ def test_the_viewer_asks_for_the_key_once_and_keeps_it_out_of_the_address_bar(re
 
 
 def _write_mismatch(db_path: Path, call: Call, deltas: np.ndarray) -> None:
-    """A trained call's per-token mismatch, as the learner stores it (gateway.store.mismatch)."""
+    """A trained call's per-token mismatch, as the learner stores it (store.mismatch)."""
     engine = create_engine(f"sqlite:///{db_path}")
     try:
         with Session(engine) as session, session.begin():

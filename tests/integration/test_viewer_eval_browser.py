@@ -8,8 +8,8 @@ import shutil
 import httpx
 import pytest
 
-from gateway.store.database import sqlite_url
 from harnessrl.server import BackgroundGateway, BackgroundServer
+from store.database import sqlite_url
 from tests.builders import ADMIN_HEADERS, TEST_ADMIN_KEY, gateway_settings
 from tests.fake_engine import FakeEngine, create_fake_engine_app
 

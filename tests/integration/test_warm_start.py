@@ -13,13 +13,13 @@ from rich.console import Console
 from sqlalchemy import func, select
 from typer.testing import CliRunner
 
-from gateway.store.database import sqlite_url
-from gateway.store.tables import Adapter, Call, Rollout, Run
 from harnesses.families import arithmetic_tasks
 from harnessrl.cli import app
 from harnessrl.quickstart import Quickstart, QuickstartPlan
 from harnessrl.warm_start import WarmStart
 from migrations.runner import upgrade
+from store.database import sqlite_url
+from store.tables import Adapter, Call, Rollout, Run
 from tests.images import assert_plot_image
 from tests.judge_server import JudgeServer, Reply
 from tests.store_rows import row_session

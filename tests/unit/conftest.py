@@ -6,9 +6,9 @@ from collections.abc import AsyncIterator, Iterator
 
 import pytest
 
-from gateway.store.store import Store
 from gateway.tito.template import ModelText
 from harnessrl.server import BackgroundServer
+from store.store import Store
 from tests.builders import gateway_settings
 from tests.fake_engine import FakeEngine, create_fake_engine_app
 from tests.gateway_harness import GatewayHarness, start_gateway

@@ -14,9 +14,9 @@ import pytest
 import torch
 
 from gateway.adapter_proof import AdapterProbe, adapter_digest, judge, probe_tolerance
-from gateway.store.store import Store
 from learner.adapter_probe import adapter_probe, fallback_probe_ids, probe_ids_from
 from learner.groups import UnusableGroup, check_group, load_group
+from store.store import Store
 from tests.builders import call_record, gateway_settings
 from tests.engine_pool import fake_engines, pool_gateway
 from tests.fake_engine import next_logprob_at, next_token

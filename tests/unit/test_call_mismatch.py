@@ -14,15 +14,15 @@ from transformers import AutoModelForCausalLM
 from typer.testing import CliRunner
 
 from gateway.api.calls import mismatch_view
-from gateway.store.mismatch import call_mismatch, mismatch_summary, save_call_mismatch
-from gateway.store.samples import Sample
-from gateway.store.store import Store
 from harnessrl.cli import app
 from learner.metrics import MetricsSink
 from learner.mismatch import RowDeltas, call_deltas, call_records
 from learner.packing import pack_samples
 from learner.prometheus import LearnerExporter
 from learner.step import StepConfig, train_step
+from store.mismatch import call_mismatch, mismatch_summary, save_call_mismatch
+from store.samples import Sample
+from store.store import Store
 from tests.builders import call_record, gateway_settings
 from tests.gateway_harness import GatewayHarness, start_gateway
 from tests.learner_builders import lora_model, own_logprobs

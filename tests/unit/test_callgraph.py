@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from gateway.callgraph import GraphNode, common_prefix_len, link
-from gateway.store.arrays import pack_ids
+from store.arrays import pack_ids
 
 
 def node(call_id: int, prompt: list[int], output: list[int]) -> GraphNode:

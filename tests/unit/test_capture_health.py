@@ -6,10 +6,10 @@ import asyncio
 
 from typer.testing import CliRunner
 
-from gateway.store.health import capture_health
-from gateway.store.records import FALSE_FORK_TOKENS
-from gateway.store.store import Store
 from harnessrl.cli import app
+from store.health import capture_health
+from store.records import FALSE_FORK_TOKENS
+from store.store import Store
 from tests.builders import call_record
 
 PROMPT = list(range(1, FALSE_FORK_TOKENS + 40))

@@ -10,10 +10,10 @@ import httpx
 from sqlalchemy.engine import make_url
 
 from gateway.app import create_app
-from gateway.store.sqlite_inserts import SQLiteInserts
-from gateway.store.tables import Call
-from gateway.store.writer import CallWriter
 from harnessrl.server import BackgroundServer
+from store.sqlite_inserts import SQLiteInserts
+from store.tables import Call
+from store.writer import CallWriter
 from tests.builders import ADMIN_HEADERS, call_record, call_row, chat_body, gateway_settings
 from tests.fake_engine import FakeReply
 from tests.waiting import until

@@ -11,10 +11,10 @@ import numpy as np
 import pytest
 from rich.console import Console
 
-from gateway.store.store import Store
-from gateway.store.training import record_step
 from harnesses.runner import RolloutResult
 from harnessrl.dashboard import TABLE_ROUNDS, Dashboard, save_reward_curve, step_rows
+from store.store import Store
+from store.training import record_step
 from tests.images import assert_plot_image
 
 RUN = "dash"

@@ -6,8 +6,8 @@ from __future__ import annotations
 import pytest
 from typer.testing import CliRunner
 
-from gateway.store.database import with_async_driver
 from harnessrl.cli import app
+from store.database import with_async_driver
 
 
 @pytest.mark.parametrize(

@@ -8,7 +8,7 @@ import ast
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
-PACKAGES = ("gateway", "harnessrl", "harnesses", "learner", "sandboxes", "migrations")
+PACKAGES = ("gateway", "store", "harnessrl", "harnesses", "learner", "sandboxes", "migrations")
 
 
 def project_modules() -> dict[str, Path]:

@@ -17,10 +17,6 @@ from safetensors.torch import load_file
 
 import learner.loop
 import learner.trainer
-from gateway.store.database import sqlite_url
-from gateway.store.listings import GroupFilter
-from gateway.store.samples import Sample
-from gateway.store.store import Store
 from learner.config import (
     ConfigError,
     LearnerConfig,
@@ -31,6 +27,10 @@ from learner.config import (
 )
 from learner.groups import ReadyGroup, RolloutData, build_batch
 from learner.publish import GatewayUnreachable, Published, Publisher, PublishError
+from store.database import sqlite_url
+from store.listings import GroupFilter
+from store.samples import Sample
+from store.store import Store
 from tests.builders import call_record, gateway_settings
 from tests.gateway_harness import GatewayHarness, start_gateway
 from tests.learner_builders import lora_model
@@ -644,7 +644,7 @@ async def plant_reward(store: Store, rollout_id: int, reward: float) -> None:
     """Write a reward straight into the store (the API refuses it now; older stores may hold one)."""
     from sqlalchemy import update
 
-    from gateway.store.tables import Rollout
+    from store.tables import Rollout
 
     async with store.sessions.begin() as session:
         await session.execute(update(Rollout).where(Rollout.id == rollout_id).values(reward=reward))

@@ -6,9 +6,9 @@ import numpy as np
 import pytest
 import torch
 
-from gateway.store.samples import Sample
 from learner.loss import token_logprobs
 from learner.packing import block_causal_mask, pack_samples, pad_samples, plan_rows
+from store.samples import Sample
 from tests.learner_builders import tiny_base
 
 VOCAB = 64

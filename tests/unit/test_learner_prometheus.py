@@ -10,11 +10,11 @@ import httpx
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from gateway.store.mismatch import MismatchSummary
 from harnessrl.server import free_port
 from learner.config import ConfigError, config_from_dict
 from learner.loop import LearnerError
 from learner.prometheus import COUNTERS, GAUGES, KEEP_VERSIONS, MAX_POLICY_SERIES, PREFIX, LearnerExporter
+from store.mismatch import MismatchSummary
 from tests.learner_reads import policy_series, stored_steps
 from tests.unit.test_learner_loop import RUN, config_for, fill, store, train  # noqa: F401 - store is a fixture
 

@@ -11,10 +11,10 @@ import torch
 from peft import LoraConfig, get_peft_model
 from transformers import Qwen2Config, Qwen2ForCausalLM
 
-from gateway.store.samples import Sample
 from learner.config import LearnerConfig, with_overrides
 from learner.groups import ReadyGroup, RolloutData, build_batch
 from learner.trainer import Trainer, train_batch
+from store.samples import Sample
 
 VOCAB = 64
 RUN_TEMPERATURE = 0.5

@@ -9,9 +9,9 @@ from alembic.autogenerate import compare_metadata
 from alembic.migration import MigrationContext
 from sqlalchemy import create_engine, text
 
-from gateway.store.database import sqlite_url
-from gateway.store.tables import Base
 from migrations.runner import alembic_config, upgrade
+from store.database import sqlite_url
+from store.tables import Base
 
 # Indexes only the migrations declare (0005: their columns differ per database, see its docstring).
 MIGRATION_ONLY = {"ix_calls_finish_reason", "ix_calls_rollout_stats"}

@@ -9,10 +9,10 @@ import pytest
 from openenv.core.harness.training import TrainingTrace
 from typer.testing import CliRunner
 
-from gateway.store.samples import CallNode, build_samples
 from harnessrl.cli import app
 from harnessrl.export import export_run
 from harnessrl.openenv_export import rollout_record, trace_nodes, training_trace
+from store.samples import CallNode, build_samples
 
 
 def call(call_id, parent, prompt, output, version=0, tags=()) -> CallNode:

@@ -10,14 +10,14 @@ from collections.abc import Iterator
 import httpx
 import pytest
 
-from gateway.store.reports import gather_report
-from gateway.store.store import Store
-from gateway.store.training import learner_steps, record_step
 from harnesses.datasets import Selection, load_selection
 from harnessrl.evaluation import eval_harness
 from harnessrl.periodic_eval import EvalEvery, PeriodicEval, eval_run_name, held_out_results
 from harnessrl.report import write_report
 from harnessrl.server import BackgroundGateway
+from store.reports import gather_report
+from store.store import Store
+from store.training import learner_steps, record_step
 from tests.builders import ADMIN_HEADERS, TEST_ADMIN_KEY, gateway_settings
 from tests.fake_engine import FakeReply
 from tests.waiting import wait_until

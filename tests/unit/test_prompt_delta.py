@@ -9,10 +9,10 @@ import numpy as np
 import pytest
 from alembic import command
 
-from gateway.store import prompt_delta
-from gateway.store.prompt_delta import StoredPrompt
-from gateway.store.store import Store
 from migrations.runner import alembic_config, upgrade
+from store import prompt_delta
+from store.prompt_delta import StoredPrompt
+from store.store import Store
 from tests.builders import call_record
 from tests.fake_engine import render_chat
 

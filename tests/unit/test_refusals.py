@@ -7,7 +7,7 @@ import pytest
 
 from gateway.errors import EngineError, InvalidRequest
 from gateway.refusals import EngineRefusals, refusal_cause
-from gateway.store.records import RolloutIdentity
+from store.records import RolloutIdentity
 from tests.builders import chat_body
 
 VLLM_PROMPT = (

@@ -15,12 +15,12 @@ import pytest
 from sqlalchemy import select, update
 from typer.testing import CliRunner
 
-from gateway.store.reports import bucket_width_s, gather_report
-from gateway.store.store import Store
-from gateway.store.tables import Call, Rollout, Run
 from harnessrl.cli import app
 from harnessrl.report import PIXELS, write_report
 from learner.metrics import MetricsSink
+from store.reports import bucket_width_s, gather_report
+from store.store import Store
+from store.tables import Call, Rollout, Run
 from tests.builders import call_record
 from tests.images import assert_plot_image
 

@@ -9,9 +9,9 @@ from collections.abc import AsyncIterator
 import pytest
 from sqlalchemy import select
 
-from gateway.store import request_delta
-from gateway.store.store import Store
-from gateway.store.tables import Call
+from store import request_delta
+from store.store import Store
+from store.tables import Call
 from tests.builders import agent_requests, call_record
 
 TURNS = 50

@@ -12,8 +12,8 @@ import pytest
 from sqlalchemy import delete, select
 from typer.testing import CliRunner
 
-from gateway.store.tables import LearnerStep, Rollout, Run
 from harnessrl.cli import app as cli
+from store.tables import LearnerStep, Rollout, Run
 from tests.builders import call_record, gateway_settings
 from tests.fake_engine import FakeReply
 from tests.gateway_harness import GatewayHarness, start_gateway

@@ -10,10 +10,10 @@ import pytest
 from transformers import AutoTokenizer
 from typer.testing import CliRunner
 
-from gateway.store.health import latest_policy_calls
-from gateway.store.store import Store
 from harnessrl.cli import app
 from harnessrl.retokenization import output_round_trip, rerendered_prompt, retokenization_skew
+from store.health import latest_policy_calls
+from store.store import Store
 from tests.builders import call_record
 
 MESSAGES = [{"role": "user", "content": "write hello to a file"}]

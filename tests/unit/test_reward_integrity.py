@@ -8,10 +8,10 @@ import math
 import httpx
 import pytest
 
-from gateway.store.rewards import InvalidReward
-from gateway.store.store import Store
 from harnesses.gateway_client import GatewayClient
 from harnesses.reward_functions import RewardFunction
+from store.rewards import InvalidReward
+from store.store import Store
 from tests.builders import TEST_ADMIN_KEY
 
 NOT_FINITE = ["Infinity", "-Infinity", "NaN", "1e999"]  # what json.loads turns into inf / nan

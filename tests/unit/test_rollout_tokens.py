@@ -56,8 +56,8 @@ async def test_the_token_of_an_ended_rollout_is_refused_on_every_model_endpoint(
 
 async def test_a_rollout_ended_by_another_gateway_is_refused_soon_after(gateway, sqlite_db, monkeypatch):
     """Two gateways on one store: an end written elsewhere is seen once the running answer expires."""
-    from gateway.store import store as store_module
-    from gateway.store.store import Store
+    from store import store as store_module
+    from store.store import Store
 
     monkeypatch.setattr(store_module, "RUNNING_RECHECK_S", 0.0)
     rollout = await gateway.new_rollout()

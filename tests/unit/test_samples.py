@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from gateway.store.samples import CallNode, build_samples
+from store.samples import CallNode, build_samples
 
 
 def call(call_id, parent, prompt, output, version=0, tags=()) -> CallNode:

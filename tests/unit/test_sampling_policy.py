@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 from gateway.sampling import REFUSED, engine_sampling
-from gateway.store.records import SamplingSettings
+from store.records import SamplingSettings
 
 HI = [{"role": "user", "content": "Hi"}]
 # (path under the base URL, a minimal body) per dialect

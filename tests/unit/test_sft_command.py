@@ -11,10 +11,10 @@ import pytest
 from openai import OpenAI
 from typer.testing import CliRunner
 
-from gateway.store.store import Store
 from harnessrl.cli import app
 from harnessrl.server import BackgroundGateway
 from harnessrl.sft import successful_samples
+from store.store import Store
 from tests.builders import TEST_ADMIN_KEY, gateway_settings
 from tests.fake_engine import FakeReply
 

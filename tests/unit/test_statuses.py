@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import get_args
 
 from gateway.api.protocol import EndRollout
-from gateway.store.records import ENDED, CallTag, GroupStatus, RolloutStatus
+from store.records import ENDED, CallTag, GroupStatus, RolloutStatus
 
 
 def test_status_values_are_the_strings_the_database_and_rest_api_hold():

@@ -10,11 +10,11 @@ from collections.abc import AsyncIterator
 import pytest
 from sqlalchemy import event, select
 
-from gateway.store.arrays import pack_ids, pack_logprobs, unpack_ids, unpack_logprobs
-from gateway.store.database import create_engine
-from gateway.store.store import ADHOC_RUN, TOKEN_PREFIX, Store
-from gateway.store.tables import Call, Group, Run, Task
-from gateway.store.writer import CallWriter
+from store.arrays import pack_ids, pack_logprobs, unpack_ids, unpack_logprobs
+from store.database import create_engine
+from store.store import ADHOC_RUN, TOKEN_PREFIX, Store
+from store.tables import Call, Group, Run, Task
+from store.writer import CallWriter
 from tests.builders import call_record, call_row
 
 
@@ -148,7 +148,7 @@ async def test_the_threaded_sqlite_insert_stores_exactly_what_a_core_insert_stor
 
 
 def test_only_sqlite_files_take_the_threaded_insert_path():
-    from gateway.store.sqlite_inserts import SQLiteInserts
+    from store.sqlite_inserts import SQLiteInserts
 
     assert SQLiteInserts.applies_to("sqlite+aiosqlite:////tmp/x.db")
     assert not SQLiteInserts.applies_to("sqlite+aiosqlite:///:memory:")
@@ -164,7 +164,7 @@ def store_counting_statements(url: str) -> tuple[Store, list[str]]:
 
 
 async def test_concurrent_calls_of_a_rollout_share_one_status_read(sqlite_db, monkeypatch):
-    import gateway.store.store as store_module
+    import store.store as store_module
 
     store, statements = store_counting_statements(sqlite_db)
     try:
@@ -198,7 +198,7 @@ async def test_a_rollout_created_here_reads_nothing_back_until_its_first_call_is
 
 
 async def test_a_threaded_insert_refuses_rows_of_different_columns_and_commits_none(file_store, sqlite_db):
-    from gateway.store.sqlite_inserts import SQLiteInserts
+    from store.sqlite_inserts import SQLiteInserts
 
     identity = await file_store.create_rollout("run-c", "task-1")
     row = call_row(identity.rollout_id)
@@ -222,8 +222,8 @@ async def test_rows_committed_during_a_slow_checkpoint_are_checkpointed_without_
 
     from sqlalchemy.engine import make_url
 
-    from gateway.store import sqlite_inserts
-    from gateway.store.sqlite_inserts import SQLiteInserts
+    from store import sqlite_inserts
+    from store.sqlite_inserts import SQLiteInserts
 
     monkeypatch.setattr(sqlite_inserts, "CHECKPOINT_EVERY_ROWS", 4)
     finish, checkpoints = threading.Event(), []
@@ -259,8 +259,8 @@ async def test_the_wal_is_checkpointed_beside_the_commits_not_inside_them(file_s
 
     from sqlalchemy.engine import make_url
 
-    from gateway.store import sqlite_inserts
-    from gateway.store.sqlite_inserts import SQLiteInserts
+    from store import sqlite_inserts
+    from store.sqlite_inserts import SQLiteInserts
 
     monkeypatch.setattr(sqlite_inserts, "CHECKPOINT_EVERY_ROWS", 4)
     identity = await file_store.create_rollout("run-w", "task-1")

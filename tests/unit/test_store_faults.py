@@ -17,9 +17,9 @@ import pytest
 from sqlalchemy import text
 from sqlalchemy.engine import make_url
 
-from gateway.store import database, sqlite_inserts
-from gateway.store.store import Store
 from migrations.runner import upgrade
+from store import database, sqlite_inserts
+from store.store import Store
 from tests.builders import chat_body, gateway_settings, messages_body
 from tests.gateway_harness import start_gateway
 from tests.unit.test_errors import assert_openai_error

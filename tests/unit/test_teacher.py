@@ -10,8 +10,6 @@ import re
 import numpy as np
 import pytest
 
-from gateway.store.samples import build_samples
-from gateway.store.store import Store
 from harnesses.builtin_agent import BuiltinHarness, BuiltinSettings
 from harnesses.families import arithmetic_tasks
 from harnesses.gateway_client import GatewayClient
@@ -19,6 +17,8 @@ from harnesses.runner import Runner, RunPlan
 from harnessrl.sft import successful_samples
 from harnessrl.teacher import PolicyRendering, TeacherSettings, teacher_gateway
 from learner.groups import UnusableGroup, check_group, load_group
+from store.samples import build_samples
+from store.store import Store
 from tests.builders import TEST_ADMIN_KEY, call_record
 from tests.judge_server import JudgeServer, Reply
 

@@ -22,8 +22,8 @@ from sqlalchemy import func, or_, select, update
 from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
-from gateway.store.records import SCORED, LeaseStatus, RolloutStatus
-from gateway.store.tables import Group, Rollout, RolloutLease, Run, Task, utcnow
+from store.records import SCORED, LeaseStatus, RolloutStatus
+from store.tables import Group, Rollout, RolloutLease, Run, Task, utcnow
 
 TAKEN_OVER = "interrupted: its worker's lease expired before it ended; another worker replaces it"
 

@@ -18,9 +18,9 @@ from sqlalchemy import Select, String, cast, exists, func, select
 from sqlalchemy.engine import Row
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
-from gateway.store import prompt_delta
-from gateway.store.records import RolloutStatus
-from gateway.store.tables import Call, Group, LearnerStep, Rollout, Run, Task
+from store import prompt_delta
+from store.records import RolloutStatus
+from store.tables import Call, Group, LearnerStep, Rollout, Run, Task
 
 
 @dataclass(frozen=True)

@@ -10,8 +10,8 @@ from __future__ import annotations
 from sqlalchemy import func, select
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
-from gateway.store.listings import is_main_call
-from gateway.store.tables import Call, Group, LearnerStep, Rollout
+from store.listings import is_main_call
+from store.tables import Call, Group, LearnerStep, Rollout
 
 
 async def run_summary(sessions: async_sessionmaker[AsyncSession], run_id: int) -> dict:

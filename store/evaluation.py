@@ -12,9 +12,9 @@ from sqlalchemy import Float, and_, case, cast, func, select
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
 from gateway.passk import TaskCount
-from gateway.store.records import SCORED, RolloutStatus
-from gateway.store.rewards import verifier_metrics
-from gateway.store.tables import LearnerStep, Rollout, Task
+from store.records import SCORED, RolloutStatus
+from store.rewards import verifier_metrics
+from store.tables import LearnerStep, Rollout, Task
 
 PASS_REWARD = 1.0  # a verifier's "solved"
 COUNTED = SCORED

@@ -39,7 +39,7 @@ from sqlalchemy import Engine, Table, event, insert
 from sqlalchemy import create_engine as create_sync_engine
 from sqlalchemy.engine import make_url
 
-from gateway.store.database import BUSY_TIMEOUT_MS, sqlite_pragmas
+from store.database import BUSY_TIMEOUT_MS, sqlite_pragmas
 
 logger = logging.getLogger(__name__)
 

@@ -15,9 +15,9 @@ from datetime import UTC, datetime, timedelta
 
 from sqlalchemy import delete, exists, func, select
 
-from gateway.store.records import ENDED, GroupStatus, RolloutStatus
-from gateway.store.store import Store
-from gateway.store.tables import Call, CallMismatch, Group, LearnerCheckpoint, LearnerStep, Rollout, Run, Task
+from store.records import ENDED, GroupStatus, RolloutStatus
+from store.store import Store
+from store.tables import Call, CallMismatch, Group, LearnerCheckpoint, LearnerStep, Rollout, Run, Task
 
 STATUSES = ENDED
 AGE_UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400}

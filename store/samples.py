@@ -15,7 +15,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from gateway.store.records import CallTag
+from store.records import CallTag
 
 UNDELIVERED = CallTag.UNDELIVERED  # the tag of a call whose response never reached its client
 

@@ -21,11 +21,11 @@ from dataclasses import dataclass, field
 import numpy as np
 from sqlalchemy import select
 
-from gateway.store.arrays import unpack_ids
-from gateway.store.listings import is_main_call
-from gateway.store.records import FALSE_FORK_TOKENS, CallTag
-from gateway.store.store import Store
-from gateway.store.tables import Call, Rollout
+from store.arrays import unpack_ids
+from store.listings import is_main_call
+from store.records import FALSE_FORK_TOKENS, CallTag
+from store.store import Store
+from store.tables import Call, Rollout
 
 
 @dataclass

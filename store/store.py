@@ -16,11 +16,11 @@ from sqlalchemy import func, insert, select, update
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine, AsyncSession, async_sessionmaker
 
-from gateway.store import prompt_delta, request_delta
-from gateway.store.arrays import ids_array, logprobs_array, pack_ids, pack_logprobs, unpack_ids
-from gateway.store.database import create_engine, create_sessionmaker
-from gateway.store.listings import Listings, is_main_call
-from gateway.store.records import (
+from store import prompt_delta, request_delta
+from store.arrays import ids_array, logprobs_array, pack_ids, pack_logprobs, unpack_ids
+from store.database import create_engine, create_sessionmaker
+from store.listings import Listings, is_main_call
+from store.records import (
     AgentReport,
     CallRecord,
     GraphNode,
@@ -28,8 +28,8 @@ from gateway.store.records import (
     RolloutStatus,
     SamplingSettings,
 )
-from gateway.store.request_delta import RecentRequests
-from gateway.store.rewards import (
+from store.request_delta import RecentRequests
+from store.rewards import (
     ENDED,
     RolloutEnded,
     add_reward,
@@ -38,9 +38,9 @@ from gateway.store.rewards import (
     end_rollout,
     lock_group,
 )
-from gateway.store.samples import Ancestor, CallNode
-from gateway.store.sqlite_inserts import SQLiteInserts
-from gateway.store.tables import Adapter, Call, Group, Rollout, Run, Task, utcnow
+from store.samples import Ancestor, CallNode
+from store.sqlite_inserts import SQLiteInserts
+from store.tables import Adapter, Call, Group, Rollout, Run, Task, utcnow
 
 ADHOC_RUN = "adhoc"
 

@@ -8,8 +8,8 @@ from datetime import datetime
 
 from sqlalchemy import select
 
-from gateway.store.store import Store
-from gateway.store.tables import Call, CallMismatch, Rollout, Run, Task
+from store.store import Store
+from store.tables import Call, CallMismatch, Rollout, Run, Task
 
 
 @dataclass(frozen=True)

@@ -15,10 +15,10 @@ from datetime import datetime
 from sqlalchemy import delete, or_, select, update
 from sqlalchemy.exc import IntegrityError
 
-from gateway.store.records import GroupStatus, SamplingSettings
-from gateway.store.rewards import CANCELLED
-from gateway.store.store import Store
-from gateway.store.tables import Adapter, Call, Group, LearnerCheckpoint, LearnerStep, Rollout, Run
+from store.records import GroupStatus, SamplingSettings
+from store.rewards import CANCELLED
+from store.store import Store
+from store.tables import Adapter, Call, Group, LearnerCheckpoint, LearnerStep, Rollout, Run
 
 READY, CONSUMED = GroupStatus.READY, GroupStatus.CONSUMED
 QUARANTINED = GroupStatus.QUARANTINED

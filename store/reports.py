@@ -16,10 +16,10 @@ from dataclasses import dataclass
 from sqlalchemy import Float, Integer, cast, extract, func, literal, select
 from sqlalchemy.sql.elements import ColumnElement
 
-from gateway.store.store import Store
-from gateway.store.summary import pinned_versions
-from gateway.store.tables import Call, Rollout
-from gateway.store.training import learner_steps
+from store.store import Store
+from store.summary import pinned_versions
+from store.tables import Call, Rollout
+from store.training import learner_steps
 
 TARGET_BUCKETS = 40  # generation throughput: about this many points over the run's wall time
 BUCKET_WIDTHS_S = (5, 10, 15, 30, 60, 120, 300, 600, 900, 1800, 3600, 7200, 21600, 86400)

@@ -13,9 +13,9 @@ from dataclasses import dataclass
 import numpy as np
 from sqlalchemy import delete, func, select
 
-from gateway.store.arrays import deltas_array, pack_deltas
-from gateway.store.store import Store
-from gateway.store.tables import Call, CallMismatch, Rollout, utcnow
+from store.arrays import deltas_array, pack_deltas
+from store.store import Store
+from store.tables import Call, CallMismatch, Rollout, utcnow
 
 
 @dataclass(frozen=True)

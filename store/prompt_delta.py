@@ -20,8 +20,8 @@ from dataclasses import dataclass
 from sqlalchemy import select
 from sqlalchemy.ext.asyncio import AsyncSession
 
-from gateway.store.arrays import pack_ids
-from gateway.store.tables import Call
+from store.arrays import pack_ids
+from store.tables import Call
 
 STORED_COLUMNS = (Call.id, Call.parent_id, Call.prompt_offset, Call.prompt_ids, Call.output_ids)
 

@@ -17,9 +17,9 @@ from __future__ import annotations
 import asyncio
 import logging
 
-from gateway.store.records import CallRecord
-from gateway.store.store import Store
-from gateway.store.tables import Call
+from store.records import CallRecord
+from store.store import Store
+from store.tables import Call
 
 logger = logging.getLogger(__name__)
 

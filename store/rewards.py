@@ -16,8 +16,8 @@ import math
 from sqlalchemy import func, select, update
 from sqlalchemy.ext.asyncio import AsyncSession
 
-from gateway.store.records import ENDED, GroupStatus, RolloutStatus
-from gateway.store.tables import Group, Rollout, utcnow
+from store.records import ENDED, GroupStatus, RolloutStatus
+from store.tables import Group, Rollout, utcnow
 
 CANCELLED = RolloutStatus.CANCELLED
 VERIFIER = "verifier"  # the task verifier's component and detail, as the runner records them (harnesses/verify.py)

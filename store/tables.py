@@ -124,7 +124,7 @@ class Call(Base):
     engine_model: Mapped[str] = mapped_column(String(200))  # base model or adapter name in vLLM
     policy_version: Mapped[int] = mapped_column(Integer, default=0)
     # int32 LE: the prompt from prompt_offset on; the tokens before it are the parent's prompt + output
-    # (gateway.store.prompt_delta). Read through the store, which gives whole prompts.
+    # (store.prompt_delta). Read through the store, which gives whole prompts.
     prompt_ids: Mapped[bytes] = mapped_column(LargeBinary)
     prompt_offset: Mapped[int] = mapped_column(Integer, default=0, server_default="0")
     output_ids: Mapped[bytes] = mapped_column(LargeBinary)  # int32 LE
@@ -157,7 +157,7 @@ class Call(Base):
 
 
 class RolloutLease(Base):
-    """Which rollout worker runs one (round, task, index) of a run, and until when (``gateway.store.leases``)."""
+    """Which rollout worker runs one (round, task, index) of a run, and until when (``store.leases``)."""
 
     __tablename__ = "rollout_leases"
     __table_args__ = (
