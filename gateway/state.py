@@ -65,7 +65,7 @@ class GatewayState:
     trace_export: TraceExport | None = None  # serve --otlp-endpoint  # published elsewhere, failed the probe here
 
     def __post_init__(self) -> None:
-        self.graph = CallGraphIndex(self.store.recent_graph_nodes)
+        self.graph = CallGraphIndex(self.store.calls.graph_nodes)
         self.served_hosts = self.settings.served_hosts()
 
     async def ensure_policy(self) -> PolicyRegistry:
@@ -118,7 +118,7 @@ class GatewayState:
                     "with `harnessrl serve --model DIR`, or `--tokenizer DIR` when attaching to an engine"
                 )
             text = await asyncio.to_thread(ModelText, Path(folder))
-            self._tito = TitoEngine(text, self.engine, self.store.recent_outputs)
+            self._tito = TitoEngine(text, self.engine, self.store.calls.recent_outputs)
         return self._tito
 
     async def decoder(self) -> TokenDecoder | None:

@@ -65,7 +65,7 @@ async def run_records(
             return
         records = []
         for rollout, group in page:
-            samples = build_samples(await store.call_nodes(rollout.id), include_side)
+            samples = build_samples(await store.calls.nodes(rollout.id), include_side)
             records += [sample_record(s, i, rollout, group, decode) for i, s in enumerate(samples)]
         yield records
         after = page[-1][0].id

@@ -108,7 +108,7 @@ async def run_traces(store: Store, run: str, include_side: bool) -> AsyncIterato
     after = 0
     while page := await store.run_rollouts(run, after, PAGE):
         for rollout, group in page:
-            yield rollout_record(rollout, group, await store.call_nodes(rollout.id), include_side)
+            yield rollout_record(rollout, group, await store.calls.nodes(rollout.id), include_side)
         after = page[-1][0].id
 
 

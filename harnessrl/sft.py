@@ -68,7 +68,7 @@ async def successful_samples(
                 chosen[key] = (rollout.reward, rollout.id)
     samples = []
     for _reward, rollout_id in sorted(chosen.values(), key=lambda pair: pair[1]):
-        samples += build_samples(await store.call_nodes(rollout_id))
+        samples += build_samples(await store.calls.nodes(rollout_id))
     return samples, len(chosen)
 
 

@@ -102,7 +102,7 @@ async def rollout_view(store: Store, rollout_id: int, decode=None, tokens: int =
     if VERIFIER in (rollout.reward_details or {}):
         parts.append(_verifier_panel(rollout.reward_details))
     parts.append(_conversation_panel(await rollout_conversation(store, rollout_id)))
-    for call in await store.list_calls(rollout_id, 0, 1000):
+    for call in await store.calls.page(rollout_id, 0, 1000):
         parts.append(_call_panel(call, decode, tokens))
     return Group(*parts)
 

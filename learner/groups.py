@@ -96,7 +96,7 @@ async def load_group(store: Store, group_id: int, include_side: bool = False) ->
     rollouts = []
     for rollout_id, reward in members.rewards:
         try:
-            samples = build_samples(await store.call_nodes(rollout_id), include_side)
+            samples = build_samples(await store.calls.nodes(rollout_id), include_side)
         except (ValueError, IndexError) as exc:
             raise UnusableGroup(f"rollout {rollout_id}: its calls make no samples: {exc}") from None
         rollouts.append(RolloutData(rollout_id, reward, tuple(samples)))

@@ -92,7 +92,7 @@ async def capture_health(store: Store, run_id: int) -> list[CaptureHealth]:
 
 async def _count_false_forks(store: Store, suspects: dict[int, list[int]], row_of: dict[int, CaptureHealth]) -> None:
     for rollout_id, call_ids in suspects.items():
-        nodes = await store.call_nodes(rollout_id)
+        nodes = await store.calls.nodes(rollout_id)
         for n, node in enumerate(nodes):
             if node.call_id not in call_ids:
                 continue
@@ -131,7 +131,7 @@ async def latest_policy_calls(store: Store, run_id: int, limit: int) -> list[Pol
     )
     async with store.sessions() as session:
         rows = (await session.execute(query)).all()
-    await store.read_whole([call for call, _ in rows])
+    await store.calls.read_whole([call for call, _ in rows])
     return [
         PolicyCall((meta or {}).get("harness"), c.model, c.dialect, c.request, unpack_ids(c.prompt_ids),
                    unpack_ids(c.output_ids))

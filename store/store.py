@@ -17,13 +17,13 @@ from sqlalchemy.exc import IntegrityError
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine, AsyncSession, async_sessionmaker
 
 from store import prompt_delta, request_delta
-from store.arrays import ids_array, logprobs_array, pack_ids, pack_logprobs, unpack_ids
+from store.arrays import pack_ids, pack_logprobs
+from store.calls import CallReads
 from store.database import create_engine, create_sessionmaker
-from store.listings import Listings, is_main_call
+from store.listings import Listings
 from store.records import (
     AgentReport,
     CallRecord,
-    GraphNode,
     RolloutIdentity,
     RolloutStatus,
     SamplingSettings,
@@ -38,7 +38,6 @@ from store.rewards import (
     end_rollout,
     lock_group,
 )
-from store.samples import Ancestor, CallNode
 from store.sqlite_inserts import SQLiteInserts
 from store.tables import Adapter, Call, Group, Rollout, Run, Task, utcnow
 
@@ -78,6 +77,7 @@ class Store:
         self._running_seen: dict[int, float] = {}  # rollout id -> when it was last read as running
         # Rollouts created here with no call recorded yet: their first call reads nothing back.
         self._without_calls: set[int] = set()
+        self.calls = CallReads(self.sessions, self._without_calls)
         self._reading_status: dict[int, asyncio.Future[str | None]] = {}  # rollout id -> its read in flight
         self._recent_requests = RecentRequests()  # delta bases for the next calls' requests
 
@@ -249,22 +249,6 @@ class Store:
         parent = self._recent_requests.get(record.rollout_id, record.parent_id)
         return request_delta.encode(record.request, record.parent_id, parent)
 
-    async def read_whole(self, calls: Sequence[Call]) -> None:
-        """Detached calls as received: whole requests and whole prompts in place of the stored deltas
-        (one query per rollout for the bases they need)."""
-        stored_whole = {c.id for c in calls if not request_delta.is_delta(c.request) and not c.prompt_offset}
-        for rollout_id, last in prompt_delta.last_ids(calls, lambda c: c.id not in stored_whole).items():
-            query = select(Call.request, *prompt_delta.STORED_COLUMNS).where(
-                Call.rollout_id == rollout_id, Call.id <= last
-            )
-            async with self.sessions() as session:
-                rows = (await session.execute(query)).all()
-            requests = request_delta.decode_all({row.id: row.request for row in rows})
-            mine = [c for c in calls if c.rollout_id == rollout_id and c.id not in stored_whole]
-            prompts = prompt_delta.whole_prompts((prompt_delta.as_stored(row) for row in rows), {c.id for c in mine})
-            for call in mine:
-                call.request, call.prompt_ids, call.prompt_offset = requests[call.id], prompts[call.id], 0
-
     @asynccontextmanager
     async def _transaction(self) -> AsyncIterator[AsyncConnection]:
         """A Core transaction without an ORM session (the hot write path)."""
@@ -274,130 +258,6 @@ class Store:
         else:
             async with self.engine.begin() as connection:
                 yield connection
-
-    async def recent_graph_nodes(self, rollout_id: int, limit: int) -> list[GraphNode]:
-        """The rollout's last ``limit`` calls as call-graph nodes, oldest first."""
-        if rollout_id in self._without_calls:
-            return []
-        query = select(*prompt_delta.STORED_COLUMNS, Call.tags).where(Call.rollout_id == rollout_id).order_by(Call.id)
-        async with self.sessions() as session:
-            raw = (await session.execute(query)).all()
-        rows, side = [prompt_delta.as_stored(row) for row in raw], {row.id: bool(row.tags) for row in raw}
-        prompts = prompt_delta.whole_prompts(rows, {r.call_id for r in rows[-limit:]})
-        return [
-            GraphNode(r.call_id, len(prompts[r.call_id]) // 4, prompts[r.call_id] + r.output, side[r.call_id])
-            for r in rows[-limit:]
-        ]
-
-    async def call_nodes(self, rollout_id: int) -> list[CallNode]:
-        """Every call of the rollout with its tokens (no bodies), for building samples."""
-        query = (
-            select(*prompt_delta.STORED_COLUMNS, Call.output_logprobs, Call.policy_version, Call.tags)
-            .where(Call.rollout_id == rollout_id)
-            .order_by(Call.id)
-        )
-        async with self.sessions() as session:
-            rows = (await session.execute(query)).all()
-        prompts = prompt_delta.whole_prompts(prompt_delta.as_stored(row) for row in rows)
-        return [
-            CallNode(
-                r.id,
-                r.parent_id,
-                ids_array(prompts[r.id]),
-                outputs := ids_array(r.output_ids),
-                logprobs_array(r.output_logprobs, len(outputs)),
-                r.policy_version,
-                tuple(r.tags or ()),
-            )
-            for r in rows
-        ]
-
-    async def ancestors(self, call_id: int) -> list[Ancestor]:
-        """The calls above this one on its path, parent first (one recursive query)."""
-        chain = select(Call.id, Call.parent_id).where(Call.id == call_id).cte("chain", recursive=True)
-        chain = chain.union_all(select(Call.id, Call.parent_id).join(chain, Call.id == chain.c.parent_id))
-        query = (
-            select(
-                Call.id, Call.num_prompt_tokens, Call.output_ids, Call.tags, Call.output_logprobs, Call.policy_version
-            )
-            .join(chain, Call.id == chain.c.id)
-            .where(Call.id != call_id)
-            .order_by(Call.id.desc())
-        )
-        async with self.sessions() as session:
-            rows = (await session.execute(query)).all()
-        return [
-            Ancestor(
-                r.id,
-                r.num_prompt_tokens,
-                outputs := ids_array(r.output_ids),
-                tuple(r.tags or ()),
-                logprobs_array(r.output_logprobs, len(outputs)),
-                r.policy_version,
-            )
-            for r in rows
-        ]
-
-    async def graph_stats(self, rollout_id: int) -> dict[str, int]:
-        """Calls, roots, forks and drift tokens of a rollout's call graph."""
-        query = select(
-            func.count(Call.id),
-            func.count(Call.id).filter(Call.parent_id.is_(None)),
-            func.count(Call.fork_of),
-            func.coalesce(func.sum(Call.drift_tokens), 0),
-        ).where(Call.rollout_id == rollout_id)
-        async with self.sessions() as session:
-            calls, roots, forks, drift = (await session.execute(query)).one()
-        return {"calls": calls, "roots": roots, "forks": forks, "drift_tokens": int(drift)}
-
-    async def recent_outputs(self, rollout_id: int, limit: int) -> list[tuple[dict, list[int]]]:
-        """The rollout's last chat answers (assistant message, sampled ids), oldest first."""
-        if rollout_id in self._without_calls:
-            return []
-        query = (
-            select(Call.response, Call.output_ids)
-            .where(Call.rollout_id == rollout_id)
-            .order_by(Call.id.desc())
-            .limit(limit)
-        )
-        async with self.sessions() as session:
-            rows = (await session.execute(query)).all()
-        outputs = []
-        for response, output_ids in reversed(rows):
-            message = ((response or {}).get("choices") or [{}])[0].get("message")
-            if isinstance(message, dict):
-                outputs.append((message, unpack_ids(output_ids)))
-        return outputs
-
-    async def get_call(self, call_id: int) -> Call | None:
-        """The call, its request as received (detached: reading it never writes)."""
-        async with self.sessions() as session:
-            call = await session.get(Call, call_id)
-        if call is not None:
-            await self.read_whole([call])
-        return call
-
-    async def last_main_call(self, rollout_id: int) -> Call | None:
-        """The rollout's last call that is not a side call (the agent's latest view of its task)."""
-        query = select(Call).where(Call.rollout_id == rollout_id, is_main_call()).order_by(Call.id.desc()).limit(1)
-        async with self.sessions() as session:
-            call = (await session.scalars(query)).first()
-        if call is not None:
-            await self.read_whole([call])
-        return call
-
-    async def answers_before(self, rollout_id: int, call_id: int) -> list[tuple[int, dict]]:
-        """(id, engine response) of the rollout's calls before ``call_id``, oldest first (no token blobs)."""
-        query = select(Call.id, Call.response).where(Call.rollout_id == rollout_id, Call.id < call_id).order_by(Call.id)
-        async with self.sessions() as session:
-            return [(row.id, row.response) for row in (await session.execute(query)).all()]
-
-    async def list_calls(self, rollout_id: int, after: int, limit: int) -> list[Call]:
-        query = select(Call).where(Call.rollout_id == rollout_id, Call.id > after).order_by(Call.id).limit(limit)
-        async with self.sessions() as session:
-            calls = list((await session.scalars(query)).all())
-        await self.read_whole(calls)
-        return calls
 
     # --- runs and rollouts ------------------------------------------------------------------
 

@@ -69,13 +69,13 @@ async def list_rollout_calls(
 
 
 async def get_call(call_id: Int64, state: StateDep, decode: bool = False) -> CallDetail:
-    call = await state.store.get_call(call_id)
+    call = await state.store.calls.get(call_id)
     if call is None:
         raise NotFound(f"call {call_id} not found")
     detail = CallDetail(**call_view(call, tokens=True).model_dump(), request=call.request, response=call.response)
     detail.mismatch = mismatch_view(await call_mismatch(state.store, call_id))
     if decode:
-        _mark_prompt(detail, call, await state.store.ancestors(call_id))
+        _mark_prompt(detail, call, await state.store.calls.ancestors(call_id))
         decoder = await state.decoder()
         if decoder is not None:
             text = await asyncio.to_thread(_decoded, decoder, detail.prompt_ids, detail.output_ids)

@@ -21,10 +21,10 @@ from store.tables import Call
 
 async def rollout_conversation(store: Store, rollout_id: int) -> list[dict]:
     """The rollout's conversation (REST and ``harnessrl show``): its last main call, normalized."""
-    call = await store.last_main_call(rollout_id)
+    call = await store.calls.last_main(rollout_id)
     if call is None:
         return []
-    return conversation(call, await store.answers_before(rollout_id, call.id))
+    return conversation(call, await store.calls.answers_before(rollout_id, call.id))
 
 
 def conversation(call: Call, earlier: list[tuple[int, dict]]) -> list[dict]:

@@ -100,7 +100,7 @@ async def get_rollout(rollout_id: Int64, state: StateDep) -> RolloutView:
     if found is None:
         raise NotFound(f"rollout {rollout_id} not found")
     rollout, run, task, group, num_calls = found
-    graph = GraphStats(**await state.store.graph_stats(rollout_id))
+    graph = GraphStats(**await state.store.calls.graph_stats(rollout_id))
     answered, refused, last_refusal = state.refusals.of(rollout_id)
     return RolloutView(
         id=rollout.id,
@@ -219,7 +219,7 @@ async def list_rollout_samples(
     found = await state.store.get_rollout(rollout_id)
     if found is None:
         raise NotFound(f"rollout {rollout_id} not found")
-    samples = build_samples(await state.store.call_nodes(rollout_id), include_side)
+    samples = build_samples(await state.store.calls.nodes(rollout_id), include_side)
     decoder = await state.decoder() if decode else None
     pieces = (
         [None] * len(samples)

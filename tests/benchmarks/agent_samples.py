@@ -82,7 +82,7 @@ async def demonstrations(agent_name: str, tasks: list, model_dir: Path, workdir:
             await client.close()
     store = Store.from_url(database)
     try:
-        samples = [s for r in results for s in build_samples(await store.call_nodes(r.rollout_id))]
+        samples = [s for r in results for s in build_samples(await store.calls.nodes(r.rollout_id))]
     finally:
         await store.close()
     return [as_sampled(s) for s in samples], sum(r.reward == 1.0 for r in results)

@@ -88,7 +88,7 @@ async def read_run(database: str, run: str) -> tuple[list, list[HeldOut]]:
                 for rollout, _group in page:
                     after = rollout.id
                     _, _, task, _, _ = await store.get_rollout(rollout.id)
-                    roots = [c for c in await store.call_nodes(rollout.id) if c.parent_id is None and not c.tags]
+                    roots = [c for c in await store.calls.nodes(rollout.id) if c.parent_id is None and not c.tags]
                     if task in tasks and task not in held and roots:
                         held[task] = HeldOut(tasks[task], split, roots[0].prompt_ids.tolist())
         return samples, list(held.values())

@@ -72,7 +72,7 @@ async def read_group(database: str, run: str, size: int) -> tuple[list[Sample], 
         for members in groups.values():
             if len(members) < size:
                 continue
-            calls = [await store.call_nodes(r.id) for r in members[:size]]
+            calls = [await store.calls.nodes(r.id) for r in members[:size]]
             if sum(len(c) for c in calls) > best_calls:
                 best, best_calls = (members[:size], calls), sum(len(c) for c in calls)
         if best is None:

@@ -185,7 +185,7 @@ async def run_mode(
     writer = CallWriter(store)
     writer.start()
     engine = StubEngine(text)
-    tito_engine = (NaiveTito if mode == "naive" else TitoEngine)(text, engine, store.recent_outputs)
+    tito_engine = (NaiveTito if mode == "naive" else TitoEngine)(text, engine, store.calls.recent_outputs)
 
     async def tito() -> TitoEngine:
         return tito_engine
@@ -194,7 +194,7 @@ async def run_mode(
         engine,
         PolicyRegistry("policy", "base"),
         writer,
-        CallGraphIndex(store.recent_graph_nodes),
+        CallGraphIndex(store.calls.graph_nodes),
         tito=tito,
         max_model_len=200_000,
     )

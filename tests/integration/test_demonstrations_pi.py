@@ -76,7 +76,7 @@ async def test_pi_plays_each_tasks_solution_as_its_own_bash_call_and_sft_trains_
 
     store = Store.from_url(sqlite_db)
     try:
-        nodes = [await store.call_nodes(r.rollout_id) for r in results]
+        nodes = [await store.calls.nodes(r.rollout_id) for r in results]
     finally:
         await store.close()
     assert [len(build_samples(n)) for n in nodes] == [1] * len(tasks)  # one two-turn sample per rollout

@@ -78,7 +78,7 @@ async def test_filters_summary_and_ancestors_agree_on_both_databases(database_ur
         ]
         assert summary["prompt_tokens"] == 2 + 5 + 3 and summary["drift_tokens"] == 2
 
-        ancestors = await store.ancestors(second)
+        ancestors = await store.calls.ancestors(second)
         assert [x.call_id for x in ancestors] == [first]
         assert prompt_mask(np.array([1, 2, 3, 4, 5]), ancestors).tolist() == [0, 0, 1, 1, 0]
         marks = prompt_marks(np.array([1, 2, 3, 4, 5]), ancestors)
@@ -114,7 +114,7 @@ async def test_migration_0005_goes_down_and_up_keeping_the_calls(database_url):
 
     store = Store.from_url(database_url)
     try:
-        call = await store.get_call(call_id)
+        call = await store.calls.get(call_id)
         assert call is not None and call.rollout_id == rollout.rollout_id and call.num_prompt_tokens == 2
     finally:
         await store.close()
@@ -143,11 +143,11 @@ async def test_requests_and_prompts_stored_as_deltas_read_back_whole(database_ur
             )
             ids += await store.insert_calls([record])
         for call_id, sent, whole in zip(ids, requests, prompts):
-            call = await store.get_call(call_id)
+            call = await store.calls.get(call_id)
             assert json.dumps(call.request) == json.dumps(sent)
             assert unpack_ids(call.prompt_ids) == whole
         listed = await store.listings.calls(CallFilter(rollout_id=rollout.rollout_id), 0, 100, tokens=True)
         assert [unpack_ids(c.prompt_ids) for c in listed] == prompts
-        assert [n.prompt_ids.tolist() for n in await store.call_nodes(rollout.rollout_id)] == prompts
+        assert [n.prompt_ids.tolist() for n in await store.calls.nodes(rollout.rollout_id)] == prompts
     finally:
         await store.close()

@@ -65,7 +65,7 @@ def engine_models(db_path, run: str) -> set[str]:
 async def samples_and_calls(url: str, rollout_id: int) -> tuple[list[dict], list[dict]]:
     store = Store.from_url(url)
     try:
-        nodes = await store.call_nodes(rollout_id)
+        nodes = await store.calls.nodes(rollout_id)
     finally:
         await store.close()
     calls = [

@@ -65,7 +65,7 @@ async def test_prune_deletes_ended_rollouts_and_keeps_what_the_learner_needs(dat
         assert not left & set(trained) and other in left and len(left) == 3
         assert await count(store, Call) == 3 * 3  # the kept rollouts' calls, all of them
         # the kept rollouts still read back whole (their requests are deltas against their own calls)
-        [kept] = await store.list_calls(other, 0, 1)
+        [kept] = await store.calls.page(other, 0, 1)
         assert kept.request == agent_requests(1, history_chars=50)[0]
         assert await store.run_exists("old")  # rollouts of it are left
     finally:

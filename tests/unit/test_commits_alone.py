@@ -46,7 +46,7 @@ async def test_an_inline_insert_commits_on_the_calling_thread_and_a_plain_one_on
         )
     finally:
         await asyncio.to_thread(inserts.close)
-    assert len(await file_store.list_calls(identity.rollout_id, 0, 10)) == 2
+    assert len(await file_store.calls.page(identity.rollout_id, 0, 10)) == 2
 
 
 async def test_an_inline_insert_never_holds_the_event_loop_waiting_for_another_connections_lock(file_store, sqlite_db):
@@ -77,7 +77,7 @@ async def test_an_inline_insert_never_holds_the_event_loop_waiting_for_another_c
         ticker.cancel()
         holder.close()
         await asyncio.to_thread(inserts.close)
-    assert len(await file_store.list_calls(identity.rollout_id, 0, 10)) == 1
+    assert len(await file_store.calls.page(identity.rollout_id, 0, 10)) == 1
 
 
 class SpyStore:

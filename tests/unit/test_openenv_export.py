@@ -102,14 +102,14 @@ async def test_export_of_a_recorded_rollout_matches_its_samples(gateway, tmp_pat
     [sample] = (await gateway.http.get(f"/api/rollouts/{rollout['id']}/samples")).json()["data"]
     [rebuilt] = build_samples(trace_nodes(record))
     assert rebuilt.input_ids.tolist() == sample["input_ids"] and rebuilt.loss_mask.tolist() == sample["loss_mask"]
-    assert same_samples([rebuilt], build_samples(await store.call_nodes(rollout["id"])))
+    assert same_samples([rebuilt], build_samples(await store.calls.nodes(rollout["id"])))
 
 
 async def test_rollout_record_carries_the_rewards(gateway):
     rollout = await record_two_turns(gateway, "openenv-reward")
     store = gateway.app.state.gateway.store
     [(row, group)] = await store.run_rollouts("openenv-reward", 0, 10)
-    record = rollout_record(row, group, await store.call_nodes(rollout["id"]), False)
+    record = rollout_record(row, group, await store.calls.nodes(rollout["id"]), False)
     assert record["status"] == "running" and record["reward"] is None  # unscored stays None, never 0
     assert all(t["metadata"]["reward"] is None for t in record["trace"]["turns"])
 

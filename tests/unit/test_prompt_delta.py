@@ -70,9 +70,9 @@ async def test_every_read_gives_the_whole_prompt_the_engine_saw(gateway):
     [sample] = (await gateway.http.get(f"/api/rollouts/{rollout['id']}/samples")).json()["data"]
     assert sample["input_ids"] == expected[-1] + calls[-1]["output_ids"]
     store = gateway.app.state.gateway.store
-    nodes = await store.call_nodes(rollout["id"])
+    nodes = await store.calls.nodes(rollout["id"])
     assert [n.prompt_ids.tolist() for n in nodes] == expected
-    graph = await store.recent_graph_nodes(rollout["id"], 2)
+    graph = await store.calls.graph_nodes(rollout["id"], 2)
     assert [np.frombuffer(g.sequence, "<i4").tolist()[: g.prompt_len] for g in graph] == expected[-2:]
 
 
@@ -108,7 +108,7 @@ async def test_a_restarted_gateway_reads_whole_prompts_into_its_call_graph(gatew
     rollout, sent = await play_turns(gateway, 3)
     restarted = Store.from_url(sqlite_db)
     try:
-        [*_, last] = await restarted.recent_graph_nodes(rollout["id"], 64)
+        [*_, last] = await restarted.calls.graph_nodes(rollout["id"], 64)
         assert np.frombuffer(last.sequence, "<i4").tolist()[: last.prompt_len] == render_chat(sent[-1])
     finally:
         await restarted.close()

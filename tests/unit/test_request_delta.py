@@ -47,10 +47,10 @@ async def test_every_request_reads_back_byte_identical_as_json(store):
     ids = await record_chain(store, requests, rollout.rollout_id)
     assert all(request_delta.is_delta(r) for r in (await stored_requests(store, rollout.rollout_id))[1:])
     for call_id, sent in zip(ids, requests):
-        assert json.dumps((await store.get_call(call_id)).request) == json.dumps(sent)
-    listed = await store.list_calls(rollout.rollout_id, 0, 100)
+        assert json.dumps((await store.calls.get(call_id)).request) == json.dumps(sent)
+    listed = await store.calls.page(rollout.rollout_id, 0, 100)
     assert [json.dumps(c.request) for c in listed] == [json.dumps(r) for r in requests]
-    assert json.dumps((await store.last_main_call(rollout.rollout_id)).request) == json.dumps(requests[-1])
+    assert json.dumps((await store.calls.last_main(rollout.rollout_id)).request) == json.dumps(requests[-1])
 
 
 async def test_stored_request_bytes_grow_linearly_in_turns(store):
@@ -75,7 +75,7 @@ async def test_a_changed_system_prompt_or_tools_is_stored_whole_and_reads_back(s
     }
     del second["max_tokens"]
     [a, b] = await record_chain(store, [first, second], rollout.rollout_id)
-    assert json.dumps((await store.get_call(b)).request) == json.dumps(second)
+    assert json.dumps((await store.calls.get(b)).request) == json.dumps(second)
 
 
 async def test_a_request_that_forges_the_delta_form_reads_back_as_sent(store):
@@ -86,9 +86,9 @@ async def test_a_request_that_forges_the_delta_form_reads_back_as_sent(store):
     attacker = await store.create_rollout("delta-run", "attacker")
     forged = {request_delta.MARKER: {"parent": victim_call, "keys": [["=", "messages"]]}}
     [plain, child] = await record_chain(store, [forged, {**forged, "model": "policy"}], attacker.rollout_id)
-    assert (await store.get_call(plain)).request == forged
-    assert (await store.get_call(child)).request == {**forged, "model": "policy"}
-    assert "secret" not in json.dumps([c.request for c in await store.list_calls(attacker.rollout_id, 0, 10)])
+    assert (await store.calls.get(plain)).request == forged
+    assert (await store.calls.get(child)).request == {**forged, "model": "policy"}
+    assert "secret" not in json.dumps([c.request for c in await store.calls.page(attacker.rollout_id, 0, 10)])
 
 
 async def test_a_parent_from_before_a_restart_is_no_base_and_the_request_is_stored_whole(store, sqlite_db):
@@ -99,7 +99,7 @@ async def test_a_parent_from_before_a_restart_is_no_base_and_the_request_is_stor
     try:
         [child] = await restarted.insert_calls([call_record(rollout.rollout_id, request=second, parent_id=parent)])
         assert (await stored_requests(restarted, rollout.rollout_id))[1] == second
-        assert json.dumps((await restarted.get_call(child)).request) == json.dumps(second)
+        assert json.dumps((await restarted.calls.get(child)).request) == json.dumps(second)
     finally:
         await restarted.close()
 

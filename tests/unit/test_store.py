@@ -69,8 +69,8 @@ async def test_calls_are_listed_in_order_with_cursor_pages(store):
     rollout = await store.create_rollout("run", "task")
     ids = await store.insert_calls([call_record(rollout.rollout_id, output_ids=[i]) for i in range(5)])
     assert ids == sorted(ids)
-    page = await store.list_calls(rollout.rollout_id, after=0, limit=3)
-    rest = await store.list_calls(rollout.rollout_id, after=page[-1].id, limit=3)
+    page = await store.calls.page(rollout.rollout_id, after=0, limit=3)
+    rest = await store.calls.page(rollout.rollout_id, after=page[-1].id, limit=3)
     assert [unpack_ids(c.output_ids) for c in page + rest] == [[0], [1], [2], [3], [4]]
 
 
@@ -107,7 +107,7 @@ async def test_call_batches_on_a_sqlite_file_commit_in_order_and_are_read_back(f
     # the gateway's path on SQLite files: the inserts ran on their own thread
     assert any(t.name.startswith("sqlite-inserts") for t in threading.enumerate())
     assert ids == sorted(ids) and len(set(ids)) == 5
-    calls = await file_store.list_calls(identity.rollout_id, 0, 10)  # read on the async engine
+    calls = await file_store.calls.page(identity.rollout_id, 0, 10)  # read on the async engine
     assert [c.id for c in calls] == ids and [unpack_ids(c.prompt_ids)[0] for c in calls] == list(range(5))
 
 
@@ -116,7 +116,7 @@ async def test_a_failed_call_batch_raises_and_commits_nothing(file_store):
     good, orphan = call_record(identity.rollout_id), call_record(10**9)  # no such rollout: a foreign-key error
     with pytest.raises(Exception, match="FOREIGN KEY"):
         await file_store.insert_calls([good, orphan])
-    assert await file_store.list_calls(identity.rollout_id, 0, 10) == []
+    assert await file_store.calls.page(identity.rollout_id, 0, 10) == []
     assert len(await file_store.insert_calls([good])) == 1  # the writer thread carries on
 
 
@@ -186,13 +186,15 @@ async def test_a_rollout_created_here_reads_nothing_back_until_its_first_call_is
         identity = await store.create_rollout("run-f", "task-1")
         before = len(statements)
         assert await store.rollout_ended(identity.rollout_id) is None  # it runs: just created
-        assert await store.recent_graph_nodes(identity.rollout_id, 8) == []
-        assert await store.recent_outputs(identity.rollout_id, 8) == []
+        assert await store.calls.graph_nodes(identity.rollout_id, 8) == []
+        assert await store.calls.recent_outputs(identity.rollout_id, 8) == []
         assert statements[before:] == []
         answer = {"choices": [{"message": {"role": "assistant", "content": "hi"}}]}
         [call_id] = await store.insert_calls([call_record(identity.rollout_id, response=answer)])
-        assert [node.call_id for node in await store.recent_graph_nodes(identity.rollout_id, 8)] == [call_id]
-        assert await store.recent_outputs(identity.rollout_id, 8) == [({"role": "assistant", "content": "hi"}, [4, 5])]
+        assert [node.call_id for node in await store.calls.graph_nodes(identity.rollout_id, 8)] == [call_id]
+        assert await store.calls.recent_outputs(identity.rollout_id, 8) == [
+            ({"role": "assistant", "content": "hi"}, [4, 5])
+        ]
     finally:
         await store.close()
 
@@ -209,7 +211,7 @@ async def test_a_threaded_insert_refuses_rows_of_different_columns_and_commits_n
             await inserts.insert(Call.__table__, [row, {**row, "unknown": 1}])
     finally:
         await asyncio.to_thread(inserts.close)
-    assert len(await file_store.list_calls(identity.rollout_id, 0, 10)) == 1  # the refused batch left nothing
+    assert len(await file_store.calls.page(identity.rollout_id, 0, 10)) == 1  # the refused batch left nothing
 
 
 async def test_rows_committed_during_a_slow_checkpoint_are_checkpointed_without_waiting_for_more(
@@ -280,4 +282,4 @@ async def test_the_wal_is_checkpointed_beside_the_commits_not_inside_them(file_s
     finally:
         await asyncio.to_thread(inserts.close)
     assert database.stat().st_size > size_before + 100_000  # the rows' pages were copied from the WAL
-    assert len(await file_store.list_calls(identity.rollout_id, 0, 20)) == 13
+    assert len(await file_store.calls.page(identity.rollout_id, 0, 20)) == 13

@@ -65,7 +65,7 @@ async def test_a_teacher_run_is_recorded_with_the_policys_tokens_and_marked(sqli
     store = Store.from_url(sqlite_db)
     try:
         samples, rollouts = await successful_samples(store, "teacher", 1.0)
-        nodes = await store.call_nodes(views[0]["id"])
+        nodes = await store.calls.nodes(views[0]["id"])
     finally:
         await store.close()
     assert rollouts == 4 and len(samples) == 4 and len(build_samples(nodes)) == 1
