@@ -82,7 +82,7 @@ async def publish_adapter(
         await engine.load_adapter(name, path)
         load_s = time.perf_counter() - started
         proof = await prove(engine, name, claim.probe, tolerance) if claim.probe else ()
-        await store.save_adapter(
+        await store.adapters.save(
             version, name, path, loaded=True, digest=digest, probe=_json(claim.probe), proof=_proof_json(proof)
         )
     except Exception:  # not proven or not recorded: the engine must not keep serving it either
@@ -154,9 +154,9 @@ async def retire_old(engine: EngineClient, policy: PolicyRegistry, store: Store,
 
 
 async def _mark_unloaded(store: Store, version: int, name: str) -> None:
-    for adapter in await store.loaded_adapters():
+    for adapter in await store.adapters.loaded():
         if adapter.version == version:
-            await store.save_adapter(version, name, adapter.path, loaded=False)
+            await store.adapters.save(version, name, adapter.path, loaded=False)
 
 
 Tolerance = Callable[[AdapterProbe], float]  # the gateway's tolerance for a probe (``adapter_proof.tolerance_for``)
@@ -169,7 +169,7 @@ async def restore_adapters(
     engine lost (it may have restarted too). Each must still be what was published: its folder's digest
     the stored one, and (given a ``tolerance``) its stored probe passed again on the engine. A version
     that cannot be reloaded or proven is unloaded and marked so: calls never get it."""
-    adapters = await store.loaded_adapters()
+    adapters = await store.adapters.loaded()
     served = {m["id"] for m in await engine.models()} if adapters else set()
     for adapter in adapters:
         try:
@@ -183,7 +183,7 @@ async def restore_adapters(
         except GatewayError as exc:
             logger.warning("could not restore %s from %s: %s", adapter.name, adapter.path, exc.message)
             await _unload_quietly(engine, adapter.name)
-            await store.save_adapter(adapter.version, adapter.name, adapter.path, loaded=False)
+            await store.adapters.save(adapter.version, adapter.name, adapter.path, loaded=False)
 
 
 async def _prove_restored(engine: EngineClient, name: str, probe: AdapterProbe, tolerance: float) -> None:

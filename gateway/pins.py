@@ -44,7 +44,7 @@ async def load_version(engine: EngineClient, policy: PolicyRegistry, store: Stor
     held = policy.pinned("", version)
     if held is not None:
         return held.engine_model
-    adapter = await store.adapter(version)
+    adapter = await store.adapters.get(version)
     if adapter is None:
         published = sorted(policy.loaded())
         raise NotFound(
@@ -56,7 +56,7 @@ async def load_version(engine: EngineClient, policy: PolicyRegistry, store: Stor
     served = {model["id"] for model in await engine.models()}
     if adapter.name not in served:
         await engine.load_adapter(adapter.name, adapter.path)
-    await store.save_adapter(version, adapter.name, adapter.path, loaded=True)
+    await store.adapters.save(version, adapter.name, adapter.path, loaded=True)
     policy.load(version, adapter.name, adapter.digest)
     return adapter.name
 

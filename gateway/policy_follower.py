@@ -36,7 +36,7 @@ async def follow_once(state: GatewayState) -> tuple[int, ...]:
     newer = sorted(
         (
             a
-            for a in await state.store.loaded_adapters()
+            for a in await state.store.adapters.loaded()
             if a.version > policy.current_version and a.version not in state.refused_versions
         ),
         key=lambda a: a.version,
@@ -70,8 +70,8 @@ async def _load_proven(state: GatewayState, adapter: Adapter) -> bool:
     try:
         await prove(state.engine, adapter.name, probe, tolerance_for(state.settings, probe))
     except AdapterNotApplied:  # logged by prove, with the fix
-        state.refused_versions.add(adapter.version)
         await state.engine.unload_adapter(adapter.name)
+        state.refused_versions.add(adapter.version)  # once unloaded: refused means not held either
         return False
     return True
 

@@ -9,11 +9,11 @@ from sqlalchemy import func, select
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
 from store import prompt_delta, request_delta
-from store.arrays import ids_array, logprobs_array, unpack_ids
+from store.arrays import ids_array, logprobs_array, pack_ids, pack_logprobs, unpack_ids
 from store.listings import is_main_call
-from store.records import GraphNode
+from store.records import CallRecord, GraphNode
 from store.samples import Ancestor, CallNode
-from store.tables import Call
+from store.tables import Call, utcnow
 
 
 class CallReads:
@@ -161,3 +161,36 @@ class CallReads:
             calls = list((await session.scalars(query)).all())
         await self.read_whole(calls)
         return calls
+
+
+def call_row(record: CallRecord, request: dict) -> dict:
+    """The row of table ``calls`` a record is stored as (``request``: as stored, maybe a delta)."""
+    return {
+        "rollout_id": record.rollout_id,
+        "dialect": record.dialect,
+        "model": record.model,
+        "engine_model": record.engine_model,
+        "policy_version": record.policy_version,
+        "prompt_ids": prompt_delta.stored_ids(record.prompt_ids, record.prompt_offset),
+        "prompt_offset": record.prompt_offset,
+        "output_ids": pack_ids(record.output_ids),
+        "output_logprobs": pack_logprobs(record.output_logprobs),
+        "source": record.source,
+        "num_prompt_tokens": len(record.prompt_ids),
+        "num_output_tokens": len(record.output_ids),
+        "finish_reason": record.finish_reason,
+        "request": request,
+        "response": record.response,
+        "tags": list(record.tags),
+        "parent_id": record.parent_id,
+        "fork_of": record.fork_of,
+        "drift_tokens": record.drift_tokens,
+        "latency_ms": record.latency_ms,
+        "temperature": record.temperature,
+        "top_p": record.top_p,
+        "engine": record.engine,
+        "queue_ms": record.queue_ms,
+        "moved_from": record.moved_from,
+        "adapter_digest": record.adapter_digest,
+        "created_at": utcnow(),
+    }

@@ -135,3 +135,20 @@ class AgentReport:
 
 
 AGENT_LOG_CHARS = 16_384
+
+
+def identity_of(
+    rollout_id: int, run_id: int, token: str, run_config: dict, meta: dict, pinned_version: int | None = None
+) -> RolloutIdentity:
+    """A rollout's identity from its stored run config and metadata (what the gateway keeps per token)."""
+    patterns = meta.get("side_call_patterns") or {}
+    return RolloutIdentity(
+        rollout_id,
+        run_id,
+        token,
+        run_config.get("capture", "engine"),
+        meta.get("harness"),
+        tuple(sorted((str(k), str(v)) for k, v in patterns.items())),
+        SamplingSettings.from_config(run_config.get("sampling")),
+        pinned_version,
+    )

@@ -1,9 +1,9 @@
-"""The store's queries: rollout identity, recorded calls, rewards (listings: ``listings``)."""
+"""The store: rollouts (their creation, identity by token, end and rewards) and the call inserts; its
+repositories are attributes: ``listings``, ``calls`` (reading calls back), ``adapters``."""
 
 from __future__ import annotations
 
 import asyncio
-import dataclasses
 import hashlib
 import json
 import secrets
@@ -16,9 +16,9 @@ from sqlalchemy import func, insert, select, update
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine, AsyncSession, async_sessionmaker
 
-from store import prompt_delta, request_delta
-from store.arrays import pack_ids, pack_logprobs
-from store.calls import CallReads
+from store import request_delta
+from store.adapters import Adapters
+from store.calls import CallReads, call_row
 from store.database import create_engine, create_sessionmaker
 from store.listings import Listings
 from store.records import (
@@ -26,7 +26,7 @@ from store.records import (
     CallRecord,
     RolloutIdentity,
     RolloutStatus,
-    SamplingSettings,
+    identity_of,
 )
 from store.request_delta import RecentRequests
 from store.rewards import (
@@ -38,18 +38,9 @@ from store.rewards import (
     end_rollout,
     lock_group,
 )
+from store.run_settings import ADHOC_RUN, settled_config
 from store.sqlite_inserts import SQLiteInserts
-from store.tables import Adapter, Call, Group, Rollout, Run, Task, utcnow
-
-ADHOC_RUN = "adhoc"
-
-
-class RunConflict(ValueError):
-    """The run exists with other settings than the ones asked for (``param`` names the setting)."""
-
-    def __init__(self, message: str, param: str):
-        super().__init__(message)
-        self.param = param
+from store.tables import Call, Group, Rollout, Run, Task
 
 
 class RequestConflict(ValueError):
@@ -78,6 +69,7 @@ class Store:
         # Rollouts created here with no call recorded yet: their first call reads nothing back.
         self._without_calls: set[int] = set()
         self.calls = CallReads(self.sessions, self._without_calls)
+        self.adapters = Adapters(self.sessions)
         self._reading_status: dict[int, asyncio.Future[str | None]] = {}  # rollout id -> its read in flight
         self._recent_requests = RecentRequests()  # delta bases for the next calls' requests
 
@@ -119,7 +111,7 @@ class Store:
         digest = _request_digest(task, group, meta, capture, group_size, sampling, policy) if request_id else None
         async with self.sessions.begin() as session:
             run_row = await _get_or_create(session, Run, name=run)
-            config = _run_config(run, run_row.config or {}, capture, sampling)
+            config = settled_config(run, run_row.config or {}, capture, sampling)
             if config != run_row.config:
                 run_row.config = config
             task_row = await _get_or_create(session, Task, run_id=run_row.id, name=task)
@@ -135,7 +127,7 @@ class Store:
                         f"another body: a retry sends the same body; a new rollout needs a new "
                         f"request id"
                     )
-                identity = _identity(
+                identity = identity_of(
                     earlier.id, run_row.id, earlier.token, config, earlier.meta or {}, earlier.pinned_version
                 )
                 self._tokens[identity.token] = identity
@@ -155,7 +147,7 @@ class Store:
             )
             session.add(rollout)
             await session.flush()
-            identity = _identity(rollout.id, run_row.id, rollout.token, config, meta, pinned_version)
+            identity = identity_of(rollout.id, run_row.id, rollout.token, config, meta, pinned_version)
         self._tokens[identity.token] = identity
         self._running_seen[identity.rollout_id] = time.monotonic()  # as if just read: it runs
         if len(self._without_calls) >= FRESH_ROLLOUTS_KEPT:  # rollouts never called: forgetting costs a query
@@ -176,7 +168,7 @@ class Store:
             row = (await session.execute(query)).first()
         if row is None:
             return None
-        identity = _identity(row.id, row.run_id, token, row.config or {}, row.meta or {}, row.pinned_version)
+        identity = identity_of(row.id, row.run_id, token, row.config or {}, row.meta or {}, row.pinned_version)
         self._tokens[token] = identity
         return identity
 
@@ -228,7 +220,7 @@ class Store:
 
         A call's request is stored as a delta against its parent's when the parent's is at hand
         (``request_delta``): the agent resends its history, the store keeps what is new."""
-        rows = [_call_row(record, self._stored_request(record)) for record in records]
+        rows = [call_row(record, self._stored_request(record)) for record in records]
         table = Call.__table__
         if self._inserts is not None and self._bind is None:
             ids = await self._inserts.insert(table, rows, inline=inline)
@@ -345,92 +337,6 @@ class Store:
         self._ended[rollout_id] = status  # its token is refused from now on
         return True
 
-    async def save_adapter(
-        self,
-        version: int,
-        name: str,
-        path: str,
-        loaded: bool,
-        digest: str | None = None,
-        probe: dict | None = None,
-        proof: list[dict] | None = None,
-    ) -> None:
-        """Record a version (or its loaded flag); a digest, probe or proof left None keeps what is stored."""
-        async with self.sessions.begin() as session:
-            row = (await session.scalars(select(Adapter).where(Adapter.version == version))).first()
-            if row is None:
-                row = Adapter(version=version)
-                session.add(row)
-            row.name, row.path, row.loaded = name, path, loaded
-            if digest is not None:
-                row.digest = digest
-            if probe is not None:
-                row.probe = probe
-            if proof is not None:
-                row.proof = proof
-
-    async def adapter(self, version: int) -> Adapter | None:
-        """The published adapter of this version, loaded or not."""
-        async with self.sessions() as session:
-            return (await session.scalars(select(Adapter).where(Adapter.version == version))).first()
-
-    async def loaded_adapters(self) -> list[Adapter]:
-        query = select(Adapter).where(Adapter.loaded.is_(True)).order_by(Adapter.version)
-        async with self.sessions() as session:
-            return list((await session.scalars(query)).all())
-
-
-def _identity(
-    rollout_id: int, run_id: int, token: str, run_config: dict, meta: dict, pinned_version: int | None = None
-) -> RolloutIdentity:
-    patterns = meta.get("side_call_patterns") or {}
-    return RolloutIdentity(
-        rollout_id,
-        run_id,
-        token,
-        run_config.get("capture", "engine"),
-        meta.get("harness"),
-        tuple(sorted((str(k), str(v)) for k, v in patterns.items())),
-        SamplingSettings.from_config(run_config.get("sampling")),
-        pinned_version,
-    )
-
-
-def _run_config(run: str, config: dict, capture: str | None, sampling: dict[str, float] | None) -> dict:
-    """The run's config with its capture mode and sampling settled; RunConflict where they differ.
-
-    Every run but the adhoc one (plain serving, no token) samples with fixed settings, the defaults
-    unless its first rollout gives them; the adhoc run passes each client's settings through.
-    """
-    config = dict(config)
-    if config.get("capture") is None:
-        config["capture"] = capture or "engine"
-    elif capture is not None and capture != config["capture"]:
-        raise RunConflict(f"run {run!r} captures in {config['capture']!r} mode, not {capture!r}", "capture")
-    if run == ADHOC_RUN:
-        if sampling:
-            raise RunConflict(
-                f"run {run!r} passes each client's sampling through; it takes no sampling "
-                f"settings: give the rollout a run of its own",
-                "sampling",
-            )
-        return config
-    fixed = SamplingSettings.from_config(config.get("sampling"))
-    asked = dataclasses.replace(fixed or SamplingSettings(), **(sampling or {}))
-    if fixed is None:
-        config["sampling"] = asked.as_config()
-    elif asked != fixed:
-        raise RunConflict(
-            f"run {run!r} samples with {_describe(fixed)}, not {_describe(asked)}: a run's "
-            f"sampling is fixed when it is created; start a new run to change it",
-            "sampling",
-        )
-    return config
-
-
-def _describe(sampling: SamplingSettings) -> str:
-    return f"temperature={sampling.temperature:g}, top_p={sampling.top_p:g}"
-
 
 def _request_digest(
     task: str,
@@ -491,35 +397,3 @@ async def _get_or_create(session: AsyncSession, table: type, **key):
         return row
     except IntegrityError:  # created concurrently by another request
         return (await session.scalars(query)).one()
-
-
-def _call_row(record: CallRecord, request: dict) -> dict:
-    return {
-        "rollout_id": record.rollout_id,
-        "dialect": record.dialect,
-        "model": record.model,
-        "engine_model": record.engine_model,
-        "policy_version": record.policy_version,
-        "prompt_ids": prompt_delta.stored_ids(record.prompt_ids, record.prompt_offset),
-        "prompt_offset": record.prompt_offset,
-        "output_ids": pack_ids(record.output_ids),
-        "output_logprobs": pack_logprobs(record.output_logprobs),
-        "source": record.source,
-        "num_prompt_tokens": len(record.prompt_ids),
-        "num_output_tokens": len(record.output_ids),
-        "finish_reason": record.finish_reason,
-        "request": request,
-        "response": record.response,
-        "tags": list(record.tags),
-        "parent_id": record.parent_id,
-        "fork_of": record.fork_of,
-        "drift_tokens": record.drift_tokens,
-        "latency_ms": record.latency_ms,
-        "temperature": record.temperature,
-        "top_p": record.top_p,
-        "engine": record.engine,
-        "queue_ms": record.queue_ms,
-        "moved_from": record.moved_from,
-        "adapter_digest": record.adapter_digest,
-        "created_at": utcnow(),
-    }

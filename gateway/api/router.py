@@ -39,8 +39,9 @@ from store.arrays import logprobs_or_none
 from store.listings import RolloutFilter
 from store.records import AgentReport
 from store.rewards import GroupClosed, InvalidReward, RolloutEnded
+from store.run_settings import RunConflict
 from store.samples import build_samples
-from store.store import RequestConflict, RunConflict
+from store.store import RequestConflict
 from store.tables import Rollout
 
 # A client's id for a create request, as the header HTTP APIs use for idempotent retries.

@@ -90,7 +90,7 @@ async def test_a_proven_publication_records_its_digest_on_every_call_it_serves(p
 
     call = await served_call(proving_gateway)
     assert (call["policy_version"], call["adapter_digest"]) == (1, digest)
-    stored = await proving_gateway.state.store.adapter(1)
+    stored = await proving_gateway.state.store.adapters.get(1)
     assert stored.digest == digest and stored.probe["token_ids"] == list(PROBE_IDS) and stored.proof[0]["passed"]
 
 
@@ -109,7 +109,7 @@ async def test_an_engine_that_ignores_a_lora_load_fails_the_publication_and_the_
     assert "does not compute with it" in error["message"] and "closer to the base model" in error["message"]
     assert "--enable-lora" in error["message"]
     assert "policy-v2" not in gw.fake.adapters  # unloaded again
-    assert await gw.state.store.adapter(2) is None  # never recorded as published
+    assert await gw.state.store.adapters.get(2) is None  # never recorded as published
     policy = (await gw.http.get("/admin/policy")).json()
     assert policy["current_version"] == 1
     call = await served_call(gw)
@@ -179,7 +179,7 @@ async def test_a_restored_version_that_is_not_what_was_published_never_serves(
         call = await served_call(gw)
         assert (call["policy_version"], call["adapter_digest"]) == (0, None)
         assert "policy-v1" not in gw.fake.adapters  # unloaded again after the failed proof
-        assert not (await gw.state.store.adapter(1)).loaded  # marked: the next restart does not try it
+        assert not (await gw.state.store.adapters.get(1)).loaded  # marked: the next restart does not try it
 
 
 @pytest.mark.parametrize(
@@ -267,7 +267,7 @@ def test_the_learners_probe_is_its_log_probs_with_and_without_the_adapter():
 async def test_the_learner_refuses_a_group_served_by_another_adapter_than_its_versions(sqlite_db):
     store = Store.from_url(sqlite_db)
     try:
-        await store.save_adapter(1, "policy-v1", "/a/v1", loaded=True, digest="a" * 64)
+        await store.adapters.save(1, "policy-v1", "/a/v1", loaded=True, digest="a" * 64)
         rollouts = []
         for k, digest in enumerate(("a" * 64, "b" * 64)):
             identity = await store.create_rollout("proof", "t", group_size=2)

@@ -129,7 +129,7 @@ async def test_publish_with_a_version_beyond_the_store_changes_neither_store_nor
     for version in (2**63, 2**31):
         assert_openai_error(await publish(gateway, version), 400)
     assert gateway.fake.adapters == {}
-    assert await gateway.app.state.gateway.store.loaded_adapters() == []
+    assert await gateway.app.state.gateway.store.adapters.loaded() == []
     assert (await gateway.http.get("/admin/policy")).json()["current_version"] == 0
 
 
@@ -138,7 +138,7 @@ async def test_publish_the_engine_refuses_changes_neither_store_nor_engine(gatew
     response = await publish(gateway, 1, "/nope")
     assert 400 <= response.status_code < 600 and "adapter_config" in response.json()["error"]["message"]
     assert gateway.fake.adapters == {}
-    assert await gateway.app.state.gateway.store.loaded_adapters() == []
+    assert await gateway.app.state.gateway.store.adapters.loaded() == []
 
 
 async def test_publish_whose_store_write_fails_is_unloaded_from_the_engine_again(gateway, monkeypatch):
@@ -147,7 +147,7 @@ async def test_publish_whose_store_write_fails_is_unloaded_from_the_engine_again
     async def broken_save(*args, **kwargs):
         raise RuntimeError("database is locked")
 
-    monkeypatch.setattr(store, "save_adapter", broken_save)
+    monkeypatch.setattr(store.adapters, "save", broken_save)
     response = await publish(gateway, 1)
     assert response.status_code == 500
     assert gateway.fake.adapters == {}  # loaded, then unloaded when the store write failed

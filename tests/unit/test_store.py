@@ -12,7 +12,8 @@ from sqlalchemy import event, select
 
 from store.arrays import pack_ids, pack_logprobs, unpack_ids, unpack_logprobs
 from store.database import create_engine
-from store.store import ADHOC_RUN, TOKEN_PREFIX, Store
+from store.run_settings import ADHOC_RUN
+from store.store import TOKEN_PREFIX, Store
 from store.tables import Call, Group, Run, Task
 from store.writer import CallWriter
 from tests.builders import call_record, call_row

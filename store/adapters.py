@@ -1,0 +1,48 @@
+"""Published policy versions (table ``adapters``, ``store.adapters``): where each adapter lives, whether
+the engines hold it, its digest, the learner's probe and the gateway's proof (``gateway.adapter_proof``)."""
+
+from __future__ import annotations
+
+from sqlalchemy import select
+from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
+
+from store.tables import Adapter
+
+
+class Adapters:
+    def __init__(self, sessions: async_sessionmaker[AsyncSession]):
+        self.sessions = sessions
+
+    async def save(
+        self,
+        version: int,
+        name: str,
+        path: str,
+        loaded: bool,
+        digest: str | None = None,
+        probe: dict | None = None,
+        proof: list[dict] | None = None,
+    ) -> None:
+        """Record a version (or its loaded flag); a digest, probe or proof left None keeps what is stored."""
+        async with self.sessions.begin() as session:
+            row = (await session.scalars(select(Adapter).where(Adapter.version == version))).first()
+            if row is None:
+                row = Adapter(version=version)
+                session.add(row)
+            row.name, row.path, row.loaded = name, path, loaded
+            if digest is not None:
+                row.digest = digest
+            if probe is not None:
+                row.probe = probe
+            if proof is not None:
+                row.proof = proof
+
+    async def get(self, version: int) -> Adapter | None:
+        """The published adapter of this version, loaded or not."""
+        async with self.sessions() as session:
+            return (await session.scalars(select(Adapter).where(Adapter.version == version))).first()
+
+    async def loaded(self) -> list[Adapter]:
+        query = select(Adapter).where(Adapter.loaded.is_(True)).order_by(Adapter.version)
+        async with self.sessions() as session:
+            return list((await session.scalars(query)).all())
