@@ -66,7 +66,17 @@ def _plots(data: ReportData) -> list[tuple[str, Callable, str | None]]:
         ("staleness", lambda fig: _staleness(fig, data), no_steps),
         ("generation_throughput", lambda fig: _generation(fig, data), no_calls),
         ("training_throughput", lambda fig: _training(fig, data), no_steps),
+        ("train_inference_mismatch", lambda fig: _mismatch(fig, data), _no_mismatch(data)),
     ]
+
+
+def _no_mismatch(data: ReportData) -> str | None:
+    if any(p.mismatch_mean_abs is not None for p in data.steps):
+        return None
+    return (
+        f"run {data.run!r} has no step that compared tokens its own version sampled yet (the mismatch is "
+        f"measured on those only)"
+    )
 
 
 def _agg() -> None:
@@ -272,6 +282,25 @@ def _training(figure, data: ReportData) -> None:
     samples.set(xlabel="learner step", ylabel="samples / step")
     samples.xaxis.get_major_locator().set_params(integer=True)
     samples.grid(alpha=0.3, axis="y")
+
+
+def _mismatch(figure, data: ReportData) -> None:
+    ax = figure.add_subplot()
+    points = [p for p in data.steps if p.mismatch_mean_abs is not None]
+    steps = [p.step for p in points]
+    ax.plot(steps, [p.mismatch_mean_abs for p in points], color=BLUE, marker=_marker(steps), label="mean |Δ| per token")
+    ax.plot(steps, [_nan(p.mismatch_max_abs) for p in points], color=ORANGE, marker=".", alpha=0.8, label="max |Δ|")
+    alarmed = [p for p in points if p.mismatch_alarmed]
+    if alarmed:
+        ax.scatter([p.step for p in alarmed], [p.mismatch_mean_abs for p in alarmed], color="red", zorder=3,
+                   label=f"steps over the alarm ({len(alarmed)})")  # fmt: skip
+    ax.set_yscale("symlog", linthresh=1e-6)  # fp32 engines sit near 1e-7, bf16 near 1e-2: both readable
+    ax.set(
+        xlabel="learner step",
+        ylabel="|learner - sampler| log-prob (nats)",
+        title="train/inference mismatch (tokens sampled by the learner's own version)",
+    )
+    _finish(ax)
 
 
 def _finish(ax) -> None:

@@ -39,6 +39,10 @@ class StepPoint:
     samples: int  # samples trained on
     tokens_trained: int  # tokens the loss covered (sampled, not stale, not masked)
     step_time_s: float | None  # batch, packing, forward/backward, optimizer, checkpoint
+    # train/inference mismatch on the tokens the learner's own version sampled (nats; None: none compared)
+    mismatch_mean_abs: float | None = None
+    mismatch_max_abs: float | None = None
+    mismatch_alarmed: bool = False  # above the learner's [loss] mismatch_alarm
 
     @property
     def trained_tokens_per_s(self) -> float | None:
@@ -121,6 +125,9 @@ def _step_point(step: int, m: dict) -> StepPoint:
         samples=int(m.get("samples") or 0),
         tokens_trained=int(m.get("tokens_trained") or 0),
         step_time_s=m.get("step_time_s"),
+        mismatch_mean_abs=m.get("mismatch_mean_abs"),
+        mismatch_max_abs=m.get("mismatch_max_abs"),
+        mismatch_alarmed=bool(m.get("mismatch_alarmed")),
     )
 
 

@@ -26,7 +26,14 @@ from tests.images import assert_plot_image
 
 RUN = "report-run"
 START = datetime(2025, 3, 1, 12, 0, 0, tzinfo=UTC)
-PLOTS = ("reward_per_step", "reward_per_version", "staleness", "generation_throughput", "training_throughput")
+PLOTS = (
+    "reward_per_step",
+    "reward_per_version",
+    "staleness",
+    "generation_throughput",
+    "training_throughput",
+    "train_inference_mismatch",
+)
 
 
 @pytest.fixture
@@ -95,6 +102,10 @@ def step_metrics(step: int) -> dict:
         "tokens_trained": 100 * step,
         "step_time_s": 2.0 + step,
         "loss": None,
+        # step 1 compared none of its own version's tokens; step 6 crossed the alarm
+        "mismatch_mean_abs": None if step == 1 else 1e-3 * step,
+        "mismatch_max_abs": None if step == 1 else 1e-2 * step,
+        "mismatch_alarmed": step == 6,
     }
 
 
@@ -180,6 +191,11 @@ async def test_step_points_carry_the_stored_step_metrics(store):
             m["staleness_max"],
         )
         assert p.samples == m["samples"] and p.trained_tokens_per_s == pytest.approx(100 * p.step / (2.0 + p.step))
+        assert (p.mismatch_mean_abs, p.mismatch_max_abs, p.mismatch_alarmed) == (
+            m["mismatch_mean_abs"],
+            m["mismatch_max_abs"],
+            m["mismatch_alarmed"],
+        )
 
 
 def test_bucket_widths_are_round_and_bounded():
@@ -228,7 +244,7 @@ async def test_a_run_without_learner_steps_gets_its_generation_plots_and_a_note(
 async def test_a_run_without_calls_gets_notes_only(store, tmp_path):
     await store.create_rollout("empty-run", "t")
     result = write_report(await gather_report(store, "empty-run"), tmp_path / "empty")
-    assert result.paths == () and len(result.notes) == 5
+    assert result.paths == () and len(result.notes) == 6
     assert any("no recorded calls" in note for note in result.notes)
 
 
