@@ -1,7 +1,7 @@
 """Side calls: title generation, summaries and other calls an agent makes beside its main loop.
 
 They are recorded like any call but tagged, so training leaves them out by default. Generic rules
-look at the instructions; harness adapters add their own through ``HARNESS_RULES``.
+look at the instructions; harnesses add their own through ``HARNESS_RULES``.
 """
 
 from __future__ import annotations
@@ -25,7 +25,7 @@ GENERIC_RULES: dict[str, re.Pattern] = {
     ),
 }
 
-# harness name -> extra rules (tag -> pattern); filled in by harness adapters as they learn quirks.
+# harness name -> extra rules (tag -> pattern); filled in by harnesses as they learn quirks.
 HARNESS_RULES: dict[str, dict[str, re.Pattern]] = {}
 
 
@@ -52,7 +52,7 @@ def side_call_tags(
     message opens with an instruction its harness declared (Claude Code compacts with its main loop's
     system prompt and tools, to share the prompt cache, and asks for the summary there).
 
-    ``extra`` are (tag, regex) rules a harness adapter declared for its rollouts.
+    ``extra`` are (tag, regex) rules a harness declared for its rollouts.
     """
     if has_tools:
         if not extra:  # the main loop, and no rule to look for: no need to find the last user message

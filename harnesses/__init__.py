@@ -1,1 +1,1 @@
-"""Harness adapters (one per agent), task loading, verification and the rollout runner."""
+"""Harnesses (one per agent), task loading, verification and the rollout runner."""

@@ -14,7 +14,7 @@ from dataclasses import dataclass, replace
 
 from openai import AsyncOpenAI
 
-from harnesses.adapter import AgentOutcome, RolloutTarget
+from harnesses.harness import AgentOutcome, RolloutTarget
 from harnesses.task import Task
 from sandboxes import Sandbox, SandboxSpec
 

@@ -15,10 +15,10 @@ import asyncio
 import re
 from dataclasses import dataclass
 
-from harnesses.adapter import RolloutTarget
 from harnesses.agents.oracle import NopHarness, OracleHarness
 from harnesses.environments import Environments, TaskEnvironmentError
 from harnesses.grading import final_answer, grade
+from harnesses.harness import RolloutTarget
 from harnesses.task import Task
 from sandboxes import Limits, SandboxSpec, create_sandbox
 

@@ -18,7 +18,7 @@ from gateway.control_client import Backoff, GatewayUnreachable, send
 from store.records import AGENT_LOG_CHARS
 
 if TYPE_CHECKING:
-    from harnesses.adapter import AgentOutcome
+    from harnesses.harness import AgentOutcome
 
 BACKOFF = Backoff(retries=3, first_s=0.2, factor=4.0, max_s=3.2)  # 0.2, 0.8, 3.2 s
 UNREACHABLE_HINT = "start it with `harnessrl serve` or pass --gateway URL"

@@ -64,7 +64,7 @@ async def launch_run(
     environments = Environments(allow_internet=allow_internet)
     for task in chosen:  # a task needing the internet is refused before anything runs
         environments.check(task)
-    adapter, reward_functions = with_environments(  # OpenEnv tasks: their tools and reward (harnesses/openenv_agent.py)
+    agent, reward_functions = with_environments(  # OpenEnv tasks: their tools and reward (harnesses/openenv_agent.py)
         chosen,
         create_harness(harness, sandbox),
         tuple(load_reward_function(spec) for spec in rewards),
@@ -73,7 +73,7 @@ async def launch_run(
     plan = RunPlan(
         run=run,
         tasks=chosen,
-        harness=adapter,
+        harness=agent,
         group_size=group_size,
         concurrency=concurrency,
         sandbox=sandbox,
@@ -92,7 +92,7 @@ async def launch_run(
     )
     gateway = GatewayClient(gateway_url, admin_key)
     try:
-        if (warning := await context_warning(gateway, adapter)) is not None:
+        if (warning := await context_warning(gateway, agent)) is not None:
             Console(stderr=True).print(warning, markup=False, highlight=False)
         runner = Runner(plan, gateway)
         remaining = await runner.remaining()  # other runners of the run may play some of these

@@ -30,7 +30,7 @@ from dataclasses import replace
 
 from openai import AsyncOpenAI
 
-from harnesses.adapter import AgentOutcome, Harness, RolloutTarget
+from harnesses.harness import AgentOutcome, Harness, RolloutTarget
 from harnesses.openenv_relay import ToolRelay, registered
 from harnesses.openenv_tasks import REWARD_NAME, EnvOutcome, EnvServer, EnvTaskRef
 from harnesses.task import Task, TaskError

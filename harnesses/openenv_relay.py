@@ -25,8 +25,8 @@ from dataclasses import dataclass, field
 
 from aiohttp import web
 
-from harnesses.adapter import RolloutTarget
 from harnesses.gateway_client import GatewayClient, GatewayRefused, GatewayUnreachable
+from harnesses.harness import RolloutTarget
 from harnesses.openenv_tasks import EnvTaskRef
 from harnesses.task import TaskError
 

@@ -32,7 +32,7 @@ from dataclasses import dataclass
 
 import httpx
 
-from harnesses.adapter import AgentOutcome
+from harnesses.harness import AgentOutcome
 from harnesses.task import Task, TaskError
 
 PREFIX = "openenv:"

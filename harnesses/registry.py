@@ -13,7 +13,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from harnesses.adapter import Harness
+    from harnesses.harness import Harness
 
 CLI_AGENTS = ("opencode", "pi", "hermes", "claude-code", "codex")
 CHECKS = ("oracle", "nop")
@@ -39,7 +39,7 @@ def create_harness(name: str, sandbox: str = "local") -> Harness:
 
         return OracleHarness() if name == "oracle" else NopHarness()
     if name in CLI_AGENTS:
-        from harnesses import agents  # the CLI agents' adapters
+        from harnesses import agents  # the CLI agents' harnesses
 
         return agents.create(name, sandbox=sandbox)
     raise ValueError(f"unknown harness {name!r}; choose one of {', '.join(harness_names())}")

@@ -23,11 +23,11 @@ import socket
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 
-from harnesses.adapter import AgentOutcome, Harness, RolloutTarget
 from harnesses.budget import DEFAULT_WALL_FACTOR, AgentBudget, BudgetExceeded, run_within
 from harnesses.environments import Environments
 from harnesses.gateway_client import GatewayClient, rebased
 from harnesses.grading import final_answer, grade
+from harnesses.harness import AgentOutcome, Harness, RolloutTarget
 from harnesses.judge import JUDGE_COMPONENT, Judge, Judgement
 from harnesses.reward_functions import RewardFunction
 from harnesses.rubric import Trajectory

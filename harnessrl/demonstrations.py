@@ -18,8 +18,8 @@ import json
 import shlex
 from collections.abc import Iterable
 
-from harnesses.adapter import Harness
 from harnesses.agents.cli_agent import ShellTool
+from harnesses.harness import Harness
 from harnesses.task import Task
 
 SOLUTIONS = "solutions"  # the teacher model string that selects this teacher

@@ -25,9 +25,9 @@ from pathlib import Path
 from urllib.parse import quote
 
 from gateway.passk import TaskCount, policy_label, policy_results
-from harnesses.adapter import Harness
 from harnesses.budget import DEFAULT_WALL_FACTOR
 from harnesses.gateway_client import GatewayClient
+from harnesses.harness import Harness
 from harnesses.interrupts import sigterm_cancels_this_task
 from harnesses.judge import Judge
 from harnesses.runner import RolloutResult, Runner, RunPlan
@@ -53,7 +53,7 @@ class EvalPlan:
     sandbox_options: dict = field(default_factory=dict)
     wall_factor: float = DEFAULT_WALL_FACTOR
     judge: Judge | None = None  # an LLM judge scoring each rollout (the reward component "judge")
-    harness_name: str | None = None  # as asked (e.g. oneshot); default: the adapter's name
+    harness_name: str | None = None  # as asked (e.g. oneshot); default: the harness's name
     # teacher:MODEL policies: the store their gateway records into, the policy's tokenizer, the API base
     database_url: str | None = None
     policy_model: Path | None = None

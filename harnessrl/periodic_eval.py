@@ -15,8 +15,8 @@ import logging
 import threading
 from dataclasses import dataclass, field
 
-from harnesses.adapter import Harness
 from harnesses.gateway_client import GatewayClient
+from harnesses.harness import Harness
 from harnesses.task import Task
 from harnessrl.evaluation import EvalPlan, run_evaluation
 from sandboxes import SandboxSpec

@@ -21,9 +21,9 @@ from rich.console import Console
 from rich.live import Live
 
 from gateway.settings import GatewaySettings
-from harnesses.adapter import Harness
 from harnesses.builtin_agent import ONE_SHOT, BuiltinHarness, BuiltinSettings
 from harnesses.gateway_client import GatewayClient
+from harnesses.harness import Harness
 from harnesses.interrupts import sigterm_cancels_this_task
 from harnesses.judge import Judge, JudgeSettings
 from harnesses.runner import Runner, RunPlan

@@ -86,7 +86,7 @@ class RolloutIdentity:
     token: str
     capture: str = "engine"  # the run's capture mode: "engine" (vLLM renders) or "tito"
     harness: str | None = None  # the agent driving the rollout (its side-call rules apply)
-    side_patterns: tuple[tuple[str, str], ...] = ()  # (tag, regex) the harness declared (harnesses.adapter.Harness)
+    side_patterns: tuple[tuple[str, str], ...] = ()  # (tag, regex) the harness declared (harnesses.harness.Harness)
     sampling: SamplingSettings | None = None  # the run's fixed sampling; None (adhoc): the client's own
     pinned_version: int | None = None  # the version the control plane pinned the rollout to (0 = base)
 

@@ -1,4 +1,4 @@
-"""Adapters for the real CLI coding agents: OpenCode, pi, Hermes, Claude Code and Codex CLI (see `cli_agent`).
+"""Harnesses for the real CLI coding agents: OpenCode, pi, Hermes, Claude Code and Codex CLI (see `cli_agent`).
 
 harness = create("opencode", sandbox="docker")   # image harnessrl/opencode:latest
 harness = create("pi")                           # local sandbox: the host's install, read-only
@@ -36,7 +36,7 @@ __all__ = [
 
 
 def create(name: str, sandbox: str = "local", settings: AgentSettings | None = None) -> CliAgentHarness:
-    """The adapter for agent ``name``, for sandboxes of kind ``sandbox`` ("local" or "docker")."""
+    """The harness of agent ``name``, for sandboxes of kind ``sandbox`` ("local" or "docker")."""
     if name not in AGENTS:
         raise ValueError(f"unknown agent {name!r}; choose one of {', '.join(AGENTS)}")
     return AGENTS[name](sandbox=sandbox, settings=settings)

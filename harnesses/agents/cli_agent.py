@@ -1,13 +1,13 @@
 """What the three CLI agents (OpenCode, pi, Hermes) share: config in the sandbox, one exec, the outcome.
 
-An agent runs inside its sandbox as its own process. The adapter:
+An agent runs inside its sandbox as its own process. Its harness:
 1. finds the agent's HOME inside the sandbox (backends differ: /home/agent under bubblewrap, a private
    directory when unisolated, the image's user in docker) and writes the agent's config there,
    pointing at the rollout's gateway URL *as seen from inside* with the rollout token as API key;
 2. runs the agent once, non-interactively, with the task instruction, under the task's timeout;
 3. returns its final answer (parsed from the agent's machine-readable output) and a log tail.
 
-Where the binary comes from depends on the sandbox kind the adapter is made for: in docker, the
+Where the binary comes from depends on the sandbox kind the harness is made for: in docker, the
 harness image (`harnessrl images build`) has it on PATH; in a local sandbox, the host's install is
 shown read-only inside (only the parts bubblewrap does not already show: /usr is always there).
 """
@@ -19,7 +19,7 @@ import shutil
 from dataclasses import dataclass, replace
 from pathlib import Path
 
-from harnesses.adapter import AgentOutcome, RolloutTarget
+from harnesses.harness import AgentOutcome, RolloutTarget
 from harnesses.images import image_tag
 from harnesses.task import Task
 from sandboxes import ExecResult, Sandbox, SandboxSpec
@@ -91,7 +91,7 @@ class HostInstall:
 
 
 class CliAgentHarness:
-    """Base of the CLI agent adapters; subclasses say how their agent is configured and run."""
+    """Base of the CLI agents' harnesses; subclasses say how their agent is configured and run."""
 
     name: str
     executable: str  # the command's name on PATH (in the image and on the host)

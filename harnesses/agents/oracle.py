@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from harnesses.adapter import AgentOutcome, RolloutTarget
+from harnesses.harness import AgentOutcome, RolloutTarget
 from harnesses.task import Task
 from sandboxes import Sandbox, SandboxSpec
 

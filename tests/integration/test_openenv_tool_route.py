@@ -14,7 +14,7 @@ import httpx
 import pytest
 
 from gateway.api.rollout_tools import MAX_TOOL_BODY_BYTES
-from harnesses.adapter import RolloutTarget
+from harnesses.harness import RolloutTarget
 from harnesses.openenv_relay import ToolRelay, registered
 from harnesses.openenv_tasks import EnvServer, EnvTaskRef
 from harnessrl.server import BackgroundGateway, BackgroundServer

@@ -1,4 +1,4 @@
-"""The CLI agent adapters without the agents: configs, command lines, side-call rules, outcomes, images."""
+"""The CLI agents' harnesses without the agents: configs, command lines, side-call rules, outcomes, images."""
 
 from __future__ import annotations
 
@@ -12,9 +12,9 @@ import yaml
 import docker
 from gateway.tagging import side_call_tags
 from harnesses import images
-from harnesses.adapter import RolloutTarget
 from harnesses.agents import AgentNotInstalled, AgentSettings, cli_agent, create
 from harnesses.agents.cli_agent import Endpoint, HostInstall
+from harnesses.harness import RolloutTarget
 from harnesses.registry import create_harness
 from harnesses.task import Task
 from sandboxes import ExecResult, SandboxSpec

@@ -11,9 +11,9 @@ import pytest
 
 from gateway.tagging import side_call_tags
 from harnesses import images
-from harnesses.adapter import RolloutTarget
 from harnesses.agents import AgentSettings, create
 from harnesses.agents.cli_agent import Endpoint
+from harnesses.harness import RolloutTarget
 from harnesses.registry import create_harness, harness_names
 from harnesses.task import Task
 from sandboxes import ExecResult

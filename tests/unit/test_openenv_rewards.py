@@ -6,7 +6,7 @@ import asyncio
 
 import pytest
 
-from harnesses.adapter import AgentOutcome
+from harnesses.harness import AgentOutcome
 from harnesses.reward_functions import load_reward_function
 from harnesses.task import Task
 from harnesses.verify import Verdict
