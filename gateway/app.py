@@ -18,7 +18,7 @@ from gateway.admin.router import create_router as create_admin_router
 from gateway.anthropic.router import create_router as create_anthropic_router
 from gateway.api.rollout_tools import create_router as create_rollout_tools_router
 from gateway.api.router import create_router as create_api_router
-from gateway.body_limit import Boundary
+from gateway.boundary import install_boundary
 from gateway.capture_probe import CaptureCheckedEngine
 from gateway.docs import install_docs
 from gateway.engine.client import EngineClient, VLLMEngineClient
@@ -86,11 +86,9 @@ def create_app(
     # No CDN pages: /docs is served from local assets, and ReDoc has no local copy.
     app = FastAPI(title="harnessrl gateway", version="0.1.0", lifespan=lifespan, docs_url=None, redoc_url=None)
     install_error_handlers(app)
-    # One ASGI layer on every request: the Host header (DNS rebinding), the admin key on /api and /admin,
-    # the body limit while the body streams in, and a 500 naming an error id for anything unmapped.
-    app.add_middleware(
-        Boundary, max_bytes=settings.max_body_bytes, admin_key=settings.admin_key, served_hosts=settings.served_hosts()
-    )
+    # Every request: a 500 naming an error id for anything unmapped, the Host header (DNS rebinding), the
+    # admin key on /api and /admin, the body limit while the body streams in, the SDK's retry count.
+    install_boundary(app, settings.max_body_bytes, settings.admin_key, settings.served_hosts())
     install_docs(app)  # Swagger UI at /docs
     app.include_router(create_openai_router())
     app.include_router(create_responses_router())

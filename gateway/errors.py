@@ -227,7 +227,7 @@ def install_error_handlers(app: FastAPI) -> None:
         return respond(request, error)
 
     # Unexpected exceptions: not a handler (Starlette re-raises after one, so the server logs a second
-    # traceback) but the app's ASGI boundary (gateway.body_limit.Boundary) answers and logs once.
+    # traceback) but the app's ASGI boundary (gateway.boundary.server_errors) answers and logs once.
     document_errors(app)
 
 

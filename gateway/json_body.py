@@ -1,6 +1,6 @@
 """JSON bodies: sent as JSON, an object, valid UTF-8, not nested beyond what a request needs.
 
-The size limit is the ``Boundary`` middleware's (checked while the body streams in). The model
+The size limit is the ``BodyLimit`` middleware's (``gateway.boundary``: checked while the body streams in). The model
 endpoints read their body here; the REST and admin routes, whose bodies FastAPI parses, check the
 parsed body with the ``refuse_deep_json`` dependency. A body nested too deeply for the parser, or
 deeper than ``MAX_JSON_DEPTH``, is a 400, not a RecursionError later (storing or sending it back).

@@ -1,6 +1,6 @@
 """Admin routes of rollout workers' leases (``store.leases``): claim slots of a run, renew the
 leases held, and hand them back done or unplayed. The admin key only: a rollout token opens none of them
-(the control plane's guard, ``gateway.body_limit``), and no sandbox route forwards /admin."""
+(the control plane's guard, ``gateway.boundary.admin_guard``), and no sandbox route forwards /admin."""
 
 from __future__ import annotations
 
