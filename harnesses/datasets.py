@@ -10,9 +10,9 @@
   real agents, ``make demo``'s) and ``builtin:shell-unseen`` (a kind of shell job it never holds), or
   ``builtin:tasks`` (the 32 small tasks shipped in ``harnesses/tasks``);
 - ``harbor:SPEC`` / ``hf:ORG/NAME``: what OpenEnv's Harbor resolution takes (a folder, a Hugging Face
-  dataset repo, a registry ``NAME@VERSION``; see harnesses/openenv_datasets.py);
+  dataset repo, a registry ``NAME@VERSION``; see harnesses/openenv/datasets.py);
 - ``openenv:SPEC``: an OpenEnv environment's own tasks (a server URL, ``MODULE:CLASS``, an image; see
-  harnesses/openenv_tasks.py).
+  harnesses/openenv/tasks.py).
 
 The split is a property of a task's name alone: ``sha256(name)`` read as a fraction of 2**64 below
 ``test_fraction`` is ``test``, else ``train``. So a task keeps its split whatever else the dataset
@@ -31,8 +31,8 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from harnesses.openenv_datasets import is_openenv_dataset, load_openenv_dataset
-from harnesses.openenv_tasks import is_openenv_tasks, load_openenv_tasks
+from harnesses.openenv.datasets import is_openenv_dataset, load_openenv_dataset
+from harnesses.openenv.tasks import is_openenv_tasks, load_openenv_tasks
 from harnesses.task import Task, TaskError, builtin_tasks_path, load_tasks
 
 SPLITS = ("all", "train", "test")
@@ -132,9 +132,9 @@ def load_dataset(source: str | Path) -> list[Task]:
                 f"unknown built-in dataset {text!r}: use one of {', '.join(BUILTIN_PREFIX + n for n in BUILTIN)}"
             )
         tasks = BUILTIN[name]()
-    elif is_openenv_dataset(text):  # harbor:SPEC, hf:ORG/NAME, resolved by OpenEnv (harnesses/openenv_datasets.py)
+    elif is_openenv_dataset(text):  # harbor:SPEC, hf:ORG/NAME, resolved by OpenEnv (harnesses/openenv/datasets.py)
         tasks = load_openenv_dataset(text)
-    elif is_openenv_tasks(text):  # openenv:SPEC, an environment's own tasks (harnesses/openenv_tasks.py)
+    elif is_openenv_tasks(text):  # openenv:SPEC, an environment's own tasks (harnesses/openenv/tasks.py)
         tasks = load_openenv_tasks(text)
     else:
         path = Path(source)

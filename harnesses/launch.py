@@ -13,7 +13,7 @@ from harnesses.environments import Environments
 from harnesses.gateway_client import GatewayClient
 from harnesses.interrupts import sigterm_cancels_this_task
 from harnesses.judge import Judge, JudgeSettings
-from harnesses.openenv_agent import with_environments
+from harnesses.openenv.agent import with_environments
 from harnesses.progress import RunProgress
 from harnesses.registry import create_harness
 from harnesses.reward_functions import load_reward_function
@@ -64,7 +64,7 @@ async def launch_run(
     environments = Environments(allow_internet=allow_internet)
     for task in chosen:  # a task needing the internet is refused before anything runs
         environments.check(task)
-    agent, reward_functions = with_environments(  # OpenEnv tasks: their tools and reward (harnesses/openenv_agent.py)
+    agent, reward_functions = with_environments(  # OpenEnv tasks: their tools and reward (harnesses/openenv/agent.py)
         chosen,
         create_harness(harness, sandbox),
         tuple(load_reward_function(spec) for spec in rewards),

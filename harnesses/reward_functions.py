@@ -13,7 +13,7 @@ import math
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from harnesses.openenv_rewards import is_rubric, rubric_reward
+from harnesses.openenv.rewards import is_rubric, rubric_reward
 
 
 @dataclass(frozen=True)

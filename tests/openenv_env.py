@@ -6,7 +6,7 @@ observation of the ``submit`` call, which also ends the episode. Every tool call
 environment's state (``step_count``) and, where ``ADDER_LOG`` names a file, appended to it, so a test
 can see the agent's calls reached the environment.
 
-Serve: ``python -m harnesses.openenv_serve tests.openenv_env:AdderEnvironment --port PORT``.
+Serve: ``python -m harnesses.openenv.serve tests.openenv_env:AdderEnvironment --port PORT``.
 """
 
 from __future__ import annotations

@@ -1,7 +1,7 @@
 """A rollout's tool server, reached from its sandbox through the gateway: ``/r/{token}/v1/tools/mcp``.
 
 An agent in a sandbox reaches only the gateway. Where a rollout has tools served outside the sandbox
-(an OpenEnv environment's MCP tools, relayed on the runner's host by ``harnesses.openenv_relay``), the
+(an OpenEnv environment's MCP tools, relayed on the runner's host by ``harnesses.openenv.relay``), the
 runner registers that server's URL for the rollout on the control plane, and the agent's MCP client
 is pointed at ``<its base URL>/tools/mcp``:
 

@@ -2,7 +2,7 @@
 
 The environment (tests/openenv_env.py) is served for real per rollout; the agent's MCP client reaches its
 tools only through the sandbox bridge and the gateway's tools route (/r/<token>/v1/tools/mcp), which
-forwards to the rollout's relay (harnesses/openenv_relay.py) holding its OpenEnv session. A scripted
+forwards to the rollout's relay (harnesses/openenv/relay.py) holding its OpenEnv session. A scripted
 engine plays the model: it calls the agent's name for the environment's add tool (OpenCode: env_add,
 Hermes: mcp__env__add), then submit (the right sum in one rollout,
 one more in the other), then answers. The environment's reward lands in the rollouts' rewards and the
@@ -19,8 +19,8 @@ import pytest
 from harnesses.agents import create
 from harnesses.datasets import load_dataset
 from harnesses.gateway_client import GatewayClient
-from harnesses.openenv_agent import with_environments
-from harnesses.openenv_tasks import REWARD_NAME
+from harnesses.openenv.agent import with_environments
+from harnesses.openenv.tasks import REWARD_NAME
 from harnesses.runner import Runner, RunPlan
 from harnessrl.server import BackgroundGateway, BackgroundServer
 from sandboxes import Limits, SandboxSpec

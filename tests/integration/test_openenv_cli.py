@@ -15,7 +15,7 @@ from collections.abc import Iterator
 import httpx
 import pytest
 
-from harnesses.openenv_tasks import REWARD_NAME
+from harnesses.openenv.tasks import REWARD_NAME
 from harnessrl.server import BackgroundGateway, BackgroundServer
 from harnessrl.settings import admin_key
 from tests.builders import gateway_settings

@@ -16,8 +16,8 @@ import pytest
 from harnesses.builtin_agent import BuiltinHarness
 from harnesses.datasets import load_dataset
 from harnesses.gateway_client import GatewayClient
-from harnesses.openenv_agent import with_environments
-from harnesses.openenv_tasks import REWARD_NAME, EnvServer, EnvTaskRef
+from harnesses.openenv.agent import with_environments
+from harnesses.openenv.tasks import REWARD_NAME, EnvServer, EnvTaskRef
 from harnesses.runner import Runner, RunPlan
 from harnessrl.server import BackgroundGateway, BackgroundServer
 from store.store import Store

@@ -1,5 +1,5 @@
 """The rollout's tools route (/r/<token>/v1/tools/mcp) on a real gateway, forwarding to real OpenEnv relays
-(harnesses/openenv_relay.py) in front of the test environment served for real (tests/openenv_env.py).
+(harnesses/openenv/relay.py) in front of the test environment served for real (tests/openenv_env.py).
 
 What an attacking agent holding its rollout token tries: another rollout's environment, another URL, a
 body over the limit, no token, an ended rollout's token, re-pointing its own route."""
@@ -15,8 +15,8 @@ import pytest
 
 from gateway.api.rollout_tools import MAX_TOOL_BODY_BYTES
 from harnesses.harness import RolloutTarget
-from harnesses.openenv_relay import ToolRelay, registered
-from harnesses.openenv_tasks import EnvServer, EnvTaskRef
+from harnesses.openenv.relay import ToolRelay, registered
+from harnesses.openenv.tasks import EnvServer, EnvTaskRef
 from harnessrl.server import BackgroundGateway, BackgroundServer
 from tests.builders import ADMIN_HEADERS, TEST_ADMIN_KEY, gateway_settings
 from tests.fake_engine import FakeEngine, create_fake_engine_app

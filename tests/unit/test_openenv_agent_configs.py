@@ -9,9 +9,9 @@ import yaml
 
 from harnesses.agents import create
 from harnesses.agents.cli_agent import Endpoint
-from harnesses.openenv_agent import OpenEnvToolsHarness, with_environments
-from harnesses.openenv_relay import mcp_tool
-from harnesses.openenv_tasks import REWARD_NAME, EnvTaskRef, env_task
+from harnesses.openenv.agent import OpenEnvToolsHarness, with_environments
+from harnesses.openenv.relay import mcp_tool
+from harnesses.openenv.tasks import REWARD_NAME, EnvTaskRef, env_task
 from harnesses.task import TaskError
 
 URL = "http://127.0.0.1:8123/r/hrl-secret/v1"

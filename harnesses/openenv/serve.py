@@ -1,4 +1,4 @@
-"""Serve an installed OpenEnv environment: ``python -m harnesses.openenv_serve MODULE:CLASS --port PORT``.
+"""Serve an installed OpenEnv environment: ``python -m harnesses.openenv.serve MODULE:CLASS --port PORT``.
 
 The environment class (an ``openenv.core.env_server`` ``Environment``, MCP tools or not) is served by
 OpenEnv's own ``create_app`` (HTTP, WebSocket sessions, the Task API, ``/mcp``) on 127.0.0.1 only, with

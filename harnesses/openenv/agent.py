@@ -16,7 +16,7 @@ gateway with the rollout's token. Any other task goes to the wrapped harness unc
 
 A CLI agent that speaks MCP (OpenCode, Hermes: ``supports_mcp``) runs in its sandbox as usual, with
 one MCP server in its config, ``<its base URL>/tools/mcp``: the gateway forwards that route, for the
-rollout's token only, to a relay on the host (``harnesses.openenv_relay``) that holds the rollout's
+rollout's token only, to a relay on the host (``harnesses.openenv.relay``) that holds the rollout's
 OpenEnv session and makes each tool call a step, so the environment's reward is read the same way.
 The relay is registered for the rollout on the gateway's control plane (admin key) and dropped when
 the agent is done.
@@ -31,8 +31,8 @@ from dataclasses import replace
 from openai import AsyncOpenAI
 
 from harnesses.harness import AgentOutcome, Harness, RolloutTarget
-from harnesses.openenv_relay import ToolRelay, registered
-from harnesses.openenv_tasks import REWARD_NAME, EnvOutcome, EnvServer, EnvTaskRef
+from harnesses.openenv.relay import ToolRelay, registered
+from harnesses.openenv.tasks import REWARD_NAME, EnvOutcome, EnvServer, EnvTaskRef
 from harnesses.task import Task, TaskError
 from sandboxes import Sandbox, SandboxSpec
 

@@ -8,7 +8,7 @@ Streamable HTTP transport a tools client needs, answering every request with JSO
 transport allows): ``initialize``, ``ping``, notifications, ``tools/list`` and ``tools/call``. GET (a
 server-to-client event stream) is 405, as the transport says for servers that offer none. Each
 ``tools/call`` is an OpenEnv ``CallToolAction`` step, as the builtin harness makes it
-(``harnesses.openenv_agent``), so the environment's reward and the episode's end are seen here; once
+(``harnesses.openenv.agent``), so the environment's reward and the episode's end are seen here; once
 the episode is over no call reaches the environment. Calls are made one at a time.
 
 It listens on 127.0.0.1 under a secret path that only the gateway is told (``PUT /api/rollout-tools``);
@@ -27,7 +27,7 @@ from aiohttp import web
 
 from harnesses.gateway_client import GatewayClient, GatewayRefused, GatewayUnreachable
 from harnesses.harness import RolloutTarget
-from harnesses.openenv_tasks import EnvTaskRef
+from harnesses.openenv.tasks import EnvTaskRef
 from harnesses.task import TaskError
 
 PROTOCOL_VERSIONS = ("2025-11-25", "2025-06-18", "2025-03-26", "2024-11-05")
@@ -137,7 +137,7 @@ class ToolRelay:
     async def _call(self, name: str, arguments: dict) -> dict:
         from openenv.core.env_server.mcp_types import CallToolAction
 
-        from harnesses.openenv_agent import tool_text
+        from harnesses.openenv.agent import tool_text
 
         async with self._lock:
             episode = self.episode

@@ -4,7 +4,7 @@
 
 - ``http://HOST:PORT`` (or https): a running environment server, reached as it is;
 - ``MODULE:CLASS``: an installed environment package's ``Environment`` class, served per rollout by
-  ``python -m harnesses.openenv_serve`` (OpenEnv's own ``create_app``) on a free 127.0.0.1 port;
+  ``python -m harnesses.openenv.serve`` (OpenEnv's own ``create_app``) on a free 127.0.0.1 port;
 - anything else: a Docker image of an environment server (OpenEnv's images listen on 8000), run
   per rollout with only 127.0.0.1 publishing its port.
 
@@ -12,7 +12,7 @@ The tasks are the environment's own, read through OpenEnv's Task API (``/list_en
 ``/{env}/splits``, ``/{env}/tasks``): each (environment, split, index) becomes a harnessrl task named
 ``{env}-{split}-{id or index}`` whose instruction is the task's ``instruction`` / ``prompt`` /
 ``question`` (its JSON otherwise). The task remembers where it came from in ``Task.source``
-(``openenv:SPEC#ENV/SPLIT/INDEX``); ``harnesses.openenv_agent`` starts or reaches the environment for
+(``openenv:SPEC#ENV/SPLIT/INDEX``); ``harnesses.openenv.agent`` starts or reaches the environment for
 each rollout, resets it to that task, gives the agent its MCP tools, and reads its reward at the end.
 The reward is the ``environment`` component (``environment_reward``); such a task has no tests of its
 own, so its verifier scores 0.
@@ -38,11 +38,11 @@ from harnesses.task import Task, TaskError
 PREFIX = "openenv:"
 START_TIMEOUT_S = 180.0  # an environment server's start-up (imports) on a small machine
 NO_TESTS_VERIFIER = "exit 1"  # the task has no tests: the verifier scores 0, the environment scores the rollout
-REWARD_NAME = "harnesses.openenv_tasks:environment_reward"
+REWARD_NAME = "harnesses.openenv.tasks:environment_reward"
 IMAGE_PORT = 8000  # where OpenEnv's environment images serve
 RUN_IT_YOURSELF = (
     "start the environment yourself (docker run --network host IMAGE, or python -m "
-    "harnesses.openenv_serve MODULE:CLASS --port PORT) and pass openenv:http://127.0.0.1:PORT"
+    "harnesses.openenv.serve MODULE:CLASS --port PORT) and pass openenv:http://127.0.0.1:PORT"
 )
 
 
@@ -114,7 +114,7 @@ class EnvServer:
             self.url = f"http://127.0.0.1:{port}"
             self._log = tempfile.TemporaryFile()  # a file, not a pipe: a chatty server never blocks on it
             self._process = subprocess.Popen(
-                [sys.executable, "-m", "harnesses.openenv_serve", self.spec, "--port", str(port)],
+                [sys.executable, "-m", "harnesses.openenv.serve", self.spec, "--port", str(port)],
                 stdout=subprocess.DEVNULL,
                 stderr=self._log,
             )
