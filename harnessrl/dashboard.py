@@ -62,7 +62,7 @@ class Dashboard:
         self.failed += result.status == RolloutStatus.FAILED
 
     def add_eval(self, label: str, metrics: dict) -> None:
-        """A held-out evaluation's metrics (harnessrl.periodic_eval), shown under ``label``."""
+        """A held-out evaluation's metrics (harnessrl.evaluation.periodic), shown under ``label``."""
         self.evals.setdefault(metrics["eval_version"], {})[label] = metrics
 
     def view(self) -> Group | Table:

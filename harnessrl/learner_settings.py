@@ -54,8 +54,8 @@ def eval_thread(settings: LearnerConfig, run: str, database_url: str):
         return None
     from harnesses.datasets import Selection, load_selection
     from harnesses.task import TaskError
-    from harnessrl.evaluation import eval_harness
-    from harnessrl.periodic_eval import EvalEvery, EvalThread, PeriodicEval
+    from harnessrl.evaluation.evaluate import eval_harness
+    from harnessrl.evaluation.periodic import EvalEvery, EvalThread, PeriodicEval
     from sandboxes.local import local_isolation
 
     try:

@@ -31,8 +31,8 @@ from harnesses.task import Task
 from harnessrl.dashboard import Dashboard, save_reward_curve, step_rows
 from harnessrl.demonstrations import demonstrator
 from harnessrl.engine_process import EngineLaunch, ManagedProcess
+from harnessrl.evaluation.periodic import eval_run_name
 from harnessrl.hardware import machine_dtype
-from harnessrl.periodic_eval import eval_run_name
 from harnessrl.server import BackgroundGateway, free_port
 from harnessrl.settings import admin_key, data_home, logs_dir
 from harnessrl.sft import run_sft
@@ -75,7 +75,7 @@ class QuickstartPlan:
     learner: dict = field(default_factory=dict)  # more learner settings (learner.config.with_overrides names)
     learner_metrics_port: int = 0  # the learner's Prometheus /metrics on 127.0.0.1; 0 = off
     admin_key: str | None = None  # the gateway's key; default: $HARNESSRL_ADMIN_KEY or $HARNESSRL_HOME/admin.key
-    # Held-out evaluation (harnessrl.periodic_eval): the base model first, then every `eval_every` versions
+    # Held-out evaluation (harnessrl.evaluation.periodic): the base model first, then every `eval_every` versions
     # and the last one, `eval_k` pinned rollouts per held-out task, into the run "<run>-eval"; 0: off
     eval_every: int = 0
     eval_tasks: list[Task] = field(default_factory=list)
@@ -354,7 +354,7 @@ class Quickstart:
         """(label, PeriodicEval) for the held-out split and, when given, the unseen kind; [] when off."""
         if not self.plan.eval_every:
             return []
-        from harnessrl.periodic_eval import EvalEvery, PeriodicEval
+        from harnessrl.evaluation.periodic import EvalEvery, PeriodicEval
 
         sets = [("held-out", self.plan.run, self.plan.eval_tasks)]
         if self.plan.unseen_tasks:

@@ -32,7 +32,7 @@ def write_report(
     data: ReportData, out_dir: Path, held_out: Sequence[PolicyResult] = (), warm_up: ReportData | None = None
 ) -> ReportResult:
     """Draw every plot the data allows into ``out_dir``; ``held_out``: the run's held-out evaluations
-    per version (the run ``<run>-eval``, see harnessrl.periodic_eval); ``warm_up``: its warm-up run
+    per version (the run ``<run>-eval``, see harnessrl.evaluation.periodic); ``warm_up``: its warm-up run
     (``<run>-warmup``, see harnessrl.warm_start)."""
     _agg()
     out_dir.mkdir(parents=True, exist_ok=True)

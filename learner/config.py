@@ -115,7 +115,7 @@ class CheckpointSettings:
 
 @dataclass(frozen=True)
 class EvalSettings:
-    """Held-out evaluation: `harnessrl train` runs it beside the learner (harnessrl.periodic_eval)."""
+    """Held-out evaluation: `harnessrl train` runs it beside the learner (harnessrl.evaluation.periodic)."""
 
     every: int = 0  # evaluate the base model, then every this many policy versions; 0 = off
     tasks: str = ""  # the dataset (as `harnessrl eval --tasks` takes it); its test split is evaluated

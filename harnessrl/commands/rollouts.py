@@ -271,7 +271,7 @@ def eval_policies(
 
     from harnesses.datasets import load_selection
     from harnesses.task import TaskError
-    from harnessrl.evaluation import EvalPlan, eval_harness, evaluate
+    from harnessrl.evaluation.evaluate import EvalPlan, eval_harness, evaluate
     from harnessrl.settings import data_home
     from sandboxes import Limits, SandboxSpec
     from sandboxes.local import local_isolation

@@ -96,7 +96,7 @@ def report(
     """Plot a run's reward, staleness and throughput curves as PNG files; print their paths."""
     from sqlalchemy.exc import DBAPIError
 
-    from harnessrl.periodic_eval import held_out_results
+    from harnessrl.evaluation.periodic import held_out_results
     from harnessrl.report import write_report
     from harnessrl.warm_start import warm_up_run
     from store.reports import gather_report, known_runs

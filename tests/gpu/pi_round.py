@@ -20,7 +20,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
-from harnessrl.periodic_eval import held_out_results  # noqa: E402
+from harnessrl.evaluation.periodic import held_out_results  # noqa: E402
 from store.database import sqlite_url  # noqa: E402
 from store.store import Store  # noqa: E402
 from store.summary import run_summary  # noqa: E402

@@ -82,7 +82,7 @@ async def test_the_summary_averages_each_policys_verifier_metrics_over_its_finis
 def test_the_eval_tables_show_the_verifier_metrics_per_policy_only_when_there_are_some():
     from rich.console import Console
 
-    from harnessrl.eval_view import final_tables
+    from harnessrl.evaluation.view import final_tables
 
     row = {"asked": "base", "policy": "base", "tasks": 1, "rollouts": 2, "passed": 1, "pass_at_1": 0.5}
     row |= {"pass_at_k": 1.0, "k": 2, "reward_mean": 0.5, "reward_low": 0.0, "reward_high": 1.0, "failures": 0}

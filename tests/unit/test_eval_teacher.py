@@ -12,7 +12,7 @@ import httpx
 import pytest
 
 from harnesses.datasets import Selection, load_selection
-from harnessrl.evaluation import EvalPlan, eval_harness, resolve_policies, run_evaluation
+from harnessrl.evaluation.evaluate import EvalPlan, eval_harness, resolve_policies, run_evaluation
 from harnessrl.server import BackgroundGateway
 from tests.builders import ADMIN_HEADERS, TEST_ADMIN_KEY, gateway_settings
 from tests.fake_engine import FakeReply

@@ -13,7 +13,7 @@ import pytest
 from rich.console import Console
 
 from harnesses.datasets import Selection, load_selection
-from harnessrl.evaluation import EvalPlan, eval_harness, evaluate, resolve_policies, run_evaluation
+from harnessrl.evaluation.evaluate import EvalPlan, eval_harness, evaluate, resolve_policies, run_evaluation
 from harnessrl.server import BackgroundGateway
 from tests.builders import ADMIN_HEADERS, TEST_ADMIN_KEY, gateway_settings
 from tests.fake_engine import FakeReply
@@ -123,7 +123,7 @@ async def test_sigterm_stops_an_evaluations_jobs_and_the_evaluation_goes_on_to_i
     import os
     import signal
 
-    from harnessrl.evaluation import _run_until_stopped
+    from harnessrl.evaluation.evaluate import _run_until_stopped
 
     started, finished = asyncio.Event(), []
 

@@ -11,8 +11,8 @@ import httpx
 import pytest
 
 from harnesses.datasets import Selection, load_selection
-from harnessrl.evaluation import eval_harness
-from harnessrl.periodic_eval import EvalEvery, PeriodicEval, eval_run_name, held_out_results
+from harnessrl.evaluation.evaluate import eval_harness
+from harnessrl.evaluation.periodic import EvalEvery, PeriodicEval, eval_run_name, held_out_results
 from harnessrl.report import write_report
 from harnessrl.server import BackgroundGateway
 from store.reports import gather_report
@@ -91,7 +91,7 @@ async def test_the_base_model_then_every_second_version_is_evaluated_into_the_le
 def test_the_training_thread_evaluates_beside_the_learner_and_stops_cleanly(live_gateway, sqlite_db):
     import httpx as client
 
-    from harnessrl.periodic_eval import EvalThread
+    from harnessrl.evaluation.periodic import EvalThread
 
     settings = EvalEvery(
         every=1, tasks=HELD_OUT[:1], harness=eval_harness("oneshot", "local"), k=1, sandbox_options=OPTIONS
@@ -137,7 +137,7 @@ async def test_an_evaluation_runs_own_pinned_rollouts_are_its_report_results(sql
 async def test_an_interrupted_evaluation_stops_its_caller_and_records_no_partial_score(sqlite_db, monkeypatch):
     import asyncio
 
-    import harnessrl.periodic_eval as periodic_eval
+    import harnessrl.evaluation.periodic as periodic_eval
 
     async def interrupted(plan, gateway_url, admin_key):  # Ctrl-C after one rollout of each task
         row = {"k": 1, "tasks": 2, "rollouts": 2, "pass_at_1": 0.0, "pass_at_k": 0.0, "reward_mean": 0.0}

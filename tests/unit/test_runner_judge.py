@@ -130,7 +130,7 @@ async def test_reward_details_are_bounded_and_plain_json(live_gateway):
 
 
 async def test_eval_judges_each_pinned_rollout(live_gateway):
-    from harnessrl.evaluation import EvalPlan, eval_harness, run_evaluation
+    from harnessrl.evaluation.evaluate import EvalPlan, eval_harness, run_evaluation
 
     with JudgeServer(lambda body: Reply(json.dumps({"verdict_id": nonce_of(body), "score": 0.5}))) as judge_server:
         judge = judged_plan(judge_server).judge

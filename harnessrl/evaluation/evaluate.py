@@ -310,7 +310,7 @@ def write_outputs(document: dict, out_dir: Path) -> tuple[Path, Path]:
     """eval.json and eval.png in ``out_dir``."""
     import json
 
-    from harnessrl.eval_view import save_eval_png
+    from harnessrl.evaluation.view import save_eval_png
 
     out_dir.mkdir(parents=True, exist_ok=True)
     path = out_dir / "eval.json"
@@ -329,7 +329,7 @@ def evaluate(plan: EvalPlan, gateway_url: str, admin_key: str | None, out_dir: P
     """Run the evaluation under a live table, then print the store's tables; write eval.json and eval.png."""
     from rich.live import Live
 
-    from harnessrl.eval_view import final_tables, live_table
+    from harnessrl.evaluation.view import final_tables, live_table
 
     def table(counts: LiveCounts):
         done = sum(len(results) for results in counts.cells.values())

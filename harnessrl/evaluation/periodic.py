@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 from harnesses.gateway_client import GatewayClient
 from harnesses.harness import Harness
 from harnesses.task import Task
-from harnessrl.evaluation import EvalPlan, run_evaluation
+from harnessrl.evaluation.evaluate import EvalPlan, run_evaluation
 from sandboxes import SandboxSpec
 from store.evaluation import pinned_task_counts, record_eval_metrics
 from store.store import Store
