@@ -12,8 +12,6 @@ from fastapi import Depends, FastAPI
 from fastapi.responses import JSONResponse, Response
 from prometheus_client import CONTENT_TYPE_LATEST
 
-from gateway.adapter_proof import tolerance_for
-from gateway.adapters import RecoveringEngine
 from gateway.admin.router import create_router as create_admin_router
 from gateway.anthropic.router import create_router as create_anthropic_router
 from gateway.api.rollout_tools import create_router as create_rollout_tools_router
@@ -26,8 +24,10 @@ from gateway.engine.pool import EnginePool
 from gateway.errors import GatewayError, install_error_handlers, store_failure
 from gateway.json_body import refuse_deep_json
 from gateway.openai.router import create_router as create_openai_router
-from gateway.policy import PolicyRegistry
-from gateway.policy_follower import follow
+from gateway.policy.adapters import RecoveringEngine
+from gateway.policy.follower import follow
+from gateway.policy.proof import tolerance_for
+from gateway.policy.registry import PolicyRegistry
 from gateway.responses.router import create_router as create_responses_router
 from gateway.settings import GatewaySettings
 from gateway.state import GatewayState, StateDep

@@ -23,7 +23,7 @@ from gateway.engine.pool import begin_call, served_fields
 from gateway.engine_clock import EngineClock
 from gateway.errors import EngineError
 from gateway.metrics import GatewayMetrics
-from gateway.policy import PolicyRegistry, ResolvedModel
+from gateway.policy.registry import PolicyRegistry, ResolvedModel
 from gateway.refusals import EngineRefusals
 from gateway.retries import RETRIED, Attempt, RetryBook, retry_count
 from gateway.sampling import engine_sampling, sampled_with

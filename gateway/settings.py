@@ -39,11 +39,11 @@ class GatewaySettings:
     # /metrics; None when attached to an engine started elsewhere.
     engine_dtype: str | None = None
     engine_dtype_reason: str | None = None
-    # Mean |engine - learner| log-prob per probe token a publication may differ by (gateway.adapter_proof);
+    # Mean |engine - learner| log-prob per probe token a publication may differ by (gateway.policy.proof);
     # None: set by the dtypes (engine_dtype, the learner's).
     adapter_probe_tolerance: float | None = None
     max_staleness: int = 2  # adapter versions kept loaded beyond the current one: max_staleness + 1
-    # seconds between looks at the store for versions other gateways published (gateway.policy_follower); 0: never
+    # seconds between looks at the store for versions other gateways published (gateway.policy.follower); 0: never
     follow_interval_s: float = 0.5
     # Who writes the engine's answers (store.records.CALL_SOURCES): "policy" for vLLM; a teacher
     # gateway (harnessrl.teacher) records "teacher" or "demonstration" calls, with no sampler log-probs.

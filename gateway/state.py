@@ -10,8 +10,6 @@ from typing import Annotated
 
 from fastapi import Depends, Request
 
-from gateway.adapter_proof import tolerance_for
-from gateway.adapters import restore_adapters
 from gateway.callgraph import CallGraphIndex
 from gateway.decoding import TokenDecoder, tokenizer_folder
 from gateway.engine.body import EngineBodies
@@ -20,9 +18,11 @@ from gateway.engine_clock import EngineClock
 from gateway.errors import EngineUnavailable, GatewayError, InvalidRequest
 from gateway.identity import require_admin
 from gateway.metrics import GatewayMetrics
-from gateway.pins import load_version
 from gateway.pipeline import ChatPipeline
-from gateway.policy import PolicyRegistry
+from gateway.policy.adapters import restore_adapters
+from gateway.policy.pins import load_version
+from gateway.policy.proof import tolerance_for
+from gateway.policy.registry import PolicyRegistry
 from gateway.refusals import EngineRefusals
 from gateway.resent_bodies import ResentBodies
 from gateway.retries import RetryBook
@@ -99,7 +99,7 @@ class GatewayState:
         )
 
     async def ensure_version(self, version: int) -> str:
-        """The engine's name for a policy version, loaded on demand (pinned rollouts, ``gateway.pins``)."""
+        """The engine's name for a policy version, loaded on demand (pinned rollouts, ``gateway.policy.pins``)."""
         policy = await self.ensure_policy()
         held = policy.pinned("", version)
         if held is not None:  # the hot path: no lock

@@ -12,7 +12,7 @@ A retried request may already have been applied (a timeout after the gateway loa
 gateway then answers 409 and the learner checks ``GET /admin/policy`` before calling it an error.
 
 Each publication carries the adapter's digest and a probe (``learner.adapter_probe``): the gateway
-checks that every engine computes with the adapter before it serves it (``gateway.adapter_proof``);
+checks that every engine computes with the adapter before it serves it (``gateway.policy.proof``);
 an engine that does not fails the publication with a 502 that names the fix.
 """
 
@@ -27,8 +27,8 @@ from typing import Any
 
 import httpx
 
-from gateway.adapter_proof import adapter_digest
 from gateway.control_client import Backoff, GatewayUnreachable, send
+from gateway.policy.proof import adapter_digest
 from learner.adapter_probe import adapter_probe, fallback_probe_ids
 from learner.checkpoint import atomic_write_dir
 
@@ -55,12 +55,12 @@ class Published:
     swap_s: float  # save start -> the gateway's answer (the adapter is then current)
     engine_load_s: float | None  # the engine's own load time, as the gateway reports it
     attempts: int
-    digest: str = ""  # sha256 of the adapter's config and weights (gateway.adapter_proof)
+    digest: str = ""  # sha256 of the adapter's config and weights (gateway.policy.proof)
     proof: tuple[dict, ...] = ()  # each engine's answer to the probe, as the gateway reports it
 
 
 def adapter_name(version: int) -> str:
-    return f"policy-v{version}"  # gateway.policy.adapter_name: the gateway names engine adapters so
+    return f"policy-v{version}"  # gateway.policy.registry.adapter_name: the gateway names engine adapters so
 
 
 class Publisher:

@@ -123,7 +123,7 @@ class CallRecord:
     queue_ms: float = 0.0  # waiting for a slot on that engine, milliseconds
     moved_from: str | None = None  # the failed engine its rollout was moved from, on the first call after
     source: str = "policy"  # who wrote the output: one of CALL_SOURCES
-    adapter_digest: str | None = None  # content digest of the adapter that served it (gateway.adapter_proof)
+    adapter_digest: str | None = None  # content digest of the adapter that served it (gateway.policy.proof)
 
 
 @dataclass(frozen=True)

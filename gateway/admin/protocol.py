@@ -6,7 +6,7 @@ from typing import Annotated, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-from gateway.adapter_proof import MAX_PROBE_CHECKS, MAX_PROBE_TOKENS, AdapterProbe
+from gateway.policy.proof import MAX_PROBE_CHECKS, MAX_PROBE_TOKENS, AdapterProbe
 
 TokenId = Annotated[int, Field(ge=0, lt=2**31)]
 LogProb = Annotated[float, Field(le=0.0, allow_inf_nan=False)]
@@ -14,7 +14,7 @@ LogProb = Annotated[float, Field(le=0.0, allow_inf_nan=False)]
 
 class ProbeBody(BaseModel):
     """The learner's log-probs of the adapter's likeliest next tokens after prefixes of a probe sequence
-    (gateway.adapter_proof)."""
+    (gateway.policy.proof)."""
 
     model_config = ConfigDict(extra="forbid")
 
@@ -46,7 +46,7 @@ class PublishAdapter(BaseModel):
 
     version: int = Field(ge=1)  # N of policy-v{N}; must exceed the current version
     path: str = Field(min_length=1)  # a PEFT adapter folder the engine can read
-    # sha256 of the folder's adapter_config.json and adapter_model.safetensors (gateway.adapter_proof)
+    # sha256 of the folder's adapter_config.json and adapter_model.safetensors (gateway.policy.proof)
     digest: str | None = Field(default=None, pattern=r"^[0-9a-f]{64}$")
     probe: ProbeBody | None = None  # without one the engines' use of the adapter is not checked
 

@@ -4,10 +4,10 @@ from __future__ import annotations
 
 from fastapi import APIRouter
 
-from gateway.adapter_proof import tolerance_for
-from gateway.adapters import Claim, publish_adapter
 from gateway.admin import leases
 from gateway.admin.protocol import AdapterPublished, EngineView, PolicyView, ProbeAnswer, PublishAdapter
+from gateway.policy.adapters import Claim, publish_adapter
+from gateway.policy.proof import tolerance_for
 from gateway.state import AdminStateDep, StateDep
 
 

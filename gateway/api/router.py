@@ -33,7 +33,7 @@ from gateway.api.protocol import (
     SampleView,
 )
 from gateway.errors import Conflict, InvalidRequest, NotFound
-from gateway.pins import requested_version
+from gateway.policy.pins import requested_version
 from gateway.state import AdminStateDep, StateDep
 from store.arrays import logprobs_or_none
 from store.listings import RolloutFilter

@@ -28,10 +28,10 @@ from collections.abc import Sequence
 from contextvars import ContextVar
 from dataclasses import dataclass, field
 
-from gateway.adapter_proof import AdapterProbe, prove_engine
 from gateway.engine.client import ENGINE_DOWN, EngineClient, EngineStream
 from gateway.engine.routing import EngineLoad, Router, StickyLeastLoaded
 from gateway.errors import EngineBusy, EngineError, EngineTimeout, EngineUnavailable, GatewayError
+from gateway.policy.proof import AdapterProbe, prove_engine
 
 logger = logging.getLogger(__name__)
 
@@ -106,7 +106,7 @@ class EnginePool:
         self.router: Router = router or StickyLeastLoaded()
         self.adapters: dict[str, str] = {}  # engine name -> path: what every engine must hold
         # engine name -> (the learner's probe, its tolerance): what an engine holding it must answer
-        # (gateway.adapter_proof); an engine back from a failure passes each before it serves again
+        # (gateway.policy.proof); an engine back from a failure passes each before it serves again
         self.probes: dict[str, tuple[AdapterProbe, float]] = {}
         self.base_model: str | None = None
 

@@ -43,7 +43,7 @@ def load_key(engine: EngineLoad) -> tuple[int, int, int]:
 
 def least_loaded(engines: Sequence[EngineLoad], model: str, exclude: frozenset[int] = frozenset()) -> int | None:
     """The least-loaded healthy engine serving ``model``; a healthy one without it only when none has it
-    (it gets the model loaded on the call's miss, ``gateway.adapters.RecoveringEngine``); None: none healthy."""
+    (it gets the model loaded on the call's miss, ``gateway.policy.adapters.RecoveringEngine``); None: none healthy."""
     healthy = [e for e in engines if e.healthy and e.index not in exclude]
     serving = [e for e in healthy if model in e.models] or healthy
     return min(serving, key=load_key).index if serving else None

@@ -33,7 +33,7 @@ from gateway.callgraph import CallGraphIndex  # noqa: E402
 from gateway.engine.client import encoded  # noqa: E402
 from gateway.openai.serving import OpenAIServing  # noqa: E402
 from gateway.pipeline import ChatPipeline  # noqa: E402
-from gateway.policy import PolicyRegistry  # noqa: E402
+from gateway.policy.registry import PolicyRegistry  # noqa: E402
 from gateway.resent_bodies import ResentBodies  # noqa: E402
 from gateway.tito.renderer import RenderedPrompt, for_template  # noqa: E402
 from gateway.tito.serving import TitoEngine  # noqa: E402

@@ -1,6 +1,6 @@
 """Mapping the public model name to the current policy version."""
 
-from gateway.policy import PolicyRegistry, adapter_name
+from gateway.policy.registry import PolicyRegistry, adapter_name
 
 
 def test_public_name_maps_to_base_model_before_any_adapter():

@@ -19,11 +19,11 @@ import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 
-from gateway.adapter_proof import AdapterProbe, ProbeResult, adapter_digest, prove_engine
 from gateway.engine.client import EngineClient, ModelNotLoaded
 from gateway.engine.pool import EnginePool
 from gateway.errors import Conflict, GatewayError, InvalidRequest
-from gateway.policy import MAX_VERSION, PolicyRegistry, adapter_name
+from gateway.policy.proof import AdapterProbe, ProbeResult, adapter_digest, prove_engine
+from gateway.policy.registry import MAX_VERSION, PolicyRegistry, adapter_name
 from store.store import Store
 
 logger = logging.getLogger(__name__)
@@ -33,7 +33,7 @@ LOST_ADAPTER_RETRIES = 1  # a call that found its adapter gone is sent again onc
 
 @dataclass(frozen=True)
 class Claim:
-    """What the publisher says of the adapter (``gateway.adapter_proof``); both optional."""
+    """What the publisher says of the adapter (``gateway.policy.proof``); both optional."""
 
     digest: str | None = None  # sha256 of its config and weights
     probe: AdapterProbe | None = None  # the learner's log-probs of a probe sequence under it

@@ -17,9 +17,9 @@ from typing import TYPE_CHECKING
 
 from sqlalchemy.exc import SQLAlchemyError
 
-from gateway.adapter_proof import AdapterNotApplied, AdapterProbe, tolerance_for
-from gateway.adapters import prove, retire_old
 from gateway.errors import GatewayError
+from gateway.policy.adapters import prove, retire_old
+from gateway.policy.proof import AdapterNotApplied, AdapterProbe, tolerance_for
 from store.tables import Adapter
 
 if TYPE_CHECKING:

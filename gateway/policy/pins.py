@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from gateway.engine.client import EngineClient
 from gateway.errors import InvalidRequest, NotFound
-from gateway.policy import MAX_VERSION, PolicyRegistry
+from gateway.policy.registry import MAX_VERSION, PolicyRegistry
 from store.store import Store
 
 BASE, LATEST, PREFIX = "base", "latest", "policy-v"
