@@ -121,7 +121,7 @@ async def context_warning(gateway: GatewayClient, harness) -> str | None:
     """A warning when the harness's first prompt will not fit the engine's context (None: it fits, or
     either size is unknown): every rollout would then end before its first answer."""
     needs = getattr(harness, "first_prompt_tokens", 0)
-    served = (await gateway.policy.registry()).get("max_model_len") if needs else None
+    served = (await gateway.policy()).get("max_model_len") if needs else None
     if not served or needs < served:
         return None
     return (
