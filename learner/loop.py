@@ -40,14 +40,15 @@ from learner.checkpoint import (
     remove_orphans,
     save_checkpoint,
 )
-from learner.config import LearnerConfig, with_overrides
-from learner.groups import ReadyGroup, UnusableGroup, build_batch, check_group, load_group, run_temperature
-from learner.memory import memory_estimate
-from learner.metrics import Metrics, MetricsSink, step_metrics, why_nothing_trained
+from learner.config import LearnerConfig
+from learner.groups import ReadyGroup, build_batch, run_temperature
+from learner.intake import GroupCheck, GroupIntake, wait_for_run
+from learner.metrics import Metrics, MetricsSink, step_metrics, step_summary, why_nothing_trained
 from learner.mismatch import call_records, is_alarming
 from learner.prometheus import LearnerExporter
 from learner.publish import GatewayUnreachable, Publisher
 from learner.ranks import tell_followers
+from learner.served_settings import resolve_max_staleness, resolve_token_budget
 from learner.trainer import Trainer, build_trainer, train_batch
 from store.mismatch import save_call_mismatch
 from store.store import Store
@@ -55,12 +56,9 @@ from store.training import (
     CheckpointRecord,
     commit_checkpoint,
     latest_checkpoint,
-    quarantine_group,
-    ready_group_ids,
 )
 
 logger = logging.getLogger("learner")
-FALLBACK_TOKEN_BUDGET = 32768  # token_budget = 0 with no gateway to ask (publish = false)
 MISMATCH_ALARM = (
     "step %d: the learner's log-probs of tokens its own version sampled differ from the engine's by "
     "%.4f nats per token (loss.mismatch_alarm %.4f): the engine is not computing what the learner "
@@ -91,7 +89,6 @@ class _Progress:
     # unchanged adapter would cost a swap and age every running rollout for nothing).
     changed: bool = False
     pending: list[ReadyGroup] = field(default_factory=list)  # trained since the last committed checkpoint
-    quarantined: int = 0  # groups quarantined since the last step's metrics were taken
     unpublished: bool = False  # a publication failed on transport: retry at the next publishing step
     resumed_from: str | None = None  # the committed checkpoint this run started from
     # the probe every publication of this process is proven on (learner.adapter_probe): the tail of
@@ -132,7 +129,7 @@ async def run_learner(
         trainer = await asyncio.to_thread(build_trainer, config)  # under torchrun, with the other ranks
         config = await resolve_max_staleness(await resolve_token_budget(config, publisher, trainer), publisher)
         tell_followers("budget", config.batch.token_budget)
-        run_id = await _wait_for_run(store, run, config, stop)
+        run_id = await wait_for_run(store, run, config.poll_interval_s, stop)
         if run_id is None:
             return LearnerResult(0, 0, "stopped")
         progress = await _resume(store, run_id, config, trainer)
@@ -174,10 +171,11 @@ async def _train(
     stop: asyncio.Event,
     on_step: Callable[[Metrics], None] | None,
 ) -> str:
-    check = _GroupCheck(await _sampling_temperature(store, run_id, config), _vocab_size(trainer.model))
+    check = GroupCheck(await _sampling_temperature(store, run_id, config), _vocab_size(trainer.model))
+    intake = GroupIntake(store, run_id, config, check)
     while not config.max_steps or progress.step < config.max_steps:
         waited = time.perf_counter()
-        groups = await _wait_for_groups(store, run_id, config, progress, stop, check)
+        groups = await intake.next_groups({g.group_id for g in progress.pending}, stop)
         if groups is None:
             return "stopped"
         started = time.perf_counter()
@@ -204,12 +202,12 @@ async def _train(
         cut = progress.version > version
         swap_s = await _publish(publisher, trainer, config, progress, cut) if publisher else None
         metrics = step_metrics(
-            progress.step, version, lr, batch, too_long, result, step_s, started - waited, swap_s, progress.quarantined
+            progress.step, version, lr, batch, too_long, result, step_s, started - waited, swap_s, intake.quarantined
         )
-        progress.quarantined = 0
+        intake.quarantined = 0
         metrics["mismatch_alarmed"] = is_alarming(metrics, config.loss.mismatch_alarm)  # the viewer's banner
         await sink.record(progress.step, metrics)
-        logger.info("step %d: %s", progress.step, _summary(metrics))
+        logger.info("step %d: %s", progress.step, step_summary(metrics))
         if (nothing := why_nothing_trained(metrics)) is not None:
             logger.warning("step %d %s", progress.step, nothing)
         if metrics["mismatch_alarmed"]:
@@ -242,97 +240,6 @@ def _exporter(config: LearnerConfig) -> LearnerExporter | None:
     return exporter
 
 
-async def resolve_token_budget(config: LearnerConfig, publisher: Publisher | None, trainer: Trainer) -> LearnerConfig:
-    """token_budget = 0: the engine's max model length (the gateway reports it), else FALLBACK_TOKEN_BUDGET.
-    Logs how long a sample fits in the memory the learner has (learner.memory)."""
-    budget, source = config.batch.token_budget, "config"
-    if budget == 0:
-        try:
-            served = await publisher.max_model_len() if publisher is not None else None
-        except GatewayUnreachable as exc:  # training goes on without the gateway (publishing retries later)
-            logger.warning("could not ask the gateway for the engine's max model length: %s", exc)
-            served = None
-        budget, source = (
-            (served, "the engine's max model length")
-            if served
-            else (FALLBACK_TOKEN_BUDGET, "fallback: no gateway reported a max model length; set token_budget")
-        )
-    estimate = memory_estimate(trainer.model, config.forward.chunk_tokens, config.forward.activation_checkpointing)
-    logger.info("token_budget = %d (%s); %s", budget, source, estimate.describe())
-    if estimate.max_tokens and estimate.max_tokens < budget:
-        logger.warning(
-            "a sample of token_budget = %d tokens may not fit in memory (~%d do): lower token_budget, or free memory",
-            budget,
-            estimate.max_tokens,
-        )
-    return with_overrides(config, token_budget=budget)
-
-
-async def resolve_max_staleness(config: LearnerConfig, publisher: Publisher | None) -> LearnerConfig:
-    """A publishing learner drops samples by the gateway's max_staleness (the versions it keeps loaded),
-    so the two never disagree; offline (or a gateway that does not say), the config's batch.max_staleness."""
-    try:
-        served = await publisher.max_staleness() if publisher is not None else None
-    except GatewayUnreachable as exc:
-        logger.warning("could not ask the gateway for its max_staleness: %s", exc)
-        served = None
-    if served is None:
-        return config
-    if served != config.batch.max_staleness:
-        logger.info("max_staleness = %d (the gateway's)", served)
-    return with_overrides(config, max_staleness=served)
-
-
-async def _wait_for_run(store: Store, run: str, config: LearnerConfig, stop: asyncio.Event) -> int | None:
-    """The learner may start before the first rollout creates the run: wait for it."""
-    announced = False
-    while not stop.is_set():
-        run_id = await store.run_id(run)
-        if run_id is not None:
-            return run_id
-        if not announced:
-            logger.warning("run %r does not exist yet; waiting for its first rollout", run)
-            announced = True
-        await _sleep_or_stop(stop, config.poll_interval_s)
-    return None
-
-
-@dataclass(frozen=True)
-class _GroupCheck:
-    temperature: float  # the run's sampling temperature, which the step's log-probs are taken at
-    vocab_size: int | None  # the model's embedding rows: larger token ids cannot be trained on
-
-
-async def _wait_for_groups(
-    store: Store, run_id: int, config: LearnerConfig, progress: _Progress, stop: asyncio.Event, check: _GroupCheck
-) -> list[ReadyGroup] | None:
-    taken = {g.group_id for g in progress.pending}
-    while not stop.is_set():
-        ids = await ready_group_ids(store, run_id, config.batch.groups_per_step, taken)
-        if len(ids) >= config.batch.groups_per_step:
-            groups = [await _usable_group(store, run_id, group_id, config, check, progress) for group_id in ids]
-            if all(g is not None for g in groups):
-                return groups
-            continue  # some were quarantined (no longer ready): look for others at once
-        await _sleep_or_stop(stop, config.poll_interval_s)
-    return None
-
-
-async def _usable_group(
-    store: Store, run_id: int, group_id: int, config: LearnerConfig, check: _GroupCheck, progress: _Progress
-) -> ReadyGroup | None:
-    """The group, loaded and checked; None when it is unusable, in which case it is quarantined."""
-    try:
-        group = await load_group(store, group_id, config.batch.include_side)
-        check_group(group, check.temperature, check.vocab_size)
-        return group
-    except UnusableGroup as exc:
-        await quarantine_group(store, run_id, group_id, str(exc))
-        progress.quarantined += 1
-        logger.error("group %d quarantined, the learner goes on without it: %s", group_id, exc)
-        return None
-
-
 async def _sampling_temperature(store: Store, run_id: int, config: LearnerConfig) -> float:
     """The temperature the run's calls sampled at; the config's for a run from before sampling was fixed."""
     recorded = await run_temperature(store, run_id)
@@ -355,13 +262,6 @@ async def _sampling_temperature(store: Store, run_id: int, config: LearnerConfig
 def _vocab_size(model) -> int | None:
     embeddings = getattr(model, "get_input_embeddings", lambda: None)()
     return getattr(embeddings, "num_embeddings", None)
-
-
-async def _sleep_or_stop(stop: asyncio.Event, seconds: float) -> None:
-    try:
-        await asyncio.wait_for(stop.wait(), seconds)
-    except TimeoutError:
-        pass
 
 
 async def _resume(store: Store, run_id: int, config: LearnerConfig, trainer: Trainer) -> _Progress:
@@ -472,23 +372,3 @@ def _install_signal_handlers(stop: asyncio.Event) -> Callable[[], None]:
         except (NotImplementedError, RuntimeError):  # not supported on this platform / loop
             pass
     return lambda: [loop.remove_signal_handler(sig) for sig in installed]
-
-
-def _summary(metrics: Metrics) -> str:
-    keys = (
-        "reward_mean",
-        "groups_kept",
-        "groups_quarantined",
-        "samples",
-        "samples_stale",
-        "staleness_max",
-        "loss",
-        "grad_norm",
-        "step_time_s",
-        "swap_time_s",
-    )
-    return " ".join(f"{k}={_fmt(metrics.get(k))}" for k in keys)
-
-
-def _fmt(value) -> str:
-    return f"{value:.4g}" if isinstance(value, float) else str(value)

@@ -166,3 +166,24 @@ class MetricsSink:
             self.writer.close()
         if self.exporter is not None:
             self.exporter.close()
+
+
+def step_summary(metrics: Metrics) -> str:
+    """The step's log line: the numbers a person watching the log wants."""
+    keys = (
+        "reward_mean",
+        "groups_kept",
+        "groups_quarantined",
+        "samples",
+        "samples_stale",
+        "staleness_max",
+        "loss",
+        "grad_norm",
+        "step_time_s",
+        "swap_time_s",
+    )
+    return " ".join(f"{k}={_fmt(metrics.get(k))}" for k in keys)
+
+
+def _fmt(value) -> str:
+    return f"{value:.4g}" if isinstance(value, float) else str(value)

@@ -16,6 +16,7 @@ import torch
 from safetensors.torch import load_file
 
 import learner.loop
+import learner.served_settings
 import learner.trainer
 from learner.config import (
     ConfigError,
@@ -418,16 +419,18 @@ async def test_the_token_budget_defaults_to_the_engines_max_model_len(
     trainer = learner.trainer.build_trainer(config)
     view = (await admin_gateway.http.get("/admin/policy", headers={"x-admin-key": ADMIN})).json()
     served = view["max_model_len"]
-    assert served and served != learner.loop.FALLBACK_TOKEN_BUDGET  # the fake engine's
+    assert served and served != learner.served_settings.FALLBACK_TOKEN_BUDGET  # the fake engine's
     with caplog.at_level(logging.INFO, logger="learner"):
-        resolved = await learner.loop.resolve_token_budget(config, gateway_publisher(admin_gateway, config), trainer)
+        resolved = await learner.served_settings.resolve_token_budget(
+            config, gateway_publisher(admin_gateway, config), trainer
+        )
     assert resolved.batch.token_budget == served
     assert f"token_budget = {served} (the engine's max model length)" in caplog.text
     assert "tokens fit in one step" in caplog.text  # how long a sample the memory holds
-    kept = await learner.loop.resolve_token_budget(with_overrides(config, token_budget=777), None, trainer)
+    kept = await learner.served_settings.resolve_token_budget(with_overrides(config, token_budget=777), None, trainer)
     assert kept.batch.token_budget == 777  # the config's override wins
-    offline = await learner.loop.resolve_token_budget(with_overrides(config, publish=False), None, trainer)
-    assert offline.batch.token_budget == learner.loop.FALLBACK_TOKEN_BUDGET
+    offline = await learner.served_settings.resolve_token_budget(with_overrides(config, publish=False), None, trainer)
+    assert offline.batch.token_budget == learner.served_settings.FALLBACK_TOKEN_BUDGET
 
 
 async def test_samples_longer_than_the_budget_are_refused_and_counted(store, tiny_model_dir, tmp_path):
