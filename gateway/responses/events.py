@@ -1,27 +1,109 @@
-"""Responses Server-Sent Events for what the stream-through (``gateway.responses.stream``) sends
-whole: an output item once it is complete (added, its text or arguments in one delta, done), the
-events numbered in order.
+"""Responses Server-Sent Events: their wire models (the spec's stream events), and the events for what
+the stream-through (``gateway.responses.stream``) sends whole: an output item once it is complete
+(added, its text or arguments in one delta, done), the events numbered in order.
 """
 
 from __future__ import annotations
 
 import itertools
 from collections.abc import Iterator
+from typing import Any
+
+from pydantic import Field
 
 from gateway.responses.protocol import (
-    ContentPartEvent,
-    FunctionCallArgumentsDeltaEvent,
-    FunctionCallArgumentsDoneEvent,
     OutputFunctionCall,
-    OutputItemEvent,
+    OutputItem,
     OutputMessage,
     OutputReasoning,
-    OutputTextDeltaEvent,
-    OutputTextDoneEvent,
-    ReasoningTextDeltaEvent,
-    ReasoningTextDoneEvent,
-    StreamEvent,
+    OutputText,
+    Response,
+    ResponsesModel,
 )
+
+# --- stream events ---------------------------------------------------------------------------
+# Each SSE event is "event: <type>\ndata: <json>\n\n"; every payload carries its ``type`` and an
+# increasing ``sequence_number``.
+
+
+class StreamEvent(ResponsesModel):
+    type: str
+    sequence_number: int
+
+
+class ResponseLifecycleEvent(StreamEvent):
+    # response.created | response.in_progress | response.completed
+    response: Response
+
+
+class OutputItemEvent(StreamEvent):
+    # response.output_item.added | response.output_item.done
+    output_index: int
+    item: OutputItem
+
+
+class ContentPartEvent(StreamEvent):
+    # response.content_part.added | response.content_part.done
+    item_id: str
+    output_index: int
+    content_index: int
+    part: OutputText
+
+
+class OutputTextDeltaEvent(StreamEvent):
+    item_id: str
+    output_index: int
+    content_index: int
+    delta: str
+    logprobs: list[Any] = Field(default_factory=list)
+
+
+class OutputTextDoneEvent(StreamEvent):
+    item_id: str
+    output_index: int
+    content_index: int
+    text: str
+    logprobs: list[Any] = Field(default_factory=list)
+
+
+class ReasoningTextDeltaEvent(StreamEvent):
+    item_id: str
+    output_index: int
+    content_index: int
+    delta: str
+
+
+class ReasoningTextDoneEvent(StreamEvent):
+    item_id: str
+    output_index: int
+    content_index: int
+    text: str
+
+
+class FunctionCallArgumentsDeltaEvent(StreamEvent):
+    item_id: str
+    output_index: int
+    delta: str
+
+
+class FunctionCallArgumentsDoneEvent(StreamEvent):
+    item_id: str
+    output_index: int
+    arguments: str
+
+
+class CustomToolCallInputDeltaEvent(StreamEvent):
+    # response.custom_tool_call_input.delta
+    item_id: str
+    output_index: int
+    delta: str
+
+
+class CustomToolCallInputDoneEvent(StreamEvent):
+    # response.custom_tool_call_input.done
+    item_id: str
+    output_index: int
+    input: str
 
 
 class Events:

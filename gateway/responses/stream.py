@@ -16,27 +16,30 @@ from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field
 
 from gateway.errors import GatewayError
-from gateway.responses.events import Events, item_events
-from gateway.responses.protocol import (
+from gateway.responses.events import (
     ContentPartEvent,
     CustomToolCallInputDeltaEvent,
     CustomToolCallInputDoneEvent,
+    Events,
     FunctionCallArgumentsDeltaEvent,
     FunctionCallArgumentsDoneEvent,
+    OutputItemEvent,
+    OutputTextDeltaEvent,
+    OutputTextDoneEvent,
+    ReasoningTextDeltaEvent,
+    ReasoningTextDoneEvent,
+    ResponseLifecycleEvent,
+    StreamEvent,
+    item_events,
+)
+from gateway.responses.protocol import (
     OutputCustomToolCall,
     OutputFunctionCall,
-    OutputItemEvent,
     OutputMessage,
     OutputReasoning,
     OutputText,
-    OutputTextDeltaEvent,
-    OutputTextDoneEvent,
     ReasoningText,
-    ReasoningTextDeltaEvent,
-    ReasoningTextDoneEvent,
     Response,
-    ResponseLifecycleEvent,
-    StreamEvent,
 )
 from gateway.responses.tools import CustomInputStream, ToolIndex
 from gateway.streaming import CALL_ID_COMMENT, Committed, StreamedCall
