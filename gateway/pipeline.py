@@ -19,7 +19,7 @@ from gateway.callgraph import CallGraphIndex, GraphNode
 from gateway.dialects import COMPLETIONS
 from gateway.engine.body import EngineBodies
 from gateway.engine.client import EngineClient
-from gateway.engine.pool import begin_call, served_fields
+from gateway.engine.routing import begin_call, served_fields
 from gateway.engine_clock import EngineClock
 from gateway.errors import EngineError
 from gateway.metrics import GatewayMetrics

@@ -25,11 +25,10 @@ import asyncio
 import logging
 import time
 from collections.abc import Sequence
-from contextvars import ContextVar
 from dataclasses import dataclass, field
 
 from gateway.engine.client import ENGINE_DOWN, EngineClient, EngineStream
-from gateway.engine.routing import EngineLoad, Router, StickyLeastLoaded
+from gateway.engine.routing import CallRoute, EngineLoad, Router, StickyLeastLoaded, call_route
 from gateway.errors import EngineBusy, EngineError, EngineTimeout, EngineUnavailable, GatewayError
 from gateway.policy.proof import AdapterProbe, prove_engine
 
@@ -39,35 +38,6 @@ MAX_IN_FLIGHT = 256  # calls per engine at once (vLLM's default max_num_seqs on 
 MAX_QUEUED = 4096  # calls waiting per engine beyond those
 PROBE_INTERVAL_S = 1.0  # how often a taken-out engine is looked at
 ALREADY_LOADED = "has already been loaded"  # vLLM's answer to loading a name it holds (a shared engine)
-
-
-@dataclass(eq=False)
-class CallRoute:
-    """Where one call went: filled in by the pool, recorded with the call."""
-
-    rollout_id: int | None
-    engine: str | None = None  # the engine's base URL
-    queue_ms: float = 0.0  # waiting for an in-flight slot, milliseconds (summed over a failover)
-    moved_from: str | None = None  # the failed engine its rollout was moved from, on this call
-
-
-# The call being routed, per request. Set by ``begin_call`` in the awaiting coroutine's own context, so
-# the pool (awaited by it) and the commit that records the call (its tasks copy the context) see it.
-call_route: ContextVar[CallRoute | None] = ContextVar("call_route", default=None)
-
-
-def begin_call(rollout_id: int | None) -> CallRoute:
-    route = CallRoute(rollout_id)
-    call_route.set(route)
-    return route
-
-
-def served_fields() -> dict:
-    """The current call's route as ``CallRecord`` fields (empty outside a routed call)."""
-    route = call_route.get()
-    if route is None or route.engine is None:
-        return {}
-    return {"engine": route.engine, "queue_ms": route.queue_ms, "moved_from": route.moved_from}
 
 
 @dataclass(eq=False)

@@ -5,13 +5,15 @@ history there). A new rollout, or one whose engine was taken out, goes to the le
 engine that serves the call's model (the base model or the rollout's policy version, ``policy-vN``):
 least calls in flight and queued, then fewest rollouts, then the first listed. Nothing a client
 sends takes part: the choice reads the rollout id (from its token, resolved by the store) and the
-engine model the gateway resolved, never a header or a body field.
+engine model the gateway resolved, never a header or a body field. Each call's route (where it went,
+how long it queued) is recorded with it (``begin_call``, ``served_fields``).
 """
 
 from __future__ import annotations
 
 from collections import OrderedDict
 from collections.abc import Sequence, Set
+from contextvars import ContextVar
 from dataclasses import dataclass
 from typing import Protocol
 
@@ -102,3 +104,32 @@ class StickyLeastLoaded:
         while len(self._engine_of) > self._kept:
             _, gone = self._engine_of.popitem(last=False)
             self._counts[gone] -= 1
+
+
+@dataclass(eq=False)
+class CallRoute:
+    """Where one call went: filled in by the pool, recorded with the call."""
+
+    rollout_id: int | None
+    engine: str | None = None  # the engine's base URL
+    queue_ms: float = 0.0  # waiting for an in-flight slot, milliseconds (summed over a failover)
+    moved_from: str | None = None  # the failed engine its rollout was moved from, on this call
+
+
+# The call being routed, per request. Set by ``begin_call`` in the awaiting coroutine's own context, so
+# the pool (awaited by it) and the commit that records the call (its tasks copy the context) see it.
+call_route: ContextVar[CallRoute | None] = ContextVar("call_route", default=None)
+
+
+def begin_call(rollout_id: int | None) -> CallRoute:
+    route = CallRoute(rollout_id)
+    call_route.set(route)
+    return route
+
+
+def served_fields() -> dict:
+    """The current call's route as ``CallRecord`` fields (empty outside a routed call)."""
+    route = call_route.get()
+    if route is None or route.engine is None:
+        return {}
+    return {"engine": route.engine, "queue_ms": route.queue_ms, "moved_from": route.moved_from}

@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import asyncio
 
-from gateway.engine.pool import EnginePool, begin_call
-from gateway.engine.routing import EngineLoad, StickyLeastLoaded, choose, least_loaded
+from gateway.engine.pool import EnginePool
+from gateway.engine.routing import EngineLoad, StickyLeastLoaded, begin_call, choose, least_loaded
 from gateway.errors import EngineUnavailable
 from tests.engine_pool import fake_engines, pool_gateway
 from tests.waiting import until
