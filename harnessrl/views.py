@@ -80,6 +80,11 @@ def _when(value: str | None, layout: str) -> str:
     return "" if value is None else f"{datetime.fromisoformat(value):{layout}}"
 
 
+def _count_and_share(count: int, share: float | None, none: str = "") -> str:
+    """ "7 (33.3%)"; ``none`` where there was nothing to take a share of."""
+    return none if share is None else f"{count} ({share:.1%})"
+
+
 def _reward(value: float | None) -> str:
     return "" if value is None else f"{value:.3f}"
 
@@ -198,12 +203,12 @@ def health_table(run: str, rows: list[CaptureHealth]) -> Table:
             str(len(row.rollouts)),
             str(row.calls),
             str(row.later_turns),
-            f"{row.extending_turns} ({row.extension_rate:.1%})" if row.extension_rate is not None else "",
+            _count_and_share(row.extending_turns, row.extension_rate),
             str(row.forks),
             str(row.drift_tokens),
             str(row.false_forks),
             str(row.retried),
-            f"{row.side_calls} ({row.side_call_share:.1%})" if row.side_call_share is not None else "0",
+            _count_and_share(row.side_calls, row.side_call_share, none="0"),
         )
     return table
 
@@ -218,8 +223,8 @@ def skew_table(run: str, rows: list[RetokenizationSkew]) -> Table:
             row.model,
             str(row.calls),
             str(row.rendered),
-            f"{row.prompt_skewed} ({row.prompt_share:.1%})" if row.prompt_share is not None else "",
-            f"{row.output_skewed} ({row.output_share:.1%})" if row.output_share is not None else "",
+            _count_and_share(row.prompt_skewed, row.prompt_share),
+            _count_and_share(row.output_skewed, row.output_share),
         )
     return table
 

@@ -25,7 +25,7 @@ async def wait_for_run(store: Store, run: str, poll_s: float, stop: asyncio.Even
         if not announced:
             logger.warning("run %r does not exist yet; waiting for its first rollout", run)
             announced = True
-        await sleep_or_stop(stop, poll_s)
+        await _sleep_or_stop(stop, poll_s)
     return None
 
 
@@ -52,7 +52,7 @@ class GroupIntake:
                 if all(g is not None for g in groups):
                     return groups
                 continue  # some were quarantined (no longer ready): look for others at once
-            await sleep_or_stop(stop, self.config.poll_interval_s)
+            await _sleep_or_stop(stop, self.config.poll_interval_s)
         return None
 
     async def _usable(self, group_id: int) -> ReadyGroup | None:
@@ -68,7 +68,7 @@ class GroupIntake:
             return None
 
 
-async def sleep_or_stop(stop: asyncio.Event, seconds: float) -> None:
+async def _sleep_or_stop(stop: asyncio.Event, seconds: float) -> None:
     try:
         await asyncio.wait_for(stop.wait(), seconds)
     except TimeoutError:

@@ -22,6 +22,7 @@ def sqlite_url(path: Path) -> str:
 
 # the async driver the store uses for each backend a URL may name without one
 ASYNC_DRIVERS = {"sqlite": "sqlite+aiosqlite", "postgresql": "postgresql+asyncpg", "postgres": "postgresql+asyncpg"}
+ACCEPTED = "use sqlite:///PATH or postgresql://USER@HOST/DB (their async drivers, aiosqlite and asyncpg, are added)"
 
 
 def with_async_driver(url: str) -> str:
@@ -38,7 +39,6 @@ def with_async_driver(url: str) -> str:
     return url
 
 
-ACCEPTED = "use sqlite:///PATH or postgresql://USER@HOST/DB (their async drivers, aiosqlite and asyncpg, are added)"
 BUSY_TIMEOUT_MS = 10_000  # how long a SQLite connection waits for another's write lock
 
 

@@ -159,7 +159,9 @@ async def _mark_unloaded(store: Store, version: int, name: str) -> None:
             await store.adapters.save(version, name, adapter.path, loaded=False)
 
 
-Tolerance = Callable[[AdapterProbe], float]  # the gateway's tolerance for a probe (``adapter_proof.tolerance_for``)
+Tolerance = Callable[
+    [AdapterProbe], float
+]  # the gateway's tolerance for a probe (``gateway.policy.proof.tolerance_for``)
 
 
 async def restore_adapters(
