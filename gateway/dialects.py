@@ -1,29 +1,36 @@
-"""The wire dialects, one description each: where it is served, its error shape, its metrics label and
-how a recorded request reads as chat messages.
+"""The wire dialects, one description each: where it is served, its error shape and its metrics label.
 
 Errors (gateway.errors), metrics (gateway.metrics), the conversation view (gateway.api.conversation)
 and the routers read these; a new dialect is one more ``Dialect`` here plus its own package (serving,
-protocol, replay, router), as vLLM's entrypoints share a base beside their per-endpoint folders.
+protocol, stream, router), as vLLM's entrypoints share a base beside their per-endpoint folders.
 
-This module is a leaf: what it needs of the dialect packages it imports when called, so that
-gateway.errors (which every package imports) can read it.
+This module is a leaf (it imports nothing of the gateway), so that gateway.errors, which every package
+imports, can read it. How a recorded request reads as chat messages is the conversation view's, which
+sits above the dialect packages and imports their translations.
 """
 
 from __future__ import annotations
 
-import json
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import Protocol
 
-if TYPE_CHECKING:
-    from gateway.errors import GatewayError
+
+class ErrorFields(Protocol):
+    """What an error shape reads of an error (gateway.errors.GatewayError has these)."""
+
+    status_code: int
+    message: str
+    type: str
+    param: str | None
+    code: str | None
+
 
 ROLLOUT_PREFIX = "/r/"  # per-rollout routes: /r/{token}/v1/...
 API_PREFIXES = ("/v1", "/r/{token}/v1")  # every dialect route is served under both
 
 
-def openai_error_body(exc: GatewayError) -> dict:
+def openai_error_body(exc: ErrorFields) -> dict:
     """OpenAI's error shape (Chat Completions, Completions, Responses, and the REST API)."""
     return {"error": {"message": exc.message, "type": exc.type, "param": exc.param, "code": exc.code}}
 
@@ -42,7 +49,7 @@ ANTHROPIC_TYPES = {
 }
 
 
-def anthropic_error_body(exc: GatewayError) -> dict:
+def anthropic_error_body(exc: ErrorFields) -> dict:
     """Anthropic's error shape, for the Messages API."""
     kind = ANTHROPIC_TYPES.get(exc.status_code, "invalid_request_error" if exc.status_code < 500 else "api_error")
     return {"type": "error", "error": {"type": kind, "message": exc.message}}
@@ -81,53 +88,19 @@ ANTHROPIC_ERROR_SCHEMA = {
 }
 
 
-# --- a recorded request as chat messages (the conversation view) ----------------------------------
-
-
-def _chat_history(request: dict) -> list[dict]:
-    messages = request.get("messages")
-    return [m for m in messages if isinstance(m, dict)] if isinstance(messages, list) else []
-
-
-def _completions_history(request: dict) -> list[dict]:
-    prompt = request.get("prompt")
-    return [{"role": "user", "content": prompt if isinstance(prompt, str) else json.dumps(prompt)}]
-
-
-def _responses_history(request: dict) -> list[dict]:
-    from gateway.responses.protocol import ResponsesRequest
-    from gateway.responses.serving import chat_messages
-
-    return chat_messages(ResponsesRequest.model_validate(request))
-
-
-def _messages_history(request: dict) -> list[dict]:
-    from gateway.anthropic.protocol import MessagesRequest
-    from gateway.anthropic.serving import chat_messages
-
-    return chat_messages(MessagesRequest.model_validate(request))
-
-
-def _no_history(request: dict) -> list[dict]:
-    return []
-
-
 @dataclass(frozen=True)
 class Dialect:
     name: str  # the recorded calls' `dialect` column and the metrics label
     routes: tuple[str, ...]  # paths under each of API_PREFIXES
-    error_body: Callable[[GatewayError], dict]  # its error shape, for every error its routes answer
+    error_body: Callable[[ErrorFields], dict]  # its error shape, for every error its routes answer
     error_schema: dict  # that shape in the OpenAPI document
-    # a recorded request body -> the chat messages the engine was prompted with (ValidationError or
-    # GatewayError for a body that no longer parses)
-    history: Callable[[dict], list[dict]] = _no_history
     recorded: bool = True  # its calls are recorded (count_tokens answers without sampling)
 
 
-CHAT = Dialect("chat", ("/chat/completions",), openai_error_body, OPENAI_ERROR_SCHEMA, _chat_history)
-COMPLETIONS = Dialect("completions", ("/completions",), openai_error_body, OPENAI_ERROR_SCHEMA, _completions_history)
-RESPONSES = Dialect("responses", ("/responses",), openai_error_body, OPENAI_ERROR_SCHEMA, _responses_history)
-MESSAGES = Dialect("messages", ("/messages",), anthropic_error_body, ANTHROPIC_ERROR_SCHEMA, _messages_history)
+CHAT = Dialect("chat", ("/chat/completions",), openai_error_body, OPENAI_ERROR_SCHEMA)
+COMPLETIONS = Dialect("completions", ("/completions",), openai_error_body, OPENAI_ERROR_SCHEMA)
+RESPONSES = Dialect("responses", ("/responses",), openai_error_body, OPENAI_ERROR_SCHEMA)
+MESSAGES = Dialect("messages", ("/messages",), anthropic_error_body, ANTHROPIC_ERROR_SCHEMA)
 COUNT_TOKENS = Dialect(
     "count_tokens", ("/messages/count_tokens",), anthropic_error_body, ANTHROPIC_ERROR_SCHEMA, recorded=False
 )

@@ -14,17 +14,15 @@
 - ``openenv:SPEC``: an OpenEnv environment's own tasks (a server URL, ``MODULE:CLASS``, an image; see
   harnesses/openenv/tasks.py).
 
-The split is a property of a task's name alone: ``sha256(name)`` read as a fraction of 2**64 below
-``test_fraction`` is ``test``, else ``train``. So a task keeps its split whatever else the dataset
-holds, on every machine, and training on ``--split train`` never sees a task ``--split test``
-evaluates. ``--include`` / ``--exclude`` are shell globs over task names (``fnmatch``); they never move
-a task from one split to the other.
+The split is a property of a task's name alone (harnesses/splits.py), so a task keeps it whatever else
+the dataset holds and training on ``--split train`` never sees a task ``--split test`` evaluates.
+``--include`` / ``--exclude`` are shell globs over task names (``fnmatch``); they never move a task from
+one split to the other.
 """
 
 from __future__ import annotations
 
 import fnmatch
-import hashlib
 import json
 from collections import Counter
 from collections.abc import Callable, Sequence
@@ -33,10 +31,9 @@ from pathlib import Path
 
 from harnesses.openenv.datasets import is_openenv_dataset, load_openenv_dataset
 from harnesses.openenv.tasks import is_openenv_tasks, load_openenv_tasks
+from harnesses.splits import DEFAULT_TEST_FRACTION, SPLITS, split_of
 from harnesses.task import Task, TaskError, builtin_tasks_path, load_tasks
 
-SPLITS = ("all", "train", "test")
-DEFAULT_TEST_FRACTION = 0.2
 ARITHMETIC_TASKS = 20  # the built-in family's size: ~16 train, ~4 held out at the default fraction
 BUILTIN_PREFIX = "builtin:"
 
@@ -101,12 +98,6 @@ class Selection:
         parts += [f"include {' '.join(self.include)}"] if self.include else []
         parts += [f"exclude {' '.join(self.exclude)}"] if self.exclude else []
         return ", ".join(parts) or "every task"
-
-
-def split_of(name: str, test_fraction: float = DEFAULT_TEST_FRACTION) -> str:
-    """``test`` or ``train``: the task name's hash as a fraction in [0, 1), below ``test_fraction``: test."""
-    digest = hashlib.sha256(name.encode()).digest()
-    return "test" if int.from_bytes(digest[:8], "big") / 2**64 < test_fraction else "train"
 
 
 def select(tasks: Sequence[Task], selection: Selection) -> list[Task]:

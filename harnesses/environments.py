@@ -35,8 +35,9 @@ import time
 from dataclasses import dataclass, replace
 from pathlib import Path
 
+from harnesses.agents.cli_agent import image_tag
 from harnesses.base_images import unpullable_base
-from harnesses.images import DOCKER_DIR, image_tag
+from harnesses.images import DOCKER_DIR
 from harnesses.registry import CLI_AGENTS
 from harnesses.task import Task, TaskEnvironment
 from sandboxes import Limits, SandboxSpec

@@ -19,6 +19,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from pathlib import Path
 
+from harnesses.agents.cli_agent import image_tag
 from harnesses.registry import CLI_AGENTS
 
 DEFAULT_BASE = "debian:bookworm-slim"
@@ -38,10 +39,6 @@ class BuiltImage:
     harness: str
     tag: str
     seconds: float
-
-
-def image_tag(harness: str) -> str:
-    return f"harnessrl/{harness}:latest"
 
 
 def dockerfile(harness: str, context: Path = DOCKER_DIR) -> Path:

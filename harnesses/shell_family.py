@@ -8,7 +8,7 @@ for a warm start, and ``harnessrl tasks check`` proves each task sound (the solu
 nothing fails).
 
 Instances differ in their words, file names and numbers; the train and test splits are by task name
-(``harnesses.datasets.split_of``). ``builtin:shell-unseen`` is a kind of job the family never trains
+(``harnesses.splits.split_of``). ``builtin:shell-unseen`` is a kind of job the family never trains
 on (the first lines of a file into another): evaluated apart, it says whether what was learned carries
 beyond new instances of known kinds.
 """
@@ -20,6 +20,7 @@ import shlex
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from harnesses.splits import split_of
 from harnesses.task import Task
 
 TRAIN_PER_KIND = 6  # instances of each kind in the train split of builtin:shell
@@ -236,8 +237,7 @@ def shell_tasks(
     train: int = TRAIN_PER_KIND, test: int = TEST_PER_KIND, seed: int = 0, kinds: dict | None = None
 ) -> list[Task]:
     """Distinct instances (by instruction) of each kind, named ``shell-<kind>-<n>``: ``train`` of them in
-    the train split and ``test`` in the test split (``harnesses.datasets.split_of``, by name)."""
-    from harnesses.datasets import split_of
+    the train split and ``test`` in the test split (``harnesses.splits.split_of``, by name)."""
 
     tasks = []
     for kind, make in (kinds or KINDS).items():

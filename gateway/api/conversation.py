@@ -13,8 +13,12 @@ import json
 
 from pydantic import ValidationError
 
-from gateway.dialects import recorded_dialect
+from gateway.anthropic.protocol import MessagesRequest
+from gateway.anthropic.serving import chat_messages as messages_as_chat
+from gateway.dialects import CHAT, COMPLETIONS, MESSAGES, RESPONSES
 from gateway.errors import GatewayError
+from gateway.responses.protocol import ResponsesRequest
+from gateway.responses.serving import chat_messages as responses_as_chat
 from store.store import Store
 from store.tables import Call
 
@@ -37,10 +41,31 @@ def conversation(call: Call, earlier: list[tuple[int, dict]]) -> list[dict]:
     return messages
 
 
+def _chat_history(request: dict) -> list[dict]:
+    messages = request.get("messages")
+    return [m for m in messages if isinstance(m, dict)] if isinstance(messages, list) else []
+
+
+def _completions_history(request: dict) -> list[dict]:
+    prompt = request.get("prompt")
+    return [{"role": "user", "content": prompt if isinstance(prompt, str) else json.dumps(prompt)}]
+
+
+# A recorded request body -> the chat messages the engine was prompted with, by the recorded call's
+# dialect, through the same translations the dialects use to reach the engine.
+HISTORIES = {
+    CHAT.name: _chat_history,
+    COMPLETIONS.name: _completions_history,
+    RESPONSES.name: lambda request: responses_as_chat(ResponsesRequest.model_validate(request)),
+    MESSAGES.name: lambda request: messages_as_chat(MessagesRequest.model_validate(request)),
+}
+
+
 def request_messages(dialect: str, request: dict) -> list[dict]:
-    """The request's history as chat messages (the client's own shape for chat; gateway.dialects)."""
+    """The request's history as chat messages (the client's own shape for chat)."""
+    history = HISTORIES.get(dialect)
     try:
-        return recorded_dialect(dialect).history(request)
+        return history(request) if history else []
     except (ValidationError, GatewayError):  # recorded bodies were valid; an older shape shows nothing
         return []
 

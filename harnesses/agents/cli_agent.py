@@ -20,7 +20,6 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 
 from harnesses.harness import AgentOutcome, RolloutTarget
-from harnesses.images import image_tag
 from harnesses.task import Task
 from sandboxes import ExecResult, Sandbox, SandboxSpec
 from sandboxes.bwrap import SYSTEM_DIRS
@@ -28,6 +27,11 @@ from sandboxes.bwrap import SYSTEM_DIRS
 PROVIDER_ID = "harnessrl"  # our own provider id: an agent's built-in "openai" provider has quirks
 FALLBACK_HOME = "/tmp/harnessrl-agent"  # when the sandbox has no usable $HOME
 LOG_CHARS = 8000
+
+
+def image_tag(harness: str) -> str:
+    """The docker image a CLI agent runs in (built by ``harnessrl images build``, harnesses/images.py)."""
+    return f"harnessrl/{harness}:latest"
 
 
 class AgentNotInstalled(RuntimeError):

@@ -32,7 +32,7 @@ from openai import AsyncOpenAI
 
 from harnesses.harness import AgentOutcome, Harness, RolloutTarget
 from harnesses.openenv.relay import ToolRelay, registered
-from harnesses.openenv.tasks import REWARD_NAME, EnvOutcome, EnvServer, EnvTaskRef
+from harnesses.openenv.tasks import REWARD_NAME, EnvOutcome, EnvServer, EnvTaskRef, tool_text
 from harnesses.task import Task, TaskError
 from sandboxes import Sandbox, SandboxSpec
 
@@ -40,7 +40,6 @@ SYSTEM = (
     "You are an agent acting in an environment through its tools. Call the tools to do the task; "
     "when it is done, reply with a short final answer and no tool call."
 )
-RESULT_CHARS = 4000  # of a tool's result fed back to the model
 EPISODE_OVER = "error: the episode is over; this call was not made"
 
 
@@ -159,17 +158,6 @@ def openai_tool(tool) -> dict:
         "type": "function",
         "function": {"name": tool.name, "description": tool.description or "", "parameters": schema},
     }
-
-
-def tool_text(observation) -> str:
-    """What a tool call returned, as text for the model (its error when it failed)."""
-    if getattr(observation, "error", None):
-        return f"error: {observation.error.message}"[:RESULT_CHARS]
-    result = getattr(observation, "result", None)
-    if isinstance(result, dict):
-        texts = [c.get("text", "") for c in result.get("content") or [] if isinstance(c, dict)]
-        return ("\n".join(texts) if any(texts) else json.dumps(result.get("data")))[:RESULT_CHARS]
-    return str(result)[:RESULT_CHARS]
 
 
 def _arguments(text: str | None) -> dict:

@@ -27,7 +27,7 @@ from aiohttp import web
 
 from harnesses.gateway_client import GatewayClient, GatewayRefused, GatewayUnreachable
 from harnesses.harness import RolloutTarget
-from harnesses.openenv.tasks import EnvTaskRef
+from harnesses.openenv.tasks import EnvTaskRef, tool_text
 from harnesses.task import TaskError
 
 PROTOCOL_VERSIONS = ("2025-11-25", "2025-06-18", "2025-03-26", "2024-11-05")
@@ -136,8 +136,6 @@ class ToolRelay:
 
     async def _call(self, name: str, arguments: dict) -> dict:
         from openenv.core.env_server.mcp_types import CallToolAction
-
-        from harnesses.openenv.agent import tool_text
 
         async with self._lock:
             episode = self.episode

@@ -40,6 +40,7 @@ START_TIMEOUT_S = 180.0  # an environment server's start-up (imports) on a small
 NO_TESTS_VERIFIER = "exit 1"  # the task has no tests: the verifier scores 0, the environment scores the rollout
 REWARD_NAME = "harnesses.openenv.tasks:environment_reward"
 IMAGE_PORT = 8000  # where OpenEnv's environment images serve
+RESULT_CHARS = 4000  # of a tool's result fed back to the model
 RUN_IT_YOURSELF = (
     "start the environment yourself (docker run --network host IMAGE, or python -m "
     "harnesses.openenv.serve MODULE:CLASS --port PORT) and pass openenv:http://127.0.0.1:PORT"
@@ -81,6 +82,17 @@ class EnvOutcome(AgentOutcome):
 def environment_reward(outcome: AgentOutcome | None = None) -> float | None:
     """The reward function of OpenEnv tasks: the environment's own reward (None: it gave none)."""
     return outcome.env_reward if isinstance(outcome, EnvOutcome) else None
+
+
+def tool_text(observation) -> str:
+    """What a tool call returned, as text for the model (its error when it failed)."""
+    if getattr(observation, "error", None):
+        return f"error: {observation.error.message}"[:RESULT_CHARS]
+    result = getattr(observation, "result", None)
+    if isinstance(result, dict):
+        texts = [c.get("text", "") for c in result.get("content") or [] if isinstance(c, dict)]
+        return ("\n".join(texts) if any(texts) else json.dumps(result.get("data")))[:RESULT_CHARS]
+    return str(result)[:RESULT_CHARS]
 
 
 def is_openenv_tasks(source: str) -> bool:

@@ -7,7 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from harnesses.datasets import Selection, load_dataset, load_selection, select, split_of
+from harnesses.datasets import Selection, load_dataset, load_selection, select
+from harnesses.splits import split_of
 from harnesses.task import Task, TaskError
 
 

@@ -7,8 +7,16 @@ import pytest
 from harnesses.builtin_agent import BuiltinHarness
 from harnesses.datasets import load_dataset
 from harnesses.harness import AgentOutcome
-from harnesses.openenv.agent import OpenEnvToolsHarness, openai_tool, tool_text, with_environments
-from harnesses.openenv.tasks import REWARD_NAME, EnvOutcome, EnvTaskRef, env_task, environment_reward, spec_kind
+from harnesses.openenv.agent import OpenEnvToolsHarness, openai_tool, with_environments
+from harnesses.openenv.tasks import (
+    REWARD_NAME,
+    EnvOutcome,
+    EnvTaskRef,
+    env_task,
+    environment_reward,
+    spec_kind,
+    tool_text,
+)
 from harnesses.task import Task, TaskError
 
 
