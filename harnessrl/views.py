@@ -14,7 +14,6 @@ from rich.text import Text
 
 from gateway.api.conversation import rollout_conversation
 from harnessrl.retokenization import RetokenizationSkew
-from store.arrays import unpack_ids, unpack_logprobs
 from store.health import CaptureHealth
 from store.listings import GroupFilter, RolloutFilter
 from store.mismatch import MismatchSummary
@@ -170,9 +169,7 @@ def _call_panel(call, decode, tokens: int) -> Panel:
 def _token_table(call, decode, tokens: int) -> Table:
     table = _table("pos", "token", "id", "logprob")
     prompt_len = call.num_prompt_tokens
-    for n, (token_id, logprob) in enumerate(
-        zip(unpack_ids(call.output_ids)[:tokens], unpack_logprobs(call.output_logprobs) or repeat(None))
-    ):
+    for n, (token_id, logprob) in enumerate(zip(call.output_ids[:tokens], call.output_logprobs or repeat(None))):
         table.add_row(
             str(prompt_len + n), repr(decode([token_id])) if decode else "", str(token_id), _logprob_text(logprob)
         )

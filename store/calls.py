@@ -5,14 +5,15 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+import numpy as np
 from sqlalchemy import func, select
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
 from store import prompt_delta, request_delta
-from store.arrays import ids_array, logprobs_array, pack_ids, pack_logprobs, unpack_ids
-from store.listings import is_main_call
-from store.records import CallRecord, GraphNode
-from store.samples import Ancestor, CallNode
+from store.arrays import IDS, ids_array, logprobs_array, pack_ids, pack_logprobs, unpack_ids
+from store.listings import is_main_call, stored_call
+from store.records import CallRecord, GraphNode, StoredCall
+from store.samples import Ancestor, CallNode, SampledMarks, prompt_marks
 from store.tables import Call, utcnow
 
 
@@ -101,6 +102,11 @@ class CallReads:
             for r in rows
         ]
 
+    async def prompt_marks(self, call: StoredCall) -> SampledMarks:
+        """Who sampled each of ``call``'s prompt tokens: what the sample through it holds there."""
+        prompt = np.asarray(call.prompt_ids, dtype=IDS)
+        return prompt_marks(prompt, await self.ancestors(call.id), include_side=bool(call.tags))
+
     async def graph_stats(self, rollout_id: int) -> dict[str, int]:
         """Calls, roots, forks and drift tokens of a rollout's call graph."""
         query = select(
@@ -132,22 +138,24 @@ class CallReads:
                 outputs.append((message, unpack_ids(output_ids)))
         return outputs
 
-    async def get(self, call_id: int) -> Call | None:
-        """The call, its request as received (detached: reading it never writes)."""
+    async def get(self, call_id: int) -> StoredCall | None:
+        """The call with its request as received and the engine's response."""
         async with self.sessions() as session:
             call = await session.get(Call, call_id)
-        if call is not None:
-            await self.read_whole([call])
-        return call
+        if call is None:
+            return None
+        await self.read_whole([call])
+        return stored_call(call, bodies=True)
 
-    async def last_main(self, rollout_id: int) -> Call | None:
+    async def last_main(self, rollout_id: int) -> StoredCall | None:
         """The rollout's last call that is not a side call (the agent's latest view of its task)."""
         query = select(Call).where(Call.rollout_id == rollout_id, is_main_call()).order_by(Call.id.desc()).limit(1)
         async with self.sessions() as session:
             call = (await session.scalars(query)).first()
-        if call is not None:
-            await self.read_whole([call])
-        return call
+        if call is None:
+            return None
+        await self.read_whole([call])
+        return stored_call(call, bodies=True)
 
     async def answers_before(self, rollout_id: int, call_id: int) -> list[tuple[int, dict]]:
         """(id, engine response) of the rollout's calls before ``call_id``, oldest first (no token blobs)."""
@@ -155,12 +163,13 @@ class CallReads:
         async with self.sessions() as session:
             return [(row.id, row.response) for row in (await session.execute(query)).all()]
 
-    async def page(self, rollout_id: int, after: int, limit: int) -> list[Call]:
+    async def page(self, rollout_id: int, after: int, limit: int) -> list[StoredCall]:
+        """The rollout's calls after ``after``, by id, with their bodies."""
         query = select(Call).where(Call.rollout_id == rollout_id, Call.id > after).order_by(Call.id).limit(limit)
         async with self.sessions() as session:
             calls = list((await session.scalars(query)).all())
         await self.read_whole(calls)
-        return calls
+        return [stored_call(call, bodies=True) for call in calls]
 
 
 def call_row(record: CallRecord, request: dict) -> dict:

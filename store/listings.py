@@ -19,7 +19,8 @@ from sqlalchemy.engine import Row
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
 from store import prompt_delta
-from store.records import RolloutStatus
+from store.arrays import unpack_ids, unpack_logprobs
+from store.records import RolloutStatus, StoredCall
 from store.tables import Call, Group, LearnerStep, Rollout, Run, Task
 
 
@@ -84,6 +85,23 @@ CALL_COLUMNS = (
     Call.created_at,
 )
 TOKEN_COLUMNS = (Call.prompt_ids, Call.prompt_offset, Call.output_ids, Call.output_logprobs)
+
+
+def stored_call(source, tokens: bool = True, bodies: bool = False) -> StoredCall:
+    """``source`` (a Call, or a row of ``CALL_COLUMNS`` plus ``TOKEN_COLUMNS`` with ``tokens``; its prompt
+    already whole) as the store's record; token arrays only with ``tokens``, request and response only
+    with ``bodies``."""
+    fields = {column.key: getattr(source, column.key) for column in CALL_COLUMNS}
+    fields["tags"] = fields["tags"] or []
+    if tokens:
+        fields.update(
+            prompt_ids=unpack_ids(source.prompt_ids),
+            output_ids=unpack_ids(source.output_ids),
+            output_logprobs=unpack_logprobs(source.output_logprobs),
+        )
+    if bodies:
+        fields.update(request=source.request, response=source.response)
+    return StoredCall(**fields)
 
 
 class Listings:
@@ -206,8 +224,8 @@ class Listings:
         async with self.sessions() as session:
             return [tuple(row) for row in (await session.execute(query)).all()]
 
-    async def calls(self, where: CallFilter, after: int, limit: int, tokens: bool = False) -> list:
-        """Calls by id, as rows of ``CALL_COLUMNS`` (plus ``TOKEN_COLUMNS`` with ``tokens``, whole prompts)."""
+    async def calls(self, where: CallFilter, after: int, limit: int, tokens: bool = False) -> list[StoredCall]:
+        """Calls by id, without bodies; their token arrays (whole prompts) only with ``tokens``."""
         columns = CALL_COLUMNS + TOKEN_COLUMNS if tokens else CALL_COLUMNS
         query = select(*columns).where(Call.id > after).order_by(Call.id).limit(limit)
         query = _equal(
@@ -235,9 +253,9 @@ class Listings:
         async with self.sessions() as session:
             rows = list((await session.execute(query)).all())
             if not tokens:
-                return rows
+                return [stored_call(row, tokens=False) for row in rows]
             prompts = await prompt_delta.fill_whole_prompts(session, rows)
-        return [SimpleNamespace(**{**row._asdict(), "prompt_ids": prompts[row.id], "prompt_offset": 0}) for row in rows]
+        return [stored_call(SimpleNamespace(**{**row._asdict(), "prompt_ids": prompts[row.id]})) for row in rows]
 
 
 def is_main_call():

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from datetime import datetime
 from enum import StrEnum
 
 
@@ -124,6 +125,38 @@ class CallRecord:
     moved_from: str | None = None  # the failed engine its rollout was moved from, on the first call after
     source: str = "policy"  # who wrote the output: one of CALL_SOURCES
     adapter_digest: str | None = None  # content digest of the adapter that served it (gateway.policy.proof)
+
+
+@dataclass(frozen=True)
+class StoredCall:
+    """A recorded call as the store reads it back: the whole prompt (deltas resolved) and the token arrays
+    unpacked (empty where a listing was asked without tokens); the request as the agent sent it and the
+    engine's response only where read one call at a time (None in listings)."""
+
+    id: int
+    rollout_id: int
+    parent_id: int | None
+    fork_of: int | None
+    drift_tokens: int
+    dialect: str
+    model: str
+    engine_model: str
+    policy_version: int
+    source: str  # policy | teacher | demonstration
+    num_prompt_tokens: int
+    num_output_tokens: int
+    finish_reason: str | None
+    tags: list[str]
+    latency_ms: float  # ms
+    temperature: float | None
+    top_p: float | None
+    adapter_digest: str | None
+    created_at: datetime
+    prompt_ids: list[int] = field(default_factory=list)
+    output_ids: list[int] = field(default_factory=list)
+    output_logprobs: list[float] | None = field(default_factory=list)  # None: not sampled by the policy
+    request: dict | None = None
+    response: dict | None = None
 
 
 @dataclass(frozen=True)

@@ -6,34 +6,24 @@ import asyncio
 from typing import Annotated
 
 from fastapi import Query
-from sqlalchemy.engine import Row
 
 from gateway.api.params import After, Int64, Limit, page_of
 from gateway.api.protocol import CallDetail, CallMismatchView, CallView, Page
 from gateway.decoding import TokenDecoder
 from gateway.errors import NotFound
 from gateway.state import StateDep
-from store.arrays import ids_array, logprobs_or_none, unpack_ids, unpack_logprobs
-from store.listings import CALL_COLUMNS, CallFilter
+from store.arrays import logprobs_or_none
+from store.listings import CallFilter
 from store.mismatch import CallMismatchRecord, call_mismatch
-from store.samples import Ancestor, prompt_marks
-from store.tables import Call
+from store.records import StoredCall
+from store.samples import SampledMarks
 
 Tokens = Annotated[bool, Query(description="false leaves prompt_ids, output_ids and output_logprobs empty")]
 
 
-def call_view(row: Row, tokens: bool) -> CallView:
-    """A call (ORM object or listing row) as its wire model; token arrays only with ``tokens``."""
-    fields = {column.key: getattr(row, column.key) for column in CALL_COLUMNS}
-    fields["tags"] = fields["tags"] or []
-    if tokens:
-        fields.update(
-            prompt_ids=unpack_ids(row.prompt_ids),
-            output_ids=unpack_ids(row.output_ids),
-            output_logprobs=unpack_logprobs(row.output_logprobs),
-        )
-    else:
-        fields.update(prompt_ids=[], output_ids=[], output_logprobs=[])
+def call_view(call: StoredCall) -> CallView:
+    """A call as its wire model (empty token arrays where the store read none)."""
+    fields = {key: value for key, value in vars(call).items() if key not in ("request", "response")}
     return CallView(**fields)
 
 
@@ -49,7 +39,7 @@ async def list_calls(
 ) -> Page[CallView]:
     where = CallFilter(run=run, rollout_id=rollout_id, tag=tag, finish_reason=finish_reason, dialect=dialect)
     rows = await state.store.listings.calls(where, after, limit, tokens=False)
-    return page_of([call_view(r, tokens=False) for r in rows], limit)
+    return page_of([call_view(r) for r in rows], limit)
 
 
 async def list_rollout_calls(
@@ -65,17 +55,17 @@ async def list_rollout_calls(
         raise NotFound(f"rollout {rollout_id} not found")
     where = CallFilter(rollout_id=rollout_id, tag=tag, finish_reason=finish_reason)
     rows = await state.store.listings.calls(where, after, limit, tokens=tokens)
-    return page_of([call_view(r, tokens) for r in rows], limit)
+    return page_of([call_view(r) for r in rows], limit)
 
 
 async def get_call(call_id: Int64, state: StateDep, decode: bool = False) -> CallDetail:
     call = await state.store.calls.get(call_id)
     if call is None:
         raise NotFound(f"call {call_id} not found")
-    detail = CallDetail(**call_view(call, tokens=True).model_dump(), request=call.request, response=call.response)
+    detail = CallDetail(**call_view(call).model_dump(), request=call.request, response=call.response)
     detail.mismatch = mismatch_view(await call_mismatch(state.store, call_id))
     if decode:
-        _mark_prompt(detail, call, await state.store.calls.ancestors(call_id))
+        _mark_prompt(detail, await state.store.calls.prompt_marks(call))
         decoder = await state.decoder()
         if decoder is not None:
             text = await asyncio.to_thread(_decoded, decoder, detail.prompt_ids, detail.output_ids)
@@ -91,9 +81,8 @@ def mismatch_view(record: CallMismatchRecord | None) -> CallMismatchView | None:
     return CallMismatchView(**fields, deltas=logprobs_or_none(record.deltas))
 
 
-def _mark_prompt(detail: CallDetail, call: Call, ancestors: list[Ancestor]) -> None:
+def _mark_prompt(detail: CallDetail, marks: SampledMarks) -> None:
     """The prompt's mask, logprobs and versions: what the sample through this call holds there."""
-    marks = prompt_marks(ids_array(call.prompt_ids), ancestors, include_side=bool(call.tags))
     sampled = marks.mask.astype(bool)
     detail.prompt_mask = marks.mask.tolist()
     # null where nothing was sampled, and where a teacher wrote the token (NaN: no sampler log-prob)

@@ -19,8 +19,8 @@ from gateway.dialects import CHAT, COMPLETIONS, MESSAGES, RESPONSES
 from gateway.errors import GatewayError
 from gateway.responses.protocol import ResponsesRequest
 from gateway.responses.serving import chat_messages as responses_as_chat
+from store.records import StoredCall
 from store.store import Store
-from store.tables import Call
 
 
 async def rollout_conversation(store: Store, rollout_id: int) -> list[dict]:
@@ -31,7 +31,7 @@ async def rollout_conversation(store: Store, rollout_id: int) -> list[dict]:
     return conversation(call, await store.calls.answers_before(rollout_id, call.id))
 
 
-def conversation(call: Call, earlier: list[tuple[int, dict]]) -> list[dict]:
+def conversation(call: StoredCall, earlier: list[tuple[int, dict]]) -> list[dict]:
     """Normalized messages of ``call``'s request plus its answer; ``earlier``: (id, response) before it."""
     messages = [normalize(m) for m in request_messages(call.dialect, call.request or {})]
     answer = answer_message(call.response or {})

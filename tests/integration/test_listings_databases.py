@@ -9,7 +9,6 @@ import numpy as np
 from sqlalchemy import inspect
 
 from migrations.runner import alembic_config
-from store.arrays import unpack_ids
 from store.listings import CallFilter, GroupFilter, RolloutFilter
 from store.samples import prompt_marks, prompt_mask
 from store.store import Store
@@ -145,9 +144,9 @@ async def test_requests_and_prompts_stored_as_deltas_read_back_whole(database_ur
         for call_id, sent, whole in zip(ids, requests, prompts):
             call = await store.calls.get(call_id)
             assert json.dumps(call.request) == json.dumps(sent)
-            assert unpack_ids(call.prompt_ids) == whole
+            assert call.prompt_ids == whole
         listed = await store.listings.calls(CallFilter(rollout_id=rollout.rollout_id), 0, 100, tokens=True)
-        assert [unpack_ids(c.prompt_ids) for c in listed] == prompts
+        assert [c.prompt_ids for c in listed] == prompts
         assert [n.prompt_ids.tolist() for n in await store.calls.nodes(rollout.rollout_id)] == prompts
     finally:
         await store.close()

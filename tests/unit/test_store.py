@@ -72,7 +72,7 @@ async def test_calls_are_listed_in_order_with_cursor_pages(store):
     assert ids == sorted(ids)
     page = await store.calls.page(rollout.rollout_id, after=0, limit=3)
     rest = await store.calls.page(rollout.rollout_id, after=page[-1].id, limit=3)
-    assert [unpack_ids(c.output_ids) for c in page + rest] == [[0], [1], [2], [3], [4]]
+    assert [c.output_ids for c in page + rest] == [[0], [1], [2], [3], [4]]
 
 
 async def test_writer_batches_concurrent_calls_and_returns_each_id(store):
@@ -109,7 +109,7 @@ async def test_call_batches_on_a_sqlite_file_commit_in_order_and_are_read_back(f
     assert any(t.name.startswith("sqlite-inserts") for t in threading.enumerate())
     assert ids == sorted(ids) and len(set(ids)) == 5
     calls = await file_store.calls.page(identity.rollout_id, 0, 10)  # read on the async engine
-    assert [c.id for c in calls] == ids and [unpack_ids(c.prompt_ids)[0] for c in calls] == list(range(5))
+    assert [c.id for c in calls] == ids and [c.prompt_ids[0] for c in calls] == list(range(5))
 
 
 async def test_a_failed_call_batch_raises_and_commits_nothing(file_store):
