@@ -8,7 +8,7 @@ from pathlib import Path
 from harnesses.checks import CheckSettings, check_tasks, table
 from harnesses.environments import Environments
 from harnesses.task import load_tasks, unhonoured_warning
-from sandboxes.local import local_isolation
+from sandboxes.isolation import local_isolation
 
 
 def launch_check(

@@ -17,10 +17,12 @@ from harnesses.openenv.agent import with_environments
 from harnesses.progress import RunProgress
 from harnesses.registry import create_harness
 from harnesses.reward_functions import load_reward_function
-from harnesses.runner import DEFAULT_LEASE_S, RolloutResult, Runner, RunPlan
+from harnesses.run_plan import RolloutResult, RunPlan
+from harnesses.runner import Runner
+from harnesses.slot_leases import DEFAULT_LEASE_S
 from harnesses.task import unhonoured_warning
 from sandboxes import Limits, SandboxSpec
-from sandboxes.local import local_isolation
+from sandboxes.isolation import local_isolation
 
 SUMMARY_CAUSE_CHARS = 160  # of a failure's cause in the summary line
 

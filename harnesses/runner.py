@@ -17,89 +17,23 @@ rollout as each one finishes, or per group once the task's rollouts of this pass
 from __future__ import annotations
 
 import asyncio
-import os
-import secrets
-import socket
 from collections.abc import Callable
-from dataclasses import dataclass, field, replace
+from dataclasses import replace
 
-from harnesses.budget import DEFAULT_WALL_FACTOR, AgentBudget, BudgetExceeded, run_within
+from harnesses.budget import AgentBudget, BudgetExceeded, run_within
 from harnesses.environments import Environments
 from harnesses.gateway_client import GatewayClient, rebased
 from harnesses.grading import final_answer, grade
-from harnesses.harness import AgentOutcome, Harness, RolloutTarget
-from harnesses.judge import JUDGE_COMPONENT, Judge, Judgement
-from harnesses.reward_functions import RewardFunction
+from harnesses.harness import AgentOutcome, RolloutTarget
+from harnesses.judge import JUDGE_COMPONENT, Judgement
 from harnesses.rubric import Trajectory
+from harnesses.run_plan import Played, RolloutResult, RunPlan
+from harnesses.slot_leases import INTERRUPTED, LeaseLost, SlotLeases, default_worker_id
 from harnesses.task import Task
 from harnesses.verify import VERIFIER, Verdict
-from sandboxes import SandboxSpec, create_sandbox
-from sandboxes.bridge import raise_open_files_limit
+from sandboxes import create_sandbox
+from sandboxes.bridge_limits import raise_open_files_limit
 from store.records import ENDED, SCORED, RolloutStatus
-
-INTERRUPTED = "interrupted: the runner stopped before this rollout ended; rerun replaces it"
-DEFAULT_LEASE_S = 30.0  # a dead runner's slots are played again this long after its last renewal
-
-
-def default_worker_id() -> str:
-    """This process's id among a run's runners: host, pid and a random part (containers sharing the
-    host's name, each its process 1, still differ)."""
-    return f"{socket.gethostname()[:160]}-{os.getpid()}-{secrets.token_hex(4)}"
-
-
-class LeaseLost(RuntimeError):
-    """Another runner took over the slot (this one's lease expired): its rollout is not ours to end."""
-
-
-@dataclass(frozen=True)
-class RunPlan:
-    run: str
-    tasks: list[Task]
-    harness: Harness
-    group_size: int  # G
-    concurrency: int  # rollouts at once
-    sandbox: str  # "docker" | "local"
-    base_spec: SandboxSpec = field(default_factory=SandboxSpec)  # limits and options every sandbox shares
-    rewards: tuple[RewardFunction, ...] = ()
-    capture: str | None = None  # the run's capture mode when the runner creates it
-    sampling: dict | None = None  # the run's {"temperature", "top_p"} when the runner creates it
-    sandbox_options: dict = field(default_factory=dict)  # e.g. {"isolation": "bwrap"} for local
-    round: int = 0  # training rounds sample every task again, each round into new groups
-    wall_factor: float = DEFAULT_WALL_FACTOR  # wall-clock ceiling per rollout, x the task's agent budget
-    environments: Environments | None = None  # Harbor task images (built and cached); None: a new one
-    judge: Judge | None = None  # an LLM judge adding the reward component "judge"
-    teacher: str | None = None  # the external model serving this run (harnessrl.teacher), kept in each rollout's meta
-    worker: str = ""  # this runner's id in the run's leases; "" = default_worker_id()
-    lease_s: float = DEFAULT_LEASE_S  # a slot's lease, renewed every third of it
-    sandbox_gateway: str | None = None  # the gateway URL sandboxes' bridges connect to; None: as it names itself
-
-    @property
-    def group(self) -> str:
-        return f"r{self.round}"
-
-
-@dataclass(frozen=True)
-class RolloutResult:
-    task: str
-    index: int
-    rollout_id: int
-    status: str  # finished | failed
-    reward: float | None
-    error: str | None = None
-
-
-@dataclass(frozen=True)
-class Played:
-    """A rollout whose agent and verifier ran, not yet ended (a group judge waits for its group)."""
-
-    task: Task
-    index: int
-    rollout: dict
-    status: str
-    error: str | None
-    rewards: dict
-    verdict: Verdict | None = None
-    outcome: AgentOutcome | None = None
 
 
 class Runner:
@@ -114,9 +48,7 @@ class Runner:
         self.on_result, self.on_start = on_result, on_start
         self.environments = plan.environments or Environments()
         self.worker = plan.worker or default_worker_id()
-        self._leases: dict[int, int | None] = {}  # lease id -> its rollout id (None until created)
-        self._lost: set[int] = set()
-        self._jobs: dict[int, asyncio.Task] = {}  # lease id -> the job playing it (stopped when lost)
+        self.leases = SlotLeases(gateway, self.worker, plan.lease_s)
         raise_open_files_limit()  # the sandboxes' bridges serve every agent connection in this process
 
     async def pending(self) -> list[tuple[Task, int]]:
@@ -175,16 +107,15 @@ class Runner:
         limit, poll_s = asyncio.Semaphore(plan.concurrency), plan.lease_s / 3
         running: dict[int, asyncio.Task] = {}
         results: list[RolloutResult] = []
-        heartbeat = asyncio.create_task(self._heartbeat())
+        heartbeat = asyncio.create_task(self.leases.heartbeat())
         try:
             while True:
-                batch = plan.concurrency - len(self._leases)  # slots held (not ended) count against C
+                batch = plan.concurrency - len(self.leases.held)  # slots held (not ended) count against C
                 if self.plan.judge is not None and self.plan.judge.mode == "group":
                     batch = 0 if running else max(plan.concurrency, plan.group_size)  # whole groups, together
                 claim = await self._claim(batch) if batch > 0 or not running else None
                 if claim is not None:
                     leases = [(by_name[x["task"]], x["index"], x["id"]) for x in claim["leases"]]
-                    self._leases.update({lease: None for *_, lease in leases})
                     if leases:
                         running[leases[0][2]] = asyncio.create_task(self._run_claimed(leases, limit))
                     if not running:
@@ -200,21 +131,12 @@ class Runner:
                             results.extend(job.result())
         finally:
             heartbeat.cancel()
-            await self._hand_back(running)
+            await self.leases.hand_back(running)
 
     async def _claim(self, limit: int) -> dict:
         plan = self.plan
-        return await self.gateway.claim_slots(
-            plan.run,
-            plan.round,
-            plan.group,
-            [t.name for t in plan.tasks],
-            plan.group_size,
-            self.worker,
-            limit,
-            plan.lease_s,
-            holding=sorted(self._leases),
-        )  # late renewals: not ours again
+        tasks = [t.name for t in plan.tasks]
+        return await self.leases.claim(plan.run, plan.round, plan.group, tasks, plan.group_size, limit)
 
     async def _run_claimed(self, leases: list[tuple[Task, int, int]], limit: asyncio.Semaphore) -> list[RolloutResult]:
         if self.plan.judge is not None and self.plan.judge.mode == "group":
@@ -228,11 +150,11 @@ class Runner:
         )
 
     async def _leased_one(self, task: Task, index: int, lease: int, limit: asyncio.Semaphore) -> RolloutResult:
-        job = self._jobs[lease] = asyncio.create_task(self._one(task, index, limit, lease))
+        job = self.leases.jobs[lease] = asyncio.create_task(self._one(task, index, limit, lease))
         try:
             return await job
         except asyncio.CancelledError:
-            if lease not in self._lost or asyncio.current_task().cancelling():
+            if lease not in self.leases.lost or asyncio.current_task().cancelling():
                 raise
             return RolloutResult(
                 task.name,
@@ -243,40 +165,7 @@ class Runner:
                 f"slot lease {lease} was taken over by another runner (this one's lease expired): stopped",
             )
         finally:
-            self._jobs.pop(lease, None)
-
-    async def _heartbeat(self) -> None:
-        """Renew every lease held, every third of ``lease_s``; a lost lease's rollout is stopped."""
-        while True:
-            await asyncio.sleep(self.plan.lease_s / 3)
-            held = list(self._leases)
-            if not held:
-                continue
-            try:
-                answer = await self.gateway.renew_leases(self.worker, held, self.plan.lease_s)
-            except RuntimeError:  # the gateway is away for now: the next beat tries again
-                continue
-            for lease in answer["lost"]:
-                self._lost.add(lease)
-                self._leases.pop(lease, None)
-                job = self._jobs.get(lease)
-                if job is not None:
-                    job.cancel()
-
-    async def _hand_back(self, running: dict[int, asyncio.Task]) -> None:
-        """On the way out (an interrupt, an error): stop what runs, end its rollouts as interrupted
-        (their leases are ours) and hand the slots back open, for any runner to play."""
-        for job in running.values():
-            job.cancel()
-        await asyncio.gather(*running.values(), return_exceptions=True)
-        held, self._leases = dict(self._leases), {}
-        try:
-            for rollout_id in [r for r in held.values() if r is not None]:
-                await self.gateway.end_rollout(rollout_id, RolloutStatus.CANCELLED, INTERRUPTED, {})
-            if held:
-                await self.gateway.release_leases(self.worker, [{"lease": lease, "done": False} for lease in held])
-        except RuntimeError:  # gone: the leases expire and another runner takes over
-            pass
+            self.leases.jobs.pop(lease, None)
 
     async def run_one(self, task: Task, index: int, lease: int | None = None) -> RolloutResult:
         try:
@@ -324,16 +213,16 @@ class Runner:
             meta["teacher"] = plan.teacher
         if lease is not None:
             meta["worker"] = self.worker
-            await self._still_held(lease)  # a full lease ahead: no other runner takes the slot meanwhile
+            await self.leases.still_held(lease)  # a full lease ahead: no other runner takes the slot meanwhile
         rollout = await self.gateway.create_rollout(
             plan.run, task.name, plan.group, plan.group_size, meta, plan.capture, plan.sampling
         )
         if lease is not None:
-            self._leases[lease] = rollout["id"]
+            self.leases.held[lease] = rollout["id"]
         try:
             return await self._attempt(task, index, rollout)
         except asyncio.CancelledError:  # stopped (Ctrl-C, SIGTERM): its sandbox is closed, its rollout cancelled
-            if lease is None or lease not in self._lost:  # a lost lease's new holder cancels it itself
+            if lease is None or lease not in self.leases.lost:  # a lost lease's new holder cancels it itself
                 await self._end_interrupted(rollout["id"])
             raise
         except Exception as exc:  # a crashed sandbox or agent fails this rollout, not the run
@@ -348,19 +237,17 @@ class Runner:
         rollout_id = played.rollout["id"]
         try:
             if lease is not None:
-                await self._still_held(lease)  # taken over: the new holder cancelled this rollout
+                await self.leases.still_held(lease)  # taken over: the new holder cancelled this rollout
             view = await self.gateway.end_rollout(
                 rollout_id, played.status, played.error, rewards, details, played.outcome
             )
-            if lease is not None and self._leases.pop(lease, None) is not None:
-                await self.gateway.release_leases(
-                    self.worker, [{"lease": lease, "done": True, "rollout_id": rollout_id}]
-                )
+            if lease is not None:
+                await self.leases.done(lease, rollout_id)
         except LeaseLost as exc:
             return RolloutResult(played.task.name, played.index, rollout_id, RolloutStatus.CANCELLED, None, str(exc))
         except RuntimeError as exc:  # the gateway went away or refused: report it, leave the slot to a replay
             if lease is not None:
-                await self._give_up(lease)
+                await self.leases.give_up(lease)
             return RolloutResult(
                 played.task.name,
                 played.index,
@@ -377,26 +264,6 @@ class Runner:
             view["reward"],
             played.error if view["status"] == played.status else view["error"],
         )
-
-    async def _give_up(self, lease: int) -> None:
-        """Stop holding a slot whose rollout could not be ended: handed back open (or, with the gateway
-        away, left to expire), so a claim replaces the rollout, or finds it ended and settles the slot."""
-        self._leases.pop(lease, None)
-        try:
-            await self.gateway.release_leases(self.worker, [{"lease": lease, "done": False}])
-        except RuntimeError:
-            pass
-
-    async def _still_held(self, lease: int) -> None:
-        """Renew one lease now; LeaseLost when another runner holds it."""
-        if (
-            lease not in self._lost
-            and lease in (await self.gateway.renew_leases(self.worker, [lease], self.plan.lease_s))["renewed"]
-        ):
-            return
-        self._lost.add(lease)
-        self._leases.pop(lease, None)
-        raise LeaseLost(f"slot lease {lease} was taken over by another runner (this one's lease expired)")
 
     async def _judge_one(self, played: Played) -> Judgement | None:
         if played.status != RolloutStatus.FINISHED:

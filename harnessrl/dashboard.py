@@ -14,7 +14,7 @@ from pathlib import Path
 from rich.console import Group
 from rich.table import Table
 
-from harnesses.runner import RolloutResult
+from harnesses.run_plan import RolloutResult
 from learner.sft import SftStep
 from store.records import RolloutStatus
 from store.store import Store

@@ -19,16 +19,16 @@ from pathlib import Path
 import numpy as np
 
 from store.arrays import logprobs_or_none
+from store.records import StoredRollout
 from store.rewards import verifier_metrics
 from store.samples import Sample, build_samples
 from store.store import Store
-from store.tables import Rollout
 
 PAGE = 100  # rollouts per read
 
 
 def sample_record(
-    sample: Sample, index: int, rollout: Rollout, group: str, decode: Callable[[list[int]], str] | None
+    sample: Sample, index: int, rollout: StoredRollout, group: str, decode: Callable[[list[int]], str] | None
 ) -> dict:
     sampled = np.flatnonzero(sample.loss_mask)
     split = int(sampled[0]) if sampled.size else len(sample.input_ids)
@@ -60,7 +60,7 @@ async def run_records(
     """The run's sample records, one list per page of rollouts."""
     after = 0
     while True:
-        page = await store.run_rollouts(run, after, PAGE)
+        page = await store.listings.run_rollouts(run, after, PAGE)
         if not page:
             return
         records = []

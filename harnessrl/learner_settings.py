@@ -56,7 +56,7 @@ def eval_thread(settings: LearnerConfig, run: str, database_url: str):
     from harnesses.task import TaskError
     from harnessrl.evaluation.evaluate import eval_harness
     from harnessrl.evaluation.periodic import EvalEvery, EvalThread, PeriodicEval
-    from sandboxes.local import local_isolation
+    from sandboxes.isolation import local_isolation
 
     try:
         tasks = load_selection(held_out.tasks, Selection(split="test", test_fraction=held_out.test_fraction))

@@ -26,10 +26,10 @@ from pathlib import Path
 import numpy as np
 
 from store.arrays import logprobs_or_none
+from store.records import StoredRollout
 from store.rewards import verifier_metrics
 from store.samples import CallNode, trained_on
 from store.store import Store
-from store.tables import Rollout
 
 PAGE = 100  # rollouts per read
 
@@ -67,7 +67,7 @@ def training_trace(nodes: list[CallNode], include_side: bool, reward: float | No
     return TrainingTrace.from_entries(entries)
 
 
-def rollout_record(rollout: Rollout, group: str, nodes: list[CallNode], include_side: bool) -> dict:
+def rollout_record(rollout: StoredRollout, group: str, nodes: list[CallNode], include_side: bool) -> dict:
     trace = training_trace(nodes, include_side, rollout.reward)
     return {
         "rollout_id": rollout.id,
@@ -106,7 +106,7 @@ def trace_nodes(record: dict) -> list[CallNode]:
 async def run_traces(store: Store, run: str, include_side: bool) -> AsyncIterator[dict]:
     """The run's rollouts as OpenEnv records, read a page of rollouts at a time."""
     after = 0
-    while page := await store.run_rollouts(run, after, PAGE):
+    while page := await store.listings.run_rollouts(run, after, PAGE):
         for rollout, group in page:
             yield rollout_record(rollout, group, await store.calls.nodes(rollout.id), include_side)
         after = page[-1][0].id

@@ -58,7 +58,7 @@ async def successful_samples(
     """(samples, rollouts): the run's finished rollouts with reward >= min_reward (the best per group)."""
     chosen: dict[int, tuple[float, int]] = {}  # key (group or rollout) -> (reward, rollout id)
     after = 0
-    while page := await store.run_rollouts(run, after, PAGE):
+    while page := await store.listings.run_rollouts(run, after, PAGE):
         for rollout, _group in page:
             after = rollout.id
             if rollout.status != RolloutStatus.FINISHED or rollout.reward is None or rollout.reward < min_reward:

@@ -25,14 +25,10 @@ import dataclasses
 import difflib
 import logging
 import math
-import tomllib
-import types
 import typing
 from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
 from typing import Any, Literal
-
-import tomli_w
 
 from learner.attention import KERNELS
 from learner.forward import ForwardConfig
@@ -282,31 +278,6 @@ def _check_choice(name: str, value: str, choices: tuple[str, ...]) -> None:
         raise ConfigError(f"{name} must be one of {', '.join(choices)}, got {value!r}")
 
 
-def config_from_dict(values: dict[str, Any], source: str = "config") -> LearnerConfig:
-    """A config from parsed TOML (sections, or the old flat keys); unknown keys and wrong types are
-    errors naming the key."""
-    top, sections, flat = {}, {name: {} for name in SECTIONS}, []
-    for key, value in values.items():
-        if key in SECTIONS and isinstance(value, dict):
-            for name, item in value.items():
-                sections[key][name] = _coerce(key, name, item, source)
-        elif key in TOP_LEVEL:
-            top[key] = _coerce(None, key, value, source)
-        elif key in FLAT_KEYS:
-            section, name = FLAT_KEYS[key]
-            sections[section][name] = _coerce(section, name, value, source)
-            flat.append(key)
-        else:
-            raise _unknown(key, None, source)
-    if flat:
-        logger.warning(
-            "%s uses the old flat keys; write them in sections: %s",
-            source,
-            ", ".join(f"{key} -> [{FLAT_KEYS[key][0]}] {FLAT_KEYS[key][1]}" for key in flat),
-        )
-    return _build(top, sections)
-
-
 def with_overrides(config: LearnerConfig, **values: Any) -> LearnerConfig:
     """``config`` with the non-None ``values`` set: top-level names or the flat ones (``lr``, ``lora_rank``,
     ``publish``: see FLAT_KEYS), as the CLI's options and tests give them."""
@@ -320,7 +291,7 @@ def with_overrides(config: LearnerConfig, **values: Any) -> LearnerConfig:
             section, name = FLAT_KEYS[key]
             sections[section][name] = value
         else:
-            raise _unknown(key, None, "overrides")
+            raise unknown_key(key, None, "overrides")
     built = {name: replace(getattr(config, name), **changed) for name, changed in sections.items() if changed}
     try:
         return replace(config, **top, **built)
@@ -328,76 +299,16 @@ def with_overrides(config: LearnerConfig, **values: Any) -> LearnerConfig:
         raise ConfigError(str(exc)) from None
 
 
-def _build(top: dict[str, Any], sections: dict[str, dict[str, Any]]) -> LearnerConfig:
-    return LearnerConfig(**top, **{name: SECTIONS[name](**given) for name, given in sections.items()})
-
-
-def _hints(section: str | None) -> dict[str, Any]:
+def section_hints(section: str | None) -> dict[str, Any]:
     return typing.get_type_hints(LearnerConfig if section is None else SECTIONS[section])
 
 
-def _unknown(key: str, section: str | None, source: str) -> ConfigError:
-    known = [n for n in _hints(section) if n not in SECTIONS] if section else [*TOP_LEVEL, *SECTIONS]
+def unknown_key(key: str, section: str | None, source: str) -> ConfigError:
+    known = [n for n in section_hints(section) if n not in SECTIONS] if section else [*TOP_LEVEL, *SECTIONS]
     where = f"[{section}] " if section else ""
     close = difflib.get_close_matches(key, known if section else [*known, *FLAT_KEYS], n=1)
     hint = f"did you mean {close[0]!r}? " if close else ""
     return ConfigError(f"unknown key {where}{key!r} in {source}; {hint}known keys: {', '.join(known)}")
-
-
-def _coerce(section: str | None, name: str, value: Any, source: str) -> Any:
-    """TOML gives ints for floats written without a point and lists for tuples: accept both."""
-    hints = _hints(section)
-    if name not in hints or (section is None and name in SECTIONS):
-        raise _unknown(name, section, source)
-    hint = hints[name]
-    key = f"{section}.{name}" if section else name
-    union = typing.get_origin(hint) in (typing.Union, types.UnionType)
-    options = [a for a in typing.get_args(hint) if a is not type(None)] if union else [hint]
-    for option in options:
-        ok, coerced = _as(option, value)
-        if ok:
-            return coerced
-    example = getattr(SECTIONS[section](), name) if section else getattr(LearnerConfig(), name)
-    raise ConfigError(
-        f"{key} in {source} must be like {tomli_w.dumps({'x': _plain(example)})[4:].strip()}, got {value!r}"
-    )
-
-
-def _as(hint: Any, value: Any) -> tuple[bool, Any]:
-    """(does ``value`` fit ``hint``, the value converted)."""
-    origin = typing.get_origin(hint)
-    if origin is Literal:
-        return value in typing.get_args(hint), value
-    if origin is tuple:
-        args = typing.get_args(hint)
-        inner = args[0]
-        fixed = args[1:] != (Ellipsis,)
-        if not isinstance(value, list) or (fixed and len(value) != len(args)):
-            return False, value
-        items = [_as(inner, v) for v in value]
-        return all(ok for ok, _ in items), tuple(v for _, v in items)
-    if hint is bool:
-        return isinstance(value, bool), value
-    if hint is float:
-        ok = isinstance(value, (int, float)) and not isinstance(value, bool)
-        return ok, float(value) if ok else value
-    if hint is int:
-        return isinstance(value, int) and not isinstance(value, bool), value
-    return isinstance(value, hint), value
-
-
-def load_config(path: Path | None, **overrides: Any) -> LearnerConfig:
-    """Read a TOML file (None: all defaults), then apply non-None overrides (from the CLI; see
-    ``with_overrides`` for their names)."""
-    values: dict[str, Any] = {}
-    if path is not None:
-        try:
-            values = tomllib.loads(Path(path).read_text())
-        except FileNotFoundError:
-            raise ConfigError(f"config file {path} does not exist") from None
-        except tomllib.TOMLDecodeError as exc:
-            raise ConfigError(f"{path} is not valid TOML: {exc}") from None
-    return with_overrides(config_from_dict(values, str(path or "config")), **overrides)
 
 
 def resolve_paths(config: LearnerConfig, default_output: Path) -> LearnerConfig:
@@ -415,25 +326,3 @@ def resolve_paths(config: LearnerConfig, default_output: Path) -> LearnerConfig:
         checkpoint=replace(config.checkpoint, dir=folder(config.checkpoint.dir, "checkpoints")),
         publish=replace(config.publish, adapters_dir=folder(config.publish.adapters_dir, "adapters")),
     )
-
-
-def config_dict(config: LearnerConfig, secrets: bool = False) -> dict[str, Any]:
-    """The config as TOML's tables take it (tuples as lists, None left out); the admin key emptied
-    unless ``secrets``."""
-    values = _plain(dataclasses.asdict(config))
-    if not secrets:
-        values["publish"]["admin_key"] = ""
-    return values
-
-
-def dump_toml(config: LearnerConfig, secrets: bool = False) -> str:
-    """The config as sectioned TOML (`harnessrl train --show-config`; quickstart's learner.toml)."""
-    return tomli_w.dumps(config_dict(config, secrets))
-
-
-def _plain(value: Any) -> Any:
-    if isinstance(value, dict):
-        return {k: _plain(v) for k, v in value.items() if v is not None}
-    if isinstance(value, (tuple, list)):
-        return [_plain(v) for v in value]
-    return value

@@ -27,38 +27,21 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
-import math
 import os
-import resource
 import socket
-import time
-from dataclasses import dataclass
 
 import h11
 
+from sandboxes.bridge_limits import (
+    ACCEPT_BACKLOG,
+    ACCEPT_RETRY_S,
+    RETRY_AFTER_S,
+    BridgeLimits,
+    Load,
+    RequestTimeout,
+)
+from sandboxes.h11_peer import CHUNK, Peer, ReadTimedOut
 from sandboxes.route import Route, response_headers
-
-CHUNK = 64 * 1024
-MAX_HEAD_BYTES = 64 * 1024  # request line + headers; agents send a few hundred bytes
-# Per sandbox. Agents keep a few pooled connections and a handful of calls at once (subagents, title
-# and summary calls beside the main loop); everything above is a flood.
-MAX_CONNECTIONS = 64  # open agent connections
-MAX_IN_FLIGHT = 32  # requests forwarded and not yet answered in full
-# The agent's request side only (a client sends a request at once, in one go over loopback).
-HEADER_TIMEOUT_S = 30.0  # seconds for the request line + headers (from accept, or from the first byte)
-BODY_READ_TIMEOUT_S = 30.0  # seconds a request body may go without a byte
-BODY_TIMEOUT_S = 300.0  # seconds for a whole request body
-# Longer than clients' own pool expiry (httpx 5 s, undici 4 s, reqwest 90 s), so they close first.
-IDLE_TIMEOUT_S = 120.0  # seconds a keep-alive connection may wait for its next request
-OVER_CAP_WAIT_S = 1.0  # seconds an over-cap connection may take to send its head before the 429
-RETRY_AFTER_S = 1  # seconds, the Retry-After of a 429
-# Refusing costs this process CPU however fast an agent reconnects; past this many error answers a
-# second (real agents get none), a bridge stops accepting until its budget refills, and the kernel's
-# backlog holds that agent's further connections, at no cost to the other sandboxes.
-REFUSALS_PER_S = 20.0  # error answers a second (and at most this many at once)
-ACCEPT_BACKLOG = 128  # connections the kernel holds for a bridge that is not accepting
-ACCEPT_RETRY_S = 0.1  # seconds before accepting again after the process ran out of descriptors
-
 
 FORBIDDEN = ("permission_error", "sandbox_route_forbidden")
 BUSY = ("rate_limit_error", "sandbox_bridge_busy")  # 429: SDKs retry it, honouring Retry-After
@@ -71,110 +54,6 @@ def error_body(message: str, kind: tuple[str, str] = FORBIDDEN) -> bytes:
     return json.dumps({"error": {"message": message, "type": error_type, "param": None, "code": code}}).encode()
 
 
-@dataclass(frozen=True)
-class BridgeLimits:
-    """One sandbox's caps and its request side's timeouts (the module's constants by default)."""
-
-    max_connections: int = MAX_CONNECTIONS
-    max_in_flight: int = MAX_IN_FLIGHT
-    header_timeout_s: float = HEADER_TIMEOUT_S
-    body_read_timeout_s: float = BODY_READ_TIMEOUT_S
-    body_timeout_s: float = BODY_TIMEOUT_S
-    idle_timeout_s: float = IDLE_TIMEOUT_S
-    over_cap_wait_s: float = OVER_CAP_WAIT_S
-    refusals_per_s: float = REFUSALS_PER_S
-
-
-class _Load:
-    """What one sandbox holds now (connections served, connections being refused, requests in flight)
-    and its refusal budget, a token bucket."""
-
-    def __init__(self, refusals_per_s: float = REFUSALS_PER_S) -> None:
-        self.connections = self.refusing = self.in_flight = 0
-        self.refusals_per_s = refusals_per_s
-        self._tokens, self._stamp = refusals_per_s, time.monotonic()
-
-    def refused(self) -> None:
-        self._refill()  # answers on connections already open may overdraw it, by a second's worth at most
-        self._tokens = max(-self.refusals_per_s, self._tokens - 1)
-
-    def refusals_wait_s(self) -> float:
-        """Seconds until the budget allows another refusal (0: now)."""
-        self._refill()
-        return 0.0 if self._tokens >= 1 else (1 - self._tokens) / self.refusals_per_s
-
-    def _refill(self) -> None:
-        now = time.monotonic()
-        self._tokens = min(self.refusals_per_s, self._tokens + (now - self._stamp) * self.refusals_per_s)
-        self._stamp = now
-
-
-class RequestTimeout(Exception):
-    """The agent's request side took too long; the message says which part."""
-
-
-class _ReadTimedOut(Exception):
-    def __init__(self, overall: bool) -> None:
-        self.overall = overall  # the deadline passed (else one read waited too long)
-
-
-def raise_open_files_limit() -> int:
-    """Raise this process's soft RLIMIT_NOFILE to its hard limit; the soft limit now.
-
-    Every agent connection through a bridge holds two descriptors in this process (agent side and
-    gateway side), and 1,024 (a common default) is a few hundred connections for all sandboxes together.
-    """
-    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
-    target = hard if hard != resource.RLIM_INFINITY else max(soft, 1 << 20)  # Linux caps at nr_open
-    if target > soft:
-        with contextlib.suppress(ValueError, OSError):  # e.g. nr_open below an unlimited hard limit
-            resource.setrlimit(resource.RLIMIT_NOFILE, (target, hard))
-    return resource.getrlimit(resource.RLIMIT_NOFILE)[0]
-
-
-class _Peer:
-    """One side of the bridge: an h11 state machine over an asyncio stream."""
-
-    def __init__(self, role, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        self.conn = h11.Connection(role, max_incomplete_event_size=MAX_HEAD_BYTES)
-        self.reader, self.writer = reader, writer
-
-    async def next_event(self, read_timeout_s: float | None = None, deadline: float | None = None):
-        """The next h11 event; with a read timeout or a loop-time deadline, `_ReadTimedOut` past them."""
-        while True:
-            event = self.conn.next_event()
-            if event is not h11.NEED_DATA:
-                return event
-            self.conn.receive_data(await self._read(read_timeout_s, deadline))
-
-    async def _read(self, read_timeout_s: float | None, deadline: float | None) -> bytes:
-        if read_timeout_s is None and deadline is None:
-            return await self.reader.read(CHUNK)
-        left = math.inf if deadline is None else deadline - asyncio.get_running_loop().time()
-        per_read = math.inf if read_timeout_s is None else read_timeout_s
-        try:
-            return await asyncio.wait_for(self.reader.read(CHUNK), max(0.0, min(left, per_read)))
-        except TimeoutError:
-            raise _ReadTimedOut(overall=left <= per_read) from None
-
-    def buffered(self) -> bool:
-        return bool(self.conn.trailing_data[0])
-
-    async def send(self, event) -> None:
-        data = self.conn.send(event)
-        if data:
-            self.writer.write(data)
-            await self.writer.drain()
-
-    def reusable(self) -> bool:
-        return self.conn.our_state is h11.DONE and self.conn.their_state is h11.DONE
-
-    async def close(self) -> None:
-        self.writer.close()
-        with contextlib.suppress(Exception):
-            await self.writer.wait_closed()
-
-
 class BridgeConnection:
     """One agent connection: request by request, checked, forwarded, answered."""
 
@@ -184,13 +63,13 @@ class BridgeConnection:
         reader: asyncio.StreamReader,
         writer: asyncio.StreamWriter,
         limits: BridgeLimits | None = None,
-        load: _Load | None = None,
+        load: Load | None = None,
     ) -> None:
         self.route = route
         self.limits = limits or BridgeLimits()
-        self.load = load or _Load()
-        self.client = _Peer(h11.SERVER, reader, writer)
-        self.upstream: _Peer | None = None
+        self.load = load or Load()
+        self.client = Peer(h11.SERVER, reader, writer)
+        self.upstream: Peer | None = None
 
     async def serve(self) -> None:
         try:
@@ -221,7 +100,7 @@ class BridgeConnection:
         self.load.refusing += 1
         deadline = asyncio.get_running_loop().time() + self.limits.over_cap_wait_s
         try:
-            with contextlib.suppress(_ReadTimedOut, h11.RemoteProtocolError, ConnectionError, OSError):
+            with contextlib.suppress(ReadTimedOut, h11.RemoteProtocolError, ConnectionError, OSError):
                 await self.client.next_event(deadline=deadline)
         finally:
             self.load.refusing -= 1
@@ -262,7 +141,7 @@ class BridgeConnection:
             self.client.conn.receive_data(data)
         try:
             return await self.client.next_event(deadline=loop.time() + self.limits.header_timeout_s)
-        except _ReadTimedOut:
+        except ReadTimedOut:
             raise RequestTimeout(
                 f"the request line and headers did not arrive within {self.limits.header_timeout_s:g} s"
             ) from None
@@ -288,13 +167,13 @@ class BridgeConnection:
             self.upstream = None
         return self.client.reusable()
 
-    async def _upstream(self) -> _Peer:
+    async def _upstream(self) -> Peer:
         if self.upstream is None:
             host, port = self.route.upstream
-            self.upstream = _Peer(h11.CLIENT, *await asyncio.open_connection(host, port))
+            self.upstream = Peer(h11.CLIENT, *await asyncio.open_connection(host, port))
         return self.upstream
 
-    async def _exchange(self, upstream: _Peer) -> None:
+    async def _exchange(self, upstream: Peer) -> None:
         """The request body up and the response down, at once: the gateway may answer early (413)."""
         body = asyncio.ensure_future(self._pump_body(upstream))
         relay = asyncio.ensure_future(self._relay_response(upstream))
@@ -308,13 +187,13 @@ class BridgeConnection:
                 task.cancel()
             await asyncio.gather(body, relay, return_exceptions=True)
 
-    async def _pump_body(self, upstream: _Peer) -> None:
+    async def _pump_body(self, upstream: Peer) -> None:
         limits = self.limits
         deadline = asyncio.get_running_loop().time() + limits.body_timeout_s
         while True:
             try:
                 event = await self.client.next_event(limits.body_read_timeout_s, deadline)
-            except _ReadTimedOut as exc:
+            except ReadTimedOut as exc:
                 raise RequestTimeout(
                     f"the request body did not arrive within {limits.body_timeout_s:g} s"
                     if exc.overall
@@ -328,7 +207,7 @@ class BridgeConnection:
             else:
                 raise ConnectionError("the client went away mid-request")
 
-    async def _relay_response(self, upstream: _Peer) -> None:
+    async def _relay_response(self, upstream: Peer) -> None:
         while True:  # no timeout: a response streams for as long as the model generates
             event = await upstream.next_event()
             if type(event) is h11.InformationalResponse:
@@ -374,7 +253,7 @@ class HostBridge:
     def __init__(self, socket_path: str, route: Route, limits: BridgeLimits | None = None) -> None:
         self.socket_path, self.route = socket_path, route
         self.limits = limits or BridgeLimits()
-        self.load = _Load(self.limits.refusals_per_s)  # this sandbox's alone: a neighbour's flood never counts
+        self.load = Load(self.limits.refusals_per_s)  # this sandbox's alone: a neighbour's flood never counts
         self._listener: socket.socket | None = None
         self._accepting: asyncio.Task | None = None
         self._connections: set[asyncio.Task] = set()

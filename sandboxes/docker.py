@@ -22,15 +22,13 @@ Limits: `mem_limit` (= memswap, no swap), `nano_cpus`, `pids_limit`; exec timeou
 `timeout -s KILL` inside (kills the exec's process group); wall time kills the container. OOM kills
 are read from the engine's `oom` events and `State.OOMKilled`.
 
-The SDK blocks, so calls run in a dedicated thread pool: an exec holds a thread for as long as its
-command runs, and asyncio's default pool (a few threads) would cap concurrent rollouts.
+The SDK blocks: its calls run in a thread pool of their own (`sandboxes.docker_engine`).
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
-import functools
 import io
 import posixpath
 import re
@@ -41,15 +39,15 @@ import tarfile
 import tempfile
 import time
 from collections.abc import Mapping
-from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import docker.errors
 
 import docker
 from sandboxes.bridge import HostBridge
+from sandboxes.docker_engine import OomKills, call, default_client, tar_of
+from sandboxes.execs import finished_exec, start_exec
 from sandboxes.forwarder import READY_LINE
-from sandboxes.limits import exec_time_limit
 from sandboxes.protocol import (
     ExecResult,
     Sandbox,
@@ -67,7 +65,6 @@ SOCKET_DIR_INSIDE = f"{RUN_DIR}/gw"
 FORWARDER_INSIDE = "/opt/harnessrl/forwarder.py"
 LABEL = "harnessrl.sandbox"
 READY_TIMEOUT_S = 20.0
-OOM_EVENT_TRIES = 5
 STUCK_GRACE_S = 10.0  # past an exec's timeout, how long before we kill every exec of the container
 
 KILL_ALL = (  # every process but PID 1 (init), this shell and the container's command ($1: its pid)
@@ -77,38 +74,6 @@ KILL_ALL = (  # every process but PID 1 (init), this shell and the container's c
 MAIN_PID = "cat /proc/1/task/1/children"  # init's one child at start: the forwarder (or sleep)
 
 _NAME_UNSAFE = re.compile(r"[^a-zA-Z0-9_.-]")
-_pool = ThreadPoolExecutor(max_workers=256, thread_name_prefix="harnessrl-docker")
-_client: docker.DockerClient | None = None
-
-
-def default_client() -> docker.DockerClient:
-    """A process-wide client (DOCKER_HOST or the local socket), checked once."""
-    global _client
-    if _client is None:
-        try:
-            client = docker.from_env(max_pool_size=256, timeout=600)
-            client.ping()
-        except docker.errors.DockerException as exc:
-            raise SandboxError(
-                f"docker engine not reachable: run docker/setup-engine.sh or set DOCKER_HOST ({exc})"
-            ) from exc
-        _client = client
-    return _client
-
-
-async def _call(fn, *args, **kwargs):
-    return await asyncio.get_running_loop().run_in_executor(_pool, functools.partial(fn, *args, **kwargs))
-
-
-def _tar(files: Mapping[str, bytes], mode: int = 0o644) -> bytes:
-    """A tar archive of path -> content; the engine creates missing parent directories."""
-    buffer = io.BytesIO()
-    with tarfile.open(fileobj=buffer, mode="w") as tar:
-        for path, data in files.items():
-            info = tarfile.TarInfo(path.lstrip("/"))
-            info.size, info.mode, info.mtime = len(data), mode, int(time.time())
-            tar.addfile(info, io.BytesIO(data))
-    return buffer.getvalue()
 
 
 class DockerSandbox:
@@ -120,8 +85,7 @@ class DockerSandbox:
         self._sidecar_id: str | None = None  # the forwarder's container, with spec.forwarder_image
         self._dir = Path(tempfile.mkdtemp(prefix=f"harnessrl-{self.id}-"))
         self._bridge: HostBridge | None = None
-        self._created = time.time()
-        self._ooms_seen = 0
+        self._ooms: OomKills | None = None  # once the container exists
         self._main_pid = "1"  # the container's command, spared by `_kill_execs`
         self._deadline = time.monotonic() + spec.limits.wall_time_s if spec.limits.wall_time_s else None
         self._watchdog: asyncio.TimerHandle | None = None
@@ -133,7 +97,7 @@ class DockerSandbox:
             raise SandboxError("a docker sandbox needs SandboxSpec.image (e.g. debian:bookworm-slim)")
         if spec.gateway_url:
             gateway_target(spec.gateway_url)  # a malformed URL fails before any container exists
-        client = client or await _call(default_client)
+        client = client or await call(default_client)
         sandbox = cls(spec, client)
         try:
             await sandbox._start()
@@ -151,12 +115,13 @@ class DockerSandbox:
             self._bridge = await HostBridge(str(socket_dir / "gateway.sock"), route).start()
             if self.spec.forwarder_image:
                 await self._start_sidecar(socket_dir)
-        self.container_id = await _call(self._create_container, socket_dir)
+        self.container_id = await call(self._create_container, socket_dir)
+        self._ooms = OomKills(self.api, self.container_id)
         files = {f"{self.workspace}/{confined_path(rel)}": data for rel, data in self.spec.files.items()}
         if self._bridge is not None and not self.spec.forwarder_image:
             files[FORWARDER_INSIDE] = Path(__file__).with_name("forwarder.py").read_bytes()
-        await _call(self.api.put_archive, self.container_id, "/", _tar(files))
-        await _call(self.api.start, self.container_id)
+        await call(self.api.put_archive, self.container_id, "/", tar_of(files))
+        await call(self.api.start, self.container_id)
         if self._bridge is not None and not self.spec.forwarder_image:
             await self._wait_forwarder(self.container_id, self.spec.image)
         self._main_pid = await self._find_main_pid()
@@ -184,10 +149,10 @@ class DockerSandbox:
 
     async def _start_sidecar(self, socket_dir: Path) -> None:
         """The forwarder in a container of its own: the sandbox joins its network namespace."""
-        self._sidecar_id = await _call(self._create_sidecar, socket_dir)
+        self._sidecar_id = await call(self._create_sidecar, socket_dir)
         files = {FORWARDER_INSIDE: Path(__file__).with_name("forwarder.py").read_bytes()}
-        await _call(self.api.put_archive, self._sidecar_id, "/", _tar(files))
-        await _call(self.api.start, self._sidecar_id)
+        await call(self.api.put_archive, self._sidecar_id, "/", tar_of(files))
+        await call(self.api.start, self._sidecar_id)
         await self._wait_forwarder(self._sidecar_id, self.spec.forwarder_image)
 
     def _create_sidecar(self, socket_dir: Path) -> str:
@@ -246,10 +211,10 @@ class DockerSandbox:
         """PID 1 prints READY_LINE once it listens; an exec before that would find no gateway."""
         deadline = time.monotonic() + READY_TIMEOUT_S
         while time.monotonic() < deadline:
-            logs = await _call(self.api.logs, container_id, stdout=True, stderr=True)
+            logs = await call(self.api.logs, container_id, stdout=True, stderr=True)
             if READY_LINE.encode() in logs:
                 return
-            state = (await _call(self.api.inspect_container, container_id))["State"]
+            state = (await call(self.api.inspect_container, container_id))["State"]
             if not state["Running"]:
                 raise SandboxError(
                     f"sandbox {self.id}: the gateway forwarder exited ({logs[-500:]!r}); "
@@ -277,17 +242,15 @@ class DockerSandbox:
         env: Mapping[str, str] | None = None,
         cwd: str | None = None,
     ) -> ExecResult:
-        if self._closed:
-            raise SandboxError(f"sandbox {self.id} is closed")
-        argv = exec_argv(command)
-        limit, reason = self._time_limit(timeout_s)
-        if limit is not None and limit <= 0:
-            return ExecResult.wall_time_spent()
+        start = start_exec(self.id, self._closed, command, timeout_s, self._deadline, self._expired)
+        if isinstance(start, ExecResult):
+            return start
+        argv, limit = start.argv, start.limit_s
         if limit is not None:  # GNU timeout kills the exec's whole process group
             argv = ["timeout", "-s", "KILL", f"{limit:.3f}s", *argv]
         started = time.monotonic()
         workdir = cwd if cwd and cwd.startswith("/") else f"{self.workspace}/{cwd}" if cwd else self.workspace
-        run = asyncio.ensure_future(_call(self._run_exec, argv, self._env(env or {}), workdir))
+        run = asyncio.ensure_future(call(self._run_exec, argv, self._env(env or {}), workdir))
         try:
             code, stdout, stderr = await asyncio.wait_for(
                 asyncio.shield(run), None if limit is None else limit + STUCK_GRACE_S
@@ -297,10 +260,8 @@ class DockerSandbox:
             code, stdout, stderr = await run
         elapsed = time.monotonic() - started
         timed_out = limit is not None and elapsed >= limit and code in (124, 137)
-        killed = "oom" if code != 0 and await self._new_oom(wait=code == 137 and not timed_out) else None
-        if killed is None and (timed_out or self._expired):
-            killed, timed_out = ("wall_time" if self._expired else reason), True
-        return ExecResult(code, stdout, stderr, timed_out, elapsed, killed)
+        oom = code != 0 and await self._ooms.since_last(wait=code == 137 and not timed_out)
+        return finished_exec(start, code, stdout, stderr, timed_out, elapsed, oom, self._expired)
 
     async def exec_verifier(
         self, command: str | list[str], timeout_s: float | None = None, env: Mapping[str, str] | None = None
@@ -319,7 +280,7 @@ class DockerSandbox:
             raise SandboxError(f"copy_workspace_to: {other.id} is not a docker sandbox (grade in the same backend)")
         await self._kill_execs()
         archive = self._dir / "workspace.tar"
-        found = await _call(self._save_archive, self.workspace, archive)
+        found = await call(self._save_archive, self.workspace, archive)
         await other._replace_workspace(archive if found else None)
 
     def _save_archive(self, path: str, into: Path) -> bool:
@@ -341,7 +302,7 @@ class DockerSandbox:
         await self._exec_quietly(["/bin/sh", "-c", f"rm -rf -- {quoted} && mkdir -p -- {quoted}"], user="root")
         if archive is not None:
             with archive.open("rb") as file:
-                await _call(self.api.put_archive, self.container_id, posixpath.dirname(self.workspace), file)
+                await call(self.api.put_archive, self.container_id, posixpath.dirname(self.workspace), file)
 
     def _run_exec(self, argv: list[str], env: dict[str, str], workdir: str) -> tuple[int, bytes, bytes]:
         try:
@@ -356,13 +317,13 @@ class DockerSandbox:
 
     async def put_file(self, path: str, data: bytes, mode: int = 0o644) -> None:
         target = path if path.startswith("/") else f"{self.workspace}/{path}"
-        await _call(self.api.put_archive, self.container_id, "/", _tar({target: data}, mode))
+        await call(self.api.put_archive, self.container_id, "/", tar_of({target: data}, mode))
 
     async def get_file(self, path: str) -> bytes:
         target = path if path.startswith("/") else f"{self.workspace}/{path}"
         try:
-            stream, _ = await _call(self.api.get_archive, self.container_id, target)
-            raw = await _call(b"".join, stream)
+            stream, _ = await call(self.api.get_archive, self.container_id, target)
+            raw = await call(b"".join, stream)
         except docker.errors.NotFound as exc:
             raise FileNotFoundError(f"{target} in sandbox {self.id}") from exc
         with tarfile.open(fileobj=io.BytesIO(raw)) as tar:
@@ -385,7 +346,7 @@ class DockerSandbox:
         for container_id in (self.container_id, self._sidecar_id):
             if container_id is not None:
                 with contextlib.suppress(docker.errors.NotFound):
-                    await _call(self.api.remove_container, container_id, force=True, v=True)
+                    await call(self.api.remove_container, container_id, force=True, v=True)
         if self._bridge is not None:
             await self._bridge.close()
         await asyncio.to_thread(shutil.rmtree, self._dir, True)
@@ -401,33 +362,6 @@ class DockerSandbox:
     def _env(self, env: Mapping[str, str]) -> dict[str, str]:
         base = {"HARNESSRL_GATEWAY_URL": self.gateway_url_inside} if self.gateway_url_inside else {}
         return {**base, **self.spec.env, **env}
-
-    def _time_limit(self, timeout_s: float | None) -> tuple[float | None, str]:
-        return exec_time_limit(timeout_s, self._deadline, self._expired)
-
-    async def _new_oom(self, wait: bool) -> bool:
-        """Whether the kernel OOM-killed something in the container since we last looked."""
-        # The engine learns of the OOM on another path than the exec's exit: for a SIGKILL,
-        # give its event a moment to arrive.
-        for _ in range(OOM_EVENT_TRIES if wait else 1):
-            state = (await _call(self.api.inspect_container, self.container_id))["State"]
-            events = await _call(self._oom_events)
-            fresh = events > self._ooms_seen
-            self._ooms_seen = events
-            if fresh or state.get("OOMKilled"):
-                return True
-            await asyncio.sleep(0.1)
-        return False
-
-    def _oom_events(self) -> int:
-        # `until` in the future would hold the stream open until then: now, to the nanosecond.
-        stream = self.api.events(
-            since=int(self._created) - 1,
-            until=f"{time.time():.9f}",
-            decode=True,
-            filters={"container": self.container_id, "event": "oom"},
-        )
-        return sum(1 for _ in stream)
 
     async def _kill_execs(self) -> None:
         """Kill every process but init and the container's command (the forwarder): the last resort
@@ -445,11 +379,11 @@ class DockerSandbox:
 
     async def _exec_quietly(self, argv: list[str], user: str = "") -> bytes:
         """Run a command of ours in the container (as its user, or `user`); its stdout."""
-        exec_id = (await _call(self.api.exec_create, self.container_id, argv, user=user))["Id"]
-        return await _call(self.api.exec_start, exec_id) or b""
+        exec_id = (await call(self.api.exec_create, self.container_id, argv, user=user))["Id"]
+        return await call(self.api.exec_start, exec_id) or b""
 
     async def _expire(self) -> None:
         """Wall time is up: kill the container (every process in it), keep it for inspection."""
         self._expired = True
         with contextlib.suppress(docker.errors.APIError):
-            await _call(self.api.kill, self.container_id)
+            await call(self.api.kill, self.container_id)

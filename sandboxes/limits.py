@@ -177,14 +177,3 @@ def _v1_cpu(cpus: float | None) -> dict[str, int]:
     if not cpus:
         return {}
     return {"cpu.cfs_period_us": CFS_PERIOD_US, "cpu.cfs_quota_us": int(cpus * CFS_PERIOD_US)}
-
-
-def exec_time_limit(timeout_s: float | None, deadline: float | None, expired: bool) -> tuple[float | None, str]:
-    """The tighter of an exec's timeout and the sandbox's remaining wall time (``deadline`` on the
-    monotonic clock), and which one it is: "timeout" or "wall_time"."""
-    if expired:
-        return 0.0, "wall_time"
-    remaining = None if deadline is None else deadline - time.monotonic()
-    if remaining is not None and (timeout_s is None or remaining < timeout_s):
-        return remaining, "wall_time"
-    return timeout_s, "timeout"

@@ -32,7 +32,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import logging
 import os
 import posixpath
 import secrets
@@ -49,14 +48,16 @@ from urllib.parse import urlsplit
 
 from sandboxes import bwrap
 from sandboxes.bridge import HostBridge
-from sandboxes.limits import ProcessLimits, exec_time_limit
+from sandboxes.execs import finished_exec, start_exec
+from sandboxes.host_tree import copy_tree, prepare_root, recreate, replace_tree, write_file
+from sandboxes.isolation import check_private_mounts, resolve_isolation
+from sandboxes.limits import ProcessLimits
 from sandboxes.protocol import (
     ExecResult,
     Sandbox,
     SandboxError,
     SandboxSpec,
     confined_path,
-    exec_argv,
     verifier_env,
 )
 from sandboxes.route import Route
@@ -66,8 +67,6 @@ MAX_OUTPUT = 16 * 1024 * 1024  # bytes kept per stream; the rest is drained and 
 KILL_GRACE_S = 2.0  # after a kill, how long to wait for the pipes to close before giving up on them
 HOST_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 FORWARDER = Path(__file__).with_name("forwarder.py")
-
-logger = logging.getLogger(__name__)
 
 
 class LocalSandbox:
@@ -111,8 +110,8 @@ class LocalSandbox:
             host.mkdir(mode=0o755)
         (self.dir / "tmp").chmod(0o1777)
         if self.spec.root is not None:
-            _prepare_root(self.spec.root, [*binds, *self.spec.ro_binds])
-            _copy_tree(Path(self.spec.root) / self.spec.workspace.lstrip("/"), binds[self.spec.workspace])
+            prepare_root(self.spec.root, [*binds, *self.spec.ro_binds])
+            copy_tree(Path(self.spec.root) / self.spec.workspace.lstrip("/"), binds[self.spec.workspace])
         routed = bool(self.spec.gateway_url) and not self.spec.internet
         self.socket_dir = self.dir / "gw" if routed else None
         # A root (a task's image) may have no python3: the forwarder then runs outside the sandbox, with
@@ -157,36 +156,39 @@ class LocalSandbox:
         env: Mapping[str, str] | None = None,
         cwd: str | None = None,
     ) -> ExecResult:
-        return await self._run(exec_argv(command), timeout_s, self._env(env), cwd, self.layout)
+        return await self._run(command, timeout_s, self._env(env), cwd, self.layout)
 
     async def exec_verifier(
         self, command: str | list[str], timeout_s: float | None = None, env: Mapping[str, str] | None = None
     ) -> ExecResult:
         # The same path inside ($HOME) bound to a new, empty host dir: the agent's home is out of sight.
         home = self.dir / "verifier_home"
-        await asyncio.to_thread(_recreate, home)
+        await asyncio.to_thread(recreate, home)
         layout = replace(self.layout, binds={**self.layout.binds, bwrap.HOME: home})
         inside_home, tmp = (bwrap.HOME, "/tmp") if self.isolation == "bwrap" else (str(home), str(layout.binds["/tmp"]))
         full_env = verifier_env({"TMPDIR": tmp, **self.spec.env, **(env or {})}, inside_home)
-        return await self._run(exec_argv(command), timeout_s, full_env, None, layout)
+        return await self._run(command, timeout_s, full_env, None, layout)
 
     async def copy_workspace_to(self, other: Sandbox) -> None:
         if not isinstance(other, LocalSandbox):
             raise SandboxError(f"copy_workspace_to: {other.id} is not a local sandbox (grade in the same backend)")
         await asyncio.to_thread(self._stop_all)
         source, target = self.layout.binds[self.spec.workspace], other.layout.binds[other.spec.workspace]
-        await asyncio.to_thread(_replace_tree, source, target)
+        await asyncio.to_thread(replace_tree, source, target)
 
     async def _run(
-        self, argv: list[str], timeout_s: float | None, full_env: dict[str, str], cwd: str | None, layout: bwrap.Layout
+        self,
+        command: str | list[str],
+        timeout_s: float | None,
+        full_env: dict[str, str],
+        cwd: str | None,
+        layout: bwrap.Layout,
     ) -> ExecResult:
-        if self._closed:
-            raise SandboxError(f"sandbox {self.id} is closed")
-        limit, reason = self._time_limit(timeout_s)
-        if limit is not None and limit <= 0:
-            return ExecResult.wall_time_spent()
+        start = start_exec(self.id, self._closed, command, timeout_s, self._deadline, self._expired)
+        if isinstance(start, ExecResult):
+            return start
         inside_cwd = os.path.join(self.workspace, cwd) if cwd else self.workspace
-        argv = self._command(argv, full_env, inside_cwd, layout)
+        argv = self._command(start.argv, full_env, inside_cwd, layout)
         oom_before = self.limits.oom_kills()
         started = time.monotonic()
         try:
@@ -203,20 +205,16 @@ class LocalSandbox:
             return ExecResult(127, b"", f"{exc}\n".encode(), False, time.monotonic() - started)
         self._running.add(proc)
         try:
-            stdout, stderr, timed_out = await _collect(proc, limit)
+            stdout, stderr, timed_out = await _collect(proc, start.limit_s)
         finally:
             self._running.discard(proc)
-        code = _exit_code(proc.returncode)
-        killed = None
-        if self.limits.oom_kills() > oom_before and code != 0:
-            killed = "oom"
-        elif timed_out or self._expired:
-            killed, timed_out = ("wall_time" if self._expired else reason), True
-        return ExecResult(code, stdout, stderr, timed_out, time.monotonic() - started, killed)
+        code, oom = _exit_code(proc.returncode), self.limits.oom_kills() > oom_before
+        duration = time.monotonic() - started
+        return finished_exec(start, code, stdout, stderr, timed_out, duration, oom, self._expired)
 
     async def put_file(self, path: str, data: bytes, mode: int = 0o644) -> None:
         target = self._host_file(path, writing=True)
-        await asyncio.to_thread(_write_file, target, data, mode)
+        await asyncio.to_thread(write_file, target, data, mode)
 
     async def get_file(self, path: str) -> bytes:
         target = self._host_file(path, writing=False)
@@ -230,7 +228,7 @@ class LocalSandbox:
     async def fresh_dirs(self, *paths: str) -> None:
         await asyncio.to_thread(self._stop_all)
         for path in paths:
-            await asyncio.to_thread(_recreate, self._private_dir(path))
+            await asyncio.to_thread(recreate, self._private_dir(path))
 
     async def close(self) -> None:
         if self._closed:
@@ -251,9 +249,6 @@ class LocalSandbox:
         await self.close()
 
     # -- helpers ----------------------------------------------------------------------------------
-
-    def _time_limit(self, timeout_s: float | None) -> tuple[float | None, str]:
-        return exec_time_limit(timeout_s, self._deadline, self._expired)
 
     def _env(self, env: Mapping[str, str] | None) -> dict[str, str]:
         home = bwrap.HOME if self.isolation == "bwrap" else str(self.layout.binds[bwrap.HOME])
@@ -366,97 +361,6 @@ class LocalSandbox:
         self.limits.kill_all()
 
 
-def resolve_isolation(isolation: str, allow_unisolated: bool = False) -> str:
-    """The isolation a local sandbox gets: "bwrap" or "subprocess"; an error naming the fix otherwise."""
-    if isolation == "auto":
-        isolation = "bwrap" if bwrap.bwrap_path() or not allow_unisolated else "subprocess"
-    if isolation == "bwrap" and not bwrap.bwrap_path():
-        raise SandboxError(
-            "bubblewrap not found: apt-get install -y bubblewrap (or, for trusted agents only, "
-            "run them unisolated on purpose: `harnessrl run --allow-unisolated`, "
-            "isolation='subprocess')"
-        )
-    if isolation == "subprocess":
-        logger.warning(
-            "local sandbox UNISOLATED: agents run as this user with the host's files and network; "
-            "use it for trusted agents only (apt-get install -y bubblewrap isolates them)"
-        )
-    elif isolation != "bwrap":
-        raise SandboxError(f"unknown isolation {isolation!r}: use 'bwrap', 'subprocess' or 'auto'")
-    return isolation
-
-
-def local_isolation(allow_unisolated: bool) -> str:
-    """What the local sandboxes of a run get, checked once before the first: "bwrap", or "subprocess"
-    when bubblewrap is missing and unisolated agents were allowed; SandboxError naming the fix."""
-    isolation = resolve_isolation("auto", allow_unisolated)
-    if isolation == "subprocess":
-        check_private_mounts(SandboxSpec().writable_dirs)
-    return isolation
-
-
-def check_private_mounts(writable_dirs: tuple[str, ...]) -> None:
-    """An unisolated sandbox binds its own writable dirs over the host's: needs root and unshare."""
-    if not writable_dirs:
-        return
-    if os.geteuid() != 0 or not shutil.which("unshare"):
-        raise SandboxError(
-            f"an unisolated sandbox gets its own {', '.join(writable_dirs)} through a private "
-            "mount namespace, which needs root and unshare (util-linux): install bubblewrap "
-            "instead (apt-get install -y bubblewrap)"
-        )
-    for path in writable_dirs:
-        os.makedirs(path, exist_ok=True)  # the mount point; nothing is ever written to the host's copy
-
-
-def _prepare_root(root: str, mount_points: list[str]) -> None:
-    """Mount points the root lacks, made in it (bubblewrap cannot make them under a read-only bind):
-    the root is a cache of ours (an exported image), so empty folders in it change nothing else."""
-    for inside in mount_points:
-        target = Path(root) / inside.lstrip("/")
-        if inside.count("/") > 1 and not target.exists():  # top-level ones bubblewrap makes itself
-            try:
-                target.mkdir(parents=True, exist_ok=True)
-            except OSError as exc:
-                raise SandboxError(
-                    f"the sandbox root {root} lacks {inside} and it cannot be made there "
-                    f"({exc}): give a root folder this user may write to"
-                ) from None
-
-
-def _copy_tree(source: Path, into: Path) -> None:
-    """The root's content at the workspace's path (a Harbor image's WORKDIR), copied into the
-    private workspace: the agent starts with the image's files there and may change them."""
-    if source.is_dir() and not source.is_symlink():
-        shutil.copytree(source, into, symlinks=True, dirs_exist_ok=True)
-
-
-def _replace_tree(source: Path, target: Path) -> None:
-    """target made an exact copy of source: links copied as links (never followed on the host), and
-    what cannot be copied (a fifo, a socket, a file the agent made unreadable) left out, logged."""
-    _recreate(target)
-    try:
-        shutil.copytree(source, target, symlinks=True, dirs_exist_ok=True)
-    except shutil.Error as exc:
-        logger.warning("grading copy of %s left out %d entries: %s", source, len(exc.args[0]), exc.args[0][:5])
-
-
-def _recreate(path: Path) -> None:
-    """Whatever is at path (a tree, a file, a link) removed, then a new empty directory."""
-
-    def unlock(function, name, _exc_info):  # a folder the agent made unreadable or unwritable
-        os.chmod(os.path.dirname(name), 0o700)
-        if os.path.isdir(name) and not os.path.islink(name):
-            os.chmod(name, 0o700)
-        function(name)
-
-    if path.is_dir() and not path.is_symlink():
-        shutil.rmtree(path, onerror=unlock)
-    else:
-        path.unlink(missing_ok=True)
-    path.mkdir(mode=0o755)
-
-
 async def _collect(proc: asyncio.subprocess.Process, limit: float | None) -> tuple[bytes, bytes, bool]:
     """Read both pipes until exit or `limit` seconds; on expiry SIGKILL the process group."""
     buffers = (bytearray(), bytearray())
@@ -486,9 +390,3 @@ def _exit_code(returncode: int | None) -> int:
     if returncode is None:
         return -1
     return 128 - returncode if returncode < 0 else returncode
-
-
-def _write_file(target: Path, data: bytes, mode: int) -> None:
-    target.parent.mkdir(parents=True, exist_ok=True)
-    target.write_bytes(data)
-    target.chmod(mode)

@@ -6,6 +6,7 @@ from __future__ import annotations
 from sqlalchemy import select
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
+from store.records import StoredAdapter, record_of
 from store.tables import Adapter
 
 
@@ -37,12 +38,13 @@ class Adapters:
             if proof is not None:
                 row.proof = proof
 
-    async def get(self, version: int) -> Adapter | None:
+    async def get(self, version: int) -> StoredAdapter | None:
         """The published adapter of this version, loaded or not."""
         async with self.sessions() as session:
-            return (await session.scalars(select(Adapter).where(Adapter.version == version))).first()
+            adapter = (await session.scalars(select(Adapter).where(Adapter.version == version))).first()
+        return None if adapter is None else record_of(StoredAdapter, adapter)
 
-    async def loaded(self) -> list[Adapter]:
+    async def loaded(self) -> list[StoredAdapter]:
         query = select(Adapter).where(Adapter.loaded.is_(True)).order_by(Adapter.version)
         async with self.sessions() as session:
-            return list((await session.scalars(query)).all())
+            return [record_of(StoredAdapter, adapter) for adapter in (await session.scalars(query)).all()]

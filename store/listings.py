@@ -15,12 +15,20 @@ from datetime import datetime
 from types import SimpleNamespace
 
 from sqlalchemy import Select, String, cast, exists, func, select
-from sqlalchemy.engine import Row
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
 from store import prompt_delta
 from store.arrays import unpack_ids, unpack_logprobs
-from store.records import RolloutStatus, StoredCall
+from store.records import (
+    RolloutOutcome,
+    RolloutStatus,
+    StoredCall,
+    StoredGroup,
+    StoredRollout,
+    StoredRun,
+    StoredStep,
+    record_of,
+)
 from store.tables import Call, Group, LearnerStep, Rollout, Run, Task
 
 
@@ -108,7 +116,7 @@ class Listings:
     def __init__(self, sessions: async_sessionmaker[AsyncSession]):
         self.sessions = sessions
 
-    async def runs(self, name: str | None, after: int, limit: int, newest_first: bool = False) -> list[Run]:
+    async def runs(self, name: str | None, after: int, limit: int, newest_first: bool = False) -> list[StoredRun]:
         """Runs by id, oldest first; ``newest_first`` pages down from ``after`` (0: from the newest)."""
         if newest_first:
             query = select(Run).order_by(Run.id.desc()).limit(limit)
@@ -118,7 +126,7 @@ class Listings:
         if name:
             query = query.where(Run.name.contains(name, autoescape=True))
         async with self.sessions() as session:
-            return list((await session.scalars(query)).all())
+            return [record_of(StoredRun, run) for run in (await session.scalars(query)).all()]
 
     async def run_counts(self, run_ids: list[int]) -> dict[int, RunCounts]:
         """Rollout counts of each run, by id: one GROUP BY over the runs' rollouts (ix_rollouts_run_id)."""
@@ -139,11 +147,12 @@ class Listings:
             rows = (await session.execute(query)).all()
         return {run_id: RunCounts(n, finished, mean, last) for run_id, n, finished, mean, last in rows}
 
-    async def run(self, name: str) -> Run | None:
+    async def run(self, name: str) -> StoredRun | None:
         async with self.sessions() as session:
-            return (await session.scalars(select(Run).where(Run.name == name))).first()
+            run = (await session.scalars(select(Run).where(Run.name == name))).first()
+        return None if run is None else record_of(StoredRun, run)
 
-    async def steps(self, run_id: int, after: int, limit: int) -> list[LearnerStep]:
+    async def steps(self, run_id: int, after: int, limit: int) -> list[StoredStep]:
         query = (
             select(LearnerStep)
             .where(LearnerStep.run_id == run_id, LearnerStep.step > after)
@@ -151,9 +160,9 @@ class Listings:
             .limit(limit)
         )
         async with self.sessions() as session:
-            return list((await session.scalars(query)).all())
+            return [record_of(StoredStep, step) for step in (await session.scalars(query)).all()]
 
-    async def groups(self, where: GroupFilter, after: int, limit: int) -> list[tuple[Group, str, str]]:
+    async def groups(self, where: GroupFilter, after: int, limit: int) -> list[tuple[StoredGroup, str, str]]:
         """Groups with their run and task names, by id."""
         query = (
             select(Group, Run.name, Task.name)
@@ -165,9 +174,9 @@ class Listings:
         )
         query = _equal(query, (Run.name, where.run), (Task.name, where.task), (Group.status, where.status))
         async with self.sessions() as session:
-            return [(row[0], row[1], row[2]) for row in (await session.execute(query)).all()]
+            return [(record_of(StoredGroup, row[0]), row[1], row[2]) for row in (await session.execute(query)).all()]
 
-    async def group(self, group_id: int) -> tuple[Group, str, str] | None:
+    async def group(self, group_id: int) -> tuple[StoredGroup, str, str] | None:
         query = (
             select(Group, Run.name, Task.name)
             .join(Run, Run.id == Group.run_id)
@@ -176,9 +185,9 @@ class Listings:
         )
         async with self.sessions() as session:
             row = (await session.execute(query)).first()
-        return None if row is None else (row[0], row[1], row[2])
+        return None if row is None else (record_of(StoredGroup, row[0]), row[1], row[2])
 
-    async def group_rollouts(self, group_ids: list[int]) -> dict[int, list[Row]]:
+    async def group_rollouts(self, group_ids: list[int]) -> dict[int, list[RolloutOutcome]]:
         """The rollouts (id, status, reward) of each group, by id: one IN query for a page of groups."""
         if not group_ids:
             return {}
@@ -187,13 +196,26 @@ class Listings:
             .where(Rollout.group_id.in_(group_ids))
             .order_by(Rollout.id)
         )
-        found: dict[int, list[Row]] = defaultdict(list)
+        found: dict[int, list[RolloutOutcome]] = defaultdict(list)
         async with self.sessions() as session:
             for row in (await session.execute(query)).all():
-                found[row.group_id].append(row)
+                found[row.group_id].append(record_of(RolloutOutcome, row))
         return found
 
-    async def rollouts(self, where: RolloutFilter, after: int, limit: int) -> list[tuple[Rollout, str, str, str]]:
+    async def run_rollouts(self, run: str, after: int, limit: int) -> list[tuple[StoredRollout, str]]:
+        """A page of a run's rollouts with their group names, by id."""
+        query = (
+            select(Rollout, Group.name)
+            .join(Run, Run.id == Rollout.run_id)
+            .join(Group, Group.id == Rollout.group_id)
+            .where(Run.name == run, Rollout.id > after)
+            .order_by(Rollout.id)
+            .limit(limit)
+        )
+        async with self.sessions() as session:
+            return [(record_of(StoredRollout, row[0]), row[1]) for row in (await session.execute(query)).all()]
+
+    async def rollouts(self, where: RolloutFilter, after: int, limit: int) -> list[tuple[StoredRollout, str, str, str]]:
         """Rollouts with their run, task and group names, by id."""
         query = (
             select(Rollout, Run.name, Task.name, Group.name)
@@ -222,7 +244,8 @@ class Listings:
                 exists().where(Call.rollout_id == Rollout.id, Call.policy_version == where.policy_version)
             )
         async with self.sessions() as session:
-            return [tuple(row) for row in (await session.execute(query)).all()]
+            rows = (await session.execute(query)).all()
+        return [(record_of(StoredRollout, row[0]), *row[1:]) for row in rows]
 
     async def calls(self, where: CallFilter, after: int, limit: int, tokens: bool = False) -> list[StoredCall]:
         """Calls by id, without bodies; their token arrays (whole prompts) only with ``tokens``."""

@@ -3,9 +3,12 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from datetime import datetime
 from enum import StrEnum
+from typing import TypeVar
+
+R = TypeVar("R")
 
 
 class RolloutStatus(StrEnum):
@@ -125,6 +128,89 @@ class CallRecord:
     moved_from: str | None = None  # the failed engine its rollout was moved from, on the first call after
     source: str = "policy"  # who wrote the output: one of CALL_SOURCES
     adapter_digest: str | None = None  # content digest of the adapter that served it (gateway.policy.proof)
+
+
+def record_of(kind: type[R], row) -> R:
+    """A table row (ORM object or result row) as the store's record ``kind``: the fields it names."""
+    return kind(**{f.name: getattr(row, f.name) for f in fields(kind)})
+
+
+@dataclass(frozen=True)
+class StoredRun:
+    id: int
+    name: str
+    config: dict  # the run's settings (store/run_settings.py)
+    created_at: datetime
+
+
+@dataclass(frozen=True)
+class StoredGroup:
+    id: int
+    run_id: int
+    task_id: int
+    name: str
+    status: str  # GroupStatus
+    error: str | None  # why it was quarantined
+    size: int | None  # G; None: no readiness tracking
+    ready_at: datetime | None
+    created_at: datetime
+
+
+@dataclass(frozen=True)
+class StoredRollout:
+    """A rollout as the store reads it back (its token is not carried: the API never shows it)."""
+
+    id: int
+    run_id: int
+    task_id: int
+    group_id: int
+    status: str  # RolloutStatus
+    reward: float | None  # the total of the non-None components of ``rewards``
+    rewards: dict  # name -> value | None
+    reward_details: dict  # name -> how that component was reached
+    error: str | None
+    meta: dict
+    pinned_version: int | None  # the policy version its calls were pinned to (None: the current one)
+    created_at: datetime
+    finished_at: datetime | None
+    engine_s: float | None  # s its calls spent in the engine
+    agent_exit_code: int | None
+    agent_log: str | None
+
+
+@dataclass(frozen=True)
+class RolloutOutcome:
+    """What a listing of a group shows of each of its rollouts."""
+
+    id: int
+    status: str
+    reward: float | None
+
+
+@dataclass(frozen=True)
+class StoredAdapter:
+    """A published policy version (LoRA adapter) and whether engines hold it."""
+
+    id: int
+    version: int
+    name: str  # the engine's adapter name, policy-v{N}
+    path: str
+    loaded: bool
+    digest: str | None  # gateway.policy.proof: sha256 of its config and weights
+    probe: dict | None  # the learner's probe (token ids and log-probs)
+    proof: list | None  # what each engine answered to the probe at publication
+    created_at: datetime
+
+
+@dataclass(frozen=True)
+class StoredStep:
+    """The metrics of one learner step."""
+
+    id: int
+    run_id: int
+    step: int
+    metrics: dict
+    created_at: datetime
 
 
 @dataclass(frozen=True)

@@ -17,7 +17,7 @@ from sqlalchemy import Float, Integer, cast, extract, func, literal, select
 from sqlalchemy.sql.elements import ColumnElement
 
 from store.store import Store
-from store.summary import pinned_versions
+from store.summary import rewards_by_version
 from store.tables import Call, Rollout
 from store.training import learner_steps
 
@@ -132,22 +132,14 @@ def _step_point(step: int, m: dict) -> StepPoint:
 
 
 async def reward_by_version(store: Store, run_id: int) -> list[VersionReward]:
-    """Mean and spread of the scored rollouts per policy version, aggregated in SQL."""
-    pinned = pinned_versions(run_id)
-    reward = cast(Rollout.reward, Float)
-    query = (
-        select(pinned.c.version, func.count(), func.avg(reward), func.avg(reward * reward))
-        .join(Rollout, Rollout.id == pinned.c.rollout_id)
-        .where(Rollout.reward.is_not(None))
-        .group_by(pinned.c.version)
-        .order_by(pinned.c.version)
-    )
+    """Mean and spread of the scored rollouts per policy version (``store.summary``'s one query)."""
     async with store.sessions() as session:
-        rows = (await session.execute(query)).all()
+        rows = await rewards_by_version(session, run_id)
     # E[x^2] - E[x]^2 can dip below 0 by rounding when every reward is equal.
     return [
-        VersionReward(int(v), int(n), float(mean), math.sqrt(max(0.0, float(square) - float(mean) ** 2)))
-        for v, n, mean, square in rows
+        VersionReward(r.version, r.scored, r.reward_mean, math.sqrt(max(0.0, r.reward_square_mean - r.reward_mean**2)))
+        for r in rows
+        if r.scored
     ]
 
 

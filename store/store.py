@@ -26,7 +26,9 @@ from store.records import (
     CallRecord,
     RolloutIdentity,
     RolloutStatus,
+    StoredRollout,
     identity_of,
+    record_of,
 )
 from store.request_delta import RecentRequests
 from store.rewards import (
@@ -253,7 +255,7 @@ class Store:
 
     # --- runs and rollouts ------------------------------------------------------------------
 
-    async def get_rollout(self, rollout_id: int) -> tuple[Rollout, str, str, str, int] | None:
+    async def get_rollout(self, rollout_id: int) -> tuple[StoredRollout, str, str, str, int] | None:
         """The rollout with its run, task and group names and its number of calls."""
         query = (
             select(Rollout, Run.name, Task.name, Group.name)
@@ -268,20 +270,7 @@ class Store:
             if row is None:
                 return None
             num_calls = (await session.execute(count)).scalar_one()
-        return row[0], row[1], row[2], row[3], num_calls
-
-    async def run_rollouts(self, run: str, after: int, limit: int) -> list[tuple[Rollout, str]]:
-        """A page of a run's rollouts with their group names, by id."""
-        query = (
-            select(Rollout, Group.name)
-            .join(Run, Run.id == Rollout.run_id)
-            .join(Group, Group.id == Rollout.group_id)
-            .where(Run.name == run, Rollout.id > after)
-            .order_by(Rollout.id)
-            .limit(limit)
-        )
-        async with self.sessions() as session:
-            return [(row[0], row[1]) for row in (await session.execute(query)).all()]
+        return record_of(StoredRollout, row[0]), row[1], row[2], row[3], num_calls
 
     async def run_id(self, run: str) -> int | None:
         """The id of the run named ``run``; None when there is none (the one lookup of a run by name)."""

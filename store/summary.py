@@ -7,7 +7,9 @@ table's rows, whose token blobs spill onto overflow pages.
 
 from __future__ import annotations
 
-from sqlalchemy import func, select
+from dataclasses import dataclass
+
+from sqlalchemy import Float, cast, func, select
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
 from store.listings import is_main_call
@@ -77,17 +79,41 @@ def pinned_versions(run_id: int):
     )
 
 
-async def _reward_by_version(session: AsyncSession, run_id: int) -> list[dict]:
-    """Mean reward per policy version, a rollout counting under the version it was pinned to."""
+@dataclass(frozen=True)
+class VersionRewards:
+    """The rollouts one policy version served (a rollout counts under the version it was pinned to)."""
+
+    version: int
+    rollouts: int  # every rollout pinned to it, scored or not
+    scored: int  # those with a reward
+    reward_mean: float | None  # over the scored ones (None: none scored)
+    reward_square_mean: float | None  # E[reward^2] over the scored ones, for their spread
+
+
+async def rewards_by_version(session: AsyncSession, run_id: int) -> list[VersionRewards]:
+    """Per policy version, oldest first: the one definition the run summary and the report read."""
     version = pinned_versions(run_id)
+    reward = cast(Rollout.reward, Float)
     query = (
-        select(version.c.version, func.count(), func.avg(Rollout.reward))
+        select(version.c.version, func.count(), func.count(Rollout.reward), func.avg(reward), func.avg(reward * reward))
         .join(Rollout, Rollout.id == version.c.rollout_id)
         .group_by(version.c.version)
         .order_by(version.c.version)
     )
     return [
-        {"policy_version": v, "rollouts": n, "reward_mean": mean} for v, n, mean in (await session.execute(query)).all()
+        VersionRewards(int(v), int(n), int(scored), _float(mean), _float(square))
+        for v, n, scored, mean, square in (await session.execute(query)).all()
+    ]
+
+
+def _float(value) -> float | None:
+    return None if value is None else float(value)
+
+
+async def _reward_by_version(session: AsyncSession, run_id: int) -> list[dict]:
+    return [
+        {"policy_version": r.version, "rollouts": r.rollouts, "reward_mean": r.reward_mean}
+        for r in await rewards_by_version(session, run_id)
     ]
 
 

@@ -37,12 +37,11 @@ from gateway.policy.pins import requested_version
 from gateway.state import AdminStateDep, StateDep
 from store.arrays import logprobs_or_none
 from store.listings import RolloutFilter
-from store.records import AgentReport
+from store.records import AgentReport, StoredRollout
 from store.rewards import GroupClosed, InvalidReward, RolloutEnded
 from store.run_settings import RunConflict
 from store.samples import build_samples
 from store.store import RequestConflict
-from store.tables import Rollout
 
 # A client's id for a create request, as the header HTTP APIs use for idempotent retries.
 IdempotencyKey = Annotated[
@@ -172,7 +171,7 @@ async def end_rollout(rollout_id: Int64, body: EndRollout, state: AdminStateDep)
     return await get_rollout(rollout_id, state)
 
 
-def rollout_summary(rollout: Rollout, run: str, task: str, group: str) -> RolloutSummary:
+def rollout_summary(rollout: StoredRollout, run: str, task: str, group: str) -> RolloutSummary:
     """A rollout as listings show it (``GET /api/rollouts``, ``harnessrl ls rollouts``)."""
     r = rollout
     return RolloutSummary(

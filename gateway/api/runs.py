@@ -27,17 +27,17 @@ from store.evaluation import pinned_metric_means, pinned_task_counts
 from store.health import capture_health
 from store.listings import GroupFilter, Listings, RunCounts
 from store.mismatch import mismatch_summary
+from store.records import StoredGroup, StoredRun
 from store.summary import run_summary
-from store.tables import Group, Run
 
 
-def run_view(run: Run, counts: RunCounts) -> RunView:
+def run_view(run: StoredRun, counts: RunCounts) -> RunView:
     return RunView(
         id=run.id, name=run.name, config=run.config or {}, created_at=run.created_at, **dataclasses.asdict(counts)
     )
 
 
-async def run_views(listings: Listings, runs: list[Run]) -> list[RunView]:
+async def run_views(listings: Listings, runs: list[StoredRun]) -> list[RunView]:
     """Runs with their rollout counts (one query for all of them)."""
     counts = await listings.run_counts([r.id for r in runs])
     return [run_view(r, counts.get(r.id, RunCounts())) for r in runs]
@@ -55,7 +55,7 @@ async def list_runs(
     return page_of(await run_views(listings, runs), limit)
 
 
-async def _run(state, name: str) -> Run:
+async def _run(state, name: str) -> StoredRun:
     run = await state.store.listings.run(name)
     if run is None:
         raise NotFound(f"run {name!r} not found")
@@ -137,7 +137,7 @@ async def list_run_steps(
     return page_of(views, limit, cursor=lambda view: view.step)
 
 
-def group_view(group: Group, run: str, task: str, rollouts: list) -> GroupView:
+def group_view(group: StoredGroup, run: str, task: str, rollouts: list) -> GroupView:
     return GroupView(
         id=group.id,
         run=run,

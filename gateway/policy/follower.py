@@ -20,7 +20,7 @@ from sqlalchemy.exc import SQLAlchemyError
 from gateway.errors import GatewayError
 from gateway.policy.adapters import prove, retire_old
 from gateway.policy.proof import AdapterNotApplied, AdapterProbe, tolerance_for
-from store.tables import Adapter
+from store.records import StoredAdapter
 
 if TYPE_CHECKING:
     from gateway.state import GatewayState
@@ -60,7 +60,7 @@ async def follow_once(state: GatewayState) -> tuple[int, ...]:
     return tuple(followed)
 
 
-async def _load_proven(state: GatewayState, adapter: Adapter) -> bool:
+async def _load_proven(state: GatewayState, adapter: StoredAdapter) -> bool:
     """Load a version another gateway published into this gateway's engines and prove it with the
     stored probe; False (unloaded, never tried again) when an engine does not apply it."""
     await state.engine.load_adapter(adapter.name, adapter.path)

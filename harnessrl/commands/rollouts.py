@@ -126,7 +126,7 @@ def run_rollouts(
     from contextlib import nullcontext
 
     from harnesses.launch import launch_run
-    from sandboxes.bridge import raise_open_files_limit
+    from sandboxes.bridge_limits import raise_open_files_limit
 
     console.print(f"file descriptors: {raise_open_files_limit()}")  # each agent connection holds two
     key = resolve_admin_key(admin_key)
@@ -274,7 +274,7 @@ def eval_policies(
     from harnessrl.evaluation.evaluate import EvalPlan, eval_harness, evaluate
     from harnessrl.settings import data_home
     from sandboxes import Limits, SandboxSpec
-    from sandboxes.local import local_isolation
+    from sandboxes.isolation import local_isolation
 
     if sandbox not in ("local", "docker"):
         raise fail(f"--sandbox must be local or docker, not {sandbox!r}")

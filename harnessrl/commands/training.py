@@ -122,7 +122,8 @@ def quickstart(
     from harnesses.task import TaskError
     from harnessrl.demonstrations import SOLUTIONS
     from harnessrl.model_prep import prepare_smollm2
-    from harnessrl.quickstart import Quickstart, QuickstartPlan, agent_context
+    from harnessrl.quickstart import Quickstart
+    from harnessrl.quickstart_plan import QuickstartPlan, agent_context
     from harnessrl.server import free_port
     from harnessrl.warm_start import WarmStart
 
@@ -224,7 +225,8 @@ def train(
     import logging
 
     from harnessrl.learner_settings import eval_thread, learner_settings
-    from learner.config import ConfigError, dump_toml, load_config
+    from learner.config import ConfigError
+    from learner.config_file import dump_toml, load_config
     from learner.loop import LearnerError, train_from_url
     from learner.publish import GatewayUnreachable, PublishError
     from store.training import ConsumeConflict
@@ -308,7 +310,8 @@ def sft(
     """Warm start: train a LoRA adapter on the sampled tokens of a run's successful trajectories."""
     from harnessrl.settings import data_home
     from harnessrl.sft import SftPlan, run_sft
-    from learner.config import ConfigError, load_config
+    from learner.config import ConfigError
+    from learner.config_file import load_config
     from learner.sft import SftConfig
 
     try:

@@ -30,7 +30,8 @@ from harnesses.gateway_client import GatewayClient
 from harnesses.harness import Harness
 from harnesses.interrupts import sigterm_cancels_this_task
 from harnesses.judge import Judge
-from harnesses.runner import RolloutResult, Runner, RunPlan
+from harnesses.run_plan import RolloutResult, RunPlan
+from harnesses.runner import Runner
 from harnesses.task import Task
 from sandboxes import SandboxSpec
 from store.records import RolloutStatus

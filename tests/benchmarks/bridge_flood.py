@@ -35,7 +35,8 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # run as a script from anywhere
 from harnessrl.server import free_port  # noqa: E402
-from sandboxes.bridge import BridgeLimits, HostBridge  # noqa: E402
+from sandboxes.bridge import HostBridge  # noqa: E402
+from sandboxes.bridge_limits import BridgeLimits
 from sandboxes.route import Route  # noqa: E402
 from tests.benchmarks.loadgen import post_request  # noqa: E402
 

@@ -84,7 +84,7 @@ async def read_run(database: str, run: str) -> tuple[list, list[HeldOut]]:
         held: dict[str, HeldOut] = {}
         for split, name in (("held-out", f"{run}-eval"), ("unseen", f"{run}-unseen-eval")):
             after = 0
-            while page := await store.run_rollouts(name, after, 500):
+            while page := await store.listings.run_rollouts(name, after, 500):
                 for rollout, _group in page:
                     after = rollout.id
                     _, _, task, _, _ = await store.get_rollout(rollout.id)

@@ -62,7 +62,7 @@ async def read_group(database: str, run: str, size: int) -> tuple[list[Sample], 
     try:
         groups: dict[str, list] = {}
         after = 0
-        while page := await store.run_rollouts(run, after, 500):
+        while page := await store.listings.run_rollouts(run, after, 500):
             for rollout, group in page:
                 after = rollout.id
                 groups.setdefault(group, []).append(rollout)

@@ -216,7 +216,7 @@ results["flood: refused"] = flood(FLOOD)
 results["own call after the flood"] = own_call_after(120)
 print(json.dumps(results))
 """
-FLOOD = 80  # connections, above the bridge's per-sandbox cap (sandboxes/bridge.py MAX_CONNECTIONS = 64)
+FLOOD = 80  # connections, above the bridge's per-sandbox cap (sandboxes/bridge_limits.py MAX_CONNECTIONS = 64)
 
 
 def bad_inputs(port: int, own: dict) -> dict[str, tuple[str, bool]]:

@@ -9,7 +9,8 @@ import pytest
 
 from harnesses.builtin_agent import BuiltinHarness, BuiltinSettings
 from harnesses.gateway_client import GatewayClient
-from harnesses.runner import Runner, RunPlan
+from harnesses.run_plan import RunPlan
+from harnesses.runner import Runner
 from harnesses.task import builtin_tasks_path, load_tasks
 from harnessrl.server import BackgroundGateway
 from tests.builders import ADMIN_HEADERS, TEST_ADMIN_KEY, gateway_settings

@@ -12,7 +12,8 @@ from pathlib import Path
 
 from harnesses.agents import create
 from harnesses.gateway_client import GatewayClient
-from harnesses.runner import Runner, RunPlan
+from harnesses.run_plan import RunPlan
+from harnesses.runner import Runner
 from harnesses.shell_family import shell_tasks
 from harnesses.task import load_harbor
 from harnessrl.demonstrations import FINAL, SOLUTIONS, demonstrator

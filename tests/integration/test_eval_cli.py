@@ -21,7 +21,8 @@ from typer.testing import CliRunner
 from harnesses.datasets import Selection, load_selection
 from harnessrl.cli import app
 from harnessrl.model_prep import prepare_smollm2
-from harnessrl.quickstart import Quickstart, QuickstartPlan
+from harnessrl.quickstart import Quickstart
+from harnessrl.quickstart_plan import QuickstartPlan
 from harnessrl.server import BackgroundGateway
 from migrations.runner import upgrade
 from store.database import sqlite_url

@@ -14,7 +14,8 @@ from typer.testing import CliRunner
 from harnesses.families import arithmetic_tasks
 from harnessrl.cli import app
 from harnessrl.model_prep import prepare_smollm2
-from harnessrl.quickstart import Quickstart, QuickstartPlan
+from harnessrl.quickstart import Quickstart
+from harnessrl.quickstart_plan import QuickstartPlan
 from harnessrl.report import PIXELS
 from harnessrl.server import free_port
 from harnessrl.settings import logs_dir

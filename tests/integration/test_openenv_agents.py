@@ -21,7 +21,8 @@ from harnesses.datasets import load_dataset
 from harnesses.gateway_client import GatewayClient
 from harnesses.openenv.agent import with_environments
 from harnesses.openenv.tasks import REWARD_NAME
-from harnesses.runner import Runner, RunPlan
+from harnesses.run_plan import RunPlan
+from harnesses.runner import Runner
 from harnessrl.server import BackgroundGateway, BackgroundServer
 from sandboxes import Limits, SandboxSpec
 from store.store import Store

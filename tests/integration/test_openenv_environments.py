@@ -18,7 +18,8 @@ from harnesses.datasets import load_dataset
 from harnesses.gateway_client import GatewayClient
 from harnesses.openenv.agent import with_environments
 from harnesses.openenv.tasks import REWARD_NAME, EnvServer, EnvTaskRef
-from harnesses.runner import Runner, RunPlan
+from harnesses.run_plan import RunPlan
+from harnesses.runner import Runner
 from harnessrl.server import BackgroundGateway, BackgroundServer
 from store.store import Store
 from tests.builders import ADMIN_HEADERS, TEST_ADMIN_KEY, gateway_settings

@@ -15,7 +15,8 @@ from typer.testing import CliRunner
 
 from harnesses.builtin_agent import BuiltinHarness, BuiltinSettings
 from harnesses.gateway_client import GatewayClient
-from harnesses.runner import Runner, RunPlan
+from harnesses.run_plan import RunPlan
+from harnesses.runner import Runner
 from harnesses.task import builtin_tasks_path, load_tasks
 from harnessrl.cli import app
 from harnessrl.openenv_export import trace_nodes

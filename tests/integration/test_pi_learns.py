@@ -17,7 +17,8 @@ from sqlalchemy import func, select
 
 from harnesses.shell_family import shell_tasks
 from harnessrl.demonstrations import SOLUTIONS
-from harnessrl.quickstart import Quickstart, QuickstartPlan
+from harnessrl.quickstart import Quickstart
+from harnessrl.quickstart_plan import QuickstartPlan
 from harnessrl.warm_start import WarmStart
 from migrations.runner import upgrade
 from store.database import sqlite_url

@@ -11,7 +11,8 @@ import pytest
 from harnesses.builtin_agent import BuiltinHarness, BuiltinSettings
 from harnesses.families import arithmetic_tasks
 from harnesses.gateway_client import GatewayClient
-from harnesses.runner import Runner, RunPlan
+from harnesses.run_plan import RunPlan
+from harnesses.runner import Runner
 from harnessrl.sft import SftPlan, run_sft
 from harnessrl.teacher import PolicyRendering, TeacherSettings, teacher_gateway
 from learner.config import LearnerConfig, with_overrides

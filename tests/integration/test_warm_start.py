@@ -15,7 +15,8 @@ from typer.testing import CliRunner
 
 from harnesses.families import arithmetic_tasks
 from harnessrl.cli import app
-from harnessrl.quickstart import Quickstart, QuickstartPlan
+from harnessrl.quickstart import Quickstart
+from harnessrl.quickstart_plan import QuickstartPlan
 from harnessrl.warm_start import WarmStart
 from migrations.runner import upgrade
 from store.database import sqlite_url

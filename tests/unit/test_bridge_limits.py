@@ -18,7 +18,8 @@ import pytest
 from typer.testing import CliRunner
 
 from harnessrl.cli import app
-from sandboxes.bridge import BridgeLimits, HostBridge
+from sandboxes.bridge import HostBridge
+from sandboxes.bridge_limits import BridgeLimits
 from sandboxes.route import Route
 from tests.bridge_peers import parse_replies, raw_request, recording_upstream
 
@@ -207,7 +208,7 @@ async def test_a_streaming_response_outlives_every_request_timeout(bridges, upst
 
 FD_PROBE = """
 import resource
-from sandboxes.bridge import raise_open_files_limit
+from sandboxes.bridge_limits import raise_open_files_limit
 soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
 resource.setrlimit(resource.RLIMIT_NOFILE, (min(256, hard), hard))
 print(raise_open_files_limit(), *resource.getrlimit(resource.RLIMIT_NOFILE))

@@ -12,7 +12,8 @@ import pytest
 from harnesses.budget import AgentBudget, BudgetExceeded, run_within
 from harnesses.builtin_agent import BuiltinHarness
 from harnesses.gateway_client import GatewayClient
-from harnesses.runner import Runner, RunPlan
+from harnesses.run_plan import RunPlan
+from harnesses.runner import Runner
 from harnesses.task import Task
 from harnessrl.server import BackgroundGateway
 from tests.builders import TEST_ADMIN_KEY, gateway_settings

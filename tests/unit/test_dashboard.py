@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 from rich.console import Console
 
-from harnesses.runner import RolloutResult
+from harnesses.run_plan import RolloutResult
 from harnessrl.dashboard import TABLE_ROUNDS, Dashboard, save_reward_curve, step_rows
 from store.store import Store
 from store.training import record_step

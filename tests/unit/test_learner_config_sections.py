@@ -9,9 +9,10 @@ import pytest
 from typer.testing import CliRunner
 
 from harnessrl.cli import app
-from harnessrl.quickstart import PACKED_ROW_TOKENS, QuickstartPlan, learner_config
+from harnessrl.quickstart_plan import PACKED_ROW_TOKENS, QuickstartPlan, learner_config
 from harnessrl.warm_start import WarmStartResult
-from learner.config import ConfigError, LearnerConfig, config_from_dict, dump_toml, with_overrides
+from learner.config import ConfigError, LearnerConfig, with_overrides
+from learner.config_file import config_from_dict, dump_toml
 
 
 def test_quickstarts_learner_toml_loads_back_as_the_config_it_built(tmp_path):

@@ -18,14 +18,8 @@ from safetensors.torch import load_file
 import learner.loop
 import learner.served_settings
 import learner.trainer
-from learner.config import (
-    ConfigError,
-    LearnerConfig,
-    config_from_dict,
-    dump_toml,
-    load_config,
-    with_overrides,
-)
+from learner.config import ConfigError, LearnerConfig, with_overrides
+from learner.config_file import config_from_dict, dump_toml, load_config
 from learner.groups import ReadyGroup, RolloutData, build_batch
 from learner.publish import GatewayUnreachable, Published, Publisher, PublishError
 from store.database import sqlite_url

@@ -11,7 +11,8 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from harnessrl.server import free_port
-from learner.config import ConfigError, config_from_dict
+from learner.config import ConfigError
+from learner.config_file import config_from_dict
 from learner.loop import LearnerError
 from learner.prometheus import COUNTERS, GAUGES, KEEP_VERSIONS, MAX_POLICY_SERIES, PREFIX, LearnerExporter
 from store.mismatch import MismatchSummary

@@ -108,7 +108,7 @@ async def test_export_of_a_recorded_rollout_matches_its_samples(gateway, tmp_pat
 async def test_rollout_record_carries_the_rewards(gateway):
     rollout = await record_two_turns(gateway, "openenv-reward")
     store = gateway.app.state.gateway.store
-    [(row, group)] = await store.run_rollouts("openenv-reward", 0, 10)
+    [(row, group)] = await store.listings.run_rollouts("openenv-reward", 0, 10)
     record = rollout_record(row, group, await store.calls.nodes(rollout["id"]), False)
     assert record["status"] == "running" and record["reward"] is None  # unscored stays None, never 0
     assert all(t["metadata"]["reward"] is None for t in record["trace"]["turns"])

@@ -115,7 +115,8 @@ def test_the_training_thread_evaluates_beside_the_learner_and_stops_cleanly(live
 
 
 def test_eval_every_in_the_learner_config_needs_the_tasks_to_evaluate():
-    from learner.config import ConfigError, config_from_dict
+    from learner.config import ConfigError
+    from learner.config_file import config_from_dict
 
     with pytest.raises(ConfigError, match="eval.every needs eval.tasks"):
         config_from_dict({"eval_every": 2})

@@ -6,7 +6,7 @@ import pytest
 from typer.testing import CliRunner
 
 from harnessrl.cli import app
-from harnessrl.quickstart import agent_context
+from harnessrl.quickstart_plan import agent_context
 
 
 def quickstart(tmp_path, *args: str):

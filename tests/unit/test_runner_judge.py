@@ -15,7 +15,8 @@ from harnesses.families import arithmetic_tasks
 from harnesses.gateway_client import GatewayClient
 from harnesses.judge import Judge, JudgeSettings
 from harnesses.rubric import Rubric
-from harnesses.runner import Runner, RunPlan
+from harnesses.run_plan import RunPlan
+from harnesses.runner import Runner
 from harnessrl.server import BackgroundGateway
 from tests.builders import TEST_ADMIN_KEY, gateway_settings
 from tests.fake_engine import FakeReply

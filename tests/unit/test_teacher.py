@@ -13,7 +13,8 @@ import pytest
 from harnesses.builtin_agent import BuiltinHarness, BuiltinSettings
 from harnesses.families import arithmetic_tasks
 from harnesses.gateway_client import GatewayClient
-from harnesses.runner import Runner, RunPlan
+from harnesses.run_plan import RunPlan
+from harnesses.runner import Runner
 from harnessrl.sft import successful_samples
 from harnessrl.teacher import PolicyRendering, TeacherSettings, teacher_gateway
 from learner.groups import UnusableGroup, check_group, load_group

@@ -1,0 +1,66 @@
+"""What a run plays (``RunPlan``) and what each slot yields (``Played``, then ``RolloutResult``)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from harnesses.budget import DEFAULT_WALL_FACTOR
+from harnesses.environments import Environments
+from harnesses.harness import AgentOutcome, Harness
+from harnesses.judge import Judge
+from harnesses.reward_functions import RewardFunction
+from harnesses.slot_leases import DEFAULT_LEASE_S
+from harnesses.task import Task
+from harnesses.verify import Verdict
+from sandboxes import SandboxSpec
+
+
+@dataclass(frozen=True)
+class RunPlan:
+    run: str
+    tasks: list[Task]
+    harness: Harness
+    group_size: int  # G
+    concurrency: int  # rollouts at once
+    sandbox: str  # "docker" | "local"
+    base_spec: SandboxSpec = field(default_factory=SandboxSpec)  # limits and options every sandbox shares
+    rewards: tuple[RewardFunction, ...] = ()
+    capture: str | None = None  # the run's capture mode when the runner creates it
+    sampling: dict | None = None  # the run's {"temperature", "top_p"} when the runner creates it
+    sandbox_options: dict = field(default_factory=dict)  # e.g. {"isolation": "bwrap"} for local
+    round: int = 0  # training rounds sample every task again, each round into new groups
+    wall_factor: float = DEFAULT_WALL_FACTOR  # wall-clock ceiling per rollout, x the task's agent budget
+    environments: Environments | None = None  # Harbor task images (built and cached); None: a new one
+    judge: Judge | None = None  # an LLM judge adding the reward component "judge"
+    teacher: str | None = None  # the external model serving this run (harnessrl.teacher), kept in each rollout's meta
+    worker: str = ""  # this runner's id in the run's leases; "" = default_worker_id()
+    lease_s: float = DEFAULT_LEASE_S  # a slot's lease, renewed every third of it
+    sandbox_gateway: str | None = None  # the gateway URL sandboxes' bridges connect to; None: as it names itself
+
+    @property
+    def group(self) -> str:
+        return f"r{self.round}"
+
+
+@dataclass(frozen=True)
+class RolloutResult:
+    task: str
+    index: int
+    rollout_id: int
+    status: str  # finished | failed
+    reward: float | None
+    error: str | None = None
+
+
+@dataclass(frozen=True)
+class Played:
+    """A rollout whose agent and verifier ran, not yet ended (a group judge waits for its group)."""
+
+    task: Task
+    index: int
+    rollout: dict
+    status: str
+    error: str | None
+    rewards: dict
+    verdict: Verdict | None = None
+    outcome: AgentOutcome | None = None

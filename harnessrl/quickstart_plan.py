@@ -1,0 +1,117 @@
+"""What `harnessrl quickstart` is asked to do (``QuickstartPlan``) and what follows from it alone: the
+learner's settings, the engine's context for the agent, the rounds' agent and task order."""
+
+from __future__ import annotations
+
+import random
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from harnesses.builtin_agent import ONE_SHOT, BuiltinHarness, BuiltinSettings
+from harnesses.harness import Harness
+from harnesses.judge import JudgeSettings
+from harnesses.task import Task
+from harnessrl.warm_start import WarmStart, WarmStartResult, learner_keys
+from learner.config import LearnerConfig, with_overrides
+
+# One reply per rollout, short: the arithmetic family is graded on the final answer (`eval --harness oneshot`).
+PACKED_ROW_TOKENS = 8192
+
+
+@dataclass(frozen=True)
+class QuickstartPlan:
+    run: str
+    model_dir: Path
+    tasks: list[Task]
+    database_url: str
+    minutes: float = 15.0  # rollouts stop starting after this; the learner finishes its step
+    until_version: int = 0  # and not before the learner has published this version (a step count, not a time)
+    max_rounds: int = 0  # GRPO rounds at most, whatever the two above say; 0: no limit
+    group_size: int = 4
+    concurrency: int = 8
+    max_model_len: int = 2048
+    agent: BuiltinSettings = ONE_SHOT
+    # The GRPO rounds' sampling temperature (the training run's; None: the agent's). Above 1 it keeps a
+    # policy that SFT made nearly certain exploring, so its groups still spread; evaluation stays at the agent's.
+    train_temperature: float | None = None
+    groups_per_step: int = 4  # the learner's batch
+    backlog_steps: int = 2  # rollouts pause while this many learner steps' worth of groups wait
+    learner: dict = field(default_factory=dict)  # more learner settings (learner.config.with_overrides names)
+    learner_metrics_port: int = 0  # the learner's Prometheus /metrics on 127.0.0.1; 0 = off
+    admin_key: str | None = None  # the gateway's key; default: $HARNESSRL_ADMIN_KEY or $HARNESSRL_HOME/admin.key
+    # Held-out evaluation (harnessrl.evaluation.periodic): the base model first, then every `eval_every` versions
+    # and the last one, `eval_k` pinned rollouts per held-out task, into the run "<run>-eval"; 0: off
+    eval_every: int = 0
+    eval_tasks: list[Task] = field(default_factory=list)
+    eval_k: int = 4
+    judge: JudgeSettings | None = None  # an LLM judge adding the reward component "judge"
+    warm_start: WarmStart | None = None  # warm-up run and SFT before GRPO (the whole run fits `minutes`)
+    # The agent: "builtin" runs `agent`; a CLI agent (pi, opencode, ...) runs its real binary in local
+    # sandboxes, each model call capped at `call_max_tokens`.
+    harness: str = "builtin"
+    call_max_tokens: int = 256
+    engine_gpu_memory: float | None = None  # GPUs: vLLM's share of the GPU's memory, the rest the learner's
+    # A whole kind of task never trained on, evaluated beside `eval_tasks` into "<run>-unseen-eval".
+    unseen_tasks: list[Task] = field(default_factory=list)
+
+
+def learner_config(
+    plan: QuickstartPlan, gateway_url: str, output_dir: Path, warm: WarmStartResult | None = None
+) -> LearnerConfig:
+    """The learner quickstart starts: its batch, the engine's context as token budget, a quick lr."""
+    return with_overrides(
+        LearnerConfig(),
+        model_dir=str(plan.model_dir),
+        gateway_url=gateway_url,
+        output_dir=str(output_dir),
+        token_budget=packed_row_tokens(plan),
+        groups_per_step=plan.groups_per_step,
+        lora_rank=16,
+        lr=5e-4,
+        weight_sync_steps=1,
+        poll_interval_s=1.0,
+        metrics_port=plan.learner_metrics_port,
+        **learner_keys(warm),
+        **plan.learner,
+    )
+
+
+def agent_context(harness: str, call_max_tokens: int) -> int:
+    """The engine context a quickstart of ``harness`` needs: the builtin one-shot's 2,048; a CLI agent's
+    first prompt (SmolLM2's tokenizer), two turns of answers and a tool's output, in whole KiB of tokens."""
+    if harness == "builtin":
+        return 2048
+    from harnesses.agents import AGENTS
+
+    needed = AGENTS[harness].first_prompt_tokens + 2 * call_max_tokens + 1024
+    return -(-needed // 1024) * 1024
+
+
+def packed_row_tokens(plan: QuickstartPlan) -> int:
+    """The learner's token budget per packed row: at least 8k, so the samples of an agent's groups, which
+    share its long first prompt, pack as prefix trees forwarding that prompt once per row."""
+    return max(plan.max_model_len, PACKED_ROW_TOKENS)
+
+
+def unseen_run(run: str) -> str:
+    """The run whose "-eval" holds the evaluations on the unseen kind of task."""
+    return f"{run}-unseen"
+
+
+def round_order(tasks: list[Task], round_: int) -> list[Task]:
+    """The round's tasks in an order of its own (seeded by the round): each learner step then sees groups of
+    every kind of task, not one kind after another as a sorted family would give it."""
+    shuffled = list(tasks)
+    random.Random(round_).shuffle(shuffled)
+    return shuffled
+
+
+def create_agent(plan: QuickstartPlan) -> Harness:
+    """The rounds' agent: the builtin one, or a real CLI agent set up for local sandboxes."""
+    if plan.harness == "builtin":
+        return BuiltinHarness(plan.agent)
+    from harnesses.agents import AgentSettings, create
+
+    agent = create(plan.harness, sandbox="local", settings=AgentSettings(max_tokens=plan.call_max_tokens))
+    agent.host_install()  # AgentNotInstalled, naming the install command, before any engine starts
+    return agent

@@ -1,0 +1,84 @@
+"""The docker engine as the sandboxes reach it: one process-wide client, checked once, and a thread pool
+of its own for the SDK's blocking calls (an exec holds a thread for as long as its command runs, and
+asyncio's default pool, a few threads, would cap concurrent rollouts)."""
+
+from __future__ import annotations
+
+import asyncio
+import functools
+import io
+import tarfile
+import time
+from collections.abc import Mapping
+from concurrent.futures import ThreadPoolExecutor
+
+import docker.errors
+
+import docker
+from sandboxes.protocol import SandboxError
+
+_pool = ThreadPoolExecutor(max_workers=256, thread_name_prefix="harnessrl-docker")
+_client: docker.DockerClient | None = None
+
+
+def default_client() -> docker.DockerClient:
+    """A process-wide client (DOCKER_HOST or the local socket), checked once."""
+    global _client
+    if _client is None:
+        try:
+            client = docker.from_env(max_pool_size=256, timeout=600)
+            client.ping()
+        except docker.errors.DockerException as exc:
+            raise SandboxError(
+                f"docker engine not reachable: run docker/setup-engine.sh or set DOCKER_HOST ({exc})"
+            ) from exc
+        _client = client
+    return _client
+
+
+async def call(fn, *args, **kwargs):
+    return await asyncio.get_running_loop().run_in_executor(_pool, functools.partial(fn, *args, **kwargs))
+
+
+def tar_of(files: Mapping[str, bytes], mode: int = 0o644) -> bytes:
+    """A tar archive of path -> content; the engine creates missing parent directories."""
+    buffer = io.BytesIO()
+    with tarfile.open(fileobj=buffer, mode="w") as tar:
+        for path, data in files.items():
+            info = tarfile.TarInfo(path.lstrip("/"))
+            info.size, info.mode, info.mtime = len(data), mode, int(time.time())
+            tar.addfile(info, io.BytesIO(data))
+    return buffer.getvalue()
+
+
+class OomKills:
+    """Whether the kernel OOM-killed something in a container, read from the engine's ``oom`` events
+    and ``State.OOMKilled``."""
+
+    TRIES = 5  # for a SIGKILLed exec: the event arrives on another path than the exec's exit
+
+    def __init__(self, api, container_id: str):
+        self.api, self.container_id = api, container_id
+        self.created = time.time()
+        self.seen = 0  # oom events counted so far
+
+    async def since_last(self, wait: bool) -> bool:
+        """Whether one happened since the last look (``wait``: give its event a moment to arrive)."""
+        for _ in range(self.TRIES if wait else 1):
+            state = (await call(self.api.inspect_container, self.container_id))["State"]
+            events = await call(self._events)
+            fresh, self.seen = events > self.seen, events
+            if fresh or state.get("OOMKilled"):
+                return True
+            await asyncio.sleep(0.1)
+        return False
+
+    def _events(self) -> int:
+        # `until` in the future would hold the stream open until then: now, to the nanosecond.
+        stream = self.api.events(
+            since=int(self.created) - 1,
+            until=f"{time.time():.9f}",
+            decode=True,
+            filters={"container": self.container_id, "event": "oom"},
+        )
+        return sum(1 for _ in stream)
