@@ -17,21 +17,21 @@ from gateway.anthropic.router import create_router as create_anthropic_router
 from gateway.api.rollout_tools import create_router as create_rollout_tools_router
 from gateway.api.router import create_router as create_api_router
 from gateway.boundary import install_boundary
-from gateway.capture_probe import CaptureCheckedEngine
 from gateway.docs import install_docs
 from gateway.engine.client import EngineClient, VLLMEngineClient
 from gateway.engine.pool import EnginePool
 from gateway.errors import GatewayError, install_error_handlers, store_failure
-from gateway.json_body import refuse_deep_json
 from gateway.openai.router import create_router as create_openai_router
 from gateway.policy.adapters import RecoveringEngine
 from gateway.policy.follower import follow
 from gateway.policy.proof import tolerance_for
 from gateway.policy.registry import PolicyRegistry
+from gateway.recording.capture_probe import CaptureCheckedEngine
+from gateway.recording.trace_export import TraceExport
+from gateway.request.json_body import refuse_deep_json
 from gateway.responses.router import create_router as create_responses_router
 from gateway.settings import GatewaySettings
 from gateway.state import GatewayState, StateDep
-from gateway.trace_export import TraceExport
 from gateway.ui import create_router as create_ui_router
 from store.store import Store
 from store.writer import CallWriter

@@ -8,14 +8,14 @@ from dataclasses import dataclass
 
 from fastapi import Request
 
-from gateway.delivery import UNDELIVERED, Delivery, EventStream, JSONBody
+from gateway.delivery.streaming import ServedCall, StreamedAnswer
+from gateway.delivery.tracking import UNDELIVERED, Delivery, EventStream, JSONBody
 from gateway.errors import GatewayError
-from gateway.identity import resolve_identity
-from gateway.json_body import json_request_body, parse_json_object, read_json_body
-from gateway.pipeline import ChatPipeline
-from gateway.resent_bodies import ResentBodies
+from gateway.recording.pipeline import ChatPipeline
+from gateway.request.identity import resolve_identity
+from gateway.request.json_body import json_request_body, parse_json_object, read_json_body
+from gateway.request.resent_bodies import ResentBodies
 from gateway.state import GatewayState
-from gateway.streaming import ServedCall, StreamedAnswer
 from store.records import RolloutIdentity
 
 CALL_ID_HEADER = "x-harnessrl-call-id"

@@ -49,7 +49,7 @@ class GatewaySettings:
     # gateway (harnessrl.teacher) records "teacher" or "demonstration" calls, with no sampler log-probs.
     call_source: str = "policy"
     # OTLP/HTTP traces endpoint (e.g. http://127.0.0.1:6006/v1/traces): each ended rollout exported as a
-    # trace (gateway.trace_export); None: no export
+    # trace (gateway.recording.trace_export); None: no export
     otlp_endpoint: str | None = None
 
     def __post_init__(self) -> None:

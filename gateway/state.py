@@ -10,28 +10,28 @@ from typing import Annotated
 
 from fastapi import Depends, Request
 
-from gateway.callgraph import CallGraphIndex
 from gateway.decoding import TokenDecoder, tokenizer_folder
 from gateway.engine.body import EngineBodies
+from gateway.engine.clock import EngineClock
 from gateway.engine.pool import EnginePool
-from gateway.engine_clock import EngineClock
 from gateway.errors import EngineUnavailable, GatewayError, InvalidRequest
-from gateway.identity import require_admin
 from gateway.metrics import GatewayMetrics
-from gateway.pipeline import ChatPipeline
 from gateway.policy.adapters import restore_adapters
 from gateway.policy.pins import load_version
 from gateway.policy.proof import tolerance_for
 from gateway.policy.registry import PolicyRegistry
-from gateway.refusals import EngineRefusals
-from gateway.resent_bodies import ResentBodies
-from gateway.retries import RetryBook
+from gateway.recording.callgraph import CallGraphIndex
+from gateway.recording.pipeline import ChatPipeline
+from gateway.recording.token_prefix import PrefixArrays
+from gateway.recording.trace_export import TraceExport
+from gateway.request.identity import require_admin
+from gateway.request.refusals import EngineRefusals
+from gateway.request.resent_bodies import ResentBodies
+from gateway.request.retries import RetryBook
+from gateway.request.validated_history import ValidatedHistory
 from gateway.settings import GatewaySettings
 from gateway.tito.serving import TitoEngine
 from gateway.tito.template import ModelText
-from gateway.token_prefix import PrefixArrays
-from gateway.trace_export import TraceExport
-from gateway.validated_history import ValidatedHistory
 from store.store import Store
 from store.writer import CallWriter
 

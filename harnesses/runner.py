@@ -350,7 +350,7 @@ class Runner:
 
     async def _unanswered(self, rollout_id: int) -> str | None:
         """Why the model never answered the agent (every main-loop call refused, e.g. its first prompt is
-        longer than the engine's context: gateway.refusals), or None."""
+        longer than the engine's context: gateway.request.refusals), or None."""
         view = await self.gateway.rollout(rollout_id)
         if view.get("refused_calls") and not view.get("answered_calls"):
             return f"no answer from the model: {view['last_refusal']} ({view['refused_calls']} main-loop calls refused)"

@@ -13,7 +13,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from gateway.passk import PolicyResult
+from store.passk import PolicyResult
 from store.reports import ReportData
 
 SIZE_IN = (8.0, 4.5)  # figure size, inches

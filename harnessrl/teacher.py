@@ -28,7 +28,7 @@ from typing import Protocol
 from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse, StreamingResponse
 
-from gateway.capture_probe import PROBE_USER
+from gateway.recording.capture_probe import PROBE_USER
 from gateway.settings import GatewaySettings
 from harnessrl.demonstrations import SOLUTIONS
 from harnessrl.server import BackgroundGateway, BackgroundServer

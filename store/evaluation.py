@@ -11,7 +11,7 @@ from __future__ import annotations
 from sqlalchemy import Float, and_, case, cast, func, select
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
-from gateway.passk import TaskCount
+from store.passk import TaskCount
 from store.records import SCORED, RolloutStatus
 from store.rewards import verifier_metrics
 from store.tables import LearnerStep, Rollout, Task

@@ -2,7 +2,7 @@
 in turns (the requests' twin is ``request_delta``).
 
 A call's parent in the call graph is the earlier call of its rollout whose prompt + output is a token
-prefix of its prompt (``gateway.callgraph``). Such a call stores ``prompt_offset`` (that prefix's length
+prefix of its prompt (``gateway.recording.callgraph``). Such a call stores ``prompt_offset`` (that prefix's length
 in tokens) and only the prompt ids from there on; the prefix is read back from the parent. A root, a
 call written without a link and every call written before revision 0011 store their whole prompt
 (offset 0). An agent cannot make a call lean on tokens that are not its parent's: the offset is set by

@@ -53,7 +53,7 @@ FALSE_FORK_TOKENS = 64  # a new root sharing this many leading tokens with an ea
 
 @dataclass(frozen=True)
 class GraphNode:
-    """A recorded call as the call graph links it (``gateway.callgraph``)."""
+    """A recorded call as the call graph links it (``gateway.recording.callgraph``)."""
 
     call_id: int
     prompt_len: int  # tokens

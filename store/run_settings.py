@@ -1,5 +1,5 @@
 """A run's settings, settled by its first rollout: the capture mode and the sampling every call of a
-training run gets (``gateway.sampling``). Later rollouts that ask for others are refused."""
+training run gets (``gateway.policy.sampling``). Later rollouts that ask for others are refused."""
 
 from __future__ import annotations
 

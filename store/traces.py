@@ -1,4 +1,4 @@
-"""A rollout as a trace: what the OpenTelemetry export (``gateway.trace_export``) reads of an ended
+"""A rollout as a trace: what the OpenTelemetry export (``gateway.recording.trace_export``) reads of an ended
 rollout, its calls (scalar columns only, never the token blobs or bodies) and their mismatch."""
 
 from __future__ import annotations

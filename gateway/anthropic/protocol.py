@@ -18,7 +18,7 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Discriminator, Field, Tag, model_validator
 
-from gateway.request_notes import LeftOut
+from gateway.request.notes import LeftOut
 
 
 class AnthropicModel(BaseModel):

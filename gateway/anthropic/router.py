@@ -7,8 +7,8 @@ from fastapi.responses import JSONResponse
 
 from gateway.anthropic.serving import AnthropicServing
 from gateway.dialects import API_PREFIXES, COUNT_TOKENS, MESSAGES
-from gateway.identity import resolve_identity
-from gateway.json_body import read_json_body
+from gateway.request.identity import resolve_identity
+from gateway.request.json_body import read_json_body
 from gateway.routes import answered, open_call
 from gateway.state import StateDep
 

@@ -4,7 +4,7 @@ The translation is total and checked before the engine is called, so a request t
 represent is a 400 naming the field and nothing is recorded for it. ``context_management`` edits are
 applied to the history first (``gateway.anthropic.context``), as the API applies them; what was not
 served (unknown fields, server tools, deferred tools) is recorded with the call
-(``gateway.request_notes``).
+(``gateway.request.notes``).
 """
 
 from __future__ import annotations
@@ -36,13 +36,13 @@ from gateway.anthropic.protocol import (
     Usage,
 )
 from gateway.anthropic.stream import MessageStream, message_stream_events
+from gateway.delivery.streaming import ServedCall, StreamedAnswer
 from gateway.dialects import MESSAGES
 from gateway.errors import InvalidRequest
-from gateway.pipeline import ChatPipeline
-from gateway.request_notes import RequestNotes, ignored_fields, recorded_request
-from gateway.streaming import ServedCall, StreamedAnswer
-from gateway.token_prefix import token_count
-from gateway.validation import parse_request
+from gateway.recording.pipeline import ChatPipeline
+from gateway.recording.token_prefix import token_count
+from gateway.request.notes import RequestNotes, ignored_fields, recorded_request
+from gateway.request.validation import parse_request
 from store.records import RolloutIdentity
 
 DIALECT = MESSAGES.name

@@ -168,7 +168,7 @@ class RolloutView(RolloutSummary):
     agent_exit_code: int | None = None  # the agent's exit status, as the runner reported it
     agent_log: str | None = None  # the tail of the agent's own output
     # Main-loop calls this gateway answered and refused (the engine's 400s: a prompt over its context),
-    # with the last refusal's cause; while the rollout runs (gateway.refusals).
+    # with the last refusal's cause; while the rollout runs (gateway.request.refusals).
     answered_calls: int = 0
     refused_calls: int = 0
     last_refusal: str | None = None

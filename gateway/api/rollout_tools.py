@@ -24,7 +24,7 @@ from fastapi import APIRouter, Request, Response
 from pydantic import BaseModel, Field
 
 from gateway.errors import GatewayError, InvalidRequest, NotFound, PayloadTooLarge
-from gateway.identity import resolve_identity
+from gateway.request.identity import resolve_identity
 from gateway.state import StateDep
 
 TOOLS_PATH = "tools/mcp"  # under a rollout's base URL; the sandbox bridge forwards it too

@@ -21,12 +21,12 @@ from gateway.api.protocol import (
     TaskPolicyCell,
 )
 from gateway.errors import NotFound
-from gateway.passk import TaskCount, policy_label, policy_results
 from gateway.state import StateDep
 from store.evaluation import pinned_metric_means, pinned_task_counts
 from store.health import capture_health
 from store.listings import GroupFilter, Listings, RunCounts
 from store.mismatch import mismatch_summary
+from store.passk import TaskCount, policy_label, policy_results
 from store.records import StoredGroup, StoredRun
 from store.summary import run_summary
 

@@ -7,7 +7,7 @@ Outermost first (``install_boundary``):
 2. ``HostGuard``: the Host header must name this gateway (DNS rebinding).
 3. ``AdminGuard``: a path under ``/api`` or ``/admin`` (the control plane) needs the admin key.
 4. ``BodyLimit``: a body over the limit is refused while it streams in (413 in the dialect's shape).
-5. ``RetryCount``: the SDKs' retry count header, noted for the pipeline (``gateway.retries``).
+5. ``RetryCount``: the SDKs' retry count header, noted for the pipeline (``gateway.request.retries``).
 
 Each is plain ASGI (no ``BaseHTTPMiddleware``): on the hot path a model call pays a few attribute reads
 per layer.

@@ -1,5 +1,5 @@
 """The control plane (every path under ``/api`` or ``/admin``, reads and writes alike) needs the admin
-key (``gateway.identity.require_admin``). Decided on the raw path, which is what routing matches: a route
+key (``gateway.request.identity.require_admin``). Decided on the raw path, which is what routing matches: a route
 added under those prefixes is covered without naming it."""
 
 from __future__ import annotations
@@ -9,7 +9,7 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 
 from gateway.boundary.refusal import refuse
 from gateway.errors import GatewayError
-from gateway.identity import require_admin
+from gateway.request.identity import require_admin
 
 CONTROL_PLANE = ("/api", "/admin")  # path prefixes that need the admin key
 

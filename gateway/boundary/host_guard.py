@@ -1,6 +1,6 @@
 """The Host header must name this gateway: a page a browser loaded from elsewhere cannot reach it by
 re-pointing its own name at 127.0.0.1 (DNS rebinding). 421 in the endpoint's dialect
-(``gateway.identity.require_served_host``)."""
+(``gateway.request.identity.require_served_host``)."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 
 from gateway.boundary.refusal import refuse
 from gateway.errors import GatewayError
-from gateway.identity import require_served_host
+from gateway.request.identity import require_served_host
 
 
 class HostGuard:

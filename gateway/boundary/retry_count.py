@@ -1,11 +1,11 @@
-"""The SDKs' retry count (``x-stainless-retry-count``), noted for the pipeline (``gateway.retries``):
+"""The SDKs' retry count (``x-stainless-retry-count``), noted for the pipeline (``gateway.request.retries``):
 a resent body is a retry of the call it repeats, not a new turn."""
 
 from __future__ import annotations
 
 from starlette.types import ASGIApp, Receive, Scope, Send
 
-from gateway.retries import RETRY_HEADER, retry_count
+from gateway.request.retries import RETRY_HEADER, retry_count
 
 MAX_COUNTED = 1000  # a larger number is noted as this
 

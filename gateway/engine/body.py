@@ -4,10 +4,10 @@ An agent resends its whole conversation every turn, and the gateway sends it on 
 encoding it as JSON again costs time linear in the history (~80 µs a turn at 32k tokens). Per rollout
 the messages of its last engine body are kept with their JSON. A body whose messages begin with those
 very objects (an identity check: the chat route parses a resent history into the same objects,
-``gateway.resent_bodies``) has only its new messages encoded, the known JSON copied in front of them.
+``gateway.request.resent_bodies``) has only its new messages encoded, the known JSON copied in front of them.
 Equal objects are not enough: ``1`` and ``1.0`` are equal and encode differently, and the engine must
 get exactly what the client sent. Messages are never changed after they are parsed, which the reuse
-relies on, as ``gateway.validated_history`` does.
+relies on, as ``gateway.request.validated_history`` does.
 
 The result is an ``EncodedBody``: the body as a (read-only) dict, for whoever routes or inspects it,
 with its JSON, which ``gateway.engine.client.encoded`` sends as is.

@@ -7,9 +7,9 @@ import time
 from fastapi import APIRouter, Request
 
 from gateway.dialects import API_PREFIXES, CHAT, COMPLETIONS
-from gateway.identity import resolve_identity
 from gateway.openai.protocol import ModelCard, ModelList
 from gateway.openai.serving import OpenAIServing
+from gateway.request.identity import resolve_identity
 from gateway.routes import answered, open_call
 from gateway.state import StateDep
 

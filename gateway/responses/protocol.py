@@ -15,7 +15,7 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Discriminator, Field, Tag, field_validator
 
-from gateway.request_notes import LeftOut
+from gateway.request.notes import LeftOut
 
 
 class ResponsesModel(BaseModel):

@@ -3,7 +3,7 @@
 The engine only speaks Chat Completions, so a Responses request is translated into the chat body an
 agent would have sent for the same conversation and goes through the shared pipeline; the recorded
 tokens are exactly those of that chat call. Tools map as ``gateway.responses.tools`` says; what was not
-served (unknown fields, hosted tools) is recorded with the call (``gateway.request_notes``).
+served (unknown fields, hosted tools) is recorded with the call (``gateway.request.notes``).
 """
 
 from __future__ import annotations
@@ -11,10 +11,12 @@ from __future__ import annotations
 import time
 import uuid
 
+from gateway.delivery.streaming import ServedCall, StreamedAnswer
 from gateway.dialects import RESPONSES
 from gateway.errors import InvalidRequest
-from gateway.pipeline import ChatPipeline
-from gateway.request_notes import RequestNotes, ignored_fields, recorded_request
+from gateway.recording.pipeline import ChatPipeline
+from gateway.request.notes import RequestNotes, ignored_fields, recorded_request
+from gateway.request.validation import parse_request
 from gateway.responses import reasoning as encrypted
 from gateway.responses.protocol import (
     ContentPart,
@@ -39,8 +41,6 @@ from gateway.responses.protocol import (
 )
 from gateway.responses.stream import ResponseStream, response_stream_events
 from gateway.responses.tools import ToolIndex, custom_arguments, custom_input, index_tools
-from gateway.streaming import ServedCall, StreamedAnswer
-from gateway.validation import parse_request
 from store.records import RolloutIdentity
 
 EMPTY_ANSWER = {"choices": [{"message": {}, "finish_reason": None}]}  # a Response's settings, no output yet

@@ -15,6 +15,7 @@ from __future__ import annotations
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field
 
+from gateway.delivery.streaming import CALL_ID_COMMENT, Committed, StreamedCall
 from gateway.errors import GatewayError
 from gateway.responses.events import (
     ContentPartEvent,
@@ -42,7 +43,6 @@ from gateway.responses.protocol import (
     Response,
 )
 from gateway.responses.tools import CustomInputStream, ToolIndex
-from gateway.streaming import CALL_ID_COMMENT, Committed, StreamedCall
 
 Finalize = Callable[[dict, int], Response]  # (chat.completion answer, call id) -> the Response
 

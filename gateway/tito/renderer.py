@@ -24,8 +24,8 @@ from operator import is_
 import numpy as np
 import orjson
 
+from gateway.recording.token_prefix import IDS
 from gateway.tito.template import ModelText
-from gateway.token_prefix import IDS
 
 CONVERSATIONS_PER_ROLLOUT = 4  # main loop, subagents, side calls
 SAMPLED_PER_ROLLOUT = 512  # assistant turns remembered for splicing

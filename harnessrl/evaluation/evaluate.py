@@ -24,7 +24,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from urllib.parse import quote
 
-from gateway.passk import TaskCount, policy_label, policy_results
 from harnesses.budget import DEFAULT_WALL_FACTOR
 from harnesses.gateway_client import GatewayClient
 from harnesses.harness import Harness
@@ -34,6 +33,7 @@ from harnesses.run_plan import RolloutResult, RunPlan
 from harnesses.runner import Runner
 from harnesses.task import Task
 from sandboxes import SandboxSpec
+from store.passk import TaskCount, policy_label, policy_results
 from store.records import RolloutStatus
 
 ROLLOUTS_PATH = "/api/rollouts"

@@ -161,9 +161,9 @@ class EvalThread:
 
 
 async def held_out_results(store: Store, run: str) -> list:
-    """Per version (``gateway.passk.PolicyResult``): an evaluation run's own pinned rollouts, else the
+    """Per version (``store.passk.PolicyResult``): an evaluation run's own pinned rollouts, else the
     held-out evaluations of a training run (``<run>-eval``); [] when there are none."""
-    from gateway.passk import policy_results
+    from store.passk import policy_results
 
     for name in (run, eval_run_name(run)):
         run_id = await store.run_id(name)

@@ -6,7 +6,7 @@ from pathlib import Path
 
 from rich.table import Table
 
-from gateway.passk import PolicyResult, policy_label
+from store.passk import PolicyResult, policy_label
 
 
 def _pct(value: float | None) -> str:

@@ -29,16 +29,16 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # run as a script 
 import numpy as np  # noqa: E402
 import orjson  # noqa: E402
 
-from gateway.callgraph import CallGraphIndex  # noqa: E402
 from gateway.engine.client import encoded  # noqa: E402
 from gateway.openai.serving import OpenAIServing  # noqa: E402
-from gateway.pipeline import ChatPipeline  # noqa: E402
 from gateway.policy.registry import PolicyRegistry  # noqa: E402
-from gateway.resent_bodies import ResentBodies  # noqa: E402
+from gateway.recording.callgraph import CallGraphIndex  # noqa: E402
+from gateway.recording.pipeline import ChatPipeline  # noqa: E402
+from gateway.recording.token_prefix import loads_answer  # noqa: E402
+from gateway.request.resent_bodies import ResentBodies  # noqa: E402
 from gateway.tito.renderer import RenderedPrompt, for_template  # noqa: E402
 from gateway.tito.serving import TitoEngine  # noqa: E402
 from gateway.tito.template import ModelText  # noqa: E402
-from gateway.token_prefix import loads_answer  # noqa: E402
 from migrations.runner import upgrade  # noqa: E402
 from store.database import sqlite_url  # noqa: E402
 from store.store import Store  # noqa: E402

@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from gateway.passk import TaskCount
 from store.evaluation import pinned_task_counts
+from store.passk import TaskCount
 from store.store import Store
 
 

@@ -10,7 +10,7 @@ import pytest
 import yaml
 
 import docker
-from gateway.tagging import side_call_tags
+from gateway.request.tagging import side_call_tags
 from harnesses import images
 from harnesses.agents import AgentNotInstalled, AgentSettings, cli_agent, create
 from harnesses.agents.cli_agent import Endpoint, HostInstall

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from gateway.callgraph import GraphNode, common_prefix_len, link
+from gateway.recording.callgraph import GraphNode, common_prefix_len, link
 from store.arrays import pack_ids
 
 

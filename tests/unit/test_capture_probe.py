@@ -7,11 +7,11 @@ from collections.abc import AsyncIterator
 import httpx
 import pytest
 
-from gateway import capture_probe
 from gateway.app import create_app
-from gateway.capture_probe import CaptureCheckedEngine, CaptureUnsupported
 from gateway.engine.client import VLLMEngineClient
 from gateway.errors import EngineError, EngineUnavailable
+from gateway.recording import capture_probe
+from gateway.recording.capture_probe import CaptureCheckedEngine, CaptureUnsupported
 from tests.builders import ADMIN_HEADERS, chat_body, gateway_settings, messages_body
 
 

@@ -9,7 +9,7 @@ from dataclasses import dataclass, field
 
 import pytest
 
-from gateway.tagging import side_call_tags
+from gateway.request.tagging import side_call_tags
 from harnesses import images
 from harnesses.agents import AgentSettings, create
 from harnesses.agents.cli_agent import Endpoint

@@ -122,7 +122,7 @@ async def test_metrics_carry_only_aggregate_counters(gateway):
     text = (await gateway.agent.get("/metrics")).text
     assert "agent-chosen-model-name" not in text and "harnessrl_turns_total" in text
     labels = set(re.findall(r'(\w+)="', text))
-    # harness: a rollout's, set through the control plane; link: one of a fixed few (gateway.callgraph)
+    # harness: a rollout's, set through the control plane; link: one of a fixed few (gateway.recording.callgraph)
     assert labels <= {"dialect", "status", "kind", "dtype", "le", "reason", "engine", "harness", "link"}, labels
     assert set(re.findall(r'engine="([^"]*)"', text)) == {"0"}  # an engine by its position, never its address
     engine_url = gateway.app.state.gateway.engine.engines()[0]["url"]

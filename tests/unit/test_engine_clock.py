@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from gateway.engine_clock import EngineClock
+from gateway.engine.clock import EngineClock
 
 
 class ManualClock:

@@ -6,7 +6,7 @@ from collections.abc import AsyncIterator
 
 import pytest
 
-from gateway.passk import mean_interval, pass_at_k
+from store.passk import mean_interval, pass_at_k
 from tests.builders import gateway_settings
 from tests.gateway_harness import GatewayHarness, start_gateway
 from tests.pinning import ended_rollout as ended

@@ -288,7 +288,7 @@ async def test_malformed_current_api_values_are_400_in_anthropic_shape_and_recor
 
 
 async def test_an_agent_flooding_unknown_fields_gets_a_bounded_note(gateway):
-    from gateway.request_notes import MAX_NAMED
+    from gateway.request.notes import MAX_NAMED
 
     body = {"model": "policy", "max_tokens": 16, "messages": HI, **{f"x{n}": n for n in range(500)}}
     response = await gateway.http.post("/v1/messages", json=body)

@@ -7,7 +7,7 @@ import math
 
 import pytest
 
-from gateway.passk import mean_interval, mean_pass_at_k, pass_at_k
+from store.passk import mean_interval, mean_pass_at_k, pass_at_k
 
 
 def pass_at_k_by_enumeration(n: int, c: int, k: int) -> float:

@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 from gateway.errors import EngineError, InvalidRequest
-from gateway.refusals import EngineRefusals, refusal_cause
+from gateway.request.refusals import EngineRefusals, refusal_cause
 from store.records import RolloutIdentity
 from tests.builders import chat_body
 

@@ -9,8 +9,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from gateway.errors import InvalidRequest
-from gateway.json_body import parse_json_object
-from gateway.resent_bodies import ResentBodies
+from gateway.request.json_body import parse_json_object
+from gateway.request.resent_bodies import ResentBodies
 
 JSON_VALUES = st.recursive(
     st.none() | st.booleans() | st.integers() | st.floats(allow_nan=False) | st.text(max_size=8),

@@ -8,7 +8,7 @@ from typing import Any
 import pytest
 from pydantic import BaseModel, ConfigDict
 
-from gateway.request_notes import ignored_fields
+from gateway.request.notes import ignored_fields
 from gateway.responses import reasoning
 from tests.fake_engine import FakeReply
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 import time
 
-from gateway import retries
+from gateway.request import retries
 from tests.builders import chat_body
 from tests.waiting import until
 

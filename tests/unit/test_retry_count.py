@@ -1,5 +1,5 @@
 """RetryCount (gateway/boundary/retry_count.py): the SDKs' x-stainless-retry-count reaches the pipeline
-as a number (gateway.retries.retry_count), bounded; absent or not a number, 0."""
+as a number (gateway.request.retries.retry_count), bounded; absent or not a number, 0."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ import pytest
 
 from gateway.boundary import RetryCount
 from gateway.boundary.retry_count import MAX_COUNTED
-from gateway.retries import retry_count
+from gateway.request.retries import retry_count
 from tests.asgi_calls import Recorded, call, http_scope, ok_app
 
 

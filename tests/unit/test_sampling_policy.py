@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from gateway.sampling import REFUSED, engine_sampling
+from gateway.policy.sampling import REFUSED, engine_sampling
 from store.records import SamplingSettings
 
 HI = [{"role": "user", "content": "Hi"}]

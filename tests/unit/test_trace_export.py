@@ -12,7 +12,7 @@ import pytest
 from opentelemetry.sdk.trace.export import BatchSpanProcessor, SimpleSpanProcessor, SpanExporter, SpanExportResult
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
-from gateway.trace_export import MAX_ATTRIBUTE_CHARS, MAX_NAME_CHARS, TraceExport
+from gateway.recording.trace_export import MAX_ATTRIBUTE_CHARS, MAX_NAME_CHARS, TraceExport
 from tests.builders import gateway_settings
 from tests.gateway_harness import GatewayHarness, start_gateway
 from tests.waiting import until

@@ -13,7 +13,7 @@ import pytest
 from starlette.responses import JSONResponse
 
 from gateway.app import create_app
-from gateway.delivery import Delivery, EventStream, client_gone
+from gateway.delivery.tracking import Delivery, EventStream, client_gone
 from harnessrl.server import BackgroundServer
 from tests.builders import ADMIN_HEADERS, chat_body, gateway_settings
 from tests.fake_engine import encode

@@ -8,8 +8,8 @@ from pydantic import BaseModel, field_validator
 
 from gateway.errors import InvalidRequest
 from gateway.openai.protocol import ChatCompletionRequest
-from gateway.validated_history import ValidatedHistory
-from gateway.validation import parse_request
+from gateway.request.validated_history import ValidatedHistory
+from gateway.request.validation import parse_request
 
 VALIDATED: list[str] = []
 

@@ -51,7 +51,7 @@ SURROGATE_ESCAPE_BYTES = re.compile(rb"\\u[dD][89a-fA-F]")
 
 def parse_json_object(raw: bytes, check_depth: bool = True) -> dict:
     """``raw`` as a JSON object; ``check_depth=False`` for a route whose validation checks the depth
-    itself (the chat route: ``gateway.validated_history``, only what is new in a rollout's history)."""
+    itself (the chat route: ``gateway.request.validated_history``, only what is new in a rollout's history)."""
     try:
         body = json.loads(raw)
     except UnicodeDecodeError:

@@ -7,7 +7,7 @@ model's messages. So per rollout the messages of its last valid request are kept
 messages extend them (equal, compared in C: far cheaper than validating) has only its new messages
 validated, with the rest of its body. Messages are validated one by one (no rule relates two of
 them), so the result is the same; a request that fails is validated whole again, so the error names
-the field's place in the client's body. The body's nesting depth (``gateway.json_body``) is checked
+the field's place in the client's body. The body's nesting depth (``gateway.request.json_body``) is checked
 here as well, on the same new part, for the chat route. The prefix is kept per rollout, whose token only its own
 agent holds: an agent can only lean on messages it sent itself and that passed then.
 """
@@ -19,8 +19,8 @@ from typing import TypeVar
 
 from pydantic import BaseModel, ValidationError
 
-from gateway.json_body import json_depth_exceeds, too_deep
-from gateway.validation import parse_request
+from gateway.request.json_body import json_depth_exceeds, too_deep
+from gateway.request.validation import parse_request
 
 RequestT = TypeVar("RequestT", bound=BaseModel)
 ROLLOUTS_CACHED = 1024  # rollouts whose last valid messages are kept (references: no copy is made)

@@ -5,7 +5,7 @@ again costs time linear in the history (about 0.2 ms a turn here). Per rollout t
 is kept up to the end of its last message, with what that part parsed to. A body that begins with
 exactly that text (compared in C) has only the rest parsed: its new messages, and the keys after the
 messages array. The known messages are the same objects as before, so the comparisons after this one
-(``gateway.validated_history``, ``store.request_delta``) are comparisons of identities.
+(``gateway.request.validated_history``, ``store.request_delta``) are comparisons of identities.
 
 The result equals ``json.loads`` of the whole body (same keys, same order, same values): equal text
 before, the standard decoder on the rest. A body this does not read simply (a rewritten history, a
@@ -20,7 +20,7 @@ from collections import OrderedDict
 from dataclasses import dataclass
 from json.decoder import WHITESPACE
 
-from gateway.json_body import (
+from gateway.request.json_body import (
     SURROGATE_ESCAPE,
     json_depth_exceeds,
     parse_json_object,

@@ -1,10 +1,8 @@
 """The session pipeline every dialect goes through: one normalized chat call, recorded.
 
-Dialects (chat completions, responses, anthropic messages) translate their request into a Chat
-Completions body, call ``ChatPipeline.chat``, and translate the engine's ``chat.completion`` answer
-back into their own shape; streaming clients get ``ChatPipeline.chat_stream``, whose chunks they
-translate as they arrive. Recording (tokens, logprobs, policy version) happens here once.
-"""
+Dialects translate their request into a Chat Completions body, call ``ChatPipeline.chat`` (streaming
+clients: ``chat_stream``, whose chunks they translate as they arrive) and translate the engine's
+answer back into their own shape. Recording (tokens, logprobs, policy version) happens here once."""
 
 from __future__ import annotations
 
@@ -15,22 +13,22 @@ from dataclasses import dataclass, replace
 
 import numpy as np
 
-from gateway.callgraph import CallGraphIndex, GraphNode
+from gateway.delivery.streaming import CompletionAssembler, StreamedCall
 from gateway.dialects import COMPLETIONS
 from gateway.engine.body import EngineBodies
 from gateway.engine.client import EngineClient
+from gateway.engine.clock import EngineClock
 from gateway.engine.routing import begin_call, served_fields
-from gateway.engine_clock import EngineClock
 from gateway.errors import EngineError
 from gateway.metrics import GatewayMetrics
 from gateway.policy.registry import PolicyRegistry, ResolvedModel
-from gateway.refusals import EngineRefusals
-from gateway.retries import RETRIED, Attempt, RetryBook, retry_count
-from gateway.sampling import engine_sampling, sampled_with
-from gateway.streaming import CompletionAssembler, StreamedCall
-from gateway.tagging import side_call_tags
+from gateway.policy.sampling import engine_sampling, sampled_with
+from gateway.recording.callgraph import CallGraphIndex, GraphNode
+from gateway.recording.token_prefix import PrefixArrays, TokenIds, as_array, prompt_hint
+from gateway.request.refusals import EngineRefusals
+from gateway.request.retries import RETRIED, Attempt, RetryBook, retry_count
+from gateway.request.tagging import side_call_tags
 from gateway.tito.serving import TitoEngine
-from gateway.token_prefix import PrefixArrays, TokenIds, as_array, prompt_hint
 from store.arrays import LOGPROBS
 from store.records import CallRecord, RolloutIdentity
 from store.samples import UNDELIVERED
@@ -80,7 +78,7 @@ class ChatPipeline:
         """Send a (validated) Chat Completions body to the engine and record the call.
 
         ``client_request`` is what the client sent in its own dialect; it is stored verbatim. A training
-        run's sampling settings replace the client's (``gateway.sampling``), in both capture modes.
+        run's sampling settings replace the client's (``gateway.policy.sampling``), in both capture modes.
         """
         chat_body = engine_sampling(chat_body, client_request, identity.sampling)
         resolved = await self._resolve(identity, chat_body["model"])

@@ -18,7 +18,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 
 from gateway.errors import GatewayError
-from gateway.tagging import side_call_tags
+from gateway.request.tagging import side_call_tags
 from store.records import RolloutIdentity
 
 # vLLM's words for a prompt longer than its context (vllm/renderers/params.py, v1/engine/input_processor.py)
