@@ -334,6 +334,10 @@ class EngineGroup:
     def tail(self, lines: int = 30) -> str:
         return "".join(f"== {engine.log_path}\n{engine.tail(lines)}" for engine in self.engines)
 
+    def why(self) -> str:
+        """What the log of the engine that died last says went wrong."""
+        return next(engine for engine in self.engines if engine.log_path == self.log_path).why()
+
     def stop(self) -> None:
         for engine in self.engines:
             engine.stop()

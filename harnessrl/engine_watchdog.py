@@ -2,28 +2,30 @@
 
 from __future__ import annotations
 
+import os
 import signal
 import threading
 from pathlib import Path
 
 from rich.console import Console
 
-from harnessrl.engine_process import EngineFailed, EngineLaunch, ManagedProcess
+from harnessrl.engine_process import EngineGroup, EngineLaunch, ManagedProcess, engine_launches
+from harnessrl.hardware import has_gpu
+from harnessrl.server import free_port
 
 
-def start_engine(launch: EngineLaunch, log_path: Path, timeout_s: float, console: Console) -> ManagedProcess:
-    """A vLLM for the gateway, healthy; EngineFailed (with its last log lines) if it never gets there."""
-    engine = ManagedProcess.vllm(launch, log_path)
-    try:
-        with console.status(f"starting vLLM on {engine.url} (log: {engine.log_path})"):
-            engine.start().wait_healthy(timeout_s)
-    except EngineFailed:
-        engine.stop()
-        raise
-    return engine
+def start_engines(launch: EngineLaunch, count: int, logs: Path, timeout_s: float, console: Console) -> EngineGroup:
+    """The one way `harnessrl serve` starts its vLLM engines, one or ``count`` (``engine_launches``: on CPUs
+    each on its own port, on GPUs one with ``--data-parallel-size``), healthy; EngineFailed (with their
+    last log lines) if they never get there."""
+    ports = [launch.port] + [free_port() for _ in range(count - 1)]
+    launches = engine_launches(launch, count, ports, has_gpu(), sorted(os.sched_getaffinity(0)))
+    group = EngineGroup([ManagedProcess.vllm(one, logs / f"engine-{one.port}.log") for one in launches])
+    with console.status(f"starting vLLM on {', '.join(group.urls)} (logs: {logs})"):
+        return group.start(timeout_s)
 
 
-def serve_until_stopped(server, engine: ManagedProcess | None, console: Console, sockets=None) -> int:
+def serve_until_stopped(server, engine: EngineGroup | None, console: Console, sockets=None) -> int:
     """Run the gateway (a uvicorn server, on ``sockets`` already bound when given) until SIGTERM/SIGINT; a dying
     engine stops it with the engine's last log lines. The exit code: 1 when the engine died, else 0."""
     died = threading.Event()

