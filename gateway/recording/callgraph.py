@@ -71,8 +71,9 @@ def link(prompt: bytes, candidates: Iterable[GraphNode]) -> Link:
         if len(prompt) <= prompt_bytes or not prompt.startswith(node.sequence[:prompt_bytes]):
             continue
         shared = common_prefix_len(prompt, node.sequence)
-        # Divergence inside the node's sampled tokens is drift; inside its prompt is a rewrite.
-        if shared > node.prompt_len and shared >= best_overlap:
+        # Divergence inside the node's sampled tokens is drift, from its first sampled token on (an
+        # agent that re-serialized the whole answer); inside its prompt is a rewrite.
+        if shared >= node.prompt_len and shared >= best_overlap:
             fork, best_overlap = node.call_id, shared
             drift = len(node.sequence) // 4 - shared
     if fork is not None:

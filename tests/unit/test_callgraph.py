@@ -39,6 +39,14 @@ def test_divergence_inside_sampled_tokens_is_a_fork_with_its_drift():
     assert result.parent_id is None and result.fork_of == 1 and result.drift_tokens == 3
 
 
+def test_an_answer_re_serialized_from_its_first_token_is_a_fork_of_all_its_sampled_tokens():
+    """Measured with pi on SmolLM2: the model wrote ``>`` before a tool call; pi sent the turn back in
+    another serialization, which left the sampled tokens at the very first one."""
+    sampled = node(1, [1, 2], [3, 4, 5])
+    result = link(pack_ids([1, 2, 7, 8, 9]), [sampled])
+    assert (result.parent_id, result.fork_of, result.drift_tokens, result.kind) == (None, 1, 3, "fork")
+
+
 def test_a_history_rewrite_is_a_new_root_not_a_fork():
     sampled = node(1, [1, 2, 3, 4], [5, 6])
     result = link(pack_ids([1, 2, 8]), [sampled])
