@@ -2,8 +2,7 @@
 
 from __future__ import annotations
 
-import httpx
-
+from tests import http_calls as http
 from tests.builders import ADMIN_HEADERS
 
 
@@ -23,6 +22,6 @@ def assert_samples_reproduce_calls(calls: list[dict], samples: list[dict]) -> No
 
 
 def check_rollout_samples(gateway, rollout: dict, calls: list[dict]) -> list[dict]:
-    samples = httpx.get(f"{gateway.url}/api/rollouts/{rollout['id']}/samples", headers=ADMIN_HEADERS).json()["data"]
+    samples = http.get(f"{gateway.url}/api/rollouts/{rollout['id']}/samples", headers=ADMIN_HEADERS).json()["data"]
     assert_samples_reproduce_calls(calls, samples)
     return samples

@@ -11,10 +11,10 @@ import json
 from types import SimpleNamespace
 
 import anthropic
-import httpx
 import pytest
 from anthropic.types import Message
 
+from tests import http_calls as http
 from tests.builders import ADMIN_HEADERS, WEATHER_TOOL
 from tests.integration.sample_checks import check_rollout_samples
 from tests.integration.test_vllm_gateway import engine_tokenization, new_rollout, recorded
@@ -44,7 +44,7 @@ def assert_faithful(call: dict, usage, engine, messages: list[dict], tools=None)
 
 
 def engine_text(gateway, call: dict) -> str:
-    detail = httpx.get(f"{gateway.url}/api/calls/{call['id']}", headers=ADMIN_HEADERS).json()
+    detail = http.get(f"{gateway.url}/api/calls/{call['id']}", headers=ADMIN_HEADERS).json()
     return detail["response"]["choices"][0]["message"]["content"] or ""
 
 

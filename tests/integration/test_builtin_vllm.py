@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import shutil
 
-import httpx
 import pytest
 
 from harnesses.builtin_agent import BuiltinHarness, BuiltinSettings
@@ -13,6 +12,7 @@ from harnesses.run_plan import RunPlan
 from harnesses.runner import Runner
 from harnesses.task import builtin_tasks_path, load_tasks
 from harnessrl.server import BackgroundGateway
+from tests import http_calls as http
 from tests.builders import ADMIN_HEADERS, TEST_ADMIN_KEY, gateway_settings
 
 
@@ -40,7 +40,7 @@ async def test_builtin_harness_runs_the_task_set_on_smollm2(vllm_servers, sqlite
         assert all(r.status == "finished" and r.reward in (0.0, 1.0) for r in results), [
             (r.task, r.status, r.error) for r in results if r.status != "finished"
         ]
-        ready = httpx.get(
+        ready = http.get(
             f"{gateway.url}/api/groups", params={"run": "builtin-smollm2", "status": "ready"}, headers=ADMIN_HEADERS
         ).json()
         assert len(ready["data"]) == len(tasks)

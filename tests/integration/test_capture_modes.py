@@ -3,9 +3,9 @@ reports the forks it measures. Every sample must reproduce the engine's token id
 
 from __future__ import annotations
 
-import httpx
 from openai import OpenAI
 
+from tests import http_calls as http
 from tests.builders import ADMIN_HEADERS
 from tests.integration.sample_checks import assert_samples_reproduce_calls
 
@@ -13,7 +13,7 @@ TURNS = 10
 
 
 def converse(gateway, capture: str, turns: int = TURNS) -> dict:
-    rollout = httpx.post(
+    rollout = http.post(
         f"{gateway.url}/api/rollouts",
         headers=ADMIN_HEADERS,
         json={"run": f"capture-{capture}", "task": "chat", "capture": capture},
@@ -36,9 +36,9 @@ def converse(gateway, capture: str, turns: int = TURNS) -> dict:
 
 def rollout_view(gateway, rollout: dict) -> tuple[dict, list[dict], list[dict]]:
     base = f"{gateway.url}/api/rollouts/{rollout['id']}"
-    view = httpx.get(base, headers=ADMIN_HEADERS).json()
-    calls = httpx.get(f"{base}/calls", headers=ADMIN_HEADERS).json()["data"]
-    samples = httpx.get(f"{base}/samples", headers=ADMIN_HEADERS).json()["data"]
+    view = http.get(base, headers=ADMIN_HEADERS).json()
+    calls = http.get(f"{base}/calls", headers=ADMIN_HEADERS).json()["data"]
+    samples = http.get(f"{base}/samples", headers=ADMIN_HEADERS).json()["data"]
     return view, calls, samples
 
 
@@ -68,9 +68,9 @@ def test_engine_mode_reports_measured_forks_and_exact_samples(live_gateway):
 def test_tito_prompt_matches_what_vllm_renders(live_gateway, engine):
     rollout = converse(live_gateway, "tito", turns=1)
     _, [call], _ = rollout_view(live_gateway, rollout)
-    detail = httpx.get(f"{live_gateway.url}/api/calls/{call['id']}", headers=ADMIN_HEADERS).json()
+    detail = http.get(f"{live_gateway.url}/api/calls/{call['id']}", headers=ADMIN_HEADERS).json()
     messages = detail["request"]["messages"]
-    rendered = httpx.post(
+    rendered = http.post(
         f"{engine.url}/tokenize", json={"model": "base", "messages": messages, "add_generation_prompt": True}
     ).json()["tokens"]
     assert call["prompt_ids"] == rendered

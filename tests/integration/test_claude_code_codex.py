@@ -17,7 +17,6 @@ import json
 import shutil
 from collections.abc import Iterator
 
-import httpx
 import pytest
 
 from gateway.tito.template import ModelText
@@ -25,6 +24,7 @@ from harnesses.agents import create
 from harnesses.task import Task
 from harnessrl.server import BackgroundGateway
 from sandboxes import WORKSPACE
+from tests import http_calls as http
 from tests.builders import ADMIN_HEADERS, TEST_ADMIN_KEY, gateway_settings, run_single_rollout
 from tests.fake_engine import FakeEngine, FakeReply, decode, encode
 
@@ -91,7 +91,7 @@ def local_harness(name: str):
 
 
 def rollout_api(gateway: BackgroundGateway, rollout_id: int, what: str = "") -> dict | list:
-    response = httpx.get(
+    response = http.get(
         f"{gateway.url}/api/rollouts/{rollout_id}{what}",
         headers=ADMIN_HEADERS,
         params={"limit": 1000} if what else None,
@@ -104,7 +104,7 @@ def rollout_api(gateway: BackgroundGateway, rollout_id: int, what: str = "") -> 
 
 def call_details(gateway: BackgroundGateway, rollout_id: int) -> list[dict]:
     return [
-        httpx.get(f"{gateway.url}/api/calls/{c['id']}", headers=ADMIN_HEADERS, timeout=30).json()
+        http.get(f"{gateway.url}/api/calls/{c['id']}", headers=ADMIN_HEADERS, timeout=30).json()
         for c in rollout_api(gateway, rollout_id, "/calls")
     ]
 

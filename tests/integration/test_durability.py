@@ -8,6 +8,7 @@ import threading
 
 import httpx
 
+from tests import http_calls as http
 from tests.builders import ADMIN_HEADERS
 from tests.integration.processes import serve_process
 from tests.streams import streamed_call_id
@@ -44,7 +45,7 @@ def burst(base_url: str, token: str, received: list[int], stop: threading.Event,
 def stored_call_ids(base_url: str, rollout_id: int) -> set[int]:
     ids, after = set(), 0
     while True:
-        page = httpx.get(
+        page = http.get(
             f"{base_url}/api/rollouts/{rollout_id}/calls", params={"after": after, "limit": 1000}, headers=ADMIN_HEADERS
         ).json()
         ids |= {call["id"] for call in page["data"]}
@@ -57,7 +58,7 @@ def test_kill_9_during_a_burst_loses_no_delivered_call(vllm_servers, database_ur
     engine_args = ("--engine-url", vllm_servers["tiny"].url, "--database-url", database_url)
     gateway = serve_process(tmp_path, *engine_args).start()
     gateway.wait_healthy(120)
-    rollout = httpx.post(
+    rollout = http.post(
         f"{gateway.url}/api/rollouts", json={"run": "durability", "task": "burst"}, headers=ADMIN_HEADERS
     ).json()
     received: list[int] = []

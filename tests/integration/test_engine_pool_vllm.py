@@ -14,6 +14,7 @@ import pytest
 
 from harnessrl.engine_process import EngineLaunch, ManagedProcess
 from harnessrl.server import BackgroundGateway, free_port
+from tests import http_calls as http
 from tests.builders import ADMIN_HEADERS, gateway_settings
 from tests.integration.adapters import save_random_adapter
 from tests.waiting import wait_until
@@ -23,12 +24,12 @@ TURNS_AFTER_KILL = 3
 
 
 def served_adapters(url: str) -> set[str]:
-    return {m["id"] for m in httpx.get(f"{url}/v1/models", timeout=120).json()["data"] if m.get("parent")}
+    return {m["id"] for m in http.get(f"{url}/v1/models", timeout=120).json()["data"] if m.get("parent")}
 
 
 def chat(gateway: BackgroundGateway, token: str, turn: int) -> int:
     body = {"model": "policy", "max_tokens": 4, "messages": [{"role": "user", "content": f"Turn {turn}: hi"}]}
-    return httpx.post(f"{gateway.url}/r/{token}/v1/chat/completions", json=body, timeout=300).status_code
+    return http.post(f"{gateway.url}/r/{token}/v1/chat/completions", json=body, timeout=300).status_code
 
 
 def recorded_calls(database_url: str) -> list[tuple[int, str, str | None, str]]:
@@ -102,4 +103,4 @@ def test_two_vllm_engines_share_rollouts_get_every_adapter_and_survive_one_kille
     finally:
         second.stop()
         for name in served_adapters(shared.url):  # the shared engine outlives this test
-            httpx.post(f"{shared.url}/v1/unload_lora_adapter", json={"lora_name": name}, timeout=30)
+            http.post(f"{shared.url}/v1/unload_lora_adapter", json={"lora_name": name}, timeout=30)

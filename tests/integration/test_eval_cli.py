@@ -12,7 +12,6 @@ import math
 import shutil
 from collections import defaultdict
 
-import httpx
 import pytest
 from sqlalchemy import create_engine, select
 from sqlalchemy.orm import Session
@@ -27,6 +26,7 @@ from harnessrl.server import BackgroundGateway
 from migrations.runner import upgrade
 from store.database import sqlite_url
 from store.tables import Adapter, Rollout, Run, Task
+from tests import http_calls as http
 from tests.builders import ADMIN_HEADERS, TEST_ADMIN_KEY, gateway_settings
 from tests.images import assert_plot_image
 
@@ -72,9 +72,9 @@ def unbiased_pass_at_k(n: int, c: int, k: int) -> float:
 
 def unload_policies(engine_url: str) -> None:
     """The session's engine outlives this test: leave no adapter of ours loaded in it."""
-    models = httpx.get(f"{engine_url}/v1/models", timeout=30).json()["data"]
+    models = http.get(f"{engine_url}/v1/models", timeout=30).json()["data"]
     for name in [m["id"] for m in models if m.get("parent")]:
-        httpx.post(f"{engine_url}/v1/unload_lora_adapter", json={"lora_name": name}, timeout=30)
+        http.post(f"{engine_url}/v1/unload_lora_adapter", json={"lora_name": name}, timeout=30)
 
 
 @pytest.mark.engines(1)  # starts its own vLLM engine
@@ -141,7 +141,7 @@ def test_eval_of_a_quickstart_adapter_against_the_base_model_equals_the_stores_c
                 ],
             )
             assert result.exit_code == 0, result.output
-            summary = httpx.get(f"{gateway.url}/api/runs/held-out/summary", headers=ADMIN_HEADERS).json()
+            summary = http.get(f"{gateway.url}/api/runs/held-out/summary", headers=ADMIN_HEADERS).json()
     finally:
         unload_policies(engine.url)
     print(result.output)

@@ -9,7 +9,6 @@ import asyncio
 from collections.abc import Iterator
 from pathlib import Path
 
-import httpx
 import pytest
 import torch
 
@@ -17,6 +16,7 @@ from gateway.settings import GatewaySettings
 from harnessrl.engine_process import ManagedProcess
 from harnessrl.server import BackgroundGateway, BackgroundServer
 from learner.publish import Published, Publisher, PublishError
+from tests import http_calls as http
 from tests.integration.adapters import lora_model, save_random_adapter
 from tests.integration.lora_dropping_proxy import lora_dropping_proxy
 
@@ -52,25 +52,25 @@ def swap_gateway(tiny_engine, database_url) -> Iterator[BackgroundGateway]:
 
 
 def adapters_in(engine: ManagedProcess) -> set[str]:
-    models = httpx.get(f"{engine.url}/v1/models", timeout=30).json()["data"]
+    models = http.get(f"{engine.url}/v1/models", timeout=30).json()["data"]
     return {m["id"] for m in models if m.get("parent")}
 
 
 def unload_policies(engine: ManagedProcess) -> None:
     for name in adapters_in(engine):
-        httpx.post(f"{engine.url}/v1/unload_lora_adapter", json={"lora_name": name}, timeout=30)
+        http.post(f"{engine.url}/v1/unload_lora_adapter", json={"lora_name": name}, timeout=30)
 
 
 def prompt_ids(engine: ManagedProcess) -> list[int]:
     body = {"model": "base", "prompt": PROMPT, "add_special_tokens": False}
-    response = httpx.post(f"{engine.url}/tokenize", json=body, timeout=30)
+    response = http.post(f"{engine.url}/tokenize", json=body, timeout=30)
     assert response.status_code == 200, response.text
     return response.json()["tokens"]
 
 
 def new_rollout(gateway: BackgroundGateway) -> dict:
     # A greedy run (temperature 0): the swap's effect is read off deterministic answers.
-    response = httpx.post(
+    response = http.post(
         f"{gateway.url}/api/rollouts",
         headers=ADMIN,
         json={"run": "hot-swap", "task": "t", "sampling": {"temperature": 0.0}},
@@ -81,18 +81,18 @@ def new_rollout(gateway: BackgroundGateway) -> dict:
 
 def greedy_call(gateway: BackgroundGateway, rollout: dict, ids: list[int]) -> dict:
     """The same forced prompt, greedy: the recorded call (output ids and the engine's log-probs)."""
-    response = httpx.post(
+    response = http.post(
         f"{rollout['base_url']}/completions",
         timeout=300,
         json={"model": "policy", "prompt": ids, "max_tokens": NEW_TOKENS, "temperature": 0.0},
     )
     assert response.status_code == 200, response.text
-    calls = httpx.get(f"{gateway.url}/api/rollouts/{rollout['id']}/calls", headers=ADMIN).json()["data"]
+    calls = http.get(f"{gateway.url}/api/rollouts/{rollout['id']}/calls", headers=ADMIN).json()["data"]
     return calls[-1]
 
 
 def publish(gateway: BackgroundGateway, version: int, path: Path) -> dict:
-    response = httpx.post(
+    response = http.post(
         f"{gateway.url}/admin/adapters", headers=ADMIN, timeout=120, json={"version": version, "path": str(path)}
     )
     assert response.status_code == 200, response.text
@@ -183,7 +183,7 @@ def test_a_learners_publication_is_proven_on_vllm_and_its_digest_is_on_each_call
 def test_an_engine_that_drops_a_lora_load_fails_the_learners_publication(
     tiny_engine, database_url, tiny_model_dir, tmp_path
 ):
-    base = next(m["id"] for m in httpx.get(f"{tiny_engine.url}/v1/models", timeout=30).json()["data"])
+    base = next(m["id"] for m in http.get(f"{tiny_engine.url}/v1/models", timeout=30).json()["data"])
     with BackgroundServer(lora_dropping_proxy(tiny_engine.url, base)) as proxy:
         settings = GatewaySettings(database_url=database_url, engine_url=proxy.url, admin_key=ADMIN_KEY)
         with BackgroundGateway(settings) as gateway:
@@ -191,7 +191,7 @@ def test_an_engine_that_drops_a_lora_load_fails_the_learners_publication(
             with pytest.raises(PublishError, match="does not compute with it") as refused:
                 learner_publishes(gateway.url, model, 1, tmp_path)
             assert "previous version keeps serving" in str(refused.value)
-            policy = httpx.get(f"{gateway.url}/admin/policy", headers=ADMIN, timeout=30).json()
+            policy = http.get(f"{gateway.url}/admin/policy", headers=ADMIN, timeout=30).json()
             assert (policy["current_version"], policy["loaded"]) == (0, {"0": base})
             call = greedy_call(gateway, new_rollout(gateway), prompt_ids(tiny_engine))
             assert (call["policy_version"], call["adapter_digest"]) == (0, None)

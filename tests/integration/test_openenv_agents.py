@@ -13,7 +13,6 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 
-import httpx
 import pytest
 
 from harnesses.agents import create
@@ -26,6 +25,7 @@ from harnesses.runner import Runner
 from harnessrl.server import BackgroundGateway, BackgroundServer
 from sandboxes import Limits, SandboxSpec
 from store.store import Store
+from tests import http_calls as http
 from tests.builders import ADMIN_HEADERS, TEST_ADMIN_KEY, gateway_settings
 from tests.fake_engine import FakeEngine, create_fake_engine_app
 from tests.integration.openenv_scripts import mcp_script
@@ -79,14 +79,14 @@ async def test_a_cli_agent_in_docker_uses_the_environments_tools_and_the_learner
     tasks = load_dataset(f"openenv:{PACKAGE}")[:1]
     results = await play(gateway, run, create(agent, sandbox="docker"), tasks)
     assert sorted(r.status for r in results) == ["finished", "finished"], [r.error for r in results]
-    views = [httpx.get(f"{gateway.url}/api/rollouts/{r.rollout_id}", headers=ADMIN_HEADERS).json() for r in results]
+    views = [http.get(f"{gateway.url}/api/rollouts/{r.rollout_id}", headers=ADMIN_HEADERS).json() for r in results]
     assert sorted(v["rewards"][REWARD_NAME] for v in views) == [0.0, 1.0]  # the environment's verdicts
     assert sorted(v["reward"] for v in views) == [0.0, 1.0]
     # The agent's tool calls reached the environment, each once, through the gateway.
     assert sorted(adder_log.read_text().splitlines()) == ["add(2, 3)", "add(2, 3)", "submit(5)", "submit(6)"]
-    ready = httpx.get(
-        f"{gateway.url}/api/groups", params={"run": run, "status": "ready"}, headers=ADMIN_HEADERS
-    ).json()["data"]
+    ready = http.get(f"{gateway.url}/api/groups", params={"run": run, "status": "ready"}, headers=ADMIN_HEADERS).json()[
+        "data"
+    ]
     assert len(ready) == 1
 
     store = Store.from_url(sqlite_db)

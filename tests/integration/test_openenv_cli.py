@@ -12,12 +12,12 @@ import subprocess
 import sys
 from collections.abc import Iterator
 
-import httpx
 import pytest
 
 from harnesses.openenv.tasks import REWARD_NAME
 from harnessrl.server import BackgroundGateway, BackgroundServer
 from harnessrl.settings import admin_key
+from tests import http_calls as http
 from tests.builders import gateway_settings
 from tests.fake_engine import FakeEngine, create_fake_engine_app
 from tests.integration.openenv_scripts import mcp_script
@@ -82,12 +82,11 @@ def test_run_then_train_on_an_openenv_environment_from_the_cli(gateway, sqlite_d
     )
     assert ran.returncode == 0, ran.stdout + ran.stderr
     assert "2 rollouts this time (2 finished, 0 failed), mean reward 0.500" in said(ran)
-    rollouts = httpx.get(
+    rollouts = http.get(
         f"{gateway.url}/api/rollouts", params={"run": RUN}, headers={"x-admin-key": admin_key()}
     ).json()["data"]
     views = [
-        httpx.get(f"{gateway.url}/api/rollouts/{r['id']}", headers={"x-admin-key": admin_key()}).json()
-        for r in rollouts
+        http.get(f"{gateway.url}/api/rollouts/{r['id']}", headers={"x-admin-key": admin_key()}).json() for r in rollouts
     ]
     assert sorted(v["rewards"][REWARD_NAME] for v in views) == [0.0, 1.0]  # the environment's, as recorded
     assert sorted((tmp_path / "adder.log").read_text().splitlines()) == [

@@ -10,7 +10,6 @@ import itertools
 import re
 from collections.abc import Iterator
 
-import httpx
 import pytest
 
 from harnesses.builtin_agent import BuiltinHarness
@@ -22,6 +21,7 @@ from harnesses.run_plan import RunPlan
 from harnesses.runner import Runner
 from harnessrl.server import BackgroundGateway, BackgroundServer
 from store.store import Store
+from tests import http_calls as http
 from tests.builders import ADMIN_HEADERS, TEST_ADMIN_KEY, gateway_settings
 from tests.fake_engine import FakeEngine, FakeReply, create_fake_engine_app
 from tests.learner_runs import tiny_learner_config, train_run
@@ -97,13 +97,11 @@ async def test_a_running_environment_scores_the_builtin_agent_and_the_learner_tr
         [task, _] = load_dataset(f"openenv:{url}")
         results = await play(fake_gateway, "openenv-url", [task])
     assert sorted(r.status for r in results) == ["finished", "finished"], [r.error for r in results]
-    views = [
-        httpx.get(f"{fake_gateway.url}/api/rollouts/{r.rollout_id}", headers=ADMIN_HEADERS).json() for r in results
-    ]
+    views = [http.get(f"{fake_gateway.url}/api/rollouts/{r.rollout_id}", headers=ADMIN_HEADERS).json() for r in results]
     assert sorted(v["rewards"][REWARD_NAME] for v in views) == [0.0, 1.0]  # the environment's verdicts
     assert sorted(v["reward"] for v in views) == [0.0, 1.0]
     assert sorted(adder_log.read_text().splitlines()) == ["add(2, 3)", "add(2, 3)", "submit(5)", "submit(6)"]
-    ready = httpx.get(
+    ready = http.get(
         f"{fake_gateway.url}/api/groups", params={"run": "openenv-url", "status": "ready"}, headers=ADMIN_HEADERS
     ).json()["data"]
     assert len(ready) == 1
@@ -171,6 +169,6 @@ async def test_an_attacking_agent_cannot_raise_the_environments_reward(sqlite_db
     ):
         tasks = load_dataset(f"openenv:{PACKAGE}")
         [result] = await play(gateway, "openenv-attack", tasks[:1], group_size=1)
-        view = httpx.get(f"{gateway.url}/api/rollouts/{result.rollout_id}", headers=ADMIN_HEADERS).json()
+        view = http.get(f"{gateway.url}/api/rollouts/{result.rollout_id}", headers=ADMIN_HEADERS).json()
     assert result.status == "finished" and view["rewards"][REWARD_NAME] == 0.0 and view["reward"] == 0.0
     assert adder_log.read_text().splitlines() == ["submit(6)"]  # nothing else reached a tool, nothing after done

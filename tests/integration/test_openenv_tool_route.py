@@ -18,6 +18,7 @@ from harnesses.harness import RolloutTarget
 from harnesses.openenv.relay import ToolRelay, registered
 from harnesses.openenv.tasks import EnvServer, EnvTaskRef
 from harnessrl.server import BackgroundGateway, BackgroundServer
+from tests import http_calls as http
 from tests.builders import ADMIN_HEADERS, TEST_ADMIN_KEY, gateway_settings
 from tests.fake_engine import FakeEngine, create_fake_engine_app
 
@@ -42,7 +43,7 @@ def env_url() -> Iterator[str]:
 
 def new_rollout(gateway: BackgroundGateway, task: str = "t") -> dict:
     body = {"run": "tools", "task": task, "group": task, "group_size": 2}
-    answer = httpx.post(f"{gateway.url}/api/rollouts", json=body, headers=ADMIN_HEADERS)
+    answer = http.post(f"{gateway.url}/api/rollouts", json=body, headers=ADMIN_HEADERS)
     assert answer.status_code in (200, 201), answer.text
     return answer.json()
 
@@ -143,7 +144,7 @@ async def test_no_token_an_unknown_token_or_an_ended_rollout_is_refused(gateway,
 
 async def test_a_rollout_without_tools_has_no_route(gateway):
     rollout = new_rollout(gateway)
-    answer = httpx.post(tools_url(rollout), json=rpc("tools/list"))
+    answer = http.post(tools_url(rollout), json=rpc("tools/list"))
     assert answer.status_code == 404 and "no tool server" in answer.text
 
 

@@ -7,13 +7,13 @@ from __future__ import annotations
 from collections.abc import Iterator
 from pathlib import Path
 
-import httpx
 import pytest
 import torch
 
 from gateway.settings import GatewaySettings
 from harnessrl.engine_process import ManagedProcess
 from harnessrl.server import BackgroundGateway
+from tests import http_calls as http
 from tests.integration.adapters import lora_model, save_random_adapter
 
 ADMIN = {"x-admin-key": "pin-admin"}
@@ -27,7 +27,7 @@ def adapter_dir(tiny_model_dir, tmp_path_factory) -> Path:
 
 
 def adapters_in(engine: ManagedProcess) -> set[str]:
-    return {m["id"] for m in httpx.get(f"{engine.url}/v1/models", timeout=30).json()["data"] if m.get("parent")}
+    return {m["id"] for m in http.get(f"{engine.url}/v1/models", timeout=30).json()["data"] if m.get("parent")}
 
 
 @pytest.fixture
@@ -41,11 +41,11 @@ def pin_gateway(vllm_servers, database_url) -> Iterator[BackgroundGateway]:
             yield gateway
     finally:  # the engine outlives this test: the next one starts at version 0
         for name in adapters_in(engine):
-            httpx.post(f"{engine.url}/v1/unload_lora_adapter", json={"lora_name": name}, timeout=30)
+            http.post(f"{engine.url}/v1/unload_lora_adapter", json={"lora_name": name}, timeout=30)
 
 
 def pinned_rollout(gateway: BackgroundGateway, policy: str) -> dict:
-    response = httpx.post(
+    response = http.post(
         f"{gateway.url}/api/rollouts",
         headers=ADMIN,
         timeout=120,
@@ -56,13 +56,13 @@ def pinned_rollout(gateway: BackgroundGateway, policy: str) -> dict:
 
 
 def greedy_call(gateway: BackgroundGateway, rollout: dict, ids: list[int], model: str) -> dict:
-    response = httpx.post(
+    response = http.post(
         f"{rollout['base_url']}/completions",
         timeout=300,
         json={"model": model, "prompt": ids, "max_tokens": 4, "temperature": 0.0},
     )
     assert response.status_code == 200, response.text
-    return httpx.get(f"{gateway.url}/api/rollouts/{rollout['id']}/calls", headers=ADMIN).json()["data"][-1]
+    return http.get(f"{gateway.url}/api/rollouts/{rollout['id']}/calls", headers=ADMIN).json()["data"][-1]
 
 
 def first_token_logprob(model, ids: list[int], token: int) -> float:
@@ -76,7 +76,7 @@ def test_a_retired_version_is_loaded_again_and_pinned_rollouts_are_sampled_by_th
 ):
     engine = vllm_servers["tiny"]
     for version in (1, 2, 3):
-        published = httpx.post(
+        published = http.post(
             f"{pin_gateway.url}/admin/adapters",
             headers=ADMIN,
             timeout=120,
@@ -88,7 +88,7 @@ def test_a_retired_version_is_loaded_again_and_pinned_rollouts_are_sampled_by_th
     on_v1 = pinned_rollout(pin_gateway, "policy-v1")
     assert "policy-v1" in adapters_in(engine)  # loaded into vLLM again from the store's path
     on_base = pinned_rollout(pin_gateway, "base")
-    ids = httpx.post(
+    ids = http.post(
         f"{engine.url}/tokenize", json={"model": "base", "prompt": PROMPT, "add_special_tokens": False}, timeout=30
     ).json()["tokens"]
 

@@ -10,13 +10,13 @@ from __future__ import annotations
 import shutil
 from collections.abc import Iterator
 
-import httpx
 import pytest
 
 from harnesses.agents import AgentNotInstalled, create
 from harnesses.agents.cli_agent import AgentSettings
 from harnesses.task import Task
 from harnessrl.server import BackgroundGateway
+from tests import http_calls as http
 from tests.builders import ADMIN_HEADERS, gateway_settings, run_single_rollout
 from tests.integration.long_context import LONG_CONTEXT
 
@@ -48,7 +48,7 @@ async def test_agent_completes_a_rollout_on_vllm(name, gateway):
     result = await run_single_rollout(harness, gateway.url, f"vllm-{name}", TASK, "local", {"isolation": "bwrap"})
     assert result.status == "finished", result.error
     assert result.reward in (0.0, 1.0)
-    calls = httpx.get(f"{gateway.url}/api/rollouts/{result.rollout_id}/calls", headers=ADMIN_HEADERS).json()["data"]
+    calls = http.get(f"{gateway.url}/api/rollouts/{result.rollout_id}/calls", headers=ADMIN_HEADERS).json()["data"]
     assert calls, "the agent reached the model through the gateway"
     for call in calls:
         assert len(call["prompt_ids"]) > 100 and len(call["output_ids"]) == len(call["output_logprobs"]) > 0

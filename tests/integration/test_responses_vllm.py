@@ -9,10 +9,10 @@ from __future__ import annotations
 
 import json
 
-import httpx
 import pytest
 from openai.types.responses import Response
 
+from tests import http_calls as http
 from tests.builders import ADMIN_HEADERS, WEATHER_TOOL
 from tests.integration.sample_checks import check_rollout_samples
 from tests.integration.test_vllm_gateway import client_for, engine_tokenization, new_rollout, recorded
@@ -29,7 +29,7 @@ def assert_faithful(call: dict, response: Response, engine, messages: list[dict]
 
 
 def engine_text(gateway, call: dict) -> str:
-    detail = httpx.get(f"{gateway.url}/api/calls/{call['id']}", headers=ADMIN_HEADERS).json()
+    detail = http.get(f"{gateway.url}/api/calls/{call['id']}", headers=ADMIN_HEADERS).json()
     return detail["response"]["choices"][0]["message"]["content"] or ""
 
 

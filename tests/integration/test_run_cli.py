@@ -12,7 +12,6 @@ from collections import Counter
 from collections.abc import Iterator
 from pathlib import Path
 
-import httpx
 import pytest
 
 from harnesses.task import builtin_tasks_path, load_tasks
@@ -20,6 +19,7 @@ from harnessrl.server import BackgroundGateway, BackgroundServer
 from harnessrl.settings import admin_key
 from sandboxes.docker import LABEL
 from store.leases import TAKEN_OVER
+from tests import http_calls as http
 from tests.builders import gateway_settings
 from tests.fake_engine import FakeEngine, create_fake_engine_app
 from tests.unit.test_runner import solving_script
@@ -68,7 +68,7 @@ def run_command(gateway: BackgroundGateway, tasks_file) -> list[str]:
 
 
 def rollouts(gateway) -> list[dict]:
-    return httpx.get(
+    return http.get(
         f"{gateway.url}/api/rollouts",
         params={"run": "cli-run", "limit": 1000},
         headers={"x-admin-key": admin_key()},
@@ -110,7 +110,7 @@ def test_run_finishes_and_resumes_after_an_interrupt(gateway, tmp_path):
     cancelled = [r for r in final if r["status"] == "cancelled"]
     assert len(cancelled) >= interrupted and all(r["error"] == TAKEN_OVER for r in cancelled)
     assert not [r for r in final if r["status"] == "failed"]
-    groups = httpx.get(
+    groups = http.get(
         f"{gateway.url}/api/groups", params={"run": "cli-run", "status": "ready"}, headers={"x-admin-key": admin_key()}
     ).json()["data"]
     assert len(groups) == 10

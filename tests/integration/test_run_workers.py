@@ -10,13 +10,13 @@ import subprocess
 from collections import Counter
 from collections.abc import Iterator
 
-import httpx
 import pytest
 
 from harnesses.task import builtin_tasks_path
 from harnessrl.server import BackgroundGateway, BackgroundServer
 from harnessrl.settings import admin_key
 from store.leases import TAKEN_OVER
+from tests import http_calls as http
 from tests.builders import gateway_settings
 from tests.fake_engine import FakeEngine, create_fake_engine_app
 from tests.integration.test_run_cli import TASKS, rollouts, run_command
@@ -90,7 +90,7 @@ def test_two_runners_share_a_run_and_the_survivor_plays_a_killed_ones_claims(sha
     assert len(cancelled) >= left_running >= 1
     assert all(r["meta"]["worker"] == "doomed" and r["error"] == TAKEN_OVER for r in cancelled)
     assert {r["meta"]["worker"] for r in final if r["status"] == "finished"} == {"doomed", "survivor"}
-    groups = httpx.get(
+    groups = http.get(
         f"{gateway.url}/api/groups", params={"run": "cli-run", "limit": 100}, headers={"x-admin-key": admin_key()}
     ).json()["data"]
     assert sorted(g["status"] for g in groups) == ["ready"] * len(TASKS)  # each group once, complete

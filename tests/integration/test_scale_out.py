@@ -15,12 +15,12 @@ import time
 from collections import Counter, defaultdict
 from concurrent.futures import ThreadPoolExecutor
 
-import httpx
 import pytest
 
 from harnesses.task import builtin_tasks_path, load_tasks
 from store.leases import TAKEN_OVER
 from store.store import Store
+from tests import http_calls as http
 from tests import waiting
 from tests.builders import ADMIN_HEADERS
 from tests.integration import scale_out
@@ -32,7 +32,7 @@ LEASE_S = 30.0  # a loaded 2-core machine stalls a worker for seconds (10 s leas
 
 
 def rollouts(url: str) -> list[dict]:
-    return httpx.get(
+    return http.get(
         f"{url}/api/rollouts", params={"run": RUN, "limit": 1000}, headers=ADMIN_HEADERS, timeout=60
     ).json()["data"]
 
@@ -49,7 +49,7 @@ def wait_until(condition, timeout_s: float, what: str, alive=()) -> None:
 
 
 def current_version(url: str) -> int:
-    return httpx.get(f"{url}/admin/policy", headers=ADMIN_HEADERS, timeout=60).json()["current_version"]
+    return http.get(f"{url}/admin/policy", headers=ADMIN_HEADERS, timeout=60).json()["current_version"]
 
 
 @pytest.mark.engines(2)  # starts its own vLLM engines

@@ -6,10 +6,10 @@ import os
 import signal
 import stat
 
-import httpx
 import pytest
 
 from store.database import sqlite_url
+from tests import http_calls as http
 from tests.integration.processes import children_of, pid_alive, serve_process
 from tests.waiting import wait_until
 
@@ -37,7 +37,7 @@ def start_serve(tiny_model_dir, tmp_path):
 def test_stopping_the_gateway_stops_its_engine(tiny_model_dir, tmp_path, how):
     gateway, engine_pid = start_serve(tiny_model_dir, tmp_path)
     try:
-        reply = httpx.post(
+        reply = http.post(
             f"{gateway.url}/v1/chat/completions",
             timeout=120,
             json={"model": "policy", "messages": [{"role": "user", "content": "hi"}], "max_tokens": 4},
@@ -81,10 +81,10 @@ def test_serve_creates_a_private_admin_key_once_and_guards_the_control_plane_wit
                 key = key_file.read_text().strip()
                 assert stat.S_IMODE(key_file.stat().st_mode) == 0o600
                 wait_until(lambda: f"/ui/#key={key}" in gateway.tail(50), "the viewer URL logged", timeout_s=120)  # noqa: B023
-                assert httpx.get(f"{gateway.url}/api/runs", timeout=60).status_code == 401
-                assert httpx.get(f"{gateway.url}/api/runs", headers={"x-admin-key": key}, timeout=60).status_code == 200
+                assert http.get(f"{gateway.url}/api/runs", timeout=60).status_code == 401
+                assert http.get(f"{gateway.url}/api/runs", headers={"x-admin-key": key}, timeout=60).status_code == 200
                 assert (
-                    httpx.get(
+                    http.get(
                         f"{gateway.url}/api/runs", headers={"x-admin-key": key, "host": "evil.example"}, timeout=60
                     ).status_code
                     == 421

@@ -14,9 +14,9 @@ from __future__ import annotations
 import json
 import time
 
-import httpx
 import pytest
 
+from tests import http_calls as http
 from tests.builders import ADMIN_HEADERS, WEATHER_TOOL
 from tests.integration.test_anthropic_vllm import ANTHROPIC_WEATHER_TOOL
 from tests.integration.test_anthropic_vllm import client_for as anthropic_client
@@ -103,7 +103,7 @@ def test_responses_stream_arrives_as_sampled_and_records_the_replayed_generation
 
 def greedy_rollout(gateway) -> dict:
     """A rollout of an evaluation run (temperature 0): the Messages API has no seed to replay with."""
-    response = httpx.post(
+    response = http.post(
         f"{gateway.url}/api/rollouts",
         headers=ADMIN_HEADERS,
         json={"run": "greedy", "task": "count", "sampling": {"temperature": 0.0}},

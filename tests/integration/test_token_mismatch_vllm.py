@@ -22,6 +22,7 @@ from migrations.runner import upgrade
 from store.database import sqlite_url
 from store.mismatch import call_mismatch
 from store.store import Store
+from tests import http_calls as http
 from tests.learner_runs import tiny_learner_config, train_run
 
 ADMIN_KEY = "mismatch-admin"
@@ -61,7 +62,7 @@ def trained_mismatch(engine_url: str, database_url: str, model_dir, out) -> tupl
     with BackgroundGateway(settings) as gateway:
         call_ids = [sampled_call(gateway, task, reward) for task in ("tea", "rain") for reward in (0.0, 1.0)]
         calls = [
-            httpx.get(f"{gateway.url}/api/calls/{call_id}", headers=ADMIN, timeout=30).json() for call_id in call_ids
+            http.get(f"{gateway.url}/api/calls/{call_id}", headers=ADMIN, timeout=30).json() for call_id in call_ids
         ]
     assert all(c["mismatch"] is None for c in calls)  # nothing trained yet
 

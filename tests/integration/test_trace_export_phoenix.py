@@ -18,6 +18,7 @@ from openai import OpenAI
 from harnessrl.server import BackgroundGateway, BackgroundServer, free_port
 from migrations.runner import upgrade
 from store.database import sqlite_url
+from tests import http_calls as http
 from tests.builders import ADMIN_HEADERS, gateway_settings
 from tests.fake_engine import FakeEngine, FakeReply, create_fake_engine_app
 from tests.waiting import wait_until
@@ -61,13 +62,13 @@ def phoenix(tmp_path_factory) -> Iterator[str]:
 
 def _healthy(url: str) -> bool:
     try:
-        return httpx.get(f"{url}/healthz", timeout=2).status_code == 200
+        return http.get(f"{url}/healthz", timeout=2).status_code == 200
     except httpx.HTTPError:
         return False
 
 
 def rollout_spans(phoenix: str, rollout_id: int) -> list[dict]:
-    spans = httpx.get(f"{phoenix}/v1/projects/default/spans", params={"limit": 1000}, timeout=30).json()["data"]
+    spans = http.get(f"{phoenix}/v1/projects/default/spans", params={"limit": 1000}, timeout=30).json()["data"]
     return [s for s in spans if s["attributes"].get("harnessrl.rollout.id") == rollout_id]
 
 
@@ -118,7 +119,7 @@ def screenshot(phoenix: str, trace_id: str, path: Path) -> None:
     from playwright.sync_api import sync_playwright
 
     assert CHROMIUM is not None, "needs a system Chromium (tests/setup_machine.sh installs it)"
-    project = httpx.get(f"{phoenix}/v1/projects", timeout=30).json()["data"][0]["id"]
+    project = http.get(f"{phoenix}/v1/projects", timeout=30).json()["data"][0]["id"]
     with sync_playwright() as p:
         chromium = p.chromium.launch(executable_path=CHROMIUM, headless=True, args=["--no-sandbox"])
         try:

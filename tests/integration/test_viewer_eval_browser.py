@@ -10,6 +10,7 @@ import pytest
 
 from harnessrl.server import BackgroundGateway, BackgroundServer
 from store.database import sqlite_url
+from tests import http_calls as http
 from tests.builders import ADMIN_HEADERS, TEST_ADMIN_KEY, gateway_settings
 from tests.fake_engine import FakeEngine, create_fake_engine_app
 
@@ -49,7 +50,7 @@ def test_the_run_page_shows_each_policys_results_and_each_tasks_passes(tmp_path,
         BackgroundGateway(gateway_settings(sqlite_url(db), fake.url)) as gateway,
     ):
         record(gateway.url)
-        summary = httpx.get(f"{gateway.url}/api/runs/eval/summary", headers=ADMIN_HEADERS).json()
+        summary = http.get(f"{gateway.url}/api/runs/eval/summary", headers=ADMIN_HEADERS).json()
         with playwright_api.sync_playwright() as p:
             chromium = p.chromium.launch(executable_path=CHROMIUM, headless=True, args=["--no-sandbox"])
             try:

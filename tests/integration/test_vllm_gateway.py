@@ -7,11 +7,11 @@ from __future__ import annotations
 
 import json
 
-import httpx
 import openai
 import pytest
 from openai import OpenAI
 
+from tests import http_calls as http
 from tests.builders import ADMIN_HEADERS, WEATHER_TOOL
 from tests.integration.sample_checks import check_rollout_samples
 
@@ -20,7 +20,7 @@ FORCE_WEATHER = {"type": "function", "function": {"name": "get_weather"}}
 
 def new_rollout(gateway, task: str = "task", capture: str | None = None) -> dict:
     body = {"run": "integration", "task": task, **({"capture": capture} if capture else {})}
-    response = httpx.post(f"{gateway.url}/api/rollouts", json=body, headers=ADMIN_HEADERS)
+    response = http.post(f"{gateway.url}/api/rollouts", json=body, headers=ADMIN_HEADERS)
     assert response.status_code == 201, response.text
     return response.json()
 
@@ -30,14 +30,14 @@ def client_for(rollout: dict) -> OpenAI:
 
 
 def recorded(gateway, rollout: dict) -> list[dict]:
-    return httpx.get(f"{gateway.url}/api/rollouts/{rollout['id']}/calls", headers=ADMIN_HEADERS).json()["data"]
+    return http.get(f"{gateway.url}/api/rollouts/{rollout['id']}/calls", headers=ADMIN_HEADERS).json()["data"]
 
 
 def engine_tokenization(engine, messages: list[dict], tools: list[dict] | None = None) -> list[int]:
     body = {"model": "base", "messages": messages, "add_generation_prompt": True}
     if tools:
         body["tools"] = tools
-    response = httpx.post(f"{engine.url}/tokenize", json=body, timeout=60)
+    response = http.post(f"{engine.url}/tokenize", json=body, timeout=60)
     assert response.status_code == 200, response.text
     return response.json()["tokens"]
 
@@ -71,7 +71,7 @@ def test_streamed_chat_with_usage_records_the_same_tokens(live_gateway, engine):
     usage = chunks[-1].usage
     [call] = recorded(live_gateway, rollout)
     assert_faithful(call, usage, engine, messages)
-    detail = httpx.get(f"{live_gateway.url}/api/calls/{call['id']}", headers=ADMIN_HEADERS).json()
+    detail = http.get(f"{live_gateway.url}/api/calls/{call['id']}", headers=ADMIN_HEADERS).json()
     text = "".join(c.choices[0].delta.content or "" for c in chunks if c.choices)
     assert text == (detail["response"]["choices"][0]["message"]["content"] or "")
 

@@ -6,7 +6,6 @@ import os
 import stat
 from concurrent.futures import ThreadPoolExecutor
 
-import httpx
 import pytest
 from typer.testing import CliRunner
 
@@ -14,6 +13,7 @@ from gateway.settings import GatewaySettings
 from harnessrl.cli import app
 from harnessrl.server import BackgroundGateway
 from harnessrl.settings import ADMIN_KEY_ENV, AdminKeyError, admin_key, admin_key_path
+from tests import http_calls as http
 
 
 @pytest.fixture
@@ -63,7 +63,7 @@ def test_ls_through_a_gateway_finds_the_key_under_harnessrl_home(home, sqlite_db
         database_url=sqlite_db, engine_url=fake_engine_server.url, admin_key=admin_key(create=True)
     )
     with BackgroundGateway(settings) as gateway:
-        created = httpx.post(
+        created = http.post(
             f"{gateway.url}/api/rollouts",
             json={"run": "keyed-run", "task": "t"},
             headers={"x-admin-key": settings.admin_key},

@@ -5,13 +5,13 @@ from __future__ import annotations
 import shutil
 from collections.abc import Iterator
 
-import httpx
 import pytest
 from typer.testing import CliRunner
 
 from harnesses.datasets import Selection, load_selection
 from harnessrl.cli import app
 from harnessrl.server import BackgroundGateway
+from tests import http_calls as http
 from tests.builders import ADMIN_HEADERS, TEST_ADMIN_KEY, gateway_settings
 from tests.fake_engine import FakeReply
 
@@ -27,7 +27,7 @@ def live_gateway(sqlite_db, fake_engine, fake_engine_server) -> Iterator[Backgro
 
 
 def tasks_run(gateway_url: str, run: str) -> set[str]:
-    rows = httpx.get(f"{gateway_url}/api/rollouts", params={"run": run, "limit": 1000}, headers=ADMIN_HEADERS)
+    rows = http.get(f"{gateway_url}/api/rollouts", params={"run": run, "limit": 1000}, headers=ADMIN_HEADERS)
     return {r["task"] for r in rows.json()["data"]}
 
 

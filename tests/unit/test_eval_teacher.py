@@ -8,12 +8,12 @@ import re
 import shutil
 from collections.abc import Iterator
 
-import httpx
 import pytest
 
 from harnesses.datasets import Selection, load_selection
 from harnessrl.evaluation.evaluate import EvalPlan, eval_harness, resolve_policies, run_evaluation
 from harnessrl.server import BackgroundGateway
+from tests import http_calls as http
 from tests.builders import ADMIN_HEADERS, TEST_ADMIN_KEY, gateway_settings
 from tests.fake_engine import FakeReply
 from tests.judge_server import JudgeServer, Reply
@@ -43,7 +43,7 @@ def live_gateway(sqlite_db, fake_engine, fake_engine_server) -> Iterator[Backgro
     fake_engine.record_requests = False
     fake_engine.script = policy_v1_knows_all
     with BackgroundGateway(gateway_settings(sqlite_db, fake_engine_server.url)) as gateway:
-        published = httpx.post(
+        published = http.post(
             f"{gateway.url}/admin/adapters", headers=ADMIN_HEADERS, json={"version": 1, "path": "/adapters/v1"}
         )
         assert published.status_code == 200, published.text
@@ -84,7 +84,7 @@ async def test_base_adapter_and_teacher_read_side_by_side(live_gateway, sqlite_d
     assert [row["policy"] for row in document["policies"]] == ["base", "policy-v1", TEACHER]
     assert (rows["base"]["passed"], rows["latest"]["passed"], rows[TEACHER]["passed"]) == (0, 2 * len(TASKS), 2 * even)
     assert rows[TEACHER]["rollouts"] == 2 * len(TASKS)
-    rollouts = httpx.get(
+    rollouts = http.get(
         f"{live_gateway.url}/api/rollouts",
         params={"run": "ev-teacher:hosted_vllm_big", "limit": 100},
         headers=ADMIN_HEADERS,

@@ -8,13 +8,13 @@ import re
 import shutil
 from collections.abc import Iterator
 
-import httpx
 import pytest
 from rich.console import Console
 
 from harnesses.datasets import Selection, load_selection
 from harnessrl.evaluation.evaluate import EvalPlan, eval_harness, evaluate, resolve_policies, run_evaluation
 from harnessrl.server import BackgroundGateway
+from tests import http_calls as http
 from tests.builders import ADMIN_HEADERS, TEST_ADMIN_KEY, gateway_settings
 from tests.fake_engine import FakeReply
 
@@ -34,7 +34,7 @@ def live_gateway(sqlite_db, fake_engine, fake_engine_server) -> Iterator[Backgro
     fake_engine.record_requests = False
     fake_engine.script = adapter_knows_arithmetic
     with BackgroundGateway(gateway_settings(sqlite_db, fake_engine_server.url)) as gateway:
-        published = httpx.post(
+        published = http.post(
             f"{gateway.url}/admin/adapters", headers=ADMIN_HEADERS, json={"version": 1, "path": "/adapters/v1"}
         )
         assert published.status_code == 200, published.text
@@ -56,7 +56,7 @@ def plan(**overrides) -> EvalPlan:
 
 def store_counts(gateway_url: str, run: str) -> dict[int, tuple[int, int]]:
     """An independent count from the store: (rollouts, rewards of 1) per pinned version."""
-    rows = httpx.get(f"{gateway_url}/api/rollouts", params={"run": run, "limit": 1000}, headers=ADMIN_HEADERS)
+    rows = http.get(f"{gateway_url}/api/rollouts", params={"run": run, "limit": 1000}, headers=ADMIN_HEADERS)
     counts: dict[int, tuple[int, int]] = {}
     for rollout in rows.json()["data"]:
         n, passed = counts.get(rollout["pinned_version"], (0, 0))

@@ -16,13 +16,14 @@ from learner.config_file import config_from_dict
 from learner.loop import LearnerError
 from learner.prometheus import COUNTERS, GAUGES, KEEP_VERSIONS, MAX_POLICY_SERIES, PREFIX, LearnerExporter
 from store.mismatch import MismatchSummary
+from tests import http_calls as http
 from tests.learner_reads import policy_series, stored_steps
 from tests.unit.test_learner_loop import RUN, config_for, fill, store, train  # noqa: F401 - store is a fixture
 
 
 def scrape(port: int) -> dict[str, float]:
     """Every sample of the endpoint, by name (the metrics here carry no labels but histogram buckets)."""
-    text = httpx.get(f"http://127.0.0.1:{port}/metrics", timeout=60).text
+    text = http.get(f"http://127.0.0.1:{port}/metrics", timeout=60).text
     return {
         sample.name + (f"{{le={sample.labels['le']}}}" if "le" in sample.labels else ""): sample.value
         for family in text_string_to_metric_families(text)

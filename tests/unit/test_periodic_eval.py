@@ -7,7 +7,6 @@ import re
 import shutil
 from collections.abc import Iterator
 
-import httpx
 import pytest
 
 from harnesses.datasets import Selection, load_selection
@@ -18,6 +17,7 @@ from harnessrl.server import BackgroundGateway
 from store.reports import gather_report
 from store.store import Store
 from store.training import learner_steps, record_step
+from tests import http_calls as http
 from tests.builders import ADMIN_HEADERS, TEST_ADMIN_KEY, gateway_settings
 from tests.fake_engine import FakeReply
 from tests.waiting import wait_until
@@ -43,7 +43,7 @@ def live_gateway(sqlite_db, fake_engine, fake_engine_server) -> Iterator[Backgro
 
 
 def publish(url: str, version: int) -> None:
-    response = httpx.post(
+    response = http.post(
         f"{url}/admin/adapters", headers=ADMIN_HEADERS, json={"version": version, "path": f"/adapters/v{version}"}
     )
     assert response.status_code == 200, response.text

@@ -15,6 +15,7 @@ from harnessrl.cli import app
 from harnessrl.server import BackgroundGateway
 from harnessrl.sft import successful_samples
 from store.store import Store
+from tests import http_calls as http
 from tests.builders import TEST_ADMIN_KEY, gateway_settings
 from tests.fake_engine import FakeReply
 
@@ -92,7 +93,7 @@ def test_sft_trains_an_adapter_and_publishes_it_as_the_next_policy_version(
     summary = json.loads((tmp_path / "sft" / "sft.json").read_text())
     steps = summary["steps"]  # three samples per step: one step per epoch
     assert len(steps) == 3 and all(s["tokens"] > 0 for s in steps) and steps[-1]["loss"] < steps[0]["loss"]
-    policy = httpx.get(f"{recorded.url}/admin/policy", headers=ADMIN).json()
+    policy = http.get(f"{recorded.url}/admin/policy", headers=ADMIN).json()
     assert policy["current_version"] == 1
 
 
