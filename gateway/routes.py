@@ -8,10 +8,10 @@ from dataclasses import dataclass
 
 from fastapi import Request
 
-from gateway.delivery.streaming import ServedCall, StreamedAnswer
 from gateway.delivery.tracking import UNDELIVERED, Delivery, EventStream, JSONBody
 from gateway.errors import GatewayError
 from gateway.recording.pipeline import ChatPipeline
+from gateway.recording.streaming import ServedCall, StreamedAnswer
 from gateway.request.identity import resolve_identity
 from gateway.request.json_body import json_request_body, parse_json_object, read_json_body
 from gateway.request.resent_bodies import ResentBodies

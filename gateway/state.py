@@ -14,6 +14,7 @@ from gateway.decoding import TokenDecoder, tokenizer_folder
 from gateway.engine.body import EngineBodies
 from gateway.engine.clock import EngineClock
 from gateway.engine.pool import EnginePool
+from gateway.engine.token_prefix import PrefixArrays
 from gateway.errors import EngineUnavailable, GatewayError, InvalidRequest
 from gateway.metrics import GatewayMetrics
 from gateway.policy.adapters import restore_adapters
@@ -22,7 +23,6 @@ from gateway.policy.proof import tolerance_for
 from gateway.policy.registry import PolicyRegistry
 from gateway.recording.callgraph import CallGraphIndex
 from gateway.recording.pipeline import ChatPipeline
-from gateway.recording.token_prefix import PrefixArrays
 from gateway.recording.trace_export import TraceExport
 from gateway.request.identity import require_admin
 from gateway.request.refusals import EngineRefusals

@@ -36,11 +36,11 @@ from gateway.anthropic.protocol import (
     Usage,
 )
 from gateway.anthropic.stream import MessageStream, message_stream_events
-from gateway.delivery.streaming import ServedCall, StreamedAnswer
 from gateway.dialects import MESSAGES
+from gateway.engine.token_prefix import token_count
 from gateway.errors import InvalidRequest
 from gateway.recording.pipeline import ChatPipeline
-from gateway.recording.token_prefix import token_count
+from gateway.recording.streaming import ServedCall, StreamedAnswer
 from gateway.request.notes import RequestNotes, ignored_fields, recorded_request
 from gateway.request.validation import parse_request
 from store.records import RolloutIdentity

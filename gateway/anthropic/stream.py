@@ -27,10 +27,10 @@ from gateway.anthropic.protocol import (
     ThinkingDelta,
     Usage,
 )
-from gateway.delivery.streaming import CALL_ID_COMMENT, Committed, StreamedCall
 from gateway.dialects import anthropic_error_body
+from gateway.engine.token_prefix import token_count
 from gateway.errors import GatewayError
-from gateway.recording.token_prefix import token_count
+from gateway.recording.streaming import CALL_ID_COMMENT, Committed, StreamedCall
 
 Finalize = Callable[[dict], Message]  # chat.completion answer -> the Message
 

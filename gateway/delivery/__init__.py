@@ -1,2 +1,2 @@
-"""The delivery stage of the call path: answers and streams sent back to the client, and the calls
-whose client never received them tagged."""
+"""The delivery stage of the call path: whether each recorded answer reached its client (``tracking.py``);
+the calls whose client never received them are tagged and left out of training."""

@@ -21,8 +21,8 @@ import numpy as np
 import orjson
 
 from gateway.engine.body import EncodedBody
+from gateway.engine.token_prefix import loads_answer
 from gateway.errors import EngineError, EngineTimeout, EngineUnavailable, GatewayError
-from gateway.recording.token_prefix import loads_answer
 
 logger = logging.getLogger(__name__)
 
@@ -261,7 +261,7 @@ def _logged(error: GatewayError, base_url: str, exc: BaseException) -> GatewayEr
 
 def encoded(body) -> bytes:
     """JSON bytes (orjson; the standard encoder for what orjson refuses, such as integers over 64 bits).
-    Token id arrays (``gateway.recording.token_prefix``) are written as lists; an ``EncodedBody`` is its JSON."""
+    Token id arrays (``gateway.engine.token_prefix``) are written as lists; an ``EncodedBody`` is its JSON."""
     if type(body) is EncodedBody:
         return body.data
     try:
@@ -290,7 +290,7 @@ def _json_or_raise(response: EngineResponse, model: str | None = None, loads=orj
 
 
 def _answer_or_raise(response: EngineResponse, model: str | None = None) -> dict:
-    """A sampled answer: its prompt ids read with the call's hint (``gateway.recording.token_prefix``)."""
+    """A sampled answer: its prompt ids read with the call's hint (``gateway.engine.token_prefix``)."""
     return _json_or_raise(response, model, loads_answer)
 
 

@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
-from gateway.delivery.streaming import ServedCall, StreamedAnswer
 from gateway.dialects import CHAT
 from gateway.errors import InvalidRequest
 from gateway.openai.protocol import ChatCompletionRequest, CompletionRequest
 from gateway.openai.stream import chat_stream_events, completion_stream_events
 from gateway.recording.pipeline import ChatPipeline
+from gateway.recording.streaming import ServedCall, StreamedAnswer
 from gateway.request.validated_history import ValidatedHistory
 from gateway.request.validation import parse_request
 from store.records import RolloutIdentity

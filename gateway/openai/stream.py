@@ -10,10 +10,10 @@ from __future__ import annotations
 
 from collections.abc import AsyncIterator, Callable
 
-from gateway.delivery.streaming import CALL_ID_COMMENT, Committed, StreamedCall
 from gateway.engine.client import encoded
 from gateway.errors import GatewayError, error_body
 from gateway.openai.protocol import ChatCompletionRequest, CompletionRequest
+from gateway.recording.streaming import CALL_ID_COMMENT, Committed, StreamedCall
 
 DONE = "data: [DONE]\n\n"
 

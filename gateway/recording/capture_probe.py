@@ -14,10 +14,10 @@ import asyncio
 import logging
 import time
 
-from gateway.delivery.streaming import ChatAssembler
 from gateway.engine.client import EngineClient, EngineStream
+from gateway.engine.token_prefix import token_count
 from gateway.errors import EngineError, EngineTimeout, EngineUnavailable
-from gateway.recording.token_prefix import token_count
+from gateway.recording.streaming import ChatAssembler
 
 logger = logging.getLogger(__name__)
 

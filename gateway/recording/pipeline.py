@@ -13,18 +13,18 @@ from dataclasses import dataclass, replace
 
 import numpy as np
 
-from gateway.delivery.streaming import CompletionAssembler, StreamedCall
 from gateway.dialects import COMPLETIONS
 from gateway.engine.body import EngineBodies
 from gateway.engine.client import EngineClient
 from gateway.engine.clock import EngineClock
 from gateway.engine.routing import begin_call, served_fields
+from gateway.engine.token_prefix import PrefixArrays, TokenIds, as_array, prompt_hint
 from gateway.errors import EngineError
 from gateway.metrics import GatewayMetrics
 from gateway.policy.registry import PolicyRegistry, ResolvedModel
 from gateway.policy.sampling import engine_sampling, sampled_with
 from gateway.recording.callgraph import CallGraphIndex, GraphNode
-from gateway.recording.token_prefix import PrefixArrays, TokenIds, as_array, prompt_hint
+from gateway.recording.streaming import CompletionAssembler, StreamedCall
 from gateway.request.refusals import EngineRefusals
 from gateway.request.retries import RETRIED, Attempt, RetryBook, retry_count
 from gateway.request.tagging import side_call_tags

@@ -11,10 +11,10 @@ from __future__ import annotations
 import time
 import uuid
 
-from gateway.delivery.streaming import ServedCall, StreamedAnswer
 from gateway.dialects import RESPONSES
 from gateway.errors import InvalidRequest
 from gateway.recording.pipeline import ChatPipeline
+from gateway.recording.streaming import ServedCall, StreamedAnswer
 from gateway.request.notes import RequestNotes, ignored_fields, recorded_request
 from gateway.request.validation import parse_request
 from gateway.responses import reasoning as encrypted

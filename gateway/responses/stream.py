@@ -15,8 +15,8 @@ from __future__ import annotations
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field
 
-from gateway.delivery.streaming import CALL_ID_COMMENT, Committed, StreamedCall
 from gateway.errors import GatewayError
+from gateway.recording.streaming import CALL_ID_COMMENT, Committed, StreamedCall
 from gateway.responses.events import (
     ContentPartEvent,
     CustomToolCallInputDeltaEvent,

@@ -24,7 +24,7 @@ from operator import is_
 import numpy as np
 import orjson
 
-from gateway.recording.token_prefix import IDS
+from gateway.engine.token_prefix import IDS
 from gateway.tito.template import ModelText
 
 CONVERSATIONS_PER_ROLLOUT = 4  # main loop, subagents, side calls

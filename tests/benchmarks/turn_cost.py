@@ -30,11 +30,11 @@ import numpy as np  # noqa: E402
 import orjson  # noqa: E402
 
 from gateway.engine.client import encoded  # noqa: E402
+from gateway.engine.token_prefix import loads_answer  # noqa: E402
 from gateway.openai.serving import OpenAIServing  # noqa: E402
 from gateway.policy.registry import PolicyRegistry  # noqa: E402
 from gateway.recording.callgraph import CallGraphIndex  # noqa: E402
 from gateway.recording.pipeline import ChatPipeline  # noqa: E402
-from gateway.recording.token_prefix import loads_answer  # noqa: E402
 from gateway.request.resent_bodies import ResentBodies  # noqa: E402
 from gateway.tito.renderer import RenderedPrompt, for_template  # noqa: E402
 from gateway.tito.serving import TitoEngine  # noqa: E402

@@ -9,7 +9,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from gateway.engine.client import encoded
-from gateway.recording.token_prefix import PrefixArrays, PromptHint, as_array, loads_answer, prompt_hint, token_count
+from gateway.engine.token_prefix import PrefixArrays, PromptHint, as_array, loads_answer, prompt_hint, token_count
 
 
 def test_ids_become_an_int32_array_and_an_array_is_not_copied():

@@ -25,8 +25,8 @@ from contextlib import ExitStack
 from dataclasses import dataclass, field
 from typing import Protocol
 
+from gateway.engine.token_prefix import TokenIds, token_count
 from gateway.errors import EngineError, failure_of
-from gateway.recording.token_prefix import TokenIds, token_count
 
 # An SSE comment every dialect's stream carries with its last events: the call id (its HTTP header goes
 # out before the call exists).
