@@ -154,7 +154,7 @@ class Runner:
         try:
             return await job
         except asyncio.CancelledError:
-            if lease not in self.leases.lost or asyncio.current_task().cancelling():
+            if not self.leases.is_lost(lease) or asyncio.current_task().cancelling():
                 raise
             return RolloutResult(
                 task.name,
@@ -218,11 +218,11 @@ class Runner:
             plan.run, task.name, plan.group, plan.group_size, meta, plan.capture, plan.sampling
         )
         if lease is not None:
-            self.leases.held[lease] = rollout["id"]
+            self.leases.started(lease, rollout["id"])
         try:
             return await self._attempt(task, index, rollout)
         except asyncio.CancelledError:  # stopped (Ctrl-C, SIGTERM): its sandbox is closed, its rollout cancelled
-            if lease is None or lease not in self.leases.lost:  # a lost lease's new holder cancels it itself
+            if lease is None or not self.leases.is_lost(lease):  # a lost lease's new holder cancels it itself
                 await self._end_interrupted(rollout["id"])
             raise
         except Exception as exc:  # a crashed sandbox or agent fails this rollout, not the run

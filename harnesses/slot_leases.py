@@ -61,6 +61,14 @@ class SlotLeases:
                 if job is not None:
                     job.cancel()
 
+    def started(self, lease: int, rollout_id: int) -> None:
+        """The slot's rollout exists: ended as interrupted if this runner hands the slot back."""
+        self.held[lease] = rollout_id
+
+    def is_lost(self, lease: int) -> bool:
+        """Another runner took the slot over: its rollout is not this runner's to end."""
+        return lease in self.lost
+
     async def still_held(self, lease: int) -> None:
         """Renew one lease now; LeaseLost when another runner holds it."""
         if (
