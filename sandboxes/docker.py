@@ -45,7 +45,7 @@ import docker.errors
 
 import docker
 from sandboxes.bridge import HostBridge
-from sandboxes.docker_engine import OomKills, call, default_client, tar_of
+from sandboxes.docker_engine import OomKills, call, created, default_client, tar_of
 from sandboxes.execs import finished_exec, start_exec
 from sandboxes.forwarder import READY_LINE
 from sandboxes.protocol import (
@@ -83,6 +83,7 @@ class DockerSandbox:
         self.id = f"{_NAME_UNSAFE.sub('-', spec.name or 'sbx')}-{secrets.token_hex(4)}"
         self.container_id: str | None = None
         self._sidecar_id: str | None = None  # the forwarder's container, with spec.forwarder_image
+        self._orphan_ids: list[str] = []  # created while its caller was cancelled: close() removes them too
         self._dir = Path(tempfile.mkdtemp(prefix=f"harnessrl-{self.id}-"))
         self._bridge: HostBridge | None = None
         self._ooms: OomKills | None = None  # once the container exists
@@ -115,7 +116,7 @@ class DockerSandbox:
             self._bridge = await HostBridge(str(socket_dir / "gateway.sock"), route).start()
             if self.spec.forwarder_image:
                 await self._start_sidecar(socket_dir)
-        self.container_id = await call(self._create_container, socket_dir)
+        self.container_id = await created(self._orphan_ids, self._create_container, socket_dir)
         self._ooms = OomKills(self.api, self.container_id)
         files = {f"{self.workspace}/{confined_path(rel)}": data for rel, data in self.spec.files.items()}
         if self._bridge is not None and not self.spec.forwarder_image:
@@ -149,7 +150,7 @@ class DockerSandbox:
 
     async def _start_sidecar(self, socket_dir: Path) -> None:
         """The forwarder in a container of its own: the sandbox joins its network namespace."""
-        self._sidecar_id = await call(self._create_sidecar, socket_dir)
+        self._sidecar_id = await created(self._orphan_ids, self._create_sidecar, socket_dir)
         files = {FORWARDER_INSIDE: Path(__file__).with_name("forwarder.py").read_bytes()}
         await call(self.api.put_archive, self._sidecar_id, "/", tar_of(files))
         await call(self.api.start, self._sidecar_id)
@@ -343,7 +344,7 @@ class DockerSandbox:
         self._closed = True
         if self._watchdog is not None:
             self._watchdog.cancel()
-        for container_id in (self.container_id, self._sidecar_id):
+        for container_id in (self.container_id, self._sidecar_id, *self._orphan_ids):
             if container_id is not None:
                 with contextlib.suppress(docker.errors.NotFound):
                     await call(self.api.remove_container, container_id, force=True, v=True)

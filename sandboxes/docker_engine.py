@@ -5,11 +5,12 @@ asyncio's default pool, a few threads, would cap concurrent rollouts)."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import functools
 import io
 import tarfile
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from concurrent.futures import ThreadPoolExecutor
 
 import docker.errors
@@ -38,6 +39,18 @@ def default_client() -> docker.DockerClient:
 
 async def call(fn, *args, **kwargs):
     return await asyncio.get_running_loop().run_in_executor(_pool, functools.partial(fn, *args, **kwargs))
+
+
+async def created(orphans: list[str], create: Callable[..., str], *args) -> str:
+    """The id of the container ``create`` makes. Cancelled meanwhile (Ctrl-C, SIGTERM), the engine makes it
+    all the same: its id goes to ``orphans``, for the caller to remove, before the cancel goes on."""
+    creating = asyncio.ensure_future(call(create, *args))
+    try:
+        return await asyncio.shield(creating)
+    except asyncio.CancelledError:
+        with contextlib.suppress(Exception):  # not made after all: nothing to remove
+            orphans.append(await creating)
+        raise
 
 
 def tar_of(files: Mapping[str, bytes], mode: int = 0o644) -> bytes:

@@ -116,25 +116,31 @@ def test_run_finishes_and_resumes_after_an_interrupt(gateway, tmp_path):
     assert len(groups) == 10
 
 
+SLOW_TASK = "sigterm-slow"  # its own name: the containers of other tests' sandboxes are not this run's
+
+
 def slow_task_file(tmp_path) -> str:
     path = tmp_path / "slow.jsonl"
-    path.write_text(json.dumps({"name": "slow", "instruction": "Wait.", "verifier": "true", "solution": "sleep 600"}))
+    task = {"name": SLOW_TASK, "instruction": "Wait.", "verifier": "true", "solution": "sleep 600"}
+    path.write_text(json.dumps(task))
     return str(path)
 
 
 def sandbox_containers() -> list[str]:
+    """This test's sandbox containers, running or not (a container is named for its sandbox's task)."""
     import docker
 
     client = docker.from_env(timeout=60)
     try:
-        return [c.id for c in client.containers.list(all=True, filters={"label": LABEL})]
+        found = client.containers.list(all=True, filters={"label": LABEL, "name": f"harnessrl-{SLOW_TASK}-"})
+        return [c.name for c in found]
     finally:
         client.close()
 
 
 @pytest.mark.parametrize("sandbox", ["docker", "local"])
 def test_sigterm_stops_a_run_with_no_sandbox_left_and_no_rollout_running(gateway, tmp_path, sandbox):
-    before = set(sandbox_containers()) if sandbox == "docker" else set()
+    before = set(sandbox_containers()) if sandbox == "docker" else set()  # an earlier run's, if it leaked
     command = [
         *[sys.executable, "-m", "harnessrl.cli", "run", "--tasks", slow_task_file(tmp_path), "--harness", "oracle"],
         *["--group-size", "2", "--sandbox", sandbox, "--run", "cli-run", "--gateway", gateway.url],

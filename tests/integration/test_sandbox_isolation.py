@@ -13,14 +13,17 @@ import json
 import shutil
 import socket
 import tempfile
+import threading
 from collections.abc import AsyncIterator
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 
 from harnesses.task import builtin_tasks_path, load_tasks
 from harnesses.verify import verify
 from sandboxes import Limits, SandboxSpec, create_sandbox
+from sandboxes.docker import DockerSandbox
 from tests.integration.backends import BACKENDS, BASE_IMAGE, DOCKER_SKIP, backend_spec, create_backend
 
 MiB = 1024 * 1024
@@ -242,3 +245,35 @@ async def test_docker_sandbox_leaves_no_container():
     await sb.close()
     assert not client.containers.list(all=True, filters={"label": f"harnessrl.sandbox={sb.id}"})
     assert {n.id for n in client.networks.list()} == networks_before  # no network was created
+
+
+class HeldCreates:
+    """The real engine's client, whose container creates return only once the test lets them: a cancel
+    (Ctrl-C, SIGTERM) then lands while the engine creates the sandbox's container."""
+
+    def __init__(self, client) -> None:
+        self.api, self._client = client.api, client
+        self.containers = SimpleNamespace(create=self._create)
+        self.created, self.release = threading.Event(), threading.Event()
+
+    def _create(self, *args, **kwargs):
+        container = self._client.containers.create(*args, **kwargs)
+        self.created.set()
+        self.release.wait(timeout=600)
+        return container
+
+
+@pytest.mark.skipif(DOCKER_SKIP is not None, reason=DOCKER_SKIP or "")
+async def test_a_sandbox_cancelled_while_its_container_is_created_leaves_no_container():
+    import docker
+
+    client = docker.from_env()
+    held = HeldCreates(client)
+    creating = asyncio.create_task(DockerSandbox.create(SandboxSpec(image=BASE_IMAGE, name="cancelled-create"), held))
+    assert await asyncio.to_thread(held.created.wait, 600), "the engine never created the container"
+    creating.cancel()
+    held.release.set()
+    with pytest.raises(asyncio.CancelledError):
+        await creating
+    left = client.containers.list(all=True, filters={"name": "harnessrl-cancelled-create-"})
+    assert [c.name for c in left] == []

@@ -8,6 +8,7 @@ from __future__ import annotations
 import os
 import shutil
 import subprocess
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -27,6 +28,7 @@ PHOENIX = Path(__file__).resolve().parents[2] / ".venv-phoenix" / "bin" / "phoen
 CHROMIUM = shutil.which("chromium")
 START_S = 300.0  # Phoenix's first start migrates its own database
 UI_MS = 300_000  # guards against a hang, not speed checks: a busy machine draws Phoenix's page slowly
+RETRY_MS = 30_000  # how long one click's details may take to show before the span is selected again
 
 
 @pytest.fixture(scope="module")
@@ -114,6 +116,37 @@ def test_phoenix_receives_a_trace_per_rollout_with_the_genai_spans(phoenix, tmp_
     screenshot(phoenix, root["context"]["trace_id"], tmp_path / "phoenix-trace.png")
 
 
+def show_call_attributes(page) -> None:
+    """Select a call's span until its details (the GenAI and harnessrl attributes) show. A slow page can
+    take the click before the span tree is live, or keep the details hidden while it loads: each try
+    selects again; the whole is bounded by UI_MS, a guard against a hang."""
+    from playwright.sync_api import TimeoutError as PlaywrightTimeout
+
+    shown = page.get_by_text("harnessrl.call.id").filter(visible=True).first
+    deadline = time.monotonic() + UI_MS / 1000
+    while True:
+        page.get_by_text("chat policy").filter(visible=True).last.click()
+        page.get_by_role("tab", name="Info").click()
+        try:
+            shown.wait_for(timeout=RETRY_MS)
+            return
+        except PlaywrightTimeout:
+            if time.monotonic() > deadline:
+                raise AssertionError(f"Phoenix never showed a call's attributes: {why_hidden(page)}") from None
+
+
+def why_hidden(page) -> list[str]:
+    """The attribute's elements and their ancestors' layout, to tell why none shows."""
+    return [
+        match.evaluate(
+            """e => { const out = []; for (let x = e; x; x = x.parentElement) { const s = getComputedStyle(x);
+            out.push(`${x.tagName}.${x.className} ${s.display}/${s.visibility} ${x.offsetWidth}x${x.offsetHeight}`); }
+            return out.slice(0, 12).join(' < '); }"""
+        )
+        for match in page.get_by_text("harnessrl.call.id").all()
+    ]
+
+
 def screenshot(phoenix: str, trace_id: str, path: Path) -> None:
     """Phoenix's own page of the trace, as a user opens it (loopback only)."""
     from playwright.sync_api import sync_playwright
@@ -128,8 +161,7 @@ def screenshot(phoenix: str, trace_id: str, path: Path) -> None:
             page.route("**/*", lambda r: r.continue_() if "127.0.0.1" in r.request.url else r.abort())
             page.goto(f"{phoenix}/projects/{project}/traces/{trace_id}")
             page.get_by_text("rollout weather").first.wait_for(timeout=UI_MS)
-            page.get_by_text("chat policy").last.click()  # its details: the GenAI and harnessrl attributes
-            page.get_by_text("harnessrl.call.id").first.wait_for(timeout=UI_MS)
+            show_call_attributes(page)
             page.screenshot(path=str(path), full_page=True)
             print(f"screenshot: {path}")
         finally:
