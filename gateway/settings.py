@@ -35,7 +35,7 @@ class GatewaySettings:
     # The model folder (chat template + tokenizer) for tito capture; discovered from the engine's
     # /v1/models "root" when it is a local folder.
     model_dir: str | None = None
-    # The managed engine's dtype and why it was chosen (harnessrl.hardware), shown on /health and
+    # The managed engine's dtype and why it was chosen (harnessrl.engines.hardware), shown on /health and
     # /metrics; None when attached to an engine started elsewhere.
     engine_dtype: str | None = None
     engine_dtype_reason: str | None = None
@@ -46,7 +46,7 @@ class GatewaySettings:
     # seconds between looks at the store for versions other gateways published (gateway.policy.follower); 0: never
     follow_interval_s: float = 0.5
     # Who writes the engine's answers (store.records.CALL_SOURCES): "policy" for vLLM; a teacher
-    # gateway (harnessrl.teacher) records "teacher" or "demonstration" calls, with no sampler log-probs.
+    # gateway (harnessrl.engines.teacher) records "teacher" or "demonstration" calls, with no sampler log-probs.
     call_source: str = "policy"
     # OTLP/HTTP traces endpoint (e.g. http://127.0.0.1:6006/v1/traces): each ended rollout exported as a
     # trace (gateway.recording.trace_export); None: no export

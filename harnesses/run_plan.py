@@ -32,7 +32,9 @@ class RunPlan:
     wall_factor: float = DEFAULT_WALL_FACTOR  # wall-clock ceiling per rollout, x the task's agent budget
     environments: Environments | None = None  # Harbor task images (built and cached); None: a new one
     judge: Judge | None = None  # an LLM judge adding the reward component "judge"
-    teacher: str | None = None  # the external model serving this run (harnessrl.teacher), kept in each rollout's meta
+    teacher: str | None = (
+        None  # the external model serving this run (harnessrl.engines.teacher), kept in each rollout's meta
+    )
     worker: str = ""  # this runner's id in the run's leases; "" = default_worker_id()
     lease_s: float = DEFAULT_LEASE_S  # a slot's lease, renewed every third of it
     sandbox_gateway: str | None = None  # the gateway URL sandboxes' bridges connect to; None: as it names itself

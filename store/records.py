@@ -96,7 +96,7 @@ class RolloutIdentity:
 
 
 # Who wrote a call's output: the policy (the engine sampled it, with log-probs), an external teacher
-# model, or a demonstration (a task's solution played as the agent's calls; harnessrl.demonstrations).
+# model, or a demonstration (a task's solution played as the agent's calls; harnessrl.engines.demonstrations).
 CALL_SOURCES = ("policy", "teacher", "demonstration")
 
 

@@ -11,7 +11,7 @@ from the store (``GET /api/runs/{run}/summary``): the same the viewer shows. The
 runs counts the runner's results as they come in.
 
 A teacher (``teacher:MODEL``, a litellm model string) is one more policy: its rollouts run through a
-teacher gateway of their own on the store (``harnessrl.teacher``) into the run ``<run>-teacher:MODEL`` (``/`` as ``_``),
+teacher gateway of their own on the store (``harnessrl.engines.teacher``) into the run ``<run>-teacher:MODEL`` (``/`` as ``_``),
 and its row (and per-task cells) come from that run's summary, so one table reads base / adapter / teacher.
 """
 
@@ -219,7 +219,7 @@ async def _run_until_stopped(jobs) -> bool:
 
 def _teacher_url(plan: EvalPlan, policy: Resolved, admin_key: str | None, stack: ExitStack) -> str:
     """A teacher gateway on the evaluation's store for ``policy``, open until ``stack`` closes."""
-    from harnessrl.teacher import TeacherSettings, teacher_gateway
+    from harnessrl.engines.teacher import TeacherSettings, teacher_gateway
 
     if not (plan.database_url and plan.policy_model):
         raise ValueError(f"{policy.asked} needs the store and the policy's model folder (--database-url, --model)")

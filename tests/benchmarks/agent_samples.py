@@ -34,9 +34,9 @@ from harnesses.gateway_client import GatewayClient  # noqa: E402
 from harnesses.run_plan import RunPlan
 from harnesses.runner import Runner  # noqa: E402
 from harnesses.shell_family import shell_tasks  # noqa: E402
-from harnessrl.demonstrations import SOLUTIONS, demonstrator  # noqa: E402
-from harnessrl.model_prep import prepare_smollm2  # noqa: E402
-from harnessrl.teacher import TeacherSettings, teacher_gateway  # noqa: E402
+from harnessrl.engines.demonstrations import SOLUTIONS, demonstrator  # noqa: E402
+from harnessrl.engines.model_prep import prepare_smollm2  # noqa: E402
+from harnessrl.engines.teacher import TeacherSettings, teacher_gateway  # noqa: E402
 from migrations.runner import upgrade  # noqa: E402
 from store.database import sqlite_url  # noqa: E402
 from store.samples import Sample, build_samples  # noqa: E402

@@ -40,7 +40,7 @@ from pathlib import Path
 import httpx
 import psutil
 
-from harnessrl.engine_process import ManagedProcess
+from harnessrl.engines.process import ManagedProcess
 from harnessrl.server import free_port
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # run as a script from anywhere

@@ -45,7 +45,7 @@ from harnesses.checks import CheckSettings, attempt  # noqa: E402
 from harnesses.environments import Environments  # noqa: E402
 from harnesses.shell_family import shell_tasks, unseen_shell_tasks  # noqa: E402
 from harnesses.task import Task  # noqa: E402
-from harnessrl.sft import successful_samples  # noqa: E402
+from harnessrl.training.sft import successful_samples  # noqa: E402
 from learner.config import LearnerConfig, with_overrides  # noqa: E402
 from learner.sft import SftConfig, train_sft  # noqa: E402
 from learner.trainer import build_trainer  # noqa: E402
@@ -205,7 +205,7 @@ def main() -> None:
     parser.add_argument("--out", type=Path, default=DEFAULT_OUT)
     args = parser.parse_args()
     if args.model is None:
-        from harnessrl.model_prep import prepare_smollm2
+        from harnessrl.engines.model_prep import prepare_smollm2
 
         args.model = str(prepare_smollm2())
     samples, held = asyncio.run(read_run(args.database, args.run))

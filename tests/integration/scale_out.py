@@ -17,7 +17,7 @@ from pathlib import Path
 import httpx
 from sqlalchemy import select
 
-from harnessrl.engine_process import EngineLaunch, ManagedProcess
+from harnessrl.engines.process import EngineLaunch, ManagedProcess
 from harnessrl.server import free_port
 from store.store import Store
 from store.tables import Call, Group, LearnerCheckpoint, Rollout, Run

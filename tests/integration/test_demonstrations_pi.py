@@ -16,9 +16,9 @@ from harnesses.run_plan import RunPlan
 from harnesses.runner import Runner
 from harnesses.shell_family import shell_tasks
 from harnesses.task import load_harbor
-from harnessrl.demonstrations import FINAL, SOLUTIONS, demonstrator
-from harnessrl.sft import SftPlan, run_sft
-from harnessrl.teacher import PolicyRendering, TeacherSettings, teacher_gateway
+from harnessrl.engines.demonstrations import FINAL, SOLUTIONS, demonstrator
+from harnessrl.engines.teacher import PolicyRendering, TeacherSettings, teacher_gateway
+from harnessrl.training.sft import SftPlan, run_sft
 from learner.config import LearnerConfig, with_overrides
 from learner.sft import SftConfig
 from store.samples import build_samples

@@ -18,11 +18,11 @@ from sqlalchemy.orm import Session
 from typer.testing import CliRunner
 
 from harnesses.datasets import Selection, load_selection
-from harnessrl.cli import app
-from harnessrl.model_prep import prepare_smollm2
-from harnessrl.quickstart import Quickstart
-from harnessrl.quickstart_plan import QuickstartPlan
+from harnessrl.cli.app import app
+from harnessrl.engines.model_prep import prepare_smollm2
 from harnessrl.server import BackgroundGateway
+from harnessrl.training.quickstart import Quickstart
+from harnessrl.training.quickstart_plan import QuickstartPlan
 from migrations.runner import upgrade
 from store.database import sqlite_url
 from store.tables import Adapter, Rollout, Run, Task

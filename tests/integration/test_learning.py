@@ -12,13 +12,13 @@ import pytest
 from typer.testing import CliRunner
 
 from harnesses.families import arithmetic_tasks
-from harnessrl.cli import app
-from harnessrl.model_prep import prepare_smollm2
-from harnessrl.quickstart import Quickstart
-from harnessrl.quickstart_plan import QuickstartPlan
-from harnessrl.report import PIXELS
+from harnessrl.cli.app import app
+from harnessrl.engines.model_prep import prepare_smollm2
+from harnessrl.reports.curves import PIXELS
 from harnessrl.server import free_port
 from harnessrl.settings import logs_dir
+from harnessrl.training.quickstart import Quickstart
+from harnessrl.training.quickstart_plan import QuickstartPlan
 from migrations.runner import upgrade
 from store.database import sqlite_url
 from tests.images import assert_plot_image

@@ -17,8 +17,8 @@ from harnesses.gateway_client import GatewayClient
 from harnesses.run_plan import RunPlan
 from harnesses.runner import Runner
 from harnesses.task import builtin_tasks_path, load_tasks
-from harnessrl.cli import app
-from harnessrl.openenv_export import trace_nodes
+from harnessrl.cli.app import app
+from harnessrl.reports.openenv_export import trace_nodes
 from harnessrl.server import BackgroundGateway
 from store.samples import build_samples
 from tests import http_calls as http

@@ -16,10 +16,10 @@ from rich.console import Console
 from sqlalchemy import func, select
 
 from harnesses.shell_family import shell_tasks
-from harnessrl.demonstrations import SOLUTIONS
-from harnessrl.quickstart import Quickstart
-from harnessrl.quickstart_plan import QuickstartPlan
-from harnessrl.warm_start import WarmStart
+from harnessrl.engines.demonstrations import SOLUTIONS
+from harnessrl.training.quickstart import Quickstart
+from harnessrl.training.quickstart_plan import QuickstartPlan
+from harnessrl.training.warm_start import WarmStart
 from migrations.runner import upgrade
 from store.database import sqlite_url
 from store.samples import build_samples

@@ -9,7 +9,7 @@ from datetime import UTC, datetime, timedelta
 from sqlalchemy import func, select, update
 from typer.testing import CliRunner
 
-from harnessrl.cli import app
+from harnessrl.cli.app import app
 from store.retention import PruneFilter, prune
 from store.store import Store
 from store.tables import Call, Group, LearnerStep, Rollout, Run

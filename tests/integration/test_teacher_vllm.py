@@ -13,8 +13,8 @@ from harnesses.families import arithmetic_tasks
 from harnesses.gateway_client import GatewayClient
 from harnesses.run_plan import RunPlan
 from harnesses.runner import Runner
-from harnessrl.sft import SftPlan, run_sft
-from harnessrl.teacher import PolicyRendering, TeacherSettings, teacher_gateway
+from harnessrl.engines.teacher import PolicyRendering, TeacherSettings, teacher_gateway
+from harnessrl.training.sft import SftPlan, run_sft
 from learner.config import LearnerConfig, with_overrides
 from learner.groups import UnusableGroup, check_group, load_group
 from learner.sft import SftConfig

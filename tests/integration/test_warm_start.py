@@ -14,10 +14,10 @@ from sqlalchemy import func, select
 from typer.testing import CliRunner
 
 from harnesses.families import arithmetic_tasks
-from harnessrl.cli import app
-from harnessrl.quickstart import Quickstart
-from harnessrl.quickstart_plan import QuickstartPlan
-from harnessrl.warm_start import WarmStart
+from harnessrl.cli.app import app
+from harnessrl.training.quickstart import Quickstart
+from harnessrl.training.quickstart_plan import QuickstartPlan
+from harnessrl.training.warm_start import WarmStart
 from migrations.runner import upgrade
 from store.database import sqlite_url
 from store.tables import Adapter, Call, Rollout, Run

@@ -10,7 +10,7 @@ import pytest
 from typer.testing import CliRunner
 
 from gateway.settings import GatewaySettings
-from harnessrl.cli import app
+from harnessrl.cli.app import app
 from harnessrl.server import BackgroundGateway
 from harnessrl.settings import ADMIN_KEY_ENV, AdminKeyError, admin_key, admin_key_path
 from tests import http_calls as http

@@ -17,7 +17,7 @@ import httpx
 import pytest
 from typer.testing import CliRunner
 
-from harnessrl.cli import app
+from harnessrl.cli.app import app
 from sandboxes.bridge import HostBridge
 from sandboxes.bridge_limits import BridgeLimits
 from sandboxes.route import Route

@@ -14,7 +14,7 @@ from transformers import AutoModelForCausalLM
 from typer.testing import CliRunner
 
 from gateway.api.calls import mismatch_view
-from harnessrl.cli import app
+from harnessrl.cli.app import app
 from learner.metrics import MetricsSink
 from learner.mismatch import RowDeltas, call_deltas, call_records
 from learner.packing import pack_samples

@@ -6,7 +6,7 @@ import asyncio
 
 from typer.testing import CliRunner
 
-from harnessrl.cli import app
+from harnessrl.cli.app import app
 from store.health import capture_health
 from store.records import FALSE_FORK_TOKENS
 from store.store import Store

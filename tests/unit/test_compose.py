@@ -13,7 +13,7 @@ from pathlib import Path
 import yaml
 from typer.testing import CliRunner
 
-from harnessrl.cli import app
+from harnessrl.cli.app import app
 
 ROOT = Path(__file__).resolve().parents[2]
 COMPOSE = ROOT / "docker" / "compose.yaml"

@@ -12,7 +12,7 @@ import pytest
 from rich.console import Console
 
 from harnesses.run_plan import RolloutResult
-from harnessrl.dashboard import TABLE_ROUNDS, Dashboard, save_reward_curve, step_rows
+from harnessrl.training.dashboard import TABLE_ROUNDS, Dashboard, save_reward_curve, step_rows
 from store.store import Store
 from store.training import record_step
 from tests.images import assert_plot_image

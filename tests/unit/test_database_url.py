@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 from typer.testing import CliRunner
 
-from harnessrl.cli import app
+from harnessrl.cli.app import app
 from store.database import with_async_driver
 
 

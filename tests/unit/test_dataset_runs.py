@@ -9,7 +9,7 @@ import pytest
 from typer.testing import CliRunner
 
 from harnesses.datasets import Selection, load_selection
-from harnessrl.cli import app
+from harnessrl.cli.app import app
 from harnessrl.server import BackgroundGateway
 from tests import http_calls as http
 from tests.builders import ADMIN_HEADERS, TEST_ADMIN_KEY, gateway_settings

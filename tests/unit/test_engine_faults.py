@@ -77,8 +77,8 @@ async def test_hung_engine_gives_a_504_in_the_dialects_shape_after_the_engine_ti
 def test_serve_passes_engine_timeout_to_the_gateway(tmp_path, monkeypatch):
     from typer.testing import CliRunner
 
-    import harnessrl.cli as cli
-    import harnessrl.engine_watchdog as engine_watchdog
+    import harnessrl.cli.app as cli
+    import harnessrl.engines.watchdog as engine_watchdog
     import harnessrl.server as server
 
     seen = {}
@@ -110,8 +110,8 @@ def test_serve_on_a_taken_port_fails_at_once_naming_the_fix_without_starting_an_
 
     from typer.testing import CliRunner
 
-    import harnessrl.cli as cli
-    import harnessrl.engine_watchdog as engine_watchdog
+    import harnessrl.cli.app as cli
+    import harnessrl.engines.watchdog as engine_watchdog
 
     started = []
     monkeypatch.setenv("HARNESSRL_HOME", str(tmp_path))

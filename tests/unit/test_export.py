@@ -6,8 +6,8 @@ import json
 
 from typer.testing import CliRunner
 
-from harnessrl.cli import app
-from harnessrl.export import export_run
+from harnessrl.cli.app import app
+from harnessrl.reports.export import export_run
 from tests.fake_engine import decode
 
 

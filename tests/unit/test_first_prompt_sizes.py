@@ -18,7 +18,7 @@ PROMPT_PARTS = ("system", "instructions", "messages", "input", "tools")
 def smollm2_tokenizer():
     from transformers import AutoTokenizer
 
-    from harnessrl.model_prep import prepare_smollm2
+    from harnessrl.engines.model_prep import prepare_smollm2
 
     return AutoTokenizer.from_pretrained(prepare_smollm2())
 

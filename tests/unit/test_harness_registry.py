@@ -11,7 +11,7 @@ from harnesses import agents
 from harnesses.builtin_agent import ONE_SHOT, BuiltinHarness
 from harnesses.images import DOCKER_DIR
 from harnesses.registry import CLI_AGENTS, create_harness, harness_names
-from harnessrl.cli import app
+from harnessrl.cli.app import app
 
 
 @pytest.mark.parametrize("name", harness_names())

@@ -1,4 +1,4 @@
-"""The --judge options, declared once (harnessrl.judge_options), reach every command that takes them."""
+"""The --judge options, declared once (harnessrl.cli.judge_options), reach every command that takes them."""
 
 from __future__ import annotations
 
@@ -7,8 +7,8 @@ from pathlib import Path
 import typer
 from typer.testing import CliRunner
 
-from harnessrl.cli import app
-from harnessrl.judge_options import NO_JUDGE, JudgeOptions, judge_options
+from harnessrl.cli.app import app
+from harnessrl.cli.judge_options import NO_JUDGE, JudgeOptions, judge_options
 
 
 def decorated_app(modes: bool) -> tuple[typer.Typer, list[JudgeOptions]]:

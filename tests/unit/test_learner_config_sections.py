@@ -8,9 +8,9 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-from harnessrl.cli import app
-from harnessrl.quickstart_plan import PACKED_ROW_TOKENS, QuickstartPlan, learner_config
-from harnessrl.warm_start import WarmStartResult
+from harnessrl.cli.app import app
+from harnessrl.training.quickstart_plan import PACKED_ROW_TOKENS, QuickstartPlan, learner_config
+from harnessrl.training.warm_start import WarmStartResult
 from learner.config import ConfigError, LearnerConfig, with_overrides
 from learner.config_file import config_from_dict, dump_toml
 

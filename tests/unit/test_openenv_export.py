@@ -9,9 +9,9 @@ import pytest
 from openenv.core.harness.training import TrainingTrace
 from typer.testing import CliRunner
 
-from harnessrl.cli import app
-from harnessrl.export import export_run
-from harnessrl.openenv_export import rollout_record, trace_nodes, training_trace
+from harnessrl.cli.app import app
+from harnessrl.reports.export import export_run
+from harnessrl.reports.openenv_export import rollout_record, trace_nodes, training_trace
 from store.samples import CallNode, build_samples
 
 

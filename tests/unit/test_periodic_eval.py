@@ -12,7 +12,7 @@ import pytest
 from harnesses.datasets import Selection, load_selection
 from harnessrl.evaluation.evaluate import eval_harness
 from harnessrl.evaluation.periodic import EvalEvery, PeriodicEval, eval_run_name, held_out_results
-from harnessrl.report import write_report
+from harnessrl.reports.curves import write_report
 from harnessrl.server import BackgroundGateway
 from store.reports import gather_report
 from store.store import Store

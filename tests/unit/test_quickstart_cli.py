@@ -5,8 +5,8 @@ from __future__ import annotations
 import pytest
 from typer.testing import CliRunner
 
-from harnessrl.cli import app
-from harnessrl.quickstart_plan import agent_context
+from harnessrl.cli.app import app
+from harnessrl.training.quickstart_plan import agent_context
 
 
 def quickstart(tmp_path, *args: str):

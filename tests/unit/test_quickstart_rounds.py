@@ -6,8 +6,8 @@ import time
 
 import pytest
 
-from harnessrl.quickstart import Quickstart
-from harnessrl.quickstart_plan import QuickstartPlan
+from harnessrl.training.quickstart import Quickstart
+from harnessrl.training.quickstart_plan import QuickstartPlan
 
 
 class Learner:
@@ -50,7 +50,7 @@ async def test_a_dead_learner_ends_the_rounds(tmp_path, monkeypatch):
 
 def test_each_round_visits_every_task_once_in_its_own_order_mixing_the_kinds():
     from harnesses.shell_family import shell_tasks
-    from harnessrl.quickstart_plan import round_order
+    from harnessrl.training.quickstart_plan import round_order
 
     tasks = shell_tasks()  # sorted by kind: 8 of one kind, then the next
     first, again, second = round_order(tasks, 0), round_order(tasks, 0), round_order(tasks, 1)

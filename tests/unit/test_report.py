@@ -15,8 +15,8 @@ import pytest
 from sqlalchemy import select, update
 from typer.testing import CliRunner
 
-from harnessrl.cli import app
-from harnessrl.report import PIXELS, write_report
+from harnessrl.cli.app import app
+from harnessrl.reports.curves import PIXELS, write_report
 from learner.metrics import MetricsSink
 from store.reports import bucket_width_s, gather_report
 from store.store import Store

@@ -12,7 +12,7 @@ import pytest
 from sqlalchemy import delete, select
 from typer.testing import CliRunner
 
-from harnessrl.cli import app as cli
+from harnessrl.cli.app import app as cli
 from store.tables import LearnerStep, Rollout, Run
 from tests.builders import call_record, gateway_settings
 from tests.fake_engine import FakeReply

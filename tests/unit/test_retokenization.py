@@ -10,8 +10,8 @@ import pytest
 from transformers import AutoTokenizer
 from typer.testing import CliRunner
 
-from harnessrl.cli import app
-from harnessrl.retokenization import output_round_trip, rerendered_prompt, retokenization_skew
+from harnessrl.cli.app import app
+from harnessrl.reports.retokenization import output_round_trip, rerendered_prompt, retokenization_skew
 from store.health import latest_policy_calls
 from store.store import Store
 from tests.builders import call_record

@@ -13,7 +13,7 @@ from typer.testing import CliRunner
 import harnesses.launch
 from harnesses.gateway_client import GatewayClient, rebased
 from harnesses.runner import Runner
-from harnessrl.cli import app
+from harnessrl.cli.app import app
 from harnessrl.server import BackgroundGateway
 from sandboxes.route import Route
 from tests.builders import TEST_ADMIN_KEY, gateway_settings

@@ -168,7 +168,7 @@ def test_harnessrl_run_passes_temperature_and_top_p_as_the_new_runs_sampling(mon
     from typer.testing import CliRunner
 
     import harnesses.launch
-    from harnessrl.cli import app
+    from harnessrl.cli.app import app
 
     seen = {}
 

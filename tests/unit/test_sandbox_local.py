@@ -260,7 +260,7 @@ def test_run_without_bubblewrap_is_a_cli_error_naming_both_fixes(monkeypatch):
     from typer.testing import CliRunner
 
     from harnesses.task import builtin_tasks_path
-    from harnessrl.cli import app
+    from harnessrl.cli.app import app
 
     monkeypatch.setattr("sandboxes.bwrap.bwrap_path", lambda: None)
     result = CliRunner().invoke(

@@ -11,9 +11,9 @@ import pytest
 from openai import OpenAI
 from typer.testing import CliRunner
 
-from harnessrl.cli import app
+from harnessrl.cli.app import app
 from harnessrl.server import BackgroundGateway
-from harnessrl.sft import successful_samples
+from harnessrl.training.sft import successful_samples
 from store.store import Store
 from tests import http_calls as http
 from tests.builders import TEST_ADMIN_KEY, gateway_settings

@@ -15,8 +15,8 @@ from harnesses.families import arithmetic_tasks
 from harnesses.gateway_client import GatewayClient
 from harnesses.run_plan import RunPlan
 from harnesses.runner import Runner
-from harnessrl.sft import successful_samples
-from harnessrl.teacher import PolicyRendering, TeacherSettings, teacher_gateway
+from harnessrl.engines.teacher import PolicyRendering, TeacherSettings, teacher_gateway
+from harnessrl.training.sft import successful_samples
 from learner.groups import UnusableGroup, check_group, load_group
 from store.samples import build_samples
 from store.store import Store

@@ -6,7 +6,7 @@ import asyncio
 
 from typer.testing import CliRunner
 
-from harnessrl.cli import app
+from harnessrl.cli.app import app
 
 
 def table_rows(output: str) -> list[dict[str, str]]:

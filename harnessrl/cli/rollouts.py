@@ -9,7 +9,8 @@ import typer
 from rich.console import Console
 
 from harnesses.registry import harness_help
-from harnessrl.commands.options import (
+from harnessrl.cli.judge_options import NO_JUDGE, JudgeOptions, judge_options
+from harnessrl.cli.options import (
     TASKS_HELP,
     DatabaseUrl,
     Exclude,
@@ -24,7 +25,6 @@ from harnessrl.commands.options import (
     task_selection,
     upgrade_store,
 )
-from harnessrl.judge_options import NO_JUDGE, JudgeOptions, judge_options
 
 
 @judge_options()
@@ -186,13 +186,13 @@ def _teacher_gateway(
     harness: str,
     sandbox: str,
 ):
-    """A gateway of its own on the store, served by the teacher (harnessrl.teacher): a litellm model, or
+    """A gateway of its own on the store, served by the teacher (harnessrl.engines.teacher): a litellm model, or
     ``solutions`` (the tasks' reference solutions as the harness's tool calls); its URL."""
     from harnesses.datasets import load_selection
     from harnesses.registry import create_harness
-    from harnessrl.demonstrations import SOLUTIONS, demonstrator
-    from harnessrl.model_prep import prepare_smollm2
-    from harnessrl.teacher import TeacherSettings, teacher_gateway
+    from harnessrl.engines.demonstrations import SOLUTIONS, demonstrator
+    from harnessrl.engines.model_prep import prepare_smollm2
+    from harnessrl.engines.teacher import TeacherSettings, teacher_gateway
 
     teacher = None
     if model == SOLUTIONS:
@@ -317,7 +317,7 @@ def _eval_teacher(
     """EvalPlan's teacher fields when a teacher:MODEL is asked for (the store, the policy's tokenizer)."""
     if not any(name.startswith("teacher:") for name in asked):
         return {}
-    from harnessrl.model_prep import prepare_smollm2
+    from harnessrl.engines.model_prep import prepare_smollm2
 
     url = resolve_database_url(database_url)
     upgrade_store(url)

@@ -4,10 +4,10 @@ A policy that never succeeds gives GRPO no signal (every group's rewards are equ
 runs three phases on the quickstart's engine, gateway and store:
 
 1. **warm-up**: the tasks into the run ``<run>-warmup``, served either by a teacher (a litellm model
-   through ``harnessrl.teacher``'s engine and a gateway of its own, or ``solutions``: the tasks'
-   reference solutions played as the agent's own tool calls, ``harnessrl.demonstrations``) or by the
+   through ``harnessrl.engines.teacher``'s engine and a gateway of its own, or ``solutions``: the tasks'
+   reference solutions played as the agent's own tool calls, ``harnessrl.engines.demonstrations``) or by the
    policy itself with a larger group (best of G: rejection sampling finds the rare successes);
-2. **sft**: ``harnessrl.sft`` on that run's successes (the best of each group for a policy run),
+2. **sft**: ``harnessrl.training.sft`` on that run's successes (the best of each group for a policy run),
    published on the quickstart's gateway as the next policy version, which new rollouts get;
 3. **grpo**: the learner starts from the SFT adapter (``init_adapter``) at its version
    (``init_version``) and trains on the run ``<run>`` as a plain quickstart does.
@@ -21,7 +21,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-from harnessrl.sft import SftOutcome, SftPlan
+from harnessrl.training.sft import SftOutcome, SftPlan
 from learner.config import LearnerConfig, with_overrides
 from learner.sft import SftConfig
 

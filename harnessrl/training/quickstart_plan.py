@@ -11,7 +11,7 @@ from harnesses.builtin_agent import ONE_SHOT, BuiltinHarness, BuiltinSettings
 from harnesses.harness import Harness
 from harnesses.judge import JudgeSettings
 from harnesses.task import Task
-from harnessrl.warm_start import WarmStart, WarmStartResult, learner_keys
+from harnessrl.training.warm_start import WarmStart, WarmStartResult, learner_keys
 from learner.config import LearnerConfig, with_overrides
 
 # One reply per rollout, short: the arithmetic family is graded on the final answer (`eval --harness oneshot`).

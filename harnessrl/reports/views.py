@@ -13,7 +13,7 @@ from rich.table import Table
 from rich.text import Text
 
 from gateway.api.conversation import rollout_conversation
-from harnessrl.retokenization import RetokenizationSkew
+from harnessrl.reports.retokenization import RetokenizationSkew
 from store.health import CaptureHealth
 from store.listings import GroupFilter, RolloutFilter
 from store.mismatch import MismatchSummary
@@ -211,7 +211,7 @@ def health_table(run: str, rows: list[CaptureHealth]) -> Table:
 
 
 def skew_table(run: str, rows: list[RetokenizationSkew]) -> Table:
-    """How often re-rendering a run's latest calls as text gives other ids (harnessrl.retokenization)."""
+    """How often re-rendering a run's latest calls as text gives other ids (harnessrl.reports.retokenization)."""
     table = _table("harness", "model", "calls", "re-rendered", "prompt differs", "output differs")
     table.title = f"re-tokenization skew of run {run!r} (what a text pipeline would train on)"
     for row in rows:

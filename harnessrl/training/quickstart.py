@@ -4,7 +4,7 @@ vLLM serves the model behind the gateway; rounds of rollouts run the `builtin` h
 set in local sandboxes, group by group; the learner (`harnessrl train`, its own process) trains on
 every ready group and hot-swaps each new adapter into vLLM while the next rounds keep running.
 At the end: a reward-curve PNG and the path of the final adapter. With a warm start
-(``harnessrl.warm_start``) a warm-up run and SFT come first and the learner continues from its adapter.
+(``harnessrl.training.warm_start``) a warm-up run and SFT come first and the learner continues from its adapter.
 """
 
 from __future__ import annotations
@@ -24,12 +24,14 @@ from harnesses.interrupts import sigterm_cancels_this_task
 from harnesses.judge import Judge
 from harnesses.run_plan import RunPlan
 from harnesses.runner import Runner
-from harnessrl.dashboard import Dashboard, save_reward_curve, step_rows
-from harnessrl.demonstrations import demonstrator
-from harnessrl.engine_process import EngineLaunch, ManagedProcess
+from harnessrl.engines.demonstrations import demonstrator
+from harnessrl.engines.hardware import machine_dtype
+from harnessrl.engines.process import EngineLaunch, ManagedProcess
 from harnessrl.evaluation.periodic import eval_run_name
-from harnessrl.hardware import machine_dtype
-from harnessrl.quickstart_plan import (
+from harnessrl.server import BackgroundGateway, free_port
+from harnessrl.settings import admin_key, data_home, logs_dir
+from harnessrl.training.dashboard import Dashboard, save_reward_curve, step_rows
+from harnessrl.training.quickstart_plan import (
     QuickstartPlan,
     create_agent,
     learner_config,
@@ -37,10 +39,8 @@ from harnessrl.quickstart_plan import (
     round_order,
     unseen_run,
 )
-from harnessrl.server import BackgroundGateway, free_port
-from harnessrl.settings import admin_key, data_home, logs_dir
-from harnessrl.sft import run_sft
-from harnessrl.warm_start import (
+from harnessrl.training.sft import run_sft
+from harnessrl.training.warm_start import (
     WarmStartResult,
     result_of,
     sft_plan,
@@ -205,7 +205,7 @@ class Quickstart:
         warm, run = self.plan.warm_start, warm_up_run(self.plan.run)
         phase = f"warm-up: {warm.label}"
         if warm.teacher:
-            from harnessrl.teacher import TeacherSettings, teacher_gateway
+            from harnessrl.engines.teacher import TeacherSettings, teacher_gateway
 
             settings = TeacherSettings(
                 model=warm.teacher,

@@ -16,7 +16,7 @@ from pathlib import Path
 
 import httpx
 
-from harnessrl.hardware import (
+from harnessrl.engines.hardware import (
     available_memory_bytes,
     batched_tokens,
     has_gpu,
@@ -291,7 +291,7 @@ def _core_shares(cores: list[int], count: int) -> list[str | None]:
 class EngineGroup:
     """Several managed engines behind one gateway (``serve --engines N`` on CPUs), watched as one.
 
-    ``alive`` is what ``harnessrl.engine_watchdog`` polls: true while any engine runs; an engine that died
+    ``alive`` is what ``harnessrl.engines.watchdog`` polls: true while any engine runs; an engine that died
     is started again (at most every ``RESTART_AFTER_S``), and the gateway's engine pool brings it back
     with the current adapters once it is healthy. Only when every engine is dead does the gateway stop.
     """

@@ -9,7 +9,8 @@ from typing import Annotated
 import typer
 
 from harnesses.registry import CLI_AGENTS, harness_help
-from harnessrl.commands.options import (
+from harnessrl.cli.judge_options import NO_JUDGE, JudgeOptions, judge_options
+from harnessrl.cli.options import (
     TASKS_HELP,
     DatabaseUrl,
     Exclude,
@@ -23,7 +24,6 @@ from harnessrl.commands.options import (
     task_selection,
     upgrade_store,
 )
-from harnessrl.judge_options import NO_JUDGE, JudgeOptions, judge_options
 
 
 @judge_options()
@@ -120,12 +120,12 @@ def quickstart(
     from harnesses.agents import AgentNotInstalled
     from harnesses.datasets import load_selection
     from harnesses.task import TaskError
-    from harnessrl.demonstrations import SOLUTIONS
-    from harnessrl.model_prep import prepare_smollm2
-    from harnessrl.quickstart import Quickstart
-    from harnessrl.quickstart_plan import QuickstartPlan, agent_context
+    from harnessrl.engines.demonstrations import SOLUTIONS
+    from harnessrl.engines.model_prep import prepare_smollm2
     from harnessrl.server import free_port
-    from harnessrl.warm_start import WarmStart
+    from harnessrl.training.quickstart import Quickstart
+    from harnessrl.training.quickstart_plan import QuickstartPlan, agent_context
+    from harnessrl.training.warm_start import WarmStart
 
     if tasks.startswith("openenv:"):  # its rounds run the one-shot builtin agent, which has no environment tools
         raise fail(
@@ -224,7 +224,7 @@ def train(
     import asyncio
     import logging
 
-    from harnessrl.learner_settings import eval_thread, learner_settings
+    from harnessrl.training.learner_settings import eval_thread, learner_settings
     from learner.config import ConfigError
     from learner.config_file import dump_toml, load_config
     from learner.loop import LearnerError, train_from_url
@@ -273,7 +273,7 @@ def demo(
     database_url: DatabaseUrl = None,
 ) -> None:
     """Prepare SmolLM2, serve it on vLLM behind the gateway, run a tool-using chat, show its tokens."""
-    from harnessrl.demo import run_demo
+    from harnessrl.engines.demo import run_demo
 
     raise typer.Exit(code=run_demo(resolve_database_url(database_url), max_model_len))
 
@@ -309,7 +309,7 @@ def sft(
 ) -> None:
     """Warm start: train a LoRA adapter on the sampled tokens of a run's successful trajectories."""
     from harnessrl.settings import data_home
-    from harnessrl.sft import SftPlan, run_sft
+    from harnessrl.training.sft import SftPlan, run_sft
     from learner.config import ConfigError
     from learner.config_file import load_config
     from learner.sft import SftConfig

@@ -81,8 +81,8 @@ async def export_run(
 ) -> int:
     """Write the run's samples to ``out``; returns how many were written."""
     out.parent.mkdir(parents=True, exist_ok=True)
-    if fmt == "openenv":  # one OpenEnv TrainingTrace per rollout (harnessrl/openenv_export.py)
-        from harnessrl.openenv_export import write_openenv
+    if fmt == "openenv":  # one OpenEnv TrainingTrace per rollout (harnessrl/reports/openenv_export.py)
+        from harnessrl.reports.openenv_export import write_openenv
 
         return await write_openenv(store, run, out, include_side)
     pages = run_records(store, run, include_side, decode)

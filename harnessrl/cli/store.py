@@ -7,7 +7,7 @@ from typing import Annotated
 
 import typer
 
-from harnessrl.commands.options import (
+from harnessrl.cli.options import (
     DatabaseUrl,
     console,
     fail,
@@ -43,8 +43,8 @@ def ls(
     ] = None,
 ) -> None:
     """List runs, groups or rollouts, filtered as GET /api/runs, /api/groups and /api/rollouts are."""
-    from harnessrl.remote_views import GatewayReadError, gateway_list_view
-    from harnessrl.views import list_view, render
+    from harnessrl.reports.remote_views import GatewayReadError, gateway_list_view
+    from harnessrl.reports.views import list_view, render
     from store.listings import RolloutFilter
 
     where = RolloutFilter(
@@ -73,7 +73,7 @@ def show(
     database_url: DatabaseUrl = None,
 ) -> None:
     """Show a rollout: its conversation, call by call, with a token table."""
-    from harnessrl.views import render, rollout_view
+    from harnessrl.reports.views import render, rollout_view
 
     if what != "rollout":
         raise fail(f"show knows `rollout ID`, not {what!r}")
@@ -97,8 +97,8 @@ def report(
     from sqlalchemy.exc import DBAPIError
 
     from harnessrl.evaluation.periodic import held_out_results
-    from harnessrl.report import write_report
-    from harnessrl.warm_start import warm_up_run
+    from harnessrl.reports.curves import write_report
+    from harnessrl.training.warm_start import warm_up_run
     from store.reports import gather_report, known_runs
 
     url = resolve_database_url(database_url)
@@ -118,7 +118,7 @@ def report(
         ) from None
     result = write_report(data, out, held_out, warm_up)
     if warm_up is not None:  # a quickstart --warm-start run: its phases
-        from harnessrl.report import warm_start_lines
+        from harnessrl.reports.curves import warm_start_lines
 
         for line in warm_start_lines(warm_up, data):
             console.print(line, markup=False, highlight=False)
@@ -141,7 +141,7 @@ def health(
     previous call exactly, forks (and their drift), false forks (re-rendered history), retries, side calls;
     with --model, how often a text pipeline would have trained on other ids than the engine's; and, once
     the learner trained them, the train/inference mismatch per harness, model and version."""
-    from harnessrl.views import health_table, mismatch_table, render, skew_table
+    from harnessrl.reports.views import health_table, mismatch_table, render, skew_table
     from store.health import capture_health, latest_policy_calls
     from store.mismatch import mismatch_summary
 
@@ -158,7 +158,7 @@ def health(
     captured, calls, mismatch = _with_store(url, work)
     render(health_table(run, captured))
     if tokenizer is not None:
-        from harnessrl.retokenization import retokenization_skew
+        from harnessrl.reports.retokenization import retokenization_skew
 
         render(skew_table(run, retokenization_skew(tokenizer, calls)))
     if mismatch:
@@ -187,7 +187,7 @@ def export(
     database_url: DatabaseUrl = None,
 ) -> None:
     """Write a run's training samples (one per root-to-leaf path of its call graph)."""
-    from harnessrl.export import export_run
+    from harnessrl.reports.export import export_run
 
     if format not in ("jsonl", "parquet", "openenv"):
         raise fail(f"--format must be jsonl, parquet or openenv, not {format!r}")

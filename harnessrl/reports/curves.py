@@ -33,7 +33,7 @@ def write_report(
 ) -> ReportResult:
     """Draw every plot the data allows into ``out_dir``; ``held_out``: the run's held-out evaluations
     per version (the run ``<run>-eval``, see harnessrl.evaluation.periodic); ``warm_up``: its warm-up run
-    (``<run>-warmup``, see harnessrl.warm_start)."""
+    (``<run>-warmup``, see harnessrl.training.warm_start)."""
     _agg()
     out_dir.mkdir(parents=True, exist_ok=True)
     paths, notes = [], []

@@ -11,7 +11,7 @@ import asyncio
 from rich.table import Table
 
 from harnesses.gateway_client import GatewayClient, GatewayRefused, GatewayUnreachable
-from harnessrl.views import listing_table
+from harnessrl.reports.views import listing_table
 from store.listings import RolloutFilter
 
 
@@ -20,7 +20,7 @@ class GatewayReadError(RuntimeError):
 
 
 def gateway_list_view(url: str, admin_key: str, what: str, where: RolloutFilter, limit: int) -> Table:
-    """``harnessrl ls``'s table (``harnessrl.views.listing_table``) of a gateway's listing."""
+    """``harnessrl ls``'s table (``harnessrl.reports.views.listing_table``) of a gateway's listing."""
     if what == "runs":
         path, params = "/api/runs", {"name": where.run, "order": "desc"}
     elif what == "groups":

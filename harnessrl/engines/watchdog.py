@@ -9,8 +9,8 @@ from pathlib import Path
 
 from rich.console import Console
 
-from harnessrl.engine_process import EngineGroup, EngineLaunch, ManagedProcess, engine_launches
-from harnessrl.hardware import has_gpu
+from harnessrl.engines.hardware import has_gpu
+from harnessrl.engines.process import EngineGroup, EngineLaunch, ManagedProcess, engine_launches
 from harnessrl.server import free_port
 
 

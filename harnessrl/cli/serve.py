@@ -7,7 +7,7 @@ from typing import Annotated
 
 import typer
 
-from harnessrl.commands.options import (
+from harnessrl.cli.options import (
     DatabaseUrl,
     console,
     fail,
@@ -94,7 +94,7 @@ def serve(
 ) -> None:
     """Start vLLM (or attach to one) and the recording gateway in front of it."""
     from gateway.settings import GatewaySettings
-    from harnessrl import engine_watchdog
+    from harnessrl.engines import watchdog as engine_watchdog
     from harnessrl.server import listening_socket, uvicorn_server
 
     if (model is None) == (not engine_url):
@@ -147,8 +147,8 @@ def serve(
 
 def _managed_engine(model: Path, dtype: str, engine_port, max_model_len, max_lora_rank: int, engines: int, timeout_s):
     """Start the vLLM engine(s) ``serve --model`` manages; the CLI message names the fix when they cannot start."""
-    from harnessrl import engine_watchdog
-    from harnessrl.engine_process import EngineFailed, EngineLaunch, model_max_len
+    from harnessrl.engines import watchdog as engine_watchdog
+    from harnessrl.engines.process import EngineFailed, EngineLaunch, model_max_len
     from harnessrl.server import free_port
     from harnessrl.settings import logs_dir
 
@@ -189,7 +189,7 @@ def _print_viewer_url(host: str, port: int, key: str, from_file: bool) -> None:
 
 def _engine_dtype(requested: str):
     """The managed engine's dtype for this machine, logged with its reason."""
-    from harnessrl.hardware import machine_dtype
+    from harnessrl.engines.hardware import machine_dtype
 
     try:
         choice = machine_dtype(requested)
