@@ -22,7 +22,6 @@ import numpy as np
 from learner.advantages import GroupAdvantages, group_advantages
 from store.samples import Sample, build_samples
 from store.store import Store
-from store.training import group_members, run_sampling
 
 TEMPERATURE_TOLERANCE = 1e-6
 
@@ -83,7 +82,7 @@ class Batch:
 
 async def run_temperature(store: Store, run_id: int) -> float | None:
     """The temperature the run samples at (its fixed sampling); None for a run from before it was fixed."""
-    sampling = await run_sampling(store, run_id)
+    sampling = await store.training.run_sampling(run_id)
     return None if sampling is None else sampling.temperature
 
 
@@ -92,7 +91,7 @@ async def load_group(store: Store, group_id: int, include_side: bool = False) ->
 
     UnusableGroup when a rollout's calls do not make samples (the store holds something broken).
     """
-    members = await group_members(store, group_id)
+    members = await store.training.group_members(group_id)
     rollouts = []
     for rollout_id, reward in members.rewards:
         try:

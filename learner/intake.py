@@ -10,7 +10,6 @@ from dataclasses import dataclass
 from learner.config import LearnerConfig
 from learner.groups import ReadyGroup, UnusableGroup, check_group, load_group
 from store.store import Store
-from store.training import quarantine_group, ready_group_ids
 
 logger = logging.getLogger("learner")
 
@@ -19,7 +18,7 @@ async def wait_for_run(store: Store, run: str, poll_s: float, stop: asyncio.Even
     """The learner may start before the first rollout creates the run: wait for it (None: stopped)."""
     announced = False
     while not stop.is_set():
-        run_id = await store.run_id(run)
+        run_id = await store.listings.run_id(run)
         if run_id is not None:
             return run_id
         if not announced:
@@ -46,7 +45,7 @@ class GroupIntake:
         """The next step's groups (none of ``taken``), usable all; None once ``stop`` is set."""
         wanted = self.config.batch.groups_per_step
         while not stop.is_set():
-            ids = await ready_group_ids(self.store, self.run_id, wanted, taken)
+            ids = await self.store.training.ready_group_ids(self.run_id, wanted, taken)
             if len(ids) >= wanted:
                 groups = [await self._usable(group_id) for group_id in ids]
                 if all(g is not None for g in groups):
@@ -62,7 +61,7 @@ class GroupIntake:
             check_group(group, self.check.temperature, self.check.vocab_size)
             return group
         except UnusableGroup as exc:
-            await quarantine_group(self.store, self.run_id, group_id, str(exc))
+            await self.store.training.quarantine_group(self.run_id, group_id, str(exc))
             self.quarantined += 1
             logger.error("group %d quarantined, the learner goes on without it: %s", group_id, exc)
             return None

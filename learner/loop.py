@@ -50,12 +50,9 @@ from learner.publish import GatewayUnreachable, Publisher
 from learner.ranks import tell_followers
 from learner.served_settings import resolve_max_staleness, resolve_token_budget
 from learner.trainer import Trainer, build_trainer, train_batch
-from store.mismatch import save_call_mismatch
 from store.store import Store
 from store.training import (
     CheckpointRecord,
-    commit_checkpoint,
-    latest_checkpoint,
 )
 
 logger = logging.getLogger("learner")
@@ -188,7 +185,7 @@ async def _train(
         result, too_long = await asyncio.to_thread(_lead_step, trainer, batch, config, per_call)
         progress.step += 1
         if batch.version is not None:  # per token, what the step's mismatch metrics sum up
-            await save_call_mismatch(store, run_id, call_records(per_call, progress.step, batch.version))
+            await store.mismatch.save(run_id, call_records(per_call, progress.step, batch.version))
             await sink.record_mismatch(batch.version)
         progress.pending.extend(groups)
         if progress.probe_ids is None and batch.samples:
@@ -266,7 +263,7 @@ def _vocab_size(model) -> int | None:
 
 async def _resume(store: Store, run_id: int, config: LearnerConfig, trainer: Trainer) -> _Progress:
     """Load the checkpoint the store last committed (if any); drop leftovers newer than it."""
-    record = await latest_checkpoint(store, run_id)
+    record = await store.training.latest_checkpoint(run_id)
     step, progress = 0, _Progress(version=config.lora.init_version)  # a published warm start's version
     if record is not None:
         state = await asyncio.to_thread(
@@ -318,7 +315,7 @@ async def _checkpoint(
         last.ready_at if last else None,
         last.group_id if last else None,
     )
-    await commit_checkpoint(store, run_id, record)
+    await store.training.commit_checkpoint(run_id, record)
     progress.pending = []
     prune_checkpoints(Path(config.checkpoint.dir), step, config.checkpoint.keep)
 

@@ -15,9 +15,7 @@ from typing import Any
 
 from learner.groups import Batch
 from learner.prometheus import LearnerExporter
-from store.mismatch import mismatch_summary
 from store.store import Store
-from store.training import record_step
 
 Metrics = dict[str, float | int | bool | None]
 
@@ -147,7 +145,7 @@ class MetricsSink:
             self.writer = SummaryWriter(log_dir=str(tensorboard_dir))
 
     async def record(self, step: int, metrics: Metrics) -> None:
-        await record_step(self.store, self.run_id, step, metrics)
+        await self.store.training.record_step(self.run_id, step, metrics)
         if self.exporter is not None:
             self.exporter.observe(metrics)
         if self.writer is not None:
@@ -159,7 +157,7 @@ class MetricsSink:
     async def record_mismatch(self, version: int) -> None:
         """Export the mismatch of ``version``'s trained calls per harness and model (Prometheus only)."""
         if self.exporter is not None:
-            self.exporter.policy_mismatch(await mismatch_summary(self.store, self.run_id, version))
+            self.exporter.policy_mismatch(await self.store.mismatch.summary(self.run_id, version))
 
     def close(self) -> None:
         if self.writer is not None:

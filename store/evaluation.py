@@ -28,66 +28,68 @@ def passed_expression():
     return case((and_(Rollout.status == RolloutStatus.FINISHED, score >= PASS_REWARD), 1), else_=0)
 
 
-async def pinned_task_counts(sessions: async_sessionmaker[AsyncSession], run_id: int) -> list[TaskCount]:
-    """Counts per (pinned version, task) of the run's pinned rollouts, ordered by version then task."""
-    reward = case((Rollout.status == RolloutStatus.FINISHED, func.coalesce(Rollout.reward, 0.0)), else_=0.0)
-    query = (
-        select(
-            Rollout.pinned_version,
-            Task.name,
-            func.count(),
-            func.sum(passed_expression()),
-            func.count().filter(Rollout.status == RolloutStatus.FAILED),
-            func.sum(reward),
-            func.sum(reward * reward),
+class Evaluations:
+    """Pinned evaluation runs: pass counts and metric means per policy version."""
+
+    def __init__(self, sessions: async_sessionmaker[AsyncSession]) -> None:
+        self.sessions = sessions
+
+    async def pinned_task_counts(self, run_id: int) -> list[TaskCount]:
+        """Counts per (pinned version, task) of the run's pinned rollouts, ordered by version then task."""
+        reward = case((Rollout.status == RolloutStatus.FINISHED, func.coalesce(Rollout.reward, 0.0)), else_=0.0)
+        query = (
+            select(
+                Rollout.pinned_version,
+                Task.name,
+                func.count(),
+                func.sum(passed_expression()),
+                func.count().filter(Rollout.status == RolloutStatus.FAILED),
+                func.sum(reward),
+                func.sum(reward * reward),
+            )
+            .join(Task, Task.id == Rollout.task_id)
+            .where(Rollout.run_id == run_id, Rollout.pinned_version.is_not(None), Rollout.status.in_(COUNTED))
+            .group_by(Rollout.pinned_version, Task.name)
+            .order_by(Rollout.pinned_version, Task.name)
         )
-        .join(Task, Task.id == Rollout.task_id)
-        .where(Rollout.run_id == run_id, Rollout.pinned_version.is_not(None), Rollout.status.in_(COUNTED))
-        .group_by(Rollout.pinned_version, Task.name)
-        .order_by(Rollout.pinned_version, Task.name)
-    )
-    async with sessions() as session:
-        rows = (await session.execute(query)).all()
-    return [
-        TaskCount(version, task, n, int(passed or 0), failed, float(total or 0.0), float(squares or 0.0))
-        for version, task, n, passed, failed, total, squares in rows
-    ]
+        async with self.sessions() as session:
+            rows = (await session.execute(query)).all()
+        return [
+            TaskCount(version, task, n, int(passed or 0), failed, float(total or 0.0), float(squares or 0.0))
+            for version, task, n, passed, failed, total, squares in rows
+        ]
 
+    async def pinned_metric_means(self, run_id: int) -> dict[int, dict[str, float]]:
+        """Per pinned version, the mean of each verifier metric (reward.json's numbers beside the reward) over
+        the finished rollouts that recorded it. Averaged here, not in SQL: the metrics are JSON per rollout."""
+        query = select(Rollout.pinned_version, Rollout.reward_details).where(
+            Rollout.run_id == run_id, Rollout.pinned_version.is_not(None), Rollout.status == RolloutStatus.FINISHED
+        )
+        async with self.sessions() as session:
+            rows = (await session.execute(query)).all()
+        sums: dict[int, dict[str, list[float]]] = {}
+        for version, details in rows:
+            for name, value in verifier_metrics(details).items():
+                sums.setdefault(version, {}).setdefault(name, []).append(value)
+        return {
+            version: {name: sum(values) / len(values) for name, values in sorted(metrics.items())}
+            for version, metrics in sums.items()
+        }
 
-async def pinned_metric_means(sessions: async_sessionmaker[AsyncSession], run_id: int) -> dict[int, dict[str, float]]:
-    """Per pinned version, the mean of each verifier metric (reward.json's numbers beside the reward) over
-    the finished rollouts that recorded it. Averaged here, not in SQL: the metrics are JSON per rollout."""
-    query = select(Rollout.pinned_version, Rollout.reward_details).where(
-        Rollout.run_id == run_id, Rollout.pinned_version.is_not(None), Rollout.status == RolloutStatus.FINISHED
-    )
-    async with sessions() as session:
-        rows = (await session.execute(query)).all()
-    sums: dict[int, dict[str, list[float]]] = {}
-    for version, details in rows:
-        for name, value in verifier_metrics(details).items():
-            sums.setdefault(version, {}).setdefault(name, []).append(value)
-    return {
-        version: {name: sum(values) / len(values) for name, values in sorted(metrics.items())}
-        for version, metrics in sums.items()
-    }
-
-
-async def record_eval_metrics(
-    sessions: async_sessionmaker[AsyncSession], run_id: int, version: int, metrics: dict
-) -> int | None:
-    """Merge a version's evaluation numbers (``eval_*`` keys) into the learner's metrics of the first
-    step the learner took at that version or later; that step, or None when there is none yet."""
-    at_version = LearnerStep.metrics["version"].as_integer() >= version
-    query = (
-        select(LearnerStep)
-        .where(LearnerStep.run_id == run_id, at_version)
-        .order_by(LearnerStep.step)
-        .limit(1)
-        .with_for_update()
-    )
-    async with sessions.begin() as session:
-        row = (await session.scalars(query)).first()
-        if row is None:
-            return None
-        row.metrics = {**(row.metrics or {}), **metrics}  # a new dict: the JSON column sees the change
-        return row.step
+    async def record_eval_metrics(self, run_id: int, version: int, metrics: dict) -> int | None:
+        """Merge a version's evaluation numbers (``eval_*`` keys) into the learner's metrics of the first
+        step the learner took at that version or later; that step, or None when there is none yet."""
+        at_version = LearnerStep.metrics["version"].as_integer() >= version
+        query = (
+            select(LearnerStep)
+            .where(LearnerStep.run_id == run_id, at_version)
+            .order_by(LearnerStep.step)
+            .limit(1)
+            .with_for_update()
+        )
+        async with self.sessions.begin() as session:
+            row = (await session.scalars(query)).first()
+            if row is None:
+                return None
+            row.metrics = {**(row.metrics or {}), **metrics}  # a new dict: the JSON column sees the change
+            return row.step

@@ -20,11 +20,12 @@ from dataclasses import dataclass, field
 
 import numpy as np
 from sqlalchemy import select
+from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
 from store.arrays import unpack_ids
+from store.calls import CallReads
 from store.listings import is_main_call
 from store.records import FALSE_FORK_TOKENS, CallTag
-from store.store import Store
 from store.tables import Call, Rollout
 
 
@@ -51,56 +52,6 @@ class CaptureHealth:
         return self.side_calls / self.calls if self.calls else None
 
 
-async def capture_health(store: Store, run_id: int) -> list[CaptureHealth]:
-    """One row per (harness, model) of the run's calls, sorted by harness then model."""
-    query = (
-        select(
-            Rollout.id, Rollout.meta, Call.id, Call.model, Call.parent_id, Call.fork_of, Call.drift_tokens, Call.tags
-        )
-        .join(Call, Call.rollout_id == Rollout.id)
-        .where(Rollout.run_id == run_id)
-        .order_by(Rollout.id, Call.id)
-    )
-    async with store.sessions() as session:
-        rows = (await session.execute(query)).all()
-    health: dict[tuple, CaptureHealth] = {}
-    first_main: set[int] = set()
-    suspects: dict[int, list[int]] = defaultdict(list)  # rollout -> later roots that are no fork
-    row_of: dict[int, CaptureHealth] = {}  # suspect call -> its row
-    for rollout_id, meta, call_id, model, parent_id, fork_of, drift, tags in rows:
-        key = ((meta or {}).get("harness"), model)
-        row = health.setdefault(key, CaptureHealth(*key))
-        row.rollouts.add(rollout_id)
-        row.calls += 1
-        row.retried += CallTag.RETRIED in tags
-        if tags:
-            row.side_calls += not (set(tags) & {CallTag.RETRIED, CallTag.UNDELIVERED})
-            continue
-        row.forks += fork_of is not None
-        row.drift_tokens += drift or 0
-        if rollout_id not in first_main:
-            first_main.add(rollout_id)
-            continue
-        row.later_turns += 1
-        row.extending_turns += parent_id is not None
-        if parent_id is None and fork_of is None:
-            suspects[rollout_id].append(call_id)
-            row_of[call_id] = row
-    await _count_false_forks(store, suspects, row_of)
-    return [health[key] for key in sorted(health, key=lambda k: (k[0] or "", k[1]))]
-
-
-async def _count_false_forks(store: Store, suspects: dict[int, list[int]], row_of: dict[int, CaptureHealth]) -> None:
-    for rollout_id, call_ids in suspects.items():
-        nodes = await store.calls.nodes(rollout_id)
-        for n, node in enumerate(nodes):
-            if node.call_id not in call_ids:
-                continue
-            earlier = [np.concatenate([e.prompt_ids, e.output_ids]) for e in nodes[:n]]
-            if any(_shared(node.prompt_ids, seq) >= FALSE_FORK_TOKENS for seq in earlier):
-                row_of[node.call_id].false_forks += 1
-
-
 def _shared(a: np.ndarray, b: np.ndarray) -> int:
     """Length of the common leading run of two id arrays."""
     length = min(len(a), len(b))
@@ -120,20 +71,82 @@ class PolicyCall:
     output_ids: list[int]  # what it sampled
 
 
-async def latest_policy_calls(store: Store, run_id: int, limit: int) -> list[PolicyCall]:
-    """The run's ``limit`` latest main-loop calls the policy sampled, with whole requests and prompts."""
-    query = (
-        select(Call, Rollout.meta)
-        .join(Rollout, Rollout.id == Call.rollout_id)
-        .where(Rollout.run_id == run_id, Call.source == "policy", is_main_call())
-        .order_by(Call.id.desc())
-        .limit(limit)
-    )
-    async with store.sessions() as session:
-        rows = (await session.execute(query)).all()
-    await store.calls.read_whole([call for call, _ in rows])
-    return [
-        PolicyCall((meta or {}).get("harness"), c.model, c.dialect, c.request, unpack_ids(c.prompt_ids),
-                   unpack_ids(c.output_ids))
-        for c, meta in rows
-    ]  # fmt: skip
+class Health:
+    """A run's capture health and its latest policy calls."""
+
+    def __init__(self, sessions: async_sessionmaker[AsyncSession], calls: CallReads) -> None:
+        self.sessions = sessions
+        self.calls = calls
+
+    async def capture_health(self, run_id: int) -> list[CaptureHealth]:
+        """One row per (harness, model) of the run's calls, sorted by harness then model."""
+        query = (
+            select(
+                Rollout.id,
+                Rollout.meta,
+                Call.id,
+                Call.model,
+                Call.parent_id,
+                Call.fork_of,
+                Call.drift_tokens,
+                Call.tags,
+            )
+            .join(Call, Call.rollout_id == Rollout.id)
+            .where(Rollout.run_id == run_id)
+            .order_by(Rollout.id, Call.id)
+        )
+        async with self.sessions() as session:
+            rows = (await session.execute(query)).all()
+        health: dict[tuple, CaptureHealth] = {}
+        first_main: set[int] = set()
+        suspects: dict[int, list[int]] = defaultdict(list)  # rollout -> later roots that are no fork
+        row_of: dict[int, CaptureHealth] = {}  # suspect call -> its row
+        for rollout_id, meta, call_id, model, parent_id, fork_of, drift, tags in rows:
+            key = ((meta or {}).get("harness"), model)
+            row = health.setdefault(key, CaptureHealth(*key))
+            row.rollouts.add(rollout_id)
+            row.calls += 1
+            row.retried += CallTag.RETRIED in tags
+            if tags:
+                row.side_calls += not (set(tags) & {CallTag.RETRIED, CallTag.UNDELIVERED})
+                continue
+            row.forks += fork_of is not None
+            row.drift_tokens += drift or 0
+            if rollout_id not in first_main:
+                first_main.add(rollout_id)
+                continue
+            row.later_turns += 1
+            row.extending_turns += parent_id is not None
+            if parent_id is None and fork_of is None:
+                suspects[rollout_id].append(call_id)
+                row_of[call_id] = row
+        await self._count_false_forks(suspects, row_of)
+        return [health[key] for key in sorted(health, key=lambda k: (k[0] or "", k[1]))]
+
+    async def _count_false_forks(self, suspects: dict[int, list[int]], row_of: dict[int, CaptureHealth]) -> None:
+        for rollout_id, call_ids in suspects.items():
+            nodes = await self.calls.nodes(rollout_id)
+            for n, node in enumerate(nodes):
+                if node.call_id not in call_ids:
+                    continue
+                earlier = [np.concatenate([e.prompt_ids, e.output_ids]) for e in nodes[:n]]
+                if any(_shared(node.prompt_ids, seq) >= FALSE_FORK_TOKENS for seq in earlier):
+                    row_of[node.call_id].false_forks += 1
+
+    async def latest_policy_calls(self, run_id: int, limit: int) -> list[PolicyCall]:
+        """The run's ``limit`` latest main-loop calls the policy sampled, with whole requests and prompts."""
+        query = (
+            select(Call, Rollout.meta)
+            .join(Rollout, Rollout.id == Call.rollout_id)
+            .where(Rollout.run_id == run_id, Call.source == "policy", is_main_call())
+            .order_by(Call.id.desc())
+            .limit(limit)
+        )
+        async with self.sessions() as session:
+            rows = (await session.execute(query)).all()
+        await self.calls.read_whole([call for call, _ in rows])
+        return [
+            PolicyCall((meta or {}).get("harness"), c.model, c.dialect, c.request, unpack_ids(c.prompt_ids),
+                       unpack_ids(c.output_ids))
+            for c, meta in rows
+        ]  # fmt: skip

@@ -116,6 +116,14 @@ class Listings:
     def __init__(self, sessions: async_sessionmaker[AsyncSession]):
         self.sessions = sessions
 
+    async def run_id(self, run: str) -> int | None:
+        """The id of the run named ``run``; None when there is none (the one lookup of a run by name)."""
+        async with self.sessions() as session:
+            return await session.scalar(select(Run.id).where(Run.name == run))
+
+    async def run_exists(self, run: str) -> bool:
+        return (await self.run_id(run)) is not None
+
     async def runs(self, name: str | None, after: int, limit: int, newest_first: bool = False) -> list[StoredRun]:
         """Runs by id, oldest first; ``newest_first`` pages down from ``after`` (0: from the newest)."""
         if newest_first:

@@ -12,9 +12,9 @@ from dataclasses import dataclass
 
 import numpy as np
 from sqlalchemy import delete, func, select
+from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
 from store.arrays import deltas_array, pack_deltas
-from store.store import Store
 from store.tables import Call, CallMismatch, Rollout, utcnow
 
 
@@ -29,48 +29,6 @@ class CallMismatchRecord:
     k3: float | None  # mean exp(Δ) - 1 - Δ, an estimate of KL(sampler || learner)
     frac_over: float | None  # share of compared tokens with |Δ| above learner.mismatch.THRESHOLD
     deltas: np.ndarray  # float32 [output_len]: learner - sampler log-prob, NaN where not compared
-
-
-async def save_call_mismatch(store: Store, run_id: int, records: Sequence[CallMismatchRecord]) -> None:
-    """Write the records, replacing what an earlier training of the same calls left."""
-    if not records:
-        return
-    async with store.sessions.begin() as session:
-        await session.execute(delete(CallMismatch).where(CallMismatch.call_id.in_([r.call_id for r in records])))
-        session.add_all(
-            CallMismatch(
-                call_id=r.call_id,
-                run_id=run_id,
-                step=r.step,
-                version=r.version,
-                tokens=r.tokens,
-                mean_abs=r.mean_abs,
-                max_abs=r.max_abs,
-                k3=r.k3,
-                frac_over=r.frac_over,
-                deltas=pack_deltas(r.deltas),
-                created_at=utcnow(),
-            )
-            for r in records
-        )
-
-
-async def call_mismatch(store: Store, call_id: int) -> CallMismatchRecord | None:
-    async with store.sessions() as session:
-        row = await session.scalar(select(CallMismatch).where(CallMismatch.call_id == call_id))
-    if row is None:
-        return None
-    return CallMismatchRecord(
-        row.call_id,
-        row.step,
-        row.version,
-        row.tokens,
-        row.mean_abs,
-        row.max_abs,
-        row.k3,
-        row.frac_over,
-        deltas_array(row.deltas),
-    )
 
 
 @dataclass(frozen=True)
@@ -88,35 +46,83 @@ class MismatchSummary:
     frac_over: float | None
 
 
-async def mismatch_summary(store: Store, run_id: int, version: int | None = None) -> list[MismatchSummary]:
-    """Per (harness, model, version) of the run: token-weighted means of the calls' mismatch; one
-    policy ``version``'s only when given (the learner's per-step export reads just the version it trained)."""
-    harness = Rollout.meta["harness"].as_string()
-    tokens = func.sum(CallMismatch.tokens)
+class Mismatches:
+    """Per-call train-inference mismatch: saved by the learner, read by the gateway and reports."""
 
-    def weighted(column):
-        return func.sum(column * CallMismatch.tokens) / func.nullif(tokens, 0)
+    def __init__(self, sessions: async_sessionmaker[AsyncSession]) -> None:
+        self.sessions = sessions
 
-    query = (
-        select(
-            harness,
-            Call.model,
-            CallMismatch.version,
-            func.count(CallMismatch.id),
-            tokens,
-            weighted(CallMismatch.mean_abs),
-            func.max(CallMismatch.max_abs),
-            weighted(CallMismatch.k3),
-            weighted(CallMismatch.frac_over),
+    async def save(self, run_id: int, records: Sequence[CallMismatchRecord]) -> None:
+        """Write the records, replacing what an earlier training of the same calls left."""
+        if not records:
+            return
+        async with self.sessions.begin() as session:
+            await session.execute(delete(CallMismatch).where(CallMismatch.call_id.in_([r.call_id for r in records])))
+            session.add_all(
+                CallMismatch(
+                    call_id=r.call_id,
+                    run_id=run_id,
+                    step=r.step,
+                    version=r.version,
+                    tokens=r.tokens,
+                    mean_abs=r.mean_abs,
+                    max_abs=r.max_abs,
+                    k3=r.k3,
+                    frac_over=r.frac_over,
+                    deltas=pack_deltas(r.deltas),
+                    created_at=utcnow(),
+                )
+                for r in records
+            )
+
+    async def of_call(self, call_id: int) -> CallMismatchRecord | None:
+        async with self.sessions() as session:
+            row = await session.scalar(select(CallMismatch).where(CallMismatch.call_id == call_id))
+        if row is None:
+            return None
+        return CallMismatchRecord(
+            row.call_id,
+            row.step,
+            row.version,
+            row.tokens,
+            row.mean_abs,
+            row.max_abs,
+            row.k3,
+            row.frac_over,
+            deltas_array(row.deltas),
         )
-        .join(Call, Call.id == CallMismatch.call_id)
-        .join(Rollout, Rollout.id == Call.rollout_id)
-        .where(CallMismatch.run_id == run_id, CallMismatch.tokens > 0)
-        .group_by(harness, Call.model, CallMismatch.version)
-        .order_by(harness, Call.model, CallMismatch.version)
-    )
-    if version is not None:
-        query = query.where(CallMismatch.version == version)
-    async with store.sessions() as session:
-        rows = (await session.execute(query)).all()
-    return [MismatchSummary(*row[:4], int(row[4]), *(None if v is None else float(v) for v in row[5:])) for row in rows]
+
+    async def summary(self, run_id: int, version: int | None = None) -> list[MismatchSummary]:
+        """Per (harness, model, version) of the run: token-weighted means of the calls' mismatch; one
+        policy ``version``'s only when given (the learner's per-step export reads just the version it trained)."""
+        harness = Rollout.meta["harness"].as_string()
+        tokens = func.sum(CallMismatch.tokens)
+
+        def weighted(column):
+            return func.sum(column * CallMismatch.tokens) / func.nullif(tokens, 0)
+
+        query = (
+            select(
+                harness,
+                Call.model,
+                CallMismatch.version,
+                func.count(CallMismatch.id),
+                tokens,
+                weighted(CallMismatch.mean_abs),
+                func.max(CallMismatch.max_abs),
+                weighted(CallMismatch.k3),
+                weighted(CallMismatch.frac_over),
+            )
+            .join(Call, Call.id == CallMismatch.call_id)
+            .join(Rollout, Rollout.id == Call.rollout_id)
+            .where(CallMismatch.run_id == run_id, CallMismatch.tokens > 0)
+            .group_by(harness, Call.model, CallMismatch.version)
+            .order_by(harness, Call.model, CallMismatch.version)
+        )
+        if version is not None:
+            query = query.where(CallMismatch.version == version)
+        async with self.sessions() as session:
+            rows = (await session.execute(query)).all()
+        return [
+            MismatchSummary(*row[:4], int(row[4]), *(None if v is None else float(v) for v in row[5:])) for row in rows
+        ]

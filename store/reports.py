@@ -14,12 +14,13 @@ import math
 from dataclasses import dataclass
 
 from sqlalchemy import Float, Integer, cast, extract, func, literal, select
+from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 from sqlalchemy.sql.elements import ColumnElement
 
-from store.store import Store
+from store.listings import Listings
 from store.summary import rewards_by_version
 from store.tables import Call, Rollout
-from store.training import learner_steps
+from store.training import Training
 
 TARGET_BUCKETS = 40  # generation throughput: about this many points over the run's wall time
 BUCKET_WIDTHS_S = (5, 10, 15, 30, 60, 120, 300, 600, 900, 1800, 3600, 7200, 21600, 86400)
@@ -92,28 +93,6 @@ class ReportData:
     generation: GenerationThroughput | None  # None: the run has no calls
 
 
-async def gather_report(store: Store, run: str) -> ReportData | None:
-    """Everything the report plots; None when no run has that name."""
-    run_id = await store.run_id(run)
-    if run_id is None:
-        return None
-    return ReportData(
-        run,
-        tuple(await step_points(store, run_id)),
-        tuple(await reward_by_version(store, run_id)),
-        await generation_throughput(store, run_id),
-    )
-
-
-async def known_runs(store: Store, limit: int = 20) -> list[str]:
-    """The newest run names, for an error message about a run that does not exist."""
-    return [r.name for r in await store.listings.runs(None, 0, limit, newest_first=True)]
-
-
-async def step_points(store: Store, run_id: int) -> list[StepPoint]:
-    return [_step_point(step, metrics) for step, metrics in await learner_steps(store, run_id)]
-
-
 def _step_point(step: int, m: dict) -> StepPoint:
     return StepPoint(
         step=step,
@@ -129,55 +108,6 @@ def _step_point(step: int, m: dict) -> StepPoint:
         mismatch_max_abs=m.get("mismatch_max_abs"),
         mismatch_alarmed=bool(m.get("mismatch_alarmed")),
     )
-
-
-async def reward_by_version(store: Store, run_id: int) -> list[VersionReward]:
-    """Mean and spread of the scored rollouts per policy version (``store.summary``'s one query)."""
-    async with store.sessions() as session:
-        rows = await rewards_by_version(session, run_id)
-    # E[x^2] - E[x]^2 can dip below 0 by rounding when every reward is equal.
-    return [
-        VersionReward(r.version, r.scored, r.reward_mean, math.sqrt(max(0.0, r.reward_square_mean - r.reward_mean**2)))
-        for r in rows
-        if r.scored
-    ]
-
-
-async def generation_throughput(store: Store, run_id: int) -> GenerationThroughput | None:
-    """Output tokens per time bucket: one aggregate for the span, one GROUP BY over buckets."""
-    dialect = store.engine.dialect.name
-    epoch = _epoch_s(Call.created_at, dialect)
-    span = (
-        select(func.min(epoch), func.max(epoch))
-        .select_from(Call)
-        .join(Rollout, Rollout.id == Call.rollout_id)
-        .where(Rollout.run_id == run_id)
-    )
-    async with store.sessions() as session:
-        first, last = (await session.execute(span)).one()
-        if first is None:
-            return None
-        width = bucket_width_s(float(last) - float(first))
-        bucket = _bucket(epoch, float(first), width, dialect)
-        per_call = (
-            select(bucket.label("bucket"), Call.num_output_tokens.label("tokens"))
-            .join(Rollout, Rollout.id == Call.rollout_id)
-            .where(Rollout.run_id == run_id)
-            .subquery()
-        )
-        # Grouped in an outer query: PostgreSQL would not match a GROUP BY expression whose bound
-        # parameters differ from the SELECT's.
-        query = (
-            select(per_call.c.bucket, func.sum(per_call.c.tokens), func.count())
-            .group_by(per_call.c.bucket)
-            .order_by(per_call.c.bucket)
-        )
-        rows = (await session.execute(query)).all()
-    n = int(rows[-1][0]) + 1
-    tokens, calls = [0] * n, [0] * n  # buckets without calls stay 0: a stall is worth seeing
-    for k, total, count in rows:
-        tokens[int(k)], calls[int(k)] = int(total or 0), int(count)
-    return GenerationThroughput(width, tuple(tokens), tuple(calls))
 
 
 def bucket_width_s(span_s: float) -> int:
@@ -200,3 +130,87 @@ def _bucket(epoch: ColumnElement, first_s: float, width_s: int, dialect: str) ->
     if dialect == "sqlite":  # offsets are >= 0, so truncation is floor (SQLite may lack floor())
         return cast(offset, Integer)
     return cast(func.floor(offset), Integer)
+
+
+class Reports:
+    """What `harnessrl report` plots, read in a few aggregate queries."""
+
+    def __init__(
+        self,
+        sessions: async_sessionmaker[AsyncSession],
+        dialect: str,
+        listings: Listings,
+        training: Training,
+    ) -> None:
+        self.sessions = sessions
+        self.dialect = dialect
+        self.listings = listings
+        self.training = training
+
+    async def gather(self, run: str) -> ReportData | None:
+        """Everything the report plots; None when no run has that name."""
+        run_id = await self.listings.run_id(run)
+        if run_id is None:
+            return None
+        return ReportData(
+            run,
+            tuple(await self.step_points(run_id)),
+            tuple(await self.reward_by_version(run_id)),
+            await self.generation_throughput(run_id),
+        )
+
+    async def known_runs(self, limit: int = 20) -> list[str]:
+        """The newest run names, for an error message about a run that does not exist."""
+        return [r.name for r in await self.listings.runs(None, 0, limit, newest_first=True)]
+
+    async def step_points(self, run_id: int) -> list[StepPoint]:
+        return [_step_point(step, metrics) for step, metrics in await self.training.learner_steps(run_id)]
+
+    async def reward_by_version(self, run_id: int) -> list[VersionReward]:
+        """Mean and spread of the scored rollouts per policy version (``store.summary``'s one query)."""
+        async with self.sessions() as session:
+            rows = await rewards_by_version(session, run_id)
+        # E[x^2] - E[x]^2 can dip below 0 by rounding when every reward is equal.
+        return [
+            VersionReward(
+                r.version, r.scored, r.reward_mean, math.sqrt(max(0.0, r.reward_square_mean - r.reward_mean**2))
+            )
+            for r in rows
+            if r.scored
+        ]
+
+    async def generation_throughput(self, run_id: int) -> GenerationThroughput | None:
+        """Output tokens per time bucket: one aggregate for the span, one GROUP BY over buckets."""
+        dialect = self.dialect
+        epoch = _epoch_s(Call.created_at, dialect)
+        span = (
+            select(func.min(epoch), func.max(epoch))
+            .select_from(Call)
+            .join(Rollout, Rollout.id == Call.rollout_id)
+            .where(Rollout.run_id == run_id)
+        )
+        async with self.sessions() as session:
+            first, last = (await session.execute(span)).one()
+            if first is None:
+                return None
+            width = bucket_width_s(float(last) - float(first))
+            bucket = _bucket(epoch, float(first), width, dialect)
+            per_call = (
+                select(bucket.label("bucket"), Call.num_output_tokens.label("tokens"))
+                .join(Rollout, Rollout.id == Call.rollout_id)
+                .where(Rollout.run_id == run_id)
+                .subquery()
+            )
+            # Grouped in an outer query: PostgreSQL would not match a GROUP BY expression whose bound
+            # parameters differ from the SELECT's.
+            query = (
+                select(per_call.c.bucket, func.sum(per_call.c.tokens), func.count())
+                .group_by(per_call.c.bucket)
+                .order_by(per_call.c.bucket)
+            )
+            rows = (await session.execute(query)).all()
+        n = int(rows[-1][0]) + 1
+        tokens, calls = [0] * n, [0] * n  # buckets without calls stay 0: a stall is worth seeing
+        for k, total, count in rows:
+            tokens[int(k)], calls[int(k)] = int(total or 0), int(count)
+        return GenerationThroughput(width, tuple(tokens), tuple(calls))

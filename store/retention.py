@@ -14,9 +14,9 @@ from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 
 from sqlalchemy import delete, exists, func, select
+from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
 from store.records import ENDED, GroupStatus, RolloutStatus
-from store.store import Store
 from store.tables import Call, CallMismatch, Group, LearnerCheckpoint, LearnerStep, Rollout, Run, Task
 
 STATUSES = ENDED
@@ -57,37 +57,6 @@ class PruneResult:
     dry_run: bool = False
 
 
-async def prune(store: Store, where: PruneFilter, dry_run: bool = False) -> PruneResult:
-    """Delete the ended rollouts ``where`` selects, with their calls; return what went (or would go)."""
-    matched = _matching(where)
-    async with store.sessions() as session:
-        kept = await session.scalar(
-            select(func.count()).select_from(matched.where(Group.status.in_(KEEP_GROUPS)).subquery())
-        )
-    deletable = matched.where(Group.status.not_in(KEEP_GROUPS))
-    if dry_run:
-        async with store.sessions() as session:
-            ids = list((await session.scalars(deletable)).all())
-            calls = await session.scalar(select(func.count()).where(Call.rollout_id.in_(ids))) if ids else 0
-        return PruneResult(len(ids), calls or 0, kept or 0, dry_run=True)
-    rollouts = calls = 0
-    while True:
-        async with store.sessions.begin() as session:
-            ids = list((await session.scalars(deletable.limit(BATCH))).all())
-            if not ids:
-                break
-            # Children first: parent_id and fork_of point at calls of the same rollout.
-            await session.execute(
-                Call.__table__.update().where(Call.rollout_id.in_(ids)).values(parent_id=None, fork_of=None)
-            )
-            their_calls = select(Call.id).where(Call.rollout_id.in_(ids))
-            await session.execute(delete(CallMismatch).where(CallMismatch.call_id.in_(their_calls)))
-            calls += (await session.execute(delete(Call).where(Call.rollout_id.in_(ids)))).rowcount
-            rollouts += (await session.execute(delete(Rollout).where(Rollout.id.in_(ids)))).rowcount
-    await _drop_empty(store, where.run)
-    return PruneResult(rollouts, calls, kept or 0)
-
-
 def _matching(where: PruneFilter):
     query = (
         select(Rollout.id)
@@ -104,19 +73,57 @@ def _matching(where: PruneFilter):
     return query
 
 
-async def _drop_empty(store: Store, run: str | None) -> None:
-    """Groups and tasks without rollouts, then (when pruning one run) the run if nothing is left."""
-    async with store.sessions.begin() as session:
-        no_rollouts = ~exists().where(Rollout.group_id == Group.id)
-        await session.execute(delete(Group).where(no_rollouts, Group.status.not_in(KEEP_GROUPS)))
-        await session.execute(
-            delete(Task).where(~exists().where(Group.task_id == Task.id), ~exists().where(Rollout.task_id == Task.id))
-        )
-        if run is None:
-            return
-        run_id = await session.scalar(select(Run.id).where(Run.name == run))
-        if run_id is None or await session.scalar(select(exists().where(Task.run_id == run_id))):
-            return
-        for table in (LearnerStep, LearnerCheckpoint):
-            await session.execute(delete(table).where(table.run_id == run_id))
-        await session.execute(delete(Run).where(Run.id == run_id))
+class Retention:
+    """Pruning what a filter names."""
+
+    def __init__(self, sessions: async_sessionmaker[AsyncSession]) -> None:
+        self.sessions = sessions
+
+    async def prune(self, where: PruneFilter, dry_run: bool = False) -> PruneResult:
+        """Delete the ended rollouts ``where`` selects, with their calls; return what went (or would go)."""
+        matched = _matching(where)
+        async with self.sessions() as session:
+            kept = await session.scalar(
+                select(func.count()).select_from(matched.where(Group.status.in_(KEEP_GROUPS)).subquery())
+            )
+        deletable = matched.where(Group.status.not_in(KEEP_GROUPS))
+        if dry_run:
+            async with self.sessions() as session:
+                ids = list((await session.scalars(deletable)).all())
+                calls = await session.scalar(select(func.count()).where(Call.rollout_id.in_(ids))) if ids else 0
+            return PruneResult(len(ids), calls or 0, kept or 0, dry_run=True)
+        rollouts = calls = 0
+        while True:
+            async with self.sessions.begin() as session:
+                ids = list((await session.scalars(deletable.limit(BATCH))).all())
+                if not ids:
+                    break
+                # Children first: parent_id and fork_of point at calls of the same rollout.
+                await session.execute(
+                    Call.__table__.update().where(Call.rollout_id.in_(ids)).values(parent_id=None, fork_of=None)
+                )
+                their_calls = select(Call.id).where(Call.rollout_id.in_(ids))
+                await session.execute(delete(CallMismatch).where(CallMismatch.call_id.in_(their_calls)))
+                calls += (await session.execute(delete(Call).where(Call.rollout_id.in_(ids)))).rowcount
+                rollouts += (await session.execute(delete(Rollout).where(Rollout.id.in_(ids)))).rowcount
+        await self._drop_empty(where.run)
+        return PruneResult(rollouts, calls, kept or 0)
+
+    async def _drop_empty(self, run: str | None) -> None:
+        """Groups and tasks without rollouts, then (when pruning one run) the run if nothing is left."""
+        async with self.sessions.begin() as session:
+            no_rollouts = ~exists().where(Rollout.group_id == Group.id)
+            await session.execute(delete(Group).where(no_rollouts, Group.status.not_in(KEEP_GROUPS)))
+            await session.execute(
+                delete(Task).where(
+                    ~exists().where(Group.task_id == Task.id), ~exists().where(Rollout.task_id == Task.id)
+                )
+            )
+            if run is None:
+                return
+            run_id = await session.scalar(select(Run.id).where(Run.name == run))
+            if run_id is None or await session.scalar(select(exists().where(Task.run_id == run_id))):
+                return
+            for table in (LearnerStep, LearnerCheckpoint):
+                await session.execute(delete(table).where(table.run_id == run_id))
+            await session.execute(delete(Run).where(Run.id == run_id))

@@ -20,7 +20,11 @@ from store import request_delta
 from store.adapters import Adapters
 from store.calls import CallReads, call_row
 from store.database import create_engine, create_sessionmaker
+from store.evaluation import Evaluations
+from store.health import Health
+from store.leases import Leases
 from store.listings import Listings
+from store.mismatch import Mismatches
 from store.records import (
     AgentReport,
     CallRecord,
@@ -30,7 +34,9 @@ from store.records import (
     identity_of,
     record_of,
 )
+from store.reports import Reports
 from store.request_delta import RecentRequests
+from store.retention import Retention
 from store.rewards import (
     ENDED,
     RolloutEnded,
@@ -42,7 +48,10 @@ from store.rewards import (
 )
 from store.run_settings import ADHOC_RUN, settled_config
 from store.sqlite_inserts import SQLiteInserts
+from store.summary import Summaries
 from store.tables import Call, Group, Rollout, Run, Task
+from store.traces import Traces
+from store.training import Training
 
 
 class RequestConflict(ValueError):
@@ -72,6 +81,15 @@ class Store:
         self._without_calls: set[int] = set()
         self.calls = CallReads(self.sessions, self._without_calls)
         self.adapters = Adapters(self.sessions)
+        self.leases = Leases(self.sessions)
+        self.training = Training(self.sessions)
+        self.health = Health(self.sessions, self.calls)
+        self.mismatch = Mismatches(self.sessions)
+        self.traces = Traces(self.sessions)
+        self.retention = Retention(self.sessions)
+        self.summary = Summaries(self.sessions)
+        self.evaluations = Evaluations(self.sessions)
+        self.reports = Reports(self.sessions, engine.dialect.name, self.listings, self.training)
         self._reading_status: dict[int, asyncio.Future[str | None]] = {}  # rollout id -> its read in flight
         self._recent_requests = RecentRequests()  # delta bases for the next calls' requests
 
@@ -271,14 +289,6 @@ class Store:
                 return None
             num_calls = (await session.execute(count)).scalar_one()
         return record_of(StoredRollout, row[0]), row[1], row[2], row[3], num_calls
-
-    async def run_id(self, run: str) -> int | None:
-        """The id of the run named ``run``; None when there is none (the one lookup of a run by name)."""
-        async with self.sessions() as session:
-            return await session.scalar(select(Run.id).where(Run.name == run))
-
-    async def run_exists(self, run: str) -> bool:
-        return (await self.run_id(run)) is not None
 
     async def add_reward(self, rollout_id: int, name: str, value: float | None) -> bool:
         """Set one reward component of a running rollout; False when there is no such rollout.

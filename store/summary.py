@@ -16,12 +16,6 @@ from store.listings import is_main_call
 from store.tables import Call, Group, LearnerStep, Rollout
 
 
-async def run_summary(sessions: async_sessionmaker[AsyncSession], run_id: int) -> dict:
-    """Every number of ``RunSummary`` but the run's name (one session)."""
-    async with sessions() as session, session.begin():
-        return await _summary(session, run_id)
-
-
 async def _summary(session: AsyncSession, run_id: int) -> dict:
     rollouts_by_status = await _counts(session, Rollout.status, Rollout.run_id == run_id)
     calls = await _call_totals(session, run_id)
@@ -119,3 +113,15 @@ async def _reward_by_version(session: AsyncSession, run_id: int) -> list[dict]:
 
 def _run_rollout_ids(run_id: int):
     return select(Rollout.id).where(Rollout.run_id == run_id)
+
+
+class Summaries:
+    """A run's counts and totals, for its REST summary."""
+
+    def __init__(self, sessions: async_sessionmaker[AsyncSession]) -> None:
+        self.sessions = sessions
+
+    async def run_summary(self, run_id: int) -> dict:
+        """Every number of ``RunSummary`` but the run's name (one session)."""
+        async with self.sessions() as session, session.begin():
+            return await _summary(session, run_id)

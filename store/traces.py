@@ -7,8 +7,8 @@ from dataclasses import dataclass
 from datetime import datetime
 
 from sqlalchemy import select
+from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
-from store.store import Store
 from store.tables import Call, CallMismatch, Rollout, Run, Task
 
 
@@ -73,41 +73,6 @@ CALL_FIELDS = (
 )
 
 
-async def rollout_trace(store: Store, rollout_id: int) -> RolloutTrace | None:
-    head = (
-        select(Rollout, Run.name, Task.name)
-        .join(Run, Run.id == Rollout.run_id)
-        .join(Task, Task.id == Rollout.task_id)
-        .where(Rollout.id == rollout_id)
-    )
-    calls = (
-        select(*CALL_FIELDS)
-        .outerjoin(CallMismatch, CallMismatch.call_id == Call.id)
-        .where(Call.rollout_id == rollout_id)
-        .order_by(Call.id)
-    )
-    async with store.sessions() as session:
-        found = (await session.execute(head)).first()
-        if found is None:
-            return None
-        rows = (await session.execute(calls)).all()
-    rollout, run, task = found
-    meta = rollout.meta if isinstance(rollout.meta, dict) else {}
-    return RolloutTrace(
-        rollout.id,
-        run,
-        task,
-        rollout.group_id,
-        meta.get("harness"),
-        rollout.status,
-        rollout.error,
-        rollout.reward,
-        rollout.created_at,
-        rollout.finished_at,
-        tuple(_traced(row) for row in rows),
-    )
-
-
 def _traced(row) -> TracedCall:
     return TracedCall(
         row.id,
@@ -130,3 +95,44 @@ def _traced(row) -> TracedCall:
         row.created_at,
         row.mean_abs,
     )
+
+
+class Traces:
+    """Ended rollouts as traces for the OpenTelemetry export."""
+
+    def __init__(self, sessions: async_sessionmaker[AsyncSession]) -> None:
+        self.sessions = sessions
+
+    async def of_rollout(self, rollout_id: int) -> RolloutTrace | None:
+        head = (
+            select(Rollout, Run.name, Task.name)
+            .join(Run, Run.id == Rollout.run_id)
+            .join(Task, Task.id == Rollout.task_id)
+            .where(Rollout.id == rollout_id)
+        )
+        calls = (
+            select(*CALL_FIELDS)
+            .outerjoin(CallMismatch, CallMismatch.call_id == Call.id)
+            .where(Call.rollout_id == rollout_id)
+            .order_by(Call.id)
+        )
+        async with self.sessions() as session:
+            found = (await session.execute(head)).first()
+            if found is None:
+                return None
+            rows = (await session.execute(calls)).all()
+        rollout, run, task = found
+        meta = rollout.meta if isinstance(rollout.meta, dict) else {}
+        return RolloutTrace(
+            rollout.id,
+            run,
+            task,
+            rollout.group_id,
+            meta.get("harness"),
+            rollout.status,
+            rollout.error,
+            rollout.reward,
+            rollout.created_at,
+            rollout.finished_at,
+            tuple(_traced(row) for row in rows),
+        )

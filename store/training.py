@@ -14,10 +14,10 @@ from datetime import datetime
 
 from sqlalchemy import delete, or_, select, update
 from sqlalchemy.exc import IntegrityError
+from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
 from store.records import GroupStatus, SamplingSettings
 from store.rewards import CANCELLED
-from store.store import Store
 from store.tables import Adapter, Call, Group, LearnerCheckpoint, LearnerStep, Rollout, Run
 
 READY, CONSUMED = GroupStatus.READY, GroupStatus.CONSUMED
@@ -53,129 +53,7 @@ class CheckpointRecord:
 # --- groups ------------------------------------------------------------------------------------
 
 
-async def ready_group_ids(store: Store, run_id: int, limit: int, exclude: Collection[int] = ()) -> list[int]:
-    """The first ``limit`` ready groups of the run in (ready_at, id) order, skipping ``exclude``.
-
-    By status, not "after the last consumed position": a group whose ``ready_at`` is earlier than the
-    position (clock skew between gateways, a slow commit) is still trained, later, instead of skipped.
-    """
-    query = (
-        select(Group.id)
-        .where(Group.run_id == run_id, Group.status == READY)
-        .order_by(Group.ready_at, Group.id)
-        .limit(limit + len(exclude))
-    )
-    async with store.sessions() as session:
-        ids = list((await session.scalars(query)).all())
-    return [i for i in ids if i not in exclude][:limit]
-
-
-async def run_sampling(store: Store, run_id: int) -> SamplingSettings | None:
-    """The run's fixed sampling; None for a run from before it was fixed."""
-    async with store.sessions() as session:
-        config = await session.scalar(select(Run.config).where(Run.id == run_id))
-    return SamplingSettings.from_config((config or {}).get("sampling"))
-
-
-async def group_members(store: Store, group_id: int) -> GroupMembers:
-    """A group's rollouts with their rewards, and the temperatures its calls were sampled at."""
-    members = (
-        select(Rollout.id, Rollout.reward, Rollout.meta)
-        .where(Rollout.group_id == group_id, Rollout.status != CANCELLED)
-        .order_by(Rollout.id)
-    )
-    temperatures = (
-        select(Call.temperature)
-        .distinct()
-        .join(Rollout, Rollout.id == Call.rollout_id)
-        .where(Rollout.group_id == group_id, Rollout.status != CANCELLED, Call.temperature.is_not(None))
-    )
-    foreign = (
-        select(Call.policy_version, Call.adapter_digest, Adapter.digest)
-        .distinct()
-        .join(Rollout, Rollout.id == Call.rollout_id)
-        .join(Adapter, Adapter.version == Call.policy_version)
-        .where(Rollout.group_id == group_id, Rollout.status != CANCELLED, Adapter.digest.is_not(None))
-        .where(or_(Call.adapter_digest.is_(None), Call.adapter_digest != Adapter.digest))
-    )
-    async with store.sessions() as session:
-        ready_at = await session.scalar(select(Group.ready_at).where(Group.id == group_id))
-        rows = (await session.execute(members)).all()
-        recorded = tuple(sorted((await session.scalars(temperatures)).all()))
-        mismatched = tuple(tuple(r) for r in (await session.execute(foreign)).all())
-    teachers = tuple(sorted({str(r[2]["teacher"]) for r in rows if isinstance(r[2], dict) and r[2].get("teacher")}))
-    return GroupMembers(group_id, ready_at, tuple((r[0], r[1]) for r in rows), recorded, teachers, mismatched)
-
-
-async def quarantine_group(store: Store, run_id: int, group_id: int, reason: str) -> bool:
-    """Mark a ready group quarantined with ``reason``; False when it was no longer ready."""
-    async with store.sessions.begin() as session:
-        done = await session.execute(
-            update(Group)
-            .where(Group.id == group_id, Group.run_id == run_id, Group.status == READY)
-            .values(status=QUARANTINED, error=reason[:2000])
-        )
-    return done.rowcount == 1
-
-
 # --- checkpoints -------------------------------------------------------------------------------
-
-
-async def commit_checkpoint(store: Store, run_id: int, record: CheckpointRecord) -> None:
-    """Record a fully written checkpoint and mark the groups it covers consumed, in one transaction.
-
-    Raises ConsumeConflict (and changes nothing) when a group is no longer ready or the step is
-    already recorded: another learner is training this run.
-    """
-    ids = list(record.group_ids)
-    try:
-        async with store.sessions.begin() as session:
-            session.add(
-                LearnerCheckpoint(
-                    run_id=run_id,
-                    step=record.step,
-                    version=record.version,
-                    path=record.path,
-                    group_ids=ids,
-                    last_ready_at=record.last_ready_at,
-                    last_group_id=record.last_group_id,
-                )
-            )
-            await session.flush()
-            if ids:
-                done = await session.execute(
-                    update(Group)
-                    .where(Group.id.in_(ids), Group.run_id == run_id, Group.status == READY)
-                    .values(status=CONSUMED)
-                )
-                if done.rowcount != len(set(ids)):
-                    raise ConsumeConflict(
-                        f"of groups {ids}, only {done.rowcount} were still ready: is another learner training this run?"
-                    )
-    except IntegrityError:
-        raise ConsumeConflict(
-            f"step {record.step} of this run is already checkpointed: is another learner training this run?"
-        ) from None
-
-
-async def latest_checkpoint(store: Store, run_id: int) -> CheckpointRecord | None:
-    """The newest committed checkpoint of the run (the only one a restart may load)."""
-    query = (
-        select(LearnerCheckpoint)
-        .where(LearnerCheckpoint.run_id == run_id)
-        .order_by(LearnerCheckpoint.step.desc())
-        .limit(1)
-    )
-    async with store.sessions() as session:
-        row = await session.scalar(query)
-    return None if row is None else _checkpoint(row)
-
-
-async def checkpoints(store: Store, run_id: int) -> list[CheckpointRecord]:
-    """Every committed checkpoint of the run, oldest first (which groups each one consumed)."""
-    query = select(LearnerCheckpoint).where(LearnerCheckpoint.run_id == run_id).order_by(LearnerCheckpoint.step)
-    async with store.sessions() as session:
-        return [_checkpoint(row) for row in (await session.scalars(query)).all()]
 
 
 def _checkpoint(row: LearnerCheckpoint) -> CheckpointRecord:
@@ -185,15 +63,137 @@ def _checkpoint(row: LearnerCheckpoint) -> CheckpointRecord:
 # --- step metrics ------------------------------------------------------------------------------
 
 
-async def record_step(store: Store, run_id: int, step: int, metrics: dict) -> None:
-    """Store a step's metrics; a step replayed after a crash overwrites its row."""
-    async with store.sessions.begin() as session:
-        await session.execute(delete(LearnerStep).where(LearnerStep.run_id == run_id, LearnerStep.step == step))
-        session.add(LearnerStep(run_id=run_id, step=step, metrics=metrics))
+class Training:
+    """The learner's side of the store (this module's docstring)."""
 
+    def __init__(self, sessions: async_sessionmaker[AsyncSession]) -> None:
+        self.sessions = sessions
 
-async def learner_steps(store: Store, run_id: int) -> list[tuple[int, dict]]:
-    """Every stored step of the run as (step, metrics), in step order."""
-    query = select(LearnerStep.step, LearnerStep.metrics).where(LearnerStep.run_id == run_id).order_by(LearnerStep.step)
-    async with store.sessions() as session:
-        return [(step, metrics or {}) for step, metrics in (await session.execute(query)).all()]
+    async def ready_group_ids(self, run_id: int, limit: int, exclude: Collection[int] = ()) -> list[int]:
+        """The first ``limit`` ready groups of the run in (ready_at, id) order, skipping ``exclude``.
+
+        By status, not "after the last consumed position": a group whose ``ready_at`` is earlier than the
+        position (clock skew between gateways, a slow commit) is still trained, later, instead of skipped.
+        """
+        query = (
+            select(Group.id)
+            .where(Group.run_id == run_id, Group.status == READY)
+            .order_by(Group.ready_at, Group.id)
+            .limit(limit + len(exclude))
+        )
+        async with self.sessions() as session:
+            ids = list((await session.scalars(query)).all())
+        return [i for i in ids if i not in exclude][:limit]
+
+    async def run_sampling(self, run_id: int) -> SamplingSettings | None:
+        """The run's fixed sampling; None for a run from before it was fixed."""
+        async with self.sessions() as session:
+            config = await session.scalar(select(Run.config).where(Run.id == run_id))
+        return SamplingSettings.from_config((config or {}).get("sampling"))
+
+    async def group_members(self, group_id: int) -> GroupMembers:
+        """A group's rollouts with their rewards, and the temperatures its calls were sampled at."""
+        members = (
+            select(Rollout.id, Rollout.reward, Rollout.meta)
+            .where(Rollout.group_id == group_id, Rollout.status != CANCELLED)
+            .order_by(Rollout.id)
+        )
+        temperatures = (
+            select(Call.temperature)
+            .distinct()
+            .join(Rollout, Rollout.id == Call.rollout_id)
+            .where(Rollout.group_id == group_id, Rollout.status != CANCELLED, Call.temperature.is_not(None))
+        )
+        foreign = (
+            select(Call.policy_version, Call.adapter_digest, Adapter.digest)
+            .distinct()
+            .join(Rollout, Rollout.id == Call.rollout_id)
+            .join(Adapter, Adapter.version == Call.policy_version)
+            .where(Rollout.group_id == group_id, Rollout.status != CANCELLED, Adapter.digest.is_not(None))
+            .where(or_(Call.adapter_digest.is_(None), Call.adapter_digest != Adapter.digest))
+        )
+        async with self.sessions() as session:
+            ready_at = await session.scalar(select(Group.ready_at).where(Group.id == group_id))
+            rows = (await session.execute(members)).all()
+            recorded = tuple(sorted((await session.scalars(temperatures)).all()))
+            mismatched = tuple(tuple(r) for r in (await session.execute(foreign)).all())
+        teachers = tuple(sorted({str(r[2]["teacher"]) for r in rows if isinstance(r[2], dict) and r[2].get("teacher")}))
+        return GroupMembers(group_id, ready_at, tuple((r[0], r[1]) for r in rows), recorded, teachers, mismatched)
+
+    async def quarantine_group(self, run_id: int, group_id: int, reason: str) -> bool:
+        """Mark a ready group quarantined with ``reason``; False when it was no longer ready."""
+        async with self.sessions.begin() as session:
+            done = await session.execute(
+                update(Group)
+                .where(Group.id == group_id, Group.run_id == run_id, Group.status == READY)
+                .values(status=QUARANTINED, error=reason[:2000])
+            )
+        return done.rowcount == 1
+
+    async def commit_checkpoint(self, run_id: int, record: CheckpointRecord) -> None:
+        """Record a fully written checkpoint and mark the groups it covers consumed, in one transaction.
+
+        Raises ConsumeConflict (and changes nothing) when a group is no longer ready or the step is
+        already recorded: another learner is training this run.
+        """
+        ids = list(record.group_ids)
+        try:
+            async with self.sessions.begin() as session:
+                session.add(
+                    LearnerCheckpoint(
+                        run_id=run_id,
+                        step=record.step,
+                        version=record.version,
+                        path=record.path,
+                        group_ids=ids,
+                        last_ready_at=record.last_ready_at,
+                        last_group_id=record.last_group_id,
+                    )
+                )
+                await session.flush()
+                if ids:
+                    done = await session.execute(
+                        update(Group)
+                        .where(Group.id.in_(ids), Group.run_id == run_id, Group.status == READY)
+                        .values(status=CONSUMED)
+                    )
+                    if done.rowcount != len(set(ids)):
+                        raise ConsumeConflict(
+                            f"of groups {ids}, only {done.rowcount} were still ready: is another learner training this run?"
+                        )
+        except IntegrityError:
+            raise ConsumeConflict(
+                f"step {record.step} of this run is already checkpointed: is another learner training this run?"
+            ) from None
+
+    async def latest_checkpoint(self, run_id: int) -> CheckpointRecord | None:
+        """The newest committed checkpoint of the run (the only one a restart may load)."""
+        query = (
+            select(LearnerCheckpoint)
+            .where(LearnerCheckpoint.run_id == run_id)
+            .order_by(LearnerCheckpoint.step.desc())
+            .limit(1)
+        )
+        async with self.sessions() as session:
+            row = await session.scalar(query)
+        return None if row is None else _checkpoint(row)
+
+    async def checkpoints(self, run_id: int) -> list[CheckpointRecord]:
+        """Every committed checkpoint of the run, oldest first (which groups each one consumed)."""
+        query = select(LearnerCheckpoint).where(LearnerCheckpoint.run_id == run_id).order_by(LearnerCheckpoint.step)
+        async with self.sessions() as session:
+            return [_checkpoint(row) for row in (await session.scalars(query)).all()]
+
+    async def record_step(self, run_id: int, step: int, metrics: dict) -> None:
+        """Store a step's metrics; a step replayed after a crash overwrites its row."""
+        async with self.sessions.begin() as session:
+            await session.execute(delete(LearnerStep).where(LearnerStep.run_id == run_id, LearnerStep.step == step))
+            session.add(LearnerStep(run_id=run_id, step=step, metrics=metrics))
+
+    async def learner_steps(self, run_id: int) -> list[tuple[int, dict]]:
+        """Every stored step of the run as (step, metrics), in step order."""
+        query = (
+            select(LearnerStep.step, LearnerStep.metrics).where(LearnerStep.run_id == run_id).order_by(LearnerStep.step)
+        )
+        async with self.sessions() as session:
+            return [(step, metrics or {}) for step, metrics in (await session.execute(query)).all()]

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from tests.fake_engine import FakeReply
+from tests.fake_tokens import FakeReply
 
 WRITE_TOOLS = ("write", "write_file")  # OpenCode and pi: write; Hermes and builtin: write_file
 PATH_KEYS = ("filePath", "path", "file_path")

@@ -23,61 +23,21 @@ from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import Route
 
 from gateway.recording.capture_probe import PROBE_USER
-
-BYTE_OFFSET = 3  # ids 0..2 are special: 0 = <|endoftext|>, 1 = <|im_start|>, 2 = <|im_end|>
-IM_START, IM_END = 1, 2
-
-
-@dataclass(frozen=True)
-class FakeReply:
-    content: str = ""
-    tool_calls: tuple[tuple[str, dict | str], ...] = ()  # (function name, arguments: an object or exact text)
-    reasoning: str = ""  # what a reasoning parser separated out (streamed first, as reasoning deltas)
-    finish_reason: str | None = None  # default: "tool_calls" when calling tools, else "stop"
-    raw_text: str | None = None  # exact sampled text, overriding content + tool_calls (for tito tests)
-
-
-def _think(reasoning: str) -> str:
-    return f"<think>{reasoning}</think>" if reasoning else ""
-
-
-def _tool_call_text(name: str, args: dict | str) -> str:
-    return f"<tool_call>\n{json.dumps({'name': name, 'arguments': args})}\n</tool_call>"
-
-
-def _arguments(args: dict | str) -> str:
-    return args if isinstance(args, str) else json.dumps(args)
-
-
-def encode(text: str) -> list[int]:
-    return [b + BYTE_OFFSET for b in text.encode()]
-
-
-def decode(ids: list[int]) -> str:
-    return bytes(i - BYTE_OFFSET for i in ids if i >= BYTE_OFFSET).decode(errors="replace")
-
-
-def logprob_at(position: int) -> float:
-    """Deterministic fake logprob of the sampled token at ``position`` of the output."""
-    return -0.125 * (position % 7)
-
-
-def next_logprob_at(position: int) -> float:
-    """The base model's fake log-prob of the likeliest token after a prompt of ``position`` tokens."""
-    return -0.25 - 0.5 * (position % 5)
-
-
-def render_chat(messages: list[dict]) -> list[int]:
-    """ChatML-shaped token ids of the conversation plus the generation prompt."""
-    ids: list[int] = []
-    for message in messages:
-        content = message.get("content") or ""
-        if isinstance(content, list):
-            content = "".join(part.get("text", "") for part in content if isinstance(part, dict))
-        for call in message.get("tool_calls") or []:
-            content += f"<tool_call>{json.dumps(call['function'])}</tool_call>"
-        ids += [IM_START, *encode(f"{message['role']}\n{content}"), IM_END, *encode("\n")]
-    return ids + [IM_START, *encode("assistant\n")]
+from tests.fake_streams import chat_chunks, completion_chunks, paced
+from tests.fake_tokens import (
+    IM_END,
+    FakeReply,
+    arguments_text,
+    decode,
+    encode,
+    logprob_at,
+    next_logprob_at,
+    next_token,
+    render_chat,
+    think_text,
+    tool_call_text,
+    usage,
+)
 
 
 @dataclass
@@ -119,9 +79,9 @@ class FakeEngine:
         text = (
             reply.raw_text
             if reply.raw_text is not None
-            else _think(reply.reasoning)
+            else think_text(reply.reasoning)
             + reply.content
-            + "".join(_tool_call_text(name, args) for name, args in reply.tool_calls)
+            + "".join(tool_call_text(name, args) for name, args in reply.tool_calls)
         )
         return [*self.encode_text(text), IM_END]
 
@@ -153,16 +113,12 @@ class FakeEngine:
         )
 
 
-def _usage(prompt: int, completion: int) -> dict:
-    return {"prompt_tokens": prompt, "completion_tokens": completion, "total_tokens": prompt + completion}
-
-
 def _chat_choice(engine: FakeEngine, reply: FakeReply, ids: list[int]) -> dict:
     tool_calls = [
         {
             "id": f"chatcmpl-tool-{next(engine._ids)}",
             "type": "function",
-            "function": {"name": name, "arguments": _arguments(args)},
+            "function": {"name": name, "arguments": arguments_text(args)},
         }
         for name, args in reply.tool_calls
     ]
@@ -205,8 +161,8 @@ async def _chat(request: Request) -> Response:
     reply = FakeReply(content="OK") if probe else engine.next_reply(body)
     ids = engine.output_ids(reply)
     if body.get("stream"):
-        chunks = (_omitted(engine.omit, chunk) for chunk in _chat_chunks(engine, body, reply, prompt_ids, ids))
-        return StreamingResponse(_paced(engine, chunks), media_type="text/event-stream")
+        chunks = (_omitted(engine.omit, chunk) for chunk in chat_chunks(engine, body, reply, prompt_ids, ids))
+        return StreamingResponse(paced(engine, chunks), media_type="text/event-stream")
     return JSONResponse(
         _omitted(
             engine.omit,
@@ -216,7 +172,7 @@ async def _chat(request: Request) -> Response:
                 "created": int(time.time()),
                 "model": body["model"],
                 "choices": [_chat_choice(engine, reply, ids)],
-                "usage": _usage(len(prompt_ids), len(ids)),
+                "usage": usage(len(prompt_ids), len(ids)),
                 "prompt_logprobs": None,
                 "prompt_token_ids": prompt_ids,
             },
@@ -239,92 +195,6 @@ def _omitted(omit: frozenset[str], answer: dict) -> dict:
     return answer
 
 
-def _chat_chunks(engine: FakeEngine, body: dict, reply: FakeReply, prompt_ids: list[int], ids: list[int]):
-    """The SSE events of a streamed chat answer, as vLLM sends them."""
-    base = {
-        "id": f"chatcmpl-{next(engine._ids)}",
-        "object": "chat.completion.chunk",
-        "created": int(time.time()),
-        "model": body["model"],
-    }
-    ask_ids, ask_logprobs = body.get("return_token_ids"), body.get("logprobs")
-    start = {"index": 0, "delta": {"role": "assistant", "content": ""}, "logprobs": None, "finish_reason": None}
-    yield {**base, "choices": [start], **({"prompt_token_ids": prompt_ids} if ask_ids else {})}
-    for first, delta, finish in _deltas(engine, reply, ids):
-        piece = ids[first : first + len(delta.pop("_ids"))]
-        choice = {
-            "index": 0,
-            "delta": delta,
-            "finish_reason": finish,
-            "logprobs": {"content": [_logprob_entry(engine, i, first + n) for n, i in enumerate(piece)]}
-            if ask_logprobs
-            else None,
-        }
-        if ask_ids:
-            choice["token_ids"] = piece
-        if finish:
-            choice["stop_reason"] = None
-        yield {**base, "choices": [choice]}
-    if (body.get("stream_options") or {}).get("include_usage"):
-        yield {**base, "choices": [], "usage": _usage(len(prompt_ids), len(ids))}
-
-
-def _deltas(engine: FakeEngine, reply: FakeReply, ids: list[int]):
-    """(first token index, delta with its tokens under ``_ids``, finish reason) for each chunk."""
-    finish = reply.finish_reason or ("tool_calls" if reply.tool_calls else "stop")
-    if reply.raw_text is not None:  # exact sampled text: one chunk, the message as the non-streamed one
-        yield 0, {"content": reply.content, "_ids": ids}, finish
-        return
-    position = 0
-    if reply.reasoning:  # the think tags in the first and last reasoning chunks
-        think = engine.encode_text(_think(reply.reasoning))
-        yield position, {"reasoning": reply.reasoning, "_ids": think}, None
-        position += len(think)
-    for i in engine.encode_text(reply.content):  # one token a chunk
-        yield position, {"content": engine.decode_ids([i]), "_ids": [i]}, None
-        position += 1
-    for index, (name, args) in enumerate(reply.tool_calls):
-        call_ids = engine.encode_text(_tool_call_text(name, args))
-        arguments = _arguments(args)
-        half, third = len(arguments) // 2, len(call_ids) // 3
-        pieces = [
-            (
-                {
-                    "id": f"chatcmpl-tool-{next(engine._ids)}",
-                    "type": "function",
-                    "function": {"name": name, "arguments": ""},
-                },
-                call_ids[:third],
-            ),
-            ({"function": {"arguments": arguments[:half]}}, call_ids[third : 2 * third]),
-            ({"function": {"arguments": arguments[half:]}}, call_ids[2 * third :]),
-        ]
-        for call, piece in pieces:
-            yield position, {"tool_calls": [{"index": index, **call}], "_ids": piece}, None
-            position += len(piece)
-    yield position, {"_ids": ids[position:]}, finish
-
-
-def _logprob_entry(engine: FakeEngine, token: int, position: int) -> dict:
-    text = engine.decode_ids([token]) if token != IM_END else "<|im_end|>"
-    return {"token": text, "logprob": logprob_at(position), "bytes": None, "top_logprobs": []}
-
-
-async def _paced(engine: FakeEngine, chunks):
-    """The chunks as SSE, ``token_delay_s`` apart; a client that leaves stops the generation."""
-    finished = False
-    try:
-        for chunk in chunks:
-            yield f"data: {json.dumps(chunk, separators=(',', ':'))}\n\n"
-            if engine.token_delay_s:
-                await asyncio.sleep(engine.token_delay_s)
-        yield "data: [DONE]\n\n"
-        finished = True
-    finally:
-        if not finished:
-            engine.streams_aborted += 1
-
-
 async def _completions(request: Request) -> Response:
     engine: FakeEngine = request.app.state.engine
     body = json.loads(await request.body())
@@ -339,8 +209,8 @@ async def _completions(request: Request) -> Response:
     reply = engine.next_reply(body)
     ids = engine.output_ids(reply)
     if body.get("stream"):
-        chunks = _completion_chunks(engine, body, prompt_ids, ids)
-        return StreamingResponse(_paced(engine, chunks), media_type="text/event-stream")
+        chunks = completion_chunks(engine, body, prompt_ids, ids)
+        return StreamingResponse(paced(engine, chunks), media_type="text/event-stream")
     logprobs = {
         "tokens": [engine.decode_ids([i]) for i in ids],
         "token_logprobs": [logprob_at(n) for n in range(len(ids))],
@@ -364,14 +234,9 @@ async def _completions(request: Request) -> Response:
                     "token_ids": ids,
                 }
             ],
-            "usage": _usage(len(prompt_ids), len(ids)),
+            "usage": usage(len(prompt_ids), len(ids)),
         }
     )
-
-
-def next_token(prompt_ids: list[int]) -> int:
-    """The token the fake model finds likeliest after a prompt (what an adapter probe reads)."""
-    return prompt_ids[-1] + 1
 
 
 def _top_logprobs(engine: FakeEngine, body: dict, prompt_ids: list[int], count: int) -> list[dict]:
@@ -383,30 +248,6 @@ def _top_logprobs(engine: FakeEngine, body: dict, prompt_ids: list[int], count: 
         value = next_logprob_at(len(prompt_ids)) + (engine.adapter_shift if applied else 0.0)
         top[0] = {f"token_id:{next_token(prompt_ids)}": value}
     return top
-
-
-def _completion_chunks(engine: FakeEngine, body: dict, prompt_ids: list[int], ids: list[int]):
-    """A streamed completion as vLLM sends it: one sampled token a chunk, ``prompt_token_ids`` on the first."""
-    base = {
-        "id": f"cmpl-{next(engine._ids)}",
-        "object": "text_completion",
-        "created": int(time.time()),
-        "model": body["model"],
-    }
-    for n, token in enumerate(ids):
-        text = engine.decode_ids([token])
-        choice = {
-            "index": 0,
-            "text": text,
-            "finish_reason": "stop" if n == len(ids) - 1 else None,
-            "logprobs": {"tokens": [text], "token_logprobs": [logprob_at(n)], "top_logprobs": [{}], "text_offset": [n]},
-            "token_ids": [token],
-        }
-        if n == 0:
-            choice["prompt_token_ids"] = prompt_ids
-        yield {**base, "choices": [choice]}
-    if (body.get("stream_options") or {}).get("include_usage"):
-        yield {**base, "choices": [], "usage": _usage(len(prompt_ids), len(ids))}
 
 
 async def _tokenize(request: Request) -> Response:

@@ -3,19 +3,19 @@
 from __future__ import annotations
 
 from store.store import Store
-from store.training import CheckpointRecord, checkpoints, learner_steps
+from store.training import CheckpointRecord
 
 
 async def stored_steps(store: Store, run: str) -> list[dict]:
     """The run's per-step metrics, in step order (none when the run does not exist)."""
-    run_id = await store.run_id(run)
-    return [] if run_id is None else [metrics for _, metrics in await learner_steps(store, run_id)]
+    run_id = await store.listings.run_id(run)
+    return [] if run_id is None else [metrics for _, metrics in await store.training.learner_steps(run_id)]
 
 
 async def stored_checkpoints(store: Store, run: str) -> list[CheckpointRecord]:
     """The run's committed checkpoints, oldest first (none when the run does not exist)."""
-    run_id = await store.run_id(run)
-    return [] if run_id is None else await checkpoints(store, run_id)
+    run_id = await store.listings.run_id(run)
+    return [] if run_id is None else await store.training.checkpoints(run_id)
 
 
 def policy_series(exporter) -> dict[tuple[str, str, str], dict[str, float]]:

@@ -77,7 +77,7 @@ class Released(BaseModel):
 
 
 def _leases(state) -> Leases:
-    return Leases(state.store.sessions)
+    return state.store.leases
 
 
 async def claim(body: ClaimSlots, state: AdminStateDep) -> Claimed:

@@ -14,7 +14,7 @@ from gateway.errors import NotFound
 from gateway.state import StateDep
 from store.arrays import logprobs_or_none
 from store.listings import CallFilter
-from store.mismatch import CallMismatchRecord, call_mismatch
+from store.mismatch import CallMismatchRecord
 from store.records import StoredCall
 from store.samples import SampledMarks
 
@@ -63,7 +63,7 @@ async def get_call(call_id: Int64, state: StateDep, decode: bool = False) -> Cal
     if call is None:
         raise NotFound(f"call {call_id} not found")
     detail = CallDetail(**call_view(call).model_dump(), request=call.request, response=call.response)
-    detail.mismatch = mismatch_view(await call_mismatch(state.store, call_id))
+    detail.mismatch = mismatch_view(await state.store.mismatch.of_call(call_id))
     if decode:
         _mark_prompt(detail, await state.store.calls.prompt_marks(call))
         decoder = await state.decoder()

@@ -22,13 +22,9 @@ from gateway.api.protocol import (
 )
 from gateway.errors import NotFound
 from gateway.state import StateDep
-from store.evaluation import pinned_metric_means, pinned_task_counts
-from store.health import capture_health
 from store.listings import GroupFilter, Listings, RunCounts
-from store.mismatch import mismatch_summary
 from store.passk import TaskCount, policy_label, policy_results
 from store.records import StoredGroup, StoredRun
-from store.summary import run_summary
 
 
 def run_view(run: StoredRun, counts: RunCounts) -> RunView:
@@ -69,11 +65,11 @@ async def get_run(name: str, state: StateDep) -> RunView:
 
 async def get_run_summary(name: str, state: StateDep) -> RunSummary:
     run = await _run(state, name)
-    cells = await pinned_task_counts(state.store.sessions, run.id)
-    metrics = await pinned_metric_means(state.store.sessions, run.id)
+    cells = await state.store.evaluations.pinned_task_counts(run.id)
+    metrics = await state.store.evaluations.pinned_metric_means(run.id)
     return RunSummary(
         run=run.name,
-        **await run_summary(state.store.sessions, run.id),
+        **await state.store.summary.run_summary(run.id),
         policies=policy_views(cells, metrics),
         policy_tasks=task_views(cells),
     )
@@ -82,7 +78,7 @@ async def get_run_summary(name: str, state: StateDep) -> RunSummary:
 async def get_run_mismatch(name: str, state: StateDep) -> list[MismatchSummaryView]:
     """The run's train/inference mismatch per (harness, model, version), from the calls the learner trained."""
     run = await _run(state, name)
-    return [MismatchSummaryView(**dataclasses.asdict(row)) for row in await mismatch_summary(state.store, run.id)]
+    return [MismatchSummaryView(**dataclasses.asdict(row)) for row in await state.store.mismatch.summary(run.id)]
 
 
 async def get_run_health(name: str, state: StateDep) -> list[CaptureHealthView]:
@@ -94,7 +90,7 @@ async def get_run_health(name: str, state: StateDep) -> list[CaptureHealthView]:
             rollouts=len(row.rollouts),
             extension_rate=row.extension_rate,
         )
-        for row in await capture_health(state.store, run.id)
+        for row in await state.store.health.capture_health(run.id)
     ]
 
 

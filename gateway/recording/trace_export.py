@@ -32,7 +32,7 @@ from opentelemetry.trace import SpanKind, Status, StatusCode
 
 from store.records import CallTag
 from store.store import Store
-from store.traces import RolloutTrace, TracedCall, rollout_trace
+from store.traces import RolloutTrace, TracedCall
 
 logger = logging.getLogger(__name__)
 
@@ -173,7 +173,7 @@ class TraceExport:
         while True:
             rollout_id = await self.queue.get()
             try:
-                found = await rollout_trace(self.store, rollout_id)
+                found = await self.store.traces.of_rollout(rollout_id)
                 if found is not None:
                     self.emit(rollout_spans(found))
                     self.exported += 1

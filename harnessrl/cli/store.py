@@ -99,16 +99,15 @@ def report(
     from harnessrl.evaluation.periodic import held_out_results
     from harnessrl.reports.curves import write_report
     from harnessrl.training.warm_start import warm_up_run
-    from store.reports import gather_report, known_runs
 
     url = resolve_database_url(database_url)
 
     async def work(store):
-        data = await gather_report(store, run)
+        data = await store.reports.gather(run)
         if data is None:
-            known = ", ".join(await known_runs(store)) or "none"
+            known = ", ".join(await store.reports.known_runs()) or "none"
             raise fail(f"no run named {run!r} in {url} (runs: {known}); `harnessrl ls runs` lists them")
-        return data, await held_out_results(store, run), await gather_report(store, warm_up_run(run))
+        return data, await held_out_results(store, run), await store.reports.gather(warm_up_run(run))
 
     try:
         data, held_out, warm_up = _with_store(url, work)
@@ -142,18 +141,16 @@ def health(
     with --model, how often a text pipeline would have trained on other ids than the engine's; and, once
     the learner trained them, the train/inference mismatch per harness, model and version."""
     from harnessrl.reports.views import health_table, mismatch_table, render, skew_table
-    from store.health import capture_health, latest_policy_calls
-    from store.mismatch import mismatch_summary
 
     url = resolve_database_url(database_url)
     tokenizer = _tokenizer(model) if model is not None else None
 
     async def work(store):
-        run_id = await store.run_id(run)
+        run_id = await store.listings.run_id(run)
         if run_id is None:
             raise fail(f"no run named {run!r} in {url}; `harnessrl ls runs` lists them")
-        calls = await latest_policy_calls(store, run_id, skew_calls) if tokenizer is not None else []
-        return await capture_health(store, run_id), calls, await mismatch_summary(store, run_id)
+        calls = await store.health.latest_policy_calls(run_id, skew_calls) if tokenizer is not None else []
+        return await store.health.capture_health(run_id), calls, await store.mismatch.summary(run_id)
 
     captured, calls, mismatch = _with_store(url, work)
     render(health_table(run, captured))
@@ -195,7 +192,7 @@ def export(
     url = resolve_database_url(database_url)
 
     async def work(store) -> int:
-        if not await store.run_exists(run):
+        if not await store.listings.run_exists(run):
             raise fail(f"no run named {run!r} in {url}; GET /api/runs lists them")
         return await export_run(store, run, format, out, include_side, decode)
 
@@ -248,7 +245,7 @@ def db_prune(
     database_url: DatabaseUrl = None,
 ) -> None:
     """Delete ended rollouts and their calls (never running ones, nor groups the learner has not consumed)."""
-    from store.retention import PruneFilter, parse_age, prune
+    from store.retention import PruneFilter, parse_age
 
     if run is None and older_than is None and status is None:
         raise fail("say what to prune: --run NAME, --older-than AGE (e.g. 7d) and/or --status STATUS")
@@ -256,7 +253,7 @@ def db_prune(
         where = PruneFilter(run, parse_age(older_than) if older_than else None, status)
     except ValueError as exc:
         raise fail(str(exc)) from None
-    result = _with_store(resolve_database_url(database_url), lambda store: prune(store, where, dry_run))
+    result = _with_store(resolve_database_url(database_url), lambda store: store.retention.prune(where, dry_run))
     verb = "would delete" if dry_run else "deleted"
     console.print(
         f"{verb} {result.rollouts} rollouts and {result.calls} calls; kept {result.kept_for_learner} "

@@ -20,7 +20,6 @@ from harnesses.harness import Harness
 from harnesses.task import Task
 from harnessrl.evaluation.evaluate import EvalPlan, run_evaluation
 from sandboxes import SandboxSpec
-from store.evaluation import pinned_task_counts, record_eval_metrics
 from store.store import Store
 
 logger = logging.getLogger(__name__)
@@ -102,8 +101,8 @@ class PeriodicEval:
             "eval_reward_mean": row["reward_mean"],
             "eval_failures": row["failures"],
         }
-        run_id = await self.store.run_id(self.run)
-        step = await record_eval_metrics(self.store.sessions, run_id, version, metrics) if run_id else None
+        run_id = await self.store.listings.run_id(self.run)
+        step = await self.store.evaluations.record_eval_metrics(run_id, version, metrics) if run_id else None
         logger.info(
             "evaluated %s on %d held-out tasks: pass@1 %.3f, pass@%d %.3f (learner step %s)",
             _label(version),
@@ -118,10 +117,10 @@ class PeriodicEval:
         return metrics
 
     async def _evaluated_versions(self) -> set[int]:
-        run_id = await self.store.run_id(eval_run_name(self.run))
+        run_id = await self.store.listings.run_id(eval_run_name(self.run))
         if run_id is None:
             return set()
-        return {cell.version for cell in await pinned_task_counts(self.store.sessions, run_id)}
+        return {cell.version for cell in await self.store.evaluations.pinned_task_counts(run_id)}
 
 
 def _label(version: int) -> str:
@@ -166,8 +165,8 @@ async def held_out_results(store: Store, run: str) -> list:
     from store.passk import policy_results
 
     for name in (run, eval_run_name(run)):
-        run_id = await store.run_id(name)
-        cells = await pinned_task_counts(store.sessions, run_id) if run_id is not None else []
+        run_id = await store.listings.run_id(name)
+        cells = await store.evaluations.pinned_task_counts(run_id) if run_id is not None else []
         if cells:
             return policy_results(cells)
     return []

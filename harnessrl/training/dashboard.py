@@ -18,7 +18,6 @@ from harnesses.run_plan import RolloutResult
 from learner.sft import SftStep
 from store.records import RolloutStatus
 from store.store import Store
-from store.training import learner_steps
 
 TABLE_ROUNDS = 12  # rows of rounds the live table shows: the first and the latest
 
@@ -174,8 +173,8 @@ def _plot_evals(axes, dashboard: Dashboard) -> None:
 
 async def step_rows(store: Store, run: str) -> list[dict]:
     """The learner's per-step metrics of a run, each with its step."""
-    run_id = await store.run_id(run)
-    return [] if run_id is None else [{"step": step, **m} for step, m in await learner_steps(store, run_id)]
+    run_id = await store.listings.run_id(run)
+    return [] if run_id is None else [{"step": step, **m} for step, m in await store.training.learner_steps(run_id)]
 
 
 def save_reward_curve(dashboard: Dashboard, path: Path) -> Path:

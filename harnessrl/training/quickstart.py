@@ -299,14 +299,13 @@ class Quickstart:
 
     async def _capture_line(self, evals) -> str:
         """How many later turns of this quickstart's rollouts extended the previous call's ids exactly."""
-        from store.summary import run_summary
 
         runs = [self.plan.run, warm_up_run(self.plan.run), *(eval_run_name(p.run) for _, p in evals)]
         later = extending = 0
         for run in runs:
-            run_id = await self._store.run_id(run)
+            run_id = await self._store.listings.run_id(run)
             if run_id is not None:
-                summary = await run_summary(self._store.sessions, run_id)
+                summary = await self._store.summary.run_summary(run_id)
                 later, extending = later + summary["later_turns"], extending + summary["extending_turns"]
         share = f" ({extending / later:.1%})" if later else ""
         return (

@@ -103,7 +103,7 @@ def run_sft(plan: SftPlan, on_step: Callable[[SftStep], None] = lambda step: Non
 async def _read(plan: SftPlan) -> tuple[list[Sample], int]:
     store = Store.from_url(plan.database_url)
     try:
-        if not await store.run_exists(plan.run):
+        if not await store.listings.run_exists(plan.run):
             raise ValueError(f"no run named {plan.run!r} in {plan.database_url}; `harnessrl ls runs` lists them")
         return await successful_samples(store, plan.run, plan.min_reward, plan.best_of_group)
     finally:

@@ -23,7 +23,6 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 from harnessrl.evaluation.periodic import held_out_results  # noqa: E402
 from store.database import sqlite_url  # noqa: E402
 from store.store import Store  # noqa: E402
-from store.summary import run_summary  # noqa: E402
 
 RUN = "gpu-pi"
 KINDS = ("shell-write-*", "shell-copy-*", "shell-append-*")
@@ -66,8 +65,8 @@ async def checks(database_url: str) -> list[dict]:
 
 
 async def _summary(store: Store, run: str) -> dict:
-    run_id = await store.run_id(run)
-    return await run_summary(store.sessions, run_id) if run_id is not None else {}
+    run_id = await store.listings.run_id(run)
+    return await store.summary.run_summary(run_id) if run_id is not None else {}
 
 
 def _picked(summary: dict) -> dict:

@@ -7,7 +7,7 @@ from __future__ import annotations
 import itertools
 import re
 
-from tests.fake_engine import FakeReply
+from tests.fake_tokens import FakeReply
 
 
 def text_of(content) -> str:

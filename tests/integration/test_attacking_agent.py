@@ -18,7 +18,8 @@ import pytest
 
 from gateway.settings import GatewaySettings
 from harnessrl.server import BackgroundGateway, BackgroundServer
-from tests.fake_engine import FakeEngine, FakeReply, create_fake_engine_app
+from tests.fake_engine import FakeEngine, create_fake_engine_app
+from tests.fake_tokens import FakeReply
 from tests.integration.backends import BACKENDS, backend_spec, create_backend
 
 ADMIN_KEY = "test-admin-key"

@@ -26,7 +26,8 @@ from harnessrl.server import BackgroundGateway
 from sandboxes import WORKSPACE
 from tests import http_calls as http
 from tests.builders import ADMIN_HEADERS, TEST_ADMIN_KEY, gateway_settings, run_single_rollout
-from tests.fake_engine import FakeEngine, FakeReply, decode, encode
+from tests.fake_engine import FakeEngine
+from tests.fake_tokens import FakeReply, decode, encode
 
 AGENTS = ("claude-code", "codex")
 TASK = Task(

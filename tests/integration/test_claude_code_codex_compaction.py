@@ -26,7 +26,8 @@ from harnesses.task import Task
 from harnessrl.server import BackgroundGateway
 from sandboxes import WORKSPACE
 from tests.builders import ADMIN_HEADERS, run_single_rollout
-from tests.fake_engine import FakeEngine, FakeReply, decode, encode
+from tests.fake_engine import FakeEngine
+from tests.fake_tokens import FakeReply, decode, encode
 
 AGENTS = ("claude-code", "codex")
 # Claude Code's least window; the history passes its threshold (82,904 with a 4,096 output cap) after

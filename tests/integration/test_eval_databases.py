@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from store.evaluation import pinned_task_counts
 from store.passk import TaskCount
 from store.store import Store
 
@@ -22,8 +21,8 @@ async def test_pinned_counts_agree_on_both_databases(database_url):
         await ended(2, "b", "finished", {"api": 1.0})  # no verifier component: the total decides
         await ended(2, "b", "cancelled", {})
         await ended(None, "a", "finished", {"verifier": 1.0})
-        run_id = await store.run_id("eval")
-        assert await pinned_task_counts(store.sessions, run_id) == [
+        run_id = await store.listings.run_id("eval")
+        assert await store.evaluations.pinned_task_counts(run_id) == [
             TaskCount(0, "a", 3, 1, 1, 2.0, 2.0),
             TaskCount(2, "a", 1, 1, 0, 1.5, 2.25),
             TaskCount(2, "b", 1, 1, 0, 1.0, 1.0),

@@ -19,7 +19,8 @@ from harnesses.registry import create_harness
 from harnesses.task import load_harbor
 from harnessrl.server import BackgroundGateway
 from tests.builders import ADMIN_HEADERS, run_single_rollout
-from tests.fake_engine import FakeEngine, FakeReply
+from tests.fake_engine import FakeEngine
+from tests.fake_tokens import FakeReply
 
 TASK = load_harbor(Path(__file__).resolve().parents[1] / "fixtures" / "harbor_public" / "csv-total")
 AGENTS = ("claude-code", "codex")

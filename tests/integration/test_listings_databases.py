@@ -12,7 +12,6 @@ from migrations.runner import alembic_config
 from store.listings import CallFilter, GroupFilter, RolloutFilter
 from store.samples import prompt_marks, prompt_mask
 from store.store import Store
-from store.summary import run_summary
 from tests.builders import agent_requests, call_record
 
 VIEWER_INDEXES = {"ix_calls_rollout_stats", "ix_calls_finish_reason"}  # migration 0005's
@@ -69,7 +68,7 @@ async def test_filters_summary_and_ancestors_agree_on_both_databases(database_ur
         assert all(counts[r.id].last_activity is not None for r in runs)
 
         run = await listings.run("db-run")
-        summary = await run_summary(store.sessions, run.id)
+        summary = await store.summary.run_summary(run.id)
         assert (summary["calls"], summary["side_calls"], summary["roots"], summary["forks"]) == (3, 1, 2, 1)
         assert summary["reward_by_version"] == [
             {"policy_version": 0, "rollouts": 1, "reward_mean": 0.0},

@@ -23,7 +23,8 @@ from harnessrl.server import BackgroundGateway, BackgroundServer
 from store.store import Store
 from tests import http_calls as http
 from tests.builders import ADMIN_HEADERS, TEST_ADMIN_KEY, gateway_settings
-from tests.fake_engine import FakeEngine, FakeReply, create_fake_engine_app
+from tests.fake_engine import FakeEngine, create_fake_engine_app
+from tests.fake_tokens import FakeReply
 from tests.learner_runs import tiny_learner_config, train_run
 
 PACKAGE = "tests.openenv_env:AdderEnvironment"

@@ -11,7 +11,8 @@ from harnesses.environments import Environments
 from harnesses.families import sum_task
 from harnesses.registry import create_harness
 from tests.builders import run_single_rollout
-from tests.fake_engine import FakeEngine, FakeReply
+from tests.fake_engine import FakeEngine
+from tests.fake_tokens import FakeReply
 from tests.integration.backends import DOCKER_SKIP
 
 pytestmark = pytest.mark.skipif(DOCKER_SKIP is not None, reason=DOCKER_SKIP or "")

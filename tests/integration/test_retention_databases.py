@@ -10,10 +10,9 @@ from sqlalchemy import func, select, update
 from typer.testing import CliRunner
 
 from harnessrl.cli.app import app
-from store.retention import PruneFilter, prune
+from store.retention import PruneFilter
 from store.store import Store
 from store.tables import Call, Group, LearnerStep, Rollout, Run
-from store.training import record_step
 from tests.builders import agent_requests, call_record
 
 
@@ -54,11 +53,11 @@ async def test_prune_deletes_ended_rollouts_and_keeps_what_the_learner_needs(dat
         await played_rollout(store, "old", "fresh")  # its group is ready: the learner has not read it
         other = await played_rollout(store, "other", "t0", status="failed")
 
-        dry = await prune(store, PruneFilter(run="old"), dry_run=True)
+        dry = await store.retention.prune(PruneFilter(run="old"), dry_run=True)
         assert (dry.rollouts, dry.calls, dry.dry_run) == (3, 9, True)
         assert await count(store, Rollout) == 6  # a dry run deletes nothing
 
-        result = await prune(store, PruneFilter(run="old"))
+        result = await store.retention.prune(PruneFilter(run="old"))
         assert (result.rollouts, result.calls, result.kept_for_learner) == (3, 9, 1)
         async with store.sessions() as session:
             left = set((await session.scalars(select(Rollout.id))).all())
@@ -67,7 +66,7 @@ async def test_prune_deletes_ended_rollouts_and_keeps_what_the_learner_needs(dat
         # the kept rollouts still read back whole (their requests are deltas against their own calls)
         [kept] = await store.calls.page(other, 0, 1)
         assert kept.request == agent_requests(1, history_chars=50)[0]
-        assert await store.run_exists("old")  # rollouts of it are left
+        assert await store.listings.run_exists("old")  # rollouts of it are left
     finally:
         await store.close()
 
@@ -78,11 +77,11 @@ async def test_a_run_pruned_whole_takes_its_groups_tasks_and_learner_records(dat
         for k in range(2):
             await played_rollout(store, "gone", f"t{k}")
         await consume_groups(store, "gone")
-        await record_step(store, await store.run_id("gone"), 1, {"loss": 0.5})
+        await store.training.record_step(await store.listings.run_id("gone"), 1, {"loss": 0.5})
         keep = await played_rollout(store, "stays", "t0", status="failed")
 
-        result = await prune(store, PruneFilter(run="gone"))
-        assert result.rollouts == 2 and not await store.run_exists("gone")
+        result = await store.retention.prune(PruneFilter(run="gone"))
+        assert result.rollouts == 2 and not await store.listings.run_exists("gone")
         assert await count(store, LearnerStep) == 0 and await count(store, Group) == 1
         assert (await store.get_rollout(keep)) is not None
     finally:

@@ -11,7 +11,6 @@ import pytest
 from learner.groups import load_group, run_temperature
 from store.rewards import GroupClosed, InvalidReward
 from store.store import Store
-from store.training import quarantine_group, ready_group_ids
 from tests.builders import call_record
 
 
@@ -46,10 +45,10 @@ async def test_rollout_creation_rewards_and_quarantine_on_both_databases(databas
 
         run_id = same[0].run_id
         assert await run_temperature(store, run_id) == 0.8
-        [group_id] = await ready_group_ids(store, run_id, 10)
+        [group_id] = await store.training.ready_group_ids(run_id, 10)
         assert (await load_group(store, group_id)).temperatures == (0.8,)
-        assert await quarantine_group(store, run_id, group_id, "a reason")
-        assert await ready_group_ids(store, run_id, 10) == []
+        assert await store.training.quarantine_group(run_id, group_id, "a reason")
+        assert await store.training.ready_group_ids(run_id, 10) == []
         group, _, _ = await store.listings.group(group_id)
         assert (group.status, group.error) == ("quarantined", "a reason")
     finally:

@@ -20,7 +20,6 @@ from harnessrl.engines.process import EngineLaunch, ManagedProcess
 from harnessrl.server import BackgroundGateway, free_port
 from migrations.runner import upgrade
 from store.database import sqlite_url
-from store.mismatch import call_mismatch
 from store.store import Store
 from tests import http_calls as http
 from tests.learner_runs import tiny_learner_config, train_run
@@ -70,7 +69,7 @@ def trained_mismatch(engine_url: str, database_url: str, model_dir, out) -> tupl
         store = Store.from_url(database_url)
         try:
             await train_run(tiny_learner_config(model_dir, out, max_steps=1), store, RUN)
-            return [await call_mismatch(store, call_id) for call_id in call_ids]
+            return [await store.mismatch.of_call(call_id) for call_id in call_ids]
         finally:
             await store.close()
 

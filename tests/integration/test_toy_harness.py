@@ -23,7 +23,8 @@ from harnesses.agents.cli_agent import CliAgentHarness, Endpoint, HostInstall, S
 from harnesses.task import Task
 from harnessrl.engines.demonstrations import playable_script
 from tests.builders import run_single_rollout
-from tests.fake_engine import FakeEngine, FakeReply
+from tests.fake_engine import FakeEngine
+from tests.fake_tokens import FakeReply
 from tests.integration.test_real_agents import check_recorded
 
 TOY_AGENT = '''#!/usr/bin/env python3

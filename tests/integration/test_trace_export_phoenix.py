@@ -21,7 +21,8 @@ from migrations.runner import upgrade
 from store.database import sqlite_url
 from tests import http_calls as http
 from tests.builders import ADMIN_HEADERS, gateway_settings
-from tests.fake_engine import FakeEngine, FakeReply, create_fake_engine_app
+from tests.fake_engine import FakeEngine, create_fake_engine_app
+from tests.fake_tokens import FakeReply
 from tests.waiting import wait_until
 
 PHOENIX = Path(__file__).resolve().parents[2] / ".venv-phoenix" / "bin" / "phoenix"

@@ -11,183 +11,47 @@ from __future__ import annotations
 
 import shutil
 from collections.abc import Iterator
-from dataclasses import dataclass
 from pathlib import Path
-from urllib.parse import urlsplit
 
-import httpx
 import numpy as np
 import pytest
-from openai import OpenAI
 from sqlalchemy import create_engine, select
 from sqlalchemy.orm import Session
 
 from harnessrl.server import BackgroundGateway, BackgroundServer
-from store import prompt_delta
 from store.arrays import deltas_array, pack_deltas, unpack_ids, unpack_logprobs
 from store.database import sqlite_url
-from store.tables import Call, CallMismatch, Group, LearnerStep, Rollout, Run
-from tests.builders import ADMIN_HEADERS, TEST_ADMIN_KEY, WEATHER_TOOL, gateway_settings
-from tests.fake_engine import BYTE_OFFSET, FakeEngine, FakeReply, create_fake_engine_app, decode
+from store.tables import Call, Group, Rollout, Run
+from tests.builders import TEST_ADMIN_KEY, gateway_settings
+from tests.fake_engine import FakeEngine, create_fake_engine_app
+from tests.fake_tokens import BYTE_OFFSET
+from tests.viewer_pages import (
+    HOSTILE,
+    MANY_ROLLOUTS,
+    MANY_RUN,
+    RUN,
+    STEPS,
+    VIEWPORT,
+    Browser,
+    Recorded,
+    byte_level_chars,
+    check_runs_page,
+    check_token_view,
+    earlier_logprobs,
+    is_loopback,
+    mask_sum,
+    playwright_api,
+    record_run,
+    reward_text,
+    viewer_script,
+    write_mismatch,
+    write_steps,
+)
 
-playwright_api = pytest.importorskip("playwright.sync_api", reason="needs playwright (in the dev extras)")
 CHROMIUM = shutil.which("chromium")
 pytestmark = pytest.mark.skipif(
     CHROMIUM is None, reason="needs a system Chromium (apt-get install chromium); no browser is downloaded"
 )
-
-RUN = "viewer-run"
-MANY_RUN = "viewer-many"  # rollouts enough to need a second page
-MANY_ROLLOUTS = 60  # the viewer pages by 50
-# Agent output is untrusted: this must show up as text and never run.
-HOSTILE = 'You are welcome. <img src=x onerror="window.__pwned=1"><script>window.__pwned=2</script>'
-STEPS = 5
-# The judge's verdict as the runner stores it (harnesses.judge.Judgement.detail); its reasons may quote the agent.
-JUDGE_DETAIL = {
-    "score": 0.75,
-    "reasons": f"Polite; the agent wrote {HOSTILE}",
-    "model": "hosted_vllm/judge",
-    "prompt_tokens": 812,
-    "completion_tokens": 40,
-    "cost_usd": None,
-    "latency_s": 1.5,
-    "attempts": 1,
-    "cached": False,
-    "shared_by": 4,
-    "abstained": False,
-}
-VIEWPORT = {"width": 1280, "height": 800}
-
-
-@dataclass
-class Recorded:
-    url: str
-    db_path: Path
-    engine_url: str
-    weather_rollout: int  # the multi-turn one: side call, fork, a linked turn, hostile output
-
-
-def _script() -> list[FakeReply]:
-    return [
-        FakeReply(content="Weather in Paris"),  # the title side call
-        FakeReply(tool_calls=(("get_weather", {"city": "Paris"}),)),
-        FakeReply(content="Sunny in Paris."),
-        FakeReply(content=HOSTILE),
-    ]
-
-
-def _weather_rollout(client: OpenAI) -> None:
-    """Title call, tool call, tool result (re-rendered: a fork), then one more linked turn."""
-    client.chat.completions.create(
-        model="policy",
-        messages=[
-            {"role": "system", "content": "You are a title generator. Output only a short title."},
-            {"role": "user", "content": "what is the weather in Paris?"},
-        ],
-    )
-    messages = [{"role": "user", "content": "What is the weather in Paris?"}]
-    first = client.chat.completions.create(model="policy", messages=messages, tools=[WEATHER_TOOL])
-    call = first.choices[0].message.tool_calls[0]
-    messages += [
-        {"role": "assistant", "tool_calls": [call.model_dump()]},
-        {"role": "tool", "tool_call_id": call.id, "content": "sunny, 24 C"},
-    ]
-    second = client.chat.completions.create(model="policy", messages=messages, tools=[WEATHER_TOOL])
-    messages += [
-        {"role": "assistant", "content": second.choices[0].message.content},
-        {"role": "user", "content": "Thanks!"},
-    ]
-    client.chat.completions.create(model="policy", messages=messages, tools=[WEATHER_TOOL])
-
-
-def _record_run(url: str) -> int:
-    http = httpx.Client(base_url=url, timeout=30, headers=ADMIN_HEADERS)
-
-    def rollout(task: str, group: str, run: str = RUN, harness: str = "builtin") -> dict:
-        response = http.post(
-            "/api/rollouts",
-            json={"run": run, "task": task, "group": group, "group_size": 2, "meta": {"harness": harness}},
-        )
-        assert response.status_code == 201, response.text
-        return response.json()
-
-    def chat(token: str, text: str) -> None:
-        OpenAI(base_url=f"{url}/v1", api_key=token, max_retries=0).chat.completions.create(
-            model="policy", messages=[{"role": "user", "content": text}]
-        )
-
-    def finish(
-        rollout_id: int, status: str = "finished", error: str | None = None, details: dict | None = None, **rewards
-    ) -> None:
-        response = http.post(
-            f"/api/rollouts/{rollout_id}/end",
-            json={"status": status, "error": error, "rewards": rewards, "reward_details": details or {}},
-        )
-        assert response.status_code == 200, response.text
-
-    weather = rollout("weather", "g-weather")
-    _weather_rollout(OpenAI(base_url=f"{url}/v1", api_key=weather["token"], max_retries=0))
-    finish(weather["id"], correct=1.0, format=0.5, judge=0.75, details={"judge": JUDGE_DETAIL})
-    other = rollout("weather", "g-weather", harness="opencode")
-    chat(other["token"], "What is the weather in London?")
-    finish(other["id"], correct=0.0)
-    for reward in (1.0, 0.25):
-        r = rollout("arith", "g-arith")
-        chat(r["token"], "2 + 2 = ?")
-        finish(r["id"], correct=reward)
-    failed = rollout("arith", "g-arith-2")
-    chat(failed["token"], "3 + 4 = ?")
-    finish(failed["id"], status="failed", error="sandbox timeout after 600 s")
-    rollout("arith", "g-arith-2")  # still running: its group stays open
-    for i in range(MANY_ROLLOUTS):
-        rollout(f"task-{i % 3}", f"g-{i // 2}", run=MANY_RUN)
-    return weather["id"]
-
-
-def _write_steps(db_path: Path, run: str) -> None:
-    """Learner steps as learner.metrics.MetricsSink stores them (one JSON row per step)."""
-    engine = create_engine(f"sqlite:///{db_path}")
-    try:
-        with Session(engine) as session, session.begin():
-            run_id = session.scalars(select(Run.id).where(Run.name == run)).one()
-            for step in range(1, STEPS + 1):
-                session.add(
-                    LearnerStep(
-                        run_id=run_id,
-                        step=step,
-                        metrics={
-                            "step": step,
-                            "version": step,
-                            "reward_mean": 0.2 + 0.15 * step,
-                            "loss": 1.0 / step,
-                            "kl": 0.01 * step,
-                            "entropy": 2.0 - 0.1 * step,
-                            "grad_norm": 0.5 + 0.05 * step,
-                            "staleness_mean": 0.5,
-                            "step_time_s": 2.5,
-                            "swap_time_s": 0.4 if step % 2 else None,  # not published every step: gaps in the line
-                            "optimizer_stepped": True,
-                            # crossing the learner's mismatch_alarm (0.1) at the last two steps
-                            "mismatch_mean_abs": 0.03 * step,
-                            "mismatch_alarmed": 0.03 * step > 0.1,
-                        },
-                    )
-                )
-    finally:
-        engine.dispose()
-
-
-def _byte_level_chars() -> dict[int, str]:
-    """GPT-2's byte -> printable character table (what a ByteLevel decoder reverses)."""
-    printable = [*range(ord("!"), ord("~") + 1), *range(ord("¡"), ord("¬") + 1), *range(ord("®"), ord("ÿ") + 1)]
-    table, extra = {}, 0
-    for byte in range(256):
-        if byte in printable:
-            table[byte] = chr(byte)
-        else:
-            table[byte] = chr(256 + extra)
-            extra += 1
-    return table
 
 
 @pytest.fixture(scope="module")
@@ -201,7 +65,7 @@ def fake_tokenizer_dir(tmp_path_factory) -> Path:
 
     specials = ["<|endoftext|>", "<|im_start|>", "<|im_end|>"]
     vocab = {s: i for i, s in enumerate(specials)}
-    vocab.update({char: byte + BYTE_OFFSET for byte, char in _byte_level_chars().items()})
+    vocab.update({char: byte + BYTE_OFFSET for byte, char in byte_level_chars().items()})
     tokenizer = Tokenizer(models.BPE(vocab=vocab, merges=[]))
     tokenizer.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
     tokenizer.decoder = decoders.ByteLevel()
@@ -215,12 +79,12 @@ def fake_tokenizer_dir(tmp_path_factory) -> Path:
 def recorded(tmp_path_factory, migrated_sqlite_file, fake_tokenizer_dir) -> Iterator[Recorded]:
     db_path = tmp_path_factory.mktemp("viewer") / "harnessrl.db"
     shutil.copyfile(migrated_sqlite_file, db_path)
-    engine = FakeEngine(script=_script(), record_requests=False)
+    engine = FakeEngine(script=viewer_script(), record_requests=False)
     with BackgroundServer(create_fake_engine_app(engine)) as fake:
         settings = gateway_settings(sqlite_url(db_path), fake.url, model_dir=str(fake_tokenizer_dir))
         with BackgroundGateway(settings) as gateway:
-            weather = _record_run(gateway.url)
-            _write_steps(db_path, RUN)
+            weather = record_run(gateway.url)
+            write_steps(db_path, RUN)
             yield Recorded(gateway.url, db_path, fake.url, weather)
 
 
@@ -233,53 +97,6 @@ def db(recorded) -> Iterator[Session]:
     engine.dispose()
 
 
-class Browser:
-    """One page in headless Chromium that records console errors and every request it makes."""
-
-    def __init__(self, page, out_dir: Path):
-        self.page, self.out_dir = page, out_dir
-        self.errors: list[str] = []
-        self.urls: list[str] = []
-        page.on("console", lambda m: m.type == "error" and self.errors.append(m.text))
-        page.on("pageerror", lambda e: self.errors.append(str(e)))
-        page.on("request", lambda r: self.urls.append(r.url))
-        # Belt and braces: a request for anything off loopback is refused, not just reported.
-        page.route("**/*", lambda route: route.continue_() if _local(route.request.url) else route.abort())
-
-    def goto_hash(self, url: str, route: str) -> None:
-        """Open a view with the admin key in the fragment, as the URL `harnessrl serve` prints."""
-        self.page.goto(f"{url}/ui/#key={TEST_ADMIN_KEY}&{route}")
-        self.ready()
-
-    def click(self, selector: str) -> None:
-        """Follow a link to another view and wait until that view is drawn."""
-        # The old view says "ready" until the hashchange reaches app.js: mark it stale first.
-        self.page.evaluate("() => { document.getElementById('app').dataset.state = 'stale'; }")
-        self.page.locator(selector).first.click()
-        self.ready()
-
-    def ready(self) -> None:
-        """Wait until the routed view finished loading (app.js sets data-state)."""
-        self.page.wait_for_function("() => document.getElementById('app').dataset.state === 'ready'")
-
-    def texts(self, selector: str) -> list[str]:
-        return self.page.locator(selector).all_inner_texts()
-
-    def attrs(self, selector: str, name: str) -> list[str]:
-        return self.page.locator(selector).evaluate_all(f"els => els.map(e => e.getAttribute('{name}'))")
-
-    def shot(self, name: str) -> Path:
-        path = self.out_dir / f"{name}.png"
-        self.page.screenshot(path=str(path), full_page=True)
-        print(f"screenshot: {path}")
-        return path
-
-
-def _local(url: str) -> bool:
-    parts = urlsplit(url)
-    return parts.scheme in ("data", "about") or parts.hostname == "127.0.0.1"
-
-
 @pytest.fixture
 def browser(tmp_path) -> Iterator[Browser]:
     with playwright_api.sync_playwright() as p:
@@ -290,22 +107,9 @@ def browser(tmp_path) -> Iterator[Browser]:
             view = Browser(page, tmp_path)
             yield view
             assert view.errors == [], f"console errors: {view.errors}"
-            assert all(_local(u) for u in view.urls), [u for u in view.urls if not _local(u)]
+            assert all(is_loopback(u) for u in view.urls), [u for u in view.urls if not is_loopback(u)]
         finally:
             chromium.close()
-
-
-def _reward_text(reward: float | None) -> str:
-    return "–" if reward is None else f"{reward:.2f}".rstrip("0").rstrip(".")
-
-
-def _mask_sum(call: Call, calls: dict[int, Call]) -> int:
-    """Prompt tokens sampled by the call's ancestors: along a path, each one's output is in the prompt."""
-    total, parent = 0, call.parent_id
-    while parent is not None:
-        total += calls[parent].num_output_tokens
-        parent = calls[parent].parent_id
-    return total
 
 
 def test_run_group_rollout_call_by_clicking(recorded, db, browser):
@@ -315,7 +119,7 @@ def test_run_group_rollout_call_by_clicking(recorded, db, browser):
     page = browser.page
 
     browser.goto_hash(recorded.url, "/runs")
-    _check_runs_page(browser, db)
+    check_runs_page(browser, db)
     browser.shot("1-runs")
     browser.click(f"[data-testid=run-row][data-run={RUN}] [data-testid=run-link]")
 
@@ -363,7 +167,7 @@ def test_run_group_rollout_call_by_clicking(recorded, db, browser):
         cells = row.locator("[data-testid=reward-cell]")
         assert cells.evaluate_all("els => els.map(e => +e.dataset.rolloutId)") == [r.id for r in members]
         for cell, member in zip(cells.all_inner_texts(), members):
-            assert _reward_text(member.reward) in cell or member.status == "running"
+            assert reward_text(member.reward) in cell or member.status == "running"
     browser.shot("2-run")
 
     weather = next(r for r in rollouts if r.id == recorded.weather_rollout)
@@ -379,9 +183,9 @@ def test_run_group_rollout_call_by_clicking(recorded, db, browser):
     # Rollout page: outcome, conversation, calls with the side call's tag and the fork.
     calls = {c.id: c for c in db.scalars(select(Call).where(Call.rollout_id == weather.id).order_by(Call.id))}
     assert browser.texts("[data-testid=rollout-status]") == [weather.status]
-    assert browser.texts("[data-testid=rollout-reward]") == [_reward_text(weather.reward)]
+    assert browser.texts("[data-testid=rollout-reward]") == [reward_text(weather.reward)]
     components = browser.texts("[data-testid=reward-components] .component")
-    assert components == [f"{name} = {_reward_text(value)}" for name, value in weather.rewards.items()]
+    assert components == [f"{name} = {reward_text(value)}" for name, value in weather.rewards.items()]
     assert browser.texts("[data-testid=judge-model]") == ["hosted_vllm/judge"]
     assert browser.texts("[data-testid=judge-score]") == ["0.75"]
     assert browser.texts("[data-testid=judge-tokens]") == [
@@ -408,68 +212,14 @@ def test_run_group_rollout_call_by_clicking(recorded, db, browser):
     leaf = max(c.id for c in calls.values() if not c.tags and c.parent_id is not None)
     assert f"#/calls/{leaf}" in browser.attrs("[data-testid=message-call-link]", "href")  # the answer's call
     browser.click(f"[data-testid=call-row][data-call-id='{leaf}'] [data-testid=call-link]")
-    _check_token_view(browser, calls[leaf], calls)
-    assert _mask_sum(calls[leaf], calls) > 0 and len(set(_earlier_logprobs(calls[leaf], calls))) > 1
+    check_token_view(browser, calls[leaf], calls)
+    assert mask_sum(calls[leaf], calls) > 0 and len(set(earlier_logprobs(calls[leaf], calls))) > 1
     browser.shot("5-call")
 
     browser.click("[data-testid=parent-link]")  # up to the fork
     assert browser.texts("[data-testid=call-fork]") == [f"fork of #{fork.fork_of} · {fork.drift_tokens} drift tokens"]
-    _check_token_view(browser, fork, calls)
+    check_token_view(browser, fork, calls)
     browser.shot("6-fork-call")
-
-
-def _check_runs_page(browser: Browser, db: Session) -> None:
-    """Newest run first, each with its rollouts counted as the store holds them."""
-    runs = db.scalars(select(Run).order_by(Run.id.desc())).all()
-    assert browser.attrs("[data-testid=run-row]", "data-run") == [r.name for r in runs] == [MANY_RUN, RUN]
-    for run in runs:
-        rollouts = db.scalars(select(Rollout).where(Rollout.run_id == run.id)).all()
-        rewards = [r.reward for r in rollouts if r.reward is not None]
-        row = f"[data-testid=run-row][data-run={run.name}]"
-        assert browser.texts(f"{row} [data-testid=run-rollouts]") == [str(len(rollouts))]
-        finished = sum(r.status == "finished" for r in rollouts)
-        assert browser.texts(f"{row} [data-testid=run-finished]") == [str(finished)]
-        [mean] = browser.texts(f"{row} [data-testid=run-reward-mean]")
-        assert (mean == "–") if not rewards else float(mean) == pytest.approx(sum(rewards) / len(rewards), abs=5e-4)
-        assert browser.texts(f"{row} [data-testid=run-last-activity]") != ["–"]
-
-
-def _earlier_logprobs(call: Call, calls: dict[int, Call]) -> list[float]:
-    """The sampler's logprobs of the prompt tokens the call's ancestors sampled, in prompt order."""
-    found, parent = {}, call.parent_id
-    while parent is not None:
-        ancestor = calls[parent]
-        found.update(enumerate(unpack_logprobs(ancestor.output_logprobs), start=ancestor.num_prompt_tokens))
-        parent = ancestor.parent_id
-    return [found[position] for position in sorted(found)]
-
-
-def _check_token_view(browser: Browser, call: Call, calls: dict[int, Call]) -> None:
-    whole = prompt_delta.whole_prompts(prompt_delta.as_stored(c) for c in calls.values())  # rows store deltas
-    prompt, output = unpack_ids(whole[call.id]), unpack_ids(call.output_ids)
-    tokens = browser.page.locator("[data-testid=token]")
-    assert tokens.count() == len(prompt) + len(output)
-    assert browser.page.locator("[data-testid=token][data-sampled]").count() == len(output) + _mask_sum(call, calls)
-    # Prompt tokens an earlier call sampled are shaded by that call's logprob and marked as earlier.
-    earlier = browser.attrs("[data-testid=token].prompt.earlier", "data-logprob")
-    assert (
-        len(earlier)
-        == browser.page.locator("[data-testid=token].prompt[data-logprob]").count()
-        == _mask_sum(call, calls)
-    )
-    assert [float(x) for x in earlier] == _earlier_logprobs(call, calls)
-    shaded = browser.page.locator("[data-testid=token].prompt.earlier").evaluate_all(
-        "els => els.map(e => e.style.backgroundColor)"
-    )
-    assert all(shaded) and len(set(shaded)) == len(set(earlier))  # by value, not one flat colour
-    titles = browser.attrs("[data-testid=token]", "title")
-    assert [int(t.split(" · ")[1].removeprefix("id ")) for t in titles] == prompt + output
-    assert all("logprob" in t for t in titles[len(prompt) :])
-    assert not browser.page.locator(".legend .warn").count()  # the gateway had a tokenizer: pieces shown
-    shown_output = browser.texts("[data-testid=token].output")
-    assert "".join(shown_output).replace("↵", "") == decode(output) + "<|im_end|>"
-    assert browser.texts("[data-testid=finish-reason]") == [call.finish_reason]
-    assert browser.page.locator("[data-testid=output-text]").inner_text() == decode(output) + "<|im_end|>"
 
 
 def test_listings_page_with_more(recorded, browser):
@@ -581,38 +331,13 @@ def test_the_viewer_asks_for_the_key_once_and_keeps_it_out_of_the_address_bar(re
     assert page.evaluate("() => sessionStorage.getItem('harnessrl.adminKey')") == TEST_ADMIN_KEY
 
 
-def _write_mismatch(db_path: Path, call: Call, deltas: np.ndarray) -> None:
-    """A trained call's per-token mismatch, as the learner stores it (store.mismatch)."""
-    engine = create_engine(f"sqlite:///{db_path}")
-    try:
-        with Session(engine) as session, session.begin():
-            run_id = session.scalars(select(Rollout.run_id).where(Rollout.id == call.rollout_id)).one()
-            compared = np.abs(deltas[np.isfinite(deltas)])
-            session.add(
-                CallMismatch(
-                    call_id=call.id,
-                    run_id=run_id,
-                    step=3,
-                    version=2,
-                    tokens=int(compared.size),
-                    mean_abs=float(compared.mean()),
-                    max_abs=float(compared.max()),
-                    k3=0.001,
-                    frac_over=float((compared > 0.1).mean()),
-                    deltas=pack_deltas(deltas),
-                )
-            )
-    finally:
-        engine.dispose()
-
-
 def test_a_trained_calls_mismatch_is_a_heatmap_that_shows_both_log_probs(recorded, db, browser):
     calls = db.scalars(select(Call).where(Call.rollout_id == recorded.weather_rollout).order_by(Call.id)).all()
     call = max(calls, key=lambda c: c.num_output_tokens)  # the tool call: the longest output
     n = call.num_output_tokens
     # small differences, one large one, and tokens not compared (sampled by another version)
     deltas = np.array([np.nan if i % 7 == 3 else (0.4 if i == 5 else 0.004 * (i % 5)) for i in range(n)])
-    _write_mismatch(recorded.db_path, call, deltas)
+    write_mismatch(recorded.db_path, call, deltas)
 
     browser.goto_hash(recorded.url, f"/calls/{call.id}")
     stored = deltas_array(pack_deltas(deltas))  # float16, as the store keeps them

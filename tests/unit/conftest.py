@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections.abc import AsyncIterator, Iterator
 
+import httpx2
 import pytest
 
 from gateway.tito.template import ModelText
@@ -66,3 +67,10 @@ async def file_store(sqlite_db: str) -> AsyncIterator[Store]:
     store = Store.from_url(sqlite_db)
     yield store
     await store.close()
+
+
+@pytest.fixture
+async def sdk_http(gateway) -> AsyncIterator[httpx2.AsyncClient]:
+    # For tests.anthropic_calls.sdk: the anthropic SDK refuses httpx objects (it runs on httpx2).
+    async with httpx2.AsyncClient(transport=httpx2.ASGITransport(gateway.app), base_url="http://gateway") as http:
+        yield http

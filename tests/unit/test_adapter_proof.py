@@ -19,7 +19,7 @@ from learner.groups import UnusableGroup, check_group, load_group
 from store.store import Store
 from tests.builders import call_record, gateway_settings
 from tests.engine_pool import fake_engines, pool_gateway
-from tests.fake_engine import next_logprob_at, next_token
+from tests.fake_tokens import next_logprob_at, next_token
 from tests.gateway_harness import GatewayHarness, gateway_on, start_gateway
 from tests.learner_builders import VOCAB, lora_model
 from tests.waiting import until

@@ -17,7 +17,7 @@ from harnesses.runner import Runner
 from harnesses.task import Task
 from harnessrl.server import BackgroundGateway
 from tests.builders import TEST_ADMIN_KEY, gateway_settings
-from tests.fake_engine import FakeReply
+from tests.fake_tokens import FakeReply
 
 
 def test_engine_time_is_not_charged_to_the_agent():

@@ -5,7 +5,7 @@ from __future__ import annotations
 from prometheus_client.parser import text_string_to_metric_families
 
 from tests.builders import WEATHER_TOOL
-from tests.fake_engine import FakeReply
+from tests.fake_tokens import FakeReply
 
 
 async def test_appending_turns_link_into_one_sample(gateway):

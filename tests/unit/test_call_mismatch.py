@@ -20,7 +20,6 @@ from learner.mismatch import RowDeltas, call_deltas, call_records
 from learner.packing import pack_samples
 from learner.prometheus import LearnerExporter
 from learner.step import StepConfig, train_step
-from store.mismatch import call_mismatch, mismatch_summary, save_call_mismatch
 from store.samples import Sample
 from store.store import Store
 from tests.builders import call_record, gateway_settings
@@ -106,7 +105,7 @@ async def test_the_learner_stores_each_trained_calls_mismatch_as_recomputed_offl
 
         base = AutoModelForCausalLM.from_pretrained(tiny_model_dir, dtype=torch.float32).eval()  # LoRA starts at 0
         for call_id, prompt, output in calls:
-            stored = await call_mismatch(store, call_id)
+            stored = await store.mismatch.of_call(call_id)
             offline = own_logprobs(base, np.array(prompt + output))[len(prompt) :] - SAMPLER
             assert (stored.step, stored.version, stored.tokens) == (1, 0, 6)
             assert stored.deltas == pytest.approx(offline, rel=2e-3, abs=2e-3)  # stored as float16
@@ -130,13 +129,13 @@ async def plant_mismatch(store: Store) -> None:
         record = call_record(rollout, output_ids=list(range(len(deltas))), output_logprobs=[-1.0] * len(deltas))
         [call_id] = await store.insert_calls([record])
         values = np.asarray(deltas, dtype=np.float32)
-        await save_call_mismatch(store, await store.run_id("summed"), call_records({call_id: values}, 1, version))
+        await store.mismatch.save(await store.listings.run_id("summed"), call_records({call_id: values}, 1, version))
 
 
 async def test_the_run_summary_pools_tokens_per_harness_model_and_version(gateway):
     store = gateway.state.store
     await plant_mismatch(store)
-    rows = await mismatch_summary(store, await store.run_id("summed"))
+    rows = await store.mismatch.summary(await store.listings.run_id("summed"))
     assert [(r.harness, r.version, r.calls, r.tokens) for r in rows] == [
         ("opencode", 1, 1, 1),
         ("pi", 1, 2, 4),
@@ -145,7 +144,7 @@ async def test_the_run_summary_pools_tokens_per_harness_model_and_version(gatewa
     pi_v1 = rows[1]
     assert pi_v1.mean_abs == pytest.approx((0.05 + 0.05 + 0.3 + 0.5) / 4, rel=1e-3)  # token-weighted, NaN left out
     assert pi_v1.max_abs == pytest.approx(0.5, rel=1e-3) and pi_v1.frac_over == pytest.approx(2 / 4)
-    only_v2 = await mismatch_summary(store, await store.run_id("summed"), version=2)
+    only_v2 = await store.mismatch.summary(await store.listings.run_id("summed"), version=2)
     assert [(r.harness, r.version, r.tokens) for r in only_v2] == [("pi", 2, 2)]
     listed = (await gateway.http.get("/api/runs/summed/mismatch")).json()
     assert [(r["harness"], r["version"], r["tokens"]) for r in listed] == [
@@ -158,7 +157,7 @@ async def test_the_run_summary_pools_tokens_per_harness_model_and_version(gatewa
 async def test_the_learner_exports_the_mismatch_of_the_version_it_trained_per_harness_and_model(gateway):
     store = gateway.state.store
     await plant_mismatch(store)
-    sink = MetricsSink(store, await store.run_id("summed"), None, LearnerExporter())
+    sink = MetricsSink(store, await store.listings.run_id("summed"), None, LearnerExporter())
     await sink.record_mismatch(1)
     series = policy_series(sink.exporter)
     assert series[("pi", "policy", "1")]["mean_abs"] == pytest.approx((0.05 + 0.05 + 0.3 + 0.5) / 4, rel=1e-3)

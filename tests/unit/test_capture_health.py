@@ -7,7 +7,6 @@ import asyncio
 from typer.testing import CliRunner
 
 from harnessrl.cli.app import app
-from store.health import capture_health
 from store.records import FALSE_FORK_TOKENS
 from store.store import Store
 from tests.builders import call_record
@@ -38,13 +37,13 @@ async def plant(store: Store) -> int:
             call_record(rid, prompt_ids=[3] * (FALSE_FORK_TOKENS + 5)),
         ]
     )
-    return await store.run_id("health")
+    return await store.listings.run_id("health")
 
 
 async def test_each_planted_defect_is_counted_in_its_harnesss_row(sqlite_db):
     store = Store.from_url(sqlite_db)
     try:
-        opencode, pi = await capture_health(store, await plant(store))
+        opencode, pi = await store.health.capture_health(await plant(store))
     finally:
         await store.close()
     assert (pi.harness, pi.calls, pi.later_turns, pi.extending_turns, pi.retried, pi.side_calls) == (

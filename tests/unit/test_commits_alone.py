@@ -15,7 +15,7 @@ from store.sqlite_inserts import SQLiteInserts
 from store.tables import Call
 from store.writer import CallWriter
 from tests.builders import ADMIN_HEADERS, call_record, call_row, chat_body, gateway_settings
-from tests.fake_engine import FakeReply
+from tests.fake_tokens import FakeReply
 from tests.waiting import until
 
 

@@ -14,7 +14,6 @@ from rich.console import Console
 from harnesses.run_plan import RolloutResult
 from harnessrl.training.dashboard import TABLE_ROUNDS, Dashboard, save_reward_curve, step_rows
 from store.store import Store
-from store.training import record_step
 from tests.images import assert_plot_image
 
 RUN = "dash"
@@ -60,9 +59,9 @@ async def test_step_rows_are_the_stored_steps_of_the_run(store):
     assert await step_rows(store, RUN) == []  # no such run yet: nothing, not an error
     identity = await store.create_rollout(RUN, "t", None)
     run_id = (await store.get_rollout(identity.rollout_id))[0].run_id
-    await record_step(store, run_id, 2, {"loss": 0.5})
-    await record_step(store, run_id, 1, {"loss": 0.7})
-    await record_step(store, run_id, 1, {"loss": 0.6})  # a replayed step overwrites its row
+    await store.training.record_step(run_id, 2, {"loss": 0.5})
+    await store.training.record_step(run_id, 1, {"loss": 0.7})
+    await store.training.record_step(run_id, 1, {"loss": 0.6})  # a replayed step overwrites its row
     rows = await step_rows(store, RUN)
     assert rows == [{"step": 1, "loss": 0.6}, {"step": 2, "loss": 0.5}]
     assert statistics.fmean(r["loss"] for r in rows) == pytest.approx(0.55)

@@ -13,7 +13,7 @@ from harnessrl.cli.app import app
 from harnessrl.server import BackgroundGateway
 from tests import http_calls as http
 from tests.builders import ADMIN_HEADERS, TEST_ADMIN_KEY, gateway_settings
-from tests.fake_engine import FakeReply
+from tests.fake_tokens import FakeReply
 
 UNISOLATED = [] if shutil.which("bwrap") else ["--allow-unisolated"]
 

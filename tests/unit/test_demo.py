@@ -6,7 +6,7 @@ from __future__ import annotations
 from harnessrl.engines.demo import one_recorded_rollout
 from harnessrl.server import BackgroundGateway
 from tests.builders import TEST_ADMIN_KEY, gateway_settings
-from tests.fake_engine import FakeReply
+from tests.fake_tokens import FakeReply
 
 
 def weather_script(body: dict) -> FakeReply:

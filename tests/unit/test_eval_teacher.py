@@ -15,7 +15,7 @@ from harnessrl.evaluation.evaluate import EvalPlan, eval_harness, resolve_polici
 from harnessrl.server import BackgroundGateway
 from tests import http_calls as http
 from tests.builders import ADMIN_HEADERS, TEST_ADMIN_KEY, gateway_settings
-from tests.fake_engine import FakeReply
+from tests.fake_tokens import FakeReply
 from tests.judge_server import JudgeServer, Reply
 
 OPTIONS = {"isolation": "bwrap" if shutil.which("bwrap") else "subprocess"}

@@ -16,7 +16,7 @@ from harnessrl.evaluation.evaluate import EvalPlan, eval_harness, evaluate, reso
 from harnessrl.server import BackgroundGateway
 from tests import http_calls as http
 from tests.builders import ADMIN_HEADERS, TEST_ADMIN_KEY, gateway_settings
-from tests.fake_engine import FakeReply
+from tests.fake_tokens import FakeReply
 
 OPTIONS = {"isolation": "bwrap" if shutil.which("bwrap") else "subprocess"}
 TASKS = load_selection("builtin:arithmetic", Selection(split="test"))

@@ -8,7 +8,7 @@ from typer.testing import CliRunner
 
 from harnessrl.cli.app import app
 from harnessrl.reports.export import export_run
-from tests.fake_engine import decode
+from tests.fake_tokens import decode
 
 
 async def record_two_turns(gateway, run: str) -> dict:

@@ -2,17 +2,22 @@
 
 from __future__ import annotations
 
+import logging
 import tomllib
 from pathlib import Path
 
 import pytest
+import torch
 from typer.testing import CliRunner
 
+import learner.loop
+import learner.served_settings
+import learner.trainer
 from harnessrl.cli.app import app
 from harnessrl.training.quickstart_plan import PACKED_ROW_TOKENS, QuickstartPlan, learner_config
 from harnessrl.training.warm_start import WarmStartResult
 from learner.config import ConfigError, LearnerConfig, with_overrides
-from learner.config_file import config_from_dict, dump_toml
+from learner.config_file import config_from_dict, dump_toml, load_config
 
 
 def test_quickstarts_learner_toml_loads_back_as_the_config_it_built(tmp_path):
@@ -75,3 +80,62 @@ def test_the_importance_correction_is_chosen_in_the_loss_section_and_checked():
     assert config_from_dict(tomllib.loads(dump_toml(truncated))) == truncated
     with pytest.raises(ConfigError, match="is_correction"):
         with_overrides(LearnerConfig(), is_correction="clip")
+
+
+def test_unknown_config_keys_are_errors_naming_the_key(tmp_path):
+    path = tmp_path / "learner.toml"
+    path.write_text('model_dir = "/m"\nlora_rnak = 8\n')
+    with pytest.raises(ConfigError, match="unknown key 'lora_rnak'"):
+        load_config(path)
+    with pytest.raises(ConfigError, match="unknown key \\[lora\\] 'rnak'"):
+        config_from_dict({"lora": {"rnak": 8}})
+    with pytest.raises(ConfigError, match="optimizer.lr .* must be like"):
+        config_from_dict({"lr": "fast"})
+    with pytest.raises(ConfigError, match="scheduler = 'cosine' decays until max_steps"):
+        config_from_dict({"scheduler": "cosine"})
+    with pytest.raises(ConfigError, match="forward.kernel must be one of auto, sdpa, flash"):
+        config_from_dict({"attn_implementation": "eager"})  # the packed path never takes a dense mask
+    with pytest.raises(ConfigError, match="token_budget must not be negative"):
+        config_from_dict({"token_budget": -1})
+
+
+def test_the_learner_config_defaults_to_long_rows_and_the_machines_dtype():
+    config = LearnerConfig()
+    assert config.batch.token_budget == 0 and config.dtype == "auto" and config.batch.tree_packing
+    step = config.step()
+    assert step.forward.kernel == "auto" and step.forward.activation_checkpointing
+    assert learner.trainer.training_dtype(config, torch.device("cuda")) == torch.bfloat16
+    assert learner.trainer.training_dtype(config, torch.device("cpu")) == torch.float32
+
+
+def test_the_default_config_round_trips_through_toml(tmp_path):
+    path = tmp_path / "learner.toml"
+    path.write_text(dump_toml(LearnerConfig()))
+    assert load_config(path) == LearnerConfig()
+    path.write_text("lr = 1\nlora_targets = ['q_proj']\nadam_betas = [0.9, 1]\n")
+    loaded = load_config(path, max_steps=5)
+    assert (
+        loaded.optimizer.lr == 1.0 and loaded.lora.targets == ("q_proj",) and loaded.optimizer.adam_betas == (0.9, 1.0)
+    )
+    assert loaded.max_steps == 5
+
+
+def test_a_sectioned_config_loads_and_the_old_flat_form_still_does_naming_the_sections(tmp_path, caplog):
+    sectioned, flat = tmp_path / "sectioned.toml", tmp_path / "flat.toml"
+    sectioned.write_text(
+        'model_dir = "/m"\n[lora]\nrank = 8\n[optimizer]\nlr = 0.01\n'
+        "[publish]\nenabled = false\n[checkpoint]\nkeep = 3\n"
+    )
+    flat.write_text('model_dir = "/m"\nlora_rank = 8\nlr = 0.01\npublish = false\nkeep_checkpoints = 3\n')
+    with caplog.at_level(logging.WARNING, logger="learner.config"):
+        assert load_config(sectioned) == load_config(flat)
+    assert "lora_rank -> [lora] rank" in caplog.text and "publish -> [publish] enabled" in caplog.text
+    assert str(sectioned) not in caplog.text  # only the flat file is warned about
+    loaded = load_config(sectioned)
+    assert (loaded.lora.rank, loaded.optimizer.lr, loaded.publish.enabled, loaded.checkpoint.keep) == (
+        8,
+        0.01,
+        False,
+        3,
+    )
+    assert loaded.loss == LearnerConfig().loss  # [loss] is learner.loss.LossConfig itself, its own defaults

@@ -9,7 +9,7 @@ import pytest
 from anthropic import AsyncAnthropic
 
 from gateway.anthropic.context import CLEARED_RESULT
-from tests.fake_engine import FakeReply, render_chat
+from tests.fake_tokens import FakeReply, render_chat
 
 HI = [{"role": "user", "content": "Hi"}]
 WEATHER = {

@@ -7,7 +7,7 @@ import json
 import pytest
 
 from tests.builders import WEATHER_TOOL, chat_body
-from tests.fake_engine import FakeReply, decode, encode, logprob_at, render_chat
+from tests.fake_tokens import FakeReply, decode, encode, logprob_at, render_chat
 from tests.streams import merged_tool_calls
 
 

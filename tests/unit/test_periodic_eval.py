@@ -14,12 +14,10 @@ from harnessrl.evaluation.evaluate import eval_harness
 from harnessrl.evaluation.periodic import EvalEvery, PeriodicEval, eval_run_name, held_out_results
 from harnessrl.reports.curves import write_report
 from harnessrl.server import BackgroundGateway
-from store.reports import gather_report
 from store.store import Store
-from store.training import learner_steps, record_step
 from tests import http_calls as http
 from tests.builders import ADMIN_HEADERS, TEST_ADMIN_KEY, gateway_settings
-from tests.fake_engine import FakeReply
+from tests.fake_tokens import FakeReply
 from tests.waiting import wait_until
 
 OPTIONS = {"isolation": "bwrap" if shutil.which("bwrap") else "subprocess"}
@@ -55,9 +53,9 @@ async def test_the_base_model_then_every_second_version_is_evaluated_into_the_le
     store = Store.from_url(sqlite_db)
     try:
         await store.create_rollout("train-run", "t", "g")  # the training run, as the learner's steps need it
-        run_id = await store.run_id("train-run")
+        run_id = await store.listings.run_id("train-run")
         for step, version in ((1, 0), (2, 1), (3, 2), (4, 2)):
-            await record_step(store, run_id, step, {"step": step, "version": version, "loss": 0.5})
+            await store.training.record_step(run_id, step, {"step": step, "version": version, "loss": 0.5})
         settings = EvalEvery(
             every=2, tasks=HELD_OUT, harness=eval_harness("oneshot", "local"), k=2, sandbox_options=OPTIONS
         )
@@ -71,18 +69,18 @@ async def test_the_base_model_then_every_second_version_is_evaluated_into_the_le
         assert (second["eval_version"], second["eval_pass_at_1"], second["eval_pass_at_k"]) == (2, 1.0, 1.0)
         assert await periodic.check() is None
 
-        steps = dict(await learner_steps(store, run_id))
+        steps = dict(await store.training.learner_steps(run_id))
         assert steps[1]["eval_version"] == 0 and steps[1]["loss"] == 0.5  # merged, nothing lost
         assert steps[3]["eval_pass_at_1"] == 1.0 and "eval_version" not in steps[2] and "eval_version" not in steps[4]
         results = await held_out_results(store, "train-run")
         assert [(r.version, r.pass_at_1) for r in results] == [(0, 0.0), (2, 1.0)]
-        assert await store.run_id(eval_run_name("train-run")) is not None
+        assert await store.listings.run_id(eval_run_name("train-run")) is not None
 
         # a new process (a restarted train) knows what was evaluated: nothing is due until version 4
         again = PeriodicEval(settings, "train-run", live_gateway.url, TEST_ADMIN_KEY, store)
         assert await again.check() is None
 
-        report = write_report(await gather_report(store, "train-run"), tmp_path, results)
+        report = write_report(await store.reports.gather("train-run"), tmp_path, results)
         assert tmp_path / "eval_per_version.png" in report.paths
     finally:
         await store.close()
@@ -148,13 +146,13 @@ async def test_an_interrupted_evaluation_stops_its_caller_and_records_no_partial
     store = Store.from_url(sqlite_db)
     try:
         await store.create_rollout("train-run", "t", "g")
-        run_id = await store.run_id("train-run")
-        await record_step(store, run_id, 1, {"step": 1, "version": 0, "loss": 0.5})
+        run_id = await store.listings.run_id("train-run")
+        await store.training.record_step(run_id, 1, {"step": 1, "version": 0, "loss": 0.5})
         settings = EvalEvery(every=1, tasks=HELD_OUT, harness=eval_harness("oneshot", "local"), k=4)
         periodic = PeriodicEval(settings, "train-run", "http://127.0.0.1:9", TEST_ADMIN_KEY, store)
         with pytest.raises(asyncio.CancelledError):
             await periodic.evaluate(0)
         assert not periodic.evaluated and periodic.results == {}
-        assert "eval_version" not in dict(await learner_steps(store, run_id))[1]
+        assert "eval_version" not in dict(await store.training.learner_steps(run_id))[1]
     finally:
         await store.close()

@@ -14,7 +14,7 @@ from store import prompt_delta
 from store.prompt_delta import StoredPrompt
 from store.store import Store
 from tests.builders import call_record
-from tests.fake_engine import render_chat
+from tests.fake_tokens import render_chat
 
 TURNS = 24
 HISTORY_CHARS = 400  # per user turn

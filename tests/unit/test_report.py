@@ -18,7 +18,7 @@ from typer.testing import CliRunner
 from harnessrl.cli.app import app
 from harnessrl.reports.curves import PIXELS, write_report
 from learner.metrics import MetricsSink
-from store.reports import bucket_width_s, gather_report
+from store.reports import bucket_width_s
 from store.store import Store
 from store.tables import Call, Rollout, Run
 from tests.builders import call_record
@@ -143,7 +143,7 @@ async def test_reward_per_version_equals_a_direct_computation(store):
         if reward is not None:
             by_version[pinned[rollout_id]].append(reward)
 
-    data = await gather_report(store, RUN)
+    data = await store.reports.gather(RUN)
 
     assert [v.version for v in data.versions] == sorted(by_version) == [0, 1, 2]
     for v in data.versions:
@@ -166,7 +166,7 @@ async def test_generation_throughput_equals_a_direct_bucketing(store):
         expected_tokens[k] += tokens
         expected_calls[k] += 1
 
-    gen = (await gather_report(store, RUN)).generation
+    gen = (await store.reports.gather(RUN)).generation
 
     assert gen.bucket_s == width == 15  # ~610 s of calls: the smallest round width giving <= 40 buckets
     assert len(gen.tokens) == max(expected_tokens) + 1
@@ -180,7 +180,7 @@ async def test_generation_throughput_equals_a_direct_bucketing(store):
 
 async def test_step_points_carry_the_stored_step_metrics(store):
     await build_run(store)
-    data = await gather_report(store, RUN)
+    data = await store.reports.gather(RUN)
     assert [p.step for p in data.steps] == [1, 2, 3, 4, 5, 6]
     for p in data.steps:
         m = step_metrics(p.step)
@@ -209,7 +209,7 @@ def test_bucket_widths_are_round_and_bounded():
 
 async def test_every_plot_is_a_real_image(store, tmp_path):
     await build_run(store)
-    result = write_report(await gather_report(store, RUN), tmp_path / "report")
+    result = write_report(await store.reports.gather(RUN), tmp_path / "report")
     assert result.notes == ()
     assert [p.name for p in result.paths] == [f"{name}.png" for name in PLOTS]
     for path in result.paths:
@@ -243,7 +243,7 @@ async def test_a_run_without_learner_steps_gets_its_generation_plots_and_a_note(
 
 async def test_a_run_without_calls_gets_notes_only(store, tmp_path):
     await store.create_rollout("empty-run", "t")
-    result = write_report(await gather_report(store, "empty-run"), tmp_path / "empty")
+    result = write_report(await store.reports.gather("empty-run"), tmp_path / "empty")
     assert result.paths == () and len(result.notes) == 6
     assert any("no recorded calls" in note for note in result.notes)
 

@@ -10,7 +10,7 @@ from pydantic import BaseModel, ConfigDict
 
 from gateway.request.notes import ignored_fields
 from gateway.responses import reasoning
-from tests.fake_engine import FakeReply
+from tests.fake_tokens import FakeReply
 
 EXEC = {
     "type": "function",

@@ -8,7 +8,7 @@ import httpx
 import pytest
 
 from tests.builders import gateway_settings
-from tests.fake_engine import FakeReply, decode, logprob_at, render_chat
+from tests.fake_tokens import FakeReply, decode, logprob_at, render_chat
 from tests.gateway_harness import start_gateway
 
 WEATHER_TOOL = {

@@ -12,7 +12,6 @@ from typer.testing import CliRunner
 
 from harnessrl.cli.app import app
 from harnessrl.reports.retokenization import output_round_trip, rerendered_prompt, retokenization_skew
-from store.health import latest_policy_calls
 from store.store import Store
 from tests.builders import call_record
 
@@ -67,7 +66,7 @@ async def test_skewed_prompts_and_outputs_are_counted_per_harness_and_model(sqli
     store = Store.from_url(sqlite_db)
     try:
         await plant(store, tokenizer)
-        calls = await latest_policy_calls(store, await store.run_id("skew"), limit=10)
+        calls = await store.health.latest_policy_calls(await store.listings.run_id("skew"), limit=10)
     finally:
         await store.close()
     rows = retokenization_skew(tokenizer, calls)

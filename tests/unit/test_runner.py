@@ -15,7 +15,7 @@ from harnesses.runner import Runner
 from harnesses.task import Task, builtin_tasks_path, load_tasks
 from harnessrl.server import BackgroundGateway
 from tests.builders import TEST_ADMIN_KEY, gateway_settings
-from tests.fake_engine import FakeReply
+from tests.fake_tokens import FakeReply
 
 TASKS = load_tasks(builtin_tasks_path())
 OPTIONS = {"isolation": "bwrap" if shutil.which("bwrap") else "subprocess"}

@@ -19,7 +19,7 @@ from harnesses.run_plan import RunPlan
 from harnesses.runner import Runner
 from harnessrl.server import BackgroundGateway
 from tests.builders import TEST_ADMIN_KEY, gateway_settings
-from tests.fake_engine import FakeReply
+from tests.fake_tokens import FakeReply
 from tests.judge_server import JudgeServer, Reply, nonce_of, user_text
 
 TASKS = arithmetic_tasks(2)

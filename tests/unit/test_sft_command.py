@@ -17,7 +17,7 @@ from harnessrl.training.sft import successful_samples
 from store.store import Store
 from tests import http_calls as http
 from tests.builders import TEST_ADMIN_KEY, gateway_settings
-from tests.fake_engine import FakeReply
+from tests.fake_tokens import FakeReply
 
 ADMIN = {"x-admin-key": TEST_ADMIN_KEY}
 

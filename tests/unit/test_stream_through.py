@@ -9,7 +9,7 @@ import pytest
 from gateway.app import create_app
 from harnessrl.server import BackgroundServer
 from tests.builders import ADMIN_HEADERS, WEATHER_TOOL, chat_body, gateway_settings, messages_body
-from tests.fake_engine import FakeReply
+from tests.fake_tokens import FakeReply
 from tests.streams import CALL_ID_COMMENT
 
 ANTHROPIC_WEATHER = {

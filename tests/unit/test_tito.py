@@ -7,7 +7,7 @@ import json
 import orjson
 
 from gateway.tito.renderer import RolloutText, TurnRenderer
-from tests.fake_engine import FakeReply
+from tests.fake_tokens import FakeReply
 from tests.gateway_harness import GatewayHarness
 
 TOOL = {

@@ -11,7 +11,7 @@ import httpx2
 import pytest
 from anthropic import AsyncAnthropic
 
-from tests.fake_engine import FakeReply
+from tests.fake_tokens import FakeReply
 from tests.gateway_harness import GatewayHarness
 
 TURNS = 6

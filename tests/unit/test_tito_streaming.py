@@ -15,7 +15,7 @@ from gateway.app import create_app
 from gateway.tito.parser import StreamParser, parse_output
 from harnessrl.server import BackgroundServer
 from tests.builders import ADMIN_HEADERS, WEATHER_TOOL, chat_body, gateway_settings
-from tests.fake_engine import FakeReply
+from tests.fake_tokens import FakeReply
 from tests.unit.test_stream_through import BODIES
 from tests.unit.test_undelivered import calls_of, read_then_hang_up
 from tests.waiting import until

@@ -16,7 +16,7 @@ from gateway.app import create_app
 from gateway.delivery.tracking import Delivery, EventStream, client_gone
 from harnessrl.server import BackgroundServer
 from tests.builders import ADMIN_HEADERS, chat_body, gateway_settings
-from tests.fake_engine import encode
+from tests.fake_tokens import encode
 from tests.waiting import until
 
 
