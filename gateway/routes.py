@@ -19,6 +19,7 @@ from gateway.state import GatewayState
 from store.records import RolloutIdentity
 
 CALL_ID_HEADER = "x-harnessrl-call-id"
+ROLLOUT_ID_HEADER = "x-harnessrl-rollout-id"  # a live key's session: what feedback names later
 
 
 @dataclass(frozen=True)
@@ -49,19 +50,22 @@ async def open_call(
     return OpenedCall(raw, identity, await state.pipeline())
 
 
-def answered(state: GatewayState, served: ServedCall | StreamedAnswer) -> Delivery:
-    """A dialect serving's answer as the route's response: every model route ends here."""
-    return streamed(served) if isinstance(served, StreamedAnswer) else delivered(state, served)
+def answered(state: GatewayState, call: OpenedCall, served: ServedCall | StreamedAnswer) -> Delivery:
+    """A dialect serving's answer to ``call`` as the route's response: every model route ends here."""
+    if isinstance(served, StreamedAnswer):
+        return streamed(served, call.identity.rollout_id)
+    return delivered(state, served, call.identity.rollout_id)
 
 
-def delivered(state: GatewayState, served: ServedCall) -> Delivery:
+def delivered(state: GatewayState, served: ServedCall, rollout_id: int) -> Delivery:
     """The recorded call's JSON response, tagged if it never reaches the client."""
-    response = JSONBody(served.body, headers={CALL_ID_HEADER: str(served.call_id)})
+    headers = {CALL_ID_HEADER: str(served.call_id), ROLLOUT_ID_HEADER: str(rollout_id)}
+    response = JSONBody(served.body, headers=headers)
     return Delivery(response, lambda: state.writer.add_tag(served.call_id, UNDELIVERED))
 
 
-def streamed(answer: StreamedAnswer) -> Delivery:
+def streamed(answer: StreamedAnswer, rollout_id: int) -> Delivery:
     """A call streamed through: its events as they come; cut short, it is recorded ``undelivered``
     (the call id goes out in the stream, once the call exists)."""
-    response = EventStream(answer.events)
+    response = EventStream(answer.events, headers={ROLLOUT_ID_HEADER: str(rollout_id)})
     return Delivery(response, lambda: answer.call.undelivered(UNDELIVERED))

@@ -17,7 +17,7 @@ from sqlalchemy import delete, exists, func, select
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
 from store.records import ENDED, GroupStatus, RolloutStatus
-from store.tables import Call, CallMismatch, Group, LearnerCheckpoint, LearnerStep, Rollout, Run, Task
+from store.tables import Call, CallMismatch, Group, LearnerCheckpoint, LearnerStep, LiveKey, Rollout, Run, Task
 
 STATUSES = ENDED
 AGE_UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400}
@@ -33,6 +33,7 @@ class PruneFilter:
     run: str | None = None
     ended_before: datetime | None = None  # rollouts that ended before this (UTC)
     status: str | None = None  # finished | failed | cancelled
+    task: str | None = None
 
     def __post_init__(self) -> None:
         if self.status is not None and self.status not in STATUSES:
@@ -57,6 +58,12 @@ class PruneResult:
     dry_run: bool = False
 
 
+def _held():
+    """Groups a learner may still train: filling or ready, with a size (a group without one, as a live
+    key's session, never becomes ready, so nothing waits for it)."""
+    return Group.status.in_(KEEP_GROUPS) & Group.size.is_not(None)
+
+
 def _matching(where: PruneFilter):
     query = (
         select(Rollout.id)
@@ -70,6 +77,8 @@ def _matching(where: PruneFilter):
         query = query.where(Rollout.finished_at < where.ended_before)
     if where.status is not None:
         query = query.where(Rollout.status == where.status)
+    if where.task is not None:
+        query = query.join(Task, Task.id == Rollout.task_id).where(Task.name == where.task)
     return query
 
 
@@ -83,10 +92,8 @@ class Retention:
         """Delete the ended rollouts ``where`` selects, with their calls; return what went (or would go)."""
         matched = _matching(where)
         async with self.sessions() as session:
-            kept = await session.scalar(
-                select(func.count()).select_from(matched.where(Group.status.in_(KEEP_GROUPS)).subquery())
-            )
-        deletable = matched.where(Group.status.not_in(KEEP_GROUPS))
+            kept = await session.scalar(select(func.count()).select_from(matched.where(_held()).subquery()))
+        deletable = matched.where(~_held())
         if dry_run:
             async with self.sessions() as session:
                 ids = list((await session.scalars(deletable)).all())
@@ -110,10 +117,11 @@ class Retention:
         return PruneResult(rollouts, calls, kept or 0)
 
     async def _drop_empty(self, run: str | None) -> None:
-        """Groups and tasks without rollouts, then (when pruning one run) the run if nothing is left."""
+        """Groups and tasks without rollouts, then (when pruning one run) the run if nothing is left
+        (a live key still sending its sessions there keeps it)."""
         async with self.sessions.begin() as session:
             no_rollouts = ~exists().where(Rollout.group_id == Group.id)
-            await session.execute(delete(Group).where(no_rollouts, Group.status.not_in(KEEP_GROUPS)))
+            await session.execute(delete(Group).where(no_rollouts, ~_held()))
             await session.execute(
                 delete(Task).where(
                     ~exists().where(Group.task_id == Task.id), ~exists().where(Rollout.task_id == Task.id)
@@ -122,7 +130,9 @@ class Retention:
             if run is None:
                 return
             run_id = await session.scalar(select(Run.id).where(Run.name == run))
-            if run_id is None or await session.scalar(select(exists().where(Task.run_id == run_id))):
+            if run_id is None or await session.scalar(
+                select(exists().where(Task.run_id == run_id) | exists().where(LiveKey.run_id == run_id))
+            ):
                 return
             for table in (LearnerStep, LearnerCheckpoint):
                 await session.execute(delete(table).where(table.run_id == run_id))

@@ -24,6 +24,7 @@ from store.evaluation import Evaluations
 from store.health import Health
 from store.leases import Leases
 from store.listings import Listings
+from store.live_keys import LiveKeys
 from store.mismatch import Mismatches
 from store.records import (
     AgentReport,
@@ -87,6 +88,7 @@ class Store:
         self.mismatch = Mismatches(self.sessions)
         self.traces = Traces(self.sessions)
         self.retention = Retention(self.sessions)
+        self.live_keys = LiveKeys(self.sessions, self.retention)
         self.summary = Summaries(self.sessions)
         self.evaluations = Evaluations(self.sessions)
         self.reports = Reports(self.sessions, engine.dialect.name, self.listings, self.training)

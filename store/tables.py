@@ -253,3 +253,24 @@ class LearnerStep(Base):
     step: Mapped[int] = mapped_column(Integer)
     metrics: Mapped[dict] = mapped_column(JSON)
     created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utcnow)
+
+
+class LiveKey(Base):
+    """An API key a person's own agent uses every day: each session of it becomes a rollout by itself
+    (``store.live_keys``). Only the key's sha256 is kept; the key is shown once, when created."""
+
+    __tablename__ = "live_keys"
+
+    id: Mapped[int] = mapped_column(Id, primary_key=True)
+    user_name: Mapped[str] = mapped_column(String(200), index=True)
+    run_id: Mapped[int] = mapped_column(ForeignKey("runs.id"), index=True)
+    digest: Mapped[str] = mapped_column(String(64), unique=True)
+    train: Mapped[bool] = mapped_column(default=False)  # its user opted in to training on its sessions
+    idle_s: Mapped[float] = mapped_column(Float, default=1800.0)  # a call after this much silence opens a session
+    # The session open now: its rollout, the name the agent gave it (x-harnessrl-session), its last call
+    # (seconds since the epoch, the gateway's clock).
+    session_rollout_id: Mapped[int | None] = mapped_column(Id, nullable=True)
+    session_name: Mapped[str | None] = mapped_column(String(200), nullable=True)
+    last_call_at: Mapped[float | None] = mapped_column(Float, nullable=True)
+    created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utcnow)
+    revoked_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True), nullable=True)

@@ -15,7 +15,7 @@ from gateway.state import StateDep
 
 async def messages(request: Request, state: StateDep):
     call = await open_call(request, state, bodies=state.resent_bodies)  # the resent history parsed once
-    return answered(state, await AnthropicServing(call.pipeline).messages(call.raw, call.identity))
+    return answered(state, call, await AnthropicServing(call.pipeline).messages(call.raw, call.identity))
 
 
 async def count_tokens(request: Request, state: StateDep) -> JSONResponse:

@@ -7,7 +7,7 @@ from typing import Annotated
 
 from fastapi import APIRouter, Header, Request
 
-from gateway.api import calls, runs
+from gateway.api import calls, feedback, runs
 from gateway.api.conversation import rollout_conversation
 from gateway.api.params import After, Int32, Int64, Limit, page_of
 from gateway.api.protocol import (
@@ -273,6 +273,9 @@ def create_router() -> APIRouter:
     # The route's earlier name, for harness scripts written against it ("finished" is one way to end).
     router.add_api_route(
         "/rollouts/{rollout_id}/finish", end_rollout, methods=["POST"], response_model=RolloutView, deprecated=True
+    )
+    router.add_api_route(
+        "/feedback", feedback.post_feedback, methods=["POST"], response_model=feedback.FeedbackRecorded
     )
     get("/groups", runs.list_groups, Page[GroupView])
     get("/groups/{group_id}", runs.get_group, GroupView)

@@ -17,12 +17,12 @@ from gateway.state import StateDep
 async def chat_completions(request: Request, state: StateDep):
     # Parsed and validated once per new message: ResentBodies, then ValidatedHistory (nesting too).
     call = await open_call(request, state, check_depth=False, bodies=state.resent_bodies)
-    return answered(state, await OpenAIServing(call.pipeline, state.chat_history).chat(call.raw, call.identity))
+    return answered(state, call, await OpenAIServing(call.pipeline, state.chat_history).chat(call.raw, call.identity))
 
 
 async def completions(request: Request, state: StateDep):
     call = await open_call(request, state)
-    return answered(state, await OpenAIServing(call.pipeline).completions(call.raw, call.identity))
+    return answered(state, call, await OpenAIServing(call.pipeline).completions(call.raw, call.identity))
 
 
 async def list_models(request: Request, state: StateDep) -> ModelList:

@@ -1,4 +1,5 @@
-"""Who may do what: the admin key opens the control plane, a rollout token its own model endpoints.
+"""Who may do what: the admin key opens the control plane, a rollout token its own model endpoints, a
+live key the model endpoints for its user's sessions (``live_sessions``).
 
 Two planes. The data plane (the model endpoints of the three dialects, count_tokens, models) is
 opened by a rollout token, for that rollout only and only while it runs. The control plane (every
@@ -14,6 +15,8 @@ import secrets
 from fastapi import Request
 
 from gateway.errors import GatewayError, Unauthorized
+from gateway.request.live_sessions import live_identity
+from store.live_keys import LIVE_PREFIX
 from store.records import RolloutIdentity
 from store.store import TOKEN_PREFIX, Store
 
@@ -54,6 +57,8 @@ def _header_key(request: Request) -> str:
 async def resolve_identity(request: Request, store: Store, require_token: bool) -> RolloutIdentity:
     """The rollout a model call belongs to; an unknown token, or one of an ended rollout, is a 401."""
     token, explicit = presented_token(request)
+    if token is not None and token.startswith(LIVE_PREFIX) and not request.path_params.get("token"):
+        return await live_identity(request, store, token)  # a live key: its session, opened by the call
     if token is not None and (explicit or require_token):
         identity = await store.identity_for_token(token)
         if identity is None:
@@ -93,6 +98,12 @@ def require_admin(request: Request, admin_key: str) -> None:
     presented = presented_admin_key(request)
     if secrets.compare_digest(presented.encode(), admin_key.encode()):
         return
+    if presented.startswith(LIVE_PREFIX):
+        raise Unauthorized(
+            "a live key opens only the model endpoints (/v1/...) for its user's sessions; "
+            "/api and /admin need the gateway's admin key",
+            code="invalid_admin_key",
+        )
     if presented.startswith(TOKEN_PREFIX):
         raise Unauthorized(
             "a rollout token opens only its rollout's model endpoints (/r/<token>/v1/...); "

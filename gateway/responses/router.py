@@ -12,7 +12,7 @@ from gateway.state import StateDep
 
 async def create_response(request: Request, state: StateDep):
     call = await open_call(request, state, bodies=state.resent_inputs)  # the resent input items parsed once
-    return answered(state, await ResponsesServing(call.pipeline).create(call.raw, call.identity))
+    return answered(state, call, await ResponsesServing(call.pipeline).create(call.raw, call.identity))
 
 
 def create_router() -> APIRouter:

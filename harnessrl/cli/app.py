@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import typer
 
-from harnessrl.cli import rollouts, serve, store, training
+from harnessrl.cli import keys, rollouts, serve, store, training
 from harnessrl.cli.assets import images_app, models_app, tasks_app
 
 app = typer.Typer(
@@ -25,10 +25,12 @@ app.command("quickstart")(training.quickstart)
 app.command("train")(training.train)
 app.command("demo")(training.demo)
 app.command("sft")(training.sft)
+app.command("feedback")(keys.feedback)
 app.add_typer(store.db_app, name="db")
 app.add_typer(models_app, name="models")
 app.add_typer(images_app, name="images")
 app.add_typer(tasks_app, name="tasks")
+app.add_typer(keys.keys_app, name="keys")
 
 
 def main() -> None:

@@ -92,3 +92,19 @@ def task_selection(include: list[str] | None, exclude: list[str] | None, split: 
         return Selection(tuple(include or ()), tuple(exclude or ()), split, test_fraction)
     except TaskError as exc:
         raise fail(str(exc)) from None
+
+
+def with_store(url: str, work):
+    """``work(store)`` on a store opened for it, closed after."""
+    import asyncio
+
+    from store.store import Store
+
+    async def go():
+        store = Store.from_url(url)
+        try:
+            return await work(store)
+        finally:
+            await store.close()
+
+    return asyncio.run(go())

@@ -14,6 +14,7 @@ from harnessrl.cli.options import (
     resolve_admin_key,
     resolve_database_url,
     upgrade_store,
+    with_store,
 )
 
 db_app = typer.Typer(help="The trajectory store.", no_args_is_help=True)
@@ -60,7 +61,7 @@ def ls(
         if gateway:
             render(gateway_list_view(gateway, resolve_admin_key(admin_key), what, where, limit))
         else:
-            render(_with_store(resolve_database_url(database_url), lambda store: list_view(store, what, where, limit)))
+            render(with_store(resolve_database_url(database_url), lambda store: list_view(store, what, where, limit)))
     except (ValueError, GatewayReadError) as exc:
         raise fail(str(exc)) from None
 
@@ -80,7 +81,7 @@ def show(
     decode = _decoder(model)
     try:
         render(
-            _with_store(
+            with_store(
                 resolve_database_url(database_url), lambda store: rollout_view(store, rollout_id, decode, tokens)
             )
         )
@@ -110,7 +111,7 @@ def report(
         return data, await held_out_results(store, run), await store.reports.gather(warm_up_run(run))
 
     try:
-        data, held_out, warm_up = _with_store(url, work)
+        data, held_out, warm_up = with_store(url, work)
     except DBAPIError as exc:
         raise fail(
             f"could not read {url}: {exc.orig}; check --database-url, or run `harnessrl db upgrade` on an older store"
@@ -152,7 +153,7 @@ def health(
         calls = await store.health.latest_policy_calls(run_id, skew_calls) if tokenizer is not None else []
         return await store.health.capture_health(run_id), calls, await store.mismatch.summary(run_id)
 
-    captured, calls, mismatch = _with_store(url, work)
+    captured, calls, mismatch = with_store(url, work)
     render(health_table(run, captured))
     if tokenizer is not None:
         from harnessrl.reports.retokenization import retokenization_skew
@@ -196,7 +197,7 @@ def export(
             raise fail(f"no run named {run!r} in {url}; GET /api/runs lists them")
         return await export_run(store, run, format, out, include_side, decode)
 
-    count = _with_store(url, work)
+    count = with_store(url, work)
     what = "rollouts (OpenEnv training traces)" if format == "openenv" else "samples"
     console.print(f"wrote {count} {what} of run {run!r} to {out}")
 
@@ -211,21 +212,6 @@ def _decoder(model: Path | None):
         return TokenDecoder.load(model).decode
     except FileNotFoundError as exc:
         raise fail(str(exc)) from None
-
-
-def _with_store(url: str, work):
-    import asyncio
-
-    from store.store import Store
-
-    async def go():
-        store = Store.from_url(url)
-        try:
-            return await work(store)
-        finally:
-            await store.close()
-
-    return asyncio.run(go())
 
 
 @db_app.command("upgrade")
@@ -253,7 +239,7 @@ def db_prune(
         where = PruneFilter(run, parse_age(older_than) if older_than else None, status)
     except ValueError as exc:
         raise fail(str(exc)) from None
-    result = _with_store(resolve_database_url(database_url), lambda store: store.retention.prune(where, dry_run))
+    result = with_store(resolve_database_url(database_url), lambda store: store.retention.prune(where, dry_run))
     verb = "would delete" if dry_run else "deleted"
     console.print(
         f"{verb} {result.rollouts} rollouts and {result.calls} calls; kept {result.kept_for_learner} "

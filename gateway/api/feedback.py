@@ -1,0 +1,56 @@
+"""``POST /api/feedback``: a reward that arrives late, for a live key's session (rollout), named by the
+rollout or by one of its calls (the ids every answer carries in its headers). Admin key only: feedback
+is a reward, and an agent holding a live key must not score itself."""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+from gateway.errors import InvalidRequest, NotFound
+from gateway.state import AdminStateDep
+from store.rewards import InvalidReward
+
+Id = Annotated[int, Field(ge=1, le=2**63 - 1)]
+
+
+class Feedback(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    rollout_id: Id | None = None
+    call_id: Id | None = None
+    score: Annotated[float, Field(strict=False, allow_inf_nan=False)]
+    note: str | None = Field(default=None, max_length=2000)
+
+    @model_validator(mode="after")
+    def _one_target(self) -> Feedback:
+        if (self.rollout_id is None) == (self.call_id is None):
+            raise ValueError("name exactly one of rollout_id and call_id")
+        return self
+
+
+class FeedbackRecorded(BaseModel):
+    rollout_id: int
+    reward: float | None  # the session's total reward now
+    rewards: dict[str, float | None]
+
+
+async def post_feedback(body: Feedback, state: AdminStateDep) -> FeedbackRecorded:
+    rollout_id = body.rollout_id
+    if rollout_id is None:
+        call = await state.store.calls.get(body.call_id)
+        if call is None:
+            raise NotFound(f"call {body.call_id} not found")
+        rollout_id = call.rollout_id
+    try:
+        found = await state.store.live_keys.feedback(rollout_id, body.score, body.note)
+    except InvalidReward as exc:
+        raise InvalidRequest(str(exc), param="score") from None
+    if not found:
+        raise NotFound(
+            f"rollout {rollout_id} is no live session: feedback scores sessions of live keys; a task's "
+            f"rollout takes its rewards with POST /api/rollouts/{rollout_id}/reward while it runs"
+        )
+    rollout = (await state.store.get_rollout(rollout_id))[0]
+    return FeedbackRecorded(rollout_id=rollout_id, reward=rollout.reward, rewards=rollout.rewards)

@@ -1,0 +1,101 @@
+"""The `keys` sub-app (live keys: an agent's everyday API key, each of its sessions a rollout) and
+`feedback` (a late reward for such a session, through a gateway)."""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+import typer
+
+from harnessrl.cli.options import DatabaseUrl, console, fail, resolve_admin_key, resolve_database_url, with_store
+
+keys_app = typer.Typer(
+    help="Live keys: an agent's everyday API key, each of its sessions a rollout.", no_args_is_help=True
+)
+User = Annotated[str, typer.Option("--user", help="Whose key: sessions, feedback and `forget` go by it")]
+
+
+@keys_app.command("create")
+def create(
+    user: User,
+    run: Annotated[str, typer.Option(help="The run its sessions go to")] = "live",
+    train: Annotated[bool, typer.Option("--train/--no-train", help="May its sessions be trained on (opt-in)")] = False,
+    idle_minutes: Annotated[float, typer.Option(min=0.1, help="A call after this much silence opens a session")] = 30,
+    database_url: DatabaseUrl = None,
+) -> None:
+    """A new live key: printed once (only its sha256 is kept). The agent uses it as its API key with the
+    gateway's /v1 as its base URL; no rollout needs creating."""
+    key, record = with_store(
+        resolve_database_url(database_url),
+        lambda store: store.live_keys.create(user, run, train, idle_minutes * 60),
+    )
+    console.print(
+        f"live key {record.id} for {user!r}, run {run!r}, training {'on' if train else 'off'}: point the agent's "
+        f"base URL at the gateway's /v1 and give it this key (shown only now)"
+    )
+    print(key)
+
+
+@keys_app.command("list")
+def list_keys(
+    user: Annotated[str | None, typer.Option(help="Only this user's")] = None, database_url: DatabaseUrl = None
+):
+    """The live keys (never the keys themselves): user, run, training, idle time, revoked."""
+    from rich.table import Table
+
+    table = Table("id", "user", "run", "train", "idle min", "created", "revoked")
+    for k in with_store(resolve_database_url(database_url), lambda store: store.live_keys.list(user)):
+        revoked = f"{k.revoked_at:%Y-%m-%d %H:%M}" if k.revoked_at else ""
+        table.add_row(
+            str(k.id),
+            k.user,
+            k.run,
+            "yes" if k.train else "no",
+            f"{k.idle_s / 60:g}",
+            f"{k.created_at:%Y-%m-%d %H:%M}",
+            revoked,
+        )
+    console.print(table)
+
+
+@keys_app.command("revoke")
+def revoke(user: User, database_url: DatabaseUrl = None) -> None:
+    """Revoke every key of USER: refused from their next call on; their sessions stay."""
+    ids = with_store(resolve_database_url(database_url), lambda store: store.live_keys.revoke(user))
+    if not ids:
+        raise fail(f"{user!r} has no valid live key (`harnessrl keys list`)")
+    console.print(f"revoked {len(ids)} key(s) of {user!r}")
+
+
+@keys_app.command("forget")
+def forget(user: User, database_url: DatabaseUrl = None) -> None:
+    """Delete everything of USER: their keys, every session (rollout) and its calls."""
+    gone = with_store(resolve_database_url(database_url), lambda store: store.live_keys.forget(user))
+    console.print(f"forgot {user!r}: {gone.keys} key(s), {gone.rollouts} session(s), {gone.calls} call(s)")
+
+
+def feedback(
+    rollout: Annotated[int, typer.Argument(help="The session's rollout id (x-harnessrl-rollout-id of its answers)")],
+    score: Annotated[float, typer.Argument(help="1 (it worked), 0 (it did not) or any finite score")],
+    note: Annotated[str | None, typer.Option(help="Why, kept with the reward")] = None,
+    call: Annotated[bool, typer.Option("--call", help="ROLLOUT is a call id (x-harnessrl-call-id)")] = False,
+    gateway: Annotated[str, typer.Option(help="The gateway's URL")] = "http://127.0.0.1:8000",
+    admin_key: Annotated[str | None, typer.Option(envvar="HARNESSRL_ADMIN_KEY", help="Its admin key")] = None,
+) -> None:
+    """A late reward for a live session: it joins the session's rollout (POST /api/feedback)."""
+    import asyncio
+
+    from harnesses.gateway_client import GatewayClient, GatewayRefused, GatewayUnreachable
+
+    async def post() -> dict:
+        client = GatewayClient(gateway, resolve_admin_key(admin_key))
+        try:
+            return await client.feedback(score, None if call else rollout, rollout if call else None, note)
+        finally:
+            await client.close()
+
+    try:
+        recorded = asyncio.run(post())
+    except (GatewayUnreachable, GatewayRefused) as exc:
+        raise fail(str(exc)) from None
+    console.print(f"rollout {recorded['rollout_id']}: reward {recorded['reward']} ({recorded['rewards']})")

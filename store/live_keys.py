@@ -1,0 +1,183 @@
+"""Live keys: the API key a person's own agent uses every day, each session of it a rollout by itself.
+
+The key is shown once, when created; the store keeps its sha256 only, so a copy of the database opens
+no model endpoint. A key belongs to one user and one run (``live`` unless named); its sessions are
+rollouts of the task ``live-<user>``, one group each (no size: a session is never part of a GRPO group,
+and it never trains without a reward). The gateway decides when a session ends (an idle gap, another
+session name; ``gateway.request.live_sessions``); this module reads and moves the key's current session
+with conditional updates, so two calls racing to open a session agree on one.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import secrets
+from dataclasses import dataclass
+from datetime import datetime
+
+from sqlalchemy import delete, select, update
+from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
+
+from store.records import RolloutStatus
+from store.retention import PruneFilter, Retention
+from store.rewards import check_reward, total_reward
+from store.tables import LiveKey, Rollout, Run, Task, utcnow
+
+LIVE_PREFIX = "hrl-live-"  # a rollout token's prefix too, so the control plane refuses it by the same rule
+LIVE_RUN = "live"
+FEEDBACK = "feedback"  # the reward component late feedback sets
+
+
+def live_task(user: str) -> str:
+    return f"live-{user}"
+
+
+def key_digest(key: str) -> str:
+    return hashlib.sha256(key.encode()).hexdigest()
+
+
+@dataclass(frozen=True)
+class LiveKeyRecord:
+    id: int
+    user: str
+    run: str
+    train: bool
+    idle_s: float  # seconds of silence after which a call opens a new session
+    created_at: datetime
+    revoked_at: datetime | None
+
+
+@dataclass(frozen=True)
+class KeySession:
+    """A key as a call presents it, with the session open now (rollout id and token) if any."""
+
+    key: LiveKeyRecord
+    rollout_id: int | None
+    token: str | None  # the session rollout's own token (how the gateway reads its identity)
+    running: bool  # the session's rollout has not ended (an admin may have ended it)
+    name: str | None  # the session name the agent sent with it
+    last_call_at: float | None  # seconds since the epoch
+
+
+@dataclass(frozen=True)
+class Forgotten:
+    keys: int
+    rollouts: int  # sessions deleted, with their calls
+    calls: int
+
+
+class LiveKeys:
+    """Live keys and their sessions (SQL only)."""
+
+    def __init__(self, sessions: async_sessionmaker[AsyncSession], retention: Retention) -> None:
+        self.sessions, self.retention = sessions, retention
+
+    async def create(self, user: str, run: str = LIVE_RUN, train: bool = False, idle_s: float = 1800.0):
+        """A new key for ``user``: returns (the key, shown only now; its record)."""
+        key = LIVE_PREFIX + secrets.token_urlsafe(24)
+        async with self.sessions.begin() as session:
+            run_row = await session.scalar(select(Run).where(Run.name == run))
+            if run_row is None:
+                run_row = Run(name=run, config={})
+                session.add(run_row)
+                await session.flush()
+            row = LiveKey(user_name=user, run_id=run_row.id, digest=key_digest(key), train=train, idle_s=idle_s)
+            session.add(row)
+            await session.flush()
+            return key, _record(row, run)
+
+    async def list(self, user: str | None = None) -> list[LiveKeyRecord]:
+        query = select(LiveKey, Run.name).join(Run, Run.id == LiveKey.run_id).order_by(LiveKey.id)
+        if user is not None:
+            query = query.where(LiveKey.user_name == user)
+        async with self.sessions() as session:
+            return [_record(row, run) for row, run in (await session.execute(query)).all()]
+
+    async def revoke(self, user: str) -> list[int]:
+        """Revoke every key of ``user`` still valid; returns their ids (refused from the next call on)."""
+        async with self.sessions.begin() as session:
+            ids = list(
+                (
+                    await session.scalars(
+                        select(LiveKey.id).where(LiveKey.user_name == user, LiveKey.revoked_at.is_(None))
+                    )
+                ).all()
+            )
+            if ids:
+                await session.execute(update(LiveKey).where(LiveKey.id.in_(ids)).values(revoked_at=utcnow()))
+        return ids
+
+    async def forget(self, user: str) -> Forgotten:
+        """Everything of ``user``: their keys revoked first (a call in flight opens no new session), their
+        open sessions ended, every session's rollout and calls deleted, then the keys themselves."""
+        keys = await self.list(user)
+        await self.revoke(user)
+        async with self.sessions.begin() as session:
+            tasks = select(Task.id).where(Task.name == live_task(user))
+            await session.execute(
+                update(Rollout)
+                .where(Rollout.task_id.in_(tasks), Rollout.status == RolloutStatus.RUNNING)
+                .values(status=RolloutStatus.CANCELLED, error="its user was forgotten", finished_at=utcnow())
+            )
+        rollouts = calls = 0
+        for run in sorted({key.run for key in keys}):
+            pruned = await self.retention.prune(PruneFilter(run=run, task=live_task(user)))
+            rollouts, calls = rollouts + pruned.rollouts, calls + pruned.calls
+        async with self.sessions.begin() as session:
+            await session.execute(delete(LiveKey).where(LiveKey.user_name == user))
+        return Forgotten(len(keys), rollouts, calls)
+
+    async def presented(self, key: str) -> KeySession | None:
+        """The key a call presents and its open session; None for a key that is not one."""
+        query = (
+            select(LiveKey, Run.name, Rollout.token, Rollout.status)
+            .join(Run, Run.id == LiveKey.run_id)
+            .outerjoin(Rollout, Rollout.id == LiveKey.session_rollout_id)
+            .where(LiveKey.digest == key_digest(key))
+        )
+        async with self.sessions() as session:
+            found = (await session.execute(query)).first()
+        if found is None:
+            return None
+        row, run, token, status = found
+        running = status == RolloutStatus.RUNNING
+        return KeySession(_record(row, run), row.session_rollout_id, token, running, row.session_name, row.last_call_at)
+
+    async def move_session(self, key_id: int, was: int | None, now: int, name: str | None, at: float) -> bool:
+        """Make rollout ``now`` the key's session if its session is still ``was`` (False: another call
+        moved it first)."""
+        held = LiveKey.session_rollout_id.is_(None) if was is None else LiveKey.session_rollout_id == was
+        async with self.sessions.begin() as session:
+            done = await session.execute(
+                update(LiveKey)
+                .where(LiveKey.id == key_id, held)
+                .values(session_rollout_id=now, session_name=name, last_call_at=at)
+            )
+        return done.rowcount == 1
+
+    async def touch(self, key_id: int, rollout_id: int, at: float) -> None:
+        """A call of the open session: its silence starts again."""
+        async with self.sessions.begin() as session:
+            await session.execute(
+                update(LiveKey)
+                .where(LiveKey.id == key_id, LiveKey.session_rollout_id == rollout_id)
+                .values(last_call_at=at)
+            )
+
+    async def feedback(self, rollout_id: int, score: float, note: str | None) -> bool:
+        """Late feedback on a live session, ended or not: the ``feedback`` reward component (and its
+        note). False when the rollout is no live session: a task's rewards are final when it ends."""
+        score = check_reward(FEEDBACK, score)
+        async with self.sessions.begin() as session:
+            rollout = await session.get(Rollout, rollout_id, with_for_update=True)
+            if rollout is None or not (rollout.meta or {}).get("live"):
+                return False
+            rewards = {**(rollout.rewards or {}), FEEDBACK: score}
+            rollout.reward, rollout.rewards = total_reward(rewards), rewards
+            detail = {"note": (note or "")[:2000], "at": utcnow().isoformat()}
+            rollout.reward_details = {**(rollout.reward_details or {}), FEEDBACK: detail}
+        return True
+
+
+def _record(row: LiveKey, run: str) -> LiveKeyRecord:
+    return LiveKeyRecord(row.id, row.user_name, run, row.train, row.idle_s, row.created_at, row.revoked_at)
