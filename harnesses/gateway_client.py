@@ -181,9 +181,10 @@ class GatewayClient:
         """``ends``: [{"lease", "done", "rollout_id"}]; done slots are settled, the others open again."""
         return await self._json("POST", "/admin/leases/release", json={"worker": worker, "leases": ends})
 
-    async def feedback(self, score: float, rollout_id: int | None, call_id: int | None, note: str | None) -> dict:
-        """A late reward for a live session (setting it twice leaves the same: safe to repeat)."""
-        body = {"rollout_id": rollout_id, "call_id": call_id, "score": score, "note": note}
+    async def feedback(self, score: float, session: dict[str, int | str], note: str | None) -> dict:
+        """A late reward for a live session named by ``session`` (``rollout_id``, ``call_id`` or ``user``);
+        setting it twice leaves the same: safe to repeat."""
+        body = {**session, "score": score, "note": note}
         return await self._json("POST", "/api/feedback", json={k: v for k, v in body.items() if v is not None})
 
     async def policy(self) -> dict:

@@ -164,6 +164,18 @@ class LiveKeys:
                 .values(last_call_at=at)
             )
 
+    async def latest_session(self, user: str) -> int | None:
+        """The rollout of ``user``'s most recent session, open or ended (what a hook scores)."""
+        query = (
+            select(Rollout.id)
+            .join(Task, Task.id == Rollout.task_id)
+            .where(Task.name == live_task(user))
+            .order_by(Rollout.id.desc())
+            .limit(1)
+        )
+        async with self.sessions() as session:
+            return await session.scalar(query)
+
     async def feedback(self, rollout_id: int, score: float, note: str | None) -> bool:
         """Late feedback on a live session, ended or not: the ``feedback`` reward component (and its
         note). False when the rollout is no live session: a task's rewards are final when it ends."""

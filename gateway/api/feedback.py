@@ -1,6 +1,7 @@
 """``POST /api/feedback``: a reward that arrives late, for a live key's session (rollout), named by the
-rollout or by one of its calls (the ids every answer carries in its headers). Admin key only: feedback
-is a reward, and an agent holding a live key must not score itself."""
+rollout, by one of its calls (the ids every answer carries in its headers) or by its user (their most
+recent session: what a git hook or a CI step knows). Admin key only: feedback is a reward, and an agent
+holding a live key must not score itself."""
 
 from __future__ import annotations
 
@@ -20,13 +21,14 @@ class Feedback(BaseModel):
 
     rollout_id: Id | None = None
     call_id: Id | None = None
+    user: str | None = Field(default=None, min_length=1, max_length=200)
     score: Annotated[float, Field(strict=False, allow_inf_nan=False)]
     note: str | None = Field(default=None, max_length=2000)
 
     @model_validator(mode="after")
     def _one_target(self) -> Feedback:
-        if (self.rollout_id is None) == (self.call_id is None):
-            raise ValueError("name exactly one of rollout_id and call_id")
+        if sum(x is not None for x in (self.rollout_id, self.call_id, self.user)) != 1:
+            raise ValueError("name exactly one of rollout_id, call_id and user")
         return self
 
 
@@ -37,12 +39,7 @@ class FeedbackRecorded(BaseModel):
 
 
 async def post_feedback(body: Feedback, state: AdminStateDep) -> FeedbackRecorded:
-    rollout_id = body.rollout_id
-    if rollout_id is None:
-        call = await state.store.calls.get(body.call_id)
-        if call is None:
-            raise NotFound(f"call {body.call_id} not found")
-        rollout_id = call.rollout_id
+    rollout_id = await _session_named(body, state)
     try:
         found = await state.store.live_keys.feedback(rollout_id, body.score, body.note)
     except InvalidReward as exc:
@@ -54,3 +51,17 @@ async def post_feedback(body: Feedback, state: AdminStateDep) -> FeedbackRecorde
         )
     rollout = (await state.store.get_rollout(rollout_id))[0]
     return FeedbackRecorded(rollout_id=rollout_id, reward=rollout.reward, rewards=rollout.rewards)
+
+
+async def _session_named(body: Feedback, state) -> int:
+    if body.rollout_id is not None:
+        return body.rollout_id
+    if body.call_id is not None:
+        call = await state.store.calls.get(body.call_id)
+        if call is None:
+            raise NotFound(f"call {body.call_id} not found")
+        return call.rollout_id
+    latest = await state.store.live_keys.latest_session(body.user)
+    if latest is None:
+        raise NotFound(f"{body.user!r} has no live session: their agent has not called with a live key yet")
+    return latest

@@ -75,10 +75,13 @@ def forget(user: User, database_url: DatabaseUrl = None) -> None:
 
 
 def feedback(
-    rollout: Annotated[int, typer.Argument(help="The session's rollout id (x-harnessrl-rollout-id of its answers)")],
     score: Annotated[float, typer.Argument(help="1 (it worked), 0 (it did not) or any finite score")],
+    rollout: Annotated[
+        int | None, typer.Option(help="The session's rollout (x-harnessrl-rollout-id of its answers)")
+    ] = None,
+    call: Annotated[int | None, typer.Option(help="One of the session's calls (x-harnessrl-call-id)")] = None,
+    user: Annotated[str | None, typer.Option(help="The user's most recent session (what a git hook knows)")] = None,
     note: Annotated[str | None, typer.Option(help="Why, kept with the reward")] = None,
-    call: Annotated[bool, typer.Option("--call", help="ROLLOUT is a call id (x-harnessrl-call-id)")] = False,
     gateway: Annotated[str, typer.Option(help="The gateway's URL")] = "http://127.0.0.1:8000",
     admin_key: Annotated[str | None, typer.Option(envvar="HARNESSRL_ADMIN_KEY", help="Its admin key")] = None,
 ) -> None:
@@ -87,10 +90,14 @@ def feedback(
 
     from harnesses.gateway_client import GatewayClient, GatewayRefused, GatewayUnreachable
 
+    named = {k: v for k, v in {"rollout_id": rollout, "call_id": call, "user": user}.items() if v is not None}
+    if len(named) != 1:
+        raise fail("name the session with exactly one of --rollout ID, --call ID and --user NAME")
+
     async def post() -> dict:
         client = GatewayClient(gateway, resolve_admin_key(admin_key))
         try:
-            return await client.feedback(score, None if call else rollout, rollout if call else None, note)
+            return await client.feedback(score, named, note)
         finally:
             await client.close()
 

@@ -5,7 +5,13 @@ call; the key opens no control plane; feedback joins a session late; `forget` le
 from __future__ import annotations
 
 import asyncio
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
 
+import httpx
 import pytest
 from sqlalchemy import create_engine, text
 from typer.testing import CliRunner
@@ -17,6 +23,7 @@ from store.store import TOKEN_PREFIX
 from tests.builders import ADMIN_HEADERS, gateway_settings
 from tests.fake_engine import FakeEngine, create_fake_engine_app
 
+HOOK = Path(__file__).resolve().parents[2] / "docs" / "hooks" / "post-commit"
 HI = {"model": "policy", "messages": [{"role": "user", "content": "Hi"}], "max_tokens": 8}
 
 
@@ -138,11 +145,19 @@ async def test_feedback_is_refused_for_task_rollouts_and_bad_bodies(gateway):
     task_rollout = await gateway.new_rollout()
     refused = await gateway.http.post("/api/feedback", json={"rollout_id": task_rollout["id"], "score": 1})
     assert refused.status_code == 404 and "no live session" in refused.text
-    for body in ({"score": 1}, {"rollout_id": 1, "call_id": 2, "score": 1}, {"rollout_id": 1, "score": "high"}):
+    bodies = (
+        {"score": 1},
+        {"rollout_id": 1, "call_id": 2, "score": 1},
+        {"rollout_id": 1, "score": "high"},
+        {"user": "", "score": 1},
+    )
+    for body in bodies:
         bad = await gateway.http.post("/api/feedback", json=body)
         assert bad.status_code == 400, (body, bad.text)
     missing = await gateway.http.post("/api/feedback", json={"call_id": 10**9, "score": 1})
     assert missing.status_code == 404
+    nobody = await gateway.http.post("/api/feedback", json={"user": "nobody", "score": 1})
+    assert nobody.status_code == 404 and "no live session" in nobody.text
 
 
 async def test_forget_leaves_nothing_of_the_user_and_keeps_the_others(gateway, sqlite_db):
@@ -176,22 +191,29 @@ async def test_only_the_keys_digest_is_stored(gateway, sqlite_db):
     assert key not in database_text(sqlite_db)
 
 
-def test_the_keys_commands_and_feedback_work_through_a_served_gateway(sqlite_db):
+def test_the_keys_commands_feedback_and_the_git_hook_work_through_a_served_gateway(sqlite_db, tmp_path):
     from openai import OpenAI
 
     runner = CliRunner()
     created = runner.invoke(app, ["keys", "create", "--user", "ada", "--database-url", sqlite_db])
     assert created.exit_code == 0, created.output
     key = created.stdout.strip().splitlines()[-1]
+    env = {"HARNESSRL_ADMIN_KEY": ADMIN_HEADERS["x-admin-key"]}
     with BackgroundServer(create_fake_engine_app(FakeEngine())) as fake:
         with BackgroundGateway(gateway_settings(sqlite_db, fake.url)) as gateway:
             client = OpenAI(base_url=f"{gateway.url}/v1", api_key=key, max_retries=0)
-            raw = client.chat.completions.with_raw_response.create(**HI)
-            rollout_id = raw.headers["x-harnessrl-rollout-id"]
-            env = {"HARNESSRL_ADMIN_KEY": ADMIN_HEADERS["x-admin-key"]}
-            scored = runner.invoke(app, ["feedback", rollout_id, "1", "--gateway", gateway.url], env=env)
-            assert scored.exit_code == 0, scored.output
-            assert "reward 1.0" in scored.output
+            session = client.chat.completions.with_raw_response.create(**HI).headers["x-harnessrl-rollout-id"]
+            by_id = ["feedback", "0", "--rollout", session, "--gateway", gateway.url]
+            scored = runner.invoke(app, by_id, env=env)
+            assert scored.exit_code == 0 and "reward 0.0" in scored.output, scored.output
+            unnamed = runner.invoke(app, ["feedback", "1", "--gateway", gateway.url], env=env)
+            assert unnamed.exit_code == 1 and "exactly one of" in unnamed.output
+
+            commit_with_the_hook(tmp_path / "repo", gateway.url)
+
+            listed = httpx.get(f"{gateway.url}/api/rollouts/{session}", headers=ADMIN_HEADERS, timeout=300)
+            assert listed.json()["rewards"] == {"feedback": 1.0}
+            assert listed.json()["reward_details"]["feedback"]["note"] == "post-commit: test -f done.txt"
     listed = runner.invoke(app, ["keys", "list", "--database-url", sqlite_db])
     assert "ada" in listed.output and key not in listed.output
     assert runner.invoke(app, ["keys", "revoke", "--user", "ada", "--database-url", sqlite_db]).exit_code == 0
@@ -199,6 +221,26 @@ def test_the_keys_commands_and_feedback_work_through_a_served_gateway(sqlite_db)
     assert again.exit_code == 1 and "no valid live key" in again.output
     forgot = runner.invoke(app, ["keys", "forget", "--user", "ada", "--database-url", sqlite_db])
     assert forgot.exit_code == 0 and "1 session(s)" in forgot.output
+
+
+def commit_with_the_hook(repo: Path, gateway_url: str) -> None:
+    """A repository with docs/hooks/post-commit installed as its user would, and one commit in it."""
+    repo.mkdir()
+    git = ["git", "-C", str(repo), "-c", "user.name=ada", "-c", "user.email=ada@example.com"]
+    subprocess.run([*git, "init", "-q"], check=True)
+    shutil.copy(HOOK, repo / ".git" / "hooks" / "post-commit")
+    (repo / "done.txt").write_text("work\n")  # what the tests (HARNESSRL_TEST_COMMAND) look for
+    env = {
+        **os.environ,
+        "HARNESSRL_USER": "ada",
+        "HARNESSRL_TEST_COMMAND": "test -f done.txt",
+        "HARNESSRL_GATEWAY": gateway_url,
+        "HARNESSRL_ADMIN_KEY": ADMIN_HEADERS["x-admin-key"],
+        "HARNESSRL": f"{sys.executable} -m harnessrl.cli",
+    }
+    subprocess.run([*git, "add", "."], check=True)
+    done = subprocess.run([*git, "commit", "-q", "-m", "work"], env=env, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0 and "reward 1.0" in done.stderr + done.stdout, done.stderr + done.stdout
 
 
 async def test_ended_sessions_are_pruned_and_the_open_one_kept(gateway):
