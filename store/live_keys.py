@@ -21,7 +21,7 @@ from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 from store.records import RolloutStatus
 from store.retention import PruneFilter, Retention
 from store.rewards import check_reward, total_reward
-from store.tables import LiveKey, Rollout, Run, Task, utcnow
+from store.tables import Call, LiveKey, Rollout, Run, Task, utcnow
 
 LIVE_PREFIX = "hrl-live-"  # a rollout token's prefix too, so the control plane refuses it by the same rule
 LIVE_RUN = "live"
@@ -175,6 +175,41 @@ class LiveKeys:
         )
         async with self.sessions() as session:
             return await session.scalar(query)
+
+    async def unscanned(self, run: str) -> list[int]:
+        """Ended sessions of ``run`` not scanned for secrets yet, oldest first."""
+        query = (
+            select(Rollout.id, Rollout.meta)
+            .join(Run, Run.id == Rollout.run_id)
+            .where(Run.name == run, Rollout.status != RolloutStatus.RUNNING)
+            .order_by(Rollout.id)
+        )
+        async with self.sessions() as session:
+            rows = (await session.execute(query)).all()
+        return [i for i, meta in rows if "live" in (meta or {}) and "privacy" not in meta["live"]]
+
+    async def mark_scanned(self, rollout_id: int, findings: list[str]) -> None:
+        """Record a session's scan: the kinds of secret found (never a value). With findings the session
+        is excluded from training and redacted: every call's bodies replaced, its token ids and log-probs
+        emptied (the ids would decode back to the secret), in the same transaction."""
+        async with self.sessions.begin() as session:
+            rollout = await session.get(Rollout, rollout_id, with_for_update=True)
+            privacy = {"scanned_at": utcnow().isoformat(), "findings": findings, "redacted": bool(findings)}
+            rollout.meta = {**rollout.meta, "live": {**rollout.meta["live"], "privacy": privacy}}
+            if findings:
+                marker = {"redacted": f"a secret was found ({', '.join(findings)}); this session never trains"}
+                await session.execute(
+                    update(Call)
+                    .where(Call.rollout_id == rollout_id)
+                    .values(
+                        request=marker,
+                        response=marker,
+                        prompt_ids=b"",
+                        prompt_offset=0,
+                        output_ids=b"",
+                        output_logprobs=None,
+                    )
+                )
 
     async def feedback(self, rollout_id: int, score: float, note: str | None) -> bool:
         """Late feedback on a live session, ended or not: the ``feedback`` reward component (and its

@@ -74,6 +74,33 @@ def forget(user: User, database_url: DatabaseUrl = None) -> None:
     console.print(f"forgot {user!r}: {gone.keys} key(s), {gone.rollouts} session(s), {gone.calls} call(s)")
 
 
+@keys_app.command("scan")
+def scan(
+    run: Annotated[str, typer.Option(help="The run of the sessions")] = "live",
+    pattern: Annotated[
+        list[str] | None, typer.Option(help="A regular expression of your own secrets, repeatable")
+    ] = None,
+    database_url: DatabaseUrl = None,
+) -> None:
+    """Scan the ended sessions not scanned yet for secrets and credentials: a session with any finding is
+    excluded from training and redacted (bodies and token ids gone; only the kinds found are kept)."""
+    import re
+
+    from harnessrl.live.privacy import scan_sessions
+
+    try:
+        patterns = [re.compile(p) for p in pattern or []]
+    except re.error as exc:
+        raise fail(f"--pattern {exc.pattern!r} is no regular expression: {exc}") from None
+    scans = with_store(resolve_database_url(database_url), lambda store: scan_sessions(store, run, patterns))
+    flagged = [s for s in scans if s.findings]
+    for s in flagged:
+        console.print(f"session {s.rollout_id}: {', '.join(s.findings)}: redacted, never trains")
+    console.print(
+        f"scanned {len(scans)} session(s) of {run!r}: {len(flagged)} redacted, {len(scans) - len(flagged)} clean"
+    )
+
+
 def feedback(
     score: Annotated[float, typer.Argument(help="1 (it worked), 0 (it did not) or any finite score")],
     rollout: Annotated[
