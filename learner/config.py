@@ -83,6 +83,9 @@ class BatchSettings:
     min_saved_tokens: int = 128  # a tree saving fewer tokens than this is packed flat
     include_side: bool = False  # also train on side calls (titles, summaries)
     scale_by_std: bool = True  # advantage (r - mean) / std; false: r - mean ("Dr. GRPO")
+    # "group": GRPO's, within each group; "session": live sessions' (learner.session_advantages), a
+    # running baseline per user, leave-one-out across the batch for users with few sessions yet
+    advantage: str = "group"
     # Samples more versions behind the learner are dropped. A publishing learner uses the gateway's
     # (`serve --max-staleness`, GET /admin/policy); this value applies offline (publish.enabled = false:
     # versions still advance, raise it to train on old samples) and with a gateway that does not say.
@@ -202,6 +205,7 @@ FLAT_KEYS: dict[str, tuple[str, str]] = {
                     "min_saved_tokens",
                     "include_side",
                     "scale_by_std",
+                    "advantage",
                     "max_staleness",
                 ),
             ),
@@ -249,6 +253,7 @@ def _validate(c: LearnerConfig) -> None:
     _check_choice("dtype", c.dtype, typing.get_args(DType))
     _check_choice("forward.kernel", c.forward.kernel, KERNELS)
     _check_choice("loss.is_correction", c.loss.is_correction, IS_CORRECTIONS)
+    _check_choice("batch.advantage", c.batch.advantage, ("group", "session"))
     lo, hi = c.loss.is_min, c.loss.is_max
     if not ((lo is None or 0 < lo <= 1) and (hi is None or hi >= 1)):
         raise ConfigError(f"need 0 < loss.is_min <= 1 <= loss.is_max, got is_min={lo}, is_max={hi}")

@@ -46,6 +46,7 @@ class ReadyGroup:
     teachers: tuple[str, ...] = ()  # external models that served its rollouts (harnessrl.engines.teacher)
     # (version, digest its calls recorded, the version's published digest) where the two differ
     foreign_adapters: tuple[tuple[int, str | None, str], ...] = ()
+    users: tuple[str, ...] = ()  # per rollout: a live session's user ("" for a task's rollout)
 
 
 @dataclass(frozen=True)
@@ -100,7 +101,13 @@ async def load_group(store: Store, group_id: int, include_side: bool = False) ->
             raise UnusableGroup(f"rollout {rollout_id}: its calls make no samples: {exc}") from None
         rollouts.append(RolloutData(rollout_id, reward, tuple(samples)))
     return ReadyGroup(
-        group_id, members.ready_at, tuple(rollouts), members.temperatures, members.teachers, members.foreign_adapters
+        group_id,
+        members.ready_at,
+        tuple(rollouts),
+        members.temperatures,
+        members.teachers,
+        members.foreign_adapters,
+        members.users,
     )
 
 
@@ -163,13 +170,16 @@ def build_batch(
     max_staleness: int,
     scale_by_std: bool = True,
     temperature: float = 1.0,
+    advantages: GroupAdvantages | None = None,
 ) -> Batch:
-    """Advantages per group, then the samples worth training: scored, non-empty, fresh enough.
+    """Advantages per group (GRPO's, unless ``advantages`` are given: live sessions' estimator), then the
+    samples worth training: scored, non-empty, fresh enough.
 
     Advantages use every scored rollout of a group, stale or not: a reward is a fact about the task
     whichever policy earned it, so the group's baseline stays the mean of all G rollouts.
     """
-    advantages = group_advantages([[r.reward for r in g.rollouts] for g in groups], scale_by_std=scale_by_std)
+    if advantages is None:
+        advantages = group_advantages([[r.reward for r in g.rollouts] for g in groups], scale_by_std=scale_by_std)
     kept: list[TrainSample] = []
     staleness: list[int] = []
     stale = unscored = empty = 0

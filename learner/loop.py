@@ -49,6 +49,7 @@ from learner.prometheus import LearnerExporter
 from learner.publish import GatewayUnreachable, Publisher
 from learner.ranks import tell_followers
 from learner.served_settings import resolve_max_staleness, resolve_token_budget
+from learner.session_advantages import RunningBaselines, batch_session_advantages
 from learner.trainer import Trainer, build_trainer, train_batch
 from store.store import Store
 from store.training import (
@@ -170,6 +171,7 @@ async def _train(
 ) -> str:
     check = GroupCheck(await _sampling_temperature(store, run_id, config), _vocab_size(trainer.model))
     intake = GroupIntake(store, run_id, config, check)
+    baselines = RunningBaselines()  # per user, in memory: a restart starts them again (leave-one-out first)
     while not config.max_steps or progress.step < config.max_steps:
         waited = time.perf_counter()
         groups = await intake.next_groups({g.group_id for g in progress.pending}, stop)
@@ -177,7 +179,13 @@ async def _train(
             return "stopped"
         started = time.perf_counter()
         version = progress.version
-        batch = build_batch(groups, version, config.batch.max_staleness, config.batch.scale_by_std, check.temperature)
+        advantages = None  # GRPO's, per group
+        if config.batch.advantage == "session":  # live sessions: a running baseline per user
+            rewards = [[r.reward for r in g.rollouts] for g in groups]
+            advantages = batch_session_advantages(rewards, [g.users for g in groups], baselines)
+        batch = build_batch(
+            groups, version, config.batch.max_staleness, config.batch.scale_by_std, check.temperature, advantages
+        )
         if progress.changed:  # stepped since the last publish: the weights are no published version
             batch = replace(batch, version=None)
         lr = trainer.lr

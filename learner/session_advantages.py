@@ -1,7 +1,7 @@
 """Advantages for sessions that come in no group (live traffic: a person's own agent sessions).
 
 GRPO standardises rewards within a group of rollouts of one task; a person's sessions are one each, on
-tasks nobody repeats. The estimator chosen here (issue 31; not wired into the learner's loop yet):
+tasks nobody repeats. The estimator chosen here (the learner's ``[batch] advantage = "session"``):
 
 - **a running baseline per key** (a user, or a repository): the advantage of a session is its reward
   minus an exponential moving average of the earlier rewards of its key, A = r - b_key, b_key <-
@@ -22,6 +22,8 @@ from dataclasses import dataclass, field
 
 import torch
 from torch import Tensor
+
+from learner.advantages import GroupAdvantages
 
 
 def leave_one_out(rewards: Tensor) -> Tensor:
@@ -67,3 +69,32 @@ def session_advantages(rewards: Tensor, keys: Sequence[str], baselines: RunningB
     for key, reward in zip(keys, rewards.tolist(), strict=True):
         baselines.update(key, reward)
     return advantages
+
+
+def batch_session_advantages(
+    rewards: Sequence[Sequence[float | None]], users: Sequence[Sequence[str]], baselines: RunningBaselines
+) -> GroupAdvantages:
+    """The learner's batch of live sessions (a group each, ``ReadyGroup.users`` their keys) through
+    ``session_advantages``, in GroupAdvantages' shape: every scored session is kept (its advantage may be
+    0: a lone new user's), unscored ones are dropped; no group is zero-std, a group without a score is
+    empty."""
+    scored = [(g, i, r, users[g][i]) for g, group in enumerate(rewards) for i, r in enumerate(group) if r is not None]
+    found = session_advantages(
+        torch.tensor([r for _, _, r, _ in scored], dtype=torch.float64), [u for *_, u in scored], baselines
+    ).tolist()
+    nested = [[None] * len(group) for group in rewards]
+    for (g, i, _, _), advantage in zip(scored, found, strict=True):
+        nested[g][i] = advantage
+    with_score = sum(any(a is not None for a in group) for group in nested)
+    mean = sum(r for _, _, r, _ in scored) / len(scored) if scored else None
+    return GroupAdvantages(
+        advantages=tuple(tuple(group) for group in nested),
+        groups_kept=with_score,
+        groups_zero_std=0,
+        groups_empty=len(rewards) - with_score,
+        rollouts_kept=len(scored),
+        rollouts_unscored=sum(len(group) for group in rewards) - len(scored),
+        reward_mean_all=mean,
+        reward_mean_kept=mean,
+        frac_reward_zero_std=0.0 if scored else None,
+    )

@@ -18,10 +18,10 @@ from datetime import datetime
 from sqlalchemy import delete, select, update
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
-from store.records import RolloutStatus
+from store.records import GroupStatus, RolloutStatus
 from store.retention import PruneFilter, Retention
 from store.rewards import check_reward, total_reward
-from store.tables import Call, LiveKey, Rollout, Run, Task, utcnow
+from store.tables import Call, Group, LiveKey, Rollout, Run, Task, utcnow
 
 LIVE_PREFIX = "hrl-live-"  # a rollout token's prefix too, so the control plane refuses it by the same rule
 LIVE_RUN = "live"
@@ -210,6 +210,7 @@ class LiveKeys:
                         output_logprobs=None,
                     )
                 )
+            await _settle(session, rollout)
 
     async def feedback(self, rollout_id: int, score: float, note: str | None) -> bool:
         """Late feedback on a live session, ended or not: the ``feedback`` reward component (and its
@@ -223,7 +224,23 @@ class LiveKeys:
             rollout.reward, rollout.rewards = total_reward(rewards), rewards
             detail = {"note": (note or "")[:2000], "at": utcnow().isoformat()}
             rollout.reward_details = {**(rollout.reward_details or {}), FEEDBACK: detail}
+            await _settle(session, rollout)
         return True
+
+
+async def _settle(session: AsyncSession, rollout: Rollout) -> None:
+    """A session becomes trainable (its group ready, for a learner with ``[batch] advantage = "session"``)
+    once it has ended, its user opted in, it was scanned without a finding and it has a reward."""
+    live = rollout.meta["live"]
+    privacy = live.get("privacy") or {}
+    trainable = live.get("train") and privacy and not privacy.get("findings") and rollout.reward is not None
+    if rollout.status == RolloutStatus.RUNNING or not trainable:
+        return
+    await session.execute(
+        update(Group)
+        .where(Group.id == rollout.group_id, Group.status == GroupStatus.OPEN)
+        .values(status=GroupStatus.READY, ready_at=utcnow())
+    )
 
 
 def _record(row: LiveKey, run: str) -> LiveKeyRecord:

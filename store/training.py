@@ -38,6 +38,7 @@ class GroupMembers:
     # calls whose adapter is not the one published as their version: (version, the digest the call
     # recorded (None: none), the version's published digest), distinct (gateway.policy.proof)
     foreign_adapters: tuple[tuple[int, str | None, str], ...] = ()
+    users: tuple[str, ...] = ()  # per member: the live key's user of a session (meta.live.user), "" else
 
 
 @dataclass(frozen=True)
@@ -118,7 +119,10 @@ class Training:
             recorded = tuple(sorted((await session.scalars(temperatures)).all()))
             mismatched = tuple(tuple(r) for r in (await session.execute(foreign)).all())
         teachers = tuple(sorted({str(r[2]["teacher"]) for r in rows if isinstance(r[2], dict) and r[2].get("teacher")}))
-        return GroupMembers(group_id, ready_at, tuple((r[0], r[1]) for r in rows), recorded, teachers, mismatched)
+        users = tuple(str(((r[2] or {}).get("live") or {}).get("user", "")) for r in rows)
+        return GroupMembers(
+            group_id, ready_at, tuple((r[0], r[1]) for r in rows), recorded, teachers, mismatched, users
+        )
 
     async def quarantine_group(self, run_id: int, group_id: int, reason: str) -> bool:
         """Mark a ready group quarantined with ``reason``; False when it was no longer ready."""
