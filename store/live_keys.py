@@ -60,6 +60,32 @@ class KeySession:
 
 
 @dataclass(frozen=True)
+class LiveServing:
+    """Which version serves a run's live sessions: the promoted one, and a candidate for a fraction of
+    new sessions (a canary); every promotion and rollback with its reason (``history``)."""
+
+    promoted: int = 0  # 0: the base model, until a version passes the gate
+    canary: int | None = None
+    canary_fraction: float = 0.0
+    history: tuple[dict, ...] = ()
+
+    def as_config(self) -> dict:
+        canary = None if self.canary is None else {"version": self.canary, "fraction": self.canary_fraction}
+        return {"promoted": self.promoted, "canary": canary, "history": list(self.history)}
+
+    @classmethod
+    def from_config(cls, config: dict | None) -> LiveServing:
+        config = config or {}
+        canary = config.get("canary") or {}
+        return cls(
+            config.get("promoted", 0),
+            canary.get("version"),
+            canary.get("fraction", 0.0),
+            tuple(config.get("history", ())),
+        )
+
+
+@dataclass(frozen=True)
 class Forgotten:
     keys: int
     rollouts: int  # sessions deleted, with their calls
@@ -175,6 +201,25 @@ class LiveKeys:
         )
         async with self.sessions() as session:
             return await session.scalar(query)
+
+    async def serving(self, run: str) -> LiveServing:
+        async with self.sessions() as session:
+            config = await session.scalar(select(Run.config).where(Run.name == run))
+        return LiveServing.from_config((config or {}).get("live"))
+
+    async def serve(self, run: str, version: int, why: str, canary: tuple[int, float] | None = None) -> LiveServing:
+        """Serve ``version`` to the run's new live sessions (a promotion or a rollback, ``why`` kept in
+        its history), with ``canary`` (candidate version, fraction of new sessions) or none."""
+        async with self.sessions.begin() as session:
+            row = await session.scalar(select(Run).where(Run.name == run).with_for_update())
+            if row is None:
+                raise LookupError(f"run {run!r} has no live key: create one with `harnessrl keys create --run {run}`")
+            now = LiveServing.from_config((row.config or {}).get("live"))
+            entry = {"version": version, "at": utcnow().isoformat(), "why": why}
+            history = (*now.history, entry) if version != now.promoted else now.history
+            serving = LiveServing(version, *(canary or (None, 0.0)), history=history)
+            row.config = {**(row.config or {}), "live": serving.as_config()}
+        return serving
 
     async def unscanned(self, run: str) -> list[int]:
         """Ended sessions of ``run`` not scanned for secrets yet, oldest first."""

@@ -5,12 +5,14 @@ one. A call continues the key's open session unless the session has been silent 
 the agent names another session (header ``x-harnessrl-session``), or the session's rollout was ended
 (an admin ended it); then it opens a new one and the old one ends ``finished``, without a reward, which
 feedback may bring later (``POST /api/feedback``). The key is checked on every call, so a revoked key
-is refused from its next call on.
+is refused from its next call on. A session is pinned to the version its run serves live sessions
+(``store.live_keys.LiveServing``): the promoted one, or a canary candidate for a fraction of them.
 """
 
 from __future__ import annotations
 
 import contextlib
+import random
 import re
 import secrets
 import time
@@ -39,7 +41,7 @@ async def live_identity(request: Request, store: Store, key: str, clock=time.tim
             identity = await store.identity_for_token(found.token)
             if identity is not None:
                 return identity
-        opened = await _open(store, found, name, now)
+        opened = await _open(request, store, found, name, now)
         if opened is not None:
             return opened
     raise Unauthorized(
@@ -82,12 +84,26 @@ def _continues(found: KeySession, name: str | None, now: float) -> bool:
     return now - found.last_call_at < found.key.idle_s
 
 
-async def _open(store: Store, found: KeySession, name: str | None, now: float) -> RolloutIdentity | None:
+async def _served_version(request: Request, store: Store, run: str) -> tuple[int, str]:
+    """The version a new session is pinned to: the promoted one (the base model until one passes the
+    gate, ``harnessrl keys promote``), or the canary candidate for its fraction of new sessions."""
+    serving = await store.live_keys.serving(run)
+    version, served = serving.promoted, "promoted"
+    if serving.canary is not None and random.random() < serving.canary_fraction:
+        version, served = serving.canary, "canary"
+    await request.app.state.gateway.ensure_version(version)  # loaded into the engine if it is not
+    return version, served
+
+
+async def _open(
+    request: Request, store: Store, found: KeySession, name: str | None, now: float
+) -> RolloutIdentity | None:
     """A new session for the key; None when another call moved the session first (use that one)."""
     key = found.key
-    meta = {"live": {"user": key.user, "key": key.id, "train": key.train, "session": name}}
+    version, served = await _served_version(request, store, key.run)
+    meta = {"live": {"user": key.user, "key": key.id, "train": key.train, "session": name, "served": served}}
     group = f"session-{secrets.token_hex(6)}"  # no size: never a GRPO group, never ready by itself
-    identity = await store.create_rollout(key.run, live_task(key.user), group=group, meta=meta)
+    identity = await store.create_rollout(key.run, live_task(key.user), group=group, meta=meta, pinned_version=version)
     if not await store.live_keys.move_session(key.id, found.rollout_id, identity.rollout_id, name, now):
         await store.end_rollout(identity.rollout_id, RolloutStatus.CANCELLED, "another call opened the session first")
         return None

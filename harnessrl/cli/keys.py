@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Annotated
 
 import typer
@@ -99,6 +100,73 @@ def scan(
     console.print(
         f"scanned {len(scans)} session(s) of {run!r}: {len(flagged)} redacted, {len(scans) - len(flagged)} clean"
     )
+
+
+Run = Annotated[str, typer.Option(help="The run of the live sessions")]
+
+
+@keys_app.command("promote")
+def promote(
+    version: Annotated[int, typer.Argument(min=1, help="The candidate policy version")],
+    eval_json: Annotated[
+        Path, typer.Option("--eval", exists=True, dir_okay=False, help="eval.json of `harnessrl eval` on both")
+    ],
+    margin: Annotated[float, typer.Option(min=0.0, help="How much worse than the version it replaces it may be")] = 0.0,
+    metric: Annotated[str, typer.Option(help="pass_at_k | pass_at_1")] = "pass_at_k",
+    canary: Annotated[
+        float, typer.Option(min=0.0, max=1.0, help="Serve it to this fraction of new sessions only")
+    ] = 0.0,
+    run: Run = "live",
+    database_url: DatabaseUrl = None,
+) -> None:
+    """Serve VERSION to live keys if it passes the gate: an evaluation (`harnessrl eval --policies
+    policy-vOLD,policy-vNEW`) shows it no worse than the version it replaces, within --margin. With
+    --canary F it serves F of new sessions first (promote again without --canary to serve all)."""
+    import json
+
+    from harnessrl.live.promotion import gate
+
+    url = resolve_database_url(database_url)
+    serving = with_store(url, lambda store: store.live_keys.serving(run))
+    try:
+        decision = gate(json.loads(eval_json.read_text()), serving.promoted, version, margin, metric)
+    except (ValueError, KeyError) as exc:
+        raise fail(str(exc)) from None
+    if not decision.promote:
+        raise fail(f"policy-v{version} {decision.why}")
+    if canary:
+        _serve(url, run, serving.promoted, "", (version, canary))
+        console.print(f"policy-v{version} serves {canary:.0%} of new live sessions of {run!r} (canary): {decision.why}")
+        return
+    _serve(url, run, version, decision.why)
+    console.print(f"policy-v{version} now serves every new live session of {run!r}: {decision.why}")
+
+
+@keys_app.command("rollback")
+def rollback(
+    version: Annotated[int, typer.Argument(min=0, help="An earlier version (0: the base model)")],
+    run: Run = "live",
+    database_url: DatabaseUrl = None,
+) -> None:
+    """Serve an earlier VERSION to new live sessions at once (no gate), ending any canary."""
+
+    serving = _serve(resolve_database_url(database_url), run, version, "rollback")
+    console.print(f"new live sessions of {run!r} are served {'base' if not serving.promoted else f'policy-v{version}'}")
+
+
+def _serve(url: str, run: str, version: int, why: str, canary: tuple[int, float] | None = None):
+    """Serve ``version`` (published, or 0) to the run's new live sessions, or a CLI error naming why not."""
+
+    async def serve(store):
+        for v in (version, *(canary[:1] if canary else ())):
+            if v and await store.adapters.get(v) is None:
+                raise LookupError(f"policy-v{v} was never published to this store")
+        return await store.live_keys.serve(run, version, why, canary)
+
+    try:
+        return with_store(url, serve)
+    except LookupError as exc:
+        raise fail(str(exc)) from None
 
 
 def feedback(

@@ -1,0 +1,47 @@
+"""The promotion gate: a version serves live keys only once a held-out evaluation shows it no worse
+than the version it would replace, within a margin.
+
+The evaluation is the project's own (``harnessrl eval --policies policy-vOLD,policy-vNEW``, or ``base``
+for version 0): both versions on the same held-out tasks, k rollouts each; its eval.json is what the gate
+reads. A candidate that fails is kept (its adapter stays published, a later gate may pass it) and the
+reason is printed and kept in the run's history; a rollback to any earlier version needs no gate.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+METRICS = ("pass_at_k", "pass_at_1")
+
+
+@dataclass(frozen=True)
+class Decision:
+    promote: bool
+    why: str  # kept in the run's history when it promotes; printed either way
+
+
+def gate(document: dict, incumbent: int, candidate: int, margin: float = 0.0, metric: str = "pass_at_k") -> Decision:
+    """Promote ``candidate`` over ``incumbent`` when eval.json's ``metric`` of it is at least the
+    incumbent's minus ``margin``; ValueError when the document does not hold both on the same tasks."""
+    if metric not in METRICS:
+        raise ValueError(f"--metric is one of {', '.join(METRICS)}, not {metric!r}")
+    rows = {row["version"]: row for row in document.get("policies", [])}
+    missing = [_label(v) for v in (incumbent, candidate) if v not in rows or rows[v].get(metric) is None]
+    if missing:
+        raise ValueError(
+            f"the evaluation has no {metric} of {' and '.join(missing)}: run `harnessrl eval --policies "
+            f"{_label(incumbent)},{_label(candidate)}` on held-out tasks and pass its eval.json"
+        )
+    old, new = rows[incumbent][metric], rows[candidate][metric]
+    k = document.get("k")
+    measured = (
+        f"{metric} {new:.3f} for {_label(candidate)} vs {old:.3f} for {_label(incumbent)} "
+        f"(run {document.get('run')!r}, {len(document.get('tasks', []))} tasks, k={k}, margin {margin:g})"
+    )
+    if new >= old - margin:
+        return Decision(True, f"passed the gate: {measured}")
+    return Decision(False, f"kept, not promoted: {measured}")
+
+
+def _label(version: int) -> str:
+    return "base" if version == 0 else f"policy-v{version}"
