@@ -1,0 +1,82 @@
+"""Real OpenCode and Claude Code, configured as a person configures them every day (base URL and a live
+key, on the host, no rollout created), work through a real gateway: their calls open a session
+rollout by themselves, a reward posted later through the CLI joins it, and `keys forget` leaves nothing
+of the user. A scripted engine stands in for the model (it calls the agent's own file tool, then says
+"Done."): the test checks what harnessrl does with the agent's traffic, not the model."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+
+import httpx
+import pytest
+
+from harnesses.agents import AgentNotInstalled, create
+from harnesses.agents.cli_agent import Endpoint
+from tests.agent_scripts import write_then_done
+from tests.builders import ADMIN_HEADERS
+from tests.fake_engine import FakeEngine
+
+AGENTS = ("opencode", "claude-code")
+
+
+@pytest.fixture
+def engine(engine_server, tmp_path) -> FakeEngine:
+    fake = engine_server.app.state.engine
+    fake.script, fake.requests = write_then_done(str(tmp_path / "work" / "hello.txt"), "hello", "Hello file"), []
+    return fake
+
+
+def cli(*args: str, database_url: str | None = None) -> subprocess.CompletedProcess:
+    db = ["--database-url", database_url] if database_url else []
+    env = {**os.environ, "HARNESSRL_ADMIN_KEY": ADMIN_HEADERS["x-admin-key"]}
+    command = [sys.executable, "-m", "harnessrl.cli", *args, *db]
+    return subprocess.run(command, capture_output=True, text=True, timeout=600, env=env)
+
+
+def run_agent(name: str, gateway_url: str, key: str, tmp_path) -> subprocess.CompletedProcess:
+    """The agent's own binary on the host, its config pointing at the gateway's /v1 with the live key."""
+    harness = create(name, sandbox="local")
+    try:
+        harness.host_install()
+    except AgentNotInstalled as exc:
+        pytest.skip(str(exc))
+    home, work = tmp_path / "home", tmp_path / "work"
+    work.mkdir()
+    endpoint = Endpoint(f"{gateway_url}/v1", key, "policy", str(home))
+    for path, data in harness.config_files(endpoint).items():
+        os.makedirs(os.path.dirname(path), exist_ok=True)
+        with open(path, "wb") as file:
+            file.write(data)
+    env = {"PATH": os.environ["PATH"], **harness.env(endpoint)}
+    instruction = "Create a file hello.txt in the current directory containing exactly: hello"
+    return subprocess.run(harness.command(instruction, endpoint), cwd=work, env=env, capture_output=True, timeout=600)
+
+
+@pytest.mark.parametrize("name", AGENTS)
+def test_an_everyday_agent_with_a_live_key_records_a_session_that_takes_feedback(
+    name, gateway, engine, sqlite_db, tmp_path
+):
+    created = cli("keys", "create", "--user", "ada", "--train", database_url=sqlite_db)
+    assert created.returncode == 0, created.stderr
+    key = created.stdout.strip().splitlines()[-1]
+
+    done = run_agent(name, gateway.url, key, tmp_path)
+
+    assert done.returncode == 0, done.stderr.decode()[-2000:]
+    assert (tmp_path / "work" / "hello.txt").read_text().strip() == "hello"
+    with httpx.Client(base_url=gateway.url, headers=ADMIN_HEADERS, timeout=300) as http:
+        [session] = http.get("/api/rollouts", params={"run": "live"}).json()["data"]
+        calls = http.get(f"/api/rollouts/{session['id']}/calls").json()["data"]
+        assert len(calls) == len(engine.requests) >= 2  # every call of the agent, in its one session
+        assert all(c["output_ids"] and c["output_logprobs"] for c in calls)
+        scored = cli("feedback", "1", "--user", "ada", "--note", "it wrote the file", "--gateway", gateway.url)
+        assert scored.returncode == 0, scored.stderr
+        assert http.get(f"/api/rollouts/{session['id']}").json()["rewards"] == {"feedback": 1.0}
+
+    forgot = cli("keys", "forget", "--user", "ada", database_url=sqlite_db)
+    assert forgot.returncode == 0 and "1 session(s)" in forgot.stderr, forgot.stderr
+    with httpx.Client(base_url=gateway.url, headers=ADMIN_HEADERS, timeout=300) as http:
+        assert http.get("/api/rollouts", params={"run": "live"}).json()["data"] == []
