@@ -7,7 +7,11 @@ from collections.abc import Callable
 
 from tests.fake_tokens import FakeReply
 
-WRITE_TOOLS = ("write", "write_file", "Write")  # OpenCode and pi: write; Hermes and builtin: write_file; Claude Code: Write
+WRITE_TOOLS = (
+    "write",
+    "write_file",
+    "Write",
+)  # OpenCode and pi: write; Hermes and builtin: write_file; Claude Code: Write
 PATH_KEYS = ("filePath", "path", "file_path")
 
 
