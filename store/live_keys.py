@@ -86,6 +86,23 @@ class LiveServing:
 
 
 @dataclass(frozen=True)
+class UserSessions:
+    """One user's live sessions in a run, counted (``harnessrl keys report``, ``GET /api/live``)."""
+
+    user: str
+    sessions: int
+    running: int
+    rewarded: int  # with a reward (feedback), ended or not
+    reward_mean: float | None  # over the rewarded ones
+    redacted: int  # a secret was found: never trains
+    findings: dict[str, int]  # kinds of secret found -> sessions (never a value)
+    unscanned: int  # ended, not scanned yet
+    trainable: int  # ready for a learner (ended, opted in, scanned clean, rewarded)
+    trained: int  # consumed by a learner step
+    last_reward_at: str | None  # when feedback last arrived (ISO 8601)
+
+
+@dataclass(frozen=True)
 class Forgotten:
     keys: int
     rollouts: int  # sessions deleted, with their calls
@@ -221,6 +238,21 @@ class LiveKeys:
             row.config = {**(row.config or {}), "live": serving.as_config()}
         return serving
 
+    async def report(self, run: str) -> list[UserSessions]:
+        """Every user's sessions of ``run``: how many, rewarded, excluded and why, trained."""
+        query = (
+            select(Rollout.status, Rollout.reward, Rollout.meta, Rollout.reward_details, Group.status)
+            .join(Run, Run.id == Rollout.run_id)
+            .join(Group, Group.id == Rollout.group_id)
+            .where(Run.name == run)
+        )
+        async with self.sessions() as session:
+            rows = [r for r in (await session.execute(query)).all() if "live" in (r[2] or {})]
+        users: dict[str, list] = {}
+        for row in rows:
+            users.setdefault(row[2]["live"]["user"], []).append(row)
+        return [_user_sessions(user, found) for user, found in sorted(users.items())]
+
     async def unscanned(self, run: str) -> list[int]:
         """Ended sessions of ``run`` not scanned for secrets yet, oldest first."""
         query = (
@@ -285,6 +317,29 @@ async def _settle(session: AsyncSession, rollout: Rollout) -> None:
         update(Group)
         .where(Group.id == rollout.group_id, Group.status == GroupStatus.OPEN)
         .values(status=GroupStatus.READY, ready_at=utcnow())
+    )
+
+
+def _user_sessions(user: str, rows: list) -> UserSessions:
+    rewards = [r.reward for r in rows if r.reward is not None]
+    privacy = [(r.status, r.meta["live"].get("privacy")) for r in rows]
+    findings: dict[str, int] = {}
+    for _, scan in privacy:
+        for kind in (scan or {}).get("findings", []):
+            findings[kind] = findings.get(kind, 0) + 1
+    arrivals = [d[FEEDBACK]["at"] for d in (r.reward_details or {} for r in rows) if FEEDBACK in d]
+    return UserSessions(
+        user=user,
+        sessions=len(rows),
+        running=sum(r.status == RolloutStatus.RUNNING for r in rows),
+        rewarded=len(rewards),
+        reward_mean=sum(rewards) / len(rewards) if rewards else None,
+        redacted=sum(bool((scan or {}).get("redacted")) for _, scan in privacy),
+        findings=findings,
+        unscanned=sum(status != RolloutStatus.RUNNING and scan is None for status, scan in privacy),
+        trainable=sum(r[4] == GroupStatus.READY for r in rows),
+        trained=sum(r[4] == GroupStatus.CONSUMED for r in rows),
+        last_reward_at=max(arrivals, default=None),
     )
 
 

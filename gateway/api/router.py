@@ -7,7 +7,7 @@ from typing import Annotated
 
 from fastapi import APIRouter, Header, Request
 
-from gateway.api import calls, feedback, runs
+from gateway.api import calls, live, runs
 from gateway.api.conversation import rollout_conversation
 from gateway.api.params import After, Int32, Int64, Limit, page_of
 from gateway.api.protocol import (
@@ -274,9 +274,8 @@ def create_router() -> APIRouter:
     router.add_api_route(
         "/rollouts/{rollout_id}/finish", end_rollout, methods=["POST"], response_model=RolloutView, deprecated=True
     )
-    router.add_api_route(
-        "/feedback", feedback.post_feedback, methods=["POST"], response_model=feedback.FeedbackRecorded
-    )
+    router.add_api_route("/feedback", live.post_feedback, methods=["POST"], response_model=live.FeedbackRecorded)
+    get("/live", live.get_live, live.LiveReport)
     get("/groups", runs.list_groups, Page[GroupView])
     get("/groups/{group_id}", runs.get_group, GroupView)
     get("/calls", calls.list_calls, Page[CallView])

@@ -154,6 +154,35 @@ def rollback(
     console.print(f"new live sessions of {run!r} are served {'base' if not serving.promoted else f'policy-v{version}'}")
 
 
+@keys_app.command("report")
+def report(run: Run = "live", database_url: DatabaseUrl = None) -> None:
+    """A run's live sessions per user (rewarded, excluded and why, trained) and what serves them."""
+    from rich.table import Table
+
+    async def read(store):
+        return await store.live_keys.report(run), await store.live_keys.serving(run)
+
+    users, serving = with_store(resolve_database_url(database_url), read)
+    table = Table(
+        "user", "sessions", "running", "rewarded", "mean reward", "redacted", "unscanned", "trainable", "trained"
+    )
+    for u in users:
+        mean = "" if u.reward_mean is None else f"{u.reward_mean:.3f}"
+        redacted = (
+            f"{u.redacted} ({', '.join(f'{k}: {n}' for k, n in sorted(u.findings.items()))})" if u.redacted else "0"
+        )
+        counts = (u.sessions, u.running, u.rewarded)
+        table.add_row(u.user, *map(str, counts), mean, redacted, str(u.unscanned), str(u.trainable), str(u.trained))
+    console.print(table)
+    label = "base" if not serving.promoted else f"policy-v{serving.promoted}"
+    canary = (
+        f", canary policy-v{serving.canary} for {serving.canary_fraction:.0%}" if serving.canary is not None else ""
+    )
+    console.print(f"new sessions of {run!r} are served {label}{canary}")
+    for h in serving.history:
+        console.print(f"  {h['at'][:16]}  v{h['version']}: {h['why']}")
+
+
 def _serve(url: str, run: str, version: int, why: str, canary: tuple[int, float] | None = None):
     """Serve ``version`` (published, or 0) to the run's new live sessions, or a CLI error naming why not."""
 

@@ -113,6 +113,7 @@ async def test_a_revoked_key_is_refused_at_its_next_call_in_the_clients_dialect(
     [
         ("GET", "/api/rollouts", None),
         ("GET", "/api/runs/live", None),
+        ("GET", "/api/live", None),
         ("POST", "/api/feedback", {"rollout_id": 1, "score": 1.0}),
         ("POST", "/api/rollouts", {"run": "live", "task": "x"}),
         ("GET", "/admin/policy", None),

@@ -75,3 +75,5 @@ async def test_sessions_are_served_the_promoted_version_a_canary_and_a_rollback(
     assert unknown.exit_code == 1 and "never published" in unknown.output
     history = (await gateway.state.store.live_keys.serving("live")).history
     assert [(h["version"], h["why"].split(":")[0]) for h in history] == [(1, "passed the gate"), (0, "rollback")]
+    shown = await cli("keys", "report", *db)
+    assert shown.exit_code == 0 and "served base" in shown.output and "v1: passed the gate" in shown.output

@@ -49,6 +49,20 @@ async def test_only_ended_opted_in_clean_rewarded_sessions_become_ready_and_one_
     [(_, metrics)] = await store.training.learner_steps(await store.listings.run_id("live"))
     assert metrics["samples"] == 4 and metrics["reward_mean"] == pytest.approx(0.5)
 
+    report = (await gateway.http.get("/api/live")).json()
+    users = {u["user"]: u for u in report["users"]}
+    assert {k: users["ada"][k] for k in ("sessions", "running", "rewarded", "trained", "redacted")} == {
+        "sessions": 4, "running": 1, "rewarded": 3, "trained": 3, "redacted": 0
+    }  # fmt: skip
+    assert users["ada"]["reward_mean"] == pytest.approx(2 / 3) and users["ada"]["last_reward_at"]
+    assert (users["bob"]["redacted"], users["bob"]["findings"], users["bob"]["trained"]) == (
+        1,
+        {"AWS Access Key": 1},
+        1,
+    )
+    assert (users["eve"]["trainable"], users["eve"]["trained"], users["eve"]["unscanned"]) == (0, 0, 0)
+    assert PLANTED not in str(report) and report["promoted"] == 0
+
 
 def test_a_batch_of_sessions_is_baselined_leave_one_out_until_a_user_has_history():
     baselines = RunningBaselines(min_count=2)

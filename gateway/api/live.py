@@ -1,10 +1,14 @@
-"""``POST /api/feedback``: a reward that arrives late, for a live key's session (rollout), named by the
+"""The live-traffic routes. ``GET /api/live``: a run's live sessions per user (rewarded, excluded and
+why, trained) and the version serving them with its promotions and rollbacks.
+
+``POST /api/feedback``: a reward that arrives late, for a live key's session (rollout), named by the
 rollout, by one of its calls (the ids every answer carries in its headers) or by its user (their most
 recent session: what a git hook or a CI step knows). Admin key only: feedback is a reward, and an agent
 holding a live key must not score itself."""
 
 from __future__ import annotations
 
+import dataclasses
 from typing import Annotated
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
@@ -65,3 +69,17 @@ async def _session_named(body: Feedback, state) -> int:
     if latest is None:
         raise NotFound(f"{body.user!r} has no live session: their agent has not called with a live key yet")
     return latest
+
+
+class LiveReport(BaseModel):
+    run: str
+    promoted: int  # the version new sessions are served (0: the base model)
+    canary: dict | None  # {"version", "fraction"} of new sessions served a candidate first
+    history: list[dict]  # promotions and rollbacks: {"version", "at", "why"}
+    users: list[dict]  # per user: sessions, running, rewarded, reward_mean, redacted, findings, ...
+
+
+async def get_live(state: AdminStateDep, run: str = "live") -> LiveReport:
+    serving = await state.store.live_keys.serving(run)
+    users = [dataclasses.asdict(u) for u in await state.store.live_keys.report(run)]
+    return LiveReport(run=run, users=users, **serving.as_config())
