@@ -79,8 +79,9 @@ def request(method: str, target: str, host: str, body: dict | None = None, token
     return f"{method} {target} HTTP/1.1\r\nhost: {host}\r\n{auth}{length}connection: close\r\n\r\n{data}"
 
 
-def attacks(port: int, own: dict, sibling: dict) -> dict[str, tuple[str, bool]]:
-    """name -> (raw request bytes as text, sent to the gateway socket directly)."""
+def attacks(port: int, own: dict, sibling: dict, live_key: str) -> dict[str, tuple[str, bool]]:
+    """name -> (raw request bytes as text, sent to the gateway socket directly). ``live_key``: a person's
+    live key the agent found (a leaked config file): it opens nothing from a sandbox."""
     host, mine, tok = f"127.0.0.1:{port}", f"/r/{own['token']}/v1", own["token"]
     chat = {"model": "policy", "messages": [{"role": "user", "content": "hi"}]}
     plain = {
@@ -110,6 +111,9 @@ def attacks(port: int, own: dict, sibling: dict) -> dict[str, tuple[str, bool]]:
         "upgrade": request("GET", f"{mine}/models", host, token=tok).replace(
             "connection: close", "connection: Upgrade\r\nupgrade: websocket"
         ),
+        "live key, model call": request("POST", "/v1/chat/completions", host, chat, live_key),
+        "live key, feedback": request("POST", "/api/feedback", host, {"user": "ada", "score": 1}, live_key),
+        "live key, report": request("GET", "/api/live", host, token=live_key),
     }
     found = {name: (raw, False) for name, raw in plain.items()}
     found["socket directly"] = (request("GET", "/api/runs", host, token=tok), True)
@@ -149,7 +153,7 @@ def snapshot(gateway: BackgroundGateway, engine: FakeEngine) -> dict:
 
 
 @pytest.mark.parametrize("backend", BACKENDS)
-async def test_an_attacking_agent_reaches_only_its_own_model_endpoints(backend, gateway, engine_server):
+async def test_an_attacking_agent_reaches_only_its_own_model_endpoints(backend, gateway, engine_server, sqlite_db):
     engine: FakeEngine = engine_server.app.state.engine
     with admin(gateway) as http:
         own, sibling = (
@@ -157,7 +161,8 @@ async def test_an_attacking_agent_reaches_only_its_own_model_endpoints(backend, 
             for _ in range(2)
         )
     program = f"PORT = {gateway.port}\nSOCKET = {SOCKET_INSIDE!r}\n"
-    program += f"ATTACKS = {attacks(gateway.port, own, sibling)!r}\n{SENDER}"
+    live_key = await live_key_of(sqlite_db, "ada")
+    program += f"ATTACKS = {attacks(gateway.port, own, sibling, live_key)!r}\n{SENDER}"
     engine.script = lambda body: FakeReply(content=program if len(body["messages"]) == 1 else "Done.")
     engine.requests = []
     before = snapshot(gateway, engine)
@@ -177,6 +182,19 @@ async def test_an_attacking_agent_reaches_only_its_own_model_endpoints(backend, 
     with admin(gateway) as http:
         assert http.get(f"/api/rollouts/{own['id']}").json()["num_calls"] == 2
         assert http.get(f"/api/rollouts/{sibling['id']}").json()["num_calls"] == 0
+        assert http.get("/api/rollouts", params={"run": "live"}).json()["data"] == []  # no session opened
+
+
+async def live_key_of(database_url: str, user: str) -> str:
+    """A live key of ``user`` in the gateway's store, as `harnessrl keys create` makes one."""
+    from store.store import Store
+
+    store = Store.from_url(database_url)
+    try:
+        key, _ = await store.live_keys.create(user)
+    finally:
+        await store.close()
+    return key
 
 
 FLOODER = r"""
