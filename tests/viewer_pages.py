@@ -4,6 +4,9 @@ page against the store's rows."""
 
 from __future__ import annotations
 
+import shutil
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from urllib.parse import urlsplit
@@ -22,6 +25,7 @@ from tests.builders import ADMIN_HEADERS, TEST_ADMIN_KEY, WEATHER_TOOL
 from tests.fake_tokens import FakeReply, decode
 
 playwright_api = pytest.importorskip("playwright.sync_api", reason="needs playwright (in the dev extras)")
+UI_MS = 300_000  # a guard against a hang: a busy machine draws pages slowly
 
 
 RUN = "viewer-run"
@@ -230,6 +234,25 @@ class Browser:
         self.page.screenshot(path=str(path), full_page=True)
         print(f"screenshot: {path}")
         return path
+
+
+@contextmanager
+def browsing(out_dir: Path) -> Iterator[Browser]:
+    """A page in the system's headless Chromium; on the way out, no console error and no request off
+    loopback. Each wait is bounded by UI_MS, a guard against a hang, not a speed check."""
+    chromium_path = shutil.which("chromium")
+    assert chromium_path, "needs a system Chromium (tests/setup_machine.sh installs it)"
+    with playwright_api.sync_playwright() as p:
+        chromium = p.chromium.launch(executable_path=chromium_path, headless=True, args=["--no-sandbox"])
+        try:
+            page = chromium.new_page(viewport=VIEWPORT)
+            page.set_default_timeout(UI_MS)
+            view = Browser(page, out_dir)
+            yield view
+            assert view.errors == [], f"console errors: {view.errors}"
+            assert all(is_loopback(u) for u in view.urls), [u for u in view.urls if not is_loopback(u)]
+        finally:
+            chromium.close()
 
 
 def is_loopback(url: str) -> bool:

@@ -31,16 +31,14 @@ from tests.viewer_pages import (
     MANY_RUN,
     RUN,
     STEPS,
-    VIEWPORT,
     Browser,
     Recorded,
+    browsing,
     byte_level_chars,
     check_runs_page,
     check_token_view,
     earlier_logprobs,
-    is_loopback,
     mask_sum,
-    playwright_api,
     record_run,
     reward_text,
     viewer_script,
@@ -99,17 +97,8 @@ def db(recorded) -> Iterator[Session]:
 
 @pytest.fixture
 def browser(tmp_path) -> Iterator[Browser]:
-    with playwright_api.sync_playwright() as p:
-        chromium = p.chromium.launch(executable_path=CHROMIUM, headless=True, args=["--no-sandbox"])
-        try:
-            page = chromium.new_page(viewport=VIEWPORT)
-            page.set_default_timeout(20_000)
-            view = Browser(page, tmp_path)
-            yield view
-            assert view.errors == [], f"console errors: {view.errors}"
-            assert all(is_loopback(u) for u in view.urls), [u for u in view.urls if not is_loopback(u)]
-        finally:
-            chromium.close()
+    with browsing(tmp_path) as view:
+        yield view
 
 
 def test_run_group_rollout_call_by_clicking(recorded, db, browser):

@@ -16,13 +16,12 @@ from openai import OpenAI
 from harnessrl.server import BackgroundGateway, BackgroundServer
 from tests.builders import ADMIN_HEADERS, gateway_settings
 from tests.fake_engine import FakeEngine, create_fake_engine_app
-from tests.viewer_pages import VIEWPORT, Browser, is_loopback
+from tests.viewer_pages import Browser, browsing
 
 playwright_api = pytest.importorskip("playwright.sync_api", reason="needs playwright (in the dev extras)")
 CHROMIUM = shutil.which("chromium")
 pytestmark = pytest.mark.skipif(CHROMIUM is None, reason="needs a system Chromium (apt-get install chromium)")
 PLANTED = "AKIAIOSFODNN7EXAMPLE"  # AWS's documented example access key id
-UI_MS = 300_000  # a guard against a hang: a busy machine draws pages slowly
 
 
 def cli(*args: str) -> str:
@@ -37,17 +36,8 @@ def cli(*args: str) -> str:
 
 @pytest.fixture
 def browser(tmp_path) -> Iterator[Browser]:
-    with playwright_api.sync_playwright() as p:
-        chromium = p.chromium.launch(executable_path=CHROMIUM, headless=True, args=["--no-sandbox"])
-        try:
-            page = chromium.new_page(viewport=VIEWPORT)
-            page.set_default_timeout(UI_MS)
-            view = Browser(page, tmp_path)
-            yield view
-            assert view.errors == [], f"console errors: {view.errors}"
-            assert all(is_loopback(u) for u in view.urls)
-        finally:
-            chromium.close()
+    with browsing(tmp_path) as view:
+        yield view
 
 
 def test_the_live_page_shows_sessions_per_user_and_what_was_redacted_never_the_secret(sqlite_db, browser):
