@@ -52,9 +52,7 @@ from learner.served_settings import resolve_max_staleness, resolve_token_budget
 from learner.session_advantages import RunningBaselines, batch_session_advantages
 from learner.trainer import Trainer, build_trainer, train_batch
 from store.store import Store
-from store.training import (
-    CheckpointRecord,
-)
+from store.training import CheckpointRecord
 
 logger = logging.getLogger("learner")
 MISMATCH_ALARM = (

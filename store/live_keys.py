@@ -20,7 +20,7 @@ from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
 from store.records import GroupStatus, RolloutStatus
 from store.retention import PruneFilter, Retention
-from store.rewards import check_reward, total_reward
+from store.rewards import check_reward, set_reward
 from store.tables import Call, Group, LiveKey, Rollout, Run, Task, utcnow
 
 LIVE_PREFIX = "hrl-live-"  # a rollout token's prefix too, so the control plane refuses it by the same rule
@@ -292,13 +292,12 @@ class LiveKeys:
     async def feedback(self, rollout_id: int, score: float, note: str | None) -> bool:
         """Late feedback on a live session, ended or not: the ``feedback`` reward component (and its
         note). False when the rollout is no live session: a task's rewards are final when it ends."""
-        score = check_reward(FEEDBACK, score)
+        check_reward(FEEDBACK, score)  # refused before the row is read
         async with self.sessions.begin() as session:
             rollout = await session.get(Rollout, rollout_id, with_for_update=True)
             if rollout is None or not (rollout.meta or {}).get("live"):
                 return False
-            rewards = {**(rollout.rewards or {}), FEEDBACK: score}
-            rollout.reward, rollout.rewards = total_reward(rewards), rewards
+            set_reward(rollout, FEEDBACK, score)  # ended or not: a live session takes late feedback
             detail = {"note": (note or "")[:2000], "at": utcnow().isoformat()}
             rollout.reward_details = {**(rollout.reward_details or {}), FEEDBACK: detail}
             await _settle(session, rollout)

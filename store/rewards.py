@@ -80,11 +80,17 @@ async def add_reward(session: AsyncSession, rollout: Rollout, name: str, value: 
     """Set one component on a running rollout (the caller holds the rollout's row)."""
     if rollout.status in ENDED:
         raise RolloutEnded(f"rollout {rollout.id} already ended as {rollout.status!r}: its rewards are final")
+    set_reward(rollout, name, value)
+    await session.flush()
+
+
+def set_reward(rollout: Rollout, name: str, value: float | None) -> None:
+    """Set one component and the total (InvalidReward, nothing changed, for a value that is not finite
+    or a total that overflows). Whether the rollout may still take it is the caller's rule."""
     value = check_reward(name, value)
     rewards = {**(rollout.rewards or {}), name: value}
     rollout.reward = total_reward(rewards)  # InvalidReward first: nothing of an overflowing sum is kept
     rollout.rewards = rewards
-    await session.flush()
 
 
 async def end_rollout(session: AsyncSession, rollout: Rollout, status: str, error: str | None) -> None:

@@ -4,16 +4,14 @@ leases held, and hand them back done or unplayed. The admin key only: a rollout 
 
 from __future__ import annotations
 
-from typing import Annotated
-
 from fastapi import APIRouter
 from pydantic import BaseModel, ConfigDict, Field
 
+from gateway.api.params import RowId
 from gateway.state import AdminStateDep
 from store.leases import Leases, SlotEnd
 
 Name = Field(min_length=1, max_length=200)
-RowId = Annotated[int, Field(ge=1, le=2**63 - 1)]  # a lease's or a rollout's id
 
 
 class ClaimSlots(BaseModel):

@@ -13,18 +13,17 @@ from typing import Annotated
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
+from gateway.api.params import RowId
 from gateway.errors import InvalidRequest, NotFound
 from gateway.state import AdminStateDep
 from store.rewards import InvalidReward
-
-Id = Annotated[int, Field(ge=1, le=2**63 - 1)]
 
 
 class Feedback(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
-    rollout_id: Id | None = None
-    call_id: Id | None = None
+    rollout_id: RowId | None = None
+    call_id: RowId | None = None
     user: str | None = Field(default=None, min_length=1, max_length=200)
     score: Annotated[float, Field(strict=False, allow_inf_nan=False)]
     note: str | None = Field(default=None, max_length=2000)

@@ -16,6 +16,7 @@ from __future__ import annotations
 from gateway.engine.client import EngineClient
 from gateway.errors import InvalidRequest, NotFound
 from gateway.policy.registry import MAX_VERSION, PolicyRegistry
+from store.passk import policy_label
 from store.store import Store
 
 BASE, LATEST, PREFIX = "base", "latest", "policy-v"
@@ -49,7 +50,7 @@ async def load_version(engine: EngineClient, policy: PolicyRegistry, store: Stor
         published = sorted(policy.loaded())
         raise NotFound(
             f"policy-v{version} was never published to this gateway (loaded versions: "
-            f"{', '.join(_label(v) for v in published)}); pin base, latest or a published "
+            f"{', '.join(policy_label(v) for v in published)}); pin base, latest or a published "
             f"version",
             param="policy",
         )
@@ -59,7 +60,3 @@ async def load_version(engine: EngineClient, policy: PolicyRegistry, store: Stor
     await store.adapters.save(version, adapter.name, adapter.path, loaded=True)
     policy.load(version, adapter.name, adapter.digest)
     return adapter.name
-
-
-def _label(version: int) -> str:
-    return BASE if version == 0 else f"{PREFIX}{version}"

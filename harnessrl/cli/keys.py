@@ -9,6 +9,7 @@ from typing import Annotated
 import typer
 
 from harnessrl.cli.options import DatabaseUrl, console, fail, resolve_admin_key, resolve_database_url, with_store
+from store.passk import policy_label
 
 keys_app = typer.Typer(
     help="Live keys: an agent's everyday API key, each of its sessions a rollout.", no_args_is_help=True
@@ -151,7 +152,7 @@ def rollback(
     """Serve an earlier VERSION to new live sessions at once (no gate), ending any canary."""
 
     serving = _serve(resolve_database_url(database_url), run, version, "rollback")
-    console.print(f"new live sessions of {run!r} are served {'base' if not serving.promoted else f'policy-v{version}'}")
+    console.print(f"new live sessions of {run!r} are served {policy_label(serving.promoted)}")
 
 
 @keys_app.command("report")
@@ -174,7 +175,7 @@ def report(run: Run = "live", database_url: DatabaseUrl = None) -> None:
         counts = (u.sessions, u.running, u.rewarded)
         table.add_row(u.user, *map(str, counts), mean, redacted, str(u.unscanned), str(u.trainable), str(u.trained))
     console.print(table)
-    label = "base" if not serving.promoted else f"policy-v{serving.promoted}"
+    label = policy_label(serving.promoted)
     canary = (
         f", canary policy-v{serving.canary} for {serving.canary_fraction:.0%}" if serving.canary is not None else ""
     )

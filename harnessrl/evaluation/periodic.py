@@ -20,6 +20,7 @@ from harnesses.harness import Harness
 from harnesses.task import Task
 from harnessrl.evaluation.evaluate import EvalPlan, run_evaluation
 from sandboxes import SandboxSpec
+from store.passk import policy_label
 from store.store import Store
 
 logger = logging.getLogger(__name__)
@@ -79,7 +80,7 @@ class PeriodicEval:
             run=eval_run_name(self.run),
             tasks=s.tasks,
             harness=s.harness,
-            policies=(_label(version),),
+            policies=(policy_label(version),),
             k=s.k,
             concurrency=s.concurrency,
             sandbox=s.sandbox,
@@ -89,7 +90,7 @@ class PeriodicEval:
         )
         document = await run_evaluation(plan, self.gateway_url, self.admin_key)
         if document.get("interrupted"):  # Ctrl-C or SIGTERM stops the caller too; part of an eval is no score
-            raise asyncio.CancelledError(f"the evaluation of {_label(version)} was interrupted")
+            raise asyncio.CancelledError(f"the evaluation of {policy_label(version)} was interrupted")
         [row] = document["policies"]
         metrics = {
             "eval_version": version,
@@ -105,7 +106,7 @@ class PeriodicEval:
         step = await self.store.evaluations.record_eval_metrics(run_id, version, metrics) if run_id else None
         logger.info(
             "evaluated %s on %d held-out tasks: pass@1 %.3f, pass@%d %.3f (learner step %s)",
-            _label(version),
+            policy_label(version),
             row["tasks"],
             row["pass_at_1"] or 0.0,
             row["k"],
@@ -121,10 +122,6 @@ class PeriodicEval:
         if run_id is None:
             return set()
         return {cell.version for cell in await self.store.evaluations.pinned_task_counts(run_id)}
-
-
-def _label(version: int) -> str:
-    return "base" if version == 0 else f"policy-v{version}"
 
 
 class EvalThread:

@@ -11,6 +11,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from store.passk import policy_label
+
 METRICS = ("pass_at_k", "pass_at_1")
 
 
@@ -26,22 +28,18 @@ def gate(document: dict, incumbent: int, candidate: int, margin: float = 0.0, me
     if metric not in METRICS:
         raise ValueError(f"--metric is one of {', '.join(METRICS)}, not {metric!r}")
     rows = {row["version"]: row for row in document.get("policies", [])}
-    missing = [_label(v) for v in (incumbent, candidate) if v not in rows or rows[v].get(metric) is None]
+    missing = [policy_label(v) for v in (incumbent, candidate) if v not in rows or rows[v].get(metric) is None]
     if missing:
         raise ValueError(
             f"the evaluation has no {metric} of {' and '.join(missing)}: run `harnessrl eval --policies "
-            f"{_label(incumbent)},{_label(candidate)}` on held-out tasks and pass its eval.json"
+            f"{policy_label(incumbent)},{policy_label(candidate)}` on held-out tasks and pass its eval.json"
         )
     old, new = rows[incumbent][metric], rows[candidate][metric]
     k = document.get("k")
     measured = (
-        f"{metric} {new:.3f} for {_label(candidate)} vs {old:.3f} for {_label(incumbent)} "
+        f"{metric} {new:.3f} for {policy_label(candidate)} vs {old:.3f} for {policy_label(incumbent)} "
         f"(run {document.get('run')!r}, {len(document.get('tasks', []))} tasks, k={k}, margin {margin:g})"
     )
     if new >= old - margin:
         return Decision(True, f"passed the gate: {measured}")
     return Decision(False, f"kept, not promoted: {measured}")
-
-
-def _label(version: int) -> str:
-    return "base" if version == 0 else f"policy-v{version}"
