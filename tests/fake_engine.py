@@ -59,6 +59,9 @@ class FakeEngine:
     # ``ignore_loads``: a load answers 200 but the adapter is never applied (the base model serves it).
     adapter_shift: float = -0.5
     ignore_loads: bool = False
+    # Every top log-prob is off by this many nats, the sign alternating by position: another CPU's
+    # kernels, the same on the base model and under an adapter.
+    numerics_noise: float = 0.0
     # The "tokenizer" of sampled text: bytes by default; tito tests plug in a real model's.
     encode_text: Callable[[str], list[int]] = encode
     decode_ids: Callable[[list[int]], str] = decode
@@ -246,6 +249,7 @@ def _top_logprobs(engine: FakeEngine, body: dict, prompt_ids: list[int], count: 
     if body.get("return_tokens_as_token_ids") and body.get("logprobs"):
         applied = body["model"] != engine.model and not engine.ignore_loads
         value = next_logprob_at(len(prompt_ids)) + (engine.adapter_shift if applied else 0.0)
+        value += engine.numerics_noise * (1 if len(prompt_ids) % 2 else -1)
         top[0] = {f"token_id:{next_token(prompt_ids)}": value}
     return top
 

@@ -56,9 +56,10 @@ class ProbeAnswer(BaseModel):
     mean_abs: float  # mean |engine - learner| log-prob per probe token under the adapter, nats
     base_mean_abs: float  # the same against the learner's base model
     effect: float  # mean |adapter - base|: how far the adapter moves the probe
-    tolerance: float
+    tolerance: float  # max(the dtypes' floor, twice the noise)
+    noise: float = 0.0  # mean |engine - learner| under the base model on the same tokens: its numerics
     passed: bool
-    distinguishable: bool  # effect > tolerance: the probe tells the adapter from the base model
+    distinguishable: bool  # effect - noise > tolerance: the probe tells the adapter from the base model
 
 
 class AdapterPublished(BaseModel):

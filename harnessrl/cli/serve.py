@@ -81,7 +81,8 @@ def serve(
         typer.Option(
             min=0.0,
             help="Mean |engine - learner| log-prob per probe token a published adapter may show before the "
-            "publication fails [default: by dtype, 0.001 float32, 0.1 bfloat16]",
+            "publication fails, at least (twice the engine's own noise on the base model widens it) "
+            "[default: by dtype, 0.001 float32, 0.1 bfloat16]",
         ),
     ] = None,
     otlp_endpoint: Annotated[

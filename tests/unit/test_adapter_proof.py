@@ -125,6 +125,22 @@ async def test_an_adapter_the_probe_cannot_tell_from_the_base_is_served_and_says
     assert proof["passed"] and not proof["distinguishable"]
 
 
+async def test_an_engines_own_noise_on_the_base_model_widens_its_tolerance_and_still_catches_an_ignored_load(
+    proving_gateway, tmp_path
+):
+    proving_gateway.fake.numerics_noise = 0.05  # 50x the floor: another CPU's kernels
+    response = await publish(proving_gateway, 1, adapter_folder(tmp_path, 1), probe=fake_probe())
+    assert response.status_code == 200, response.text
+    [proof] = response.json()["proof"]
+    assert proof["noise"] == pytest.approx(0.05) and proof["tolerance"] == pytest.approx(0.1)
+    assert proof["passed"] and proof["distinguishable"] and proof["mean_abs"] == pytest.approx(0.05)
+
+    proving_gateway.fake.ignore_loads = True  # the same noisy engine serving the base model under the name
+    response = await publish(proving_gateway, 2, adapter_folder(tmp_path, 2), probe=fake_probe())
+    assert response.status_code == 502 and response.json()["error"]["code"] == "adapter_not_applied"
+    assert "its own noise on the base model 0.05" in response.json()["error"]["message"]
+
+
 async def test_a_folder_rewritten_after_the_learner_hashed_it_is_refused(proving_gateway, tmp_path):
     folder = adapter_folder(tmp_path, 1)
     claimed = adapter_digest(folder)
@@ -231,6 +247,17 @@ def test_an_engine_answering_minus_infinity_is_infinitely_far():
     assert judge("e", [-1.0, -2.0], probe, 1e-3).passed
     far = judge("e", [-math.inf, -2.0], probe, 1e-3)
     assert far.mean_abs == math.inf and not far.passed
+
+
+def test_the_noise_leaves_out_tokens_the_engine_did_not_rank_and_only_widens_the_floor():
+    probe = AdapterProbe.from_json(fake_probe())
+    engine = list(probe.logprobs)
+    quiet = judge("e", engine, probe, 0.3, engine_base_logprobs=list(probe.base_logprobs))
+    assert (quiet.noise, quiet.tolerance) == (0.0, 0.3)
+    off = [x + 0.2 for x in probe.base_logprobs[:-1]] + [-math.inf]
+    noisy = judge("e", engine, probe, 0.3, engine_base_logprobs=off)
+    assert noisy.noise == pytest.approx(0.2) and noisy.tolerance == pytest.approx(0.4)
+    assert not judge("e", [x + 0.5 for x in engine], probe, 0.3, engine_base_logprobs=off).passed
 
 
 def test_the_digest_covers_the_weights_and_config_and_nothing_else(tmp_path):
