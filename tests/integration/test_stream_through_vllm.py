@@ -2,7 +2,8 @@
 
 A streaming client gets the answer as the engine samples it: its first token arrives well before the
 generation ends. The recorded call is exact: its ids and logprobs equal those of the same generation
-asked for without streaming (seeded, or greedy where the dialect has no seed). Tool calls streamed as
+asked for without streaming, both greedy (a training run leaves a client's seed out of its engine
+requests, so only temperature 0 replays a generation). Tool calls streamed as
 deltas parse in each SDK's stream helper. Chat streams in both capture modes (tito: token prompts to
 the engine's completions stream, turned into chat chunks), and the Completions route streams too.
 SmolLM2 (it counts and calls tools); SQLite (the store plays no part in streaming; the durability
@@ -30,7 +31,6 @@ pytestmark = [
 
 COUNT = [{"role": "user", "content": "Count from 1 to 100, one number per line."}]
 LONG = 128  # tokens: long enough that decoding them takes a good part of the request, even on busy cores
-SEED = 1234
 
 
 class Clock:
@@ -52,6 +52,16 @@ class Clock:
         assert self.first < 0.75 * self.total, f"first token at {self.first:.2f} s of {self.total:.2f} s"
 
 
+def greedy_rollout(gateway, capture: str | None = None) -> dict:
+    """A rollout of a run at temperature 0, whose generations replay (a training run drops seeds)."""
+    body = {"run": "greedy", "task": "count", "sampling": {"temperature": 0.0}}
+    response = http.post(
+        f"{gateway.url}/api/rollouts", headers=ADMIN_HEADERS, json=body | ({"capture": capture} if capture else {})
+    )
+    assert response.status_code == 201, response.text
+    return response.json()
+
+
 def assert_same_generation(streamed: dict, replayed: dict, engine, messages, tools=None) -> None:
     """The streamed call recorded exactly what the non-streaming one did (ids, and logprobs up to noise)."""
     assert streamed["prompt_ids"] == replayed["prompt_ids"] == engine_tokenization(engine, messages, tools)
@@ -65,9 +75,9 @@ def assert_same_generation(streamed: dict, replayed: dict, engine, messages, too
 def test_chat_stream_arrives_as_sampled_and_records_the_replayed_generation(live_gateway, engine, capture):
     """In both capture modes: tito streams the engine's completions as chat chunks; the prompt it
     renders is what vLLM renders, too."""
-    rollout = new_rollout(live_gateway, capture=capture)
+    rollout = greedy_rollout(live_gateway, capture=capture)
     client = client_for(rollout)
-    sampling = {"max_tokens": LONG, "seed": SEED}  # the run samples at temperature 1
+    sampling = {"max_tokens": LONG}
     clock, text = Clock(), []
     for chunk in client.chat.completions.create(model="policy", messages=COUNT, stream=True, **sampling):
         if chunk.choices and chunk.choices[0].delta.content:
@@ -83,9 +93,9 @@ def test_chat_stream_arrives_as_sampled_and_records_the_replayed_generation(live
 
 
 def test_responses_stream_arrives_as_sampled_and_records_the_replayed_generation(live_gateway, engine):
-    rollout = new_rollout(live_gateway)
+    rollout = greedy_rollout(live_gateway)
     client = client_for(rollout)
-    sampling = {"max_output_tokens": LONG, "extra_body": {"seed": SEED}}
+    sampling = {"max_output_tokens": LONG}
     clock, text = Clock(), []
     with client.responses.stream(model="policy", input=COUNT, **sampling) as stream:
         for event in stream:
@@ -99,17 +109,6 @@ def test_responses_stream_arrives_as_sampled_and_records_the_replayed_generation
     streamed, replayed = recorded(live_gateway, rollout)
     assert_same_generation(streamed, replayed, engine, COUNT)
     assert "".join(text) == final.output_text == replay.output_text
-
-
-def greedy_rollout(gateway) -> dict:
-    """A rollout of an evaluation run (temperature 0): the Messages API has no seed to replay with."""
-    response = http.post(
-        f"{gateway.url}/api/rollouts",
-        headers=ADMIN_HEADERS,
-        json={"run": "greedy", "task": "count", "sampling": {"temperature": 0.0}},
-    )
-    assert response.status_code == 201, response.text
-    return response.json()
 
 
 def test_anthropic_stream_arrives_as_sampled_and_records_the_replayed_generation(live_gateway, engine):
@@ -173,9 +172,9 @@ def test_streamed_tool_call_deltas_parse_in_each_sdk(live_gateway, engine):
 
 
 def test_completions_stream_arrives_as_sampled_and_records_the_replayed_generation(live_gateway, engine):
-    rollout = new_rollout(live_gateway, capture="tito")
+    rollout = greedy_rollout(live_gateway, capture="tito")
     client = client_for(rollout)
-    sampling = {"max_tokens": LONG, "seed": SEED, "logprobs": 0}
+    sampling = {"max_tokens": LONG, "logprobs": 0}
     prompt = "1, 2, 3, 4, 5,"
     clock, text = Clock(), []
     for chunk in client.completions.create(model="policy", prompt=prompt, stream=True, **sampling):
