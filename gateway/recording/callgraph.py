@@ -30,7 +30,7 @@ class Link:
     fork_of: int | None = None  # the call whose sampled tokens this one diverged from
     drift_tokens: int = 0  # sampled tokens of fork_of from the divergence point on
     main_before: bool = True  # an earlier main-loop call of the rollout exists (only a root can say no)
-    shared_tokens: int = 0  # a root's longest shared prefix with an earlier call
+    continues_earlier: bool = False  # a root whose first FALSE_FORK_TOKENS tokens are an earlier call's
 
     @property
     def kind(self) -> str:
@@ -41,7 +41,7 @@ class Link:
             return "fork"
         if not self.main_before:
             return "first"
-        return "false_fork" if self.shared_tokens >= FALSE_FORK_TOKENS else "new_root"
+        return "false_fork" if self.continues_earlier else "new_root"
 
 
 def common_prefix_len(a: bytes, b: bytes) -> int:
@@ -79,8 +79,14 @@ def link(prompt: bytes, candidates: Iterable[GraphNode]) -> Link:
     if fork is not None:
         return Link(parent_id=None, fork_of=fork, drift_tokens=drift)
     main_before = any(not node.side for node in candidates)
-    shared = max((common_prefix_len(prompt, node.sequence) for node in candidates), default=0)
-    return Link(parent_id=None, main_before=main_before, shared_tokens=shared)
+    return Link(parent_id=None, main_before=main_before, continues_earlier=shares_lead(prompt, candidates))
+
+
+def shares_lead(prompt: bytes, candidates: Iterable[GraphNode]) -> bool:
+    """Whether the prompt's first FALSE_FORK_TOKENS tokens are some candidate's: one byte comparison
+    each (the longest shared prefix of every recent call, element-wise, cost 0.17 ms a root call)."""
+    lead = FALSE_FORK_TOKENS * 4
+    return len(prompt) >= lead and any(prompt[:lead] == node.sequence[:lead] for node in candidates)
 
 
 class CallGraphIndex:

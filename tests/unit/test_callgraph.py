@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from gateway.recording.callgraph import GraphNode, common_prefix_len, link
 from store.arrays import pack_ids
+from store.records import FALSE_FORK_TOKENS
 
 
 def node(call_id: int, prompt: list[int], output: list[int]) -> GraphNode:
@@ -51,3 +52,12 @@ def test_a_history_rewrite_is_a_new_root_not_a_fork():
     sampled = node(1, [1, 2, 3, 4], [5, 6])
     result = link(pack_ids([1, 2, 8]), [sampled])
     assert (result.parent_id, result.fork_of, result.drift_tokens) == (None, None, 0)
+
+
+def test_a_later_root_continues_an_earlier_call_only_when_their_first_64_tokens_agree():
+    earlier = node(1, list(range(100, 100 + FALSE_FORK_TOKENS + 8)), [1])
+    same_lead = [*range(100, 100 + FALSE_FORK_TOKENS), 7, 7]  # rewritten after the threshold
+    off_by_one = [*range(100, 100 + FALSE_FORK_TOKENS - 1), 7, 7, 7]  # rewritten at its last token
+    assert link(pack_ids(same_lead), [earlier]).kind == "false_fork"
+    assert link(pack_ids(off_by_one), [earlier]).kind == "new_root"
+    assert link(pack_ids(same_lead[: FALSE_FORK_TOKENS - 1]), [earlier]).kind == "new_root"  # too short to say
