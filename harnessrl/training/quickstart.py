@@ -283,11 +283,9 @@ class Quickstart:
                 version = await current_version(client)
             finally:
                 await client.close()
-        for label, periodic in evals:
-            if version is not None:
-                metrics = None if version in (periodic.evaluated or set()) else await periodic.evaluate(version)
-            else:
-                metrics = await periodic.check()
+        # the task sets side by side: one's last rollouts overlap the other's, and the engine batches both
+        done = await asyncio.gather(*(self._evaluate_one(periodic, version) for _, periodic in evals))
+        for (label, _), metrics in zip(evals, done, strict=True):
             if metrics is not None:
                 self.dashboard.add_eval(label, metrics)
                 self.console.print(
@@ -296,6 +294,13 @@ class Quickstart:
                     f"pass@k {metrics['eval_pass_at_k']:.3f}, mean reward "
                     f"{metrics['eval_reward_mean']:.3f}"
                 )
+
+    @staticmethod
+    async def _evaluate_one(periodic, version: int | None) -> dict | None:
+        """``version`` evaluated unless it was (None: the current one, if due); its metrics, or None."""
+        if version is None:
+            return await periodic.check()
+        return None if version in (periodic.evaluated or set()) else await periodic.evaluate(version)
 
     async def _capture_line(self, evals) -> str:
         """How many later turns of this quickstart's rollouts extended the previous call's ids exactly."""

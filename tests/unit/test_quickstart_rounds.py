@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import time
 
 import pytest
@@ -78,3 +79,29 @@ async def test_the_final_adapter_is_the_version_served_last(tmp_path, monkeypatc
     assert q._final_adapter().name == "policy-v2"
     q.dashboard.policy = {}
     assert q._final_adapter().name == "policy-v3"
+
+
+class TaskSet:
+    """A held-out set's evaluation that finishes only once every set has started (side by side)."""
+
+    def __init__(self, started: list[str], name: str, sets: int):
+        self.started, self.name, self.sets, self.evaluated = started, name, sets, {0}
+
+    async def evaluate(self, version: int) -> dict:
+        self.started.append(self.name)
+        while len(self.started) < self.sets:  # a set evaluated after the other would wait here forever
+            await asyncio.sleep(0.01)
+        return {"eval_version": version, "eval_tasks": 1, "eval_k": 4} | dict.fromkeys(
+            ("eval_pass_at_1", "eval_pass_at_k", "eval_reward_mean"), 0.5
+        )
+
+
+async def test_the_held_out_sets_are_evaluated_side_by_side_and_each_is_shown(tmp_path, monkeypatch):
+    started: list[str] = []
+    evals = [(name, TaskSet(started, name, 2)) for name in ("held-out", "unseen kind")]
+    run = quickstart(tmp_path, monkeypatch, 0)
+    await asyncio.wait_for(run._evaluate(evals, version=1), timeout=600)
+    assert sorted(started) == ["held-out", "unseen kind"]
+    assert sorted(run.dashboard.evals[1]) == ["held-out", "unseen kind"]
+    await run._evaluate(evals, version=0)  # evaluated already: not again
+    assert len(started) == 2
