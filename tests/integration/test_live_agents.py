@@ -8,6 +8,7 @@ session records every call with its exact token ids and log-probs."""
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
@@ -22,7 +23,10 @@ from harnessrl.server import BackgroundGateway
 from tests.agent_scripts import write_then_done
 from tests.builders import ADMIN_HEADERS, gateway_settings
 from tests.fake_engine import FakeEngine
+from tests.git_hook import commit_with_the_hook
 from tests.integration.long_context import LONG_CONTEXT
+from tests.unit.test_live_keys import database_text
+from tests.unit.test_live_privacy import PLANTED
 
 AGENTS = ("opencode", "claude-code")
 
@@ -41,22 +45,27 @@ def cli(*args: str, database_url: str | None = None) -> subprocess.CompletedProc
     return subprocess.run(command, capture_output=True, text=True, timeout=600, env=env)
 
 
-def run_agent(name: str, gateway_url: str, key: str, tmp_path, settings=None) -> subprocess.CompletedProcess:
-    """The agent's own binary on the host, its config pointing at the gateway's /v1 with the live key."""
+HELLO = "Create a file hello.txt in the current directory containing exactly: hello"
+
+
+def run_agent(
+    name: str, gateway_url: str, key: str, tmp_path, settings=None, instruction: str = HELLO
+) -> subprocess.CompletedProcess:
+    """The agent's own binary on the host, its config pointing at the gateway's /v1 with the live key;
+    its home and working folder under ``tmp_path``."""
     harness = create(name, sandbox="local", settings=settings)
     try:
         harness.host_install()
     except AgentNotInstalled as exc:
         pytest.skip(str(exc))
     home, work = tmp_path / "home", tmp_path / "work"
-    work.mkdir()
+    work.mkdir(parents=True)
     endpoint = Endpoint(f"{gateway_url}/v1", key, "policy", str(home))
     for path, data in harness.config_files(endpoint).items():
         os.makedirs(os.path.dirname(path), exist_ok=True)
         with open(path, "wb") as file:
             file.write(data)
     env = {"PATH": os.environ["PATH"], **harness.env(endpoint)}
-    instruction = "Create a file hello.txt in the current directory containing exactly: hello"
     return subprocess.run(harness.command(instruction, endpoint), cwd=work, env=env, capture_output=True, timeout=600)
 
 
@@ -64,11 +73,11 @@ def run_agent(name: str, gateway_url: str, key: str, tmp_path, settings=None) ->
 def test_an_everyday_agent_with_a_live_key_records_a_session_that_takes_feedback(
     name, gateway, engine, sqlite_db, tmp_path
 ):
-    created = cli("keys", "create", "--user", "ada", "--train", database_url=sqlite_db)
-    assert created.returncode == 0, created.stderr
-    key = created.stdout.strip().splitlines()[-1]
+    """ada's session takes rewards late, by the CLI, the API and the git hook; bob's, which holds a
+    credential, is redacted by the scan and never trains; forgetting ada leaves bob's."""
+    ada, bob = (new_key(user, sqlite_db) for user in ("ada", "bob"))
 
-    done = run_agent(name, gateway.url, key, tmp_path)
+    done = run_agent(name, gateway.url, ada, tmp_path)
 
     assert done.returncode == 0, done.stderr.decode()[-2000:]
     assert (tmp_path / "work" / "hello.txt").read_text().strip() == "hello"
@@ -80,11 +89,45 @@ def test_an_everyday_agent_with_a_live_key_records_a_session_that_takes_feedback
         scored = cli("feedback", "1", "--user", "ada", "--note", "it wrote the file", "--gateway", gateway.url)
         assert scored.returncode == 0, scored.stderr
         assert http.get(f"/api/rollouts/{session['id']}").json()["rewards"] == {"feedback": 1.0}
+        by_call = http.post("/api/feedback", json={"call_id": calls[-1]["id"], "score": 0.0})
+        assert by_call.status_code == 200 and by_call.json()["rewards"] == {"feedback": 0.0}, by_call.text
+        commit_with_the_hook(tmp_path / "repo", gateway.url, user="ada")  # its tests pass: 1.0
+        assert http.get(f"/api/rollouts/{session['id']}").json()["rewards"] == {"feedback": 1.0}
+
+        leaked = run_agent(name, gateway.url, bob, tmp_path / "bob", instruction=f"{HELLO}. My key is {PLANTED}")
+        assert leaked.returncode == 0, leaked.stderr.decode()[-2000:]
+        [secret] = [
+            r for r in http.get("/api/rollouts", params={"run": "live"}).json()["data"] if r["id"] != session["id"]
+        ]
+        assert PLANTED in bodies(http, secret["id"])  # as the agent sent it
+        ended = http.post(f"/api/rollouts/{secret['id']}/end", json={"status": "finished"})  # as an idle gap would
+        assert ended.status_code == 200, ended.text
+        assert cli("feedback", "1", "--user", "bob", "--gateway", gateway.url).returncode == 0
+        scanned = cli("keys", "scan", database_url=sqlite_db)
+        assert scanned.returncode == 0 and "1 redacted" in scanned.stdout + scanned.stderr, scanned.stderr
+        redacted = http.get(f"/api/rollouts/{secret['id']}/calls").json()["data"]
+        assert not any(c["output_ids"] or c["prompt_ids"] for c in redacted)
+        assert PLANTED not in bodies(http, secret["id"]) and PLANTED not in database_text(sqlite_db)
+        users = {u["user"]: u for u in http.get("/api/live").json()["users"]}
+        assert (users["bob"]["redacted"], users["bob"]["trainable"]) == (1, 0)
+        assert users["ada"]["rewarded"] == 1
 
     forgot = cli("keys", "forget", "--user", "ada", database_url=sqlite_db)
     assert forgot.returncode == 0 and "1 session(s)" in forgot.stderr, forgot.stderr
     with httpx.Client(base_url=gateway.url, headers=ADMIN_HEADERS, timeout=300) as http:
-        assert http.get("/api/rollouts", params={"run": "live"}).json()["data"] == []
+        assert [r["id"] for r in http.get("/api/rollouts", params={"run": "live"}).json()["data"]] == [secret["id"]]
+
+
+def bodies(http: httpx.Client, rollout_id: int) -> str:
+    """Every call's request and response of a rollout, as stored, in one text."""
+    calls = http.get(f"/api/rollouts/{rollout_id}/calls").json()["data"]
+    return json.dumps([http.get(f"/api/calls/{c['id']}").json() for c in calls])
+
+
+def new_key(user: str, database_url: str) -> str:
+    created = cli("keys", "create", "--user", user, "--train", database_url=database_url)
+    assert created.returncode == 0, created.stderr
+    return created.stdout.strip().splitlines()[-1]
 
 
 @pytest.fixture

@@ -5,11 +5,6 @@ call; the key opens no control plane; feedback joins a session late; `forget` le
 from __future__ import annotations
 
 import asyncio
-import os
-import shutil
-import subprocess
-import sys
-from pathlib import Path
 
 import httpx
 import pytest
@@ -22,8 +17,8 @@ from store.live_keys import LIVE_PREFIX, live_task
 from store.store import TOKEN_PREFIX
 from tests.builders import ADMIN_HEADERS, gateway_settings
 from tests.fake_engine import FakeEngine, create_fake_engine_app
+from tests.git_hook import commit_with_the_hook
 
-HOOK = Path(__file__).resolve().parents[2] / "docs" / "hooks" / "post-commit"
 HI = {"model": "policy", "messages": [{"role": "user", "content": "Hi"}], "max_tokens": 8}
 
 
@@ -225,26 +220,6 @@ def test_the_keys_commands_feedback_and_the_git_hook_work_through_a_served_gatew
     assert again.exit_code == 1 and "no valid live key" in again.output
     forgot = runner.invoke(app, ["keys", "forget", "--user", "ada", "--database-url", sqlite_db])
     assert forgot.exit_code == 0 and "1 session(s)" in forgot.output
-
-
-def commit_with_the_hook(repo: Path, gateway_url: str) -> None:
-    """A repository with docs/hooks/post-commit installed as its user would, and one commit in it."""
-    repo.mkdir()
-    git = ["git", "-C", str(repo), "-c", "user.name=ada", "-c", "user.email=ada@example.com"]
-    subprocess.run([*git, "init", "-q"], check=True)
-    shutil.copy(HOOK, repo / ".git" / "hooks" / "post-commit")
-    (repo / "done.txt").write_text("work\n")  # what the tests (HARNESSRL_TEST_COMMAND) look for
-    env = {
-        **os.environ,
-        "HARNESSRL_USER": "ada",
-        "HARNESSRL_TEST_COMMAND": "test -f done.txt",
-        "HARNESSRL_GATEWAY": gateway_url,
-        "HARNESSRL_ADMIN_KEY": ADMIN_HEADERS["x-admin-key"],
-        "HARNESSRL": f"{sys.executable} -m harnessrl.cli",
-    }
-    subprocess.run([*git, "add", "."], check=True)
-    done = subprocess.run([*git, "commit", "-q", "-m", "work"], env=env, capture_output=True, text=True, timeout=300)
-    assert done.returncode == 0 and "reward 1.0" in done.stderr + done.stdout, done.stderr + done.stdout
 
 
 async def test_ended_sessions_are_pruned_and_the_open_one_kept(gateway):
