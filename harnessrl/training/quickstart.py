@@ -145,7 +145,7 @@ class Quickstart:
                     await self._evaluate(evals, version=warm.version)  # what SFT alone reached
                 learner = self._start_learner(gateway_url, warm)
                 round_ = 0
-                while await self._going(client, deadline, learner) and not (0 < self.plan.max_rounds <= round_):
+                while await self._going(client, deadline, learner, round_) and not (0 < self.plan.max_rounds <= round_):
                     await self._evaluate(evals)
                     await self._wait_for_learner(client, deadline, learner)
                     await self._one_round(client, round_)
@@ -318,11 +318,13 @@ class Quickstart:
             f"exactly{share}; the others are forks (the viewer and GET /api/calls show each fork_of and its drift)"
         )
 
-    async def _going(self, client: GatewayClient, deadline: float, learner: ManagedProcess) -> bool:
-        """Rounds go on while the learner lives: to the time budget, then until it published ``until_version``."""
+    async def _going(self, client: GatewayClient, deadline: float, learner: ManagedProcess, rounds: int = 1) -> bool:
+        """Rounds go on while the learner lives: at least one (a warm start that spent the time budget on a
+        slow or busy machine still gets its GRPO round), to the time budget, then until it published
+        ``until_version``. ``rounds``: how many have run."""
         if not learner.alive():
             return False
-        if time.monotonic() < deadline:
+        if rounds == 0 or time.monotonic() < deadline:
             return True
         return self.plan.until_version > await current_version(client)
 
@@ -345,10 +347,12 @@ class Quickstart:
         self.dashboard.steps = await step_rows(self._store, self.plan.run)
 
     def _final_adapter(self) -> Path | None:
-        """The adapter the gateway served last (what the final evaluation measured), else the newest saved."""
-        folder = self.home / "learner" / "adapters"
+        """The adapter the gateway served last (what the final evaluation measured: the learner's, or SFT's
+        when the learner published none), else the newest saved."""
+        folders = [self.home / "learner" / "adapters", self.home / "sft" / "adapters"]
         served = (self.dashboard.policy or {}).get("current_version")
-        if served and (folder / f"policy-v{served}").is_dir():
-            return folder / f"policy-v{served}"
-        adapters = sorted(folder.glob("policy-v*"), key=lambda p: int(p.name.removeprefix("policy-v")))
-        return adapters[-1] if adapters else None
+        for folder in folders:
+            if served and (folder / f"policy-v{served}").is_dir():
+                return folder / f"policy-v{served}"
+        adapters = [adapter for folder in folders for adapter in folder.glob("policy-v*")]
+        return max(adapters, key=lambda p: int(p.name.removeprefix("policy-v")), default=None)

@@ -44,6 +44,26 @@ async def test_within_the_time_budget_rounds_go_on_whatever_the_version(tmp_path
     assert await quickstart(tmp_path, monkeypatch, 0)._going(Gateway(0), ahead, Learner(True))
 
 
+async def test_a_warm_start_that_spent_the_time_budget_still_gets_one_round(tmp_path, monkeypatch):
+    past = time.monotonic() - 1
+    run = quickstart(tmp_path, monkeypatch, 0)
+    assert await run._going(Gateway(1), past, Learner(True), rounds=0)
+    assert not await run._going(Gateway(1), past, Learner(True), rounds=1)
+    assert not await run._going(Gateway(1), past, Learner(False), rounds=0)
+
+
+def test_the_final_adapter_is_the_served_one_whether_sft_or_the_learner_published_it(tmp_path, monkeypatch):
+    run = quickstart(tmp_path, monkeypatch, 0)
+    for folder in ("sft/adapters/policy-v1", "learner/adapters/policy-v2", "learner/adapters/policy-v3"):
+        (run.home / folder).mkdir(parents=True)
+    run.dashboard.policy = {"current_version": 1}  # the learner took no step: SFT's adapter serves
+    assert run._final_adapter() == run.home / "sft/adapters/policy-v1"
+    run.dashboard.policy = {"current_version": 2}
+    assert run._final_adapter() == run.home / "learner/adapters/policy-v2"
+    run.dashboard.policy = None  # the gateway never answered: the newest saved
+    assert run._final_adapter() == run.home / "learner/adapters/policy-v3"
+
+
 async def test_a_dead_learner_ends_the_rounds(tmp_path, monkeypatch):
     ahead = time.monotonic() + 3600
     assert not await quickstart(tmp_path, monkeypatch, 5)._going(Gateway(0), ahead, Learner(False))
