@@ -38,9 +38,9 @@ def test_an_image_that_is_not_here_names_how_to_build_it_or_run_it_yourself():
 
 def test_an_engine_without_a_bridge_network_says_so_and_leaves_no_container(sleeper):
     client = docker.from_env()
-    before = {c.id for c in client.containers.list(filters={"ancestor": sleeper})}
+    before = {c.id for c in client.containers.list(filters={"ancestor": sleeper}, ignore_removed=True)}
     with pytest.raises(TaskError) as caught:
         load_dataset(f"openenv:{sleeper}")
     assert "published no port for the environment's 8000" in str(caught.value)
     assert "--bridge=none" in str(caught.value) and "openenv:http://127.0.0.1:PORT" in str(caught.value)
-    assert {c.id for c in client.containers.list(filters={"ancestor": sleeper})} == before
+    assert {c.id for c in client.containers.list(filters={"ancestor": sleeper}, ignore_removed=True)} == before

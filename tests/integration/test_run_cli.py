@@ -132,7 +132,9 @@ def sandbox_containers() -> list[str]:
 
     client = docker.from_env(timeout=60)
     try:
-        found = client.containers.list(all=True, filters={"label": LABEL, "name": f"harnessrl-{SLOW_TASK}-"})
+        found = client.containers.list(
+            all=True, filters={"label": LABEL, "name": f"harnessrl-{SLOW_TASK}-"}, ignore_removed=True
+        )  # a container removed between the listing and its inspection is gone, not an error
         return [c.name for c in found]
     finally:
         client.close()

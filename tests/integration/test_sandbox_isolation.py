@@ -243,7 +243,7 @@ async def test_docker_sandbox_leaves_no_container():
     assert host_config["NetworkMode"] == "none" and host_config["NanoCpus"] == 500_000_000
     assert host_config["PidsLimit"] == 64
     await sb.close()
-    assert not client.containers.list(all=True, filters={"label": f"harnessrl.sandbox={sb.id}"})
+    assert not client.containers.list(all=True, filters={"label": f"harnessrl.sandbox={sb.id}"}, ignore_removed=True)
     assert {n.id for n in client.networks.list()} == networks_before  # no network was created
 
 
@@ -275,5 +275,5 @@ async def test_a_sandbox_cancelled_while_its_container_is_created_leaves_no_cont
     held.release.set()
     with pytest.raises(asyncio.CancelledError):
         await creating
-    left = client.containers.list(all=True, filters={"name": "harnessrl-cancelled-create-"})
+    left = client.containers.list(all=True, filters={"name": "harnessrl-cancelled-create-"}, ignore_removed=True)
     assert [c.name for c in left] == []
