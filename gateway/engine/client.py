@@ -55,6 +55,12 @@ def base_model_entry(models: list[dict]) -> dict | None:
     return next((m for m in models if not m.get("parent")), None)
 
 
+def base_model_id(models: list[dict]) -> str | None:
+    """The name of the engine's base model in its ``/v1/models`` listing; None when it lists none."""
+    base = base_model_entry(models)
+    return None if base is None else base["id"]
+
+
 class EngineClient(Protocol):
     async def chat(self, body: dict) -> dict: ...
     async def completions(self, body: dict) -> dict: ...

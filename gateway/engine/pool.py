@@ -27,7 +27,7 @@ import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
-from gateway.engine.client import ENGINE_DOWN, EngineClient, EngineStream, base_model_entry
+from gateway.engine.client import ENGINE_DOWN, EngineClient, EngineStream, base_model_id
 from gateway.engine.routing import CallRoute, EngineLoad, Router, StickyLeastLoaded, call_route
 from gateway.errors import EngineBusy, EngineError, EngineTimeout, EngineUnavailable, GatewayError
 from gateway.policy.proof import AdapterProbe, prove_engine
@@ -201,7 +201,7 @@ class EnginePool:
         changed meanwhile (a publication during the restore is loaded too)."""
         models = await member.client.models()
         member.models = {m["id"] for m in models}
-        base = self.base_model or _id(base_model_entry(models))
+        base = self.base_model or base_model_id(models)
         while True:
             for name, path in list(self.adapters.items()):
                 if name not in member.models:
@@ -296,7 +296,7 @@ class EnginePool:
             raise EngineUnavailable("no engine of the gateway's pool is reachable")
         common = set.intersection(*(member.models for member, _ in served))
         first = [m for m in served[0][1] if m["id"] in common]
-        self.base_model = self.base_model or _id(base_model_entry(first))
+        self.base_model = self.base_model or base_model_id(first)
         return first
 
     async def health(self) -> bool:
@@ -373,7 +373,3 @@ class HeldStream:
         if not self._released:
             self._released = True
             self._pool._release(self._member)
-
-
-def _id(model: dict | None) -> str | None:
-    return None if model is None else model["id"]

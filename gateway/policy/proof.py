@@ -36,7 +36,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from gateway.engine.client import base_model_entry
+from gateway.engine.client import base_model_id
 from gateway.errors import EngineError, GatewayError
 from gateway.settings import GatewaySettings
 
@@ -240,8 +240,7 @@ async def _probe_logprobs(client, model: str, probe: AdapterProbe) -> list[float
 async def base_model_of(client) -> str | None:
     """The engine's base model name, None when it does not list one."""
     models = getattr(client, "models", None)
-    base = None if models is None else base_model_entry(await models())
-    return None if base is None else base["id"]
+    return None if models is None else base_model_id(await models())
 
 
 def not_applied_message(name: str, result: ProbeResult) -> str:

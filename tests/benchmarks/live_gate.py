@@ -1,7 +1,7 @@
 """The promotion gate on real training: an adapter trained on honest feedback passes it, one trained on
 inverted feedback is kept unpromoted.
 
-Run: `.venv/bin/python tests/benchmarks/live_gate.py [--sessions 192] [--k 8] [--out FILE]`.
+Run: `.venv/bin/python tests/benchmarks/live_gate.py [--sessions 256] [--steps 3] [--lr 1e-3] [--k 8] [--out FILE]`.
 
 For each kind of feedback, on its own vLLM-CPU engine (SmolLM2-135M) and gateway (SQLite):
 1. users with live keys (`--train`, one session per call) ask the train split of builtin:arithmetic
@@ -48,6 +48,7 @@ from harnessrl.engines.process import EngineLaunch, ManagedProcess  # noqa: E402
 from harnessrl.evaluation.evaluate import EvalPlan, run_evaluation  # noqa: E402
 from harnessrl.live.privacy import scan_sessions  # noqa: E402
 from harnessrl.server import BackgroundGateway, free_port  # noqa: E402
+from harnessrl.training.quickstart import current_version  # noqa: E402
 from learner.config import LearnerConfig, resolve_paths, with_overrides  # noqa: E402
 from migrations.runner import upgrade  # noqa: E402
 from store.database import sqlite_url  # noqa: E402
@@ -141,10 +142,10 @@ async def evaluate(gateway_url: str, held_out: list, version: int, k: int) -> di
     return await run_evaluation(plan, gateway_url, ADMIN_KEY)
 
 
-async def current_version(gateway_url: str) -> int:
+async def served_version(gateway_url: str) -> int:
     client = GatewayClient(gateway_url, ADMIN_KEY)
     try:
-        return int((await client.policy())["current_version"])
+        return await current_version(client)
     finally:
         await client.close()
 
@@ -180,7 +181,7 @@ async def one_kind(args, model_dir: Path, inverted: bool, work: Path) -> dict:
                 config = learner_settings(model_dir, gateway.url, work / label, args.steps, args.per_step, args.lr)
                 result = await learner.loop.run_learner(config, store, RUN, handle_signals=False)
                 trained = [m for _, m in await store.training.learner_steps(await store.listings.run_id(RUN))]
-                version = await current_version(gateway.url)
+                version = await served_version(gateway.url)
                 document = await evaluate(gateway.url, held_out, version, args.k)
             finally:
                 await store.close()
