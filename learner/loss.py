@@ -37,7 +37,9 @@ class LossConfig:
     # sampled token is trained and a ratio above is_max counts as is_max (value and gradient weight),
     # so a token the sampler underrated keeps a bounded say instead of none; is_min is not used.
     is_correction: str = "mask"
-    beta: float = 0.0  # KL-to-base coefficient; 0 disables it (no reference forward needed)
+    # KL coefficient; 0 disables it (no reference forward needed). The reference is the base model, or the
+    # adapter a warm-started learner began from (learner.reference)
+    beta: float = 0.0
     # nats: a step whose mean |learner - sampler| log-prob on the tokens its own version sampled is
     # above this is warned about (learner.mismatch; a float32 engine measures ~1e-5, bfloat16 ~0.03)
     mismatch_alarm: float = 0.1
@@ -162,9 +164,10 @@ def clip_masks(
 def kl_k3(new_logprobs: Tensor, ref_logprobs: Tensor, mask: Tensor) -> Tensor:
     """Per-token k3 estimate of KL(pi_new || pi_ref): exp(ref - new) - (ref - new) - 1 (>= 0).
 
-    new_logprobs: float [B, T], differentiable; ref_logprobs: float [B, T], the *base* model's log-probs
-    of the same tokens, computed by the caller with the LoRA adapter disabled (peft's
-    ``model.disable_adapter()``) under no_grad, so no second model is loaded. mask: bool [B, T].
+    new_logprobs: float [B, T], differentiable; ref_logprobs: float [B, T], the reference policy's log-probs
+    of the same tokens, computed by the caller under no_grad with the LoRA adapter disabled (the base
+    model) or the warm start's adapter swapped in (learner.reference), so no second model is loaded.
+    mask: bool [B, T].
     Returns float [B, T], 0 where mask is False; the log-ratio is clamped to +-KL_LOG_RATIO_LIMIT.
     """
     diff = torch.where(mask, ref_logprobs - new_logprobs, 0.0).clamp(-KL_LOG_RATIO_LIMIT, KL_LOG_RATIO_LIMIT)

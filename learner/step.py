@@ -36,6 +36,7 @@ from learner.forward import (
 from learner.loss import LossConfig, LossOutput, LossStats, grpo_loss
 from learner.mismatch import MismatchStats, RowDeltas, deltas_stats, token_deltas
 from learner.packing import PackedRow
+from learner.reference import ReferenceWeights, reference_policy
 
 
 @dataclass(frozen=True)
@@ -60,12 +61,12 @@ def row_logprobs(model: nn.Module, row: PackedRow, config: StepConfig) -> tuple[
     )
 
 
-def reference_logprobs(model: nn.Module, row: PackedRow, config: StepConfig) -> Tensor:
-    """Log-probs [M] of the base model (LoRA adapter disabled) for the KL term; no gradient."""
-    peft_model = getattr(model, "module", model)  # unwrap DDP
-    if not hasattr(peft_model, "disable_adapter"):
-        raise TypeError("beta > 0 needs a peft model: the reference is the base model with the adapter disabled")
-    with torch.no_grad(), peft_model.disable_adapter():
+def reference_logprobs(
+    model: nn.Module, row: PackedRow, config: StepConfig, reference: ReferenceWeights | None = None
+) -> Tensor:
+    """Log-probs [M] of the reference policy for the KL term (learner.reference: the base model, or the
+    warm start's adapter when ``reference`` holds its weights); no gradient."""
+    with torch.no_grad(), reference_policy(model, reference):
         return row_logprobs(model, row, config)[0]
 
 
@@ -98,16 +99,18 @@ def accumulate_gradients(
     config: StepConfig,
     version: int | None = None,
     deltas: list[RowDeltas] | None = None,
+    reference: ReferenceWeights | None = None,
 ) -> tuple[LossStats, MismatchStats]:
     """Back-propagate every row's summed loss into .grad (added to what is there); merged stats, and
     the train/inference mismatch on the tokens the learner's ``version`` sampled (none when None),
-    per token into ``deltas`` when given (one ``RowDeltas`` per row with a compared token)."""
+    per token into ``deltas`` when given (one ``RowDeltas`` per row with a compared token).
+    ``reference``: the KL term's reference weights (None: the base model; see learner.reference)."""
     stats, mismatch = LossStats.empty(), MismatchStats.empty()
     with packed_mode(model):  # the backward reruns checkpointed layers: it stays inside too
         for row in rows:
             if row.num_targets == 0:  # nothing sampled in it: no loss, no gradient, no forward needed
                 continue
-            ref = reference_logprobs(model, row, config) if config.loss.beta > 0 else None
+            ref = reference_logprobs(model, row, config, reference) if config.loss.beta > 0 else None
             new, entropy = row_logprobs(model, row, config)
             out = row_loss(new, entropy, row, config, normaliser=1.0, ref_logprobs=ref)
             out.loss.backward()
@@ -131,16 +134,17 @@ def train_step(
     config: StepConfig,
     version: int | None = None,
     deltas: list[RowDeltas] | None = None,
+    reference: ReferenceWeights | None = None,
 ) -> dict[str, float | int | bool | None]:
     """One optimizer step over all rows. Skips the step (and says so) when no token was trained or
     the gradient is not finite, so a bad batch cannot corrupt the adapter or the optimizer state.
     ``version``: the policy version the model's weights are (tokens it sampled measure the mismatch),
-    per token into ``deltas`` when given (this rank's rows)."""
+    per token into ``deltas`` when given (this rank's rows); ``reference``: the KL term's (learner.reference)."""
     params = [p for p in model.parameters() if p.requires_grad]
     optimizer.zero_grad(set_to_none=True)
     device = _device(model)
     # distributed: every rank sums over all ranks, so all see the same count, norm and skip decision
-    stats, mismatch = accumulate_gradients(model, rows, config, version, deltas)
+    stats, mismatch = accumulate_gradients(model, rows, config, version, deltas, reference)
     stats, mismatch = all_reduce_stats(stats, device), all_reduce_mismatch(mismatch, device)
     all_reduce_gradients(params)
     grad_norm, stepped = 0.0, False

@@ -17,6 +17,7 @@ from learner.groups import Batch
 from learner.memory import return_freed_memory
 from learner.mismatch import RowDeltas, call_deltas
 from learner.packing import pack_samples
+from learner.reference import ReferenceWeights, snapshot
 from learner.step import train_step
 
 
@@ -27,6 +28,8 @@ class Trainer:
     model: Any  # peft PeftModel
     optimizer: torch.optim.Optimizer
     scheduler: torch.optim.lr_scheduler.LambdaLR
+    # the KL term's reference when it is the warm start's adapter (learner.reference); None: the base model
+    reference: ReferenceWeights | None = None
 
     @property
     def lr(self) -> float:
@@ -34,7 +37,8 @@ class Trainer:
 
 
 def build_trainer(config: LearnerConfig) -> Trainer:
-    """Load the base model from ``model_dir`` and wrap it with a freshly initialised LoRA adapter."""
+    """Load the base model from ``model_dir`` and wrap it with a freshly initialised LoRA adapter, or the
+    warm start's (``init_adapter``), whose weights are then also the KL term's reference (beta > 0)."""
     from peft import LoraConfig, get_peft_model
     from transformers import AutoModelForCausalLM
 
@@ -60,11 +64,13 @@ def build_trainer(config: LearnerConfig) -> Trainer:
         model = get_peft_model(base, lora)
     model.train()  # with lora_dropout 0 (the default) train and eval modes give the same logits
     broadcast_trainable(model)  # under torchrun every rank starts from rank 0's adapter
+    # After a warm start the KL keeps the policy near the adapter it began from, not the base model it left
+    reference = snapshot(model) if config.lora.init_adapter and config.loss.beta > 0 else None
     params = [p for p in model.parameters() if p.requires_grad]
     adam = config.optimizer
     optimizer = torch.optim.AdamW(params, lr=adam.lr, betas=adam.adam_betas, weight_decay=adam.weight_decay)
     scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda k: lr_factor(config, k))
-    return Trainer(model, optimizer, scheduler)
+    return Trainer(model, optimizer, scheduler, reference)
 
 
 def training_device(config: LearnerConfig) -> torch.device:
@@ -127,7 +133,7 @@ def train_batch(
     # log-probs at the temperature the run sampled at (the batch says it: every rank gets the batch)
     step = replace(config.step(), temperature=batch.temperature)
     deltas: list[RowDeltas] = []  # every rank: rank 0 stores them all (a collective below)
-    result = train_step(trainer.model, trainer.optimizer, rows, step, batch.version, deltas)
+    result = train_step(trainer.model, trainer.optimizer, rows, step, batch.version, deltas, trainer.reference)
     per_call = gather_call_deltas(call_deltas(deltas, [s.sample for s in batch.samples]))
     if mismatch is not None:
         mismatch.update(per_call)

@@ -115,6 +115,14 @@ def quickstart(
     warm_up_group_size: Annotated[int, typer.Option(min=1, help="G of the policy's best-of-G warm-up")] = 8,
     sft_epochs: Annotated[int, typer.Option(min=1, help="SFT passes over the warm-up's successes")] = 4,
     sft_lr: Annotated[float, typer.Option(min=0.0, help="SFT learning rate (LoRA)")] = 5e-4,
+    lr: Annotated[
+        float | None,
+        typer.Option(
+            min=0.0,
+            help="GRPO's learning rate (LoRA) [default: 5e-4 from a fresh LoRA, 1e-4 after --warm-start, "
+            "where 5e-4 was measured to collapse the SFT policy]",
+        ),
+    ] = None,
 ) -> None:
     """Engine, gateway, rollouts and the learner on this machine, with one live display."""
     from harnesses.agents import AgentNotInstalled
@@ -184,6 +192,7 @@ def quickstart(
         train_temperature=train_temperature,
         max_model_len=max_model_len or agent_context(harness, call_max_tokens),
         unseen_tasks=unseen,
+        lr=lr,
     )
     try:
         png, adapter = Quickstart(plan, console).run()

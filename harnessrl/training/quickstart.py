@@ -12,7 +12,9 @@ from __future__ import annotations
 import asyncio
 import os
 import sys
+import threading
 import time
+from functools import partial
 from pathlib import Path
 
 from rich.console import Console
@@ -50,6 +52,11 @@ from learner.config_file import dump_toml
 from sandboxes import Limits, SandboxSpec
 from store.records import GroupStatus
 from store.store import Store
+
+
+class SftInterrupted(Exception):
+    """Raised inside the SFT thread to end it when the quickstart is interrupted."""
+
 
 LEARNER_STOP_S = 120.0  # for the learner to finish its step, checkpoint and publish before it is killed
 
@@ -241,15 +248,25 @@ class Quickstart:
             lora_rank=16,
         )
         self.dashboard.sft_started()
+        interrupted = threading.Event()
         try:
-            outcome = await asyncio.to_thread(run_sft, plan, self.dashboard.add_sft_step)
+            outcome = await asyncio.to_thread(run_sft, plan, partial(self._sft_step, interrupted))
             result = result_of(outcome)
+        except asyncio.CancelledError:  # Ctrl-C: the SFT thread stops at its next step, not after its last
+            interrupted.set()
+            raise
         except (ValueError, RuntimeError) as exc:
             self.dashboard.sft_done(None, 0)
             self.console.print(f"[yellow]warm start skipped[/]: {exc}; GRPO starts from the base model")
             return None
         self.dashboard.sft_done(result.version, result.rollouts)
         return result
+
+    def _sft_step(self, interrupted: threading.Event, step) -> None:
+        """SFT's per-step callback (its thread): shown live; raises once the quickstart was interrupted."""
+        self.dashboard.add_sft_step(step)
+        if interrupted.is_set():
+            raise SftInterrupted("the quickstart was interrupted")
 
     def _periodic_evals(self, gateway_url: str) -> list[tuple[str, object]]:
         """(label, PeriodicEval) for the held-out split and, when given, the unseen kind; [] when off."""

@@ -14,7 +14,13 @@ import learner.loop
 import learner.served_settings
 import learner.trainer
 from harnessrl.cli.app import app
-from harnessrl.training.quickstart_plan import PACKED_ROW_TOKENS, QuickstartPlan, learner_config
+from harnessrl.training.quickstart_plan import (
+    FRESH_LR,
+    PACKED_ROW_TOKENS,
+    WARM_LR,
+    QuickstartPlan,
+    learner_config,
+)
 from harnessrl.training.warm_start import WarmStartResult
 from learner.config import ConfigError, LearnerConfig, with_overrides
 from learner.config_file import config_from_dict, dump_toml, load_config
@@ -37,6 +43,16 @@ def test_quickstarts_learner_toml_loads_back_as_the_config_it_built(tmp_path):
     assert written["lora"]["init_version"] == 3 and written["loss"]["beta"] == 0.01
     # rows hold at least 8k tokens, so an agent's groups pack as trees sharing their long first prompt
     assert written["batch"]["token_budget"] == PACKED_ROW_TOKENS > plan.max_model_len
+
+
+def test_grpo_after_a_warm_start_takes_the_smaller_learning_rate_unless_one_is_given(tmp_path):
+    plan = QuickstartPlan(run="qs", model_dir=tmp_path, tasks=[], database_url="sqlite+aiosqlite://")
+    warm = WarmStartResult(tmp_path / "adapter", 1, 54)
+    fresh = learner_config(plan, "http://127.0.0.1:8123", tmp_path / "out")
+    assert fresh.optimizer.lr == FRESH_LR
+    assert learner_config(plan, "http://127.0.0.1:8123", tmp_path / "out", warm).optimizer.lr == WARM_LR < FRESH_LR
+    given = QuickstartPlan(run="qs", model_dir=tmp_path, tasks=[], database_url="sqlite+aiosqlite://", lr=3e-4)
+    assert learner_config(given, "http://127.0.0.1:8123", tmp_path / "out", warm).optimizer.lr == 3e-4
 
 
 def test_show_config_prints_sections_without_the_admin_key(tmp_path, monkeypatch):

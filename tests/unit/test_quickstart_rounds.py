@@ -3,12 +3,15 @@
 from __future__ import annotations
 
 import asyncio
+import threading
 import time
 
 import pytest
 
 from harnessrl.training.quickstart import Quickstart
 from harnessrl.training.quickstart_plan import QuickstartPlan
+from harnessrl.training.warm_start import WarmStart
+from learner.sft import SftStep
 
 
 class Learner:
@@ -125,3 +128,32 @@ async def test_the_held_out_sets_are_evaluated_side_by_side_and_each_is_shown(tm
     assert sorted(run.dashboard.evals[1]) == ["held-out", "unseen kind"]
     await run._evaluate(evals, version=0)  # evaluated already: not again
     assert len(started) == 2
+
+
+async def test_an_interrupted_warm_start_ends_its_sft_thread_at_the_next_step(tmp_path, monkeypatch):
+    import harnessrl.training.quickstart as quickstart_module
+
+    running, ended = threading.Event(), threading.Event()
+
+    def endless_sft(plan, on_step):  # an SFT that would run for ever unless its callback ends it
+        try:
+            while True:
+                on_step(SftStep(1, 0, 1.0, 10, 1.0))
+                running.set()
+        finally:
+            ended.set()
+
+    async def no_round(*args, **kwargs) -> None:
+        return None
+
+    monkeypatch.setattr(quickstart_module, "run_sft", endless_sft)
+    monkeypatch.setenv("HARNESSRL_HOME", str(tmp_path / "home"))
+    plan = QuickstartPlan(run="q", model_dir=tmp_path, tasks=[], database_url="sqlite://", warm_start=WarmStart())
+    run = Quickstart(plan)
+    monkeypatch.setattr(run, "_one_round", no_round)
+    warm = asyncio.create_task(run._warm_start(None, "http://127.0.0.1:9", time.monotonic() + 3600))
+    await asyncio.to_thread(running.wait)
+    warm.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await warm
+    assert await asyncio.to_thread(ended.wait, 60)  # the thread ended: the process can exit

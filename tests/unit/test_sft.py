@@ -98,6 +98,23 @@ def test_the_learner_starts_from_a_warm_start_adapter_when_given(tiny_model_dir,
     assert not all(torch.equal(p, dict(fresh.named_parameters())[n]) for n, p in trained.items())
 
 
+def test_a_warm_started_learner_with_a_kl_term_keeps_its_start_adapter_as_the_reference(tiny_model_dir, tmp_path):
+    config = with_overrides(LearnerConfig(model_dir=str(tiny_model_dir), device="cpu"), lora_rank=4)
+    warm = build_trainer(config).model
+    with torch.no_grad():
+        for name, p in warm.named_parameters():
+            if "lora_B" in name:
+                p.fill_(0.01)
+    warm.save_pretrained(tmp_path / "adapter")
+    started = with_overrides(config, init_adapter=str(tmp_path / "adapter"))
+    assert build_trainer(started).reference is None  # beta = 0: no KL term, nothing held
+    assert build_trainer(with_overrides(config, beta=0.05)).reference is None  # fresh: the base model
+    trainer = build_trainer(with_overrides(started, beta=0.05))
+    trained = [p for p in trainer.model.parameters() if p.requires_grad]
+    assert len(trainer.reference.tensors) == len(trained)
+    assert all(torch.equal(r, p) and r.data_ptr() != p.data_ptr() for r, p in zip(trainer.reference.tensors, trained))
+
+
 def test_each_step_trains_on_samples_per_step_samples_however_few_rows_they_pack_into():
     model, samples = lora_model(), trajectories(n=10)
     optimizer = torch.optim.SGD([p for p in model.parameters() if p.requires_grad], lr=0.0)
