@@ -82,14 +82,20 @@ def test_samples_with_nothing_sampled_are_left_out_and_none_at_all_is_an_error()
         train_sft(lora_model(), optimizer, [prompt_only], CONFIG)
 
 
-def test_the_learner_starts_from_a_warm_start_adapter_when_given(tiny_model_dir, tmp_path):
-    config = with_overrides(LearnerConfig(model_dir=str(tiny_model_dir), device="cpu"), lora_rank=4)
+def saved_warm_start(config: LearnerConfig, folder):
+    """A LoRA adapter that has learnt something (a fresh one's B is 0), saved to ``folder``; the model."""
     warm = build_trainer(config).model
     with torch.no_grad():
         for name, p in warm.named_parameters():
             if "lora_B" in name:
-                p.fill_(0.01)  # a fresh adapter's B is 0: this one has learnt something
-    warm.save_pretrained(tmp_path / "adapter")
+                p.fill_(0.01)
+    warm.save_pretrained(folder)
+    return warm
+
+
+def test_the_learner_starts_from_a_warm_start_adapter_when_given(tiny_model_dir, tmp_path):
+    config = with_overrides(LearnerConfig(model_dir=str(tiny_model_dir), device="cpu"), lora_rank=4)
+    warm = saved_warm_start(config, tmp_path / "adapter")
     started = build_trainer(with_overrides(config, init_adapter=str(tmp_path / "adapter"))).model
     fresh = build_trainer(config).model
     trained = {n: p for n, p in started.named_parameters() if p.requires_grad}
@@ -100,12 +106,7 @@ def test_the_learner_starts_from_a_warm_start_adapter_when_given(tiny_model_dir,
 
 def test_a_warm_started_learner_with_a_kl_term_keeps_its_start_adapter_as_the_reference(tiny_model_dir, tmp_path):
     config = with_overrides(LearnerConfig(model_dir=str(tiny_model_dir), device="cpu"), lora_rank=4)
-    warm = build_trainer(config).model
-    with torch.no_grad():
-        for name, p in warm.named_parameters():
-            if "lora_B" in name:
-                p.fill_(0.01)
-    warm.save_pretrained(tmp_path / "adapter")
+    saved_warm_start(config, tmp_path / "adapter")
     started = with_overrides(config, init_adapter=str(tmp_path / "adapter"))
     assert build_trainer(started).reference is None  # beta = 0: no KL term, nothing held
     assert build_trainer(with_overrides(config, beta=0.05)).reference is None  # fresh: the base model
