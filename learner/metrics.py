@@ -106,7 +106,7 @@ def why_nothing_trained(metrics: Metrics) -> str | None:
         ("groups_zero_std", "group", "had zero reward spread (every rollout scored the same)"),
         ("groups_empty", "group", "had no scored rollout"),
         ("samples_stale", "sample", "{was} older than max_staleness"),
-        ("samples_unscored", "sample", "had no reward"),
+        ("samples_unscored", "sample", "had no advantage (a group without reward spread, or no reward)"),
         ("samples_empty", "sample", "had no sampled token"),
         ("samples_too_long", "sample", "{was} longer than the token budget"),
         ("groups_quarantined", "group", "could not be read and {was} quarantined"),

@@ -47,3 +47,6 @@ def test_every_reason_a_step_kept_nothing_is_named_with_its_count():
         "trained on nothing of its 3 groups: 1 group had zero reward spread (every rollout scored the same); "
         "2 samples were older than max_staleness; 1 group could not be read and was quarantined"
     )
+    # a zero-spread group's samples were scored: they lack an advantage, not a reward
+    said = why_nothing_trained({"samples": 0, "groups": 4, "groups_zero_std": 4, "samples_unscored": 16})
+    assert said.endswith("16 samples had no advantage (a group without reward spread, or no reward)")
