@@ -17,6 +17,7 @@ from rich.table import Table
 from harnesses.run_plan import RolloutResult
 from learner.sft import SftStep
 from store.records import RolloutStatus
+from store.reports import VersionReward
 from store.store import Store
 
 TABLE_ROUNDS = 12  # rows of rounds the live table shows: the first and the latest
@@ -33,6 +34,7 @@ class Dashboard:
     phases: dict[int, str] = field(default_factory=dict)  # round -> its phase ("grpo" when not named)
     sft: dict | None = None  # a warm start's SFT: after_round, losses, status, version, rollouts
     evals: dict[int, dict[str, dict]] = field(default_factory=dict)  # version -> label -> eval_* metrics
+    versions: list[VersionReward] = field(default_factory=list)  # the run's rollouts' reward per policy version
 
     def next_round(self, phase: str) -> int:
         """The number the next round is shown (and plotted) as, in ``phase``."""
@@ -159,6 +161,20 @@ def _fmt(value) -> str:
     return "" if value is None else f"{value:.3f}" if isinstance(value, float) else str(value)
 
 
+def _plot_versions(axes, dashboard: Dashboard) -> None:
+    """The rollouts' mean reward per policy version that served them: a round's progress, hot swap by hot
+    swap, which one point per round hides. Each point says how many rollouts it averages."""
+    points = dashboard.versions
+    axes.plot([p.version for p in points], [p.reward_mean for p in points], marker="o", color="C0")
+    for p in points:
+        axes.annotate(
+            str(p.rollouts), (p.version, p.reward_mean), fontsize=7, xytext=(0, 5), textcoords="offset points"
+        )
+    if points:
+        axes.set_xticks([p.version for p in points], [dashboard.version_name(p.version) for p in points], fontsize=8)
+    axes.set(xlabel="policy version (rollouts)", ylabel="mean reward", title="reward per version", ylim=(-0.02, 1.1))
+
+
 def _plot_evals(axes, dashboard: Dashboard) -> None:
     """Held-out pass@1 per evaluated version, one line per task set (held-out split, unseen kind)."""
     versions = sorted(dashboard.evals)
@@ -171,6 +187,12 @@ def _plot_evals(axes, dashboard: Dashboard) -> None:
     axes.legend(fontsize=8, loc="best")
 
 
+async def version_rewards(store: Store, run: str) -> list[VersionReward]:
+    """The run's scored rollouts' mean reward per policy version that served them."""
+    run_id = await store.listings.run_id(run)
+    return [] if run_id is None else await store.reports.reward_by_version(run_id)
+
+
 async def step_rows(store: Store, run: str) -> list[dict]:
     """The learner's per-step metrics of a run, each with its step."""
     run_id = await store.listings.run_id(run)
@@ -178,15 +200,17 @@ async def step_rows(store: Store, run: str) -> list[dict]:
 
 
 def save_reward_curve(dashboard: Dashboard, path: Path) -> Path:
-    """Mean reward per round of rollouts (left) and the learner's loss per step (right)."""
+    """Mean reward per round of rollouts, per policy version, the learner's loss per step and, when
+    evaluated, held-out pass@1 per version."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
     rounds = sorted(dashboard.rewards_by_round)
-    figure, panels = plt.subplots(1, 3 if dashboard.evals else 2, figsize=(15 if dashboard.evals else 10, 4))
-    rewards, losses = panels[:2]
+    count = 3 + bool(dashboard.evals)
+    figure, panels = plt.subplots(1, count, figsize=(5 * count, 4))
+    rewards, by_version, losses = panels[:3]
     rewards.plot(rounds, [statistics.fmean(dashboard.rewards_by_round[r]) for r in rounds], marker="o", color="C0")
     warm = [r for r in rounds if dashboard.phases.get(r, "grpo") != "grpo"]
     if warm:  # the warm-up rounds in their own colour, SFT as a line between them and GRPO
@@ -208,11 +232,12 @@ def save_reward_curve(dashboard: Dashboard, path: Path) -> Path:
         )
         rewards.legend(fontsize=8, loc="best")
     rewards.set(xlabel="round of rollouts", ylabel="mean reward", title="reward", ylim=(-0.02, 1.02))
+    _plot_versions(by_version, dashboard)
     trained = [s for s in dashboard.steps if s.get("loss") is not None]
     losses.plot([s["step"] for s in trained], [s["loss"] for s in trained], color="grey", marker=".")
     losses.set(xlabel="learner step", ylabel="loss", title="learner loss (steps that trained)")
     if dashboard.evals:
-        _plot_evals(panels[2], dashboard)
+        _plot_evals(panels[3], dashboard)
     figure.suptitle(f"harnessrl quickstart: {dashboard.run}")
     figure.tight_layout()
     path.parent.mkdir(parents=True, exist_ok=True)

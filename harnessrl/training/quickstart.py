@@ -32,7 +32,7 @@ from harnessrl.engines.process import EngineLaunch, ManagedProcess
 from harnessrl.evaluation.periodic import eval_run_name
 from harnessrl.server import BackgroundGateway, free_port
 from harnessrl.settings import admin_key, data_home, logs_dir
-from harnessrl.training.dashboard import Dashboard, save_reward_curve, step_rows
+from harnessrl.training.dashboard import Dashboard, save_reward_curve, step_rows, version_rewards
 from harnessrl.training.quickstart_plan import (
     QuickstartPlan,
     create_agent,
@@ -362,6 +362,7 @@ class Quickstart:
     async def _update(self, client: GatewayClient) -> None:
         self.dashboard.policy = await client.policy()
         self.dashboard.steps = await step_rows(self._store, self.plan.run)
+        self.dashboard.versions = await version_rewards(self._store, self.plan.run)
 
     def _final_adapter(self) -> Path | None:
         """The adapter the gateway served last (what the final evaluation measured: the learner's, or SFT's

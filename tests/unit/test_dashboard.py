@@ -12,7 +12,8 @@ import pytest
 from rich.console import Console
 
 from harnesses.run_plan import RolloutResult
-from harnessrl.training.dashboard import TABLE_ROUNDS, Dashboard, save_reward_curve, step_rows
+from harnessrl.training.dashboard import TABLE_ROUNDS, Dashboard, save_reward_curve, step_rows, version_rewards
+from store.reports import VersionReward
 from store.store import Store
 from tests.images import assert_plot_image
 
@@ -57,6 +58,7 @@ def test_a_long_run_keeps_the_first_round_and_the_latest_ones():
 
 async def test_step_rows_are_the_stored_steps_of_the_run(store):
     assert await step_rows(store, RUN) == []  # no such run yet: nothing, not an error
+    assert await version_rewards(store, RUN) == []
     identity = await store.create_rollout(RUN, "t", None)
     run_id = (await store.get_rollout(identity.rollout_id))[0].run_id
     await store.training.record_step(run_id, 2, {"loss": 0.5})
@@ -95,6 +97,19 @@ def test_held_out_evaluations_show_per_version_with_the_sft_version_named():
     ]
 
 
+def test_the_reward_curve_shows_the_reward_of_each_policy_version_a_round_ran(tmp_path):
+    bare = assert_plot_image(save_reward_curve(dashboard_with_rounds(1), tmp_path / "bare.png"), min_colors=20)
+    dashboard = dashboard_with_rounds(1)
+    dashboard.versions = [
+        VersionReward(1, 128, 0.8, 0.4),
+        VersionReward(2, 24, 0.92, 0.27),
+        VersionReward(3, 16, 1.0, 0),
+    ]
+    drawn = assert_plot_image(save_reward_curve(dashboard, tmp_path / "versions.png"), min_colors=20)
+    blue = np.array(matplotlib.colors.to_rgb("C0"))  # the version line's colour (the rounds' too)
+    assert (np.abs(drawn - blue).max(axis=2) < 0.05).sum() > (np.abs(bare - blue).max(axis=2) < 0.05).sum() + 50
+
+
 def test_without_evaluations_the_view_is_the_rounds_table_alone():
     dashboard = dashboard_with_rounds(1)
     assert dashboard.view() is not None and not dashboard.evals
@@ -110,7 +125,7 @@ def test_the_reward_curve_gains_a_held_out_panel_in_its_own_colours(tmp_path):
         evaluated.add_eval("held-out", eval_metrics(version, held_out))
     without = assert_plot_image(save_reward_curve(plain, tmp_path / "plain.png"), min_colors=20)
     with_panel = assert_plot_image(save_reward_curve(evaluated, tmp_path / "evals.png"), min_colors=20)
-    assert with_panel.shape[1] == without.shape[1] * 3 // 2  # a third panel as wide as the others
+    assert with_panel.shape[1] == without.shape[1] * 4 // 3  # a fourth panel as wide as the others
     green = np.array(matplotlib.colors.to_rgb("C2"))  # the held-out line's colour
     assert (np.abs(with_panel - green).max(axis=2) < 0.05).sum() > 50
     assert (np.abs(without - green).max(axis=2) < 0.05).sum() == 0
