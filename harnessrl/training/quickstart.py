@@ -163,6 +163,9 @@ class Quickstart:
                 await self._evaluate(evals, final=True)
                 refresh.cancel()
                 await self._update(client)
+                # the PNG's per-version rewards, read once: the live table does not show them, and the query
+                # aggregates every call of the run, too much to repeat every refresh of a long run
+                self.dashboard.versions = await version_rewards(self._store, self.plan.run)
                 live.update(self.dashboard.view())
             self.console.print(await self._capture_line(evals))
         finally:
@@ -362,7 +365,6 @@ class Quickstart:
     async def _update(self, client: GatewayClient) -> None:
         self.dashboard.policy = await client.policy()
         self.dashboard.steps = await step_rows(self._store, self.plan.run)
-        self.dashboard.versions = await version_rewards(self._store, self.plan.run)
 
     def _final_adapter(self) -> Path | None:
         """The adapter the gateway served last (what the final evaluation measured: the learner's, or SFT's

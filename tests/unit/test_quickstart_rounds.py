@@ -133,11 +133,11 @@ async def test_the_held_out_sets_are_evaluated_side_by_side_and_each_is_shown(tm
 async def test_an_interrupted_warm_start_ends_its_sft_thread_at_the_next_step(tmp_path, monkeypatch):
     import harnessrl.training.quickstart as quickstart_module
 
-    running, ended = threading.Event(), threading.Event()
+    running, ended, torn_down = threading.Event(), threading.Event(), threading.Event()
 
-    def endless_sft(plan, on_step):  # an SFT that would run for ever unless its callback ends it
+    def endless_sft(plan, on_step):  # an SFT that would run until the test ends unless its callback ends it
         try:
-            while True:
+            while not torn_down.is_set():  # so a broken interrupt fails the test instead of hanging its exit
                 on_step(SftStep(1, 0, 1.0, 10, 1.0))
                 running.set()
         finally:
@@ -156,4 +156,7 @@ async def test_an_interrupted_warm_start_ends_its_sft_thread_at_the_next_step(tm
     warm.cancel()
     with pytest.raises(asyncio.CancelledError):
         await warm
-    assert await asyncio.to_thread(ended.wait, 60)  # the thread ended: the process can exit
+    try:
+        assert await asyncio.to_thread(ended.wait, 60)  # the thread ended: the process can exit
+    finally:
+        torn_down.set()
