@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
+from enum import StrEnum
 
 from harnesses.budget import DEFAULT_WALL_FACTOR
 from harnesses.environments import Environments
@@ -13,6 +15,15 @@ from harnesses.slot_leases import DEFAULT_LEASE_S
 from harnesses.task import Task
 from harnesses.verify import Verdict
 from sandboxes import SandboxSpec
+
+
+class Admission(StrEnum):
+    """A pace's answer before a runner claims slots: may it begin another group (a task's slots of the round)?
+    The groups it has begun are finished either way, so none is left part-played."""
+
+    GO = "go"
+    HOLD = "hold"  # not now: ask again once the groups begun are played
+    STOP = "stop"  # no more this round: end it once the groups begun are played
 
 
 @dataclass(frozen=True)
@@ -38,6 +49,9 @@ class RunPlan:
     worker: str = ""  # this runner's id in the run's leases; "" = default_worker_id()
     lease_s: float = DEFAULT_LEASE_S  # a slot's lease, renewed every third of it
     sandbox_gateway: str | None = None  # the gateway URL sandboxes' bridges connect to; None: as it names itself
+    # Asked before each claim (None: always GO): the quickstart holds new groups back while the learner has
+    # enough waiting, and stops the round at its time budget.
+    pace: Callable[[], Awaitable[Admission]] | None = None
 
     @property
     def group(self) -> str:

@@ -27,13 +27,15 @@ from harnesses.grading import final_answer, grade
 from harnesses.harness import AgentOutcome, RolloutTarget
 from harnesses.judge import JUDGE_COMPONENT, Judgement
 from harnesses.rubric import Trajectory
-from harnesses.run_plan import Played, RolloutResult, RunPlan
+from harnesses.run_plan import Admission, Played, RolloutResult, RunPlan
 from harnesses.slot_leases import INTERRUPTED, LeaseLost, SlotLeases, default_worker_id
 from harnesses.task import Task
 from harnesses.verify import VERIFIER, Verdict
 from sandboxes import create_sandbox
 from sandboxes.bridge_limits import raise_open_files_limit
 from store.records import ENDED, SCORED, RolloutStatus
+
+PACE_POLL_S = 1.0  # how often a held-back runner asks its pace again
 
 
 class Runner:
@@ -102,26 +104,31 @@ class Runner:
 
     async def _run_leased(self) -> list[RolloutResult]:
         """C slots at a time: claim what is free, run it, renew the leases held, mark each slot done;
-        when others hold the rest, wait for them to end or for their leases to expire."""
+        when others hold the rest, wait for them to end or for their leases to expire. With a pace, a
+        claim begins new groups only when it says GO; held back, the runner still finishes those begun."""
         plan, by_name = self.plan, {task.name: task for task in self.plan.tasks}
         limit, poll_s = asyncio.Semaphore(plan.concurrency), plan.lease_s / 3
         running: dict[int, asyncio.Task] = {}
         results: list[RolloutResult] = []
+        begun: set[str] = set()  # tasks this runner claimed slots of
         heartbeat = asyncio.create_task(self.leases.heartbeat())
         try:
             while True:
                 batch = plan.concurrency - len(self.leases.held)  # slots held (not ended) count against C
                 if self.plan.judge is not None and self.plan.judge.mode == "group":
                     batch = 0 if running else max(plan.concurrency, plan.group_size)  # whole groups, together
-                claim = await self._claim(batch) if batch > 0 or not running else None
-                if claim is not None:
+                if batch > 0 or not running:
+                    admission = await self._admission()
+                    claim = await self._claim(batch, None if admission is Admission.GO else sorted(begun))
                     leases = [(by_name[x["task"]], x["index"], x["id"]) for x in claim["leases"]]
+                    begun.update(task.name for task, _, _ in leases)
                     if leases:
                         running[leases[0][2]] = asyncio.create_task(self._run_claimed(leases, limit))
                     if not running:
-                        if claim["remaining"] == 0:
+                        if claim["remaining"] == 0 and admission is not Admission.HOLD:
                             return results
-                        await asyncio.sleep(poll_s)  # the rest is held by other runners
+                        # the rest is held by other runners, or the pace holds new groups back
+                        await asyncio.sleep(poll_s if admission is Admission.GO else PACE_POLL_S)
                         continue
                 await asyncio.wait(running.values(), timeout=poll_s, return_when=asyncio.FIRST_COMPLETED)
                 for key, job in list(running.items()):
@@ -133,9 +140,15 @@ class Runner:
             heartbeat.cancel()
             await self.leases.hand_back(running)
 
-    async def _claim(self, limit: int) -> dict:
+    async def _admission(self) -> Admission:
+        return Admission.GO if self.plan.pace is None else await self.plan.pace()
+
+    async def _claim(self, limit: int, tasks: list[str] | None = None) -> dict:
+        """Up to ``limit`` slots of ``tasks`` (None: the round's), and how many of theirs are not done."""
         plan = self.plan
-        tasks = [t.name for t in plan.tasks]
+        if tasks == []:
+            return {"leases": [], "remaining": 0}
+        tasks = [t.name for t in plan.tasks] if tasks is None else tasks
         return await self.leases.claim(plan.run, plan.round, plan.group, tasks, plan.group_size, limit)
 
     async def _run_claimed(self, leases: list[tuple[Task, int, int]], limit: asyncio.Semaphore) -> list[RolloutResult]:

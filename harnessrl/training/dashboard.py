@@ -193,6 +193,21 @@ async def version_rewards(store: Store, run: str) -> list[VersionReward]:
     return [] if run_id is None else await store.reports.reward_by_version(run_id)
 
 
+async def capture_line(store: Store, runs: list[str]) -> str:
+    """How many later turns of ``runs``' rollouts extended the previous call's prompt + output ids exactly."""
+    later = extending = 0
+    for run in runs:
+        run_id = await store.listings.run_id(run)
+        if run_id is not None:
+            summary = await store.summary.run_summary(run_id)
+            later, extending = later + summary["later_turns"], extending + summary["extending_turns"]
+    share = f" ({extending / later:.1%})" if later else ""
+    return (
+        f"capture: {extending} of {later} later turns extended the previous call's prompt + output ids "
+        f"exactly{share}; the others are forks (the viewer and GET /api/calls show each fork_of and its drift)"
+    )
+
+
 async def step_rows(store: Store, run: str) -> list[dict]:
     """The learner's per-step metrics of a run, each with its step."""
     run_id = await store.listings.run_id(run)

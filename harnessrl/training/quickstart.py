@@ -24,7 +24,7 @@ from gateway.settings import GatewaySettings
 from harnesses.gateway_client import GatewayClient
 from harnesses.interrupts import sigterm_cancels_this_task
 from harnesses.judge import Judge
-from harnesses.run_plan import RunPlan
+from harnesses.run_plan import Admission, RunPlan
 from harnesses.runner import Runner
 from harnessrl.engines.demonstrations import demonstrator
 from harnessrl.engines.hardware import machine_dtype
@@ -32,22 +32,18 @@ from harnessrl.engines.process import EngineLaunch, ManagedProcess
 from harnessrl.evaluation.periodic import eval_run_name
 from harnessrl.server import BackgroundGateway, free_port
 from harnessrl.settings import admin_key, data_home, logs_dir
-from harnessrl.training.dashboard import Dashboard, save_reward_curve, step_rows, version_rewards
+from harnessrl.training.dashboard import Dashboard, capture_line, save_reward_curve, step_rows, version_rewards
 from harnessrl.training.quickstart_plan import (
     QuickstartPlan,
     create_agent,
+    grpo_until,
     learner_config,
     packed_row_tokens,
     round_order,
     unseen_run,
 )
 from harnessrl.training.sft import run_sft
-from harnessrl.training.warm_start import (
-    WarmStartResult,
-    result_of,
-    sft_plan,
-    warm_up_run,
-)
+from harnessrl.training.warm_start import WarmStartResult, result_of, sft_plan, warm_up_run
 from learner.config_file import dump_toml
 from sandboxes import Limits, SandboxSpec
 from store.records import GroupStatus
@@ -139,6 +135,7 @@ class Quickstart:
         client = GatewayClient(gateway_url, self.admin_key)
         self._store = Store.from_url(self.plan.database_url)
         deadline = time.monotonic() + self.plan.minutes * 60
+        evaluating = None
         try:
             with (
                 sigterm_cancels_this_task(),
@@ -146,17 +143,14 @@ class Quickstart:
             ):
                 refresh = asyncio.create_task(self._refresh(live, client))
                 evals = self._periodic_evals(gateway_url)
-                await self._evaluate(evals)  # the base model's held-out score comes first
+                # the base model's held-out score first, evaluated beside the warm-up (which leaves the engine idle)
+                evaluating = self._beside(None, partial(self._evaluate, evals))
                 warm = await self._warm_start(client, gateway_url, deadline) if self.plan.warm_start else None
-                if warm is not None:
-                    await self._evaluate(evals, version=warm.version)  # what SFT alone reached
+                if warm is not None:  # what SFT alone reached, beside GRPO's first round (pinned to its version)
+                    evaluating = self._beside(evaluating, partial(self._evaluate, evals, version=warm.version))
                 learner = self._start_learner(gateway_url, warm)
-                round_ = 0
-                while await self._going(client, deadline, learner, round_) and not (0 < self.plan.max_rounds <= round_):
-                    await self._evaluate(evals)
-                    await self._wait_for_learner(client, deadline, learner)
-                    await self._one_round(client, round_)
-                    round_ += 1
+                await self._grpo(client, deadline, learner, warm, evals, evaluating)
+                await evaluating
                 died = not learner.alive()
                 # stopped first (it finishes its step): the final evaluation is of the last version it published
                 await asyncio.to_thread(learner.stop, LEARNER_STOP_S)
@@ -167,13 +161,36 @@ class Quickstart:
                 # aggregates every call of the run, too much to repeat every refresh of a long run
                 self.dashboard.versions = await version_rewards(self._store, self.plan.run)
                 live.update(self.dashboard.view())
-            self.console.print(await self._capture_line(evals))
+            runs = [self.plan.run, warm_up_run(self.plan.run), *(eval_run_name(p.run) for _, p in evals)]
+            self.console.print(await capture_line(self._store, runs))
         finally:
+            if evaluating is not None:
+                evaluating.cancel()
             await client.close()
             await self._store.close()
         if died:
             self.console.print("[bold red]the learner stopped[/]")
             self.console.print(learner.why(), markup=False, highlight=False)  # log text: no markup in it
+
+    async def _grpo(
+        self,
+        client: GatewayClient,
+        deadline: float,
+        learner: ManagedProcess,
+        warm: WarmStartResult | None,
+        evals: list,
+        evaluating: asyncio.Task,
+    ) -> None:
+        """GRPO rounds while ``_going``, each pacing its groups to the learner (``_pace``); a periodic
+        evaluation before each round, unless an earlier one still runs."""
+        until = grpo_until(self.plan, warm.version if warm else await current_version(client))
+        pace = partial(self._pace, client, deadline, learner, until)
+        round_ = 0
+        while await self._going(client, deadline, learner, until, round_) and not (0 < self.plan.max_rounds <= round_):
+            if evaluating.done():
+                await self._evaluate(evals)
+            await self._one_round(client, round_, pace=pace)
+            round_ += 1
 
     def _temperature(self, phase: str) -> float:
         """The sampling temperature of a round's run: ``train_temperature`` for GRPO, else the agent's."""
@@ -189,8 +206,10 @@ class Quickstart:
         phase: str = "grpo",
         group_size: int | None = None,
         teacher: str | None = None,
+        pace=None,
     ) -> None:
-        """One pass over the tasks into ``run`` (the GRPO run by default), shown as the table's next round."""
+        """One pass over the tasks into ``run`` (the GRPO run by default), shown as the table's next round;
+        ``pace``: when it may begin another group (``RunPlan.pace``)."""
         shown = self.dashboard.next_round(phase)
         plan = RunPlan(
             run=run or self.plan.run,
@@ -205,6 +224,7 @@ class Quickstart:
             judge=self.judge,
             teacher=teacher,
             capture="engine" if teacher else None,
+            pace=pace,
         )
         runner = Runner(plan, client, on_result=lambda result: self.dashboard.add_result(shown, result))
         await runner.run()
@@ -322,39 +342,38 @@ class Quickstart:
             return await periodic.check()
         return None if version in (periodic.evaluated or set()) else await periodic.evaluate(version)
 
-    async def _capture_line(self, evals) -> str:
-        """How many later turns of this quickstart's rollouts extended the previous call's ids exactly."""
-
-        runs = [self.plan.run, warm_up_run(self.plan.run), *(eval_run_name(p.run) for _, p in evals)]
-        later = extending = 0
-        for run in runs:
-            run_id = await self._store.listings.run_id(run)
-            if run_id is not None:
-                summary = await self._store.summary.run_summary(run_id)
-                later, extending = later + summary["later_turns"], extending + summary["extending_turns"]
-        share = f" ({extending / later:.1%})" if later else ""
-        return (
-            f"capture: {extending} of {later} later turns extended the previous call's prompt + output ids "
-            f"exactly{share}; the others are forks (the viewer and GET /api/calls show each fork_of and its drift)"
-        )
-
-    async def _going(self, client: GatewayClient, deadline: float, learner: ManagedProcess, rounds: int = 1) -> bool:
+    async def _going(
+        self, client: GatewayClient, deadline: float, learner: ManagedProcess, until: int, rounds: int = 1
+    ) -> bool:
         """Rounds go on while the learner lives: at least one (a warm start that spent the time budget on a
         slow or busy machine still gets its GRPO round), to the time budget, then until it published
-        ``until_version``. ``rounds``: how many have run."""
+        ``until``. ``rounds``: how many have run."""
         if not learner.alive():
             return False
         if rounds == 0 or time.monotonic() < deadline:
             return True
-        return self.plan.until_version > await current_version(client)
+        return until > await current_version(client)
 
-    async def _wait_for_learner(self, client: GatewayClient, deadline: float, learner: ManagedProcess) -> None:
-        """Bound how far rollouts run ahead of the learner (staleness), sharing the CPU with it."""
+    async def _pace(self, client: GatewayClient, deadline: float, learner: ManagedProcess, until: int) -> Admission:
+        """May a GRPO round begin another group? Not while ``backlog_steps`` learner steps' worth of groups
+        wait (their samples would go stale, and new rollouts take the CPU the learner needs); none once the
+        learner died, or past the time budget once it published ``until``."""
+        if not await self._going(client, deadline, learner, until):
+            return Admission.STOP
         limit = self.plan.groups_per_step * self.plan.backlog_steps
-        while await self._going(client, deadline, learner):
-            if len(await client.groups(self.plan.run, GroupStatus.READY, limit)) < limit:
-                return
-            await asyncio.sleep(1.0)
+        waiting = await client.groups(self.plan.run, GroupStatus.READY, limit)
+        return Admission.HOLD if len(waiting) >= limit else Admission.GO
+
+    @staticmethod
+    def _beside(previous: asyncio.Task | None, evaluation) -> asyncio.Task:
+        """``evaluation()`` run as a task beside what comes next (the engine batches both), after ``previous``."""
+
+        async def after() -> None:
+            if previous is not None:
+                await previous
+            await evaluation()
+
+        return asyncio.create_task(after())
 
     async def _refresh(self, live: Live, client: GatewayClient) -> None:
         while True:

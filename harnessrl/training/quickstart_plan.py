@@ -89,6 +89,12 @@ def grpo_lr(plan: QuickstartPlan, warm: WarmStartResult | None) -> float:
     return FRESH_LR if warm is None else WARM_LR
 
 
+def grpo_until(plan: QuickstartPlan, start: int) -> int:
+    """The version rounds go on to past the time budget: the plan's, and at least one GRPO step past
+    ``start`` (the version GRPO starts from: a warm start that spent the budget still gets its step)."""
+    return max(plan.until_version, start + 1)
+
+
 def agent_context(harness: str, call_max_tokens: int) -> int:
     """The engine context a quickstart of ``harness`` needs: the builtin one-shot's 2,048; a CLI agent's
     first prompt (SmolLM2's tokenizer), two turns of answers and a tool's output, in whole KiB of tokens."""

@@ -8,10 +8,12 @@ import time
 
 import pytest
 
+from harnesses.run_plan import Admission
 from harnessrl.training.quickstart import Quickstart
-from harnessrl.training.quickstart_plan import QuickstartPlan
+from harnessrl.training.quickstart_plan import QuickstartPlan, grpo_until
 from harnessrl.training.warm_start import WarmStart
 from learner.sft import SftStep
+from store.records import GroupStatus
 
 
 class Learner:
@@ -23,36 +25,63 @@ class Learner:
 
 
 class Gateway:
-    def __init__(self, version: int):
-        self.version = version
+    def __init__(self, version: int, ready: int = 0):
+        self.version, self.ready = version, ready
 
     async def policy(self) -> dict:
         return {"current_version": self.version}
 
+    async def groups(self, run: str, status: str, limit: int) -> list[dict]:
+        assert status == GroupStatus.READY
+        return [{"id": n} for n in range(min(self.ready, limit))]
 
-def quickstart(tmp_path, monkeypatch, until_version: int) -> Quickstart:
+
+def quickstart(tmp_path, monkeypatch, until_version: int = 0, **fields) -> Quickstart:
     monkeypatch.setenv("HARNESSRL_HOME", str(tmp_path / "home"))
-    plan = QuickstartPlan(run="q", model_dir=tmp_path, tasks=[], database_url="sqlite://", until_version=until_version)
+    plan = QuickstartPlan(
+        run="q", model_dir=tmp_path, tasks=[], database_url="sqlite://", until_version=until_version, **fields
+    )
     return Quickstart(plan)
+
+
+PAST, AHEAD = time.monotonic() - 1, time.monotonic() + 10**6
 
 
 @pytest.mark.parametrize(("version", "going"), [(0, True), (1, True), (2, False), (3, False)])
 async def test_past_the_time_budget_rounds_go_on_until_the_version_is_published(tmp_path, monkeypatch, version, going):
-    past = time.monotonic() - 1
-    assert await quickstart(tmp_path, monkeypatch, 2)._going(Gateway(version), past, Learner(True)) is going
+    assert await quickstart(tmp_path, monkeypatch)._going(Gateway(version), PAST, Learner(True), 2) is going
 
 
 async def test_within_the_time_budget_rounds_go_on_whatever_the_version(tmp_path, monkeypatch):
-    ahead = time.monotonic() + 3600
-    assert await quickstart(tmp_path, monkeypatch, 0)._going(Gateway(0), ahead, Learner(True))
+    assert await quickstart(tmp_path, monkeypatch)._going(Gateway(0), AHEAD, Learner(True), 1)
 
 
 async def test_a_warm_start_that_spent_the_time_budget_still_gets_one_round(tmp_path, monkeypatch):
-    past = time.monotonic() - 1
-    run = quickstart(tmp_path, monkeypatch, 0)
-    assert await run._going(Gateway(1), past, Learner(True), rounds=0)
-    assert not await run._going(Gateway(1), past, Learner(True), rounds=1)
-    assert not await run._going(Gateway(1), past, Learner(False), rounds=0)
+    run = quickstart(tmp_path, monkeypatch)
+    assert await run._going(Gateway(1), PAST, Learner(True), 1, rounds=0)
+    assert not await run._going(Gateway(1), PAST, Learner(True), 1, rounds=1)
+    assert not await run._going(Gateway(1), PAST, Learner(False), 1, rounds=0)
+
+
+@pytest.mark.parametrize(("until_version", "start", "until"), [(0, 0, 1), (0, 1, 2), (5, 1, 5), (2, 3, 4)])
+def test_grpo_goes_on_to_the_asked_version_and_at_least_one_step_past_its_start(tmp_path, until_version, start, until):
+    plan = QuickstartPlan(run="q", model_dir=tmp_path, tasks=[], database_url="sqlite://", until_version=until_version)
+    assert grpo_until(plan, start) == until
+
+
+@pytest.mark.parametrize(("ready", "admission"), [(0, Admission.GO), (5, Admission.GO), (6, Admission.HOLD)])
+async def test_a_grpo_round_holds_new_groups_back_while_the_learner_has_its_backlog_waiting(
+    tmp_path, monkeypatch, ready, admission
+):
+    run = quickstart(tmp_path, monkeypatch, groups_per_step=3, backlog_steps=2)
+    assert await run._pace(Gateway(1, ready), AHEAD, Learner(True), 2) is admission
+
+
+async def test_a_grpo_round_stops_beginning_groups_past_the_time_budget_once_grpo_took_its_step(tmp_path, monkeypatch):
+    run = quickstart(tmp_path, monkeypatch)
+    assert await run._pace(Gateway(1), PAST, Learner(True), 2) is Admission.GO  # v2 not published yet
+    assert await run._pace(Gateway(2), PAST, Learner(True), 2) is Admission.STOP
+    assert await run._pace(Gateway(1), AHEAD, Learner(False), 2) is Admission.STOP  # the learner died
 
 
 def test_the_final_adapter_is_the_served_one_whether_sft_or_the_learner_published_it(tmp_path, monkeypatch):
@@ -68,8 +97,7 @@ def test_the_final_adapter_is_the_served_one_whether_sft_or_the_learner_publishe
 
 
 async def test_a_dead_learner_ends_the_rounds(tmp_path, monkeypatch):
-    ahead = time.monotonic() + 3600
-    assert not await quickstart(tmp_path, monkeypatch, 5)._going(Gateway(0), ahead, Learner(False))
+    assert not await quickstart(tmp_path, monkeypatch)._going(Gateway(0), AHEAD, Learner(False), 5)
 
 
 def test_each_round_visits_every_task_once_in_its_own_order_mixing_the_kinds():
@@ -160,3 +188,22 @@ async def test_an_interrupted_warm_start_ends_its_sft_thread_at_the_next_step(tm
         assert await asyncio.to_thread(ended.wait, 60)  # the thread ended: the process can exit
     finally:
         torn_down.set()
+
+
+async def test_an_evaluation_beside_the_next_phase_starts_after_the_one_before_it_ends(tmp_path, monkeypatch):
+    order: list[str] = []
+    first_may_end = asyncio.Event()
+
+    async def evaluation(name: str, gate: asyncio.Event | None = None) -> None:
+        order.append(f"{name} starts")
+        if gate is not None:
+            await gate.wait()
+        order.append(f"{name} ends")
+
+    first = Quickstart._beside(None, lambda: evaluation("base", first_may_end))
+    second = Quickstart._beside(first, lambda: evaluation("sft"))
+    await asyncio.sleep(0)  # both tasks ran as far as they can: the base evaluation waits, the next waits for it
+    assert order == ["base starts"] and not second.done()
+    first_may_end.set()
+    await asyncio.wait_for(second, timeout=600)
+    assert order == ["base starts", "base ends", "sft starts", "sft ends"]

@@ -1,5 +1,5 @@
 """Several runners on one run share its slots through leases; sandboxes reach the gateway by the URL the
-worker is given (its own route to a gateway that may be on another host)."""
+worker is given (its own route to a gateway that may be on another host); a pace holds new groups back."""
 
 from __future__ import annotations
 
@@ -12,6 +12,7 @@ from typer.testing import CliRunner
 
 import harnesses.launch
 from harnesses.gateway_client import GatewayClient, rebased
+from harnesses.run_plan import Admission
 from harnesses.runner import Runner
 from harnessrl.cli.app import app
 from harnessrl.server import BackgroundGateway
@@ -103,3 +104,49 @@ async def test_two_runners_on_one_run_share_its_slots_and_neither_cancels_the_ot
     )  # each slot once, nothing cancelled
     assert all(r["status"] == "finished" and r["reward"] == 1.0 for r in rollouts)
     assert {r["meta"]["worker"] for r in rollouts} == {"w0", "w1"}
+
+
+class Pace:
+    """A scripted pace: its answers in turn, then the last one for ever; counts the questions."""
+
+    def __init__(self, *answers: Admission):
+        self.answers, self.asked = list(answers), 0
+
+    async def __call__(self) -> Admission:
+        self.asked += 1
+        return self.answers.pop(0) if len(self.answers) > 1 else self.answers[0]
+
+
+def slots_by_task(rollouts: list[dict]) -> Counter:
+    return Counter(r["task"] for r in rollouts)
+
+
+@needs_bwrap
+async def test_a_pace_that_stops_ends_the_round_with_the_groups_begun_played_whole(live_gateway):
+    client = GatewayClient(live_gateway.url, TEST_ADMIN_KEY)
+    pace = Pace(Admission.GO, Admission.STOP)  # one claim of 3 slots: a group and a half begun
+    try:
+        results = await Runner(plan(TASKS[:4], group_size=2, concurrency=3, run="stopped", pace=pace), client).run()
+        rollouts = await client.rollouts("stopped")
+    finally:
+        await client.close()
+    assert slots_by_task(rollouts) == {TASKS[0].name: 2, TASKS[1].name: 2}  # the half-begun group finished
+    assert len(results) == 4 and all(r["status"] == "finished" for r in rollouts)
+
+
+@needs_bwrap
+async def test_a_pace_that_holds_keeps_new_groups_back_and_the_round_goes_on_when_it_lets_go(live_gateway):
+    client = GatewayClient(live_gateway.url, TEST_ADMIN_KEY)
+    pace = Pace(Admission.GO, *[Admission.HOLD] * 6, Admission.GO)
+    runner = Runner(plan(TASKS[:4], group_size=2, concurrency=2, run="held", pace=pace), client)
+    started_while_held = set()
+    runner.on_start = lambda task, index: started_while_held.add(task) if pace.asked < 8 else None
+    try:
+        results = await runner.run()
+        rollouts = await client.rollouts("held")
+    finally:
+        await client.close()
+    assert len(started_while_held) == 1  # the group begun before the holds, no other
+    assert pace.asked >= 8  # it was asked again while holding, not given up on
+    assert slots_by_task(rollouts) == {task.name: 2 for task in TASKS[:4]}  # then every slot was played
+    assert len(results) == 8
