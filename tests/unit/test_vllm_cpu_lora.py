@@ -13,7 +13,7 @@ import torch
 from vllm.lora.ops.torch_ops import lora_ops
 from vllm.lora.punica_wrapper import punica_cpu
 
-from harnessrl.engines.vllm_cpu_lora import ROW_OPS, hold_cut_generators, masked, register
+from harnessrl.engines.vllm_cpu_lora import ROW_OPS, grouped, hold_cut_generators, masked, register
 
 SLOTS, RANK, HIDDEN = 4, 2, 6
 NO_ADAPTER, FIRST = -1, 0
@@ -98,3 +98,66 @@ def test_generators_of_cut_prefills_are_held_out_of_the_rewind_and_given_back():
     assert seen == [[None, None], {1: "gen1"}]
     assert runner.input_batch.generators == {0: "gen0", 1: "gen1", 2: "gen2"}
     assert hold_cut_generators(hold_cut_generators(bookkeeping)).__wrapped__ is bookkeeping
+
+
+def random_case(rows: int, slots: int, out: int, inp: int, indices: list[int], seed: int = 0):
+    generator = torch.Generator().manual_seed(seed)
+    inputs = torch.randn(rows, inp, generator=generator)
+    weights = torch.randn(slots, 1, out, inp, generator=generator)
+    return inputs, weights, torch.tensor(indices)
+
+
+MIXED = [2, -1, 0, 2, 2, -1, 0, 1]  # three adapters and the base model in one batch
+
+
+def test_grouped_shrink_computes_what_vllm_computes_for_every_row_with_an_adapter():
+    inputs, weights, indices = random_case(len(MIXED), SLOTS, RANK, HIDDEN, MIXED)
+    ours, theirs = torch.zeros(len(MIXED), RANK), torch.zeros(len(MIXED), RANK)
+    grouped("bgmv_shrink", original("bgmv_shrink"))(inputs, weights, ours, indices, 0.5)
+    masked(original("bgmv_shrink"))(inputs, weights, theirs, indices, 0.5)
+    torch.testing.assert_close(ours, theirs)
+    assert ours[1].abs().sum() == 0  # the base model's rows: no LoRA term
+
+
+def test_grouped_expand_adds_or_writes_what_vllm_does_and_one_row_broadcasts():
+    for add in (True, False):
+        for indices in (MIXED, [1] * len(MIXED), [-1] * len(MIXED)):
+            inputs, weights, idx = random_case(len(indices), SLOTS, HIDDEN, RANK, indices, seed=1)
+            start = torch.randn(len(indices), HIDDEN)
+            ours, theirs = start.clone(), start.clone()
+            grouped("bgmv_expand", original("bgmv_expand"))(inputs, weights, ours, idx, add)
+            masked(original("bgmv_expand"))(inputs, weights, theirs, idx, add)
+            torch.testing.assert_close(ours, theirs)
+    inputs, weights, idx = random_case(1, SLOTS, HIDDEN, RANK, [3], seed=2)
+    ours, theirs = torch.zeros(4, HIDDEN), torch.zeros(4, HIDDEN)
+    grouped("bgmv_expand", original("bgmv_expand"))(inputs, weights, ours, idx, True)
+    original("bgmv_expand")(inputs, weights, theirs, idx, True)
+    torch.testing.assert_close(ours, theirs)
+
+
+def test_grouped_expand_slice_fills_its_slice_as_vllm_does():
+    inputs, weights, idx = random_case(len(MIXED), SLOTS, 3, RANK, MIXED, seed=3)
+    for add in (True, False):
+        start = torch.randn(len(MIXED), 10)
+        ours, theirs = start.clone(), start.clone()
+        grouped("bgmv_expand_slice", original("bgmv_expand_slice"))(inputs, weights, ours, idx, 4, 3, add)
+        masked(original("bgmv_expand_slice"))(inputs, weights, theirs, idx, 4, 3, add)
+        torch.testing.assert_close(ours, theirs)
+
+
+def test_grouped_rows_never_copy_an_adapters_weights_per_row():
+    # vLLM-CPU's op indexes the stacked weights by row: [tokens, out, in] numbers, the cost mended here
+    inputs, weights, idx = random_case(512, SLOTS, 64, 32, [1] * 512)
+    indexed = []
+
+    class Watched(torch.Tensor):
+        def __getitem__(self, key):
+            if isinstance(key, torch.Tensor) and key.numel() > 1:
+                indexed.append(key.numel())
+            return super().__getitem__(key)
+
+    watched = weights.as_subclass(Watched)
+    grouped("bgmv_shrink", original("bgmv_shrink"))(inputs, watched, torch.zeros(512, 64), idx, 1.0)
+    assert indexed == []
+    original("bgmv_shrink")(inputs, watched, torch.zeros(512, 64), idx, 1.0)
+    assert indexed == [512]  # the per-row copy the grouped op avoids
