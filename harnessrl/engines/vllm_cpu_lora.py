@@ -32,6 +32,7 @@ from __future__ import annotations
 
 import functools
 import logging
+import os
 from collections.abc import Callable
 
 logger = logging.getLogger(__name__)
@@ -39,6 +40,9 @@ logger = logging.getLogger(__name__)
 # The ops that index the stacked weights by row (their 4th argument); the sgmv ops call these.
 ROW_OPS = ("bgmv_shrink", "bgmv_expand", "bgmv_expand_slice")
 PATCHED = "_harnessrl_mended"  # set on what this plugin wrapped: never wrapped twice
+# "stock": vLLM's own row ops (only index -1 mended), to measure the grouped ones against
+# (tests/benchmarks/cpu_lora.py)
+ROWS_ENV = "HARNESSRL_VLLM_CPU_LORA_ROWS"
 
 
 def masked(op: Callable) -> Callable:
@@ -148,7 +152,8 @@ def register() -> None:
         return
     if all(hasattr(lora_ops, name) for name in ROW_OPS):
         for name in ROW_OPS:
-            fixed = grouped(name, getattr(lora_ops, name))
+            op = getattr(lora_ops, name)
+            fixed = masked(op) if os.environ.get(ROWS_ENV) == "stock" else grouped(name, op)
             setattr(lora_ops, name, fixed)  # what the sgmv ops call
             if hasattr(punica_cpu, name):
                 setattr(punica_cpu, name, fixed)  # imported by name there
