@@ -14,6 +14,7 @@ import os
 import sys
 import threading
 import time
+from collections.abc import Awaitable, Callable
 from functools import partial
 from pathlib import Path
 
@@ -206,7 +207,7 @@ class Quickstart:
         phase: str = "grpo",
         group_size: int | None = None,
         teacher: str | None = None,
-        pace=None,
+        pace: Callable[[], Awaitable[Admission]] | None = None,
     ) -> None:
         """One pass over the tasks into ``run`` (the GRPO run by default), shown as the table's next round;
         ``pace``: when it may begin another group (``RunPlan.pace``)."""
