@@ -74,7 +74,7 @@ def adapter_rows(inputs, weights, indices, dtype):
     stacked = weights.squeeze(1) if weights.dim() == 4 else weights
     x = inputs.to(dtype)
     used = torch.unique(indices).tolist()
-    if used == [used[0]] and used[0] >= 0:  # one adapter for the whole batch
+    if len(used) == 1 and used[0] >= 0:  # one adapter for the whole batch
         return x @ stacked[used[0]].to(dtype).T
     rows = x.new_zeros(x.shape[0], stacked.shape[1])
     for slot in (s for s in used if s >= 0):
