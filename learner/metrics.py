@@ -92,9 +92,17 @@ def step_metrics(
             "wait_time_s": wait_s,  # waiting for enough ready groups
             "swap_time_s": swap_s,  # adapter save -> gateway's answer; None when not published this step
             "trained_tokens_per_s": (train.get("tokens") or 0) / step_s if step_s > 0 else None,
+            "peak_rss_gib": peak_rss_gib(),  # the learner process's most resident memory so far
         }
     )
     return {key: _finite(value) for key, value in metrics.items()}
+
+
+def peak_rss_gib() -> float:
+    """The most resident memory this process has held (GiB): what a step of long samples costs on a CPU."""
+    import resource
+
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20  # ru_maxrss: KiB on Linux
 
 
 def why_nothing_trained(metrics: Metrics) -> str | None:

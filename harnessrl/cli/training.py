@@ -129,10 +129,10 @@ def quickstart(
     from harnesses.datasets import load_selection
     from harnesses.task import TaskError
     from harnessrl.engines.demonstrations import SOLUTIONS
-    from harnessrl.engines.model_prep import prepare_smollm2
+    from harnessrl.engines.process import EngineFailed, model_max_len
     from harnessrl.server import free_port
     from harnessrl.training.quickstart import Quickstart
-    from harnessrl.training.quickstart_plan import QuickstartPlan, agent_context
+    from harnessrl.training.quickstart_plan import ContextTooShort, QuickstartPlan, default_model, engine_context
     from harnessrl.training.warm_start import WarmStart
 
     if tasks.startswith("openenv:"):  # its rounds run the one-shot builtin agent, which has no environment tools
@@ -170,9 +170,14 @@ def quickstart(
         raise fail(str(exc)) from None
     if unseen and not eval_every:
         raise fail("--unseen-tasks are evaluated with the held-out split: add --eval-every N")
+    model_dir = (model or default_model(harness, call_max_tokens, max_model_len)).resolve()
+    try:
+        context = engine_context(harness, call_max_tokens, model_max_len(model_dir), max_model_len)
+    except (ContextTooShort, EngineFailed) as exc:
+        raise fail(str(exc)) from None
     plan = QuickstartPlan(
         run=run,
-        model_dir=(model or prepare_smollm2()).resolve(),
+        model_dir=model_dir,
         tasks=chosen,
         database_url=url,
         minutes=minutes,
@@ -190,7 +195,7 @@ def quickstart(
         harness=harness,
         call_max_tokens=call_max_tokens,
         train_temperature=train_temperature,
-        max_model_len=max_model_len or agent_context(harness, call_max_tokens),
+        max_model_len=context,
         unseen_tasks=unseen,
         lr=lr,
     )

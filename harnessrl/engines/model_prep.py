@@ -163,6 +163,45 @@ def prepare_smollm2(cache_root: Path | None = None) -> Path:
     return dest
 
 
+def stretch_context(base: Path, context: int, cache_root: Path | None = None) -> Path:
+    """``base`` (a prepared folder) with its positions stretched to ``context`` by Llama 3's RoPE scaling,
+    as a sibling folder ``<name>-<context>`` (cached; the weights hard-linked, not copied).
+
+    Llama 3's scaling slows only the rotary frequencies whose wavelength exceeds the original context, so
+    the model reads its first thousands of tokens nearly as before; transformers (the learner) and vLLM
+    (the engine) both implement it from the same config keys, and every adapter publication's proof
+    compares their log-probs. A context at or under the model's own is the base folder itself."""
+    config = json.loads((base / "config.json").read_text())
+    original = int(config["max_position_embeddings"])
+    if context <= original:
+        return base
+    root = Path(cache_root) if cache_root is not None else base.parent
+    dest = root / f"{base.name}-{context}"
+    want = {"base": base.name, "base_marker": _read_marker(base), "context": context}
+    if (_read_marker(dest) or {}).get("stretched") == want:
+        return dest
+    tmp = Path(tempfile.mkdtemp(prefix=f".{dest.name}.tmp-", dir=root))
+    try:
+        for path in base.iterdir():
+            if path.is_file() and path.name not in ("config.json", MARKER_NAME):
+                os.link(path, tmp / path.name)
+        config["max_position_embeddings"] = context
+        config["rope_parameters"] = {
+            **config.get("rope_parameters", {}),
+            "rope_type": "llama3",
+            "factor": context / original,
+            "low_freq_factor": 1.0,
+            "high_freq_factor": 4.0,
+            "original_max_position_embeddings": original,
+        }
+        (tmp / "config.json").write_text(json.dumps(config, indent=2) + "\n")
+        _write_marker(tmp, stretched=want)
+        _atomic_replace(tmp, dest)
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+    return dest
+
+
 # --- tiny random model --------------------------------------------------------------------------
 
 _CORPUS_MODULES = ["json/encoder.py", "json/decoder.py", "textwrap.py", "argparse.py", "shlex.py", "string.py"]

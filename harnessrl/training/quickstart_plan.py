@@ -21,6 +21,9 @@ PACKED_ROW_TOKENS = 8192
 # answers running on past the command) where 1e-4 raised it (0.50 to 0.65) in one round.
 FRESH_LR = 5e-4
 WARM_LR = 1e-4
+# Past a CLI agent's first prompt, a sample adds its answers (two calls measured in make demo's median) and
+# this much for the task, tool output and the turns' framing (pi's samples: 100-400 tokens past the prompt).
+ROW_TOKENS_PER_SAMPLE = 256
 
 
 @dataclass(frozen=True)
@@ -106,10 +109,66 @@ def agent_context(harness: str, call_max_tokens: int) -> int:
     return -(-needed // 1024) * 1024
 
 
+class ContextTooShort(ValueError):
+    """The model's positions cannot hold what the agent sends; the message names the fix."""
+
+
+def engine_context(harness: str, call_max_tokens: int, model_max: int, asked: int | None = None) -> int:
+    """The engine's context for a quickstart of ``harness`` on a model of ``model_max`` positions: ``asked``
+    (--max-model-len) or ``agent_context``, cut to the model's maximum while the agent's first prompt and two
+    answers still fit (tool output then has less room: a call past it ends its rollout with the engine's
+    error, recorded), else ``ContextTooShort``: vLLM refuses a context past the model's positions."""
+    if asked is not None and asked > model_max:
+        raise ContextTooShort(
+            f"--max-model-len {asked} is past the model's {model_max} positions (config.json "
+            f"max_position_embeddings): pass at most {model_max}, or --model with a longer-context model"
+        )
+    wanted = asked or agent_context(harness, call_max_tokens)
+    if wanted <= model_max:
+        return wanted
+    from harnesses.agents import AGENTS
+
+    floor = AGENTS[harness].first_prompt_tokens + 2 * call_max_tokens
+    if floor > model_max:
+        raise ContextTooShort(
+            f"{harness}'s first prompt (~{AGENTS[harness].first_prompt_tokens} tokens) and two answers of "
+            f"--call-max-tokens {call_max_tokens} need {floor} tokens; the model has {model_max} positions: pass "
+            f"--model with a longer-context model (`harnessrl models prepare --context 16384` writes SmolLM2 "
+            f"with its positions stretched)"
+        )
+    return model_max
+
+
+def default_model(harness: str, call_max_tokens: int, asked: int | None = None) -> Path:
+    """The quickstart's model when none is named: SmolLM2, its positions stretched (``stretch_context``)
+    when the agent's first prompt and two answers need more than its 8,192 (Hermes, Claude Code, Codex)."""
+    from harnesses.agents import AGENTS
+    from harnessrl.engines.model_prep import prepare_smollm2, stretch_context
+    from harnessrl.engines.process import model_max_len
+
+    base = prepare_smollm2()
+    if harness == "builtin":
+        return base
+    floor = AGENTS[harness].first_prompt_tokens + 2 * call_max_tokens
+    if floor <= model_max_len(base):
+        return base
+    return stretch_context(base, asked or agent_context(harness, call_max_tokens))
+
+
 def packed_row_tokens(plan: QuickstartPlan) -> int:
-    """The learner's token budget per packed row: at least 8k, so the samples of an agent's groups, which
-    share its long first prompt, pack as prefix trees forwarding that prompt once per row."""
-    return max(plan.max_model_len, PACKED_ROW_TOKENS)
+    """The learner's token budget per packed row: at least 8k and the engine's context; for a CLI agent,
+    room for its first prompt once and what a step's samples add past it (``ROW_TOKENS_PER_SAMPLE``
+    each), so a step's samples, which share that prompt, pack as one prefix tree forwarding it once
+    (an 8k row held OpenCode's 7.7k-token prompt and two samples: 8 rows, 8 forwards of it, a step)."""
+    floor = max(plan.max_model_len, PACKED_ROW_TOKENS)
+    if plan.harness == "builtin":
+        return floor
+    from harnesses.agents import AGENTS
+    from learner.sft import SftConfig
+
+    samples = max(plan.groups_per_step * plan.group_size, SftConfig.samples_per_step)
+    per_sample = 2 * plan.call_max_tokens + ROW_TOKENS_PER_SAMPLE
+    return max(floor, AGENTS[plan.harness].first_prompt_tokens + samples * per_sample)
 
 
 def unseen_run(run: str) -> str:

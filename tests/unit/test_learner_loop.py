@@ -256,8 +256,10 @@ async def test_each_step_stores_its_metrics_and_writes_tensorboard(store, tiny_m
         "loss",
         "grad_norm",
         "step_time_s",
+        "peak_rss_gib",
     ):
         assert isinstance(rows[0][key], (int, float)), key
+    assert 0.1 < rows[0]["peak_rss_gib"] < 64  # a model's weights at least, in GiB
     assert rows[0]["swap_time_s"] is None  # nothing published
     assert rows[0]["tokens"] == 8 * 18 and rows[0]["tokens_sampled"] == 8 * 6  # 2 groups of 4, one call each
     assert list(Path(config.tensorboard_dir).glob("events.out.tfevents.*"))

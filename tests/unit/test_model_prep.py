@@ -249,3 +249,28 @@ def test_prepare_smollm2_converts(tmp_path_factory, monkeypatch):
     assert tok.apply_chat_template(messages, tokenize=False, add_generation_prompt=True) == expected
     assert chat_template_path(dest).read_text() == TEMPLATE_PATH.read_text()
     assert not [p for p in cache.iterdir() if ".tmp-" in p.name or ".old-" in p.name]
+
+
+def test_a_stretched_context_keeps_the_models_short_range_reading_and_reaches_past_its_positions(tmp_path):
+    import torch
+    from transformers import AutoConfig, AutoModelForCausalLM
+
+    base = build_tiny_model(tmp_path / "base", max_position_embeddings=256)
+    stretched = model_prep.stretch_context(base, 1024)
+    assert stretched == tmp_path / "base-1024" and model_prep.stretch_context(base, 200) == base
+    config = AutoConfig.from_pretrained(stretched)
+    assert config.max_position_embeddings == 1024
+    assert config.rope_parameters["rope_type"] == "llama3" and config.rope_parameters["factor"] == 4.0
+    assert (stretched / "model.safetensors").stat().st_ino == (base / "model.safetensors").stat().st_ino
+    mtime = (stretched / "config.json").stat().st_mtime_ns
+    assert model_prep.stretch_context(base, 1024) == stretched  # cached
+    assert (stretched / "config.json").stat().st_mtime_ns == mtime
+
+    ids = torch.randint(0, 1000, (1, 600), generator=torch.Generator().manual_seed(0))
+    with torch.no_grad():
+        before = AutoModelForCausalLM.from_pretrained(base, dtype=torch.float32)(ids[:, :16]).logits
+        after_model = AutoModelForCausalLM.from_pretrained(stretched, dtype=torch.float32)
+        short, long = after_model(ids[:, :16]).logits, after_model(ids).logits
+    assert (short - before).abs().max() < 0.05 * before.abs().max()  # high frequencies untouched
+    assert not torch.equal(short, before)  # the slow ones are stretched
+    assert torch.isfinite(long).all() and long.shape[1] == 600

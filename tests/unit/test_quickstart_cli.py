@@ -6,7 +6,7 @@ import pytest
 from typer.testing import CliRunner
 
 from harnessrl.cli.app import app
-from harnessrl.training.quickstart_plan import agent_context
+from harnessrl.training.quickstart_plan import agent_context, engine_context
 
 
 def quickstart(tmp_path, *args: str):
@@ -35,6 +35,7 @@ def test_quickstart_refuses_a_plan_that_cannot_run(tmp_path, monkeypatch, args, 
 def test_a_missing_agent_is_named_with_its_install_command_before_any_engine_starts(tmp_path, monkeypatch):
     monkeypatch.setenv("HARNESSRL_HOME", str(tmp_path))
     monkeypatch.setenv("PATH", str(tmp_path))  # no pi, no node
+    (tmp_path / "config.json").write_text('{"max_position_embeddings": 8192}')
     result = quickstart(tmp_path, "--harness", "pi", "--tasks", "builtin:shell", "--model", str(tmp_path))
     assert result.exit_code == 1, result.output
     assert "pi not found: npm install -g @mariozechner/pi-coding-agent@" in " ".join(result.output.split())
@@ -49,3 +50,37 @@ def test_an_agents_engine_context_holds_its_first_prompt_and_two_answers(harness
     assert context % 1024 == 0 and context >= AGENTS[harness].first_prompt_tokens + 512 + 1024
     assert context < AGENTS[harness].first_prompt_tokens + 512 + 2048  # no more than the next KiB
     assert agent_context("builtin", 256) == 2048
+
+
+def test_an_agents_engine_context_is_cut_to_the_models_positions_while_its_first_prompt_fits():
+    # OpenCode's ~7.7k-token first prompt wants 9,216 with two 128-token answers; SmolLM2 has 8,192 positions.
+    assert agent_context("opencode", 128) > 8192
+    assert engine_context("opencode", 128, model_max=8192) == 8192
+    assert engine_context("pi", 128, model_max=8192) == agent_context("pi", 128)
+    assert engine_context("opencode", 128, model_max=32768, asked=12288) == 12288
+
+
+def test_a_model_too_short_for_the_agent_is_refused_naming_a_longer_context(tmp_path, monkeypatch):
+    monkeypatch.setenv("HARNESSRL_HOME", str(tmp_path))
+    (tmp_path / "config.json").write_text('{"max_position_embeddings": 8192}')
+    result = quickstart(tmp_path, "--harness", "hermes", "--tasks", "builtin:shell", "--model", str(tmp_path))
+    assert result.exit_code == 1, result.output
+    said = " ".join(result.output.split())
+    assert "hermes's first prompt" in said and "the model has 8192 positions" in said, said
+    assert "models prepare --context" in said
+    result = quickstart(tmp_path, "--harness", "pi", "--max-model-len", "9000", "--model", str(tmp_path))
+    assert result.exit_code == 1, result.output
+    assert "past the model's 8192 positions" in " ".join(result.output.split())
+
+
+def test_the_default_model_is_stretched_only_for_agents_whose_prompt_passes_its_positions(tmp_path, monkeypatch):
+    from harnessrl.engines import model_prep
+    from harnessrl.engines.process import model_max_len
+    from harnessrl.training.quickstart_plan import default_model
+
+    base = model_prep.build_tiny_model(tmp_path / "smollm2", max_position_embeddings=8192)
+    monkeypatch.setattr(model_prep, "prepare_smollm2", lambda: base)
+    assert default_model("pi", 128) == base and default_model("opencode", 128) == base
+    hermes = default_model("hermes", 128)
+    assert hermes != base and model_max_len(hermes) == agent_context("hermes", 128)
+    assert engine_context("hermes", 128, model_max_len(hermes)) == agent_context("hermes", 128)

@@ -1,0 +1,40 @@
+"""What a quickstart plan sets up for the learner: rows that hold a step of an agent's samples."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from harnesses.agents import AGENTS
+from harnessrl.training.quickstart_plan import QuickstartPlan, packed_row_tokens
+from learner.packing import pack_samples
+
+
+@dataclass
+class Drawn:
+    """A sample as packing reads it: the prompt (no loss), then what the policy sampled."""
+
+    input_ids: np.ndarray
+    loss_mask: np.ndarray
+    old_logprobs: np.ndarray
+    policy_versions: np.ndarray
+
+
+def drawn(prompt: list[int], sampled: list[int]) -> Drawn:
+    ids = np.asarray(prompt + sampled)
+    mask = np.arange(len(ids)) >= len(prompt)
+    return Drawn(ids, mask, np.where(mask, -1.0, 0.0), np.where(mask, 1, -1))
+
+
+def test_a_cli_agents_learner_step_packs_as_one_tree_forwarding_its_first_prompt_once(tmp_path):
+    # OpenCode on SmolLM2: the engine's context cut to the model's 8,192 positions.
+    plan = QuickstartPlan(
+        run="q", model_dir=tmp_path, tasks=[], database_url="sqlite://", harness="opencode",
+        call_max_tokens=128, max_model_len=8192,
+    )  # fmt: skip
+    prompt = list(range(AGENTS["opencode"].first_prompt_tokens))
+    step = [drawn(prompt, [50_000 + i] * 400) for i in range(plan.groups_per_step * plan.group_size)]
+    packed = pack_samples(step, [1.0] * len(step), packed_row_tokens(plan))
+    assert len(packed.rows) == 1 and not packed.refused
+    assert packed_row_tokens(QuickstartPlan(run="q", model_dir=tmp_path, tasks=[], database_url="sqlite://")) == 8192
