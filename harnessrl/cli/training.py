@@ -86,6 +86,13 @@ def quickstart(
     ] = None,
     group_size: int = 4,
     concurrency: int = 8,
+    capture: Annotated[
+        str | None,
+        typer.Option(
+            help="How the policy's runs are captured: engine (vLLM renders the chat) or tito (the gateway renders "
+            "and splices the exact sampled ids of every turn the agent sends back) [default: engine]"
+        ),
+    ] = None,
     learner_metrics_port: Annotated[
         int | None,
         typer.Option(help="Port of the learner's Prometheus /metrics on 127.0.0.1 (default: a free one; 0: off)"),
@@ -140,6 +147,8 @@ def quickstart(
             f"quickstart trains on task files and families; an OpenEnv environment runs with `harnessrl run "
             f"--tasks {tasks} --harness builtin|opencode --run NAME` and `harnessrl train --run NAME`"
         )
+    if capture not in (None, "engine", "tito"):
+        raise fail(f"--capture {capture}: choose engine or tito")
     if upstream and not warm_start:
         raise fail("--upstream names the warm start's teacher: add --warm-start")
     warm = (
@@ -198,6 +207,7 @@ def quickstart(
         max_model_len=context,
         unseen_tasks=unseen,
         lr=lr,
+        capture=capture,
     )
     try:
         png, adapter = Quickstart(plan, console).run()

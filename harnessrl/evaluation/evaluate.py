@@ -59,6 +59,7 @@ class EvalPlan:
     database_url: str | None = None
     policy_model: Path | None = None
     teacher_base_url: str | None = None
+    capture: str | None = None  # the policies' runs' capture mode (engine | tito); teachers' runs are engine
 
     @property
     def harness_label(self) -> str:
@@ -243,7 +244,7 @@ def _runner_plan(plan: EvalPlan, policy: Resolved) -> PinnedRunPlan:
         pin=policy.label,
         judge=plan.judge,
         teacher=policy.teacher,
-        capture="engine" if policy.teacher else None,
+        capture="engine" if policy.teacher else plan.capture,
     )
 
 

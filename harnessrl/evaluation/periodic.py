@@ -42,6 +42,7 @@ class EvalEvery:
     sandbox_options: dict = field(default_factory=dict)
     base_spec: SandboxSpec = field(default_factory=SandboxSpec)
     temperature: float = 1.0
+    capture: str | None = None  # the eval run's capture mode (engine | tito); None: the gateway's default
 
 
 class PeriodicEval:
@@ -87,6 +88,7 @@ class PeriodicEval:
             sampling={"temperature": s.temperature, "top_p": 1.0},
             base_spec=s.base_spec,
             sandbox_options=s.sandbox_options,
+            capture=s.capture,
         )
         document = await run_evaluation(plan, self.gateway_url, self.admin_key)
         if document.get("interrupted"):  # Ctrl-C or SIGTERM stops the caller too; part of an eval is no score

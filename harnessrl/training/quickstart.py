@@ -224,7 +224,7 @@ class Quickstart:
             sampling={"temperature": self._temperature(phase), "top_p": 1.0},
             judge=self.judge,
             teacher=teacher,
-            capture="engine" if teacher else None,
+            capture="engine" if teacher else self.plan.capture,
             pace=pace,
         )
         runner = Runner(plan, client, on_result=lambda result: self.dashboard.add_result(shown, result))
@@ -312,6 +312,7 @@ class Quickstart:
                 sandbox_options={},
                 base_spec=SandboxSpec(limits=Limits(memory_bytes=2**30, cpus=1.0)),
                 temperature=self.plan.agent.temperature,
+                capture=self.plan.capture,
             )
             evals.append((label, PeriodicEval(settings, run, gateway_url, self.admin_key, self._store)))
         return evals

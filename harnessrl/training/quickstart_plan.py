@@ -62,6 +62,9 @@ class QuickstartPlan:
     engine_gpu_memory: float | None = None  # GPUs: vLLM's share of the GPU's memory, the rest the learner's
     # A whole kind of task never trained on, evaluated beside `eval_tasks` into "<run>-unseen-eval".
     unseen_tasks: list[Task] = field(default_factory=list)
+    # How the policy's runs (GRPO rounds, evaluations) are captured: engine (vLLM renders the chat) or tito
+    # (the gateway renders and splices the sampled ids of turns the agent sends back); None: the gateway's.
+    capture: str | None = None
 
 
 def learner_config(

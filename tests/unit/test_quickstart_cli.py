@@ -20,6 +20,7 @@ def quickstart(tmp_path, *args: str):
     "args, message",
     [
         (["--harness", "aider"], "unknown harness 'aider': choose builtin or one of opencode, pi"),
+        (["--capture", "text"], "--capture text: choose engine or tito"),
         (["--warm-start", "--upstream", "solutions"], "add --harness pi"),
         (["--tasks", "builtin:shell", "--unseen-tasks", "builtin:shell-unseen"], "add --eval-every N"),
         (["--eval-every", "2", "--unseen-tasks", "builtin:nope"], "unknown built-in dataset 'builtin:nope'"),

@@ -38,3 +38,32 @@ def test_a_cli_agents_learner_step_packs_as_one_tree_forwarding_its_first_prompt
     packed = pack_samples(step, [1.0] * len(step), packed_row_tokens(plan))
     assert len(packed.rows) == 1 and not packed.refused
     assert packed_row_tokens(QuickstartPlan(run="q", model_dir=tmp_path, tasks=[], database_url="sqlite://")) == 8192
+
+
+async def test_the_policys_rounds_and_evaluations_take_the_plans_capture_and_demonstrations_the_engines(
+    tmp_path, monkeypatch
+):
+    from harnessrl.training import quickstart as quickstart_module
+    from harnessrl.training.quickstart import Quickstart
+
+    planned = []
+
+    class Runner:
+        def __init__(self, plan, client, on_result):
+            planned.append(plan)
+
+        async def run(self) -> None:
+            return None
+
+    monkeypatch.setattr(quickstart_module, "Runner", Runner)
+    monkeypatch.setenv("HARNESSRL_HOME", str(tmp_path / "home"))
+    plan = QuickstartPlan(
+        run="q", model_dir=tmp_path, tasks=[], database_url="sqlite://", capture="tito", eval_every=1000
+    )
+    run = Quickstart(plan)
+    await run._one_round(None, 0)
+    await run._one_round(None, 0, run="q-warmup", phase="warm-up", teacher="solutions")
+    assert [p.capture for p in planned] == ["tito", "engine"]
+    run._store = None
+    [(_, held_out)] = run._periodic_evals("http://127.0.0.1:9")
+    assert held_out.settings.capture == "tito"
