@@ -84,9 +84,18 @@ async def figures(agent: str, home: Path, run: str | None = None) -> dict:
             "tokens_per_step": [r.get("tokens") for r in steps],
             "peak_rss_gib": max((r.get("peak_rss_gib") or 0 for r in steps), default=None),
             "capture": await capture_line(store, runs),
+            "sft": sft_figures(home / "quickstart" / run / "sft" / "sft.json"),
         }
     finally:
         await store.close()
+
+
+def sft_figures(path: Path) -> dict | None:
+    """The warm start's SFT: samples, steps and the last loss (its sft.json)."""
+    if not path.is_file():
+        return None
+    sft = json.loads(path.read_text())
+    return {"samples": sft["samples"], "steps": len(sft["steps"]), "last_loss": sft["steps"][-1]["loss"]}
 
 
 def main() -> None:
@@ -97,6 +106,7 @@ def main() -> None:
     parser.add_argument("--homes", type=Path, default=Path("/tmp/harnessrl-agent-recipes"))
     parser.add_argument("--read", action="store_true", help="only read the homes earlier runs left")
     parser.add_argument("--run", help="with --read and one agent: the run's name, if not the agent's")
+    parser.add_argument("--wall-minutes", type=float, help="with --read: the run's wall time, measured outside")
     parser.add_argument("--out", type=Path, default=DEFAULT_OUT)
     args = parser.parse_args()
     results = json.loads(args.out.read_text()) if args.out.exists() else {}
@@ -104,7 +114,7 @@ def main() -> None:
         home = args.homes / agent
         wall = None if args.read else run_recipe(agent, home, args.kinds.split(","), args.minutes)
         result = asyncio.run(figures(agent, home, args.run if args.read else None))
-        result["wall_minutes"] = wall if wall is not None else results.get(agent, {}).get("wall_minutes")
+        result["wall_minutes"] = wall or args.wall_minutes or results.get(agent, {}).get("wall_minutes")
         results[agent] = result
         print(json.dumps(result, indent=2))
     args.out.parent.mkdir(parents=True, exist_ok=True)
