@@ -44,7 +44,8 @@ demo: install
 	$(BIN)/harnessrl models prepare
 	$(BIN)/harnessrl quickstart --run demo-pi --harness pi --tasks builtin:shell --minutes $(DEMO_MINUTES) \
 	    --warm-start --upstream solutions --sft-epochs $(DEMO_SFT_EPOCHS) --sft-lr $(DEMO_SFT_LR) \
-	    --call-max-tokens 128 --test-fraction 0.125 --eval-every 1000 --unseen-tasks builtin:shell-unseen
+	    --call-max-tokens 128 --test-fraction 0.125 --eval-every 1000 --unseen-tasks builtin:shell-unseen \
+	    --capture tito
 
 # The fast variant: the builtin one-shot harness on the arithmetic family, groups of 4, async LoRA
 # GRPO with hot swaps; ends with a reward-curve PNG and the final adapter (~16 min).
