@@ -112,6 +112,13 @@ def agent_context(harness: str, call_max_tokens: int) -> int:
     return -(-needed // 1024) * 1024
 
 
+def agent_floor(harness: str, call_max_tokens: int) -> int:
+    """The least context a CLI agent's rollout needs: its first prompt and two answers."""
+    from harnesses.agents import AGENTS
+
+    return AGENTS[harness].first_prompt_tokens + 2 * call_max_tokens
+
+
 class ContextTooShort(ValueError):
     """The model's positions cannot hold what the agent sends; the message names the fix."""
 
@@ -129,13 +136,11 @@ def engine_context(harness: str, call_max_tokens: int, model_max: int, asked: in
     wanted = asked or agent_context(harness, call_max_tokens)
     if wanted <= model_max:
         return wanted
-    from harnesses.agents import AGENTS
-
-    floor = AGENTS[harness].first_prompt_tokens + 2 * call_max_tokens
+    floor = agent_floor(harness, call_max_tokens)
     if floor > model_max:
         raise ContextTooShort(
-            f"{harness}'s first prompt (~{AGENTS[harness].first_prompt_tokens} tokens) and two answers of "
-            f"--call-max-tokens {call_max_tokens} need {floor} tokens; the model has {model_max} positions: pass "
+            f"{harness}'s first prompt and two answers of --call-max-tokens {call_max_tokens} need {floor} "
+            f"tokens; the model has {model_max} positions: pass "
             f"--model with a longer-context model (`harnessrl models prepare --context 16384` writes SmolLM2 "
             f"with its positions stretched)"
         )
@@ -145,15 +150,11 @@ def engine_context(harness: str, call_max_tokens: int, model_max: int, asked: in
 def default_model(harness: str, call_max_tokens: int, asked: int | None = None) -> Path:
     """The quickstart's model when none is named: SmolLM2, its positions stretched (``stretch_context``)
     when the agent's first prompt and two answers need more than its 8,192 (Hermes, Claude Code, Codex)."""
-    from harnesses.agents import AGENTS
     from harnessrl.engines.model_prep import prepare_smollm2, stretch_context
     from harnessrl.engines.process import model_max_len
 
     base = prepare_smollm2()
-    if harness == "builtin":
-        return base
-    floor = AGENTS[harness].first_prompt_tokens + 2 * call_max_tokens
-    if floor <= model_max_len(base):
+    if harness == "builtin" or agent_floor(harness, call_max_tokens) <= model_max_len(base):
         return base
     return stretch_context(base, asked or agent_context(harness, call_max_tokens))
 
@@ -162,7 +163,7 @@ def packed_row_tokens(plan: QuickstartPlan) -> int:
     """The learner's token budget per packed row: at least 8k and the engine's context; for a CLI agent,
     room for its first prompt once and what a step's samples add past it (``ROW_TOKENS_PER_SAMPLE``
     each), so a step's samples, which share that prompt, pack as one prefix tree forwarding it once
-    (an 8k row held OpenCode's 7.7k-token prompt and two samples: 8 rows, 8 forwards of it, a step)."""
+    (an 8k row held OpenCode's 7.7k-token prompt with one or two samples: a step forwarded it per row)."""
     floor = max(plan.max_model_len, PACKED_ROW_TOKENS)
     if plan.harness == "builtin":
         return floor
