@@ -44,6 +44,10 @@ class Sampling(BaseModel):
     top_p: float | None = Field(default=None, gt=0, le=1, allow_inf_nan=False)
 
 
+# How a run's calls are captured: vLLM renders the chat (engine) or the gateway does, splicing sampled ids (tito).
+CaptureMode = Literal["engine", "tito"]
+
+
 class CreateRollout(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
@@ -52,7 +56,7 @@ class CreateRollout(BaseModel):
     group: str | None = Field(default=None, min_length=1, max_length=200)
     meta: dict[str, Any] = Field(default_factory=dict)  # e.g. {"harness": "opencode"}
     # How the run's calls are captured; set when the run is created (default "engine").
-    capture: Literal["engine", "tito"] | None = None
+    capture: CaptureMode | None = None
     # G, the group's size: the group becomes ready for the learner when all G rollouts ended.
     group_size: int | None = Field(default=None, ge=1, le=4096)
     # The run's sampling, set when the run is created (default temperature 1, top_p 1); a run keeps it.

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import typing
 from pathlib import Path
 from typing import Annotated
 
@@ -132,6 +133,7 @@ def quickstart(
     ] = None,
 ) -> None:
     """Engine, gateway, rollouts and the learner on this machine, with one live display."""
+    from gateway.api.protocol import CaptureMode
     from harnesses.agents import AgentNotInstalled
     from harnesses.datasets import load_selection
     from harnesses.task import TaskError
@@ -147,8 +149,8 @@ def quickstart(
             f"quickstart trains on task files and families; an OpenEnv environment runs with `harnessrl run "
             f"--tasks {tasks} --harness builtin|opencode --run NAME` and `harnessrl train --run NAME`"
         )
-    if capture not in (None, "engine", "tito"):
-        raise fail(f"--capture {capture}: choose engine or tito")
+    if capture is not None and capture not in typing.get_args(CaptureMode):
+        raise fail(f"--capture {capture}: choose {' or '.join(typing.get_args(CaptureMode))}")
     if upstream and not warm_start:
         raise fail("--upstream names the warm start's teacher: add --warm-start")
     warm = (

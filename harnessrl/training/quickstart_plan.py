@@ -106,9 +106,7 @@ def agent_context(harness: str, call_max_tokens: int) -> int:
     first prompt (SmolLM2's tokenizer), two turns of answers and a tool's output, in whole KiB of tokens."""
     if harness == "builtin":
         return 2048
-    from harnesses.agents import AGENTS
-
-    needed = AGENTS[harness].first_prompt_tokens + 2 * call_max_tokens + 1024
+    needed = agent_floor(harness, call_max_tokens) + 1024
     return -(-needed // 1024) * 1024
 
 
