@@ -80,7 +80,8 @@ class Leases:
                     or_(RolloutLease.status == LeaseStatus.OPEN, RolloutLease.expires_at < now),
                     RolloutLease.id.not_in(list(holding)),
                 )
-                .order_by(RolloutLease.task, RolloutLease.slot)
+                # the round's order: its rows were added task by task in the order the runner gave them
+                .order_by(RolloutLease.id)
                 .limit(limit)
                 .with_for_update(skip_locked=True)
             )
@@ -113,7 +114,7 @@ class Leases:
                     )
                 )
             ).scalar_one()
-        kept = tuple(sorted((lease for lease in leases if lease.id not in settled), key=lambda x: (x.task, x.slot)))
+        kept = tuple(sorted((lease for lease in leases if lease.id not in settled), key=lambda x: x.id))
         return Claim(kept, remaining, taken_over)
 
     async def renew(self, worker: str, lease_ids: Sequence[int], lease_s: float) -> tuple[set[int], set[int]]:

@@ -156,3 +156,16 @@ async def check_take_overs_race_finishes(database_url: str, run: str = "race-2")
         )
     finally:
         await store.close()
+
+
+async def check_claims_follow_the_round_order(database_url: str) -> None:
+    """A round's slots go out in the order its tasks were given (a shuffled or drawn round), not by name."""
+    store = Store.from_url(database_url)
+    leases = Leases(store.sessions, clock=Clock())
+    try:
+        first = await leases.claim("ordered", 0, "r0", ["c", "a", "b"], 2, "w1", 3, lease_s=10.0)
+        rest = await leases.claim("ordered", 0, "r0", ["c", "a", "b"], 2, "w1", 5, lease_s=10.0)
+        assert _slots(first) == [("c", 0), ("c", 1), ("a", 0)]
+        assert _slots(rest) == [("a", 1), ("b", 0), ("b", 1)]
+    finally:
+        await store.close()

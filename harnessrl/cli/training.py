@@ -94,6 +94,13 @@ def quickstart(
             "and splices the exact sampled ids of every turn the agent sends back) [default: engine]"
         ),
     ] = None,
+    task_sampling: Annotated[
+        str,
+        typer.Option(
+            help="Which tasks a GRPO round plays: pass (every task once) or learnable (rounds of the learner's "
+            "backlog, drawn by each task family's chance of a reward spread from its last rollouts)"
+        ),
+    ] = "pass",
     learner_metrics_port: Annotated[
         int | None,
         typer.Option(help="Port of the learner's Prometheus /metrics on 127.0.0.1 (default: a free one; 0: off)"),
@@ -140,6 +147,7 @@ def quickstart(
     from harnessrl.engines.demonstrations import SOLUTIONS
     from harnessrl.engines.process import EngineFailed, model_max_len
     from harnessrl.server import free_port
+    from harnessrl.training.curriculum import TaskSampling
     from harnessrl.training.quickstart import Quickstart
     from harnessrl.training.quickstart_plan import ContextTooShort, QuickstartPlan, default_model, engine_context
     from harnessrl.training.warm_start import WarmStart
@@ -151,6 +159,8 @@ def quickstart(
         )
     if capture is not None and capture not in typing.get_args(CaptureMode):
         raise fail(f"--capture {capture}: choose {' or '.join(typing.get_args(CaptureMode))}")
+    if task_sampling not in typing.get_args(TaskSampling):
+        raise fail(f"--task-sampling {task_sampling}: choose {' or '.join(typing.get_args(TaskSampling))}")
     if upstream and not warm_start:
         raise fail("--upstream names the warm start's teacher: add --warm-start")
     warm = (
@@ -210,6 +220,7 @@ def quickstart(
         unseen_tasks=unseen,
         lr=lr,
         capture=capture,
+        task_sampling=task_sampling,
     )
     try:
         png, adapter = Quickstart(plan, console).run()

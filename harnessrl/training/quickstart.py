@@ -27,12 +27,14 @@ from harnesses.interrupts import sigterm_cancels_this_task
 from harnesses.judge import Judge
 from harnesses.run_plan import Admission, RunPlan
 from harnesses.runner import Runner
+from harnesses.task import Task
 from harnessrl.engines.demonstrations import demonstrator
 from harnessrl.engines.hardware import machine_dtype
 from harnessrl.engines.process import EngineLaunch, ManagedProcess
 from harnessrl.evaluation.periodic import eval_run_name
 from harnessrl.server import BackgroundGateway, free_port
 from harnessrl.settings import admin_key, data_home, logs_dir
+from harnessrl.training.curriculum import log_round, next_round
 from harnessrl.training.dashboard import Dashboard, capture_line, save_reward_curve, step_rows, version_rewards
 from harnessrl.training.quickstart_plan import (
     QuickstartPlan,
@@ -190,8 +192,18 @@ class Quickstart:
         while await self._going(client, deadline, learner, until, round_) and not (0 < self.plan.max_rounds <= round_):
             if evaluating.done():
                 await self._evaluate(evals)
-            await self._one_round(client, round_, pace=pace)
+            await self._one_round(client, round_, pace=pace, tasks=await self._grpo_tasks(client, round_))
             round_ += 1
+
+    async def _grpo_tasks(self, client: GatewayClient, round_: int) -> list[Task]:
+        """A GRPO round's tasks: every train task (``pass``), or a learnable round drawn from what the
+        run's rollouts scored so far, its draw appended to the run's curriculum.jsonl."""
+        if self.plan.task_sampling == "pass":
+            return round_order(self.plan.tasks, round_)
+        rollouts = await client.rollouts(self.plan.run)
+        tasks, odds = next_round(self.plan.tasks, rollouts, self.plan.group_size, self.plan.round_groups, round_)
+        log_round(self.home / "curriculum.jsonl", round_, tasks, odds)
+        return tasks
 
     def _temperature(self, phase: str) -> float:
         """The sampling temperature of a round's run: ``train_temperature`` for GRPO, else the agent's."""
@@ -208,13 +220,14 @@ class Quickstart:
         group_size: int | None = None,
         teacher: str | None = None,
         pace: Callable[[], Awaitable[Admission]] | None = None,
+        tasks: list[Task] | None = None,
     ) -> None:
-        """One pass over the tasks into ``run`` (the GRPO run by default), shown as the table's next round;
-        ``pace``: when it may begin another group (``RunPlan.pace``)."""
+        """One pass over ``tasks`` (default: every task, ``round_order``) into ``run`` (the GRPO run by
+        default), shown as the table's next round; ``pace``: when it may begin another group (``RunPlan.pace``)."""
         shown = self.dashboard.next_round(phase)
         plan = RunPlan(
             run=run or self.plan.run,
-            tasks=round_order(self.plan.tasks, round_),
+            tasks=tasks or round_order(self.plan.tasks, round_),
             harness=self.agent,
             group_size=group_size or self.plan.group_size,
             concurrency=self.plan.concurrency,

@@ -11,6 +11,7 @@ from harnesses.builtin_agent import ONE_SHOT, BuiltinHarness, BuiltinSettings
 from harnesses.harness import Harness
 from harnesses.judge import JudgeSettings
 from harnesses.task import Task
+from harnessrl.training.curriculum import TaskSampling
 from harnessrl.training.warm_start import WarmStart, WarmStartResult, learner_keys
 from learner.config import LearnerConfig, with_overrides
 
@@ -65,6 +66,15 @@ class QuickstartPlan:
     # How the policy's runs (GRPO rounds, evaluations) are captured: engine (vLLM renders the chat) or tito
     # (the gateway renders and splices the sampled ids of turns the agent sends back); None: the gateway's.
     capture: str | None = None
+    # Which tasks a GRPO round plays: "pass", every train task once (shuffled); "learnable", rounds of
+    # ``round_groups`` tasks drawn by their family's chance of a reward spread (harnessrl.training.curriculum).
+    task_sampling: TaskSampling = "pass"
+
+    @property
+    def round_groups(self) -> int:
+        """A learnable round's tasks: the learner's backlog, so each round's groups feed it while the next
+        round is drawn from what the last one scored."""
+        return self.groups_per_step * self.backlog_steps
 
 
 def learner_config(

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from tests.lease_scenarios import (
     check_claim_renew_expire_take_over,
+    check_claims_follow_the_round_order,
     check_concurrent_claims_are_disjoint,
     check_take_overs_race_finishes,
 )
@@ -12,6 +13,10 @@ from tests.lease_scenarios import (
 
 async def test_slots_are_claimed_renewed_expired_and_taken_over(database_url):
     await check_claim_renew_expire_take_over(database_url)
+
+
+async def test_claims_follow_the_order_of_the_rounds_tasks(database_url):
+    await check_claims_follow_the_round_order(database_url)
 
 
 async def test_concurrent_claims_get_disjoint_slots(database_url):

@@ -6,6 +6,7 @@ import pytest
 
 from tests.lease_scenarios import (
     check_claim_renew_expire_take_over,
+    check_claims_follow_the_round_order,
     check_concurrent_claims_are_disjoint,
     check_take_overs_race_finishes,
 )
@@ -24,6 +25,10 @@ CLAIM = {
 
 async def test_slots_are_claimed_renewed_expired_and_taken_over_on_sqlite(sqlite_db):
     await check_claim_renew_expire_take_over(sqlite_db)
+
+
+async def test_claims_follow_the_order_of_the_rounds_tasks_on_sqlite(sqlite_db):
+    await check_claims_follow_the_round_order(sqlite_db)
 
 
 async def test_concurrent_claims_get_disjoint_slots_on_sqlite(sqlite_db):

@@ -21,6 +21,7 @@ def quickstart(tmp_path, *args: str):
     [
         (["--harness", "aider"], "unknown harness 'aider': choose builtin or one of opencode, pi"),
         (["--capture", "text"], "--capture text: choose engine or tito"),
+        (["--task-sampling", "hardest"], "--task-sampling hardest: choose pass or learnable"),
         (["--warm-start", "--upstream", "solutions"], "add --harness pi"),
         (["--tasks", "builtin:shell", "--unseen-tasks", "builtin:shell-unseen"], "add --eval-every N"),
         (["--eval-every", "2", "--unseen-tasks", "builtin:nope"], "unknown built-in dataset 'builtin:nope'"),
@@ -85,3 +86,16 @@ def test_the_default_model_is_stretched_only_for_agents_whose_prompt_passes_its_
     hermes = default_model("hermes", 128)
     assert hermes != base and model_max_len(hermes) == agent_context("hermes", 128)
     assert engine_context("hermes", 128, model_max_len(hermes)) == agent_context("hermes", 128)
+
+
+@pytest.mark.parametrize(("args", "sampling"), [([], "pass"), (["--task-sampling", "learnable"], "learnable")])
+def test_the_task_sampling_reaches_the_rounds_plan(tmp_path, monkeypatch, args, sampling):
+    from harnessrl.training.quickstart import Quickstart
+
+    monkeypatch.setenv("HARNESSRL_HOME", str(tmp_path))
+    (tmp_path / "config.json").write_text('{"max_position_embeddings": 8192}')
+    plans = []
+    monkeypatch.setattr(Quickstart, "run", lambda self: plans.append(self.plan) or (tmp_path / "curve.png", None))
+    result = quickstart(tmp_path, "--model", str(tmp_path), *args)
+    assert result.exit_code == 0, result.output
+    assert [plan.task_sampling for plan in plans] == [sampling]

@@ -1,0 +1,109 @@
+"""Which tasks a GRPO round plays: the learnable ones (dynamic sampling by task family).
+
+GRPO learns only from a group whose rewards spread: a group whose G rollouts all pass (or all fail)
+has zero advantage everywhere and costs its rollouts for nothing. After a warm start most families
+of a task set are solved (`make demo`'s first GRPO round: 10 of 44 groups had a spread), so a round
+that plays every task once spends most of its time on them. A learnable round instead draws tasks by
+their family's chance of a spread: with ``p`` the family's mean reward over its last rollouts, a group
+of G spreads with probability ``1 - p**G - (1 - p)**G`` (DAPO's dynamic sampling, done before the
+rollouts rather than by discarding groups after them). A family with fewer than G scored rollouts
+counts as p = 0.5 (the most learnable, so every family is tried early); a solved or hopeless family
+keeps a floor, so it is checked again as the policy moves. Within a family the least-played instance
+goes first, so a family's instances take turns.
+
+A family is a task's name without its trailing instance number (``shell-folder-09`` -> ``shell-folder``);
+a task set without numbered instances makes each task its own family.
+"""
+
+from __future__ import annotations
+
+import json
+import random
+import re
+from collections import Counter, defaultdict
+from collections.abc import Iterable, Mapping
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Literal
+
+from harnesses.task import Task
+from store.records import SCORED
+
+TaskSampling = Literal["pass", "learnable"]  # every task once a round, or learnable rounds
+INSTANCE = re.compile(r"-\d+$")
+FLOOR = 0.05  # a family's least weight: solved families are still drawn now and then, in case they regress
+WINDOW_GROUPS = 2  # a family's p is the mean of its last this-many groups' worth of rollouts
+
+
+def family(task_name: str) -> str:
+    """``shell-folder-09`` -> ``shell-folder``; a name without a trailing number is its own family."""
+    return INSTANCE.sub("", task_name)
+
+
+def spread_chance(p: float, group_size: int) -> float:
+    """The chance that a group of ``group_size`` rollouts, each passing with probability ``p``, has a
+    reward spread (not all pass, not all fail): the share of such groups that teach GRPO anything."""
+    return 1.0 - p**group_size - (1.0 - p) ** group_size
+
+
+@dataclass(frozen=True)
+class FamilyOdds:
+    family: str
+    p: float | None  # the mean reward of its last rollouts; None: fewer than a group's worth yet
+    rollouts: int  # scored rollouts p is the mean of
+    weight: float  # its draw weight: the spread chance, at least FLOOR
+
+
+def family_odds(names: Iterable[str], scored: Iterable[tuple[str, float]], group_size: int) -> dict[str, FamilyOdds]:
+    """Each family of ``names`` with its odds, from ``scored`` (task name, reward in [0, 1]) in the order
+    the rollouts ended: a family's p is the mean of its last ``WINDOW_GROUPS * group_size`` rewards."""
+    rewards: dict[str, list[float]] = defaultdict(list)
+    for name, reward in scored:
+        rewards[family(name)].append(min(max(reward, 0.0), 1.0))
+    odds = {}
+    for fam in dict.fromkeys(family(name) for name in names):
+        recent = rewards[fam][-WINDOW_GROUPS * group_size :]
+        p = sum(recent) / len(recent) if len(recent) >= group_size else None
+        weight = spread_chance(0.5 if p is None else p, group_size)
+        odds[fam] = FamilyOdds(fam, p, len(recent), max(weight, FLOOR))
+    return odds
+
+
+def learnable_round(
+    tasks: list[Task], odds: Mapping[str, FamilyOdds], plays: Counter, size: int, rng: random.Random
+) -> list[Task]:
+    """``size`` distinct tasks (all of them if fewer), each drawn by its family's weight, the family's
+    least-played instance first (``plays``: task name -> groups played; ties in ``tasks``' order)."""
+    left: dict[str, list[Task]] = defaultdict(list)
+    for task in tasks:
+        left[family(task.name)].append(task)
+    for instances in left.values():
+        instances.sort(key=lambda task: plays[task.name])  # stable: ties keep the given order
+    chosen: list[Task] = []
+    while len(chosen) < size and left:
+        families = list(left)
+        fam = rng.choices(families, weights=[odds[f].weight for f in families])[0]
+        chosen.append(left[fam].pop(0))
+        if not left[fam]:
+            del left[fam]
+    return chosen
+
+
+def next_round(
+    tasks: list[Task], rollouts: list[dict], group_size: int, size: int, seed: int
+) -> tuple[list[Task], dict[str, FamilyOdds]]:
+    """The next learnable round of ``size`` tasks from the run's rollouts so far (the REST listing's
+    dicts: task, status, reward, meta.round), and the odds it was drawn by."""
+    scored = [(r["task"], r["reward"] or 0.0) for r in rollouts if r["status"] in SCORED]
+    played = {(r["task"], r["meta"].get("round", 0)) for r in rollouts}
+    odds = family_odds((task.name for task in tasks), scored, group_size)
+    rng = random.Random(seed)
+    shuffled = rng.sample(tasks, len(tasks))  # ties among instances in an order of the round's own
+    return learnable_round(shuffled, odds, Counter(name for name, _ in played), size, rng), odds
+
+
+def log_round(path: Path, round_: int, tasks: list[Task], odds: Mapping[str, FamilyOdds]) -> None:
+    """Appends a learnable round's draw to ``path`` (JSON lines): its tasks and every family's odds."""
+    line = {"round": round_, "tasks": [task.name for task in tasks], "families": [asdict(o) for o in odds.values()]}
+    with open(path, "a") as log:
+        log.write(json.dumps(line) + "\n")

@@ -1,0 +1,118 @@
+"""Learnable GRPO rounds: tasks drawn by their family's chance of a reward spread."""
+
+from __future__ import annotations
+
+import json
+import random
+from collections import Counter
+
+import pytest
+
+from harnesses.task import Task
+from harnessrl.training.curriculum import (
+    FLOOR,
+    family,
+    family_odds,
+    learnable_round,
+    next_round,
+    spread_chance,
+)
+from harnessrl.training.quickstart import Quickstart
+from harnessrl.training.quickstart_plan import QuickstartPlan
+
+
+def tasks_of(*families: str, instances: int = 6) -> list[Task]:
+    return [Task(name=f"{fam}-{n:02d}", instruction="do it") for fam in families for n in range(1, instances + 1)]
+
+
+def rollout(task: str, reward: float | None, status: str = "finished", round_: int = 0) -> dict:
+    return {"task": task, "reward": reward, "status": status, "meta": {"round": round_}}
+
+
+def test_a_family_is_the_name_without_its_instance_number():
+    assert family("shell-folder-09") == "shell-folder"
+    assert family("arith-add-three-0") == "arith-add-three"
+    assert family("fix-the-parser") == "fix-the-parser"
+
+
+@pytest.mark.parametrize(("p", "chance"), [(0.0, 0.0), (1.0, 0.0), (0.5, 0.875), (0.9, 1 - 0.9**4 - 0.1**4)])
+def test_the_spread_chance_is_the_share_of_groups_neither_all_pass_nor_all_fail(p, chance):
+    assert spread_chance(p, 4) == pytest.approx(chance)
+
+
+def test_a_solved_family_keeps_only_the_floor_and_an_unplayed_one_the_most_weight():
+    scored = [("solved-01", 1.0)] * 8 + [("half-01", 1.0), ("half-02", 0.0)] * 4 + [("new-01", 1.0)] * 3
+    odds = family_odds(["solved-01", "half-01", "new-01"], scored, group_size=4)
+    assert odds["solved"].p == 1.0 and odds["solved"].weight == FLOOR
+    assert odds["half"].p == 0.5 and odds["half"].weight == pytest.approx(0.875)
+    assert odds["new"].p is None and odds["new"].weight == pytest.approx(0.875)  # 3 rollouts: under a group
+
+
+def test_a_familys_odds_follow_its_last_two_groups_not_its_whole_history():
+    scored = [("moved-01", 0.0)] * 16 + [("moved-01", 1.0)] * 8  # failed for long, now solved
+    assert family_odds(["moved-01"], scored, group_size=4)["moved"].p == 1.0
+
+
+def test_a_learnable_round_draws_mostly_from_the_family_with_a_spread():
+    tasks = tasks_of("solved", "half", instances=40)
+    odds = family_odds([t.name for t in tasks], [("solved-01", 1.0)] * 8 + [("half-01", 0.5)] * 8, 4)
+    drawn = Counter(family(t.name) for t in learnable_round(tasks, odds, Counter(), 20, random.Random(0)))
+    assert drawn["half"] >= 15 and sum(drawn.values()) == 20
+
+
+def test_a_round_takes_each_task_once_least_played_first_and_all_when_asked_for_more():
+    tasks = tasks_of("only", instances=3)
+    odds = family_odds([t.name for t in tasks], [], 4)
+    played = Counter({"only-01": 2, "only-02": 1})
+    assert [t.name for t in learnable_round(tasks, odds, played, 2, random.Random(0))] == ["only-03", "only-02"]
+    assert sorted(t.name for t in learnable_round(tasks, odds, played, 10, random.Random(0))) == [
+        "only-01",
+        "only-02",
+        "only-03",
+    ]
+
+
+def test_the_next_round_scores_failed_rollouts_as_zero_and_skips_cancelled_ones():
+    tasks = tasks_of("fails", "cancelled", instances=2)
+    rollouts = [rollout("fails-01", None, "failed")] * 4 + [rollout("cancelled-01", None, "cancelled")] * 4
+    _, odds = next_round(tasks, rollouts, group_size=4, size=2, seed=0)
+    assert odds["fails"].p == 0.0 and odds["fails"].weight == FLOOR
+    assert odds["cancelled"].p is None  # nothing scored yet: still the most learnable
+
+
+def test_the_next_round_counts_a_task_played_once_per_round():
+    tasks = tasks_of("fam", instances=2)
+    rollouts = [rollout("fam-01", 1.0, round_=r) for r in (0, 1) for _ in range(4)]
+    chosen, _ = next_round(tasks, rollouts, group_size=4, size=1, seed=3)
+    assert [t.name for t in chosen] == ["fam-02"]  # fam-01 played in two rounds, fam-02 in none
+
+
+class Rollouts:
+    def __init__(self, rollouts: list[dict]):
+        self.listed = rollouts
+
+    async def rollouts(self, run: str) -> list[dict]:
+        return self.listed
+
+
+async def test_a_learnable_quickstart_round_is_the_backlogs_size_and_logged(tmp_path, monkeypatch):
+    monkeypatch.setenv("HARNESSRL_HOME", str(tmp_path / "home"))
+    tasks = tasks_of("solved", "half", instances=20)
+    plan = QuickstartPlan(
+        run="q", model_dir=tmp_path, tasks=tasks, database_url="sqlite://", task_sampling="learnable"
+    )
+    run = Quickstart(plan)
+    run.home.mkdir(parents=True)
+    scored = [rollout("solved-01", 1.0)] * 8 + [rollout("half-01", r) for r in (0.0, 1.0)] * 4
+    chosen = await run._grpo_tasks(Rollouts(scored), round_=1)
+    assert len(chosen) == plan.groups_per_step * plan.backlog_steps == 8
+    line = json.loads((run.home / "curriculum.jsonl").read_text())
+    assert line["round"] == 1 and line["tasks"] == [t.name for t in chosen]
+    assert {f["family"]: f["weight"] for f in line["families"]} == {"solved": FLOOR, "half": pytest.approx(0.875)}
+
+
+async def test_a_pass_quickstart_round_plays_every_task(tmp_path, monkeypatch):
+    monkeypatch.setenv("HARNESSRL_HOME", str(tmp_path / "home"))
+    tasks = tasks_of("a", "b", instances=3)
+    run = Quickstart(QuickstartPlan(run="q", model_dir=tmp_path, tasks=tasks, database_url="sqlite://"))
+    assert sorted(t.name for t in await run._grpo_tasks(Rollouts([]), round_=0)) == sorted(t.name for t in tasks)
