@@ -98,9 +98,7 @@ class Rollouts:
 async def test_a_learnable_quickstart_round_is_the_backlogs_size_and_logged(tmp_path, monkeypatch):
     monkeypatch.setenv("HARNESSRL_HOME", str(tmp_path / "home"))
     tasks = tasks_of("solved", "half", instances=20)
-    plan = QuickstartPlan(
-        run="q", model_dir=tmp_path, tasks=tasks, database_url="sqlite://", task_sampling="learnable"
-    )
+    plan = QuickstartPlan(run="q", model_dir=tmp_path, tasks=tasks, database_url="sqlite://", task_sampling="learnable")
     run = Quickstart(plan)
     run.home.mkdir(parents=True)
     scored = [rollout("solved-01", 1.0)] * 8 + [rollout("half-01", r) for r in (0.0, 1.0)] * 4
