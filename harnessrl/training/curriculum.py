@@ -6,10 +6,13 @@ of a task set are solved (`make demo`'s first GRPO round: 10 of 44 groups had a 
 that plays every task once spends most of its time on them. A learnable round instead draws tasks by
 their family's chance of a spread: with ``p`` the family's mean reward over its last rollouts, a group
 of G spreads with probability ``1 - p**G - (1 - p)**G`` (DAPO's dynamic sampling, done before the
-rollouts rather than by discarding groups after them). A family with fewer than G scored rollouts
-counts as p = 0.5 (the most learnable, so every family is tried early); a solved or hopeless family
-keeps a floor, so it is checked again as the policy moves. Within a family the least-played instance
-goes first, so a family's instances take turns.
+rollouts rather than by discarding groups after them). ``p`` counts one pass and one fail beside the
+rollouts (a Beta(1, 1) prior): an unplayed family is at 0.5, the most learnable, so every family is
+tried early, and one group of 4 passes moves it to 0.83, not 1.0 (a family passing 70% of the time
+has a 1 in 4 chance of such a group; taken as solved, it would seldom be drawn again to be corrected).
+The prior also keeps every weight above 0: a family solved over its last four groups (p = 0.94, weight
+0.21 for G = 4 against 0.875 at p = 0.5) is still drawn now and then, in case it regresses. Within a
+family the least-played instance goes first, so a family's instances take turns.
 
 A family is a task's name without its trailing instance number (``shell-folder-09`` -> ``shell-folder``);
 a task set without numbered instances makes each task its own family.
@@ -31,8 +34,7 @@ from store.records import SCORED
 
 TaskSampling = Literal["pass", "learnable"]  # every task once a round, or learnable rounds
 INSTANCE = re.compile(r"-\d+$")
-FLOOR = 0.05  # a family's least weight: solved families are still drawn now and then, in case they regress
-WINDOW_GROUPS = 2  # a family's p is the mean of its last this-many groups' worth of rollouts
+WINDOW_GROUPS = 4  # a family's p is read from its last this-many groups' worth of rollouts
 
 
 def family(task_name: str) -> str:
@@ -49,23 +51,22 @@ def spread_chance(p: float, group_size: int) -> float:
 @dataclass(frozen=True)
 class FamilyOdds:
     family: str
-    p: float | None  # the mean reward of its last rollouts; None: fewer than a group's worth yet
-    rollouts: int  # scored rollouts p is the mean of
-    weight: float  # its draw weight: the spread chance, at least FLOOR
+    p: float  # the mean reward of its last rollouts, with one pass and one fail added (0.5 unplayed)
+    rollouts: int  # scored rollouts p is read from
+    weight: float  # its draw weight: the chance that a group of it spreads
 
 
 def family_odds(names: Iterable[str], scored: Iterable[tuple[str, float]], group_size: int) -> dict[str, FamilyOdds]:
     """Each family of ``names`` with its odds, from ``scored`` (task name, reward in [0, 1]) in the order
-    the rollouts ended: a family's p is the mean of its last ``WINDOW_GROUPS * group_size`` rewards."""
+    the rollouts began: a family's p is read from its last ``WINDOW_GROUPS * group_size`` rewards."""
     rewards: dict[str, list[float]] = defaultdict(list)
     for name, reward in scored:
         rewards[family(name)].append(min(max(reward, 0.0), 1.0))
     odds = {}
     for fam in dict.fromkeys(family(name) for name in names):
         recent = rewards[fam][-WINDOW_GROUPS * group_size :]
-        p = sum(recent) / len(recent) if len(recent) >= group_size else None
-        weight = spread_chance(0.5 if p is None else p, group_size)
-        odds[fam] = FamilyOdds(fam, p, len(recent), max(weight, FLOOR))
+        p = (sum(recent) + 1.0) / (len(recent) + 2.0)
+        odds[fam] = FamilyOdds(fam, p, len(recent), spread_chance(p, group_size))
     return odds
 
 

@@ -10,7 +10,6 @@ import pytest
 
 from harnesses.task import Task
 from harnessrl.training.curriculum import (
-    FLOOR,
     family,
     family_odds,
     learnable_round,
@@ -40,24 +39,29 @@ def test_the_spread_chance_is_the_share_of_groups_neither_all_pass_nor_all_fail(
     assert spread_chance(p, 4) == pytest.approx(chance)
 
 
-def test_a_solved_family_keeps_only_the_floor_and_an_unplayed_one_the_most_weight():
-    scored = [("solved-01", 1.0)] * 8 + [("half-01", 1.0), ("half-02", 0.0)] * 4 + [("new-01", 1.0)] * 3
+def test_a_solved_family_weighs_least_and_an_unplayed_or_even_one_most():
+    scored = [("solved-01", 1.0)] * 16 + [("half-01", 1.0), ("half-02", 0.0)] * 8
     odds = family_odds(["solved-01", "half-01", "new-01"], scored, group_size=4)
-    assert odds["solved"].p == 1.0 and odds["solved"].weight == FLOOR
+    assert odds["solved"].p == pytest.approx(17 / 18) and odds["solved"].weight == pytest.approx(0.205, abs=1e-3)
     assert odds["half"].p == 0.5 and odds["half"].weight == pytest.approx(0.875)
-    assert odds["new"].p is None and odds["new"].weight == pytest.approx(0.875)  # 3 rollouts: under a group
+    assert odds["new"].p == 0.5 and odds["new"].rollouts == 0
 
 
-def test_a_familys_odds_follow_its_last_two_groups_not_its_whole_history():
-    scored = [("moved-01", 0.0)] * 16 + [("moved-01", 1.0)] * 8  # failed for long, now solved
-    assert family_odds(["moved-01"], scored, group_size=4)["moved"].p == 1.0
+def test_one_group_that_all_passed_does_not_mark_a_family_solved():
+    odds = family_odds(["lucky-01"], [("lucky-01", 1.0)] * 4, group_size=4)["lucky"]
+    assert odds.p == pytest.approx(5 / 6) and odds.weight > 0.5
+
+
+def test_a_familys_odds_follow_its_last_four_groups_not_its_whole_history():
+    scored = [("moved-01", 0.0)] * 32 + [("moved-01", 1.0)] * 16  # failed for long, now solved
+    assert family_odds(["moved-01"], scored, group_size=4)["moved"].p == pytest.approx(17 / 18)
 
 
 def test_a_learnable_round_draws_mostly_from_the_family_with_a_spread():
     tasks = tasks_of("solved", "half", instances=40)
-    odds = family_odds([t.name for t in tasks], [("solved-01", 1.0)] * 8 + [("half-01", 0.5)] * 8, 4)
-    drawn = Counter(family(t.name) for t in learnable_round(tasks, odds, Counter(), 20, random.Random(0)))
-    assert drawn["half"] >= 15 and sum(drawn.values()) == 20
+    odds = family_odds([t.name for t in tasks], [("solved-01", 1.0)] * 16 + [("half-01", 0.5)] * 16, 4)
+    drawn = Counter(family(t.name) for t in learnable_round(tasks, odds, Counter(), 30, random.Random(0)))
+    assert drawn["half"] >= 20 and sum(drawn.values()) == 30  # 0.875 against 0.205: 24 of 30 expected
 
 
 def test_a_round_takes_each_task_once_least_played_first_and_all_when_asked_for_more():
@@ -76,8 +80,8 @@ def test_the_next_round_scores_failed_rollouts_as_zero_and_skips_cancelled_ones(
     tasks = tasks_of("fails", "cancelled", instances=2)
     rollouts = [rollout("fails-01", None, "failed")] * 4 + [rollout("cancelled-01", None, "cancelled")] * 4
     _, odds = next_round(tasks, rollouts, group_size=4, size=2, seed=0)
-    assert odds["fails"].p == 0.0 and odds["fails"].weight == FLOOR
-    assert odds["cancelled"].p is None  # nothing scored yet: still the most learnable
+    assert odds["fails"].p == pytest.approx(1 / 6) and odds["fails"].rollouts == 4
+    assert odds["cancelled"].p == 0.5 and odds["cancelled"].rollouts == 0  # nothing scored yet
 
 
 def test_the_next_round_counts_a_task_played_once_per_round():
@@ -101,12 +105,13 @@ async def test_a_learnable_quickstart_round_is_the_backlogs_size_and_logged(tmp_
     plan = QuickstartPlan(run="q", model_dir=tmp_path, tasks=tasks, database_url="sqlite://", task_sampling="learnable")
     run = Quickstart(plan)
     run.home.mkdir(parents=True)
-    scored = [rollout("solved-01", 1.0)] * 8 + [rollout("half-01", r) for r in (0.0, 1.0)] * 4
+    scored = [rollout("solved-01", 1.0)] * 16 + [rollout("half-01", r) for r in (0.0, 1.0)] * 8
     chosen = await run._grpo_tasks(Rollouts(scored), round_=1)
     assert len(chosen) == plan.groups_per_step * plan.backlog_steps == 8
     line = json.loads((run.home / "curriculum.jsonl").read_text())
     assert line["round"] == 1 and line["tasks"] == [t.name for t in chosen]
-    assert {f["family"]: f["weight"] for f in line["families"]} == {"solved": FLOOR, "half": pytest.approx(0.875)}
+    weights = {f["family"]: f["weight"] for f in line["families"]}
+    assert weights == {"solved": pytest.approx(0.205, abs=1e-3), "half": pytest.approx(0.875)}
 
 
 async def test_a_pass_quickstart_round_plays_every_task(tmp_path, monkeypatch):
