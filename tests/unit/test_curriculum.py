@@ -15,6 +15,7 @@ from harnessrl.training.curriculum import (
     learnable_round,
     next_round,
     spread_chance,
+    systematic_counts,
 )
 from harnessrl.training.quickstart import Quickstart
 from harnessrl.training.quickstart_plan import QuickstartPlan
@@ -62,6 +63,32 @@ def test_a_learnable_round_draws_mostly_from_the_family_with_a_spread():
     odds = family_odds([t.name for t in tasks], [("solved-01", 1.0)] * 16 + [("half-01", 0.5)] * 16, 4)
     drawn = Counter(family(t.name) for t in learnable_round(tasks, odds, Counter(), 30, random.Random(0)))
     assert drawn["half"] >= 20 and sum(drawn.values()) == 30  # 0.875 against 0.205: 24 of 30 expected
+
+
+@pytest.mark.parametrize("seed", range(20))
+def test_each_family_gets_the_floor_or_the_ceiling_of_its_expected_draws(seed):
+    weights = {"even": 0.875, "solved": 0.205, **{f"mid{n}": 0.52 for n in range(6)}}
+    counts = systematic_counts(weights, 8, random.Random(seed))
+    assert counts.total() == 8
+    for key, weight in weights.items():
+        expected = 8 * weight / sum(weights.values())
+        assert int(expected) <= counts[key] <= int(expected) + 1, (key, counts)
+
+
+@pytest.mark.parametrize("seed", range(20))
+def test_a_round_never_starves_the_most_learnable_family(seed):
+    tasks = tasks_of("unplayed", *(f"mostly{n}" for n in range(7)), instances=8)
+    scored = [(f"mostly{n}-01", r) for n in range(7) for r in (1.0, 1.0, 1.0, 0.0)]
+    odds = family_odds([t.name for t in tasks], scored, 4)
+    drawn = learnable_round(tasks, odds, Counter(), 8, random.Random(seed))
+    assert "unplayed" in {family(t.name) for t in drawn}
+
+
+def test_a_family_short_of_instances_gives_its_share_back():
+    tasks = tasks_of("few", instances=1) + tasks_of("many", instances=10)
+    odds = family_odds([t.name for t in tasks], [("many-01", 1.0)] * 16, 4)  # "few" weighs 4x "many"
+    drawn = Counter(family(t.name) for t in learnable_round(tasks, odds, Counter(), 6, random.Random(0)))
+    assert drawn == {"few": 1, "many": 5}
 
 
 def test_a_round_takes_each_task_once_least_played_first_and_all_when_asked_for_more():
