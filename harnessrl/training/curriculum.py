@@ -112,16 +112,20 @@ def learnable_round(
 
 
 def next_round(
-    tasks: list[Task], rollouts: list[dict], group_size: int, size: int, seed: int
+    tasks: list[Task], rollouts: list[dict], group_size: int, size: int, round_: int, log: Path | None = None
 ) -> tuple[list[Task], dict[str, FamilyOdds]]:
     """The next learnable round of ``size`` tasks from the run's rollouts so far (the REST listing's
-    dicts: task, status, reward, meta.round), and the odds it was drawn by."""
+    dicts: task, status, reward, meta.round), and the odds it was drawn by, both appended to ``log``;
+    ``round_`` seeds the draw."""
     scored = [(r["task"], r["reward"] or 0.0) for r in rollouts if r["status"] in SCORED]
     played = {(r["task"], r["meta"].get("round", 0)) for r in rollouts}
     odds = family_odds((task.name for task in tasks), scored, group_size)
-    rng = random.Random(seed)
+    rng = random.Random(round_)
     shuffled = rng.sample(tasks, len(tasks))  # ties among instances in an order of the round's own
-    return learnable_round(shuffled, odds, Counter(name for name, _ in played), size, rng), odds
+    chosen = learnable_round(shuffled, odds, Counter(name for name, _ in played), size, rng)
+    if log is not None:
+        log_round(log, round_, chosen, odds)
+    return chosen, odds
 
 
 def log_round(path: Path, round_: int, tasks: list[Task], odds: Mapping[str, FamilyOdds]) -> None:

@@ -34,7 +34,7 @@ from harnessrl.engines.process import EngineLaunch, ManagedProcess
 from harnessrl.evaluation.periodic import eval_run_name
 from harnessrl.server import BackgroundGateway, free_port
 from harnessrl.settings import admin_key, data_home, logs_dir
-from harnessrl.training.curriculum import log_round, next_round
+from harnessrl.training.curriculum import next_round
 from harnessrl.training.dashboard import Dashboard, capture_line, save_reward_curve, step_rows, version_rewards
 from harnessrl.training.quickstart_plan import (
     QuickstartPlan,
@@ -113,18 +113,8 @@ class Quickstart:
     def _start_learner(self, gateway_url: str, warm: WarmStartResult | None) -> ManagedProcess:
         config = self.home / "learner.toml"
         config.write_text(dump_toml(learner_config(self.plan, gateway_url, self.home / "learner", warm)))
-        command = [
-            sys.executable,
-            "-m",
-            "harnessrl.cli",
-            "train",
-            "--run",
-            self.plan.run,
-            "--config",
-            str(config),
-            "--database-url",
-            self.plan.database_url,
-        ]
+        command = [sys.executable, "-m", "harnessrl.cli", "train", "--run", self.plan.run, "--config", str(config)]
+        command += ["--database-url", self.plan.database_url]
         env = {**os.environ, "HARNESSRL_ADMIN_KEY": self.admin_key}
         learner = ManagedProcess(command, gateway_url, logs_dir() / f"learner-{self.plan.run}.log", env)
         if self.plan.learner_metrics_port:
@@ -200,10 +190,8 @@ class Quickstart:
         run's rollouts scored so far, its draw appended to the run's curriculum.jsonl."""
         if self.plan.task_sampling == "pass":
             return round_order(self.plan.tasks, round_)
-        rollouts = await client.rollouts(self.plan.run)
-        tasks, odds = next_round(self.plan.tasks, rollouts, self.plan.group_size, self.plan.round_groups, round_)
-        log_round(self.home / "curriculum.jsonl", round_, tasks, odds)
-        return tasks
+        plan, rollouts, log = self.plan, await client.rollouts(self.plan.run), self.home / "curriculum.jsonl"
+        return next_round(plan.tasks, rollouts, plan.group_size, plan.round_groups, round_, log)[0]
 
     def _temperature(self, phase: str) -> float:
         """The sampling temperature of a round's run: ``train_temperature`` for GRPO, else the agent's."""

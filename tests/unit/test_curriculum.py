@@ -106,7 +106,7 @@ def test_a_round_takes_each_task_once_least_played_first_and_all_when_asked_for_
 def test_the_next_round_scores_failed_rollouts_as_zero_and_skips_cancelled_ones():
     tasks = tasks_of("fails", "cancelled", instances=2)
     rollouts = [rollout("fails-01", None, "failed")] * 4 + [rollout("cancelled-01", None, "cancelled")] * 4
-    _, odds = next_round(tasks, rollouts, group_size=4, size=2, seed=0)
+    _, odds = next_round(tasks, rollouts, group_size=4, size=2, round_=0)
     assert odds["fails"].p == pytest.approx(1 / 6) and odds["fails"].rollouts == 4
     assert odds["cancelled"].p == 0.5 and odds["cancelled"].rollouts == 0  # nothing scored yet
 
@@ -114,7 +114,7 @@ def test_the_next_round_scores_failed_rollouts_as_zero_and_skips_cancelled_ones(
 def test_the_next_round_counts_a_task_played_once_per_round():
     tasks = tasks_of("fam", instances=2)
     rollouts = [rollout("fam-01", 1.0, round_=r) for r in (0, 1) for _ in range(4)]
-    chosen, _ = next_round(tasks, rollouts, group_size=4, size=1, seed=3)
+    chosen, _ = next_round(tasks, rollouts, group_size=4, size=1, round_=3)
     assert [t.name for t in chosen] == ["fam-02"]  # fam-01 played in two rounds, fam-02 in none
 
 
