@@ -3,6 +3,7 @@ selection) and turning options into values (store URL, migrated store, admin key
 
 from __future__ import annotations
 
+import typing
 from typing import Annotated
 
 import typer
@@ -40,6 +41,13 @@ def fail(message: str) -> typer.Exit:
     """Print the error; the exit (code 1) for the caller to raise."""
     console.print(f"[bold red]error:[/] {message}")
     return typer.Exit(code=1)
+
+
+def check_choice(option: str, value: str | None, choices: object) -> None:
+    """Refuses ``value`` of ``option`` outside the ``Literal`` ``choices`` (None: the option was not given)."""
+    allowed = typing.get_args(choices)
+    if value is not None and value not in allowed:
+        raise fail(f"{option} {value}: choose {' or '.join(allowed)}")
 
 
 def resolve_database_url(url: str | None) -> str:

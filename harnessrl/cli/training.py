@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-import typing
 from pathlib import Path
 from typing import Annotated
 
@@ -17,6 +16,7 @@ from harnessrl.cli.options import (
     Exclude,
     Include,
     TestFraction,
+    check_choice,
     console,
     fail,
     judge_settings,
@@ -157,10 +157,8 @@ def quickstart(
             f"quickstart trains on task files and families; an OpenEnv environment runs with `harnessrl run "
             f"--tasks {tasks} --harness builtin|opencode --run NAME` and `harnessrl train --run NAME`"
         )
-    if capture is not None and capture not in typing.get_args(CaptureMode):
-        raise fail(f"--capture {capture}: choose {' or '.join(typing.get_args(CaptureMode))}")
-    if task_sampling not in typing.get_args(TaskSampling):
-        raise fail(f"--task-sampling {task_sampling}: choose {' or '.join(typing.get_args(TaskSampling))}")
+    check_choice("--capture", capture, CaptureMode)
+    check_choice("--task-sampling", task_sampling, TaskSampling)
     if upstream and not warm_start:
         raise fail("--upstream names the warm start's teacher: add --warm-start")
     warm = (
