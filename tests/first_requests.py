@@ -22,6 +22,7 @@ from pathlib import Path
 
 FIXTURES = Path(__file__).resolve().parent / "fixtures" / "first_requests"
 HARNESSES = ("opencode", "pi", "hermes", "claude-code", "codex")
+INSTRUCTION = "Create a file hello.txt containing exactly: hello"  # the one-line task of every fixture
 # Where each dialect's requests go (Claude Code adds ?beta=true, which the gateway ignores).
 PATHS = {"chat": "/v1/chat/completions", "responses": "/v1/responses", "messages": "/v1/messages?beta=true"}
 # Headers the agents send that carry protocol flags (the gateway stores bodies, not headers).
@@ -57,7 +58,7 @@ async def capture(name: str, gateway_url: str) -> dict:
 
     task = Task(
         name="hello-file",
-        instruction="Create a file hello.txt containing exactly: hello",
+        instruction=INSTRUCTION,
         verifier="true",
         agent_timeout_s=300.0,
     )

@@ -66,6 +66,7 @@ class ClaudeCodeHarness(CliAgentHarness):
     install_hint = f"npm install -g @anthropic-ai/claude-code@{VERSION}"
     shell_tool = ShellTool("Bash", fixed=(("description", "Run the commands"),))
     first_prompt_tokens = 12_200  # its first prompt (tools included), SmolLM2's tokenizer: fixtures
+    tokens_after_task = 2_300  # a system message after the task: environment, skills (fixtures)
     side_call_patterns = SIDE_CALLS
 
     def config_dir(self, endpoint: Endpoint) -> str:

@@ -103,6 +103,9 @@ class CliAgentHarness:
     # Tokens of its first prompt (system prompt, tools, a one-line task) with SmolLM2's tokenizer, from
     # tests/fixtures/first_requests: `run` warns when the engine's context is shorter.
     first_prompt_tokens: int = 0
+    # Of those, the tokens it sends after the task (Claude Code: its environment and skills block). Samples
+    # of different tasks share only the prompt before the task, so each sample carries these itself.
+    tokens_after_task: int = 0
     side_call_patterns: dict[str, str] = {}
     shell_tool: ShellTool  # its tool that runs a shell command (demonstrations call it)
 

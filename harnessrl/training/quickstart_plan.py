@@ -170,17 +170,20 @@ def default_model(harness: str, call_max_tokens: int, asked: int | None = None) 
 def packed_row_tokens(plan: QuickstartPlan) -> int:
     """The learner's token budget per packed row: at least 8k and the engine's context; for a CLI agent,
     room for its first prompt once and what a step's samples add past it (``ROW_TOKENS_PER_SAMPLE``
-    each), so a step's samples, which share that prompt, pack as one prefix tree forwarding it once
-    (an 8k row held OpenCode's 7.7k-token prompt with one or two samples: a step forwarded it per row)."""
+    each, and what the agent sends after the task), so a step's samples, which share that prompt, pack
+    as one prefix tree forwarding it once (an 8k row held OpenCode's 7.7k-token prompt with one or two
+    samples: a step forwarded it per row; Claude Code's 2.3k tokens after the task made a step of 8
+    demonstrations two rows, each forwarding the 9.8k tokens before the task)."""
     floor = max(plan.max_model_len, PACKED_ROW_TOKENS)
     if plan.harness == "builtin":
         return floor
     from harnesses.agents import AGENTS
     from learner.sft import SftConfig
 
+    agent = AGENTS[plan.harness]
     samples = max(plan.groups_per_step * plan.group_size, SftConfig.samples_per_step)
-    per_sample = 2 * plan.call_max_tokens + ROW_TOKENS_PER_SAMPLE
-    return max(floor, AGENTS[plan.harness].first_prompt_tokens + samples * per_sample)
+    per_sample = 2 * plan.call_max_tokens + ROW_TOKENS_PER_SAMPLE + agent.tokens_after_task
+    return max(floor, agent.first_prompt_tokens + samples * per_sample)
 
 
 def unseen_run(run: str) -> str:

@@ -9,7 +9,7 @@ import pytest
 
 from harnesses.launch import context_warning
 from harnesses.registry import create_harness
-from tests.first_requests import FIXTURES, HARNESSES
+from tests.first_requests import FIXTURES, HARNESSES, INSTRUCTION
 
 PROMPT_PARTS = ("system", "instructions", "messages", "input", "tools")
 
@@ -29,6 +29,17 @@ def test_the_declared_first_prompt_size_is_within_a_tenth_of_the_recorded_one(na
     parts = {key: body[key] for key in PROMPT_PARTS if key in body}
     recorded = len(smollm2_tokenizer.encode(json.dumps(parts, ensure_ascii=False)))
     assert create_harness(name).first_prompt_tokens == pytest.approx(recorded, rel=0.1)
+
+
+@pytest.mark.parametrize("name", HARNESSES)
+def test_the_declared_tokens_after_the_task_are_within_a_tenth_of_the_recorded_ones(name, smollm2_tokenizer):
+    # What follows the task in the first prompt is each sample's own: the learner's rows make room for it.
+    body = json.loads((FIXTURES / f"{name}.json").read_text())["body"]
+    messages = body.get("messages") or body["input"]
+    task_at = max(i for i, message in enumerate(messages) if INSTRUCTION in json.dumps(message))
+    after = messages[task_at + 1 :]
+    recorded = len(smollm2_tokenizer.encode(json.dumps(after, ensure_ascii=False))) if after else 0
+    assert create_harness(name).tokens_after_task == pytest.approx(recorded, rel=0.1)
 
 
 class Gateway:

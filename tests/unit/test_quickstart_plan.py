@@ -40,6 +40,22 @@ def test_a_cli_agents_learner_step_packs_as_one_tree_forwarding_its_first_prompt
     assert packed_row_tokens(QuickstartPlan(run="q", model_dir=tmp_path, tasks=[], database_url="sqlite://")) == 8192
 
 
+def test_an_agent_that_sends_text_after_the_task_still_packs_a_step_as_one_row(tmp_path):
+    # Claude Code: the task, then a 2.3k-token system block, so samples share only what precedes the task.
+    plan = QuickstartPlan(
+        run="q", model_dir=tmp_path, tasks=[], database_url="sqlite://", harness="claude-code",
+        call_max_tokens=128, max_model_len=15360,
+    )  # fmt: skip
+    agent = AGENTS["claude-code"]
+    shared = list(range(agent.first_prompt_tokens - agent.tokens_after_task))
+    step = [
+        drawn(shared + [40_000 + i] * 12 + list(range(agent.tokens_after_task)), [50_000 + i] * 2 * 128)
+        for i in range(plan.groups_per_step * plan.group_size)
+    ]
+    packed = pack_samples(step, [1.0] * len(step), packed_row_tokens(plan))
+    assert len(packed.rows) == 1 and not packed.refused
+
+
 async def test_the_policys_rounds_and_evaluations_take_the_plans_capture_and_demonstrations_the_engines(
     tmp_path, monkeypatch
 ):
