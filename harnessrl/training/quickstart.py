@@ -36,6 +36,7 @@ from harnessrl.server import BackgroundGateway, free_port
 from harnessrl.settings import admin_key, data_home, logs_dir
 from harnessrl.training.curriculum import next_round
 from harnessrl.training.dashboard import Dashboard, capture_line, save_reward_curve, step_rows, version_rewards
+from harnessrl.training.quickstart_evals import HeldOutSets, eval_line, evaluate_sets, held_out_sets
 from harnessrl.training.quickstart_plan import (
     QuickstartPlan,
     create_agent,
@@ -43,12 +44,11 @@ from harnessrl.training.quickstart_plan import (
     learner_config,
     packed_row_tokens,
     round_order,
-    unseen_run,
+    sandbox_spec,
 )
 from harnessrl.training.sft import run_sft
 from harnessrl.training.warm_start import WarmStartResult, result_of, sft_plan, warm_up_run
 from learner.config_file import dump_toml
-from sandboxes import Limits, SandboxSpec
 from store.records import GroupStatus
 from store.store import Store
 
@@ -135,7 +135,7 @@ class Quickstart:
                 Live(self.dashboard.view(), console=self.console, refresh_per_second=2) as live,
             ):
                 refresh = asyncio.create_task(self._refresh(live, client))
-                evals = self._periodic_evals(gateway_url)
+                evals = held_out_sets(self.plan, self.agent, gateway_url, self.admin_key, self._store)
                 # the base model's held-out score first, evaluated beside the warm-up (which leaves the engine idle)
                 evaluating = self._beside(None, partial(self._evaluate, evals))
                 warm = await self._warm_start(client, gateway_url, deadline) if self.plan.warm_start else None
@@ -171,7 +171,7 @@ class Quickstart:
         deadline: float,
         learner: ManagedProcess,
         warm: WarmStartResult | None,
-        evals: list,
+        evals: HeldOutSets,
         evaluating: asyncio.Task,
     ) -> None:
         """GRPO rounds while ``_going``, each pacing its groups to the learner (``_pace``); a periodic
@@ -220,7 +220,7 @@ class Quickstart:
             group_size=group_size or self.plan.group_size,
             concurrency=self.plan.concurrency,
             sandbox="local",
-            base_spec=SandboxSpec(limits=Limits(memory_bytes=2**30, cpus=1.0)),
+            base_spec=sandbox_spec(),
             round=round_,
             sampling={"temperature": self._temperature(phase), "top_p": 1.0},
             judge=self.judge,
@@ -293,57 +293,11 @@ class Quickstart:
         if interrupted.is_set():
             raise SftInterrupted("the quickstart was interrupted")
 
-    def _periodic_evals(self, gateway_url: str) -> list[tuple[str, object]]:
-        """(label, PeriodicEval) for the held-out split and, when given, the unseen kind; [] when off."""
-        if not self.plan.eval_every:
-            return []
-        from harnessrl.evaluation.periodic import EvalEvery, PeriodicEval
-
-        sets = [("held-out", self.plan.run, self.plan.eval_tasks)]
-        if self.plan.unseen_tasks:
-            sets.append(("unseen kind", unseen_run(self.plan.run), self.plan.unseen_tasks))
-        evals = []
-        for label, run, tasks in sets:
-            settings = EvalEvery(
-                every=self.plan.eval_every,
-                tasks=tasks,
-                harness=self.agent,
-                k=self.plan.eval_k,
-                concurrency=self.plan.concurrency,
-                sandbox_options={},
-                base_spec=SandboxSpec(limits=Limits(memory_bytes=2**30, cpus=1.0)),
-                temperature=self.plan.agent.temperature,
-                capture=self.plan.capture,
-            )
-            evals.append((label, PeriodicEval(settings, run, gateway_url, self.admin_key, self._store)))
-        return evals
-
-    async def _evaluate(self, evals, final: bool = False, version: int | None = None) -> None:
-        """Due held-out evaluations; ``version``: that one now; ``final``: the last version, if not yet."""
-        if final and evals:  # the version current now, asked once for every task set
-            client = GatewayClient(evals[0][1].gateway_url, self.admin_key)
-            try:
-                version = await current_version(client)
-            finally:
-                await client.close()
-        # the task sets side by side: one's last rollouts overlap the other's, and the engine batches both
-        done = await asyncio.gather(*(self._evaluate_one(periodic, version) for _, periodic in evals))
-        for (label, _), metrics in zip(evals, done, strict=True):
-            if metrics is not None:
-                self.dashboard.add_eval(label, metrics)
-                self.console.print(
-                    f"{label} eval of v{metrics['eval_version']} ({metrics['eval_tasks']} tasks, "
-                    f"k={metrics['eval_k']}): pass@1 {metrics['eval_pass_at_1']:.3f}, "
-                    f"pass@k {metrics['eval_pass_at_k']:.3f}, mean reward "
-                    f"{metrics['eval_reward_mean']:.3f}"
-                )
-
-    @staticmethod
-    async def _evaluate_one(periodic, version: int | None) -> dict | None:
-        """``version`` evaluated unless it was (None: the current one, if due); its metrics, or None."""
-        if version is None:
-            return await periodic.check()
-        return None if version in (periodic.evaluated or set()) else await periodic.evaluate(version)
+    async def _evaluate(self, evals: HeldOutSets, final: bool = False, version: int | None = None) -> None:
+        """Due held-out evaluations (``evaluate_sets``), each shown in the table and printed."""
+        for label, metrics in await evaluate_sets(evals, self.admin_key, final, version):
+            self.dashboard.add_eval(label, metrics)
+            self.console.print(eval_line(label, metrics))
 
     async def _going(
         self, client: GatewayClient, deadline: float, learner: ManagedProcess, until: int, rounds: int = 1

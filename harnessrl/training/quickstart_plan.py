@@ -14,6 +14,7 @@ from harnesses.task import Task
 from harnessrl.training.curriculum import TaskSampling
 from harnessrl.training.warm_start import WarmStart, WarmStartResult, learner_keys
 from learner.config import LearnerConfig, with_overrides
+from sandboxes import Limits, SandboxSpec
 
 # One reply per rollout, short: the arithmetic family is graded on the final answer (`eval --harness oneshot`).
 PACKED_ROW_TOKENS = 8192
@@ -189,6 +190,11 @@ def packed_row_tokens(plan: QuickstartPlan) -> int:
 def unseen_run(run: str) -> str:
     """The run whose "-eval" holds the evaluations on the unseen kind of task."""
     return f"{run}-unseen"
+
+
+def sandbox_spec() -> SandboxSpec:
+    """Each rollout's sandbox, in rounds and evaluations alike: 1 GiB, one CPU."""
+    return SandboxSpec(limits=Limits(memory_bytes=2**30, cpus=1.0))
 
 
 def round_order(tasks: list[Task], round_: int) -> list[Task]:

@@ -61,6 +61,7 @@ async def test_the_policys_rounds_and_evaluations_take_the_plans_capture_and_dem
 ):
     from harnessrl.training import quickstart as quickstart_module
     from harnessrl.training.quickstart import Quickstart
+    from harnessrl.training.quickstart_evals import held_out_sets
 
     planned = []
 
@@ -80,6 +81,5 @@ async def test_the_policys_rounds_and_evaluations_take_the_plans_capture_and_dem
     await run._one_round(None, 0)
     await run._one_round(None, 0, run="q-warmup", phase="warm-up", teacher="solutions")
     assert [p.capture for p in planned] == ["tito", "engine"]
-    run._store = None
-    [(_, held_out)] = run._periodic_evals("http://127.0.0.1:9")
+    [(_, held_out)] = held_out_sets(plan, run.agent, "http://127.0.0.1:9", "key", None)
     assert held_out.settings.capture == "tito"
