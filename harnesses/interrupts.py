@@ -8,7 +8,7 @@ cancelled (interrupted: a rerun replaces it) and an evaluation writes what it ha
 Scopes nest: a quickstart's held-out evaluation runs as a task beside its rounds and opens a scope of
 its own. The outermost scope keeps SIGTERM, so a SIGTERM stops the whole quickstart (which cancels the
 evaluation on its way out), never just the evaluation, and an inner scope's end does not leave SIGTERM
-unhandled (it would kill the process with its engine, learner and sandboxes left behind).
+unhandled (the next SIGTERM would kill the process at once, its rollouts in flight left running).
 """
 
 from __future__ import annotations

@@ -36,7 +36,7 @@ from harnessrl.server import BackgroundGateway, free_port
 from harnessrl.settings import admin_key, data_home, logs_dir
 from harnessrl.training.curriculum import next_round
 from harnessrl.training.dashboard import Dashboard, capture_line, save_reward_curve, step_rows, version_rewards
-from harnessrl.training.quickstart_evals import HeldOutSets, eval_line, evaluate_sets, held_out_sets
+from harnessrl.training.quickstart_evals import HeldOutSets, current_version, eval_line, evaluate_sets, held_out_sets
 from harnessrl.training.quickstart_plan import (
     QuickstartPlan,
     create_agent,
@@ -58,10 +58,6 @@ class SftInterrupted(Exception):
 
 
 LEARNER_STOP_S = 120.0  # for the learner to finish its step, checkpoint and publish before it is killed
-
-
-async def current_version(client: GatewayClient) -> int:
-    return int((await client.policy()).get("current_version", 0))
 
 
 class Quickstart:

@@ -17,6 +17,11 @@ from store.store import Store
 HeldOutSets = list[tuple[str, PeriodicEval]]  # (label shown, its evaluation)
 
 
+async def current_version(client: GatewayClient) -> int:
+    """The policy version the gateway serves now."""
+    return int((await client.policy()).get("current_version", 0))
+
+
 def held_out_sets(plan: QuickstartPlan, agent: Harness, gateway_url: str, admin_key: str, store: Store) -> HeldOutSets:
     """The plan's held-out task sets, each with its evaluation; [] when evaluations are off."""
     if not plan.eval_every:
@@ -50,7 +55,7 @@ async def evaluate_sets(
     if final and evals:
         client = GatewayClient(evals[0][1].gateway_url, admin_key)
         try:
-            version = int((await client.policy()).get("current_version", 0))
+            version = await current_version(client)
         finally:
             await client.close()
     done = await asyncio.gather(*(_evaluate_one(periodic, version) for _, periodic in evals))
