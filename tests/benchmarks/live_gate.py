@@ -48,7 +48,7 @@ from harnessrl.engines.process import EngineLaunch, ManagedProcess  # noqa: E402
 from harnessrl.evaluation.evaluate import EvalPlan, run_evaluation  # noqa: E402
 from harnessrl.live.privacy import scan_sessions  # noqa: E402
 from harnessrl.server import BackgroundGateway, free_port  # noqa: E402
-from harnessrl.training.quickstart import current_version  # noqa: E402
+from harnessrl.training.quickstart_evals import current_version  # noqa: E402
 from learner.config import LearnerConfig, resolve_paths, with_overrides  # noqa: E402
 from migrations.runner import upgrade  # noqa: E402
 from store.database import sqlite_url  # noqa: E402
