@@ -4,7 +4,7 @@ model, of the SFT adapter and of the last GRPO version; wall time; the learner's
 peak resident memory on the agent's long samples; the capture share.
 
 Run: `.venv/bin/python tests/benchmarks/agent_recipes.py [--agents opencode,codex,hermes,claude-code]
-[--kinds write,copy,rename] [--minutes 50] [--sft-epochs 2]`. Each agent runs in a fresh `$HARNESSRL_HOME` under
+[--kinds write,copy,rename] [--minutes 50] [--sft-epochs 2] [--capture tito]`. Each agent runs in a fresh `$HARNESSRL_HOME` under
 ``--homes`` (its store, logs and adapters stay there); `--read` only reads homes a run left. The
 kinds are cut to a few because these agents' first prompts (7.7k-13k tokens of SmolLM2's tokenizer)
 make each SFT and GRPO step minutes on 2 CPU cores (docs/benchmarks.md): 3 kinds give 19 train tasks
@@ -36,24 +36,28 @@ DEFAULT_OUT = Path(__file__).parent / "results" / "agent_recipes.json"
 BIN = Path(sys.executable).parent / "harnessrl"
 
 
-def quickstart_command(agent: str, kinds: list[str], minutes: float, sft_epochs: int = 2) -> list[str]:
-    """`make demo`'s settings (SFT 2 epochs at 2e-3, 128-token calls, 1/8 held out), on ``kinds`` only.
-    ``sft_epochs``: more for fewer kinds, whose demonstrations make fewer SFT steps an epoch."""
+def quickstart_command(
+    agent: str, kinds: list[str], minutes: float, sft_epochs: int = 2, capture: str = "tito"
+) -> list[str]:
+    """`make demo`'s settings (SFT 2 epochs at 2e-3, 128-token calls, 1/8 held out, tito capture), on
+    ``kinds`` only. ``sft_epochs``: more for fewer kinds, whose demonstrations make fewer SFT steps an
+    epoch. ``capture`` engine: how the runs before 2026-12-06 were captured."""
     include = [arg for kind in kinds for arg in ("--include", f"shell-{kind}-*")]
     return [
         str(BIN), "quickstart", "--run", agent, "--harness", agent, "--tasks", "builtin:shell", *include,
         "--minutes", str(minutes), "--warm-start", "--upstream", "solutions", "--sft-epochs", str(sft_epochs),
         "--sft-lr", "2e-3", "--call-max-tokens", "128", "--test-fraction", "0.125", "--eval-every", "1000",
+        "--capture", capture,
     ]  # fmt: skip
 
 
-def run_recipe(agent: str, home: Path, kinds: list[str], minutes: float, sft_epochs: int) -> float:
+def run_recipe(agent: str, home: Path, kinds: list[str], minutes: float, sft_epochs: int, capture: str) -> float:
     """The quickstart in its own home; its wall time in minutes (its output in home/quickstart.log)."""
     home.mkdir(parents=True, exist_ok=True)
     started = time.monotonic()
     with open(home / "quickstart.log", "wb") as log:
         done = subprocess.run(
-            quickstart_command(agent, kinds, minutes, sft_epochs),
+            quickstart_command(agent, kinds, minutes, sft_epochs, capture),
             env={**os.environ, "HARNESSRL_HOME": str(home)},
             stdout=log,
             stderr=subprocess.STDOUT,
@@ -105,6 +109,7 @@ def main() -> None:
     parser.add_argument("--kinds", default="write,copy,rename")
     parser.add_argument("--minutes", type=float, default=50.0)
     parser.add_argument("--sft-epochs", type=int, default=2, help="SFT passes over the demonstrations")
+    parser.add_argument("--capture", choices=("tito", "engine"), default="tito", help="as make demo: tito")
     parser.add_argument("--homes", type=Path, default=Path("/tmp/harnessrl-agent-recipes"))
     parser.add_argument("--read", action="store_true", help="only read the homes earlier runs left")
     parser.add_argument("--run", help="with --read and one agent: the run's name, if not the agent's")
@@ -114,9 +119,12 @@ def main() -> None:
     results = json.loads(args.out.read_text()) if args.out.exists() else {}
     for agent in args.agents.split(","):
         home = args.homes / agent
-        wall = None if args.read else run_recipe(agent, home, args.kinds.split(","), args.minutes, args.sft_epochs)
+        kinds = args.kinds.split(",")
+        wall = None if args.read else run_recipe(agent, home, kinds, args.minutes, args.sft_epochs, args.capture)
         result = asyncio.run(figures(agent, home, args.run if args.read else None))
         result["wall_minutes"] = wall or args.wall_minutes or results.get(agent, {}).get("wall_minutes")
+        if not args.read:
+            result["capture_mode"] = args.capture
         results[agent] = result
         print(json.dumps(result, indent=2))
     args.out.parent.mkdir(parents=True, exist_ok=True)
