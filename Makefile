@@ -8,6 +8,7 @@ DEMO_MINUTES ?= 20
 DEMO_ARITHMETIC_MINUTES ?= 14
 DEMO_SFT_EPOCHS ?= 2
 DEMO_SFT_LR ?= 2e-3
+DEMO_EVAL_EVERY ?= 1000
 
 .PHONY: install phoenix demo demo-arithmetic test test-busy test-unit lint bench check-install compose-check clean
 
@@ -44,7 +45,8 @@ demo: install
 	$(BIN)/harnessrl models prepare
 	$(BIN)/harnessrl quickstart --run demo-pi --harness pi --tasks builtin:shell --minutes $(DEMO_MINUTES) \
 	    --warm-start --upstream solutions --sft-epochs $(DEMO_SFT_EPOCHS) --sft-lr $(DEMO_SFT_LR) \
-	    --call-max-tokens 128 --test-fraction 0.125 --eval-every 1000 --unseen-tasks builtin:shell-unseen \
+	    --call-max-tokens 128 --test-fraction 0.125 --eval-every $(DEMO_EVAL_EVERY) \
+	    --unseen-tasks builtin:shell-unseen \
 	    --capture tito
 
 # The fast variant: the builtin one-shot harness on the arithmetic family, groups of 4, async LoRA
