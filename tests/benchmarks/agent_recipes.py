@@ -22,8 +22,10 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import get_args
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # run as a script from anywhere
+from gateway.api.protocol import CaptureMode  # noqa: E402
 from harnessrl.evaluation.periodic import eval_run_name  # noqa: E402
 from harnessrl.settings import default_database_url  # noqa: E402
 from harnessrl.training.dashboard import capture_line, step_rows  # noqa: E402
@@ -109,7 +111,7 @@ def main() -> None:
     parser.add_argument("--kinds", default="write,copy,rename")
     parser.add_argument("--minutes", type=float, default=50.0)
     parser.add_argument("--sft-epochs", type=int, default=2, help="SFT passes over the demonstrations")
-    parser.add_argument("--capture", choices=("tito", "engine"), default="tito", help="as make demo: tito")
+    parser.add_argument("--capture", choices=get_args(CaptureMode), default="tito", help="as make demo: tito")
     parser.add_argument("--homes", type=Path, default=Path("/tmp/harnessrl-agent-recipes"))
     parser.add_argument("--read", action="store_true", help="only read the homes earlier runs left")
     parser.add_argument("--run", help="with --read and one agent: the run's name, if not the agent's")
@@ -117,9 +119,9 @@ def main() -> None:
     parser.add_argument("--out", type=Path, default=DEFAULT_OUT)
     args = parser.parse_args()
     results = json.loads(args.out.read_text()) if args.out.exists() else {}
+    kinds = args.kinds.split(",")
     for agent in args.agents.split(","):
         home = args.homes / agent
-        kinds = args.kinds.split(",")
         wall = None if args.read else run_recipe(agent, home, kinds, args.minutes, args.sft_epochs, args.capture)
         result = asyncio.run(figures(agent, home, args.run if args.read else None))
         result["wall_minutes"] = wall or args.wall_minutes or results.get(agent, {}).get("wall_minutes")
