@@ -24,8 +24,8 @@ from gateway.errors import GatewayError, install_error_handlers, store_failure
 from gateway.openai.router import create_router as create_openai_router
 from gateway.policy.adapters import RecoveringEngine
 from gateway.policy.follower import follow
+from gateway.policy.policy_set import PolicySet
 from gateway.policy.proof import tolerance_for
-from gateway.policy.registry import PolicyRegistry
 from gateway.recording.capture_probe import CaptureCheckedEngine
 from gateway.recording.trace_export import TraceExport
 from gateway.request.json_body import refuse_deep_json
@@ -55,15 +55,15 @@ def create_app(
         writer = CallWriter(store)
         writer.start()
         clients = given or [VLLMEngineClient(url, timeout_s=settings.engine_timeout_s) for url in settings.engines()]
-        pool = engine_pool(settings, clients, store, lambda: state.policy)
+        pool = engine_pool(settings, clients, store, lambda: state.policies)
         state = GatewayState(settings, store, writer, pool)
         app.state.gateway = state
         try:
-            policy = await state.ensure_policy()
+            policies = await state.ensure_policies()
         except GatewayError as exc:  # the engine may come up later; calls retry discovery
             logger.warning("engine not ready at startup: %s", exc.message)
         else:
-            await pool.check(policy.base_model)
+            await pool.check(policies.base_model)
         follower = (
             asyncio.create_task(follow(state, settings.follow_interval_s)) if settings.follow_interval_s > 0 else None
         )
@@ -100,8 +100,9 @@ def create_app(
 
     @app.get("/metrics", tags=["admin"], include_in_schema=False)
     async def metrics(state: StateDep) -> Response:
-        if state.policy is not None:
-            state.metrics.policy_version.set(state.policy.current_version)
+        if state.policies is not None:
+            for policy in state.policies:
+                state.metrics.policy_version.labels(policy.name).set(policy.current_version)
         if state.settings.engine_dtype is not None:
             state.metrics.engine_dtype.labels(state.settings.engine_dtype).set(1)
         state.metrics.engines(state.engine.engines())
@@ -142,7 +143,7 @@ def engine_pool(
     settings: GatewaySettings,
     clients: Sequence[EngineClient],
     store: Store,
-    policy: Callable[[], PolicyRegistry | None],
+    policies: Callable[[], PolicySet | None],
 ) -> EnginePool:
     """The engines behind the gateway. Each one that restarted gets its adapters back, and the call that
     found them gone is retried; one that does not return the recording fields serves no call (probed at
@@ -152,7 +153,7 @@ def engine_pool(
         (
             getattr(client, "base_url", None) or urls[min(i, len(urls) - 1)],
             CaptureCheckedEngine(
-                RecoveringEngine(client, store, policy, partial(tolerance_for, settings)),
+                RecoveringEngine(client, store, policies, partial(tolerance_for, settings)),
                 logprobs=settings.call_source == "policy",
             ),
         )

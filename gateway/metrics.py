@@ -33,7 +33,9 @@ class GatewayMetrics:
         self.tokens_out = Counter("harnessrl_output_tokens", "Tokens sampled by the engine", ["dialect"], registry=r)
         self.in_flight = Gauge("harnessrl_calls_in_flight", "Engine calls in progress", registry=r)
         self.engine_errors = Counter("harnessrl_engine_errors", "Engine failures by kind", ["kind"], registry=r)
-        self.policy_version = Gauge("harnessrl_policy_version", "Current policy (adapter) version", registry=r)
+        self.policy_version = Gauge(
+            "harnessrl_policy_version", "Current version of each policy (adapter lineage)", ["policy"], registry=r
+        )
         self.engine_healthy = Gauge(
             "harnessrl_engine_healthy", "1 while the engine serves, 0 while taken out", ["engine"], registry=r
         )

@@ -43,6 +43,9 @@ class GatewaySettings:
     # None: set by the dtypes (engine_dtype, the learner's).
     adapter_probe_tolerance: float | None = None
     max_staleness: int = 2  # adapter versions kept loaded beyond the current one: max_staleness + 1
+    # adapters the engines hold at once, every policy's together (gateway.policy.policy_set); past it the
+    # ones no call needs are unloaded first, least recently used. 0: no bound of the gateway's own
+    max_adapters: int = 0
     # seconds between looks at the store for versions other gateways published (gateway.policy.follower); 0: never
     follow_interval_s: float = 0.5
     # Who writes the engine's answers (store.records.CALL_SOURCES): "policy" for vLLM; a teacher

@@ -16,10 +16,11 @@ from gateway.engine.client import base_model_entry
 from gateway.engine.clock import EngineClock
 from gateway.engine.pool import EnginePool
 from gateway.engine.token_prefix import PrefixArrays
-from gateway.errors import EngineUnavailable, GatewayError, InvalidRequest
+from gateway.errors import EngineUnavailable, GatewayError, InvalidRequest, NotFound
 from gateway.metrics import GatewayMetrics
 from gateway.policy.adapters import restore_adapters
 from gateway.policy.pins import load_version
+from gateway.policy.policy_set import PolicySet
 from gateway.policy.proof import tolerance_for
 from gateway.policy.registry import PolicyRegistry
 from gateway.recording.callgraph import CallGraphIndex
@@ -33,6 +34,7 @@ from gateway.request.validated_history import ValidatedHistory
 from gateway.settings import GatewaySettings
 from gateway.tito.serving import TitoEngine
 from gateway.tito.template import ModelText
+from store.policies import DEFAULT_POLICY, UnknownPolicy
 from store.store import Store
 from store.writer import CallWriter
 
@@ -43,7 +45,7 @@ class GatewayState:
     store: Store
     writer: CallWriter
     engine: EnginePool  # every engine the gateway serves from (one or more)
-    policy: PolicyRegistry | None = None  # None until the engine's base model is known
+    policies: PolicySet | None = None  # every policy served; None until the engine's base model is known
     max_model_len: int | None = None
     graph: CallGraphIndex = field(init=False)
     served_hosts: frozenset[str] = field(init=False)  # the Host names this gateway answers to
@@ -62,29 +64,50 @@ class GatewayState:
     _decoder_lock: asyncio.Lock = field(default_factory=asyncio.Lock)
     _discover_lock: asyncio.Lock = field(default_factory=asyncio.Lock)
     publish_lock: asyncio.Lock = field(default_factory=asyncio.Lock)
-    refused_versions: set[int] = field(default_factory=set)
+    refused_versions: set[str] = field(default_factory=set)  # engine adapter names
     trace_export: TraceExport | None = None  # serve --otlp-endpoint  # published elsewhere, failed the probe here
 
     def __post_init__(self) -> None:
         self.graph = CallGraphIndex(self.store.calls.graph_nodes)
         self.served_hosts = self.settings.served_hosts()
 
-    async def ensure_policy(self) -> PolicyRegistry:
-        """Learn the engine's base model (once); an engine that is still down is a 503."""
-        if self.policy is not None:
-            return self.policy
+    @property
+    def policy(self) -> PolicyRegistry | None:
+        """The default policy's registry (None until the engine's base model is known)."""
+        return None if self.policies is None else self.policies.default
+
+    async def ensure_policies(self) -> PolicySet:
+        """Learn the engine's base model and restore every policy's loaded versions (once); an engine
+        that is still down is a 503."""
+        if self.policies is not None:
+            return self.policies
         async with self._discover_lock:
-            if self.policy is None:
+            if self.policies is None:
                 base, self.max_model_len = await self._discover_base_model()
-                policy = PolicyRegistry(self.settings.public_model, base)
-                await restore_adapters(self.engine, policy, self.store, partial(tolerance_for, self.settings))
-                self.policy = policy
-        return self.policy
+                policies = PolicySet(self.settings.public_model, base, self.settings.max_adapters)
+                await restore_adapters(self.engine, policies, self.store, partial(tolerance_for, self.settings))
+                self.policies = policies
+        return self.policies
+
+    async def ensure_policy(self, name: str = DEFAULT_POLICY) -> PolicyRegistry:
+        """A policy's registry (a new name starts a policy served by the base model)."""
+        return (await self.ensure_policies()).get(name)
+
+    async def known_policy(self, name: str) -> PolicyRegistry:
+        """A policy this gateway or its store knows, else NotFound naming the known ones (reads never
+        start a policy)."""
+        policies = await self.ensure_policies()
+        if name not in policies.names():
+            try:
+                await self.store.policies.check_known(name)
+            except UnknownPolicy as exc:
+                raise NotFound(str(exc), param="policy") from None
+        return policies.get(name)
 
     async def pipeline(self) -> ChatPipeline:
         return ChatPipeline(
             self.engine,
-            await self.ensure_policy(),
+            await self.ensure_policies(),
             self.writer,
             self.graph,
             tito=self.tito,
@@ -99,19 +122,20 @@ class GatewayState:
             source=self.settings.call_source,
         )
 
-    async def ensure_version(self, version: int) -> str:
-        """The engine's name for a policy version, loaded on demand (pinned rollouts, ``gateway.policy.pins``)."""
-        policy = await self.ensure_policy()
+    async def ensure_version(self, name: str, version: int) -> str:
+        """The engine's name for a policy's version, loaded on demand (pinned rollouts, ``gateway.policy.pins``)."""
+        policies = await self.ensure_policies()
+        policy = policies.get(name)
         held = policy.pinned("", version)
         if held is not None:  # the hot path: no lock
             return held.engine_model
         async with self.publish_lock:  # the loaded set changes one publication (or load) at a time
-            return await load_version(self.engine, policy, self.store, version)
+            return await load_version(self.engine, policies, policy, self.store, version)
 
     async def tito(self) -> TitoEngine:
         """The tito renderer, loaded on first use (tokenizer and template of the model folder)."""
         if self._tito is None:
-            await self.ensure_policy()
+            await self.ensure_policies()
             folder = self.settings.model_dir or self.model_root
             if not folder or not Path(folder, "tokenizer.json").exists():
                 raise InvalidRequest(
@@ -135,9 +159,9 @@ class GatewayState:
         return self._decoder
 
     async def _model_root(self) -> str | None:
-        if self.model_root is None and self.policy is None and not self.settings.model_dir:
+        if self.model_root is None and self.policies is None and not self.settings.model_dir:
             try:  # reading needs no engine: a down engine only means no tokenizer yet
-                await self.ensure_policy()
+                await self.ensure_policies()
             except GatewayError:
                 pass
         return self.model_root

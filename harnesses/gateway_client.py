@@ -70,6 +70,7 @@ class GatewayClient:
         meta: dict,
         capture: str | None = None,
         sampling: dict | None = None,
+        policy: str | None = None,
     ) -> dict:
         """Create one rollout. Each call is one attempt with its own request id, which every retry of
         it repeats: a retry whose first try did land gets that rollout back, never a second one."""
@@ -85,6 +86,8 @@ class GatewayClient:
             body["capture"] = capture
         if sampling:
             body["sampling"] = sampling
+        if policy:  # the policy a new run trains and is served (store.policies)
+            body["run_policy"] = policy
         return await self._json("POST", "/api/rollouts", json=body)
 
     async def end_rollout(
@@ -187,8 +190,13 @@ class GatewayClient:
         body = {**session, "score": score, "note": note}
         return await self._json("POST", "/api/feedback", json={k: v for k, v in body.items() if v is not None})
 
-    async def policy(self) -> dict:
-        return await self._json("GET", "/admin/policy")
+    async def policy(self, name: str | None = None) -> dict:
+        """What the gateway serves of a policy (None: the server's default); a 404 names the known ones."""
+        return await self._json("GET", "/admin/policy", params={"policy": name} if name else None)
+
+    async def policies(self) -> list[dict]:
+        """Every policy the server knows (``GET /admin/policies``)."""
+        return await self._json("GET", "/admin/policies")
 
     async def close(self) -> None:
         await self._http.aclose()

@@ -49,12 +49,14 @@ async def launch_run(
     worker: str = "",
     lease_s: float = DEFAULT_LEASE_S,
     sandbox_gateway: str | None = None,
+    policy: str | None = None,
 ) -> str:
     """Run (or resume, or join: several runners may share a run) ``run``; a one-line summary.
 
     ``sandbox_gateway``: the URL the sandboxes' bridges reach the gateway by [default: ``gateway_url``,
     this worker's own route to it, which works wherever the gateway runs]; ``worker`` and ``lease_s``:
-    this runner's id in the run's slot leases and their length (``harnesses.runner``).
+    this runner's id in the run's slot leases and their length (``harnesses.runner``); ``policy``: the
+    policy the run trains and is served (``store.policies``).
     """
     if sandbox not in ("local", "docker"):
         raise ValueError(f"--sandbox must be local or docker, not {sandbox!r}")
@@ -91,6 +93,7 @@ async def launch_run(
         worker=worker,
         lease_s=lease_s,
         sandbox_gateway=sandbox_gateway or gateway_url,
+        policy=policy,
     )
     gateway = GatewayClient(gateway_url, admin_key)
     try:

@@ -38,6 +38,7 @@ class RunPlan:
     rewards: tuple[RewardFunction, ...] = ()
     capture: str | None = None  # the run's capture mode when the runner creates it
     sampling: dict | None = None  # the run's {"temperature", "top_p"} when the runner creates it
+    policy: str | None = None  # the policy the run trains and is served (store.policies); None: the server's default
     sandbox_options: dict = field(default_factory=dict)  # e.g. {"isolation": "bwrap"} for local
     round: int = 0  # training rounds sample every task again, each round into new groups
     wall_factor: float = DEFAULT_WALL_FACTOR  # wall-clock ceiling per rollout, x the task's agent budget

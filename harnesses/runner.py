@@ -228,7 +228,7 @@ class Runner:
             meta["worker"] = self.worker
             await self.leases.still_held(lease)  # a full lease ahead: no other runner takes the slot meanwhile
         rollout = await self.gateway.create_rollout(
-            plan.run, task.name, plan.group, plan.group_size, meta, plan.capture, plan.sampling
+            plan.run, task.name, plan.group, plan.group_size, meta, plan.capture, plan.sampling, plan.policy
         )
         if lease is not None:
             self.leases.started(lease, rollout["id"])

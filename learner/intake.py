@@ -9,9 +9,16 @@ from dataclasses import dataclass
 
 from learner.config import LearnerConfig
 from learner.groups import ReadyGroup, UnusableGroup, check_group, load_group
+from store.policies import run_policy
 from store.store import Store
 
 logger = logging.getLogger("learner")
+
+
+async def trained_policy(store: Store, run: str) -> str:
+    """The policy a run trains (``store.policies``): the versions this learner publishes are its."""
+    found = await store.listings.run(run)
+    return run_policy(found.config if found else None)
 
 
 async def wait_for_run(store: Store, run: str, poll_s: float, stop: asyncio.Event) -> int | None:

@@ -42,7 +42,7 @@ from learner.checkpoint import (
 )
 from learner.config import LearnerConfig
 from learner.groups import ReadyGroup, build_batch, run_temperature
-from learner.intake import GroupCheck, GroupIntake, wait_for_run
+from learner.intake import GroupCheck, GroupIntake, trained_policy, wait_for_run
 from learner.metrics import Metrics, MetricsSink, step_metrics, step_summary, why_nothing_trained
 from learner.mismatch import call_records, is_alarming
 from learner.prometheus import LearnerExporter
@@ -131,6 +131,7 @@ async def run_learner(
         progress = await _resume(store, run_id, config, trainer)
         tell_followers("resume", progress.resumed_from)
         if publisher is not None:
+            publisher.policy = await trained_policy(store, run)  # it publishes that policy's versions only
             await _sync_published(publisher, trainer, config, progress)
         sink = MetricsSink(store, run_id, Path(config.tensorboard_dir), _exporter(config))
         reason = await _train(config, store, run, run_id, trainer, publisher, sink, progress, stop, on_step)
@@ -338,7 +339,9 @@ async def _publish(
     try:
         published = await publisher.publish(trainer.model, version, progress.probe_ids)
     except GatewayUnreachable as exc:
-        logger.warning("could not publish policy-v%d, will publish a newer version later: %s", version, exc)
+        logger.warning(
+            "could not publish %s-v%d, will publish a newer version later: %s", publisher.policy, version, exc
+        )
         progress.unpublished = True
         return None
     progress.unpublished = False
@@ -353,9 +356,10 @@ async def _sync_published(publisher: Publisher, trainer: Trainer, config: Learne
     current = await publisher.current_version()
     if current > want:
         raise LearnerError(
-            f"the gateway at {config.publish.gateway_url} serves policy-v{current}, newer than this run's learner "
-            f"(v{want} at step {step}): another learner publishes to it, or this run's checkpoints were reset. "
-            f"Versions are per gateway: give each run its own gateway, or set publish = false"
+            f"the gateway at {config.publish.gateway_url} serves {publisher.policy}-v{current}, newer than this run's "
+            f"learner (v{want} at step {step}): another learner publishes policy {publisher.policy!r}, or this run's "
+            f"checkpoints were reset. Versions are per policy: give each run a policy of its own "
+            f"(`harnessrl run --policy NAME`), or set publish = false"
         )
     if want > current:
         published = await publisher.publish(trainer.model, want)

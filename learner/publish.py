@@ -1,9 +1,10 @@
-"""Publishing a policy version: save the adapter as ``policy-v{N}``, ask the gateway to load it.
+"""Publishing a policy version: save the adapter as ``<policy>-v{N}``, ask the gateway to load it.
 
-The gateway (``POST /admin/adapters {"version", "path"}``, header ``x-admin-key``) loads the folder
-into every engine under the new name, makes it current for new rollouts and unloads versions older
-than ``max_staleness + 1``. The folder must be readable by the engine at that path: the adapters dir
-is absolute and on a disk the engine shares.
+The gateway (``POST /admin/adapters {"policy", "version", "path"}``, header ``x-admin-key``) loads the
+folder into every engine under the new name, makes it current for the policy's new rollouts and
+unloads the policy's versions older than ``max_staleness + 1``; other policies are untouched. The
+folder must be readable by the engine at that path: the adapters dir is absolute and on a disk the
+engine shares.
 
 Transport errors and 503 answers are retried with doubling delays up to ``retries`` times
 (``gateway.control_client``, the one control-plane transport); any other HTTP error answer is a
@@ -31,6 +32,7 @@ from gateway.control_client import Backoff, GatewayUnreachable, send
 from gateway.policy.proof import adapter_digest
 from learner.adapter_probe import adapter_probe, fallback_probe_ids
 from learner.checkpoint import atomic_write_dir
+from store.policies import DEFAULT_POLICY, adapter_name
 
 MAX_DELAY_S = 10.0
 UNREACHABLE_HINT = (
@@ -49,7 +51,7 @@ class PublishError(RuntimeError):
 @dataclass(frozen=True)
 class Published:
     version: int
-    name: str  # the engine's adapter name, policy-v{N}
+    name: str  # the engine's adapter name, <policy>-v{N}
     path: str  # the adapter folder the engine loaded
     save_s: float  # writing the adapter folder
     swap_s: float  # save start -> the gateway's answer (the adapter is then current)
@@ -57,10 +59,6 @@ class Published:
     attempts: int
     digest: str = ""  # sha256 of the adapter's config and weights (gateway.policy.proof)
     proof: tuple[dict, ...] = ()  # each engine's answer to the probe, as the gateway reports it
-
-
-def adapter_name(version: int) -> str:
-    return f"policy-v{version}"  # gateway.policy.registry.adapter_name: the gateway names engine adapters so
 
 
 class Publisher:
@@ -73,9 +71,12 @@ class Publisher:
         timeout_s: float = 120.0,
         client: httpx.AsyncClient | None = None,
         sleep: Callable[[float], Awaitable[Any]] = asyncio.sleep,
+        policy: str = DEFAULT_POLICY,
     ):
-        """``client``: an existing client (tests pass the in-process gateway's); else one is made."""
+        """``client``: an existing client (tests pass the in-process gateway's); else one is made.
+        ``policy``: the policy its versions belong to (the learner sets its run's before publishing)."""
         self.url = gateway_url.rstrip("/")
+        self.policy = policy
         self.headers = {"x-admin-key": admin_key} if admin_key else {}
         self.adapters_dir = Path(adapters_dir)
         self.retries = retries
@@ -88,8 +89,12 @@ class Publisher:
             await self.client.aclose()
 
     async def current_version(self) -> int:
-        """The version the gateway serves to new rollouts (0: the base model)."""
-        response = await self._send("GET", "/admin/policy")
+        """The version the gateway serves to the policy's new rollouts (0: the base model, or a policy it
+        does not know yet)."""
+        response = await self._send("GET", "/admin/policy", params={"policy": self.policy})
+        if response.status_code == 404:
+            return 0
+        _raise_for(response, 0, self.policy)
         return int(response.json()["current_version"])
 
     async def max_model_len(self) -> int | None:
@@ -110,37 +115,47 @@ class Publisher:
         return response.json().get(name) if response.status_code == 200 else None
 
     async def publish(self, model: Any, version: int, probe_ids: tuple[int, ...] | None = None) -> Published:
-        """Save ``model`` (a peft model) as policy-v{version} and make the gateway serve it, proven on
+        """Save ``model`` (a peft model) as <policy>-v{version} and make the gateway serve it, proven on
         ``probe_ids`` (default: ``learner.adapter_probe.fallback_probe_ids``)."""
-        name = adapter_name(version)
+        name = adapter_name(self.policy, version)
         started = time.perf_counter()
         path = atomic_write_dir(self.adapters_dir / name, lambda tmp: model.save_pretrained(tmp))
         digest = adapter_digest(path)
         probe = adapter_probe(model, probe_ids or fallback_probe_ids(model.config.vocab_size))
         save_s = time.perf_counter() - started
-        body = {"version": version, "path": str(path), "digest": digest, "probe": probe.as_json()}
+        body = {
+            "policy": self.policy,
+            "version": version,
+            "path": str(path),
+            "digest": digest,
+            "probe": probe.as_json(),
+        }
         attempts, response = await self._send_counted("POST", "/admin/adapters", body)
         swap_s = time.perf_counter() - started
         if response.status_code == 409 and await self._serves(version, name):
             # an earlier attempt landed (its answer was lost to a timeout): the version is served
             return Published(version, name, str(path), save_s, swap_s, None, attempts, digest)
-        _raise_for(response, version)
+        _raise_for(response, version, self.policy)
         answer = response.json()
         proof = tuple(answer.get("proof") or ())
         return Published(version, name, str(path), save_s, swap_s, answer.get("load_s"), attempts, digest, proof)
 
     async def _serves(self, version: int, name: str) -> bool:
         """Whether ``name`` is the gateway's current version (published by us, answer lost)."""
-        response = await self._send("GET", "/admin/policy")
+        response = await self._send("GET", "/admin/policy", params={"policy": self.policy})
         if response.status_code != 200:
             return False
         view = response.json()
         return view.get("current_version") == version and name in view.get("loaded", {}).values()
 
-    async def _send(self, method: str, path: str, body: dict | None = None) -> httpx.Response:
-        return (await self._send_counted(method, path, body))[1]
+    async def _send(
+        self, method: str, path: str, body: dict | None = None, params: dict | None = None
+    ) -> httpx.Response:
+        return (await self._send_counted(method, path, body, params))[1]
 
-    async def _send_counted(self, method: str, path: str, body: dict | None) -> tuple[int, httpx.Response]:
+    async def _send_counted(
+        self, method: str, path: str, body: dict | None, params: dict | None = None
+    ) -> tuple[int, httpx.Response]:
         return await send(
             self.client,
             method,
@@ -149,14 +164,16 @@ class Publisher:
             UNREACHABLE_HINT,
             sleep=self._sleep,
             json=body,
+            params=params,
             headers=self.headers,
         )
 
 
-def _raise_for(response: httpx.Response, version: int) -> None:
+def _raise_for(response: httpx.Response, version: int, policy: str = DEFAULT_POLICY) -> None:
     if response.status_code < 400:
         return
     message = _error_message(response)
+    label = adapter_name(policy, version)
     if response.status_code == 401:
         raise PublishError(
             f"the gateway refused the admin key ({message}): set admin_key in the learner config, "
@@ -165,11 +182,11 @@ def _raise_for(response: httpx.Response, version: int) -> None:
         )
     if response.status_code == 409:
         raise PublishError(
-            f"the gateway refused policy-v{version} ({message}): it already serves a newer version, "
-            f"so another learner publishes to it or this run's checkpoints were reset; "
-            f"give each learner its own gateway"
+            f"the gateway refused {label} ({message}): it already serves a newer version of policy {policy!r}, "
+            f"so another learner publishes that policy or this run's checkpoints were reset; give each "
+            f"learner a run of its own policy (`harnessrl run --policy NAME`)"
         )
-    raise PublishError(f"publishing policy-v{version} failed with HTTP {response.status_code}: {message}")
+    raise PublishError(f"publishing {label} failed with HTTP {response.status_code}: {message}")
 
 
 def _error_message(response: httpx.Response) -> str:

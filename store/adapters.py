@@ -1,5 +1,6 @@
 """Published policy versions (table ``adapters``, ``store.adapters``): where each adapter lives, whether
-the engines hold it, its digest, the learner's probe and the gateway's proof (``gateway.policy.proof``)."""
+the engines hold it, its digest, the learner's probe and the gateway's proof (``gateway.policy.proof``).
+Versions are numbered per policy (``store.policies``)."""
 
 from __future__ import annotations
 
@@ -16,6 +17,7 @@ class Adapters:
 
     async def save(
         self,
+        policy: str,
         version: int,
         name: str,
         path: str,
@@ -26,9 +28,9 @@ class Adapters:
     ) -> None:
         """Record a version (or its loaded flag); a digest, probe or proof left None keeps what is stored."""
         async with self.sessions.begin() as session:
-            row = (await session.scalars(select(Adapter).where(Adapter.version == version))).first()
+            row = (await session.scalars(_one(policy, version))).first()
             if row is None:
-                row = Adapter(version=version)
+                row = Adapter(policy=policy, version=version)
                 session.add(row)
             row.name, row.path, row.loaded = name, path, loaded
             if digest is not None:
@@ -38,13 +40,26 @@ class Adapters:
             if proof is not None:
                 row.proof = proof
 
-    async def get(self, version: int) -> StoredAdapter | None:
-        """The published adapter of this version, loaded or not."""
+    async def get(self, policy: str, version: int) -> StoredAdapter | None:
+        """The published adapter of this policy's version, loaded or not."""
         async with self.sessions() as session:
-            adapter = (await session.scalars(select(Adapter).where(Adapter.version == version))).first()
+            adapter = (await session.scalars(_one(policy, version))).first()
         return None if adapter is None else record_of(StoredAdapter, adapter)
 
-    async def loaded(self) -> list[StoredAdapter]:
-        query = select(Adapter).where(Adapter.loaded.is_(True)).order_by(Adapter.version)
+    async def loaded(self, policy: str | None = None) -> list[StoredAdapter]:
+        """The versions the engines hold, of one policy or (None) of every policy, by policy and version."""
+        query = select(Adapter).where(Adapter.loaded.is_(True)).order_by(Adapter.policy, Adapter.version)
+        if policy is not None:
+            query = query.where(Adapter.policy == policy)
         async with self.sessions() as session:
             return [record_of(StoredAdapter, adapter) for adapter in (await session.scalars(query)).all()]
+
+    async def published(self, policy: str) -> list[StoredAdapter]:
+        """Every version of a policy, loaded or not, oldest first."""
+        query = select(Adapter).where(Adapter.policy == policy).order_by(Adapter.version)
+        async with self.sessions() as session:
+            return [record_of(StoredAdapter, adapter) for adapter in (await session.scalars(query)).all()]
+
+
+def _one(policy: str, version: int):
+    return select(Adapter).where(Adapter.policy == policy, Adapter.version == version)

@@ -179,6 +179,7 @@ def call_row(record: CallRecord, request: dict) -> dict:
         "dialect": record.dialect,
         "model": record.model,
         "engine_model": record.engine_model,
+        "policy": record.policy,
         "policy_version": record.policy_version,
         "prompt_ids": prompt_delta.stored_ids(record.prompt_ids, record.prompt_offset),
         "prompt_offset": record.prompt_offset,

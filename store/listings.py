@@ -80,6 +80,7 @@ CALL_COLUMNS = (
     Call.dialect,
     Call.model,
     Call.engine_model,
+    Call.policy,
     Call.policy_version,
     Call.source,
     Call.num_prompt_tokens,

@@ -10,6 +10,7 @@ with conditional updates, so two calls racing to open a session agree on one.
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import secrets
 from dataclasses import dataclass
@@ -18,14 +19,21 @@ from datetime import datetime
 from sqlalchemy import delete, select, update
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
+from store.policies import DEFAULT_POLICY, run_policy
 from store.records import GroupStatus, RolloutStatus
 from store.retention import PruneFilter, Retention
 from store.rewards import check_reward, set_reward
+from store.run_settings import RunConflict
 from store.tables import Call, Group, LiveKey, Rollout, Run, Task, utcnow
 
 LIVE_PREFIX = "hrl-live-"  # a rollout token's prefix too, so the control plane refuses it by the same rule
 LIVE_RUN = "live"
 FEEDBACK = "feedback"  # the reward component late feedback sets
+
+
+def live_run(policy: str | None) -> str:
+    """The run a live key goes to by default: ``live`` for the default policy, ``live-<policy>`` for another."""
+    return LIVE_RUN if policy in (None, DEFAULT_POLICY) else f"{LIVE_RUN}-{policy}"
 
 
 def live_task(user: str) -> str:
@@ -45,6 +53,7 @@ class LiveKeyRecord:
     idle_s: float  # seconds of silence after which a call opens a new session
     created_at: datetime
     revoked_at: datetime | None
+    policy: str = DEFAULT_POLICY  # its run's policy (store.policies): what serves and trains on its sessions
 
 
 @dataclass(frozen=True)
@@ -68,6 +77,7 @@ class LiveServing:
     canary: int | None = None
     canary_fraction: float = 0.0
     history: tuple[dict, ...] = ()
+    policy: str = DEFAULT_POLICY  # the run's policy (store.policies): the versions are its
 
     def as_config(self) -> dict:
         canary = None if self.canary is None else {"version": self.canary, "fraction": self.canary_fraction}
@@ -115,26 +125,36 @@ class LiveKeys:
     def __init__(self, sessions: async_sessionmaker[AsyncSession], retention: Retention) -> None:
         self.sessions, self.retention = sessions, retention
 
-    async def create(self, user: str, run: str = LIVE_RUN, train: bool = False, idle_s: float = 1800.0):
-        """A new key for ``user``: returns (the key, shown only now; its record)."""
+    async def create(
+        self, user: str, run: str = LIVE_RUN, train: bool = False, idle_s: float = 1800.0, policy: str | None = None
+    ):
+        """A new key for ``user``: returns (the key, shown only now; its record). ``policy`` binds a new
+        run to that policy (a new name starts it); RunConflict when the run has another."""
         key = LIVE_PREFIX + secrets.token_urlsafe(24)
         async with self.sessions.begin() as session:
             run_row = await session.scalar(select(Run).where(Run.name == run))
             if run_row is None:
-                run_row = Run(name=run, config={})
+                run_row = Run(name=run, config={"policy": policy or DEFAULT_POLICY})
                 session.add(run_row)
                 await session.flush()
+            elif policy is not None and run_policy(run_row.config) != policy:
+                raise RunConflict(
+                    f"run {run!r} serves policy {run_policy(run_row.config)!r}, not {policy!r}: give the key "
+                    f"another run (default for --policy {policy}: {live_run(policy)})",
+                    "policy",
+                )
             row = LiveKey(user_name=user, run_id=run_row.id, digest=key_digest(key), train=train, idle_s=idle_s)
             session.add(row)
             await session.flush()
-            return key, _record(row, run)
+            return key, _record(row, run, run_policy(run_row.config))
 
     async def list(self, user: str | None = None) -> list[LiveKeyRecord]:
-        query = select(LiveKey, Run.name).join(Run, Run.id == LiveKey.run_id).order_by(LiveKey.id)
+        query = select(LiveKey, Run.name, Run.config).join(Run, Run.id == LiveKey.run_id).order_by(LiveKey.id)
         if user is not None:
             query = query.where(LiveKey.user_name == user)
         async with self.sessions() as session:
-            return [_record(row, run) for row, run in (await session.execute(query)).all()]
+            rows = (await session.execute(query)).all()
+        return [_record(row, run, run_policy(config)) for row, run, config in rows]
 
     async def revoke(self, user: str) -> list[int]:
         """Revoke every key of ``user`` still valid; returns their ids (refused from the next call on)."""
@@ -173,7 +193,7 @@ class LiveKeys:
     async def presented(self, key: str) -> KeySession | None:
         """The key a call presents and its open session; None for a key that is not one."""
         query = (
-            select(LiveKey, Run.name, Rollout.token, Rollout.status)
+            select(LiveKey, Run.name, Run.config, Rollout.token, Rollout.status)
             .join(Run, Run.id == LiveKey.run_id)
             .outerjoin(Rollout, Rollout.id == LiveKey.session_rollout_id)
             .where(LiveKey.digest == key_digest(key))
@@ -182,9 +202,10 @@ class LiveKeys:
             found = (await session.execute(query)).first()
         if found is None:
             return None
-        row, run, token, status = found
+        row, run, config, token, status = found
         running = status == RolloutStatus.RUNNING
-        return KeySession(_record(row, run), row.session_rollout_id, token, running, row.session_name, row.last_call_at)
+        record = _record(row, run, run_policy(config))
+        return KeySession(record, row.session_rollout_id, token, running, row.session_name, row.last_call_at)
 
     async def move_session(self, key_id: int, was: int | None, now: int, name: str | None, at: float) -> bool:
         """Make rollout ``now`` the key's session if its session is still ``was`` (False: another call
@@ -222,7 +243,8 @@ class LiveKeys:
     async def serving(self, run: str) -> LiveServing:
         async with self.sessions() as session:
             config = await session.scalar(select(Run.config).where(Run.name == run))
-        return LiveServing.from_config((config or {}).get("live"))
+        serving = LiveServing.from_config((config or {}).get("live"))
+        return dataclasses.replace(serving, policy=run_policy(config))
 
     async def serve(self, run: str, version: int, why: str, canary: tuple[int, float] | None = None) -> LiveServing:
         """Serve ``version`` to the run's new live sessions (a promotion or a rollback, ``why`` kept in
@@ -234,7 +256,7 @@ class LiveKeys:
             now = LiveServing.from_config((row.config or {}).get("live"))
             entry = {"version": version, "at": utcnow().isoformat(), "why": why}
             history = (*now.history, entry) if version != now.promoted else now.history
-            serving = LiveServing(version, *(canary or (None, 0.0)), history=history)
+            serving = LiveServing(version, *(canary or (None, 0.0)), history=history, policy=run_policy(row.config))
             row.config = {**(row.config or {}), "live": serving.as_config()}
         return serving
 
@@ -342,5 +364,5 @@ def _user_sessions(user: str, rows: list) -> UserSessions:
     )
 
 
-def _record(row: LiveKey, run: str) -> LiveKeyRecord:
-    return LiveKeyRecord(row.id, row.user_name, run, row.train, row.idle_s, row.created_at, row.revoked_at)
+def _record(row: LiveKey, run: str, policy: str) -> LiveKeyRecord:
+    return LiveKeyRecord(row.id, row.user_name, run, row.train, row.idle_s, row.created_at, row.revoked_at, policy)

@@ -12,6 +12,8 @@ import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from store.policies import DEFAULT_POLICY, adapter_name
+
 Z_95 = 1.959963984540054  # two-sided 95% quantile of the standard normal
 
 
@@ -65,6 +67,7 @@ class TaskCount:
     failed: int
     reward_sum: float
     reward_sum_squares: float
+    policy: str = DEFAULT_POLICY
 
 
 @dataclass(frozen=True)
@@ -78,16 +81,24 @@ class PolicyResult:
     pass_at_1: float | None  # mean over tasks of passed / n
     pass_at_k: float | None  # mean over the tasks with at least k rollouts
     reward: Interval  # mean reward per rollout with its 95% interval
+    policy: str = DEFAULT_POLICY
+
+    @property
+    def label(self) -> str:
+        return policy_label(self.version, self.policy)
 
 
 def policy_results(cells: Sequence[TaskCount], k: int | None = None) -> list[PolicyResult]:
-    """Each policy's numbers from its (task) cells, by version. ``k`` None: the policy's smallest n
+    """Each policy version's numbers from its (task) cells: the base model first, then by policy and
+    version. ``k`` None: the policy's smallest n
     over its tasks (the k every task has)."""
-    by_version: dict[int, list[TaskCount]] = {}
-    for cell in cells:
-        by_version.setdefault(cell.version, []).append(cell)
+    by_version: dict[tuple[int, str], list[TaskCount]] = {}
+    for cell in cells:  # the base model is one policy, whichever pinned it
+        by_version.setdefault((cell.version, cell.policy if cell.version else DEFAULT_POLICY), []).append(cell)
     results = []
-    for version, mine in sorted(by_version.items()):
+    for (version, policy), mine in sorted(
+        by_version.items(), key=lambda item: (item[0][0] != 0, item[0][1], item[0][0])
+    ):
         per_task = [(c.n, c.passed) for c in mine]
         chosen = k if k is not None else min(n for n, _ in per_task)
         n = sum(c.n for c in mine)
@@ -102,10 +113,12 @@ def policy_results(cells: Sequence[TaskCount], k: int | None = None) -> list[Pol
                 pass_at_1=mean_pass_at_k(per_task, 1),
                 pass_at_k=mean_pass_at_k(per_task, chosen),
                 reward=mean_interval(n, sum(c.reward_sum for c in mine), sum(c.reward_sum_squares for c in mine)),
+                policy=policy,
             )
         )
     return results
 
 
-def policy_label(version: int) -> str:
-    return "base" if version == 0 else f"policy-v{version}"
+def policy_label(version: int, policy: str = DEFAULT_POLICY) -> str:
+    """How results name a policy version: ``base`` (any policy's version 0) or ``<policy>-v<N>``."""
+    return "base" if version == 0 else adapter_name(policy, version)

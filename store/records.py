@@ -93,6 +93,7 @@ class RolloutIdentity:
     side_patterns: tuple[tuple[str, str], ...] = ()  # (tag, regex) the harness declared (harnesses.harness.Harness)
     sampling: SamplingSettings | None = None  # the run's fixed sampling; None (adhoc): the client's own
     pinned_version: int | None = None  # the version the control plane pinned the rollout to (0 = base)
+    policy: str = "policy"  # the policy serving its calls (store.policies): its run's or its pin's
 
 
 # Who wrote a call's output: the policy (the engine sampled it, with log-probs), an external teacher
@@ -107,7 +108,7 @@ class CallRecord:
     rollout_id: int
     dialect: str  # chat | completions | responses | messages
     model: str  # public model name the client asked for
-    engine_model: str  # the engine's name for it (base model or policy-v{N})
+    engine_model: str  # the engine's name for it (base model or <policy>-v{N})
     policy_version: int  # 0 = base model
     prompt_ids: Sequence[int]  # int32 arrays on the hot path (lists in tests)
     output_ids: Sequence[int]
@@ -128,6 +129,7 @@ class CallRecord:
     moved_from: str | None = None  # the failed engine its rollout was moved from, on the first call after
     source: str = "policy"  # who wrote the output: one of CALL_SOURCES
     adapter_digest: str | None = None  # content digest of the adapter that served it (gateway.policy.proof)
+    policy: str = "policy"  # the policy that served it (store.policies)
 
 
 def record_of(kind: type[R], row) -> R:
@@ -171,6 +173,7 @@ class StoredRollout:
     error: str | None
     meta: dict
     pinned_version: int | None  # the policy version its calls were pinned to (None: the current one)
+    policy: str  # the policy serving its calls (store.policies)
     created_at: datetime
     finished_at: datetime | None
     engine_s: float | None  # s its calls spent in the engine
@@ -192,8 +195,9 @@ class StoredAdapter:
     """A published policy version (LoRA adapter) and whether engines hold it."""
 
     id: int
+    policy: str  # store.policies
     version: int
-    name: str  # the engine's adapter name, policy-v{N}
+    name: str  # the engine's adapter name, <policy>-v{N}
     path: str
     loaded: bool
     digest: str | None  # gateway.policy.proof: sha256 of its config and weights
@@ -227,6 +231,7 @@ class StoredCall:
     dialect: str
     model: str
     engine_model: str
+    policy: str  # the policy that served it (store.policies)
     policy_version: int
     source: str  # policy | teacher | demonstration
     num_prompt_tokens: int
@@ -257,7 +262,13 @@ AGENT_LOG_CHARS = 16_384
 
 
 def identity_of(
-    rollout_id: int, run_id: int, token: str, run_config: dict, meta: dict, pinned_version: int | None = None
+    rollout_id: int,
+    run_id: int,
+    token: str,
+    run_config: dict,
+    meta: dict,
+    pinned_version: int | None = None,
+    policy: str = "policy",
 ) -> RolloutIdentity:
     """A rollout's identity from its stored run config and metadata (what the gateway keeps per token)."""
     patterns = meta.get("side_call_patterns") or {}
@@ -270,4 +281,5 @@ def identity_of(
         tuple(sorted((str(k), str(v)) for k, v in patterns.items())),
         SamplingSettings.from_config(run_config.get("sampling")),
         pinned_version,
+        policy,
     )

@@ -1,10 +1,12 @@
-"""A run's settings, settled by its first rollout: the capture mode and the sampling every call of a
-training run gets (``gateway.policy.sampling``). Later rollouts that ask for others are refused."""
+"""A run's settings, settled by its first rollout: the capture mode, the sampling every call of a
+training run gets (``gateway.policy.sampling``) and the policy it trains and is served
+(``store.policies``). Later rollouts that ask for others are refused."""
 
 from __future__ import annotations
 
 import dataclasses
 
+from store.policies import DEFAULT_POLICY
 from store.records import SamplingSettings
 
 ADHOC_RUN = "adhoc"  # plain serving: calls without a rollout token; each client's sampling passes through
@@ -18,13 +20,25 @@ class RunConflict(ValueError):
         self.param = param
 
 
-def settled_config(run: str, config: dict, capture: str | None, sampling: dict[str, float] | None) -> dict:
-    """The run's config with its capture mode and sampling settled; RunConflict where they differ.
+def settled_config(
+    run: str, config: dict, capture: str | None, sampling: dict[str, float] | None, policy: str | None = None
+) -> dict:
+    """The run's config with its capture mode, sampling and policy settled; RunConflict where they differ.
 
     Every run but the adhoc one (plain serving, no token) samples with fixed settings, the defaults
-    unless its first rollout gives them; the adhoc run passes each client's settings through.
+    unless its first rollout gives them; the adhoc run passes each client's settings through. A run
+    settled before policies had names is the default policy's.
     """
     config = dict(config)
+    settled_policy = config.get("policy") or (DEFAULT_POLICY if config.get("capture") else None)
+    if settled_policy is None:
+        config["policy"] = policy or DEFAULT_POLICY
+    elif policy is not None and policy != settled_policy:
+        raise RunConflict(
+            f"run {run!r} trains and is served policy {settled_policy!r}, not {policy!r}: a run keeps its "
+            f"policy; start a new run for another",
+            "policy",
+        )
     if config.get("capture") is None:
         config["capture"] = capture or "engine"
     elif capture is not None and capture != config["capture"]:

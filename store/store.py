@@ -26,6 +26,8 @@ from store.leases import Leases
 from store.listings import Listings
 from store.live_keys import LiveKeys
 from store.mismatch import Mismatches
+from store.policies import Policies
+from store.policies import run_policy as run_policy_of
 from store.records import (
     AgentReport,
     CallRecord,
@@ -82,6 +84,7 @@ class Store:
         self._without_calls: set[int] = set()
         self.calls = CallReads(self.sessions, self._without_calls)
         self.adapters = Adapters(self.sessions)
+        self.policies = Policies(self.sessions)
         self.leases = Leases(self.sessions)
         self.training = Training(self.sessions)
         self.health = Health(self.sessions, self.calls)
@@ -118,6 +121,8 @@ class Store:
         request_id: str | None = None,
         policy: str | None = None,
         pinned_version: int | None = None,
+        run_policy: str | None = None,
+        pinned_policy: str | None = None,
     ) -> RolloutIdentity:
         """A new rollout (and its run, task and group when missing).
 
@@ -126,14 +131,20 @@ class Store:
         when the group is no longer open or has all of its rollouts.
         With ``request_id`` it is idempotent: the same id in the same run returns the rollout (and
         token) the first request created, RequestConflict when the rest of the request differs.
-        ``policy`` is the pin as asked (``base``, ``latest``, ``policy-vN``; part of the request's digest)
-        and ``pinned_version`` the version it resolved to, kept on a new rollout.
+        ``policy`` is the pin as asked (``base``, ``latest``, ``pi@v3``; part of the request's digest),
+        ``pinned_policy`` and ``pinned_version`` what it resolved to, kept on a new rollout. ``run_policy``
+        settles a new run's policy (``store.policies``; RunConflict when the run has another); an unpinned
+        rollout is served its run's policy.
         """
         meta = meta or {}
-        digest = _request_digest(task, group, meta, capture, group_size, sampling, policy) if request_id else None
+        digest = (
+            _request_digest(task, group, meta, capture, group_size, sampling, policy, run_policy)
+            if request_id
+            else None
+        )
         async with self.sessions.begin() as session:
             run_row = await _get_or_create(session, Run, name=run)
-            config = settled_config(run, run_row.config or {}, capture, sampling)
+            config = settled_config(run, run_row.config or {}, capture, sampling, run_policy)
             if config != run_row.config:
                 run_row.config = config
             task_row = await _get_or_create(session, Task, run_id=run_row.id, name=task)
@@ -150,8 +161,9 @@ class Store:
                         f"request id"
                     )
                 identity = identity_of(
-                    earlier.id, run_row.id, earlier.token, config, earlier.meta or {}, earlier.pinned_version
-                )
+                    earlier.id, run_row.id, earlier.token, config, earlier.meta or {}, earlier.pinned_version,
+                    earlier.policy,
+                )  # fmt: skip
                 self._tokens[identity.token] = identity
                 return identity
             await check_group_open(session, group_row, group_size)
@@ -166,10 +178,11 @@ class Store:
                 request_id=request_id,
                 request_digest=digest,
                 pinned_version=pinned_version,
+                policy=pinned_policy if pinned_version is not None and pinned_policy else run_policy_of(config),
             )
             session.add(rollout)
             await session.flush()
-            identity = identity_of(rollout.id, run_row.id, rollout.token, config, meta, pinned_version)
+            identity = identity_of(rollout.id, run_row.id, rollout.token, config, meta, pinned_version, rollout.policy)
         self._tokens[identity.token] = identity
         self._running_seen[identity.rollout_id] = time.monotonic()  # as if just read: it runs
         if len(self._without_calls) >= FRESH_ROLLOUTS_KEPT:  # rollouts never called: forgetting costs a query
@@ -182,7 +195,7 @@ class Store:
         if cached is not None:
             return cached
         query = (
-            select(Rollout.id, Rollout.run_id, Rollout.meta, Rollout.pinned_version, Run.config)
+            select(Rollout.id, Rollout.run_id, Rollout.meta, Rollout.pinned_version, Rollout.policy, Run.config)
             .join(Run, Run.id == Rollout.run_id)
             .where(Rollout.token == token)
         )
@@ -190,7 +203,9 @@ class Store:
             row = (await session.execute(query)).first()
         if row is None:
             return None
-        identity = identity_of(row.id, row.run_id, token, row.config or {}, row.meta or {}, row.pinned_version)
+        identity = identity_of(
+            row.id, row.run_id, token, row.config or {}, row.meta or {}, row.pinned_version, row.policy
+        )
         self._tokens[token] = identity
         return identity
 
@@ -347,6 +362,7 @@ def _request_digest(
     group_size: int | None,
     sampling: dict[str, float] | None,
     policy: str | None = None,
+    run_policy: str | None = None,
 ) -> str:
     """What a create-rollout request asked for, so a retry can be told from another request."""
     asked = {
@@ -359,6 +375,8 @@ def _request_digest(
     }
     if policy is not None:  # absent from the digests of requests without a pin, as before
         asked["policy"] = policy
+    if run_policy is not None:
+        asked["run_policy"] = run_policy
     canonical = json.dumps(asked, sort_keys=True, separators=(",", ":"), default=str)
     return hashlib.sha256(canonical.encode()).hexdigest()
 

@@ -98,6 +98,8 @@ class Rollout(Base):
     # The policy version the control plane pinned this rollout to (evaluation: 0 = the base model);
     # every call is served by it whatever model the agent names. Null: the current version at its start.
     pinned_version: Mapped[int | None] = mapped_column(Integer, nullable=True)
+    # The policy serving its calls (store.policies): its run's, or the one its pin names; never the agent's choice.
+    policy: Mapped[str] = mapped_column(String(64), default="policy", server_default="policy")
     created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utcnow)
     finished_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True), nullable=True)
     # Kept when it ends: seconds its calls spent in the engine (the gateway's clock forgets them then),
@@ -122,6 +124,7 @@ class Call(Base):
     dialect: Mapped[str] = mapped_column(String(20))  # chat | completions | responses | messages
     model: Mapped[str] = mapped_column(String(200))  # the public name the client asked for
     engine_model: Mapped[str] = mapped_column(String(200))  # base model or adapter name in vLLM
+    policy: Mapped[str] = mapped_column(String(64), default="policy", server_default="policy")  # store.policies
     policy_version: Mapped[int] = mapped_column(Integer, default=0)
     # int32 LE: the prompt from prompt_offset on; the tokens before it are the parent's prompt + output
     # (store.prompt_delta). Read through the store, which gives whole prompts.
@@ -183,10 +186,12 @@ class Adapter(Base):
     """A published policy version (LoRA adapter) and whether engines hold it."""
 
     __tablename__ = "adapters"
+    __table_args__ = (UniqueConstraint("policy", "version", name="uq_adapters_policy_version"),)
 
     id: Mapped[int] = mapped_column(Id, primary_key=True)
-    version: Mapped[int] = mapped_column(Integer, unique=True)
-    name: Mapped[str] = mapped_column(String(200), unique=True)  # vLLM adapter name, policy-v{N}
+    policy: Mapped[str] = mapped_column(String(64), default="policy", server_default="policy")  # store.policies
+    version: Mapped[int] = mapped_column(Integer)
+    name: Mapped[str] = mapped_column(String(200), unique=True)  # vLLM adapter name, <policy>-v{N}
     path: Mapped[str] = mapped_column(Text)
     loaded: Mapped[bool] = mapped_column(default=False)
     # gateway.policy.proof: sha256 of its config and weights; the learner's probe (token ids and

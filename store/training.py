@@ -12,7 +12,7 @@ from collections.abc import Collection
 from dataclasses import dataclass
 from datetime import datetime
 
-from sqlalchemy import delete, or_, select, update
+from sqlalchemy import and_, delete, or_, select, update
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
@@ -109,7 +109,7 @@ class Training:
             select(Call.policy_version, Call.adapter_digest, Adapter.digest)
             .distinct()
             .join(Rollout, Rollout.id == Call.rollout_id)
-            .join(Adapter, Adapter.version == Call.policy_version)
+            .join(Adapter, and_(Adapter.policy == Call.policy, Adapter.version == Call.policy_version))
             .where(Rollout.group_id == group_id, Rollout.status != CANCELLED, Adapter.digest.is_not(None))
             .where(or_(Call.adapter_digest.is_(None), Call.adapter_digest != Adapter.digest))
         )

@@ -4,9 +4,10 @@ from __future__ import annotations
 
 from typing import Annotated, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, model_validator
 
 from gateway.policy.proof import MAX_PROBE_CHECKS, MAX_PROBE_TOKENS, AdapterProbe
+from store.policies import DEFAULT_POLICY, MAX_POLICY_NAME, InvalidPolicyName, check_policy_name
 
 TokenId = Annotated[int, Field(ge=0, lt=2**31)]
 LogProb = Annotated[float, Field(le=0.0, allow_inf_nan=False)]
@@ -41,10 +42,22 @@ class ProbeBody(BaseModel):
         )  # fmt: skip
 
 
+def _policy_name(name: str) -> str:
+    try:
+        return check_policy_name(name)
+    except InvalidPolicyName as exc:
+        raise ValueError(str(exc)) from None
+
+
+# A policy's name (store.policies): a safe identifier, never a pin's keyword or an adapter's name
+PolicyName = Annotated[str, Field(max_length=MAX_POLICY_NAME), AfterValidator(_policy_name)]
+
+
 class PublishAdapter(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
-    version: int = Field(ge=1)  # N of policy-v{N}; must exceed the current version
+    policy: PolicyName = DEFAULT_POLICY  # the policy it is a version of (store.policies; a new name starts one)
+    version: int = Field(ge=1)  # N of <policy>-v{N}; must exceed the policy's current version
     path: str = Field(min_length=1)  # a PEFT adapter folder the engine can read
     # sha256 of the folder's adapter_config.json and adapter_model.safetensors (gateway.policy.proof)
     digest: str | None = Field(default=None, pattern=r"^[0-9a-f]{64}$")
@@ -63,22 +76,37 @@ class ProbeAnswer(BaseModel):
 
 
 class AdapterPublished(BaseModel):
+    policy: str = DEFAULT_POLICY
     version: int
     name: str
     load_s: float
     unloaded: list[int]  # versions retired by this publication
-    loaded: dict[int, str]  # every version now served: version -> engine name (0 = base model)
+    loaded: dict[int, str]  # every version of the policy now served: version -> engine name (0 = base model)
     digest: str | None = None  # the adapter's digest as recorded (null: neither sent nor readable)
     proof: list[ProbeAnswer] = []  # each engine's answer to the probe; empty: none was sent
 
 
 class PolicyView(BaseModel):
     public_name: str
+    policy: str = DEFAULT_POLICY  # store.policies
     current_version: int
     loaded: dict[int, str]
     digests: dict[int, str] = {}  # loaded version -> its adapter's digest, where one was published
     max_model_len: int | None = None  # the engine's context length (the learner's default token budget)
     max_staleness: int | None = None  # versions kept loaded behind the current one (the learner drops older samples)
+
+
+class PolicySummaryView(BaseModel):
+    """One policy the server knows (``GET /admin/policies``)."""
+
+    policy: str
+    current_version: int  # the version new rollouts of it are served (0: the base model)
+    loaded: dict[int, str]  # versions this gateway's engines hold: version -> engine adapter name
+    digests: dict[int, str] = {}
+    published: int  # versions published in the store
+    runs: list[str]  # runs bound to it
+    live_users: list[str]  # users whose live keys serve it
+    engines: dict[str, list[int]] = {}  # engine URL -> the versions of it that engine holds
 
 
 class EngineView(BaseModel):

@@ -2,22 +2,37 @@
 
 from __future__ import annotations
 
-from fastapi import APIRouter
+from typing import Annotated
+
+from fastapi import APIRouter, Query
 
 from gateway.admin import leases
-from gateway.admin.protocol import AdapterPublished, EngineView, PolicyView, ProbeAnswer, PublishAdapter
+from gateway.admin.protocol import (
+    AdapterPublished,
+    EngineView,
+    PolicySummaryView,
+    PolicyView,
+    ProbeAnswer,
+    PublishAdapter,
+)
 from gateway.policy.adapters import Claim, publish_adapter
 from gateway.policy.proof import tolerance_for
-from gateway.state import AdminStateDep, StateDep
+from gateway.policy.registry import PolicyRegistry
+from gateway.state import AdminStateDep, GatewayState, StateDep
+from store.policies import DEFAULT_POLICY, POLICY_NAME
+
+PolicyQuery = Annotated[str, Query(pattern=POLICY_NAME, max_length=40)]
 
 
 async def publish(body: PublishAdapter, state: AdminStateDep) -> AdapterPublished:
-    policy = await state.ensure_policy()
+    policies = await state.ensure_policies()
+    policy = policies.get(body.policy)
     probe = body.probe.probe() if body.probe else None
     tolerance = tolerance_for(state.settings, probe) if probe else 0.0
     async with state.publish_lock:  # one publication at a time keeps versions ordered
         done = await publish_adapter(
             state.engine,
+            policies,
             policy,
             state.store,
             body.version,
@@ -27,6 +42,7 @@ async def publish(body: PublishAdapter, state: AdminStateDep) -> AdapterPublishe
             tolerance,
         )
     return AdapterPublished(
+        policy=policy.name,
         version=done.version,
         name=done.name,
         load_s=done.load_s,
@@ -37,16 +53,48 @@ async def publish(body: PublishAdapter, state: AdminStateDep) -> AdapterPublishe
     )
 
 
-async def show_policy(state: StateDep) -> PolicyView:
-    policy = await state.ensure_policy()
+async def show_policy(state: StateDep, policy: PolicyQuery = DEFAULT_POLICY) -> PolicyView:
+    """What the gateway serves of one policy (default: the server's default); 404 names the known ones."""
+    registry = await state.known_policy(policy)
+    return _policy_view(registry, state)
+
+
+def _policy_view(policy: PolicyRegistry, state: GatewayState) -> PolicyView:
     return PolicyView(
         public_name=policy.public_name,
+        policy=policy.name,
         current_version=policy.current_version,
         loaded=policy.loaded(),
         digests=policy.digests(),
         max_model_len=state.max_model_len,
         max_staleness=state.settings.max_staleness,
     )
+
+
+async def list_policies(state: AdminStateDep) -> list[PolicySummaryView]:
+    """Every policy the server knows: bound to a run or a live key, with or without versions."""
+    policies = await state.ensure_policies()
+    summaries = {s.name: s for s in await state.store.policies.summaries()}
+    held = {engine["url"]: set(engine["models"]) for engine in state.engine.engines()}
+    views = []
+    for name in sorted({*summaries, *policies.names()}):
+        registry, summary = policies.get(name), summaries.get(name)
+        loaded = registry.loaded()
+        views.append(
+            PolicySummaryView(
+                policy=name,
+                current_version=registry.current_version,
+                loaded=loaded,
+                digests=registry.digests(),
+                published=summary.versions if summary else 0,
+                runs=list(summary.runs) if summary else [],
+                live_users=list(summary.live_users) if summary else [],
+                engines={
+                    url: sorted(v for v, n in loaded.items() if v and n in models) for url, models in held.items()
+                },
+            )
+        )
+    return views
 
 
 async def list_engines(state: AdminStateDep) -> list[EngineView]:
@@ -57,6 +105,7 @@ def create_router() -> APIRouter:
     router = APIRouter(prefix="/admin", tags=["admin"])
     router.add_api_route("/adapters", publish, methods=["POST"], response_model=AdapterPublished)
     router.add_api_route("/policy", show_policy, methods=["GET"], response_model=PolicyView)
+    router.add_api_route("/policies", list_policies, methods=["GET"], response_model=list[PolicySummaryView])
     router.add_api_route("/engines", list_engines, methods=["GET"], response_model=list[EngineView])
     leases.add_routes(router)  # rollout workers' leases
     return router

@@ -82,7 +82,7 @@ class AnthropicServing:
         return request, notes
 
     async def _count(self, request: PromptFields) -> int:
-        engine_model = self.pipeline.policy.resolve(request.model).engine_model
+        engine_model = self.pipeline.policies.base_model  # every adapter shares the base model's tokenizer
         return (await self.pipeline.engine.tokenize({"model": engine_model, **prompt_fields(request)}))["count"]
 
 

@@ -8,6 +8,7 @@ from typing import Annotated, Any, Generic, Literal, TypeVar
 
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field
 
+from gateway.admin.protocol import PolicyName
 from store.records import AGENT_LOG_CHARS
 from store.rewards import VERIFIER
 
@@ -27,8 +28,6 @@ NAME = Field(min_length=1, max_length=200, pattern=r"^[^\x00-\x1f/]+$")
 # null for "no opinion". Strict: a reward is what the scorer computed, not what a coercion made of it.
 Reward = Annotated[float, Field(strict=True, allow_inf_nan=False)] | None
 REQUEST_ID = r"^[\x21-\x7e]+$"  # printable ASCII, no spaces
-# A rollout's policy pin: the base model, the version current when it is created, or a published version.
-POLICY_PIN = r"^(base|latest|policy-v[1-9][0-9]{0,9})$"
 
 
 class Sampling(BaseModel):
@@ -64,10 +63,14 @@ class CreateRollout(BaseModel):
     # The client's id for this request (or the Idempotency-Key header): a retry with the same id
     # returns the same rollout and token instead of creating a second one.
     request_id: str | None = Field(default=None, min_length=1, max_length=200, pattern=REQUEST_ID)
-    # Pin the rollout to a policy (evaluation): every call is served by it, whatever model the agent
-    # names. "latest" is the version current when the rollout is created; a published version that
-    # is not loaded is loaded. Absent: the current version when the rollout starts (training).
-    policy: str | None = Field(default=None, pattern=POLICY_PIN)
+    # Pin the rollout to a policy version (evaluation; store.policies.parse_pin): every call is served by
+    # it, whatever model the agent names. base | latest (of the run's policy) | pi@latest | pi@v3 | pi-v3:
+    # "latest" is the version current when the rollout is created; a published version that is not
+    # loaded is loaded. Absent: the run's policy's current version when the rollout starts (training).
+    policy: str | None = Field(default=None, max_length=60)
+    # The policy the run trains and is served (store.policies), set when the run is created (default:
+    # the server's default policy, "policy"); a run keeps it. A new name starts that policy.
+    run_policy: PolicyName | None = None
 
 
 class AddReward(BaseModel):
@@ -150,6 +153,7 @@ class RolloutSummary(BaseModel):
     created_at: Timestamp
     finished_at: Timestamp | None
     pinned_version: int | None = None  # the policy version it was pinned to (0 = base); null: not pinned
+    policy: str = "policy"  # the policy serving its calls (its run's, or its pin's)
 
 
 class GraphStats(BaseModel):
@@ -187,6 +191,7 @@ class CallView(BaseModel):
     dialect: str
     model: str
     engine_model: str
+    policy: str = "policy"  # the policy that served it (store.policies)
     policy_version: int
     prompt_ids: list[int]  # [] in listings asked with tokens=false
     output_ids: list[int]
@@ -274,7 +279,7 @@ class RewardByVersion(BaseModel):
 class PolicyResultView(BaseModel):
     """One policy's evaluation numbers over a run's rollouts pinned to it (store.evaluation)."""
 
-    policy: str  # base | policy-vN
+    policy: str  # base | <policy>-v<N>
     version: int  # 0 = base
     tasks: int
     rollouts: int  # ended (finished or failed)

@@ -33,10 +33,11 @@ from gateway.api.protocol import (
     SampleView,
 )
 from gateway.errors import Conflict, InvalidRequest, NotFound
-from gateway.policy.pins import requested_version
-from gateway.state import AdminStateDep, StateDep
+from gateway.policy.pins import read_pin, requested_version
+from gateway.state import AdminStateDep, GatewayState, StateDep
 from store.arrays import logprobs_or_none
 from store.listings import RolloutFilter
+from store.policies import run_policy
 from store.records import AgentReport, StoredRollout
 from store.rewards import GroupClosed, InvalidReward, RolloutEnded
 from store.run_settings import RunConflict
@@ -59,7 +60,7 @@ async def create_rollout(
 ) -> RolloutCreated:
     request_id = _request_id(body.request_id, idempotency_key)
     sampling = body.sampling.model_dump(exclude_none=True) if body.sampling else None
-    pinned = await _pinned_version(body.policy, state)
+    pinned_policy, pinned = await _pinned_version(body.policy, body.run, body.run_policy, state)
     try:
         identity = await state.store.create_rollout(
             body.run,
@@ -72,6 +73,8 @@ async def create_rollout(
             request_id,
             body.policy,
             pinned,
+            body.run_policy,
+            pinned_policy,
         )
     except RunConflict as exc:
         raise Conflict(str(exc), param=exc.param) from None
@@ -86,13 +89,25 @@ async def create_rollout(
     )
 
 
-async def _pinned_version(pin: str | None, state) -> int | None:
-    """The version a create request pins (loaded into the engine now if it is not), or None."""
+async def _pinned_version(
+    pin: str | None, run: str, run_policy: str | None, state: GatewayState
+) -> tuple[str | None, int | None]:
+    """The policy and version a create request pins (loaded into the engine now if it is not), or
+    (None, None). A pin without a policy names the run's (as asked, or as the run keeps it); a pin
+    naming a policy the server does not know is a 404 naming the known ones."""
     if pin is None:
-        return None
-    version = requested_version(pin, await state.ensure_policy())
-    await state.ensure_version(version)
-    return version
+        return None, None
+    parsed = read_pin(pin)
+    name = parsed.policy or run_policy or await _run_policy(run, state)
+    registry = await state.known_policy(name) if parsed.policy else await state.ensure_policy(name)
+    version = requested_version(parsed, registry)
+    await state.ensure_version(name, version)
+    return name, version
+
+
+async def _run_policy(run: str, state: GatewayState) -> str:
+    found = await state.store.listings.run(run)
+    return run_policy(found.config if found else None)
 
 
 async def get_rollout(rollout_id: Int64, state: StateDep) -> RolloutView:
@@ -118,6 +133,7 @@ async def get_rollout(rollout_id: Int64, state: StateDep) -> RolloutView:
         graph=graph,
         created_at=rollout.created_at,
         pinned_version=rollout.pinned_version,
+        policy=rollout.policy,
         finished_at=rollout.finished_at,
         # the measured value once it ended; the gateway's clock (in-flight calls included) while it runs
         engine_s=rollout.engine_s if rollout.engine_s is not None else state.engine_clock.seconds(rollout_id),
@@ -178,6 +194,7 @@ def rollout_summary(rollout: StoredRollout, run: str, task: str, group: str) -> 
         id=r.id, run=run, task=task, group=group, group_id=r.group_id, status=r.status, reward=r.reward,
         error=r.error, meta=r.meta, created_at=r.created_at, finished_at=r.finished_at,
         pinned_version=r.pinned_version,
+        policy=r.policy,
     )  # fmt: skip
 
 

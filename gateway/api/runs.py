@@ -94,10 +94,10 @@ async def get_run_health(name: str, state: StateDep) -> list[CaptureHealthView]:
     ]
 
 
-def policy_views(cells: list[TaskCount], metrics: dict[int, dict[str, float]] | None = None) -> list[PolicyResultView]:
+def policy_views(cells: list[TaskCount], metrics: dict[str, dict[str, float]] | None = None) -> list[PolicyResultView]:
     return [
         PolicyResultView(
-            policy=policy_label(r.version),
+            policy=r.label,
             version=r.version,
             tasks=r.tasks,
             rollouts=r.n,
@@ -109,7 +109,7 @@ def policy_views(cells: list[TaskCount], metrics: dict[int, dict[str, float]] | 
             reward_mean=r.reward.mean,
             reward_low=r.reward.low,
             reward_high=r.reward.high,
-            metrics=(metrics or {}).get(r.version, {}),
+            metrics=(metrics or {}).get(r.label, {}),
         )
         for r in policy_results(cells)
     ]
@@ -118,7 +118,7 @@ def policy_views(cells: list[TaskCount], metrics: dict[int, dict[str, float]] | 
 def task_views(cells: list[TaskCount]) -> list[PolicyTaskView]:
     tasks: dict[str, dict[str, TaskPolicyCell]] = {}
     for cell in cells:
-        tasks.setdefault(cell.task, {})[policy_label(cell.version)] = TaskPolicyCell(
+        tasks.setdefault(cell.task, {})[policy_label(cell.version, cell.policy)] = TaskPolicyCell(
             rollouts=cell.n, passed=cell.passed
         )
     return [PolicyTaskView(task=task, policies=policies) for task, policies in sorted(tasks.items())]

@@ -26,8 +26,8 @@ async def completions(request: Request, state: StateDep):
 
 
 async def list_models(request: Request, state: StateDep) -> ModelList:
-    await resolve_identity(request, state.store, state.settings.require_token)
-    policy = await state.ensure_policy()
+    identity = await resolve_identity(request, state.store, state.settings.require_token)
+    policy = await state.ensure_policy(identity.policy)  # the caller's own policy's versions, no other's
     created = int(time.time())
     cards = [
         ModelCard(id=policy.public_name, created=created, max_model_len=state.max_model_len, root=policy.base_model)

@@ -1,8 +1,10 @@
 """Publishing policy versions: load a new LoRA adapter into the engine, make it current, retire old ones.
 
-Each version loads under a new name (``policy-v{N}``), never in place: vLLM keys its prefix cache by
+Each version loads under a new name (``<policy>-v{N}``), never in place: vLLM keys its prefix cache by
 adapter name, so reusing a name would serve stale KV. Versions older than ``max_staleness + 1``
-behind the current one are unloaded; rollouts in flight keep theirs until then.
+behind their policy's current one are unloaded; rollouts in flight keep theirs until then. Each
+policy's publications touch only its own versions; when the engines hold ``max_adapters`` adapters,
+the ones no call needs are unloaded first, least recently used (``gateway.policy.policy_set``).
 
 A publication completes in both the store and the engine or changes neither. With several engines
 (``gateway.engine.pool``) "the engine" is all of them: the load returns once every healthy engine holds
@@ -22,8 +24,10 @@ from dataclasses import dataclass
 from gateway.engine.client import EngineClient, ModelNotLoaded
 from gateway.engine.pool import EnginePool
 from gateway.errors import Conflict, GatewayError, InvalidRequest
+from gateway.policy.policy_set import PolicySet
 from gateway.policy.proof import AdapterProbe, ProbeResult, adapter_digest, prove_engine
-from gateway.policy.registry import MAX_VERSION, PolicyRegistry, adapter_name
+from gateway.policy.registry import MAX_VERSION, PolicyRegistry
+from store.policies import adapter_name
 from store.store import Store
 
 logger = logging.getLogger(__name__)
@@ -57,7 +61,7 @@ def check_version(version: int, policy: PolicyRegistry) -> None:
         )
     if version <= policy.current_version:
         raise Conflict(
-            f"adapter version {version} is not newer than the current version "
+            f"adapter version {version} is not newer than policy {policy.name!r}'s current version "
             f"{policy.current_version}; versions must increase",
             param="version",
         )
@@ -65,6 +69,7 @@ def check_version(version: int, policy: PolicyRegistry) -> None:
 
 async def publish_adapter(
     engine: EnginePool,
+    policies: PolicySet,
     policy: PolicyRegistry,
     store: Store,
     version: int,
@@ -76,21 +81,37 @@ async def publish_adapter(
     """Load, prove (the claim's probe on every engine, within ``tolerance``), record, make current."""
     check_version(version, policy)
     digest = await checked_digest(path, claim.digest)
-    name = adapter_name(version)
+    name = adapter_name(policy.name, version)
+    await make_room(engine, policies, store, name)
     started = time.perf_counter()
     try:
         await engine.load_adapter(name, path)
         load_s = time.perf_counter() - started
         proof = await prove(engine, name, claim.probe, tolerance) if claim.probe else ()
         await store.adapters.save(
-            version, name, path, loaded=True, digest=digest, probe=_json(claim.probe), proof=_proof_json(proof)
-        )
+            policy.name, version, name, path, loaded=True, digest=digest, probe=_json(claim.probe),
+            proof=_proof_json(proof),
+        )  # fmt: skip
     except Exception:  # not proven or not recorded: the engine must not keep serving it either
         await _unload_quietly(engine, name)  # a load that timed out may still have happened
         raise
     policy.publish(version, name, digest)
     unloaded = await retire_old(engine, policy, store, max_staleness)
     return Published(version, name, load_s, unloaded, digest, proof)
+
+
+async def make_room(engine: EngineClient, policies: PolicySet, store: Store, loading: str) -> tuple[str, ...]:
+    """Unload the adapters no call needs, least recently used first, so one more (``loading``) fits
+    in ``max_adapters``; the names unloaded."""
+    unloaded = []
+    for policy, version in policies.evictable(keep=loading):
+        name = policy.loaded()[version]
+        await _unload(engine, policy, store, version, name)
+        policies.forget(name)
+        unloaded.append(name)
+    if unloaded:
+        logger.info("unloaded %s (least recently used) to load %s", ", ".join(unloaded), loading)
+    return tuple(unloaded)
 
 
 async def checked_digest(path: str, claimed: str | None) -> str | None:
@@ -143,20 +164,20 @@ async def retire_old(engine: EngineClient, policy: PolicyRegistry, store: Store,
     for version, name in sorted(policy.loaded().items()):
         if version == 0 or version >= oldest_kept:
             continue
-        try:
-            await engine.unload_adapter(name)
-        except GatewayError as exc:  # already gone from the engine: forget it anyway
-            logger.warning("unloading %s: %s", name, exc.message)
-        policy.retire(version)
-        await _mark_unloaded(store, version, name)
+        await _unload(engine, policy, store, version, name)
         retired.append(version)
     return tuple(retired)
 
 
-async def _mark_unloaded(store: Store, version: int, name: str) -> None:
-    for adapter in await store.adapters.loaded():
-        if adapter.version == version:
-            await store.adapters.save(version, name, adapter.path, loaded=False)
+async def _unload(engine: EngineClient, policy: PolicyRegistry, store: Store, version: int, name: str) -> None:
+    try:
+        await engine.unload_adapter(name)
+    except GatewayError as exc:  # already gone from the engine: forget it anyway
+        logger.warning("unloading %s: %s", name, exc.message)
+    policy.retire(version)
+    adapter = await store.adapters.get(policy.name, version)
+    if adapter is not None:
+        await store.adapters.save(policy.name, version, name, adapter.path, loaded=False)
 
 
 Tolerance = Callable[
@@ -165,9 +186,9 @@ Tolerance = Callable[
 
 
 async def restore_adapters(
-    engine: EngineClient, policy: PolicyRegistry, store: Store, tolerance: Tolerance | None = None
+    engine: EngineClient, policies: PolicySet, store: Store, tolerance: Tolerance | None = None
 ) -> None:
-    """After a gateway restart: make the store's loaded versions current again, reloading any the
+    """After a gateway restart: make every policy's loaded versions current again, reloading any the
     engine lost (it may have restarted too). Each must still be what was published: its folder's digest
     the stored one, and (given a ``tolerance``) its stored probe passed again on the engine. A version
     that cannot be reloaded or proven is unloaded and marked so: calls never get it."""
@@ -181,11 +202,11 @@ async def restore_adapters(
             if adapter.probe is not None and tolerance is not None:
                 probe = AdapterProbe.from_json(adapter.probe)
                 await _prove_restored(engine, adapter.name, probe, tolerance(probe))
-            policy.publish(adapter.version, adapter.name, adapter.digest)
+            policies.get(adapter.policy).publish(adapter.version, adapter.name, adapter.digest)
         except GatewayError as exc:
             logger.warning("could not restore %s from %s: %s", adapter.name, adapter.path, exc.message)
             await _unload_quietly(engine, adapter.name)
-            await store.adapters.save(adapter.version, adapter.name, adapter.path, loaded=False)
+            await store.adapters.save(adapter.policy, adapter.version, adapter.name, adapter.path, loaded=False)
 
 
 async def _prove_restored(engine: EngineClient, name: str, probe: AdapterProbe, tolerance: float) -> None:
@@ -207,10 +228,10 @@ class RecoveringEngine:
         self,
         engine: EngineClient,
         store: Store,
-        policy: Callable[[], PolicyRegistry | None],
+        policies: Callable[[], PolicySet | None],
         tolerance: Tolerance | None = None,
     ):
-        self.engine, self.store, self._policy, self.tolerance = engine, store, policy, tolerance
+        self.engine, self.store, self._policies, self.tolerance = engine, store, policies, tolerance
         self._reload_lock = asyncio.Lock()
 
     async def chat(self, body: dict) -> dict:
@@ -248,19 +269,14 @@ class RecoveringEngine:
             try:
                 return await send(body)
             except ModelNotLoaded as exc:
-                policy = self._policy()
-                if (
-                    attempt == LOST_ADAPTER_RETRIES
-                    or policy is None
-                    or exc.model not in policy.loaded().values()
-                    or exc.model == policy.base_model
-                ):
+                policies = self._policies()
+                if attempt == LOST_ADAPTER_RETRIES or policies is None or exc.model not in policies.engine_names():
                     raise
-                await self.reload(policy)
+                await self.reload(policies)
         raise AssertionError("unreachable")
 
-    async def reload(self, policy: PolicyRegistry) -> None:
+    async def reload(self, policies: PolicySet) -> None:
         """Load the store's loaded versions the engine does not list (one reload at a time)."""
         async with self._reload_lock:
             logger.warning("the engine lost adapters (restarted?): reloading the loaded versions")
-            await restore_adapters(self.engine, policy, self.store, self.tolerance)
+            await restore_adapters(self.engine, policies, self.store, self.tolerance)

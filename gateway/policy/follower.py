@@ -1,4 +1,4 @@
-"""Gateways on one store follow each other's publications: the policy version lives in the store.
+"""Gateways on one store follow each other's publications: every policy's version lives in the store.
 
 The learner publishes to one gateway (``POST /admin/adapters``), which loads the adapter into its
 engine and records it in the store. Every gateway on the same store looks at the store's loaded
@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING
 from sqlalchemy.exc import SQLAlchemyError
 
 from gateway.errors import GatewayError
-from gateway.policy.adapters import prove, retire_old
+from gateway.policy.adapters import make_room, prove, retire_old
 from gateway.policy.proof import AdapterNotApplied, AdapterProbe, tolerance_for
 from store.records import StoredAdapter
 
@@ -28,18 +28,18 @@ if TYPE_CHECKING:
 logger = logging.getLogger(__name__)
 
 
-async def follow_once(state: GatewayState) -> tuple[int, ...]:
-    """Load and make current the versions another gateway published; the versions followed."""
-    policy = state.policy
-    if policy is None:  # the engine was not discovered yet: nothing is served to follow from
+async def follow_once(state: GatewayState) -> tuple[str, ...]:
+    """Load and make current the versions another gateway published, of every policy; their engine names."""
+    policies = state.policies
+    if policies is None:  # the engine was not discovered yet: nothing is served to follow from
         return ()
     newer = sorted(
         (
             a
             for a in await state.store.adapters.loaded()
-            if a.version > policy.current_version and a.version not in state.refused_versions
+            if a.version > policies.get(a.policy).current_version and a.name not in state.refused_versions
         ),
-        key=lambda a: a.version,
+        key=lambda a: (a.policy, a.version),
     )
     if not newer:
         return ()
@@ -47,22 +47,24 @@ async def follow_once(state: GatewayState) -> tuple[int, ...]:
         served = {model["id"] for model in await state.engine.models()}
         followed = []
         for adapter in newer:
+            policy = policies.get(adapter.policy)
             if adapter.version <= policy.current_version:  # published here meanwhile
                 continue
             if adapter.name not in served and not await _load_proven(state, adapter):
                 continue
             policy.publish(adapter.version, adapter.name, adapter.digest)
-            followed.append(adapter.version)
-        if followed:
-            await retire_old(state.engine, policy, state.store, state.settings.max_staleness)
-    if followed:
-        logger.info("following the store: now serving policy-v%d", policy.current_version)
-    return tuple(followed)
+            followed.append(adapter)
+        for name in sorted({adapter.policy for adapter in followed}):
+            await retire_old(state.engine, policies.get(name), state.store, state.settings.max_staleness)
+    for adapter in followed:
+        logger.info("following the store: now serving %s", adapter.name)
+    return tuple(adapter.name for adapter in followed)
 
 
 async def _load_proven(state: GatewayState, adapter: StoredAdapter) -> bool:
     """Load a version another gateway published into this gateway's engines and prove it with the
     stored probe; False (unloaded, never tried again) when an engine does not apply it."""
+    await make_room(state.engine, state.policies, state.store, adapter.name)
     await state.engine.load_adapter(adapter.name, adapter.path)
     if adapter.probe is None:
         return True
@@ -71,7 +73,7 @@ async def _load_proven(state: GatewayState, adapter: StoredAdapter) -> bool:
         await prove(state.engine, adapter.name, probe, tolerance_for(state.settings, probe))
     except AdapterNotApplied:  # logged by prove, with the fix
         await state.engine.unload_adapter(adapter.name)
-        state.refused_versions.add(adapter.version)  # once unloaded: refused means not held either
+        state.refused_versions.add(adapter.name)  # once unloaded: refused means not held either
         return False
     return True
 

@@ -1,9 +1,14 @@
-"""Which engine model serves the public model name (the current policy version)."""
+"""Which engine model serves one policy's calls: its current version, or the version a rollout keeps.
+
+One registry per policy (``store.policies``); ``gateway.policy.policy_set`` holds them all.
+"""
 
 from __future__ import annotations
 
 from collections import OrderedDict
 from dataclasses import dataclass
+
+from store.policies import DEFAULT_POLICY
 
 PINNED_ROLLOUTS = 100_000  # rollouts whose starting version is remembered
 MAX_VERSION = 2**31 - 1  # the store keeps versions in 32-bit integer columns (calls, adapters)
@@ -12,25 +17,24 @@ MAX_VERSION = 2**31 - 1  # the store keeps versions in 32-bit integer columns (c
 @dataclass(frozen=True)
 class ResolvedModel:
     public_name: str  # what the client asked for
-    engine_model: str  # vLLM's name: the base model or an adapter policy-v{N}
+    engine_model: str  # vLLM's name: the base model or an adapter <policy>-v{N}
     version: int  # 0 = base model
     adapter_digest: str | None = None  # the adapter's content digest (None: the base, or not known)
-
-
-def adapter_name(version: int) -> str:
-    return f"policy-v{version}"
+    policy: str = DEFAULT_POLICY  # the policy serving the call
 
 
 class PolicyRegistry:
-    """Maps the public name (default ``policy``) to the current adapter, or the base model.
+    """Maps any model name a policy's caller sends to that policy's current adapter, or the base model.
 
     Agents send odd model names (shortened ids on side calls, provider prefixes), so any name that
-    is not a loaded version is served by the current policy rather than refused.
+    is not a loaded version of this policy is served by its current version rather than refused; a
+    name of another policy's adapter is just another odd name (the gateway chose the policy).
     """
 
-    def __init__(self, public_name: str, base_model: str):
+    def __init__(self, public_name: str, base_model: str, name: str = DEFAULT_POLICY):
         self.public_name = public_name
         self.base_model = base_model
+        self.name = name
         self.current_version = 0
         self._loaded: dict[int, str] = {0: base_model}
         self._digests: dict[int, str] = {}  # version -> its adapter's digest, where the publisher gave one
@@ -43,7 +47,7 @@ class PolicyRegistry:
         return self._resolved(requested, self.current_version)
 
     def _resolved(self, requested: str, version: int) -> ResolvedModel:
-        return ResolvedModel(requested, self._loaded[version], version, self._digests.get(version))
+        return ResolvedModel(requested, self._loaded[version], version, self._digests.get(version), self.name)
 
     def resolve_for(self, rollout_id: int, requested: str) -> ResolvedModel:
         """Like ``resolve``, but a rollout keeps the version it started with while it is loaded."""

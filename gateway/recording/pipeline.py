@@ -21,7 +21,8 @@ from gateway.engine.routing import begin_call, served_fields
 from gateway.engine.token_prefix import PrefixArrays, TokenIds, as_array, prompt_hint
 from gateway.errors import EngineError
 from gateway.metrics import GatewayMetrics
-from gateway.policy.registry import PolicyRegistry, ResolvedModel
+from gateway.policy.policy_set import PolicySet
+from gateway.policy.registry import ResolvedModel
 from gateway.policy.sampling import engine_sampling, sampled_with
 from gateway.recording.callgraph import CallGraphIndex, GraphNode
 from gateway.recording.streaming import CompletionAssembler, StreamedCall
@@ -46,21 +47,21 @@ class ChatPipeline:
     def __init__(
         self,
         engine: EngineClient,
-        policy: PolicyRegistry,
+        policies: PolicySet,
         writer: CallWriter,
         graph: CallGraphIndex,
         tito: Callable[[], Awaitable[TitoEngine]] | None = None,
         max_model_len: int | None = None,
         metrics: GatewayMetrics | None = None,
         engine_clock: EngineClock | None = None,
-        load_version: Callable[[int], Awaitable[str]] | None = None,
+        load_version: Callable[[str, int], Awaitable[str]] | None = None,
         retries: RetryBook | None = None,
         prefixes: PrefixArrays | None = None,
         engine_bodies: EngineBodies | None = None,
         refusals: EngineRefusals | None = None,
         source: str = "policy",
     ):
-        self.engine, self.policy, self.writer, self.graph = engine, policy, writer, graph
+        self.engine, self.policies, self.writer, self.graph = engine, policies, writer, graph
         self.source = source  # who writes the engine's answers (store.records.CALL_SOURCES)
         self.retries = retries or RetryBook()
         self._load_version = load_version  # loads a pinned rollout's version when it is not loaded
@@ -92,12 +93,13 @@ class ChatPipeline:
                             chat_body, resolved.engine_model, identity.rollout_id, self.max_model_len, top_logprobs
                         ),
                         identity,
+                        resolved,
                     )
                 else:
                     body = self.engine_bodies.encode(
                         identity.rollout_id, _engine_chat_body(chat_body, resolved, top_logprobs, stream=False)
                     )
-                    answer, latency_ms = await self._timed(self.engine.chat(body), identity)
+                    answer, latency_ms = await self._timed(self.engine.chat(body), identity, resolved)
             return await self._commit_answer(
                 identity, dialect, client_request, resolved, chat_body, answer, latency_ms, attempt=attempt
             )
@@ -113,7 +115,7 @@ class ChatPipeline:
         chat_body = engine_sampling(chat_body, client_request, identity.sampling)
         resolved = await self._resolve(identity, chat_body["model"])
         tito = await self._tito() if identity.capture == "tito" and self._tito is not None else None
-        attempt, timers = self._stream_timers(identity, client_request)
+        attempt, timers = self._stream_timers(identity, client_request, resolved)
         try:
             with self.refusals.noting(identity, chat_body):
                 if tito is not None:
@@ -137,10 +139,14 @@ class ChatPipeline:
 
         return StreamedCall(stream, commit, timers, self.writer.add_tag)
 
-    def _stream_timers(self, identity: RolloutIdentity, client_request: dict) -> tuple[Attempt, ExitStack]:
-        """A stream's call in flight, on the rollout's engine clock and among its attempts until it ends."""
+    def _stream_timers(
+        self, identity: RolloutIdentity, client_request: dict, resolved: ResolvedModel
+    ) -> tuple[Attempt, ExitStack]:
+        """A stream's call in flight (its adapter held), on the rollout's engine clock and among its
+        attempts until it ends."""
         timers = ExitStack()
         timers.enter_context(self.metrics.call_in_flight())
+        timers.enter_context(self.policies.serving(resolved.engine_model))
         timers.enter_context(self.engine_clock.timing(identity.rollout_id))
         attempt = self.retries.begin(identity.rollout_id, client_request, retry_count.get() > 0)
         timers.callback(self.retries.end, attempt)
@@ -198,7 +204,7 @@ class ChatPipeline:
         resolved = await self._resolve(identity, completion_body["model"])
         body = _engine_completion_body(completion_body, resolved, logprobs, stream=False)
         with self.refusals.noting(identity, None):
-            answer, latency_ms = await self._timed(self.engine.completions(body), identity)
+            answer, latency_ms = await self._timed(self.engine.completions(body), identity, resolved)
         return await self._commit_completion(
             identity, client_request, resolved, completion_body, answer, latency_ms, []
         )
@@ -209,7 +215,7 @@ class ChatPipeline:
         """``completion``, streamed through (as ``chat_stream``)."""
         completion_body = engine_sampling(completion_body, client_request, identity.sampling)
         resolved = await self._resolve(identity, completion_body["model"])
-        attempt, timers = self._stream_timers(identity, client_request)
+        attempt, timers = self._stream_timers(identity, client_request, resolved)
         try:
             with self.refusals.noting(identity, None):
                 stream = await self.engine.completions_stream(
@@ -270,26 +276,32 @@ class ChatPipeline:
         return TokenArrays(prompt, output, sequence)
 
     async def _resolve(self, identity: RolloutIdentity, requested: str) -> ResolvedModel:
-        """The version serving this call: a pinned rollout's own (the model it names is ignored), else
-        the registry's choice for the rollout."""
+        """The version serving this call, of the rollout's own policy (never one the model name picks):
+        a pinned rollout's own version (the model it names is ignored), else the registry's choice for
+        the rollout."""
         begin_call(identity.rollout_id)  # the engine pool routes this call by its rollout (gateway.engine.pool)
         prompt_hint.set(self.prefixes.hint(identity.rollout_id))  # its answer's prompt ids read as a delta
+        policy = self.policies.get(identity.policy)
         version = identity.pinned_version
         if version is None:
-            return self.policy.resolve_for(identity.rollout_id, requested)
-        resolved = self.policy.pinned(requested, version)
+            return policy.resolve_for(identity.rollout_id, requested)
+        resolved = policy.pinned(requested, version)
         if resolved is None and self._load_version is not None:
-            await self._load_version(version)
-            resolved = self.policy.pinned(requested, version)
+            await self._load_version(identity.policy, version)
+            resolved = policy.pinned(requested, version)
         if resolved is None:
-            raise EngineError(503, f"policy version {version} of this rollout is not loaded")
+            raise EngineError(503, f"version {version} of policy {identity.policy!r} of this rollout is not loaded")
         return resolved
 
-    async def _timed(self, awaitable, identity: RolloutIdentity) -> tuple[dict, float]:
+    async def _timed(self, awaitable, identity: RolloutIdentity, resolved: ResolvedModel) -> tuple[dict, float]:
         """The engine's answer and its round trip in milliseconds, counted as in flight meanwhile
-        (and on the rollout's engine clock)."""
+        (its adapter held, and on the rollout's engine clock)."""
         started = time.perf_counter()
-        with self.metrics.call_in_flight(), self.engine_clock.timing(identity.rollout_id):
+        with (
+            self.metrics.call_in_flight(),
+            self.engine_clock.timing(identity.rollout_id),
+            self.policies.serving(resolved.engine_model),
+        ):
             return await awaitable, (time.perf_counter() - started) * 1000.0
 
     async def _commit(
@@ -375,6 +387,7 @@ def _record(
         dialect=dialect,
         model=resolved.public_name,
         engine_model=resolved.engine_model,
+        policy=resolved.policy,
         policy_version=resolved.version,
         adapter_digest=resolved.adapter_digest,
         # Arrays once, here: packing, linking and storing then cost a memcpy, not a list walk.

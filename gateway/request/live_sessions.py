@@ -91,7 +91,7 @@ async def _served_version(request: Request, store: Store, run: str) -> tuple[int
     version, served = serving.promoted, "promoted"
     if serving.canary is not None and random.random() < serving.canary_fraction:
         version, served = serving.canary, "canary"
-    await request.app.state.gateway.ensure_version(version)  # loaded into the engine if it is not
+    await request.app.state.gateway.ensure_version(serving.policy, version)  # loaded into the engine if it is not
     return version, served
 
 

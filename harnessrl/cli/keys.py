@@ -8,8 +8,19 @@ from typing import Annotated
 
 import typer
 
-from harnessrl.cli.options import DatabaseUrl, console, fail, resolve_admin_key, resolve_database_url, with_store
+from harnessrl.cli.options import (
+    DatabaseUrl,
+    PolicyOption,
+    checked_policy,
+    console,
+    fail,
+    resolve_admin_key,
+    resolve_database_url,
+    with_store,
+)
+from store.live_keys import live_run
 from store.passk import policy_label
+from store.run_settings import RunConflict
 
 keys_app = typer.Typer(
     help="Live keys: an agent's everyday API key, each of its sessions a rollout.", no_args_is_help=True
@@ -20,20 +31,30 @@ User = Annotated[str, typer.Option("--user", help="Whose key: sessions, feedback
 @keys_app.command("create")
 def create(
     user: User,
-    run: Annotated[str, typer.Option(help="The run its sessions go to")] = "live",
+    run: Annotated[
+        str | None, typer.Option(help="The run its sessions go to (default: live, or live-POLICY with --policy)")
+    ] = None,
+    policy: PolicyOption = None,
     train: Annotated[bool, typer.Option("--train/--no-train", help="May its sessions be trained on (opt-in)")] = False,
     idle_minutes: Annotated[float, typer.Option(min=0.1, help="A call after this much silence opens a session")] = 30,
     database_url: DatabaseUrl = None,
 ) -> None:
     """A new live key: printed once (only its sha256 is kept). The agent uses it as its API key with the
-    gateway's /v1 as its base URL; no rollout needs creating."""
-    key, record = with_store(
-        resolve_database_url(database_url),
-        lambda store: store.live_keys.create(user, run, train, idle_minutes * 60),
-    )
+    gateway's /v1 as its base URL; no rollout needs creating. With --policy its sessions are served (and,
+    with --train, train) that policy only: a user's own adapter (`--policy ada`), or a team's shared one."""
+    policy = checked_policy(policy)
+    run = run or live_run(policy)
+    try:
+        key, record = with_store(
+            resolve_database_url(database_url),
+            lambda store: store.live_keys.create(user, run, train, idle_minutes * 60, policy),
+        )
+    except RunConflict as exc:
+        raise fail(str(exc)) from None
     console.print(
-        f"live key {record.id} for {user!r}, run {run!r}, training {'on' if train else 'off'}: point the agent's "
-        f"base URL at the gateway's /v1 and give it this key (shown only now)"
+        f"live key {record.id} for {user!r}, run {run!r}, policy {record.policy!r}, training "
+        f"{'on' if train else 'off'}: point the agent's base URL at the gateway's /v1 and give it this key "
+        f"(shown only now)"
     )
     print(key)
 
@@ -45,13 +66,14 @@ def list_keys(
     """The live keys (never the keys themselves): user, run, training, idle time, revoked."""
     from rich.table import Table
 
-    table = Table("id", "user", "run", "train", "idle min", "created", "revoked")
+    table = Table("id", "user", "run", "policy", "train", "idle min", "created", "revoked")
     for k in with_store(resolve_database_url(database_url), lambda store: store.live_keys.list(user)):
         revoked = f"{k.revoked_at:%Y-%m-%d %H:%M}" if k.revoked_at else ""
         table.add_row(
             str(k.id),
             k.user,
             k.run,
+            k.policy,
             "yes" if k.train else "no",
             f"{k.idle_s / 60:g}",
             f"{k.created_at:%Y-%m-%d %H:%M}",
@@ -103,7 +125,11 @@ def scan(
     )
 
 
-Run = Annotated[str, typer.Option(help="The run of the live sessions")]
+Run = Annotated[str | None, typer.Option(help="The run of the live sessions (default: live, or live-POLICY)")]
+
+
+def _live_run(run: str | None, policy: str | None) -> str:
+    return run or live_run(checked_policy(policy))
 
 
 @keys_app.command("promote")
@@ -117,48 +143,54 @@ def promote(
     canary: Annotated[
         float, typer.Option(min=0.0, max=1.0, help="Serve it to this fraction of new sessions only")
     ] = 0.0,
-    run: Run = "live",
+    run: Run = None,
+    policy: PolicyOption = None,
     database_url: DatabaseUrl = None,
 ) -> None:
-    """Serve VERSION to live keys if it passes the gate: an evaluation (`harnessrl eval --policies
-    policy-vOLD,policy-vNEW`) shows it no worse than the version it replaces, within --margin. With
-    --canary F it serves F of new sessions first (promote again without --canary to serve all)."""
+    """Serve VERSION of the live run's policy to its keys if it passes the gate: an evaluation
+    (`harnessrl eval --policies ada@vOLD,ada@vNEW`) shows it no worse than the version it replaces, within
+    --margin. With --canary F it serves F of new sessions first (promote again without --canary to serve
+    all). Other policies' live runs are untouched."""
     import json
 
     from harnessrl.live.promotion import gate
 
-    url = resolve_database_url(database_url)
-    serving = with_store(url, lambda store: store.live_keys.serving(run))
+    url, run = resolve_database_url(database_url), _live_run(run, policy)
+    serving = _serving(url, run)
+    label = policy_label(version, serving.policy)
     try:
-        decision = gate(json.loads(eval_json.read_text()), serving.promoted, version, margin, metric)
+        decision = gate(json.loads(eval_json.read_text()), serving.promoted, version, margin, metric, serving.policy)
     except (ValueError, KeyError) as exc:
         raise fail(str(exc)) from None
     if not decision.promote:
-        raise fail(f"policy-v{version} {decision.why}")
+        raise fail(f"{label} {decision.why}")
     if canary:
         _serve(url, run, serving.promoted, "", (version, canary))
-        console.print(f"policy-v{version} serves {canary:.0%} of new live sessions of {run!r} (canary): {decision.why}")
+        console.print(f"{label} serves {canary:.0%} of new live sessions of {run!r} (canary): {decision.why}")
         return
     _serve(url, run, version, decision.why)
-    console.print(f"policy-v{version} now serves every new live session of {run!r}: {decision.why}")
+    console.print(f"{label} now serves every new live session of {run!r}: {decision.why}")
 
 
 @keys_app.command("rollback")
 def rollback(
     version: Annotated[int, typer.Argument(min=0, help="An earlier version (0: the base model)")],
-    run: Run = "live",
+    run: Run = None,
+    policy: PolicyOption = None,
     database_url: DatabaseUrl = None,
 ) -> None:
     """Serve an earlier VERSION to new live sessions at once (no gate), ending any canary."""
-
+    run = _live_run(run, policy)
     serving = _serve(resolve_database_url(database_url), run, version, "rollback")
-    console.print(f"new live sessions of {run!r} are served {policy_label(serving.promoted)}")
+    console.print(f"new live sessions of {run!r} are served {policy_label(serving.promoted, serving.policy)}")
 
 
 @keys_app.command("report")
-def report(run: Run = "live", database_url: DatabaseUrl = None) -> None:
+def report(run: Run = None, policy: PolicyOption = None, database_url: DatabaseUrl = None) -> None:
     """A run's live sessions per user (rewarded, excluded and why, trained) and what serves them."""
     from rich.table import Table
+
+    run = _live_run(run, policy)
 
     async def read(store):
         return await store.live_keys.report(run), await store.live_keys.serving(run)
@@ -175,9 +207,11 @@ def report(run: Run = "live", database_url: DatabaseUrl = None) -> None:
         counts = (u.sessions, u.running, u.rewarded)
         table.add_row(u.user, *map(str, counts), mean, redacted, str(u.unscanned), str(u.trainable), str(u.trained))
     console.print(table)
-    label = policy_label(serving.promoted)
+    label = policy_label(serving.promoted, serving.policy)
     canary = (
-        f", canary policy-v{serving.canary} for {serving.canary_fraction:.0%}" if serving.canary is not None else ""
+        f", canary {policy_label(serving.canary, serving.policy)} for {serving.canary_fraction:.0%}"
+        if serving.canary is not None
+        else ""
     )
     console.print(f"new sessions of {run!r} are served {label}{canary}")
     for h in serving.history:
@@ -188,9 +222,10 @@ def _serve(url: str, run: str, version: int, why: str, canary: tuple[int, float]
     """Serve ``version`` (published, or 0) to the run's new live sessions, or a CLI error naming why not."""
 
     async def serve(store):
+        policy = (await store.live_keys.serving(run)).policy
         for v in (version, *(canary[:1] if canary else ())):
-            if v and await store.adapters.get(v) is None:
-                raise LookupError(f"policy-v{v} was never published to this store")
+            if v and await store.adapters.get(policy, v) is None:
+                raise LookupError(f"{policy_label(v, policy)} was never published to this store")
         return await store.live_keys.serve(run, version, why, canary)
 
     try:
@@ -231,3 +266,22 @@ def feedback(
     except (GatewayUnreachable, GatewayRefused) as exc:
         raise fail(str(exc)) from None
     console.print(f"rollout {recorded['rollout_id']}: reward {recorded['reward']} ({recorded['rewards']})")
+
+
+def _serving(url: str, run: str):
+    """What serves a live run now; a CLI error when no live key has that run."""
+
+    async def read(store):
+        if not await store.listings.run_exists(run):
+            keys = await store.live_keys.list()
+            runs = sorted({k.run for k in keys}) or ["none yet"]
+            raise LookupError(
+                f"no live run {run!r}: live runs are {', '.join(runs)} (create a key with "
+                f"`harnessrl keys create --user NAME --policy POLICY`)"
+            )
+        return await store.live_keys.serving(run)
+
+    try:
+        return with_store(url, read)
+    except LookupError as exc:
+        raise fail(str(exc)) from None

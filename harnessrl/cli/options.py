@@ -35,6 +35,11 @@ Split = Annotated[
     ),
 ]
 TestFraction = Annotated[float, typer.Option(min=0.0, max=1.0, help="Share of task names in the test split")]
+# The policy (store.policies: a named lineage of adapters) a command works on; a new name starts one.
+PolicyOption = Annotated[
+    str | None,
+    typer.Option("--policy", help="The policy (named adapter lineage: pi, opencode, ada); a new name starts one"),
+]
 
 
 def fail(message: str) -> typer.Exit:
@@ -48,6 +53,29 @@ def check_choice(option: str, value: str | None, choices: object) -> None:
     allowed = typing.get_args(choices)
     if value is not None and value not in allowed:
         raise fail(f"{option} {value}: choose {' or '.join(allowed)}")
+
+
+def checked_policy(name: str | None) -> str | None:
+    """``name`` when it is a safe policy name (None stays None), else a CLI error naming the rule."""
+    from store.policies import InvalidPolicyName, check_policy_name
+
+    try:
+        return None if name is None else check_policy_name(name)
+    except InvalidPolicyName as exc:
+        raise fail(f"--policy: {exc}") from None
+
+
+def harness_policy(harness: str) -> str:
+    """A run's policy when none is named: its harness's name (one adapter per agent), made a policy name."""
+    import re
+
+    from store.policies import DEFAULT_POLICY, InvalidPolicyName, check_policy_name
+
+    name = re.sub(r"[^a-z0-9_-]", "-", harness.lower()).strip("-_")
+    try:
+        return check_policy_name(name)
+    except InvalidPolicyName:
+        return DEFAULT_POLICY
 
 
 def resolve_database_url(url: str | None) -> str:

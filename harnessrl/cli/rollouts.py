@@ -17,8 +17,10 @@ from harnessrl.cli.options import (
     Include,
     Split,
     TestFraction,
+    checked_policy,
     console,
     fail,
+    harness_policy,
     judge_settings,
     resolve_admin_key,
     resolve_database_url,
@@ -32,6 +34,13 @@ def run_rollouts(
     tasks: Annotated[str, typer.Option(help=TASKS_HELP)],  # a path or a spec (openenv:http://...)
     run: Annotated[str, typer.Option(help="The run's name; rerunning the same command resumes it")],
     harness: Annotated[str, typer.Option(help=harness_help())] = "builtin",
+    policy: Annotated[
+        str | None,
+        typer.Option(
+            help="The policy (named adapter lineage) the run trains and is served; a new name starts one "
+            "[default: the harness's name]"
+        ),
+    ] = None,
     group_size: Annotated[int, typer.Option(min=1, help="G: rollouts per task (one GRPO group)")] = 4,
     concurrency: Annotated[int, typer.Option(min=1, help="Rollouts at once")] = 4,
     sandbox: Annotated[str, typer.Option(help="local | docker")] = "local",
@@ -132,6 +141,7 @@ def run_rollouts(
     key = resolve_admin_key(admin_key)
     judged = judge_settings(judge)
     selection = task_selection(include, exclude, split, test_fraction)
+    served = checked_policy(policy) or harness_policy(harness)
     try:
         with (
             _teacher_gateway(
@@ -163,6 +173,7 @@ def run_rollouts(
                     worker=worker_id,
                     lease_s=lease_s,
                     sandbox_gateway=sandbox_gateway,
+                    policy=served,
                 )
             )
     except (ValueError, RuntimeError) as exc:  # bad tasks, harness, reward spec, unreachable gateway

@@ -21,7 +21,7 @@ db_app = typer.Typer(help="The trajectory store.", no_args_is_help=True)
 
 
 def ls(
-    what: Annotated[str, typer.Argument(help="runs | groups | rollouts")],
+    what: Annotated[str, typer.Argument(help="policies | runs | groups | rollouts")],
     run: Annotated[str | None, typer.Option(help="Only this run (runs: names containing it)")] = None,
     status: Annotated[
         str | None, typer.Option(help="groups: open|ready|consumed; rollouts: running|finished|failed")
@@ -43,7 +43,8 @@ def ls(
         ),
     ] = None,
 ) -> None:
-    """List runs, groups or rollouts, filtered as GET /api/runs, /api/groups and /api/rollouts are."""
+    """List policies (every adapter lineage the server knows, with the runs and live users bound to it), runs,
+    groups or rollouts, filtered as GET /admin/policies, /api/runs, /api/groups and /api/rollouts are."""
     from harnessrl.reports.remote_views import GatewayReadError, gateway_list_view
     from harnessrl.reports.views import list_view, render
     from store.listings import RolloutFilter

@@ -17,8 +17,10 @@ from harnessrl.cli.options import (
     Include,
     TestFraction,
     check_choice,
+    checked_policy,
     console,
     fail,
+    harness_policy,
     judge_settings,
     resolve_admin_key,
     resolve_database_url,
@@ -67,6 +69,12 @@ def quickstart(
             + " (builtin: one-shot; the others: real CLI agents)"
         ),
     ] = "builtin",
+    policy: Annotated[
+        str | None,
+        typer.Option(
+            help="The policy (named adapter lineage) it trains, serves and evaluates [default: the harness's name]"
+        ),
+    ] = None,
     call_max_tokens: Annotated[int, typer.Option(min=16, help="A CLI agent's max tokens per model call")] = 256,
     train_temperature: Annotated[
         float | None,
@@ -219,6 +227,7 @@ def quickstart(
         lr=lr,
         capture=capture,
         task_sampling=task_sampling,
+        policy=checked_policy(policy) or harness_policy(harness),
     )
     try:
         png, adapter = Quickstart(plan, console).run()

@@ -18,7 +18,8 @@ and its row (and per-task cells) come from that run's summary, so one table read
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable
+import zlib
+from collections.abc import Callable, Mapping
 from contextlib import ExitStack
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -34,6 +35,7 @@ from harnesses.runner import Runner
 from harnesses.task import Task
 from sandboxes import SandboxSpec
 from store.passk import TaskCount, policy_label, policy_results
+from store.policies import DEFAULT_POLICY, LATEST, InvalidPolicyName, parse_pin
 from store.records import RolloutStatus
 
 ROLLOUTS_PATH = "/api/rollouts"
@@ -45,7 +47,7 @@ class EvalPlan:
     run: str
     tasks: list[Task]
     harness: Harness
-    policies: tuple[str, ...]  # as asked: base | latest | policy-vN
+    policies: tuple[str, ...]  # as asked: base | latest | <policy>@latest | <policy>@v<N> | <policy>-v<N> | teacher:M
     k: int  # rollouts per task per policy
     concurrency: int
     sandbox: str = "local"
@@ -60,6 +62,7 @@ class EvalPlan:
     policy_model: Path | None = None
     teacher_base_url: str | None = None
     capture: str | None = None  # the policies' runs' capture mode (engine | tito); teachers' runs are engine
+    policy: str = DEFAULT_POLICY  # the policy a pin without one names (base, latest)
 
     @property
     def harness_label(self) -> str:
@@ -102,10 +105,20 @@ class Resolved:
     asked: str
     version: int  # a teacher's: 0 (its gateway serves no adapter)
     teacher: str | None = None  # the litellm model string of a teacher:MODEL policy
+    policy: str = DEFAULT_POLICY  # the policy (store.policies) whose version it is
 
     @property
     def label(self) -> str:
-        return self.asked if self.teacher else policy_label(self.version)
+        """How results name it, and the pin its rollouts carry: ``base``, ``<policy>-v<N>`` or the teacher."""
+        return self.asked if self.teacher else policy_label(self.version, self.policy)
+
+    @property
+    def round(self) -> int:
+        """Its runner round in the evaluation run (slot leases and resumption go by it): the version for
+        the default policy (as before policies had names), else one of the policy's own (2^20 versions a policy)."""
+        if self.version == 0 or self.policy == DEFAULT_POLICY:
+            return self.version
+        return (zlib.crc32(self.policy.encode()) % 2000 + 1) * 2**20 + self.version % 2**20
 
     @property
     def live_version(self) -> int:
@@ -117,8 +130,13 @@ class Resolved:
         return f"{eval_run}-{self.asked.replace('/', '_')}" if self.teacher else eval_run  # run names take no /
 
 
-def resolve_policies(asked: tuple[str, ...], current_version: int) -> list[Resolved]:
-    """Each asked policy as a version (``latest``: the current one), duplicates dropped, in order."""
+def resolve_policies(
+    asked: tuple[str, ...], current_version: int | Mapping[str, int], default: str = DEFAULT_POLICY
+) -> list[Resolved]:
+    """Each asked policy as a policy and version (``latest``: its current one, from ``current_version``:
+    per policy, or the default policy's), duplicates dropped, in order. A pin without a policy names
+    ``default``; ValueError names the grammar."""
+    currents = current_version if isinstance(current_version, Mapping) else {default: current_version}
     found, seen = [], set()
     for name in asked:
         if name.startswith(TEACHER_PREFIX) and name.removeprefix(TEACHER_PREFIX):
@@ -126,18 +144,31 @@ def resolve_policies(asked: tuple[str, ...], current_version: int) -> list[Resol
                 seen.add(name)
                 found.append(Resolved(name, 0, name.removeprefix(TEACHER_PREFIX)))
             continue
-        if name == "latest":
-            version = current_version
-        elif name == "base":
-            version = 0
-        elif name.startswith("policy-v") and name.removeprefix("policy-v").isdigit():
-            version = int(name.removeprefix("policy-v"))
-        else:
-            raise ValueError(f"--policies takes base, latest, policy-vN or teacher:MODEL, not {name!r}")
-        if version not in seen:
-            seen.add(version)
-            found.append(Resolved(name, version))
+        try:
+            pin = parse_pin(name)
+        except InvalidPolicyName as exc:
+            raise ValueError(
+                f"--policies takes a pin (base, latest, pi@latest, pi@v3, pi-v3) or teacher:MODEL: {exc}"
+            ) from None
+        policy = pin.policy or default
+        version = currents.get(policy, 0) if pin.version == LATEST else pin.version
+        key = (0, DEFAULT_POLICY) if version == 0 else (version, policy)  # the base model is one, whoever asks
+        if key not in seen:
+            seen.add(key)
+            found.append(Resolved(name, version, policy=key[1]))
     return found
+
+
+def pinned_policies(asked: tuple[str, ...], default: str = DEFAULT_POLICY) -> set[str]:
+    """The policies the asked pins name (a pin without one names ``default``)."""
+    names = set()
+    for name in asked:
+        if not name.startswith(TEACHER_PREFIX):
+            try:
+                names.add(parse_pin(name).policy or default)
+            except InvalidPolicyName:
+                pass  # resolve_policies says what is wrong with it
+    return names
 
 
 @dataclass
@@ -145,15 +176,15 @@ class LiveCounts:
     """Results so far, per (version, task), for the live table (a pass: total reward >= 1)."""
 
     k: int
-    cells: dict[tuple[int, str], list[RolloutResult]] = field(default_factory=dict)
+    cells: dict[tuple[int, str, str], list[RolloutResult]] = field(default_factory=dict)
     total: int = 0
 
-    def add(self, version: int, result: RolloutResult) -> None:
-        self.cells.setdefault((version, result.task), []).append(result)
+    def add(self, version: int, result: RolloutResult, policy: str = DEFAULT_POLICY) -> None:
+        self.cells.setdefault((version, policy, result.task), []).append(result)
 
     def task_counts(self) -> list[TaskCount]:
         counts = []
-        for (version, task), results in sorted(self.cells.items()):
+        for (version, policy, task), results in sorted(self.cells.items()):
             rewards = [(r.reward or 0.0) if r.status == RolloutStatus.FINISHED else 0.0 for r in results]
             counts.append(
                 TaskCount(
@@ -164,6 +195,7 @@ class LiveCounts:
                     sum(r.status == RolloutStatus.FAILED for r in results),
                     sum(rewards),
                     sum(x * x for x in rewards),
+                    policy,
                 )
             )
         return counts
@@ -183,8 +215,11 @@ async def run_evaluation(
     clients: list[EvalClient] = []
     try:
         with ExitStack() as teachers:
-            current = int((await control.policy()).get("current_version", 0))
-            policies = resolve_policies(plan.policies, current)
+            current = {
+                name: int((await control.policy(name)).get("current_version", 0))
+                for name in sorted(pinned_policies(plan.policies, plan.policy))
+            }
+            policies = resolve_policies(plan.policies, current, plan.policy)
             runners = []
             for policy in policies:
                 url = _teacher_url(plan, policy, admin_key, teachers) if policy.teacher else gateway_url
@@ -239,12 +274,13 @@ def _runner_plan(plan: EvalPlan, policy: Resolved) -> PinnedRunPlan:
         base_spec=plan.base_spec,
         sampling=plan.sampling,
         sandbox_options=plan.sandbox_options,
-        round=policy.version,
+        round=policy.round,
         wall_factor=plan.wall_factor,
         pin=policy.label,
         judge=plan.judge,
         teacher=policy.teacher,
         capture="engine" if policy.teacher else plan.capture,
+        policy=plan.policy,
     )
 
 
@@ -260,7 +296,7 @@ async def _run_jobs(jobs, concurrency: int, live: LiveCounts, on_update: Callabl
     async def one(policy: Resolved, runner: Runner, task: Task, index: int) -> None:
         async with limit:
             result = await runner.run_one(task, index)
-        live.add(policy.live_version, result)
+        live.add(policy.live_version, result, policy.policy)
         on_update(live)
 
     try:

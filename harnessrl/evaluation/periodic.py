@@ -21,6 +21,7 @@ from harnesses.task import Task
 from harnessrl.evaluation.evaluate import EvalPlan, run_evaluation
 from sandboxes import SandboxSpec
 from store.passk import policy_label
+from store.policies import DEFAULT_POLICY
 from store.store import Store
 
 logger = logging.getLogger(__name__)
@@ -43,6 +44,16 @@ class EvalEvery:
     base_spec: SandboxSpec = field(default_factory=SandboxSpec)
     temperature: float = 1.0
     capture: str | None = None  # the eval run's capture mode (engine | tito); None: the gateway's default
+    policy: str = DEFAULT_POLICY  # the policy whose versions are evaluated (store.policies)
+
+
+async def served_version(client: GatewayClient, policy: str = DEFAULT_POLICY) -> int:
+    """The version the gateway serves a policy's new rollouts now (0: the base model, or a policy it
+    does not know yet: nothing of it was published)."""
+    for summary in await client.policies():
+        if summary["policy"] == policy:
+            return int(summary["current_version"])
+    return 0
 
 
 class PeriodicEval:
@@ -68,7 +79,7 @@ class PeriodicEval:
             self.evaluated = await self._evaluated_versions()
         client = GatewayClient(self.gateway_url, self.admin_key)
         try:
-            current = int((await client.policy()).get("current_version", 0))
+            current = await served_version(client, self.settings.policy)
         finally:
             await client.close()
         if not self.due(current):
@@ -81,7 +92,7 @@ class PeriodicEval:
             run=eval_run_name(self.run),
             tasks=s.tasks,
             harness=s.harness,
-            policies=(policy_label(version),),
+            policies=(policy_label(version, s.policy),),
             k=s.k,
             concurrency=s.concurrency,
             sandbox=s.sandbox,
@@ -89,10 +100,11 @@ class PeriodicEval:
             base_spec=s.base_spec,
             sandbox_options=s.sandbox_options,
             capture=s.capture,
+            policy=s.policy,
         )
         document = await run_evaluation(plan, self.gateway_url, self.admin_key)
         if document.get("interrupted"):  # Ctrl-C or SIGTERM stops the caller too; part of an eval is no score
-            raise asyncio.CancelledError(f"the evaluation of {policy_label(version)} was interrupted")
+            raise asyncio.CancelledError(f"the evaluation of {policy_label(version, s.policy)} was interrupted")
         [row] = document["policies"]
         metrics = {
             "eval_version": version,
@@ -108,7 +120,7 @@ class PeriodicEval:
         step = await self.store.evaluations.record_eval_metrics(run_id, version, metrics) if run_id else None
         logger.info(
             "evaluated %s on %d held-out tasks: pass@1 %.3f, pass@%d %.3f (learner step %s)",
-            policy_label(version),
+            policy_label(version, s.policy),
             row["tasks"],
             row["pass_at_1"] or 0.0,
             row["k"],
@@ -123,7 +135,8 @@ class PeriodicEval:
         run_id = await self.store.listings.run_id(eval_run_name(self.run))
         if run_id is None:
             return set()
-        return {cell.version for cell in await self.store.evaluations.pinned_task_counts(run_id)}
+        cells = await self.store.evaluations.pinned_task_counts(run_id)
+        return {cell.version for cell in cells if cell.version == 0 or cell.policy == self.settings.policy}
 
 
 class EvalThread:

@@ -6,7 +6,7 @@ from pathlib import Path
 
 from rich.table import Table
 
-from store.passk import PolicyResult, policy_label
+from store.passk import PolicyResult
 
 
 def _pct(value: float | None) -> str:
@@ -23,7 +23,7 @@ def live_table(run: str, results: list[PolicyResult], done: int, total: int, k: 
     for column in ("policy", "rollouts", "passed", "pass@1", f"pass@{k}", "mean reward", "95% interval", "failures"):
         table.add_column(column, justify="right")
     for r in results:
-        name = policy_label(r.version) if r.version >= 0 else "teacher"  # teachers: negative keys (evaluation)
+        name = r.label if r.version >= 0 else "teacher"  # teachers: negative keys (evaluation)
         table.add_row(
             name,
             str(r.n),

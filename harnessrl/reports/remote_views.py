@@ -11,7 +11,7 @@ import asyncio
 from rich.table import Table
 
 from harnesses.gateway_client import GatewayClient, GatewayRefused, GatewayUnreachable
-from harnessrl.reports.views import listing_table
+from harnessrl.reports.views import LISTINGS, listing_table
 from store.listings import RolloutFilter
 
 
@@ -19,8 +19,13 @@ class GatewayReadError(RuntimeError):
     """The gateway refused or could not answer; the message names the fix."""
 
 
+POLICIES_PATH = "/admin/policies"
+
+
 def gateway_list_view(url: str, admin_key: str, what: str, where: RolloutFilter, limit: int) -> Table:
     """``harnessrl ls``'s table (``harnessrl.reports.views.listing_table``) of a gateway's listing."""
+    if what == "policies":
+        return listing_table(what, _get(url, admin_key, POLICIES_PATH, {}))
     if what == "runs":
         path, params = "/api/runs", {"name": where.run, "order": "desc"}
     elif what == "groups":
@@ -32,7 +37,7 @@ def gateway_list_view(url: str, admin_key: str, what: str, where: RolloutFilter,
             "policy_version": where.policy_version, "reward_min": where.reward_min, "reward_max": where.reward_max,
         }  # fmt: skip
     else:
-        raise ValueError(f"ls shows runs, groups or rollouts, not {what!r}")
+        raise ValueError(f"ls shows {LISTINGS}, not {what!r}")
     return listing_table(what, _get(url, admin_key, path, {**params, "limit": limit}))
 
 
@@ -53,6 +58,8 @@ def _get(url: str, admin_key: str, path: str, params: dict) -> list[dict]:
 async def _listing(url: str, admin_key: str, path: str, params: dict) -> list[dict]:
     gateway = GatewayClient(url, admin_key)
     try:
+        if path == POLICIES_PATH:  # one list, not pages
+            return await gateway.policies()
         return await gateway.listing(path, params)
     finally:
         await gateway.close()

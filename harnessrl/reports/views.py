@@ -17,10 +17,25 @@ from harnessrl.reports.retokenization import RetokenizationSkew
 from store.health import CaptureHealth
 from store.listings import GroupFilter, RolloutFilter
 from store.mismatch import MismatchSummary
+from store.policies import PolicySummary, adapter_name
 from store.rewards import VERIFIER, verifier_metrics
 from store.store import Store
 
 LIMIT = 50
+LISTINGS = "policies, runs, groups or rollouts"
+
+
+def policy_row(summary: PolicySummary) -> dict:
+    """A policy as the store knows it, in ``GET /admin/policies``' shape: the newest loaded version is the
+    one its gateways serve (the store has no gateway's view of in-flight loads)."""
+    return {
+        "policy": summary.name,
+        "current_version": max(summary.loaded, default=0),
+        "loaded": {str(v): adapter_name(summary.name, v) for v in summary.loaded},
+        "published": summary.versions,
+        "runs": list(summary.runs),
+        "live_users": list(summary.live_users),
+    }
 
 
 async def list_view(store: Store, what: str, where: RolloutFilter, limit: int = LIMIT) -> Table:
@@ -30,6 +45,8 @@ async def list_view(store: Store, what: str, where: RolloutFilter, limit: int = 
     from gateway.api.runs import group_view, run_views
 
     listings = store.listings
+    if what == "policies":
+        return listing_table(what, [policy_row(summary) for summary in await store.policies.summaries()])
     if what == "runs":
         views = await run_views(listings, await listings.runs(where.run, 0, limit, newest_first=True))
     elif what == "groups":
@@ -38,12 +55,22 @@ async def list_view(store: Store, what: str, where: RolloutFilter, limit: int = 
     elif what == "rollouts":
         views = [rollout_summary(*row) for row in await listings.rollouts(where, 0, limit)]
     else:
-        raise ValueError(f"ls shows runs, groups or rollouts, not {what!r}")
+        raise ValueError(f"ls shows {LISTINGS}, not {what!r}")
     return listing_table(what, [view.model_dump(mode="json") for view in views])
 
 
 def listing_table(what: str, rows: list[dict]) -> Table:
     """``harnessrl ls``'s table of ``rows`` in the REST API's JSON shape (GET /api/runs, /groups, /rollouts)."""
+    if what == "policies":
+        table = _table("policy", "serves", "loaded", "published", "runs", "live users")
+        for p in rows:
+            loaded = sorted(int(v) for v in p["loaded"] if int(v))
+            table.add_row(
+                p["policy"], f"v{p['current_version']}" if p["current_version"] else "base",
+                ", ".join(f"v{v}" for v in loaded), str(p["published"]), ", ".join(p["runs"]),
+                ", ".join(p["live_users"]),
+            )  # fmt: skip
+        return table
     if what == "runs":
         table = _table("id", "name", "capture", "created", "rollouts", "finished", "reward", "last activity")
         table.columns[1].no_wrap = True  # a name is what one copies into --run: never broken across lines

@@ -172,7 +172,7 @@ class Quickstart:
     ) -> None:
         """GRPO rounds while ``_going``, each pacing its groups to the learner (``_pace``); a periodic
         evaluation before each round, unless an earlier one still runs."""
-        until = grpo_until(self.plan, warm.version if warm else await current_version(client))
+        until = grpo_until(self.plan, warm.version if warm else await current_version(client, self.plan.policy))
         pace = partial(self._pace, client, deadline, learner, until)
         round_ = 0
         while await self._going(client, deadline, learner, until, round_) and not (0 < self.plan.max_rounds <= round_):
@@ -223,6 +223,7 @@ class Quickstart:
             teacher=teacher,
             capture="engine" if teacher else self.plan.capture,
             pace=pace,
+            policy=self.plan.policy,
         )
         runner = Runner(plan, client, on_result=lambda result: self.dashboard.add_result(shown, result))
         await runner.run()
@@ -305,7 +306,7 @@ class Quickstart:
             return False
         if rounds == 0 or time.monotonic() < deadline:
             return True
-        return until > await current_version(client)
+        return until > await current_version(client, self.plan.policy)
 
     async def _pace(self, client: GatewayClient, deadline: float, learner: ManagedProcess, until: int) -> Admission:
         """May a GRPO round begin another group? Not while ``backlog_steps`` learner steps' worth of groups
@@ -335,16 +336,18 @@ class Quickstart:
             await asyncio.sleep(2.0)
 
     async def _update(self, client: GatewayClient) -> None:
-        self.dashboard.policy = await client.policy()
+        self.dashboard.policy = next(
+            (p for p in await client.policies() if p["policy"] == self.plan.policy), {"current_version": 0}
+        )
         self.dashboard.steps = await step_rows(self._store, self.plan.run)
 
     def _final_adapter(self) -> Path | None:
         """The adapter the gateway served last (what the final evaluation measured: the learner's, or SFT's
         when the learner published none), else the newest saved."""
         folders = [self.home / "learner" / "adapters", self.home / "sft" / "adapters"]
-        served = (self.dashboard.policy or {}).get("current_version")
+        served, prefix = (self.dashboard.policy or {}).get("current_version"), f"{self.plan.policy}-v"
         for folder in folders:
-            if served and (folder / f"policy-v{served}").is_dir():
-                return folder / f"policy-v{served}"
-        adapters = [adapter for folder in folders for adapter in folder.glob("policy-v*")]
-        return max(adapters, key=lambda p: int(p.name.removeprefix("policy-v")), default=None)
+            if served and (folder / f"{prefix}{served}").is_dir():
+                return folder / f"{prefix}{served}"
+        adapters = [adapter for folder in folders for adapter in folder.glob(f"{prefix}*")]
+        return max(adapters, key=lambda p: int(p.name.removeprefix(prefix)), default=None)

@@ -10,16 +10,17 @@ import asyncio
 
 from harnesses.gateway_client import GatewayClient
 from harnesses.harness import Harness
-from harnessrl.evaluation.periodic import EvalEvery, PeriodicEval
+from harnessrl.evaluation.periodic import EvalEvery, PeriodicEval, served_version
 from harnessrl.training.quickstart_plan import QuickstartPlan, sandbox_spec, unseen_run
+from store.policies import DEFAULT_POLICY
 from store.store import Store
 
 HeldOutSets = list[tuple[str, PeriodicEval]]  # (label shown, its evaluation)
 
 
-async def current_version(client: GatewayClient) -> int:
-    """The policy version the gateway serves now."""
-    return int((await client.policy()).get("current_version", 0))
+async def current_version(client: GatewayClient, policy: str = DEFAULT_POLICY) -> int:
+    """The version of ``policy`` the gateway serves now."""
+    return await served_version(client, policy)
 
 
 def held_out_sets(plan: QuickstartPlan, agent: Harness, gateway_url: str, admin_key: str, store: Store) -> HeldOutSets:
@@ -41,6 +42,7 @@ def held_out_sets(plan: QuickstartPlan, agent: Harness, gateway_url: str, admin_
             base_spec=sandbox_spec(),
             temperature=plan.agent.temperature,
             capture=plan.capture,
+            policy=plan.policy,
         )
         evals.append((label, PeriodicEval(settings, run, gateway_url, admin_key, store)))
     return evals
@@ -55,7 +57,7 @@ async def evaluate_sets(
     if final and evals:
         client = GatewayClient(evals[0][1].gateway_url, admin_key)
         try:
-            version = await current_version(client)
+            version = await current_version(client, evals[0][1].settings.policy)
         finally:
             await client.close()
     done = await asyncio.gather(*(_evaluate_one(periodic, version) for _, periodic in evals))

@@ -15,6 +15,7 @@ from harnessrl.training.curriculum import TaskSampling
 from harnessrl.training.warm_start import WarmStart, WarmStartResult, learner_keys
 from learner.config import LearnerConfig, with_overrides
 from sandboxes import Limits, SandboxSpec
+from store.policies import DEFAULT_POLICY
 
 # One reply per rollout, short: the arithmetic family is graded on the final answer (`eval --harness oneshot`).
 PACKED_ROW_TOKENS = 8192
@@ -70,6 +71,9 @@ class QuickstartPlan:
     # Which tasks a GRPO round plays: "pass", every train task once (shuffled); "learnable", rounds of
     # ``round_groups`` tasks drawn by their family's chance of a reward spread (harnessrl.training.curriculum).
     task_sampling: TaskSampling = "pass"
+    # The policy (store.policies) every run of the quickstart trains, is served and evaluates: its versions
+    # are the quickstart's; other policies on the same server are untouched.
+    policy: str = DEFAULT_POLICY
 
     @property
     def round_groups(self) -> int:

@@ -21,6 +21,7 @@ from pathlib import Path
 from learner.adapter_probe import probe_ids_from
 from learner.checkpoint import atomic_write_dir
 from learner.config import LearnerConfig
+from learner.intake import trained_policy
 from learner.publish import Publisher
 from learner.sft import SftConfig, SftResult, SftStep, train_sft
 from store.records import RolloutStatus
@@ -111,7 +112,13 @@ async def _read(plan: SftPlan) -> tuple[list[Sample], int]:
 
 
 async def _publish(plan: SftPlan, model, probe_ids: tuple[int, ...]) -> int:
-    publisher = Publisher(plan.gateway_url, plan.admin_key or "", plan.out_dir / "adapters")
+    """Publish the adapter as the next version of the run's policy (``store.policies``)."""
+    store = Store.from_url(plan.database_url)
+    try:
+        policy = await trained_policy(store, plan.run)
+    finally:
+        await store.close()
+    publisher = Publisher(plan.gateway_url, plan.admin_key or "", plan.out_dir / "adapters", policy=policy)
     try:
         version = await publisher.current_version() + 1
         await publisher.publish(model, version, probe_ids)

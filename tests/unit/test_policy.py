@@ -1,6 +1,7 @@
 """Mapping the public model name to the current policy version."""
 
-from gateway.policy.registry import PolicyRegistry, adapter_name
+from gateway.policy.registry import PolicyRegistry
+from store.policies import adapter_name
 
 
 def test_public_name_maps_to_base_model_before_any_adapter():
@@ -11,8 +12,8 @@ def test_public_name_maps_to_base_model_before_any_adapter():
 
 def test_published_adapter_becomes_current_and_named_versions_stay_addressable():
     policy = PolicyRegistry("policy", "base")
-    policy.publish(1, adapter_name(1))
-    policy.publish(2, adapter_name(2))
+    policy.publish(1, adapter_name("policy", 1))
+    policy.publish(2, adapter_name("policy", 2))
     assert policy.resolve("policy").engine_model == "policy-v2"
     assert policy.resolve("anything-else").version == 2
     assert policy.resolve("policy-v1").version == 1
