@@ -4,8 +4,6 @@ repositories are attributes: ``listings``, ``calls`` (reading calls back), ``ada
 from __future__ import annotations
 
 import asyncio
-import hashlib
-import json
 import secrets
 import time
 from collections.abc import AsyncIterator, Sequence
@@ -49,17 +47,13 @@ from store.rewards import (
     end_rollout,
     lock_group,
 )
+from store.rollout_requests import check_same_body, created_by, request_digest
 from store.run_settings import ADHOC_RUN, settled_config
 from store.sqlite_inserts import SQLiteInserts
 from store.summary import Summaries
 from store.tables import Call, Group, Rollout, Run, Task
 from store.traces import Traces
 from store.training import Training
-
-
-class RequestConflict(ValueError):
-    """A request id that already created a rollout, sent again with a different body."""
-
 
 DEFAULT_GROUP = "default"
 RUNNING_RECHECK_S = 1.0  # how long a rollout read as running is trusted to run
@@ -138,28 +132,23 @@ class Store:
         """
         meta = meta or {}
         digest = (
-            _request_digest(task, group, meta, capture, group_size, sampling, policy, run_policy)
-            if request_id
-            else None
+            request_digest(task, group, meta, capture, group_size, sampling, policy, run_policy) if request_id else None
         )
         async with self.sessions.begin() as session:
             run_row = await _get_or_create(session, Run, name=run)
             config = settled_config(run, run_row.config or {}, capture, sampling, run_policy)
             if config != run_row.config:
                 run_row.config = config
+            if request_id:  # refused before a task or group is made: on SQLite a savepoint's release commits
+                check_same_body(await created_by(session, run_row.id, request_id), request_id, digest)
             task_row = await _get_or_create(session, Task, run_id=run_row.id, name=task)
             group_row = await _get_or_create(
                 session, Group, run_id=run_row.id, task_id=task_row.id, name=group or DEFAULT_GROUP
             )
             await lock_group(session, group_row)
-            earlier = await _created_by(session, run_row.id, request_id) if request_id else None
+            earlier = await created_by(session, run_row.id, request_id) if request_id else None
             if earlier is not None:
-                if earlier.request_digest != digest:
-                    raise RequestConflict(
-                        f"request id {request_id!r} already created rollout {earlier.id} with "
-                        f"another body: a retry sends the same body; a new rollout needs a new "
-                        f"request id"
-                    )
+                check_same_body(earlier, request_id, digest)
                 identity = identity_of(
                     earlier.id, run_row.id, earlier.token, config, earlier.meta or {}, earlier.pinned_version,
                     earlier.policy,
@@ -352,38 +341,6 @@ class Store:
             await end_rollout(session, rollout, status, error)
         self._ended[rollout_id] = status  # its token is refused from now on
         return True
-
-
-def _request_digest(
-    task: str,
-    group: str | None,
-    meta: dict,
-    capture: str | None,
-    group_size: int | None,
-    sampling: dict[str, float] | None,
-    policy: str | None = None,
-    run_policy: str | None = None,
-) -> str:
-    """What a create-rollout request asked for, so a retry can be told from another request."""
-    asked = {
-        "task": task,
-        "group": group,
-        "meta": meta,
-        "capture": capture,
-        "group_size": group_size,
-        "sampling": sampling or None,
-    }
-    if policy is not None:  # absent from the digests of requests without a pin, as before
-        asked["policy"] = policy
-    if run_policy is not None:
-        asked["run_policy"] = run_policy
-    canonical = json.dumps(asked, sort_keys=True, separators=(",", ":"), default=str)
-    return hashlib.sha256(canonical.encode()).hexdigest()
-
-
-async def _created_by(session: AsyncSession, run_id: int, request_id: str) -> Rollout | None:
-    query = select(Rollout).where(Rollout.run_id == run_id, Rollout.request_id == request_id)
-    return (await session.scalars(query)).first()
 
 
 async def _lock_rollout_group(session: AsyncSession, rollout_id: int) -> None:

@@ -33,6 +33,7 @@ class TracedCall:
     latency_ms: float
     recorded_at: datetime  # when the answer was stored: the call's end
     mismatch_mean_abs: float | None  # learner.mismatch, once the learner trained it
+    policy: str = "policy"  # the policy that served it (store.policies)
 
 
 @dataclass(frozen=True)
@@ -70,6 +71,7 @@ CALL_FIELDS = (
     Call.latency_ms,
     Call.created_at,
     CallMismatch.mean_abs,
+    Call.policy,
 )
 
 
@@ -94,6 +96,7 @@ def _traced(row) -> TracedCall:
         row.latency_ms,
         row.created_at,
         row.mean_abs,
+        row.policy,
     )
 
 

@@ -40,9 +40,9 @@ from store.listings import RolloutFilter
 from store.policies import run_policy
 from store.records import AgentReport, StoredRollout
 from store.rewards import GroupClosed, InvalidReward, RolloutEnded
+from store.rollout_requests import RequestConflict
 from store.run_settings import RunConflict
 from store.samples import build_samples
-from store.store import RequestConflict
 
 # A client's id for a create request, as the header HTTP APIs use for idempotent retries.
 IdempotencyKey = Annotated[

@@ -25,6 +25,7 @@ from gateway.policy.policy_set import PolicySet
 from gateway.policy.registry import ResolvedModel
 from gateway.policy.sampling import engine_sampling, sampled_with
 from gateway.recording.callgraph import CallGraphIndex, GraphNode
+from gateway.recording.engine_request import engine_chat_body, engine_completion_body
 from gateway.recording.streaming import CompletionAssembler, StreamedCall
 from gateway.request.refusals import EngineRefusals
 from gateway.request.retries import RETRIED, Attempt, RetryBook, retry_count
@@ -97,7 +98,7 @@ class ChatPipeline:
                     )
                 else:
                     body = self.engine_bodies.encode(
-                        identity.rollout_id, _engine_chat_body(chat_body, resolved, top_logprobs, stream=False)
+                        identity.rollout_id, engine_chat_body(chat_body, resolved, top_logprobs, stream=False)
                     )
                     answer, latency_ms = await self._timed(self.engine.chat(body), identity, resolved)
             return await self._commit_answer(
@@ -123,7 +124,7 @@ class ChatPipeline:
                         chat_body, resolved.engine_model, identity.rollout_id, self.max_model_len, top_logprobs
                     )
                 else:
-                    body = _engine_chat_body(chat_body, resolved, top_logprobs, stream=True)
+                    body = engine_chat_body(chat_body, resolved, top_logprobs, stream=True)
                     stream = await self.engine.chat_stream(self.engine_bodies.encode(identity.rollout_id, body))
         except BaseException:
             timers.close()
@@ -202,7 +203,7 @@ class ChatPipeline:
         """Send a Completions body (a single prompt) to the engine and record the call."""
         completion_body = engine_sampling(completion_body, client_request, identity.sampling)
         resolved = await self._resolve(identity, completion_body["model"])
-        body = _engine_completion_body(completion_body, resolved, logprobs, stream=False)
+        body = engine_completion_body(completion_body, resolved, logprobs, stream=False)
         with self.refusals.noting(identity, None):
             answer, latency_ms = await self._timed(self.engine.completions(body), identity, resolved)
         return await self._commit_completion(
@@ -219,7 +220,7 @@ class ChatPipeline:
         try:
             with self.refusals.noting(identity, None):
                 stream = await self.engine.completions_stream(
-                    _engine_completion_body(completion_body, resolved, logprobs, stream=True)
+                    engine_completion_body(completion_body, resolved, logprobs, stream=True)
                 )
         except BaseException:
             timers.close()
@@ -332,27 +333,6 @@ class ChatPipeline:
         node = GraphNode(call_id, len(record.prompt_ids), memoryview(sequence).cast("B"), bool(tags))  # bytes, no copy
         await self.graph.add(identity.rollout_id, node)
         return RecordedAnswer(call_id, answer, resolved)
-
-
-def _engine_chat_body(chat_body: dict, resolved: ResolvedModel, top_logprobs: int, stream: bool) -> dict:
-    """What the engine is sent for a chat call: the recording fields on (sampled ids, their logprobs)."""
-    return _engine_body(chat_body, resolved, stream, logprobs=True, top_logprobs=top_logprobs)
-
-
-def _engine_completion_body(completion_body: dict, resolved: ResolvedModel, logprobs: int, stream: bool) -> dict:
-    """What the engine is sent for a completion call (Completions counts its top logprobs in ``logprobs``)."""
-    return _engine_body(completion_body, resolved, stream, logprobs=logprobs)
-
-
-def _engine_body(client_body: dict, resolved: ResolvedModel, stream: bool, **logprobs) -> dict:
-    """The client's body on the resolved engine model with token ids returned; when streaming, the
-    usage chunk too (a non-streaming request must not carry ``stream_options``)."""
-    body = {**client_body, "model": resolved.engine_model, "stream": stream, "return_token_ids": True, **logprobs}
-    if stream:
-        body["stream_options"] = {"include_usage": True}
-    else:
-        body.pop("stream_options", None)
-    return body
 
 
 def only_choice(answer: dict) -> dict:

@@ -115,6 +115,7 @@ def _call_span(rollout_id: int, call: TracedCall) -> SpanData:
         "harnessrl.call.tags": call.tags or None,
         "harnessrl.call.retried": CallTag.RETRIED in call.tags,
         "harnessrl.call.undelivered": CallTag.UNDELIVERED in call.tags,
+        "harnessrl.policy.name": call.policy,
         "harnessrl.policy.version": call.policy_version,
         "harnessrl.adapter.digest": call.adapter_digest,
         "harnessrl.mismatch.mean_abs": call.mismatch_mean_abs,

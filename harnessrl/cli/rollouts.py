@@ -27,6 +27,7 @@ from harnessrl.cli.options import (
     task_selection,
     upgrade_store,
 )
+from store.policies import DEFAULT_POLICY
 
 
 @judge_options()
@@ -229,11 +230,15 @@ def eval_policies(
     policies: Annotated[
         str,
         typer.Option(
-            help="Comma-separated: base, latest (the version current at the start), policy-vN and teacher:MODEL "
-            "(a litellm model string on the same tasks and harness, through a teacher gateway on "
-            "--database-url)"
+            help="Comma-separated pins: base, latest (the version current at the start), POLICY@latest, "
+            "POLICY@vN, POLICY-vN (e.g. pi@latest,opencode@v3; a pin without a policy names --policy's) and "
+            "teacher:MODEL (a litellm model string on the same tasks and harness, through a teacher gateway "
+            "on --database-url)"
         ),
     ] = "base,latest",
+    policy: Annotated[
+        str | None, typer.Option(help="The policy that base and latest name [default: the server's default, policy]")
+    ] = None,
     k: Annotated[int, typer.Option("-k", "--k", min=1, help="Rollouts per task per policy (pass@k)")] = 8,
     harness: Annotated[
         str,
@@ -291,7 +296,8 @@ def eval_policies(
         raise fail(f"--sandbox must be local or docker, not {sandbox!r}")
     asked = tuple(p.strip() for p in policies.split(",") if p.strip())
     if not asked:
-        raise fail("--policies names at least one policy: base, latest or policy-vN")
+        raise fail("--policies names at least one policy: base, latest, pi@latest, opencode@v3 or teacher:MODEL")
+    default_policy = checked_policy(policy) or DEFAULT_POLICY
     name = run or time.strftime("eval-%Y%m%d-%H%M%S", time.gmtime())
     from harnesses.judge import Judge  # eval judges each rollout on its own (its jobs are single rollouts)
 
@@ -312,6 +318,7 @@ def eval_policies(
             wall_factor=wall_factor,
             judge=Judge(judged) if judged else None,
             harness_name=harness,
+            policy=default_policy,
             **_eval_teacher(asked, upstream_base_url, policy_model, database_url),
         )
         document = evaluate(plan, gateway, resolve_admin_key(admin_key), out or data_home() / "eval" / name, Console())

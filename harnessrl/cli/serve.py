@@ -14,7 +14,9 @@ from harnessrl.cli.options import (
     resolve_admin_key,
     resolve_database_url,
     upgrade_store,
+    with_store,
 )
+from harnessrl.engines.lora_slots import LoraSlots, lora_slots
 
 
 def serve(
@@ -70,6 +72,14 @@ def serve(
         typer.Option(help="A Host name clients use besides loopback and --host, repeatable ('*': any)"),
     ] = None,
     max_staleness: Annotated[int, typer.Option(help="Adapter versions kept loaded behind the current one")] = 2,
+    policies: Annotated[
+        int | None,
+        typer.Option(
+            min=1,
+            help="Policies (adapter lineages) served at once: sizes the managed vLLM's --max-loras and "
+            "--max-cpu-loras and the adapters the gateway keeps loaded [default: the policies the store knows]",
+        ),
+    ] = None,
     tokenizer: Annotated[
         Path | None, typer.Option(help="Model folder for tito capture when attaching with --engine-url")
     ] = None,
@@ -112,11 +122,12 @@ def serve(
         key = resolve_admin_key(admin_key, create=True)
         url = resolve_database_url(database_url)
         upgrade_store(url)
+        slots = lora_slots(policies or _known_policies(url), max_staleness)
         engine = choice = None
         if model is not None:
             choice = _engine_dtype(dtype)
             engine = _managed_engine(
-                model, choice.dtype, engine_port, max_model_len, max_lora_rank, engines, engine_start_timeout
+                model, choice.dtype, engine_port, max_model_len, max_lora_rank, engines, engine_start_timeout, slots
             )
             engine_url = engine.urls
         model_dir = model or tokenizer
@@ -131,6 +142,8 @@ def serve(
             require_token=require_token,
             admin_key=key,
             max_staleness=max_staleness,
+            # an attached engine's slots are its own: bound the gateway only when told how many policies
+            max_adapters=slots.max_cpu_loras if model is not None or policies else 0,
             allowed_hosts=_served_names(host, allowed_host or []),
             model_dir=str(model_dir.resolve()) if model_dir else None,
             engine_timeout_s=engine_timeout,
@@ -146,7 +159,14 @@ def serve(
     raise typer.Exit(code=exit_code)
 
 
-def _managed_engine(model: Path, dtype: str, engine_port, max_model_len, max_lora_rank: int, engines: int, timeout_s):
+def _known_policies(url: str) -> int:
+    """How many policies the store knows (at least the default one)."""
+    return len(with_store(url, lambda store: store.policies.names()))
+
+
+def _managed_engine(
+    model: Path, dtype: str, engine_port, max_model_len, max_lora_rank: int, engines: int, timeout_s, slots: LoraSlots
+):
     """Start the vLLM engine(s) ``serve --model`` manages; the CLI message names the fix when they cannot start."""
     from harnessrl.engines import watchdog as engine_watchdog
     from harnessrl.engines.process import EngineFailed, EngineLaunch, model_max_len
@@ -160,6 +180,8 @@ def _managed_engine(model: Path, dtype: str, engine_port, max_model_len, max_lor
             port=engine_port or free_port(),
             max_model_len=context,
             max_lora_rank=max_lora_rank,
+            max_loras=slots.max_loras,
+            max_cpu_loras=slots.max_cpu_loras,
             dtype=dtype,
         )
         return engine_watchdog.start_engines(launch, engines, logs_dir(), timeout_s, console)

@@ -68,7 +68,8 @@ class EngineLaunch:
     served_name: str = "base"
     max_model_len: int = 4096
     max_lora_rank: int = 16
-    max_loras: int = 4
+    max_loras: int = 4  # distinct adapters in one batch (harnessrl.engines.lora_slots sizes it from the policies)
+    max_cpu_loras: int | None = None  # adapters vLLM keeps in memory; None: vLLM's default (max_loras)
     kv_cache_gib: int | None = None  # VLLM_CPU_KVCACHE_SPACE; None: from free memory; ignored on GPUs
     dtype: str = field(default_factory=lambda: machine_dtype().dtype)  # the serving dtype, chosen for the machine
     chat_template: Path | None = None  # default: the model folder's chat_template.jinja
@@ -103,6 +104,7 @@ def vllm_command(launch: EngineLaunch) -> list[str]:
         str(launch.max_lora_rank),
         "--max-loras",
         str(launch.max_loras),
+        *(("--max-cpu-loras", str(launch.max_cpu_loras)) if launch.max_cpu_loras else ()),
         "--enable-auto-tool-choice",
         "--tool-call-parser",
         "hermes",

@@ -68,6 +68,11 @@ class PeriodicEval:
         self.evaluated: set[int] | None = None  # versions the eval run holds (read once from the store)
         self.results: dict[int, dict] = {}  # version -> the eval_* metrics of this process's evaluations
 
+    @property
+    def policy(self) -> str:
+        """The policy whose versions it evaluates."""
+        return self.settings.policy
+
     def due(self, current: int) -> bool:
         if not self.evaluated:
             return True  # the base model (or whatever is current) first: the baseline

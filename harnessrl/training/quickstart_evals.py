@@ -57,7 +57,7 @@ async def evaluate_sets(
     if final and evals:
         client = GatewayClient(evals[0][1].gateway_url, admin_key)
         try:
-            version = await current_version(client, evals[0][1].settings.policy)
+            version = await current_version(client, evals[0][1].policy)
         finally:
             await client.close()
     done = await asyncio.gather(*(_evaluate_one(periodic, version) for _, periodic in evals))

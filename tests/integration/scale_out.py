@@ -24,6 +24,7 @@ from store.tables import Call, Group, LearnerCheckpoint, Rollout, Run
 from tests.builders import TEST_ADMIN_KEY
 
 GROUPS_PER_STEP = 2  # the learner's
+POLICY = "scale"  # the policy the run trains and is served (store.policies): versions scale-v1, scale-v2, ...
 HOLD_ENV = "HARNESSRL_TEST_HOLD"  # a file naming the tasks a worker may end; held rollouts wait for its removal
 
 
@@ -95,8 +96,10 @@ def worker(
     logs: Path,
     lease_s: float,
     hold: Path | None = None,
+    policy: str = POLICY,
 ) -> Worker:
-    """``hold``: a file naming the tasks this worker may end while it exists (see by_index)."""
+    """``hold``: a file naming the tasks this worker may end while it exists (see by_index); ``policy``:
+    the one its run trains and is served."""
     log = logs / f"worker-{name}.log"
     command = [
         sys.executable,
@@ -109,6 +112,8 @@ def worker(
         run,
         "--harness",
         "builtin",
+        "--policy",
+        policy,
         "--group-size",
         "4",
         "--concurrency",
@@ -142,7 +147,9 @@ def worker(
     return Worker(name, process, log)
 
 
-def learner(run: str, gateway_url: str, database_url: str, model_dir: Path, home: Path, logs: Path) -> subprocess.Popen:
+def learner(
+    run: str, gateway_url: str, database_url: str, model_dir: Path, home: Path, logs: Path, name: str = "learner"
+) -> subprocess.Popen:
     config = home / "learner.toml"
     config.parent.mkdir(parents=True, exist_ok=True)
     config.write_text(
@@ -150,7 +157,7 @@ def learner(run: str, gateway_url: str, database_url: str, model_dir: Path, home
         f'[publish]\ngateway_url = "{gateway_url}"\nadmin_key = "{TEST_ADMIN_KEY}"\n'
         f"[batch]\ngroups_per_step = {GROUPS_PER_STEP}\n[lora]\nrank = 8\n"
     )
-    with open(logs / "learner.log", "ab") as out:
+    with open(logs / f"{name}.log", "ab") as out:
         return subprocess.Popen(
             [
                 sys.executable,

@@ -90,7 +90,7 @@ async def test_a_proven_publication_records_its_digest_on_every_call_it_serves(p
 
     call = await served_call(proving_gateway)
     assert (call["policy_version"], call["adapter_digest"]) == (1, digest)
-    stored = await proving_gateway.state.store.adapters.get(1)
+    stored = await proving_gateway.state.store.adapters.get("policy", 1)
     assert stored.digest == digest and stored.probe["token_ids"] == list(PROBE_IDS) and stored.proof[0]["passed"]
 
 
@@ -109,7 +109,7 @@ async def test_an_engine_that_ignores_a_lora_load_fails_the_publication_and_the_
     assert "does not compute with it" in error["message"] and "closer to the base model" in error["message"]
     assert "--enable-lora" in error["message"]
     assert "policy-v2" not in gw.fake.adapters  # unloaded again
-    assert await gw.state.store.adapters.get(2) is None  # never recorded as published
+    assert await gw.state.store.adapters.get("policy", 2) is None  # never recorded as published
     policy = (await gw.http.get("/admin/policy")).json()
     assert policy["current_version"] == 1
     call = await served_call(gw)
@@ -195,7 +195,7 @@ async def test_a_restored_version_that_is_not_what_was_published_never_serves(
         call = await served_call(gw)
         assert (call["policy_version"], call["adapter_digest"]) == (0, None)
         assert "policy-v1" not in gw.fake.adapters  # unloaded again after the failed proof
-        assert not (await gw.state.store.adapters.get(1)).loaded  # marked: the next restart does not try it
+        assert not (await gw.state.store.adapters.get("policy", 1)).loaded  # marked: the next restart does not try it
 
 
 @pytest.mark.parametrize(
@@ -221,7 +221,7 @@ async def test_a_follower_does_not_serve_a_version_its_engine_does_not_apply(sql
         b = await stack.enter_async_context(gateway_on(sqlite_db, stack, **settings))
         b.fake.ignore_loads = True
         assert (await publish(a, 1, adapter_folder(tmp_path, 1), probe=fake_probe())).status_code == 200
-        await until(lambda: 1 in b.state.refused_versions, "b refused policy-v1")
+        await until(lambda: "policy-v1" in b.state.refused_versions, "b refused policy-v1")
         assert (await b.http.get("/admin/policy")).json()["current_version"] == 0
         assert "policy-v1" not in b.fake.adapters
         b.fake.ignore_loads = False
@@ -294,7 +294,7 @@ def test_the_learners_probe_is_its_log_probs_with_and_without_the_adapter():
 async def test_the_learner_refuses_a_group_served_by_another_adapter_than_its_versions(sqlite_db):
     store = Store.from_url(sqlite_db)
     try:
-        await store.adapters.save(1, "policy-v1", "/a/v1", loaded=True, digest="a" * 64)
+        await store.adapters.save("policy", 1, "policy-v1", "/a/v1", loaded=True, digest="a" * 64)
         rollouts = []
         for k, digest in enumerate(("a" * 64, "b" * 64)):
             identity = await store.create_rollout("proof", "t", group_size=2)

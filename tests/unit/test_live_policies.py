@@ -42,7 +42,12 @@ async def test_each_users_feedback_trains_and_promotes_only_their_own_policy(
         await scan_sessions(store, run)
 
     config = tiny_learner_config(
-        tiny_model_dir, tmp_path / "out", groups_per_step=2, max_steps=1, advantage="session", publish=True,
+        tiny_model_dir,
+        tmp_path / "out",
+        groups_per_step=2,
+        max_steps=1,
+        advantage="session",
+        publish=True,
         is_correction="truncate",  # the fake engine's log-probs are no model's: masking would leave no token
     )
     publisher = Publisher("http://gateway", "", tmp_path / "adapters", client=gateway.http)

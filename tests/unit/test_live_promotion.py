@@ -12,13 +12,17 @@ from typer.testing import CliRunner
 
 from harnessrl.cli.app import app
 from harnessrl.live.promotion import gate
+from store.passk import policy_label
 from tests.pinning import publish
 from tests.unit.test_live_privacy import session
 
 
 def evaluation(pass_at_k: dict[int, float]) -> dict:
     """eval.json as `harnessrl eval` writes it: a row per policy version (the fields the gate reads)."""
-    rows = [{"asked": f"policy-v{v}", "version": v, "pass_at_k": p, "pass_at_1": p / 2} for v, p in pass_at_k.items()]
+    rows = [
+        {"asked": f"policy-v{v}", "policy": policy_label(v), "version": v, "pass_at_k": p, "pass_at_1": p / 2}
+        for v, p in pass_at_k.items()
+    ]
     return {"run": "held-out", "k": 4, "tasks": ["a", "b"], "policies": rows}
 
 

@@ -28,7 +28,7 @@ async def test_metrics_count_calls_tokens_and_failures(gateway):
     assert found[("harnessrl_prompt_tokens_total", (("dialect", "chat"),))] == usage["prompt_tokens"]
     assert found[("harnessrl_engine_latency_seconds_count", (("dialect", "chat"),))] == 1
     assert found[("harnessrl_calls_in_flight", ())] == 0
-    assert found[("harnessrl_policy_version", ())] == 0
+    assert found[("harnessrl_policy_version", (("policy", "policy"),))] == 0
 
 
 def test_a_step_that_trained_on_something_needs_no_reason():

@@ -76,6 +76,29 @@ async def test_each_run_is_served_its_own_policys_adapter_whatever_model_it_name
     assert gw.fake.requests[-1]["model"] == "pi-v1"
 
 
+async def test_an_agent_cannot_reach_another_policy_by_headers_fields_or_listing(roomy_gateway):
+    gw = roomy_gateway
+    await publish_policy(gw, "opencode", 1)
+    pi = await policy_rollout(gw, "pi-run", "pi")
+    tricks = {"x-harnessrl-policy": "opencode", "x-harnessrl-run": "oc-run", "openai-organization": "opencode"}
+    body = {
+        "model": "opencode-v1",
+        "messages": [{"role": "user", "content": "hi"}],
+        "policy": "opencode@latest",
+        "metadata": {"policy": "opencode"},
+    }
+    answer = await gw.agent.post(f"/r/{pi['token']}/v1/chat/completions", json=body, headers=tricks)
+    assert answer.status_code in (200, 400), answer.text
+    calls = (await gw.http.get(f"/api/rollouts/{pi['id']}/calls", params={"tokens": False})).json()["data"]
+    assert all((c["policy"], c["engine_model"]) == ("pi", gw.fake.model) for c in calls)
+    assert "opencode-v1" not in [r["model"] for r in gw.fake.requests]
+    listed = (await gw.agent.get(f"/r/{pi['token']}/v1/models")).json()["data"]
+    assert [m["id"] for m in listed] == ["policy"]  # its own policy: no version yet, nothing of opencode's
+    for path in ("/admin/policies", "/admin/policy?policy=opencode"):
+        refused = await gw.agent.get(path, headers={"authorization": f"Bearer {pi['token']}"})
+        assert refused.status_code == 401
+
+
 async def test_a_publication_of_one_policy_leaves_the_others_versions_alone(roomy_gateway):
     gw = roomy_gateway
     await publish_policy(gw, "pi", 1)

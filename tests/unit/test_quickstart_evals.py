@@ -24,6 +24,8 @@ def test_the_unseen_kind_is_a_set_of_its_own_run_beside_the_held_out_split(tmp_p
 
 
 class TaskSet:
+    policy = "pi"
+
     def __init__(self, evaluated: set[int]):
         self.gateway_url, self.evaluated, self.asked = "http://127.0.0.1:9", evaluated, []
 
@@ -38,9 +40,9 @@ class Gateway:
     def __init__(self, url: str, key: str):
         pass
 
-    async def policy(self) -> dict:
+    async def policies(self) -> list[dict]:
         Gateway.asked += 1
-        return {"current_version": 5}
+        return [{"policy": "policy", "current_version": 9}, {"policy": "pi", "current_version": 5}]
 
     async def close(self) -> None:
         return None

@@ -28,8 +28,8 @@ class Gateway:
     def __init__(self, version: int, ready: int = 0):
         self.version, self.ready = version, ready
 
-    async def policy(self) -> dict:
-        return {"current_version": self.version}
+    async def policies(self) -> list[dict]:
+        return [{"policy": "policy", "current_version": self.version}]
 
     async def groups(self, run: str, status: str, limit: int) -> list[dict]:
         assert status == GroupStatus.READY

@@ -25,7 +25,7 @@ async def test_runs_filter_by_name_substring_and_page_by_cursor(gateway):
     assert [r["name"] for r in await get_all(gateway, "/api/runs", limit=3)] == ["exp-a", "exp-b", "other", "exp-c"]
     one = (await gateway.http.get("/api/runs/other")).json()
     assert one["name"] == "other"
-    assert one["config"] == {"capture": "engine", "sampling": {"temperature": 1.0, "top_p": 1.0}}
+    assert one["config"] == {"capture": "engine", "sampling": {"temperature": 1.0, "top_p": 1.0}, "policy": "policy"}
 
 
 async def test_runs_newest_first_page_by_cursor_down(gateway):

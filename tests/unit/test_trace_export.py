@@ -84,6 +84,7 @@ async def test_an_ended_rollout_is_one_trace_of_a_root_and_a_span_per_call(gatew
         assert attributes["gen_ai.response.finish_reasons"] == (call["finish_reason"],)
         assert attributes["gen_ai.response.id"].startswith("chatcmpl")
         assert attributes["harnessrl.policy.version"] == 0 and attributes["harnessrl.call.side"] is False
+        assert attributes["harnessrl.policy.name"] == "policy"
         assert root.start_time <= span.start_time <= span.end_time <= root.end_time
     assert children[1].attributes["harnessrl.call.parent_id"] == calls[0]["id"]  # the call graph, as recorded
     assert "harnessrl.call.parent_id" not in children[0].attributes

