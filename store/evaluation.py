@@ -64,6 +64,26 @@ class Evaluations:
         ]
         return merged_base(counts)
 
+    async def policy_task_counts(self, policy: str) -> list[TaskCount]:
+        """Per (version, task): one policy's pinned rollouts over every run (its held-out evaluations)."""
+        query = (
+            select(
+                Rollout.pinned_version,
+                Task.name,
+                func.count(),
+                func.sum(passed_expression()),
+                func.count().filter(Rollout.status == RolloutStatus.FAILED),
+            )  # fmt: skip
+            .join(Task, Task.id == Rollout.task_id)
+            .where(Rollout.policy == policy, Rollout.pinned_version.is_not(None), Rollout.status.in_(COUNTED))
+            .group_by(Rollout.pinned_version, Task.name)
+        )
+        async with self.sessions() as session:
+            rows = (await session.execute(query)).all()
+        return [
+            TaskCount(v, task, n, int(passed or 0), failed, 0.0, 0.0, policy) for v, task, n, passed, failed in rows
+        ]
+
     async def pinned_metric_means(self, run_id: int) -> dict[str, dict[str, float]]:
         """Per pinned policy version (its label: ``base``, ``pi-v3``), the mean of each verifier metric
         (reward.json's numbers beside the reward) over the finished rollouts that recorded it. Averaged

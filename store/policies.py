@@ -17,7 +17,8 @@ from dataclasses import dataclass
 from sqlalchemy import func, select
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
-from store.tables import Adapter, LiveKey, Run
+from store.records import RolloutStatus
+from store.tables import Adapter, Call, LiveKey, Rollout, Run
 
 DEFAULT_POLICY = "policy"
 MAX_POLICY_NAME = 40
@@ -144,6 +145,25 @@ class Policies:
             )
             for name in names
         ]
+
+    async def trained_rewards(self, name: str) -> dict[int, tuple[int, float | None]]:
+        """Per version of ``name``: (finished rollouts it started, their mean reward), over the policy's
+        unpinned (training and live) rollouts; a rollout counts for the first version that served it."""
+        first = (
+            select(Call.rollout_id, func.min(Call.policy_version).label("version"))
+            .where(Call.policy == name)
+            .group_by(Call.rollout_id)
+            .subquery()
+        )
+        query = (
+            select(first.c.version, func.count(), func.avg(Rollout.reward))
+            .join(Rollout, Rollout.id == first.c.rollout_id)
+            .where(Rollout.policy == name, Rollout.pinned_version.is_(None), Rollout.status == RolloutStatus.FINISHED)
+            .group_by(first.c.version)
+        )
+        async with self.sessions() as session:
+            rows = (await session.execute(query)).all()
+        return {version: (count, None if mean is None else float(mean)) for version, count, mean in rows}
 
     async def check_known(self, name: str) -> str:
         """``name`` when the store knows that policy, else UnknownPolicy naming the known ones."""

@@ -261,6 +261,11 @@ class AgentReport:
 AGENT_LOG_CHARS = 16_384
 
 
+def storable_text(text: str | None) -> str | None:
+    """``text`` as every database stores it: PostgreSQL's text refuses NUL, which an agent's output may hold."""
+    return None if text is None else text.replace("\x00", "\ufffd")
+
+
 def identity_of(
     rollout_id: int,
     run_id: int,

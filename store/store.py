@@ -34,6 +34,7 @@ from store.records import (
     StoredRollout,
     identity_of,
     record_of,
+    storable_text,
 )
 from store.reports import Reports
 from store.request_delta import RecentRequests
@@ -336,9 +337,9 @@ class Store:
             if reward_details:
                 rollout.reward_details = {**(rollout.reward_details or {}), **reward_details}
             if agent is not None:
-                rollout.agent_exit_code, rollout.agent_log = agent.exit_code, agent.log
+                rollout.agent_exit_code, rollout.agent_log = agent.exit_code, storable_text(agent.log)
             rollout.engine_s = engine_s
-            await end_rollout(session, rollout, status, error)
+            await end_rollout(session, rollout, status, storable_text(error))
         self._ended[rollout_id] = status  # its token is refused from now on
         return True
 

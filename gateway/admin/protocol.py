@@ -96,19 +96,6 @@ class PolicyView(BaseModel):
     max_staleness: int | None = None  # versions kept loaded behind the current one (the learner drops older samples)
 
 
-class PolicySummaryView(BaseModel):
-    """One policy the server knows (``GET /admin/policies``)."""
-
-    policy: str
-    current_version: int  # the version new rollouts of it are served (0: the base model)
-    loaded: dict[int, str]  # versions this gateway's engines hold: version -> engine adapter name
-    digests: dict[int, str] = {}
-    published: int  # versions published in the store
-    runs: list[str]  # runs bound to it
-    live_users: list[str]  # users whose live keys serve it
-    engines: dict[str, list[int]] = {}  # engine URL -> the versions of it that engine holds
-
-
 class EngineView(BaseModel):
     index: int  # the engine's position in ``--engine-url`` order (how errors and metrics name it)
     url: str

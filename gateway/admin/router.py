@@ -10,11 +10,12 @@ from gateway.admin import leases
 from gateway.admin.protocol import (
     AdapterPublished,
     EngineView,
-    PolicySummaryView,
     PolicyView,
     ProbeAnswer,
     PublishAdapter,
 )
+from gateway.api import policies
+from gateway.api.policies import PolicySummaryView
 from gateway.policy.adapters import Claim, publish_adapter
 from gateway.policy.proof import tolerance_for
 from gateway.policy.registry import PolicyRegistry
@@ -71,32 +72,6 @@ def _policy_view(policy: PolicyRegistry, state: GatewayState) -> PolicyView:
     )
 
 
-async def list_policies(state: AdminStateDep) -> list[PolicySummaryView]:
-    """Every policy the server knows: bound to a run or a live key, with or without versions."""
-    policies = await state.ensure_policies()
-    summaries = {s.name: s for s in await state.store.policies.summaries()}
-    held = {engine["url"]: set(engine["models"]) for engine in state.engine.engines()}
-    views = []
-    for name in sorted({*summaries, *policies.names()}):
-        registry, summary = policies.get(name), summaries.get(name)
-        loaded = registry.loaded()
-        views.append(
-            PolicySummaryView(
-                policy=name,
-                current_version=registry.current_version,
-                loaded=loaded,
-                digests=registry.digests(),
-                published=summary.versions if summary else 0,
-                runs=list(summary.runs) if summary else [],
-                live_users=list(summary.live_users) if summary else [],
-                engines={
-                    url: sorted(v for v, n in loaded.items() if v and n in models) for url, models in held.items()
-                },
-            )
-        )
-    return views
-
-
 async def list_engines(state: AdminStateDep) -> list[EngineView]:
     return [EngineView(**engine) for engine in state.engine.engines()]
 
@@ -105,7 +80,7 @@ def create_router() -> APIRouter:
     router = APIRouter(prefix="/admin", tags=["admin"])
     router.add_api_route("/adapters", publish, methods=["POST"], response_model=AdapterPublished)
     router.add_api_route("/policy", show_policy, methods=["GET"], response_model=PolicyView)
-    router.add_api_route("/policies", list_policies, methods=["GET"], response_model=list[PolicySummaryView])
+    router.add_api_route("/policies", policies.list_policies, methods=["GET"], response_model=list[PolicySummaryView])
     router.add_api_route("/engines", list_engines, methods=["GET"], response_model=list[EngineView])
     leases.add_routes(router)  # rollout workers' leases
     return router

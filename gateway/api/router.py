@@ -7,7 +7,7 @@ from typing import Annotated
 
 from fastapi import APIRouter, Header, Request
 
-from gateway.api import calls, live, runs
+from gateway.api import calls, live, policies, runs
 from gateway.api.conversation import rollout_conversation
 from gateway.api.params import After, Int32, Int64, Limit, page_of
 from gateway.api.protocol import (
@@ -293,6 +293,8 @@ def create_router() -> APIRouter:
     )
     router.add_api_route("/feedback", live.post_feedback, methods=["POST"], response_model=live.FeedbackRecorded)
     get("/live", live.get_live, live.LiveReport)
+    get("/policies", policies.list_policies, list[policies.PolicySummaryView])
+    get("/policies/{name}", policies.get_policy, policies.PolicyDetail)
     get("/groups", runs.list_groups, Page[GroupView])
     get("/groups/{group_id}", runs.get_group, GroupView)
     get("/calls", calls.list_calls, Page[CallView])

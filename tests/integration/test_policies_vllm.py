@@ -74,6 +74,8 @@ def one_call(url: str, run: str) -> dict:
     answer = http.post(f"{url}/r/{rollout['token']}/v1/chat/completions", json=body, timeout=300)
     assert answer.status_code == 200, answer.text
     calls = http.get(f"{url}/api/rollouts/{rollout['id']}/calls", headers=ADMIN_HEADERS, timeout=60).json()["data"]
+    ended = http.post(f"{url}/api/rollouts/{rollout['id']}/end", json={"status": "finished"}, headers=ADMIN_HEADERS)
+    assert ended.status_code == 200, ended.text
     return calls[-1]
 
 
@@ -108,11 +110,11 @@ def test_two_policies_train_and_are_served_side_by_side_on_one_engine(vllm_serve
             return all(served_version(gateway.url, policy) >= VERSIONS for policy in POLICIES)
 
         waiting.wait_until(published, f"both learners publishing v{VERSIONS}", timeout_s=900, interval_s=1.0)
-        latest = {policy: served_version(gateway.url, policy) for policy in POLICIES}
         for process in learners.values():
             process.send_signal(signal.SIGTERM)
         for process in learners.values():
             process.wait(300)
+        latest = {policy: served_version(gateway.url, policy) for policy in POLICIES}  # none publishes now
 
         gateway.stop()  # a restart: the store and the engine stay
         restarted = scale_out.gateway([engine.url], database_url, tiny_model_dir, home, logs)

@@ -212,3 +212,26 @@ async def test_ls_policies_lists_every_policy_bound_to_a_run_or_a_key(roomy_gate
     assert rows["pi"]["engines"] == {gw.state.engine.engines()[0]["url"]: [1]}
     refused = await gw.agent.get("/admin/policies")  # a rollout token or no key: the control plane is closed
     assert refused.status_code == 401
+
+
+async def test_a_policys_page_shows_each_versions_reward_held_out_pass_and_engines(roomy_gateway):
+    gw = roomy_gateway
+    trained = await policy_rollout(gw, "pi-run", "pi")
+    await served_call(gw, trained)  # served by the base model: version 0
+    await gw.http.post(f"/api/rollouts/{trained['id']}/end", json={"status": "finished", "rewards": {"v": 0.25}})
+    await publish_policy(gw, "pi", 1)
+    for task, reward in (("a", 1.0), ("b", 0.0)):  # held-out: pinned to pi's v1
+        pinned = await policy_rollout(gw, "pi-eval", pin="pi@v1", task=task, group=task)
+        await served_call(gw, pinned)
+        ended = {"status": "finished", "rewards": {"verifier": reward}}
+        assert (await gw.http.post(f"/api/rollouts/{pinned['id']}/end", json=ended)).status_code == 200
+    page = (await gw.http.get("/api/policies/pi")).json()
+    versions = {v["version"]: v for v in page["versions"]}
+    assert (page["current_version"], page["runs"]) == (1, ["pi-run"])  # the eval run only pins it
+    assert (versions[0]["rollouts"], versions[0]["reward_mean"]) == (1, 0.25)
+    assert (versions[1]["eval_rollouts"], versions[1]["pass_at_1"], versions[1]["loaded"]) == (2, 0.5, True)
+    assert versions[1]["name"] == "pi-v1" and versions[1]["engines"] == [gw.state.engine.engines()[0]["url"]]
+    unknown = await gw.http.get("/api/policies/nobody")
+    assert unknown.status_code == 404 and "known policies" in unknown.json()["error"]["message"]
+    assert (await gw.http.get("/api/policies/Bad..Name")).status_code in (400, 422)
+    assert (await gw.agent.get("/api/policies/pi")).status_code == 401

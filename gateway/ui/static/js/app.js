@@ -6,6 +6,7 @@ import { errorBox, h } from "./dom.js";
 import { callView } from "./views/call.js";
 import { groupView } from "./views/group.js";
 import { liveView } from "./views/live.js";
+import { policiesView, policyView } from "./views/policies.js";
 import { rolloutView } from "./views/rollout.js";
 import { runView } from "./views/run.js";
 import { runsView } from "./views/runs.js";
@@ -16,6 +17,8 @@ const ROUTES = [
   [/^\/groups\/(\d+)$/, (m) => (ctx) => groupView(ctx, m[1])],
   [/^\/rollouts\/(\d+)$/, (m) => (ctx) => rolloutView(ctx, m[1])],
   [/^\/calls\/(\d+)$/, (m) => (ctx) => callView(ctx, m[1])],
+  [/^\/policies\/?$/, () => policiesView],
+  [/^\/policies\/([^/]+)$/, (m) => (ctx) => policyView(ctx, decodeURIComponent(m[1]))],
   [/^\/live\/?$/, () => (ctx) => liveView(ctx)],
   [/^\/live\/([^/]+)$/, (m) => (ctx) => liveView(ctx, decodeURIComponent(m[1]))],
 ];

@@ -44,6 +44,8 @@ export const href = {
   group: (id) => `#/groups/${id}`,
   rollout: (id) => `#/rollouts/${id}`,
   call: (id) => `#/calls/${id}`,
+  policies: () => "#/policies",
+  policy: (name) => `#/policies/${encodeURIComponent(name)}`,
 };
 
 export function link(url, text, attrs = {}) {
