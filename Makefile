@@ -10,7 +10,7 @@ DEMO_SFT_EPOCHS ?= 2
 DEMO_SFT_LR ?= 2e-3
 DEMO_EVAL_EVERY ?= 1000
 
-.PHONY: install phoenix demo demo-arithmetic test test-busy test-unit lint bench check-install compose-check clean
+.PHONY: install phoenix demo demo-arithmetic demo-policies test test-busy test-unit lint bench check-install compose-check clean
 
 # pip, not uv/poetry: only pip sees the CPU torch wheel on this machine kind (docs/platforms.md).
 $(STAMP): pyproject.toml constraints/cpu.txt
@@ -55,6 +55,16 @@ demo-arithmetic: install
 	bash tests/setup_machine.sh demo
 	$(BIN)/harnessrl models prepare
 	$(BIN)/harnessrl quickstart --harness builtin --minutes $(DEMO_ARITHMETIC_MINUTES)
+
+# Several harness adapters at once on one engine: one `harnessrl serve` and one quickstart per agent through
+# it (pi with make demo's recipe, the builtin harness with demo-arithmetic's; DEMO_POLICIES=pi,opencode for
+# OpenCode), each training its own policy; ends with each policy's held-out pass@1 before and after, the
+# engine's memory and the share of calls its own adapter served.
+DEMO_POLICIES ?= pi,builtin
+demo-policies: install
+	bash tests/setup_machine.sh demo
+	$(BIN)/harnessrl models prepare
+	$(BIN)/harnessrl demo-policies --agents $(DEMO_POLICIES) --minutes $(DEMO_MINUTES)
 
 # Sets up what the suite needs (as root: installs it; else names the command), then runs every tier.
 test: install lint phoenix

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import typer
 
-from harnessrl.cli import keys, rollouts, serve, store, training
+from harnessrl.cli import keys, policies, rollouts, serve, store, training
 from harnessrl.cli.assets import images_app, models_app, tasks_app
 
 app = typer.Typer(
@@ -24,6 +24,7 @@ app.command("health")(store.health)
 app.command("quickstart")(training.quickstart)
 app.command("train")(training.train)
 app.command("demo")(training.demo)
+app.command("demo-policies")(policies.demo_policies)
 app.command("sft")(training.sft)
 app.command("feedback")(keys.feedback)
 app.add_typer(store.db_app, name="db")

@@ -75,6 +75,13 @@ def quickstart(
             help="The policy (named adapter lineage) it trains, serves and evaluates [default: the harness's name]"
         ),
     ] = None,
+    gateway: Annotated[
+        str | None,
+        typer.Option(
+            help="Train through this running gateway (`harnessrl serve`, on the same --database-url and model) "
+            "instead of starting vLLM and a gateway: quickstarts of several policies share one engine"
+        ),
+    ] = None,
     call_max_tokens: Annotated[int, typer.Option(min=16, help="A CLI agent's max tokens per model call")] = 256,
     train_temperature: Annotated[
         float | None,
@@ -230,7 +237,7 @@ def quickstart(
         policy=checked_policy(policy) or harness_policy(harness),
     )
     try:
-        png, adapter = Quickstart(plan, console).run()
+        png, adapter = Quickstart(plan, console).run(gateway)
     except AgentNotInstalled as exc:
         raise fail(str(exc)) from None
     except (KeyboardInterrupt, asyncio.CancelledError):  # Ctrl-C or SIGTERM: engine, learner and sandboxes stopped

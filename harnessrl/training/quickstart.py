@@ -69,9 +69,19 @@ class Quickstart:
         self.judge = Judge(plan.judge) if plan.judge else None  # one for all rounds: its limit and cache
         self.agent = create_agent(plan)
 
-    def run(self) -> tuple[Path, Path | None]:
-        """Run to the time budget; returns (reward-curve PNG, final adapter folder or None)."""
+    def run(self, gateway_url: str | None = None) -> tuple[Path, Path | None]:
+        """Run to the time budget; returns (reward-curve PNG, final adapter folder or None). With
+        ``gateway_url`` it trains its policy through a running gateway (`harnessrl serve`, whose engine
+        serves other policies too) instead of starting vLLM and a gateway of its own."""
         self.home.mkdir(parents=True, exist_ok=True)
+        if gateway_url is not None:
+            self._learner = None
+            try:
+                asyncio.run(self._rounds(gateway_url))
+            finally:
+                if self._learner is not None:
+                    self._learner.stop(timeout_s=LEARNER_STOP_S)
+            return save_reward_curve(self.dashboard, self.home / "reward_curve.png"), self._final_adapter()
         dtype = machine_dtype()
         self.console.print(f"engine dtype {dtype.reason}")
         launch = EngineLaunch(

@@ -17,6 +17,7 @@ from pathlib import Path
 import httpx
 from sqlalchemy import select
 
+from harnesses.task import builtin_tasks_path
 from harnessrl.engines.process import EngineLaunch, ManagedProcess
 from harnessrl.server import free_port
 from store.store import Store
@@ -45,6 +46,13 @@ def _names(path: str) -> set[str]:
         return set(Path(path).read_text().split())
     except FileNotFoundError:  # removed since the caller looked
         return set()
+
+
+def tasks_file(path: Path, tasks) -> Path:
+    """The builtin tasks named in ``tasks`` as a JSONL file `harnessrl run --tasks` reads."""
+    lines = (builtin_tasks_path() / "builtin.jsonl").read_text().splitlines()
+    path.write_text("\n".join(x for x in lines if any(f'"name": "{t.name}"' in x for t in tasks)) + "\n")
+    return path
 
 
 def engine(model_dir: Path, logs: Path) -> ManagedProcess:

