@@ -14,7 +14,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
-from sqlalchemy import func, select
+from sqlalchemy import func, or_, select
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
 from store.records import RolloutStatus
@@ -164,6 +164,22 @@ class Policies:
         async with self.sessions() as session:
             rows = (await session.execute(query)).all()
         return {version: (count, None if mean is None else float(mean)) for version, count, mean in rows}
+
+    async def own_adapter_calls(self, name: str) -> tuple[int, int]:
+        """(calls of the policy's rollouts served by an adapter, those served by the policy's own
+        version's adapter: its name, and its digest where it was published with one)."""
+        same_weights = or_(Adapter.digest.is_(None), Adapter.digest == Call.adapter_digest)
+        own = (Adapter.policy == Call.policy) & (Adapter.version == Call.policy_version) & same_weights
+        query = (
+            select(func.count(), func.count(Adapter.id))
+            .select_from(Call)
+            .join(Rollout, Rollout.id == Call.rollout_id)
+            .outerjoin(Adapter, own & (Adapter.name == Call.engine_model))
+            .where(Rollout.policy == name, Call.policy_version > 0, Call.source == "policy")
+        )
+        async with self.sessions() as session:
+            calls, served = (await session.execute(query)).one()
+        return calls, served
 
     async def check_known(self, name: str) -> str:
         """``name`` when the store knows that policy, else UnknownPolicy naming the known ones."""

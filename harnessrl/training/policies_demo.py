@@ -23,14 +23,12 @@ import httpx
 import psutil
 from rich.console import Console
 from rich.table import Table
-from sqlalchemy import func, or_, select
 
 from harnessrl.engines.process import ManagedProcess
 from harnessrl.evaluation.periodic import eval_run_name
 from harnessrl.server import free_port
 from store.passk import policy_results
 from store.store import Store
-from store.tables import Adapter, Call, Rollout
 
 SHELL_RECIPE = (  # make demo's
     "--tasks", "builtin:shell", "--warm-start", "--upstream", "solutions", "--sft-epochs", "2", "--sft-lr", "2e-3",
@@ -156,17 +154,7 @@ async def _outcome(store: Store, plan: DemoPlan, policy: str) -> PolicyOutcome:
     results = policy_results(await store.evaluations.pinned_task_counts(run_id)) if run_id else []
     base = next((r for r in results if r.version == 0), None)
     final = max((r for r in results if r.version > 0), key=lambda r: r.version, default=None)
-    same_weights = or_(Adapter.digest.is_(None), Adapter.digest == Call.adapter_digest)  # None: published without one
-    own = (Adapter.policy == Call.policy) & (Adapter.version == Call.policy_version) & same_weights
-    served = (
-        select(func.count(), func.count(Adapter.id))
-        .select_from(Call)
-        .join(Rollout, Rollout.id == Call.rollout_id)
-        .outerjoin(Adapter, own & (Adapter.name == Call.engine_model))
-        .where(Rollout.policy == policy, Call.policy_version > 0, Call.source == "policy")
-    )
-    async with store.sessions() as session:
-        calls, own_adapter = (await session.execute(served)).one()
+    calls, own_adapter = await store.policies.own_adapter_calls(policy)
     return PolicyOutcome(
         policy,
         base.pass_at_1 if base else None,

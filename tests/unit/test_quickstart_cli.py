@@ -95,7 +95,9 @@ def test_the_task_sampling_reaches_the_rounds_plan(tmp_path, monkeypatch, args, 
     monkeypatch.setenv("HARNESSRL_HOME", str(tmp_path))
     (tmp_path / "config.json").write_text('{"max_position_embeddings": 8192}')
     plans = []
-    monkeypatch.setattr(Quickstart, "run", lambda self: plans.append(self.plan) or (tmp_path / "curve.png", None))
+    monkeypatch.setattr(
+        Quickstart, "run", lambda self, gateway=None: plans.append(self.plan) or (tmp_path / "curve.png", None)
+    )
     result = quickstart(tmp_path, "--model", str(tmp_path), *args)
     assert result.exit_code == 0, result.output
     assert [plan.task_sampling for plan in plans] == [sampling]
