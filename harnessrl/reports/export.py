@@ -2,7 +2,7 @@
 
 Each record follows the data contract other async RL stacks read:
 ``{"gen_id", "group_id", "prompt", "prompt_ids", "completion": {"text", "completion_ids",
-"old_logprobs", "action_mask", "reward"}, "metadata": {"timestamp", "status", "num_turns", "metrics"}}``,
+"old_logprobs", "action_mask", "reward"}, "metadata": {"timestamp", "status", "num_turns", "metrics", "policy"}}``,
 where ``metrics`` are the verifier's metrics (reward.json's numbers beside the reward, never part of it;
 in Parquet a list of ``{"name", "value"}``, as Hugging Face datasets reads no Arrow maps).
 The prompt is everything before the first sampled token; the completion is the rest of the
@@ -50,6 +50,7 @@ def sample_record(
             "status": rollout.status,
             "num_turns": sample.num_turns,
             "metrics": verifier_metrics(rollout.reward_details),
+            "policy": rollout.policy,  # the policy that served it (store.policies)
         },
     }
 
@@ -119,6 +120,7 @@ def parquet_schema():
             ("status", pa.string()),
             ("num_turns", pa.int32()),
             ("metrics", pa.list_(pa.struct([("name", pa.string()), ("value", pa.float64())]))),
+            ("policy", pa.string()),
         ]
     )
     return pa.schema(

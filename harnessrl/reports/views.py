@@ -185,7 +185,7 @@ def _conversation_panel(messages: list[dict]) -> Panel:
 
 def _call_panel(call, decode, tokens: int) -> Panel:
     title = (
-        f"call {call.id}  parent {call.parent_id}  v{call.policy_version}  {call.finish_reason}  "
+        f"call {call.id}  parent {call.parent_id}  {call.policy} v{call.policy_version}  {call.finish_reason}  "
         f"{call.num_prompt_tokens}+{call.num_output_tokens} tokens  {' '.join(call.tags)}"
     )
     if call.fork_of is not None:

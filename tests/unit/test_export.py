@@ -37,6 +37,7 @@ async def test_jsonl_export_follows_the_data_contract(gateway, tmp_path):
     assert sum(completion["action_mask"]) == sum(sample["loss_mask"])
     assert completion["text"].startswith("Hello from the fake engine.")
     assert record["metadata"]["num_turns"] == 2 and record["metadata"]["status"] == "running"
+    assert record["metadata"]["policy"] == "policy"
 
 
 async def test_parquet_export_loads_with_datasets(gateway, tmp_path):
