@@ -11,6 +11,7 @@ show them, and `harnessrl report` plots the evaluation run per version.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import logging
 import threading
 from dataclasses import dataclass, field
@@ -19,6 +20,7 @@ from harnesses.gateway_client import GatewayClient
 from harnesses.harness import Harness
 from harnesses.task import Task
 from harnessrl.evaluation.evaluate import EvalPlan, run_evaluation
+from learner.intake import trained_policy
 from sandboxes import SandboxSpec
 from store.passk import policy_label
 from store.policies import DEFAULT_POLICY
@@ -44,7 +46,7 @@ class EvalEvery:
     base_spec: SandboxSpec = field(default_factory=SandboxSpec)
     temperature: float = 1.0
     capture: str | None = None  # the eval run's capture mode (engine | tito); None: the gateway's default
-    policy: str = DEFAULT_POLICY  # the policy whose versions are evaluated (store.policies)
+    policy: str | None = DEFAULT_POLICY  # the policy whose versions are evaluated (store.policies); None: the run's
 
 
 async def served_version(client: GatewayClient, policy: str = DEFAULT_POLICY) -> int:
@@ -70,8 +72,8 @@ class PeriodicEval:
 
     @property
     def policy(self) -> str:
-        """The policy whose versions it evaluates."""
-        return self.settings.policy
+        """The policy whose versions it evaluates (the run's, once ``check`` read it)."""
+        return self.settings.policy or DEFAULT_POLICY
 
     def due(self, current: int) -> bool:
         if not self.evaluated:
@@ -80,11 +82,15 @@ class PeriodicEval:
 
     async def check(self) -> dict | None:
         """Evaluate the current version if it is due; its eval_* metrics, or None."""
+        if self.settings.policy is None:  # the run's: known once its first rollout made it
+            if not await self.store.listings.run_exists(self.run):
+                return None
+            self.settings = dataclasses.replace(self.settings, policy=await trained_policy(self.store, self.run))
         if self.evaluated is None:
             self.evaluated = await self._evaluated_versions()
         client = GatewayClient(self.gateway_url, self.admin_key)
         try:
-            current = await served_version(client, self.settings.policy)
+            current = await served_version(client, self.policy)
         finally:
             await client.close()
         if not self.due(current):
@@ -97,7 +103,7 @@ class PeriodicEval:
             run=eval_run_name(self.run),
             tasks=s.tasks,
             harness=s.harness,
-            policies=(policy_label(version, s.policy),),
+            policies=(policy_label(version, self.policy),),
             k=s.k,
             concurrency=s.concurrency,
             sandbox=s.sandbox,
@@ -105,11 +111,11 @@ class PeriodicEval:
             base_spec=s.base_spec,
             sandbox_options=s.sandbox_options,
             capture=s.capture,
-            policy=s.policy,
+            policy=self.policy,
         )
         document = await run_evaluation(plan, self.gateway_url, self.admin_key)
         if document.get("interrupted"):  # Ctrl-C or SIGTERM stops the caller too; part of an eval is no score
-            raise asyncio.CancelledError(f"the evaluation of {policy_label(version, s.policy)} was interrupted")
+            raise asyncio.CancelledError(f"the evaluation of {policy_label(version, self.policy)} was interrupted")
         [row] = document["policies"]
         metrics = {
             "eval_version": version,
@@ -125,7 +131,7 @@ class PeriodicEval:
         step = await self.store.evaluations.record_eval_metrics(run_id, version, metrics) if run_id else None
         logger.info(
             "evaluated %s on %d held-out tasks: pass@1 %.3f, pass@%d %.3f (learner step %s)",
-            policy_label(version, s.policy),
+            policy_label(version, self.policy),
             row["tasks"],
             row["pass_at_1"] or 0.0,
             row["k"],
@@ -141,7 +147,7 @@ class PeriodicEval:
         if run_id is None:
             return set()
         cells = await self.store.evaluations.pinned_task_counts(run_id)
-        return {cell.version for cell in cells if cell.version == 0 or cell.policy == self.settings.policy}
+        return {cell.version for cell in cells if cell.version == 0 or cell.policy == self.policy}
 
 
 class EvalThread:

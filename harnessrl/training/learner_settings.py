@@ -69,6 +69,7 @@ def eval_thread(settings: LearnerConfig, run: str, database_url: str):
             sandbox=held_out.sandbox,
             sandbox_options={"isolation": local_isolation(False)} if held_out.sandbox == "local" else {},
             temperature=settings.temperature,
+            policy=None,  # the run's, read when its first rollout made it
         )
     except (TaskError, ValueError, RuntimeError) as exc:
         raise ConfigError(f"eval.every: {exc}") from None
