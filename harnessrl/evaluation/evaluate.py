@@ -26,7 +26,7 @@ from pathlib import Path
 from urllib.parse import quote
 
 from harnesses.budget import DEFAULT_WALL_FACTOR
-from harnesses.gateway_client import GatewayClient
+from harnesses.gateway_client import GatewayClient, GatewayRefused
 from harnesses.harness import Harness
 from harnesses.interrupts import sigterm_cancels_this_task
 from harnesses.judge import Judge
@@ -159,6 +159,18 @@ def resolve_policies(
     return found
 
 
+async def _current_version(control: EvalClient, policy: str, own: str) -> int:
+    """The version the gateway serves ``policy`` now. The plan's ``own`` policy may have no rollout yet (a
+    training run's base-model evaluation comes first): the base model; any other unknown policy is the
+    gateway's 404, which names the known ones."""
+    try:
+        return int((await control.policy(policy)).get("current_version", 0))
+    except GatewayRefused as exc:
+        if exc.status_code == 404 and policy == own:
+            return 0
+        raise
+
+
 def pinned_policies(asked: tuple[str, ...], default: str = DEFAULT_POLICY) -> set[str]:
     """The policies the asked pins name (a pin without one names ``default``)."""
     names = set()
@@ -216,7 +228,7 @@ async def run_evaluation(
     try:
         with ExitStack() as teachers:
             current = {
-                name: int((await control.policy(name)).get("current_version", 0))
+                name: await _current_version(control, name, plan.policy)
                 for name in sorted(pinned_policies(plan.policies, plan.policy))
             }
             policies = resolve_policies(plan.policies, current, plan.policy)

@@ -103,6 +103,16 @@ async def test_an_unpublished_policy_stops_the_evaluation_with_the_gateways_reas
         await run_evaluation(plan(policies=("policy-v5",)), live_gateway.url, TEST_ADMIN_KEY)
 
 
+async def test_a_new_policy_with_no_rollout_yet_is_evaluated_as_the_base_model(live_gateway):
+    """A quickstart's first evaluation (the base model) comes before its policy's first rollout."""
+    document = await run_evaluation(
+        plan(run="new-policy-eval", policies=("base", "latest"), policy="fresh", k=1), live_gateway.url, TEST_ADMIN_KEY
+    )
+    assert [row["policy"] for row in document["policies"]] == ["base"]  # latest of a new policy is its base model
+    with pytest.raises(RuntimeError, match="no policy 'nobody' on this server; known policies: .*fresh"):
+        await run_evaluation(plan(run="other-eval", policies=("nobody@latest",)), live_gateway.url, TEST_ADMIN_KEY)
+
+
 def test_latest_is_read_once_and_duplicates_collapse():
     assert [(p.asked, p.label) for p in resolve_policies(("base", "latest", "policy-v4", "base"), 4)] == [
         ("base", "base"),
