@@ -108,7 +108,7 @@ def run_demo(plan: DemoPlan, console: Console) -> list[PolicyOutcome]:
             while any(p.alive() for p in quickstarts.values()):
                 peak = max(peak, engine_rss_gib(serve))
                 console.print(_progress(serve.url, plan, peak))
-                _wait_any(quickstarts.values(), POLL_S)
+                wait_any(quickstarts.values(), POLL_S)
         finally:
             for process in quickstarts.values():
                 process.stop(timeout_s=300)
@@ -121,10 +121,11 @@ def run_demo(plan: DemoPlan, console: Console) -> list[PolicyOutcome]:
     return outcomes
 
 
-def _wait_any(processes, timeout_s: float) -> None:
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline and all(p.alive() for p in processes):
-        time.sleep(1.0)
+def wait_any(processes, timeout_s: float, sleep=time.sleep, clock=time.monotonic) -> None:
+    """Until ``timeout_s`` passed or one more of ``processes`` ended (those ended already do not count)."""
+    deadline, alive = clock() + timeout_s, sum(p.alive() for p in processes)
+    while clock() < deadline and sum(p.alive() for p in processes) == alive:
+        sleep(1.0)
 
 
 def _progress(url: str, plan: DemoPlan, peak: float) -> str:

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from harnessrl.training.policies_demo import DemoPlan, _outcome, quickstart_process, recipe
+from harnessrl.training.policies_demo import DemoPlan, _outcome, quickstart_process, recipe, wait_any
 from tests.policy_calls import policy_rollout, publish_policy, served_call
 
 
@@ -39,3 +39,17 @@ def test_each_agent_runs_its_recipe_through_the_shared_gateway_as_its_own_policy
     assert command[at("--gateway") + 1] == "http://127.0.0.1:9" and command[at("--policy") + 1] == "pi"
     assert command[at("--run") + 1] == "demo-policies-pi" and "--warm-start" in command
     assert recipe("builtin")[1] == "builtin:arithmetic"
+
+
+class Ended:
+    def __init__(self, alive: bool):
+        self._alive = alive
+
+    def alive(self) -> bool:
+        return self._alive
+
+
+def test_the_progress_wait_lasts_its_interval_once_one_quickstart_has_ended():
+    slept, ticks = [], iter(range(1000))
+    wait_any([Ended(False), Ended(True)], 5.0, sleep=slept.append, clock=lambda: next(ticks))
+    assert len(slept) >= 4  # it waited the interval (it returned at once and printed a line every few ms)
