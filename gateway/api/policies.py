@@ -1,5 +1,5 @@
 """Policies on the control plane: every policy the server knows (``GET /admin/policies``, ``/api/policies``)
-and one policy's versions (``GET /api/policies/{name}``): digest, proof, the engines holding it, the mean
+and one policy's versions (``GET /api/policies/{policy}``): digest, proof, the engines holding it, the mean
 reward of the rollouts it served and its held-out pass@1 (``store.policies``, ``store.evaluation``)."""
 
 from __future__ import annotations
@@ -76,8 +76,9 @@ async def list_policies(state: AdminStateDep) -> list[PolicySummaryView]:
     return views
 
 
-async def get_policy(name: PolicyName, state: AdminStateDep) -> PolicyDetail:
+async def get_policy(policy: PolicyName, state: AdminStateDep) -> PolicyDetail:
     """One policy's versions with what each did; 404 naming the known policies."""
+    name = policy
     registry = await _known(state, name)
     summary = next(s for s in await state.store.policies.summaries() if s.name == name)
     rewards = await state.store.policies.trained_rewards(name)

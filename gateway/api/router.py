@@ -294,7 +294,7 @@ def create_router() -> APIRouter:
     router.add_api_route("/feedback", live.post_feedback, methods=["POST"], response_model=live.FeedbackRecorded)
     get("/live", live.get_live, live.LiveReport)
     get("/policies", policies.list_policies, list[policies.PolicySummaryView])
-    get("/policies/{name}", policies.get_policy, policies.PolicyDetail)
+    get("/policies/{policy}", policies.get_policy, policies.PolicyDetail)
     get("/groups", runs.list_groups, Page[GroupView])
     get("/groups/{group_id}", runs.get_group, GroupView)
     get("/calls", calls.list_calls, Page[CallView])

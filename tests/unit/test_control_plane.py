@@ -44,6 +44,7 @@ async def victim(gateway) -> dict:
         "rollout_id": rollout["id"],
         "group_id": found["group_id"],
         "name": "test-run",
+        "policy": "policy",
         "call_id": int(reply.headers["x-harnessrl-call-id"]),
         "token": rollout["token"],
     }
