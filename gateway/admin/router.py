@@ -2,14 +2,13 @@
 
 from __future__ import annotations
 
-from typing import Annotated
-
-from fastapi import APIRouter, Query
+from fastapi import APIRouter
 
 from gateway.admin import leases
 from gateway.admin.protocol import (
     AdapterPublished,
     EngineView,
+    PolicyName,
     PolicyView,
     ProbeAnswer,
     PublishAdapter,
@@ -18,11 +17,8 @@ from gateway.api import policies
 from gateway.api.policies import PolicySummaryView
 from gateway.policy.adapters import Claim, publish_adapter
 from gateway.policy.proof import tolerance_for
-from gateway.policy.registry import PolicyRegistry
-from gateway.state import AdminStateDep, GatewayState, StateDep
-from store.policies import DEFAULT_POLICY, POLICY_NAME
-
-PolicyQuery = Annotated[str, Query(pattern=POLICY_NAME, max_length=40)]
+from gateway.state import AdminStateDep, StateDep
+from store.policies import DEFAULT_POLICY
 
 
 async def publish(body: PublishAdapter, state: AdminStateDep) -> AdapterPublished:
@@ -54,13 +50,9 @@ async def publish(body: PublishAdapter, state: AdminStateDep) -> AdapterPublishe
     )
 
 
-async def show_policy(state: StateDep, policy: PolicyQuery = DEFAULT_POLICY) -> PolicyView:
+async def show_policy(state: StateDep, policy: PolicyName = DEFAULT_POLICY) -> PolicyView:
     """What the gateway serves of one policy (default: the server's default); 404 names the known ones."""
-    registry = await state.known_policy(policy)
-    return _policy_view(registry, state)
-
-
-def _policy_view(policy: PolicyRegistry, state: GatewayState) -> PolicyView:
+    policy = await state.known_policy(policy)
     return PolicyView(
         public_name=policy.public_name,
         policy=policy.name,

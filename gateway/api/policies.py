@@ -9,11 +9,10 @@ from datetime import datetime
 from pydantic import BaseModel
 
 from gateway.admin.protocol import PolicyName
-from gateway.errors import NotFound
 from gateway.policy.registry import PolicyRegistry
 from gateway.state import AdminStateDep, GatewayState
 from store.passk import policy_results
-from store.policies import UnknownPolicy, adapter_name
+from store.policies import adapter_name
 from store.records import StoredAdapter
 
 
@@ -79,7 +78,7 @@ async def list_policies(state: AdminStateDep) -> list[PolicySummaryView]:
 async def get_policy(policy: PolicyName, state: AdminStateDep) -> PolicyDetail:
     """One policy's versions with what each did; 404 naming the known policies."""
     name = policy
-    registry = await _known(state, name)
+    registry = await state.known_policy(name)
     summary = next(s for s in await state.store.policies.summaries() if s.name == name)
     rewards = await state.store.policies.trained_rewards(name)
     held_out = {r.version: r for r in policy_results(await state.store.evaluations.policy_task_counts(name))}
@@ -114,14 +113,6 @@ async def get_policy(policy: PolicyName, state: AdminStateDep) -> PolicyDetail:
         live_users=list(summary.live_users),
         versions=versions,
     )
-
-
-async def _known(state: GatewayState, name: str) -> PolicyRegistry:
-    try:
-        await state.store.policies.check_known(name)
-    except UnknownPolicy as exc:
-        raise NotFound(str(exc), param="policy") from None
-    return (await state.ensure_policies()).get(name)
 
 
 def _engines_holding(state: GatewayState, registry: PolicyRegistry) -> dict[str, set[int]]:

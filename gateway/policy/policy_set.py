@@ -17,7 +17,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 
 from gateway.policy.registry import PolicyRegistry
-from store.policies import DEFAULT_POLICY, parse_adapter_name
+from store.policies import DEFAULT_POLICY
 
 
 class PolicySet:
@@ -50,12 +50,6 @@ class PolicySet:
     def engine_names(self) -> set[str]:
         """Every adapter name the engines should hold (every policy's loaded versions)."""
         return {name for registry in self for version, name in registry.loaded().items() if version != 0}
-
-    def owner(self, engine_model: str) -> PolicyRegistry | None:
-        """The registry holding an engine adapter name, or None (the base model, or not loaded)."""
-        parsed = parse_adapter_name(engine_model)
-        registry = self._policies.get(parsed[0]) if parsed else None
-        return registry if registry is not None and engine_model in registry.loaded().values() else None
 
     @contextmanager
     def serving(self, engine_model: str) -> Iterator[None]:

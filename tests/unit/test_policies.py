@@ -131,6 +131,8 @@ async def test_unknown_policies_where_one_is_read_get_a_404_naming_the_known_one
     await policy_rollout(gw, "r", "pi")
     view = await gw.http.get("/admin/policy", params={"policy": "nobody"})
     assert view.status_code == 404 and "known policies: pi, policy" in view.json()["error"]["message"]
+    for bad in ("Pi", "pi-v2", "../x"):  # the same name rule as everywhere a policy is read
+        assert (await gw.http.get("/admin/policy", params={"policy": bad})).status_code in (400, 422), bad
     pinned = await gw.http.post("/api/rollouts", json={"run": "e", "task": "t", "policy": "nobody@latest"})
     assert pinned.status_code == 404 and "pi" in pinned.json()["error"]["message"]
     malformed = await gw.http.post("/api/rollouts", json={"run": "e", "task": "t", "policy": "pi@v0"})
