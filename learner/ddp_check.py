@@ -19,11 +19,11 @@ from pathlib import Path
 
 import numpy as np
 import torch
-import torch.distributed as dist
 
 from learner.distributed import broadcast_trainable, shard, world
 from learner.loss import token_logprobs
 from learner.packing import PackedRow, pack_samples
+from learner.ranks import process_group
 from learner.step import StepConfig, train_step
 from store.samples import Sample
 
@@ -93,8 +93,7 @@ def main() -> None:
     parser.add_argument("--out", type=Path, required=True, help="folder for rank{R}.pt")
     parser.add_argument("--steps", type=int, default=2)
     args = parser.parse_args()
-    dist.init_process_group("gloo")
-    try:
+    with process_group():
         rank, size = world()
         model = tiny_lora_model()
         broadcast_trainable(model)
@@ -106,8 +105,6 @@ def main() -> None:
             {"weights": lora_weights(model), "metrics": metrics, "rows": len(mine), "of_rows": len(rows)},
             args.out / f"rank{rank}.pt",
         )
-    finally:
-        dist.destroy_process_group()
 
 
 if __name__ == "__main__":

@@ -13,6 +13,8 @@ from __future__ import annotations
 
 import logging
 import os
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -36,8 +38,19 @@ def init_from_env() -> bool:
     return True
 
 
-def shutdown() -> None:
-    if dist.is_available() and dist.is_initialized():
+@contextmanager
+def process_group() -> Iterator[bool]:
+    """Join torchrun's process group for the block (yields whether one was joined) and leave it together.
+
+    On a clean exit every rank waits for the others before tearing down: a rank that destroys its gloo
+    pairs while a peer still uses them aborts ("terminate called without an active exception"). After an
+    error the group is left as it is: a barrier or teardown could wait forever on a peer stuck in a
+    collective, and torchrun ends the other ranks once one fails.
+    """
+    joined = init_from_env()
+    yield joined
+    if joined and dist.is_initialized():
+        dist.barrier()
         dist.destroy_process_group()
 
 

@@ -295,24 +295,22 @@ def train(
     from transformers.utils import logging as hf_logging
 
     hf_logging.disable_progress_bar()  # the per-step log lines are the learner's display
-    from learner.ranks import follow, init_from_env, is_leader, shutdown
+    from learner.ranks import follow, is_leader, process_group
 
-    init_from_env()  # under torchrun: rank 0 leads the loop, the other ranks follow it
     try:
-        if not is_leader():
-            follow(settings)
-            return
-        upgrade_store(url)
-        evaluator = eval_thread(settings, run, url)
-        try:
-            result = asyncio.run(train_from_url(settings, url, run))
-        finally:
-            if evaluator is not None:
-                evaluator.stop()
+        with process_group():  # under torchrun: rank 0 leads the loop, the other ranks follow it
+            if not is_leader():
+                follow(settings)
+                return
+            upgrade_store(url)
+            evaluator = eval_thread(settings, run, url)
+            try:
+                result = asyncio.run(train_from_url(settings, url, run))
+            finally:
+                if evaluator is not None:
+                    evaluator.stop()
     except (PublishError, GatewayUnreachable, ConsumeConflict, LearnerError, ConfigError, FileNotFoundError) as exc:
         raise fail(str(exc)) from None
-    finally:
-        shutdown()
     console.print(
         f"learner stopped ({result.reason}) at step {result.step}, policy version {result.version}; "
         f"checkpoints in {settings.checkpoint.dir}"
