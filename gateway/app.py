@@ -64,9 +64,8 @@ def create_app(
             logger.warning("engine not ready at startup: %s", exc.message)
         else:
             await pool.check(policies.base_model)
-        follower = (
-            asyncio.create_task(follow(state, settings.follow_interval_s)) if settings.follow_interval_s > 0 else None
-        )
+        follows = settings.serves_adapters and settings.follow_interval_s > 0
+        follower = asyncio.create_task(follow(state, settings.follow_interval_s)) if follows else None
         if settings.otlp_endpoint:
             state.trace_export = TraceExport.otlp(store, settings.otlp_endpoint)
         exporter = asyncio.create_task(state.trace_export.run()) if state.trace_export else None

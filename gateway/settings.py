@@ -64,6 +64,13 @@ class GatewaySettings:
                 "`harnessrl serve` reads or creates $HARNESSRL_HOME/admin.key, or pass --admin-key"
             )
 
+    @property
+    def serves_adapters(self) -> bool:
+        """Only a policy gateway holds adapters. A teacher's engine has none: a teacher gateway on a shared
+        store neither restores nor follows the store's versions (failing to load them, it would mark every
+        other gateway's loaded versions unloaded)."""
+        return self.call_source == "policy"
+
     def engines(self) -> tuple[str, ...]:
         """The engines' base URLs, in the order given."""
         return self.engine_urls or (self.engine_url,)

@@ -62,6 +62,7 @@ class GatewayState:
     _tito: TitoEngine | None = None
     _decoder: TokenDecoder | None = None
     _decoder_lock: asyncio.Lock = field(default_factory=asyncio.Lock)
+    _tito_lock: asyncio.Lock = field(default_factory=asyncio.Lock)
     _discover_lock: asyncio.Lock = field(default_factory=asyncio.Lock)
     publish_lock: asyncio.Lock = field(default_factory=asyncio.Lock)
     refused_versions: set[str] = field(default_factory=set)  # engine adapter names
@@ -85,7 +86,8 @@ class GatewayState:
             if self.policies is None:
                 base, self.max_model_len = await self._discover_base_model()
                 policies = PolicySet(self.settings.public_model, base, self.settings.max_adapters)
-                await restore_adapters(self.engine, policies, self.store, partial(tolerance_for, self.settings))
+                if self.settings.serves_adapters:
+                    await restore_adapters(self.engine, policies, self.store, partial(tolerance_for, self.settings))
                 self.policies = policies
         return self.policies
 
@@ -134,16 +136,21 @@ class GatewayState:
 
     async def tito(self) -> TitoEngine:
         """The tito renderer, loaded on first use (tokenizer and template of the model folder)."""
-        if self._tito is None:
-            await self.ensure_policies()
-            folder = self.settings.model_dir or self.model_root
-            if not folder or not Path(folder, "tokenizer.json").exists():
-                raise InvalidRequest(
-                    "tito capture needs the model folder (chat template and tokenizer): start the gateway "
-                    "with `harnessrl serve --model DIR`, or `--tokenizer DIR` when attaching to an engine"
-                )
-            text = await asyncio.to_thread(ModelText, Path(folder))
-            self._tito = TitoEngine(text, self.engine, self.store.calls.recent_outputs)
+        if self._tito is not None:
+            return self._tito
+        await self.ensure_policies()
+        folder = self.settings.model_dir or self.model_root
+        if not folder or not Path(folder, "tokenizer.json").exists():
+            raise InvalidRequest(
+                "tito capture needs the model folder (chat template and tokenizer): start the gateway "
+                "with `harnessrl serve --model DIR`, or `--tokenizer DIR` when attaching to an engine"
+            )
+        # One load: the first calls come together, and transformers' lazy import is not thread-safe
+        # (two threads importing it at once: "cannot import name 'AutoTokenizer'").
+        async with self._tito_lock:
+            if self._tito is None:
+                text = await asyncio.to_thread(ModelText, Path(folder))
+                self._tito = TitoEngine(text, self.engine, self.store.calls.recent_outputs)
         return self._tito
 
     async def decoder(self) -> TokenDecoder | None:

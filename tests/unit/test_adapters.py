@@ -83,3 +83,23 @@ async def test_a_restarted_gateway_serves_the_published_version(sqlite_db, fake_
         await chat(gw, rollout["token"])
         assert (await last_call(gw, rollout))["policy_version"] == 1
         assert fake_engine.adapters == {"policy-v1": "/adapters/v1"}
+
+
+async def test_a_teacher_gateway_on_the_same_store_leaves_the_served_versions_loaded(
+    sqlite_db, fake_engine, fake_engine_server
+):
+    """A warm start's teacher gateway shares the store while policies are served: its engine holds no
+    adapters, so it must not try to restore them (and, failing, mark them unloaded for every gateway)."""
+    settings = gateway_settings(sqlite_db, fake_engine_server.url, admin_key="k")
+    async for gw in start_gateway(settings, fake_engine):
+        await publish(gw, 1)
+        fake_engine.adapters.clear()  # as a teacher's engine: it lists no adapter ...
+        fake_engine.load_error = "Not Found"  # ... and loads none
+        teacher = gateway_settings(sqlite_db, fake_engine_server.url, admin_key="k", call_source="demonstration")
+        async for teacher_gw in start_gateway(teacher, fake_engine):
+            rollout = (
+                await teacher_gw.http.post("/api/rollouts", json={"run": "t", "task": "t"}, headers=ADMIN)
+            ).json()
+            await chat(teacher_gw, rollout["token"])
+        assert [(a.name, a.loaded) for a in await gw.state.store.adapters.loaded()] == [("policy-v1", True)]
+        assert fake_engine.adapters == {}

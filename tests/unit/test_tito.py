@@ -160,3 +160,25 @@ async def test_forced_tool_choice_is_refused_in_tito(tito_gateway):
         },
     )
     assert response.status_code == 400 and "tito" in response.json()["error"]["message"]
+
+
+async def test_the_first_tito_calls_arriving_together_load_the_model_text_once(tito_gateway, monkeypatch):
+    """Two threads importing transformers at once fail ("cannot import name 'AutoTokenizer'"): the
+    first calls of a gateway, arriving together, must load the tokenizer in one thread, once."""
+    import asyncio
+    import threading
+
+    import gateway.state
+
+    loads: list[str] = []
+    real = gateway.state.ModelText
+
+    def counted(folder):
+        loads.append(threading.current_thread().name)
+        return real(folder)
+
+    monkeypatch.setattr(gateway.state, "ModelText", counted)
+    state = tito_gateway.state
+    state._tito = None  # as a gateway before its first tito call
+    first, second, third = await asyncio.gather(state.tito(), state.tito(), state.tito())
+    assert len(loads) == 1 and first is second is third
