@@ -19,7 +19,7 @@ from collections import defaultdict
 from dataclasses import dataclass, field
 
 import numpy as np
-from sqlalchemy import select
+from sqlalchemy import ColumnElement, select
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
 from store.arrays import unpack_ids
@@ -52,6 +52,14 @@ class CaptureHealth:
         return self.side_calls / self.calls if self.calls else None
 
 
+def calls_of(run_id: int | None, policy: str | None) -> ColumnElement[bool]:
+    """Which calls a report reads (a query joining ``Call`` and ``Rollout``): one run's, or every call one
+    policy served, over its runs and live keys."""
+    if (run_id is None) == (policy is None):
+        raise ValueError("a report reads one run's calls or one policy's: give exactly one")
+    return Rollout.run_id == run_id if run_id is not None else Call.policy == policy
+
+
 def _shared(a: np.ndarray, b: np.ndarray) -> int:
     """Length of the common leading run of two id arrays."""
     length = min(len(a), len(b))
@@ -78,8 +86,9 @@ class Health:
         self.sessions = sessions
         self.calls = calls
 
-    async def capture_health(self, run_id: int) -> list[CaptureHealth]:
-        """One row per (harness, model) of the run's calls, sorted by harness then model."""
+    async def capture_health(self, run_id: int | None = None, *, policy: str | None = None) -> list[CaptureHealth]:
+        """One row per (harness, model) of the run's calls (or every call ``policy`` served), sorted by
+        harness then model."""
         query = (
             select(
                 Rollout.id,
@@ -92,7 +101,7 @@ class Health:
                 Call.tags,
             )
             .join(Call, Call.rollout_id == Rollout.id)
-            .where(Rollout.run_id == run_id)
+            .where(calls_of(run_id, policy))
             .order_by(Rollout.id, Call.id)
         )
         async with self.sessions() as session:
@@ -133,12 +142,15 @@ class Health:
                 if any(_shared(node.prompt_ids, seq) >= FALSE_FORK_TOKENS for seq in earlier):
                     row_of[node.call_id].false_forks += 1
 
-    async def latest_policy_calls(self, run_id: int, limit: int) -> list[PolicyCall]:
-        """The run's ``limit`` latest main-loop calls the policy sampled, with whole requests and prompts."""
+    async def latest_policy_calls(
+        self, run_id: int | None, limit: int, *, policy: str | None = None
+    ) -> list[PolicyCall]:
+        """The run's (or ``policy``'s) ``limit`` latest main-loop calls the policy sampled, with whole
+        requests and prompts."""
         query = (
             select(Call, Rollout.meta)
             .join(Rollout, Rollout.id == Call.rollout_id)
-            .where(Rollout.run_id == run_id, Call.source == "policy", is_main_call())
+            .where(calls_of(run_id, policy), Call.source == "policy", is_main_call())
             .order_by(Call.id.desc())
             .limit(limit)
         )

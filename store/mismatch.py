@@ -15,6 +15,7 @@ from sqlalchemy import delete, func, select
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
 from store.arrays import deltas_array, pack_deltas
+from store.health import calls_of
 from store.tables import Call, CallMismatch, Rollout, utcnow
 
 
@@ -92,9 +93,12 @@ class Mismatches:
             deltas_array(row.deltas),
         )
 
-    async def summary(self, run_id: int, version: int | None = None) -> list[MismatchSummary]:
-        """Per (harness, model, version) of the run: token-weighted means of the calls' mismatch; one
-        policy ``version``'s only when given (the learner's per-step export reads just the version it trained)."""
+    async def summary(
+        self, run_id: int | None = None, version: int | None = None, *, policy: str | None = None
+    ) -> list[MismatchSummary]:
+        """Per (harness, model, version) of the run (or of every call ``policy`` served): token-weighted means
+        of the calls' mismatch; one policy ``version``'s only when given (the learner's per-step export reads
+        just the version it trained)."""
         harness = Rollout.meta["harness"].as_string()
         tokens = func.sum(CallMismatch.tokens)
 
@@ -115,7 +119,7 @@ class Mismatches:
             )
             .join(Call, Call.id == CallMismatch.call_id)
             .join(Rollout, Rollout.id == Call.rollout_id)
-            .where(CallMismatch.run_id == run_id, CallMismatch.tokens > 0)
+            .where(calls_of(run_id, policy), CallMismatch.tokens > 0)
             .group_by(harness, Call.model, CallMismatch.version)
             .order_by(harness, Call.model, CallMismatch.version)
         )

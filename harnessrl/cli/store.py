@@ -9,6 +9,7 @@ import typer
 
 from harnessrl.cli.options import (
     DatabaseUrl,
+    checked_policy,
     console,
     fail,
     resolve_admin_key,
@@ -130,7 +131,10 @@ def report(
 
 
 def health(
-    run: Annotated[str, typer.Option(help="The run to check")],
+    run: Annotated[str | None, typer.Option(help="The run to check")] = None,
+    policy: Annotated[
+        str | None, typer.Option(help="Check every call this policy served instead (all its runs and live keys)")
+    ] = None,
     model: Annotated[
         Path | None,
         typer.Option(help="Model folder: also re-render the latest calls with its tokenizer (re-tokenization skew)"),
@@ -138,30 +142,51 @@ def health(
     skew_calls: Annotated[int, typer.Option(min=1, help="How many of the latest calls --model re-renders")] = 200,
     database_url: DatabaseUrl = None,
 ) -> None:
-    """How faithfully a run's calls were captured, per harness and model: the later turns that extend the
-    previous call exactly, forks (and their drift), false forks (re-rendered history), retries, side calls;
-    with --model, how often a text pipeline would have trained on other ids than the engine's; and, once
-    the learner trained them, the train/inference mismatch per harness, model and version."""
+    """How faithfully a run's (or a policy's) calls were captured, per harness and model: the later turns
+    that extend the previous call exactly, forks (and their drift), false forks (re-rendered history),
+    retries, side calls; with --model, how often a text pipeline would have trained on other ids than the
+    engine's; and, once the learner trained them, the train/inference mismatch per harness, model and version."""
     from harnessrl.reports.views import health_table, mismatch_table, render, skew_table
 
+    if (run is None) == (policy is None):
+        raise fail("name what to check: --run NAME or --policy NAME (`harnessrl ls runs`, `harnessrl ls policies`)")
+    policy = checked_policy(policy)
     url = resolve_database_url(database_url)
     tokenizer = _tokenizer(model) if model is not None else None
 
     async def work(store):
-        run_id = await store.listings.run_id(run)
-        if run_id is None:
-            raise fail(f"no run named {run!r} in {url}; `harnessrl ls runs` lists them")
-        calls = await store.health.latest_policy_calls(run_id, skew_calls) if tokenizer is not None else []
-        return await store.health.capture_health(run_id), calls, await store.mismatch.summary(run_id)
+        run_id = None if run is None else await _known_run(store, run, url)
+        if policy is not None:
+            await _known_policy(store, policy)
+        calls = await store.health.latest_policy_calls(run_id, skew_calls, policy=policy) if tokenizer else []
+        captured = await store.health.capture_health(run_id, policy=policy)
+        return captured, calls, await store.mismatch.summary(run_id, policy=policy)
 
     captured, calls, mismatch = with_store(url, work)
-    render(health_table(run, captured))
+    subject = f"run {run!r}" if run is not None else f"policy {policy!r}"
+    render(health_table(subject, captured))
     if tokenizer is not None:
         from harnessrl.reports.retokenization import retokenization_skew
 
-        render(skew_table(run, retokenization_skew(tokenizer, calls)))
+        render(skew_table(subject, retokenization_skew(tokenizer, calls)))
     if mismatch:
-        render(mismatch_table(run, mismatch))
+        render(mismatch_table(subject, mismatch))
+
+
+async def _known_run(store, run: str, url: str) -> int:
+    run_id = await store.listings.run_id(run)
+    if run_id is None:
+        raise fail(f"no run named {run!r} in {url}; `harnessrl ls runs` lists them")
+    return run_id
+
+
+async def _known_policy(store, policy: str) -> None:
+    from store.policies import UnknownPolicy
+
+    try:
+        await store.policies.check_known(policy)
+    except UnknownPolicy as exc:
+        raise fail(f"--policy: {exc}") from None
 
 
 def _tokenizer(model: Path):

@@ -214,12 +214,12 @@ def _short(value, limit: int = 160) -> str:
     return text if len(text) <= limit else text[:limit] + "…"
 
 
-def health_table(run: str, rows: list[CaptureHealth]) -> Table:
-    """A run's capture health per harness and model (store.health)."""
+def health_table(subject: str, rows: list[CaptureHealth]) -> Table:
+    """A run's (or policy's: ``subject`` names which) capture health per harness and model (store.health)."""
     # later: main-loop turns after each rollout's first; exact: those extending the previous call exactly
     table = _table("harness", "model", "rollouts", "calls", "later", "exact", "forks", "drift", "false forks",
                    "retried", "side calls")  # fmt: skip
-    table.title = f"capture health of run {run!r}"
+    table.title = f"capture health of {subject}"
     for row in rows:
         table.add_row(
             row.harness or "",
@@ -237,10 +237,10 @@ def health_table(run: str, rows: list[CaptureHealth]) -> Table:
     return table
 
 
-def skew_table(run: str, rows: list[RetokenizationSkew]) -> Table:
+def skew_table(subject: str, rows: list[RetokenizationSkew]) -> Table:
     """How often re-rendering a run's latest calls as text gives other ids (harnessrl.reports.retokenization)."""
     table = _table("harness", "model", "calls", "re-rendered", "prompt differs", "output differs")
-    table.title = f"re-tokenization skew of run {run!r} (what a text pipeline would train on)"
+    table.title = f"re-tokenization skew of {subject} (what a text pipeline would train on)"
     for row in rows:
         table.add_row(
             row.harness or "",
@@ -253,10 +253,10 @@ def skew_table(run: str, rows: list[RetokenizationSkew]) -> Table:
     return table
 
 
-def mismatch_table(run: str, rows: list[MismatchSummary]) -> Table:
-    """A run's train/inference mismatch per harness, model and version (store.mismatch)."""
+def mismatch_table(subject: str, rows: list[MismatchSummary]) -> Table:
+    """A run's (or policy's) train/inference mismatch per harness, model and version (store.mismatch)."""
     table = _table("harness", "model", "version", "calls", "tokens", "mean |Δ|", "max |Δ|", "k3", "over 0.1")
-    table.title = f"train/inference mismatch of run {run!r} (nats per token, learner - sampler)"
+    table.title = f"train/inference mismatch of {subject} (nats per token, learner - sampler)"
     for row in rows:
         table.add_row(
             row.harness or "",

@@ -85,3 +85,30 @@ async def test_the_run_page_reads_the_same_rows_from_the_api(gateway):
     assert (opencode["forks"], opencode["drift_tokens"], opencode["false_forks"]) == (1, 3, 1)
     missing = await gateway.http.get("/api/runs/nope/health")
     assert missing.status_code == 404 and "not found" in missing.json()["error"]["message"]
+
+
+def test_health_of_a_policy_reads_every_call_it_served_and_only_those(sqlite_db):
+    async def planted() -> None:
+        store = Store.from_url(sqlite_db)
+        try:
+            await plant(store)  # run 'health', policy 'policy'
+            ada = await store.create_rollout("ada-run", "t", None, {"harness": "hermes"}, run_policy="ada")
+            await store.insert_calls([call_record(ada.rollout_id, prompt_ids=PROMPT, policy="ada")])
+        finally:
+            await store.close()
+
+    asyncio.run(planted())
+
+    def health(*args: str):
+        return CliRunner().invoke(app, ["health", *args, "--database-url", sqlite_db], env={"COLUMNS": "200"})
+
+    ada = health("--policy", "ada")
+    assert ada.exit_code == 0, ada.output
+    assert "capture health of policy 'ada'" in ada.output and "hermes" in ada.output and "opencode" not in ada.output
+    default = health("--policy", "policy")
+    assert "opencode" in default.output and "hermes" not in default.output
+    unknown = health("--policy", "bob")
+    assert unknown.exit_code == 1 and "ada" in unknown.output  # names the known policies
+    assert health("--policy", "../x").exit_code == 1
+    neither, both = health(), health("--run", "health", "--policy", "ada")
+    assert neither.exit_code == both.exit_code == 1 and "--run NAME or --policy NAME" in neither.output
