@@ -50,6 +50,7 @@ def sqlite_pragmas(dbapi_connection, _record) -> None:
     cursor.execute("PRAGMA synchronous=NORMAL")
     cursor.execute("PRAGMA foreign_keys=ON")
     cursor.execute(f"PRAGMA busy_timeout={BUSY_TIMEOUT_MS}")
+    cursor.execute("PRAGMA secure_delete=ON")  # deleted and redacted content is zeroed, not left in free pages
     cursor.close()
 
 

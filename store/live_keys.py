@@ -13,6 +13,7 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import secrets
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from datetime import datetime
 
@@ -28,6 +29,7 @@ from store.tables import Call, Group, LiveKey, Rollout, Run, Task, utcnow
 
 LIVE_PREFIX = "hrl-live-"  # a rollout token's prefix too, so the control plane refuses it by the same rule
 LIVE_RUN = "live"
+REDACTED_MODEL = "redacted"  # calls.model of a redacted session
 FEEDBACK = "feedback"  # the reward component late feedback sets
 
 
@@ -122,8 +124,11 @@ class Forgotten:
 class LiveKeys:
     """Live keys and their sessions (SQL only)."""
 
-    def __init__(self, sessions: async_sessionmaker[AsyncSession], retention: Retention) -> None:
-        self.sessions, self.retention = sessions, retention
+    def __init__(
+        self, sessions: async_sessionmaker[AsyncSession], retention: Retention, scrub: Callable[[], Awaitable[None]]
+    ) -> None:
+        """``scrub``: after a forget, the deleted rows gone from the database's files too (``Store.scrub``)."""
+        self.sessions, self.retention, self.scrub = sessions, retention, scrub
 
     async def create(
         self, user: str, run: str = LIVE_RUN, train: bool = False, idle_s: float = 1800.0, policy: str | None = None
@@ -188,6 +193,7 @@ class LiveKeys:
             rollouts, calls = rollouts + pruned.rollouts, calls + pruned.calls
         async with self.sessions.begin() as session:
             await session.execute(delete(LiveKey).where(LiveKey.user_name == user))
+        await self.scrub()
         return Forgotten(len(keys), rollouts, calls)
 
     async def presented(self, key: str) -> KeySession | None:
@@ -275,8 +281,9 @@ class LiveKeys:
             users.setdefault(row[2]["live"]["user"], []).append(row)
         return [_user_sessions(user, found) for user, found in sorted(users.items())]
 
-    async def unscanned(self, run: str) -> list[int]:
-        """Ended sessions of ``run`` not scanned for secrets yet, oldest first."""
+    async def unscanned(self, run: str) -> list[tuple[int, str | None]]:
+        """Ended sessions of ``run`` not scanned for secrets yet, oldest first: rollout id and the session
+        name the agent gave (scanned too)."""
         query = (
             select(Rollout.id, Rollout.meta)
             .join(Run, Run.id == Rollout.run_id)
@@ -285,7 +292,11 @@ class LiveKeys:
         )
         async with self.sessions() as session:
             rows = (await session.execute(query)).all()
-        return [i for i, meta in rows if "live" in (meta or {}) and "privacy" not in meta["live"]]
+        return [
+            (i, meta["live"].get("session"))
+            for i, meta in rows
+            if "live" in (meta or {}) and "privacy" not in meta["live"]
+        ]
 
     async def mark_scanned(self, rollout_id: int, findings: list[str]) -> None:
         """Record a session's scan: the kinds of secret found (never a value). With findings the session
@@ -294,7 +305,13 @@ class LiveKeys:
         async with self.sessions.begin() as session:
             rollout = await session.get(Rollout, rollout_id, with_for_update=True)
             privacy = {"scanned_at": utcnow().isoformat(), "findings": findings, "redacted": bool(findings)}
-            rollout.meta = {**rollout.meta, "live": {**rollout.meta["live"], "privacy": privacy}}
+            live = {**rollout.meta["live"], "privacy": privacy}
+            if findings:  # the session's name came from a header the agent sent
+                live["session"] = None
+                await session.execute(
+                    update(LiveKey).where(LiveKey.session_rollout_id == rollout_id).values(session_name=None)
+                )
+            rollout.meta = {**rollout.meta, "live": live}
             if findings:
                 marker = {"redacted": f"a secret was found ({', '.join(findings)}); this session never trains"}
                 await session.execute(
@@ -303,6 +320,7 @@ class LiveKeys:
                     .values(
                         request=marker,
                         response=marker,
+                        model=REDACTED_MODEL,  # the name the agent sent: a credential may hide there too
                         prompt_ids=b"",
                         prompt_offset=0,
                         output_ids=b"",

@@ -50,6 +50,7 @@ from store.rewards import (
 )
 from store.rollout_requests import check_same_body, created_by, request_digest
 from store.run_settings import ADHOC_RUN, settled_config
+from store.scrub import PERSONAL_TABLES, scrub
 from store.sqlite_inserts import SQLiteInserts
 from store.summary import Summaries
 from store.tables import Call, Group, Rollout, Run, Task
@@ -86,7 +87,7 @@ class Store:
         self.mismatch = Mismatches(self.sessions)
         self.traces = Traces(self.sessions)
         self.retention = Retention(self.sessions)
-        self.live_keys = LiveKeys(self.sessions, self.retention)
+        self.live_keys = LiveKeys(self.sessions, self.retention, self.scrub)
         self.summary = Summaries(self.sessions)
         self.evaluations = Evaluations(self.sessions)
         self.reports = Reports(self.sessions, engine.dialect.name, self.listings, self.training)
@@ -96,6 +97,10 @@ class Store:
     @classmethod
     def from_url(cls, url: str) -> Store:
         return cls(create_engine(url), inserts=SQLiteInserts(url) if SQLiteInserts.applies_to(url) else None)
+
+    async def scrub(self) -> None:
+        """After a redaction or a deletion: the old rows gone from the database's files too (``store.scrub``)."""
+        await scrub(self.engine, PERSONAL_TABLES)
 
     async def close(self) -> None:
         if self._inserts is not None:

@@ -94,7 +94,12 @@ def revoke(user: User, database_url: DatabaseUrl = None) -> None:
 @keys_app.command("forget")
 def forget(user: User, database_url: DatabaseUrl = None) -> None:
     """Delete everything of USER: their keys, every session (rollout) and its calls."""
-    gone = with_store(resolve_database_url(database_url), lambda store: store.live_keys.forget(user))
+    from store.scrub import ScrubIncomplete
+
+    try:
+        gone = with_store(resolve_database_url(database_url), lambda store: store.live_keys.forget(user))
+    except ScrubIncomplete as exc:
+        raise fail(f"forgot {user!r}, but {exc}") from None
     console.print(f"forgot {user!r}: {gone.keys} key(s), {gone.rollouts} session(s), {gone.calls} call(s)")
 
 
@@ -116,7 +121,12 @@ def scan(
         patterns = [re.compile(p) for p in pattern or []]
     except re.error as exc:
         raise fail(f"--pattern {exc.pattern!r} is no regular expression: {exc}") from None
-    scans = with_store(resolve_database_url(database_url), lambda store: scan_sessions(store, run, patterns))
+    from store.scrub import ScrubIncomplete
+
+    try:
+        scans = with_store(resolve_database_url(database_url), lambda store: scan_sessions(store, run, patterns))
+    except ScrubIncomplete as exc:
+        raise fail(f"redacted, but {exc}") from None
     flagged = [s for s in scans if s.findings]
     for s in flagged:
         console.print(f"session {s.rollout_id}: {', '.join(s.findings)}: redacted, never trains")

@@ -62,10 +62,11 @@ def findings_in(texts: Iterable[str], patterns: Sequence[re.Pattern[str]] = ()) 
 
 
 async def scan_sessions(store: Store, run: str, patterns: Sequence[re.Pattern[str]] = ()) -> list[SessionScan]:
-    """Scan every ended, unscanned session of ``run``; redact the ones with findings."""
+    """Scan every ended, unscanned session of ``run``; redact the ones with findings, and then scrub the
+    database's files of what was redacted (``store.scrub``)."""
     scans = []
-    for rollout_id in await store.live_keys.unscanned(run):
-        texts, calls, after = [], 0, 0
+    for rollout_id, session_name in await store.live_keys.unscanned(run):
+        texts, calls, after = [session_name or ""], 0, 0
         while page := await store.calls.page(rollout_id, after, PAGE):
             for call in page:
                 texts += [*strings_in(call.request), *strings_in(call.response)]
@@ -73,4 +74,6 @@ async def scan_sessions(store: Store, run: str, patterns: Sequence[re.Pattern[st
         findings = findings_in(texts, patterns)
         await store.live_keys.mark_scanned(rollout_id, findings)
         scans.append(SessionScan(rollout_id, calls, tuple(findings)))
+    if any(scan.findings for scan in scans):
+        await store.scrub()
     return scans

@@ -85,3 +85,57 @@ async def test_the_scan_command_reports_what_it_redacted_and_names_a_bad_pattern
     assert bad.exit_code == 1 and "no regular expression" in bad.output
     done = await asyncio.to_thread(runner.invoke, app, ["keys", "scan", "--database-url", sqlite_db])
     assert done.exit_code == 0 and "2 session(s) of 'live': 1 redacted, 1 clean" in done.output, done.output
+
+
+def database_file_bytes(database_url: str) -> bytes:
+    """Every byte of a SQLite store's files: the database, its WAL and its shared-memory index."""
+    from pathlib import Path
+
+    from sqlalchemy.engine import make_url
+
+    path = Path(make_url(database_url).database)
+    return b"".join(p.read_bytes() for p in (path, Path(f"{path}-wal"), Path(f"{path}-shm")) if p.exists())
+
+
+def planted_everywhere(secret: str) -> dict:
+    """A call with ``secret`` in its message (a long one: its row spills into overflow pages, which a
+    deletion frees rather than rewrites), its model name and a tool's name."""
+    tool = {"type": "function", "function": {"name": f"t_{secret}", "parameters": {"type": "object", "properties": {}}}}
+    return {**chat(f"deploy with {secret} " + "and then some " * 1000), "model": f"m-{secret}", "tools": [tool]}
+
+
+async def answers_of(gateway, rollout_id: int) -> str:
+    """What the REST API answers about a session: its rollout, its calls, each call's detail."""
+    texts = [(await gateway.http.get(f"/api/rollouts/{rollout_id}")).text]
+    texts.append((await gateway.http.get("/api/calls", params={"rollout_id": rollout_id})).text)
+    for call in await calls_of(gateway, rollout_id):
+        texts.append((await gateway.http.get(f"/api/calls/{call['id']}")).text)
+    return "\n".join(texts)
+
+
+async def test_a_redacted_credential_leaves_no_byte_in_the_database_files_nor_the_api(gateway, sqlite_db, fake_engine):
+    fake_engine.max_model_len = 100_000  # the long message
+    key, _ = await gateway.state.store.live_keys.create("ada", idle_s=0.0)
+    headers = {"authorization": f"Bearer {key}", "x-harnessrl-session": f"s-{PLANTED}"}
+    planted = await gateway.agent.post("/v1/chat/completions", json=planted_everywhere(PLANTED), headers=headers)
+    assert planted.status_code == 200, planted.text
+    rollout_id = int(planted.headers["x-harnessrl-rollout-id"])
+    await session(gateway, key, "the next call ends the planted session")
+    assert PLANTED.encode() in database_file_bytes(sqlite_db)  # the files held it: the check can fail
+
+    [scan] = [s for s in await scan_sessions(gateway.state.store, "live") if s.rollout_id == rollout_id]
+
+    assert scan.findings == ("AWS Access Key",)
+    assert PLANTED.encode() not in database_file_bytes(sqlite_db)  # the gateway still running, its files open
+    assert PLANTED not in await answers_of(gateway, rollout_id)
+
+
+async def test_a_forgotten_users_text_leaves_no_byte_in_the_database_files(gateway, sqlite_db):
+    text = "my-own-words-7f3a9c"
+    key, _ = await gateway.state.store.live_keys.create("ada", idle_s=0.0)
+    await session(gateway, key, text)
+    assert text.encode() in database_file_bytes(sqlite_db)
+
+    await gateway.state.store.live_keys.forget("ada")
+
+    assert text.encode() not in database_file_bytes(sqlite_db)
