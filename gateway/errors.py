@@ -147,9 +147,14 @@ def internal_error(error_id: str) -> GatewayError:
     )
 
 
-# How the store says it cannot write for now: SQLite's words (its error codes are not always attached),
-# PostgreSQL's SQLSTATEs (disk full, out of memory, too many connections, lock not available).
-_STORE_LOCKED = ("database is locked", "database table is locked")
+# How the store says it cannot serve for now. SQLite: by the primary result code (an extended code's low
+# byte) where the error carries one, else by its words: BUSY (a lock held past the busy timeout), LOCKED (a
+# table or schema lock), PROTOCOL (the WAL index's locks in the -shm file kept failing: another process holds
+# them) are all another connection's locks; FULL is the disk. PostgreSQL: SQLSTATEs (disk full, out of
+# memory, too many connections, lock not available).
+_SQLITE_LOCKED = {sqlite3.SQLITE_BUSY, sqlite3.SQLITE_LOCKED, sqlite3.SQLITE_PROTOCOL}
+_SQLITE_FULL = {sqlite3.SQLITE_FULL}
+_STORE_LOCKED = ("database is locked", "database table is locked", "database schema is locked", "locking protocol")
 _STORE_FULL = ("database or disk is full",)
 _PG_PASSING = {"53100", "53200", "53300", "55P03"}
 
@@ -159,19 +164,26 @@ def store_failure(exc: BaseException) -> StoreUnavailable | None:
     cause = exc.orig if isinstance(exc, DBAPIError) and exc.orig is not None else exc  # SQLAlchemy wraps it
     if isinstance(cause, OSError) and cause.errno in (errno.ENOSPC, errno.EDQUOT):
         return _store_full()
-    text = str(cause).lower()
-    if isinstance(cause, sqlite3.OperationalError) or isinstance(exc, DBAPIError):
-        if any(words in text for words in _STORE_LOCKED):
+    if isinstance(cause, sqlite3.Error) or isinstance(exc, DBAPIError):
+        if _sqlite_says(cause, _SQLITE_LOCKED, _STORE_LOCKED):
             return StoreUnavailable(
-                "the store is locked by another process (it held SQLite's write lock past the busy timeout); retry "
+                "the store is locked by another process (it held SQLite's locks longer than the gateway waits); retry "
                 "shortly. One process should write a SQLite store: give others its gateway's URL, or use "
                 "PostgreSQL for several"
             )
-        if any(words in text for words in _STORE_FULL):
+        if _sqlite_says(cause, _SQLITE_FULL, _STORE_FULL):
             return _store_full()
     if getattr(cause, "sqlstate", None) in _PG_PASSING or getattr(cause, "pgcode", None) in _PG_PASSING:
         return StoreUnavailable(f"the store cannot serve this request now ({type(cause).__name__}); retry shortly")
     return None
+
+
+def _sqlite_says(cause: BaseException, codes: set[int], words: tuple[str, ...]) -> bool:
+    code = getattr(cause, "sqlite_errorcode", None)  # sqlite3's errors carry it (Python 3.11), others not
+    if isinstance(code, int):
+        return code & 0xFF in codes
+    text = str(cause).lower()
+    return any(said in text for said in words)
 
 
 def _store_full() -> StoreUnavailable:

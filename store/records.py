@@ -51,6 +51,14 @@ class CallTag(StrEnum):
 FALSE_FORK_TOKENS = 64  # a new root sharing this many leading tokens with an earlier call continues it
 
 
+class RolloutsDeleted(LookupError):
+    """Calls of rollouts deleted while the calls ran (``keys forget``, ``db prune``): nothing to record them in."""
+
+    def __init__(self, rollout_ids: set[int]):
+        super().__init__(f"rollouts {sorted(rollout_ids)} were deleted")
+        self.rollout_ids = rollout_ids
+
+
 @dataclass(frozen=True)
 class GraphNode:
     """A recorded call as the call graph links it (``gateway.recording.callgraph``)."""

@@ -6,10 +6,10 @@ from __future__ import annotations
 import hashlib
 import json
 
-from sqlalchemy import select
+from sqlalchemy import select, update
 from sqlalchemy.ext.asyncio import AsyncSession
 
-from store.tables import Rollout
+from store.tables import Rollout, Run
 
 
 class RequestConflict(ValueError):
@@ -43,8 +43,16 @@ def request_digest(
     return hashlib.sha256(canonical.encode()).hexdigest()
 
 
-async def created_by(session: AsyncSession, run_id: int, request_id: str) -> Rollout | None:
-    query = select(Rollout).where(Rollout.run_id == run_id, Rollout.request_id == request_id)
+async def created_by(session: AsyncSession, run: Run, request_id: str) -> Rollout | None:
+    """The rollout ``request_id`` created in ``run``, read holding the run's row until the transaction ends.
+
+    Creates naming a request id in a run go one at a time, each seeing what the one before committed, so a
+    second request with the id is answered or refused before it makes a task or group: a refusal leaves no
+    row behind. An UPDATE, as SQLite has no SELECT ... FOR UPDATE; there it also opens the write transaction
+    first, so the rows made after it go with its rollback (a savepoint released outside one commits).
+    """
+    await session.execute(update(Run).where(Run.id == run.id).values(name=Run.name))
+    query = select(Rollout).where(Rollout.run_id == run.id, Rollout.request_id == request_id)
     return (await session.scalars(query)).first()
 
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import secrets
+import sqlite3
 import time
 from collections.abc import AsyncIterator, Sequence
 from contextlib import asynccontextmanager
@@ -30,6 +31,7 @@ from store.records import (
     AgentReport,
     CallRecord,
     RolloutIdentity,
+    RolloutsDeleted,
     RolloutStatus,
     StoredRollout,
     identity_of,
@@ -145,15 +147,8 @@ class Store:
             config = settled_config(run, run_row.config or {}, capture, sampling, run_policy)
             if config != run_row.config:
                 run_row.config = config
-            if request_id:  # refused before a task or group is made: on SQLite a savepoint's release commits
-                check_same_body(await created_by(session, run_row.id, request_id), request_id, digest)
-            task_row = await _get_or_create(session, Task, run_id=run_row.id, name=task)
-            group_row = await _get_or_create(
-                session, Group, run_id=run_row.id, task_id=task_row.id, name=group or DEFAULT_GROUP
-            )
-            await lock_group(session, group_row)
-            earlier = await created_by(session, run_row.id, request_id) if request_id else None
-            if earlier is not None:
+            earlier = await created_by(session, run_row, request_id) if request_id else None
+            if earlier is not None:  # a retry: its rollout, before a task or group is made for it
                 check_same_body(earlier, request_id, digest)
                 identity = identity_of(
                     earlier.id, run_row.id, earlier.token, config, earlier.meta or {}, earlier.pinned_version,
@@ -161,6 +156,11 @@ class Store:
                 )  # fmt: skip
                 self._tokens[identity.token] = identity
                 return identity
+            task_row = await _get_or_create(session, Task, run_id=run_row.id, name=task)
+            group_row = await _get_or_create(
+                session, Group, run_id=run_row.id, task_id=task_row.id, name=group or DEFAULT_GROUP
+            )
+            await lock_group(session, group_row)
             await check_group_open(session, group_row, group_size)
             if group_size is not None and group_row.size is None:
                 group_row.size = group_size
@@ -253,21 +253,34 @@ class Store:
         A call's request is stored as a delta against its parent's when the parent's is at hand
         (``request_delta``): the agent resends its history, the store keeps what is new."""
         rows = [call_row(record, self._stored_request(record)) for record in records]
-        table = Call.__table__
-        if self._inserts is not None and self._bind is None:
-            ids = await self._inserts.insert(table, rows, inline=inline)
-        else:
-            # A Core insert on the session's connection: the ORM's bulk path costs ~1 ms per call.
-            statement = insert(table).returning(table.c.id, sort_by_parameter_order=True)
-            async with self._transaction() as connection:
-                if len(rows) == 1:  # a plain execute; the compiled statement is cached
-                    ids = [(await connection.execute(statement, rows[0])).scalar_one()]
-                else:
-                    ids = list((await connection.execute(statement, rows)).scalars())
+        try:
+            ids = await self._insert_rows(rows, inline)
+        except (IntegrityError, sqlite3.IntegrityError):  # a rollout deleted while its call ran, or a real fault
+            deleted = await self._deleted({record.rollout_id for record in records})
+            if deleted:
+                raise RolloutsDeleted(deleted) from None
+            raise
         for record, call_id in zip(records, ids):
             self._recent_requests.add(record.rollout_id, call_id, record.request)
             self._without_calls.discard(record.rollout_id)
         return ids
+
+    async def _insert_rows(self, rows: list[dict], inline: bool) -> list[int]:
+        table = Call.__table__
+        if self._inserts is not None and self._bind is None:
+            return await self._inserts.insert(table, rows, inline=inline)
+        # A Core insert on the session's connection: the ORM's bulk path costs ~1 ms per call.
+        statement = insert(table).returning(table.c.id, sort_by_parameter_order=True)
+        async with self._transaction() as connection:
+            if len(rows) == 1:  # a plain execute; the compiled statement is cached
+                return [(await connection.execute(statement, rows[0])).scalar_one()]
+            return list((await connection.execute(statement, rows)).scalars())
+
+    async def _deleted(self, rollout_ids: set[int]) -> set[int]:
+        """Which of ``rollout_ids`` no longer exist."""
+        async with self.sessions() as session:
+            found = set((await session.scalars(select(Rollout.id).where(Rollout.id.in_(rollout_ids)))).all())
+        return rollout_ids - found
 
     def _stored_request(self, record: CallRecord) -> dict:
         parent = self._recent_requests.get(record.rollout_id, record.parent_id)

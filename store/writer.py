@@ -9,7 +9,9 @@ gateway's flight) while the writer is idle is committed at once, on the event lo
 store can (``Store.insert_calls``), never waiting there for a lock.
 
 A commit that fails (disk full, the database locked by another process) is remembered in
-``write_failure`` until one succeeds again: ``/health`` reports the gateway degraded meanwhile.
+``write_failure`` until one succeeds again: ``/health`` reports the gateway degraded meanwhile. A call
+whose rollout was deleted while it ran (``keys forget``) is no such failure: that call alone learns it
+(``RolloutsDeleted``), the others of its batch are committed, and the gateway stays healthy.
 """
 
 from __future__ import annotations
@@ -17,7 +19,7 @@ from __future__ import annotations
 import asyncio
 import logging
 
-from store.records import CallRecord
+from store.records import CallRecord, RolloutsDeleted
 from store.store import Store
 from store.tables import Call
 
@@ -80,6 +82,8 @@ class CallWriter:
         self._committing += 1
         try:
             [call_id] = await self._store.insert_calls([record], inline=True)
+        except RolloutsDeleted:
+            raise
         except Exception as exc:
             self._failed(exc, 1)
             raise
@@ -96,6 +100,11 @@ class CallWriter:
         self._committing += 1
         try:
             ids = await self._store.insert_calls([record for record, _ in batch])
+        except RolloutsDeleted as exc:  # only those rollouts' calls fail; the others are committed again
+            kept = _refuse_deleted(batch, exc)
+            if kept:
+                await self._commit(kept)
+            return
         except Exception as exc:  # every waiter learns the write failed; nothing is acked
             self._failed(exc, len(batch))
             for _, future in batch:
@@ -108,3 +117,16 @@ class CallWriter:
         for (_, future), call_id in zip(batch, ids):
             if not future.done():
                 future.set_result(call_id)
+
+
+def _refuse_deleted(
+    batch: list[tuple[CallRecord, asyncio.Future[int]]], deleted: RolloutsDeleted
+) -> list[tuple[CallRecord, asyncio.Future[int]]]:
+    """Fail the calls of deleted rollouts; the rest of the batch."""
+    kept = []
+    for record, future in batch:
+        if record.rollout_id not in deleted.rollout_ids:
+            kept.append((record, future))
+        elif not future.done():
+            future.set_exception(deleted)
+    return kept

@@ -13,6 +13,7 @@ from __future__ import annotations
 import asyncio
 import itertools
 import json
+import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -54,6 +55,12 @@ class FakeEngine:
     token_delay_s: float = 0.0  # seconds between streamed chunks (a slow generation)
     omit: frozenset[str] = frozenset()  # recording fields left out of answers (an old or misconfigured vLLM)
     streams_aborted: int = 0  # streams whose client went away before their end
+    # When set, a stream stops after its first chunk until the test sets it (``stream_started`` says when
+    # the first chunk went out): something can happen in the middle of a stream, by condition, not clock.
+    stream_gate: threading.Event | None = None
+    # When set, every chat call is answered with this (status, message) in vLLM's error shape.
+    failure: tuple[int, str] | None = None
+    stream_started: threading.Event = field(default_factory=threading.Event)
     load_error: str | None = None  # when set, loading an adapter fails with this message
     # Every loaded adapter moves each prompt log-prob by this many nats (what a probe measures);
     # ``ignore_loads``: a load answers 200 but the adapter is never applied (the base model serves it).
@@ -70,6 +77,13 @@ class FakeEngine:
     def restart(self) -> None:
         """What an engine restart does to the gateway's view: every runtime-loaded adapter is gone."""
         self.adapters.clear()
+
+    def failing(self) -> Response | None:
+        if self.failure is None:
+            return None
+        status, message = self.failure
+        body = {"error": {"message": message, "type": "InternalServerError", "code": status}}
+        return JSONResponse(body, status_code=status)
 
     def next_reply(self, body: dict) -> FakeReply:
         if callable(self.script):
@@ -156,7 +170,7 @@ async def _chat(request: Request) -> Response:
     probe = body.get("user") == PROBE_USER  # the gateway's capture probe: neither recorded nor scripted
     if engine.record_requests and not probe:
         engine.requests.append(body)
-    error = engine.check_model(body.get("model", ""))
+    error = engine.check_model(body.get("model", "")) or engine.failing()
     prompt_ids = render_chat(body["messages"])
     error = error or engine.too_long(len(prompt_ids), body.get("max_tokens"))
     if error:

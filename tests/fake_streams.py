@@ -91,8 +91,11 @@ async def paced(engine: FakeEngine, chunks):
     """The chunks as SSE, ``token_delay_s`` apart; a client that leaves stops the generation."""
     finished = False
     try:
-        for chunk in chunks:
+        for n, chunk in enumerate(chunks):
             yield f"data: {json.dumps(chunk, separators=(',', ':'))}\n\n"
+            if n == 0 and engine.stream_gate is not None:
+                engine.stream_started.set()
+                await asyncio.to_thread(engine.stream_gate.wait)
             if engine.token_delay_s:
                 await asyncio.sleep(engine.token_delay_s)
         yield "data: [DONE]\n\n"

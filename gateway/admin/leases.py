@@ -5,7 +5,7 @@ leases held, and hand them back done or unplayed. The admin key only: a rollout 
 from __future__ import annotations
 
 from fastapi import APIRouter
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, StrictFloat, StrictInt
 
 from gateway.api.params import RowId
 from gateway.state import AdminStateDep
@@ -18,13 +18,13 @@ class ClaimSlots(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     run: str = Name
-    round: int = Field(default=0, ge=0, le=2**31 - 1)
+    round: StrictInt = Field(default=0, ge=0, le=2**31 - 1)
     group: str = Name  # the group the worker creates this round's rollouts in (e.g. "r0")
     tasks: list[str] = Field(min_length=1, max_length=100_000)
-    group_size: int = Field(ge=1, le=4096)
+    group_size: StrictInt = Field(ge=1, le=4096)
     worker: str = Name  # the claiming worker's id (e.g. host-pid), unique per process
-    limit: int = Field(ge=0, le=4096)  # at most this many slots (a worker's free concurrency)
-    lease_s: float = Field(gt=0, le=3600)  # the lease's length; renew well before it ends
+    limit: StrictInt = Field(ge=0, le=4096)  # at most this many slots (a worker's free concurrency)
+    lease_s: StrictFloat = Field(gt=0, le=3600)  # the lease's length; renew well before it ends
     holding: list[RowId] = Field(default_factory=list, max_length=4096)  # leases the worker plays: not again
 
 
@@ -47,7 +47,7 @@ class RenewLeases(BaseModel):
 
     worker: str = Name
     leases: list[RowId] = Field(max_length=4096)
-    lease_s: float = Field(gt=0, le=3600)
+    lease_s: StrictFloat = Field(gt=0, le=3600)
 
 
 class Renewed(BaseModel):

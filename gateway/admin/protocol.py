@@ -4,13 +4,14 @@ from __future__ import annotations
 
 from typing import Annotated, Literal
 
-from pydantic import AfterValidator, BaseModel, ConfigDict, Field, model_validator
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, StrictFloat, StrictInt, model_validator
 
 from gateway.policy.proof import MAX_PROBE_CHECKS, MAX_PROBE_TOKENS, AdapterProbe
 from store.policies import DEFAULT_POLICY, MAX_POLICY_NAME, InvalidPolicyName, check_policy_name
 
-TokenId = Annotated[int, Field(ge=0, lt=2**31)]
-LogProb = Annotated[float, Field(le=0.0, allow_inf_nan=False)]
+# JSON numbers only, as in every request body (gateway.api.protocol): no "1" or true coerced
+TokenId = Annotated[StrictInt, Field(ge=0, lt=2**31)]
+LogProb = Annotated[StrictFloat, Field(le=0.0, allow_inf_nan=False)]
 
 
 class ProbeBody(BaseModel):
@@ -20,7 +21,7 @@ class ProbeBody(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     token_ids: list[TokenId] = Field(min_length=1, max_length=MAX_PROBE_TOKENS)
-    prefixes: list[int] = Field(min_length=1, max_length=MAX_PROBE_CHECKS)  # prefix lengths, 1..len(token_ids)
+    prefixes: list[StrictInt] = Field(min_length=1, max_length=MAX_PROBE_CHECKS)  # prefix lengths, 1..len(token_ids)
     targets: list[TokenId]  # one per prefix: the token whose log-prob is compared
     logprobs: list[LogProb]  # one per prefix, under the adapter
     base_logprobs: list[LogProb]  # one per prefix, with the adapter disabled
@@ -57,7 +58,7 @@ class PublishAdapter(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     policy: PolicyName = DEFAULT_POLICY  # the policy it is a version of (store.policies; a new name starts one)
-    version: int = Field(ge=1)  # N of <policy>-v{N}; must exceed the policy's current version
+    version: StrictInt = Field(ge=1)  # N of <policy>-v{N}; must exceed the policy's current version
     path: str = Field(min_length=1)  # a PEFT adapter folder the engine can read
     # sha256 of the folder's adapter_config.json and adapter_model.safetensors (gateway.policy.proof)
     digest: str | None = Field(default=None, pattern=r"^[0-9a-f]{64}$")

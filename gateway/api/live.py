@@ -9,11 +9,11 @@ holding a live key must not score itself."""
 from __future__ import annotations
 
 import dataclasses
-from typing import Annotated
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from gateway.api.params import RowId
+from gateway.api.protocol import Finite
 from gateway.errors import InvalidRequest, NotFound
 from gateway.state import AdminStateDep
 from store.rewards import InvalidReward
@@ -25,7 +25,7 @@ class Feedback(BaseModel):
     rollout_id: RowId | None = None
     call_id: RowId | None = None
     user: str | None = Field(default=None, min_length=1, max_length=200)
-    score: Annotated[float, Field(strict=False, allow_inf_nan=False)]
+    score: Finite
     note: str | None = Field(default=None, max_length=2000)
 
     @model_validator(mode="after")

@@ -11,6 +11,7 @@ from typing import Annotated, Literal, TypeVar
 
 from annotated_types import Ge, Le
 from fastapi import Query
+from pydantic import StrictInt
 
 from gateway.api.protocol import Page
 
@@ -19,7 +20,8 @@ T = TypeVar("T")
 INT64_MAX, INT32_MAX = 2**63 - 1, 2**31 - 1
 Int64 = Annotated[int, Ge(-INT64_MAX - 1), Le(INT64_MAX)]  # ids (BIGINT columns)
 Int32 = Annotated[int, Ge(-INT32_MAX - 1), Le(INT32_MAX)]  # policy versions, learner steps (INTEGER columns)
-RowId = Annotated[int, Ge(1), Le(INT64_MAX)]  # a row's id in a request body: a lease, a rollout, a call
+# A row's id in a request body (a lease, a rollout, a call): a JSON number, as every number of a body
+RowId = Annotated[StrictInt, Ge(1), Le(INT64_MAX)]
 
 Limit = Annotated[int, Query(ge=1, le=1000)]
 After = Annotated[int, Query(ge=0, le=INT64_MAX, description="return items with id greater than this cursor")]

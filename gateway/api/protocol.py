@@ -6,7 +6,7 @@ import json
 from datetime import UTC, datetime
 from typing import Annotated, Any, Generic, Literal, TypeVar
 
-from pydantic import AfterValidator, BaseModel, ConfigDict, Field
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, StrictFloat, StrictInt
 
 from gateway.admin.protocol import PolicyName
 from store.records import AGENT_LOG_CHARS
@@ -24,9 +24,10 @@ def as_utc(value: datetime) -> datetime:
 Timestamp = Annotated[datetime, AfterValidator(as_utc)]
 
 NAME = Field(min_length=1, max_length=200, pattern=r"^[^\x00-\x1f/]+$")
-# A reward component: a finite JSON number (NaN, infinity, strings such as "1" and true are refused), or
-# null for "no opinion". Strict: a reward is what the scorer computed, not what a coercion made of it.
-Reward = Annotated[float, Field(strict=True, allow_inf_nan=False)] | None
+# Numbers a client sends are JSON numbers (StrictInt, StrictFloat): "1" and true are refused, not coerced; a
+# float takes an integer (JSON has one number type). A reward component is finite, or null for "no opinion".
+Finite = Annotated[StrictFloat, Field(allow_inf_nan=False)]
+Reward = Finite | None
 REQUEST_ID = r"^[\x21-\x7e]+$"  # printable ASCII, no spaces
 
 
@@ -39,8 +40,8 @@ class Sampling(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
 
-    temperature: float | None = Field(default=None, ge=0, le=2, allow_inf_nan=False)
-    top_p: float | None = Field(default=None, gt=0, le=1, allow_inf_nan=False)
+    temperature: StrictFloat | None = Field(default=None, ge=0, le=2, allow_inf_nan=False)
+    top_p: StrictFloat | None = Field(default=None, gt=0, le=1, allow_inf_nan=False)
 
 
 # How a run's calls are captured: vLLM renders the chat (engine) or the gateway does, splicing sampled ids (tito).
@@ -57,7 +58,7 @@ class CreateRollout(BaseModel):
     # How the run's calls are captured; set when the run is created (default "engine").
     capture: CaptureMode | None = None
     # G, the group's size: the group becomes ready for the learner when all G rollouts ended.
-    group_size: int | None = Field(default=None, ge=1, le=4096)
+    group_size: StrictInt | None = Field(default=None, ge=1, le=4096)
     # The run's sampling, set when the run is created (default temperature 1, top_p 1); a run keeps it.
     sampling: Sampling | None = None
     # The client's id for this request (or the Idempotency-Key header): a retry with the same id
@@ -109,7 +110,7 @@ class EndRollout(BaseModel):
     # How components were reached (e.g. "judge": model, tokens, cost, reasons), shown by the viewer.
     reward_details: RewardDetails = Field(default_factory=dict, max_length=20)
     # What the runner saw of the agent: its exit status and the tail of its own output.
-    agent_exit_code: int | None = Field(default=None, ge=-(2**31), lt=2**31)
+    agent_exit_code: StrictInt | None = Field(default=None, ge=-(2**31), lt=2**31)
     agent_log: str | None = Field(default=None, max_length=AGENT_LOG_CHARS)
 
 

@@ -140,7 +140,7 @@ class EngineStream:
             chunk = loads_answer(data)  # the first chunk carries the prompt ids
             if "error" in chunk and "choices" not in chunk:
                 error = chunk["error"] if isinstance(chunk["error"], dict) else {"message": chunk["error"]}
-                raise EngineError(502, f"engine: {error.get('message')}", "engine_error")
+                raise _engine_failed("an error event in its stream", str(error.get("message")))
             batch.append(chunk)
         return batch
 
@@ -322,5 +322,13 @@ def _engine_error(response: EngineResponse, model: str | None = None) -> EngineE
             message = error
     if response.status == 404 and "does not exist" in message:  # vLLM: "The model `X` does not exist."
         return ModelNotLoaded(f"engine: {message}", model)
-    status = response.status if response.status < 500 else 502
-    return EngineError(status, f"engine: {message}", kind if status < 500 else "engine_error")
+    if response.status < 500:  # the engine's word on the request (context length, bad parameter): the client's
+        return EngineError(response.status, f"engine: {message}", kind)
+    return _engine_failed(f"HTTP {response.status}", message)
+
+
+def _engine_failed(how: str, message: str) -> EngineError:
+    """A failure inside the engine, as an agent reads it: no engine text, which can name internal
+    addresses and paths; the operator's log has it."""
+    logger.warning("the engine failed (%s): %s", how, message)
+    return EngineError(502, f"the engine failed ({how}); the gateway's log holds its message", "engine_error")

@@ -19,7 +19,7 @@ from gateway.engine.client import EngineClient
 from gateway.engine.clock import EngineClock
 from gateway.engine.routing import begin_call, served_fields
 from gateway.engine.token_prefix import PrefixArrays, TokenIds, as_array, prompt_hint
-from gateway.errors import EngineError
+from gateway.errors import EngineError, NotFound
 from gateway.metrics import GatewayMetrics
 from gateway.policy.policy_set import PolicySet
 from gateway.policy.registry import ResolvedModel
@@ -32,7 +32,7 @@ from gateway.request.retries import RETRIED, Attempt, RetryBook, retry_count
 from gateway.request.tagging import side_call_tags
 from gateway.tito.serving import TitoEngine
 from store.arrays import LOGPROBS
-from store.records import CallRecord, RolloutIdentity
+from store.records import CallRecord, RolloutIdentity, RolloutsDeleted
 from store.samples import UNDELIVERED
 from store.writer import CallWriter
 
@@ -327,7 +327,14 @@ class ChatPipeline:
             **served_fields(),
         )
         # No other call in flight: nothing the commit could hold up, so it may skip the writer's hops.
-        call_id = await self.writer.record(record, alone=self.metrics.calls_in_flight == 0)
+        try:
+            call_id = await self.writer.record(record, alone=self.metrics.calls_in_flight == 0)
+        except RolloutsDeleted:
+            raise NotFound(
+                "this call's rollout was deleted while the call ran (its user was forgotten, or it was pruned): "
+                "its answer was not recorded",
+                code="rollout_deleted",
+            ) from None
         self.metrics.recorded(record.dialect, record.latency_ms, len(record.prompt_ids), len(record.output_ids))
         self.metrics.turn(identity.harness, "side" if tags else link.kind, link.drift_tokens)
         node = GraphNode(call_id, len(record.prompt_ids), memoryview(sequence).cast("B"), bool(tags))  # bytes, no copy

@@ -1,5 +1,5 @@
 """Migration 0006 on SQLite and PostgreSQL: idempotent creation and full groups under concurrent requests,
-refused rewards, the sampling recorded per call, quarantined groups."""
+refused rewards, the sampling recorded per call, quarantined groups; a request id two requests race for."""
 
 from __future__ import annotations
 
@@ -7,11 +7,16 @@ import asyncio
 import math
 
 import pytest
+from sqlalchemy import text
 
 from learner.groups import load_group, run_temperature
+from migrations.runner import upgrade
+from store.listings import GroupFilter
 from store.rewards import GroupClosed, InvalidReward
+from store.rollout_requests import RequestConflict
 from store.store import Store
 from tests.builders import call_record
+from tests.waiting import until
 
 
 async def test_rollout_creation_rewards_and_quarantine_on_both_databases(database_url):
@@ -51,5 +56,32 @@ async def test_rollout_creation_rewards_and_quarantine_on_both_databases(databas
         assert await store.training.ready_group_ids(run_id, 10) == []
         group, _, _ = await store.listings.group(group_id)
         assert (group.status, group.error) == ("quarantined", "a reason")
+    finally:
+        await store.close()
+
+
+async def lock_waiters(store: Store) -> int:
+    async with store.engine.connect() as connection:
+        query = "SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock'"
+        return await connection.scalar(text(query))
+
+
+async def test_a_request_id_taken_while_another_request_waits_is_a_409_that_adds_nothing_on_postgres(postgres):
+    url = postgres.create_database("request_id_race")
+    upgrade(url)
+    store = Store.from_url(url)
+    try:
+        await store.create_rollout("r", "t", "g")  # the run exists
+        async with store.engine.connect() as connection:
+            outer = await connection.begin()
+            # The first request's create, its transaction open (its locks held) until ``outer`` commits.
+            await Store(store.engine, bind=connection).create_rollout("r", "t1", "g1", request_id="x")
+            second = asyncio.ensure_future(store.create_rollout("r", "t2", "g2", request_id="x"))
+            await until(lambda: lock_waiters(store), "the second request to wait for the first's locks")
+            await outer.commit()
+            with pytest.raises(RequestConflict, match="another body"):
+                await second
+        groups = await store.listings.groups(GroupFilter(run="r"), 0, 10)
+        assert [(task, group.name) for group, _, task in groups] == [("t", "g"), ("t1", "g1")]
     finally:
         await store.close()

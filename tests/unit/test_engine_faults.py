@@ -154,3 +154,16 @@ async def test_publish_whose_store_write_fails_is_unloaded_from_the_engine_again
     assert (await gateway.http.get("/admin/policy")).json()["current_version"] == 0
     monkeypatch.undo()
     assert (await publish(gateway, 1)).status_code == 200  # the same version can be published after all
+
+
+async def test_an_engines_own_failure_reaches_the_agent_without_its_text_and_its_log_keeps_it(gateway, caplog):
+    """vLLM's 5xx text can name internal addresses and paths: the agent reads that the engine failed."""
+    internal = "EngineCore at http://10.0.0.7:8001 failed: /opt/vllm/worker.py line 12"
+    gateway.fake.failure = (500, internal)
+    answer = await gateway.agent.post("/v1/chat/completions", json=chat_body())
+    error = assert_openai_error(answer, 502)
+    assert error["code"] == "engine_error" and "10.0.0.7" not in answer.text and "/opt/vllm" not in answer.text
+    assert internal in caplog.text  # the operator's log has it
+    gateway.fake.failure = (400, "This model's maximum context length is 2048 tokens")
+    refused = assert_openai_error(await gateway.agent.post("/v1/chat/completions", json=chat_body()), 400)
+    assert "maximum context length" in refused["message"]  # the engine's word on the request itself is passed on

@@ -184,6 +184,28 @@ def database_text(database_url: str) -> str:
     return "\n".join(rows)
 
 
+async def test_forget_during_a_users_stream_ends_it_with_a_clear_error_and_the_gateway_stays_healthy(
+    gateway, fake_engine
+):
+    import threading
+
+    ada, bob = await new_key(gateway, FORGOTTEN), await new_key(gateway, "bob")
+    fake_engine.stream_gate = threading.Event()  # the stream stops after its first chunk
+    body = {"model": "policy", "messages": [{"role": "user", "content": "hi"}], "stream": True}
+    streaming = asyncio.create_task(gateway.agent.post("/v1/chat/completions", json=body, headers=bearer(ada)))
+    await asyncio.to_thread(fake_engine.stream_started.wait)
+
+    await gateway.state.store.live_keys.forget(FORGOTTEN)
+    fake_engine.stream_gate.set()
+    ended = await streaming
+
+    assert '"code":"rollout_deleted"' in ended.text.replace(" ", "") and "internal_error" not in ended.text
+    health = await gateway.http.get("/health")
+    assert health.status_code == 200, health.text
+    fake_engine.stream_gate = None
+    assert (await call(gateway, bob)).status_code == 200  # the others' calls are recorded as before
+
+
 async def test_only_the_keys_digest_is_stored(gateway, sqlite_db):
     key = await new_key(gateway)
     await session_of(gateway, key)

@@ -12,6 +12,7 @@ from sqlalchemy import event, select
 
 from store.arrays import pack_ids, pack_logprobs, unpack_ids, unpack_logprobs
 from store.database import create_engine
+from store.records import RolloutsDeleted
 from store.run_settings import ADHOC_RUN
 from store.store import TOKEN_PREFIX, Store
 from store.tables import Call, Group, Run, Task
@@ -96,6 +97,21 @@ async def test_writer_failure_reaches_every_waiter_and_the_writer_survives(store
     await writer.stop()
 
 
+async def test_a_deleted_rollouts_call_fails_alone_and_the_rest_of_its_batch_is_committed(store):
+    rollout = await store.create_rollout("run", "task")
+    writer = CallWriter(store)
+    writer.start()
+    results = await asyncio.gather(
+        *[writer.record(call_record(rollout_id)) for rollout_id in (rollout.rollout_id, 987654, rollout.rollout_id)],
+        return_exceptions=True,
+    )
+    await writer.stop()
+    kept, deleted, also_kept = results
+    assert isinstance(deleted, RolloutsDeleted) and deleted.rollout_ids == {987654}
+    assert isinstance(kept, int) and isinstance(also_kept, int)
+    assert writer.write_failure is None  # a deleted rollout is no store failure: /health stays up
+
+
 async def test_writer_refuses_work_when_not_started(store):
     with pytest.raises(RuntimeError, match="lifespan"):
         await CallWriter(store).record(call_record(1))
@@ -115,8 +131,9 @@ async def test_call_batches_on_a_sqlite_file_commit_in_order_and_are_read_back(f
 async def test_a_failed_call_batch_raises_and_commits_nothing(file_store):
     identity = await file_store.create_rollout("run-f", "task-1")
     good, orphan = call_record(identity.rollout_id), call_record(10**9)  # no such rollout: a foreign-key error
-    with pytest.raises(Exception, match="FOREIGN KEY"):
+    with pytest.raises(RolloutsDeleted) as deleted:  # named: the rollout is gone (a forgotten user's)
         await file_store.insert_calls([good, orphan])
+    assert deleted.value.rollout_ids == {10**9}
     assert await file_store.calls.page(identity.rollout_id, 0, 10) == []
     assert len(await file_store.insert_calls([good])) == 1  # the writer thread carries on
 

@@ -8,6 +8,8 @@ import errno
 import logging
 import sqlite3
 import stat
+import subprocess
+import sys
 from pathlib import Path
 
 import anthropic
@@ -17,6 +19,7 @@ import pytest
 from sqlalchemy import text
 from sqlalchemy.engine import make_url
 
+from gateway.errors import store_failure
 from migrations.runner import upgrade
 from store import database, sqlite_inserts
 from store.store import Store
@@ -61,6 +64,59 @@ async def test_a_store_locked_by_another_process_is_503_with_retry_after_on_rewa
         other.rollback()
         other.close()
     assert (await gateway.http.post(reward_url, json={"name": "judge", "value": 1.0})).status_code == 200
+
+
+# Another process holding the WAL index's read-mark lock bytes (offsets 123..127 of the -shm file): no
+# connection can mark its snapshot, and after about 100 tries (~10 s) SQLite gives up with SQLITE_PROTOCOL.
+HOLD_READ_MARKS = """
+import fcntl, os, sys
+fd = os.open(sys.argv[1], os.O_RDWR)
+fcntl.lockf(fd, fcntl.LOCK_EX, 5, 123)
+print("held", flush=True)
+sys.stdin.read()
+"""
+
+
+async def test_a_store_whose_wal_index_locks_another_process_holds_is_503_with_retry_after(gateway, caplog):
+    rollout = await gateway.new_rollout()
+    reward_url = f"/api/rollouts/{rollout['id']}/reward"
+    shm = database_path(gateway) + "-shm"
+    holder = subprocess.Popen(
+        [sys.executable, "-c", HOLD_READ_MARKS, shm], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True
+    )
+    try:
+        assert holder.stdout.readline() == "held\n"
+        with caplog.at_level(logging.WARNING):
+            reward = await gateway.http.post(reward_url, json={"name": "judge", "value": 1.0})
+        assert assert_openai_error(reward, 503)["code"] == "store_unavailable", reward.text
+        assert reward.headers["retry-after"].isdigit() and "locking protocol" in caplog.text
+    finally:
+        holder.communicate("")  # its stdin closed: it exits, and its locks go with it
+    assert (await gateway.http.post(reward_url, json={"name": "judge", "value": 1.0})).status_code == 200
+
+
+def sqlite_error(code: int) -> sqlite3.OperationalError:
+    error = sqlite3.OperationalError("words that name no lock")  # the code decides, not the words
+    error.sqlite_errorcode = code
+    return error
+
+
+# BUSY: a lock held past the busy timeout; LOCKED: a table's lock; PROTOCOL: the WAL index's locks (-shm)
+LOCK_CODES = (
+    "SQLITE_BUSY SQLITE_BUSY_SNAPSHOT SQLITE_BUSY_RECOVERY SQLITE_LOCKED SQLITE_LOCKED_SHAREDCACHE SQLITE_PROTOCOL"
+)
+
+
+@pytest.mark.parametrize("name", LOCK_CODES.split())
+def test_every_sqlite_locking_error_is_a_503_with_retry_after_by_its_code(name):
+    error = store_failure(sqlite_error(getattr(sqlite3, name)))
+    assert error is not None and error.status_code == 503 and error.headers["Retry-After"].isdigit()
+
+
+def test_a_sqlite_error_of_another_code_is_no_503_whatever_its_words():
+    error = sqlite3.IntegrityError("database is locked")
+    error.sqlite_errorcode = sqlite3.SQLITE_CONSTRAINT_UNIQUE
+    assert store_failure(error) is None
 
 
 def disk_full_at_the_writer(gateway, monkeypatch, fault: Exception) -> None:
