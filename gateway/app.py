@@ -106,7 +106,8 @@ def create_app(
             state.metrics.engine_dtype.labels(state.settings.engine_dtype).set(1)
         state.metrics.engines(state.engine.engines())
         if state.trace_export is not None:
-            state.metrics.trace_export(state.trace_export.exported, state.trace_export.dropped)
+            export = state.trace_export
+            state.metrics.trace_export(export.exported, export.collector.failed, export.dropped)
         return Response(state.metrics.exposition(), media_type=CONTENT_TYPE_LATEST)
 
     @app.get("/health", tags=["admin"])

@@ -80,6 +80,16 @@ class StoreUnavailable(GatewayError):
         super().__init__(message, code="store_unavailable", headers={"Retry-After": str(retry_after_s)})
 
 
+class TooManyRequests(GatewayError):
+    """A client over one of its limits (a live key opening sessions too fast); retry after the header."""
+
+    status_code = 429
+    type = "rate_limit_error"
+
+    def __init__(self, message: str, code: str, retry_after_s: int = 1):
+        super().__init__(message, code=code, headers={"Retry-After": str(retry_after_s)})
+
+
 class EngineUnavailable(GatewayError):
     """The engine cannot be reached; the client should retry later."""
 

@@ -58,7 +58,8 @@ class GatewayMetrics:
         self.drift_tokens = Counter("harnessrl_drift_tokens", "Sampled tokens lost at forks", ["harness"], registry=r)
         self.traces = Gauge(
             "harnessrl_trace_export_rollouts",
-            "Ended rollouts exported as OpenTelemetry traces, or dropped (the export queue was full)",
+            "Ended rollouts as OpenTelemetry traces: exported (the collector acknowledged them), failed (it "
+            "refused or never answered) or dropped (the export queue was full)",
             ["outcome"],
             registry=r,
         )
@@ -66,8 +67,9 @@ class GatewayMetrics:
         self._turn_children: dict[tuple[str, str], object] = {}  # (harness, link) -> its counter
         self.calls_in_flight = 0  # the gauge's value, readable (the writer commits inline when it is 0)
 
-    def trace_export(self, exported: int, dropped: int) -> None:
+    def trace_export(self, exported: int, failed: int, dropped: int) -> None:
         self.traces.labels("exported").set(exported)
+        self.traces.labels("failed").set(failed)
         self.traces.labels("dropped").set(dropped)
 
     @contextmanager

@@ -46,6 +46,10 @@ class GatewaySettings:
     # adapters the engines hold at once, every policy's together (gateway.policy.policy_set); past it the
     # ones no call needs are unloaded first, least recently used. 0: no bound of the gateway's own
     max_adapters: int = 0
+    # sessions one live key may open per minute, after a burst of live_session_burst (gateway.request.session_rate);
+    # past it a call that would open one is a 429 with Retry-After. 0: no bound
+    live_sessions_per_minute: float = 60.0
+    live_session_burst: int = 20
     # seconds between looks at the store for versions other gateways published (gateway.policy.follower); 0: never
     follow_interval_s: float = 0.5
     # Who writes the engine's answers (store.records.CALL_SOURCES): "policy" for vLLM; a teacher

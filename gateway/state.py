@@ -30,6 +30,7 @@ from gateway.request.identity import require_admin
 from gateway.request.refusals import EngineRefusals
 from gateway.request.resent_bodies import ResentBodies
 from gateway.request.retries import RetryBook
+from gateway.request.session_rate import SessionRate
 from gateway.request.validated_history import ValidatedHistory
 from gateway.settings import GatewaySettings
 from gateway.tito.serving import TitoEngine
@@ -49,6 +50,7 @@ class GatewayState:
     max_model_len: int | None = None
     graph: CallGraphIndex = field(init=False)
     served_hosts: frozenset[str] = field(init=False)  # the Host names this gateway answers to
+    session_rate: SessionRate = field(init=False)  # how fast each live key may open sessions
     metrics: GatewayMetrics = field(default_factory=GatewayMetrics)
     engine_clock: EngineClock = field(default_factory=EngineClock)  # per rollout, for engine-paced budgets
     refusals: EngineRefusals = field(default_factory=EngineRefusals)  # per rollout: refused main-loop calls
@@ -71,6 +73,7 @@ class GatewayState:
     def __post_init__(self) -> None:
         self.graph = CallGraphIndex(self.store.calls.graph_nodes)
         self.served_hosts = self.settings.served_hosts()
+        self.session_rate = SessionRate(self.settings.live_sessions_per_minute, self.settings.live_session_burst)
 
     @property
     def policy(self) -> PolicyRegistry | None:

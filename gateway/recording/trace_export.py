@@ -21,13 +21,15 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import threading
+from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime
 
 from opentelemetry import trace
 from opentelemetry.sdk.resources import Resource
 from opentelemetry.sdk.trace import SpanLimits, SpanProcessor, TracerProvider
-from opentelemetry.sdk.trace.export import BatchSpanProcessor, SpanExporter
+from opentelemetry.sdk.trace.export import BatchSpanProcessor, SpanExporter, SpanExportResult
 from opentelemetry.trace import SpanKind, Status, StatusCode
 
 from store.records import CallTag
@@ -134,15 +136,46 @@ def _ns(moment: datetime) -> int:
     return int(moment.timestamp() * 1e9)
 
 
+class AcknowledgedExporter(SpanExporter):
+    """``exporter``, counting the rollouts (root spans) the collector acknowledged and those it refused or
+    never answered: handing spans to the SDK is no export (its queue drops, a collector may be down)."""
+
+    def __init__(self, exporter: SpanExporter):
+        self.exporter = exporter
+        self.acknowledged = 0  # rollouts
+        self.failed = 0  # rollouts
+        self._lock = threading.Lock()  # the SDK exports on its own thread
+
+    def export(self, spans) -> SpanExportResult:
+        result = self.exporter.export(spans)
+        rollouts = sum(1 for span in spans if span.parent is None)
+        with self._lock:
+            if result is SpanExportResult.SUCCESS:
+                self.acknowledged += rollouts
+            else:
+                self.failed += rollouts
+        return result
+
+    def shutdown(self) -> None:
+        self.exporter.shutdown()
+
+    def force_flush(self, timeout_millis: int = 30_000) -> bool:
+        return self.exporter.force_flush(timeout_millis)
+
+
+def batch_processor(exporter: SpanExporter) -> SpanProcessor:
+    return BatchSpanProcessor(exporter, max_queue_size=SPAN_QUEUE, export_timeout_millis=10_000)
+
+
 class TraceExport:
-    """Ended rollouts -> traces, through ``processor`` (default: the SDK's batch processor on
-    ``exporter``). ``rollout_ended`` never waits; ``run`` is the worker; ``close`` flushes briefly."""
+    """Ended rollouts -> traces, through ``processor`` (default: the SDK's batch processor) on ``exporter``.
+    ``rollout_ended`` never waits; ``run`` is the worker; ``close`` flushes briefly."""
 
     def __init__(
         self,
         store: Store,
         exporter: SpanExporter,
-        processor: SpanProcessor | None = None,
+        processor: Callable[[SpanExporter], SpanProcessor] = batch_processor,
         queue_size: int = QUEUED_ROLLOUTS,
     ):
         self.store = store
@@ -150,13 +183,17 @@ class TraceExport:
             resource=Resource.create({"service.name": SERVICE_NAME}),
             span_limits=SpanLimits(max_attribute_length=MAX_ATTRIBUTE_CHARS),
         )
-        self.provider.add_span_processor(
-            processor or BatchSpanProcessor(exporter, max_queue_size=SPAN_QUEUE, export_timeout_millis=10_000)
-        )
+        self.collector = AcknowledgedExporter(exporter)
+        self.provider.add_span_processor(processor(self.collector))
         self.tracer = self.provider.get_tracer("harnessrl.gateway")
         self.queue: asyncio.Queue[int] = asyncio.Queue(queue_size)
-        self.exported = 0  # rollouts handed to the processor
+        self.handed = 0  # rollouts handed to the processor (exported once the collector acknowledges them)
         self.dropped = 0  # rollouts never exported: the queue was full
+
+    @property
+    def exported(self) -> int:
+        """Rollouts the collector acknowledged."""
+        return self.collector.acknowledged
 
     @classmethod
     def otlp(cls, store: Store, endpoint: str) -> TraceExport:
@@ -177,7 +214,7 @@ class TraceExport:
                 found = await self.store.traces.of_rollout(rollout_id)
                 if found is not None:
                     self.emit(rollout_spans(found))
-                    self.exported += 1
+                    self.handed += 1
             except Exception:  # noqa: BLE001 - one rollout that cannot be read must not stop the export
                 logger.exception("exporting rollout %d as a trace", rollout_id)
 

@@ -19,7 +19,8 @@ import time
 
 from fastapi import Request
 
-from gateway.errors import InvalidRequest, Unauthorized
+from gateway.errors import InvalidRequest, TooManyRequests, Unauthorized
+from gateway.request.session_rate import retry_after_s
 from store.live_keys import KeySession, live_task
 from store.records import RolloutIdentity, RolloutStatus
 from store.rewards import RolloutEnded
@@ -100,6 +101,14 @@ async def _open(
 ) -> RolloutIdentity | None:
     """A new session for the key; None when another call moved the session first (use that one)."""
     key = found.key
+    wait_s = request.app.state.gateway.session_rate.take(key.id)
+    if wait_s is not None:
+        raise TooManyRequests(
+            f"this live key opens sessions faster than the gateway allows (`harnessrl serve "
+            f"--live-sessions-per-minute`); retry in {retry_after_s(wait_s)} s or keep using the open session",
+            code="live_sessions_rate",
+            retry_after_s=retry_after_s(wait_s),
+        )
     version, served = await _served_version(request, store, key.run)
     meta = {"live": {"user": key.user, "key": key.id, "train": key.train, "session": name, "served": served}}
     group = f"session-{secrets.token_hex(6)}"  # no size: never a GRPO group, never ready by itself

@@ -95,6 +95,13 @@ def serve(
             "[default: by dtype, 0.001 float32, 0.1 bfloat16]",
         ),
     ] = None,
+    live_sessions_per_minute: Annotated[
+        float,
+        typer.Option(
+            min=0.0,
+            help="Sessions one live key may open per minute after a burst of 20; past it: 429 (0: no bound)",
+        ),
+    ] = 60.0,
     otlp_endpoint: Annotated[
         str | None,
         typer.Option(
@@ -149,6 +156,7 @@ def serve(
             engine_timeout_s=engine_timeout,
             adapter_probe_tolerance=adapter_probe_tolerance,
             otlp_endpoint=otlp_endpoint,
+            live_sessions_per_minute=live_sessions_per_minute,
         )
     except BaseException:  # uvicorn owns the socket once it serves; until then it is ours to close
         listener.close()

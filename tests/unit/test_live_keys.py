@@ -255,3 +255,20 @@ async def test_ended_sessions_are_pruned_and_the_open_one_kept(gateway):
     assert (pruned.rollouts, pruned.kept_for_learner) == (2, 0)  # no GRPO group waits for a session
     assert (await gateway.http.get(f"/api/rollouts/{sessions[0]}")).status_code == 404
     assert (await rollout(gateway, sessions[-1]))["status"] == "running"
+
+
+async def test_a_key_opening_sessions_in_a_loop_gets_429s_and_another_key_is_served(
+    sqlite_db, fake_engine, fake_engine_server
+):
+    from tests.gateway_harness import start_gateway
+
+    settings = gateway_settings(sqlite_db, fake_engine_server.url, live_sessions_per_minute=1.0, live_session_burst=3)
+    async for gateway in start_gateway(settings, fake_engine):
+        flood, calm = await new_key(gateway, "mallory"), await new_key(gateway, "bob")
+        answers = [await call(gateway, flood, session=f"s{n}") for n in range(6)]
+        assert [a.status_code for a in answers] == [200, 200, 200, 429, 429, 429]
+        refused = answers[-1]
+        assert refused.json()["error"]["code"] == "live_sessions_rate" and int(refused.headers["retry-after"]) >= 1
+        assert all("x-harnessrl-rollout-id" not in a.headers for a in answers[3:])  # no rollout made
+        assert (await call(gateway, flood, session="s2")).status_code == 200  # its open session goes on
+        assert (await call(gateway, calm)).status_code == 200

@@ -61,7 +61,7 @@ async def two_turn_rollout(gateway: GatewayHarness, reward: float) -> dict:
 
 async def test_an_ended_rollout_is_one_trace_of_a_root_and_a_span_per_call(gateway, exporting):
     spans = InMemorySpanExporter()
-    export = exporting(spans, processor=SimpleSpanProcessor(spans))
+    export = exporting(spans, processor=SimpleSpanProcessor)
     rollout = await two_turn_rollout(gateway, reward=0.75)
     await until(lambda: export.exported == 1, "the rollout exported")
 
@@ -106,14 +106,21 @@ class StuckCollector(SpanExporter):
 
 async def test_a_stuck_collector_holds_up_no_call_and_no_rollout(gateway, exporting):
     stuck = StuckCollector()
-    processor = BatchSpanProcessor(stuck, max_queue_size=4, max_export_batch_size=2, schedule_delay_millis=1)
+
+    def processor(exporter):
+        return BatchSpanProcessor(exporter, max_queue_size=4, max_export_batch_size=2, schedule_delay_millis=1)
+
     export = exporting(stuck, processor=processor)
     try:
         for reward in (0.0, 1.0, 0.5):  # would hang here if anything waited for the collector
             await two_turn_rollout(gateway, reward)
-        await until(lambda: export.exported == 3, "three rollouts handed to the SDK")
+        await until(lambda: export.handed == 3, "three rollouts handed to the SDK")
+        assert export.exported == 0  # handed is not exported: the collector acknowledged none
     finally:
         stuck.release.set()
+    await until(lambda: export.collector.failed >= 1, "the collector's failure counted")
+    metrics = (await gateway.http.get("/metrics")).text
+    assert 'harnessrl_trace_export_rollouts{outcome="exported"} 0.0' in metrics
 
 
 async def test_a_full_export_queue_drops_and_counts_the_rollouts(gateway):
@@ -128,7 +135,7 @@ async def test_a_full_export_queue_drops_and_counts_the_rollouts(gateway):
 
 async def test_an_agents_oversized_model_name_is_cut_in_the_span(gateway, exporting):
     spans = InMemorySpanExporter()
-    export = exporting(spans, processor=SimpleSpanProcessor(spans))
+    export = exporting(spans, processor=SimpleSpanProcessor)
     rollout = await gateway.new_rollout(run=RUN, task="hostile")
     client = gateway.openai(base_url=f"http://gateway/r/{rollout['token']}/v1", api_key=rollout["token"])
     await client.chat.completions.create(model="m" * 100_000, messages=[{"role": "user", "content": "hi"}])
