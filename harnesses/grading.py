@@ -15,6 +15,10 @@ A task's ``grade_in`` (task.toml ``[verifier] grade_in``, a JSONL task's ``"grad
 
 A workspace of "/" (an image whose WORKDIR is the root) cannot be copied: such a task grades in the
 agent's sandbox.
+
+Either way the verifier's Python looks for a module in the working directory only after the standard
+library and site-packages (sandboxes/verifier_site.py): a json.py or pytest.py the agent left there
+cannot stand in for the real one, and the tests still import the agent's own modules.
 """
 
 from __future__ import annotations

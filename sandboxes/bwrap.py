@@ -6,6 +6,7 @@ The new root is bubblewrap's own tmpfs, remounted read-only at the end, with:
 - the sandbox's private, persistent directories bound read-write: /workspace, /tmp, $HOME and the
   spec's `writable_dirs` (Harbor's /logs, /tests);
 - the gateway socket's directory and the forwarder script, when a gateway is exposed;
+- for the verifier, its sitecustomize.py's folder at /run/harnessrl/verifier-python, read-only;
 - new user, pid, net, ipc, uts and cgroup namespaces: no network but loopback, and killing bwrap
   (`--die-with-parent`) ends every process of the exec.
 """
@@ -15,7 +16,7 @@ from __future__ import annotations
 import os
 import shutil
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 SYSTEM_DIRS = ("/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32", "/etc")
@@ -25,6 +26,7 @@ HOME = "/home/agent"
 RUN_DIR = "/run/harnessrl"  # forwarder.py and gw/gateway.sock live here inside
 SOCKET_DIR_INSIDE = f"{RUN_DIR}/gw"
 FORWARDER_INSIDE = f"{RUN_DIR}/forwarder.py"
+VERIFIER_PYTHON = f"{RUN_DIR}/verifier-python"  # the verifier's sitecustomize.py (sandboxes/verifier_site.py)
 
 
 def bwrap_path() -> str | None:
@@ -41,6 +43,7 @@ class Layout:
     socket_dir: Path | None  # host dir holding gateway.sock, None without a gateway
     forwarder: Path  # host path of forwarder.py
     share_net: bool = False  # the host's network namespace (a task that needs the internet, allowed)
+    ro_mounts: Mapping[str, Path] = field(default_factory=dict)  # inside path -> host dir, read-only
 
     def host_path(self, inside: str) -> Path | None:
         """The host path behind an absolute inside path, when it lies in a writable bind."""
@@ -48,6 +51,11 @@ class Layout:
             if inside == mount or inside.startswith(mount.rstrip("/") + "/"):
                 return self.binds[mount] / os.path.relpath(inside, mount)
         return None
+
+
+def verifier_layout(layout: Layout, home: Path, python: Path) -> Layout:
+    """The verifier's: a new, empty $HOME, and its sitecustomize.py's folder read-only at VERIFIER_PYTHON."""
+    return replace(layout, binds={**layout.binds, HOME: home}, ro_mounts={VERIFIER_PYTHON: python})
 
 
 def _root_args(root: str | None) -> list[str]:
@@ -80,6 +88,8 @@ def command(layout: Layout, argv: list[str], env: Mapping[str, str], cwd: str) -
         args += ["--bind", str(host), inside]
     for path in layout.ro_binds:
         args += ["--ro-bind", path, path]
+    for inside, host in layout.ro_mounts.items():
+        args += ["--ro-bind", str(host), inside]
     if layout.socket_dir is not None:
         args += [
             "--ro-bind",

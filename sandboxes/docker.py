@@ -14,9 +14,10 @@ sandbox's image, and neither the socket nor the forwarder's processes visible fr
 `spec.internet` (a task that needs it, allowed by the run) the container gets the host's network and
 the gateway URL unchanged. The workspace is `spec.workspace` (a task image's WORKDIR).
 
-The verifier (`exec_verifier`) runs under `env -i` with `verifier_env` (a new home under /tmp, none of
-the container's environment); the agent is root in its container, so only a fresh container
-(`copy_workspace_to` one made from the task's image) leaves the files it changed elsewhere behind.
+The verifier (`exec_verifier`) runs under `env -i` with `verifier_env` (a new home under /tmp, our
+sitecustomize.py beside it, none of the container's environment); the agent is root in its container,
+so only a fresh container (`copy_workspace_to` one made from the task's image) leaves the files it
+changed elsewhere behind.
 
 Limits: `mem_limit` (= memswap, no swap), `nano_cpus`, `pids_limit`; exec timeouts through GNU
 `timeout -s KILL` inside (kills the exec's process group); wall time kills the container. OOM kills
@@ -49,6 +50,7 @@ from sandboxes.docker_engine import OomKills, call, created, default_client, tar
 from sandboxes.execs import finished_exec, start_exec
 from sandboxes.forwarder import READY_LINE
 from sandboxes.protocol import (
+    SITECUSTOMIZE,
     ExecResult,
     Sandbox,
     SandboxError,
@@ -56,6 +58,7 @@ from sandboxes.protocol import (
     confined_path,
     exec_argv,
     verifier_env,
+    verifier_site,
 )
 from sandboxes.route import Route
 from sandboxes.urls import gateway_target, inside_url
@@ -269,9 +272,12 @@ class DockerSandbox:
     ) -> ExecResult:
         # A new home under a name the agent could not have guessed (nothing of it runs any more), and
         # `env -i`: the container's own environment (image ENV, spec.env) is not inherited either.
-        home = f"/tmp/harnessrl-verifier-home-{secrets.token_hex(8)}"
+        # Python's sitecustomize.py beside it, written as root: read-only to a verifier of another user.
+        token = secrets.token_hex(8)
+        home, python = f"/tmp/harnessrl-verifier-home-{token}", f"/tmp/harnessrl-verifier-python-{token}"
         await self._exec_quietly(["mkdir", "-m", "700", "--", home])
-        variables = verifier_env({**self.spec.env, **(env or {})}, home)
+        await self.put_file(f"{python}/{SITECUSTOMIZE}", verifier_site())
+        variables = verifier_env({**self.spec.env, **(env or {})}, home, self.workspace, python)
         return await self.exec(
             ["env", "-i", *(f"{k}={v}" for k, v in variables.items()), *exec_argv(command)], timeout_s
         )

@@ -21,7 +21,7 @@ writable dirs, which persist across execs.
   (`unshare`, which needs root), so concurrent sandboxes never share a verifier's folders.
 
 The verifier (`exec_verifier`) sees the same paths, but $HOME is bound to a new, empty host dir and
-its environment is `verifier_env` alone; /usr, /etc and a root are read-only to the agent anyway.
+its environment is `verifier_env` alone (with our sitecustomize.py); /usr, /etc and a root are read-only.
 `copy_workspace_to` copies the workspace host dir to another local sandbox's (links as links).
 
 Limits: `sandboxes.limits` (cgroup, else rlimit); timeouts and the wall time SIGKILL the whole
@@ -42,7 +42,6 @@ import sys
 import tempfile
 import time
 from collections.abc import Mapping
-from dataclasses import replace
 from pathlib import Path
 from urllib.parse import urlsplit
 
@@ -53,12 +52,14 @@ from sandboxes.host_tree import copy_tree, prepare_root, recreate, replace_tree,
 from sandboxes.isolation import check_private_mounts, resolve_isolation
 from sandboxes.limits import ProcessLimits
 from sandboxes.protocol import (
+    SITECUSTOMIZE,
     ExecResult,
     Sandbox,
     SandboxError,
     SandboxSpec,
     confined_path,
     verifier_env,
+    verifier_site,
 )
 from sandboxes.route import Route
 from sandboxes.urls import gateway_target, inside_url
@@ -162,11 +163,14 @@ class LocalSandbox:
         self, command: str | list[str], timeout_s: float | None = None, env: Mapping[str, str] | None = None
     ) -> ExecResult:
         # The same path inside ($HOME) bound to a new, empty host dir: the agent's home is out of sight.
-        home = self.dir / "verifier_home"
+        home, site = self.dir / "verifier_home", self.dir / "verifier_python"  # site: read-only inside
         await asyncio.to_thread(recreate, home)
-        layout = replace(self.layout, binds={**self.layout.binds, bwrap.HOME: home})
-        inside_home, tmp = (bwrap.HOME, "/tmp") if self.isolation == "bwrap" else (str(home), str(layout.binds["/tmp"]))
-        full_env = verifier_env({"TMPDIR": tmp, **self.spec.env, **(env or {})}, inside_home)
+        await asyncio.to_thread(write_file, site / SITECUSTOMIZE, verifier_site(), 0o644)
+        layout = bwrap.verifier_layout(self.layout, home, site)
+        isolated = (bwrap.HOME, "/tmp", bwrap.VERIFIER_PYTHON)
+        paths = isolated if self.isolation == "bwrap" else (home, self.dir / "tmp", site)
+        inside_home, tmp, python = map(str, paths)
+        full_env = verifier_env({"TMPDIR": tmp, **self.spec.env, **(env or {})}, inside_home, self.workspace, python)
         return await self._run(command, timeout_s, full_env, None, layout)
 
     async def copy_workspace_to(self, other: Sandbox) -> None:

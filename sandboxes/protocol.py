@@ -10,15 +10,22 @@ relative to the workspace.
 
 from __future__ import annotations
 
+import functools
 import posixpath
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Literal, Protocol, runtime_checkable
+
+from sandboxes.verifier_site import WORKSPACE_VARIABLE
 
 KilledReason = Literal["timeout", "wall_time", "oom"]
 
 WORKSPACE = "/workspace"  # where the workspace appears inside isolated sandboxes
 STANDARD_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
+# The verifier's Python runs this as its sitecustomize.py (see its docstring): the working directory's
+# modules are searched after the standard library and site-packages.
+VERIFIER_SITE, SITECUSTOMIZE = Path(__file__).with_name("verifier_site.py"), "sitecustomize.py"
 # Variables that make a program load code it was not asked to run: never in the verifier's environment,
 # whoever set them (a verifier that needs one sets it in its own script).
 LOADER_VARIABLES = frozenset(
@@ -139,7 +146,8 @@ class Sandbox(Protocol):
     ) -> ExecResult:
         """Run the verifier in the workspace with nothing of the agent's environment: a new, empty
         `$HOME`, and only `verifier_env` of the sandbox's own `spec.env` and `env` (no user-site Python,
-        no `LOADER_VARIABLES`). Call `fresh_dirs` first: it stops the agent's processes."""
+        no `LOADER_VARIABLES`, the workspace's modules after everything else on Python's import path).
+        Call `fresh_dirs` first: it stops the agent's processes."""
 
     async def copy_workspace_to(self, other: Sandbox) -> None:
         """Stop every process in this sandbox, then make `other`'s workspace (a sandbox of the same
@@ -164,11 +172,20 @@ class Sandbox(Protocol):
     async def __aexit__(self, *exc: object) -> None: ...
 
 
-def verifier_env(declared: Mapping[str, str], home: str) -> dict[str, str]:
+def verifier_env(declared: Mapping[str, str], home: str, workspace: str, python_site: str) -> dict[str, str]:
     """The verifier's whole environment: the task's own variables (the sandbox's `spec.env`, the task's
-    verifier env) over a fixed PATH and locale, a fresh `home`, no user-site Python, no loader variables."""
+    verifier env) over a fixed PATH and locale, a fresh `home`, no user-site Python, no loader variables,
+    and a PYTHONPATH of `python_site` alone: the read-only folder holding `verifier_site` as
+    sitecustomize.py, told the working directory `workspace`."""
     env = {"PATH": STANDARD_PATH, "LANG": "C.UTF-8", **declared, "HOME": home, "PYTHONNOUSERSITE": "1"}
-    return {key: value for key, value in env.items() if key not in LOADER_VARIABLES}
+    env = {key: value for key, value in env.items() if key not in LOADER_VARIABLES}
+    return env | {"PYTHONPATH": python_site, WORKSPACE_VARIABLE: workspace}
+
+
+@functools.cache
+def verifier_site() -> bytes:
+    """The content of the verifier's sitecustomize.py."""
+    return VERIFIER_SITE.read_bytes()
 
 
 def exec_argv(command: str | list[str]) -> list[str]:

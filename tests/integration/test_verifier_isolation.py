@@ -2,8 +2,11 @@
 
 A wrong solution plus code planted for the verifier to load (a user-site usercustomize.py or .pth, a
 login profile setting BASH_ENV or LD_PRELOAD, a replaced python3 or /etc/ld.so.preload where the agent
-is root) must get the verifier's true reward, 0: in the agent's own sandbox (a fresh $HOME and a clean
-environment) and in the fresh sandbox that holds only the agent's work (the default).
+is root, a module of the working directory named like one of the standard library's or pytest's, or
+packaging metadata there registering a pytest plugin) must get the verifier's true reward, 0: in the
+agent's own sandbox (a fresh $HOME and a clean environment) and in the fresh sandbox that holds only
+the agent's work (the default). A right solution whose tests import its module from the working
+directory still gets 1.
 """
 
 from __future__ import annotations
@@ -19,9 +22,15 @@ from harnesses.task import load_harbor
 from tests.integration.backends import BACKENDS, DOCKER_SKIP, backend_spec, create_backend
 from tests.integration.verifier_attacks import (
     ATTACKS,
+    OWN_MODULE_VERIFIERS,
+    PYTEST_ATTACKS,
+    RIGHT_CALC,
+    WRONG_CALC,
     attacked_verdict,
+    calc_task,
     graded,
     own_library,
+    pytest_verdict,
     sandbox_kind,
     wrong_answer_task,
 )
@@ -46,13 +55,17 @@ async def test_code_planted_for_the_verifier_does_not_run_in_it(backend, attack,
     assert (verdict.reward, verdict.exit_code) == (0.0, 1), verdict.output
 
 
-ENV_PROBE = "import json, os; print(json.dumps({'env': dict(os.environ), 'home': os.listdir(os.environ['HOME'])}))"
+ENV_PROBE = (
+    "import json, os; print(json.dumps({'env': dict(os.environ), 'home': os.listdir(os.environ['HOME']), "
+    "'python': os.listdir(os.environ['PYTHONPATH'])}))"
+)
 
 
 @pytest.mark.parametrize("backend", BACKENDS)
 async def test_the_verifier_gets_a_fresh_home_and_only_the_tasks_environment(backend):
     """Loader variables the sandbox's environment carries for the agent, and the agent's home, are not
-    the verifier's: it sees the task's variables, a fixed PATH, an empty $HOME and no user site."""
+    the verifier's: it sees the task's variables, a fixed PATH, an empty $HOME, no user site, and a
+    PYTHONPATH naming our sitecustomize.py alone, told the working directory."""
     carried = {"BASH_ENV": "/tmp/x", "LD_PRELOAD": "/tmp/x.so", "PYTHONPATH": "/tmp", "NODE_OPTIONS": "-r /x"}
     spec = backend_spec(backend, env={**carried, "TASK_SETTING": "kept"})
     async with await create_backend(backend, spec) as sandbox:
@@ -61,10 +74,38 @@ async def test_the_verifier_gets_a_fresh_home_and_only_the_tasks_environment(bac
     assert ran.ok, ran.text()
     seen = json.loads(ran.stdout)
     env = seen["env"]
-    assert seen["home"] == [] and not set(carried) & set(env), env
+    assert seen["home"] == [] and not (set(carried) - {"PYTHONPATH"}) & set(env), env
+    assert set(seen["python"]) - {"__pycache__"} == {"sitecustomize.py"}, seen["python"]
+    assert env["HARNESSRL_WORKSPACE"] == sandbox.workspace
     assert env["TASK_SETTING"] == "kept" and env["VERIFIER_SETTING"] == "1" and env["PYTHONNOUSERSITE"] == "1"
     assert env["PATH"] == "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
     assert "HARNESSRL_GATEWAY_URL" not in env
+
+
+@pytest.mark.parametrize("grade_in", GRADE_IN)
+@pytest.mark.parametrize("attack", list(PYTEST_ATTACKS))
+@pytest.mark.parametrize("backend", BACKENDS)
+async def test_modules_planted_in_the_working_directory_do_not_take_over_pytest(tmp_path, backend, attack, grade_in):
+    verdict = await pytest_verdict(tmp_path, backend, grade_in, f"{WRONG_CALC} && {PYTEST_ATTACKS[attack]}")
+    assert (verdict.reward, verdict.error) == (0.0, None), verdict.output
+
+
+@pytest.mark.parametrize("grade_in", GRADE_IN)
+@pytest.mark.parametrize("backend", BACKENDS)
+async def test_pytest_still_imports_the_agents_own_module_from_the_working_directory(tmp_path, backend, grade_in):
+    verdict = await pytest_verdict(tmp_path, backend, grade_in, RIGHT_CALC)
+    assert (verdict.reward, verdict.error) == (1.0, None), verdict.output
+
+
+@pytest.mark.parametrize("grade_in", GRADE_IN)
+@pytest.mark.parametrize("verifier", list(OWN_MODULE_VERIFIERS))
+@pytest.mark.parametrize("backend", BACKENDS)
+async def test_python_c_and_m_still_import_the_agents_own_module(backend, verifier, grade_in):
+    task = calc_task(OWN_MODULE_VERIFIERS[verifier], grade_in)
+    async with await create_backend(backend, backend_spec(backend)) as agent:
+        assert (await agent.exec(RIGHT_CALC, timeout_s=60)).ok
+        verdict = await graded(backend, agent, task)
+    assert (verdict.reward, verdict.error) == (1.0, None), verdict.output
 
 
 @pytest.mark.parametrize("backend", BACKENDS)

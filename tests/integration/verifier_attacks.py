@@ -1,7 +1,10 @@
-"""Agents that try to run code inside the verifier, and the task they attack.
+"""Agents that try to run code inside the verifier, and the tasks they attack.
 
 The task asks for 42 in answer.txt; the agent writes 41 (a wrong solution), then plants something the
 verifier's Python or bash would load. The verifier's true reward is 0; any other is a subverted verifier.
+The pytest task (a Harbor task whose image has pytest) asks for ``double`` in calc.py, which its test
+imports from the working directory: planted modules beside a wrong calc.py must not pass it, and a
+right calc.py must.
 """
 
 from __future__ import annotations
@@ -12,16 +15,28 @@ from pathlib import Path
 
 from harnesses.environments import Environments
 from harnesses.grading import grade
-from harnesses.task import Task
+from harnesses.task import Task, load_harbor
 from harnesses.verify import Verdict
 from sandboxes import Sandbox, SandboxSpec
-from tests.integration.backends import create_backend
+from tests.integration.backends import backend_spec, create_backend
 
 CHECK_PY = b"import sys\nsys.exit(0 if open('answer.txt').read().strip() == '42' else 1)\n"
 CHECK_SH = b'#!/bin/bash\n[ "$(cat answer.txt)" = 42 ]\n'
 # A login shell, as verifiers that take PATH from a profile (conda, nvm) start one.
 LOGIN_VERIFIER = "bash -lc 'bash /tests/check.sh'"
 PYTHON_VERIFIER = "python3 /tests/check.py"
+
+# A module that makes any check pass; in the working directory, first on `python3 -c`'s and `-m`'s path.
+TAKEOVER = "printf 'import os\\nos._exit(0)\\n' >"
+JSON_VERIFIER = "python3 -c \"import json, sys; sys.exit(0 if json.load(open('answer.txt')) == 42 else 1)\""
+UNITTEST_VERIFIER = "python3 -m unittest discover -s /tests -p 'test_*.py'"
+TEST_ANSWER = b"""import unittest
+
+
+class Answer(unittest.TestCase):
+    def test_answer(self):
+        self.assertEqual(open("answer.txt").read().strip(), "42")
+"""
 
 USER_SITE = 'python3 -c "import os, site; d = site.getusersitepackages(); os.makedirs(d, exist_ok=True); print(d)"'
 ATTACKS = {  # name -> (what the agent runs, the verifier it subverts)
@@ -38,6 +53,8 @@ ATTACKS = {  # name -> (what the agent runs, the verifier it subverts)
         "cp own.so $HOME/own.so && echo 'export LD_PRELOAD=$HOME/own.so' > $HOME/.bash_profile",
         LOGIN_VERIFIER,
     ),
+    "json.py": (f"{TAKEOVER} json.py", JSON_VERIFIER),
+    "unittest.py": (f"{TAKEOVER} unittest.py", UNITTEST_VERIFIER),
 }
 
 # Exits 0 from every program started once the verifier's tests are in place.
@@ -66,7 +83,7 @@ def wrong_answer_task(verifier: str, grade_in: str) -> Task:
         name="answer-42",
         instruction="Write 42 into answer.txt.",
         files={"answer.txt": b"0\n"},
-        tests={"check.py": CHECK_PY, "check.sh": CHECK_SH},
+        tests={"check.py": CHECK_PY, "check.sh": CHECK_SH, "test_answer.py": TEST_ANSWER},
         verifier=verifier,
         reward_source="exit_code",
         grade_in=grade_in,
@@ -93,3 +110,82 @@ async def attacked_verdict(backend: str, spec: SandboxSpec, task: Task, plant: s
         wrote = await agent.exec(f"echo 41 > answer.txt && {plant}", timeout_s=60)
         assert wrote.ok, wrote.text()
         return await graded(backend, agent, task)
+
+
+# The pytest task: its test imports the agent's calc module from the working directory, as most do.
+WRONG_CALC = "printf 'def double(x):\\n    return x\\n' > calc.py"
+RIGHT_CALC = "printf 'def double(x):\\n    return 2 * x\\n' > calc.py"
+PYTEST_ATTACKS = {  # name -> what the agent plants beside its wrong calc.py
+    "pytest.py": f"{TAKEOVER} pytest.py",
+    "_pytest": f"mkdir _pytest && {TAKEOVER} _pytest/__init__.py",
+    # packaging metadata registering a plugin that pytest imports at start-up
+    "plugin entry point": (
+        f"{TAKEOVER} own.py && mkdir own-1.0.dist-info && cd own-1.0.dist-info && "
+        "printf 'Metadata-Version: 2.1\\nName: own\\nVersion: 1.0\\n' > METADATA && "
+        "printf '[pytest11]\\nown = own\\n' > entry_points.txt"
+    ),
+    # pytest reads no conftest.py or ini file of the working directory while the tests are in /tests
+    "conftest.py": f"{TAKEOVER} conftest.py && {TAKEOVER} own.py && printf '[pytest]\\naddopts = -p own\\n' > pytest.ini",
+}
+# The layers of tests/fixtures/harbor_public/pytest-stats, so the engine's cache builds it at once.
+PYTEST_DOCKERFILE = """FROM debian:bookworm-slim
+RUN apt-get update && DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends \\
+        python3 python3-pytest \\
+ && rm -rf /var/lib/apt/lists/*
+WORKDIR /app
+"""
+PYTEST_TEST_SH = """#!/bin/bash
+if python3 -m pytest -q -p no:cacheprovider /tests/test_outputs.py; then reward=1; else reward=0; fi
+echo $reward > /logs/verifier/reward.txt
+"""
+TEST_OUTPUTS = "from calc import double\n\n\ndef test_double():\n    assert double(21) == 42\n"
+
+
+def pytest_task(folder: Path, grade_in: str) -> Task:
+    (folder / "environment").mkdir(parents=True)
+    (folder / "environment" / "Dockerfile").write_text(PYTEST_DOCKERFILE)
+    (folder / "tests").mkdir()
+    (folder / "tests" / "test.sh").write_text(PYTEST_TEST_SH)
+    (folder / "tests" / "test_outputs.py").write_text(TEST_OUTPUTS)
+    (folder / "instruction.md").write_text("Write double(x) in /app/calc.py.\n")
+    toml = f'version = "1.0"\n[metadata]\nname = "pytest-calc"\n[verifier]\ngrade_in = "{grade_in}"\n'
+    (folder / "task.toml").write_text(toml)
+    return load_harbor(folder)
+
+
+async def pytest_verdict(folder: Path, backend: str, grade_in: str, solution: str) -> Verdict:
+    """The pytest task's verdict on what `solution` (a shell command in /app) leaves there."""
+    task, environments = pytest_task(folder, grade_in), Environments()
+    kind, _ = sandbox_kind(backend)
+    spec = await environments.sandbox_spec(task, "oracle", kind, backend_spec(backend, name="pytest-calc"))
+    async with await create_backend(backend, spec) as agent:
+        done = await agent.exec(solution, timeout_s=60)
+        assert done.ok, done.text()
+        return await graded(backend, agent, task, environments)
+
+
+# A right calc.py, and verifiers importing it from the working directory on the plain image.
+OWN_MODULE_VERIFIERS = {
+    "python3 -c": "python3 -c 'import sys; from calc import double; sys.exit(0 if double(21) == 42 else 1)'",
+    "python3 -m unittest": "python3 -m unittest discover -s /tests -p 'test_calc.py'",
+}
+TEST_CALC = b"""import unittest
+
+from calc import double
+
+
+class Double(unittest.TestCase):
+    def test_double(self):
+        self.assertEqual(double(21), 42)
+"""
+
+
+def calc_task(verifier: str, grade_in: str) -> Task:
+    return Task(
+        name="calc",
+        instruction="Write double(x) in calc.py.",
+        tests={"test_calc.py": TEST_CALC},
+        verifier=verifier,
+        reward_source="exit_code",
+        grade_in=grade_in,
+    )

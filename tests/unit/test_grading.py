@@ -48,11 +48,13 @@ async def test_no_fresh_sandbox_for_a_task_that_opts_out_or_a_workspace_of_root(
 
 def test_the_verifier_environment_keeps_the_tasks_variables_and_drops_loader_variables():
     declared = {"TASK": "1", "PATH": "/opt/task/bin:/usr/bin", "LD_PRELOAD": "/x.so", "BASH_ENV": "/x", "HOME": "/a"}
-    env = verifier_env(declared, "/fresh")
+    env = verifier_env(declared, "/fresh", "/app", "/run/harnessrl/verifier-python")
     assert env == {
         "TASK": "1",
         "PATH": "/opt/task/bin:/usr/bin",  # the task image's own PATH
         "LANG": "C.UTF-8",
         "HOME": "/fresh",
         "PYTHONNOUSERSITE": "1",
+        "PYTHONPATH": "/run/harnessrl/verifier-python",  # our sitecustomize.py alone (verifier_site.py)
+        "HARNESSRL_WORKSPACE": "/app",
     }
