@@ -2,7 +2,7 @@
 
 Every call of a rollout goes to the engine its first call went to (vLLM's prefix cache holds its
 history there). A new rollout, or one whose engine was taken out, goes to the least-loaded healthy
-engine that serves the call's model (the base model or the rollout's policy version, ``policy-vN``):
+engine that serves the call's model (the base model or the version of the rollout's policy, ``<policy>-v<N>``):
 least calls in flight and queued, then fewest rollouts, then the first listed. Nothing a client
 sends takes part: the choice reads the rollout id (from its token, resolved by the store) and the
 engine model the gateway resolved, never a header or a body field. Each call's route (where it went,
