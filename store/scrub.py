@@ -13,13 +13,10 @@ locks the table) and the WAL's recycling remove the bytes (docs/security.md).
 from __future__ import annotations
 
 import asyncio
-import logging
 from collections.abc import Sequence
 
 from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncEngine
-
-logger = logging.getLogger(__name__)
 
 PERSONAL_TABLES = ("calls", "rollouts", "live_keys", "tasks", "groups")  # what a person's text or name is in
 CHECKPOINT_TRIES = 20  # a reader in the middle of a transaction holds the WAL; it ends within moments

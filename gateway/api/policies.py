@@ -77,13 +77,12 @@ async def list_policies(state: AdminStateDep) -> list[PolicySummaryView]:
 
 async def get_policy(policy: PolicyName, state: AdminStateDep) -> PolicyDetail:
     """One policy's versions with what each did; 404 naming the known policies."""
-    name = policy
-    registry = await state.known_policy(name)
-    summary = next(s for s in await state.store.policies.summaries() if s.name == name)
-    rewards = await state.store.policies.trained_rewards(name)
-    held_out = {r.version: r for r in policy_results(await state.store.evaluations.policy_task_counts(name))}
+    registry = await state.known_policy(policy)
+    summary = next(s for s in await state.store.policies.summaries() if s.name == policy)
+    rewards = await state.store.policies.trained_rewards(policy)
+    held_out = {r.version: r for r in policy_results(await state.store.evaluations.policy_task_counts(policy))}
     holding = _engines_holding(state, registry)
-    published = {a.version: a for a in await state.store.adapters.published(name)}
+    published = {a.version: a for a in await state.store.adapters.published(policy)}
     versions = []
     for version in sorted({0, *published, *rewards, *held_out}):
         adapter = published.get(version)
@@ -92,7 +91,7 @@ async def get_policy(policy: PolicyName, state: AdminStateDep) -> PolicyDetail:
         versions.append(
             PolicyVersionView(
                 version=version,
-                name=adapter_name(name, version) if version else registry.base_model,
+                name=adapter_name(policy, version) if version else registry.base_model,
                 digest=adapter.digest if adapter else None,
                 published_at=adapter.created_at if adapter else None,
                 loaded=version in registry.loaded(),
@@ -107,7 +106,7 @@ async def get_policy(policy: PolicyName, state: AdminStateDep) -> PolicyDetail:
             )
         )
     return PolicyDetail(
-        policy=name,
+        policy=policy,
         current_version=registry.current_version,
         runs=list(summary.runs),
         live_users=list(summary.live_users),

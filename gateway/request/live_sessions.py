@@ -103,11 +103,12 @@ async def _open(
     key = found.key
     wait_s = request.app.state.gateway.session_rate.take(key.id)
     if wait_s is not None:
+        wait = retry_after_s(wait_s)
         raise TooManyRequests(
             f"this live key opens sessions faster than the gateway allows (`harnessrl serve "
-            f"--live-sessions-per-minute`); retry in {retry_after_s(wait_s)} s or keep using the open session",
+            f"--live-sessions-per-minute`); retry in {wait} s or keep using the open session",
             code="live_sessions_rate",
-            retry_after_s=retry_after_s(wait_s),
+            retry_after_s=wait,
         )
     version, served = await _served_version(request, store, key.run)
     meta = {"live": {"user": key.user, "key": key.id, "train": key.train, "session": name, "served": served}}

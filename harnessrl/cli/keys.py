@@ -94,12 +94,7 @@ def revoke(user: User, database_url: DatabaseUrl = None) -> None:
 @keys_app.command("forget")
 def forget(user: User, database_url: DatabaseUrl = None) -> None:
     """Delete everything of USER: their keys, every session (rollout) and its calls."""
-    from store.scrub import ScrubIncomplete
-
-    try:
-        gone = with_store(resolve_database_url(database_url), lambda store: store.live_keys.forget(user))
-    except ScrubIncomplete as exc:
-        raise fail(f"forgot {user!r}, but {exc}") from None
+    gone = _scrubbing(database_url, lambda store: store.live_keys.forget(user), f"forgot {user!r}")
     console.print(f"forgot {user!r}: {gone.keys} key(s), {gone.rollouts} session(s), {gone.calls} call(s)")
 
 
@@ -121,18 +116,24 @@ def scan(
         patterns = [re.compile(p) for p in pattern or []]
     except re.error as exc:
         raise fail(f"--pattern {exc.pattern!r} is no regular expression: {exc}") from None
-    from store.scrub import ScrubIncomplete
-
-    try:
-        scans = with_store(resolve_database_url(database_url), lambda store: scan_sessions(store, run, patterns))
-    except ScrubIncomplete as exc:
-        raise fail(f"redacted, but {exc}") from None
+    scans = _scrubbing(database_url, lambda store: scan_sessions(store, run, patterns), "redacted")
     flagged = [s for s in scans if s.findings]
     for s in flagged:
         console.print(f"session {s.rollout_id}: {', '.join(s.findings)}: redacted, never trains")
     console.print(
         f"scanned {len(scans)} session(s) of {run!r}: {len(flagged)} redacted, {len(scans) - len(flagged)} clean"
     )
+
+
+def _scrubbing(database_url: str | None, work, done: str):
+    """``work(store)``, which ends by scrubbing the database's files (``store.scrub``): a scrub a reader
+    held up is a CLI error saying what was ``done`` already."""
+    from store.scrub import ScrubIncomplete
+
+    try:
+        return with_store(resolve_database_url(database_url), work)
+    except ScrubIncomplete as exc:
+        raise fail(f"{done}, but {exc}") from None
 
 
 Run = Annotated[str | None, typer.Option(help="The run of the live sessions (default: live, or live-POLICY)")]
