@@ -86,8 +86,9 @@ def create_app(
     app = FastAPI(title="harnessrl gateway", version="0.1.0", lifespan=lifespan, docs_url=None, redoc_url=None)
     install_error_handlers(app)
     # Every request: a 500 naming an error id for anything unmapped, the Host header (DNS rebinding), the
-    # admin key on /api and /admin, the body limit while the body streams in, the SDK's retry count.
-    install_boundary(app, settings.max_body_bytes, settings.admin_key, settings.served_hosts())
+    # admin key on /api and /admin, a rollout token's caps (in flight, body timeouts), the body limit while
+    # the body streams in, the SDK's retry count.
+    install_boundary(app, settings)
     install_docs(app)  # Swagger UI at /docs
     app.include_router(create_openai_router())
     app.include_router(create_responses_router())

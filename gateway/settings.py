@@ -25,7 +25,9 @@ class GatewaySettings:
     engine_probe_interval_s: float = 1.0  # how often a failed engine is probed to bring it back
     public_model: str = "policy"  # the name agents ask for
     require_token: bool = False  # refuse calls without a rollout token (else: the adhoc run)
-    public_url: str | None = None  # how agents reach this gateway, when behind a proxy
+    # How agents reach this gateway (behind a proxy, or from sandboxes on other machines): rollouts' base_url
+    # is built on it. http(s), a host, an optional path; no credentials, query or fragment (check_public_url).
+    public_url: str | None = None
     # Host header names served besides loopback and public_url's host (DNS rebinding: a browser page
     # of another site reaching this gateway sends that site's name); "*" serves any name.
     allowed_hosts: tuple[str, ...] = ()
@@ -55,6 +57,14 @@ class GatewaySettings:
     # Who writes the engine's answers (store.records.CALL_SOURCES): "policy" for vLLM; a teacher
     # gateway (harnessrl.engines.teacher) records "teacher" or "demonstration" calls, with no sampler log-probs.
     call_source: str = "policy"
+    # Per rollout token, in this gateway process (gateway.boundary.token_caps): a sandbox that reaches the gateway
+    # without our bridge (--public-url) is held to a bridge's caps here. The defaults mirror a bridge's
+    # (sandboxes/bridge_limits.py: MAX_IN_FLIGHT, BODY_READ_TIMEOUT_S, BODY_TIMEOUT_S, IDLE_TIMEOUT_S).
+    token_max_in_flight: int = 32  # requests of one token not yet answered in full; past it a 429
+    body_read_timeout_s: float = 30.0  # seconds a model route's request body may go without a byte; then a 408
+    body_timeout_s: float = 300.0  # seconds for a model route's whole request body; then a 408
+    # seconds an idle keep-alive connection is kept (uvicorn's timeout_keep_alive; per connection, not per token)
+    keep_alive_timeout_s: float = 120.0
     # OTLP/HTTP traces endpoint (e.g. http://127.0.0.1:6006/v1/traces): each ended rollout exported as a
     # trace (gateway.recording.trace_export); None: no export
     otlp_endpoint: str | None = None
@@ -67,6 +77,13 @@ class GatewaySettings:
                 "the gateway needs an admin key for its control plane (/api, /admin): "
                 "`harnessrl serve` reads or creates $HARNESSRL_HOME/admin.key, or pass --admin-key"
             )
+        if self.public_url is not None:
+            check_public_url(self.public_url)
+        if self.token_max_in_flight < 1:
+            raise ValueError(f"token_max_in_flight must be at least 1, got {self.token_max_in_flight}")
+        for name in ("body_read_timeout_s", "body_timeout_s", "keep_alive_timeout_s"):
+            if not getattr(self, name) > 0:
+                raise ValueError(f"{name} must be a positive number of seconds, got {getattr(self, name)}")
 
     @property
     def serves_adapters(self) -> bool:
@@ -87,3 +104,28 @@ class GatewaySettings:
             if public:
                 names.add(public.lower())
         return frozenset(names)
+
+
+def check_public_url(url: str) -> None:
+    """Refuse a public URL sandboxes could not use as their base URL's root (ValueError naming the fix)."""
+    if any(c.isspace() or not c.isprintable() for c in url):
+        raise ValueError(f"public URL {url!r} holds spaces or control characters: give http(s)://HOST[:PORT][/PATH]")
+    try:
+        parts = urlsplit(url)
+        parts.port  # noqa: B018 - a port that is not a number raises here
+    except ValueError as exc:
+        raise ValueError(f"public URL {url!r} is not a URL ({exc}); give http(s)://HOST[:PORT][/PATH]") from None
+    if parts.scheme not in ("http", "https"):
+        raise ValueError(f"public URL {url!r} must start with http:// or https://: give http(s)://HOST[:PORT][/PATH]")
+    if not parts.hostname:
+        raise ValueError(f"public URL {url!r} names no host: give http(s)://HOST[:PORT][/PATH]")
+    if parts.username is not None or parts.password is not None:
+        raise ValueError(
+            f"public URL {url!r} carries credentials (user@): sandboxes are given this address, and their "
+            "rollout token must be the only credential they hold; drop the user part"
+        )
+    if parts.query or parts.fragment or "?" in url or "#" in url:
+        raise ValueError(
+            f"public URL {url!r} has a query or fragment: rollouts' base URLs append /r/<token>/v1 to it; "
+            "give http(s)://HOST[:PORT][/PATH]"
+        )

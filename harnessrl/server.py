@@ -44,7 +44,9 @@ def uvicorn_server(settings: GatewaySettings, host: str, port: int, log_level: s
         loop="uvloop",
         http="httptools",
         timeout_graceful_shutdown=10,
-        timeout_keep_alive=75,  # agents pause between calls; a longer keep-alive avoids reconnect races
+        # agents pause between calls: longer than clients' own pool expiry (httpx 5 s, undici 4 s), so they close
+        # first; a bridge's idle timeout (gateway.settings)
+        timeout_keep_alive=settings.keep_alive_timeout_s,
     )
     return uvicorn.Server(config)
 

@@ -6,6 +6,7 @@ from pathlib import Path
 from typing import Annotated
 
 import typer
+from rich.markup import escape
 
 from harnessrl.cli.options import (
     DatabaseUrl,
@@ -102,6 +103,15 @@ def serve(
             help="Sessions one live key may open per minute after a burst of 20; past it: 429 (0: no bound)",
         ),
     ] = 60.0,
+    public_url: Annotated[
+        str | None,
+        typer.Option(
+            help="The address remote sandboxes (other machines: Harbor's environments) are given for this "
+            "gateway, e.g. https://gw.example.org:8443; rollouts' base URLs are built on it and its host is "
+            "served. The rollout token is the only credential they hold, held to a bridge's caps per token "
+            "[default: the address each request came to]",
+        ),
+    ] = None,
     otlp_endpoint: Annotated[
         str | None,
         typer.Option(
@@ -111,12 +121,17 @@ def serve(
     ] = None,
 ) -> None:
     """Start vLLM (or attach to one) and the recording gateway in front of it."""
-    from gateway.settings import GatewaySettings
+    from gateway.settings import GatewaySettings, check_public_url
     from harnessrl.engines import watchdog as engine_watchdog
     from harnessrl.server import listening_socket, uvicorn_server
 
     if (model is None) == (not engine_url):
         raise fail("give exactly one of --model DIR (start vLLM) or --engine-url URL (attach)")
+    if public_url is not None:
+        try:
+            check_public_url(public_url)
+        except ValueError as exc:
+            raise fail(escape(f"--public-url: {exc}")) from None  # the URL and the form hold brackets
     if engines > 1 and model is None:
         raise fail("--engines N starts N managed engines with --model DIR; to attach to several, repeat --engine-url")
     try:
@@ -156,6 +171,7 @@ def serve(
             engine_timeout_s=engine_timeout,
             adapter_probe_tolerance=adapter_probe_tolerance,
             otlp_endpoint=otlp_endpoint,
+            public_url=public_url,
             live_sessions_per_minute=live_sessions_per_minute,
         )
     except BaseException:  # uvicorn owns the socket once it serves; until then it is ours to close
@@ -163,6 +179,14 @@ def serve(
         raise
     server = uvicorn_server(settings, host, port, log_level="info")
     _print_viewer_url(host, port, key, from_file=not admin_key)
+    if public_url and host in ("127.0.0.1", "localhost", "::1"):
+        console.print(
+            f"--public-url {public_url}: this gateway listens on {host} only; remote sandboxes reach it through a "
+            "proxy forwarding that address here, or give --host 0.0.0.0",
+            markup=False,
+            highlight=False,
+            soft_wrap=True,
+        )
     exit_code = engine_watchdog.serve_until_stopped(server, engine, console, sockets=[listener])
     raise typer.Exit(code=exit_code)
 
