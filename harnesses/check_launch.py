@@ -8,21 +8,19 @@ from pathlib import Path
 from harnesses.checks import CheckSettings, check_tasks, table
 from harnesses.environments import Environments
 from harnesses.task import load_tasks, unhonoured_warning
-from sandboxes.isolation import local_isolation
+from sandboxes.kinds import checked_options, sandbox_kind
 
 
 def launch_check(
     path: Path, sandbox: str, concurrency: int, allow_internet: bool, allow_unisolated: bool, console
 ) -> int:
     """0 when every task is sound, 1 otherwise (the table says which and why)."""
-    if sandbox not in ("local", "docker"):
-        raise ValueError(f"--sandbox must be local or docker, not {sandbox!r}")
+    options = asyncio.run(checked_options(sandbox_kind(sandbox), allow_unisolated))
     tasks = load_tasks(path)
     if not tasks:
         raise ValueError(f"no tasks under {path}")
     if (ignored := unhonoured_warning(tasks)) is not None:
         console.print(ignored, markup=False, highlight=False)
-    options = {"isolation": local_isolation(allow_unisolated)} if sandbox == "local" else {}
     settings = CheckSettings(sandbox=sandbox, concurrency=concurrency, sandbox_options=options)
     environments = Environments(allow_internet=allow_internet)
     done = []

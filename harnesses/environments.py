@@ -41,6 +41,7 @@ from harnesses.images import DOCKER_DIR
 from harnesses.registry import CLI_AGENTS
 from harnesses.task import Task, TaskEnvironment
 from sandboxes import Limits, SandboxSpec
+from sandboxes.kinds import sandbox_kind
 
 IMAGE_PREFIX = "harnessrl-task"
 FORWARDER_IMAGE = "debian:bookworm-slim"  # python3 inside (docker/setup-engine.sh builds it so)
@@ -121,7 +122,8 @@ class Environments:
             return base
         self.check(task)
         image = await self.image_for(task, harness)
-        image_env = image.env if backend == "docker" else {k: v for k, v in image.env.items() if k != "HOME"}
+        images = sandbox_kind(backend).runs_images
+        image_env = image.env if images else {k: v for k, v in image.env.items() if k != "HOME"}
         # (a local root is read-only: $HOME stays the sandbox's own writable home)
         spec = replace(
             base,
@@ -130,7 +132,7 @@ class Environments:
             limits=_limits(base.limits, env),
             internet=env.allow_internet,
         )
-        if backend == "docker":
+        if images:
             return replace(spec, image=image.tag, forwarder_image=FORWARDER_IMAGE)
         return replace(spec, image=None, root=str(await self.rootfs(image)))
 
@@ -152,15 +154,15 @@ class Environments:
         if task.environment is None:
             return spec
         image = await self.task_image(task)
-        if backend == "docker":
+        if sandbox_kind(backend).runs_images:
             return replace(spec, image=image.tag)
         return replace(spec, root=str(await self.rootfs(image)))
 
     @staticmethod
     def with_plain_image(spec: SandboxSpec, backend: str) -> SandboxSpec:
-        """A docker sandbox for a task without an image of its own (builtin tasks: files, instruction,
-        verifier) played by a harness that brings none (builtin, oracle): the plain base image."""
-        return replace(spec, image=PLAIN_IMAGE) if backend == "docker" and not spec.image else spec
+        """A sandbox of an image's kind for a task without an image of its own (builtin tasks: files,
+        instruction, verifier) played by a harness that brings none (builtin, oracle): the plain base image."""
+        return replace(spec, image=PLAIN_IMAGE) if sandbox_kind(backend).runs_images and not spec.image else spec
 
     async def image_for(self, task: Task, harness: str) -> ImageConfig:
         """The task's image, or for a CLI agent the image derived from it with the agent inside."""

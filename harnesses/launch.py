@@ -22,7 +22,7 @@ from harnesses.runner import Runner
 from harnesses.slot_leases import DEFAULT_LEASE_S
 from harnesses.task import unhonoured_warning
 from sandboxes import Limits, SandboxSpec
-from sandboxes.isolation import local_isolation
+from sandboxes.kinds import checked_options, sandbox_kind
 
 SUMMARY_CAUSE_CHARS = 160  # of a failure's cause in the summary line
 
@@ -50,17 +50,19 @@ async def launch_run(
     lease_s: float = DEFAULT_LEASE_S,
     sandbox_gateway: str | None = None,
     policy: str | None = None,
+    sandbox_options: dict[str, object] | None = None,
 ) -> str:
     """Run (or resume, or join: several runners may share a run) ``run``; a one-line summary.
 
     ``sandbox_gateway``: the URL the sandboxes' bridges reach the gateway by [default: ``gateway_url``,
-    this worker's own route to it, which works wherever the gateway runs]; ``worker`` and ``lease_s``:
+    this worker's own route to it, which works wherever the gateway runs; for a kind without a bridge,
+    harbor:<type>, the gateway's public URL]; ``sandbox_options``: ``--sandbox-option`` pairs (Harbor's
+    environment options); ``worker`` and ``lease_s``:
     this runner's id in the run's slot leases and their length (``harnesses.runner``); ``policy``: the
     policy the run trains and is served (``store.policies``).
     """
-    if sandbox not in ("local", "docker"):
-        raise ValueError(f"--sandbox must be local or docker, not {sandbox!r}")
-    options = {"isolation": local_isolation(allow_unisolated)} if sandbox == "local" else {}
+    kind = sandbox_kind(sandbox)
+    options = await checked_options(kind, allow_unisolated, sandbox_options)
     limits = Limits(memory_bytes=int(memory_gib * 2**30), cpus=1.0)
     chosen = load_selection(tasks, selection or Selection())
     if (ignored := unhonoured_warning(chosen)) is not None:
@@ -92,7 +94,7 @@ async def launch_run(
         teacher=teacher,
         worker=worker,
         lease_s=lease_s,
-        sandbox_gateway=sandbox_gateway or gateway_url,
+        sandbox_gateway=sandbox_gateway or (gateway_url if kind.bridged else None),
         policy=policy,
     )
     gateway = GatewayClient(gateway_url, admin_key)

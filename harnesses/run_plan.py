@@ -33,13 +33,13 @@ class RunPlan:
     harness: Harness
     group_size: int  # G
     concurrency: int  # rollouts at once
-    sandbox: str  # "docker" | "local"
+    sandbox: str  # "local" | "docker" | "harbor:<type>" (sandboxes.kinds)
     base_spec: SandboxSpec = field(default_factory=SandboxSpec)  # limits and options every sandbox shares
     rewards: tuple[RewardFunction, ...] = ()
     capture: str | None = None  # the run's capture mode when the runner creates it
     sampling: dict | None = None  # the run's {"temperature", "top_p"} when the runner creates it
     policy: str | None = None  # the policy the run trains and is served (store.policies); None: the server's default
-    sandbox_options: dict = field(default_factory=dict)  # e.g. {"isolation": "bwrap"} for local
+    sandbox_options: dict = field(default_factory=dict)  # e.g. {"isolation": "bwrap"} for local, Harbor's options
     round: int = 0  # training rounds sample every task again, each round into new groups
     wall_factor: float = DEFAULT_WALL_FACTOR  # wall-clock ceiling per rollout, x the task's agent budget
     environments: Environments | None = None  # Harbor task images (built and cached); None: a new one

@@ -33,6 +33,8 @@ from harnesses.task import Task
 from harnesses.verify import VERIFIER, Verdict
 from sandboxes import create_sandbox
 from sandboxes.bridge_limits import raise_open_files_limit
+from sandboxes.kinds import sandbox_kind
+from sandboxes.urls import public_url
 from store.records import ENDED, SCORED, RolloutStatus
 
 PACE_POLL_S = 1.0  # how often a held-back runner asks its pace again
@@ -319,6 +321,8 @@ class Runner:
     async def _attempt(self, task: Task, index: int, rollout: dict) -> Played:
         plan = self.plan
         base_url = rebased(rollout["base_url"], plan.sandbox_gateway)  # the bridge connects to its host:port
+        if not sandbox_kind(plan.sandbox).bridged:
+            base_url = public_url(base_url, plan.sandbox)  # given to the sandbox as is
         target = RolloutTarget(base_url, rollout["token"])
         base = replace(plan.base_spec, gateway_url=base_url, name=f"{task.name}-{index}"[:40])
         base = await self.environments.sandbox_spec(task, plan.harness.name, plan.sandbox, base)

@@ -3,17 +3,16 @@
     async with await create_sandbox("local", SandboxSpec(gateway_url=url, limits=Limits(memory_bytes=2**30))) as sb:
         result = await sb.exec("curl -s $HARNESSRL_GATEWAY_URL/models", timeout_s=30)
 
-Backends: "docker" (docker SDK; `--network none` plus the gateway socket) and "local" (bubblewrap when
-installed, else an unisolated subprocess). This package imports nothing else of harnessrl.
+Backends (`sandboxes.kinds`): "docker" (docker SDK; `--network none` plus the gateway socket), "local"
+(bubblewrap when installed, else an unisolated subprocess) and "harbor:<type>" (an environment of
+Harbor's, driven in Harbor's own Python: `sandboxes.harbor`). This package imports nothing else of harnessrl.
 """
 
 from __future__ import annotations
 
-from typing import Literal
-
 from sandboxes.protocol import WORKSPACE, ExecResult, KilledReason, Limits, Sandbox, SandboxError, SandboxSpec
 
-SandboxKind = Literal["docker", "local"]
+SandboxKind = str  # "local" | "docker" | "harbor:<type>" (sandboxes.kinds)
 
 __all__ = [
     "WORKSPACE",
@@ -30,7 +29,13 @@ __all__ = [
 
 async def create_sandbox(kind: SandboxKind, spec: SandboxSpec, **options) -> Sandbox:
     """Create and start a sandbox. Options go to the backend: `isolation` for local
-    ("auto" | "bwrap" | "subprocess"), `client` (a docker.DockerClient) for docker."""
+    ("auto" | "bwrap" | "subprocess"), `client` (a docker.DockerClient) for docker, the environment's
+    own options (Harbor's kwargs) for harbor:<type>."""
+    if kind.startswith("harbor:"):
+        from sandboxes.harbor import HarborSandbox
+        from sandboxes.kinds import sandbox_kind
+
+        return await HarborSandbox.create(spec, sandbox_kind(kind).harbor_type, options)
     if kind == "local":
         from sandboxes.local import LocalSandbox
 
@@ -39,4 +44,7 @@ async def create_sandbox(kind: SandboxKind, spec: SandboxSpec, **options) -> San
         from sandboxes.docker import DockerSandbox  # the docker SDK only when asked for
 
         return await DockerSandbox.create(spec, **options)
-    raise SandboxError(f"unknown sandbox kind {kind!r}: use 'docker' or 'local'")
+    from sandboxes.kinds import sandbox_kind
+
+    sandbox_kind(kind)  # raises, naming the kinds
+    raise SandboxError(f"no backend for sandbox kind {kind!r}")

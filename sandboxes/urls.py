@@ -30,3 +30,16 @@ def inside_url(url: str, port_inside: int | None = None) -> str:
     parts = urlsplit(url)
     _, port = gateway_target(url)
     return urlunsplit(parts._replace(netloc=f"127.0.0.1:{port_inside or port}"))
+
+
+def public_url(url: str, kind: str) -> str:
+    """``url`` as given to a sandbox without a bridge (harbor:<type>), which runs in a network of its
+    own and never reaches this machine's loopback: SandboxError naming the fix for a loopback URL."""
+    host, _ = gateway_target(url)
+    if host == "localhost" or host.startswith("127.") or host == "::1":
+        raise SandboxError(
+            f"--sandbox {kind} sandboxes reach the gateway at its public URL, and it names itself {url} "
+            "(loopback, which they cannot reach): start it with `harnessrl serve --public-url URL` (an "
+            "address the sandboxes reach), or pass `run --sandbox-gateway URL`"
+        )
+    return url

@@ -3,6 +3,7 @@ agent's own write tool, then answer "Done."; a call without tools (a title, a su
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable
 
 from tests.fake_tokens import FakeReply
@@ -35,5 +36,23 @@ def write_then_done(path: str, content: str, side_reply: str) -> Callable[[dict]
         if any(m["role"] == "tool" for m in messages[last_user:]):
             return FakeReply(content="Done.")
         return FakeReply(tool_calls=(planned_write(body["tools"], path, content),))
+
+    return script
+
+
+def bash_then_done(solutions: dict[str, str], side_reply: str = "A title") -> Callable[[dict], FakeReply]:
+    """Run the solution of the task whose instruction the first user message holds (``solutions``:
+    instruction -> shell commands) with the agent's bash tool, then answer "Done."."""
+
+    def script(body: dict) -> FakeReply:
+        if not body.get("tools"):
+            return FakeReply(content=side_reply)
+        messages = body["messages"]
+        last_user = max(i for i, m in enumerate(messages) if m["role"] == "user")
+        if any(m["role"] == "tool" for m in messages[last_user:]):
+            return FakeReply(content="Done.")
+        text = json.dumps(messages[last_user]["content"])
+        command = next(c for instruction, c in solutions.items() if json.dumps(instruction)[1:-1] in text)
+        return FakeReply(tool_calls=(("bash", {"command": command}),))
 
     return script

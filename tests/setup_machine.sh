@@ -31,6 +31,7 @@ missing_packages() {
         command -v chromium >/dev/null || need+=(chromium fonts-liberation)
         # validates docker/compose.yaml (compose v2 where Docker ships it, else Debian's v1)
         { docker compose version >/dev/null 2>&1 || command -v docker-compose >/dev/null; } || need+=(docker-compose)
+        command -v podman >/dev/null || need+=(podman)  # Harbor's podman type (--sandbox harbor:podman)
     fi
     echo "${need[@]}"
 }
@@ -69,6 +70,13 @@ if [ -n "$packages" ]; then
     apt-get install -y -q --no-install-recommends $packages
 fi
 [ "$what" = test ] && bash docker/setup-engine.sh  # dockerd (no bridge) and the offline debian:bookworm-slim base image
+# podman's default ulimits (1048576 open files) are above this machine kind's hard limits, and every
+# container start fails on them: podman's own default, lowered to what the host allows.
+if [ "$what" = test ] && ! grep -qs default_ulimits /etc/containers/containers.conf; then
+    mkdir -p /etc/containers
+    printf '[containers]\ndefault_ulimits = ["nofile=%s:%s", "nproc=%s:%s"]\n' \
+        "$(ulimit -Hn)" "$(ulimit -Hn)" "$(ulimit -Hu)" "$(ulimit -Hu)" >>/etc/containers/containers.conf
+fi
 
 for agent in $(missing_agents); do
     log "installing $agent"

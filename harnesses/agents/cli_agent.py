@@ -23,6 +23,7 @@ from harnesses.harness import AgentOutcome, RolloutTarget
 from harnesses.task import Task
 from sandboxes import ExecResult, Sandbox, SandboxSpec
 from sandboxes.bwrap import SYSTEM_DIRS
+from sandboxes.kinds import sandbox_kind
 
 PROVIDER_ID = "harnessrl"  # our own provider id: an agent's built-in "openai" provider has quirks
 FALLBACK_HOME = "/tmp/harnessrl-agent"  # when the sandbox has no usable $HOME
@@ -110,9 +111,7 @@ class CliAgentHarness:
     shell_tool: ShellTool  # its tool that runs a shell command (demonstrations call it)
 
     def __init__(self, sandbox: str = "local", settings: AgentSettings | None = None):
-        if sandbox not in ("local", "docker"):
-            raise ValueError(f"sandbox must be local or docker, not {sandbox!r}")
-        self.sandbox = sandbox
+        self.sandbox, self.kind = sandbox, sandbox_kind(sandbox)
         self.settings = settings or AgentSettings()
 
     # -- what each agent defines ------------------------------------------------------------------
@@ -143,14 +142,14 @@ class CliAgentHarness:
 
     def sandbox_spec(self, task: Task, target: RolloutTarget, base: SandboxSpec) -> SandboxSpec:
         files = {**base.files, **task.files}
-        if self.sandbox == "docker" or base.root is not None:  # the image (or its exported root) has the agent
+        if self.kind.runs_images or base.root is not None:  # the image (or its exported root) has the agent
             return replace(base, image=base.image or self.image, files=files)
         binds = self.host_install().ro_binds()
         return replace(base, files=files, ro_binds=tuple(dict.fromkeys((*base.ro_binds, *binds))))
 
     def command(self, instruction: str, endpoint: Endpoint, installed: bool = False) -> list[str]:
-        """``installed``: the sandbox's image has the agent on PATH (docker, or a task image's root)."""
-        program = (self.executable,) if self.sandbox == "docker" or installed else self.host_install().argv
+        """``installed``: the sandbox's image has the agent on PATH (an image's kind, or a task image's root)."""
+        program = (self.executable,) if self.kind.runs_images or installed else self.host_install().argv
         return [*program, *self.arguments(instruction, endpoint)]
 
     def env(self, endpoint: Endpoint) -> dict[str, str]:

@@ -71,7 +71,7 @@ def images_build(
 @tasks_app.command("check")
 def tasks_check(
     path: Annotated[Path, typer.Argument(help="A Harbor task folder, a folder of them, or a .jsonl file")],
-    sandbox: Annotated[str, typer.Option(help="docker | local")] = "docker",
+    sandbox: Annotated[str, typer.Option(help="docker | local | harbor:<type>")] = "docker",
     concurrency: Annotated[int, typer.Option(min=1, help="Tasks checked at once")] = 4,
     allow_internet: Annotated[
         bool, typer.Option(help="Let tasks whose task.toml says allow_internet = true have the host's network")

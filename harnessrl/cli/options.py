@@ -20,6 +20,24 @@ DatabaseUrl = Annotated[
     ),
 ]
 
+# Where rollouts run (sandboxes/kinds.py) and the options of Harbor's environment types.
+SandboxOption = Annotated[
+    str,
+    typer.Option(
+        "--sandbox",
+        help="local | docker | harbor:<type>: an environment type of Harbor's (podman, daytona, modal, e2b, "
+        "gke, ...; docs/running.md)",
+    ),
+]
+SandboxOptions = Annotated[
+    list[str] | None,
+    typer.Option(
+        "--sandbox-option",
+        help="key=value, repeatable: an option of the harbor:<type> environment (Harbor's kwargs; a JSON value "
+        "is decoded), e.g. extra_docker_compose='[\"net.yaml\"]'",
+    ),
+]
+
 # Which tasks a command runs (harnesses/datasets.py): --tasks and the selection options.
 TASKS_HELP = (
     "A folder of Harbor tasks (nested), a .jsonl file, a list file (one path a line), or "

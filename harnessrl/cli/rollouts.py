@@ -15,6 +15,8 @@ from harnessrl.cli.options import (
     DatabaseUrl,
     Exclude,
     Include,
+    SandboxOption,
+    SandboxOptions,
     Split,
     TestFraction,
     checked_policy,
@@ -44,7 +46,8 @@ def run_rollouts(
     ] = None,
     group_size: Annotated[int, typer.Option(min=1, help="G: rollouts per task (one GRPO group)")] = 4,
     concurrency: Annotated[int, typer.Option(min=1, help="Rollouts at once")] = 4,
-    sandbox: Annotated[str, typer.Option(help="local | docker")] = "local",
+    sandbox: SandboxOption = "local",
+    sandbox_option: SandboxOptions = None,
     gateway: Annotated[
         str, typer.Option(envvar="HARNESSRL_GATEWAY", help="The gateway's URL")
     ] = "http://127.0.0.1:8000",
@@ -127,7 +130,8 @@ def run_rollouts(
         str | None,
         typer.Option(
             envvar="HARNESSRL_SANDBOX_GATEWAY",
-            help="The URL sandboxes reach the gateway by, through this worker's bridge [default: --gateway]",
+            help="The URL sandboxes reach the gateway by, through this worker's bridge [default: --gateway; "
+            "harbor:<type>: the gateway's --public-url]",
         ),
     ] = None,
 ) -> None:
@@ -137,6 +141,7 @@ def run_rollouts(
 
     from harnesses.launch import launch_run
     from sandboxes.bridge_limits import raise_open_files_limit
+    from sandboxes.kinds import option_pairs
 
     console.print(f"file descriptors: {raise_open_files_limit()}")  # each agent connection holds two
     key = resolve_admin_key(admin_key)
@@ -175,6 +180,7 @@ def run_rollouts(
                     lease_s=lease_s,
                     sandbox_gateway=sandbox_gateway,
                     policy=served,
+                    sandbox_options=option_pairs(sandbox_option or []),
                 )
             )
     except (ValueError, RuntimeError) as exc:  # bad tasks, harness, reward spec, unreachable gateway
@@ -256,7 +262,8 @@ def eval_policies(
         Path | None, typer.Option(help="Folder for eval.json and eval.png [default: $HARNESSRL_HOME/eval/<run>]")
     ] = None,
     concurrency: Annotated[int, typer.Option(min=1, help="Rollouts at once, all policies together")] = 4,
-    sandbox: Annotated[str, typer.Option(help="local | docker")] = "local",
+    sandbox: SandboxOption = "local",
+    sandbox_option: SandboxOptions = None,
     temperature: Annotated[
         float,
         typer.Option(min=0.0, max=2.0, help="The evaluation run's sampling temperature (0: greedy, then use -k 1)"),
@@ -283,6 +290,7 @@ def eval_policies(
 ) -> None:
     """Evaluate policies on tasks: k rollouts per task per policy, each pinned to its policy; a table,
     eval.json and eval.png (per policy pass@1, pass@k, mean reward with a 95% interval, failures)."""
+    import asyncio
     import time
 
     from harnesses.datasets import load_selection
@@ -290,10 +298,8 @@ def eval_policies(
     from harnessrl.evaluation.evaluate import EvalPlan, eval_harness, evaluate
     from harnessrl.settings import data_home
     from sandboxes import Limits, SandboxSpec
-    from sandboxes.isolation import local_isolation
+    from sandboxes.kinds import checked_options, option_pairs, sandbox_kind
 
-    if sandbox not in ("local", "docker"):
-        raise fail(f"--sandbox must be local or docker, not {sandbox!r}")
     asked = tuple(p.strip() for p in policies.split(",") if p.strip())
     if not asked:
         raise fail("--policies names at least one policy: base, latest, pi@latest, opencode@v3 or teacher:MODEL")
@@ -303,6 +309,9 @@ def eval_policies(
 
     judged = judge_settings(judge)
     try:
+        options = asyncio.run(
+            checked_options(sandbox_kind(sandbox), allow_unisolated, option_pairs(sandbox_option or []))
+        )
         chosen = load_selection(tasks, task_selection(include, exclude, split, test_fraction))
         plan = EvalPlan(
             run=name,
@@ -314,7 +323,7 @@ def eval_policies(
             sandbox=sandbox,
             sampling={"temperature": temperature, "top_p": 1.0},
             base_spec=SandboxSpec(limits=Limits(memory_bytes=int(memory_gib * 2**30), cpus=1.0)),
-            sandbox_options={"isolation": local_isolation(allow_unisolated)} if sandbox == "local" else {},
+            sandbox_options=options,
             wall_factor=wall_factor,
             judge=Judge(judged) if judged else None,
             harness_name=harness,

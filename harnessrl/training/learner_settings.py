@@ -56,7 +56,7 @@ def eval_thread(settings: LearnerConfig, run: str, database_url: str):
     from harnesses.task import TaskError
     from harnessrl.evaluation.evaluate import eval_harness
     from harnessrl.evaluation.periodic import EvalEvery, EvalThread, PeriodicEval
-    from sandboxes.isolation import local_isolation
+    from sandboxes.kinds import backend_options, sandbox_kind
 
     try:
         tasks = load_selection(held_out.tasks, Selection(split="test", test_fraction=held_out.test_fraction))
@@ -67,7 +67,7 @@ def eval_thread(settings: LearnerConfig, run: str, database_url: str):
             k=held_out.k,
             concurrency=held_out.concurrency,
             sandbox=held_out.sandbox,
-            sandbox_options={"isolation": local_isolation(False)} if held_out.sandbox == "local" else {},
+            sandbox_options=backend_options(sandbox_kind(held_out.sandbox), allow_unisolated=False),
             temperature=settings.temperature,
             policy=None,  # the run's, read when its first rollout made it
         )

@@ -91,8 +91,10 @@ def wrong_answer_task(verifier: str, grade_in: str) -> Task:
 
 
 def sandbox_kind(backend: str) -> tuple[str, dict]:
-    """create_sandbox's kind and options for a backend of tests/integration/backends.py."""
-    return ("docker", {}) if backend == "docker" else ("local", {"isolation": "bwrap"})
+    """create_sandbox's kind and options for a backend of tests/integration/backends.py (or harbor:<type>)."""
+    if backend == "docker" or backend.startswith("harbor:"):
+        return backend, {}
+    return "local", {"isolation": "bwrap"}
 
 
 async def graded(backend: str, agent: Sandbox, task: Task, environments: Environments | None = None) -> Verdict:

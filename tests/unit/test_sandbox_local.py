@@ -239,7 +239,7 @@ async def test_bwrap_reaches_the_gateway_through_the_socket():
 
 
 async def test_unknown_kind_and_missing_bwrap_name_the_fix(monkeypatch):
-    with pytest.raises(SandboxError, match="'docker' or 'local'"):
+    with pytest.raises(SandboxError, match="local, docker, harbor:<type>"):
         await create_sandbox("vm", SandboxSpec())
     monkeypatch.setattr("sandboxes.bwrap.shutil.which", lambda name: None)
     with pytest.raises(SandboxError, match="apt-get install -y bubblewrap"):

@@ -1,0 +1,78 @@
+"""The sandbox kinds, in one place: what `--sandbox` accepts and what each kind implies.
+
+    local           bubblewrap (or, asked for by name, an unisolated subprocess) over the host's dirs
+    docker          a container of this machine's Docker engine, network none plus the bridge
+    harbor:<type>   an environment of Harbor's (podman, daytona, modal, e2b, gke, ...), anywhere
+
+The CLI, the task checks, the harnesses and the runner read a `Kind` instead of comparing names, so a
+new backend is one entry here and one branch in `sandboxes.create_sandbox`.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+
+from sandboxes.isolation import local_isolation
+from sandboxes.protocol import SandboxError
+
+HARBOR = "harbor:"
+NAMES = ("local", "docker", f"{HARBOR}<type>")
+
+
+@dataclass(frozen=True)
+class Kind:
+    name: str  # as given to --sandbox: "local", "docker", "harbor:podman", ...
+    runs_images: bool  # the sandbox runs an image with the agent installed (else the host's install)
+    bridged: bool  # reaches the gateway through this worker's bridge (else at the gateway's public URL)
+    harbor_type: str | None = None  # Harbor's environment type, for harbor:<type>
+
+
+def sandbox_kind(name: str) -> Kind:
+    """The kind named ``name``; SandboxError listing the kinds for any other name."""
+    if name == "local":
+        return Kind(name, runs_images=False, bridged=True)
+    if name == "docker":
+        return Kind(name, runs_images=True, bridged=True)
+    if name.startswith(HARBOR) and name[len(HARBOR) :].strip():
+        return Kind(name, runs_images=True, bridged=False, harbor_type=name[len(HARBOR) :].strip())
+    raise SandboxError(f"--sandbox must be one of {', '.join(NAMES)} (e.g. harbor:podman), not {name!r}")
+
+
+def option_pairs(pairs: Iterable[str]) -> dict[str, object]:
+    """``--sandbox-option key=value`` pairs as the backend's options: a value that is JSON (a number,
+    a list, true) is decoded, any other value is the string itself."""
+    options: dict[str, object] = {}
+    for pair in pairs:
+        key, sep, value = pair.partition("=")
+        if not sep or not key.strip():
+            raise SandboxError(f"--sandbox-option takes key=value, not {pair!r}")
+        try:
+            options[key.strip()] = json.loads(value)
+        except json.JSONDecodeError:
+            options[key.strip()] = value
+    return options
+
+
+def backend_options(kind: Kind, allow_unisolated: bool, given: Mapping[str, object] | None = None) -> dict:
+    """The options `create_sandbox` gets for every sandbox of a run: local's isolation, Harbor's own."""
+    given = dict(given or {})
+    if kind.name == "local":
+        return {"isolation": local_isolation(allow_unisolated), **given}
+    if kind.harbor_type is not None:
+        return given
+    if given:
+        raise SandboxError(f"--sandbox-option is for harbor:<type> sandboxes, not {kind.name}")
+    return {}
+
+
+async def checked_options(kind: Kind, allow_unisolated: bool, given: Mapping[str, object] | None = None) -> dict:
+    """`backend_options`, after Harbor's own check of a harbor:<type> kind (its extra installed, its
+    options and credentials there): a run fails here, before any rollout, with Harbor's message."""
+    options = backend_options(kind, allow_unisolated, given)
+    if kind.harbor_type is not None:
+        from sandboxes.harbor_process import preflight
+
+        await preflight(kind.harbor_type, options)
+    return options

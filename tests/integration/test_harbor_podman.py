@@ -1,0 +1,181 @@
+"""Rollouts in Harbor's environments (``--sandbox harbor:podman``): real Harbor, real podman and
+podman-compose, the real pi binary, a real gateway.
+
+The agent's container sits on a podman network with no route out but to a relay in front of the
+gateway (tests/remote_network.py): it reaches the gateway only at the address the gateway was started
+with as its public URL, with its rollout token, as a sandbox at a cloud provider would. A scripted
+engine stands in for the model (tests/agent_scripts.py). The verifier grades in a fresh environment
+of the task's image holding only the agent's work copied through this host.
+"""
+
+from __future__ import annotations
+
+import subprocess
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+from harnesses.agents import create
+from harnesses.shell_family import shell_tasks
+from harnesses.task import load_harbor
+from harnessrl.cli.app import app
+from harnessrl.server import BackgroundGateway
+from sandboxes import SandboxError, SandboxSpec, create_sandbox
+from sandboxes.harbor_process import preflight
+from tests.agent_scripts import bash_then_done, write_then_done
+from tests.builders import ADMIN_HEADERS, gateway_settings, run_single_rollout
+from tests.fake_engine import FakeEngine
+from tests.integration.verifier_attacks import graded, wrong_answer_task
+from tests.remote_network import RemoteNetwork, remote_network
+
+KIND = "harbor:podman"
+IMAGE = "debian:bookworm-slim"
+HARBOR_TASK = load_harbor(Path(__file__).resolve().parents[1] / "fixtures" / "harbor_public" / "csv-total")
+SHELL = [t for t in shell_tasks() if t.name.startswith(("shell-count-", "shell-rename-"))][:2]
+# What an agent that is root in its container plants for the verifier (wrong answer beside it).
+PLANTED = {
+    "usercustomize.py": (
+        'd=$(python3 -c "import site; print(site.getusersitepackages())") && mkdir -p "$d" && '
+        "printf 'import os\\nos._exit(0)\\n' > \"$d/usercustomize.py\""
+    ),
+    ".pth": (
+        'd=$(python3 -c "import site; print(site.getsitepackages()[0])") && mkdir -p "$d" && '
+        "printf 'import os; os._exit(0)\\n' > \"$d/own.pth\""
+    ),
+    "PATH shim": "printf '#!/bin/sh\\nexit 0\\n' > /usr/local/bin/python3 && chmod +x /usr/local/bin/python3",
+}
+
+
+@pytest.fixture(scope="module")
+def network() -> Iterator[RemoteNetwork]:
+    with remote_network() as made:
+        yield made
+
+
+@pytest.fixture
+def engine(engine_server) -> FakeEngine:
+    fake = engine_server.app.state.engine
+    fake.requests = []
+    return fake
+
+
+@pytest.fixture
+def public_gateway(sqlite_db, engine_server, engine, network) -> Iterator[BackgroundGateway]:
+    """The gateway, naming itself by the relay's address: the one route the sandboxes have."""
+    settings = gateway_settings(sqlite_db, engine_server.url, public_url=network.public_url)
+    with BackgroundGateway(settings) as gateway:
+        network.gateway_port[:] = [int(gateway.url.rsplit(":", 1)[1])]
+        yield gateway
+
+
+def containers() -> set[str]:
+    listed = subprocess.run(
+        ["podman", "ps", "-a", "--format", "{{.Names}}"], capture_output=True, text=True, check=True
+    )
+    return set(listed.stdout.split())
+
+
+def exact(call: dict) -> bool:
+    """The call was recorded in token ids, with the engine's log-prob of each output token."""
+    return bool(call["prompt_ids"] and call["output_ids"]) and len(call["output_logprobs"]) == len(call["output_ids"])
+
+
+def rollout_calls(gateway: BackgroundGateway, rollout_id: int) -> list[dict]:
+    import httpx
+
+    with httpx.Client(base_url=gateway.url, timeout=30, headers=ADMIN_HEADERS) as http:
+        listed = http.get(f"/api/rollouts/{rollout_id}/calls").json()["data"]
+        return [http.get(f"/api/calls/{c['id']}").json() for c in listed]
+
+
+async def test_a_harbor_environment_keeps_the_sandbox_contract(tmp_path):
+    spec = SandboxSpec(image=IMAGE, files={"a/b.txt": b"hello\n"}, env={"FOO": "bar"})
+    async with await create_sandbox(KIND, spec) as sandbox:
+        done = await sandbox.exec("cat a/b.txt; echo $FOO; echo oops >&2; exit 3")
+        assert (done.exit_code, done.stdout, done.stderr) == (3, b"hello\nbar\n", b"oops\n")
+        slow = await sandbox.exec("sleep 60", timeout_s=2)
+        assert (slow.exit_code, slow.killed_reason) == (137, "timeout")
+        await sandbox.put_file("/tmp/x/y.bin", bytes(range(256)))
+        assert await sandbox.get_file("/tmp/x/y.bin") == bytes(range(256))
+        with pytest.raises(FileNotFoundError):
+            await sandbox.get_file("missing.txt")
+        probe = await sandbox.exec_verifier("env")
+        variables = dict(line.split("=", 1) for line in probe.stdout.decode().splitlines())
+        assert variables["FOO"] == "bar" and "HARNESSRL_GATEWAY_URL" not in variables
+        await sandbox.exec("echo work > new.txt && ln -s new.txt link && mkdir -p /elsewhere && echo x > /elsewhere/f")
+        async with await create_sandbox(KIND, SandboxSpec(image=IMAGE)) as fresh:
+            await sandbox.copy_workspace_to(fresh)
+            copied = await fresh.exec("readlink link; cat link a/b.txt; test -e /elsewhere/f || echo gone")
+    assert copied.stdout == b"new.txt\nwork\nhello\ngone\n"
+
+
+@pytest.mark.parametrize("attack", list(PLANTED))
+async def test_code_planted_for_the_verifier_stays_in_the_agents_environment(attack):
+    task = wrong_answer_task("python3 /tests/check.py", "fresh_sandbox")
+    async with await create_sandbox(KIND, SandboxSpec(image=IMAGE, files=task.files)) as agent:
+        planted = await agent.exec(f"echo 41 > answer.txt && {PLANTED[attack]}", timeout_s=60)
+        assert planted.ok, planted.text()
+        verdict = await graded(KIND, agent, task)
+    assert (verdict.reward, verdict.exit_code) == (0.0, 1), verdict.output
+
+
+async def test_the_right_answer_earns_one_in_the_fresh_environment():
+    task = wrong_answer_task("python3 /tests/check.py", "fresh_sandbox")
+    async with await create_sandbox(KIND, SandboxSpec(image=IMAGE, files=task.files)) as agent:
+        assert (await agent.exec("echo 42 > answer.txt")).ok
+        verdict = await graded(KIND, agent, task)
+    assert verdict.reward == 1.0, verdict.output
+
+
+async def test_pi_solves_a_harbor_task_from_its_dockerfile_reaching_the_gateway_only_at_its_public_url(
+    public_gateway, engine, network
+):
+    engine.script = write_then_done("/app/total.txt", "42\n", side_reply="Sum of sales")
+    before = containers()
+    result = await run_single_rollout(
+        create("pi", KIND), public_gateway.url, "harbor-pi", HARBOR_TASK, KIND, network.options()
+    )
+    assert (result.status, result.reward, result.error) == ("finished", 1.0, None)
+    assert containers() == before  # the agent's environment and the verifier's, stopped and removed
+    calls = rollout_calls(public_gateway, result.rollout_id)
+    assert len(calls) >= 2 and all(exact(c) for c in calls)
+
+
+async def test_pi_solves_builtin_shell_tasks_in_podman_through_the_gateway(public_gateway, engine, network):
+    engine.script = bash_then_done({t.instruction: t.solution for t in SHELL})
+    for task in SHELL:
+        result = await run_single_rollout(
+            create("pi", KIND), public_gateway.url, f"shell-{task.name}", task, KIND, network.options()
+        )
+        assert (result.status, result.reward, result.error) == ("finished", 1.0, None), task.name
+        assert all(exact(c) for c in rollout_calls(public_gateway, result.rollout_id))
+
+
+async def test_a_gateway_naming_itself_by_loopback_fails_the_rollout_with_the_fix(sqlite_db, engine_server, engine):
+    engine.script = write_then_done("/app/total.txt", "42\n", side_reply="t")
+    with BackgroundGateway(gateway_settings(sqlite_db, engine_server.url)) as gateway:
+        result = await run_single_rollout(create("pi", KIND), gateway.url, "loopback", SHELL[0], KIND, {})
+    assert result.status == "failed" and "--public-url" in result.error
+
+
+async def test_preflight_names_the_extra_the_credentials_or_the_types():
+    with pytest.raises(SandboxError, match=r"bin/pip install 'harbor\[islo\]'"):
+        await preflight("islo", {})  # an extra that `make harbor` leaves out
+    with pytest.raises(SandboxError, match="requires E2B_API_KEY to be set"):
+        await preflight("e2b", {})
+    with pytest.raises(SandboxError, match="region: Field required"):
+        await preflight("ec2", {})
+    with pytest.raises(SandboxError, match="no environment type 'vm'.*podman"):
+        await preflight("vm", {})
+    await preflight("podman", {})
+
+
+def test_run_refuses_an_unknown_harbor_type_before_any_rollout(tmp_path):
+    result = CliRunner().invoke(
+        app,
+        ["run", "--tasks", "builtin:arithmetic", "--run", "nope", "--sandbox", "harbor:vm",
+         "--gateway", "http://127.0.0.1:9", "--admin-key", "k"],
+    )  # fmt: skip
+    assert result.exit_code != 0 and "no environment type 'vm'" in result.output
