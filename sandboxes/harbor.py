@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import binascii
 import contextlib
 import math
 import re
@@ -69,9 +70,12 @@ def decoded_exec(output: str, code: int) -> tuple[int, bytes, bytes]:
     """The exec's stdout and stderr from Harbor's merged output; the raw output as stderr when the
     markers are missing (the command never ran: the shell or base64 is missing, Harbor timed out)."""
     parts = output.split(MARK)
-    if len(parts) < 4:
+    try:
+        if len(parts) < 4:
+            raise binascii.Error("markers missing")
+        out, err = (base64.b64decode(re.sub(r"\s", "", part), validate=True) for part in parts[1:3])
+    except binascii.Error:
         return (code if code else 127), b"", output.encode()
-    out, err = (base64.b64decode(re.sub(r"\s", "", part)) for part in parts[1:3])
     return code, out, err
 
 

@@ -50,6 +50,7 @@ class HarborProcess:
         self.process = process
         self._ids = itertools.count(1)
         self._waiting: dict[int, asyncio.Future] = {}
+        self._gone = False  # its stdout closed: it answers nothing more
         self._reader = asyncio.ensure_future(self._read())
 
     @classmethod
@@ -71,8 +72,8 @@ class HarborProcess:
 
     async def request(self, op: str, **fields) -> dict:
         """The result of one operation; HarborFailed with the provider's error."""
-        if self.process.returncode is not None or self._reader.done():
-            raise HarborFailed(f"the Harbor worker exited (code {self.process.returncode}) before {op}")
+        if self._gone or self.process.returncode is not None:
+            raise HarborFailed(f"the Harbor worker exited before {op}")
         request_id = next(self._ids)
         answer = asyncio.get_running_loop().create_future()
         self._waiting[request_id] = answer
@@ -80,6 +81,8 @@ class HarborProcess:
             self.process.stdin.write(json.dumps({"id": request_id, "op": op, **fields}).encode() + b"\n")
             await self.process.stdin.drain()
             body = await answer
+        except ConnectionError as exc:  # it went away between our check and the write
+            raise HarborFailed(f"the Harbor worker exited before {op}: {exc}") from None
         finally:
             self._waiting.pop(request_id, None)
         if "error" in body:
@@ -92,9 +95,10 @@ class HarborProcess:
             answer = self._waiting.get(body.get("id"))
             if answer is not None and not answer.done():
                 answer.set_result(body)
-        for answer in self._waiting.values():  # the worker is gone: nobody answers the rest
+        self._gone = True  # no request waits from here on, and nobody answers the rest
+        for answer in list(self._waiting.values()):
             if not answer.done():
-                answer.set_result({"error": f"the Harbor worker exited (code {await self.process.wait()})"})
+                answer.set_result({"error": "the Harbor worker exited (its output closed)"})
 
     async def close(self) -> None:
         """Close stdin (the worker then stops its environment and exits) and wait for it, bounded."""

@@ -21,6 +21,7 @@ written to file descriptor 1 goes to stderr.
 from __future__ import annotations
 
 import asyncio
+import inspect
 import json
 import logging
 import os
@@ -55,8 +56,16 @@ def environment_class(env_type: str):
 def preflight(env_type: str, options: dict) -> dict:
     """The type loads (its extra is installed), its options parse and its credentials are there."""
     kind, cls = environment_class(env_type)
+    # The constructor's own keyword arguments (extra_docker_compose, mounts, ...) are not the type's
+    # options model, which preflight validates; the rest are.
+    own = {
+        name
+        for klass in cls.__mro__
+        if "__init__" in vars(klass)
+        for name in inspect.signature(klass.__init__).parameters
+    }
     try:
-        cls.preflight(kwargs=dict(options))
+        cls.preflight(kwargs={key: value for key, value in options.items() if key not in own})
     except SystemExit as exc:  # Harbor's preflight exits with the message naming what is missing
         raise RuntimeError(str(exc.code)) from None
     return {"type": kind.value}

@@ -58,13 +58,11 @@ def option_pairs(pairs: Iterable[str]) -> dict[str, object]:
 def backend_options(kind: Kind, allow_unisolated: bool, given: Mapping[str, object] | None = None) -> dict:
     """The options `create_sandbox` gets for every sandbox of a run: local's isolation, Harbor's own."""
     given = dict(given or {})
-    if kind.name == "local":
-        return {"isolation": local_isolation(allow_unisolated), **given}
     if kind.harbor_type is not None:
         return given
-    if given:
+    if given:  # local's isolation is checked here (--allow-unisolated), never overridden by an option
         raise SandboxError(f"--sandbox-option is for harbor:<type> sandboxes, not {kind.name}")
-    return {}
+    return {"isolation": local_isolation(allow_unisolated)} if kind.name == "local" else {}
 
 
 async def checked_options(kind: Kind, allow_unisolated: bool, given: Mapping[str, object] | None = None) -> dict:

@@ -7,6 +7,7 @@ base URL keeps its path, and its token with it.
 
 from __future__ import annotations
 
+import ipaddress
 from urllib.parse import urlsplit, urlunsplit
 
 from sandboxes.protocol import SandboxError
@@ -32,11 +33,25 @@ def inside_url(url: str, port_inside: int | None = None) -> str:
     return urlunsplit(parts._replace(netloc=f"127.0.0.1:{port_inside or port}"))
 
 
+def reachable_from_elsewhere(host: str) -> bool:
+    """False for a loopback or unspecified address (127.0.0.1, ::1, ::ffff:127.0.0.1, 0.0.0.0) or a
+    localhost name: what means "this machine" to whoever uses it."""
+    name = host.lower().rstrip(".")
+    if name == "localhost" or name.endswith(".localhost"):
+        return False
+    try:
+        address = ipaddress.ip_address(name)
+    except ValueError:
+        return True  # a name: resolved where the sandbox is
+    mapped = getattr(address, "ipv4_mapped", None) or address
+    return not (mapped.is_loopback or mapped.is_unspecified)
+
+
 def public_url(url: str, kind: str) -> str:
     """``url`` as given to a sandbox without a bridge (harbor:<type>), which runs in a network of its
     own and never reaches this machine's loopback: SandboxError naming the fix for a loopback URL."""
     host, _ = gateway_target(url)
-    if host == "localhost" or host.startswith("127.") or host == "::1":
+    if not reachable_from_elsewhere(host):
         raise SandboxError(
             f"--sandbox {kind} sandboxes reach the gateway at its public URL, and it names itself {url} "
             "(loopback, which they cannot reach): start it with `harnessrl serve --public-url URL` (an "

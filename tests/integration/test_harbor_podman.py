@@ -10,7 +10,12 @@ of the task's image holding only the agent's work copied through this host.
 
 from __future__ import annotations
 
+import asyncio
+import json
 import subprocess
+import sys
+import threading
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -18,6 +23,7 @@ import pytest
 from typer.testing import CliRunner
 
 from harnesses.agents import create
+from harnesses.gateway_client import GatewayClient
 from harnesses.shell_family import shell_tasks
 from harnesses.task import load_harbor
 from harnessrl.cli.app import app
@@ -25,11 +31,12 @@ from harnessrl.server import BackgroundGateway
 from sandboxes import SandboxError, SandboxSpec, create_sandbox
 from sandboxes.harbor_process import preflight
 from tests.agent_scripts import bash_then_done, write_then_done
-from tests.builders import ADMIN_HEADERS, gateway_settings, run_single_rollout
+from tests.builders import ADMIN_HEADERS, TEST_ADMIN_KEY, gateway_settings, run_single_rollout
 from tests.fake_engine import FakeEngine
 from tests.integration.verifier_attacks import graded, wrong_answer_task
 from tests.remote_network import RemoteNetwork, remote_network
 
+ROOT = Path(__file__).resolve().parents[2]
 KIND = "harbor:podman"
 IMAGE = "debian:bookworm-slim"
 HARBOR_TASK = load_harbor(Path(__file__).resolve().parents[1] / "fixtures" / "harbor_public" / "csv-total")
@@ -169,7 +176,9 @@ async def test_preflight_names_the_extra_the_credentials_or_the_types():
         await preflight("ec2", {})
     with pytest.raises(SandboxError, match="no environment type 'vm'.*podman"):
         await preflight("vm", {})
-    await preflight("podman", {})
+    with pytest.raises(SandboxError, match="Unknown option 'bogus'"):
+        await preflight("podman", {"bogus": 1})
+    await preflight("podman", {"extra_docker_compose": ["net.yaml"], "keep_containers": False})
 
 
 def test_run_refuses_an_unknown_harbor_type_before_any_rollout(tmp_path):
@@ -179,3 +188,114 @@ def test_run_refuses_an_unknown_harbor_type_before_any_rollout(tmp_path):
          "--gateway", "http://127.0.0.1:9", "--admin-key", "k"],
     )  # fmt: skip
     assert result.exit_code != 0 and "no environment type 'vm'" in result.output
+
+
+FLOOD = """
+import json, sys, threading, urllib.error, urllib.request
+url, count = sys.argv[1], int(sys.argv[2])
+body = json.dumps({"model": "policy", "stream": True, "messages": [{"role": "user", "content": "hi"}]}).encode()
+statuses, lock = [], threading.Lock()
+def call():
+    request = urllib.request.Request(url + "/chat/completions", body, {"Content-Type": "application/json"})
+    try:
+        response = urllib.request.urlopen(request, timeout=600)
+    except urllib.error.HTTPError as error:
+        response = error
+    with lock:
+        statuses.append(response.status)
+        if len(statuses) == count:
+            open("/tmp/flood.json", "w").write(json.dumps(sorted(statuses)))
+    response.read()
+threads = [threading.Thread(target=call) for _ in range(count)]
+[t.start() for t in threads]
+[t.join() for t in threads]
+open("/tmp/flood.done", "w").write("done")
+"""
+SIBLING = """
+import json, sys, urllib.request
+from concurrent.futures import ThreadPoolExecutor
+url = sys.argv[1]
+body = json.dumps({"model": "policy", "messages": [{"role": "user", "content": "hi"}]}).encode()
+def call(_):
+    request = urllib.request.Request(url + "/chat/completions", body, {"Content-Type": "application/json"})
+    return urllib.request.urlopen(request, timeout=120).status
+print(json.dumps(list(ThreadPoolExecutor(4).map(call, range(4)))))
+"""
+
+
+async def until_file(sandbox, path: str) -> bytes:
+    """The file's content once it exists (the condition the test waits for, not a clock)."""
+    while (found := await sandbox.exec(["cat", path])).exit_code != 0:
+        await asyncio.sleep(0.2)
+    return found.stdout
+
+
+async def test_a_flooding_rollout_token_gets_429s_at_the_public_url_while_a_siblings_calls_succeed(
+    sqlite_db, engine_server, engine, network
+):
+    """No bridge between the sandbox and the gateway: the gateway holds each token to its cap itself."""
+    settings = gateway_settings(sqlite_db, engine_server.url, public_url=network.public_url, token_max_in_flight=4)
+    engine.script = None
+    try:
+        with BackgroundGateway(settings) as gateway:  # (its start-up streams a probe: the gate comes after)
+            engine.stream_gate = threading.Event()
+            network.gateway_port[:] = [int(gateway.url.rsplit(":", 1)[1])]
+            client = GatewayClient(gateway.url, TEST_ADMIN_KEY)
+            try:
+                flooder, sibling = [await client.create_rollout("flood", t, t, 1, {}) for t in ("a", "b")]
+            finally:
+                await client.close()
+            spec = SandboxSpec(image=IMAGE, files={"flood.py": FLOOD.encode(), "sibling.py": SIBLING.encode()})
+            async with await create_sandbox(KIND, spec, **network.options()) as sandbox:
+                await sandbox.exec(["sh", "-c", f"setsid python3 flood.py {flooder['base_url']} 6 &"])
+                statuses = json.loads(await until_file(sandbox, "/tmp/flood.json"))
+                siblings = await sandbox.exec(["python3", "sibling.py", sibling["base_url"]], timeout_s=300)
+                engine.stream_gate.set()
+                await until_file(sandbox, "/tmp/flood.done")
+    finally:
+        if engine.stream_gate is not None:
+            engine.stream_gate.set()  # streams still held end, whatever failed
+        engine.stream_gate = None
+    assert statuses == [200, 200, 200, 200, 429, 429]
+    assert json.loads(siblings.stdout) == [200, 200, 200, 200], siblings.text()
+
+
+async def test_an_environment_that_fails_to_start_fails_its_rollout_with_the_providers_error(
+    public_gateway, engine, tmp_path
+):
+    engine.script = write_then_done("/app/total.txt", "42\n", side_reply="t")
+    broken = tmp_path / "broken.yaml"
+    broken.write_text(
+        '{"services": {"main": {"networks": ["no-such-net"]}}, "networks": {"no-such-net": {"external": true}}}'
+    )
+    result = await run_single_rollout(
+        create("pi", KIND), public_gateway.url, "broken", SHELL[0], KIND, {"extra_docker_compose": [str(broken)]}
+    )
+    assert (result.status, result.reward) == ("failed", None)
+    assert "no-such-net" in result.error, result.error
+
+
+KILLED_RUNNER = """
+import asyncio, sys
+from sandboxes import SandboxSpec, create_sandbox
+async def main():
+    sandbox = await create_sandbox("harbor:podman", SandboxSpec(image="debian:bookworm-slim"))
+    print(sandbox.id, flush=True)
+    await asyncio.Event().wait()
+asyncio.run(main())
+"""
+
+
+def test_a_killed_runner_leaves_no_environment_running(tmp_path):
+    """SIGKILL: no handler runs in the runner; its worker sees its stdin close and deletes the environment."""
+    script = tmp_path / "runner.py"
+    script.write_text(KILLED_RUNNER)
+    runner = subprocess.Popen([sys.executable, str(script)], stdout=subprocess.PIPE, text=True, cwd=ROOT)
+    try:
+        sandbox_id = runner.stdout.readline().strip()
+        assert sandbox_id and any(sandbox_id in name for name in containers())
+    finally:
+        runner.kill()
+        runner.wait()
+    while any(sandbox_id in name for name in containers()):  # until the worker has stopped it
+        time.sleep(0.2)

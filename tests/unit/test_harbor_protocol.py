@@ -140,6 +140,11 @@ STAND_IN = textwrap.dedent(
             answer(request, error="RuntimeError: the provider said no")
         elif op == "die":
             os._exit(3)
+        elif op == "linger":  # its stdout closes, but it exits only once told to by a file
+            os.close(1)
+            while not os.path.exists(request["until"]):
+                threading.Event().wait(0.01)
+            os._exit(4)
 
     for line in sys.stdin:
         request = json.loads(line)
@@ -189,11 +194,11 @@ async def test_when_the_worker_dies_pending_and_later_requests_fail(stand_in):
     try:
         pending = asyncio.ensure_future(worker.request("hang"))
         await asyncio.sleep(0)  # written before the worker dies
-        with pytest.raises(HarborFailed, match=r"worker exited \(code 3\)"):
+        with pytest.raises(HarborFailed, match=r"worker exited"):
             await asyncio.wait_for(worker.request("die"), GUARD_S)
-        with pytest.raises(HarborFailed, match=r"worker exited \(code 3\)"):
+        with pytest.raises(HarborFailed, match=r"worker exited"):
             await asyncio.wait_for(pending, GUARD_S)
-        with pytest.raises(HarborFailed, match=r"worker exited \(code 3\) before echo"):
+        with pytest.raises(HarborFailed, match=r"worker exited before echo"):
             await asyncio.wait_for(worker.request("echo", value=1), GUARD_S)
     finally:
         await asyncio.wait_for(worker.close(), GUARD_S)
@@ -213,3 +218,21 @@ async def test_starting_without_harbor_names_the_fix(monkeypatch, tmp_path):
     monkeypatch.setenv(PYTHON_VARIABLE, str(tmp_path / "missing" / "python"))
     with pytest.raises(SandboxError, match="make harbor"):
         await HarborProcess.start()
+
+
+async def test_a_worker_whose_output_closed_before_it_exited_fails_every_request_and_closes(stand_in, tmp_path):
+    """Between its stdout closing and its exit (an interpreter shutting down), nothing may hang or crash."""
+    worker = await HarborProcess.start()
+    until = tmp_path / "exit-now"
+    try:
+        pending = asyncio.ensure_future(worker.request("hang"))
+        with pytest.raises(HarborFailed):
+            await asyncio.wait_for(worker.request("linger", until=str(until)), GUARD_S)
+        with pytest.raises(HarborFailed):  # asked while the worker lingers: refused, never waiting
+            await asyncio.wait_for(worker.request("echo", value=1), GUARD_S)
+        until.write_text("go")
+        with pytest.raises(HarborFailed, match="exited"):
+            await asyncio.wait_for(pending, GUARD_S)
+    finally:
+        until.write_text("go")
+        await asyncio.wait_for(worker.close(), GUARD_S)

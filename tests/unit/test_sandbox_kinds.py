@@ -73,11 +73,6 @@ def test_docker_takes_no_options():
         backend_options(sandbox_kind("docker"), allow_unisolated=False, given={"cpus": 2})
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="backend_options merges local's given options over its checked isolation: "
-    "`--sandbox local --sandbox-option isolation=subprocess` runs unisolated without --allow-unisolated",
-)
 def test_local_options_cannot_override_the_checked_isolation(monkeypatch):
     monkeypatch.setattr("sandboxes.bwrap.bwrap_path", lambda: "/usr/bin/bwrap")
     with pytest.raises(SandboxError, match="--sandbox-option"):
@@ -92,6 +87,12 @@ def test_local_options_cannot_override_the_checked_isolation(monkeypatch):
         "http://localhost:8000/r/tok/v1",
         "https://localhost/v1",
         "http://[::1]:8000/r/tok/v1",
+        "http://0.0.0.0:8000/r/tok/v1",
+        "http://[::]:8000/v1",
+        "http://[::ffff:127.0.0.1]:8000/v1",
+        "http://[0:0:0:0:0:0:0:1]/v1",
+        "http://localhost.:8000/v1",
+        "http://gw.localhost/v1",
     ],
 )
 def test_a_loopback_gateway_url_is_refused_naming_public_url(url):
