@@ -15,6 +15,8 @@ from harnessrl.cli.options import (
     DatabaseUrl,
     Exclude,
     Include,
+    SandboxOption,
+    SandboxOptions,
     TestFraction,
     check_choice,
     checked_policy,
@@ -82,6 +84,8 @@ def quickstart(
             "instead of starting vLLM and a gateway: quickstarts of several policies share one engine"
         ),
     ] = None,
+    sandbox: SandboxOption = "local",
+    sandbox_option: SandboxOptions = None,
     call_max_tokens: Annotated[int, typer.Option(min=16, help="A CLI agent's max tokens per model call")] = 256,
     train_temperature: Annotated[
         float | None,
@@ -176,6 +180,7 @@ def quickstart(
     check_choice("--task-sampling", task_sampling, TaskSampling)
     if upstream and not warm_start:
         raise fail("--upstream names the warm start's teacher: add --warm-start")
+    sandbox_options = quickstart_sandbox(sandbox, sandbox_option or [], gateway, warm_start)
     warm = (
         WarmStart(
             teacher=upstream,
@@ -235,6 +240,8 @@ def quickstart(
         capture=capture,
         task_sampling=task_sampling,
         policy=checked_policy(policy) or harness_policy(harness),
+        sandbox=sandbox,
+        sandbox_options=sandbox_options,
     )
     try:
         png, adapter = Quickstart(plan, console).run(gateway)
@@ -315,6 +322,25 @@ def train(
         f"learner stopped ({result.reason}) at step {result.step}, policy version {result.version}; "
         f"checkpoints in {settings.checkpoint.dir}"
     )
+
+
+def quickstart_sandbox(sandbox: str, pairs: list[str], gateway: str | None, warm_start: bool) -> dict:
+    """The options of the rounds' sandboxes, checked before anything starts: a CLI error naming the fix."""
+    import asyncio
+
+    from sandboxes.kinds import checked_options, option_pairs, sandbox_kind
+
+    try:
+        kind = sandbox_kind(sandbox)
+        if not kind.bridged and (gateway is None or warm_start):
+            raise RuntimeError(
+                f"--sandbox {sandbox} sandboxes reach the gateway at its public URL, and quickstart's own gateway "
+                "(and a warm start's teacher) listen on loopback: start `harnessrl serve --public-url URL` and pass "
+                "--gateway (warm-start with a local or docker sandbox first)"
+            )
+        return asyncio.run(checked_options(kind, False, option_pairs(pairs)))
+    except RuntimeError as exc:  # SandboxError too
+        raise fail(str(exc)) from None
 
 
 def demo(

@@ -1,8 +1,9 @@
 """`harnessrl quickstart` (and `make demo`): everything on one machine with one live display.
 
-vLLM serves the model behind the gateway; rounds of rollouts run the `builtin` harness on a task
-set in local sandboxes, group by group; the learner (`harnessrl train`, its own process) trains on
-every ready group and hot-swaps each new adapter into vLLM while the next rounds keep running.
+vLLM serves the model behind the gateway; rounds of rollouts run the harness on a task set in the
+plan's sandboxes (local bubblewrap by default; docker or harbor:<type> through a served gateway),
+group by group; the learner (`harnessrl train`, its own process) trains on every ready group and
+hot-swaps each new adapter into vLLM while the next rounds keep running.
 At the end: a reward-curve PNG and the path of the final adapter. With a warm start
 (``harnessrl.training.warm_start``) a warm-up run and SFT come first and the learner continues from its adapter.
 """
@@ -225,7 +226,8 @@ class Quickstart:
             harness=self.agent,
             group_size=group_size or self.plan.group_size,
             concurrency=self.plan.concurrency,
-            sandbox="local",
+            sandbox=self.plan.sandbox,
+            sandbox_options=self.plan.sandbox_options,
             base_spec=sandbox_spec(),
             round=round_,
             sampling={"temperature": self._temperature(phase), "top_p": 1.0},

@@ -15,6 +15,7 @@ from harnessrl.training.curriculum import TaskSampling
 from harnessrl.training.warm_start import WarmStart, WarmStartResult, learner_keys
 from learner.config import LearnerConfig, with_overrides
 from sandboxes import Limits, SandboxSpec
+from sandboxes.kinds import sandbox_kind
 from store.policies import DEFAULT_POLICY
 
 # One reply per rollout, short: the arithmetic family is graded on the final answer (`eval --harness oneshot`).
@@ -62,6 +63,10 @@ class QuickstartPlan:
     # sandboxes, each model call capped at `call_max_tokens`.
     harness: str = "builtin"
     call_max_tokens: int = 256
+    # Where rounds and evaluations run (sandboxes.kinds: local, docker, harbor:<type>) and the options of
+    # that kind's sandboxes ({} for local: bubblewrap, checked when the first starts).
+    sandbox: str = "local"
+    sandbox_options: dict = field(default_factory=dict)
     engine_gpu_memory: float | None = None  # GPUs: vLLM's share of the GPU's memory, the rest the learner's
     # A whole kind of task never trained on, evaluated beside `eval_tasks` into "<run>-unseen-eval".
     unseen_tasks: list[Task] = field(default_factory=list)
@@ -210,11 +215,12 @@ def round_order(tasks: list[Task], round_: int) -> list[Task]:
 
 
 def create_agent(plan: QuickstartPlan) -> Harness:
-    """The rounds' agent: the builtin one, or a real CLI agent set up for local sandboxes."""
+    """The rounds' agent: the builtin one, or a real CLI agent set up for the plan's sandboxes."""
     if plan.harness == "builtin":
         return BuiltinHarness(plan.agent)
     from harnesses.agents import AgentSettings, create
 
-    agent = create(plan.harness, sandbox="local", settings=AgentSettings(max_tokens=plan.call_max_tokens))
-    agent.host_install()  # AgentNotInstalled, naming the install command, before any engine starts
+    agent = create(plan.harness, sandbox=plan.sandbox, settings=AgentSettings(max_tokens=plan.call_max_tokens))
+    if not sandbox_kind(plan.sandbox).runs_images:  # local sandboxes run the host's install
+        agent.host_install()  # AgentNotInstalled, naming the install command, before any engine starts
     return agent
