@@ -105,25 +105,29 @@ class HarborSandbox:
             raise
         return sandbox
 
-    async def _start(self) -> None:
-        image = await in_podman(self.spec.image) if self.environment_type == "podman" else self.spec.image
+    def start_request(self, image: str) -> dict:
+        """The worker's ``start`` request for this sandbox: the environment Harbor is asked to make."""
         options = dict(self.options)
         if self.environment_type in COMPOSE_TYPES:
             fast_stop = self._dir / "fast-stop.yaml"
             fast_stop.write_text(FAST_STOP)
             options["extra_docker_compose"] = [*options.get("extra_docker_compose", ()), str(fast_stop)]
-        self._process = await HarborProcess.start()
         limits = self.spec.limits
-        await self._process.request(
-            "start",
-            type=self.environment_type,
-            options=options,
-            image=image,
-            workdir=None,  # made below when the image lacks it (Harbor would wait for it in vain); every exec names its cwd
-            name=self.id,
-            cpus=limits.cpus,
-            memory_mb=math.ceil(limits.memory_bytes / 2**20) if limits.memory_bytes else None,
-        )
+        return {
+            "type": self.environment_type,
+            "options": options,
+            "image": image,
+            "workdir": None,  # made after the start when the image lacks it (Harbor would wait for it in vain)
+            "name": self.id,
+            "cpus": limits.cpus,
+            "memory_mb": math.ceil(limits.memory_bytes / 2**20) if limits.memory_bytes else None,
+        }
+
+    async def _start(self) -> None:
+        image = await in_podman(self.spec.image) if self.environment_type == "podman" else self.spec.image
+        request = self.start_request(image)
+        self._process = await HarborProcess.start()
+        await self._process.request("start", **request)
         dirs = " ".join(shlex.quote(d) for d in (self.workspace, *self.spec.writable_dirs))
         await self._run_quietly(f"mkdir -p -- {dirs}")
         self._keep_alive = (await self._request("exec", command=KEEP_ALIVE, cwd="/", user="root"))["stdout"].strip()
@@ -162,25 +166,30 @@ class HarborSandbox:
         argv, limit = start.argv, start.limit_s
         if limit is not None:  # GNU timeout kills the exec's whole process group
             argv = ["timeout", "-s", "KILL", f"{limit:.3f}s", *argv]
+        started = time.monotonic()
+        answer = await self._request("exec", **self.exec_request(argv, limit, env, cwd))
+        elapsed = time.monotonic() - started
+        code, stdout, stderr = decoded_exec(answer["stdout"] + answer["stderr"], answer["return_code"])
+        timed_out = limit is not None and elapsed >= limit and code in (124, 137)
+        return finished_exec(start, code, stdout, stderr, timed_out, elapsed, False, self._expired)
+
+    def exec_request(
+        self, argv: list[str], limit_s: float | None, env: Mapping[str, str] | None, cwd: str | None
+    ) -> dict:
+        """The worker's ``exec`` request: ``argv`` with its output in two files inside, sent back between
+        markers (Harbor merges stderr into stdout and may allocate a TTY)."""
         files = f"/tmp/.harnessrl-exec-{secrets.token_hex(6)}"
         script = (
             f"{shlex.join(argv)} >{files}.out 2>{files}.err </dev/null; code=$?; echo {MARK}; "
             f"base64 {files}.out; echo {MARK}; base64 {files}.err; echo {MARK}; rm -f {files}.out {files}.err; "
             'exit "$code"'
         )
-        workdir = cwd if cwd and cwd.startswith("/") else f"{self.workspace}/{cwd}" if cwd else self.workspace
-        started = time.monotonic()
-        answer = await self._request(
-            "exec",
-            command=script,
-            cwd=workdir,
-            env=self._env(env or {}),
-            timeout_s=None if limit is None else math.ceil(limit + STUCK_GRACE_S),
-        )
-        elapsed = time.monotonic() - started
-        code, stdout, stderr = decoded_exec(answer["stdout"] + answer["stderr"], answer["return_code"])
-        timed_out = limit is not None and elapsed >= limit and code in (124, 137)
-        return finished_exec(start, code, stdout, stderr, timed_out, elapsed, False, self._expired)
+        return {
+            "command": script,
+            "cwd": cwd if cwd and cwd.startswith("/") else f"{self.workspace}/{cwd}" if cwd else self.workspace,
+            "env": self._env(env or {}),
+            "timeout_s": None if limit_s is None else math.ceil(limit_s + STUCK_GRACE_S),
+        }
 
     async def exec_verifier(
         self, command: str | list[str], timeout_s: float | None = None, env: Mapping[str, str] | None = None

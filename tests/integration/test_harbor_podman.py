@@ -24,12 +24,14 @@ from typer.testing import CliRunner
 
 from harnesses.agents import create
 from harnesses.gateway_client import GatewayClient
+from harnesses.registry import create_harness
 from harnesses.shell_family import shell_tasks
 from harnesses.task import load_harbor
 from harnessrl.cli.app import app
 from harnessrl.server import BackgroundGateway
 from sandboxes import SandboxError, SandboxSpec, create_sandbox
-from sandboxes.harbor_process import preflight
+from sandboxes.harbor import HarborSandbox
+from sandboxes.harbor_process import harbor_python, preflight
 from tests.agent_scripts import bash_then_done, write_then_done
 from tests.builders import ADMIN_HEADERS, TEST_ADMIN_KEY, gateway_settings, run_single_rollout
 from tests.fake_engine import FakeEngine
@@ -181,6 +183,22 @@ async def test_preflight_names_the_extra_the_credentials_or_the_types():
     await preflight("podman", {"extra_docker_compose": ["net.yaml"], "keep_containers": False})
 
 
+async def test_the_oracle_earns_one_on_the_harbor_task_in_podman(public_gateway, engine, network):
+    oracle = create_harness("oracle", KIND)
+    result = await run_single_rollout(oracle, public_gateway.url, "oracle", HARBOR_TASK, KIND, network.options())
+    assert (result.status, result.reward, result.error) == ("finished", 1.0, None)
+
+
+def test_run_refuses_a_type_without_its_credentials_before_any_rollout(monkeypatch):
+    monkeypatch.delenv("E2B_API_KEY", raising=False)
+    result = CliRunner().invoke(
+        app,
+        ["run", "--tasks", "builtin:arithmetic", "--run", "nokey", "--sandbox", "harbor:e2b",
+         "--gateway", "http://127.0.0.1:9", "--admin-key", "k"],
+    )  # fmt: skip
+    assert result.exit_code != 0 and "E2B_API_KEY" in result.output
+
+
 def test_run_refuses_an_unknown_harbor_type_before_any_rollout(tmp_path):
     result = CliRunner().invoke(
         app,
@@ -299,3 +317,33 @@ def test_a_killed_runner_leaves_no_environment_running(tmp_path):
         runner.wait()
     while any(sandbox_id in name for name in containers()):  # until the worker has stopped it
         time.sleep(0.2)
+
+
+def harbor_would_run(requests: list[dict]) -> list[list[str]]:
+    """Harbor's command lines for these worker requests, nothing run (tests/integration/harbor_dry_run.py)."""
+    done = subprocess.run(
+        [str(harbor_python()), "-I", str(ROOT / "tests" / "integration" / "harbor_dry_run.py")],
+        input=json.dumps(requests), capture_output=True, text=True, check=True, timeout=120,
+    )  # fmt: skip
+    return json.loads(done.stdout)
+
+
+def test_harbor_docker_would_run_our_image_under_compose_v2_with_our_exec_and_stop(tmp_path):
+    """Harbor's docker type needs Docker Compose V2, which these machines cannot install: what it would run."""
+    sandbox = HarborSandbox(SandboxSpec(image="harnessrl/pi:latest", env={"A": "b"}), "docker", {})
+    exec_request = sandbox.exec_request(["pi", "--print", "hi"], 30.0, None, None)
+    lines = harbor_would_run([
+        {"op": "start", **sandbox.start_request("harnessrl/pi:latest")},
+        {"op": "exec", **exec_request},
+        {"op": "stop"},
+    ])  # fmt: skip
+    compose = [line for line in lines if line[:2] == ["docker", "compose"]]
+    assert compose and all(line[2:4] == ["--project-name", sandbox.id] for line in compose)
+    files = [line[i + 1] for line in compose[:1] for i, word in enumerate(line) if word == "-f"]
+    assert any(f.endswith("docker-compose-prebuilt.yaml") for f in files)
+    assert any(f.endswith("fast-stop.yaml") for f in files)  # our stop grace, merged last but Harbor's own
+    assert ["up", "--detach", "--wait"] == [w for w in compose[1] if w in ("up", "--detach", "--wait")]
+    [ran] = [line for line in compose if "exec" in line and exec_request["command"] in line]
+    assert ran[ran.index("exec") + 1 :][:2] == ["-w", "/workspace"] and "A=b" in ran
+    assert any("down" in line for line in compose[2:])  # stopped, and deleted
+    asyncio.run(sandbox.close())
