@@ -20,6 +20,11 @@ DatabaseUrl = Annotated[
     ),
 ]
 
+AdminKey = Annotated[
+    str | None,
+    typer.Option(envvar="HARNESSRL_ADMIN_KEY", help="The gateway's admin key [default: $HARNESSRL_HOME/admin.key]"),
+]
+
 # Where rollouts run (sandboxes/kinds.py) and the options of Harbor's environment types.
 SandboxOption = Annotated[
     str,
@@ -162,3 +167,27 @@ def with_store(url: str, work):
             await store.close()
 
     return asyncio.run(go())
+
+
+def checked_sandbox(
+    sandbox: str, pairs: list[str] | None, allow_unisolated: bool = False, loopback_gateway: bool = False
+) -> dict:
+    """--sandbox and its --sandbox-option pairs as the backend's options, checked before anything starts
+    (bubblewrap for local, Harbor's preflight for harbor:<type>): a CLI error naming the fix.
+    ``loopback_gateway``: the command's gateway listens on loopback only, which a sandbox without a bridge
+    (harbor:<type>, given the gateway's public URL) never reaches."""
+    import asyncio
+
+    from sandboxes.kinds import checked_options, option_pairs, sandbox_kind
+
+    try:
+        kind = sandbox_kind(sandbox)
+        if loopback_gateway and not kind.bridged:
+            raise RuntimeError(
+                f"--sandbox {sandbox} sandboxes reach the gateway at its public URL, and this command's gateway "
+                "listens on loopback: start `harnessrl serve --public-url URL` and pass --gateway (a warm start's "
+                "teacher listens on loopback too: warm-start with a local or docker sandbox first)"
+            )
+        return asyncio.run(checked_options(kind, allow_unisolated, option_pairs(pairs or [])))
+    except RuntimeError as exc:  # SandboxError
+        raise fail(str(exc)) from None

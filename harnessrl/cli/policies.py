@@ -7,7 +7,15 @@ from typing import Annotated
 
 import typer
 
-from harnessrl.cli.options import DatabaseUrl, checked_policy, console, fail, resolve_admin_key, resolve_database_url
+from harnessrl.cli.options import (
+    AdminKey,
+    DatabaseUrl,
+    checked_policy,
+    console,
+    fail,
+    resolve_admin_key,
+    resolve_database_url,
+)
 
 CALL_MAX_TOKENS = 128  # the recipe's (harnessrl.training.policies_demo.SHELL_RECIPE)
 
@@ -18,10 +26,7 @@ def demo_policies(
     ] = "pi,builtin",
     minutes: Annotated[float, typer.Option(min=1.0, help="Each agent's quickstart time budget")] = 20.0,
     database_url: DatabaseUrl = None,
-    admin_key: Annotated[
-        str | None,
-        typer.Option(envvar="HARNESSRL_ADMIN_KEY", help="The gateway's admin key [default: $HARNESSRL_HOME/admin.key]"),
-    ] = None,
+    admin_key: AdminKey = None,
 ) -> None:
     """One `harnessrl serve` and one quickstart per agent through it: every agent's adapter trained at once
     on one engine; prints each policy's held-out pass@1 before and after, the engine's memory and the share

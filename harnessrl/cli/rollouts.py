@@ -12,6 +12,7 @@ from harnesses.registry import harness_help
 from harnessrl.cli.judge_options import NO_JUDGE, JudgeOptions, judge_options
 from harnessrl.cli.options import (
     TASKS_HELP,
+    AdminKey,
     DatabaseUrl,
     Exclude,
     Include,
@@ -20,6 +21,7 @@ from harnessrl.cli.options import (
     Split,
     TestFraction,
     checked_policy,
+    checked_sandbox,
     console,
     fail,
     harness_policy,
@@ -51,10 +53,7 @@ def run_rollouts(
     gateway: Annotated[
         str, typer.Option(envvar="HARNESSRL_GATEWAY", help="The gateway's URL")
     ] = "http://127.0.0.1:8000",
-    admin_key: Annotated[
-        str | None,
-        typer.Option(envvar="HARNESSRL_ADMIN_KEY", help="The gateway's admin key [default: $HARNESSRL_HOME/admin.key]"),
-    ] = None,
+    admin_key: AdminKey = None,
     reward: Annotated[list[str] | None, typer.Option(help="module:function, repeatable")] = None,
     capture: Annotated[str | None, typer.Option(help="engine | tito, for a new run")] = None,
     memory_gib: Annotated[float, typer.Option(help="Memory limit per sandbox")] = 2.0,
@@ -274,10 +273,7 @@ def eval_policies(
     gateway: Annotated[
         str, typer.Option(envvar="HARNESSRL_GATEWAY", help="The gateway's URL")
     ] = "http://127.0.0.1:8000",
-    admin_key: Annotated[
-        str | None,
-        typer.Option(envvar="HARNESSRL_ADMIN_KEY", help="The gateway's admin key [default: $HARNESSRL_HOME/admin.key]"),
-    ] = None,
+    admin_key: AdminKey = None,
     judge: JudgeOptions = NO_JUDGE,
     upstream_base_url: Annotated[str | None, typer.Option(help="A teacher:MODEL's API base (hosted_vllm/...)")] = None,
     policy_model: Annotated[
@@ -290,7 +286,6 @@ def eval_policies(
 ) -> None:
     """Evaluate policies on tasks: k rollouts per task per policy, each pinned to its policy; a table,
     eval.json and eval.png (per policy pass@1, pass@k, mean reward with a 95% interval, failures)."""
-    import asyncio
     import time
 
     from harnesses.datasets import load_selection
@@ -298,8 +293,8 @@ def eval_policies(
     from harnessrl.evaluation.evaluate import EvalPlan, eval_harness, evaluate
     from harnessrl.settings import data_home
     from sandboxes import Limits, SandboxSpec
-    from sandboxes.kinds import checked_options, option_pairs, sandbox_kind
 
+    options = checked_sandbox(sandbox, sandbox_option, allow_unisolated)
     asked = tuple(p.strip() for p in policies.split(",") if p.strip())
     if not asked:
         raise fail("--policies names at least one policy: base, latest, pi@latest, opencode@v3 or teacher:MODEL")
@@ -309,9 +304,6 @@ def eval_policies(
 
     judged = judge_settings(judge)
     try:
-        options = asyncio.run(
-            checked_options(sandbox_kind(sandbox), allow_unisolated, option_pairs(sandbox_option or []))
-        )
         chosen = load_selection(tasks, task_selection(include, exclude, split, test_fraction))
         plan = EvalPlan(
             run=name,

@@ -12,6 +12,7 @@ from harnesses.registry import CLI_AGENTS, harness_help
 from harnessrl.cli.judge_options import NO_JUDGE, JudgeOptions, judge_options
 from harnessrl.cli.options import (
     TASKS_HELP,
+    AdminKey,
     DatabaseUrl,
     Exclude,
     Include,
@@ -20,6 +21,7 @@ from harnessrl.cli.options import (
     TestFraction,
     check_choice,
     checked_policy,
+    checked_sandbox,
     console,
     fail,
     harness_policy,
@@ -125,10 +127,7 @@ def quickstart(
         typer.Option(help="Port of the learner's Prometheus /metrics on 127.0.0.1 (default: a free one; 0: off)"),
     ] = None,
     database_url: DatabaseUrl = None,
-    admin_key: Annotated[
-        str | None,
-        typer.Option(envvar="HARNESSRL_ADMIN_KEY", help="The gateway's admin key [default: $HARNESSRL_HOME/admin.key]"),
-    ] = None,
+    admin_key: AdminKey = None,
     judge: JudgeOptions = NO_JUDGE,
     warm_start: Annotated[
         bool,
@@ -180,7 +179,8 @@ def quickstart(
     check_choice("--task-sampling", task_sampling, TaskSampling)
     if upstream and not warm_start:
         raise fail("--upstream names the warm start's teacher: add --warm-start")
-    sandbox_options = quickstart_sandbox(sandbox, sandbox_option or [], gateway, warm_start)
+    # its own gateway and a warm start's teacher listen on loopback
+    sandbox_options = checked_sandbox(sandbox, sandbox_option, loopback_gateway=gateway is None or warm_start)
     warm = (
         WarmStart(
             teacher=upstream,
@@ -324,25 +324,6 @@ def train(
     )
 
 
-def quickstart_sandbox(sandbox: str, pairs: list[str], gateway: str | None, warm_start: bool) -> dict:
-    """The options of the rounds' sandboxes, checked before anything starts: a CLI error naming the fix."""
-    import asyncio
-
-    from sandboxes.kinds import checked_options, option_pairs, sandbox_kind
-
-    try:
-        kind = sandbox_kind(sandbox)
-        if not kind.bridged and (gateway is None or warm_start):
-            raise RuntimeError(
-                f"--sandbox {sandbox} sandboxes reach the gateway at its public URL, and quickstart's own gateway "
-                "(and a warm start's teacher) listen on loopback: start `harnessrl serve --public-url URL` and pass "
-                "--gateway (warm-start with a local or docker sandbox first)"
-            )
-        return asyncio.run(checked_options(kind, False, option_pairs(pairs)))
-    except RuntimeError as exc:  # SandboxError too
-        raise fail(str(exc)) from None
-
-
 def demo(
     max_model_len: int = 4096,
     database_url: DatabaseUrl = None,
@@ -376,10 +357,7 @@ def sft(
     publish: Annotated[
         str | None, typer.Option(help="A gateway URL: publish the adapter there as the next policy version")
     ] = None,
-    admin_key: Annotated[
-        str | None,
-        typer.Option(envvar="HARNESSRL_ADMIN_KEY", help="The gateway's admin key [default: $HARNESSRL_HOME/admin.key]"),
-    ] = None,
+    admin_key: AdminKey = None,
     database_url: DatabaseUrl = None,
 ) -> None:
     """Warm start: train a LoRA adapter on the sampled tokens of a run's successful trajectories."""
