@@ -90,6 +90,7 @@ class HarborSandbox:
         self._deadline = time.monotonic() + spec.limits.wall_time_s if spec.limits.wall_time_s else None
         self._watchdog: asyncio.TimerHandle | None = None
         self._keep_alive = ""  # pids of the environment's own processes besides PID 1
+        self._started = False  # Harbor's start returned (a start cut short is stopped by the worker itself)
 
     @classmethod
     async def create(
@@ -128,6 +129,7 @@ class HarborSandbox:
         request = self.start_request(image)
         self._process = await HarborProcess.start()
         await self._process.request("start", **request)
+        self._started = True
         dirs = " ".join(shlex.quote(d) for d in (self.workspace, *self.spec.writable_dirs))
         await self._run_quietly(f"mkdir -p -- {dirs}")
         self._keep_alive = (await self._request("exec", command=KEEP_ALIVE, cwd="/", user="root"))["stdout"].strip()
@@ -262,8 +264,10 @@ class HarborSandbox:
             self._watchdog.cancel()
         process, self._process = self._process, None
         if process is not None:
-            with contextlib.suppress(HarborFailed):
-                await process.request("stop")
+            if self._started:
+                with contextlib.suppress(HarborFailed):
+                    await process.request("stop")
+            # else: stdin closing makes the worker cancel the start first, then stop what it made
             await process.close()
         await asyncio.to_thread(shutil.rmtree, self._dir, True)
 

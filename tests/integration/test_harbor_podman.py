@@ -347,3 +347,22 @@ def test_harbor_docker_would_run_our_image_under_compose_v2_with_our_exec_and_st
     assert ran[ran.index("exec") + 1 :][:2] == ["-w", "/workspace"] and "A=b" in ran
     assert any("down" in line for line in compose[2:])  # stopped, and deleted
     asyncio.run(sandbox.close())
+
+
+async def test_a_sandbox_cancelled_while_its_environment_starts_leaves_no_container():
+    """Ctrl-C during a start: the worker cancels Harbor's start, then stops and deletes what it made."""
+    for attempt in range(5):  # until the cancel lands between the container's creation and the start's end
+        name = f"cancelled{attempt}"
+        starting = asyncio.ensure_future(create_sandbox(KIND, SandboxSpec(image=IMAGE, name=name)))
+        while not starting.done() and not any(c.startswith(f"{name}-") for c in containers()):
+            await asyncio.sleep(0.02)
+        if starting.done():  # it started first: close it and try again
+            await (await starting).close()
+            continue
+        starting.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await starting
+        while any(c.startswith(f"{name}-") for c in containers()):
+            await asyncio.sleep(0.2)
+        return
+    pytest.fail("every start ended before its container was seen: the cancel never landed mid-start")
