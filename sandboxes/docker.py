@@ -47,7 +47,14 @@ import docker.errors
 import docker
 from sandboxes.bridge import HostBridge
 from sandboxes.docker_engine import OomKills, call, created, default_client, tar_of
-from sandboxes.execs import finished_exec, start_exec
+from sandboxes.execs import (
+    clean_env_argv,
+    exec_workdir,
+    finished_exec,
+    killed_at,
+    start_exec,
+    verifier_paths,
+)
 from sandboxes.forwarder import READY_LINE
 from sandboxes.protocol import (
     SITECUSTOMIZE,
@@ -56,7 +63,6 @@ from sandboxes.protocol import (
     SandboxError,
     SandboxSpec,
     confined_path,
-    exec_argv,
     verifier_env,
     verifier_site,
 )
@@ -249,11 +255,9 @@ class DockerSandbox:
         start = start_exec(self.id, self._closed, command, timeout_s, self._deadline, self._expired)
         if isinstance(start, ExecResult):
             return start
-        argv, limit = start.argv, start.limit_s
-        if limit is not None:  # GNU timeout kills the exec's whole process group
-            argv = ["timeout", "-s", "KILL", f"{limit:.3f}s", *argv]
+        argv, limit = killed_at(start.argv, start.limit_s), start.limit_s
         started = time.monotonic()
-        workdir = cwd if cwd and cwd.startswith("/") else f"{self.workspace}/{cwd}" if cwd else self.workspace
+        workdir = exec_workdir(self.workspace, cwd)
         run = asyncio.ensure_future(call(self._run_exec, argv, self._env(env or {}), workdir))
         try:
             code, stdout, stderr = await asyncio.wait_for(
@@ -273,14 +277,11 @@ class DockerSandbox:
         # A new home under a name the agent could not have guessed (nothing of it runs any more), and
         # `env -i`: the container's own environment (image ENV, spec.env) is not inherited either.
         # Python's sitecustomize.py beside it, written as root: read-only to a verifier of another user.
-        token = secrets.token_hex(8)
-        home, python = f"/tmp/harnessrl-verifier-home-{token}", f"/tmp/harnessrl-verifier-python-{token}"
+        home, python = verifier_paths()
         await self._exec_quietly(["mkdir", "-m", "700", "--", home])
         await self.put_file(f"{python}/{SITECUSTOMIZE}", verifier_site())
         variables = verifier_env({**self.spec.env, **(env or {})}, home, self.workspace, python)
-        return await self.exec(
-            ["env", "-i", *(f"{k}={v}" for k, v in variables.items()), *exec_argv(command)], timeout_s
-        )
+        return await self.exec(clean_env_argv(variables, command), timeout_s)
 
     async def copy_workspace_to(self, other: Sandbox) -> None:
         if not isinstance(other, DockerSandbox):

@@ -7,7 +7,9 @@ killer, its timeout, the sandbox's wall time), as ``ExecResult.killed_reason`` r
 
 from __future__ import annotations
 
+import secrets
 import time
+from collections.abc import Mapping
 from dataclasses import dataclass
 
 from sandboxes.protocol import ExecResult, SandboxError, exec_argv
@@ -65,3 +67,25 @@ def exec_time_limit(timeout_s: float | None, deadline: float | None, expired: bo
     if remaining is not None and (timeout_s is None or remaining < timeout_s):
         return remaining, "wall_time"
     return timeout_s, "timeout"
+
+
+def killed_at(argv: list[str], limit_s: float | None) -> list[str]:
+    """``argv`` under GNU ``timeout -s KILL`` (which kills the exec's whole process group) when limited."""
+    return argv if limit_s is None else ["timeout", "-s", "KILL", f"{limit_s:.3f}s", *argv]
+
+
+def exec_workdir(workspace: str, cwd: str | None) -> str:
+    """An exec's working directory: ``cwd`` when absolute, else under the workspace (the default)."""
+    return cwd if cwd and cwd.startswith("/") else f"{workspace}/{cwd}" if cwd else workspace
+
+
+def verifier_paths() -> tuple[str, str]:
+    """A new home for the verifier and the folder of its sitecustomize.py, under names the agent could
+    not have guessed (for the backends whose agent shares the verifier's /tmp: docker, harbor)."""
+    token = secrets.token_hex(8)
+    return f"/tmp/harnessrl-verifier-home-{token}", f"/tmp/harnessrl-verifier-python-{token}"
+
+
+def clean_env_argv(variables: Mapping[str, str], command: str | list[str]) -> list[str]:
+    """``command`` under ``env -i`` with ``variables`` alone: nothing of the sandbox's own environment."""
+    return ["env", "-i", *(f"{k}={v}" for k, v in variables.items()), *exec_argv(command)]

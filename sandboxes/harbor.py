@@ -34,7 +34,14 @@ import time
 from collections.abc import Mapping
 from pathlib import Path
 
-from sandboxes.execs import finished_exec, start_exec
+from sandboxes.execs import (
+    clean_env_argv,
+    exec_workdir,
+    finished_exec,
+    killed_at,
+    start_exec,
+    verifier_paths,
+)
 from sandboxes.harbor_images import in_podman
 from sandboxes.harbor_process import HarborFailed, HarborProcess
 from sandboxes.protocol import (
@@ -44,7 +51,6 @@ from sandboxes.protocol import (
     SandboxError,
     SandboxSpec,
     confined_path,
-    exec_argv,
     verifier_env,
     verifier_site,
 )
@@ -165,9 +171,7 @@ class HarborSandbox:
         start = start_exec(self.id, self._closed, command, timeout_s, self._deadline, self._expired)
         if isinstance(start, ExecResult):
             return start
-        argv, limit = start.argv, start.limit_s
-        if limit is not None:  # GNU timeout kills the exec's whole process group
-            argv = ["timeout", "-s", "KILL", f"{limit:.3f}s", *argv]
+        argv, limit = killed_at(start.argv, start.limit_s), start.limit_s
         started = time.monotonic()
         answer = await self._request("exec", **self.exec_request(argv, limit, env, cwd))
         elapsed = time.monotonic() - started
@@ -188,7 +192,7 @@ class HarborSandbox:
         )
         return {
             "command": script,
-            "cwd": cwd if cwd and cwd.startswith("/") else f"{self.workspace}/{cwd}" if cwd else self.workspace,
+            "cwd": exec_workdir(self.workspace, cwd),
             "env": self._env(env or {}),
             "timeout_s": None if limit_s is None else math.ceil(limit_s + STUCK_GRACE_S),
         }
@@ -198,14 +202,11 @@ class HarborSandbox:
     ) -> ExecResult:
         # As in the docker backend: a new home and our sitecustomize.py under names the agent could
         # not have guessed, and `env -i` (nothing of the environment's own variables).
-        token = secrets.token_hex(8)
-        home, python = f"/tmp/harnessrl-verifier-home-{token}", f"/tmp/harnessrl-verifier-python-{token}"
+        home, python = verifier_paths()
         await self._run_quietly(f"mkdir -m 700 -- {home}")
         await self.put_file(f"{python}/{SITECUSTOMIZE}", verifier_site())
         variables = verifier_env({**self.spec.env, **(env or {})}, home, self.workspace, python)
-        return await self.exec(
-            ["env", "-i", *(f"{k}={v}" for k, v in variables.items()), *exec_argv(command)], timeout_s
-        )
+        return await self.exec(clean_env_argv(variables, command), timeout_s)
 
     async def copy_workspace_to(self, other: Sandbox) -> None:
         if not isinstance(other, HarborSandbox):

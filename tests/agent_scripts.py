@@ -25,8 +25,9 @@ def planned_write(tools: list[dict], path: str, content: str) -> tuple[str, dict
     return name, {next(k for k in PATH_KEYS if k in properties): path, "content": content}
 
 
-def write_then_done(path: str, content: str, side_reply: str) -> Callable[[dict], FakeReply]:
-    """Write the file, then "Done." once the tool's result follows the last user message."""
+def tool_then_done(call: Callable[[dict, str], tuple[str, dict]], side_reply: str) -> Callable[[dict], FakeReply]:
+    """One tool call (``call(body, the last user message's text)``: its name and arguments), then "Done."
+    once the tool's result follows the last user message; a call without tools gets ``side_reply``."""
 
     def script(body: dict) -> FakeReply:
         if not body.get("tools"):
@@ -35,24 +36,22 @@ def write_then_done(path: str, content: str, side_reply: str) -> Callable[[dict]
         last_user = max(i for i, m in enumerate(messages) if m["role"] == "user")
         if any(m["role"] == "tool" for m in messages[last_user:]):
             return FakeReply(content="Done.")
-        return FakeReply(tool_calls=(planned_write(body["tools"], path, content),))
+        return FakeReply(tool_calls=(call(body, json.dumps(messages[last_user]["content"])),))
 
     return script
+
+
+def write_then_done(path: str, content: str, side_reply: str) -> Callable[[dict], FakeReply]:
+    """Write the file with the agent's own write tool, then "Done."."""
+    return tool_then_done(lambda body, _: planned_write(body["tools"], path, content), side_reply)
 
 
 def bash_then_done(solutions: dict[str, str], side_reply: str = "A title") -> Callable[[dict], FakeReply]:
-    """Run the solution of the task whose instruction the first user message holds (``solutions``:
-    instruction -> shell commands) with the agent's bash tool, then answer "Done."."""
+    """Run the solution of the task whose instruction the last user message holds (``solutions``:
+    instruction -> shell commands) with the agent's bash tool, then "Done."."""
 
-    def script(body: dict) -> FakeReply:
-        if not body.get("tools"):
-            return FakeReply(content=side_reply)
-        messages = body["messages"]
-        last_user = max(i for i, m in enumerate(messages) if m["role"] == "user")
-        if any(m["role"] == "tool" for m in messages[last_user:]):
-            return FakeReply(content="Done.")
-        text = json.dumps(messages[last_user]["content"])
+    def solve(_: dict, text: str) -> tuple[str, dict]:
         command = next(c for instruction, c in solutions.items() if json.dumps(instruction)[1:-1] in text)
-        return FakeReply(tool_calls=(("bash", {"command": command}),))
+        return "bash", {"command": command}
 
-    return script
+    return tool_then_done(solve, side_reply)
