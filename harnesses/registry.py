@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING
 if TYPE_CHECKING:
     from harnesses.harness import Harness
 
-CLI_AGENTS = ("opencode", "pi", "hermes", "claude-code", "codex")
+CLI_AGENTS = ("opencode", "pi", "hermes", "claude-code", "codex", "qwen-code")
 CHECKS = ("oracle", "nop")
 
 

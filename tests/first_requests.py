@@ -21,7 +21,7 @@ import tempfile
 from pathlib import Path
 
 FIXTURES = Path(__file__).resolve().parent / "fixtures" / "first_requests"
-HARNESSES = ("opencode", "pi", "hermes", "claude-code", "codex")
+HARNESSES = ("opencode", "pi", "hermes", "claude-code", "codex", "qwen-code")
 INSTRUCTION = "Create a file hello.txt containing exactly: hello"  # the one-line task of every fixture
 # Where each dialect's requests go (Claude Code adds ?beta=true, which the gateway ignores).
 PATHS = {"chat": "/v1/chat/completions", "responses": "/v1/responses", "messages": "/v1/messages?beta=true"}

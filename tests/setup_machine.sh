@@ -2,8 +2,8 @@
 # What the test suite needs beyond the venv, set up idempotently: `make test` runs this first.
 #
 # The suite runs every tier against real parts: PostgreSQL's server, bubblewrap (local sandboxes),
-# a Docker engine with the offline base image and the harness images (docker sandboxes), the five
-# real agents (OpenCode, pi, Hermes, Claude Code, Codex CLI) and Debian's chromium (the viewer's browser tests). As root, each
+# a Docker engine with the offline base image and the harness images (docker sandboxes), the six
+# real agents (OpenCode, pi, Hermes, Claude Code, Codex CLI, Qwen Code) and Debian's chromium (the viewer's browser tests). As root, each
 # missing part is installed (seconds when all are there); otherwise the missing parts are listed with
 # the one command that installs them, and the script fails: a run that skips them would prove less
 # than it claims.
@@ -17,6 +17,7 @@ PI_VERSION=0.73.1
 HERMES_VERSION=0.19.0
 CLAUDE_CODE_VERSION=2.1.332
 CODEX_VERSION=0.171.0
+QWEN_CODE_VERSION=0.24.4
 HERMES_VENV=/opt/hermes
 what=${1:-test}
 
@@ -45,6 +46,7 @@ missing_agents() {
     { [ -x "$HERMES_VENV/bin/hermes" ] && "$HERMES_VENV/bin/python" -c "import mcp" 2>/dev/null; } || need+=(hermes)
     [ "$(claude --version 2>/dev/null)" = "$CLAUDE_CODE_VERSION (Claude Code)" ] || need+=(claude-code)
     [ "$(codex --version 2>/dev/null)" = "codex-cli $CODEX_VERSION" ] || need+=(codex)
+    [ "$(qwen --version 2>/dev/null)" = "$QWEN_CODE_VERSION" ] || need+=(qwen-code)
     echo "${need[@]}"
 }
 
@@ -86,6 +88,7 @@ for agent in $(missing_agents); do
         hermes) python3 -m venv "$HERMES_VENV" && "$HERMES_VENV/bin/pip" install -q "hermes-agent[mcp]==$HERMES_VERSION" ;;
         claude-code) npm install -g "@anthropic-ai/claude-code@$CLAUDE_CODE_VERSION" ;;
         codex) npm install -g "@openai/codex@$CODEX_VERSION" ;;
+        qwen-code) npm install -g "@qwen-code/qwen-code@$QWEN_CODE_VERSION" ;;
     esac
 done
 

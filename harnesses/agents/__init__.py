@@ -1,4 +1,5 @@
-"""Harnesses for the real CLI coding agents: OpenCode, pi, Hermes, Claude Code and Codex CLI (see `cli_agent`).
+"""Harnesses for the real CLI coding agents: OpenCode, pi, Hermes, Claude Code, Codex CLI and Qwen
+Code (see `cli_agent`).
 
 harness = create("opencode", sandbox="docker")   # image harnessrl/opencode:latest
 harness = create("pi")                           # local sandbox: the host's install, read-only
@@ -12,6 +13,7 @@ from harnesses.agents.codex import CodexHarness
 from harnesses.agents.hermes import HermesHarness
 from harnesses.agents.opencode import OpenCodeHarness
 from harnesses.agents.pi import PiHarness
+from harnesses.agents.qwen_code import QwenCodeHarness
 
 AGENTS: dict[str, type[CliAgentHarness]] = {
     "opencode": OpenCodeHarness,
@@ -19,6 +21,7 @@ AGENTS: dict[str, type[CliAgentHarness]] = {
     "hermes": HermesHarness,
     "claude-code": ClaudeCodeHarness,
     "codex": CodexHarness,
+    "qwen-code": QwenCodeHarness,
 }
 
 __all__ = [
@@ -31,6 +34,7 @@ __all__ = [
     "HermesHarness",
     "OpenCodeHarness",
     "PiHarness",
+    "QwenCodeHarness",
     "create",
 ]
 

@@ -99,6 +99,6 @@ def demonstrator(teacher: str, tasks: Iterable[Task], agent: Harness) -> Solutio
     if tool is None:
         raise ValueError(
             f"--upstream {SOLUTIONS} plays solutions as a CLI agent's shell tool calls; the {agent.name} "
-            f"harness has none: use --harness pi|opencode|hermes|claude-code|codex"
+            f"harness has none: use --harness pi|opencode|hermes|claude-code|codex|qwen-code"
         )
     return SolutionTeacher(tasks, tool)

@@ -1,4 +1,4 @@
-"""The real OpenCode, pi and Hermes binaries, in sandboxes, driven through a real gateway.
+"""The real OpenCode, pi, Hermes and Qwen Code binaries, in sandboxes, driven through a real gateway.
 
 A scripted engine stands in for the model: asked with tools, it calls the agent's own file-writing
 tool (found in the request's `tools`) to write hello.txt, then answers "Done."; asked without tools
@@ -27,7 +27,7 @@ from tests.agent_scripts import write_then_done
 from tests.builders import ADMIN_HEADERS, run_single_rollout
 from tests.fake_engine import FakeEngine
 
-AGENTS = ("opencode", "pi", "hermes")
+AGENTS = ("opencode", "pi", "hermes", "qwen-code")
 TITLE = "Hello file"
 TASK = Task(
     name="hello-file",

@@ -44,7 +44,7 @@ def test_a_missing_agent_is_named_with_its_install_command_before_any_engine_sta
     assert not (tmp_path / "logs").exists() or not list((tmp_path / "logs").glob("engine-*.log"))
 
 
-@pytest.mark.parametrize("harness", ["pi", "opencode", "hermes", "claude-code", "codex"])
+@pytest.mark.parametrize("harness", ["pi", "opencode", "hermes", "claude-code", "codex", "qwen-code"])
 def test_an_agents_engine_context_holds_its_first_prompt_and_two_answers(harness):
     from harnesses.agents import AGENTS
 
