@@ -170,12 +170,19 @@ def with_store(url: str, work):
 
 
 def checked_sandbox(
-    sandbox: str, pairs: list[str] | None, allow_unisolated: bool = False, loopback_gateway: bool = False
+    sandbox: str,
+    pairs: list[str] | None,
+    allow_unisolated: bool = False,
+    loopback_gateway: bool = False,
+    local_later: bool = False,
 ) -> dict:
     """--sandbox and its --sandbox-option pairs as the backend's options, checked before anything starts
     (bubblewrap for local, Harbor's preflight for harbor:<type>): a CLI error naming the fix.
     ``loopback_gateway``: the command's gateway listens on loopback only, which a sandbox without a bridge
-    (harbor:<type>, given the gateway's public URL) never reaches."""
+    (harbor:<type>, given the gateway's public URL) never reaches. ``local_later``: local's bubblewrap
+    is left to the first sandbox to check (quickstart names a missing agent first)."""
+    if local_later and sandbox == "local" and not pairs:
+        return {}
     import asyncio
 
     from sandboxes.kinds import checked_options, option_pairs, sandbox_kind

@@ -179,8 +179,8 @@ def quickstart(
     check_choice("--task-sampling", task_sampling, TaskSampling)
     if upstream and not warm_start:
         raise fail("--upstream names the warm start's teacher: add --warm-start")
-    # its own gateway and a warm start's teacher listen on loopback
-    sandbox_options = checked_sandbox(sandbox, sandbox_option, loopback_gateway=gateway is None or warm_start)
+    loopback = gateway is None or warm_start  # its own gateway, a warm start's teacher
+    sandbox_options = checked_sandbox(sandbox, sandbox_option, loopback_gateway=loopback, local_later=True)
     warm = (
         WarmStart(
             teacher=upstream,
