@@ -138,13 +138,14 @@ async def test_the_right_answer_earns_one_in_the_fresh_environment():
     assert verdict.reward == 1.0, verdict.output
 
 
-async def test_pi_solves_a_harbor_task_from_its_dockerfile_reaching_the_gateway_only_at_its_public_url(
-    public_gateway, engine, network
+@pytest.mark.parametrize("agent", ["pi", "qwen-code"])  # qwen-code: one of Harbor's installed agents, as a harness
+async def test_an_agent_solves_a_harbor_task_from_its_dockerfile_reaching_the_gateway_only_at_its_public_url(
+    agent, public_gateway, engine, network
 ):
     engine.script = write_then_done("/app/total.txt", "42\n", side_reply="Sum of sales")
     before = containers()
     result = await run_single_rollout(
-        create("pi", KIND), public_gateway.url, "harbor-pi", HARBOR_TASK, KIND, network.options()
+        create(agent, KIND), public_gateway.url, f"harbor-{agent}", HARBOR_TASK, KIND, network.options()
     )
     assert (result.status, result.reward, result.error) == ("finished", 1.0, None)
     assert containers() == before  # the agent's environment and the verifier's, stopped and removed
