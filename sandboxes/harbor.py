@@ -56,6 +56,7 @@ from sandboxes.protocol import (
 )
 
 MARK = "@@harnessrl-exec-9f2c@@"  # between the exec's parts in Harbor's merged output
+INLINE_FILE_BYTES = 48 * 1024  # a file this small goes inside its exec's command line (Linux: 128 KiB per argument)
 STUCK_GRACE_S = 30.0  # past an exec's limit, how long Harbor's own timeout waits (a provider's round trip)
 # Every process but PID 1 and the keep-alive it started (`sh -c "sleep infinity"`: $1, the children PID 1
 # had at start), this shell and the exec that started it.
@@ -67,9 +68,9 @@ KILL_ALL = (
 KEEP_ALIVE = "cat /proc/1/task/1/children"
 _NAME_UNSAFE = re.compile(r"[^a-z0-9-]")
 # Harbor's compose-based types keep the environment alive with `sleep infinity` as PID 1, which ignores
-# SIGTERM: every stop would wait out compose's 10 s grace. Nothing in it needs one.
+# SIGTERM: every stop would wait out compose's 10 s grace. Nothing in it needs one: killed at once.
 COMPOSE_TYPES = frozenset({"docker", "podman"})
-FAST_STOP = "services:\n  main:\n    stop_grace_period: 1s\n"
+FAST_STOP = "services:\n  main:\n    stop_grace_period: 0s\n"
 
 
 def decoded_exec(output: str, code: int) -> tuple[int, bytes, bytes]:
@@ -83,6 +84,13 @@ def decoded_exec(output: str, code: int) -> tuple[int, bytes, bytes]:
     except binascii.Error:
         return (code if code else 127), b"", output.encode()
     return code, out, err
+
+
+def write_file(target: str, data: bytes, mode: int = 0o644) -> str:
+    """A shell command writing ``data`` to ``target`` (its folder made), the bytes inside the command."""
+    quoted, folder = shlex.quote(target), shlex.quote(target.rsplit("/", 1)[0] or "/")
+    encoded = base64.b64encode(data).decode()
+    return f"mkdir -p -- {folder} && printf %s {encoded} | base64 -d > {quoted} && chmod {mode:o} {quoted}"
 
 
 class HarborSandbox:
@@ -136,17 +144,23 @@ class HarborSandbox:
         self._process = await HarborProcess.start()
         await self._process.request("start", **request)
         self._started = True
+        files = {f"{self.workspace}/{confined_path(rel)}": data for rel, data in self.spec.files.items()}
+        inline = sum(len(data) for data in files.values()) <= INLINE_FILE_BYTES
         dirs = " ".join(shlex.quote(d) for d in (self.workspace, *self.spec.writable_dirs))
-        await self._run_quietly(f"mkdir -p -- {dirs}")
-        self._keep_alive = (await self._request("exec", command=KEEP_ALIVE, cwd="/", user="root"))["stdout"].strip()
-        if self.spec.files:
+        # One round trip: the folders, the files when small, and the keep-alive's pids (what no kill touches).
+        script = " && ".join(
+            [f"mkdir -p -- {dirs}", *(write_file(t, d) for t, d in files.items() if inline), KEEP_ALIVE]
+        )
+        self._keep_alive = (await self._run_quietly(script)).strip()
+        if files and not inline:
             staging = self._dir / "files"
-            for rel, data in self.spec.files.items():
-                target = staging / confined_path(rel)
-                target.parent.mkdir(parents=True, exist_ok=True)
-                target.write_bytes(data)
+            for target, data in files.items():
+                (staging / target.lstrip("/")).parent.mkdir(parents=True, exist_ok=True)
+                (staging / target.lstrip("/")).write_bytes(data)
             staging.chmod(0o755)
-            await self._process.request("upload_dir", source=str(staging), target=self.workspace)
+            await self._process.request(
+                "upload_dir", source=str(staging / self.workspace.lstrip("/")), target=self.workspace
+            )
         if self._deadline is not None:
             delay = self._deadline - time.monotonic()
             self._watchdog = asyncio.get_running_loop().call_later(delay, lambda: asyncio.ensure_future(self._expire()))
@@ -203,8 +217,7 @@ class HarborSandbox:
         # As in the docker backend: a new home and our sitecustomize.py under names the agent could
         # not have guessed, and `env -i` (nothing of the environment's own variables).
         home, python = verifier_paths()
-        await self._run_quietly(f"mkdir -m 700 -- {home}")
-        await self.put_file(f"{python}/{SITECUSTOMIZE}", verifier_site())
+        await self._run_quietly(f"mkdir -m 700 -- {home} && {write_file(f'{python}/{SITECUSTOMIZE}', verifier_site())}")
         variables = verifier_env({**self.spec.env, **(env or {})}, home, self.workspace, python)
         return await self.exec(clean_env_argv(variables, command), timeout_s)
 
@@ -227,6 +240,9 @@ class HarborSandbox:
 
     async def put_file(self, path: str, data: bytes, mode: int = 0o644) -> None:
         target = path if path.startswith("/") else f"{self.workspace}/{path}"
+        if len(data) <= INLINE_FILE_BYTES:  # one exec, not a mkdir and a copy (each a compose round trip)
+            await self._run_quietly(write_file(target, data, mode))
+            return
         source = self._dir / f"put-{secrets.token_hex(6)}"
         source.write_bytes(data)
         source.chmod(mode)
@@ -253,9 +269,8 @@ class HarborSandbox:
             shutil.rmtree(local, ignore_errors=True) if local.is_dir() else local.unlink(missing_ok=True)
 
     async def fresh_dirs(self, *paths: str) -> None:
-        await self._kill_execs()
         quoted = " ".join(shlex.quote(p) for p in paths)
-        await self._run_quietly(f"rm -rf -- {quoted} && mkdir -p -- {quoted}")
+        await self._run_quietly(f"{self._kill_all()}; rm -rf -- {quoted} && mkdir -p -- {quoted}")
 
     async def close(self) -> None:
         if self._closed:
@@ -289,18 +304,23 @@ class HarborSandbox:
         base = {"HARNESSRL_GATEWAY_URL": self.gateway_url_inside} if self.gateway_url_inside else {}
         return {**base, **self.spec.env, **env}
 
-    async def _run_quietly(self, script: str) -> None:
-        """A command of ours, as root; SandboxError with its output when it fails."""
+    async def _run_quietly(self, script: str) -> str:
+        """A command of ours, as root; its output, or SandboxError with it when it fails."""
         answer = await self._request("exec", command=script, cwd="/", user="root", timeout_s=300)
+        output = answer["stdout"] + answer["stderr"]
         if answer["return_code"] != 0:
-            raise SandboxError(f"sandbox {self.id}: `{script}` failed: {(answer['stdout'] + answer['stderr'])[-500:]}")
+            raise SandboxError(f"sandbox {self.id}: `{script[:200]}` failed: {output[-500:]}")
+        return output
+
+    def _kill_all(self) -> str:
+        return f"sh -c {shlex.quote(KILL_ALL)} sh {shlex.quote(self._keep_alive)}"
 
     async def _kill_execs(self) -> None:
         """Kill every process but the environment's keep-alive: what the agent left running."""
         with contextlib.suppress(HarborFailed):
             await self._request(
                 "exec",
-                command=f"sh -c {shlex.quote(KILL_ALL)} sh {shlex.quote(self._keep_alive)}",
+                command=self._kill_all(),
                 cwd="/",
                 user="root",
                 timeout_s=60,

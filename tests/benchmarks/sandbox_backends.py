@@ -33,7 +33,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # run as a script 
 from harnesses.agents import create  # noqa: E402
 from harnesses.task import load_harbor  # noqa: E402
 from harnessrl.server import BackgroundGateway, BackgroundServer  # noqa: E402
+from migrations.runner import upgrade  # noqa: E402
 from sandboxes import SandboxSpec, create_sandbox  # noqa: E402
+from store.database import sqlite_url  # noqa: E402
 from tests.agent_scripts import write_then_done  # noqa: E402
 from tests.builders import gateway_settings, run_single_rollout  # noqa: E402
 from tests.fake_engine import FakeEngine, create_fake_engine_app  # noqa: E402
@@ -110,15 +112,17 @@ def measure(rounds: int) -> dict:
     engine = FakeEngine(model="fake-base", max_model_len=1_000_000)
     found: dict[str, dict[str, list[dict]]] = {k: {"sandbox": [], "rollout": []} for k in ("docker", "harbor:podman")}
     folder = Path(tempfile.mkdtemp(prefix="harnessrl-bench-"))
+    stores = {}
+    for name in ("docker", "harbor"):
+        stores[name] = sqlite_url(folder / f"{name}.db")
+        upgrade(stores[name])
     with (
         BackgroundServer(create_fake_engine_app(engine)) as engine_server,
         remote_network() as network,
         # docker's bridge connects to the gateway on loopback; harbor reaches it at its public URL
-        BackgroundGateway(gateway_settings(f"sqlite+aiosqlite:///{folder / 'docker.db'}", engine_server.url)) as local,
+        BackgroundGateway(gateway_settings(stores["docker"], engine_server.url)) as local,
         BackgroundGateway(
-            gateway_settings(
-                f"sqlite+aiosqlite:///{folder / 'harbor.db'}", engine_server.url, public_url=network.public_url
-            )
+            gateway_settings(stores["harbor"], engine_server.url, public_url=network.public_url)
         ) as public,
     ):
         network.gateway_port[:] = [int(public.url.rsplit(":", 1)[1])]
