@@ -42,7 +42,7 @@ from sandboxes.execs import (
     start_exec,
     verifier_paths,
 )
-from sandboxes.harbor_images import in_podman
+from sandboxes.harbor_images import REGISTRY_OPTION, in_podman, in_registry
 from sandboxes.harbor_process import HarborFailed, HarborProcess
 from sandboxes.protocol import (
     SITECUSTOMIZE,
@@ -96,6 +96,7 @@ def write_file(target: str, data: bytes, mode: int = 0o644) -> str:
 class HarborSandbox:
     def __init__(self, spec: SandboxSpec, environment_type: str, options: Mapping[str, object]) -> None:
         self.spec, self.environment_type, self.options = spec, environment_type, dict(options)
+        self.registry = self.options.pop(REGISTRY_OPTION, None)  # harnessrl's own option: not Harbor's
         # Compose project names allow [a-z0-9_-] only.
         self.id = f"{_NAME_UNSAFE.sub('-', (spec.name or 'sbx').lower())[:40]}-{secrets.token_hex(4)}"
         self._process: HarborProcess | None = None
@@ -120,6 +121,12 @@ class HarborSandbox:
             raise
         return sandbox
 
+    async def _image(self) -> str:
+        """The spec's image where the environment pulls it from: podman's store, a registry, or as named."""
+        if self.registry:
+            return await in_registry(self.spec.image, self.registry)
+        return await in_podman(self.spec.image) if self.environment_type == "podman" else self.spec.image
+
     def start_request(self, image: str) -> dict:
         """The worker's ``start`` request for this sandbox: the environment Harbor is asked to make."""
         options = dict(self.options)
@@ -139,8 +146,7 @@ class HarborSandbox:
         }
 
     async def _start(self) -> None:
-        image = await in_podman(self.spec.image) if self.environment_type == "podman" else self.spec.image
-        request = self.start_request(image)
+        request = self.start_request(await self._image())
         self._process = await HarborProcess.start()
         await self._process.request("start", **request)
         self._started = True

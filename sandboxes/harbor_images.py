@@ -1,9 +1,11 @@
-"""Images for Harbor's local types: podman has its own image store, filled from the Docker engine.
+"""Images for Harbor's environments: built by this host's Docker, put where the environment pulls from.
 
 Task and harness images are built with Docker (``harnessrl images build``, harnesses/environments.py).
 Harbor's ``podman`` type runs images from podman's store, so an image is copied there once per image
 id (``docker save | podman load``, about 20 s for a 900 MB harness image) and named as Docker names it.
-Cloud types pull the image by its name from a registry the provider reaches (docs/running.md).
+A cloud type pulls each image by name from a registry: with ``--sandbox-option image_registry=REGISTRY``
+(harnessrl's own option, not passed to Harbor) each image is tagged ``REGISTRY/NAME`` and pushed there
+once per image id and process, and the environment asks for that name (docs/running.md).
 """
 
 from __future__ import annotations
@@ -13,6 +15,7 @@ import shutil
 
 from sandboxes.protocol import SandboxError
 
+REGISTRY_OPTION = "image_registry"  # --sandbox-option image_registry=REGISTRY: images pushed there first
 _locks: dict[str, asyncio.Lock] = {}
 
 
@@ -49,3 +52,24 @@ async def in_podman(image: str) -> str:
         if code != 0:
             raise SandboxError(f"copying image {image!r} from Docker to podman failed: {out[-500:]}")
         return image
+
+
+_pushed: dict[str, str] = {}  # REGISTRY/NAME -> the image id pushed under it by this process
+
+
+async def in_registry(image: str, registry: str) -> str:
+    """``image`` pushed to ``registry`` as ``REGISTRY/NAME`` (once per image id in this process); that name.
+    The registry's credentials are Docker's own (`docker login REGISTRY`)."""
+    remote = f"{registry.rstrip('/')}/{image}"
+    async with _locks.setdefault(remote, asyncio.Lock()):
+        wanted = await image_id("docker", image)
+        if wanted is None:
+            raise SandboxError(f"image {image!r} is not in Docker: build it (`harnessrl images build`) to push it")
+        if _pushed.get(remote) == wanted:
+            return remote
+        for argv in (("docker", "tag", image, remote), ("docker", "push", remote)):
+            code, out = await _output(*argv)
+            if code != 0:
+                raise SandboxError(f"`{' '.join(argv)}` failed (`docker login {registry}` first?): {out[-500:]}")
+        _pushed[remote] = wanted
+        return remote

@@ -70,7 +70,8 @@ async def checked_options(kind: Kind, allow_unisolated: bool, given: Mapping[str
     options and credentials there): a run fails here, before any rollout, with Harbor's message."""
     options = backend_options(kind, allow_unisolated, given)
     if kind.harbor_type is not None:
+        from sandboxes.harbor_images import REGISTRY_OPTION
         from sandboxes.harbor_process import preflight
 
-        await preflight(kind.harbor_type, options)
+        await preflight(kind.harbor_type, {k: v for k, v in options.items() if k != REGISTRY_OPTION})
     return options

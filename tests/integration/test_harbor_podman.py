@@ -32,6 +32,7 @@ from harnessrl.server import BackgroundGateway
 from sandboxes import SandboxError, SandboxSpec, create_sandbox
 from sandboxes.harbor import HarborSandbox
 from sandboxes.harbor_process import harbor_python, preflight
+from sandboxes.kinds import checked_options, sandbox_kind
 from tests.agent_scripts import bash_then_done, write_then_done
 from tests.builders import ADMIN_HEADERS, TEST_ADMIN_KEY, gateway_settings, run_single_rollout
 from tests.fake_engine import FakeEngine
@@ -182,6 +183,8 @@ async def test_preflight_names_the_extra_the_credentials_or_the_types():
     with pytest.raises(SandboxError, match="Unknown option 'bogus'"):
         await preflight("podman", {"bogus": 1})
     await preflight("podman", {"extra_docker_compose": ["net.yaml"], "keep_containers": False})
+    given = {"image_registry": "registry.example.com/team", "keep_containers": False}  # ours is not Harbor's
+    assert await checked_options(sandbox_kind(KIND), False, given) == given
 
 
 async def test_the_oracle_earns_one_on_the_harbor_task_in_podman(public_gateway, engine, network):
