@@ -9,6 +9,7 @@ import time
 import uvicorn
 
 from gateway.app import create_app
+from gateway.boundary.head_timeout import head_timed
 from gateway.settings import GatewaySettings
 
 
@@ -42,7 +43,7 @@ def uvicorn_server(settings: GatewaySettings, host: str, port: int, log_level: s
         log_level=log_level,
         access_log=False,
         loop="uvloop",
-        http="httptools",
+        http=head_timed(settings.header_timeout_s),  # httptools, each request's head timed
         timeout_graceful_shutdown=10,
         # agents pause between calls: longer than clients' own pool expiry (httpx 5 s, undici 4 s), so they close
         # first; a bridge's idle timeout (gateway.settings)
@@ -54,7 +55,9 @@ def uvicorn_server(settings: GatewaySettings, host: str, port: int, log_level: s
 class BackgroundServer:
     """An ASGI app on a uvicorn server in a daemon thread (its own event loop)."""
 
-    def __init__(self, app, host: str = "127.0.0.1", port: int | None = None):
+    def __init__(
+        self, app, host: str = "127.0.0.1", port: int | None = None, http="httptools", keep_alive_s: float = 75
+    ):
         self.app = app
         # bound now and handed to uvicorn, so no other process can take the port between choosing and serving
         self._socket = listening_socket(host, port or 0)
@@ -67,8 +70,8 @@ class BackgroundServer:
             log_level="warning",
             access_log=False,
             loop="uvloop",
-            http="httptools",
-            timeout_keep_alive=75,
+            http=http,
+            timeout_keep_alive=keep_alive_s,
         )
         self._server = uvicorn.Server(config)
         self._thread = threading.Thread(
@@ -104,4 +107,6 @@ class BackgroundGateway(BackgroundServer):
     """The gateway in a thread (the demo, tests)."""
 
     def __init__(self, settings: GatewaySettings, host: str = "127.0.0.1", port: int | None = None):
-        super().__init__(create_app(settings), host, port)
+        super().__init__(
+            create_app(settings), host, port, head_timed(settings.header_timeout_s), settings.keep_alive_timeout_s
+        )
