@@ -66,8 +66,9 @@ class GatewaySettings:
     # seconds an idle keep-alive connection is kept (uvicorn's timeout_keep_alive; per connection, not per token)
     keep_alive_timeout_s: float = 120.0
     # seconds from a request's first byte (or a connection's accept) to the end of its head; then a 408
-    # (gateway.boundary.head_timeout; per connection: a head names no token before it is in; HEADER_TIMEOUT_S)
+    # (gateway.boundary.connection_guard; per connection: a head names no token before it is in; HEADER_TIMEOUT_S)
     header_timeout_s: float = 30.0
+    token_max_connections: int = 64  # connections one rollout token holds open at once; past it a 429 (MAX_CONNECTIONS)
     # OTLP/HTTP traces endpoint (e.g. http://127.0.0.1:6006/v1/traces): each ended rollout exported as a
     # trace (gateway.recording.trace_export); None: no export
     otlp_endpoint: str | None = None
@@ -82,8 +83,9 @@ class GatewaySettings:
             )
         if self.public_url is not None:
             check_public_url(self.public_url)
-        if self.token_max_in_flight < 1:
-            raise ValueError(f"token_max_in_flight must be at least 1, got {self.token_max_in_flight}")
+        for name in ("token_max_in_flight", "token_max_connections"):
+            if getattr(self, name) < 1:
+                raise ValueError(f"{name} must be at least 1, got {getattr(self, name)}")
         for name in ("body_read_timeout_s", "body_timeout_s", "keep_alive_timeout_s", "header_timeout_s"):
             if not getattr(self, name) > 0:
                 raise ValueError(f"{name} must be a positive number of seconds, got {getattr(self, name)}")

@@ -9,7 +9,7 @@ import time
 import uvicorn
 
 from gateway.app import create_app
-from gateway.boundary.head_timeout import head_timed
+from gateway.boundary.connection_guard import guarded
 from gateway.settings import GatewaySettings
 
 
@@ -43,7 +43,9 @@ def uvicorn_server(settings: GatewaySettings, host: str, port: int, log_level: s
         log_level=log_level,
         access_log=False,
         loop="uvloop",
-        http=head_timed(settings.header_timeout_s),  # httptools, each request's head timed
+        http=guarded(
+            settings.header_timeout_s, settings.token_max_connections
+        ),  # httptools: heads timed, connections counted
         timeout_graceful_shutdown=10,
         # agents pause between calls: longer than clients' own pool expiry (httpx 5 s, undici 4 s), so they close
         # first; a bridge's idle timeout (gateway.settings)
@@ -107,6 +109,5 @@ class BackgroundGateway(BackgroundServer):
     """The gateway in a thread (the demo, tests)."""
 
     def __init__(self, settings: GatewaySettings, host: str = "127.0.0.1", port: int | None = None):
-        super().__init__(
-            create_app(settings), host, port, head_timed(settings.header_timeout_s), settings.keep_alive_timeout_s
-        )
+        protocol = guarded(settings.header_timeout_s, settings.token_max_connections)
+        super().__init__(create_app(settings), host, port, protocol, settings.keep_alive_timeout_s)

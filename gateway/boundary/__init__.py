@@ -12,6 +12,9 @@ Outermost first (``install_boundary``):
 5. ``BodyLimit``: a body over the limit is refused while it streams in (413 in the dialect's shape).
 6. ``RetryCount``: the SDKs' retry count header, noted for the pipeline (``gateway.request.retries``).
 
+Below them, on each connection, ``connection_guard`` (uvicorn's HTTP protocol, installed by
+``harnessrl.server``): each request's head in time, each rollout token's connections counted.
+
 Each is plain ASGI (no ``BaseHTTPMiddleware``): on the hot path a model call pays a few attribute reads
 per layer.
 """

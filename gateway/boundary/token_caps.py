@@ -13,7 +13,8 @@ without one (a sandbox on another machine given ``serve --public-url``, whose on
   (``gateway.boundary.body_timeouts``). The response side is never timed out (long generations are normal).
 
 Calls through a bridge pass here too, after the bridge's own checks (``sandboxes/route.py``): the same
-caps. What ASGI cannot see (connections, slow headers, idle keep-alive) is uvicorn's or a front proxy's
+caps. What ASGI cannot see is held below it, on each connection (``gateway.boundary.connection_guard``:
+heads in time, connections per token; uvicorn's keep-alive timeout), the rest by a front proxy
 (docs/security.md).
 """
 

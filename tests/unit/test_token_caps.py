@@ -205,6 +205,14 @@ def test_the_settings_defaults_mirror_a_bridges_caps():
     assert settings.body_read_timeout_s == bridge_limits.BODY_READ_TIMEOUT_S
     assert settings.body_timeout_s == bridge_limits.BODY_TIMEOUT_S
     assert settings.keep_alive_timeout_s == bridge_limits.IDLE_TIMEOUT_S
-    for field, value in (("token_max_in_flight", 0), ("body_read_timeout_s", 0.0), ("body_timeout_s", -1.0)):
+    assert settings.header_timeout_s == bridge_limits.HEADER_TIMEOUT_S
+    assert settings.token_max_connections == bridge_limits.MAX_CONNECTIONS
+    for field, value in (
+        ("token_max_in_flight", 0),
+        ("token_max_connections", 0),
+        ("body_read_timeout_s", 0.0),
+        ("body_timeout_s", -1.0),
+        ("header_timeout_s", 0.0),
+    ):
         with pytest.raises(ValueError, match=field):
             GatewaySettings(database_url="sqlite://", admin_key="k", **{field: value})
