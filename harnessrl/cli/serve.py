@@ -103,6 +103,12 @@ def serve(
             help="Sessions one live key may open per minute after a burst of 20; past it: 429 (0: no bound)",
         ),
     ] = 60.0,
+    token_max_in_flight: Annotated[
+        int, typer.Option(min=1, help="Requests one rollout token may have in flight; past it: 429 (a bridge's cap)")
+    ] = 32,
+    token_max_connections: Annotated[
+        int, typer.Option(min=1, help="Connections one rollout token may hold open; past it: 429 (a bridge's cap)")
+    ] = 64,
     public_url: Annotated[
         str | None,
         typer.Option(
@@ -173,6 +179,8 @@ def serve(
             otlp_endpoint=otlp_endpoint,
             public_url=public_url,
             live_sessions_per_minute=live_sessions_per_minute,
+            token_max_in_flight=token_max_in_flight,
+            token_max_connections=token_max_connections,
         )
     except BaseException:  # uvicorn owns the socket once it serves; until then it is ours to close
         listener.close()

@@ -22,6 +22,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # run as a script 
 from tests.benchmarks.loadgen import post_request, run_load  # noqa: E402
 
 HOST = "127.0.0.1"
+# The load sends up to 64 calls at once on one rollout, past a sandbox's caps (32 in flight, 64 connections).
+UNCAPPED = ["--token-max-in-flight", "4096", "--token-max-connections", "4096"]
 BODY = {
     "model": "policy",
     "messages": [
@@ -91,6 +93,7 @@ def main() -> None:
             ADMIN_KEY,
             "--database-url",
             f"sqlite+aiosqlite:///{workdir / 'bench.db'}",
+            *UNCAPPED,
         ],
         gateway_port,
         workdir / "gateway.log",

@@ -133,6 +133,8 @@ def start_peers(workdir: Path, engine_url: str, otlp_endpoint: str | None = None
             "--database-url",
             f"sqlite+aiosqlite:///{workdir / 'harnessrl.db'}",
             *(["--otlp-endpoint", otlp_endpoint] if otlp_endpoint else []),
+            # the load sends up to 64 calls at once on one session (rollout), past a sandbox's caps
+            *("--token-max-in-flight", "4096", "--token-max-connections", "4096"),
         ],
         f"http://{HOST}:{port}",
         workdir / "harnessrl.log",

@@ -138,3 +138,11 @@ def test_serve_gives_the_public_url_to_the_gateway_and_uvicorn_a_bridges_idle_ti
     assert "gw.example.org" in settings.served_hosts()
     server = uvicorn_server(settings, "127.0.0.1", free_port())
     assert server.config.timeout_keep_alive == settings.keep_alive_timeout_s == 120.0
+
+
+def test_serve_sets_the_per_token_caps_a_load_test_raises(tmp_path, monkeypatch):
+    result, settings = serve(tmp_path, monkeypatch, "--token-max-in-flight", "8", "--token-max-connections", "9")
+    assert result.exit_code == 0, result.output
+    assert (settings.token_max_in_flight, settings.token_max_connections) == (8, 9)
+    refused, _ = serve(tmp_path, monkeypatch, "--token-max-in-flight", "0")
+    assert refused.exit_code != 0
