@@ -23,11 +23,9 @@ import json
 
 from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 
-from gateway.boundary.token_caps import header_token
-from gateway.dialects import ROLLOUT_PREFIX
+from gateway.boundary.token_caps import RETRY_AFTER_S, request_token
 
 TIMED_OUT = b"HTTP/1.1 408 Request Timeout\r\ncontent-length: 0\r\nconnection: close\r\n\r\n"
-RETRY_AFTER_S = 1  # as a bridge's 429
 
 
 class OverCap(Exception):
@@ -48,11 +46,7 @@ def too_many_connections(cap: int) -> bytes:
 
 def connection_token(url: bytes, headers: list[tuple[bytes, bytes]]) -> str | None:
     """The rollout token a request names, as the per-token caps read it; None for any other request."""
-    path = url.split(b"?", 1)[0].decode("latin-1")
-    if path.startswith(ROLLOUT_PREFIX):
-        end = path.find("/", len(ROLLOUT_PREFIX))
-        return path[len(ROLLOUT_PREFIX) : end] if end > len(ROLLOUT_PREFIX) else None
-    return header_token(headers) if path.startswith("/v1/") else None
+    return request_token(url.split(b"?", 1)[0].decode("latin-1"), headers)
 
 
 def guarded(header_timeout_s: float, max_connections: int) -> type[HttpToolsProtocol]:

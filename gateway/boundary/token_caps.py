@@ -30,6 +30,7 @@ from store.live_keys import LIVE_PREFIX
 from store.store import TOKEN_PREFIX
 
 RETRY_AFTER_S = 1  # as a bridge's 429
+MODEL_ROUTES = (ROLLOUT_PREFIX, "/v1/")  # the paths whose requests may name a rollout token
 
 
 class RequestTimeout(GatewayError):
@@ -63,13 +64,9 @@ class TokenCaps:
         if scope["type"] != "http":
             return await self.app(scope, receive, send)
         path: str = scope["path"]
-        if path.startswith(ROLLOUT_PREFIX):
-            end = path.find("/", 3)
-            token = path[3:end] if end > 3 else None
-        elif path.startswith("/v1/"):
-            token = header_token(scope["headers"])
-        else:
+        if not path.startswith(MODEL_ROUTES):
             return await self.app(scope, receive, send)  # the control plane, /health, the viewer
+        token = request_token(path, scope["headers"])
         if token is None:
             return await self._timed(scope, receive, send)
         counts = self.in_flight
@@ -105,6 +102,15 @@ class TokenCaps:
         return RequestTimeout(
             f"the request body {said} (the gateway's {setting}); send the body at once", code="request_timeout"
         )
+
+
+def request_token(path: str, headers: list[tuple[bytes, bytes]]) -> str | None:
+    """The rollout token a model route's request names (the ``/r/<token>/`` segment, else on ``/v1/`` the
+    API key), read as the routes read it; None for one naming none."""
+    if path.startswith(ROLLOUT_PREFIX):
+        end = path.find("/", len(ROLLOUT_PREFIX))
+        return path[len(ROLLOUT_PREFIX) : end] if end > len(ROLLOUT_PREFIX) else None
+    return header_token(headers) if path.startswith("/v1/") else None
 
 
 def header_token(headers: list[tuple[bytes, bytes]]) -> str | None:
