@@ -49,8 +49,9 @@ from sandboxes.bridge import HostBridge
 from sandboxes.docker_engine import OomKills, call, created, default_client, tar_of
 from sandboxes.execs import (
     clean_env_argv,
-    exec_workdir,
+    exec_env,
     finished_exec,
+    in_workspace,
     killed_at,
     start_exec,
     verifier_paths,
@@ -257,7 +258,7 @@ class DockerSandbox:
             return start
         argv, limit = killed_at(start.argv, start.limit_s), start.limit_s
         started = time.monotonic()
-        workdir = exec_workdir(self.workspace, cwd)
+        workdir = in_workspace(self.workspace, cwd)
         run = asyncio.ensure_future(call(self._run_exec, argv, self._env(env or {}), workdir))
         try:
             code, stdout, stderr = await asyncio.wait_for(
@@ -324,11 +325,11 @@ class DockerSandbox:
         return (137 if code is None else code), stdout or b"", stderr or b""
 
     async def put_file(self, path: str, data: bytes, mode: int = 0o644) -> None:
-        target = path if path.startswith("/") else f"{self.workspace}/{path}"
+        target = in_workspace(self.workspace, path)
         await call(self.api.put_archive, self.container_id, "/", tar_of({target: data}, mode))
 
     async def get_file(self, path: str) -> bytes:
-        target = path if path.startswith("/") else f"{self.workspace}/{path}"
+        target = in_workspace(self.workspace, path)
         try:
             stream, _ = await call(self.api.get_archive, self.container_id, target)
             raw = await call(b"".join, stream)
@@ -368,8 +369,7 @@ class DockerSandbox:
     # -- helpers ----------------------------------------------------------------------------------
 
     def _env(self, env: Mapping[str, str]) -> dict[str, str]:
-        base = {"HARNESSRL_GATEWAY_URL": self.gateway_url_inside} if self.gateway_url_inside else {}
-        return {**base, **self.spec.env, **env}
+        return exec_env(self.gateway_url_inside, self.spec.env, env)
 
     async def _kill_execs(self) -> None:
         """Kill every process but init and the container's command (the forwarder): the last resort

@@ -74,9 +74,17 @@ def killed_at(argv: list[str], limit_s: float | None) -> list[str]:
     return argv if limit_s is None else ["timeout", "-s", "KILL", f"{limit_s:.3f}s", *argv]
 
 
-def exec_workdir(workspace: str, cwd: str | None) -> str:
-    """An exec's working directory: ``cwd`` when absolute, else under the workspace (the default)."""
-    return cwd if cwd and cwd.startswith("/") else f"{workspace}/{cwd}" if cwd else workspace
+def in_workspace(workspace: str, path: str | None) -> str:
+    """A path inside the sandbox (an exec's cwd, a file): ``path`` when absolute, else under the
+    workspace; the workspace itself for none."""
+    return path if path and path.startswith("/") else f"{workspace}/{path}" if path else workspace
+
+
+def exec_env(gateway_url_inside: str | None, declared: Mapping[str, str], env: Mapping[str, str]) -> dict[str, str]:
+    """An exec's environment in a sandbox of an image: the gateway's URL as the agent reaches it, the
+    sandbox's own variables (``SandboxSpec.env``), then the exec's."""
+    base = {"HARNESSRL_GATEWAY_URL": gateway_url_inside} if gateway_url_inside else {}
+    return {**base, **declared, **env}
 
 
 def verifier_paths() -> tuple[str, str]:

@@ -36,8 +36,9 @@ from pathlib import Path
 
 from sandboxes.execs import (
     clean_env_argv,
-    exec_workdir,
+    exec_env,
     finished_exec,
+    in_workspace,
     killed_at,
     start_exec,
     verifier_paths,
@@ -212,7 +213,7 @@ class HarborSandbox:
         )
         return {
             "command": script,
-            "cwd": exec_workdir(self.workspace, cwd),
+            "cwd": in_workspace(self.workspace, cwd),
             "env": self._env(env or {}),
             "timeout_s": None if limit_s is None else math.ceil(limit_s + STUCK_GRACE_S),
         }
@@ -245,7 +246,7 @@ class HarborSandbox:
         await self._request("upload_dir", source=str(local), target=self.workspace)
 
     async def put_file(self, path: str, data: bytes, mode: int = 0o644) -> None:
-        target = path if path.startswith("/") else f"{self.workspace}/{path}"
+        target = in_workspace(self.workspace, path)
         if len(data) <= INLINE_FILE_BYTES:  # one exec, not a mkdir and a copy (each a compose round trip)
             await self._run_quietly(write_file(target, data, mode))
             return
@@ -259,7 +260,7 @@ class HarborSandbox:
             source.unlink(missing_ok=True)
 
     async def get_file(self, path: str) -> bytes:
-        target = path if path.startswith("/") else f"{self.workspace}/{path}"
+        target = in_workspace(self.workspace, path)
         local = self._dir / f"get-{secrets.token_hex(6)}"
         try:
             await self._request("download_file", source=target, target=str(local))
@@ -307,8 +308,7 @@ class HarborSandbox:
         return await self._process.request(op, **fields)
 
     def _env(self, env: Mapping[str, str]) -> dict[str, str]:
-        base = {"HARNESSRL_GATEWAY_URL": self.gateway_url_inside} if self.gateway_url_inside else {}
-        return {**base, **self.spec.env, **env}
+        return exec_env(self.gateway_url_inside, self.spec.env, env)
 
     async def _run_quietly(self, script: str) -> str:
         """A command of ours, as root; its output, or SandboxError with it when it fails."""

@@ -47,7 +47,7 @@ from urllib.parse import urlsplit
 
 from sandboxes import bwrap
 from sandboxes.bridge import HostBridge
-from sandboxes.execs import finished_exec, start_exec
+from sandboxes.execs import finished_exec, in_workspace, start_exec
 from sandboxes.host_tree import copy_tree, prepare_root, recreate, replace_tree, write_file
 from sandboxes.isolation import check_private_mounts, resolve_isolation
 from sandboxes.limits import ProcessLimits
@@ -331,7 +331,7 @@ class LocalSandbox:
             host = self.layout.host_path(posixpath.normpath(path))
             mine = any(path == d or path.startswith(d + "/") for d in self.spec.writable_dirs)
             return host if mine and host is not None else Path(path)  # other absolute paths: the host's
-        inside = path if path.startswith("/") else f"{self.spec.workspace}/{path}"
+        inside = in_workspace(self.spec.workspace, path)
         host = self.layout.host_path(os.path.normpath(inside))
         if host is not None and not self._stays_inside(host):
             host = None  # a symlink the agent made points elsewhere: never follow it on the host
