@@ -39,7 +39,7 @@ from sqlalchemy import Engine, Table, event, insert
 from sqlalchemy import create_engine as create_sync_engine
 from sqlalchemy.engine import make_url
 
-from store.database import BUSY_TIMEOUT_MS, sqlite_pragmas
+from store.database import BUSY_TIMEOUT_MS, json_text, sqlite_pragmas
 
 logger = logging.getLogger(__name__)
 
@@ -58,7 +58,9 @@ class SQLiteInserts:
         """``url``: the store's ``sqlite+aiosqlite:///PATH`` URL (a file database)."""
         sync_url = make_url(url).set(drivername="sqlite+pysqlite")
         # Used by one thread at a time, either the insert thread or (inline) the caller's.
-        self.engine: Engine = create_sync_engine(sync_url, connect_args={"check_same_thread": False})
+        self.engine: Engine = create_sync_engine(
+            sync_url, connect_args={"check_same_thread": False}, json_serializer=json_text
+        )
         event.listen(self.engine, "connect", sqlite_pragmas)
         # One thread: the connection stays warm and batches commit in the order they were handed over.
         self._thread = ThreadPoolExecutor(max_workers=1, thread_name_prefix="sqlite-inserts")

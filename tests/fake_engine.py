@@ -347,8 +347,12 @@ def main() -> None:
     parser.add_argument("--host", default="127.0.0.1")
     parser.add_argument("--port", type=int, default=8123)
     parser.add_argument("--max-model-len", type=int, default=4096)
+    parser.add_argument("--reply-tokens", type=int, default=None, help="tokens per answer, the end token included")
     args = parser.parse_args()
     engine = FakeEngine(max_model_len=args.max_model_len, record_requests=False)
+    if args.reply_tokens:
+        text = ("Hello from the fake engine. " * args.reply_tokens)[: args.reply_tokens - 1]  # a byte a token
+        engine.script = lambda _body: FakeReply(content=text)
     uvicorn.run(
         create_fake_engine_app(engine),
         host=args.host,

@@ -10,7 +10,8 @@ tokens alive) and the output's text.
 The engine's answer carries the prompt ids again as JSON, ~200 kB at 32k tokens. ``loads_answer``
 reads an answer with a hint (``prompt_hint``, set by the pipeline for the call): the rollout's last
 prompt + output, as an array and as the engine writes them. When the answer's prompt ids begin with
-exactly those bytes (compared in place, in C), only the new tail is scanned and parsed, and the prompt
+exactly those bytes (compared in place, in C), or with the last prompt's alone (the same turn sent
+again), only the new tail is scanned and parsed, and the prompt
 ids come back as an int32 array: the known array and the tail's, no Python int made for the known
 part, no copy of the answer's text made. Any other answer
 is parsed whole, its ids a list, as before. Equal bytes are equal ids, so the ids are the same either
@@ -49,32 +50,42 @@ class PromptHint:
     known_text: tuple[bytes | memoryview, ...] = ()
     text: memoryview | None = None  # this call's prompt ids as the engine wrote them (a view of its answer)
 
+    # How many of ``known``'s ids each part of ``known_text`` ends with (empty: only the whole is known
+    # as a count): an answer that repeats the last prompt without its output (a call sent again, a
+    # fresh sample of the same turn) still reads its prompt from the array.
+    known_counts: tuple[int, ...] = ()
+
     def read(self, raw: bytes, begin: int) -> tuple[TokenIds, int] | None:
         """The prompt ids written in ``raw`` from ``begin`` (after the opening bracket) and the position
-        of their closing bracket: an int32 array when they extend the known ones, only the tail parsed.
-        ``loads_answer`` sets ``text`` once the whole answer has been read."""
-        known_end = self._known_end(raw, begin)
+        of their closing bracket: an int32 array when they extend (a prefix of) the known ones, only
+        the tail parsed. ``loads_answer`` sets ``text`` once the whole answer has been read."""
+        known_end, count = self._known_end(raw, begin)
         end = raw.find(b"]", begin if known_end is None else known_end)
         if end < 0:
             return None
         if known_end is None:
             ids = orjson.loads(memoryview(raw)[begin - 1 : end + 1])
         elif known_end < end:
-            ids = np.concatenate((self.known, np.array(orjson.loads(b"[" + raw[known_end + 1 : end + 1]), IDS)))
+            tail = np.array(orjson.loads(b"[" + raw[known_end + 1 : end + 1]), IDS)
+            ids = np.concatenate((self.known[:count], tail))
         else:
-            ids = self.known
+            ids = self.known if count == len(self.known) else self.known[:count]
         return ids, end
 
-    def _known_end(self, raw: bytes, begin: int) -> int | None:
-        """Where the known text ends in ``raw`` when the ids from ``begin`` start with exactly it."""
+    def _known_end(self, raw: bytes, begin: int) -> tuple[int | None, int]:
+        """Where the longest known prefix ends in ``raw`` when the ids from ``begin`` start with exactly
+        it, and how many ids it holds: whole parts of ``known_text``, ending where a number does."""
         if self.known is None or not self.known_text:
-            return None
-        position = begin
-        for part in self.known_text:
+            return None, 0
+        counts = self.known_counts or (*[None] * (len(self.known_text) - 1), len(self.known))
+        position, found = begin, (None, 0)
+        for part, count in zip(self.known_text, counts):
             if not raw.startswith(part, position):
-                return None
+                break
             position += len(part)
-        return position if raw[position : position + 1] in (b",", b"]") else None  # not inside a number
+            if count is not None and raw[position : position + 1] in (b",", b"]"):  # not inside a number
+                found = (position, count)
+        return found
 
 
 # Set by the pipeline around its engine call (the engine client reads answers with it).
@@ -119,6 +130,7 @@ def token_count(ids: TokenIds | None) -> int:
 class _Sequence:
     array: np.ndarray  # int32, read-only: prompt + output
     text: tuple[bytes | memoryview, ...]  # the same as the engine wrote them, in parts (PromptHint.known_text)
+    counts: tuple[int, ...]  # ids up to the end of each part (PromptHint.known_counts)
 
 
 def as_array(ids: TokenIds) -> np.ndarray:
@@ -135,7 +147,8 @@ class PrefixArrays:
         sequences = self._rollouts.get(rollout_id)
         if not sequences:
             return PromptHint()
-        return PromptHint(sequences[0].array, sequences[0].text)
+        newest = sequences[0]
+        return PromptHint(newest.array, newest.text, known_counts=newest.counts)
 
     def add(
         self,
@@ -148,13 +161,15 @@ class PrefixArrays:
         them as one read-only array. ``prompt_text``: the prompt ids as the engine wrote them
         (``PromptHint.text``), if known."""
         text: tuple[bytes | memoryview, ...] = (prompt_text,) if prompt_text else ()
+        counts: tuple[int, ...] = (len(prompt_array),) if prompt_text else ()
         if text and len(output_array):
             text += (b"," + orjson.dumps(output_array.tolist())[1:-1],)
+            counts += (len(prompt_array) + len(output_array),)
         array = np.concatenate((prompt_array, output_array))
         array.flags.writeable = False  # shared: the next call's ids may be this very array
         sequences = self._rollouts.setdefault(rollout_id, [])
         self._rollouts.move_to_end(rollout_id)
-        sequences.insert(0, _Sequence(array, text))
+        sequences.insert(0, _Sequence(array, text, counts))
         del sequences[SEQUENCES_PER_ROLLOUT:]
         while len(self._rollouts) > ROLLOUTS_CACHED:
             self._rollouts.popitem(last=False)

@@ -181,9 +181,7 @@ class ChatPipeline:
             sampled_with(chat_body),
             self.source,
         )
-        tags = side_call_tags(
-            chat_body.get("messages") or [], bool(chat_body.get("tools")), identity.harness, identity.side_patterns
-        )
+        tags = side_call_tags(chat_body.get("messages") or [], bool(chat_body.get("tools")), identity.side_patterns)
         recorded = await self._commit(identity, record, ids.sequence, answer, resolved, [*tags, *extra_tags])
         if attempt is not None:
             await self._settle_retries(attempt, recorded.call_id)

@@ -49,11 +49,17 @@ SURROGATE_ESCAPE = re.compile(r"\\u[dD][89a-fA-F]")
 SURROGATE_ESCAPE_BYTES = re.compile(rb"\\u[dD][89a-fA-F]")
 
 
+def refuse_constant(name: str) -> float:
+    """``NaN``, ``Infinity`` and ``-Infinity``: Python's decoder reads them, JSON has none (the store's
+    JSON and PostgreSQL's refuse them), so a body carrying one is refused as invalid JSON."""
+    raise InvalidRequest(f"request body is not valid JSON: {name} is no JSON number")
+
+
 def parse_json_object(raw: bytes, check_depth: bool = True) -> dict:
     """``raw`` as a JSON object; ``check_depth=False`` for a route whose validation checks the depth
     itself (the chat route: ``gateway.request.validated_history``, only what is new in a rollout's history)."""
     try:
-        body = json.loads(raw)
+        body = json.loads(raw, parse_constant=refuse_constant)
     except UnicodeDecodeError:
         raise InvalidRequest("request body is not valid UTF-8") from None
     except json.JSONDecodeError as exc:

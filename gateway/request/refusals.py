@@ -87,4 +87,4 @@ def _side_call(identity: RolloutIdentity, chat_body: dict | None) -> bool:
     if chat_body is None:  # a plain completion: no messages to tell a side call by
         return False
     messages, tools = chat_body.get("messages") or [], bool(chat_body.get("tools"))
-    return bool(side_call_tags(messages, tools, identity.harness, identity.side_patterns))
+    return bool(side_call_tags(messages, tools, identity.side_patterns))

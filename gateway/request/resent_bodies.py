@@ -24,12 +24,13 @@ from gateway.request.json_body import (
     SURROGATE_ESCAPE,
     json_depth_exceeds,
     parse_json_object,
+    refuse_constant,
     refuse_lone_surrogates,
     too_deep,
 )
 
 ROLLOUTS_CACHED = 512  # rollouts whose last body is kept (the least recently used go)
-_DECODER = json.JSONDecoder()
+_DECODER = json.JSONDecoder(parse_constant=refuse_constant)
 
 
 @dataclass(frozen=True)

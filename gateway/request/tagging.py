@@ -1,7 +1,10 @@
 """Side calls: title generation, summaries and other calls an agent makes beside its main loop.
 
 They are recorded like any call but tagged, so training leaves them out by default. Generic rules
-look at the instructions; harnesses add their own through ``HARNESS_RULES``.
+look at the instructions; harnesses add their own (``side_patterns``, carried by the rollout's identity).
+
+An agent sends the same instructions every turn, so the tags of each text are kept (``TEXTS_CACHED``):
+scanning a long system prompt with every rule cost more than the rest of recording a call.
 """
 
 from __future__ import annotations
@@ -10,6 +13,7 @@ import re
 from functools import lru_cache
 
 SCAN_CHARS = 4000  # of the system prompt and the last user message
+TEXTS_CACHED = 1024  # instructions (and their rules) whose tags are kept
 
 GENERIC_RULES: dict[str, re.Pattern] = {
     "title": re.compile(
@@ -24,9 +28,6 @@ GENERIC_RULES: dict[str, re.Pattern] = {
         re.IGNORECASE,
     ),
 }
-
-# harness name -> extra rules (tag -> pattern); filled in by harnesses as they learn quirks.
-HARNESS_RULES: dict[str, dict[str, re.Pattern]] = {}
 
 
 def _text(content) -> str:
@@ -45,9 +46,7 @@ def instructions_of(messages: list[dict]) -> str:
     return "\n".join([*system, last_user])
 
 
-def side_call_tags(
-    messages: list[dict], has_tools: bool, harness: str | None = None, extra: tuple[tuple[str, str], ...] = ()
-) -> list[str]:
+def side_call_tags(messages: list[dict], has_tools: bool, extra: tuple[tuple[str, str], ...] = ()) -> list[str]:
     """Tags for a chat call; a call that offers tools is the agent's main loop, unless its last user
     message opens with an instruction its harness declared (Claude Code compacts with its main loop's
     system prompt and tools, to share the prompt cache, and asks for the summary there).
@@ -60,13 +59,16 @@ def side_call_tags(
         users = [m for m in messages if m.get("role") == "user"]
         opening = _text(users[-1].get("content")).lstrip()[:SCAN_CHARS] if users else ""
         return [tag for tag, regex in extra if _compiled(regex) is not None and _compiled(regex).match(opening)]
-    text = instructions_of(messages)
-    rules = {**GENERIC_RULES, **HARNESS_RULES.get(harness or "", {})}
-    tags = [tag for tag, pattern in rules.items() if pattern.search(text)]
+    return list(_instruction_tags(instructions_of(messages), extra))
+
+
+@lru_cache(maxsize=TEXTS_CACHED)
+def _instruction_tags(text: str, extra: tuple[tuple[str, str], ...]) -> tuple[str, ...]:
+    tags = [tag for tag, pattern in GENERIC_RULES.items() if pattern.search(text)]
     for tag, regex in extra:
         if tag not in tags and _compiled(regex) is not None and _compiled(regex).search(text):
             tags.append(tag)
-    return tags
+    return tuple(tags)
 
 
 @lru_cache(maxsize=256)

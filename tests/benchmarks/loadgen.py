@@ -10,6 +10,7 @@ import asyncio
 import json
 import statistics
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass
 
 
@@ -39,10 +40,18 @@ class LoadResult:
         }
 
 
-async def _connection(host: str, port: int, request: bytes, count: int, latencies: list[float]) -> None:
+Requests = bytes | Iterator[bytes]  # one request sent again and again, or each call's own (sessions)
+
+
+def next_request(requests: Requests) -> bytes:
+    return requests if isinstance(requests, bytes) else next(requests)
+
+
+async def _connection(host: str, port: int, requests: Requests, count: int, latencies: list[float]) -> None:
     reader, writer = await asyncio.open_connection(host, port)
     try:
         for _ in range(count):
+            request = next_request(requests)
             started = time.perf_counter()
             writer.write(request)
             status = await reader.readline()
@@ -78,9 +87,11 @@ def post_request(host: str, port: int, path: str, body: dict, headers: dict[str,
     return ("\r\n".join(lines) + "\r\n\r\n").encode() + payload
 
 
-async def run_load(host: str, port: int, request: bytes, concurrency: int, calls: int) -> LoadResult:
+async def run_load(host: str, port: int, requests: Requests, concurrency: int, calls: int) -> LoadResult:
+    """``calls`` calls over ``concurrency`` keep-alive connections; ``requests``: the one request, or an
+    iterator of them shared by the connections (each call takes the next)."""
     latencies: list[float] = []
     per_connection = max(1, calls // concurrency)
     started = time.perf_counter()
-    await asyncio.gather(*[_connection(host, port, request, per_connection, latencies) for _ in range(concurrency)])
+    await asyncio.gather(*[_connection(host, port, requests, per_connection, latencies) for _ in range(concurrency)])
     return LoadResult(concurrency, len(latencies), time.perf_counter() - started, tuple(latencies))

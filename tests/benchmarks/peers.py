@@ -1,4 +1,4 @@
-"""Peers side by side: harnessrl vs LiteLLM's proxy vs OpenEnv's CaptureServer on one fake engine.
+"""Peers side by side: harnessrl vs OpenEnv's CaptureServer, rLLM's model gateway and LiteLLM's proxy on one fake engine.
 
 Run: `.venv/bin/python tests/benchmarks/peers.py [--calls N] [--runs R] [--export] [--out FILE]`.
 
@@ -33,19 +33,16 @@ import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
-from harnessrl.engines.process import ManagedProcess
-from harnessrl.server import free_port
-
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # run as a script from anywhere
-from tests.benchmarks.loadgen import LoadResult, post_request, run_load  # noqa: E402
+from tests.benchmarks.loadgen import LoadResult, Requests, next_request, post_request, run_load  # noqa: E402
 from tests.benchmarks.peer_servers import (  # noqa: E402  # noqa: E402
     HOST,
     MESSAGES,
     PINS,
     RECORDING,
     Peer,
+    start_engine,
     start_peers,
-    wait_for,
 )
 
 DEFAULT_OUT = Path(__file__).parent / "results" / "peers.json"
@@ -55,10 +52,13 @@ FIRST_TOKEN = re.compile(rb'"(content|delta)":"[^"]')  # a chunk carrying the fi
 # --- streams: time to first token ------------------------------------------------------------------
 
 
-async def _stream_connection(port: int, request: bytes, count: int, latencies: list[float], ttfts: list[float]) -> None:
+async def _stream_connection(
+    port: int, requests: Requests, count: int, latencies: list[float], ttfts: list[float]
+) -> None:
     reader, writer = await asyncio.open_connection(HOST, port)
     try:
         for _ in range(count):
+            request = next_request(requests)
             started, first = time.perf_counter(), None
             writer.write(request)
             status = await reader.readline()
@@ -85,12 +85,15 @@ async def _stream_connection(port: int, request: bytes, count: int, latencies: l
         writer.close()
 
 
-async def run_streams(port: int, request: bytes, concurrency: int, calls: int) -> tuple[LoadResult, list[float]]:
+async def run_streams(port: int, requests: Requests, concurrency: int, calls: int) -> tuple[LoadResult, list[float]]:
     latencies: list[float] = []
     ttfts: list[float] = []
     started = time.perf_counter()
     await asyncio.gather(
-        *[_stream_connection(port, request, max(1, calls // concurrency), latencies, ttfts) for _ in range(concurrency)]
+        *[
+            _stream_connection(port, requests, max(1, calls // concurrency), latencies, ttfts)
+            for _ in range(concurrency)
+        ]
     )
     return LoadResult(concurrency, len(latencies), time.perf_counter() - started, tuple(latencies)), ttfts
 
@@ -114,19 +117,18 @@ def row(direct_port: int, peers: dict[str, Peer], concurrency: int, stream: bool
     direct_body = {"model": "fake-base", "messages": MESSAGES, "max_tokens": 64, **RECORDING, "stream": stream}
     direct = post_request(HOST, direct_port, "/v1/chat/completions", direct_body)
 
-    def load(port: int, request: bytes):
+    def load(port: int, requests: Requests):
         return (
-            run_streams(port, request, concurrency, calls)
+            run_streams(port, requests, concurrency, calls)
             if stream
-            else run_load(HOST, port, request, concurrency, calls)
+            else run_load(HOST, port, requests, concurrency, calls)
         )
 
     base, _ = measured(None, load(direct_port, direct))
     out = {"concurrency": concurrency, "stream": stream, "direct": base}
     for name, peer in peers.items():
-        request = peer.request(stream)
-        asyncio.run(run_load(HOST, peer.port, request, min(concurrency, 4), 40))  # warm-up
-        summary, _ = measured(peer, load(peer.port, request))
+        asyncio.run(run_load(HOST, peer.port, peer.request(stream), min(concurrency, 4), 40))  # warm-up
+        summary, _ = measured(peer, load(peer.port, peer.requests(stream, calls)))
         summary["added_p50_ms"] = round(summary["p50_ms"] - base["p50_ms"], 3)
         summary["added_p99_ms"] = round(summary["p99_ms"] - base["p99_ms"], 3)
         if stream:
@@ -203,15 +205,10 @@ def main() -> None:
     args = parser.parse_args()
     sink = OtlpSink() if args.export else None
     workdir = Path(tempfile.mkdtemp(prefix="harnessrl-peers-"))
-    engine_port = free_port()
-    engine = ManagedProcess(
-        [sys.executable, "-m", "tests.fake_engine", "--port", str(engine_port)],
-        f"http://{HOST}:{engine_port}",
-        workdir / "engine.log",
-    ).start()
+    engine = start_engine(workdir)
+    engine_port = int(engine.url.rsplit(":", 1)[1])
     peers: dict[str, Peer] = {}
     try:
-        wait_for(f"{engine.url}/health", engine)
         peers = start_peers(workdir, engine.url, sink.endpoint if sink else None)
         rows = [
             row(engine_port, peers, c, stream, args.calls)
@@ -245,7 +242,7 @@ def main() -> None:
 
 
 def print_report(report: dict) -> None:
-    names = ("harnessrl", "capture_server", "litellm")
+    names = ("harnessrl", "capture_server", "rllm_sync", "rllm", "litellm")
     print(f"{'row':<14} {'direct/s':>9} " + " ".join(f"{n + ' /s, +p50, +p99, cpu ms':>38}" for n in names))
     for r in report["rows"]:
         label = f"c={r['concurrency']}{' stream' if r['stream'] else ''}"
@@ -259,7 +256,7 @@ def print_report(report: dict) -> None:
             )
         print(f"{label:<14} {r['direct']['calls_per_s']:>9.0f} " + " ".join(f"{c:>38}" for c in cells))
     long = report["long_rollout"]
-    for n in names[:2]:
+    for n in names[:-1]:
         s = long[n]
         print(
             f"{n}: {long['turns']} turns in one rollout {s['long_calls_per_s']}/s vs {s['short_calls_per_s']}/s "

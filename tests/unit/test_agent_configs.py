@@ -196,10 +196,10 @@ def test_side_call_patterns_tag_the_agents_side_prompts_and_not_its_main_loop(na
     for tag, prompt in SIDE_PROMPTS[name]:
         assert re.search(patterns[tag], prompt, re.IGNORECASE), (tag, prompt)
         messages = [{"role": "system", "content": prompt}, {"role": "user", "content": "hi"}]
-        assert tag in side_call_tags(messages, False, name, tuple(patterns.items()))
+        assert tag in side_call_tags(messages, False, tuple(patterns.items()))
     main = [{"role": "system", "content": MAIN_LOOP[name]}, {"role": "user", "content": "write a title for my blog"}]
     assert not any(re.search(p, MAIN_LOOP[name], re.IGNORECASE) for p in patterns.values())
-    assert side_call_tags(main, True, name, tuple(patterns.items())) == []
+    assert side_call_tags(main, True, tuple(patterns.items())) == []
 
 
 # -- outcomes ---------------------------------------------------------------------------------------

@@ -188,6 +188,24 @@ async def test_a_lone_surrogate_escape_is_400_in_the_dialect(gateway, path, anth
     assert gateway.fake.requests == []
 
 
+@pytest.mark.parametrize("path, anthropic", MODEL_ROUTES)
+@pytest.mark.parametrize("constant", ["NaN", "Infinity", "-Infinity"])
+async def test_nan_and_infinity_are_no_json_and_are_400_in_the_dialect(gateway, path, anthropic, constant):
+    response = await gateway.http.post(path, content=any_dialect_body(f', "temperature": {constant}'), headers=JSON)
+    assert f"{constant} is no JSON number" in assert_dialect_error(response, 400, anthropic)
+    assert gateway.fake.requests == []
+
+
+async def test_nan_in_a_rollouts_next_turn_is_400_and_nothing_is_recorded_of_it(gateway):
+    rollout = await gateway.new_rollout()
+    url, first = f"/r/{rollout['token']}/v1/chat/completions", '{"role": "user", "content": "hi"}'
+    turn = '{"model": "policy", "messages": [' + first + "]"
+    assert (await gateway.agent.post(url, content=turn + "}", headers=JSON)).status_code == 200
+    response = await gateway.agent.post(url, content=turn + ', "top_p": NaN}', headers=JSON)
+    assert "NaN is no JSON number" in assert_openai_error(response, 400)["message"]
+    assert len(gateway.fake.requests) == 1
+
+
 async def test_a_lone_surrogate_in_a_rollouts_next_turn_is_400_and_pairs_are_characters(gateway):
     rollout = await gateway.new_rollout()
     url, first = f"/r/{rollout['token']}/v1/chat/completions", '{"role": "user", "content": "hi \\ud83d\\ude00"}'

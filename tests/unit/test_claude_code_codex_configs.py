@@ -117,7 +117,7 @@ def test_side_call_patterns_tag_the_agents_compaction_and_not_its_main_loop(name
     patterns = create(name).side_call_patterns
     for prompt in prompts:
         messages = [{"role": "system", "content": prompt}, {"role": "user", "content": "the conversation"}]
-        assert "summary" in side_call_tags(messages, False, name, tuple(patterns.items()))
+        assert "summary" in side_call_tags(messages, False, tuple(patterns.items()))
     assert not any(re.search(p, MAIN_LOOP[name], re.IGNORECASE) for p in patterns.values())
 
 
@@ -131,13 +131,13 @@ def test_claude_code_compaction_with_the_main_loops_tools_is_tagged_and_the_main
         {"role": "user", "content": "Fix it."},
         {"role": "assistant", "content": "Looking."},
     ]
-    assert side_call_tags([*history, {"role": "user", "content": ask}], True, "claude-code", patterns) == ["summary"]
-    assert side_call_tags(
-        [*history, {"role": "user", "content": [{"type": "text", "text": ask}]}], True, "claude-code", patterns
-    ) == ["summary"]
+    assert side_call_tags([*history, {"role": "user", "content": ask}], True, patterns) == ["summary"]
+    assert side_call_tags([*history, {"role": "user", "content": [{"type": "text", "text": ask}]}], True, patterns) == [
+        "summary"
+    ]
     quoted = {"role": "user", "content": "Why did you print " + ask}
-    assert side_call_tags([*history, quoted], True, "claude-code", patterns) == []
-    assert side_call_tags(history, True, "claude-code", patterns) == []
+    assert side_call_tags([*history, quoted], True, patterns) == []
+    assert side_call_tags(history, True, patterns) == []
 
 
 def test_registry_and_images_know_the_new_agents():

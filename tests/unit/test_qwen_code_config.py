@@ -62,11 +62,11 @@ def test_its_compression_is_tagged_with_tools_or_without():
     patterns = tuple(create("qwen-code").side_call_patterns.items())
     history = [{"role": "user", "content": [{"type": "text", "text": "Create hello.txt"}]}]
     cold = [{"role": "system", "content": COMPRESSION}, *history, {"role": "user", "content": COMPRESSION_ASK}]
-    assert side_call_tags(cold, False, "qwen-code", patterns) == ["summary"]
+    assert side_call_tags(cold, False, patterns) == ["summary"]
     shared = [*history, {"role": "user", "content": [{"type": "text", "text": COMPRESSION + "\n\nDo not call tools."}]}]
-    assert side_call_tags(shared, True, "qwen-code", patterns) == ["summary"]
+    assert side_call_tags(shared, True, patterns) == ["summary"]
     main_loop = load_first_request("qwen-code")["body"]["messages"]
-    assert side_call_tags(main_loop, True, "qwen-code", patterns) == []
+    assert side_call_tags(main_loop, True, patterns) == []
 
 
 def test_the_image_pins_the_adapters_version_on_node_22():

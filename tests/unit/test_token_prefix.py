@@ -114,6 +114,18 @@ def test_a_recorded_call_hints_the_next_one_with_its_prompt_and_output():
     assert isinstance(next_ids, np.ndarray) and next_ids.tolist() == [10, 11, 12, 13, 14, 15]
 
 
+def test_a_prompt_repeating_the_last_prompt_without_its_output_reads_from_the_array():
+    prefixes = PrefixArrays()
+    prefixes.add(1, np.asarray([10, 11, 12], "<i4"), np.asarray([13, 14], "<i4"), b"10,11,12")
+    for prompt in ([10, 11, 12], [10, 11, 12, 99], [10, 11, 12, 13], [10, 11, 12, 13, 14, 15]):
+        hint = prefixes.hint(1)
+        ids = hinted(chat_answer(prompt), hint)["prompt_token_ids"]
+        assert isinstance(ids, np.ndarray) and ids.tolist() == prompt
+        assert bytes(hint.text) == orjson.dumps(prompt)[1:-1]
+    hint = prefixes.hint(1)  # a prompt sharing only a number's first digits is no prefix: read whole
+    assert hinted(chat_answer([10, 11, 123]), hint)["prompt_token_ids"] == [10, 11, 123]
+
+
 def test_an_answer_read_with_a_hint_encodes_and_counts_as_its_list_would():
     hint = PromptHint(np.asarray([1, 2], "<i4"), (b"1,2",))
     answer = hinted(chat_answer([1, 2, 3]), hint)
