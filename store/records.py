@@ -8,6 +8,8 @@ from datetime import datetime
 from enum import StrEnum
 from typing import TypeVar
 
+from store.capture_modes import DEFAULT_CAPTURE, capture_of
+
 R = TypeVar("R")
 
 
@@ -96,7 +98,7 @@ class RolloutIdentity:
     rollout_id: int
     run_id: int
     token: str
-    capture: str = "engine"  # the run's capture mode: "engine" (vLLM renders) or "tito"
+    capture: str = DEFAULT_CAPTURE  # the run's capture mode (store.capture_modes)
     harness: str | None = None  # the agent driving the rollout (its side-call rules apply)
     side_patterns: tuple[tuple[str, str], ...] = ()  # (tag, regex) the harness declared (harnesses.harness.Harness)
     sampling: SamplingSettings | None = None  # the run's fixed sampling; None (adhoc): the client's own
@@ -289,7 +291,7 @@ def identity_of(
         rollout_id,
         run_id,
         token,
-        run_config.get("capture", "engine"),
+        capture_of(run_config),
         meta.get("harness"),
         tuple(sorted((str(k), str(v)) for k, v in patterns.items())),
         SamplingSettings.from_config(run_config.get("sampling")),

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import dataclasses
 
+from store.capture_modes import DEFAULT_CAPTURE
 from store.policies import DEFAULT_POLICY
 from store.records import SamplingSettings
 
@@ -40,7 +41,7 @@ def settled_config(
             "policy",
         )
     if config.get("capture") is None:
-        config["capture"] = capture or "engine"
+        config["capture"] = capture or DEFAULT_CAPTURE
     elif capture is not None and capture != config["capture"]:
         raise RunConflict(f"run {run!r} captures in {config['capture']!r} mode, not {capture!r}", "capture")
     if run == ADHOC_RUN:

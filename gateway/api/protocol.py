@@ -9,6 +9,7 @@ from typing import Annotated, Any, Generic, Literal, TypeVar
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, StrictFloat, StrictInt
 
 from gateway.admin.protocol import PolicyName
+from store.capture_modes import CaptureMode
 from store.records import AGENT_LOG_CHARS
 from store.rewards import VERIFIER
 
@@ -44,10 +45,6 @@ class Sampling(BaseModel):
     top_p: StrictFloat | None = Field(default=None, gt=0, le=1, allow_inf_nan=False)
 
 
-# How a run's calls are captured: vLLM renders the chat (engine) or the gateway does, splicing sampled ids (tito).
-CaptureMode = Literal["engine", "tito"]
-
-
 class CreateRollout(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
@@ -55,7 +52,7 @@ class CreateRollout(BaseModel):
     task: str = Field(min_length=1, max_length=400, pattern=r"^[^\x00-\x1f]+$")
     group: str | None = Field(default=None, min_length=1, max_length=200)
     meta: dict[str, Any] = Field(default_factory=dict)  # e.g. {"harness": "opencode"}
-    # How the run's calls are captured; set when the run is created (default "engine").
+    # How the run's calls are captured (store.capture_modes); set when the run is created.
     capture: CaptureMode | None = None
     # G, the group's size: the group becomes ready for the learner when all G rollouts ended.
     group_size: StrictInt | None = Field(default=None, ge=1, le=4096)

@@ -31,6 +31,7 @@ from harnessrl.cli.options import (
     task_selection,
     upgrade_store,
 )
+from store.capture_modes import TEACHER_CAPTURE, capture_help
 from store.policies import DEFAULT_POLICY
 
 
@@ -55,7 +56,7 @@ def run_rollouts(
     ] = "http://127.0.0.1:8000",
     admin_key: AdminKey = None,
     reward: Annotated[list[str] | None, typer.Option(help="module:function, repeatable")] = None,
-    capture: Annotated[str | None, typer.Option(help="engine | tito, for a new run")] = None,
+    capture: Annotated[str | None, typer.Option(help=capture_help() + ", for a new run")] = None,
     memory_gib: Annotated[float, typer.Option(help="Memory limit per sandbox")] = 2.0,
     wall_factor: Annotated[
         float,
@@ -166,7 +167,7 @@ def run_rollouts(
                     url,
                     key,
                     reward or [],
-                    "engine" if upstream else capture,
+                    TEACHER_CAPTURE if upstream else capture,
                     memory_gib,
                     wall_factor=wall_factor,
                     sampling=_sampling(temperature, top_p),

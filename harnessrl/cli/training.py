@@ -31,6 +31,7 @@ from harnessrl.cli.options import (
     task_selection,
     upgrade_store,
 )
+from store.capture_modes import DEFAULT_CAPTURE, CaptureMode, capture_help
 
 
 @judge_options()
@@ -110,10 +111,7 @@ def quickstart(
     concurrency: int = 8,
     capture: Annotated[
         str | None,
-        typer.Option(
-            help="How the policy's runs are captured: engine (vLLM renders the chat) or tito (the gateway renders "
-            "and splices the exact sampled ids of every turn the agent sends back) [default: engine]"
-        ),
+        typer.Option(help=f"How the policy's runs are captured: {capture_help()} [default: {DEFAULT_CAPTURE}]"),
     ] = None,
     task_sampling: Annotated[
         str,
@@ -158,7 +156,6 @@ def quickstart(
     ] = None,
 ) -> None:
     """Engine, gateway, rollouts and the learner on this machine, with one live display."""
-    from gateway.api.protocol import CaptureMode
     from harnesses.agents import AgentNotInstalled
     from harnesses.datasets import load_selection
     from harnesses.task import TaskError

@@ -34,6 +34,7 @@ from harnesses.run_plan import RolloutResult, RunPlan
 from harnesses.runner import Runner
 from harnesses.task import Task
 from sandboxes import SandboxSpec
+from store.capture_modes import TEACHER_CAPTURE
 from store.passk import TaskCount, policy_label, policy_results
 from store.policies import DEFAULT_POLICY, LATEST, InvalidPolicyName, parse_pin
 from store.records import RolloutStatus
@@ -61,7 +62,7 @@ class EvalPlan:
     database_url: str | None = None
     policy_model: Path | None = None
     teacher_base_url: str | None = None
-    capture: str | None = None  # the policies' runs' capture mode (engine | tito); teachers' runs are engine
+    capture: str | None = None  # the policies' runs' capture mode (store.capture_modes); a teacher's is TEACHER_CAPTURE
     policy: str = DEFAULT_POLICY  # the policy a pin without one names (base, latest)
 
     @property
@@ -291,7 +292,7 @@ def _runner_plan(plan: EvalPlan, policy: Resolved) -> PinnedRunPlan:
         pin=policy.label,
         judge=plan.judge,
         teacher=policy.teacher,
-        capture="engine" if policy.teacher else plan.capture,
+        capture=TEACHER_CAPTURE if policy.teacher else plan.capture,
         policy=plan.policy,
     )
 

@@ -45,7 +45,7 @@ class EvalEvery:
     sandbox_options: dict = field(default_factory=dict)
     base_spec: SandboxSpec = field(default_factory=SandboxSpec)
     temperature: float = 1.0
-    capture: str | None = None  # the eval run's capture mode (engine | tito); None: the gateway's default
+    capture: str | None = None  # the eval run's capture mode (store.capture_modes); None: the gateway's default
     policy: str | None = DEFAULT_POLICY  # the policy whose versions are evaluated (store.policies); None: the run's
 
 

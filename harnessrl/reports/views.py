@@ -14,6 +14,7 @@ from rich.text import Text
 
 from gateway.api.conversation import rollout_conversation
 from harnessrl.reports.retokenization import RetokenizationSkew
+from store.capture_modes import capture_of
 from store.health import CaptureHealth
 from store.listings import GroupFilter, RolloutFilter
 from store.mismatch import MismatchSummary
@@ -76,7 +77,7 @@ def listing_table(what: str, rows: list[dict]) -> Table:
         table.columns[1].no_wrap = True  # a name is what one copies into --run: never broken across lines
         for r in rows:
             table.add_row(
-                str(r["id"]), r["name"], (r["config"] or {}).get("capture", "engine"),
+                str(r["id"]), r["name"], capture_of(r["config"]),
                 _when(r["created_at"], "%Y-%m-%d %H:%M"), str(r["rollouts"]), str(r["rollouts_finished"]),
                 _reward(r["reward_mean"]), _when(r["last_activity"], "%Y-%m-%d %H:%M:%S"),
             )  # fmt: skip

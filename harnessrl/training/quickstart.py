@@ -50,6 +50,7 @@ from harnessrl.training.quickstart_plan import (
 from harnessrl.training.sft import run_sft
 from harnessrl.training.warm_start import WarmStartResult, result_of, sft_plan, warm_up_run
 from learner.config_file import dump_toml
+from store.capture_modes import TEACHER_CAPTURE
 from store.records import GroupStatus
 from store.store import Store
 
@@ -233,7 +234,7 @@ class Quickstart:
             sampling={"temperature": self._temperature(phase), "top_p": 1.0},
             judge=self.judge,
             teacher=teacher,
-            capture="engine" if teacher else self.plan.capture,
+            capture=TEACHER_CAPTURE if teacher else self.plan.capture,
             pace=pace,
             policy=self.plan.policy,
         )

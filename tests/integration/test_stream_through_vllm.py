@@ -17,6 +17,7 @@ import time
 
 import pytest
 
+from store.capture_modes import CAPTURE_MODES
 from tests import http_calls as http
 from tests.builders import ADMIN_HEADERS, WEATHER_TOOL
 from tests.integration.test_anthropic_vllm import ANTHROPIC_WEATHER_TOOL
@@ -71,7 +72,7 @@ def assert_same_generation(streamed: dict, replayed: dict, engine, messages, too
     assert len(streamed["output_logprobs"]) == len(streamed["output_ids"])
 
 
-@pytest.mark.parametrize("capture", ["engine", "tito"])
+@pytest.mark.parametrize("capture", CAPTURE_MODES)
 def test_chat_stream_arrives_as_sampled_and_records_the_replayed_generation(live_gateway, engine, capture):
     """In both capture modes: tito streams the engine's completions as chat chunks; the prompt it
     renders is what vLLM renders, too."""

@@ -13,9 +13,10 @@ import json
 
 import pytest
 
+from store.capture_modes import CAPTURE_MODES
 from tests.first_requests import HARNESSES, load_first_request
 
-MODES = ("engine", "tito")
+MODES = CAPTURE_MODES  # every mode replays every agent's first request
 
 
 @pytest.fixture
