@@ -20,12 +20,12 @@ from gateway.boundary import install_boundary
 from gateway.docs import install_docs
 from gateway.engine.client import EngineClient, VLLMEngineClient
 from gateway.engine.pool import EnginePool
+from gateway.engine.proof import tolerance_for
 from gateway.errors import GatewayError, install_error_handlers, store_failure
 from gateway.openai.router import create_router as create_openai_router
 from gateway.policy.adapters import RecoveringEngine
 from gateway.policy.follower import follow
 from gateway.policy.policy_set import PolicySet
-from gateway.policy.proof import tolerance_for
 from gateway.recording.capture_probe import CaptureCheckedEngine
 from gateway.recording.trace_export import TraceExport
 from gateway.request.json_body import refuse_deep_json

@@ -41,7 +41,7 @@ class GatewaySettings:
     # /metrics; None when attached to an engine started elsewhere.
     engine_dtype: str | None = None
     engine_dtype_reason: str | None = None
-    # Mean |engine - learner| log-prob per probe token a publication may differ by (gateway.policy.proof);
+    # Mean |engine - learner| log-prob per probe token a publication may differ by (contracts.adapter_proof);
     # None: set by the dtypes (engine_dtype, the learner's).
     adapter_probe_tolerance: float | None = None
     max_staleness: int = 2  # adapter versions kept loaded beyond the current one: max_staleness + 1

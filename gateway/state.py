@@ -15,13 +15,13 @@ from gateway.engine.body import EngineBodies
 from gateway.engine.client import base_model_entry
 from gateway.engine.clock import EngineClock
 from gateway.engine.pool import EnginePool
+from gateway.engine.proof import tolerance_for
 from gateway.engine.token_prefix import PrefixArrays
 from gateway.errors import EngineUnavailable, GatewayError, InvalidRequest, NotFound
 from gateway.metrics import GatewayMetrics
 from gateway.policy.adapters import restore_adapters
 from gateway.policy.pins import load_version
 from gateway.policy.policy_set import PolicySet
-from gateway.policy.proof import tolerance_for
 from gateway.policy.registry import PolicyRegistry
 from gateway.recording.callgraph import CallGraphIndex
 from gateway.recording.pipeline import ChatPipeline

@@ -7,10 +7,10 @@ from pathlib import Path
 
 from rich.console import Console
 
+from contracts.gateway_client import GatewayClient
 from harnesses.budget import DEFAULT_WALL_FACTOR
 from harnesses.datasets import Selection, load_selection
 from harnesses.environments import Environments
-from harnesses.gateway_client import GatewayClient
 from harnesses.interrupts import sigterm_cancels_this_task
 from harnesses.judge import Judge, JudgeSettings
 from harnesses.openenv.agent import with_environments

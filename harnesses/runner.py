@@ -20,9 +20,9 @@ import asyncio
 from collections.abc import Callable
 from dataclasses import replace
 
+from contracts.gateway_client import GatewayClient, rebased
 from harnesses.budget import AgentBudget, BudgetExceeded, run_within
 from harnesses.environments import Environments
-from harnesses.gateway_client import GatewayClient, rebased
 from harnesses.grading import final_answer, grade
 from harnesses.harness import AgentOutcome, RolloutTarget
 from harnesses.judge import JUDGE_COMPONENT, Judgement

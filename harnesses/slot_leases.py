@@ -12,7 +12,7 @@ import os
 import secrets
 import socket
 
-from harnesses.gateway_client import GatewayClient
+from contracts.gateway_client import GatewayClient
 from store.records import RolloutStatus
 
 INTERRUPTED = "interrupted: the runner stopped before this rollout ended; rerun replaces it"

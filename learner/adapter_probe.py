@@ -1,4 +1,4 @@
-"""The learner's side of an adapter's proof (``gateway.policy.proof``): its log-probs of a probe.
+"""The learner's side of an adapter's proof (``contracts.adapter_proof``): its log-probs of a probe.
 
 At each publication the learner takes a short token sequence and, after each of its last few prefixes,
 the token the adapter it publishes finds likeliest next, with that token's log-prob under the adapter
@@ -17,7 +17,7 @@ from collections.abc import Sequence
 import numpy as np
 import torch
 
-from gateway.policy.proof import AdapterProbe
+from contracts.adapter_proof import AdapterProbe
 
 PROBE_TOKENS = 128  # ids in a probe sequence
 PROBE_CHECKS = 16  # prefixes checked: one sampled token each, per engine and publication

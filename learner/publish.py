@@ -7,14 +7,15 @@ folder must be readable by the engine at that path: the adapters dir is absolute
 engine shares.
 
 Transport errors and 503 answers are retried with doubling delays up to ``retries`` times
-(``gateway.control_client``, the one control-plane transport); any other HTTP error answer is a
+(``contracts.gateway_client``, the one control-plane transport); any other HTTP error answer is a
 configuration problem and is raised with the fix.
 A retried request may already have been applied (a timeout after the gateway loaded it): the
 gateway then answers 409 and the learner checks ``GET /admin/policy`` before calling it an error.
 
 Each publication carries the adapter's digest and a probe (``learner.adapter_probe``): the gateway
-checks that every engine computes with the adapter before it serves it (``gateway.policy.proof``);
-an engine that does not fails the publication with a 502 that names the fix.
+checks that every engine computes with the adapter before it serves it (``contracts.adapter_proof``);
+an engine that does not fails the publication with a 502 that names the fix. The request and its answer
+are ``contracts.publication``'s wire.
 """
 
 from __future__ import annotations
@@ -28,8 +29,8 @@ from typing import Any
 
 import httpx
 
-from gateway.control_client import Backoff, GatewayUnreachable, send
-from gateway.policy.proof import adapter_digest
+from contracts.adapter_proof import adapter_digest
+from contracts.gateway_client import Backoff, GatewayUnreachable, send
 from learner.adapter_probe import adapter_probe, fallback_probe_ids
 from learner.checkpoint import atomic_write_dir
 from store.policies import DEFAULT_POLICY, adapter_name
@@ -57,7 +58,7 @@ class Published:
     swap_s: float  # save start -> the gateway's answer (the adapter is then current)
     engine_load_s: float | None  # the engine's own load time, as the gateway reports it
     attempts: int
-    digest: str = ""  # sha256 of the adapter's config and weights (gateway.policy.proof)
+    digest: str = ""  # sha256 of the adapter's config and weights (contracts.adapter_proof)
     proof: tuple[dict, ...] = ()  # each engine's answer to the probe, as the gateway reports it
 
 

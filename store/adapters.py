@@ -1,5 +1,5 @@
 """Published policy versions (table ``adapters``, ``store.adapters``): where each adapter lives, whether
-the engines hold it, its digest, the learner's probe and the gateway's proof (``gateway.policy.proof``).
+the engines hold it, its digest, the learner's probe and the gateway's proof (``contracts.adapter_proof``).
 Versions are numbered per policy (``store.policies``)."""
 
 from __future__ import annotations

@@ -194,7 +194,7 @@ class Adapter(Base):
     name: Mapped[str] = mapped_column(String(200), unique=True)  # vLLM adapter name, <policy>-v{N}
     path: Mapped[str] = mapped_column(Text)
     loaded: Mapped[bool] = mapped_column(default=False)
-    # gateway.policy.proof: sha256 of its config and weights; the learner's probe (token ids and
+    # contracts.adapter_proof: sha256 of its config and weights; the learner's probe (token ids and
     # log-probs); what each engine answered to it at publication. Null before revision 0014 or when
     # the publisher sent none.
     digest: Mapped[str | None] = mapped_column(String(64), nullable=True)

@@ -36,7 +36,7 @@ class GroupMembers:
     temperatures: tuple[float, ...]  # the distinct temperatures its calls recorded (none: not recorded)
     teachers: tuple[str, ...] = ()  # external models that served members (meta.teacher): no sampler logprobs
     # calls whose adapter is not the one published as their version: (version, the digest the call
-    # recorded (None: none), the version's published digest), distinct (gateway.policy.proof)
+    # recorded (None: none), the version's published digest), distinct (contracts.adapter_proof)
     foreign_adapters: tuple[tuple[int, str | None, str], ...] = ()
     users: tuple[str, ...] = ()  # per member: the live key's user of a session (meta.live.user), "" else
 

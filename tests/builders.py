@@ -93,7 +93,7 @@ async def run_single_rollout(
     harness, gateway_url: str, run: str, task, sandbox: str, options: dict, admin_key: str = TEST_ADMIN_KEY
 ):
     """One rollout of ``task`` by ``harness`` through the real runner (2 GiB, 1 CPU); its result."""
-    from harnesses.gateway_client import GatewayClient
+    from contracts.gateway_client import GatewayClient
     from harnesses.run_plan import RunPlan
     from harnesses.runner import Runner
     from sandboxes import Limits, SandboxSpec

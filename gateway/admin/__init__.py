@@ -1,1 +1,1 @@
-"""Admin endpoints: publishing adapters (policy versions)."""
+"""Admin endpoints: publishing adapters (policy versions; their wire is ``contracts.publication``)."""

@@ -3,22 +3,26 @@
 from __future__ import annotations
 
 from fastapi import APIRouter
+from pydantic import BaseModel
 
+from contracts.publication import AdapterPublished, PolicyName, PolicyView, ProbeAnswer, PublishAdapter
 from gateway.admin import leases
-from gateway.admin.protocol import (
-    AdapterPublished,
-    EngineView,
-    PolicyName,
-    PolicyView,
-    ProbeAnswer,
-    PublishAdapter,
-)
 from gateway.api import policies
 from gateway.api.policies import PolicySummaryView
+from gateway.engine.proof import tolerance_for
 from gateway.policy.adapters import Claim, publish_adapter
-from gateway.policy.proof import tolerance_for
 from gateway.state import AdminStateDep, StateDep
 from store.policies import DEFAULT_POLICY
+
+
+class EngineView(BaseModel):
+    index: int  # the engine's position in ``--engine-url`` order (how errors and metrics name it)
+    url: str
+    healthy: bool  # False while taken out after a failure (until its probe passes and adapters reload)
+    in_flight: int  # calls being served now (at most --engine-max-in-flight)
+    queued: int  # calls waiting for a free slot
+    rollouts: int  # rollouts pinned to it (their calls go here for its prefix cache)
+    models: list[str]  # the base model and the adapter versions it holds
 
 
 async def publish(body: PublishAdapter, state: AdminStateDep) -> AdapterPublished:

@@ -8,7 +8,7 @@ from datetime import datetime
 
 from pydantic import BaseModel
 
-from gateway.admin.protocol import PolicyName
+from contracts.publication import PolicyName
 from gateway.policy.registry import PolicyRegistry
 from gateway.state import AdminStateDep, GatewayState
 from store.passk import policy_results

@@ -27,10 +27,11 @@ import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
+from contracts.adapter_proof import AdapterProbe
 from gateway.engine.client import ENGINE_DOWN, EngineClient, EngineStream, base_model_id
+from gateway.engine.proof import prove_engine
 from gateway.engine.routing import CallRoute, EngineLoad, Router, StickyLeastLoaded, call_route
 from gateway.errors import EngineBusy, EngineError, EngineTimeout, EngineUnavailable, GatewayError
-from gateway.policy.proof import AdapterProbe, prove_engine
 
 logger = logging.getLogger(__name__)
 

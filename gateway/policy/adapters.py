@@ -21,11 +21,12 @@ import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 
+from contracts.adapter_proof import AdapterProbe, ProbeResult, adapter_digest
 from gateway.engine.client import EngineClient, ModelNotLoaded
 from gateway.engine.pool import EnginePool
+from gateway.engine.proof import prove_engine
 from gateway.errors import Conflict, GatewayError, InvalidRequest
 from gateway.policy.policy_set import PolicySet
-from gateway.policy.proof import AdapterProbe, ProbeResult, adapter_digest, prove_engine
 from gateway.policy.registry import MAX_VERSION, PolicyRegistry
 from store.policies import adapter_name
 from store.store import Store
@@ -37,7 +38,7 @@ LOST_ADAPTER_RETRIES = 1  # a call that found its adapter gone is sent again onc
 
 @dataclass(frozen=True)
 class Claim:
-    """What the publisher says of the adapter (``gateway.policy.proof``); both optional."""
+    """What the publisher says of the adapter (``contracts.adapter_proof``); both optional."""
 
     digest: str | None = None  # sha256 of its config and weights
     probe: AdapterProbe | None = None  # the learner's log-probs of a probe sequence under it
@@ -182,7 +183,7 @@ async def _unload(engine: EngineClient, policy: PolicyRegistry, store: Store, ve
 
 Tolerance = Callable[
     [AdapterProbe], float
-]  # the gateway's tolerance for a probe (``gateway.policy.proof.tolerance_for``)
+]  # the gateway's tolerance for a probe (``gateway.engine.proof.tolerance_for``)
 
 
 async def restore_adapters(

@@ -17,9 +17,10 @@ from typing import TYPE_CHECKING
 
 from sqlalchemy.exc import SQLAlchemyError
 
+from contracts.adapter_proof import AdapterProbe
+from gateway.engine.proof import AdapterNotApplied, tolerance_for
 from gateway.errors import GatewayError
 from gateway.policy.adapters import make_room, prove, retire_old
-from gateway.policy.proof import AdapterNotApplied, AdapterProbe, tolerance_for
 from store.records import StoredAdapter
 
 if TYPE_CHECKING:

@@ -25,7 +25,7 @@ from dataclasses import dataclass, field
 
 from aiohttp import web
 
-from harnesses.gateway_client import GatewayClient, GatewayRefused, GatewayUnreachable
+from contracts.gateway_client import GatewayClient, GatewayRefused, GatewayUnreachable
 from harnesses.harness import RolloutTarget
 from harnesses.openenv.tasks import EnvTaskRef, tool_text
 from harnesses.task import TaskError

@@ -259,7 +259,7 @@ def feedback(
     """A late reward for a live session: it joins the session's rollout (POST /api/feedback)."""
     import asyncio
 
-    from harnesses.gateway_client import GatewayClient, GatewayRefused, GatewayUnreachable
+    from contracts.gateway_client import GatewayClient, GatewayRefused, GatewayUnreachable
 
     named = {k: v for k, v in {"rollout_id": rollout, "call_id": call, "user": user}.items() if v is not None}
     if len(named) != 1:

@@ -13,8 +13,8 @@ from openai import OpenAI
 from rich.console import Console
 from rich.table import Table
 
+from contracts.gateway_client import GatewayClient
 from gateway.settings import GatewaySettings
-from harnesses.gateway_client import GatewayClient
 from harnessrl.engines.process import EngineFailed, EngineLaunch, ManagedProcess
 from harnessrl.server import BackgroundGateway, free_port
 from harnessrl.settings import admin_key, logs_dir

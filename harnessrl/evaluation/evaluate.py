@@ -25,8 +25,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from urllib.parse import quote
 
+from contracts.gateway_client import GatewayClient, GatewayRefused
 from harnesses.budget import DEFAULT_WALL_FACTOR
-from harnesses.gateway_client import GatewayClient, GatewayRefused
 from harnesses.harness import Harness
 from harnesses.interrupts import sigterm_cancels_this_task
 from harnesses.judge import Judge

@@ -16,7 +16,7 @@ import logging
 import threading
 from dataclasses import dataclass, field
 
-from harnesses.gateway_client import GatewayClient
+from contracts.gateway_client import GatewayClient
 from harnesses.harness import Harness
 from harnesses.task import Task
 from harnessrl.evaluation.evaluate import EvalPlan, run_evaluation

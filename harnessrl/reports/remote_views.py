@@ -10,7 +10,7 @@ import asyncio
 
 from rich.table import Table
 
-from harnesses.gateway_client import GatewayClient, GatewayRefused, GatewayUnreachable
+from contracts.gateway_client import GatewayClient, GatewayRefused, GatewayUnreachable
 from harnessrl.reports.views import LISTINGS, listing_table
 from store.listings import RolloutFilter
 

@@ -22,8 +22,8 @@ from pathlib import Path
 from rich.console import Console
 from rich.live import Live
 
+from contracts.gateway_client import GatewayClient
 from gateway.settings import GatewaySettings
-from harnesses.gateway_client import GatewayClient
 from harnesses.interrupts import sigterm_cancels_this_task
 from harnesses.judge import Judge
 from harnesses.run_plan import Admission, RunPlan

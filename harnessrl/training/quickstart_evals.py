@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import asyncio
 
-from harnesses.gateway_client import GatewayClient
+from contracts.gateway_client import GatewayClient
 from harnesses.harness import Harness
 from harnessrl.evaluation.periodic import EvalEvery, PeriodicEval, served_version
 from harnessrl.training.quickstart_plan import QuickstartPlan, sandbox_spec, unseen_run

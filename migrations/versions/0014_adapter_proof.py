@@ -3,7 +3,7 @@
 Revision ID: 0014
 Revises: 0013
 
-- ``adapters.digest``: sha256 of the adapter's config and weights (gateway.policy.proof).
+- ``adapters.digest``: sha256 of the adapter's config and weights (contracts.adapter_proof).
 - ``adapters.probe``: the learner's log-probs of a probe sequence under the adapter and without it.
 - ``adapters.proof``: what each engine answered to that probe at publication.
 - ``calls.adapter_digest``: the digest of the adapter that served the call.

@@ -29,8 +29,8 @@ from pathlib import Path
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # run as a script from anywhere
+from contracts.gateway_client import GatewayClient  # noqa: E402
 from harnesses.agents import create  # noqa: E402
-from harnesses.gateway_client import GatewayClient  # noqa: E402
 from harnesses.run_plan import RunPlan
 from harnesses.runner import Runner  # noqa: E402
 from harnesses.shell_family import shell_tasks  # noqa: E402

@@ -38,10 +38,10 @@ from openai import AsyncOpenAI
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # run as a script from anywhere
 import learner.loop  # noqa: E402
+from contracts.gateway_client import GatewayClient  # noqa: E402
 from gateway.settings import GatewaySettings  # noqa: E402
 from harnesses.builtin_agent import ONE_SHOT, BuiltinHarness  # noqa: E402
 from harnesses.datasets import Selection, load_selection  # noqa: E402
-from harnesses.gateway_client import GatewayClient  # noqa: E402
 from harnessrl.engines.hardware import machine_dtype  # noqa: E402
 from harnessrl.engines.model_prep import prepare_smollm2  # noqa: E402
 from harnessrl.engines.process import EngineLaunch, ManagedProcess  # noqa: E402

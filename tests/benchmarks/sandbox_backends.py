@@ -66,7 +66,7 @@ class Stamps:
 
 
 async def sandbox_round(kind: str, gateway: BackgroundGateway, engine: FakeEngine, options: dict) -> dict:
-    from harnesses.gateway_client import GatewayClient
+    from contracts.gateway_client import GatewayClient
     from tests.builders import TEST_ADMIN_KEY
 
     client = GatewayClient(gateway.url, TEST_ADMIN_KEY)

@@ -6,8 +6,8 @@ import shutil
 
 import pytest
 
+from contracts.gateway_client import GatewayClient
 from harnesses.builtin_agent import BuiltinHarness, BuiltinSettings
-from harnesses.gateway_client import GatewayClient
 from harnesses.run_plan import RunPlan
 from harnesses.runner import Runner
 from harnesses.task import builtin_tasks_path, load_tasks

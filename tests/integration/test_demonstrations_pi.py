@@ -10,8 +10,8 @@ import asyncio
 import json
 from pathlib import Path
 
+from contracts.gateway_client import GatewayClient
 from harnesses.agents import create
-from harnesses.gateway_client import GatewayClient
 from harnesses.run_plan import RunPlan
 from harnesses.runner import Runner
 from harnesses.shell_family import shell_tasks

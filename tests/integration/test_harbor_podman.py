@@ -22,8 +22,8 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
+from contracts.gateway_client import GatewayClient
 from harnesses.agents import create
-from harnesses.gateway_client import GatewayClient
 from harnesses.registry import create_harness
 from harnesses.shell_family import shell_tasks
 from harnesses.task import load_harbor

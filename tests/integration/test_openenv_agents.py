@@ -15,9 +15,9 @@ from collections.abc import Iterator
 
 import pytest
 
+from contracts.gateway_client import GatewayClient
 from harnesses.agents import create
 from harnesses.datasets import load_dataset
-from harnesses.gateway_client import GatewayClient
 from harnesses.openenv.agent import with_environments
 from harnesses.openenv.tasks import REWARD_NAME
 from harnesses.run_plan import RunPlan

@@ -12,9 +12,9 @@ from collections.abc import Iterator
 
 import pytest
 
+from contracts.gateway_client import GatewayClient
 from harnesses.builtin_agent import BuiltinHarness
 from harnesses.datasets import load_dataset
-from harnesses.gateway_client import GatewayClient
 from harnesses.openenv.agent import with_environments
 from harnesses.openenv.tasks import REWARD_NAME, EnvServer, EnvTaskRef
 from harnesses.run_plan import RunPlan

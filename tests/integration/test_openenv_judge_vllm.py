@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import pytest
 
+from contracts.gateway_client import GatewayClient
 from harnesses.builtin_agent import BuiltinHarness, BuiltinSettings
-from harnesses.gateway_client import GatewayClient
 from harnesses.reward_functions import load_reward_function
 from harnesses.run_plan import RunPlan
 from harnesses.runner import Runner

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from gateway.policy.proof import AdapterProbe, adapter_digest, judge, probe_tolerance
+from contracts.adapter_proof import AdapterProbe, adapter_digest, judge, probe_tolerance
 from learner.adapter_probe import adapter_probe, fallback_probe_ids, probe_ids_from
 from learner.groups import UnusableGroup, check_group, load_group
 from store.store import Store

@@ -9,9 +9,9 @@ from collections.abc import Iterator
 
 import pytest
 
+from contracts.gateway_client import GatewayClient
 from harnesses.budget import AgentBudget, BudgetExceeded, run_within
 from harnesses.builtin_agent import BuiltinHarness
-from harnesses.gateway_client import GatewayClient
 from harnesses.run_plan import RunPlan
 from harnesses.runner import Runner
 from harnesses.task import Task

@@ -6,8 +6,7 @@ from __future__ import annotations
 import httpx
 import pytest
 
-from gateway.control_client import Backoff, GatewayUnreachable, send
-from harnesses.gateway_client import GatewayClient, GatewayRefused
+from contracts.gateway_client import Backoff, GatewayClient, GatewayRefused, GatewayUnreachable, send
 
 URL = "http://gateway.test"
 
@@ -73,7 +72,7 @@ async def test_retries_are_bounded_and_the_error_names_the_fix():
 
 
 async def test_the_runner_client_names_refusals_and_unreachable_gateways(monkeypatch):
-    monkeypatch.setattr("harnesses.gateway_client.BACKOFF", Backoff(retries=0))
+    monkeypatch.setattr("contracts.gateway_client.BACKOFF", Backoff(retries=0))
     with pytest.raises(GatewayRefused, match="pass --admin-key"):
         await GatewayClient(URL, transport=scripted_transport(401)[0]).policy()
     with pytest.raises(GatewayUnreachable, match="--gateway URL"):
@@ -113,7 +112,7 @@ async def test_a_503_is_retried_after_its_retry_after_bounded_by_the_backoff():
 async def test_ending_a_rollout_with_rewards_is_retried_when_the_store_was_locked(monkeypatch):
     # A 503 wrote nothing (the store's transaction failed), and a repeat that lands after a lost answer
     # is a 409 "already ended" the client resolves: ending with rewards is safe to repeat.
-    monkeypatch.setattr("harnesses.gateway_client.BACKOFF", Backoff(retries=2, first_s=0.0))
+    monkeypatch.setattr("contracts.gateway_client.BACKOFF", Backoff(retries=2, first_s=0.0))
     transport, seen = scripted_with_headers((503, {"retry-after": "0"}), (200, {}))
     client = GatewayClient(URL, transport=transport)
     ended = await client.end_rollout(7, "finished", None, {"verifier": 1.0})

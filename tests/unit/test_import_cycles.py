@@ -1,7 +1,11 @@
 """No import cycle in the house: the project's modules, linked by their imports (a package counting as
 imported with any of its modules), form no loop. An import inside a function counts too: deferring it
 dodges Python's loading order but leaves the two modules depending on each other. Only imports under
-``TYPE_CHECKING`` (annotations) are left out."""
+``TYPE_CHECKING`` (annotations) are left out.
+
+Nor do packages: within each package (the project's root included), its subpackages and modules, each
+standing for everything under it, form no loop either, so ``gateway.engine`` and ``gateway.policy`` are
+layers (one imports the other, never both) and so are the top-level packages."""
 
 from __future__ import annotations
 
@@ -9,7 +13,7 @@ import ast
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
-PACKAGES = ("gateway", "store", "harnessrl", "harnesses", "learner", "sandboxes", "migrations")
+PACKAGES = ("contracts", "gateway", "store", "harnessrl", "harnesses", "learner", "sandboxes", "migrations")
 
 
 def project_modules() -> dict[str, Path]:
@@ -63,6 +67,29 @@ def import_graph() -> dict[str, set[str]]:
     return graph
 
 
+def child_of(package: str, name: str) -> str | None:
+    """The subpackage or module of ``package`` ("" for the root) that holds ``name``, None outside it."""
+    prefix = package + "." if package else ""
+    if name == package or not name.startswith(prefix):
+        return None
+    return prefix + name.removeprefix(prefix).split(".")[0]
+
+
+def package_graph(graph: dict[str, set[str]], package: str) -> dict[str, set[str]]:
+    """``graph`` seen from ``package``: its children, linked when a module under one imports one under another."""
+    children: dict[str, set[str]] = {}
+    for name, targets in graph.items():
+        if (source := child_of(package, name)) is None:
+            continue
+        linked = {child_of(package, target) for target in targets} - {None, source}
+        children.setdefault(source, set()).update(linked)
+    return children
+
+
+def packages(modules: dict[str, Path]) -> list[str]:
+    return ["", *sorted(name for name, path in modules.items() if path.name == "__init__.py")]
+
+
 def cycles(graph: dict[str, set[str]]) -> list[list[str]]:
     """Strongly connected components of more than one module (Tarjan, iterative)."""
     index: dict[str, int] = {}
@@ -107,3 +134,17 @@ def test_no_module_of_the_project_imports_itself_through_others():
     graph = import_graph()
     assert len(graph) > 200 and graph["gateway.app"], "the walk found the project's modules and their imports"
     assert cycles(graph) == []
+
+
+def test_a_cycle_between_two_packages_is_found_though_no_module_cycle_is():
+    graph = {"a.x": {"b.y"}, "b.z": {"a.w"}, "a.w": set(), "b.y": set(), "c": {"a.x"}}
+    assert cycles(graph) == []
+    assert cycles(package_graph(graph, "")) == [["a", "b"]]
+    assert package_graph(graph, "a") == {"a.x": set(), "a.w": set()}
+
+
+def test_no_subpackage_or_package_module_imports_itself_through_others():
+    modules, graph = project_modules(), import_graph()
+    assert {"gateway.engine", "gateway.policy"} <= set(package_graph(graph, "gateway")), "subpackages are nodes"
+    found = {package or "(root)": cycles(package_graph(graph, package)) for package in packages(modules)}
+    assert {package: loops for package, loops in found.items() if loops} == {}

@@ -8,7 +8,7 @@ import math
 import httpx
 import pytest
 
-from harnesses.gateway_client import GatewayClient
+from contracts.gateway_client import GatewayClient
 from harnesses.reward_functions import RewardFunction
 from store.rewards import InvalidReward
 from store.store import Store

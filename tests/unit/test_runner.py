@@ -7,8 +7,8 @@ from collections.abc import Iterator
 
 import pytest
 
+from contracts.gateway_client import GatewayClient
 from harnesses.builtin_agent import BuiltinHarness
-from harnesses.gateway_client import GatewayClient
 from harnesses.reward_functions import load_reward_function
 from harnesses.run_plan import RunPlan
 from harnesses.runner import Runner

@@ -10,9 +10,9 @@ from collections.abc import Iterator
 import httpx
 import pytest
 
+from contracts.gateway_client import GatewayClient
 from harnesses.builtin_agent import BuiltinHarness, BuiltinSettings
 from harnesses.families import arithmetic_tasks
-from harnesses.gateway_client import GatewayClient
 from harnesses.judge import Judge, JudgeSettings
 from harnesses.rubric import Rubric
 from harnesses.run_plan import RunPlan

@@ -11,7 +11,7 @@ import pytest
 from typer.testing import CliRunner
 
 import harnesses.launch
-from harnesses.gateway_client import GatewayClient, rebased
+from contracts.gateway_client import GatewayClient, rebased
 from harnesses.run_plan import Admission
 from harnesses.runner import Runner
 from harnessrl.cli.app import app

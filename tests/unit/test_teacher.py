@@ -10,9 +10,9 @@ import re
 import numpy as np
 import pytest
 
+from contracts.gateway_client import GatewayClient
 from harnesses.builtin_agent import BuiltinHarness, BuiltinSettings
 from harnesses.families import arithmetic_tasks
-from harnesses.gateway_client import GatewayClient
 from harnesses.run_plan import RunPlan
 from harnesses.runner import Runner
 from harnessrl.engines.teacher import PolicyRendering, TeacherSettings, teacher_gateway

@@ -1,24 +1,96 @@
-"""The one client of the gateway's REST API for the runner, the CLI and the tool relay (creating rollouts,
-ending them with rewards, registering a rollout's tool server, reading listings).
+"""The gateway's HTTP as its clients speak it: the one transport to its control plane (runner, learner,
+CLI, tool relay) and the one client of its REST API (creating rollouts, ending them with rewards,
+registering a rollout's tool server, reading listings, leasing slots).
 
-Requests go through ``gateway.control_client`` (the one list of retried transport errors and its
-backoff); every request here is safe to repeat (see there).
+The transport (``send``) decides which transport errors are retried, with what backoff, and the named
+errors a caller sees. Retried: transport errors where the gateway may never have seen the request, or
+its answer was lost (it is restarting, it closed a kept-alive connection as the request went out, a
+timeout), and ``503`` (its engine or its store is briefly unavailable: a store locked by another
+process, a full disk), after at least the ``Retry-After`` it names (up to the backoff's longest wait).
+Every request the callers send is safe to repeat: reads, rollout creation with a request id the retry
+repeats, ending a rollout with its rewards (a repeat is a 409 "already ended" the caller resolves; a 503
+wrote nothing), a reward (it sets its named component, never adds to it), publishing a version (a
+repeat is a 409 the learner checks). Any other answer is returned to the caller, who names the fix.
+
+Both live here, beside the publication's wire (``contracts.publication``), so a client of the gateway
+imports none of the gateway's server code.
 """
 
 from __future__ import annotations
 
+import asyncio
 import re
 import uuid
-from typing import TYPE_CHECKING
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from typing import Any, Protocol
 from urllib.parse import urlsplit
 
 import httpx
 
-from gateway.control_client import Backoff, GatewayUnreachable, send
 from store.records import AGENT_LOG_CHARS
 
-if TYPE_CHECKING:
-    from harnesses.harness import AgentOutcome
+RETRYABLE = (
+    httpx.ConnectError,
+    httpx.ConnectTimeout,
+    httpx.PoolTimeout,
+    httpx.ReadTimeout,
+    httpx.ReadError,
+    httpx.WriteError,
+    httpx.RemoteProtocolError,
+)
+RETRY_STATUS = 503
+
+
+class GatewayUnreachable(RuntimeError):
+    """Transport errors outlasted the retries; the message says how to start or point at the gateway."""
+
+
+@dataclass(frozen=True)
+class Backoff:
+    retries: int = 3  # attempts after the first
+    first_s: float = 0.2
+    factor: float = 2.0
+    max_s: float = 10.0
+
+    def delays(self) -> list[float]:
+        return [min(self.first_s * self.factor**k, self.max_s) for k in range(self.retries)]
+
+
+async def send(
+    client: httpx.AsyncClient,
+    method: str,
+    url: str,
+    backoff: Backoff,
+    unreachable_hint: str,
+    sleep: Callable[[float], Awaitable[Any]] = asyncio.sleep,
+    **kwargs,
+) -> tuple[int, httpx.Response]:
+    """(attempts, the answer): transport errors and 503s retried per ``backoff``; GatewayUnreachable
+    (naming ``unreachable_hint``) when transport errors outlast them. A last 503 is returned."""
+    delays = backoff.delays()
+    for attempt in range(1, len(delays) + 2):
+        delay = delays[attempt - 1] if attempt <= len(delays) else 0.0
+        try:
+            response = await client.request(method, url, **kwargs)
+            if response.status_code != RETRY_STATUS or attempt > len(delays):
+                return attempt, response
+            delay = max(delay, retry_after_s(response, backoff.max_s))
+        except RETRYABLE as exc:
+            if attempt > len(delays):
+                raise GatewayUnreachable(
+                    f"gateway at {url} unreachable after {attempt} attempts "
+                    f"({type(exc).__name__}: {exc}); {unreachable_hint}"
+                ) from exc
+        await sleep(delay)
+    raise AssertionError("unreachable")  # pragma: no cover
+
+
+def retry_after_s(response: httpx.Response, most_s: float) -> float:
+    """The seconds a 503 asks to wait (``Retry-After``; at most ``most_s``, 0 when absent or a date)."""
+    value = response.headers.get("retry-after", "")
+    return min(float(value), most_s) if value.isdigit() else 0.0
+
 
 BACKOFF = Backoff(retries=3, first_s=0.2, factor=4.0, max_s=3.2)  # 0.2, 0.8, 3.2 s
 UNREACHABLE_HINT = "start it with `harnessrl serve` or pass --gateway URL"
@@ -36,6 +108,13 @@ def rebased(base_url: str, gateway: str | None) -> str:
     if gateway is None or match is None:
         return base_url
     return gateway.rstrip("/") + match.group(0).rstrip("/")
+
+
+class AgentEnding(Protocol):
+    """What ending a rollout reports of its agent (``harnesses.harness.AgentOutcome`` is one)."""
+
+    exit_code: int
+    log: str
 
 
 class AlreadyEnded(RuntimeError):
@@ -97,7 +176,7 @@ class GatewayClient:
         error: str | None,
         rewards: dict,
         reward_details: dict | None = None,
-        agent: AgentOutcome | None = None,
+        agent: AgentEnding | None = None,
     ) -> dict:
         body = {"status": status, "error": error, "rewards": rewards}
         if reward_details:  # e.g. the judge's tokens, cost and reasons, kept with its component

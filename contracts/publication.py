@@ -1,4 +1,10 @@
-"""Wire models of the admin API."""
+"""The wire of publishing a policy version, as the learner sends it and the gateway validates it.
+
+``POST /admin/adapters`` (``PublishAdapter`` with the adapter's digest and ``ProbeBody``; answered by
+``AdapterPublished`` with each engine's ``ProbeAnswer``) and ``GET /admin/policy`` (``PolicyView``: the
+version a policy serves, what the learner reads before and after publishing). The probe and the digest
+they carry are ``contracts.adapter_proof``'s. ``PolicyName`` is every request's policy field.
+"""
 
 from __future__ import annotations
 
@@ -6,7 +12,7 @@ from typing import Annotated, Literal
 
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, StrictFloat, StrictInt, model_validator
 
-from gateway.policy.proof import MAX_PROBE_CHECKS, MAX_PROBE_TOKENS, AdapterProbe
+from contracts.adapter_proof import MAX_PROBE_CHECKS, MAX_PROBE_TOKENS, AdapterProbe
 from store.policies import DEFAULT_POLICY, MAX_POLICY_NAME, InvalidPolicyName, check_policy_name
 
 # JSON numbers only, as in every request body (gateway.api.protocol): no "1" or true coerced
@@ -16,7 +22,7 @@ LogProb = Annotated[StrictFloat, Field(le=0.0, allow_inf_nan=False)]
 
 class ProbeBody(BaseModel):
     """The learner's log-probs of the adapter's likeliest next tokens after prefixes of a probe sequence
-    (gateway.policy.proof)."""
+    (contracts.adapter_proof)."""
 
     model_config = ConfigDict(extra="forbid")
 
@@ -60,7 +66,7 @@ class PublishAdapter(BaseModel):
     policy: PolicyName = DEFAULT_POLICY  # the policy it is a version of (store.policies; a new name starts one)
     version: StrictInt = Field(ge=1)  # N of <policy>-v{N}; must exceed the policy's current version
     path: str = Field(min_length=1)  # a PEFT adapter folder the engine can read
-    # sha256 of the folder's adapter_config.json and adapter_model.safetensors (gateway.policy.proof)
+    # sha256 of the folder's adapter_config.json and adapter_model.safetensors (contracts.adapter_proof)
     digest: str | None = Field(default=None, pattern=r"^[0-9a-f]{64}$")
     probe: ProbeBody | None = None  # without one the engines' use of the adapter is not checked
 
@@ -95,13 +101,3 @@ class PolicyView(BaseModel):
     digests: dict[int, str] = {}  # loaded version -> its adapter's digest, where one was published
     max_model_len: int | None = None  # the engine's context length (the learner's default token budget)
     max_staleness: int | None = None  # versions kept loaded behind the current one (the learner drops older samples)
-
-
-class EngineView(BaseModel):
-    index: int  # the engine's position in ``--engine-url`` order (how errors and metrics name it)
-    url: str
-    healthy: bool  # False while taken out after a failure (until its probe passes and adapters reload)
-    in_flight: int  # calls being served now (at most --engine-max-in-flight)
-    queued: int  # calls waiting for a free slot
-    rollouts: int  # rollouts pinned to it (their calls go here for its prefix cache)
-    models: list[str]  # the base model and the adapter versions it holds

