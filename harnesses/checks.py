@@ -23,7 +23,6 @@ from harnesses.task import Task
 from sandboxes import Limits, SandboxSpec, create_sandbox
 
 NO_GATEWAY = RolloutTarget(base_url="http://127.0.0.1:9/r/none/v1", token="none")  # neither agent calls it
-EXPECTED = {"oracle": 1.0, "nop": 0.0}
 
 
 @dataclass(frozen=True)
@@ -107,7 +106,7 @@ async def _play(
     if verdict.error:
         kind = "verifier timeout" if "timed out" in verdict.error else "verifier error"
         return verdict.reward, f"{kind}: {verdict.error}; output: {said_by(verdict.output)}"
-    expected = EXPECTED[harness.name]
+    expected = harness.expected_reward
     if verdict.reward != expected:
         said = f"; solve.sh exit code {outcome.exit_code}" if harness.name == "oracle" and outcome.exit_code else ""
         where = FRESH_HINT if fresh is not None and harness.name == "oracle" else ""

@@ -38,7 +38,7 @@ from pathlib import Path
 from harnesses.agents.cli_agent import image_tag
 from harnesses.base_images import unpullable_base
 from harnesses.images import DOCKER_DIR
-from harnesses.registry import CLI_AGENTS
+from harnesses.registry import cli_agents
 from harnesses.task import Task, TaskEnvironment
 from sandboxes import Limits, SandboxSpec
 from sandboxes.kinds import sandbox_kind
@@ -46,7 +46,7 @@ from sandboxes.kinds import sandbox_kind
 IMAGE_PREFIX = "harnessrl-task"
 FORWARDER_IMAGE = "debian:bookworm-slim"  # python3 inside (docker/setup-engine.sh builds it so)
 PLAIN_IMAGE = FORWARDER_IMAGE  # a docker sandbox's image when neither the task nor the harness brings one
-AGENTS_IN_TASK = CLI_AGENTS  # docker/Dockerfile.task-<agent>
+AGENTS_IN_TASK = cli_agents()  # docker/Dockerfile.task-<agent>: one per CLI agent
 LOG_LINES = 30
 DEFAULT_WORKDIR = "/workspace"  # for an image without WORKDIR (its "/" cannot be a private workspace)
 ENGINE_HINT = (

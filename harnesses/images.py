@@ -20,10 +20,10 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from harnesses.agents.cli_agent import image_tag
-from harnesses.registry import CLI_AGENTS
+from harnesses.registry import cli_agents
 
 DEFAULT_BASE = "debian:bookworm-slim"
-HARNESS_IMAGES = CLI_AGENTS  # docker/Dockerfile.<name>
+HARNESS_IMAGES = cli_agents()  # docker/Dockerfile.<name>: one per CLI agent
 DOCKER_DIR = Path(__file__).resolve().parent.parent / "docker"
 SETUP_HINT = "docker/setup-engine.sh starts an engine and builds the base image offline"
 LOG_LINES = 30  # of a failed build, in the error

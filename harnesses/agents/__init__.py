@@ -15,13 +15,10 @@ from harnesses.agents.opencode import OpenCodeHarness
 from harnesses.agents.pi import PiHarness
 from harnesses.agents.qwen_code import QwenCodeHarness
 
+# The one list of CLI agents, by each class's own name (harnesses.registry reads it): a new agent is one entry.
 AGENTS: dict[str, type[CliAgentHarness]] = {
-    "opencode": OpenCodeHarness,
-    "pi": PiHarness,
-    "hermes": HermesHarness,
-    "claude-code": ClaudeCodeHarness,
-    "codex": CodexHarness,
-    "qwen-code": QwenCodeHarness,
+    harness.name: harness
+    for harness in (OpenCodeHarness, PiHarness, HermesHarness, ClaudeCodeHarness, CodexHarness, QwenCodeHarness)
 }
 
 __all__ = [

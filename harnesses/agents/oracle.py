@@ -27,6 +27,7 @@ class NoSolution(RuntimeError):
 
 class OracleHarness:
     name = "oracle"
+    expected_reward = 1.0  # what `harnessrl tasks check` requires of a task
     side_call_patterns: dict[str, str] = {}
 
     def sandbox_spec(self, task: Task, target: RolloutTarget, base: SandboxSpec) -> SandboxSpec:
@@ -51,6 +52,7 @@ class OracleHarness:
 
 class NopHarness:
     name = "nop"
+    expected_reward = 0.0  # doing nothing must not pass
     side_call_patterns: dict[str, str] = {}
 
     def sandbox_spec(self, task: Task, target: RolloutTarget, base: SandboxSpec) -> SandboxSpec:

@@ -33,6 +33,7 @@ from openai import AsyncOpenAI
 from harnesses.harness import AgentOutcome, Harness, RolloutTarget
 from harnesses.openenv.relay import ToolRelay, registered
 from harnesses.openenv.tasks import REWARD_NAME, EnvOutcome, EnvServer, EnvTaskRef, tool_text
+from harnesses.registry import BUILTIN, mcp_agents
 from harnesses.task import Task, TaskError
 from sandboxes import Sandbox, SandboxSpec
 
@@ -181,10 +182,10 @@ def with_environments(
     """The harness and reward functions a run needs: OpenEnv tasks get the environment's tools and reward."""
     if not any(EnvTaskRef.of(task) for task in tasks):
         return harness, rewards
-    if harness.name != "builtin" and not getattr(harness, "supports_mcp", False):
+    if harness.name != BUILTIN and not getattr(harness, "supports_mcp", False):
         raise TaskError(
-            f"--tasks openenv: runs with --harness builtin or an agent that speaks MCP (opencode, "
-            f"hermes); {harness.name} gets no MCP tools from harnessrl yet"
+            f"--tasks openenv: runs with --harness {BUILTIN} or an agent that speaks MCP "
+            f"({', '.join(mcp_agents())}); {harness.name} gets no MCP tools from harnessrl yet"
         )
     from harnesses.reward_functions import load_reward_function
 

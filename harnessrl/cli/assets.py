@@ -7,7 +7,7 @@ from typing import Annotated
 
 import typer
 
-from harnesses.registry import CLI_AGENTS, harness_help
+from harnesses.registry import cli_agents, harness_help
 from harnessrl.cli.options import console, fail
 
 models_app = typer.Typer(help="Model folders for the engine.", no_args_is_help=True)
@@ -50,7 +50,7 @@ def models_tiny(out_dir: Path, max_position_embeddings: int = 131072, seed: int 
 def images_build(
     base: Annotated[str, typer.Option(help="The image the Dockerfiles start FROM")] = "debian:bookworm-slim",
     harness: Annotated[
-        list[str] | None, typer.Option(help=harness_help(CLI_AGENTS) + ", repeatable (default: all)")
+        list[str] | None, typer.Option(help=harness_help(cli_agents()) + ", repeatable (default: all)")
     ] = None,
 ) -> None:
     """Build docker/Dockerfile.<harness> as harnessrl/<harness>:latest."""

@@ -7,6 +7,7 @@ from typing import Annotated
 
 import typer
 
+from harnesses.registry import agent_names, harness_help
 from harnessrl.cli.options import (
     AdminKey,
     DatabaseUrl,
@@ -22,7 +23,7 @@ CALL_MAX_TOKENS = 128  # the recipe's (harnessrl.training.policies_demo.SHELL_RE
 
 def demo_policies(
     agents: Annotated[
-        str, typer.Option(help="Comma-separated agents, one policy each: pi, opencode, hermes, ... or builtin")
+        str, typer.Option(help="Comma-separated agents, one policy each: two or more of " + harness_help(agent_names()))
     ] = "pi,builtin",
     minutes: Annotated[float, typer.Option(min=1.0, help="Each agent's quickstart time budget")] = 20.0,
     database_url: DatabaseUrl = None,
@@ -31,15 +32,14 @@ def demo_policies(
     """One `harnessrl serve` and one quickstart per agent through it: every agent's adapter trained at once
     on one engine; prints each policy's held-out pass@1 before and after, the engine's memory and the share
     of calls its own adapter served."""
-    from harnesses.registry import CLI_AGENTS
     from harnessrl.settings import data_home
     from harnessrl.training.policies_demo import DemoPlan, run_demo
     from harnessrl.training.quickstart_plan import agent_context, default_model
 
     chosen = tuple(a.strip() for a in agents.split(",") if a.strip())
-    unknown = [a for a in chosen if a not in ("builtin", *CLI_AGENTS)]
+    unknown = [a for a in chosen if a not in agent_names()]
     if len(set(chosen)) < 2 or unknown:
-        raise fail(f"--agents names two or more of builtin, {', '.join(CLI_AGENTS)} (unknown: {unknown or 'none'})")
+        raise fail(f"--agents names two or more of {', '.join(agent_names())} (unknown: {unknown or 'none'})")
     for agent in chosen:
         checked_policy(agent)
     plan = DemoPlan(

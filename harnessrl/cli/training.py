@@ -8,7 +8,7 @@ from typing import Annotated
 
 import typer
 
-from harnesses.registry import CLI_AGENTS, harness_help
+from harnesses.registry import agent_names, harness_help
 from harnessrl.cli.judge_options import NO_JUDGE, JudgeOptions, judge_options
 from harnessrl.cli.options import (
     TASKS_HELP,
@@ -69,9 +69,7 @@ def quickstart(
     harness: Annotated[
         str,
         typer.Option(
-            help="The agent: "
-            + harness_help(("builtin", *CLI_AGENTS))
-            + " (builtin: one-shot; the others: real CLI agents)"
+            help="The agent: " + harness_help(agent_names()) + " (builtin: one-shot; the others: real CLI agents)"
         ),
     ] = "builtin",
     policy: Annotated[
@@ -192,8 +190,9 @@ def quickstart(
     )
     url = resolve_database_url(database_url)
     upgrade_store(url)
-    if harness not in ("builtin", *CLI_AGENTS):
-        raise fail(f"unknown harness {harness!r}: choose builtin or one of {', '.join(CLI_AGENTS)}")
+    if harness not in agent_names():
+        builtin, *agents = agent_names()
+        raise fail(f"unknown harness {harness!r}: choose {builtin} or one of {', '.join(agents)}")
     if upstream == SOLUTIONS and harness == "builtin":
         raise fail(
             f"--upstream {SOLUTIONS} plays solutions as a CLI agent's shell tool calls: add --harness pi (or another agent)"

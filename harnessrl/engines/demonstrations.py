@@ -20,6 +20,7 @@ from collections.abc import Iterable
 
 from harnesses.agents.cli_agent import ShellTool
 from harnesses.harness import Harness
+from harnesses.registry import cli_agents
 from harnesses.task import Task
 
 SOLUTIONS = "solutions"  # the teacher model string that selects this teacher
@@ -99,6 +100,6 @@ def demonstrator(teacher: str, tasks: Iterable[Task], agent: Harness) -> Solutio
     if tool is None:
         raise ValueError(
             f"--upstream {SOLUTIONS} plays solutions as a CLI agent's shell tool calls; the {agent.name} "
-            f"harness has none: use --harness pi|opencode|hermes|claude-code|codex|qwen-code"
+            f"harness has none: use --harness {'|'.join(cli_agents())}"
         )
     return SolutionTeacher(tasks, tool)

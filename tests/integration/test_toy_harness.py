@@ -3,7 +3,7 @@
 
 Step by step as the doc lists them: the ``CliAgentHarness`` subclass (name, executable, install hint,
 first-prompt tokens, shell tool, config files, environment, command line, side-call patterns, host
-install), registered in ``AGENTS`` and ``CLI_AGENTS``; then the harness runs a task in a bubblewrap
+install), registered in ``AGENTS``; then the harness runs a task in a bubblewrap
 sandbox through the gateway, the verifier scores 1, and every call is recorded under the rollout. The
 scripted engine calls the shell tool the harness declared with the task's solution, as harnessrl's
 demonstrations do (``harnessrl/engines/demonstrations.py``), then answers "Done."."""
@@ -109,9 +109,8 @@ def toy_installed(tmp_path, monkeypatch) -> None:
 
 @pytest.fixture
 def toy_registered(monkeypatch) -> None:
-    # Step 2: register it (the doc: AGENTS in harnesses/agents/__init__.py, CLI_AGENTS in harnesses/registry.py).
+    # Step 2: register it (the doc: one entry in AGENTS, harnesses/agents/__init__.py; harnesses/registry.py reads it).
     monkeypatch.setitem(agents.AGENTS, "toy", ToyHarness)
-    monkeypatch.setattr(registry, "CLI_AGENTS", (*registry.CLI_AGENTS, "toy"))
 
 
 @pytest.fixture

@@ -82,6 +82,6 @@ def test_every_cli_agents_shell_tool_is_one_it_really_offers_with_its_required_a
 
 
 def test_the_builtin_harness_has_no_shell_tool_to_demonstrate_with():
-    with pytest.raises(ValueError, match="--harness pi"):
+    with pytest.raises(ValueError, match=r"use --harness [\w|-]*\bpi\b"):  # every CLI agent, pi among them
         demonstrator("solutions", TASKS, BuiltinHarness())
     assert demonstrator("openai/gpt-x", TASKS, BuiltinHarness()) is None

@@ -1,6 +1,6 @@
-"""One list of harnesses (harnesses/registry.py): every harness it names can be created, the CLI agents
-it names are exactly the adapters, images and task-image layers there are, and the CLI's help and
-checks read it."""
+"""One list of harnesses (harnesses/registry.py, the CLI agents from ``AGENTS``): every harness it names can
+be created, the CLI agents are exactly the images and task-image layers there are, a class added to
+``AGENTS`` is a harness everywhere, and the CLI's help and checks read the list."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ from typer.testing import CliRunner
 from harnesses import agents
 from harnesses.builtin_agent import ONE_SHOT, BuiltinHarness
 from harnesses.images import DOCKER_DIR
-from harnesses.registry import CLI_AGENTS, create_harness, harness_names
+from harnesses.registry import agent_names, cli_agents, create_harness, harness_names
 from harnessrl.cli.app import app
 
 
@@ -23,11 +23,20 @@ def test_every_named_harness_can_be_created(name):
 
 
 def test_the_cli_agents_are_exactly_the_adapters_and_their_images():
-    assert tuple(agents.AGENTS) == CLI_AGENTS
+    assert all(name == agent.name for name, agent in agents.AGENTS.items())
     images = {p.name.removeprefix("Dockerfile.") for p in DOCKER_DIR.glob("Dockerfile.*")}
-    for name in CLI_AGENTS:
+    for name in cli_agents():
         assert name in images and f"task-{name}" in images
-    assert {n.removeprefix("task-") for n in images if n.startswith("task-")} == set(CLI_AGENTS)
+    assert {n.removeprefix("task-") for n in images if n.startswith("task-")} == set(cli_agents())
+
+
+def test_a_class_added_to_agents_is_a_harness_everywhere(monkeypatch):
+    class Toy(agents.PiHarness):
+        name = "toy"
+
+    monkeypatch.setitem(agents.AGENTS, "toy", Toy)
+    assert "toy" in cli_agents() and "toy" in agent_names() and "toy" in harness_names()
+    assert isinstance(create_harness("toy", "docker"), Toy)
 
 
 def test_an_unknown_harness_names_every_choice():
