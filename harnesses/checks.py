@@ -51,7 +51,7 @@ class TaskCheck:
 
 @dataclass(frozen=True)
 class CheckSettings:
-    sandbox: str = "docker"  # docker | local
+    sandbox: str = "docker"  # a kind of sandboxes.kinds
     concurrency: int = 4  # tasks at once (each runs its two agents one after the other)
     sandbox_options: dict | None = None  # e.g. {"isolation": "bwrap"}
     limits: Limits = Limits(memory_bytes=2 * 2**30, cpus=1.0)

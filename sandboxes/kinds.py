@@ -19,6 +19,7 @@ from sandboxes.protocol import SandboxError
 
 HARBOR = "harbor:"
 NAMES = ("local", "docker", f"{HARBOR}<type>")
+CHOICES = " | ".join(NAMES)  # as CLI help writes the choice
 
 
 @dataclass(frozen=True)

@@ -37,7 +37,7 @@ __all__ = [
 
 
 def create(name: str, sandbox: str = "local", settings: AgentSettings | None = None) -> CliAgentHarness:
-    """The harness of agent ``name``, for sandboxes of kind ``sandbox`` ("local" or "docker")."""
+    """The harness of agent ``name``, for sandboxes of kind ``sandbox`` (``sandboxes.kinds``)."""
     if name not in AGENTS:
         raise ValueError(f"unknown agent {name!r}; choose one of {', '.join(AGENTS)}")
     return AGENTS[name](sandbox=sandbox, settings=settings)

@@ -9,6 +9,8 @@ from typing import Annotated
 import typer
 from rich.console import Console
 
+from sandboxes.kinds import CHOICES as KIND_CHOICES
+
 console = Console(stderr=True)
 
 DatabaseUrl = Annotated[
@@ -30,8 +32,8 @@ SandboxOption = Annotated[
     str,
     typer.Option(
         "--sandbox",
-        help="local | docker | harbor:<type>: an environment type of Harbor's (podman, daytona, modal, e2b, "
-        "gke, ...; docs/running.md)",
+        help=f"{KIND_CHOICES}: an environment type of Harbor's (podman, daytona, modal, e2b, gke, ...; "
+        "docs/running.md)",
     ),
 ]
 SandboxOptions = Annotated[
