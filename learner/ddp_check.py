@@ -25,6 +25,7 @@ from learner.loss import token_logprobs
 from learner.packing import PackedRow, pack_samples
 from learner.ranks import process_group
 from learner.step import StepConfig, train_step
+from learner.tiny_model import tiny_base, tiny_lora
 from store.samples import Sample
 
 VOCAB = 256
@@ -34,29 +35,9 @@ MAX_GRAD_NORM = 0.1  # below this batch's norm (~0.3): clipping is on
 
 
 def tiny_lora_model(seed: int = 0) -> torch.nn.Module:
-    """A ~0.3M-parameter Qwen2 (float32, sdpa) with LoRA r8 on the attention projections."""
-    from peft import LoraConfig, get_peft_model
-    from transformers import Qwen2Config, Qwen2ForCausalLM
-
-    torch.manual_seed(seed)
-    config = Qwen2Config(
-        vocab_size=VOCAB,
-        hidden_size=64,
-        intermediate_size=128,
-        num_hidden_layers=2,
-        num_attention_heads=2,
-        num_key_value_heads=1,
-        head_dim=32,
-        max_position_embeddings=256,
-        attn_implementation="sdpa",
-    )
-    lora = LoraConfig(r=8, lora_alpha=16, lora_dropout=0.0, target_modules=["q_proj", "k_proj", "v_proj", "o_proj"])
-    model = get_peft_model(Qwen2ForCausalLM(config), lora)
-    with torch.no_grad():  # B = 0 at init would make the first step's gradient reach only B
-        for name, p in model.named_parameters():
-            if "lora_B" in name:
-                p.normal_(0.0, 0.05)
-    return model
+    """The tiny Qwen2 (float32, sdpa, ``learner.tiny_model``) with LoRA r8 on the attention projections,
+    B moved off 0 so the first step's gradient reaches A too."""
+    return tiny_lora(tiny_base(attention="sdpa", seed=seed, vocab=VOCAB), moved=True)
 
 
 def fixed_rows(model: torch.nn.Module, seed: int = 0, n: int = 12) -> list[PackedRow]:

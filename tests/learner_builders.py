@@ -1,4 +1,4 @@
-"""Builders for the learner tests: tiny real transformers models (Qwen2, Llama) with LoRA, samples, and
+"""Builders for the learner tests: the tiny model (``learner.tiny_model``) with LoRA, samples, and
 the learner's previous path as a reference (dense block mask, full [L, V] logits), which the
 memory-linear path must match."""
 
@@ -6,50 +6,23 @@ from __future__ import annotations
 
 import numpy as np
 import torch
-from peft import LoraConfig, get_peft_model
 from torch.nn.attention import SDPBackend, sdpa_kernel
-from transformers import LlamaConfig, LlamaForCausalLM, Qwen2Config, Qwen2ForCausalLM
 
 from learner.loss import LossConfig, LossStats, grpo_loss, token_entropy, token_logprobs
 from learner.packing import block_causal_mask
+from learner.tiny_model import ATTENTION_PROJECTIONS, VOCAB, tiny_base, tiny_lora
 from store.samples import Sample
-
-VOCAB = 64
-
-
-def tiny_base(kind: str = "qwen2", attention: str = "eager", seed: int = 0, layers: int = 2) -> torch.nn.Module:
-    torch.manual_seed(seed)
-    common = {
-        "vocab_size": VOCAB,
-        "hidden_size": 64,
-        "intermediate_size": 128,
-        "num_hidden_layers": layers,
-        "num_attention_heads": 2,
-        "num_key_value_heads": 1,
-        "head_dim": 32,
-        "max_position_embeddings": 256,
-    }
-    model = Qwen2ForCausalLM(Qwen2Config(**common)) if kind == "qwen2" else LlamaForCausalLM(LlamaConfig(**common))
-    model.config._attn_implementation = attention
-    return model
 
 
 def lora_model(
     seed: int = 0,
     kind: str = "qwen2",
     dtype: torch.dtype = torch.float32,
-    targets: tuple[str, ...] = ("q_proj", "k_proj", "v_proj", "o_proj"),
+    targets: tuple[str, ...] = ATTENTION_PROJECTIONS,
     moved: bool = False,
 ) -> torch.nn.Module:
     """A tiny model with LoRA; moved: LoRA's B drawn at random (it starts at 0) so the adapter matters."""
-    base = tiny_base(kind, seed=seed).to(dtype)
-    lora = LoraConfig(r=8, lora_alpha=16, lora_dropout=0.0, target_modules=list(targets))
-    model = get_peft_model(base, lora)
-    torch.manual_seed(seed + 1)
-    for name, p in model.named_parameters():
-        if moved and "lora_B" in name:
-            p.data.normal_(0.0, 0.05)
-    return model
+    return tiny_lora(tiny_base(kind, seed=seed).to(dtype), targets=targets, moved=moved, seed=seed + 1)
 
 
 def own_logprobs(model: torch.nn.Module, ids: np.ndarray) -> np.ndarray:

@@ -8,34 +8,18 @@ from dataclasses import replace
 import numpy as np
 import pytest
 import torch
-from peft import LoraConfig, get_peft_model
-from transformers import Qwen2Config, Qwen2ForCausalLM
 
 from learner.config import LearnerConfig, with_overrides
 from learner.groups import ReadyGroup, RolloutData, build_batch
+from learner.tiny_model import VOCAB, tiny_base, tiny_lora
 from learner.trainer import Trainer, train_batch
 from store.samples import Sample
 
-VOCAB = 64
 RUN_TEMPERATURE = 0.5
 
 
 def tiny_lora_model() -> torch.nn.Module:
-    torch.manual_seed(0)
-    config = Qwen2Config(
-        vocab_size=VOCAB,
-        hidden_size=64,
-        intermediate_size=128,
-        num_hidden_layers=2,
-        num_attention_heads=2,
-        num_key_value_heads=1,
-        head_dim=32,
-        max_position_embeddings=128,
-    )
-    base = Qwen2ForCausalLM(config)
-    base.config._attn_implementation = "eager"
-    lora = LoraConfig(r=4, lora_alpha=8, lora_dropout=0.0, target_modules=["q_proj", "v_proj"])
-    return get_peft_model(base, lora)
+    return tiny_lora(tiny_base(), rank=4, targets=("q_proj", "v_proj"))
 
 
 def reference_logprobs(model: torch.nn.Module, ids: np.ndarray, temperature: float) -> np.ndarray:
