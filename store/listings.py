@@ -108,6 +108,8 @@ def stored_call(source, tokens: bool = True, bodies: bool = False) -> StoredCall
             output_ids=unpack_ids(source.output_ids),
             output_logprobs=unpack_logprobs(source.output_logprobs),
         )
+    else:
+        fields.update(prompt_ids=[], output_ids=[], output_logprobs=[])
     if bodies:
         fields.update(request=source.request, response=source.response)
     return StoredCall(**fields)

@@ -138,7 +138,7 @@ class CallRecord:
     queue_ms: float = 0.0  # waiting for a slot on that engine, milliseconds
     moved_from: str | None = None  # the failed engine its rollout was moved from, on the first call after
     source: str = "policy"  # who wrote the output: one of CALL_SOURCES
-    adapter_digest: str | None = None  # content digest of the adapter that served it (contracts.adapter_proof)
+    adapter_digest: str | None = None  # content digest of the adapter that served it (gateway.policy.proof)
     policy: str = "policy"  # the policy that served it (store.policies)
 
 
@@ -210,7 +210,7 @@ class StoredAdapter:
     name: str  # the engine's adapter name, <policy>-v{N}
     path: str
     loaded: bool
-    digest: str | None  # contracts.adapter_proof: sha256 of its config and weights
+    digest: str | None  # gateway.policy.proof: sha256 of its config and weights
     probe: dict | None  # the learner's probe (token ids and log-probs)
     proof: list | None  # what each engine answered to the probe at publication
     created_at: datetime

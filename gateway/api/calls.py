@@ -23,8 +23,7 @@ Tokens = Annotated[bool, Query(description="false leaves prompt_ids, output_ids 
 
 def call_view(call: StoredCall) -> CallView:
     """A call as its wire model (empty token arrays where the store read none)."""
-    fields = {key: value for key, value in vars(call).items() if key not in ("request", "response")}
-    return CallView(**fields)
+    return CallView.model_validate(call, from_attributes=True)
 
 
 async def list_calls(

@@ -8,7 +8,7 @@ from typing import Annotated, Any, Generic, Literal, TypeVar
 
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, StrictFloat, StrictInt
 
-from contracts.publication import PolicyName
+from gateway.admin.protocol import PolicyName
 from store.capture_modes import CaptureMode
 from store.records import AGENT_LOG_CHARS
 from store.rewards import VERIFIER
