@@ -138,7 +138,7 @@ class CallRecord:
     queue_ms: float = 0.0  # waiting for a slot on that engine, milliseconds
     moved_from: str | None = None  # the failed engine its rollout was moved from, on the first call after
     source: str = "policy"  # who wrote the output: one of CALL_SOURCES
-    adapter_digest: str | None = None  # content digest of the adapter that served it (gateway.policy.proof)
+    adapter_digest: str | None = None  # content digest of the adapter that served it (contracts.adapter_proof)
     policy: str = "policy"  # the policy that served it (store.policies)
 
 
@@ -210,7 +210,7 @@ class StoredAdapter:
     name: str  # the engine's adapter name, <policy>-v{N}
     path: str
     loaded: bool
-    digest: str | None  # gateway.policy.proof: sha256 of its config and weights
+    digest: str | None  # contracts.adapter_proof: sha256 of its config and weights
     probe: dict | None  # the learner's probe (token ids and log-probs)
     proof: list | None  # what each engine answered to the probe at publication
     created_at: datetime
@@ -227,11 +227,15 @@ class StoredStep:
     created_at: datetime
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class StoredCall:
     """A recorded call as the store reads it back: the whole prompt (deltas resolved) and the token arrays
     unpacked (empty where a listing was asked without tokens); the request as the agent sent it and the
-    engine's response only where read one call at a time (None in listings)."""
+    engine's response only where read one call at a time (None in listings).
+
+    The REST API's ``CallView`` (gateway/api/protocol.py) is derived from these fields, in this order and
+    with these defaults, all but the request and the response: a field added here is on the wire too.
+    """
 
     id: int
     rollout_id: int
@@ -241,21 +245,23 @@ class StoredCall:
     dialect: str
     model: str
     engine_model: str
-    policy: str  # the policy that served it (store.policies)
+    policy: str = "policy"  # the policy that served it (store.policies)
     policy_version: int
-    source: str  # policy | teacher | demonstration
+    prompt_ids: list[int]  # [] in listings asked without tokens
+    output_ids: list[int]
+    output_logprobs: list[float] | None  # None: not sampled by the policy (see source)
+    source: str = "policy"  # who wrote the output: policy | teacher | demonstration
     num_prompt_tokens: int
     num_output_tokens: int
     finish_reason: str | None
     tags: list[str]
-    latency_ms: float  # ms
-    temperature: float | None
-    top_p: float | None
-    adapter_digest: str | None
+    latency_ms: float
+    temperature: float | None = None  # the sampling the engine applied (None: left to the engine)
+    top_p: float | None = None
+    # sha256 of the adapter (config and weights) that served the call: the one its version published
+    # (GET /admin/policy); None for the base model or a version published without one
+    adapter_digest: str | None = None
     created_at: datetime
-    prompt_ids: list[int] = field(default_factory=list)
-    output_ids: list[int] = field(default_factory=list)
-    output_logprobs: list[float] | None = field(default_factory=list)  # None: not sampled by the policy
     request: dict | None = None
     response: dict | None = None
 

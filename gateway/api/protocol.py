@@ -2,15 +2,17 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
+import typing
 from datetime import UTC, datetime
 from typing import Annotated, Any, Generic, Literal, TypeVar
 
-from pydantic import AfterValidator, BaseModel, ConfigDict, Field, StrictFloat, StrictInt
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, StrictFloat, StrictInt, create_model
 
-from gateway.admin.protocol import PolicyName
+from contracts.publication import PolicyName
 from store.capture_modes import CaptureMode
-from store.records import AGENT_LOG_CHARS
+from store.records import AGENT_LOG_CHARS, StoredCall
 from store.rewards import VERIFIER
 
 T = TypeVar("T")
@@ -180,32 +182,21 @@ class RolloutView(RolloutSummary):
     last_refusal: str | None = None
 
 
-class CallView(BaseModel):
-    id: int
-    rollout_id: int
-    parent_id: int | None
-    fork_of: int | None
-    drift_tokens: int
-    dialect: str
-    model: str
-    engine_model: str
-    policy: str = "policy"  # the policy that served it (store.policies)
-    policy_version: int
-    prompt_ids: list[int]  # [] in listings asked with tokens=false
-    output_ids: list[int]
-    output_logprobs: list[float] | None  # null: not sampled by the policy (see source)
-    source: str = "policy"  # who wrote the output: policy | teacher | demonstration
-    num_prompt_tokens: int
-    num_output_tokens: int
-    finish_reason: str | None
-    tags: list[str]
-    latency_ms: float
-    temperature: float | None = None  # the sampling the engine applied (null: left to the engine)
-    top_p: float | None = None
-    # sha256 of the adapter (config and weights) that served the call: the one its version published
-    # (GET /admin/policy); null for the base model or a version published without one
-    adapter_digest: str | None = None
-    created_at: Timestamp
+def record_view(name: str, record: type, left_out: tuple[str, ...], **wire_types: Any) -> type[BaseModel]:
+    """The wire model of an internal record (a dataclass): its fields in its order with its defaults, but
+    ``left_out``; ``wire_types`` give a field the wire's own type."""
+    hints = typing.get_type_hints(record)
+    fields = {
+        f.name: (wire_types.get(f.name, hints[f.name]), ... if f.default is dataclasses.MISSING else f.default)
+        for f in dataclasses.fields(record)
+        if f.name not in left_out
+    }
+    return create_model(name, **fields)
+
+
+# A recorded call: store.records.StoredCall, its fields documented there, but its request and response
+# (GET /api/calls/{id} adds them: CallDetail). Listings asked with tokens=false leave the arrays empty.
+CallView = record_view("CallView", StoredCall, ("request", "response"), created_at=Timestamp)
 
 
 class CallMismatchView(BaseModel):
