@@ -41,6 +41,11 @@ def sandbox_kind(name: str) -> Kind:
     raise SandboxError(f"--sandbox must be one of {', '.join(NAMES)} (e.g. harbor:podman), not {name!r}")
 
 
+def bridged_kinds() -> list[str]:
+    """The kinds that reach the gateway through this host's bridge (a loopback gateway is enough)."""
+    return [name for name in NAMES if sandbox_kind(name).bridged]
+
+
 def option_pairs(pairs: Iterable[str]) -> dict[str, object]:
     """``--sandbox-option key=value`` pairs as the backend's options: a value that is JSON (a number,
     a list, true) is decoded, any other value is the string itself."""

@@ -187,7 +187,7 @@ def checked_sandbox(
         return {}
     import asyncio
 
-    from sandboxes.kinds import checked_options, option_pairs, sandbox_kind
+    from sandboxes.kinds import bridged_kinds, checked_options, option_pairs, sandbox_kind
 
     try:
         kind = sandbox_kind(sandbox)
@@ -195,7 +195,7 @@ def checked_sandbox(
             raise RuntimeError(
                 f"--sandbox {sandbox} sandboxes reach the gateway at its public URL, and this command's gateway "
                 "listens on loopback: start `harnessrl serve --public-url URL` and pass --gateway (a warm start's "
-                "teacher listens on loopback too: warm-start with a local or docker sandbox first)"
+                f"teacher listens on loopback too: warm-start with a {' or '.join(bridged_kinds())} sandbox first)"
             )
         return asyncio.run(checked_options(kind, allow_unisolated, option_pairs(pairs or [])))
     except RuntimeError as exc:  # SandboxError
