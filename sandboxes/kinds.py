@@ -5,7 +5,7 @@
     harbor:<type>   an environment of Harbor's (podman, daytona, modal, e2b, gke, ...), anywhere
 
 The CLI, the task checks, the harnesses and the runner read a `Kind` instead of comparing names, so a
-new backend is one entry here and one branch in `sandboxes.create_sandbox`.
+new backend is one entry in ``KINDS`` and one branch in `sandboxes.create_sandbox`.
 """
 
 from __future__ import annotations
@@ -18,8 +18,6 @@ from sandboxes.isolation import local_isolation
 from sandboxes.protocol import SandboxError
 
 HARBOR = "harbor:"
-NAMES = ("local", "docker", f"{HARBOR}<type>")
-CHOICES = " | ".join(NAMES)  # as CLI help writes the choice
 
 
 @dataclass(frozen=True)
@@ -30,20 +28,35 @@ class Kind:
     harbor_type: str | None = None  # Harbor's environment type, for harbor:<type>
 
 
+# The kinds by name (Harbor's family, harbor:<type>, after them): a new backend is one entry here.
+KINDS = {
+    kind.name: kind
+    for kind in (Kind("local", runs_images=False, bridged=True), Kind("docker", runs_images=True, bridged=True))
+}
+
+
+def kind_names() -> tuple[str, ...]:
+    """What --sandbox accepts, as its help and errors list them."""
+    return (*KINDS, f"{HARBOR}<type>")
+
+
+def choices() -> str:
+    """The kinds as CLI help writes a choice."""
+    return " | ".join(kind_names())
+
+
 def sandbox_kind(name: str) -> Kind:
     """The kind named ``name``; SandboxError listing the kinds for any other name."""
-    if name == "local":
-        return Kind(name, runs_images=False, bridged=True)
-    if name == "docker":
-        return Kind(name, runs_images=True, bridged=True)
+    if name in KINDS:
+        return KINDS[name]
     if name.startswith(HARBOR) and name[len(HARBOR) :].strip():
         return Kind(name, runs_images=True, bridged=False, harbor_type=name[len(HARBOR) :].strip())
-    raise SandboxError(f"--sandbox must be one of {', '.join(NAMES)} (e.g. harbor:podman), not {name!r}")
+    raise SandboxError(f"--sandbox must be one of {', '.join(kind_names())} (e.g. harbor:podman), not {name!r}")
 
 
 def bridged_kinds() -> list[str]:
     """The kinds that reach the gateway through this host's bridge (a loopback gateway is enough)."""
-    return [name for name in NAMES if sandbox_kind(name).bridged]
+    return [name for name, kind in KINDS.items() if kind.bridged]
 
 
 def option_pairs(pairs: Iterable[str]) -> dict[str, object]:

@@ -9,7 +9,7 @@ import typer
 
 from harnesses.registry import cli_agents, harness_help
 from harnessrl.cli.options import console, fail
-from sandboxes.kinds import CHOICES as KIND_CHOICES
+from sandboxes.kinds import choices as kind_choices
 
 models_app = typer.Typer(help="Model folders for the engine.", no_args_is_help=True)
 images_app = typer.Typer(help="Harness images for docker sandboxes.", no_args_is_help=True)
@@ -72,7 +72,7 @@ def images_build(
 @tasks_app.command("check")
 def tasks_check(
     path: Annotated[Path, typer.Argument(help="A Harbor task folder, a folder of them, or a .jsonl file")],
-    sandbox: Annotated[str, typer.Option(help=KIND_CHOICES)] = "docker",
+    sandbox: Annotated[str, typer.Option(help=kind_choices())] = "docker",
     concurrency: Annotated[int, typer.Option(min=1, help="Tasks checked at once")] = 4,
     allow_internet: Annotated[
         bool, typer.Option(help="Let tasks whose task.toml says allow_internet = true have the host's network")

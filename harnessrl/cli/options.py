@@ -9,7 +9,7 @@ from typing import Annotated
 import typer
 from rich.console import Console
 
-from sandboxes.kinds import CHOICES as KIND_CHOICES
+from sandboxes.kinds import choices as kind_choices
 
 console = Console(stderr=True)
 
@@ -32,7 +32,7 @@ SandboxOption = Annotated[
     str,
     typer.Option(
         "--sandbox",
-        help=f"{KIND_CHOICES}: an environment type of Harbor's (podman, daytona, modal, e2b, gke, ...; "
+        help=f"{kind_choices()}: an environment type of Harbor's (podman, daytona, modal, e2b, gke, ...; "
         "docs/running.md)",
     ),
 ]

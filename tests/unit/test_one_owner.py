@@ -17,7 +17,7 @@ import pytest
 
 from gateway.api.protocol import CallDetail, CallView
 from harnesses.registry import harness_names
-from sandboxes.kinds import HARBOR, NAMES
+from sandboxes.kinds import KINDS
 from store.capture_modes import CAPTURE_MODES
 from store.records import StoredCall
 from tests.unit.test_house_rules import product_files
@@ -32,7 +32,7 @@ class Concept:
 
 
 CONCEPTS = {
-    "sandbox kinds": Concept(frozenset(n for n in NAMES if not n.startswith(HARBOR)), ("sandboxes/kinds.py",), 2),
+    "sandbox kinds": Concept(frozenset(KINDS), ("sandboxes/kinds.py",), 2),
     "capture modes": Concept(frozenset(CAPTURE_MODES), ("store/capture_modes.py",), 2),
     "harness names": Concept(frozenset(harness_names()), ("harnesses/registry.py", "harnesses/agents/__init__.py"), 3),
 }

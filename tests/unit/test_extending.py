@@ -1,0 +1,89 @@
+"""docs/extending.md's recipes, walked: every file it cites exists, every ```NAME` in `module.py``` it
+cites is defined there, and each recipe's registration step (a harness in ``AGENTS``, a sandbox kind in
+``KINDS``, a capture mode in ``MODES``) is the one place the rest of the house reads. The whole harness
+recipe, through the gateway, is tests/integration/test_toy_harness.py."""
+
+from __future__ import annotations
+
+import importlib
+import re
+import typing
+
+import pytest
+
+from gateway.api.protocol import CreateRollout
+from harnesses import agents
+from harnesses.registry import agent_names, cli_agents, create_harness, harness_names
+from harnessrl.cli.options import checked_sandbox
+from sandboxes import SandboxError, SandboxSpec, create_sandbox, kinds
+from store import capture_modes
+from tests.unit.test_import_cycles import ROOT
+
+DOC = (ROOT / "docs" / "extending.md").read_text()
+CITED_PATH = re.compile(r"(?<!Harbor's )`((?:[\w.-]+/)+[\w.<>-]*)`")  # a task's own files are Harbor's
+NAME_IN_MODULE = re.compile(r"`(\w+)`(?:\s\([^)]*\))?\sin\s`((?:\w+/)*\w+\.py)`")
+
+
+def recipe(title: str) -> str:
+    """The section of the doc under ``## <title>``."""
+    match = re.search(rf"^## {re.escape(title)}\n(.*?)(?=^## |\Z)", DOC, re.M | re.S)
+    assert match, f"docs/extending.md has no recipe {title!r}"
+    return match.group(1)
+
+
+def module_of(path: str):
+    return importlib.import_module(path.removesuffix(".py").removesuffix("/__init__").replace("/", "."))
+
+
+def test_every_file_the_doc_cites_exists():
+    cited = {path for path in CITED_PATH.findall(DOC) if "<" not in path and not path.startswith("harbor/")}
+    assert len(cited) > 20
+    assert sorted(path for path in cited if not (ROOT / path).exists()) == []
+
+
+def test_every_name_the_doc_places_in_a_module_is_defined_there():
+    placed = NAME_IN_MODULE.findall(DOC)
+    assert ("AGENTS", "harnesses/agents/__init__.py") in placed and ("KINDS", "sandboxes/kinds.py") in placed
+    assert [(name, path) for name, path in placed if not hasattr(module_of(path), name)] == []
+
+
+def test_the_harness_recipe_registers_in_agents_alone(monkeypatch):
+    steps = recipe("A harness: another coding agent")
+    assert "`AGENTS` in `harnesses/agents/__init__.py`" in steps and "CLI_AGENTS" not in steps
+
+    class Toy(agents.PiHarness):
+        name = "toy"
+
+    monkeypatch.setitem(agents.AGENTS, Toy.name, Toy)  # the recipe's one registration
+    assert "toy" in cli_agents() and "toy" in agent_names() and "toy" in harness_names()
+    assert isinstance(create_harness("toy", "docker"), Toy)
+
+
+def test_the_sandbox_recipe_registers_a_kind_in_kinds_and_a_backend_in_create_sandbox(monkeypatch):
+    steps = recipe("A sandbox backend")
+    assert "`KINDS` in\n`sandboxes/kinds.py`" in steps and "`create_sandbox` in `sandboxes/__init__.py`" in steps
+    toy = kinds.Kind("toy", runs_images=True, bridged=True)
+    monkeypatch.setitem(kinds.KINDS, toy.name, toy)  # step one: the kind
+    assert kinds.sandbox_kind("toy") == toy and "toy" in kinds.choices() and "toy" in kinds.bridged_kinds()
+    assert checked_sandbox("toy", None, loopback_gateway=True) == {}  # the CLI's check takes it
+    with pytest.raises(SandboxError, match="no backend for sandbox kind 'toy'"):  # step two: its branch
+        import asyncio
+
+        asyncio.run(create_sandbox("toy", SandboxSpec()))
+
+
+def test_the_capture_recipe_is_one_entry_in_modes():
+    steps = recipe("A capture mode")
+    assert "`MODES` in `store/capture_modes.py`" in steps
+    wire = typing.get_args(CreateRollout.model_fields["capture"].annotation)[0]
+    assert typing.get_args(wire) == tuple(capture_modes.MODES) == capture_modes.CAPTURE_MODES
+    assert all(f"{mode} ({what})" in capture_modes.capture_help() for mode, what in capture_modes.MODES.items())
+    assert {capture_modes.DEFAULT_CAPTURE, capture_modes.TEACHER_CAPTURE} <= set(capture_modes.MODES)
+
+
+@pytest.mark.parametrize(
+    "title", ["A harness: another coding agent", "A reward", "A sandbox backend", "A capture mode", "A wire dialect"]
+)
+def test_every_recipe_names_a_test_to_copy(title):
+    copied = re.findall(r"`(tests/[\w/]+\.py)`", recipe(title))
+    assert copied and all((ROOT / path).exists() for path in copied)
