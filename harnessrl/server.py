@@ -47,6 +47,7 @@ def uvicorn_server(settings: GatewaySettings, host: str, port: int, log_level: s
             settings.header_timeout_s, settings.token_max_connections
         ),  # httptools: heads timed, connections counted
         timeout_graceful_shutdown=10,
+        proxy_headers=False,  # no client address is read: X-Forwarded-* is neither trusted nor parsed per request
         # agents pause between calls: longer than clients' own pool expiry (httpx 5 s, undici 4 s), so they close
         # first; a bridge's idle timeout (gateway.settings)
         timeout_keep_alive=settings.keep_alive_timeout_s,
@@ -74,6 +75,7 @@ class BackgroundServer:
             loop="uvloop",
             http=http,
             timeout_keep_alive=keep_alive_s,
+            proxy_headers=False,
         )
         self._server = uvicorn.Server(config)
         self._thread = threading.Thread(

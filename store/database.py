@@ -7,7 +7,6 @@ import os
 from pathlib import Path
 
 import orjson
-
 from sqlalchemy import event
 from sqlalchemy.engine import make_url
 from sqlalchemy.ext.asyncio import (

@@ -11,6 +11,8 @@ Outermost first (``install_boundary``):
    (``serve --public-url``) is held to its caps here.
 5. ``BodyLimit``: a body over the limit is refused while it streams in (413 in the dialect's shape).
 6. ``RetryCount``: the SDKs' retry count header, noted for the pipeline (``gateway.request.retries``).
+7. ``ModelLane``: a model route's request goes straight to its endpoint (not through FastAPI's router
+   and request handler); every other request goes on to the app.
 
 Below them, on each connection, ``connection_guard`` (uvicorn's HTTP protocol, installed by
 ``harnessrl.server``): each request's head in time, each rollout token's connections counted.
@@ -26,6 +28,7 @@ from fastapi import FastAPI
 from gateway.boundary.admin_guard import AdminGuard, is_control_plane
 from gateway.boundary.body_limit import BodyLimit
 from gateway.boundary.host_guard import HostGuard
+from gateway.boundary.model_lane import ModelLane
 from gateway.boundary.retry_count import RetryCount
 from gateway.boundary.server_errors import ServerErrors
 from gateway.boundary.token_caps import TokenCaps
@@ -35,6 +38,7 @@ __all__ = [
     "AdminGuard",
     "BodyLimit",
     "HostGuard",
+    "ModelLane",
     "RetryCount",
     "ServerErrors",
     "TokenCaps",
@@ -44,9 +48,10 @@ __all__ = [
 
 
 def install_boundary(app: FastAPI, settings: GatewaySettings) -> None:
-    """The six layers, in order (Starlette wraps the middleware added last outermost). The requests in flight
+    """The seven layers, in order (Starlette wraps the middleware added last outermost). The requests in flight
     per rollout token are ``app.state.tokens_in_flight`` (token -> count; a token at 0 has no entry)."""
     app.state.tokens_in_flight = in_flight = {}
+    app.add_middleware(ModelLane)
     app.add_middleware(RetryCount)
     app.add_middleware(BodyLimit, max_bytes=settings.max_body_bytes)
     app.add_middleware(

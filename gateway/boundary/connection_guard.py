@@ -13,7 +13,8 @@ connection nor a head before it is in. Here:
   a token holds at most ``max_connections`` at once, and one more is answered 429 and closed (a bridge's
   cap, per sandbox). A token's count goes when its last connection does.
 
-A head names no token before it is in, so the head's time limit is per connection.
+A head names no token before it is in, so the head's time limit is per connection. What a connection
+writes in one turn of the event loop leaves as one write (``gateway.boundary.write_batching``).
 """
 
 from __future__ import annotations
@@ -24,6 +25,7 @@ import json
 from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 
 from gateway.boundary.token_caps import RETRY_AFTER_S, request_token
+from gateway.boundary.write_batching import BatchedWrites
 
 TIMED_OUT = b"HTTP/1.1 408 Request Timeout\r\ncontent-length: 0\r\nconnection: close\r\n\r\n"
 
@@ -59,7 +61,7 @@ def guarded(header_timeout_s: float, max_connections: int) -> type[HttpToolsProt
         _refused = False
 
         def connection_made(self, transport) -> None:  # type: ignore[override]
-            super().connection_made(transport)
+            super().connection_made(BatchedWrites(transport, self.loop))  # a response's head and body: one write
             self._arm()  # a connection that sends nothing at all is timed too
 
         def on_message_begin(self) -> None:

@@ -19,6 +19,7 @@ from typing import Protocol
 import aiohttp
 import numpy as np
 import orjson
+from yarl import URL
 
 from gateway.engine.body import EncodedBody
 from gateway.engine.token_prefix import loads_answer
@@ -160,12 +161,16 @@ class VLLMEngineClient:
         self.timeout_s = timeout_s
         self._timeout = aiohttp.ClientTimeout(total=timeout_s, sock_connect=5.0)
         self._session: aiohttp.ClientSession | None = None
+        self._urls: dict[str, URL] = {}  # path -> its URL, parsed once (aiohttp parses a str every call)
 
     def _http(self) -> aiohttp.ClientSession:
         # Created lazily: a ClientSession belongs to the running event loop.
         if self._session is None or self._session.closed:
             connector = aiohttp.TCPConnector(limit=1024, limit_per_host=0, keepalive_timeout=KEEPALIVE_S)
-            self._session = aiohttp.ClientSession(connector=connector, timeout=self._timeout)
+            # no cookies to keep from an engine: the jar's per-request filtering is skipped
+            self._session = aiohttp.ClientSession(
+                connector=connector, timeout=self._timeout, cookie_jar=aiohttp.DummyCookieJar()
+            )
         return self._session
 
     async def chat(self, body: dict) -> dict:
@@ -224,6 +229,11 @@ class VLLMEngineClient:
 
         return await self._request(method, path, body, read)
 
+    def _url(self, path: str) -> URL:
+        if path not in self._urls:
+            self._urls[path] = URL(f"{self.base_url}{path}")
+        return self._urls[path]
+
     async def _request(self, method: str, path: str, body: dict | None, handle, keep_open: bool = False):
         """``handle(response)`` of the engine's answer, retrying a connection that never reached it.
 
@@ -234,7 +244,7 @@ class VLLMEngineClient:
         headers = {"content-type": "application/json"} if data is not None else None
         for attempt, delay in enumerate((*RETRY_DELAYS_S, None)):
             try:
-                response = await self._http().request(method, f"{self.base_url}{path}", data=data, headers=headers)
+                response = await self._http().request(method, self._url(path), data=data, headers=headers)
                 try:
                     handled = await handle(response)
                 except BaseException:

@@ -51,6 +51,8 @@ STAGES: tuple[tuple[str, tuple[str, ...], tuple[str, ...] | None], ...] = (
 PROJECT = ("gateway/", "store/", "harnessrl/")  # py-spy names files relative to their sys.path entry
 SERVER = ("uvicorn/", "starlette/", "fastapi/")  # the framework: its frames are charged to it, not to a caller
 IDLE = "idle threads"
+EVENT_LOOP = "event loop (uvloop: sockets, HTTP parsing, callbacks)"  # its C code, below any Python frame
+LOOP = "Runner.run (asyncio/runners.py"  # the innermost Python frame while the loop runs C code
 # Threads blocked in these frames wait, and py-spy cannot always tell (a queue's get is a lock's wait).
 WAITING = ("_connection_worker_thread (aiosqlite/core.py:59)", "_worker (concurrent/futures/thread.py:81)")
 
@@ -59,6 +61,8 @@ def stage_of(stack: list[str]) -> str:
     """The stage a sampled stack (outermost frame first, py-spy's ``name (file:line)``) is charged to."""
     if stack[-1] in WAITING:
         return IDLE
+    if stack[-1].startswith(LOOP):
+        return EVENT_LOOP
     for frame in reversed(stack):
         name, _, where = frame.partition(" (")
         path = where.rsplit(":", 1)[0]
@@ -69,7 +73,7 @@ def stage_of(stack: list[str]) -> str:
         for stage, files, functions in STAGES:
             if path.startswith(files) and (functions is None or name in functions):
                 return stage
-    return "event loop (uvloop: sockets, HTTP parsing, callbacks)"  # its C code, below any Python frame
+    return EVENT_LOOP
 
 
 def stages_from_raw(text: str) -> Counter[str]:
@@ -88,14 +92,14 @@ def profile(args: argparse.Namespace) -> dict:
     gateway = start_harnessrl(workdir, engine.url)
     try:
         asyncio.run(run_load(HOST, gateway.port, gateway.request(args.stream), args.concurrency, 200))  # warm-up
+        requests = gateway.requests(args.stream, args.calls)  # its sessions opened before sampling
         raw = workdir / "profile.txt"
         sampler = subprocess.Popen(
             [args.py_spy, "record", "--pid", str(gateway.process.pid), "--rate", str(args.rate), "--format", "raw"]
-            + ["--nonblocking", "-o", str(raw)],
+            + ["--nonblocking", "--gil", "-o", str(raw)],
             stdout=subprocess.DEVNULL,
             stderr=subprocess.PIPE,
         )
-        requests = gateway.requests(args.stream, args.calls)  # its sessions opened before the clock
         time.sleep(1.0)  # py-spy attaches
         before = gateway.cpu_s()
         result = asyncio.run(run_load(HOST, gateway.port, requests, args.concurrency, args.calls))
