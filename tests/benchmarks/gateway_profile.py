@@ -8,8 +8,9 @@ with the same bodies and sessions (tests/benchmarks/peer_servers.py: BODY_WORDS,
 py-spy samples the gateway's busy threads while the load runs; each sample is charged to the stage of
 its innermost frame in the project (gateway/, store/, ...) or the framework (uvicorn, starlette, FastAPI):
 library frames (pydantic, sqlite3, aiohttp) count for the code that called them, and a sample with
-neither is the event loop's (uvloop's C code). Printed and written (JSON): each stage's CPU
-milliseconds per call (its share of the samples times the gateway's measured CPU per call).
+neither is the event loop's (uvloop's C code). Only threads holding the GIL are sampled. Printed and
+written (JSON): each stage's CPU milliseconds per call (its share of the samples times the gateway's
+measured CPU per call), socket writes apart (``WRITES``).
 """
 
 from __future__ import annotations
@@ -53,6 +54,15 @@ SERVER = ("uvicorn/", "starlette/", "fastapi/")  # the framework: its frames are
 IDLE = "idle threads"
 EVENT_LOOP = "event loop (uvloop: sockets, HTTP parsing, callbacks)"  # its C code, below any Python frame
 LOOP = "Runner.run (asyncio/runners.py"  # the innermost Python frame while the loop runs C code
+# A socket write on loopback wakes the reader (the client, the engine), which on a busy machine may take
+# the gateway's core while the write holds the GIL: sampled as held, mostly not the gateway's CPU (perf
+# puts all kernel time at a seventh of it). Reported apart, outside the CPU shares.
+WRITES = (
+    "StreamWriter._writelines (aiohttp/http_writer.py",
+    "BatchedWrites.flush (gateway/boundary/write_batching.py",
+    "RequestResponseCycle.send (uvicorn/protocols/http/httptools_impl.py",
+)
+SOCKET_WRITES = "socket writes (with the woken reader's time on a busy core)"
 # Threads blocked in these frames wait, and py-spy cannot always tell (a queue's get is a lock's wait).
 WAITING = ("_connection_worker_thread (aiosqlite/core.py:59)", "_worker (concurrent/futures/thread.py:81)")
 
@@ -61,6 +71,8 @@ def stage_of(stack: list[str]) -> str:
     """The stage a sampled stack (outermost frame first, py-spy's ``name (file:line)``) is charged to."""
     if stack[-1] in WAITING:
         return IDLE
+    if stack[-1].startswith(WRITES):
+        return SOCKET_WRITES
     if stack[-1].startswith(LOOP):
         return EVENT_LOOP
     for frame in reversed(stack):
@@ -110,7 +122,8 @@ def profile(args: argparse.Namespace) -> dict:
         gateway.process.stop()
         engine.stop()
     counts = stages_from_raw(raw.read_text())
-    busy = sum(n for stage, n in counts.items() if stage != IDLE) or 1
+    apart = (IDLE, SOCKET_WRITES)
+    busy = sum(n for stage, n in counts.items() if stage not in apart) or 1
     return {
         "benchmark": "gateway_profile",
         "concurrency": args.concurrency,
@@ -121,9 +134,9 @@ def profile(args: argparse.Namespace) -> dict:
         "cpus": os.cpu_count(),
         "load_average": os.getloadavg(),
         "samples": dict(counts.most_common()),
-        # idle threads' samples are no CPU: the measured CPU is shared among the busy stages
+        # the measured CPU shared among the stages; idle threads and socket writes apart (see WRITES)
         "stages_ms_per_call": {
-            stage: round(cpu_ms * n / busy, 3) for stage, n in counts.most_common() if stage != IDLE
+            stage: round(cpu_ms * n / busy, 3) for stage, n in counts.most_common() if stage not in apart
         },
     }
 

@@ -21,7 +21,7 @@ from sqlalchemy.engine import make_url
 
 from gateway.errors import store_failure
 from migrations.runner import upgrade
-from store import database, sqlite_inserts
+from store import database
 from store.store import Store
 from tests.builders import chat_body, gateway_settings, messages_body
 from tests.gateway_harness import start_gateway
@@ -32,7 +32,6 @@ from tests.unit.test_errors import assert_openai_error
 async def impatient_gateway(sqlite_db, fake_engine, fake_engine_server, monkeypatch):
     """A gateway whose SQLite connections wait 0.2 s (not 10 s) for another process's write lock."""
     monkeypatch.setattr(database, "BUSY_TIMEOUT_MS", 200)
-    monkeypatch.setattr(sqlite_inserts, "BUSY_TIMEOUT_MS", 200)
     async for harness in start_gateway(gateway_settings(sqlite_db, fake_engine_server.url), fake_engine):
         yield harness
 
