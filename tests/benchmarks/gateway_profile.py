@@ -1,7 +1,7 @@
 """Where a recorded call's CPU goes: the gateway sampled by py-spy under the peers benchmark's load, per stage.
 
 Run: `.venv/bin/python tests/benchmarks/gateway_profile.py [--calls N] [--concurrency C] [--stream]
-[--py-spy PATH] [--out FILE]` (py-spy: `pip install py-spy`; the sampler needs ptrace, as root here).
+[--py-spy PATH] [--out FILE]` (py-spy comes with the dev extra; it needs ptrace, as root here).
 
 The gateway serves the fake engine (tests/fake_engine.py) over SQLite, as in tests/benchmarks/peers.py,
 with the same bodies and sessions (tests/benchmarks/peer_servers.py: BODY_WORDS, SESSION_TURNS).
@@ -147,7 +147,8 @@ def main() -> None:
     parser.add_argument("--concurrency", type=int, default=1)
     parser.add_argument("--stream", action="store_true")
     parser.add_argument("--rate", type=int, default=997, help="py-spy samples per second")
-    parser.add_argument("--py-spy", default=shutil.which("py-spy") or "py-spy")
+    beside = Path(sys.executable).with_name("py-spy")  # the venv's (the dev extra pins it)
+    parser.add_argument("--py-spy", default=str(beside) if beside.exists() else shutil.which("py-spy") or "py-spy")
     parser.add_argument("--out", type=Path, default=DEFAULT_OUT)
     args = parser.parse_args()
     report = profile(args)
