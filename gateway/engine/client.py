@@ -22,6 +22,7 @@ import orjson
 from yarl import URL
 
 from gateway.engine.body import EncodedBody
+from gateway.engine.http1 import BrokenAnswer, Dropped, Http1Pool
 from gateway.engine.token_prefix import loads_answer
 from gateway.errors import EngineError, EngineTimeout, EngineUnavailable, GatewayError
 
@@ -31,7 +32,7 @@ logger = logging.getLogger(__name__)
 # ClientOSError is how a pooled connection that the engine closed while idle fails on write
 # ("Can not write request body"). (aiohttp, not httpx: httpx's pool cost per request grows with
 # its number of connections.)
-RETRYABLE = (aiohttp.ClientConnectorError, aiohttp.ServerDisconnectedError, aiohttp.ClientOSError)
+RETRYABLE = (aiohttp.ClientConnectorError, aiohttp.ServerDisconnectedError, aiohttp.ClientOSError, Dropped)
 # What a client raises when its engine failed in transport (unreachable after those retries, or a
 # connection broken mid-answer): the engine pool takes that engine out and moves its rollouts.
 # A timeout is not one: a slow engine is not a dead one, and resending would double its load.
@@ -162,6 +163,8 @@ class VLLMEngineClient:
         self._timeout = aiohttp.ClientTimeout(total=timeout_s, sock_connect=5.0)
         self._session: aiohttp.ClientSession | None = None
         self._urls: dict[str, URL] = {}  # path -> its URL, parsed once (aiohttp parses a str every call)
+        # answered calls (chat, completions) on lean kept-alive connections (gateway.engine.http1)
+        self._answers = Http1Pool(self.base_url, timeout_s, KEEPALIVE_S) if Http1Pool.serves(self.base_url) else None
 
     def _http(self) -> aiohttp.ClientSession:
         # Created lazily: a ClientSession belongs to the running event loop.
@@ -174,10 +177,10 @@ class VLLMEngineClient:
         return self._session
 
     async def chat(self, body: dict) -> dict:
-        return _answer_or_raise(await self._send("POST", "/v1/chat/completions", body), body.get("model"))
+        return _answer_or_raise(await self._answered("/v1/chat/completions", body), body.get("model"))
 
     async def completions(self, body: dict) -> dict:
-        return _answer_or_raise(await self._send("POST", "/v1/completions", body), body.get("model"))
+        return _answer_or_raise(await self._answered("/v1/completions", body), body.get("model"))
 
     async def chat_stream(self, body: dict) -> EngineStream:
         """A streamed chat completion (``body["stream"]`` true), once the engine accepted it."""
@@ -209,6 +212,8 @@ class VLLMEngineClient:
         _raise_for_status(await self._send("POST", "/v1/unload_lora_adapter", {"lora_name": name}))
 
     async def close(self) -> None:
+        if self._answers is not None:
+            self._answers.close()
         if self._session is not None:
             await self._session.close()
 
@@ -229,6 +234,17 @@ class VLLMEngineClient:
 
         return await self._request(method, path, body, read)
 
+    async def _answered(self, path: str, body: dict) -> EngineResponse:
+        """A POST whose answer is read whole: on the lean connections where the engine is plain HTTP."""
+        if self._answers is None:
+            return await self._send("POST", path, body)
+        data = encoded(body)
+
+        async def attempt() -> EngineResponse:
+            return EngineResponse(*await self._answers.post(path, data))
+
+        return await self._attempts(attempt)
+
     def _url(self, path: str) -> URL:
         if path not in self._urls:
             self._urls[path] = URL(f"{self.base_url}{path}")
@@ -242,33 +258,42 @@ class VLLMEngineClient:
         """
         data = None if body is None else encoded(body)
         headers = {"content-type": "application/json"} if data is not None else None
-        for attempt, delay in enumerate((*RETRY_DELAYS_S, None)):
+
+        async def attempt():
+            response = await self._http().request(method, self._url(path), data=data, headers=headers)
             try:
-                response = await self._http().request(method, self._url(path), data=data, headers=headers)
-                try:
-                    handled = await handle(response)
-                except BaseException:
-                    response.close()
-                    raise
-                if not (keep_open and isinstance(handled, EngineStream)):
-                    response.release()
-                return handled
-            except RETRYABLE as exc:
-                if delay is None:
-                    unreachable = EngineUnavailable(
-                        f"the engine is unreachable after {attempt + 1} attempts ({type(exc).__name__}); "
-                        f"check that it is running (harnessrl serve starts one, --engine-url points at "
-                        f"another; the gateway's log names its URL)"
-                    )
-                    raise _logged(unreachable, self.base_url, exc) from exc
-                await asyncio.sleep(delay)
-            except TimeoutError as exc:
+                handled = await handle(response)
+            except BaseException:
+                response.close()
+                raise
+            if not (keep_open and isinstance(handled, EngineStream)):
+                response.release()
+            return handled
+
+        return await self._attempts(attempt)
+
+    async def _attempts(self, attempt):
+        """``attempt()``, again after a transport error that means the request never reached a working
+        engine (``RETRYABLE``, with backoff); the engine's failures as the gateway's errors."""
+        for count, delay in enumerate((*RETRY_DELAYS_S, None)):
+            try:
+                return await attempt()
+            except TimeoutError as exc:  # before RETRYABLE: a TimeoutError is an OSError too
                 timeout = EngineTimeout(
                     f"the engine did not answer within {self.timeout_s:g} s; it may be hung or overloaded "
                     f"(the limit is `harnessrl serve --engine-timeout SECONDS`)"
                 )
                 raise _logged(timeout, self.base_url, exc) from exc
-            except aiohttp.ClientError as exc:
+            except RETRYABLE as exc:
+                if delay is None:
+                    unreachable = EngineUnavailable(
+                        f"the engine is unreachable after {count + 1} attempts ({type(exc).__name__}); "
+                        f"check that it is running (harnessrl serve starts one, --engine-url points at "
+                        f"another; the gateway's log names its URL)"
+                    )
+                    raise _logged(unreachable, self.base_url, exc) from exc
+                await asyncio.sleep(delay)
+            except (aiohttp.ClientError, BrokenAnswer) as exc:
                 failed = EngineUnavailable(f"the engine failed: {type(exc).__name__}")
                 raise _logged(failed, self.base_url, exc) from exc
         raise AssertionError("unreachable")

@@ -61,6 +61,7 @@ WRITES = (
     "StreamWriter._writelines (aiohttp/http_writer.py",
     "BatchedWrites.flush (gateway/boundary/write_batching.py",
     "RequestResponseCycle.send (uvicorn/protocols/http/httptools_impl.py",
+    "_Connection.send (gateway/engine/http1.py",
 )
 SOCKET_WRITES = "socket writes (with the woken reader's time on a busy core)"
 # Threads blocked in these frames wait, and py-spy cannot always tell (a queue's get is a lock's wait).
