@@ -11,8 +11,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import logging
-from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from typing import Protocol
 
@@ -22,11 +20,11 @@ import orjson
 from yarl import URL
 
 from gateway.engine.body import EncodedBody
+from gateway.engine.failures import engine_failed, logged
 from gateway.engine.http1 import BrokenAnswer, Dropped, Http1Pool
+from gateway.engine.stream import AiohttpBody, EngineStream
 from gateway.engine.token_prefix import loads_answer
-from gateway.errors import EngineError, EngineTimeout, EngineUnavailable, GatewayError
-
-logger = logging.getLogger(__name__)
+from gateway.errors import EngineError, EngineTimeout, EngineUnavailable
 
 # Transport errors that mean "the request never reached a working engine": safe to retry.
 # ClientOSError is how a pooled connection that the engine closed while idle fails on write
@@ -83,75 +81,6 @@ class EngineResponse:
     @property
     def text(self) -> str:
         return self.body.decode(errors="replace")
-
-
-class EngineStream:
-    """The chunks of one streamed engine answer (Server-Sent Events), parsed, until ``[DONE]``.
-
-    ``batches`` yields the chunks that arrived together as one list, so a busy gateway translates and
-    sends them in one go (one write to the client instead of one per token); iterating the stream
-    yields chunk by chunk. An ``{"error": ...}`` event (vLLM's way to fail a stream that already
-    started) raises ``EngineError``. ``close`` before the end drops the connection: vLLM aborts the
-    request.
-    """
-
-    def __init__(self, response: aiohttp.ClientResponse, base_url: str):
-        self._response, self._base_url = response, base_url
-        self.done = False  # [DONE] was read
-
-    async def __aiter__(self) -> AsyncIterator[dict]:
-        async for batch in self.batches():
-            for chunk in batch:
-                yield chunk
-
-    async def batches(self) -> AsyncIterator[list[dict]]:
-        pending = b""
-        try:
-            while not self.done:
-                data = await self._response.content.readany()
-                if not data:
-                    if pending.strip():
-                        raise EngineError(502, "engine: the stream ended inside an event", "engine_error")
-                    return
-                pending += data
-                events, _, pending = pending.rpartition(b"\n\n")
-                if batch := self._parsed(events):
-                    yield batch
-            while await self._response.content.readany():
-                pass  # past [DONE]: read to the end, so the connection goes back to the pool
-        except aiohttp.ClientError as exc:
-            raise _logged(
-                EngineUnavailable(f"the engine broke off a stream: {type(exc).__name__}"), self._base_url, exc
-            ) from exc
-        except TimeoutError as exc:
-            raise _logged(
-                EngineTimeout("the engine stopped streaming (no chunk within the engine timeout)"), self._base_url, exc
-            ) from exc
-        finally:
-            self.close()
-
-    def _parsed(self, events: bytes) -> list[dict]:
-        batch = []
-        for line in events.split(b"\n"):
-            if not line.startswith(b"data:"):
-                continue  # blank separators, comments, event names
-            data = line[5:].strip()
-            if data == b"[DONE]":
-                self.done = True
-                break
-            chunk = loads_answer(data)  # the first chunk carries the prompt ids
-            if "error" in chunk and "choices" not in chunk:
-                error = chunk["error"] if isinstance(chunk["error"], dict) else {"message": chunk["error"]}
-                raise _engine_failed("an error event in its stream", str(error.get("message")))
-            batch.append(chunk)
-        return batch
-
-    def close(self) -> None:
-        """Release the connection; one closed mid-answer is dropped (the engine aborts the request)."""
-        if self.done and self._response.content.at_eof():
-            self._response.release()
-        else:
-            self._response.close()
 
 
 class VLLMEngineClient:
@@ -218,12 +147,24 @@ class VLLMEngineClient:
             await self._session.close()
 
     async def _open_stream(self, path: str, body: dict) -> EngineStream:
-        async def opened(response: aiohttp.ClientResponse) -> EngineStream | EngineResponse:
-            if response.status >= 400:
-                return EngineResponse(response.status, await response.read())
-            return EngineStream(response, self.base_url)
+        if self._answers is not None:
+            data = encoded(body)
 
-        answer = await self._request("POST", path, body, opened, keep_open=True)
+            async def lean() -> EngineStream | EngineResponse:
+                status, answer = await self._answers.stream(path, data)
+                return (
+                    EngineResponse(status, answer) if isinstance(answer, bytes) else EngineStream(answer, self.base_url)
+                )
+
+            answer = await self._attempts(lean)
+        else:
+
+            async def opened(response: aiohttp.ClientResponse) -> EngineStream | EngineResponse:
+                if response.status >= 400:
+                    return EngineResponse(response.status, await response.read())
+                return EngineStream(AiohttpBody(response), self.base_url)
+
+            answer = await self._request("POST", path, body, opened, keep_open=True)
         if isinstance(answer, EngineResponse):
             raise _engine_error(answer, body.get("model"))
         return answer
@@ -283,7 +224,7 @@ class VLLMEngineClient:
                     f"the engine did not answer within {self.timeout_s:g} s; it may be hung or overloaded "
                     f"(the limit is `harnessrl serve --engine-timeout SECONDS`)"
                 )
-                raise _logged(timeout, self.base_url, exc) from exc
+                raise logged(timeout, self.base_url, exc) from exc
             except RETRYABLE as exc:
                 if delay is None:
                     unreachable = EngineUnavailable(
@@ -291,19 +232,12 @@ class VLLMEngineClient:
                         f"check that it is running (harnessrl serve starts one, --engine-url points at "
                         f"another; the gateway's log names its URL)"
                     )
-                    raise _logged(unreachable, self.base_url, exc) from exc
+                    raise logged(unreachable, self.base_url, exc) from exc
                 await asyncio.sleep(delay)
             except (aiohttp.ClientError, BrokenAnswer) as exc:
                 failed = EngineUnavailable(f"the engine failed: {type(exc).__name__}")
-                raise _logged(failed, self.base_url, exc) from exc
+                raise logged(failed, self.base_url, exc) from exc
         raise AssertionError("unreachable")
-
-
-def _logged(error: GatewayError, base_url: str, exc: BaseException) -> GatewayError:
-    """``error``, logged with the engine's URL: the message a client (an agent) reads names no address,
-    the operator's log does (and /metrics lists the engines)."""
-    logger.warning("engine %s: %s (%s: %s)", base_url, error.message, type(exc).__name__, exc)
-    return error
 
 
 def encoded(body) -> bytes:
@@ -359,11 +293,4 @@ def _engine_error(response: EngineResponse, model: str | None = None) -> EngineE
         return ModelNotLoaded(f"engine: {message}", model)
     if response.status < 500:  # the engine's word on the request (context length, bad parameter): the client's
         return EngineError(response.status, f"engine: {message}", kind)
-    return _engine_failed(f"HTTP {response.status}", message)
-
-
-def _engine_failed(how: str, message: str) -> EngineError:
-    """A failure inside the engine, as an agent reads it: no engine text, which can name internal
-    addresses and paths; the operator's log has it."""
-    logger.warning("the engine failed (%s): %s", how, message)
-    return EngineError(502, f"the engine failed ({how}); the gateway's log holds its message", "engine_error")
+    return engine_failed(f"HTTP {response.status}", message)

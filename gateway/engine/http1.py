@@ -5,8 +5,11 @@ objects, timers, header merging, cookie and redirect handling), a tenth of what 
 the gateway, and as much again in latency one agent at a time. A chat or completions call that is not
 streamed needs none of it: one POST of a JSON body, one answer. Here each connection is an asyncio
 protocol whose parser (httptools, the one uvicorn serves with) hands back the status and the body;
-idle connections are kept ``KEEPALIVE_S`` and reused, newest first. Streams, health checks, listings and
-adapter loads stay on aiohttp (``gateway.engine.client``), which also owns the retries and the errors.
+idle connections are kept ``KEEPALIVE_S`` and reused, newest first. A streamed answer is handed over
+once its head is in (``LeanStream``): its body as it comes, each read waiting at most the engine timeout
+for the next bytes; closed before its end, the connection is dropped and the engine aborts the request.
+Health checks, listings and adapter loads stay on aiohttp; ``gateway.engine.client`` owns the retries
+and the errors.
 """
 
 from __future__ import annotations
@@ -36,16 +39,22 @@ class _Connection(asyncio.Protocol):
         self.loop = loop
         self.transport: asyncio.Transport | None = None
         self.parser = httptools.HttpResponseParser(self)
-        self.waiter: asyncio.Future | None = None
+        self.waiter: asyncio.Future | None = None  # the answer (status, body), or a stream's head (status, None)
         self.body: list[bytes] = []
         self.answering = False  # a byte of the current answer came
         self.idle_since = 0.0  # time.monotonic() when it was given back
+        # a streamed answer: its body is read as it comes once its head is in (a 4xx/5xx is read whole)
+        self.streaming = False
+        self.complete = False  # the current answer's last byte came
+        self.readable: asyncio.Future | None = None  # a reader waiting for body bytes
+        self.failure: Exception | None = None
 
     def connection_made(self, transport: asyncio.Transport) -> None:
         self.transport = transport
 
-    def send(self, request: bytes) -> asyncio.Future:
+    def send(self, request: bytes, streaming: bool = False) -> asyncio.Future:
         self.waiter, self.answering, self.body = self.loop.create_future(), False, []
+        self.streaming, self.complete, self.failure = streaming, False, None
         self.transport.write(request)
         return self.waiter
 
@@ -57,15 +66,28 @@ class _Connection(asyncio.Protocol):
             self._fail(BrokenAnswer(f"the engine's answer is not HTTP ({exc})"))
             self.transport.close()
 
+    def on_headers_complete(self) -> None:  # httptools' callback
+        if self.streaming and self.parser.get_status_code() < 400:
+            waiter, self.waiter = self.waiter, None
+            if waiter is not None and not waiter.done():
+                waiter.set_result((self.parser.get_status_code(), None))
+
     def on_body(self, body: bytes) -> None:  # httptools' callback
         self.body.append(body)
+        self._wake()
 
     def on_message_complete(self) -> None:  # httptools' callback
         waiter, self.waiter = self.waiter, None
+        self.complete = True
         if not self.parser.should_keep_alive():
             self.transport.close()
         if waiter is not None and not waiter.done():
             waiter.set_result((self.parser.get_status_code(), b"".join(self.body)))
+        self._wake()
+
+    def _wake(self) -> None:
+        if self.readable is not None and not self.readable.done():
+            self.readable.set_result(None)
 
     def connection_lost(self, exc: Exception | None) -> None:
         if self.answering:
@@ -77,6 +99,9 @@ class _Connection(asyncio.Protocol):
         waiter, self.waiter = self.waiter, None
         if waiter is not None and not waiter.done():
             waiter.set_exception(exc)
+        elif self.streaming and not self.complete:
+            self.failure = exc
+            self._wake()
 
     @property
     def usable(self) -> bool:
@@ -111,10 +136,30 @@ class Http1Pool:
             if connection.transport is not None:
                 connection.transport.close()
             raise
+        self.give_back(connection)
+        return status, answer
+
+    async def stream(self, path: str, body: bytes) -> tuple[int, LeanStream | bytes]:
+        """The status once the answer's head is in, with the stream of its body; an answer of 400 or more
+        comes whole (its bytes), as ``post``'s."""
+        connection = self._reused() or await self._opened()
+        try:
+            async with asyncio.timeout(self.timeout_s):
+                status, answer = await connection.send(self._head(path, len(body)) + body, streaming=True)
+        except BaseException:
+            if connection.transport is not None:
+                connection.transport.close()
+            raise
+        if answer is not None:
+            self.give_back(connection)
+            return status, answer
+        return status, LeanStream(connection, self)
+
+    def give_back(self, connection: _Connection) -> None:
+        """An answered connection, kept for the next request when the engine keeps it open."""
         if connection.usable:
             connection.idle_since = time.monotonic()
             self._idle.append(connection)
-        return status, answer
 
     def close(self) -> None:
         for connection in self._idle:
@@ -147,3 +192,45 @@ class Http1Pool:
                 "content-type: application/json\r\naccept: application/json\r\n"
             ).encode()
         return head + b"content-length: %d\r\n\r\n" % length
+
+
+class LeanStream:
+    """A streamed answer's body on one connection, read as it comes (``EngineStream`` parses its events)."""
+
+    def __init__(self, connection: _Connection, pool: Http1Pool):
+        self._connection, self._pool = connection, pool
+        self._done = False  # released or closed
+
+    async def readany(self) -> bytes:
+        """The body bytes that came since the last read, waiting for some; b"" at the end. ``TimeoutError``
+        when none came within the engine timeout, ``BrokenAnswer`` when the answer broke off."""
+        connection = self._connection
+        while not connection.body:
+            if connection.failure is not None:
+                raise connection.failure
+            if connection.complete:
+                return b""
+            connection.readable = connection.loop.create_future()
+            try:
+                async with asyncio.timeout(self._pool.timeout_s):
+                    await connection.readable
+            finally:
+                connection.readable = None
+        data = connection.body[0] if len(connection.body) == 1 else b"".join(connection.body)
+        connection.body = []
+        return data
+
+    def at_eof(self) -> bool:
+        return self._connection.complete and not self._connection.body
+
+    def release(self) -> None:
+        """Read to its end: the connection goes back to the pool."""
+        if not self._done:
+            self._done = True
+            self._pool.give_back(self._connection)
+
+    def close(self) -> None:
+        """Closed before its end: the connection is dropped (the engine aborts the request)."""
+        if not self._done:
+            self._done = True
+            self._connection.transport.close()

@@ -28,9 +28,10 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 from contracts.adapter_proof import AdapterProbe
-from gateway.engine.client import ENGINE_DOWN, EngineClient, EngineStream, base_model_id
+from gateway.engine.client import ENGINE_DOWN, EngineClient, base_model_id
 from gateway.engine.proof import prove_engine
 from gateway.engine.routing import CallRoute, EngineLoad, Router, StickyLeastLoaded, call_route
+from gateway.engine.stream import EngineStream
 from gateway.errors import EngineBusy, EngineError, EngineTimeout, EngineUnavailable, GatewayError
 
 logger = logging.getLogger(__name__)

@@ -14,7 +14,8 @@ import asyncio
 import logging
 import time
 
-from gateway.engine.client import EngineClient, EngineStream
+from gateway.engine.client import EngineClient
+from gateway.engine.stream import EngineStream
 from gateway.engine.token_prefix import token_count
 from gateway.errors import EngineError, EngineTimeout, EngineUnavailable
 from gateway.recording.streaming import ChatAssembler

@@ -18,7 +18,7 @@ from collections.abc import AsyncIterator
 import numpy as np
 from tokenizers.decoders import DecodeStream
 
-from gateway.engine.client import EngineStream
+from gateway.engine.stream import EngineStream
 from gateway.errors import EngineError
 from gateway.tito.parser import StreamParser
 from gateway.tito.template import ModelText
