@@ -1,114 +1,107 @@
-"""`harnessrl run`: load tasks, harness and reward functions, then run with a live display."""
+"""`harnessrl run`: a run's config (harnessrl/config/jobs.py) made a plan (its tasks, harness and reward
+functions loaded), then played with a live display."""
 
 from __future__ import annotations
 
 from collections import Counter
-from pathlib import Path
+from collections.abc import Callable
+from dataclasses import replace
+from typing import TYPE_CHECKING
 
 from rich.console import Console
 
 from contracts.gateway_client import GatewayClient
-from harnesses.budget import DEFAULT_WALL_FACTOR
-from harnesses.datasets import Selection, load_selection
+from harnesses.datasets import load_selection
 from harnesses.environments import Environments
+from harnesses.harness import Harness
 from harnesses.interrupts import sigterm_cancels_this_task
-from harnesses.judge import Judge, JudgeSettings
+from harnesses.judge import Judge
 from harnesses.openenv.agent import with_environments
 from harnesses.progress import RunProgress
 from harnesses.registry import create_harness
-from harnesses.reward_functions import load_reward_function
+from harnesses.reward_functions import RewardFunction, load_reward_function
 from harnesses.run_plan import RolloutResult, RunPlan
 from harnesses.runner import Runner
-from harnesses.slot_leases import DEFAULT_LEASE_S
-from harnesses.task import unhonoured_warning
-from sandboxes import Limits, SandboxSpec
+from harnesses.task import Task, unhonoured_warning
 from sandboxes.kinds import checked_options, sandbox_kind
+from store.capture_modes import TEACHER_CAPTURE
+
+if TYPE_CHECKING:  # the config is read, never imported: harnessrl builds on harnesses, not the reverse
+    from harnessrl.config.jobs import RunConfig
 
 SUMMARY_CAUSE_CHARS = 160  # of a failure's cause in the summary line
 
 
 async def launch_run(
-    tasks: str | Path,
-    run: str,
-    harness: str,
-    group_size: int,
-    concurrency: int,
-    sandbox: str,
-    gateway_url: str,
-    admin_key: str | None,
-    rewards: list[str],
-    capture: str | None,
-    memory_gib: float,
-    wall_factor: float = DEFAULT_WALL_FACTOR,
-    sampling: dict | None = None,
-    allow_unisolated: bool = False,
-    judge: JudgeSettings | None = None,
-    selection: Selection | None = None,
-    allow_internet: bool = False,
-    teacher: str | None = None,
-    worker: str = "",
-    lease_s: float = DEFAULT_LEASE_S,
-    sandbox_gateway: str | None = None,
-    policy: str | None = None,
-    sandbox_options: dict[str, object] | None = None,
+    config: RunConfig, gateway_url: str, admin_key: str | None, on_ready: Callable[[], None] | None = None
 ) -> str:
-    """Run (or resume, or join: several runners may share a run) ``run``; a one-line summary.
+    """Run (or resume, or join: several runners may share a run) ``config.run``; a one-line summary.
 
-    ``sandbox_gateway``: the URL the sandboxes' bridges reach the gateway by [default: ``gateway_url``,
-    this worker's own route to it, which works wherever the gateway runs; for a kind without a bridge,
-    harbor:<type>, the gateway's public URL]; ``sandbox_options``: ``--sandbox-option`` pairs (Harbor's
-    environment options); ``worker`` and ``lease_s``:
-    this runner's id in the run's slot leases and their length (``harnesses.runner``); ``policy``: the
-    policy the run trains and is served (``store.policies``).
+    ``gateway_url``: the gateway serving the run (the config's, or a teacher's); the sandboxes' bridges reach
+    it there unless ``config.sandbox.gateway`` names another URL (a kind without a bridge, harbor:<type>,
+    uses the gateway's public URL). ``on_ready``: called once the checks passed, before any rollout.
     """
-    kind = sandbox_kind(sandbox)
-    options = await checked_options(kind, allow_unisolated, sandbox_options)
-    limits = Limits(memory_bytes=int(memory_gib * 2**30), cpus=1.0)
-    chosen = load_selection(tasks, selection or Selection())
+    kind = sandbox_kind(config.sandbox.kind)
+    options = await checked_options(kind, config.sandbox.allow_unisolated, config.sandbox.options)
+    chosen = load_selection(config.tasks.source, config.tasks.selection())
     if (ignored := unhonoured_warning(chosen)) is not None:
         Console(stderr=True).print(ignored, markup=False, highlight=False)
-    environments = Environments(allow_internet=allow_internet)
+    environments = Environments(allow_internet=config.sandbox.allow_internet)
     for task in chosen:  # a task needing the internet is refused before anything runs
         environments.check(task)
     agent, reward_functions = with_environments(  # OpenEnv tasks: their tools and reward (harnesses/openenv/agent.py)
         chosen,
-        create_harness(harness, sandbox),
-        tuple(load_reward_function(spec) for spec in rewards),
+        create_harness(config.harness, config.sandbox.kind),
+        tuple(load_reward_function(spec) for spec in config.rewards),
         admin_key=admin_key,
     )
-    plan = RunPlan(
-        run=run,
-        tasks=chosen,
-        harness=agent,
-        group_size=group_size,
-        concurrency=concurrency,
-        sandbox=sandbox,
-        base_spec=SandboxSpec(limits=limits),
-        rewards=reward_functions,
-        capture=capture,
-        wall_factor=wall_factor,
-        sampling=sampling,
+    plan = replace(
+        run_plan(config, chosen, agent, reward_functions),
         sandbox_options=options,
-        judge=Judge(judge) if judge else None,
         environments=environments,
-        teacher=teacher,
-        worker=worker,
-        lease_s=lease_s,
-        sandbox_gateway=sandbox_gateway or (gateway_url if kind.bridged else None),
-        policy=policy,
+        sandbox_gateway=config.sandbox.gateway or (gateway_url if kind.bridged else None),
     )
+    if on_ready is not None:
+        on_ready()
+    return summary_line(config.run, await _play(plan, gateway_url, admin_key))
+
+
+def run_plan(config: RunConfig, tasks: list[Task], agent: Harness, rewards: tuple[RewardFunction, ...]) -> RunPlan:
+    """The plan ``config`` describes, on the tasks, agent and rewards loaded for it."""
+    judge = config.judge.settings()
+    return RunPlan(
+        run=config.run,
+        tasks=tasks,
+        harness=agent,
+        group_size=config.group_size,
+        concurrency=config.concurrency,
+        sandbox=config.sandbox.kind,
+        base_spec=config.sandbox.spec(),
+        rewards=rewards,
+        capture=TEACHER_CAPTURE if config.teacher.model else config.capture,
+        wall_factor=config.sandbox.wall_factor,
+        sampling=config.sampling.request(),
+        judge=Judge(judge) if judge else None,
+        teacher=config.teacher.model,
+        worker=config.workers.worker_id,
+        lease_s=config.workers.lease_s,
+        policy=config.policy,
+    )
+
+
+async def _play(plan: RunPlan, gateway_url: str, admin_key: str | None) -> list[RolloutResult]:
+    """The plan's slots played under a live display (slots claimed with leases: several runners share a run)."""
     gateway = GatewayClient(gateway_url, admin_key)
     try:
-        if (warning := await context_warning(gateway, agent)) is not None:
+        if (warning := await context_warning(gateway, plan.harness)) is not None:
             Console(stderr=True).print(warning, markup=False, highlight=False)
         runner = Runner(plan, gateway)
         remaining = await runner.remaining()  # other runners of the run may play some of these
         with RunProgress(remaining) as progress, sigterm_cancels_this_task():
             runner.on_start, runner.on_result = progress.started, progress.finished
-            results = await runner.run()  # slots claimed with leases (several runners share a run)
+            return await runner.run()
     finally:
         await gateway.close()
-    return summary_line(run, results)
 
 
 def summary_line(run: str, results: list[RolloutResult]) -> str:

@@ -149,3 +149,11 @@ def agent_requests(turns: int, history_chars: int = 2_000) -> list[dict]:
             {"role": "tool", "tool_call_id": f"call_{turn}", "content": "x" * history_chars},
         ]
     return requests
+
+
+def run_config(tasks, run: str, **keys):
+    """A `harnessrl run` config (harnessrl/config/jobs.py) on ``tasks``; ``keys`` by their dotted names."""
+    from harnessrl.config.files import load_config
+    from harnessrl.config.jobs import RunConfig
+
+    return load_config(RunConfig, None, {"tasks.source": str(tasks), "run": run, **keys})

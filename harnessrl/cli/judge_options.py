@@ -1,15 +1,21 @@
 """The `--judge` options, declared once: a decorator adds them to a command, which receives them as one
-`JudgeOptions` (run, eval and quickstart share the flags, their defaults and their checks)."""
+`JudgeOptions` (run, eval and quickstart share the flags, their defaults and their checks). The settings
+themselves are the config's judge section (harnessrl.config.sections.JudgeConfig)."""
 
 from __future__ import annotations
 
 import functools
 import inspect
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Annotated
 
 import typer
+
+from harnessrl.cli.options import Sets
+from harnessrl.config.files import field_bounds
+from harnessrl.config.sections import JudgeConfig
+
+JudgeOptions = JudgeConfig  # what a command receives: the judge section of its config
 
 JudgeModel = Annotated[
     str | None,
@@ -18,54 +24,35 @@ JudgeModel = Annotated[
         help="An LLM judge adding the reward component `judge`: a litellm model string (hosted_vllm/NAME, "
         "openai/..., anthropic/...); provider keys come from the environment as litellm reads them",
     ),
+    Sets("judge.model"),
 ]
-RubricFile = Annotated[Path | None, typer.Option(help="The judge's rubric: a text file saying what good work is")]
+RubricFile = Annotated[
+    Path | None, typer.Option(help="The judge's rubric: a text file saying what good work is"), Sets("judge.rubric")
+]
 JudgeMode = Annotated[
     str,
     typer.Option(
         help="rollout: score each rollout; group: score a group's rollouts against each other in one call (RULER-style)"
     ),
+    Sets("judge.mode"),
 ]
 JudgeBaseUrl = Annotated[
     str | None,
     typer.Option(
         envvar="HARNESSRL_JUDGE_BASE_URL", help="The judge's API base, e.g. http://127.0.0.1:8100/v1 for hosted_vllm/"
     ),
+    Sets("judge.base_url"),
 ]
-JudgeConcurrency = Annotated[int, typer.Option(min=1, help="Judge calls at once")]
-JudgeTimeout = Annotated[float, typer.Option(min=1.0, help="Seconds per judge call before it abstains")]
-
-
-@dataclass(frozen=True)
-class JudgeOptions:
-    model: str | None = None  # --judge: a litellm model string; None: no judge
-    rubric: Path | None = None
-    mode: str = "rollout"  # rollout | group
-    base_url: str | None = None
-    concurrency: int = 4  # judge calls at once
-    timeout_s: float = 120.0  # per judge call
-
-    def settings(self):
-        """The judge asked for (None without --judge); ValueError naming the missing or bad option."""
-        from harnesses.judge import JudgeSettings
-        from harnesses.rubric import load_rubric
-        from harnessrl.settings import data_home
-
-        if self.model is None:
-            if self.rubric is not None:
-                raise ValueError("--rubric needs --judge MODEL (a litellm model string)")
-            return None
-        if self.rubric is None:
-            raise ValueError("--judge needs --rubric FILE: the text the judge scores by")
-        return JudgeSettings(
-            model=self.model,
-            rubric=load_rubric(self.rubric),
-            mode=self.mode,
-            api_base=self.base_url,
-            concurrency=self.concurrency,
-            timeout_s=self.timeout_s,
-            cache_dir=data_home() / "judge-cache",
-        )
+JudgeConcurrency = Annotated[
+    int,
+    typer.Option(help="Judge calls at once", **field_bounds(JudgeConfig, "concurrency")),
+    Sets("judge.concurrency"),
+]
+JudgeTimeout = Annotated[
+    float,
+    typer.Option(help="Seconds per judge call before it abstains", **field_bounds(JudgeConfig, "timeout_s")),
+    Sets("judge.timeout_s"),
+]
 
 
 NO_JUDGE = JudgeOptions()  # the options' defaults: no judge

@@ -1,17 +1,51 @@
 """What several commands share: the console, failing with a message, the shared options (store URL, task
-selection) and turning options into values (store URL, migrated store, admin key, judge, task selection)."""
+selection, --config) and turning options into values (store URL, migrated store, admin key, judge, task selection).
+
+An option marked ``Sets("section.key")`` sets that key of its command's config (harnessrl/config/), so
+``--config FILE`` and the command line describe one thing (``harnessrl.cli.job_config``)."""
 
 from __future__ import annotations
 
 import typing
-from typing import Annotated
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Annotated, Any
 
 import typer
 from rich.console import Console
 
+from harnessrl.config.files import field_bounds
+from harnessrl.config.sections import TasksConfig
 from sandboxes.kinds import choices as kind_choices
+from sandboxes.kinds import option_pairs
 
 console = Console(stderr=True)
+
+
+def _as_given(value: Any) -> Any:
+    return value
+
+
+@dataclass(frozen=True)
+class Sets:
+    """An option's config key (dotted: ``sandbox.kind``) and how its value becomes the key's."""
+
+    key: str
+    convert: Callable[[Any], Any] = _as_given
+
+
+ConfigFile = Annotated[
+    Path | None,
+    typer.Option(
+        "--config",
+        help="A TOML file of this command's settings; options given here (or by their environment variables) "
+        "override it. --show-config prints every key",
+    ),
+]
+ShowConfig = Annotated[
+    bool, typer.Option("--show-config", help="Print the settings (file, options, defaults) as TOML and exit")
+]
 
 DatabaseUrl = Annotated[
     str | None,
@@ -20,11 +54,13 @@ DatabaseUrl = Annotated[
         envvar="HARNESSRL_DATABASE_URL",
         help="sqlite:///PATH or postgresql://USER@HOST/DB [default: SQLite under $HARNESSRL_HOME]",
     ),
+    Sets("store.url"),
 ]
 
 AdminKey = Annotated[
     str | None,
     typer.Option(envvar="HARNESSRL_ADMIN_KEY", help="The gateway's admin key [default: $HARNESSRL_HOME/admin.key]"),
+    Sets("gateway.admin_key"),
 ]
 
 # Where rollouts run (sandboxes/kinds.py) and the options of Harbor's environment types.
@@ -35,6 +71,7 @@ SandboxOption = Annotated[
         help=f"{kind_choices()}: an environment type of Harbor's (podman, daytona, modal, e2b, gke, ...; "
         "docs/running.md)",
     ),
+    Sets("sandbox.kind"),
 ]
 SandboxOptions = Annotated[
     list[str] | None,
@@ -43,6 +80,7 @@ SandboxOptions = Annotated[
         help="key=value, repeatable: an option of the harbor:<type> environment (Harbor's kwargs; a JSON value "
         "is decoded), e.g. extra_docker_compose='[\"net.yaml\"]'",
     ),
+    Sets("sandbox.options", option_pairs),
 ]
 
 # Which tasks a command runs (harnesses/datasets.py): --tasks and the selection options.
@@ -51,15 +89,29 @@ TASKS_HELP = (
     "builtin:arithmetic | builtin:tasks, or resolved by OpenEnv: harbor:FOLDER | harbor:ORG/NAME | "
     "harbor:NAME@VERSION | hf:ORG/NAME"
 )
-Include = Annotated[list[str] | None, typer.Option(help="Only tasks whose name matches this glob, repeatable")]
-Exclude = Annotated[list[str] | None, typer.Option(help="Leave out tasks whose name matches this glob, repeatable")]
+Tasks = Annotated[str | None, typer.Option(help=TASKS_HELP), Sets("tasks.source")]  # a path or a spec
+Include = Annotated[
+    list[str] | None,
+    typer.Option(help="Only tasks whose name matches this glob, repeatable"),
+    Sets("tasks.include"),
+]
+Exclude = Annotated[
+    list[str] | None,
+    typer.Option(help="Leave out tasks whose name matches this glob, repeatable"),
+    Sets("tasks.exclude"),
+]
 Split = Annotated[
     str,
     typer.Option(
         help="all | train | test: tasks split by a hash of their name, so training and evaluation never share one"
     ),
+    Sets("tasks.split"),
 ]
-TestFraction = Annotated[float, typer.Option(min=0.0, max=1.0, help="Share of task names in the test split")]
+TestFraction = Annotated[
+    float,
+    typer.Option(help="Share of task names in the test split", **field_bounds(TasksConfig, "test_fraction")),
+    Sets("tasks.test_fraction"),
+]
 # The policy (store.policies: a named lineage of adapters) a command works on; a new name starts one.
 PolicyOption = Annotated[
     str | None,
@@ -173,13 +225,13 @@ def with_store(url: str, work):
 
 def checked_sandbox(
     sandbox: str,
-    pairs: list[str] | None,
+    pairs: list[str] | dict | None,
     allow_unisolated: bool = False,
     loopback_gateway: bool = False,
     local_later: bool = False,
 ) -> dict:
-    """--sandbox and its --sandbox-option pairs as the backend's options, checked before anything starts
-    (bubblewrap for local, Harbor's preflight for harbor:<type>): a CLI error naming the fix.
+    """--sandbox and its --sandbox-option pairs (or a config's options) as the backend's options, checked
+    before anything starts (bubblewrap for local, Harbor's preflight for harbor:<type>): a CLI error naming the fix.
     ``loopback_gateway``: the command's gateway listens on loopback only, which a sandbox without a bridge
     (harbor:<type>, given the gateway's public URL) never reaches. ``local_later``: local's bubblewrap
     is left to the first sandbox to check (quickstart names a missing agent first)."""
@@ -187,7 +239,7 @@ def checked_sandbox(
         return {}
     import asyncio
 
-    from sandboxes.kinds import bridged_kinds, checked_options, option_pairs, sandbox_kind
+    from sandboxes.kinds import bridged_kinds, checked_options, sandbox_kind
 
     try:
         kind = sandbox_kind(sandbox)
@@ -197,6 +249,7 @@ def checked_sandbox(
                 "listens on loopback: start `harnessrl serve --public-url URL` and pass --gateway (a warm start's "
                 f"teacher listens on loopback too: warm-start with a {' or '.join(bridged_kinds())} sandbox first)"
             )
-        return asyncio.run(checked_options(kind, allow_unisolated, option_pairs(pairs or [])))
+        given = pairs if isinstance(pairs, dict) else option_pairs(pairs or [])  # a config's, or the flags'
+        return asyncio.run(checked_options(kind, allow_unisolated, given))
     except RuntimeError as exc:  # SandboxError
         raise fail(str(exc)) from None

@@ -22,7 +22,7 @@ from harnesses.runner import Runner
 from harnessrl.server import BackgroundGateway, BackgroundServer
 from store.store import Store
 from tests import http_calls as http
-from tests.builders import ADMIN_HEADERS, TEST_ADMIN_KEY, gateway_settings
+from tests.builders import ADMIN_HEADERS, TEST_ADMIN_KEY, gateway_settings, run_config
 from tests.fake_engine import FakeEngine, create_fake_engine_app
 from tests.fake_tokens import FakeReply
 from tests.learner_runs import tiny_learner_config, train_run
@@ -124,24 +124,11 @@ async def test_an_installed_environment_is_started_for_each_rollout(fake_gateway
 
 
 async def test_harnessrl_run_takes_an_environment_url(fake_gateway, adder_log):
-    from harnesses.datasets import Selection
     from harnesses.launch import launch_run
 
     with EnvServer(PACKAGE) as url:
-        summary = await launch_run(
-            f"openenv:{url}",
-            "openenv-cli",
-            "builtin",
-            2,
-            2,
-            "local",
-            fake_gateway.url,
-            TEST_ADMIN_KEY,
-            [],
-            None,
-            1.0,
-            selection=Selection(include=("adder-train-add-2-3",)),
-        )
+        config = run_config(f"openenv:{url}", "openenv-cli", group_size=2, **{"tasks.include": ["adder-train-add-2-3"]})
+        summary = await launch_run(config, fake_gateway.url, TEST_ADMIN_KEY)
     assert "2 rollouts this time (2 finished, 0 failed), mean reward 0.500" in summary
 
 

@@ -10,12 +10,20 @@ from typer.testing import CliRunner
 
 from harnesses.datasets import Selection, load_selection
 from harnessrl.cli.app import app
+from harnessrl.cli.jobs import run_config_path
+from harnessrl.config.files import load_config
+from harnessrl.config.jobs import RunConfig
 from harnessrl.server import BackgroundGateway
 from tests import http_calls as http
 from tests.builders import ADMIN_HEADERS, TEST_ADMIN_KEY, gateway_settings
 from tests.fake_tokens import FakeReply
 
 UNISOLATED = [] if shutil.which("bwrap") else ["--allow-unisolated"]
+
+
+@pytest.fixture(autouse=True)
+def home(tmp_path, monkeypatch):
+    monkeypatch.setenv("HARNESSRL_HOME", str(tmp_path))  # where a run keeps its config
 
 
 @pytest.fixture
@@ -57,6 +65,8 @@ def test_run_on_the_test_split_runs_exactly_the_held_out_tasks(live_gateway):
     assert result.exit_code == 0, result.output
     held_out = {t.name for t in load_selection("builtin:arithmetic", Selection(split="test"))}
     assert tasks_run(live_gateway.url, "split-run") == held_out
+    kept = load_config(RunConfig, run_config_path("split-run"), {})  # the run's config, kept with it
+    assert (kept.tasks.split, kept.group_size, kept.policy, kept.gateway.admin_key) == ("test", 1, "builtin", None)
 
 
 def test_run_with_globs_runs_the_matching_tasks_and_an_empty_selection_names_the_fix(live_gateway):

@@ -13,6 +13,7 @@ from harnesses.environments import Environments, TaskEnvironmentError, context_h
 from harnesses.task import TaskError, builtin_tasks_path, load_harbor, load_tasks
 from harnesses.verify import verify
 from sandboxes import SandboxSpec, create_sandbox
+from tests.builders import run_config
 
 DATASET = Path(__file__).resolve().parents[1] / "fixtures" / "harbor_public"
 ISOLATION = "bwrap" if shutil.which("bwrap") else "subprocess"
@@ -146,4 +147,5 @@ async def test_harnessrl_run_refuses_a_task_that_needs_the_internet_before_anyth
     folder = copy_task(tmp_path)
     (folder / "task.toml").write_text("[environment]\nallow_internet = true\n")
     with pytest.raises(TaskEnvironmentError, match="csv-total: task.toml says allow_internet = true"):
-        await launch_run(tmp_path, "r", "oracle", 1, 1, "docker", "http://127.0.0.1:9", None, [], None, 1.0)
+        config = run_config(tmp_path, "r", harness="oracle", group_size=1, concurrency=1, **{"sandbox.kind": "docker"})
+        await launch_run(config, "http://127.0.0.1:9", None)

@@ -1,6 +1,8 @@
 """The layout's rules, checked on the code: modules of a size a reader can hold (at most 400 lines,
-tests included, migrations aside), and SQL owned by the store alone (outside ``store/`` and ``migrations/`` nothing
-imports SQLAlchemy but to catch its errors, and the store's public reads return its own records)."""
+tests included, migrations aside), SQL owned by the store alone (outside ``store/`` and ``migrations/`` nothing
+imports SQLAlchemy but to catch its errors, and the store's public reads return its own records), thin commands
+(a command described by a config is its options and one call) and functions of a few parameters where a config
+carries the rest."""
 
 from __future__ import annotations
 
@@ -13,6 +15,11 @@ from tests.unit.test_import_cycles import PACKAGES, ROOT
 
 MAX_LINES = 400
 SQL_OWNERS = ("store", "migrations")
+MAX_COMMAND_STATEMENTS = 20  # a command's body, after its docstring
+MAX_PARAMETERS = 8  # self and cls not counted
+# The commands whose settings are a config (harnessrl/config/jobs.py), and the modules playing those configs.
+CONFIGURED_COMMANDS = ("run_rollouts", "eval_policies")
+CONFIGURED_MODULES = ("harnesses/launch.py", "harnessrl/config", "harnessrl/evaluation")
 
 
 def product_files(packages=PACKAGES) -> list[Path]:
@@ -65,3 +72,41 @@ def test_the_stores_public_reads_return_no_sqlalchemy_type():
             checked += 1
             assert "sqlalchemy" not in returned and "store.tables" not in returned, (owner.__name__, name, returned)
     assert checked > 30
+
+
+def body_statements(function: ast.FunctionDef) -> int:
+    """The statements of ``function``'s body, nested ones counted, its docstring not."""
+    body = function.body[1:] if ast.get_docstring(function) is not None else function.body
+    return sum(1 for statement in body for node in ast.walk(statement) if isinstance(node, ast.stmt))
+
+
+def many_parameters(path: Path) -> dict[str, int]:
+    """The functions of ``path`` taking more than MAX_PARAMETERS parameters, and how many."""
+    found = {}
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef):
+            args = node.args
+            names = [a.arg for a in (*args.posonlyargs, *args.args, *args.kwonlyargs) if a.arg not in ("self", "cls")]
+            if len(names) > MAX_PARAMETERS:
+                found[node.name] = len(names)
+    return found
+
+
+def test_a_configured_command_is_its_options_and_one_call():
+    tree = ast.parse((ROOT / "harnessrl/cli/rollouts.py").read_text())
+    commands = {n.name: n for n in tree.body if isinstance(n, ast.FunctionDef) and n.name in CONFIGURED_COMMANDS}
+    assert set(commands) == set(CONFIGURED_COMMANDS)
+    assert {name: n for name, f in commands.items() if (n := body_statements(f)) > MAX_COMMAND_STATEMENTS} == {}
+
+
+def test_the_modules_playing_a_config_have_no_function_of_more_than_8_parameters():
+    files = [p for m in CONFIGURED_MODULES for p in ([ROOT / m] if m.endswith(".py") else (ROOT / m).rglob("*.py"))]
+    found = {str(p.relative_to(ROOT)): names for p in files if (names := many_parameters(p))}
+    assert found == {}
+
+
+def test_the_measures_see_a_long_body_and_a_long_signature(tmp_path):
+    planted = tmp_path / "planted.py"
+    planted.write_text('def f(self, a, b, c, d, e, f, g, h, i):\n    """doc"""\n' + "    x = 1\n" * 21)
+    function = ast.parse(planted.read_text()).body[0]
+    assert body_statements(function) == 21 and many_parameters(planted) == {"f": 9}

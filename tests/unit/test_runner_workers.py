@@ -51,8 +51,8 @@ def test_a_rollout_base_url_is_rebased_on_the_workers_gateway_url():
 def test_run_takes_the_worker_settings(monkeypatch, tmp_path):
     seen = {}
 
-    async def launch_run(*args, **kwargs):
-        seen.update(kwargs)
+    async def launch_run(config, *args, **kwargs):
+        seen["config"] = config
         return "done"
 
     monkeypatch.setattr(harnesses.launch, "launch_run", launch_run)
@@ -63,10 +63,15 @@ def test_run_takes_the_worker_settings(monkeypatch, tmp_path):
         .exit_code
         == 0
     )
-    assert (seen["worker"], seen["lease_s"], seen["sandbox_gateway"]) == ("node-3", 12.0, "http://gw-1:8000")
+    config = seen["config"]
+    assert (config.workers.worker_id, config.workers.lease_s, config.sandbox.gateway) == (
+        "node-3",
+        12.0,
+        "http://gw-1:8000",
+    )
     monkeypatch.setenv("HARNESSRL_SANDBOX_GATEWAY", "http://gw-2:8000")
     assert CliRunner().invoke(app, command).exit_code == 0
-    assert (seen["sandbox_gateway"], seen["lease_s"]) == ("http://gw-2:8000", 30.0)
+    assert (seen["config"].sandbox.gateway, seen["config"].workers.lease_s) == ("http://gw-2:8000", 30.0)
 
 
 @needs_bwrap

@@ -182,8 +182,8 @@ def test_harnessrl_run_passes_temperature_and_top_p_as_the_new_runs_sampling(mon
 
     seen = {}
 
-    async def launch_run(*args, sampling=None, **kwargs):
-        seen["sampling"] = sampling
+    async def launch_run(config, *args, **kwargs):
+        seen["sampling"] = config.sampling.request()
         return "done"
 
     monkeypatch.setattr(harnesses.launch, "launch_run", launch_run)
