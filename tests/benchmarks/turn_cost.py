@@ -32,7 +32,7 @@ import orjson  # noqa: E402
 from gateway.engine.client import encoded  # noqa: E402
 from gateway.engine.token_prefix import loads_answer  # noqa: E402
 from gateway.openai.serving import OpenAIServing  # noqa: E402
-from gateway.policy.registry import PolicyRegistry  # noqa: E402
+from gateway.policy.policy_set import PolicySet  # noqa: E402
 from gateway.recording.callgraph import CallGraphIndex  # noqa: E402
 from gateway.recording.pipeline import ChatPipeline  # noqa: E402
 from gateway.request.resent_bodies import ResentBodies  # noqa: E402
@@ -192,7 +192,7 @@ async def run_mode(
 
     pipeline = ChatPipeline(
         engine,
-        PolicyRegistry("policy", "base"),
+        PolicySet("policy", "base"),
         writer,
         CallGraphIndex(store.calls.graph_nodes),
         tito=tito,
