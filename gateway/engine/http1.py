@@ -128,32 +128,30 @@ class Http1Pool:
         """The status and body of the engine's answer; ``Dropped`` when it never began (safe to retry),
         ``BrokenAnswer`` when it broke off, ``TimeoutError`` past ``timeout_s`` (the connection is closed:
         the engine aborts the request)."""
-        connection = self._reused() or await self._opened()
-        try:
-            async with asyncio.timeout(self.timeout_s):
-                status, answer = await connection.send(self._head(path, len(body)) + body)
-        except BaseException:
-            if connection.transport is not None:
-                connection.transport.close()
-            raise
+        connection, status, answer = await self._sent(path, body, streaming=False)
         self.give_back(connection)
         return status, answer
 
     async def stream(self, path: str, body: bytes) -> tuple[int, LeanStream | bytes]:
         """The status once the answer's head is in, with the stream of its body; an answer of 400 or more
         comes whole (its bytes), as ``post``'s."""
+        connection, status, answer = await self._sent(path, body, streaming=True)
+        if answer is None:
+            return status, LeanStream(connection, self)
+        self.give_back(connection)
+        return status, answer
+
+    async def _sent(self, path: str, body: bytes, streaming: bool) -> tuple[_Connection, int, bytes | None]:
+        """The request sent on a kept or new connection, and the answer (its head alone when streaming)."""
         connection = self._reused() or await self._opened()
         try:
             async with asyncio.timeout(self.timeout_s):
-                status, answer = await connection.send(self._head(path, len(body)) + body, streaming=True)
+                status, answer = await connection.send(self._head(path, len(body)) + body, streaming)
         except BaseException:
             if connection.transport is not None:
                 connection.transport.close()
             raise
-        if answer is not None:
-            self.give_back(connection)
-            return status, answer
-        return status, LeanStream(connection, self)
+        return connection, status, answer
 
     def give_back(self, connection: _Connection) -> None:
         """An answered connection, kept for the next request when the engine keeps it open."""
