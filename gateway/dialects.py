@@ -30,6 +30,15 @@ ROLLOUT_PREFIX = "/r/"  # per-rollout routes: /r/{token}/v1/...
 API_PREFIXES = ("/v1", "/r/{token}/v1")  # every dialect route is served under both
 
 
+def rollout_path(path: str) -> tuple[str, str] | None:
+    """A per-rollout path's token and what follows its slash (``/r/TOKEN/v1/...`` -> ``("TOKEN",
+    "v1/...")``), as the routes' ``{token}`` reads it: None for any other path, or an empty token."""
+    if not path.startswith(ROLLOUT_PREFIX):
+        return None
+    token, slash, rest = path[len(ROLLOUT_PREFIX) :].partition("/")
+    return (token, rest) if token and slash else None
+
+
 def openai_error_body(exc: ErrorFields) -> dict:
     """OpenAI's error shape (Chat Completions, Completions, Responses, and the REST API)."""
     return {"error": {"message": exc.message, "type": exc.type, "param": exc.param, "code": exc.code}}

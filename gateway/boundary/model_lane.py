@@ -18,7 +18,7 @@ from fastapi.routing import APIRoute
 from starlette.requests import Request
 from starlette.types import ASGIApp, Receive, Scope, Send
 
-from gateway.dialects import API_PREFIXES, ROLLOUT_PREFIX
+from gateway.dialects import API_PREFIXES, ROLLOUT_PREFIX, rollout_path
 
 Endpoint = Callable  # async (request, state) -> Response
 TOKEN_PREFIX = f"{ROLLOUT_PREFIX}{{token}}/"  # "/r/{token}/": a rollout's routes, as the routers declare them
@@ -53,10 +53,10 @@ class ModelLane:
         path: str = scope["path"]
         if not path.startswith(ROLLOUT_PREFIX):
             return self._endpoints.get(path)
-        token, slash, rest = path[len(ROLLOUT_PREFIX) :].partition("/")
-        endpoint = self._endpoints.get(TOKEN_PREFIX + rest) if token and slash else None
+        named = rollout_path(path)
+        endpoint = None if named is None else self._endpoints.get(TOKEN_PREFIX + named[1])
         if endpoint is not None:
-            scope["path_params"] = {"token": token}
+            scope["path_params"] = {"token": named[0]}
         return endpoint
 
 

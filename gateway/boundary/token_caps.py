@@ -24,7 +24,7 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 
 from gateway.boundary.body_timeouts import BodyWatch, TimedBody
 from gateway.boundary.refusal import refuse
-from gateway.dialects import ROLLOUT_PREFIX
+from gateway.dialects import ROLLOUT_PREFIX, rollout_path
 from gateway.errors import GatewayError, TooManyRequests
 from store.live_keys import LIVE_PREFIX
 from store.store import TOKEN_PREFIX
@@ -108,8 +108,8 @@ def request_token(path: str, headers: list[tuple[bytes, bytes]]) -> str | None:
     """The rollout token a model route's request names (the ``/r/<token>/`` segment, else on ``/v1/`` the
     API key), read as the routes read it; None for one naming none."""
     if path.startswith(ROLLOUT_PREFIX):
-        end = path.find("/", len(ROLLOUT_PREFIX))
-        return path[len(ROLLOUT_PREFIX) : end] if end > len(ROLLOUT_PREFIX) else None
+        named = rollout_path(path)
+        return None if named is None else named[0]
     return header_token(headers) if path.startswith("/v1/") else None
 
 

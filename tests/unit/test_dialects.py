@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from gateway.api.conversation import request_messages
 from gateway.app import create_app
-from gateway.dialects import API_PREFIXES, DIALECTS, MESSAGES, OTHER, dialect_at
+from gateway.dialects import API_PREFIXES, DIALECTS, MESSAGES, OTHER, dialect_at, rollout_path
 from gateway.errors import GatewayError, InvalidRequest, shape_for
 from gateway.metrics import GatewayMetrics
 from tests.builders import gateway_settings
@@ -66,3 +66,10 @@ def test_the_conversation_view_reads_each_dialects_history():
     responses = request_messages("responses", {"model": "policy", "input": "hi"})
     assert responses[-1]["role"] == "user"
     assert request_messages("messages", {"messages": "not a list"}) == []  # an older shape shows nothing
+
+
+def test_a_rollout_path_names_its_token_only_when_a_slash_follows_a_non_empty_one():
+    assert rollout_path("/r/hrl-abc/v1/chat/completions") == ("hrl-abc", "v1/chat/completions")
+    assert rollout_path("/r/hrl-abc/") == ("hrl-abc", "")
+    for path in ("/r//v1/chat/completions", "/r/hrl-abc", "/v1/chat/completions", "/rr/x/v1"):
+        assert rollout_path(path) is None
