@@ -2,11 +2,9 @@
 
 from __future__ import annotations
 
-import json
 import os
 from pathlib import Path
 
-import orjson
 from sqlalchemy import event
 from sqlalchemy.engine import make_url
 from sqlalchemy.ext.asyncio import (
@@ -16,6 +14,8 @@ from sqlalchemy.ext.asyncio import (
     async_sessionmaker,
     create_async_engine,
 )
+
+from store.json_text import json_text
 
 
 def sqlite_url(path: Path) -> str:
@@ -69,16 +69,6 @@ def prepare_sqlite_file(url: str) -> None:
         os.close(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600))  # an empty file is an empty database
     except FileExistsError:
         pass  # one that exists keeps the permissions its owner gave it
-
-
-def json_text(value) -> str:
-    """A JSON column's text: orjson's (a call's request and answer are written every call, and the
-    standard encoder took a twentieth of a recorded call's CPU), the standard encoder's for what orjson
-    refuses (integers past 64 bits, keys that are no strings)."""
-    try:
-        return orjson.dumps(value, option=orjson.OPT_SERIALIZE_NUMPY).decode()
-    except TypeError:
-        return json.dumps(value)
 
 
 def create_engine(url: str) -> AsyncEngine:

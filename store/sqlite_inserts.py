@@ -39,7 +39,8 @@ from sqlalchemy import Engine, Table, event, insert
 from sqlalchemy import create_engine as create_sync_engine
 from sqlalchemy.engine import make_url
 
-from store.database import json_text, sqlite_pragmas
+from store.database import sqlite_pragmas
+from store.json_text import json_text
 
 logger = logging.getLogger(__name__)
 

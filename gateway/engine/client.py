@@ -15,7 +15,6 @@ from dataclasses import dataclass
 from typing import Protocol
 
 import aiohttp
-import numpy as np
 import orjson
 from yarl import URL
 
@@ -25,6 +24,7 @@ from gateway.engine.http1 import BrokenAnswer, Dropped, Http1Pool
 from gateway.engine.stream import AiohttpBody, EngineStream
 from gateway.engine.token_prefix import loads_answer
 from gateway.errors import EngineError, EngineTimeout, EngineUnavailable
+from store.json_text import json_bytes
 
 # Transport errors that mean "the request never reached a working engine": safe to retry.
 # ClientOSError is how a pooled connection that the engine closed while idle fails on write
@@ -241,20 +241,9 @@ class VLLMEngineClient:
 
 
 def encoded(body) -> bytes:
-    """JSON bytes (orjson; the standard encoder for what orjson refuses, such as integers over 64 bits).
-    Token id arrays (``gateway.engine.token_prefix``) are written as lists; an ``EncodedBody`` is its JSON."""
-    if type(body) is EncodedBody:
-        return body.data
-    try:
-        return orjson.dumps(body, option=orjson.OPT_SERIALIZE_NUMPY)
-    except TypeError:
-        return json.dumps(body, default=_as_list).encode()
-
-
-def _as_list(value):
-    if isinstance(value, np.ndarray):
-        return value.tolist()
-    raise TypeError(f"Object of type {type(value).__name__} is not JSON serializable")
+    """JSON bytes (``store.json_text``: orjson, the standard encoder for what orjson refuses). Token id
+    arrays (``gateway.engine.token_prefix``) are written as lists; an ``EncodedBody`` is its JSON."""
+    return body.data if type(body) is EncodedBody else json_bytes(body)
 
 
 def _raise_for_status(response: EngineResponse, model: str | None = None) -> None:
