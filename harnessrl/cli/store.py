@@ -1,4 +1,5 @@
-"""Commands on the trajectory store: `ls`, `show`, `report`, `export` and the `db` sub-app (upgrade, prune)."""
+"""Commands on the trajectory store: `ls`, `show`, `report`, `health`, `export` and the `db` sub-app (upgrade,
+prune); harnessrl/cli/store_reports.py does what `report` and `health` ask."""
 
 from __future__ import annotations
 
@@ -9,7 +10,6 @@ import typer
 
 from harnessrl.cli.options import (
     DatabaseUrl,
-    checked_policy,
     console,
     fail,
     resolve_admin_key,
@@ -97,37 +97,9 @@ def report(
     database_url: DatabaseUrl = None,
 ) -> None:
     """Plot a run's reward, staleness and throughput curves as PNG files; print their paths."""
-    from sqlalchemy.exc import DBAPIError
+    from harnessrl.cli.store_reports import write_run_report
 
-    from harnessrl.evaluation.periodic import held_out_results
-    from harnessrl.reports.curves import write_report
-    from harnessrl.training.warm_start import warm_up_run
-
-    url = resolve_database_url(database_url)
-
-    async def work(store):
-        data = await store.reports.gather(run)
-        if data is None:
-            known = ", ".join(await store.reports.known_runs()) or "none"
-            raise fail(f"no run named {run!r} in {url} (runs: {known}); `harnessrl ls runs` lists them")
-        return data, await held_out_results(store, run), await store.reports.gather(warm_up_run(run))
-
-    try:
-        data, held_out, warm_up = with_store(url, work)
-    except DBAPIError as exc:
-        raise fail(
-            f"could not read {url}: {exc.orig}; check --database-url, or run `harnessrl db upgrade` on an older store"
-        ) from None
-    result = write_report(data, out, held_out, warm_up)
-    if warm_up is not None:  # a quickstart --warm-start run: its phases
-        from harnessrl.reports.curves import warm_start_lines
-
-        for line in warm_start_lines(warm_up, data):
-            console.print(line, markup=False, highlight=False)
-    for note in result.notes:
-        console.print(f"[yellow]note:[/] {note}")
-    for path in result.paths:
-        print(path)
+    write_run_report(run, out, database_url)
 
 
 def health(
@@ -146,58 +118,9 @@ def health(
     that extend the previous call exactly, forks (and their drift), false forks (re-rendered history),
     retries, side calls; with --model, how often a text pipeline would have trained on other ids than the
     engine's; and, once the learner trained them, the train/inference mismatch per harness, model and version."""
-    from harnessrl.reports.views import health_table, mismatch_table, render, skew_table
+    from harnessrl.cli.store_reports import show_capture_health
 
-    if (run is None) == (policy is None):
-        raise fail("name what to check: --run NAME or --policy NAME (`harnessrl ls runs`, `harnessrl ls policies`)")
-    policy = checked_policy(policy)
-    url = resolve_database_url(database_url)
-    tokenizer = _tokenizer(model) if model is not None else None
-
-    async def work(store):
-        run_id = None if run is None else await _known_run(store, run, url)
-        if policy is not None:
-            await _known_policy(store, policy)
-        calls = await store.health.latest_policy_calls(run_id, skew_calls, policy=policy) if tokenizer else []
-        captured = await store.health.capture_health(run_id, policy=policy)
-        return captured, calls, await store.mismatch.summary(run_id, policy=policy)
-
-    captured, calls, mismatch = with_store(url, work)
-    subject = f"run {run!r}" if run is not None else f"policy {policy!r}"
-    render(health_table(subject, captured))
-    if tokenizer is not None:
-        from harnessrl.reports.retokenization import retokenization_skew
-
-        render(skew_table(subject, retokenization_skew(tokenizer, calls)))
-    if mismatch:
-        render(mismatch_table(subject, mismatch))
-
-
-async def _known_run(store, run: str, url: str) -> int:
-    run_id = await store.listings.run_id(run)
-    if run_id is None:
-        raise fail(f"no run named {run!r} in {url}; `harnessrl ls runs` lists them")
-    return run_id
-
-
-async def _known_policy(store, policy: str) -> None:
-    from store.policies import UnknownPolicy
-
-    try:
-        await store.policies.check_known(policy)
-    except UnknownPolicy as exc:
-        raise fail(f"--policy: {exc}") from None
-
-
-def _tokenizer(model: Path):
-    from gateway.model_tokenizer import TokenizerMissing, model_tokenizer
-
-    try:
-        return model_tokenizer(model)
-    except TokenizerMissing as exc:
-        raise fail(f"--model {exc}") from None
-    except (OSError, ValueError) as exc:
-        raise fail(f"--model {model}: its tokenizer does not load ({exc})") from None
+    show_capture_health(run, policy, model, skew_calls, database_url)
 
 
 def export(
