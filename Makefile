@@ -4,11 +4,10 @@ PYTHON ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
+# make demo's and demo-arithmetic's recipes are TOML files (harnessrl/recipes/); options in DEMO_ARGS override
+# their keys, e.g. make demo DEMO_ARGS="--minutes 60 --eval-every 10".
+DEMO_ARGS ?=
 DEMO_MINUTES ?= 20
-DEMO_ARITHMETIC_MINUTES ?= 14
-DEMO_SFT_EPOCHS ?= 2
-DEMO_SFT_LR ?= 2e-3
-DEMO_EVAL_EVERY ?= 1000
 
 .PHONY: install phoenix harbor demo demo-arithmetic demo-policies test test-busy test-unit lint bench check-install compose-check clean
 
@@ -57,18 +56,14 @@ harbor: $(HARBOR_VENV)/.installed
 demo: install
 	bash tests/setup_machine.sh demo
 	$(BIN)/harnessrl models prepare
-	$(BIN)/harnessrl quickstart --run demo-pi --harness pi --tasks builtin:shell --minutes $(DEMO_MINUTES) \
-	    --warm-start --upstream solutions --sft-epochs $(DEMO_SFT_EPOCHS) --sft-lr $(DEMO_SFT_LR) \
-	    --call-max-tokens 128 --test-fraction 0.125 --eval-every $(DEMO_EVAL_EVERY) \
-	    --unseen-tasks builtin:shell-unseen \
-	    --capture tito
+	$(BIN)/harnessrl quickstart --config harnessrl/recipes/demo.toml $(DEMO_ARGS)
 
 # The fast variant: the builtin one-shot harness on the arithmetic family, groups of 4, async LoRA
 # GRPO with hot swaps; ends with a reward-curve PNG and the final adapter (~16 min).
 demo-arithmetic: install
 	bash tests/setup_machine.sh demo
 	$(BIN)/harnessrl models prepare
-	$(BIN)/harnessrl quickstart --harness builtin --minutes $(DEMO_ARITHMETIC_MINUTES)
+	$(BIN)/harnessrl quickstart --config harnessrl/recipes/arithmetic.toml $(DEMO_ARGS)
 
 # Several harness adapters at once on one engine: one `harnessrl serve` and one quickstart per agent through
 # it (pi with make demo's recipe, the builtin harness with demo-arithmetic's; DEMO_POLICIES=pi,opencode for

@@ -130,15 +130,16 @@ AllowInternet = Annotated[
 Upstream = Annotated[
     str | None,
     typer.Option(
-        help="A teacher run: serve the agents by this litellm model (openai/..., hosted_vllm/NAME; solutions: "
-        "each task's reference solution as the agent's own shell tool call) instead of the "
-        "policy, recorded with the policy's tokens into --database-url; SFT data, never GRPO's"
+        help="A teacher: a litellm model string (openai/..., hosted_vllm/NAME), or solutions (each task's "
+        "reference solution as the agent's own shell tool call), recorded with the policy's tokens. run: it "
+        "serves the agents instead of the policy, into --database-url (SFT data, never GRPO's); quickstart: "
+        "the --warm-start's teacher"
     ),
     Sets("teacher.model"),
 ]
 UpstreamBaseUrl = Annotated[
     str | None,
-    typer.Option(help="A teacher's API base (hosted_vllm/...): run --upstream's, eval's teacher:MODEL's"),
+    typer.Option(help="A teacher's API base (hosted_vllm/...): --upstream's, eval's teacher:MODEL's"),
     Sets("teacher.base_url"),
 ]
 PolicyModel = Annotated[

@@ -19,6 +19,7 @@ from harnessrl.cli.options import (
     task_selection,
     upgrade_store,
 )
+from harnessrl.config.files import Section
 from harnessrl.config.jobs import EvalConfig, RunConfig
 
 RUN_CONFIG = "run.toml"  # beside a run's files: $HARNESSRL_HOME/runs/<run>/
@@ -51,7 +52,7 @@ def start_run(config: RunConfig) -> None:
         with (
             _teacher_gateway(config, key, selection) if config.teacher.model else nullcontext(config.gateway.url) as url
         ):
-            kept = partial(_keep, config, run_config_path(config.run))
+            kept = partial(keep_config, config, run_config_path(config.run))
             summary = asyncio.run(launch_run(config, url, key, on_ready=kept))
     except (ValueError, RuntimeError) as exc:  # bad tasks, harness, reward spec, unreachable gateway
         raise fail(str(exc)) from None
@@ -98,7 +99,7 @@ def start_eval(config: EvalConfig) -> None:
     judged = judge_settings(config.judge)
     try:
         plan = eval_plan(config, options, judged, _eval_teacher(config))
-        _keep(config, config.out / EVAL_CONFIG)
+        keep_config(config, config.out / EVAL_CONFIG)
         document = evaluate(
             plan, config.gateway.url, resolve_admin_key(config.gateway.admin_key), config.out, Console()
         )
@@ -138,6 +139,7 @@ def _eval_teacher(config: EvalConfig) -> dict:
     }
 
 
-def _keep(config: RunConfig | EvalConfig, path: Path) -> None:
+def keep_config(config: Section, path: Path) -> None:
+    """The job's config, as --show-config prints it (no secret), at ``path``: what a rerun can start from."""
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(config.to_toml())

@@ -18,8 +18,6 @@ from harnessrl.cli.options import (
     resolve_database_url,
 )
 
-CALL_MAX_TOKENS = 128  # the recipe's (harnessrl.training.policies_demo.SHELL_RECIPE)
-
 
 def demo_policies(
     agents: Annotated[
@@ -33,8 +31,7 @@ def demo_policies(
     on one engine; prints each policy's held-out pass@1 before and after, the engine's memory and the share
     of calls its own adapter served."""
     from harnessrl.settings import data_home
-    from harnessrl.training.policies_demo import DemoPlan, run_demo
-    from harnessrl.training.quickstart_plan import agent_context, default_model
+    from harnessrl.training.policies_demo import DemoPlan, base_model, run_demo
 
     chosen = tuple(a.strip() for a in agents.split(",") if a.strip())
     unknown = [a for a in chosen if a not in agent_names()]
@@ -45,17 +42,9 @@ def demo_policies(
     plan = DemoPlan(
         agents=chosen,
         minutes=minutes,
-        # one base model for every policy: the one the agent with the longest prompts needs
-        model_dir=default_model(
-            max(chosen, key=lambda a: 0 if a == "builtin" else agent_context(a, CALL_MAX_TOKENS)), CALL_MAX_TOKENS
-        ),
+        model_dir=base_model(chosen),
         database_url=resolve_database_url(database_url),
         admin_key=resolve_admin_key(admin_key, create=True),
         home=data_home() / "demo-policies",
     )
     run_demo(plan, console)
-
-
-def _longest_prompts(agents: tuple[str, ...], context) -> str:
-    """The agent whose prompts need the longest context: every policy shares the base model it needs."""
-    return max(agents, key=lambda a: 0 if a == "builtin" else context(a, CALL_MAX_TOKENS))

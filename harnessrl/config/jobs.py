@@ -1,5 +1,6 @@
-"""One config per job: ``RunConfig`` (`harnessrl run`) and ``EvalConfig`` (`harnessrl eval`), each its own
-keys and the sections it shares with the others (``harnessrl.config.sections``)."""
+"""One config per job: ``RunConfig`` (`harnessrl run`), ``EvalConfig`` (`harnessrl eval`) and
+``QuickstartConfig`` (`harnessrl quickstart`), each its own keys and the sections it shares with the others
+(``harnessrl.config.sections``). `harnessrl train`'s is the learner's (learner/config_file.py)."""
 
 from __future__ import annotations
 
@@ -7,18 +8,26 @@ from pydantic import Field
 
 from harnessrl.config.files import LoosePath, Section
 from harnessrl.config.sections import (
+    EngineConfig,
     EvalSamplingConfig,
     EvalTasksConfig,
+    EvaluationConfig,
     GatewayConfig,
     JudgeConfig,
+    LearnerSection,
+    OwnGatewayConfig,
+    QuickstartTasksConfig,
     RolloutJudgeConfig,
     RunSandboxConfig,
     RunTeacherConfig,
     SamplingConfig,
     SandboxConfig,
+    SandboxKindConfig,
     StoreConfig,
     TasksConfig,
     TeacherConfig,
+    WarmStartConfig,
+    WarmStartTeacherConfig,
     WorkersConfig,
 )
 
@@ -60,3 +69,30 @@ class EvalConfig(Section):
     store: StoreConfig = StoreConfig()
     judge: RolloutJudgeConfig = RolloutJudgeConfig()
     teacher: TeacherConfig = TeacherConfig()
+
+
+class QuickstartConfig(Section):
+    """Engine, gateway, rollouts and the learner on this machine (harnessrl/training/quickstart.py): GRPO
+    rounds of a harness on the train split, an optional warm start before them, held-out evaluations."""
+
+    run: str = "quickstart"
+    harness: str = "builtin"  # builtin (one-shot) or a CLI agent (harnesses/agents/)
+    policy: str | None = None  # the policy it trains, serves and evaluates; None: the harness's name
+    minutes: float = Field(14.0, ge=0.0)  # rollouts start for this long
+    until_version: int = Field(0, ge=0)  # and go on until the learner has published this version
+    group_size: int = Field(4, ge=1)  # G
+    concurrency: int = Field(8, ge=1)  # rollouts at once
+    capture: str | None = None  # the policy's runs' capture mode (store/capture_modes.py); None: the gateway's
+    call_max_tokens: int = Field(256, ge=16)  # a CLI agent's max tokens per model call
+    train_temperature: float | None = Field(None, ge=0.05, le=2.0)  # the GRPO rounds'; None: the agent's
+    task_sampling: str = "pass"  # pass | learnable (harnessrl.training.curriculum.TaskSampling)
+    tasks: QuickstartTasksConfig = QuickstartTasksConfig()
+    engine: EngineConfig = EngineConfig()
+    learner: LearnerSection = LearnerSection()
+    evaluation: EvaluationConfig = EvaluationConfig()
+    warm_start: WarmStartConfig = WarmStartConfig()
+    teacher: WarmStartTeacherConfig = WarmStartTeacherConfig()
+    sandbox: SandboxKindConfig = SandboxKindConfig()
+    gateway: OwnGatewayConfig = OwnGatewayConfig()
+    store: StoreConfig = StoreConfig()
+    judge: JudgeConfig = JudgeConfig()

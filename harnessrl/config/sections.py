@@ -36,11 +36,16 @@ class EvalTasksConfig(TasksConfig):
     split: str = "test"
 
 
-class SandboxConfig(Section):
-    """Where rollouts run (sandboxes/kinds.py) and each sandbox's limits."""
+class SandboxKindConfig(Section):
+    """Where rollouts run (sandboxes/kinds.py)."""
 
     kind: str = "local"  # local | docker | harbor:<type>
     options: dict[str, Any] = {}  # harbor:<type>'s environment options (--sandbox-option key=value)
+
+
+class SandboxConfig(SandboxKindConfig):
+    """Where rollouts run and each sandbox's limits."""
+
     memory_gib: float = 2.0  # per sandbox
     wall_factor: float = Field(DEFAULT_WALL_FACTOR, ge=1.0)  # wall-clock ceiling, x the task's agent budget
     allow_unisolated: bool = False  # local without bubblewrap: plain subprocesses (trusted agents only)
@@ -60,6 +65,10 @@ class RunSandboxConfig(SandboxConfig):
 class GatewayConfig(Section):
     url: str = DEFAULT_GATEWAY
     admin_key: str | None = Field(None, exclude=True, repr=False)  # a secret: never printed nor stored
+
+
+class OwnGatewayConfig(GatewayConfig):
+    url: str | None = None  # a running `harnessrl serve`; None: the job starts vLLM and a gateway of its own
 
 
 class StoreConfig(Section):
@@ -114,6 +123,13 @@ class RunTeacherConfig(TeacherConfig):
     model: str | None = None  # --upstream: a litellm model string, or solutions; None: the policy serves
 
 
+class WarmStartTeacherConfig(Section):
+    """A warm start's teacher (harnessrl.engines.teacher); no model: the policy's own best of G."""
+
+    model: str | None = None  # --upstream: a litellm model string, or solutions
+    base_url: str | None = None  # its API base (hosted_vllm/...)
+
+
 class SamplingConfig(Section):
     """A new run's sampling, applied to every call; None leaves it to the run (or the defaults, 1.0)."""
 
@@ -138,3 +154,42 @@ class WorkersConfig(Section):
 
     worker_id: str = ""  # "": HOST-PID-RANDOM
     lease_s: float = Field(DEFAULT_LEASE_S, ge=1.0, le=3600.0)
+
+
+class QuickstartTasksConfig(TasksConfig):
+    source: str = "builtin:arithmetic"
+    split: str = "train"  # the split trained on; evaluations play the test split
+
+
+class EngineConfig(Section):
+    """The vLLM server a job starts (harnessrl/engines/process.py) and the model it serves."""
+
+    model: LoosePath | None = None  # a model folder; None: SmolLM2, prepared (stretched for a long first prompt)
+    max_model_len: int | None = Field(None, ge=256)  # None: 2048, or a CLI agent's first prompt + 2 answers + 1k
+    gpu_memory: float | None = Field(None, ge=0.05, le=0.95)  # on a GPU: vLLM's share, the learner's the rest
+
+
+class LearnerSection(Section):
+    """What a job sets of the learner it starts (the rest: learner/config.py's defaults)."""
+
+    lr: float | None = Field(None, ge=0.0)  # GRPO's; None: 5e-4 from a fresh LoRA, 1e-4 after a warm start
+    metrics_port: int | None = None  # Prometheus /metrics on 127.0.0.1; None: a free port; 0: off
+
+
+class EvaluationConfig(Section):
+    """Held-out evaluation while training (harnessrl/evaluation/periodic.py): the base model, then every
+    ``every`` versions and the last, ``k`` rollouts per held-out task, into the run <run>-eval."""
+
+    every: int = Field(0, ge=0)  # 0: off
+    k: int = Field(4, ge=1)
+    unseen_tasks: str | None = None  # a kind of task never trained on, evaluated into <run>-unseen-eval
+
+
+class WarmStartConfig(Section):
+    """A warm-up run and SFT on its successes before GRPO (harnessrl/training/warm_start.py)."""
+
+    enabled: bool = False
+    rounds: int = Field(1, ge=1)  # warm-up passes over the tasks
+    group_size: int = Field(8, ge=1)  # G of the policy's best-of-G warm-up (a teacher's uses the job's G)
+    sft_epochs: int = Field(4, ge=1)
+    sft_lr: float = Field(5e-4, ge=0.0)

@@ -26,15 +26,12 @@ from rich.table import Table
 
 from harnessrl.engines.process import ManagedProcess
 from harnessrl.evaluation.periodic import eval_run_name
+from harnessrl.recipes import recipe_path
 from harnessrl.server import free_port
 from store.passk import policy_results
 from store.store import Store
 
-SHELL_RECIPE = (  # make demo's
-    "--tasks", "builtin:shell", "--warm-start", "--upstream", "solutions", "--sft-epochs", "2", "--sft-lr", "2e-3",
-    "--call-max-tokens", "128", "--test-fraction", "0.125", "--eval-every", "1000", "--capture", "tito",
-)  # fmt: skip
-ARITHMETIC_RECIPE = ("--tasks", "builtin:arithmetic", "--eval-every", "1000")  # make demo-arithmetic's, evaluated
+EVALUATED = ("--eval-every", "1000")  # the base model and the last version, for the before and after
 POLL_S = 60.0
 
 
@@ -62,7 +59,20 @@ class PolicyOutcome:
 
 
 def recipe(agent: str) -> tuple[str, ...]:
-    return ARITHMETIC_RECIPE if agent == "builtin" else SHELL_RECIPE
+    """The quickstart options of ``agent``'s policy: make demo-arithmetic's recipe for the builtin harness, make
+    demo's for a CLI agent (harnessrl/recipes/), each evaluated held-out before and after."""
+    return ("--config", str(recipe_path("arithmetic" if agent == "builtin" else "demo")), *EVALUATED)
+
+
+def base_model(agents: tuple[str, ...]) -> Path:
+    """One base model for every policy: the one the agent with the longest prompts needs at make demo's
+    tokens per call."""
+    from harnessrl.config.files import load_config
+    from harnessrl.config.jobs import QuickstartConfig
+    from harnessrl.training.quickstart_plan import agent_context, default_model
+
+    tokens = load_config(QuickstartConfig, recipe_path("demo"), {}).call_max_tokens
+    return default_model(max(agents, key=lambda a: 0 if a == "builtin" else agent_context(a, tokens)), tokens)
 
 
 def serve_process(plan: DemoPlan) -> ManagedProcess:

@@ -37,8 +37,9 @@ def test_each_agent_runs_its_recipe_through_the_shared_gateway_as_its_own_policy
     command = quickstart_process(plan, "pi", "http://127.0.0.1:9").command
     at = command.index
     assert command[at("--gateway") + 1] == "http://127.0.0.1:9" and command[at("--policy") + 1] == "pi"
-    assert command[at("--run") + 1] == "demo-policies-pi" and "--warm-start" in command
-    assert recipe("builtin")[1] == "builtin:arithmetic"
+    assert command[at("--run") + 1] == "demo-policies-pi" and "--eval-every" in command
+    assert command[at("--config") + 1].endswith("harnessrl/recipes/demo.toml")
+    assert recipe("builtin")[1].endswith("harnessrl/recipes/arithmetic.toml")
 
 
 class Ended:
