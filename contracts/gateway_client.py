@@ -29,6 +29,7 @@ from urllib.parse import urlsplit
 import httpx
 
 from store.records import AGENT_LOG_CHARS
+from store.round_slots import RoundSlots
 
 RETRYABLE = (
     httpx.ConnectError,
@@ -226,26 +227,17 @@ class GatewayClient:
         await self._json("DELETE", f"/api/rollout-tools/{rollout_id}")
 
     async def claim_slots(
-        self,
-        run: str,
-        round_: int,
-        group: str,
-        tasks: list[str],
-        group_size: int,
-        worker: str,
-        limit: int,
-        lease_s: float,
-        holding: list[int] | None = None,
+        self, slots: RoundSlots, worker: str, limit: int, lease_s: float, holding: list[int] | None = None
     ) -> dict:
-        """Lease up to ``limit`` open or expired (task, index) slots of the run's round for ``worker``.
+        """Lease up to ``limit`` open or expired ``slots`` of a run's round for ``worker``.
         A retry whose first try did land leaves those leases unused: they expire and are claimed again
         (a delay of ``lease_s``, never a slot lost or run twice)."""
         body = {
-            "run": run,
-            "round": round_,
-            "group": group,
-            "tasks": tasks,
-            "group_size": group_size,
+            "run": slots.run,
+            "round": slots.round,
+            "group": slots.group,
+            "tasks": list(slots.tasks),
+            "group_size": slots.group_size,
             "worker": worker,
             "limit": limit,
             "lease_s": lease_s,

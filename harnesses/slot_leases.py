@@ -14,6 +14,7 @@ import socket
 
 from contracts.gateway_client import GatewayClient
 from store.records import RolloutStatus
+from store.round_slots import RoundSlots
 
 INTERRUPTED = "interrupted: the runner stopped before this rollout ended; rerun replaces it"
 DEFAULT_LEASE_S = 30.0  # a dead runner's slots are played again this long after its last renewal
@@ -38,9 +39,9 @@ class SlotLeases:
 
     async def claim(self, run: str, round_: int, group: str, tasks: list[str], group_size: int, limit: int) -> dict:
         """Up to ``limit`` free slots of the round, now held; the gateway's answer (leases, remaining)."""
-        claim = await self.gateway.claim_slots(
-            run, round_, group, tasks, group_size, self.worker, limit, self.lease_s, holding=sorted(self.held)
-        )  # late renewals: not ours again
+        slots = RoundSlots(run, round_, group, tasks, group_size)
+        # the leases it plays are never handed to it again, one whose renewal came late (expired) too
+        claim = await self.gateway.claim_slots(slots, self.worker, limit, self.lease_s, holding=sorted(self.held))
         self.held.update({lease["id"]: None for lease in claim["leases"]})
         return claim
 

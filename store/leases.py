@@ -23,6 +23,7 @@ from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
 from store.records import SCORED, LeaseStatus, RolloutStatus
+from store.round_slots import RoundSlots
 from store.tables import Group, Rollout, RolloutLease, Run, Task, utcnow
 
 TAKEN_OVER = "interrupted: its worker's lease expired before it ended; another worker replaces it"
@@ -56,26 +57,17 @@ class Leases:
         self.sessions, self.clock = sessions, clock
 
     async def claim(
-        self,
-        run: str,
-        round_: int,
-        group: str,
-        tasks: Sequence[str],
-        group_size: int,
-        worker: str,
-        limit: int,
-        lease_s: float,
-        holding: Sequence[int] = (),
+        self, slots: RoundSlots, worker: str, limit: int, lease_s: float, holding: Sequence[int] = ()
     ) -> Claim:
-        """Up to ``limit`` open or expired slots of ``tasks`` x ``range(group_size)``, held by ``worker``.
+        """Up to ``limit`` open or expired ``slots``, held by ``worker`` for ``lease_s`` seconds.
         ``holding``: the leases the worker is playing (expired or not, never handed to it again)."""
         now = self.clock()
         async with self.sessions.begin() as session:
-            await _add_missing(session, run, round_, tasks, group_size)
+            await _add_missing(session, slots)
             claimable = (
                 select(RolloutLease.id)
                 .where(
-                    *_of(run, round_, tasks, group_size),
+                    *_of(slots),
                     RolloutLease.status != LeaseStatus.DONE,
                     or_(RolloutLease.status == LeaseStatus.OPEN, RolloutLease.expires_at < now),
                     RolloutLease.id.not_in(list(holding)),
@@ -106,13 +98,9 @@ class Leases:
                 )
             ).all()
             leases = [Lease(*row) for row in claimed]
-            settled, taken_over = await _settle_earlier(session, run, round_, group, leases)
+            settled, taken_over = await _settle_earlier(session, slots, leases)
             remaining = (
-                await session.execute(
-                    select(func.count()).where(
-                        *_of(run, round_, tasks, group_size), RolloutLease.status != LeaseStatus.DONE
-                    )
-                )
+                await session.execute(select(func.count()).where(*_of(slots), RolloutLease.status != LeaseStatus.DONE))
             ).scalar_one()
         kept = tuple(sorted((lease for lease in leases if lease.id not in settled), key=lambda x: x.id))
         return Claim(kept, remaining, taken_over)
@@ -166,12 +154,12 @@ class Leases:
             return list(rows)
 
 
-def _of(run: str, round_: int, tasks: Sequence[str], group_size: int) -> tuple:
+def _of(slots: RoundSlots) -> tuple:
     return (
-        RolloutLease.run == run,
-        RolloutLease.round == round_,
-        RolloutLease.task.in_(list(tasks)),
-        RolloutLease.slot < group_size,
+        RolloutLease.run == slots.run,
+        RolloutLease.round == slots.round,
+        RolloutLease.task.in_(list(slots.tasks)),
+        RolloutLease.slot < slots.group_size,
     )
 
 
@@ -183,23 +171,23 @@ def _held(worker: str, lease_ids: Sequence[int]) -> tuple:
     )
 
 
-async def _add_missing(session: AsyncSession, run: str, round_: int, tasks: Sequence[str], group_size: int) -> None:
+async def _add_missing(session: AsyncSession, slots: RoundSlots) -> None:
     """Rows for slots that have none yet (first claim of a run's round, or tasks added since)."""
-    have = (await session.execute(select(func.count()).where(*_of(run, round_, tasks, group_size)))).scalar_one()
-    if have >= len(set(tasks)) * group_size:
+    have = (await session.execute(select(func.count()).where(*_of(slots)))).scalar_one()
+    if have >= len(set(slots.tasks)) * slots.group_size:
         return
     rows = [
         {
-            "run": run,
-            "round": round_,
+            "run": slots.run,
+            "round": slots.round,
             "task": task,
             "slot": slot,
             "status": LeaseStatus.OPEN,
             "expires_at": 0.0,
             "attempts": 0,
         }
-        for task in dict.fromkeys(tasks)
-        for slot in range(group_size)
+        for task in dict.fromkeys(slots.tasks)
+        for slot in range(slots.group_size)
     ]
     dialect = postgresql if session.bind.dialect.name == "postgresql" else sqlite
     statement = dialect.insert(RolloutLease).on_conflict_do_nothing(index_elements=["run", "round", "task", "slot"])
@@ -208,7 +196,7 @@ async def _add_missing(session: AsyncSession, run: str, round_: int, tasks: Sequ
 
 
 async def _settle_earlier(
-    session: AsyncSession, run: str, round_: int, group: str, leases: Sequence[Lease]
+    session: AsyncSession, slots: RoundSlots, leases: Sequence[Lease]
 ) -> tuple[set[int], tuple[int, ...]]:
     """Claimed slots that already have an ended rollout become done; rollouts still running on a claimed
     slot (their worker's lease expired) are cancelled. (lease ids now done, rollout ids cancelled)."""
@@ -220,14 +208,14 @@ async def _settle_earlier(
         .join(Task, Task.id == Rollout.task_id)
         .join(Group, Group.id == Rollout.group_id)
         .join(Run, Run.id == Rollout.run_id)
-        .where(Run.name == run, Group.name == group, Task.name.in_({lease.task for lease in leases}))
+        .where(Run.name == slots.run, Group.name == slots.group, Task.name.in_({lease.task for lease in leases}))
         .order_by(Rollout.id)
     )
     done, running = {}, []  # lease id -> the rollout that ended its slot; (rollout id, lease id) still running
     for rollout, task in found.all():
         meta = rollout.meta or {}
         lease = by_slot.get((task, meta.get("index")))
-        if lease is None or meta.get("round", 0) != round_:
+        if lease is None or meta.get("round", 0) != slots.round:
             continue
         if rollout.status in SCORED:  # it ended (a cancelled one is replaced)
             done[lease.id] = rollout.id
@@ -269,4 +257,4 @@ async def _cancel(session: AsyncSession, running: dict[int, int]) -> tuple[tuple
     return tuple(r.id for r in still), settled
 
 
-__all__ = ["TAKEN_OVER", "Claim", "Lease", "Leases", "SlotEnd"]
+__all__ = ["TAKEN_OVER", "Claim", "Lease", "Leases", "RoundSlots", "SlotEnd"]

@@ -6,7 +6,7 @@ from __future__ import annotations
 import asyncio
 from dataclasses import dataclass
 
-from store.leases import TAKEN_OVER, Leases, SlotEnd
+from store.leases import TAKEN_OVER, Leases, RoundSlots, SlotEnd
 from store.records import LeaseStatus
 from store.rewards import RolloutEnded
 from store.store import Store
@@ -35,7 +35,7 @@ async def check_claim_renew_expire_take_over(database_url: str) -> None:
     tasks = ["a", "b"]
 
     async def claim(worker: str, limit: int):
-        return await leases.claim("leased", 0, "r0", tasks, 2, worker, limit, lease_s=10.0)
+        return await leases.claim(RoundSlots("leased", 0, "r0", tasks, 2), worker, limit, lease_s=10.0)
 
     try:
         first = await claim("w1", 3)
@@ -85,7 +85,7 @@ async def check_claim_renew_expire_take_over(database_url: str) -> None:
         # (holding nothing), it takes them back.
         clock.now = 1_200.0
         held = [lease.id for lease in again.leases]
-        assert _slots(await leases.claim("leased", 0, "r0", tasks, 2, "w3", 5, 10.0, holding=held)) == []
+        assert _slots(await leases.claim(RoundSlots("leased", 0, "r0", tasks, 2), "w3", 5, 10.0, holding=held)) == []
         assert sorted(lease.id for lease in (await claim("w3", 5)).leases) == sorted(held)
 
         # Handed back unplayed: open again, for anyone, at once.
@@ -102,7 +102,7 @@ async def check_concurrent_claims_are_disjoint(database_url: str, workers: int =
     tasks = [f"t{n}" for n in range(5)]
     try:
         claims = await asyncio.gather(
-            *[leases.claim("race", 0, "r0", tasks, 4, f"w{n}", limit, 30.0) for n in range(workers)]
+            *[leases.claim(RoundSlots("race", 0, "r0", tasks, 4), f"w{n}", limit, 30.0) for n in range(workers)]
         )
         got = [slot for claim in claims for slot in _slots(claim)]
         assert len(got) == len(set(got)) == min(workers * limit, 20)
@@ -123,7 +123,7 @@ async def check_take_overs_race_finishes(database_url: str, run: str = "race-2")
     leases = Leases(store.sessions, clock=clock)
     tasks = [f"t{n}" for n in range(4)]
     try:
-        dead = await leases.claim(run, 0, "r0", tasks, 4, "dead", 16, 10.0)
+        dead = await leases.claim(RoundSlots(run, 0, "r0", tasks, 4), "dead", 16, 10.0)
         rollouts = {}
         for lease in dead.leases:
             identity = await store.create_rollout(
@@ -139,7 +139,7 @@ async def check_take_overs_race_finishes(database_url: str, run: str = "race-2")
                 return False
 
         results = await asyncio.gather(
-            *[leases.claim(run, 0, "r0", tasks, 4, f"w{n}", 4, 10.0) for n in range(4)],
+            *[leases.claim(RoundSlots(run, 0, "r0", tasks, 4), f"w{n}", 4, 10.0) for n in range(4)],
             *[finish(r) for r in rollouts.values()],
         )
         claims, finished = results[:4], dict(zip(rollouts, results[4:]))
@@ -163,8 +163,9 @@ async def check_claims_follow_the_round_order(database_url: str) -> None:
     store = Store.from_url(database_url)
     leases = Leases(store.sessions, clock=Clock())
     try:
-        first = await leases.claim("ordered", 0, "r0", ["c", "a", "b"], 2, "w1", 3, lease_s=10.0)
-        rest = await leases.claim("ordered", 0, "r0", ["c", "a", "b"], 2, "w1", 5, lease_s=10.0)
+        ordered = RoundSlots("ordered", 0, "r0", ["c", "a", "b"], 2)
+        first = await leases.claim(ordered, "w1", 3, lease_s=10.0)
+        rest = await leases.claim(ordered, "w1", 5, lease_s=10.0)
         assert _slots(first) == [("c", 0), ("c", 1), ("a", 0)]
         assert _slots(rest) == [("a", 1), ("b", 0), ("b", 1)]
     finally:

@@ -9,7 +9,7 @@ from pydantic import BaseModel, ConfigDict, Field, StrictFloat, StrictInt
 
 from gateway.api.params import RowId
 from gateway.state import AdminStateDep
-from store.leases import Leases, SlotEnd
+from store.leases import Leases, RoundSlots, SlotEnd
 
 Name = Field(min_length=1, max_length=200)
 
@@ -79,17 +79,8 @@ def _leases(state) -> Leases:
 
 
 async def claim(body: ClaimSlots, state: AdminStateDep) -> Claimed:
-    found = await _leases(state).claim(
-        body.run,
-        body.round,
-        body.group,
-        body.tasks,
-        body.group_size,
-        body.worker,
-        body.limit,
-        body.lease_s,
-        body.holding,
-    )
+    slots = RoundSlots(body.run, body.round, body.group, body.tasks, body.group_size)
+    found = await _leases(state).claim(slots, body.worker, body.limit, body.lease_s, body.holding)
     return Claimed(
         leases=[
             LeaseView(id=x.id, task=x.task, index=x.slot, attempts=x.attempts, expires_at=x.expires_at)
