@@ -9,7 +9,7 @@ from fastapi import APIRouter, Header, Request
 
 from gateway.api import calls, live, policies, runs
 from gateway.api.conversation import rollout_conversation
-from gateway.api.params import After, Int32, Int64, Limit, page_of
+from gateway.api.params import Int64, page_of
 from gateway.api.protocol import (
     REQUEST_ID,
     AddReward,
@@ -32,11 +32,11 @@ from gateway.api.protocol import (
     SampleList,
     SampleView,
 )
+from gateway.api.rollout_query import PageQuery, RolloutFilterQuery
 from gateway.errors import Conflict, InvalidRequest, NotFound
 from gateway.policy.pins import read_pin, requested_version
 from gateway.state import AdminStateDep, GatewayState, StateDep
 from store.arrays import logprobs_or_none
-from store.listings import RolloutFilter
 from store.policies import run_policy
 from store.records import AgentReport, StoredRollout
 from store.rewards import GroupClosed, InvalidReward, RolloutEnded
@@ -198,35 +198,14 @@ def rollout_summary(rollout: StoredRollout, run: str, task: str, group: str) -> 
     )  # fmt: skip
 
 
-async def list_rollouts(
-    state: StateDep,
-    run: str | None = None,
-    task: str | None = None,
-    group_id: Int64 | None = None,
-    status: str | None = None,
-    harness: str | None = None,
-    policy_version: Int32 | None = None,
-    reward_min: float | None = None,
-    reward_max: float | None = None,
-    after: After = 0,
-    limit: Limit = 100,
-) -> Page[RolloutSummary]:
-    if reward_min is not None and reward_max is not None and reward_min > reward_max:
-        raise InvalidRequest(f"reward_min {reward_min} is above reward_max {reward_max}", param="reward_min")
-    where = RolloutFilter(
-        run=run,
-        task=task,
-        group_id=group_id,
-        status=status,
-        harness=harness,
-        policy_version=policy_version,
-        reward_min=reward_min,
-        reward_max=reward_max,
-    )
-    rows = await state.store.listings.rollouts(where, after, limit)
+async def list_rollouts(state: StateDep, where: RolloutFilterQuery, page: PageQuery) -> Page[RolloutSummary]:
+    low, high = where.reward_min, where.reward_max
+    if low is not None and high is not None and low > high:
+        raise InvalidRequest(f"reward_min {low} is above reward_max {high}", param="reward_min")
+    rows = await state.store.listings.rollouts(where, page.after, page.limit)
     return page_of(
         [rollout_summary(r, run_name, task_name, group) for r, run_name, task_name, group in rows],
-        limit,
+        page.limit,
     )
 
 
