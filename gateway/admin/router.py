@@ -10,7 +10,7 @@ from gateway.admin import leases
 from gateway.api import policies
 from gateway.api.policies import PolicySummaryView
 from gateway.engine.proof import tolerance_for
-from gateway.policy.adapters import Claim, publish_adapter
+from gateway.policy.adapters import Claim, Publication, publish_adapter
 from gateway.state import AdminStateDep, StateDep
 from store.policies import DEFAULT_POLICY
 
@@ -31,16 +31,9 @@ async def publish(body: PublishAdapter, state: AdminStateDep) -> AdapterPublishe
     probe = body.probe.probe() if body.probe else None
     tolerance = tolerance_for(state.settings, probe) if probe else 0.0
     async with state.publish_lock:  # one publication at a time keeps versions ordered
+        publication = Publication(body.version, body.path, Claim(body.digest, probe), tolerance)
         done = await publish_adapter(
-            state.engine,
-            policies,
-            policy,
-            state.store,
-            body.version,
-            body.path,
-            state.settings.max_staleness,
-            Claim(body.digest, probe),
-            tolerance,
+            state.engine, policies, policy, state.store, publication, state.settings.max_staleness
         )
     return AdapterPublished(
         policy=policy.name,

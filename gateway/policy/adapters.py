@@ -45,6 +45,16 @@ class Claim:
 
 
 @dataclass(frozen=True)
+class Publication:
+    """One version of a policy, as its publisher asks for it to be served."""
+
+    version: int  # the policy's next version (above its current one)
+    path: str  # the adapter folder, as the engine reads it
+    claim: Claim = Claim()
+    tolerance: float = 0.0  # the mean |log-prob difference| (nats per token) the claim's probe may show
+
+
+@dataclass(frozen=True)
 class Published:
     version: int
     name: str  # the engine's adapter name
@@ -73,13 +83,11 @@ async def publish_adapter(
     policies: PolicySet,
     policy: PolicyRegistry,
     store: Store,
-    version: int,
-    path: str,
+    publication: Publication,
     max_staleness: int,
-    claim: Claim = Claim(),
-    tolerance: float = 0.0,
 ) -> Published:
-    """Load, prove (the claim's probe on every engine, within ``tolerance``), record, make current."""
+    """Load, prove (the claim's probe on every engine, within its tolerance), record, make current."""
+    version, path, claim = publication.version, publication.path, publication.claim
     check_version(version, policy)
     digest = await checked_digest(path, claim.digest)
     name = adapter_name(policy.name, version)
@@ -88,7 +96,7 @@ async def publish_adapter(
     try:
         await engine.load_adapter(name, path)
         load_s = time.perf_counter() - started
-        proof = await prove(engine, name, claim.probe, tolerance) if claim.probe else ()
+        proof = await prove(engine, name, claim.probe, publication.tolerance) if claim.probe else ()
         await store.adapters.save(
             policy.name, version, name, path, loaded=True, digest=digest, probe=_json(claim.probe),
             proof=_proof_json(proof),
