@@ -1,9 +1,11 @@
-"""A command's config from what it was given: its --config file, then every option given on the command line
+"""A job's command made from its config (``config_command``: an option per key, --config and --show-config),
+and the config from what the command was given: its --config file, then every option given on the command line
 (or by its environment variable) over it, each setting the key its ``Sets`` names; --show-config prints the
 result and exits. Options left at their defaults set nothing, so a file's value stands."""
 
 from __future__ import annotations
 
+import functools
 import inspect
 from pathlib import Path
 from typing import Any, TypeVar
@@ -11,7 +13,8 @@ from typing import Any, TypeVar
 import typer
 from rich.markup import escape
 
-from harnessrl.cli.options import Sets, fail
+from harnessrl.cli.key_options import ConfigFile, Sets, ShowConfig, key_options
+from harnessrl.cli.options import fail
 from harnessrl.config.files import ConfigError, MissingKey, Section, load_config
 
 GIVEN = ("COMMANDLINE", "ENVIRONMENT")  # click's ParameterSource names; DEFAULT sets nothing
@@ -25,6 +28,34 @@ def option_keys(command) -> dict[str, Sets]:
         marks = [m for m in getattr(parameter.annotation, "__metadata__", ()) if isinstance(m, Sets)]
         found.update({name: marks[0]} if marks else {})
     return found
+
+
+def config_command(model: type[Config]):
+    """Decorate ``command(config: model)``: the command typer sees takes an option for every key of ``model``,
+    --config and --show-config, and calls ``command`` with the config they describe. Adding a key to the config
+    adds its option."""
+
+    def decorate(command):
+        options = list(key_options(model))
+        names = [option.name for option in options]
+        if len(set(names)) != len(names):
+            raise TypeError(f"{model.__name__}: two keys have one flag: give one its own with cli(flag=...)")
+
+        @functools.wraps(command)
+        def wrapper(ctx: typer.Context, config: Path | None = None, show_config: bool = False, **values):
+            return command(command_config(model, ctx, config, show_config))
+
+        parameters = [
+            inspect.Parameter("ctx", inspect.Parameter.POSITIONAL_OR_KEYWORD, annotation=typer.Context),
+            *(option.parameter() for option in options),
+            inspect.Parameter("config", inspect.Parameter.KEYWORD_ONLY, default=None, annotation=ConfigFile),
+            inspect.Parameter("show_config", inspect.Parameter.KEYWORD_ONLY, default=False, annotation=ShowConfig),
+        ]
+        wrapper.__signature__ = inspect.Signature(parameters)
+        wrapper.__annotations__ = {p.name: p.annotation for p in parameters}
+        return wrapper
+
+    return decorate
 
 
 def command_config(model: type[Config], context: typer.Context, file: Path | None, show: bool) -> Config:

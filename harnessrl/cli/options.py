@@ -1,117 +1,24 @@
-"""What several commands share: the console, failing with a message, the shared options (store URL, task
-selection, --config) and turning options into values (store URL, migrated store, admin key, judge, task selection).
-
-An option marked ``Sets("section.key")`` sets that key of its command's config (harnessrl/config/), so
-``--config FILE`` and the command line describe one thing (``harnessrl.cli.job_config``)."""
+"""What several commands share: the console, failing with a message, the options of the store and the admin
+key, and turning options into values (store URL, migrated store, admin key, judge, task selection, sandbox)."""
 
 from __future__ import annotations
 
 import typing
-from collections.abc import Callable
-from dataclasses import dataclass
-from pathlib import Path
-from typing import Annotated, Any
+from typing import Annotated
 
 import typer
 from rich.console import Console
 
-from harnessrl.config.files import field_bounds
-from harnessrl.config.sections import TasksConfig
-from sandboxes.kinds import choices as kind_choices
+from harnessrl.cli.key_options import key_option
+from harnessrl.config.sections import GatewayConfig, StoreConfig
 from sandboxes.kinds import option_pairs
 
 console = Console(stderr=True)
 
-
-def _as_given(value: Any) -> Any:
-    return value
-
-
-@dataclass(frozen=True)
-class Sets:
-    """An option's config key (dotted: ``sandbox.kind``) and how its value becomes the key's."""
-
-    key: str
-    convert: Callable[[Any], Any] = _as_given
-
-
-ConfigFile = Annotated[
-    Path | None,
-    typer.Option(
-        "--config",
-        help="A TOML file of this command's settings; options given here (or by their environment variables) "
-        "override it. --show-config prints every key",
-    ),
-]
-ShowConfig = Annotated[
-    bool, typer.Option("--show-config", help="Print the settings (file, options, defaults) as TOML and exit")
-]
-
-DatabaseUrl = Annotated[
-    str | None,
-    typer.Option(
-        "--database-url",
-        envvar="HARNESSRL_DATABASE_URL",
-        help="sqlite:///PATH or postgresql://USER@HOST/DB [default: SQLite under $HARNESSRL_HOME]",
-    ),
-    Sets("store.url"),
-]
-
-AdminKey = Annotated[
-    str | None,
-    typer.Option(envvar="HARNESSRL_ADMIN_KEY", help="The gateway's admin key [default: $HARNESSRL_HOME/admin.key]"),
-    Sets("gateway.admin_key"),
-]
-
-# Where rollouts run (sandboxes/kinds.py) and the options of Harbor's environment types.
-SandboxOption = Annotated[
-    str,
-    typer.Option(
-        "--sandbox",
-        help=f"{kind_choices()}: an environment type of Harbor's (podman, daytona, modal, e2b, gke, ...; "
-        "docs/running.md)",
-    ),
-    Sets("sandbox.kind"),
-]
-SandboxOptions = Annotated[
-    list[str] | None,
-    typer.Option(
-        "--sandbox-option",
-        help="key=value, repeatable: an option of the harbor:<type> environment (Harbor's kwargs; a JSON value "
-        "is decoded), e.g. extra_docker_compose='[\"net.yaml\"]'",
-    ),
-    Sets("sandbox.options", option_pairs),
-]
-
-# Which tasks a command runs (harnesses/datasets.py): --tasks and the selection options.
-TASKS_HELP = (
-    "A folder of Harbor tasks (nested), a .jsonl file, a list file (one path a line), or "
-    "builtin:arithmetic | builtin:tasks, or resolved by OpenEnv: harbor:FOLDER | harbor:ORG/NAME | "
-    "harbor:NAME@VERSION | hf:ORG/NAME"
-)
-Tasks = Annotated[str | None, typer.Option(help=TASKS_HELP), Sets("tasks.source")]  # a path or a spec
-Include = Annotated[
-    list[str] | None,
-    typer.Option(help="Only tasks whose name matches this glob, repeatable"),
-    Sets("tasks.include"),
-]
-Exclude = Annotated[
-    list[str] | None,
-    typer.Option(help="Leave out tasks whose name matches this glob, repeatable"),
-    Sets("tasks.exclude"),
-]
-Split = Annotated[
-    str,
-    typer.Option(
-        help="all | train | test: tasks split by a hash of their name, so training and evaluation never share one"
-    ),
-    Sets("tasks.split"),
-]
-TestFraction = Annotated[
-    float,
-    typer.Option(help="Share of task names in the test split", **field_bounds(TasksConfig, "test_fraction")),
-    Sets("tasks.test_fraction"),
-]
+# The store and the admin key, which every command talking to the store or the gateway takes: the jobs'
+# keys store.url and gateway.admin_key (harnessrl/config/sections.py), declared there once.
+DatabaseUrl = key_option(StoreConfig, "url", "store.url").annotation
+AdminKey = key_option(GatewayConfig, "admin_key", "gateway.admin_key").annotation
 # The policy (store.policies: a named lineage of adapters) a command works on; a new name starts one.
 PolicyOption = Annotated[
     str | None,

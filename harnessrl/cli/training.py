@@ -7,101 +7,17 @@ from typing import Annotated
 
 import typer
 
-from harnessrl.cli.job_config import command_config
-from harnessrl.cli.job_options import Concurrency, GroupSize, RunPolicy, Upstream, UpstreamBaseUrl
-from harnessrl.cli.judge_options import NO_JUDGE, JudgeOptions, judge_options
-from harnessrl.cli.options import (
-    AdminKey,
-    ConfigFile,
-    DatabaseUrl,
-    Exclude,
-    Include,
-    SandboxOption,
-    SandboxOptions,
-    ShowConfig,
-    Split,
-    Tasks,
-    TestFraction,
-    console,
-    fail,
-    resolve_admin_key,
-    resolve_database_url,
-)
-from harnessrl.cli.quickstart_options import (
-    QUICKSTART,
-    CallMaxTokens,
-    EngineGpuMemory,
-    EvalEvery,
-    EvalK,
-    LearnerMetricsPort,
-    Lr,
-    MaxModelLen,
-    Minutes,
-    Model,
-    OwnGateway,
-    QuickstartCapture,
-    QuickstartHarness,
-    QuickstartRun,
-    SftEpochs,
-    SftLr,
-    TaskSampling,
-    TrainTemperature,
-    UnseenTasks,
-    UntilVersion,
-    WarmStart,
-    WarmUpGroupSize,
-    WarmUpRounds,
-)
+from harnessrl.cli.job_config import config_command
+from harnessrl.cli.options import AdminKey, DatabaseUrl, console, fail, resolve_admin_key, resolve_database_url
 from harnessrl.config.jobs import QuickstartConfig
 
 
-@judge_options()
-def quickstart(
-    ctx: typer.Context,
-    minutes: Minutes = QUICKSTART.minutes,
-    until_version: UntilVersion = QUICKSTART.until_version,
-    run: QuickstartRun = QUICKSTART.run,
-    tasks: Tasks = QUICKSTART.tasks.source,
-    model: Model = QUICKSTART.engine.model,
-    split: Split = QUICKSTART.tasks.split,
-    test_fraction: TestFraction = QUICKSTART.tasks.test_fraction,
-    include: Include = None,
-    exclude: Exclude = None,
-    eval_every: EvalEvery = QUICKSTART.evaluation.every,
-    eval_k: EvalK = QUICKSTART.evaluation.k,
-    unseen_tasks: UnseenTasks = QUICKSTART.evaluation.unseen_tasks,
-    harness: QuickstartHarness = QUICKSTART.harness,
-    policy: RunPolicy = QUICKSTART.policy,
-    gateway: OwnGateway = QUICKSTART.gateway.url,
-    sandbox: SandboxOption = QUICKSTART.sandbox.kind,
-    sandbox_option: SandboxOptions = None,
-    call_max_tokens: CallMaxTokens = QUICKSTART.call_max_tokens,
-    train_temperature: TrainTemperature = QUICKSTART.train_temperature,
-    engine_gpu_memory: EngineGpuMemory = QUICKSTART.engine.gpu_memory,
-    max_model_len: MaxModelLen = QUICKSTART.engine.max_model_len,
-    group_size: GroupSize = QUICKSTART.group_size,
-    concurrency: Concurrency = QUICKSTART.concurrency,
-    capture: QuickstartCapture = QUICKSTART.capture,
-    task_sampling: TaskSampling = QUICKSTART.task_sampling,
-    learner_metrics_port: LearnerMetricsPort = QUICKSTART.learner.metrics_port,
-    database_url: DatabaseUrl = None,
-    admin_key: AdminKey = None,
-    judge: JudgeOptions = NO_JUDGE,
-    warm_start: WarmStart = QUICKSTART.warm_start.enabled,
-    upstream: Upstream = QUICKSTART.teacher.model,
-    upstream_base_url: UpstreamBaseUrl = QUICKSTART.teacher.base_url,
-    warm_up_rounds: WarmUpRounds = QUICKSTART.warm_start.rounds,
-    warm_up_group_size: WarmUpGroupSize = QUICKSTART.warm_start.group_size,
-    sft_epochs: SftEpochs = QUICKSTART.warm_start.sft_epochs,
-    sft_lr: SftLr = QUICKSTART.warm_start.sft_lr,
-    lr: Lr = QUICKSTART.learner.lr,
-    config: ConfigFile = None,
-    show_config: ShowConfig = False,
-) -> None:
+@config_command(QuickstartConfig)
+def quickstart(config: QuickstartConfig) -> None:
     """Engine, gateway, rollouts and the learner on this machine, with one live display."""
     from harnessrl.cli.quickstart_job import start_quickstart
 
-    start_quickstart(command_config(QuickstartConfig, ctx, config, show_config))
+    start_quickstart(config)
 
 
 def train(

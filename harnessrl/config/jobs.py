@@ -1,22 +1,20 @@
 """One config per job: ``RunConfig`` (`harnessrl run`), ``EvalConfig`` (`harnessrl eval`) and
 ``QuickstartConfig`` (`harnessrl quickstart`), each its own keys and the sections it shares with the others
-(``harnessrl.config.sections``). `harnessrl train`'s is the learner's (learner/config_file.py)."""
+(``harnessrl.config.sections``, ``harnessrl.config.training``). `harnessrl train`'s is the learner's
+(learner/config_file.py). Each key is its command's option (its help the field's description)."""
 
 from __future__ import annotations
 
 from pydantic import Field
 
-from harnessrl.config.files import LoosePath, Section
+from harnesses.registry import agent_names, harness_help
+from harnessrl.config.files import LoosePath, Section, cli
 from harnessrl.config.sections import (
-    EngineConfig,
     EvalSamplingConfig,
     EvalTasksConfig,
-    EvaluationConfig,
     GatewayConfig,
     JudgeConfig,
-    LearnerSection,
     OwnGatewayConfig,
-    QuickstartTasksConfig,
     RolloutJudgeConfig,
     RunSandboxConfig,
     RunTeacherConfig,
@@ -26,23 +24,33 @@ from harnessrl.config.sections import (
     StoreConfig,
     TasksConfig,
     TeacherConfig,
-    WarmStartConfig,
     WarmStartTeacherConfig,
     WorkersConfig,
 )
+from harnessrl.config.training import (
+    EngineConfig,
+    EvaluationConfig,
+    LearnerSection,
+    QuickstartTasksConfig,
+    WarmStartConfig,
+)
+from store.capture_modes import DEFAULT_CAPTURE, capture_help
+
+HARNESS_HELP = harness_help() + " (oneshot: the builtin agent as quickstart runs it, one reply, no tools)"
+POLICY_HELP = "The policy (named adapter lineage) {what}; a new name starts one [default: the harness's name]"
 
 
 class RunConfig(Section):
     """G rollouts of a harness on every task, by the policy or a teacher (harnesses/launch.py)."""
 
     tasks: TasksConfig  # first: a command line missing both names --tasks first, as it always did
-    run: str  # rerunning the same run resumes it
-    harness: str = "builtin"
-    policy: str | None = None  # the policy the run trains and is served; None: the harness's name
-    group_size: int = Field(4, ge=1)  # G
-    concurrency: int = Field(4, ge=1)  # rollouts at once
-    capture: str | None = None  # a new run's capture mode (store/capture_modes.py)
-    rewards: list[str] = []  # module:function reward components
+    run: str = Field(description="The run's name; rerunning the same command resumes it")
+    harness: str = Field("builtin", description=HARNESS_HELP)
+    policy: str | None = Field(None, description=POLICY_HELP.format(what="the run trains and is served"))
+    group_size: int = Field(4, ge=1, description="G: rollouts per task (one GRPO group)")
+    concurrency: int = Field(4, ge=1, description="Rollouts at once")
+    capture: str | None = Field(None, description=capture_help() + ", for a new run")
+    rewards: list[str] = Field([], description="module:function, repeatable", json_schema_extra=cli("--reward"))
     sandbox: RunSandboxConfig = RunSandboxConfig()
     sampling: SamplingConfig = SamplingConfig()
     gateway: GatewayConfig = GatewayConfig()
@@ -55,13 +63,26 @@ class RunConfig(Section):
 class EvalConfig(Section):
     """k rollouts per task per policy, each pinned to its policy (harnessrl/evaluation/)."""
 
-    run: str | None = None  # None: eval-<time>
-    harness: str = "builtin"  # oneshot: the builtin agent as quickstart runs it
-    policies: list[str] = ["base", "latest"]  # pins; teacher:MODEL is a teacher
-    policy: str | None = None  # the policy base and latest name; None: the server's default
-    k: int = Field(8, ge=1)  # rollouts per task per policy
-    concurrency: int = Field(4, ge=1)  # all policies together
-    out: LoosePath | None = None  # eval.json and eval.png; None: $HARNESSRL_HOME/eval/<run>
+    run: str | None = Field(  # None: eval-<time>
+        None, description="The evaluation run's name; rerunning the same command resumes it [default: eval-<time>]"
+    )
+    harness: str = Field("builtin", description=HARNESS_HELP)  # oneshot: the builtin agent as quickstart runs it
+    policies: list[str] = Field(  # pins; teacher:MODEL is a teacher
+        ["base", "latest"],
+        description="Comma-separated pins: base, latest (the version current at the start), POLICY@latest, "
+        "POLICY@vN, POLICY-vN (e.g. pi@latest,opencode@v3; a pin without a policy names --policy's) and "
+        "teacher:MODEL (a litellm model string on the same tasks and harness, through a teacher gateway on "
+        "--database-url)",
+        json_schema_extra=cli(given_as="comma_list"),
+    )
+    policy: str | None = Field(  # None: the server's default
+        None, description="The policy that base and latest name [default: the server's default, policy]"
+    )
+    k: int = Field(8, ge=1, description="Rollouts per task per policy (pass@k)", json_schema_extra=cli(short="-k"))
+    concurrency: int = Field(4, ge=1, description="Rollouts at once, all policies together")
+    out: LoosePath | None = Field(
+        None, description="Folder for eval.json and eval.png [default: $HARNESSRL_HOME/eval/<run>]"
+    )
     tasks: EvalTasksConfig = EvalTasksConfig()
     sandbox: SandboxConfig = SandboxConfig()
     sampling: EvalSamplingConfig = EvalSamplingConfig()
@@ -75,17 +96,34 @@ class QuickstartConfig(Section):
     """Engine, gateway, rollouts and the learner on this machine (harnessrl/training/quickstart.py): GRPO
     rounds of a harness on the train split, an optional warm start before them, held-out evaluations."""
 
-    run: str = "quickstart"
-    harness: str = "builtin"  # builtin (one-shot) or a CLI agent (harnesses/agents/)
-    policy: str | None = None  # the policy it trains, serves and evaluates; None: the harness's name
-    minutes: float = Field(14.0, ge=0.0)  # rollouts start for this long
-    until_version: int = Field(0, ge=0)  # and go on until the learner has published this version
-    group_size: int = Field(4, ge=1)  # G
-    concurrency: int = Field(8, ge=1)  # rollouts at once
-    capture: str | None = None  # the policy's runs' capture mode (store/capture_modes.py); None: the gateway's
-    call_max_tokens: int = Field(256, ge=16)  # a CLI agent's max tokens per model call
-    train_temperature: float | None = Field(None, ge=0.05, le=2.0)  # the GRPO rounds'; None: the agent's
-    task_sampling: str = "pass"  # pass | learnable (harnessrl.training.curriculum.TaskSampling)
+    minutes: float = Field(14.0, ge=0.0, description="Start rollouts for this long")
+    until_version: int = Field(
+        0, ge=0, description="And go on past --minutes until the learner has published this version (a step count)"
+    )
+    run: str = Field("quickstart", description="The run's name")
+    harness: str = Field(
+        "builtin",
+        description="The agent: " + harness_help(agent_names()) + " (builtin: one-shot; the others: real CLI agents)",
+    )
+    policy: str | None = Field(None, description=POLICY_HELP.format(what="it trains, serves and evaluates"))
+    group_size: int = Field(4, ge=1, description="G: rollouts per task (one GRPO group)")
+    concurrency: int = Field(8, ge=1, description="Rollouts at once")
+    capture: str | None = Field(  # None: the gateway's
+        None, description=f"How the policy's runs are captured: {capture_help()} [default: {DEFAULT_CAPTURE}]"
+    )
+    call_max_tokens: int = Field(256, ge=16, description="A CLI agent's max tokens per model call")
+    train_temperature: float | None = Field(  # None: the agent's
+        None,
+        ge=0.05,
+        le=2.0,
+        description="Sampling temperature of the GRPO rounds (above 1 keeps a near-certain SFT policy exploring) "
+        "[default: the agent's, 1.0; evaluation always uses the agent's]",
+    )
+    task_sampling: str = Field(  # harnessrl.training.curriculum.TaskSampling
+        "pass",
+        description="Which tasks a GRPO round plays: pass (every task once) or learnable (rounds of the learner's "
+        "backlog, drawn by each task family's chance of a reward spread from its last rollouts)",
+    )
     tasks: QuickstartTasksConfig = QuickstartTasksConfig()
     engine: EngineConfig = EngineConfig()
     learner: LearnerSection = LearnerSection()

@@ -1,6 +1,9 @@
 """The sections jobs share: which tasks, where rollouts run, the gateway and the store they talk to, the judge,
 a teacher, sampling, and a run's workers. Each is one TOML table; a job picks the ones it has
-(``harnessrl.config.jobs``), and a job whose defaults differ derives its own section."""
+(``harnessrl.config.jobs``), and a job whose defaults differ derives its own section.
+
+Each key is also its command-line option, declared here once: its help is the field's description, its flag
+``--<name>`` unless ``cli(...)`` names another (harnessrl/cli/key_options.py makes the options)."""
 
 from __future__ import annotations
 
@@ -10,19 +13,29 @@ from pydantic import Field
 
 from harnesses.budget import DEFAULT_WALL_FACTOR
 from harnesses.slot_leases import DEFAULT_LEASE_S
-from harnessrl.config.files import LoosePath, Section
+from harnessrl.config.files import LoosePath, Section, cli
+from sandboxes.kinds import choices as kind_choices
 
 DEFAULT_GATEWAY = "http://127.0.0.1:8000"
+TASKS_HELP = (
+    "A folder of Harbor tasks (nested), a .jsonl file, a list file (one path a line), or "
+    "builtin:arithmetic | builtin:tasks, or resolved by OpenEnv: harbor:FOLDER | harbor:ORG/NAME | "
+    "harbor:NAME@VERSION | hf:ORG/NAME"
+)
 
 
 class TasksConfig(Section):
     """Which tasks a job plays (harnesses/datasets.py): --tasks and the selection options."""
 
-    source: str  # a folder, a .jsonl, a list file, builtin:NAME, openenv:SPEC, harbor:SPEC, hf:ORG/NAME
-    include: list[str] = []  # task name globs
-    exclude: list[str] = []
-    split: str = "all"  # all | train | test (harnesses.datasets.Selection checks it)
-    test_fraction: float = Field(0.2, ge=0.0, le=1.0)
+    source: str = Field(description=TASKS_HELP, json_schema_extra=cli("--tasks"))
+    include: list[str] = Field([], description="Only tasks whose name matches this glob, repeatable")
+    exclude: list[str] = Field([], description="Leave out tasks whose name matches this glob, repeatable")
+    split: str = Field(
+        "all",
+        description="all | train | test: tasks split by a hash of their name, so training and evaluation never "
+        "share one",
+    )
+    test_fraction: float = Field(0.2, ge=0.0, le=1.0, description="Share of task names in the test split")
 
     def selection(self):
         """As ``harnesses.datasets.Selection``; TaskError naming the option when it is not one."""
@@ -39,16 +52,35 @@ class EvalTasksConfig(TasksConfig):
 class SandboxKindConfig(Section):
     """Where rollouts run (sandboxes/kinds.py)."""
 
-    kind: str = "local"  # local | docker | harbor:<type>
-    options: dict[str, Any] = {}  # harbor:<type>'s environment options (--sandbox-option key=value)
+    kind: str = Field(
+        "local",
+        description=f"{kind_choices()}: an environment type of Harbor's (podman, daytona, modal, e2b, gke, ...; "
+        "docs/running.md)",
+        json_schema_extra=cli("--sandbox"),
+    )
+    options: dict[str, Any] = Field(
+        {},
+        description="key=value, repeatable: an option of the harbor:<type> environment (Harbor's kwargs; a JSON "
+        "value is decoded), e.g. extra_docker_compose='[\"net.yaml\"]'",
+        json_schema_extra=cli("--sandbox-option", given_as="pairs"),
+    )
 
 
 class SandboxConfig(SandboxKindConfig):
     """Where rollouts run and each sandbox's limits."""
 
-    memory_gib: float = 2.0  # per sandbox
-    wall_factor: float = Field(DEFAULT_WALL_FACTOR, ge=1.0)  # wall-clock ceiling, x the task's agent budget
-    allow_unisolated: bool = False  # local without bubblewrap: plain subprocesses (trusted agents only)
+    memory_gib: float = Field(2.0, description="Memory limit per sandbox")
+    wall_factor: float = Field(
+        DEFAULT_WALL_FACTOR,
+        ge=1.0,
+        description="Wall-clock ceiling per rollout, in multiples of the task's agent budget (the budget counts "
+        "the agent's own time; time in model calls is the engine's)",
+    )
+    allow_unisolated: bool = Field(
+        False,
+        description="Without bubblewrap, run local sandboxes as plain subprocesses: the agent sees this user's "
+        "files and network (trusted agents only)",
+    )
 
     def spec(self):
         """The limits every sandbox of the job shares (``sandboxes.SandboxSpec``)."""
@@ -58,32 +90,72 @@ class SandboxConfig(SandboxKindConfig):
 
 
 class RunSandboxConfig(SandboxConfig):
-    allow_internet: bool = False  # tasks whose task.toml asks for it get the host's network
-    gateway: str | None = None  # the URL sandboxes reach the gateway by [default: the gateway's]
+    allow_internet: bool = Field(
+        False, description="Give tasks whose task.toml says allow_internet = true the host's network (else refused)"
+    )
+    gateway: str | None = Field(
+        None,
+        description="The URL sandboxes reach the gateway by, through this worker's bridge [default: --gateway; "
+        "harbor:<type>: the gateway's --public-url]",
+        json_schema_extra=cli("--sandbox-gateway", envvar="HARNESSRL_SANDBOX_GATEWAY"),
+    )
 
 
 class GatewayConfig(Section):
-    url: str = DEFAULT_GATEWAY
-    admin_key: str | None = Field(None, exclude=True, repr=False)  # a secret: never printed nor stored
+    url: str = Field(
+        DEFAULT_GATEWAY, description="The gateway's URL", json_schema_extra=cli("--gateway", envvar="HARNESSRL_GATEWAY")
+    )
+    admin_key: str | None = Field(  # a secret: never printed nor stored
+        None,
+        exclude=True,
+        repr=False,
+        description="The gateway's admin key [default: $HARNESSRL_HOME/admin.key]",
+        json_schema_extra=cli(envvar="HARNESSRL_ADMIN_KEY"),
+    )
 
 
 class OwnGatewayConfig(GatewayConfig):
-    url: str | None = None  # a running `harnessrl serve`; None: the job starts vLLM and a gateway of its own
+    url: str | None = Field(
+        None,
+        description="Train through this running gateway (`harnessrl serve`, on the same --database-url and model) "
+        "instead of starting vLLM and a gateway: quickstarts of several policies share one engine",
+        json_schema_extra=cli("--gateway"),
+    )
 
 
 class StoreConfig(Section):
-    url: str | None = None  # sqlite:///PATH or postgresql://...; None: SQLite under $HARNESSRL_HOME
+    url: str | None = Field(
+        None,
+        description="sqlite:///PATH or postgresql://USER@HOST/DB [default: SQLite under $HARNESSRL_HOME]",
+        json_schema_extra=cli("--database-url", envvar="HARNESSRL_DATABASE_URL"),
+    )
 
 
 class JudgeConfig(Section):
     """An LLM judge adding the reward component ``judge`` (harnesses/judge.py); no model: no judge."""
 
-    model: str | None = None  # a litellm model string
-    rubric: LoosePath | None = None
-    mode: str = "rollout"  # rollout | group (JudgeSettings checks it)
-    base_url: str | None = None
-    concurrency: int = Field(4, ge=1)  # judge calls at once
-    timeout_s: float = Field(120.0, ge=1.0)  # per judge call
+    model: str | None = Field(
+        None,
+        description="An LLM judge adding the reward component `judge`: a litellm model string (hosted_vllm/NAME, "
+        "openai/..., anthropic/...); provider keys come from the environment as litellm reads them",
+        json_schema_extra=cli("--judge"),
+    )
+    rubric: LoosePath | None = Field(None, description="The judge's rubric: a text file saying what good work is")
+    mode: str = Field(  # JudgeSettings checks it
+        "rollout",
+        description="rollout: score each rollout; group: score a group's rollouts against each other in one call "
+        "(RULER-style)",
+        json_schema_extra=cli("--judge-mode"),
+    )
+    base_url: str | None = Field(
+        None,
+        description="The judge's API base, e.g. http://127.0.0.1:8100/v1 for hosted_vllm/",
+        json_schema_extra=cli("--judge-base-url", envvar="HARNESSRL_JUDGE_BASE_URL"),
+    )
+    concurrency: int = Field(4, ge=1, description="Judge calls at once", json_schema_extra=cli("--judge-concurrency"))
+    timeout_s: float = Field(
+        120.0, ge=1.0, description="Seconds per judge call before it abstains", json_schema_extra=cli("--judge-timeout")
+    )
 
     def settings(self):
         """The judge asked for (None without a model); ValueError naming the missing or bad option."""
@@ -109,32 +181,58 @@ class JudgeConfig(Section):
 
 
 class RolloutJudgeConfig(JudgeConfig):
-    mode: Literal["rollout"] = "rollout"  # the job's rollouts are judged one at a time
+    mode: Literal["rollout"] = "rollout"  # the job's rollouts are judged one at a time: a key, no option
 
 
-class TeacherConfig(Section):
+class TeacherApiConfig(Section):
     """A teacher model served through a gateway of its own on the store (harnessrl.engines.teacher)."""
 
-    base_url: str | None = None  # its API base (hosted_vllm/...)
-    policy_model: LoosePath | None = None  # the policy's model folder, whose tokenizer records the calls
+    base_url: str | None = Field(
+        None,
+        description="A teacher's API base (hosted_vllm/...): --upstream's, eval's teacher:MODEL's",
+        json_schema_extra=cli("--upstream-base-url"),
+    )
+
+
+class TeacherConfig(TeacherApiConfig):
+    policy_model: LoosePath | None = Field(
+        None,
+        description="With a teacher (run --upstream, eval teacher:MODEL): the policy's model folder, whose tokenizer "
+        "records the teacher's calls [default: SmolLM2]",
+    )
 
 
 class RunTeacherConfig(TeacherConfig):
-    model: str | None = None  # --upstream: a litellm model string, or solutions; None: the policy serves
+    model: str | None = Field(
+        None,
+        description="A teacher run: serve the agents by this litellm model (openai/..., hosted_vllm/NAME; "
+        "solutions: each task's reference solution as the agent's own shell tool call) instead of the policy, "
+        "recorded with the policy's tokens into --database-url; SFT data, never GRPO's",
+        json_schema_extra=cli("--upstream"),
+    )
 
 
-class WarmStartTeacherConfig(Section):
-    """A warm start's teacher (harnessrl.engines.teacher); no model: the policy's own best of G."""
+class WarmStartTeacherConfig(TeacherApiConfig):
+    """A warm start's teacher; no model: the policy's own best of G."""
 
-    model: str | None = None  # --upstream: a litellm model string, or solutions
-    base_url: str | None = None  # its API base (hosted_vllm/...)
+    model: str | None = Field(
+        None,
+        description="With --warm-start: the teacher, a litellm model string (openai/..., hosted_vllm/NAME), or "
+        "solutions: each task's reference solution played as the agent's own shell tool call",
+        json_schema_extra=cli("--upstream"),
+    )
 
 
 class SamplingConfig(Section):
     """A new run's sampling, applied to every call; None leaves it to the run (or the defaults, 1.0)."""
 
-    temperature: float | None = Field(None, ge=0.01, le=2.0)
-    top_p: float | None = Field(None, ge=0.01, le=1.0)
+    temperature: float | None = Field(
+        None,
+        ge=0.01,
+        le=2.0,
+        description="Sampling temperature of a new run, applied to every call [default: 1.0; a run keeps its own]",
+    )
+    top_p: float | None = Field(None, ge=0.01, le=1.0, description="Nucleus sampling top_p of a new run [default: 1.0]")
 
     def request(self) -> dict | None:
         """As POST /api/rollouts takes it."""
@@ -143,7 +241,9 @@ class SamplingConfig(Section):
 
 
 class EvalSamplingConfig(Section):
-    temperature: float = Field(1.0, ge=0.0, le=2.0)  # 0: greedy
+    temperature: float = Field(
+        1.0, ge=0.0, le=2.0, description="The evaluation run's sampling temperature (0: greedy, then use -k 1)"
+    )
 
     def request(self) -> dict:
         return {"temperature": self.temperature, "top_p": 1.0}
@@ -152,44 +252,16 @@ class EvalSamplingConfig(Section):
 class WorkersConfig(Section):
     """This runner among the run's runners (harnesses/slot_leases.py)."""
 
-    worker_id: str = ""  # "": HOST-PID-RANDOM
-    lease_s: float = Field(DEFAULT_LEASE_S, ge=1.0, le=3600.0)
-
-
-class QuickstartTasksConfig(TasksConfig):
-    source: str = "builtin:arithmetic"
-    split: str = "train"  # the split trained on; evaluations play the test split
-
-
-class EngineConfig(Section):
-    """The vLLM server a job starts (harnessrl/engines/process.py) and the model it serves."""
-
-    model: LoosePath | None = None  # a model folder; None: SmolLM2, prepared (stretched for a long first prompt)
-    max_model_len: int | None = Field(None, ge=256)  # None: 2048, or a CLI agent's first prompt + 2 answers + 1k
-    gpu_memory: float | None = Field(None, ge=0.05, le=0.95)  # on a GPU: vLLM's share, the learner's the rest
-
-
-class LearnerSection(Section):
-    """What a job sets of the learner it starts (the rest: learner/config.py's defaults)."""
-
-    lr: float | None = Field(None, ge=0.0)  # GRPO's; None: 5e-4 from a fresh LoRA, 1e-4 after a warm start
-    metrics_port: int | None = None  # Prometheus /metrics on 127.0.0.1; None: a free port; 0: off
-
-
-class EvaluationConfig(Section):
-    """Held-out evaluation while training (harnessrl/evaluation/periodic.py): the base model, then every
-    ``every`` versions and the last, ``k`` rollouts per held-out task, into the run <run>-eval."""
-
-    every: int = Field(0, ge=0)  # 0: off
-    k: int = Field(4, ge=1)
-    unseen_tasks: str | None = None  # a kind of task never trained on, evaluated into <run>-unseen-eval
-
-
-class WarmStartConfig(Section):
-    """A warm-up run and SFT on its successes before GRPO (harnessrl/training/warm_start.py)."""
-
-    enabled: bool = False
-    rounds: int = Field(1, ge=1)  # warm-up passes over the tasks
-    group_size: int = Field(8, ge=1)  # G of the policy's best-of-G warm-up (a teacher's uses the job's G)
-    sft_epochs: int = Field(4, ge=1)
-    sft_lr: float = Field(5e-4, ge=0.0)
+    worker_id: str = Field(
+        "",  # "": HOST-PID-RANDOM
+        description="This runner's id among the run's runners (several may share a run, on several hosts) "
+        "[default: HOST-PID-RANDOM]",
+        json_schema_extra=cli(envvar="HARNESSRL_WORKER_ID"),
+    )
+    lease_s: float = Field(
+        DEFAULT_LEASE_S,
+        ge=1.0,
+        le=3600.0,
+        description="Each claimed (task, index) slot's lease, renewed every third of it: a runner that dies has "
+        "its slots played by another this long after",
+    )

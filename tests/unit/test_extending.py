@@ -10,11 +10,16 @@ import re
 import typing
 
 import pytest
+import typer
+from pydantic import Field, create_model
+from typer.testing import CliRunner
 
 from gateway.api.protocol import CreateRollout
 from harnesses import agents
 from harnesses.registry import agent_names, cli_agents, create_harness, harness_names
+from harnessrl.cli.job_config import config_command
 from harnessrl.cli.options import checked_sandbox
+from harnessrl.config.jobs import RunConfig
 from sandboxes import SandboxError, SandboxSpec, create_sandbox, kinds
 from store import capture_modes
 from tests.unit.test_import_cycles import ROOT
@@ -81,8 +86,28 @@ def test_the_capture_recipe_is_one_entry_in_modes():
     assert {capture_modes.DEFAULT_CAPTURE, capture_modes.TEACHER_CAPTURE} <= set(capture_modes.MODES)
 
 
+def test_the_run_option_recipe_is_one_field_in_a_section():
+    steps = recipe("A run option")
+    assert "`config_command` in `harnessrl/cli/job_config.py`" in steps and "Field(" in steps
+    name, default = re.search(r"^    (\w+): int = (Field\(.*\))  #", steps, re.M).groups()  # the recipe's line
+    planted = create_model("Planted", __base__=RunConfig, **{name: (int, eval(default, {"Field": Field}))})
+    made, seen = typer.Typer(), []
+    made.command()(config_command(planted)(seen.append))
+    result = CliRunner().invoke(made, ["--tasks", "builtin:shell", "--run", "r", f"--{name}", "5"])
+    assert result.exit_code == 0, result.output
+    assert getattr(seen[0], name) == 5
+
+
 @pytest.mark.parametrize(
-    "title", ["A harness: another coding agent", "A reward", "A sandbox backend", "A capture mode", "A wire dialect"]
+    "title",
+    [
+        "A harness: another coding agent",
+        "A reward",
+        "A run option",
+        "A sandbox backend",
+        "A capture mode",
+        "A wire dialect",
+    ],
 )
 def test_every_recipe_names_a_test_to_copy(title):
     copied = re.findall(r"`(tests/[\w/]+\.py)`", recipe(title))

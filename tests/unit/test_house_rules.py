@@ -95,7 +95,7 @@ def many_parameters(path: Path) -> dict[str, int]:
 
 def registered_commands(app, prefix: str = "") -> dict[str, typing.Callable]:
     """Every command of the typer ``app`` and its sub-apps, by its command line ("keys report"), as written: a
-    decorator's wrapper (@judge_options's) unwrapped."""
+    decorator's wrapper (@config_command's) unwrapped."""
     found = {}
     for command in app.registered_commands:
         found[prefix + (command.name or command.callback.__name__)] = inspect.unwrap(command.callback)

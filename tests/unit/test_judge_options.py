@@ -1,80 +1,54 @@
-"""The --judge options, declared once (harnessrl.cli.judge_options), reach every command that takes them."""
+"""The judge's keys (harnessrl.config.sections.JudgeConfig), declared once, are options of every job that
+takes a judge; eval judges each rollout alone, so its judge mode is a key with one value and no option."""
 
 from __future__ import annotations
 
+import tomllib
 from pathlib import Path
 
-import typer
+import pytest
 from typer.testing import CliRunner
 
 from harnessrl.cli.app import app
-from harnessrl.cli.judge_options import NO_JUDGE, JudgeOptions, judge_options
+from harnessrl.config.sections import JudgeConfig
+
+JUDGE_FLAGS = ["--judge", "openai/m", "--rubric", "r.txt", "--judge-concurrency", "2", "--judge-timeout", "5"]
+JOBS = (["run", "--tasks", "builtin:arithmetic", "--run", "r"], ["eval"], ["quickstart"])
 
 
-def decorated_app(modes: bool) -> tuple[typer.Typer, list[JudgeOptions]]:
-    seen: list[JudgeOptions] = []
-    demo = typer.Typer()
-
-    @demo.command()
-    @judge_options(modes=modes)
-    def go(name: str, judge: JudgeOptions = NO_JUDGE) -> None:
-        seen.append(judge)
-
-    return demo, seen
+def invoke(*args: str):
+    return CliRunner().invoke(app, list(args), env={"COLUMNS": "300"})
 
 
-def test_a_decorated_command_receives_the_judge_flags_as_one_options_object(tmp_path):
-    demo, seen = decorated_app(modes=True)
-    result = CliRunner().invoke(
-        demo,
-        [
-            "x",
-            "--judge",
-            "openai/m",
-            "--rubric",
-            str(tmp_path / "r.txt"),
-            "--judge-mode",
-            "group",
-            "--judge-concurrency",
-            "2",
-            "--judge-timeout",
-            "5",
-        ],
-    )
+@pytest.mark.parametrize("command", JOBS)
+def test_every_job_takes_the_judge_flags_into_its_judge_section(command):
+    result = invoke(*command, *JUDGE_FLAGS, "--show-config")
     assert result.exit_code == 0, result.output
-    assert seen == [
-        JudgeOptions(model="openai/m", rubric=tmp_path / "r.txt", mode="group", concurrency=2, timeout_s=5.0)
-    ]
+    judge = tomllib.loads(result.stdout)["judge"]
+    assert JudgeConfig(**{**judge, "rubric": Path(judge["rubric"])}) == JudgeConfig(
+        model="openai/m", rubric=Path("r.txt"), mode="rollout", concurrency=2, timeout_s=5.0
+    )
 
 
-def test_without_modes_there_is_no_judge_mode_flag_and_rollouts_are_judged_alone():
-    demo, seen = decorated_app(modes=False)
-    assert CliRunner().invoke(demo, ["x", "--judge-mode", "group"]).exit_code != 0
-    assert CliRunner().invoke(demo, ["x"]).exit_code == 0
-    assert seen == [NO_JUDGE] and seen[0].mode == "rollout"
+def test_run_and_quickstart_take_a_judge_mode_and_eval_has_none():
+    for command in (JOBS[0], JOBS[2]):
+        shown = invoke(*command, "--judge-mode", "group", "--show-config")
+        assert tomllib.loads(shown.stdout)["judge"]["mode"] == "group", shown.output
+    refused = invoke("eval", "--judge-mode", "group")
+    assert refused.exit_code == 2 and "No such option: --judge-mode" in refused.output
 
 
-def test_judge_options_name_the_missing_flag(tmp_path):
-    assert "needs --rubric" in _message(lambda: JudgeOptions(model="openai/m").settings())
-    assert "needs --judge" in _message(lambda: JudgeOptions(rubric=Path("r.txt")).settings())
-    assert JudgeOptions().settings() is None
+def test_judge_options_name_the_missing_flag():
+    assert "needs --rubric" in _message(lambda: JudgeConfig(model="openai/m").settings())
+    assert "needs --judge" in _message(lambda: JudgeConfig(rubric=Path("r.txt")).settings())
+    assert JudgeConfig().settings() is None
 
 
 def test_run_eval_and_quickstart_refuse_a_judge_without_a_rubric(tmp_path, monkeypatch):
     monkeypatch.setenv("HARNESSRL_HOME", str(tmp_path))
-    for command in (["run", "--tasks", "builtin:arithmetic", "--run", "r"], ["eval"], ["quickstart"]):
-        result = CliRunner().invoke(
-            app,
-            [
-                *command,
-                "--admin-key",
-                "k",
-                "--judge",
-                "openai/m",
-                "--database-url",
-                f"sqlite+aiosqlite:///{tmp_path}/db.sqlite",
-            ],
-        )
+    database = f"sqlite+aiosqlite:///{tmp_path}/db.sqlite"
+    for command in JOBS:
+        result = invoke(*command, "--admin-key", "k", "--judge", "openai/m", "--database-url", database)
         assert result.exit_code == 1, (command, result.output)
         assert "--judge needs --rubric" in result.output, (command, result.output)
 

@@ -1,0 +1,131 @@
+"""A config's keys as a command's options. Every key of a job's config (harnessrl/config/) is declared once, on
+its field: the option's help is the field's description, its range the field's, its default the config's, its
+flag ``--<name>`` unless the field's ``cli(...)`` names another (and an environment variable, a one-letter flag,
+how a list or table is written). An option marked ``Sets("section.key")`` sets that key, so ``--config FILE``
+and the command line describe one thing (``harnessrl.cli.job_config``)."""
+
+from __future__ import annotations
+
+import inspect
+import typing
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+from pydantic.fields import FieldInfo
+from pydantic_core import PydanticUndefined
+
+from harnessrl.config.files import Section, field_bounds
+from sandboxes.kinds import option_pairs
+
+
+def _as_given(value: Any) -> Any:
+    return value
+
+
+def comma_list(value: str) -> list[str]:
+    return [item.strip() for item in value.split(",") if item.strip()]
+
+
+@dataclass(frozen=True)
+class Sets:
+    """An option's config key (dotted: ``sandbox.kind``) and how its value becomes the key's."""
+
+    key: str
+    convert: Callable[[Any], Any] = _as_given
+
+
+ConfigFile = Annotated[
+    Path | None,
+    typer.Option(
+        "--config",
+        help="A TOML file of this command's settings; options given here (or by their environment variables) "
+        "override it. --show-config prints every key",
+    ),
+]
+ShowConfig = Annotated[
+    bool, typer.Option("--show-config", help="Print the settings (file, options, defaults) as TOML and exit")
+]
+# How a list or a table is written on the command line (cli(given_as=...)): its option's type, its conversion.
+GIVEN_AS = {"comma_list": (str, comma_list), "pairs": (list[str] | None, option_pairs)}
+
+
+@dataclass(frozen=True)
+class KeyOption:
+    """One key's option: the command's parameter ``name``, typed and marked for typer, with its default."""
+
+    key: str  # dotted: sandbox.kind
+    name: str  # the parameter's name (the flag's, in snake case)
+    annotation: Any
+    default: Any
+
+    def parameter(self) -> inspect.Parameter:
+        return inspect.Parameter(
+            self.name, inspect.Parameter.KEYWORD_ONLY, default=self.default, annotation=self.annotation
+        )
+
+
+def key_options(model: type[Section], prefix: str = "") -> Iterator[KeyOption]:
+    """An option for each key of ``model`` in field order, its sections' keys in place; a key whose type allows
+    one value (a ``Literal`` of one) is fixed and has none."""
+    for name, field in model.model_fields.items():
+        if isinstance(field.annotation, type) and issubclass(field.annotation, Section):
+            yield from key_options(field.annotation, f"{prefix}{name}.")
+        elif len(typing.get_args(field.annotation)) != 1 or typing.get_origin(field.annotation) is not typing.Literal:
+            yield key_option(model, name, prefix + name)
+
+
+def key_option(model: type[Section], name: str, key: str | None = None) -> KeyOption:
+    """The option of ``model``'s field ``name``, setting ``key`` (default: the name)."""
+    field = model.model_fields[name]
+    extra = _inherited(model, name, "json_schema_extra") or {}
+    flag = extra.get("flag") or "--" + name.replace("_", "-")
+    option_type, convert = GIVEN_AS.get(extra.get("given_as"), (_option_type(field), _as_given))
+    option = typer.Option(
+        *[f for f in (extra.get("short"), flag) if f],
+        help=_inherited(model, name, "description"),
+        envvar=extra.get("envvar"),
+        **field_bounds(model, name),
+    )
+    annotation = Annotated[option_type, option, Sets(key or name, convert)]
+    return KeyOption(key or name, flag.removeprefix("--").replace("-", "_"), annotation, _shown_default(field, extra))
+
+
+def _inherited(model: type[Section], name: str, attribute: str) -> Any:
+    """The field's ``attribute`` (description, json_schema_extra), or the nearest base section's: a section that
+    only changes a key's default keeps its option."""
+    for base in model.__mro__:
+        field = getattr(base, "model_fields", {}).get(name)
+        if field is not None and getattr(field, attribute):
+            return getattr(field, attribute)
+    if attribute == "description":
+        raise TypeError(f"{model.__name__}.{name} has no description, its option's help: give Field(description=...)")
+    return None
+
+
+def _option_type(field: FieldInfo) -> Any:
+    """The type typer parses the option as: the field's, a list repeatable and None when not given."""
+    annotation = _plain(field.annotation)
+    args = [_plain(arg) for arg in typing.get_args(annotation)]
+    if typing.get_origin(annotation) is list:
+        return list[str] | None
+    if typing.get_origin(annotation) is typing.Literal:
+        return str
+    if type(None) in args:  # X | None
+        return next(arg for arg in args if arg is not type(None)) | None
+    return annotation
+
+
+def _plain(annotation: Any) -> Any:
+    """``annotation`` without its ``Annotated`` metadata (a LoosePath is a Path)."""
+    return typing.get_args(annotation)[0] if typing.get_origin(annotation) is Annotated else annotation
+
+
+def _shown_default(field: FieldInfo, extra: dict) -> Any:
+    """What --help shows as the default; options left at it set nothing, so the config's default applies."""
+    default = field.default
+    if isinstance(default, list) and extra.get("given_as") == "comma_list":
+        return ",".join(default)
+    return None if default is PydanticUndefined or isinstance(default, (dict, list)) else default
