@@ -23,6 +23,7 @@ from gateway.policy.adapters import restore_adapters
 from gateway.policy.pins import load_version
 from gateway.policy.policy_set import PolicySet
 from gateway.policy.registry import PolicyRegistry
+from gateway.recording.call_books import CallBooks
 from gateway.recording.callgraph import CallGraphIndex
 from gateway.recording.pipeline import ChatPipeline
 from gateway.recording.trace_export import TraceExport
@@ -69,9 +70,14 @@ class GatewayState:
     publish_lock: asyncio.Lock = field(default_factory=asyncio.Lock)
     refused_versions: set[str] = field(default_factory=set)  # engine adapter names
     trace_export: TraceExport | None = None  # serve --otlp-endpoint  # published elsewhere, failed the probe here
+    # The graph and the books above as one record, built once: each call's pipeline is handed this one.
+    books: CallBooks = field(init=False)
 
     def __post_init__(self) -> None:
         self.graph = CallGraphIndex(self.store.calls.graph_nodes)
+        self.books = CallBooks(
+            self.graph, self.metrics, self.engine_clock, self.refusals, self.retries, self.prefixes, self.engine_bodies
+        )
         self.served_hosts = self.settings.served_hosts()
         self.session_rate = SessionRate(self.settings.live_sessions_per_minute, self.settings.live_session_burst)
 
@@ -114,16 +120,10 @@ class GatewayState:
             self.engine,
             await self.ensure_policies(),
             self.writer,
-            self.graph,
+            self.books,
             tito=self.tito,
             max_model_len=self.max_model_len,
-            metrics=self.metrics,
-            engine_clock=self.engine_clock,
-            refusals=self.refusals,
             load_version=self.ensure_version,
-            retries=self.retries,
-            prefixes=self.prefixes,
-            engine_bodies=self.engine_bodies,
             source=self.settings.call_source,
         )
 

@@ -14,21 +14,18 @@ from dataclasses import dataclass, replace
 import numpy as np
 
 from gateway.dialects import COMPLETIONS
-from gateway.engine.body import EngineBodies
 from gateway.engine.client import EngineClient
-from gateway.engine.clock import EngineClock
 from gateway.engine.routing import begin_call, served_fields
-from gateway.engine.token_prefix import PrefixArrays, TokenIds, as_array, prompt_hint
+from gateway.engine.token_prefix import TokenIds, as_array, prompt_hint
 from gateway.errors import EngineError, NotFound
-from gateway.metrics import GatewayMetrics
 from gateway.policy.policy_set import PolicySet
 from gateway.policy.registry import ResolvedModel
 from gateway.policy.sampling import engine_sampling, sampled_with
-from gateway.recording.callgraph import CallGraphIndex, GraphNode
+from gateway.recording.call_books import CallBooks
+from gateway.recording.callgraph import GraphNode
 from gateway.recording.engine_request import engine_chat_body, engine_completion_body
 from gateway.recording.streaming import CompletionAssembler, StreamedCall
-from gateway.request.refusals import EngineRefusals
-from gateway.request.retries import RETRIED, Attempt, RetryBook, retry_count
+from gateway.request.retries import RETRIED, Attempt, retry_count
 from gateway.request.tagging import side_call_tags
 from gateway.tito.serving import TitoEngine
 from store.arrays import LOGPROBS
@@ -50,29 +47,20 @@ class ChatPipeline:
         engine: EngineClient,
         policies: PolicySet,
         writer: CallWriter,
-        graph: CallGraphIndex,
+        books: CallBooks,
         tito: Callable[[], Awaitable[TitoEngine]] | None = None,
         max_model_len: int | None = None,
-        metrics: GatewayMetrics | None = None,
-        engine_clock: EngineClock | None = None,
         load_version: Callable[[str, int], Awaitable[str]] | None = None,
-        retries: RetryBook | None = None,
-        prefixes: PrefixArrays | None = None,
-        engine_bodies: EngineBodies | None = None,
-        refusals: EngineRefusals | None = None,
         source: str = "policy",
     ):
-        self.engine, self.policies, self.writer, self.graph = engine, policies, writer, graph
+        self.engine, self.policies, self.writer = engine, policies, writer
         self.source = source  # who writes the engine's answers (store.records.CALL_SOURCES)
-        self.retries = retries or RetryBook()
         self._load_version = load_version  # loads a pinned rollout's version when it is not loaded
         self._tito, self.max_model_len = tito, max_model_len
-        self.metrics = metrics or GatewayMetrics()
-        self.engine_clock = engine_clock or EngineClock()
-        self.refusals = refusals or EngineRefusals()
-        # Per rollout, kept across calls (the gateway's state): token arrays and engine messages' JSON.
-        self.prefixes = prefixes or PrefixArrays()
-        self.engine_bodies = engine_bodies or EngineBodies()
+        # What the gateway keeps across calls, each an attribute here: one lookup per use on the hot path.
+        self.graph, self.metrics, self.engine_clock = books.graph, books.metrics, books.engine_clock
+        self.refusals, self.retries = books.refusals, books.retries
+        self.prefixes, self.engine_bodies = books.prefixes, books.engine_bodies
 
     async def chat(
         self, chat_body: dict, identity: RolloutIdentity, dialect: str, client_request: dict, top_logprobs: int = 0
@@ -101,9 +89,11 @@ class ChatPipeline:
                         identity.rollout_id, engine_chat_body(chat_body, resolved, top_logprobs, stream=False)
                     )
                     answer, latency_ms = await self._timed(self.engine.chat(body), identity, resolved)
-            return await self._commit_answer(
-                identity, dialect, client_request, resolved, chat_body, answer, latency_ms, attempt=attempt
+            recorded = await self._commit_answer(
+                identity, dialect, client_request, resolved, chat_body, answer, latency_ms
             )
+            await self._settle_retries(attempt, recorded.call_id)
+            return recorded
         finally:
             self.retries.end(attempt)
 
@@ -134,8 +124,9 @@ class ChatPipeline:
             if tito is not None and not tags:
                 tito.remember(identity.rollout_id, answer)
             recorded = await self._commit_answer(
-                identity, dialect, client_request, resolved, chat_body, answer, latency_ms, tags, attempt
+                identity, dialect, client_request, resolved, chat_body, answer, latency_ms, tags
             )
+            await self._settle_retries(attempt, recorded.call_id)
             return recorded.call_id
 
         return StreamedCall(stream, commit, timers, self.writer.add_tag)
@@ -163,29 +154,15 @@ class ChatPipeline:
         answer: dict,
         latency_ms: float,
         extra_tags: tuple[str, ...] | list[str] = (),
-        attempt: Attempt | None = None,
     ) -> RecordedAnswer:
+        """The chat call recorded; the caller settles its retries (``_settle_retries``)."""
         choice = only_choice(answer)
         logprobs = [entry["logprob"] for entry in (choice.get("logprobs") or {}).get("content") or []]
-        ids = self._ids(identity, answer.get("prompt_token_ids"), choice)
-        record = _record(
-            identity,
-            dialect,
-            client_request,
-            resolved,
-            answer,
-            latency_ms,
-            ids,
-            choice,
-            logprobs,
-            sampled_with(chat_body),
-            self.source,
-        )
+        read = self._read(identity, answer, answer.get("prompt_token_ids"), choice, logprobs)
+        sampling = sampled_with(chat_body)
+        record = _record(identity, dialect, client_request, resolved, read, latency_ms, sampling, self.source)
         tags = side_call_tags(chat_body.get("messages") or [], bool(chat_body.get("tools")), identity.side_patterns)
-        recorded = await self._commit(identity, record, ids.sequence, answer, resolved, [*tags, *extra_tags])
-        if attempt is not None:
-            await self._settle_retries(attempt, recorded.call_id)
-        return recorded
+        return await self._commit(identity, record, read.sequence, answer, resolved, [*tags, *extra_tags])
 
     async def _settle_retries(self, attempt: Attempt, call_id: int) -> None:
         """A call a retry replaced is tagged ``retried`` (and ``undelivered``: its client gave up on it)."""
@@ -245,24 +222,16 @@ class ChatPipeline:
     ) -> RecordedAnswer:
         choice = only_choice(answer)
         token_logprobs = (choice.get("logprobs") or {}).get("token_logprobs") or []
-        ids = self._ids(identity, choice.get("prompt_token_ids"), choice)
-        record = _record(
-            identity,
-            COMPLETIONS.name,
-            client_request,
-            resolved,
-            answer,
-            latency_ms,
-            ids,
-            choice,
-            token_logprobs,
-            sampled_with(completion_body),
-            self.source,
-        )
-        return await self._commit(identity, record, ids.sequence, answer, resolved, tags)
+        read = self._read(identity, answer, choice.get("prompt_token_ids"), choice, token_logprobs)
+        sampling = sampled_with(completion_body)
+        record = _record(identity, COMPLETIONS.name, client_request, resolved, read, latency_ms, sampling, self.source)
+        return await self._commit(identity, record, read.sequence, answer, resolved, tags)
 
-    def _ids(self, identity: RolloutIdentity, prompt_ids: TokenIds | None, choice: dict) -> TokenArrays:
-        """The call's prompt and output ids as arrays (an answer read with its hint has the prompt's as one)."""
+    def _read(
+        self, identity: RolloutIdentity, answer: dict, prompt_ids: TokenIds | None, choice: dict, logprobs: list[float]
+    ) -> EngineAnswer:
+        """The answer with the call's prompt and output ids as arrays (an answer read with its hint has the
+        prompt's as one)."""
         output_ids = choice.get("token_ids")
         if prompt_ids is None or output_ids is None:
             raise EngineError(
@@ -272,7 +241,7 @@ class ChatPipeline:
         prompt, output = as_array(prompt_ids), as_array(output_ids)
         hint = prompt_hint.get()
         sequence = self.prefixes.add(identity.rollout_id, prompt, output, hint and hint.text)
-        return TokenArrays(prompt, output, sequence)
+        return EngineAnswer(answer, choice, logprobs, prompt, output, sequence)
 
     async def _resolve(self, identity: RolloutIdentity, requested: str) -> ResolvedModel:
         """The version serving this call, of the rollout's own policy (never one the model name picks):
@@ -348,7 +317,12 @@ def only_choice(answer: dict) -> dict:
 
 
 @dataclass(frozen=True)
-class TokenArrays:
+class EngineAnswer:
+    """The engine's answer to one call, read once: what its record is made of."""
+
+    body: dict  # the engine's response body, as received (chat.completion or text_completion)
+    choice: dict  # its one choice
+    logprobs: list[float]  # the sampled tokens' log-probs (nats), as the engine reported them
     prompt: np.ndarray  # int32
     output: np.ndarray  # int32
     sequence: np.ndarray  # int32, read-only: prompt + output (what the rollout's next prompt likely extends)
@@ -359,11 +333,8 @@ def _record(
     dialect: str,
     client_request: dict,
     resolved: ResolvedModel,
-    answer: dict,
+    read: EngineAnswer,
     latency_ms: float,
-    ids: TokenArrays,
-    choice: dict,
-    logprobs: list[float],
     sampling: tuple[float | None, float | None],
     source: str,
 ) -> CallRecord:
@@ -376,13 +347,13 @@ def _record(
         policy_version=resolved.version,
         adapter_digest=resolved.adapter_digest,
         # Arrays once, here: packing, linking and storing then cost a memcpy, not a list walk.
-        prompt_ids=ids.prompt,
-        output_ids=ids.output,
+        prompt_ids=read.prompt,
+        output_ids=read.output,
         # what a teacher reports is no sampler's log-prob: none is stored (the learner refuses such tokens)
-        output_logprobs=np.asarray(logprobs, dtype=LOGPROBS) if source == "policy" else None,
-        finish_reason=choice.get("finish_reason"),
+        output_logprobs=np.asarray(read.logprobs, dtype=LOGPROBS) if source == "policy" else None,
+        finish_reason=read.choice.get("finish_reason"),
         request=client_request,
-        response=_without_token_arrays(answer),
+        response=_without_token_arrays(read.body),
         latency_ms=latency_ms,
         temperature=sampling[0],
         top_p=sampling[1],

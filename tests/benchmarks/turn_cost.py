@@ -33,6 +33,7 @@ from gateway.engine.client import encoded  # noqa: E402
 from gateway.engine.token_prefix import loads_answer  # noqa: E402
 from gateway.openai.serving import OpenAIServing  # noqa: E402
 from gateway.policy.policy_set import PolicySet  # noqa: E402
+from gateway.recording.call_books import CallBooks  # noqa: E402
 from gateway.recording.callgraph import CallGraphIndex  # noqa: E402
 from gateway.recording.pipeline import ChatPipeline  # noqa: E402
 from gateway.request.resent_bodies import ResentBodies  # noqa: E402
@@ -194,7 +195,7 @@ async def run_mode(
         engine,
         PolicySet("policy", "base"),
         writer,
-        CallGraphIndex(store.calls.graph_nodes),
+        CallBooks(CallGraphIndex(store.calls.graph_nodes)),
         tito=tito,
         max_model_len=200_000,
     )
