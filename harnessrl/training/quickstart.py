@@ -49,6 +49,7 @@ from harnessrl.training.quickstart_plan import (
 )
 from harnessrl.training.sft import run_sft
 from harnessrl.training.warm_start import WarmStartResult, result_of, sft_plan, warm_up_run
+from learner.config import LearnerConfig, with_overrides
 from learner.config_file import dump_toml
 from store.capture_modes import TEACHER_CAPTURE
 from store.records import GroupStatus
@@ -274,13 +275,12 @@ class Quickstart:
         plan = sft_plan(
             warm,
             self.plan.run,
-            self.plan.model_dir,
+            with_overrides(LearnerConfig(), model_dir=str(self.plan.model_dir), lora_rank=16),
             self.plan.database_url,
             self.home / "sft",
             gateway_url,
             self.admin_key,
             packed_row_tokens(self.plan),
-            lora_rank=16,
         )
         self.dashboard.sft_started()
         interrupted = threading.Event()

@@ -58,20 +58,19 @@ class WarmStartResult:
 def sft_plan(
     warm: WarmStart,
     run: str,
-    model_dir: Path,
+    learner: LearnerConfig,
     database_url: str,
     out_dir: Path,
     gateway_url: str,
     admin_key: str,
     token_budget: int,
-    lora_rank: int,
 ) -> SftPlan:
-    """SFT on the warm-up run's successes, published on the quickstart's gateway."""
-    learner = with_overrides(LearnerConfig(), model_dir=str(model_dir), lora_rank=lora_rank, lr=warm.lr)
+    """SFT on the warm-up run's successes, published on the quickstart's gateway. ``learner``: the model
+    and LoRA shape GRPO trains next (it continues the SFT adapter); the warm start's lr replaces its own."""
     return SftPlan(
         run=warm_up_run(run),
         database_url=database_url,
-        learner=learner,
+        learner=with_overrides(learner, lr=warm.lr),
         out_dir=out_dir,
         sft=SftConfig(epochs=warm.epochs, token_budget=token_budget),
         min_reward=warm.min_reward,
