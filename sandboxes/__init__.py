@@ -28,23 +28,9 @@ __all__ = [
 
 
 async def create_sandbox(kind: SandboxKind, spec: SandboxSpec, **options) -> Sandbox:
-    """Create and start a sandbox. Options go to the backend: `isolation` for local
-    ("auto" | "bwrap" | "subprocess"), `client` (a docker.DockerClient) for docker, the environment's
-    own options (Harbor's kwargs) for harbor:<type>."""
-    if kind.startswith("harbor:"):
-        from sandboxes.harbor import HarborSandbox
-        from sandboxes.kinds import sandbox_kind
-
-        return await HarborSandbox.create(spec, sandbox_kind(kind).harbor_type, options)
-    if kind == "local":
-        from sandboxes.local import LocalSandbox
-
-        return await LocalSandbox.create(spec, **options)
-    if kind == "docker":
-        from sandboxes.docker import DockerSandbox  # the docker SDK only when asked for
-
-        return await DockerSandbox.create(spec, **options)
+    """Create and start a sandbox of ``kind`` (``sandboxes.kinds``: SandboxError naming the kinds for another).
+    Options go to the backend: `isolation` for local ("auto" | "bwrap" | "subprocess"), `client` (a
+    docker.DockerClient) for docker, the environment's own options (Harbor's kwargs) for harbor:<type>."""
     from sandboxes.kinds import sandbox_kind
 
-    sandbox_kind(kind)  # raises, naming the kinds
-    raise SandboxError(f"no backend for sandbox kind {kind!r}")
+    return await sandbox_kind(kind).create(spec, options)

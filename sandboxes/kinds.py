@@ -4,20 +4,22 @@
     docker          a container of this machine's Docker engine, network none plus the bridge
     harbor:<type>   an environment of Harbor's (podman, daytona, modal, e2b, gke, ...), anywhere
 
-The CLI, the task checks, the harnesses and the runner read a `Kind` instead of comparing names, so a
-new backend is one entry in ``KINDS`` and one branch in `sandboxes.create_sandbox`.
+The CLI, the task checks, the harnesses and the runner read a `Kind` instead of comparing names, and
+`sandboxes.create_sandbox` starts the kind's backend, so a new backend is its module and one entry in ``KINDS``.
 """
 
 from __future__ import annotations
 
+import importlib
 import json
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
 from sandboxes.isolation import local_isolation
-from sandboxes.protocol import SandboxError
+from sandboxes.protocol import SandboxError, SandboxSpec
 
 HARBOR = "harbor:"
+HARBOR_BACKEND = "sandboxes.harbor:HarborSandbox"  # every harbor:<type>, driven in Harbor's own Python
 
 
 @dataclass(frozen=True)
@@ -26,12 +28,28 @@ class Kind:
     runs_images: bool  # the sandbox runs an image with the agent installed (else the host's install)
     bridged: bool  # reaches the gateway through this worker's bridge (else at the gateway's public URL)
     harbor_type: str | None = None  # Harbor's environment type, for harbor:<type>
+    # "module:Class" of its Sandbox, imported when the first starts (the docker SDK only when asked for);
+    # Class.create(spec, **options) starts one, or Class.create(spec, harbor_type, options) for harbor:<type>.
+    backend: str = ""
+
+    async def create(self, spec: SandboxSpec, options: Mapping[str, object]):
+        """A started sandbox of this kind: the backend's ``create`` with the kind's options."""
+        module, _, name = self.backend.partition(":")
+        if not name:
+            raise SandboxError(f"no backend for sandbox kind {self.name!r}: name its Sandbox class in KINDS")
+        backend = getattr(importlib.import_module(module), name)
+        if self.harbor_type is not None:
+            return await backend.create(spec, self.harbor_type, options)
+        return await backend.create(spec, **options)
 
 
 # The kinds by name (Harbor's family, harbor:<type>, after them): a new backend is one entry here.
 KINDS = {
     kind.name: kind
-    for kind in (Kind("local", runs_images=False, bridged=True), Kind("docker", runs_images=True, bridged=True))
+    for kind in (
+        Kind("local", runs_images=False, bridged=True, backend="sandboxes.local:LocalSandbox"),
+        Kind("docker", runs_images=True, bridged=True, backend="sandboxes.docker:DockerSandbox"),
+    )
 }
 
 
@@ -50,7 +68,8 @@ def sandbox_kind(name: str) -> Kind:
     if name in KINDS:
         return KINDS[name]
     if name.startswith(HARBOR) and name[len(HARBOR) :].strip():
-        return Kind(name, runs_images=True, bridged=False, harbor_type=name[len(HARBOR) :].strip())
+        harbor_type = name[len(HARBOR) :].strip()
+        return Kind(name, runs_images=True, bridged=False, harbor_type=harbor_type, backend=HARBOR_BACKEND)
     raise SandboxError(f"--sandbox must be one of {', '.join(kind_names())} (e.g. harbor:podman), not {name!r}")
 
 

@@ -20,7 +20,7 @@ from harnesses.registry import agent_names, cli_agents, create_harness, harness_
 from harnessrl.cli.job_config import config_command
 from harnessrl.cli.options import checked_sandbox
 from harnessrl.config.jobs import RunConfig
-from sandboxes import SandboxError, SandboxSpec, create_sandbox, kinds
+from sandboxes import SandboxSpec, create_sandbox, kinds
 from store import capture_modes
 from tests.unit.test_import_cycles import ROOT
 
@@ -64,17 +64,28 @@ def test_the_harness_recipe_registers_in_agents_alone(monkeypatch):
     assert isinstance(create_harness("toy", "docker"), Toy)
 
 
-def test_the_sandbox_recipe_registers_a_kind_in_kinds_and_a_backend_in_create_sandbox(monkeypatch):
+class ToySandbox:
+    """A backend as the recipe adds one: its module, with a Sandbox class whose ``create`` starts one."""
+
+    def __init__(self, spec: SandboxSpec, options: dict):
+        self.spec, self.options = spec, options
+
+    @classmethod
+    async def create(cls, spec: SandboxSpec, **options) -> ToySandbox:
+        return cls(spec, options)
+
+
+def test_the_sandbox_recipe_is_its_backend_and_one_entry_in_kinds(monkeypatch):
     steps = recipe("A sandbox backend")
-    assert "`KINDS` in\n`sandboxes/kinds.py`" in steps and "`create_sandbox` in `sandboxes/__init__.py`" in steps
-    toy = kinds.Kind("toy", runs_images=True, bridged=True)
-    monkeypatch.setitem(kinds.KINDS, toy.name, toy)  # step one: the kind
+    assert "`KINDS` in\n`sandboxes/kinds.py`" in steps and "create_sandbox" in steps
+    toy = kinds.Kind("toy", runs_images=True, bridged=True, backend=f"{__name__}:ToySandbox")
+    monkeypatch.setitem(kinds.KINDS, toy.name, toy)  # the one registration
     assert kinds.sandbox_kind("toy") == toy and "toy" in kinds.choices() and "toy" in kinds.bridged_kinds()
     assert checked_sandbox("toy", None, loopback_gateway=True) == {}  # the CLI's check takes it
-    with pytest.raises(SandboxError, match="no backend for sandbox kind 'toy'"):  # step two: its branch
-        import asyncio
+    import asyncio
 
-        asyncio.run(create_sandbox("toy", SandboxSpec()))
+    started = asyncio.run(create_sandbox("toy", SandboxSpec(image="toy:1"), region="here"))
+    assert isinstance(started, ToySandbox) and (started.spec.image, started.options) == ("toy:1", {"region": "here"})
 
 
 def test_the_capture_recipe_is_one_entry_in_modes():

@@ -10,11 +10,28 @@ from sandboxes.urls import public_url
 
 
 def test_local_docker_and_harbor_kinds_parse_with_what_they_imply():
-    assert sandbox_kind("local") == Kind("local", runs_images=False, bridged=True)
-    assert sandbox_kind("docker") == Kind("docker", runs_images=True, bridged=True)
+    local, docker = sandbox_kind("local"), sandbox_kind("docker")
+    assert local == Kind("local", runs_images=False, bridged=True, backend="sandboxes.local:LocalSandbox")
+    assert docker == Kind("docker", runs_images=True, bridged=True, backend="sandboxes.docker:DockerSandbox")
     podman = sandbox_kind("harbor:podman")
-    assert podman == Kind("harbor:podman", runs_images=True, bridged=False, harbor_type="podman")
-    assert sandbox_kind("local").harbor_type is None and sandbox_kind("docker").harbor_type is None
+    assert podman == Kind(
+        "harbor:podman", runs_images=True, bridged=False, harbor_type="podman", backend="sandboxes.harbor:HarborSandbox"
+    )
+    assert local.harbor_type is None and docker.harbor_type is None
+
+
+@pytest.mark.parametrize("name", ["local", "docker", "harbor:podman"])
+def test_every_kinds_backend_is_a_sandbox_class_with_create(name):
+    import importlib
+
+    module, _, attribute = sandbox_kind(name).backend.partition(":")
+    backend = getattr(importlib.import_module(module), attribute)
+    assert callable(backend.create) and backend.__module__ == module
+
+
+async def test_a_kind_without_a_backend_is_refused_naming_the_fix():
+    with pytest.raises(SandboxError, match="no backend for sandbox kind 'toy': name its Sandbox class in KINDS"):
+        await Kind("toy", runs_images=False, bridged=True).create(None, {})
 
 
 @pytest.mark.parametrize("name", ["harbor:", "harbor:  ", "vm", "Docker", "", "podman"])
