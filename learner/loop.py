@@ -43,7 +43,7 @@ from learner.checkpoint import (
 from learner.config import LearnerConfig
 from learner.groups import ReadyGroup, build_batch, run_temperature
 from learner.intake import GroupCheck, GroupIntake, trained_policy, wait_for_run
-from learner.metrics import Metrics, MetricsSink, step_metrics, step_summary, why_nothing_trained
+from learner.metrics import Metrics, MetricsSink, StepTimes, step_metrics, step_summary, why_nothing_trained
 from learner.mismatch import call_records, is_alarming
 from learner.prometheus import LearnerExporter
 from learner.publish import GatewayUnreachable, Publisher
@@ -92,6 +92,17 @@ class _Progress:
     probe_ids: tuple[int, ...] | None = None
 
 
+@dataclass(frozen=True)
+class _Learning:
+    """What one run_learner call trains with, the same from its first step to its last."""
+
+    config: LearnerConfig  # paths resolved; token budget and max_staleness as the gateway serves them
+    store: Store
+    run: str
+    run_id: int
+    trainer: Trainer
+
+
 async def run_learner(
     config: LearnerConfig,
     store: Store,
@@ -134,9 +145,10 @@ async def run_learner(
             publisher.policy = await trained_policy(store, run)  # it publishes that policy's versions only
             await _sync_published(publisher, trainer, config, progress)
         sink = MetricsSink(store, run_id, Path(config.tensorboard_dir), _exporter(config))
-        reason = await _train(config, store, run, run_id, trainer, publisher, sink, progress, stop, on_step)
+        learning = _Learning(config, store, run, run_id, trainer)
+        reason = await _train(learning, publisher, sink, progress, stop, on_step)
         if progress.pending:  # graceful stop: keep the work done since the last checkpoint
-            await _checkpoint(config, store, run, run_id, trainer, progress)
+            await _checkpoint(learning, progress)
         return LearnerResult(progress.step, progress.version, reason)
     finally:
         tell_followers("stop")
@@ -157,17 +169,14 @@ async def train_from_url(config: LearnerConfig, database_url: str, run: str) -> 
 
 
 async def _train(
-    config: LearnerConfig,
-    store: Store,
-    run: str,
-    run_id: int,
-    trainer: Trainer,
+    learning: _Learning,
     publisher: Publisher | None,
     sink: MetricsSink,
     progress: _Progress,
     stop: asyncio.Event,
     on_step: Callable[[Metrics], None] | None,
 ) -> str:
+    config, store, run_id, trainer = learning.config, learning.store, learning.run_id, learning.trainer
     check = GroupCheck(await _sampling_temperature(store, run_id, config), _vocab_size(trainer.model))
     intake = GroupIntake(store, run_id, config, check)
     baselines = RunningBaselines()  # per user, in memory: a restart starts them again (leave-one-out first)
@@ -201,13 +210,12 @@ async def _train(
         if config.publishes_at(progress.step) and progress.changed:  # cut a new version
             progress.version, progress.changed = progress.version + 1, False
         if config.checkpoints_at(progress.step):
-            await _checkpoint(config, store, run, run_id, trainer, progress)
+            await _checkpoint(learning, progress)
         step_s = time.perf_counter() - started
         cut = progress.version > version
         swap_s = await _publish(publisher, trainer, config, progress, cut) if publisher else None
-        metrics = step_metrics(
-            progress.step, version, lr, batch, too_long, result, step_s, started - waited, swap_s, intake.quarantined
-        )
+        times = StepTimes(step_s, started - waited, swap_s)
+        metrics = step_metrics(progress.step, version, lr, batch, too_long, result, times, intake.quarantined)
         intake.quarantined = 0
         metrics["mismatch_alarmed"] = is_alarming(metrics, config.loss.mismatch_alarm)  # the viewer's banner
         await sink.record(progress.step, metrics)
@@ -291,14 +299,13 @@ async def _resume(store: Store, run_id: int, config: LearnerConfig, trainer: Tra
     return progress
 
 
-async def _checkpoint(
-    config: LearnerConfig, store: Store, run: str, run_id: int, trainer: Trainer, progress: _Progress
-) -> None:
+async def _checkpoint(learning: _Learning, progress: _Progress) -> None:
     """Write the checkpoint, then commit it together with the groups it consumes."""
+    config, trainer = learning.config, learning.trainer
     step, groups, version = progress.step, progress.pending, progress.version
     last = groups[-1] if groups else None
     meta = {
-        "run": run,
+        "run": learning.run,
         "group_ids": [g.group_id for g in groups],
         "changed": progress.changed,
         "last_ready_at": last.ready_at.isoformat() if last and last.ready_at else None,
@@ -322,7 +329,7 @@ async def _checkpoint(
         last.ready_at if last else None,
         last.group_id if last else None,
     )
-    await store.training.commit_checkpoint(run_id, record)
+    await learning.store.training.commit_checkpoint(learning.run_id, record)
     progress.pending = []
     prune_checkpoints(Path(config.checkpoint.dir), step, config.checkpoint.keep)
 

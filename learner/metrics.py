@@ -10,6 +10,7 @@ when ``metrics_port`` is set) the same dict.
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -69,6 +70,15 @@ def batch_metrics(batch: Batch, samples_too_long: int) -> Metrics:
     }
 
 
+@dataclass(frozen=True)
+class StepTimes:
+    """Where a step's time went (seconds, the learner's clock)."""
+
+    step_s: float  # batch, packing, forward/backward, optimizer, checkpoint (not waiting)
+    wait_s: float  # waiting for enough ready groups
+    swap_s: float | None  # adapter save -> gateway's answer; None when not published this step
+
+
 def step_metrics(
     step: int,
     version: int,
@@ -76,9 +86,7 @@ def step_metrics(
     batch: Batch,
     samples_too_long: int,
     train: dict[str, Any],
-    step_s: float,
-    wait_s: float,
-    swap_s: float | None,
+    times: StepTimes,
     groups_quarantined: int = 0,
 ) -> Metrics:
     metrics: Metrics = {"step": step, "version": version, "lr": lr}
@@ -86,11 +94,12 @@ def step_metrics(
     # ready groups the learner could not use since the previous step: marked quarantined, skipped
     metrics["groups_quarantined"] = groups_quarantined
     metrics.update({key: train.get(key) for key in TRAIN_KEYS})
+    step_s = times.step_s
     metrics.update(
         {
-            "step_time_s": step_s,  # batch, packing, forward/backward, optimizer, checkpoint (not waiting)
-            "wait_time_s": wait_s,  # waiting for enough ready groups
-            "swap_time_s": swap_s,  # adapter save -> gateway's answer; None when not published this step
+            "step_time_s": step_s,
+            "wait_time_s": times.wait_s,
+            "swap_time_s": times.swap_s,
             "trained_tokens_per_s": (train.get("tokens") or 0) / step_s if step_s > 0 else None,
             "peak_rss_gib": peak_rss_gib(),  # the learner process's most resident memory so far
         }
