@@ -50,6 +50,7 @@ from store.rewards import (
     end_rollout,
     lock_group,
 )
+from store.rollout_asks import RUN_AS_IS, UNPINNED, AskedSettings, PolicyPin
 from store.rollout_requests import check_same_body, created_by, request_digest
 from store.run_settings import ADHOC_RUN, settled_config
 from store.scrub import PERSONAL_TABLES, scrub
@@ -117,30 +118,27 @@ class Store:
         task: str,
         group: str | None = None,
         meta: dict | None = None,
-        capture: str | None = None,
         group_size: int | None = None,
-        sampling: dict[str, float] | None = None,
         request_id: str | None = None,
-        policy: str | None = None,
-        pinned_version: int | None = None,
-        run_policy: str | None = None,
-        pinned_policy: str | None = None,
+        settings: AskedSettings = RUN_AS_IS,
+        pin: PolicyPin = UNPINNED,
     ) -> RolloutIdentity:
         """A new rollout (and its run, task and group when missing).
 
-        ``capture`` and ``sampling`` (some of ``SamplingSettings``' fields; the others are the run's)
+        ``settings`` (capture, sampling: some of ``SamplingSettings``' fields, the others the run's; policy)
         settle a new run's settings (a run keeps them: RunConflict when asked for others). GroupClosed
         when the group is no longer open or has all of its rollouts.
         With ``request_id`` it is idempotent: the same id in the same run returns the rollout (and
         token) the first request created, RequestConflict when the rest of the request differs.
-        ``policy`` is the pin as asked (``base``, ``latest``, ``pi@v3``; part of the request's digest),
-        ``pinned_policy`` and ``pinned_version`` what it resolved to, kept on a new rollout. ``run_policy``
-        settles a new run's policy (``store.policies``; RunConflict when the run has another); an unpinned
-        rollout is served its run's policy.
+        ``pin``: the pin as asked (part of the request's digest) and the policy and version it resolved
+        to, kept on a new rollout; an unpinned rollout is served its run's policy.
         """
         meta = meta or {}
+        capture, sampling, run_policy = settings.capture, settings.sampling, settings.policy
         digest = (
-            request_digest(task, group, meta, capture, group_size, sampling, policy, run_policy) if request_id else None
+            request_digest(task, group, meta, capture, group_size, sampling, pin.asked, run_policy)
+            if request_id
+            else None
         )
         async with self.sessions.begin() as session:
             run_row = await _get_or_create(session, Run, name=run)
@@ -172,12 +170,12 @@ class Store:
                 meta=meta,
                 request_id=request_id,
                 request_digest=digest,
-                pinned_version=pinned_version,
-                policy=pinned_policy if pinned_version is not None and pinned_policy else run_policy_of(config),
+                pinned_version=pin.version,
+                policy=pin.policy if pin.version is not None and pin.policy else run_policy_of(config),
             )
             session.add(rollout)
             await session.flush()
-            identity = identity_of(rollout.id, run_row.id, rollout.token, config, meta, pinned_version, rollout.policy)
+            identity = identity_of(rollout.id, run_row.id, rollout.token, config, meta, pin.version, rollout.policy)
         self._tokens[identity.token] = identity
         self._running_seen[identity.rollout_id] = time.monotonic()  # as if just read: it runs
         if len(self._without_calls) >= FRESH_ROLLOUTS_KEPT:  # rollouts never called: forgetting costs a query

@@ -40,6 +40,7 @@ from store.arrays import logprobs_or_none
 from store.policies import run_policy
 from store.records import AgentReport, StoredRollout
 from store.rewards import GroupClosed, InvalidReward, RolloutEnded
+from store.rollout_asks import AskedSettings, PolicyPin
 from store.rollout_requests import RequestConflict
 from store.run_settings import RunConflict
 from store.samples import build_samples
@@ -61,20 +62,11 @@ async def create_rollout(
     request_id = _request_id(body.request_id, idempotency_key)
     sampling = body.sampling.model_dump(exclude_none=True) if body.sampling else None
     pinned_policy, pinned = await _pinned_version(body.policy, body.run, body.run_policy, state)
+    settings = AskedSettings(body.capture, sampling, body.run_policy)
+    pin = PolicyPin(pinned, pinned_policy, body.policy)
     try:
         identity = await state.store.create_rollout(
-            body.run,
-            body.task,
-            body.group,
-            body.meta,
-            body.capture,
-            body.group_size,
-            sampling,
-            request_id,
-            body.policy,
-            pinned,
-            body.run_policy,
-            pinned_policy,
+            body.run, body.task, body.group, body.meta, body.group_size, request_id, settings, pin
         )
     except RunConflict as exc:
         raise Conflict(str(exc), param=exc.param) from None

@@ -24,6 +24,7 @@ from gateway.request.session_rate import retry_after_s
 from store.live_keys import KeySession, live_task
 from store.records import RolloutIdentity, RolloutStatus
 from store.rewards import RolloutEnded
+from store.rollout_asks import PolicyPin
 from store.store import Store
 
 SESSION_HEADER = "x-harnessrl-session"
@@ -113,7 +114,7 @@ async def _open(
     version, served = await _served_version(request, store, key.run)
     meta = {"live": {"user": key.user, "key": key.id, "train": key.train, "session": name, "served": served}}
     group = f"session-{secrets.token_hex(6)}"  # no size: never a GRPO group, never ready by itself
-    identity = await store.create_rollout(key.run, live_task(key.user), group=group, meta=meta, pinned_version=version)
+    identity = await store.create_rollout(key.run, live_task(key.user), group=group, meta=meta, pin=PolicyPin(version))
     if not await store.live_keys.move_session(key.id, found.rollout_id, identity.rollout_id, name, now):
         await store.end_rollout(identity.rollout_id, RolloutStatus.CANCELLED, "another call opened the session first")
         return None

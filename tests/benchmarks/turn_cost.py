@@ -42,6 +42,7 @@ from gateway.tito.serving import TitoEngine  # noqa: E402
 from gateway.tito.template import ModelText  # noqa: E402
 from migrations.runner import upgrade  # noqa: E402
 from store.database import sqlite_url  # noqa: E402
+from store.rollout_asks import AskedSettings  # noqa: E402
 from store.store import Store  # noqa: E402
 from store.writer import CallWriter  # noqa: E402
 
@@ -199,7 +200,8 @@ async def run_mode(
         tito=tito,
         max_model_len=200_000,
     )
-    identity = await store.create_rollout(f"bench-{mode}", "t", capture="engine" if mode == "engine" else "tito")
+    settings = AskedSettings(capture="engine" if mode == "engine" else "tito")
+    identity = await store.create_rollout(f"bench-{mode}", "t", settings=settings)
     serving = OpenAIServing(pipeline)
     bodies = ResentBodies()  # the chat route's body parser (its rollout's resent history parsed once)
     messages = [{"role": "system", "content": "You are a coding agent."}, {"role": "user", "content": "Fix the bug."}]

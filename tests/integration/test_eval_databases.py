@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from store.passk import TaskCount
+from store.rollout_asks import PolicyPin
 from store.store import Store
 
 
@@ -11,7 +12,7 @@ async def test_pinned_counts_agree_on_both_databases(database_url):
     try:
 
         async def ended(version: int | None, task: str, status: str, rewards: dict) -> None:
-            identity = await store.create_rollout("eval", task, f"g-{version}", pinned_version=version)
+            identity = await store.create_rollout("eval", task, f"g-{version}", pin=PolicyPin(version))
             await store.end_rollout(identity.rollout_id, status, rewards=rewards)
 
         await ended(0, "a", "finished", {"verifier": 1.0})

@@ -13,6 +13,7 @@ from learner.groups import load_group, run_temperature
 from migrations.runner import upgrade
 from store.listings import GroupFilter
 from store.rewards import GroupClosed, InvalidReward
+from store.rollout_asks import AskedSettings
 from store.rollout_requests import RequestConflict
 from store.store import Store
 from tests.builders import call_record
@@ -23,11 +24,10 @@ async def test_rollout_creation_rewards_and_quarantine_on_both_databases(databas
     store = Store.from_url(database_url)
     try:
         # The same request id, twice at once: one rollout.
+        sampled = AskedSettings(sampling={"temperature": 0.8})
         same = await asyncio.gather(
             *[
-                store.create_rollout(
-                    "db", "t", "g", {"i": 0}, group_size=2, sampling={"temperature": 0.8}, request_id="req-0"
-                )
+                store.create_rollout("db", "t", "g", {"i": 0}, group_size=2, request_id="req-0", settings=sampled)
                 for _ in range(2)
             ]
         )

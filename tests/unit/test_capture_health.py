@@ -8,6 +8,7 @@ from typer.testing import CliRunner
 
 from harnessrl.cli.app import app
 from store.records import FALSE_FORK_TOKENS
+from store.rollout_asks import AskedSettings
 from store.store import Store
 from tests.builders import call_record
 
@@ -92,7 +93,9 @@ def test_health_of_a_policy_reads_every_call_it_served_and_only_those(sqlite_db)
         store = Store.from_url(sqlite_db)
         try:
             await plant(store)  # run 'health', policy 'policy'
-            ada = await store.create_rollout("ada-run", "t", None, {"harness": "hermes"}, run_policy="ada")
+            ada = await store.create_rollout(
+                "ada-run", "t", None, {"harness": "hermes"}, settings=AskedSettings(policy="ada")
+            )
             await store.insert_calls([call_record(ada.rollout_id, prompt_ids=PROMPT, policy="ada")])
         finally:
             await store.close()

@@ -18,6 +18,7 @@ import learner.trainer
 from learner.groups import ReadyGroup, RolloutData, build_batch
 from store.database import sqlite_url
 from store.listings import GroupFilter
+from store.rollout_asks import AskedSettings
 from store.samples import Sample
 from store.store import Store
 from tests.builders import call_record
@@ -350,7 +351,8 @@ async def test_a_group_whose_samples_the_model_cannot_take_is_quarantined(store,
 
 
 async def test_the_learner_takes_log_probs_at_the_temperature_the_run_samples_at(store, tiny_model_dir, tmp_path):
-    await store.create_rollout(RUN, "first", group_size=2, sampling={"temperature": 0.5})  # creates the run
+    sampled = AskedSettings(sampling={"temperature": 0.5})
+    await store.create_rollout(RUN, "first", group_size=2, settings=sampled)  # creates the run
     mixed = await add_group(store, "mixed", [0.0, 1.0], seed=7, end=False)
     await store.insert_calls([call_record(mixed[0], temperature=0.9)])  # sampled at another temperature
     for rollout_id, reward in zip(mixed, [0.0, 1.0]):
@@ -365,7 +367,8 @@ async def test_the_learner_takes_log_probs_at_the_temperature_the_run_samples_at
 
 
 async def test_a_greedy_run_is_refused_for_training(store, tiny_model_dir, tmp_path):
-    await store.create_rollout(RUN, "task-greedy", group_size=4, sampling={"temperature": 0.0})  # an evaluation run
+    greedy = AskedSettings(sampling={"temperature": 0.0})  # an evaluation run
+    await store.create_rollout(RUN, "task-greedy", group_size=4, settings=greedy)
     await fill(store, 1)
     with pytest.raises(learner.loop.LearnerError, match="greedily"):
         await train(config_for(tiny_model_dir, tmp_path / "out", max_steps=1), store)

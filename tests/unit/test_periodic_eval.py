@@ -14,6 +14,7 @@ from harnessrl.evaluation.evaluate import eval_harness
 from harnessrl.evaluation.periodic import EvalEvery, PeriodicEval, eval_run_name, held_out_results
 from harnessrl.reports.curves import write_report
 from harnessrl.server import BackgroundGateway
+from store.rollout_asks import PolicyPin
 from store.store import Store
 from tests import http_calls as http
 from tests.builders import ADMIN_HEADERS, TEST_ADMIN_KEY, gateway_settings
@@ -125,7 +126,7 @@ async def test_an_evaluation_runs_own_pinned_rollouts_are_its_report_results(sql
     store = Store.from_url(sqlite_db)
     try:
         for version, reward in ((0, 0.0), (0, 1.0), (3, 1.0)):
-            identity = await store.create_rollout("my-eval", "t", f"g{version}", pinned_version=version)
+            identity = await store.create_rollout("my-eval", "t", f"g{version}", pin=PolicyPin(version))
             await store.end_rollout(identity.rollout_id, "finished", rewards={"verifier": reward})
         assert [(r.version, r.pass_at_1) for r in await held_out_results(store, "my-eval")] == [(0, 0.5), (3, 1.0)]
         assert await held_out_results(store, "no-such-run") == []
