@@ -37,7 +37,7 @@ class GatewaySettings:
     # The model folder (chat template + tokenizer) for tito capture; discovered from the engine's
     # /v1/models "root" when it is a local folder.
     model_dir: str | None = None
-    # The managed engine's dtype and why it was chosen (harnessrl.engines.hardware), shown on /health and
+    # The managed engine's dtype and why it was chosen (harnessrl.engine.hardware), shown on /health and
     # /metrics; None when attached to an engine started elsewhere.
     engine_dtype: str | None = None
     engine_dtype_reason: str | None = None
@@ -55,7 +55,7 @@ class GatewaySettings:
     # seconds between looks at the store for versions other gateways published (gateway.policy.follower); 0: never
     follow_interval_s: float = 0.5
     # Who writes the engine's answers (store.records.CALL_SOURCES): "policy" for vLLM; a teacher
-    # gateway (harnessrl.engines.teacher) records "teacher" or "demonstration" calls, with no sampler log-probs.
+    # gateway (harnessrl.teachers.teacher) records "teacher" or "demonstration" calls, with no sampler log-probs.
     call_source: str = "policy"
     # Per rollout token, in this gateway process (gateway.boundary.token_caps): a sandbox that reaches the gateway
     # without our bridge (--public-url) is held to a bridge's caps here. The defaults mirror a bridge's

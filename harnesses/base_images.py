@@ -50,7 +50,7 @@ def unpullable_base(error: str, dockerfile: str) -> str | None:
         f"the base image {listed} (the Dockerfile's FROM) is not on this machine and could not be pulled: "
         f"no registry is reachable from here ({error.strip().splitlines()[0][:200]}). Provide it: "
         f"`docker load -i IMAGE.tar` (saved with `docker save` on a machine that can pull it), build it here "
-        f"under that name, or point the Docker engine at a registry mirror"
+        f"under that name, or point the Docker daemon at a registry mirror"
     )
     if any("@sha256:" in image for image in named):
         message += (

@@ -44,15 +44,15 @@ from sandboxes import Limits, SandboxSpec
 from sandboxes.kinds import sandbox_kind
 
 IMAGE_PREFIX = "harnessrl-task"
-FORWARDER_IMAGE = "debian:bookworm-slim"  # python3 inside (docker/setup-engine.sh builds it so)
+FORWARDER_IMAGE = "debian:bookworm-slim"  # python3 inside (docker/setup-daemon.sh builds it so)
 PLAIN_IMAGE = FORWARDER_IMAGE  # a docker sandbox's image when neither the task nor the harness brings one
 AGENTS_IN_TASK = cli_agents()  # docker/Dockerfile.task-<agent>: one per CLI agent
 LOG_LINES = 30
 DEFAULT_WORKDIR = "/workspace"  # for an image without WORKDIR (its "/" cannot be a private workspace)
-ENGINE_HINT = (
-    "a Harbor task with environment/Dockerfile needs a Docker engine to build its image, also "
+DAEMON_HINT = (
+    "a Harbor task with environment/Dockerfile needs a Docker daemon to build its image, also "
     "for --sandbox local (which runs the image's exported file system): run "
-    "docker/setup-engine.sh or set DOCKER_HOST"
+    "docker/setup-daemon.sh or set DOCKER_HOST"
 )
 
 
@@ -293,7 +293,7 @@ def docker_client():
         client = docker.from_env(timeout=600)
         client.ping()
     except Exception as exc:  # noqa: BLE001 - any failure means: no engine here
-        raise TaskEnvironmentError(f"no Docker engine reachable ({type(exc).__name__}): {ENGINE_HINT}") from None
+        raise TaskEnvironmentError(f"no Docker daemon reachable ({type(exc).__name__}): {DAEMON_HINT}") from None
     return client
 
 

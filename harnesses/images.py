@@ -1,7 +1,7 @@
 """Harness images for docker sandboxes: `docker/Dockerfile.<harness>` built as `harnessrl/<harness>:latest`.
 
 Each Dockerfile starts `FROM ${BASE}` (default debian:bookworm-slim). Machines without a registry
-build that base offline with docker/setup-engine.sh, which also starts the engine. Builds use the
+build that base offline with docker/setup-daemon.sh, which also starts the engine. Builds use the
 host's network (`network_mode="host"`): package registries are reachable, bridge networks are not
 created.
 
@@ -25,7 +25,7 @@ from harnesses.registry import cli_agents
 DEFAULT_BASE = "debian:bookworm-slim"
 HARNESS_IMAGES = cli_agents()  # docker/Dockerfile.<name>: one per CLI agent
 DOCKER_DIR = Path(__file__).resolve().parent.parent / "docker"
-SETUP_HINT = "docker/setup-engine.sh starts an engine and builds the base image offline"
+SETUP_HINT = "docker/setup-daemon.sh starts an engine and builds the base image offline"
 LOG_LINES = 30  # of a failed build, in the error
 HOST_CA_DIR = Path("/usr/local/share/ca-certificates")
 
@@ -59,7 +59,7 @@ def docker_client():
         client.ping()
     except docker.errors.DockerException as exc:
         raise ImageBuildError(
-            f"no Docker engine reachable ({type(exc).__name__}: {exc}); run docker/setup-engine.sh or set DOCKER_HOST"
+            f"no Docker daemon reachable ({type(exc).__name__}: {exc}); run docker/setup-daemon.sh or set DOCKER_HOST"
         ) from None
     return client
 
@@ -91,7 +91,7 @@ def _check_base(client, base: str) -> None:
     except docker.errors.ImageNotFound:
         raise ImageBuildError(
             f"base image {base!r} not found; {SETUP_HINT} (as debian:bookworm-slim, or "
-            f"HARNESSRL_BASE_IMAGE={base} docker/setup-engine.sh), or pass --base IMAGE"
+            f"HARNESSRL_BASE_IMAGE={base} docker/setup-daemon.sh), or pass --base IMAGE"
         ) from None
 
 

@@ -3,7 +3,7 @@
 Each task asks for a change to the working directory (write a file, count matching lines, make a folder,
 copy, rename, sort, replace a word, append a line, count lines) and is graded by ``check.py`` on the
 files the agent leaves, never on its reply. Every task carries its reference solution, the shell
-commands a careful agent would run: ``harnessrl.engines.demonstrations`` plays it as the agent's own tool call
+commands a careful agent would run: ``harnessrl.teachers.demonstrations`` plays it as the agent's own tool call
 for a warm start, and ``harnessrl tasks check`` proves each task sound (the solution passes, doing
 nothing fails).
 

@@ -43,7 +43,7 @@ class ReadyGroup:
     ready_at: datetime | None
     rollouts: tuple[RolloutData, ...]
     temperatures: tuple[float, ...] = ()  # the distinct temperatures its calls recorded (none: not recorded)
-    teachers: tuple[str, ...] = ()  # external models that served its rollouts (harnessrl.engines.teacher)
+    teachers: tuple[str, ...] = ()  # external models that served its rollouts (harnessrl.teachers.teacher)
     # (version, digest its calls recorded, the version's published digest) where the two differ
     foreign_adapters: tuple[tuple[int, str | None, str], ...] = ()
     users: tuple[str, ...] = ()  # per rollout: a live session's user ("" for a task's rollout)

@@ -3,7 +3,7 @@ Llama) of hidden size 64, 2 attention heads over one key-value head, and LoRA on
 
 ``learner.ddp_check`` (under torchrun) and the learner's unit tests (``tests/learner_builders.py``)
 build it here. The tiny model the engine serves, written to disk with a tokenizer, is another one:
-``harnessrl.engines.model_prep.build_tiny_model``.
+``harnessrl.engine.model_prep.build_tiny_model``.
 """
 
 from __future__ import annotations

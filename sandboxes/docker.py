@@ -23,7 +23,7 @@ Limits: `mem_limit` (= memswap, no swap), `nano_cpus`, `pids_limit`; exec timeou
 `timeout -s KILL` inside (kills the exec's process group); wall time kills the container. OOM kills
 are read from the engine's `oom` events and `State.OOMKilled`.
 
-The SDK blocks: its calls run in a thread pool of their own (`sandboxes.docker_engine`).
+The SDK blocks: its calls run in a thread pool of their own (`sandboxes.docker_daemon`).
 """
 
 from __future__ import annotations
@@ -46,7 +46,7 @@ import docker.errors
 
 import docker
 from sandboxes.bridge import HostBridge
-from sandboxes.docker_engine import OomKills, call, created, default_client, tar_of
+from sandboxes.docker_daemon import OomKills, call, created, default_client, tar_of
 from sandboxes.execs import (
     clean_env_argv,
     exec_env,
@@ -183,7 +183,7 @@ class DockerSandbox:
         except docker.errors.ImageNotFound as exc:
             raise SandboxError(
                 f"forwarder image {self.spec.forwarder_image!r} not found: run "
-                "docker/setup-engine.sh (it builds debian:bookworm-slim with python3)"
+                "docker/setup-daemon.sh (it builds debian:bookworm-slim with python3)"
             ) from exc
         return container.id
 
@@ -214,7 +214,7 @@ class DockerSandbox:
         except docker.errors.ImageNotFound as exc:
             raise SandboxError(
                 f"image {self.spec.image!r} not found: build it (`harnessrl images "
-                "build`; the base image: docker/setup-engine.sh)"
+                "build`; the base image: docker/setup-daemon.sh)"
             ) from exc
         return container.id
 

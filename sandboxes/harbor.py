@@ -3,7 +3,7 @@
 Harbor (the harness of Terminal-Bench) drives some forty kinds of environment behind one interface:
 podman and docker here, Daytona, Modal, E2B, Runloop, GKE, EC2, ... elsewhere. Each sandbox is one
 Harbor environment of the spec's image (Harbor's prebuilt ``docker_image``; for podman copied from
-the Docker engine, ``sandboxes.harbor_images``), run by a worker process in Harbor's own Python
+the Docker daemon, ``sandboxes.harbor_images``), run by a worker process in Harbor's own Python
 (``sandboxes.harbor_process``). ``--sandbox-option key=value`` pairs are the environment's own options
 (Harbor's kwargs: ``extra_docker_compose``, ``keep_containers``, a provider's region, ...).
 

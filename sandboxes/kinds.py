@@ -1,7 +1,7 @@
 """The sandbox kinds, in one place: what `--sandbox` accepts and what each kind implies.
 
     local           bubblewrap (or, asked for by name, an unisolated subprocess) over the host's dirs
-    docker          a container of this machine's Docker engine, network none plus the bridge
+    docker          a container of this machine's Docker daemon, network none plus the bridge
     harbor:<type>   an environment of Harbor's (podman, daytona, modal, e2b, gke, ...), anywhere
 
 The CLI, the task checks, the harnesses and the runner read a `Kind` instead of comparing names, and

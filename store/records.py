@@ -107,7 +107,7 @@ class RolloutIdentity:
 
 
 # Who wrote a call's output: the policy (the engine sampled it, with log-probs), an external teacher
-# model, or a demonstration (a task's solution played as the agent's calls; harnessrl.engines.demonstrations).
+# model, or a demonstration (a task's solution played as the agent's calls; harnessrl.teachers.demonstrations).
 CALL_SOURCES = ("policy", "teacher", "demonstration")
 
 

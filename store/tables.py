@@ -134,7 +134,7 @@ class Call(Base):
     # float32 LE, one per output id; null for a call the policy did not sample (source is not "policy")
     output_logprobs: Mapped[bytes | None] = mapped_column(LargeBinary, nullable=True)
     # who wrote the output: "policy" (sampled by the engine), "teacher" (an external model through
-    # harnessrl.engines.teacher) or "demonstration" (a task's reference solution played as the agent's calls)
+    # harnessrl.teachers.teacher) or "demonstration" (a task's reference solution played as the agent's calls)
     source: Mapped[str] = mapped_column(String(20), default="policy", server_default="policy")
     num_prompt_tokens: Mapped[int] = mapped_column(Integer)
     num_output_tokens: Mapped[int] = mapped_column(Integer)

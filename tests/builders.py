@@ -94,8 +94,8 @@ async def run_single_rollout(
 ):
     """One rollout of ``task`` by ``harness`` through the real runner (2 GiB, 1 CPU); its result."""
     from contracts.gateway_client import GatewayClient
-    from harnesses.run_plan import RunPlan
-    from harnesses.runner import Runner
+    from rollouts.run_plan import RunPlan
+    from rollouts.runner import Runner
     from sandboxes import Limits, SandboxSpec
 
     plan = RunPlan(

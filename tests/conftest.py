@@ -31,7 +31,7 @@ def sqlite_db(tmp_path: Path, migrated_sqlite_file: Path) -> str:
 @pytest.fixture(scope="session")
 def tiny_model_dir(tmp_path_factory) -> Path:
     """The tiny random model (Qwen2-style, ChatML template), built offline once per session."""
-    from harnessrl.engines.model_prep import build_tiny_model
+    from harnessrl.engine.model_prep import build_tiny_model
 
     return build_tiny_model(tmp_path_factory.mktemp("models") / "tiny")
 

@@ -21,7 +21,7 @@ MAX_ENGINES_ENV = "HARNESSRL_TEST_MAX_ENGINES"
 DEFAULT_MAX_ENGINES = 3  # 3 x 2-4 GB beside the suite's gateways and learners fits 24 GB with room to spare
 
 
-class Engine(Protocol):  # harnessrl.engines.process.ManagedProcess
+class Engine(Protocol):  # harnessrl.engine.process.ManagedProcess
     url: str
 
     def start(self) -> object: ...

@@ -26,7 +26,7 @@ from pathlib import Path
 from sandboxes.forwarder import READY_LINE
 from sandboxes.harbor_images import in_podman
 
-RELAY_IMAGE = "debian:bookworm-slim"  # python3 inside (docker/setup-engine.sh)
+RELAY_IMAGE = "debian:bookworm-slim"  # python3 inside (docker/setup-daemon.sh)
 FORWARDER = Path(__file__).resolve().parents[1] / "sandboxes" / "forwarder.py"
 PORT = 8000
 

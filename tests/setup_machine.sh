@@ -2,7 +2,7 @@
 # What the test suite needs beyond the venv, set up idempotently: `make test` runs this first.
 #
 # The suite runs every tier against real parts: PostgreSQL's server, bubblewrap (local sandboxes),
-# a Docker engine with the offline base image and the harness images (docker sandboxes), the six
+# a Docker daemon with the offline base image and the harness images (docker sandboxes), the six
 # real agents (OpenCode, pi, Hermes, Claude Code, Codex CLI, Qwen Code) and Debian's chromium (the viewer's browser tests). As root, each
 # missing part is installed (seconds when all are there); otherwise the missing parts are listed with
 # the one command that installs them, and the script fails: a run that skips them would prove less
@@ -54,7 +54,7 @@ if [ "$(id -u)" -ne 0 ]; then
     packages=$(missing_packages)
     agents=$(missing_agents)
     docker_down=""
-    [ "$what" = test ] && ! docker info >/dev/null 2>&1 && docker_down="a running Docker engine"
+    [ "$what" = test ] && ! docker info >/dev/null 2>&1 && docker_down="a running Docker daemon"
     if [ -n "$packages$agents$docker_down" ]; then
         log "missing: ${packages:+packages $packages; }${agents:+agents $agents; }${docker_down}"
         log "run once as root: sudo tests/setup_machine.sh $what"
@@ -71,7 +71,7 @@ if [ -n "$packages" ]; then
     # shellcheck disable=SC2086  # a word list
     apt-get install -y -q --no-install-recommends $packages
 fi
-[ "$what" = test ] && bash docker/setup-engine.sh  # dockerd (no bridge) and the offline debian:bookworm-slim base image
+[ "$what" = test ] && bash docker/setup-daemon.sh  # dockerd (no bridge) and the offline debian:bookworm-slim base image
 # podman's default ulimits (1048576 open files) are above this machine kind's hard limits, and every
 # container start fails on them: podman's own default, lowered to what the host allows.
 if [ "$what" = test ] && ! grep -qs default_ulimits /etc/containers/containers.conf; then

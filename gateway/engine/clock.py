@@ -1,6 +1,6 @@
 """How long each rollout has waited on the engine, in-flight calls included.
 
-The runner charges an agent its wall time minus this (harnesses/budget.py): a slow CPU engine's
+The runner charges an agent its wall time minus this (rollouts/budget.py): a slow CPU engine's
 prefill is the hardware's time, not the agent's. Parallel calls of one rollout count once (the union
 of their intervals), so an agent cannot stretch its budget by calling the model many times at once.
 Kept in memory per gateway process; a rollout's entry goes when the rollout ends.

@@ -45,7 +45,7 @@ async def prove_engine(client, url: str, name: str, probe: AdapterProbe, toleran
     model (its noise), and judge them with ``tolerance`` as the floor; ``AdapterNotApplied`` when they
     differ, an ``EngineError`` when it cannot answer with them. The two rounds are not sent together:
     a vLLM-CPU engine without harnessrl's plugin computes a base-model request batched with LoRA
-    requests under an adapter once adapters were swapped (``harnessrl.engines.vllm_cpu_lora``)."""
+    requests under an adapter once adapters were swapped (``harnessrl.engine.vllm_cpu_lora``)."""
     try:
         found = await _probe_logprobs(client, name, probe)
         base = await base_model_of(client)

@@ -4,7 +4,7 @@ An agent whose first prompt is longer than the engine's context never gets one a
 and the rollout would end as if the agent had done nothing (reward 0), the 400s visible only in
 /metrics. The gateway notes, per rollout, the main-loop calls the engine (or tito's own context check)
 refused with a 400 and the main-loop calls it answered; the rollout view carries them, and the runner
-ends a rollout with refusals and no answer as failed with the cause (harnesses/runner.py), out of
+ends a rollout with refusals and no answer as failed with the cause (rollouts/runner.py), out of
 training. Side calls (titles, summaries) count for neither: OpenCode's short title call is answered
 while its main loop's first prompt does not fit. Kept in memory per gateway process, like the engine
 clock; a rollout's entry goes when the rollout ends.

@@ -146,7 +146,7 @@ class EnvServer:
             )
         except docker.errors.ImageNotFound:
             raise TaskError(
-                f"openenv:{self.spec}: no such image on this Docker engine; build the environment's "
+                f"openenv:{self.spec}: no such image on this Docker daemon; build the environment's "
                 f"image (docker build -t {self.spec} ENV_DIR/server) or {RUN_IT_YOURSELF}"
             ) from None
         except docker.errors.DockerException as exc:
@@ -158,7 +158,7 @@ class EnvServer:
         if not published.get(f"{IMAGE_PORT}/tcp"):
             self.stop()
             raise TaskError(
-                f"openenv:{self.spec}: the Docker engine published no port for the environment's "
+                f"openenv:{self.spec}: the Docker daemon published no port for the environment's "
                 f"{IMAGE_PORT} (it has no bridge network, e.g. dockerd --bridge=none, or the container "
                 f"exited at once); {RUN_IT_YOURSELF}"
             )

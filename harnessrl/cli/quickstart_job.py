@@ -108,7 +108,7 @@ def _check_choices(config: QuickstartConfig) -> None:
 
 def _check_harness(config: QuickstartConfig) -> None:
     from harnesses.registry import agent_names
-    from harnessrl.engines.demonstrations import SOLUTIONS
+    from harnessrl.teachers.demonstrations import SOLUTIONS
 
     if config.harness not in agent_names():
         builtin, *agents = agent_names()
@@ -141,7 +141,7 @@ def _tasks(config: QuickstartConfig) -> tuple[list, list, list]:
 
 def _model(config: QuickstartConfig):
     """The model folder and the engine's context for the agent; a CLI error when they cannot hold its prompt."""
-    from harnessrl.engines.process import EngineFailed, model_max_len
+    from harnessrl.engine.process import EngineFailed, model_max_len
     from harnessrl.training.quickstart_plan import ContextTooShort, default_model, engine_context
 
     engine, harness, tokens = config.engine, config.harness, config.call_max_tokens

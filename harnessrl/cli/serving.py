@@ -11,7 +11,7 @@ import typer
 from rich.markup import escape
 
 from harnessrl.cli.options import console, fail, resolve_admin_key, resolve_database_url, upgrade_store, with_store
-from harnessrl.engines.lora_slots import LoraSlots, lora_slots
+from harnessrl.engine.lora_slots import LoraSlots, lora_slots
 
 LOOPBACK = ("127.0.0.1", "localhost", "::1")
 WILDCARDS = ("0.0.0.0", "::", "")
@@ -52,7 +52,7 @@ class ServeOptions:
 def start_gateway(options: ServeOptions) -> None:
     """Serve until stopped; exits with the watchdog's code. The port is taken first, so a busy one fails before
     vLLM spends minutes starting, and closed again if anything fails before uvicorn owns it."""
-    from harnessrl.engines import watchdog as engine_watchdog
+    from harnessrl.engine import watchdog as engine_watchdog
     from harnessrl.server import uvicorn_server
 
     _check(options)
@@ -147,8 +147,8 @@ def _known_policies(url: str) -> int:
 
 def _managed_engine(options: ServeOptions, dtype: str, slots: LoraSlots):
     """Start the vLLM engine(s) ``serve --model`` manages; the CLI message names the fix when they cannot start."""
-    from harnessrl.engines import watchdog as engine_watchdog
-    from harnessrl.engines.process import EngineFailed, EngineLaunch, model_max_len
+    from harnessrl.engine import watchdog as engine_watchdog
+    from harnessrl.engine.process import EngineFailed, EngineLaunch, model_max_len
     from harnessrl.server import free_port
     from harnessrl.settings import logs_dir
 
@@ -204,7 +204,7 @@ def _warn_of_a_loopback_public_url(public_url: str | None, host: str) -> None:
 
 def _engine_dtype(requested: str):
     """The managed engine's dtype for this machine, logged with its reason."""
-    from harnessrl.engines.hardware import machine_dtype
+    from harnessrl.engine.hardware import machine_dtype
 
     try:
         choice = machine_dtype(requested)

@@ -57,7 +57,7 @@ def demo(
     database_url: DatabaseUrl = None,
 ) -> None:
     """Prepare SmolLM2, serve it on vLLM behind the gateway, run a tool-using chat, show its tokens."""
-    from harnessrl.engines.demo import run_demo
+    from harnessrl.engine.demo import run_demo
 
     raise typer.Exit(code=run_demo(resolve_database_url(database_url), max_model_len))
 

@@ -41,7 +41,7 @@ POLICY_HELP = "The policy (named adapter lineage) {what}; a new name starts one 
 
 
 class RunConfig(Section):
-    """G rollouts of a harness on every task, by the policy or a teacher (harnesses/launch.py)."""
+    """G rollouts of a harness on every task, by the policy or a teacher (rollouts/launch.py)."""
 
     tasks: TasksConfig  # first: a command line missing both names --tasks first, as it always did
     run: str = Field(description="The run's name; rerunning the same command resumes it")

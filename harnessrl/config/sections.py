@@ -11,9 +11,9 @@ from typing import Any, Literal
 
 from pydantic import Field
 
-from harnesses.budget import DEFAULT_WALL_FACTOR
-from harnesses.slot_leases import DEFAULT_LEASE_S
 from harnessrl.config.files import LoosePath, Section, cli
+from rollouts.budget import DEFAULT_WALL_FACTOR
+from rollouts.slot_leases import DEFAULT_LEASE_S
 from sandboxes.kinds import choices as kind_choices
 
 DEFAULT_GATEWAY = "http://127.0.0.1:8000"
@@ -185,7 +185,7 @@ class RolloutJudgeConfig(JudgeConfig):
 
 
 class TeacherApiConfig(Section):
-    """A teacher model served through a gateway of its own on the store (harnessrl.engines.teacher)."""
+    """A teacher model served through a gateway of its own on the store (harnessrl.teachers.teacher)."""
 
     base_url: str | None = Field(
         None,
@@ -250,7 +250,7 @@ class EvalSamplingConfig(Section):
 
 
 class WorkersConfig(Section):
-    """This runner among the run's runners (harnesses/slot_leases.py)."""
+    """This runner among the run's runners (rollouts/slot_leases.py)."""
 
     worker_id: str = Field(
         "",  # "": HOST-PID-RANDOM

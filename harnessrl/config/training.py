@@ -16,7 +16,7 @@ class QuickstartTasksConfig(TasksConfig):
 
 
 class EngineConfig(Section):
-    """The vLLM server a job starts (harnessrl/engines/process.py) and the model it serves."""
+    """The vLLM server a job starts (harnessrl/engine/process.py) and the model it serves."""
 
     model: LoosePath | None = Field(
         None, description="Model folder [default: SmolLM2, prepared]", json_schema_extra=cli("--model")

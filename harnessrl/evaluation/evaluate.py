@@ -11,7 +11,7 @@ from the store (``GET /api/runs/{run}/summary``): the same the viewer shows. The
 runs counts the runner's results as they come in.
 
 A teacher (``teacher:MODEL``, a litellm model string) is one more policy: its rollouts run through a
-teacher gateway of their own on the store (``harnessrl.engines.teacher``) into the run ``<run>-teacher:MODEL`` (``/`` as ``_``),
+teacher gateway of their own on the store (``harnessrl.teachers.teacher``) into the run ``<run>-teacher:MODEL`` (``/`` as ``_``),
 and its row (and per-task cells) come from that run's summary, so one table reads base / adapter / teacher.
 """
 
@@ -26,13 +26,13 @@ from pathlib import Path
 from urllib.parse import quote
 
 from contracts.gateway_client import GatewayClient, GatewayRefused
-from harnesses.budget import DEFAULT_WALL_FACTOR
 from harnesses.harness import Harness
-from harnesses.interrupts import sigterm_cancels_this_task
 from harnesses.judge import Judge
-from harnesses.run_plan import RolloutResult, RunPlan
-from harnesses.runner import Runner
 from harnesses.task import Task
+from rollouts.budget import DEFAULT_WALL_FACTOR
+from rollouts.interrupts import sigterm_cancels_this_task
+from rollouts.run_plan import RolloutResult, RunPlan
+from rollouts.runner import Runner
 from sandboxes import SandboxSpec
 from store.capture_modes import TEACHER_CAPTURE
 from store.passk import TaskCount, policy_label, policy_results
@@ -268,7 +268,7 @@ async def _run_until_stopped(jobs) -> bool:
 
 def _teacher_url(plan: EvalPlan, policy: Resolved, admin_key: str | None, stack: ExitStack) -> str:
     """A teacher gateway on the evaluation's store for ``policy``, open until ``stack`` closes."""
-    from harnessrl.engines.teacher import TeacherSettings, teacher_gateway
+    from harnessrl.teachers.teacher import TeacherSettings, teacher_gateway
 
     if not (plan.database_url and plan.policy_model):
         raise ValueError(f"{policy.asked} needs the store and the policy's model folder (--database-url, --model)")

@@ -14,8 +14,8 @@ from pathlib import Path
 from rich.console import Group
 from rich.table import Table
 
-from harnesses.run_plan import RolloutResult
 from learner.sft import SftStep
+from rollouts.run_plan import RolloutResult
 from store.records import RolloutStatus
 from store.reports import VersionReward
 from store.store import Store

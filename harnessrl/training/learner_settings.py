@@ -11,7 +11,7 @@ from learner.config import ConfigError, LearnerConfig, resolve_paths, with_overr
 
 def learner_settings(settings: LearnerConfig, run: str, admin_key: str | None = None) -> LearnerConfig:
     """Fill what the config left to the environment: model folder, admin key, output folders."""
-    from harnessrl.engines.model_prep import SMOLLM2_DIRNAME, default_cache_root
+    from harnessrl.engine.model_prep import SMOLLM2_DIRNAME, default_cache_root
     from harnessrl.settings import data_home
 
     if not settings.model_dir:

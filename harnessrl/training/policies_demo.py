@@ -24,7 +24,7 @@ import psutil
 from rich.console import Console
 from rich.table import Table
 
-from harnessrl.engines.process import ManagedProcess
+from harnessrl.engine.process import ManagedProcess
 from harnessrl.evaluation.periodic import eval_run_name
 from harnessrl.recipes import recipe_path
 from harnessrl.server import free_port

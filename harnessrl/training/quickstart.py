@@ -24,17 +24,14 @@ from rich.live import Live
 
 from contracts.gateway_client import GatewayClient
 from gateway.settings import GatewaySettings
-from harnesses.interrupts import sigterm_cancels_this_task
 from harnesses.judge import Judge
-from harnesses.run_plan import Admission, RunPlan
-from harnesses.runner import Runner
 from harnesses.task import Task
-from harnessrl.engines.demonstrations import demonstrator
-from harnessrl.engines.hardware import machine_dtype
-from harnessrl.engines.process import EngineLaunch, ManagedProcess
+from harnessrl.engine.hardware import machine_dtype
+from harnessrl.engine.process import EngineLaunch, ManagedProcess
 from harnessrl.evaluation.periodic import eval_run_name
 from harnessrl.server import BackgroundGateway, free_port
 from harnessrl.settings import admin_key, data_home, logs_dir
+from harnessrl.teachers.demonstrations import demonstrator
 from harnessrl.training.curriculum import next_round
 from harnessrl.training.dashboard import Dashboard, capture_line, save_reward_curve, step_rows, version_rewards
 from harnessrl.training.quickstart_evals import HeldOutSets, current_version, eval_line, evaluate_sets, held_out_sets
@@ -51,6 +48,9 @@ from harnessrl.training.sft import run_sft
 from harnessrl.training.warm_start import WarmStartResult, result_of, sft_plan, warm_up_run
 from learner.config import LearnerConfig, with_overrides
 from learner.config_file import dump_toml
+from rollouts.interrupts import sigterm_cancels_this_task
+from rollouts.run_plan import Admission, RunPlan
+from rollouts.runner import Runner
 from store.capture_modes import TEACHER_CAPTURE
 from store.records import GroupStatus
 from store.store import Store
@@ -248,7 +248,7 @@ class Quickstart:
         warm, run = self.plan.warm_start, warm_up_run(self.plan.run)
         phase = f"warm-up: {warm.label}"
         if warm.teacher:
-            from harnessrl.engines.teacher import TeacherSettings, teacher_gateway
+            from harnessrl.teachers.teacher import TeacherSettings, teacher_gateway
 
             settings = TeacherSettings(
                 model=warm.teacher,

@@ -168,8 +168,8 @@ def engine_context(harness: str, call_max_tokens: int, model_max: int, asked: in
 def default_model(harness: str, call_max_tokens: int, asked: int | None = None) -> Path:
     """The quickstart's model when none is named: SmolLM2, its positions stretched (``stretch_context``)
     when the agent's first prompt and two answers need more than its 8,192 (Hermes, Claude Code, Codex)."""
-    from harnessrl.engines.model_prep import prepare_smollm2, stretch_context
-    from harnessrl.engines.process import model_max_len
+    from harnessrl.engine.model_prep import prepare_smollm2, stretch_context
+    from harnessrl.engine.process import model_max_len
 
     base = prepare_smollm2()
     if harness == "builtin" or agent_floor(harness, call_max_tokens) <= model_max_len(base):

@@ -4,8 +4,8 @@ A policy that never succeeds gives GRPO no signal (every group's rewards are equ
 runs three phases on the quickstart's engine, gateway and store:
 
 1. **warm-up**: the tasks into the run ``<run>-warmup``, served either by a teacher (a litellm model
-   through ``harnessrl.engines.teacher``'s engine and a gateway of its own, or ``solutions``: the tasks'
-   reference solutions played as the agent's own tool calls, ``harnessrl.engines.demonstrations``) or by the
+   through ``harnessrl.teachers.teacher``'s engine and a gateway of its own, or ``solutions``: the tasks'
+   reference solutions played as the agent's own tool calls, ``harnessrl.teachers.demonstrations``) or by the
    policy itself with a larger group (best of G: rejection sampling finds the rare successes);
 2. **sft**: ``harnessrl.training.sft`` on that run's successes (the best of each group for a policy run),
    published on the quickstart's gateway as the next policy version, which new rollouts get;

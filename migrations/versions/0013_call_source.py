@@ -4,7 +4,7 @@ Revision ID: 0013
 Revises: 0012
 
 - ``calls.source``: "policy" (the engine sampled the output), "teacher" (an external model served the
-  call through harnessrl.engines.teacher) or "demonstration" (a task's solution played as the agent's calls).
+  call through harnessrl.teachers.teacher) or "demonstration" (a task's solution played as the agent's calls).
   Existing calls are the policy's, except those of rollouts whose meta names a teacher.
 - ``calls.output_logprobs`` becomes nullable: a call the policy did not sample stores none (it stored
   0.0 per token before, a probability of 1 nobody sampled); existing teacher calls are set to null.
@@ -31,7 +31,7 @@ def upgrade() -> None:
     by_source: dict[str, list[int]] = {"teacher": [], "demonstration": []}
     for row in bind.execute(sa.select(rollouts.c.id, rollouts.c.meta)):
         teacher = row.meta.get("teacher") if isinstance(row.meta, dict) else None
-        if teacher:  # "solutions" is the demonstrations' teacher (harnessrl.engines.demonstrations.SOLUTIONS)
+        if teacher:  # "solutions" is the demonstrations' teacher (harnessrl.teachers.demonstrations.SOLUTIONS)
             by_source["demonstration" if teacher == "solutions" else "teacher"].append(row.id)
     for source, ids in by_source.items():
         for start in range(0, len(ids), 500):

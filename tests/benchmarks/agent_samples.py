@@ -31,13 +31,13 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # run as a script from anywhere
 from contracts.gateway_client import GatewayClient  # noqa: E402
 from harnesses.agents import create  # noqa: E402
-from harnesses.run_plan import RunPlan
-from harnesses.runner import Runner  # noqa: E402
 from harnesses.shell_family import shell_tasks  # noqa: E402
-from harnessrl.engines.demonstrations import SOLUTIONS, demonstrator  # noqa: E402
-from harnessrl.engines.model_prep import prepare_smollm2  # noqa: E402
-from harnessrl.engines.teacher import TeacherSettings, teacher_gateway  # noqa: E402
+from harnessrl.engine.model_prep import prepare_smollm2  # noqa: E402
+from harnessrl.teachers.demonstrations import SOLUTIONS, demonstrator  # noqa: E402
+from harnessrl.teachers.teacher import TeacherSettings, teacher_gateway  # noqa: E402
 from migrations.runner import upgrade  # noqa: E402
+from rollouts.run_plan import RunPlan
+from rollouts.runner import Runner  # noqa: E402
 from store.database import sqlite_url  # noqa: E402
 from store.samples import Sample, build_samples  # noqa: E402
 from store.store import Store  # noqa: E402

@@ -1,7 +1,7 @@
 """vLLM-CPU under a LoRA adapter: vLLM's own row ops against the plugin's grouped ones, in one run.
 
 vLLM-CPU 0.32 computes a LoRA module by copying each row's adapter weights (``weights[indices]``, tokens
-x out x in numbers) before an einsum; ``harnessrl.engines.vllm_cpu_lora`` computes each adapter slot's
+x out x in numbers) before an einsum; ``harnessrl.engine.vllm_cpu_lora`` computes each adapter slot's
 rows as one matmul. Each variant gets a fresh vLLM (the flags `harnessrl serve` uses, LoRA on; the
 variant chosen by ``HARNESSRL_VLLM_CPU_LORA_ROWS``), a random rank-16 adapter on every linear layer of
 the model, and then, under the adapter and under the base model:
@@ -35,9 +35,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # run as a script 
 import httpx  # noqa: E402
 import torch  # noqa: E402
 
-from harnessrl.engines.model_prep import prepare_smollm2  # noqa: E402
-from harnessrl.engines.process import EngineLaunch, ManagedProcess  # noqa: E402
-from harnessrl.engines.vllm_cpu_lora import ROWS_ENV  # noqa: E402
+from harnessrl.engine.model_prep import prepare_smollm2  # noqa: E402
+from harnessrl.engine.process import EngineLaunch, ManagedProcess  # noqa: E402
+from harnessrl.engine.vllm_cpu_lora import ROWS_ENV  # noqa: E402
 from harnessrl.server import free_port  # noqa: E402
 from learner.config import LearnerConfig, with_overrides  # noqa: E402
 from learner.trainer import build_trainer  # noqa: E402

@@ -2,7 +2,7 @@
 
 Real agents' first prompts are long (pi ~1.5k tokens, OpenCode ~7.7k, Hermes ~11.9k), so a rollout's
 cost on a CPU engine is mostly prefill. Each dtype gets a fresh vLLM started with the same flags as
-`harnessrl serve` (`harnessrl.engines.process.EngineLaunch`, LoRA on), then:
+`harnessrl serve` (`harnessrl.engine.process.EngineLaunch`, LoRA on), then:
 
 - cold prefill: a fresh prompt of 2,048 and of 7,600 tokens (never seen, so no prefix-cache hit),
   one output token; the 2k one twice, reporting the second (the first pays lazy initialisation);
@@ -34,8 +34,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # run as a script 
 
 import httpx  # noqa: E402
 
-from harnessrl.engines.hardware import NATIVE_BF16_FLAGS, cpu_flags, machine_dtype  # noqa: E402
-from harnessrl.engines.process import EngineLaunch, ManagedProcess  # noqa: E402
+from harnessrl.engine.hardware import NATIVE_BF16_FLAGS, cpu_flags, machine_dtype  # noqa: E402
+from harnessrl.engine.process import EngineLaunch, ManagedProcess  # noqa: E402
 from harnessrl.server import free_port  # noqa: E402
 
 RESULTS = Path(__file__).parent / "results"
@@ -181,7 +181,7 @@ def main() -> None:
     )
     args = parser.parse_args()
     if args.model is None:
-        from harnessrl.engines.model_prep import prepare_smollm2
+        from harnessrl.engine.model_prep import prepare_smollm2
 
         args.model = prepare_smollm2()
     from transformers import AutoTokenizer

@@ -15,7 +15,7 @@ import sys
 import tempfile
 from pathlib import Path
 
-from harnessrl.engines.process import ManagedProcess
+from harnessrl.engine.process import ManagedProcess
 from harnessrl.server import free_port
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # run as a script from anywhere

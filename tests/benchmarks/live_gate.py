@@ -42,9 +42,9 @@ from contracts.gateway_client import GatewayClient  # noqa: E402
 from gateway.settings import GatewaySettings  # noqa: E402
 from harnesses.builtin_agent import ONE_SHOT, BuiltinHarness  # noqa: E402
 from harnesses.datasets import Selection, load_selection  # noqa: E402
-from harnessrl.engines.hardware import machine_dtype  # noqa: E402
-from harnessrl.engines.model_prep import prepare_smollm2  # noqa: E402
-from harnessrl.engines.process import EngineLaunch, ManagedProcess  # noqa: E402
+from harnessrl.engine.hardware import machine_dtype  # noqa: E402
+from harnessrl.engine.model_prep import prepare_smollm2  # noqa: E402
+from harnessrl.engine.process import EngineLaunch, ManagedProcess  # noqa: E402
 from harnessrl.evaluation.evaluate import EvalPlan, run_evaluation  # noqa: E402
 from harnessrl.live.privacy import scan_sessions  # noqa: E402
 from harnessrl.server import BackgroundGateway, free_port  # noqa: E402

@@ -187,7 +187,7 @@ def main() -> None:
         print(json.dumps(result))
         return
     if not args.model:
-        from harnessrl.engines.model_prep import prepare_smollm2
+        from harnessrl.engine.model_prep import prepare_smollm2
 
         args.model = str(prepare_smollm2())
     report: dict = {"model": args.model, "cpus": torch.get_num_threads(), "device": "cpu", "dtype": "float32"}

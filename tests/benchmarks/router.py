@@ -23,7 +23,7 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # run as a script from anywhere
-from harnessrl.engines.process import ManagedProcess  # noqa: E402
+from harnessrl.engine.process import ManagedProcess  # noqa: E402
 from harnessrl.server import free_port  # noqa: E402
 from tests.benchmarks.loadgen import LoadResult, _connection, post_request  # noqa: E402
 

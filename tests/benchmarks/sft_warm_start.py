@@ -7,7 +7,7 @@ and the held-out evaluation runs, whose first calls are exactly the prompts pi s
 SFT setting (learning rate, epochs, samples per step), trains a fresh adapter with the learner's own
 ``learner.sft.train_sft``, then answers every held-out first prompt greedily with transformers. The
 answer's ``<tool_call>`` is parsed as the chat template renders one; its command is run as the task's
-solution in a bubblewrap sandbox and graded by the task's own verifier (``harnesses.checks``).
+solution in a bubblewrap sandbox and graded by the task's own verifier (``rollouts.checks``).
 
 It prints and writes per setting: optimizer steps, forwarded and trained tokens, seconds, the last
 loss, the share of held-out prompts answered with a well-formed call of the agent's shell tool, and
@@ -41,7 +41,6 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # run as a script 
 import torch  # noqa: E402
 
 from harnesses.agents.oracle import OracleHarness  # noqa: E402
-from harnesses.checks import CheckSettings, attempt  # noqa: E402
 from harnesses.environments import Environments  # noqa: E402
 from harnesses.shell_family import shell_tasks, unseen_shell_tasks  # noqa: E402
 from harnesses.task import Task  # noqa: E402
@@ -49,6 +48,7 @@ from harnessrl.training.sft import successful_samples  # noqa: E402
 from learner.config import LearnerConfig, with_overrides  # noqa: E402
 from learner.sft import SftConfig, train_sft  # noqa: E402
 from learner.trainer import build_trainer  # noqa: E402
+from rollouts.checks import CheckSettings, attempt  # noqa: E402
 from store.store import Store  # noqa: E402
 
 DEFAULT_OUT = Path(__file__).parent / "results" / "sft_warm_start.json"
@@ -205,7 +205,7 @@ def main() -> None:
     parser.add_argument("--out", type=Path, default=DEFAULT_OUT)
     args = parser.parse_args()
     if args.model is None:
-        from harnessrl.engines.model_prep import prepare_smollm2
+        from harnessrl.engine.model_prep import prepare_smollm2
 
         args.model = str(prepare_smollm2())
     samples, held = asyncio.run(read_run(args.database, args.run))

@@ -289,7 +289,7 @@ def main() -> None:
     if not args.database:
         parser.error("--database is required: the store of a `harnessrl quickstart --harness pi` run")
     if args.model is None:
-        from harnessrl.engines.model_prep import prepare_smollm2
+        from harnessrl.engine.model_prep import prepare_smollm2
 
         args.model = str(prepare_smollm2())
     samples, advantages = asyncio.run(read_group(args.database, args.run, args.group_size))

@@ -280,7 +280,7 @@ def main() -> None:
     args = parser.parse_args()
     workdir = Path(tempfile.mkdtemp(prefix="harnessrl-turn-cost-"))
     if args.model is None:
-        from harnessrl.engines.model_prep import build_tiny_model
+        from harnessrl.engine.model_prep import build_tiny_model
 
         args.model = build_tiny_model(workdir / "tiny")
     text = ModelText(args.model)

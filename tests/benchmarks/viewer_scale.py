@@ -298,7 +298,7 @@ def _result(name: str, path: str, response: httpx.Response, times: list[float]) 
 
 
 def tokenizer_dir(db: Path) -> Path:
-    from harnessrl.engines.model_prep import build_tiny_model
+    from harnessrl.engine.model_prep import build_tiny_model
 
     folder = db.parent / "tiny-model"
     return folder if (folder / "tokenizer.json").exists() else build_tiny_model(folder)

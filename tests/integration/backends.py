@@ -1,6 +1,6 @@
 """The two isolated sandbox backends of the integration tests: a docker container and bubblewrap.
 
-CI starts the engine and builds the base image with docker/setup-engine.sh before the tests; elsewhere
+CI starts the engine and builds the base image with docker/setup-daemon.sh before the tests; elsewhere
 the docker half skips, saying so (and the bubblewrap half without bubblewrap).
 """
 
@@ -22,11 +22,11 @@ def _docker_skip_reason() -> str | None:
         client = docker.from_env(timeout=60)
         client.ping()
     except Exception as exc:  # noqa: BLE001 - any failure means "no engine here"
-        return f"docker engine not running ({type(exc).__name__}): run docker/setup-engine.sh"
+        return f"docker daemon not running ({type(exc).__name__}): run docker/setup-daemon.sh"
     try:
         client.images.get(BASE_IMAGE)
     except Exception:  # noqa: BLE001
-        return f"image {BASE_IMAGE} missing: run docker/setup-engine.sh"
+        return f"image {BASE_IMAGE} missing: run docker/setup-daemon.sh"
     return None
 
 

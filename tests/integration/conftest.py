@@ -10,8 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from harnessrl.engines.model_prep import prepare_smollm2
-from harnessrl.engines.process import EngineLaunch, ManagedProcess
+from harnessrl.engine.model_prep import prepare_smollm2
+from harnessrl.engine.process import EngineLaunch, ManagedProcess
 from harnessrl.server import BackgroundGateway, BackgroundServer, free_port
 from migrations.runner import upgrade
 from store.database import sqlite_url

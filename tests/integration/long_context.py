@@ -10,7 +10,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from harnessrl.engines.process import EngineLaunch, ManagedProcess
+from harnessrl.engine.process import EngineLaunch, ManagedProcess
 from harnessrl.server import free_port
 
 LONG_CONTEXT = 131072

@@ -6,7 +6,7 @@ import os
 import sys
 from pathlib import Path
 
-from harnessrl.engines.process import ManagedProcess
+from harnessrl.engine.process import ManagedProcess
 from harnessrl.server import free_port
 from tests.builders import TEST_ADMIN_KEY
 

@@ -18,7 +18,7 @@ import httpx
 from sqlalchemy import select
 
 from harnesses.task import builtin_tasks_path
-from harnessrl.engines.process import EngineLaunch, ManagedProcess
+from harnessrl.engine.process import EngineLaunch, ManagedProcess
 from harnessrl.server import free_port
 from store.store import Store
 from store.tables import Call, Group, LearnerCheckpoint, Rollout, Run

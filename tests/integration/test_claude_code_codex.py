@@ -165,8 +165,8 @@ def tito_gateway(sqlite_db, engine_server, engine, tiny_model_dir) -> Iterator[B
 @pytest.mark.parametrize("name", AGENTS)
 async def test_tito_rollout_of_the_agent_is_one_sample_without_forks(name, tito_gateway, engine):
     from contracts.gateway_client import GatewayClient
-    from harnesses.run_plan import RunPlan
-    from harnesses.runner import Runner
+    from rollouts.run_plan import RunPlan
+    from rollouts.runner import Runner
     from sandboxes import Limits, SandboxSpec
 
     plan = RunPlan(

@@ -12,15 +12,15 @@ from pathlib import Path
 
 from contracts.gateway_client import GatewayClient
 from harnesses.agents import create
-from harnesses.run_plan import RunPlan
-from harnesses.runner import Runner
 from harnesses.shell_family import shell_tasks
 from harnesses.task import load_harbor
-from harnessrl.engines.demonstrations import FINAL, SOLUTIONS, demonstrator
-from harnessrl.engines.teacher import PolicyRendering, TeacherSettings, teacher_gateway
+from harnessrl.teachers.demonstrations import FINAL, SOLUTIONS, demonstrator
+from harnessrl.teachers.teacher import PolicyRendering, TeacherSettings, teacher_gateway
 from harnessrl.training.sft import SftPlan, run_sft
 from learner.config import LearnerConfig, with_overrides
 from learner.sft import SftConfig
+from rollouts.run_plan import RunPlan
+from rollouts.runner import Runner
 from store.samples import build_samples
 from store.store import Store
 from tests.builders import TEST_ADMIN_KEY

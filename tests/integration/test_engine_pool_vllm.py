@@ -12,7 +12,7 @@ import threading
 import httpx
 import pytest
 
-from harnessrl.engines.process import EngineLaunch, ManagedProcess
+from harnessrl.engine.process import EngineLaunch, ManagedProcess
 from harnessrl.server import BackgroundGateway, free_port
 from tests import http_calls as http
 from tests.builders import ADMIN_HEADERS, gateway_settings

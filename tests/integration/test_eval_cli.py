@@ -19,7 +19,7 @@ from typer.testing import CliRunner
 
 from harnesses.datasets import Selection, load_selection
 from harnessrl.cli.app import app
-from harnessrl.engines.model_prep import prepare_smollm2
+from harnessrl.engine.model_prep import prepare_smollm2
 from harnessrl.server import BackgroundGateway
 from harnessrl.training.quickstart import Quickstart
 from harnessrl.training.quickstart_plan import QuickstartPlan

@@ -13,7 +13,7 @@ import pytest
 import torch
 
 from gateway.settings import GatewaySettings
-from harnessrl.engines.process import ManagedProcess
+from harnessrl.engine.process import ManagedProcess
 from harnessrl.server import BackgroundGateway, BackgroundServer
 from learner.publish import Published, Publisher, PublishError
 from tests import http_calls as http

@@ -13,7 +13,7 @@ from typer.testing import CliRunner
 
 from harnesses.families import arithmetic_tasks
 from harnessrl.cli.app import app
-from harnessrl.engines.model_prep import prepare_smollm2
+from harnessrl.engine.model_prep import prepare_smollm2
 from harnessrl.reports.curves import PIXELS
 from harnessrl.server import free_port
 from harnessrl.settings import logs_dir

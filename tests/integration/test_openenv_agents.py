@@ -20,9 +20,9 @@ from harnesses.agents import create
 from harnesses.datasets import load_dataset
 from harnesses.openenv.agent import with_environments
 from harnesses.openenv.tasks import REWARD_NAME
-from harnesses.run_plan import RunPlan
-from harnesses.runner import Runner
 from harnessrl.server import BackgroundGateway, BackgroundServer
+from rollouts.run_plan import RunPlan
+from rollouts.runner import Runner
 from sandboxes import Limits, SandboxSpec
 from store.store import Store
 from tests import http_calls as http

@@ -17,9 +17,9 @@ from harnesses.builtin_agent import BuiltinHarness
 from harnesses.datasets import load_dataset
 from harnesses.openenv.agent import with_environments
 from harnesses.openenv.tasks import REWARD_NAME, EnvServer, EnvTaskRef
-from harnesses.run_plan import RunPlan
-from harnesses.runner import Runner
 from harnessrl.server import BackgroundGateway, BackgroundServer
+from rollouts.run_plan import RunPlan
+from rollouts.runner import Runner
 from store.store import Store
 from tests import http_calls as http
 from tests.builders import ADMIN_HEADERS, TEST_ADMIN_KEY, gateway_settings, run_config
@@ -124,7 +124,7 @@ async def test_an_installed_environment_is_started_for_each_rollout(fake_gateway
 
 
 async def test_harnessrl_run_takes_an_environment_url(fake_gateway, adder_log):
-    from harnesses.launch import launch_run
+    from rollouts.launch import launch_run
 
     with EnvServer(PACKAGE) as url:
         config = run_config(f"openenv:{url}", "openenv-cli", group_size=2, **{"tasks.include": ["adder-train-add-2-3"]})

@@ -14,12 +14,12 @@ from typer.testing import CliRunner
 
 from contracts.gateway_client import GatewayClient
 from harnesses.builtin_agent import BuiltinHarness, BuiltinSettings
-from harnesses.run_plan import RunPlan
-from harnesses.runner import Runner
 from harnesses.task import builtin_tasks_path, load_tasks
 from harnessrl.cli.app import app
 from harnessrl.reports.openenv_export import trace_nodes
 from harnessrl.server import BackgroundGateway
+from rollouts.run_plan import RunPlan
+from rollouts.runner import Runner
 from store.samples import build_samples
 from tests import http_calls as http
 from tests.builders import ADMIN_HEADERS, TEST_ADMIN_KEY, gateway_settings

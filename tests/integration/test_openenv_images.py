@@ -1,4 +1,4 @@
-"""`--tasks openenv:IMAGE` on this machine's real Docker engine: what a user is told when it cannot work.
+"""`--tasks openenv:IMAGE` on this machine's real Docker daemon: what a user is told when it cannot work.
 
 An environment image is run per rollout with its port 8000 published on 127.0.0.1. This machine kind's
 engine has no bridge network (dockerd --bridge=none, no registry), so an image that is not here cannot be
@@ -16,7 +16,7 @@ import docker
 from harnesses.datasets import load_dataset
 from harnesses.task import TaskError
 
-BASE = "debian:bookworm-slim"  # the offline base image (docker/setup-engine.sh)
+BASE = "debian:bookworm-slim"  # the offline base image (docker/setup-daemon.sh)
 SLEEPER = "harnessrl-test/openenv-sleeper:latest"
 
 
@@ -32,7 +32,7 @@ def test_an_image_that_is_not_here_names_how_to_build_it_or_run_it_yourself():
     with pytest.raises(TaskError) as caught:
         load_dataset("openenv:harnessrl-test/no-such-env:latest")
     message = str(caught.value)
-    assert "no such image on this Docker engine" in message and "docker build -t harnessrl-test/no-such-env" in message
+    assert "no such image on this Docker daemon" in message and "docker build -t harnessrl-test/no-such-env" in message
     assert "openenv:http://127.0.0.1:PORT" in message and "registry" not in message
 
 

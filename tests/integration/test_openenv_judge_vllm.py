@@ -8,10 +8,10 @@ import pytest
 from contracts.gateway_client import GatewayClient
 from harnesses.builtin_agent import BuiltinHarness, BuiltinSettings
 from harnesses.reward_functions import load_reward_function
-from harnesses.run_plan import RunPlan
-from harnesses.runner import Runner
 from harnesses.task import builtin_tasks_path, load_tasks
 from harnessrl.server import BackgroundGateway
+from rollouts.run_plan import RunPlan
+from rollouts.runner import Runner
 from tests import http_calls as http
 from tests.builders import ADMIN_HEADERS, TEST_ADMIN_KEY, gateway_settings
 

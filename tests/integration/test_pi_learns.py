@@ -16,7 +16,7 @@ from rich.console import Console
 from sqlalchemy import func, select
 
 from harnesses.shell_family import shell_tasks
-from harnessrl.engines.demonstrations import SOLUTIONS
+from harnessrl.teachers.demonstrations import SOLUTIONS
 from harnessrl.training.quickstart import Quickstart
 from harnessrl.training.quickstart_plan import QuickstartPlan
 from harnessrl.training.warm_start import WarmStart

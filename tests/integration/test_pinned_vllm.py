@@ -11,7 +11,7 @@ import pytest
 import torch
 
 from gateway.settings import GatewaySettings
-from harnessrl.engines.process import ManagedProcess
+from harnessrl.engine.process import ManagedProcess
 from harnessrl.server import BackgroundGateway
 from tests import http_calls as http
 from tests.integration.adapters import lora_model, save_random_adapter

@@ -6,10 +6,10 @@ from __future__ import annotations
 
 import pytest
 
-from harnesses.checks import CheckSettings, check_task
 from harnesses.environments import Environments
 from harnesses.families import sum_task
 from harnesses.registry import create_harness
+from rollouts.checks import CheckSettings, check_task
 from tests.builders import run_single_rollout
 from tests.fake_engine import FakeEngine
 from tests.fake_tokens import FakeReply

@@ -7,7 +7,7 @@ runner end to end: the agent writes the file, the verifier scores 1 (it also che
 the adapter extracted), and every engine call is recorded under the rollout, side calls tagged.
 
 Local sandboxes need bubblewrap and the agents installed on the host (`.ci/run` installs them);
-docker sandboxes need a Docker engine and the harness images (`docker/setup-engine.sh`, then
+docker sandboxes need a Docker daemon and the harness images (`docker/setup-daemon.sh`, then
 `harnessrl images build`). Whatever is missing is skipped, with the command that provides it.
 """
 
@@ -66,7 +66,7 @@ def docker_harness(name: str):
         client = docker.from_env(timeout=60)
         client.ping()
     except docker.errors.DockerException as exc:
-        pytest.skip(f"no Docker engine reachable (run docker/setup-engine.sh): {type(exc).__name__}")
+        pytest.skip(f"no Docker daemon reachable (run docker/setup-daemon.sh): {type(exc).__name__}")
     harness = create(name, sandbox="docker")
     try:
         client.images.get(harness.image)

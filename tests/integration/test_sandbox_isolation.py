@@ -3,7 +3,7 @@
 From inside, the agent reaches the gateway (a stand-in HTTP server on the host's loopback) through
 the forwarded URL and nothing else, sees no host files outside its own directories, and is killed at
 its memory limit (reported as "oom") and at its wall time. CI starts the engine and builds the base
-image with docker/setup-engine.sh before the tests; elsewhere the docker half skips, saying so.
+image with docker/setup-daemon.sh before the tests; elsewhere the docker half skips, saying so.
 """
 
 from __future__ import annotations

@@ -14,8 +14,8 @@ import torch
 from openai import OpenAI
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
-from harnessrl.engines.model_prep import stretch_context
-from harnessrl.engines.process import EngineLaunch, ManagedProcess
+from harnessrl.engine.model_prep import stretch_context
+from harnessrl.engine.process import EngineLaunch, ManagedProcess
 from harnessrl.server import free_port
 
 CONTEXT = 16384
@@ -25,8 +25,8 @@ ENGINE_START_S = 900.0  # a guard against a hang, not a timing
 
 def long_prompt(model_dir) -> list[int]:
     """Real text (this repository's Python sources, in a fixed order), cut to PROMPT_TOKENS ids."""
-    import harnessrl.engines.model_prep as a
-    import harnessrl.engines.process as b
+    import harnessrl.engine.model_prep as a
+    import harnessrl.engine.process as b
     import learner.attention as c
     import learner.packing as d
 

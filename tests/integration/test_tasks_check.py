@@ -9,9 +9,9 @@ from pathlib import Path
 
 import pytest
 
-from harnesses.checks import CheckSettings, check_tasks
 from harnesses.environments import Environments
 from harnesses.task import load_tasks
+from rollouts.checks import CheckSettings, check_tasks
 
 DATASET = Path(__file__).resolve().parents[1] / "fixtures" / "harbor_public"
 SANDBOXES = ["docker", "local"]

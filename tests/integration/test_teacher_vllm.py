@@ -11,13 +11,13 @@ import pytest
 from contracts.gateway_client import GatewayClient
 from harnesses.builtin_agent import BuiltinHarness, BuiltinSettings
 from harnesses.families import arithmetic_tasks
-from harnesses.run_plan import RunPlan
-from harnesses.runner import Runner
-from harnessrl.engines.teacher import PolicyRendering, TeacherSettings, teacher_gateway
+from harnessrl.teachers.teacher import PolicyRendering, TeacherSettings, teacher_gateway
 from harnessrl.training.sft import SftPlan, run_sft
 from learner.config import LearnerConfig, with_overrides
 from learner.groups import UnusableGroup, check_group, load_group
 from learner.sft import SftConfig
+from rollouts.run_plan import RunPlan
+from rollouts.runner import Runner
 from store.store import Store
 from tests.builders import TEST_ADMIN_KEY
 

@@ -16,7 +16,7 @@ from openai import OpenAI
 from transformers import AutoModelForCausalLM
 
 from gateway.settings import GatewaySettings
-from harnessrl.engines.process import EngineLaunch, ManagedProcess
+from harnessrl.engine.process import EngineLaunch, ManagedProcess
 from harnessrl.server import BackgroundGateway, free_port
 from migrations.runner import upgrade
 from store.database import sqlite_url

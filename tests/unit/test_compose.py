@@ -114,3 +114,20 @@ def test_docker_compose_validates_the_file():
         env={k: v for k, v in os.environ.items() if k != "HARNESSRL_ADMIN_KEY"},
     )
     assert unkeyed.returncode != 0 and "HARNESSRL_ADMIN_KEY" in unkeyed.stderr  # no stack without a key
+
+
+def test_the_stack_image_installs_and_copies_every_package_the_project_ships():
+    import tomllib
+
+    shipped = {
+        p.rstrip("*")
+        for p in tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["setuptools"]["packages"]["find"][
+            "include"
+        ]
+    }
+    dockerfile = (ROOT / "docker" / "Dockerfile.stack").read_text()
+    stubbed = set(re.search(r"for package in ([\w ]+); do", dockerfile).group(1).split())
+    copied = {
+        name for name in re.findall(r"^COPY (\w+) \1$", dockerfile, re.M) if (ROOT / name / "__init__.py").exists()
+    }
+    assert stubbed == copied == shipped

@@ -11,8 +11,8 @@ import numpy as np
 import pytest
 from rich.console import Console
 
-from harnesses.run_plan import RolloutResult
 from harnessrl.training.dashboard import TABLE_ROUNDS, Dashboard, save_reward_curve, step_rows, version_rewards
+from rollouts.run_plan import RolloutResult
 from store.reports import VersionReward
 from store.store import Store
 from tests.images import assert_plot_image

@@ -3,7 +3,7 @@ one gateway client."""
 
 from __future__ import annotations
 
-from harnessrl.engines.demo import one_recorded_rollout
+from harnessrl.engine.demo import one_recorded_rollout
 from harnessrl.server import BackgroundGateway
 from tests.builders import TEST_ADMIN_KEY, gateway_settings
 from tests.fake_tokens import FakeReply

@@ -12,7 +12,7 @@ from harnesses.agents.cli_agent import ShellTool
 from harnesses.builtin_agent import BuiltinHarness
 from harnesses.shell_family import shell_tasks
 from harnesses.task import Task
-from harnessrl.engines.demonstrations import FINAL, NotPlayable, SolutionTeacher, demonstrator, playable_script
+from harnessrl.teachers.demonstrations import FINAL, NotPlayable, SolutionTeacher, demonstrator, playable_script
 from tests.first_requests import load_first_request
 
 TASKS = shell_tasks(train=1, test=0)

@@ -4,7 +4,7 @@ The rule: a path is a word inside backticks (an inline code span, or any line of
 whose first ``/``-separated part is a top-level name of the repository (``gateway``, ``tests``,
 ``docker``, ``.ci``, ``README.md``, ...) and that either contains a ``/`` or is a top-level file.
 A word ends at whitespace, quotes, brackets, ``=``, ``,`` or ``;``; a trailing ``.`` or ``:`` is
-punctuation, a ``:`` inside (``harnesses/launch.py:launch_run``) starts a name within the file.
+punctuation, a ``:`` inside (``rollouts/launch.py:launch_run``) starts a name within the file.
 Not paths: words with a placeholder (``<name>``, ``*``, ``{``, ``$``, ``...``), URLs and option names
 (their first part is no top-level name), untracked folders such as ``.venv-harbor`` (likewise), and
 the few names in ``NOT_REPO_PATHS``. "Exists" means git tracks it, or would (an untracked file that no

@@ -78,7 +78,7 @@ def test_serve_passes_engine_timeout_to_the_gateway(tmp_path, monkeypatch):
     from typer.testing import CliRunner
 
     import harnessrl.cli.app as cli
-    import harnessrl.engines.watchdog as engine_watchdog
+    import harnessrl.engine.watchdog as engine_watchdog
     import harnessrl.server as server
 
     seen = {}
@@ -111,7 +111,7 @@ def test_serve_on_a_taken_port_fails_at_once_naming_the_fix_without_starting_an_
     from typer.testing import CliRunner
 
     import harnessrl.cli.app as cli
-    import harnessrl.engines.watchdog as engine_watchdog
+    import harnessrl.engine.watchdog as engine_watchdog
 
     started = []
     monkeypatch.setenv("HARNESSRL_HOME", str(tmp_path))

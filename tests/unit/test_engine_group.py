@@ -7,7 +7,7 @@ import os
 import signal
 from pathlib import Path
 
-from harnessrl.engines.process import EngineGroup, EngineLaunch, ManagedProcess, engine_launches, vllm_command, vllm_env
+from harnessrl.engine.process import EngineGroup, EngineLaunch, ManagedProcess, engine_launches, vllm_command, vllm_env
 
 
 def test_several_cpu_engines_get_their_own_port_cores_and_share_of_the_kv_cache(tmp_path):
@@ -70,7 +70,7 @@ def test_a_group_whose_engines_all_died_says_why_from_the_log_of_the_last_one(tm
 def test_serve_starts_one_engine_by_the_same_path_as_several(tmp_path, monkeypatch):
     from rich.console import Console
 
-    from harnessrl.engines import watchdog as engine_watchdog
+    from harnessrl.engine import watchdog as engine_watchdog
 
     started = []
     monkeypatch.setattr(EngineGroup, "start", lambda group, timeout_s: started.append(group.urls) or group)

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from harnessrl.engines.process import ManagedProcess, explaining_lines
+from harnessrl.engine.process import ManagedProcess, explaining_lines
 
 CORE = "(EngineCore_DP0 pid=4567) ERROR 12-03 08:00:05 [core.py:708] "
 CAUSE = (

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from harnessrl.engines.process import EngineFailed, EngineLaunch, ManagedProcess, vllm_command
+from harnessrl.engine.process import EngineFailed, EngineLaunch, ManagedProcess, vllm_command
 from harnessrl.server import free_port
 
 
@@ -23,7 +23,7 @@ def test_vllm_command_turns_on_lora_tool_parser_and_processed_logprobs(tmp_path:
 
 @pytest.mark.parametrize("gpu", [True, False])
 def test_the_engines_share_of_gpu_memory_is_passed_on_gpus_only(tmp_path: Path, monkeypatch, gpu):
-    import harnessrl.engines.process as engine_process
+    import harnessrl.engine.process as engine_process
 
     monkeypatch.setattr(engine_process, "has_gpu", lambda: gpu)
     command = vllm_command(EngineLaunch(model_dir=tmp_path, port=9000, dtype="bfloat16", gpu_memory_utilization=0.5))
@@ -63,7 +63,7 @@ def test_healthy_engine_starts_and_stops(tmp_path: Path):
 def test_a_managed_engine_defaults_to_the_models_own_maximum_context(tmp_path):
     import json
 
-    from harnessrl.engines.process import FALLBACK_MAX_MODEL_LEN, model_max_len
+    from harnessrl.engine.process import FALLBACK_MAX_MODEL_LEN, model_max_len
 
     (tmp_path / "config.json").write_text(json.dumps({"max_position_embeddings": 8192}))
     assert model_max_len(tmp_path) == 8192

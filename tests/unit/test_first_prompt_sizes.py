@@ -7,8 +7,8 @@ import json
 
 import pytest
 
-from harnesses.launch import context_warning
 from harnesses.registry import create_harness
+from rollouts.launch import context_warning
 from tests.first_requests import FIXTURES, HARNESSES, INSTRUCTION
 
 PROMPT_PARTS = ("system", "instructions", "messages", "input", "tools")
@@ -18,7 +18,7 @@ PROMPT_PARTS = ("system", "instructions", "messages", "input", "tools")
 def smollm2_tokenizer():
     from transformers import AutoTokenizer
 
-    from harnessrl.engines.model_prep import prepare_smollm2
+    from harnessrl.engine.model_prep import prepare_smollm2
 
     return AutoTokenizer.from_pretrained(prepare_smollm2())
 

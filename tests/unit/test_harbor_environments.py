@@ -1,4 +1,4 @@
-"""Harbor task environments without a Docker engine: task.toml read, images keyed by content, the
+"""Harbor task environments without a Docker daemon: task.toml read, images keyed by content, the
 internet refused unless allowed, reward.json's reward and metrics, the oracle and do-nothing agents."""
 
 from __future__ import annotations
@@ -8,10 +8,10 @@ from pathlib import Path
 
 import pytest
 
-from harnesses.checks import CheckSettings, check_tasks
 from harnesses.environments import Environments, TaskEnvironmentError, context_hash, task_tag
 from harnesses.task import TaskError, builtin_tasks_path, load_harbor, load_tasks
 from harnesses.verify import verify
+from rollouts.checks import CheckSettings, check_tasks
 from sandboxes import SandboxSpec, create_sandbox
 from tests.builders import run_config
 
@@ -108,7 +108,7 @@ async def test_a_task_that_needs_the_internet_is_refused_unless_the_run_allows_i
 async def test_without_docker_a_task_with_a_dockerfile_fails_naming_the_fix(monkeypatch):
     monkeypatch.setenv("DOCKER_HOST", "unix:///nonexistent/docker.sock")
     task = load_harbor(DATASET / "csv-total")
-    with pytest.raises(TaskEnvironmentError, match=r"needs a Docker engine.*docker/setup-engine.sh"):
+    with pytest.raises(TaskEnvironmentError, match=r"needs a Docker daemon.*docker/setup-daemon.sh"):
         await Environments().sandbox_spec(task, "builtin", "local", SandboxSpec())
 
 
@@ -142,7 +142,7 @@ async def test_oracle_scores_one_and_doing_nothing_zero_on_builtin_tasks_and_a_m
 
 
 async def test_harnessrl_run_refuses_a_task_that_needs_the_internet_before_anything_runs(tmp_path):
-    from harnesses.launch import launch_run
+    from rollouts.launch import launch_run
 
     folder = copy_task(tmp_path)
     (folder / "task.toml").write_text("[environment]\nallow_internet = true\n")

@@ -6,8 +6,8 @@ from pathlib import Path
 
 import pytest
 
-from harnessrl.engines.hardware import batched_tokens, choose_dtype, cpu_flags, kv_cache_gib
-from harnessrl.engines.process import EngineLaunch, vllm_command, vllm_env
+from harnessrl.engine.hardware import batched_tokens, choose_dtype, cpu_flags, kv_cache_gib
+from harnessrl.engine.process import EngineLaunch, vllm_command, vllm_env
 
 AVX2_VM = frozenset("fpu sse2 avx avx2 fma avx512f".split())  # AVX-512 but no bf16: emulated
 SAPPHIRE_RAPIDS = AVX2_VM | {"avx512_bf16", "amx_bf16", "amx_tile"}

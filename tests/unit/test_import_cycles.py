@@ -13,7 +13,7 @@ import ast
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
-PACKAGES = ("contracts", "gateway", "store", "harnessrl", "harnesses", "learner", "sandboxes", "migrations")
+PACKAGES = ("contracts", "gateway", "store", "harnessrl", "harnesses", "rollouts", "learner", "sandboxes", "migrations")
 
 
 def project_modules() -> dict[str, Path]:

@@ -9,7 +9,7 @@ import subprocess
 import sys
 import textwrap
 
-from harnesses.interrupts import sigterm_cancels_this_task
+from rollouts.interrupts import sigterm_cancels_this_task
 
 
 async def evaluation(ready: asyncio.Event, ended: asyncio.Event) -> None:
@@ -43,7 +43,7 @@ async def test_sigterm_during_an_inner_scope_stops_the_outer_task_not_only_the_i
 SCRIPT = textwrap.dedent(
     """
     import asyncio, os, signal
-    from harnesses.interrupts import sigterm_cancels_this_task
+    from rollouts.interrupts import sigterm_cancels_this_task
 
     async def inner():
         with sigterm_cancels_this_task():

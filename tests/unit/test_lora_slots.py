@@ -1,7 +1,7 @@
 """The managed engine's adapter slots grow with the policies it serves."""
 
-from harnessrl.engines.lora_slots import MIN_SLOTS, lora_slots
-from harnessrl.engines.process import EngineLaunch, vllm_command
+from harnessrl.engine.lora_slots import MIN_SLOTS, lora_slots
+from harnessrl.engine.process import EngineLaunch, vllm_command
 
 
 def test_slots_hold_every_policys_current_and_previous_version_in_a_batch():

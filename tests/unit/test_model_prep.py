@@ -4,8 +4,8 @@ from pathlib import Path
 
 import pytest
 
-from harnessrl.engines import model_prep
-from harnessrl.engines.model_prep import TEMPLATE_PATH, build_tiny_model, chat_template_path, prepare_smollm2
+from harnessrl.engine import model_prep
+from harnessrl.engine.model_prep import TEMPLATE_PATH, build_tiny_model, chat_template_path, prepare_smollm2
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 

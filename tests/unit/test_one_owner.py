@@ -37,7 +37,7 @@ CONCEPTS = {
     "harness names": Concept(frozenset(harness_names()), ("harnesses/registry.py", "harnesses/agents/__init__.py"), 3),
 }
 # The tiny model's config: built by its one builder; model_prep writes the (other) tiny model the engine serves.
-MODEL_CONFIG_OWNERS = ("learner/tiny_model.py", "harnessrl/engines/model_prep.py")
+MODEL_CONFIG_OWNERS = ("learner/tiny_model.py", "harnessrl/engine/model_prep.py")
 CHOICE_JOIN = r"\s*(?:\||,|\bor\b)\s*"
 
 

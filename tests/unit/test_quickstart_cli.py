@@ -76,8 +76,8 @@ def test_a_model_too_short_for_the_agent_is_refused_naming_a_longer_context(tmp_
 
 
 def test_the_default_model_is_stretched_only_for_agents_whose_prompt_passes_its_positions(tmp_path, monkeypatch):
-    from harnessrl.engines import model_prep
-    from harnessrl.engines.process import model_max_len
+    from harnessrl.engine import model_prep
+    from harnessrl.engine.process import model_max_len
     from harnessrl.training.quickstart_plan import default_model
 
     base = model_prep.build_tiny_model(tmp_path / "smollm2", max_position_embeddings=8192)

@@ -8,11 +8,11 @@ import time
 
 import pytest
 
-from harnesses.run_plan import Admission
 from harnessrl.training.quickstart import Quickstart
 from harnessrl.training.quickstart_plan import QuickstartPlan, grpo_until
 from harnessrl.training.warm_start import WarmStart
 from learner.sft import SftStep
+from rollouts.run_plan import Admission
 from store.records import GroupStatus
 
 

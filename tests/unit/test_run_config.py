@@ -10,8 +10,8 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-import harnesses.launch
 import harnessrl.evaluation.evaluate
+import rollouts.launch
 from harnessrl.cli.app import app
 from harnessrl.cli.job_config import option_keys
 from harnessrl.cli.jobs import run_config_path
@@ -170,7 +170,7 @@ def test_a_run_keeps_its_config_once_its_checks_pass(monkeypatch):
         on_ready()
         return "done"
 
-    monkeypatch.setattr(harnesses.launch, "launch_run", launch_run)
+    monkeypatch.setattr(rollouts.launch, "launch_run", launch_run)
     result = invoke("run", "--tasks", "builtin:shell", "--run", "kept", "--admin-key", "k", "--top-p", "0.9")
     assert result.exit_code == 0, result.output
     kept = load_config(RunConfig, run_config_path("kept"), {})

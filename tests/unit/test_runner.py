@@ -10,10 +10,10 @@ import pytest
 from contracts.gateway_client import GatewayClient
 from harnesses.builtin_agent import BuiltinHarness
 from harnesses.reward_functions import load_reward_function
-from harnesses.run_plan import RunPlan
-from harnesses.runner import Runner
 from harnesses.task import Task, builtin_tasks_path, load_tasks
 from harnessrl.server import BackgroundGateway
+from rollouts.run_plan import RunPlan
+from rollouts.runner import Runner
 from tests.builders import TEST_ADMIN_KEY, gateway_settings
 from tests.fake_tokens import FakeReply
 
@@ -158,7 +158,7 @@ async def test_the_verifiers_metrics_and_whole_log_are_kept_with_the_rollout_not
 async def test_a_rollout_whose_agent_never_got_an_answer_fails_with_the_cause_and_is_not_scored(
     live_gateway, fake_engine
 ):
-    from harnesses.launch import summary_line
+    from rollouts.launch import summary_line
 
     fake_engine.max_model_len = 16  # the builtin harness's first prompt alone is longer
     client = GatewayClient(live_gateway.url, TEST_ADMIN_KEY)

@@ -15,9 +15,9 @@ from harnesses.builtin_agent import BuiltinHarness, BuiltinSettings
 from harnesses.families import arithmetic_tasks
 from harnesses.judge import Judge, JudgeSettings
 from harnesses.rubric import Rubric
-from harnesses.run_plan import RunPlan
-from harnesses.runner import Runner
 from harnessrl.server import BackgroundGateway
+from rollouts.run_plan import RunPlan
+from rollouts.runner import Runner
 from tests.builders import TEST_ADMIN_KEY, gateway_settings
 from tests.fake_tokens import FakeReply
 from tests.judge_server import JudgeServer, Reply, nonce_of, user_text

@@ -10,12 +10,12 @@ from collections.abc import Iterator
 import pytest
 from typer.testing import CliRunner
 
-import harnesses.launch
+import rollouts.launch
 from contracts.gateway_client import GatewayClient, rebased
-from harnesses.run_plan import Admission
-from harnesses.runner import Runner
 from harnessrl.cli.app import app
 from harnessrl.server import BackgroundGateway
+from rollouts.run_plan import Admission
+from rollouts.runner import Runner
 from sandboxes.route import Route
 from tests.builders import TEST_ADMIN_KEY, gateway_settings
 from tests.unit.test_runner import TASKS, needs_bwrap, plan, solving_script
@@ -55,7 +55,7 @@ def test_run_takes_the_worker_settings(monkeypatch, tmp_path):
         seen["config"] = config
         return "done"
 
-    monkeypatch.setattr(harnesses.launch, "launch_run", launch_run)
+    monkeypatch.setattr(rollouts.launch, "launch_run", launch_run)
     command = ["run", "--tasks", str(tmp_path / "t.jsonl"), "--run", "r", "--admin-key", "k"]
     assert (
         CliRunner()

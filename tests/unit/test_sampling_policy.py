@@ -177,7 +177,7 @@ def test_engine_sampling_leaves_adhoc_bodies_alone_and_sets_a_runs_settings():
 def test_harnessrl_run_passes_temperature_and_top_p_as_the_new_runs_sampling(monkeypatch, tmp_path):
     from typer.testing import CliRunner
 
-    import harnesses.launch
+    import rollouts.launch
     from harnessrl.cli.app import app
 
     seen = {}
@@ -186,7 +186,7 @@ def test_harnessrl_run_passes_temperature_and_top_p_as_the_new_runs_sampling(mon
         seen["sampling"] = config.sampling.request()
         return "done"
 
-    monkeypatch.setattr(harnesses.launch, "launch_run", launch_run)
+    monkeypatch.setattr(rollouts.launch, "launch_run", launch_run)
     command = ["run", "--tasks", str(tmp_path / "t.jsonl"), "--run", "r", "--admin-key", "k"]
     assert CliRunner().invoke(app, [*command, "--temperature", "0.7"]).exit_code == 0
     assert seen["sampling"] == {"temperature": 0.7}

@@ -123,7 +123,7 @@ def test_harbor_tasks_with_symbolic_links_are_refused_at_load(tmp_path, where):
 
 
 def test_a_task_check_names_the_tests_that_failed_else_the_verifiers_last_line():
-    from harnesses.checks import said_by
+    from rollouts.checks import said_by
 
     verbose = "tests/test_a.py::test_one PASSED\ntests/test_a.py::test_two FAILED\n"
     summary = "=== short test summary info ===\nFAILED tests/test_a.py::test_two - assert 1 == 2\n1 failed, 1 passed\n"

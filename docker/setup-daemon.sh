@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Bring up a Docker engine and the offline base image that sandbox Dockerfiles build FROM.
+# Bring up a Docker daemon and the offline base image that sandbox Dockerfiles build FROM.
 #
 # Idempotent: every step is skipped when its result is already there, so CI and developers can run
 # it before every test run. Machines of this kind have no systemd and no container registry, and

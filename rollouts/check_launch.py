@@ -5,9 +5,9 @@ from __future__ import annotations
 import asyncio
 from pathlib import Path
 
-from harnesses.checks import CheckSettings, check_tasks, table
 from harnesses.environments import Environments
 from harnesses.task import load_tasks, unhonoured_warning
+from rollouts.checks import CheckSettings, check_tasks, table
 from sandboxes.kinds import checked_options, sandbox_kind
 
 

@@ -2,7 +2,7 @@
 
 No strong model is needed to show a small policy how a real agent solves a task: every task of ours
 carries a reference solution, and every CLI agent has a tool that runs a shell command (its
-``shell_tool``). ``SolutionTeacher`` serves a teacher run (``harnessrl.engines.teacher``, the teacher model
+``shell_tool``). ``SolutionTeacher`` serves a teacher run (``harnessrl.teachers.teacher``, the teacher model
 string ``solutions``): it answers the agent's first call with that tool running the solution, and the
 call after the tool's result with a short final message. The agent runs its own loop, unmodified, in
 its sandbox: the recorded trajectory holds its real system prompt, tools and chat template, in the

@@ -5,7 +5,7 @@ from __future__ import annotations
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
-from harnesses.run_plan import RolloutResult
+from rollouts.run_plan import RolloutResult
 from store.records import RolloutStatus
 
 

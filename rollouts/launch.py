@@ -14,15 +14,15 @@ from contracts.gateway_client import GatewayClient
 from harnesses.datasets import load_selection
 from harnesses.environments import Environments
 from harnesses.harness import Harness
-from harnesses.interrupts import sigterm_cancels_this_task
 from harnesses.judge import Judge
 from harnesses.openenv.agent import with_environments
-from harnesses.progress import RunProgress
 from harnesses.registry import create_harness
 from harnesses.reward_functions import RewardFunction, load_reward_function
-from harnesses.run_plan import RolloutResult, RunPlan
-from harnesses.runner import Runner
 from harnesses.task import Task, unhonoured_warning
+from rollouts.interrupts import sigterm_cancels_this_task
+from rollouts.progress import RunProgress
+from rollouts.run_plan import RolloutResult, RunPlan
+from rollouts.runner import Runner
 from sandboxes.kinds import checked_options, sandbox_kind
 from store.capture_modes import TEACHER_CAPTURE
 

@@ -16,7 +16,7 @@ from pathlib import Path
 
 import httpx
 
-from harnessrl.engines.hardware import (
+from harnessrl.engine.hardware import (
     available_memory_bytes,
     batched_tokens,
     has_gpu,
@@ -68,7 +68,7 @@ class EngineLaunch:
     served_name: str = "base"
     max_model_len: int = 4096
     max_lora_rank: int = 16
-    max_loras: int = 4  # distinct adapters in one batch (harnessrl.engines.lora_slots sizes it from the policies)
+    max_loras: int = 4  # distinct adapters in one batch (harnessrl.engine.lora_slots sizes it from the policies)
     max_cpu_loras: int | None = None  # adapters vLLM keeps in memory; None: vLLM's default (max_loras)
     kv_cache_gib: int | None = None  # VLLM_CPU_KVCACHE_SPACE; None: from free memory; ignored on GPUs
     dtype: str = field(default_factory=lambda: machine_dtype().dtype)  # the serving dtype, chosen for the machine
@@ -293,7 +293,7 @@ def _core_shares(cores: list[int], count: int) -> list[str | None]:
 class EngineGroup:
     """Several managed engines behind one gateway (``serve --engines N`` on CPUs), watched as one.
 
-    ``alive`` is what ``harnessrl.engines.watchdog`` polls: true while any engine runs; an engine that died
+    ``alive`` is what ``harnessrl.engine.watchdog`` polls: true while any engine runs; an engine that died
     is started again (at most every ``RESTART_AFTER_S``), and the gateway's engine pool brings it back
     with the current adapters once it is healthy. Only when every engine is dead does the gateway stop.
     """

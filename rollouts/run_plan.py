@@ -6,14 +6,14 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from enum import StrEnum
 
-from harnesses.budget import DEFAULT_WALL_FACTOR
 from harnesses.environments import Environments
 from harnesses.harness import AgentOutcome, Harness
 from harnesses.judge import Judge
 from harnesses.reward_functions import RewardFunction
-from harnesses.slot_leases import DEFAULT_LEASE_S
 from harnesses.task import Task
 from harnesses.verify import Verdict
+from rollouts.budget import DEFAULT_WALL_FACTOR
+from rollouts.slot_leases import DEFAULT_LEASE_S
 from sandboxes import SandboxSpec
 
 
@@ -45,7 +45,7 @@ class RunPlan:
     environments: Environments | None = None  # Harbor task images (built and cached); None: a new one
     judge: Judge | None = None  # an LLM judge adding the reward component "judge"
     teacher: str | None = (
-        None  # the external model serving this run (harnessrl.engines.teacher), kept in each rollout's meta
+        None  # the external model serving this run (harnessrl.teachers.teacher), kept in each rollout's meta
     )
     worker: str = ""  # this runner's id in the run's leases; "" = default_worker_id()
     lease_s: float = DEFAULT_LEASE_S  # a slot's lease, renewed every third of it

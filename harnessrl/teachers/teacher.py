@@ -11,7 +11,7 @@ rollout of a teacher run carries ``meta.teacher``; the learner quarantines such 
 training GRPO on them (``learner.groups``), while ``harnessrl sft`` trains on them.
 
 What answers is a ``Teacher``: ``LitellmTeacher`` (the model string through litellm) by default, or
-``harnessrl.engines.demonstrations.SolutionTeacher`` (the tasks' own solutions as the agent's tool calls).
+``harnessrl.teachers.demonstrations.SolutionTeacher`` (the tasks' own solutions as the agent's tool calls).
 ``teacher_gateway`` starts the engine and a gateway on the same store, so a teacher run appears beside
 the policy's runs in ``ls``, the viewer, ``report`` and ``eval`` summaries.
 """
@@ -30,8 +30,8 @@ from fastapi.responses import JSONResponse, StreamingResponse
 
 from gateway.recording.capture_probe import PROBE_USER
 from gateway.settings import GatewaySettings
-from harnessrl.engines.demonstrations import SOLUTIONS
 from harnessrl.server import BackgroundGateway, BackgroundServer
+from harnessrl.teachers.demonstrations import SOLUTIONS
 
 SERVED = "base"  # the name the gateway's policy maps to when no adapter is published
 

@@ -21,16 +21,16 @@ from collections.abc import Callable
 from dataclasses import replace
 
 from contracts.gateway_client import GatewayClient, rebased
-from harnesses.budget import AgentBudget, BudgetExceeded, run_within
 from harnesses.environments import Environments
 from harnesses.grading import final_answer, grade
 from harnesses.harness import AgentOutcome, RolloutTarget
 from harnesses.judge import JUDGE_COMPONENT, Judgement
 from harnesses.rubric import Trajectory
-from harnesses.run_plan import Admission, Played, RolloutResult, RunPlan
-from harnesses.slot_leases import INTERRUPTED, LeaseLost, SlotLeases, default_worker_id
 from harnesses.task import Task
 from harnesses.verify import VERIFIER, Verdict
+from rollouts.budget import AgentBudget, BudgetExceeded, run_within
+from rollouts.run_plan import Admission, Played, RolloutResult, RunPlan
+from rollouts.slot_leases import INTERRUPTED, LeaseLost, SlotLeases, default_worker_id
 from sandboxes import create_sandbox
 from sandboxes.bridge_limits import raise_open_files_limit
 from sandboxes.kinds import sandbox_kind

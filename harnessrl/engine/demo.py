@@ -15,7 +15,7 @@ from rich.table import Table
 
 from contracts.gateway_client import GatewayClient
 from gateway.settings import GatewaySettings
-from harnessrl.engines.process import EngineFailed, EngineLaunch, ManagedProcess
+from harnessrl.engine.process import EngineFailed, EngineLaunch, ManagedProcess
 from harnessrl.server import BackgroundGateway, free_port
 from harnessrl.settings import admin_key, logs_dir
 
@@ -129,7 +129,7 @@ async def one_recorded_rollout(gateway_url: str, admin_key: str) -> tuple[int, l
 
 
 def run_demo(database_url: str, max_model_len: int) -> int:
-    from harnessrl.engines.model_prep import prepare_smollm2
+    from harnessrl.engine.model_prep import prepare_smollm2
     from migrations.runner import upgrade
 
     with console.status("preparing SmolLM2-135M-Instruct"):

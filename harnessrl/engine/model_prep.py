@@ -290,7 +290,7 @@ def build_tiny_model(out_dir: Path, max_position_embeddings: int = 131072, seed:
     return out_dir
 
 
-if __name__ == "__main__":  # python -m harnessrl.engines.model_prep [tiny OUT_DIR]
+if __name__ == "__main__":  # python -m harnessrl.engine.model_prep [tiny OUT_DIR]
     if sys.argv[1:2] == ["tiny"]:
         print(build_tiny_model(Path(sys.argv[2])))
     else:

@@ -9,8 +9,8 @@ from pathlib import Path
 
 from rich.console import Console
 
-from harnessrl.engines.hardware import has_gpu
-from harnessrl.engines.process import EngineGroup, EngineLaunch, ManagedProcess, engine_launches
+from harnessrl.engine.hardware import has_gpu
+from harnessrl.engine.process import EngineGroup, EngineLaunch, ManagedProcess, engine_launches
 from harnessrl.server import free_port
 
 

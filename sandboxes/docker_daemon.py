@@ -1,4 +1,4 @@
-"""The docker engine as the sandboxes reach it: one process-wide client, checked once, and a thread pool
+"""The docker daemon as the sandboxes reach it: one process-wide client, checked once, and a thread pool
 of its own for the SDK's blocking calls (an exec holds a thread for as long as its command runs, and
 asyncio's default pool, a few threads, would cap concurrent rollouts)."""
 
@@ -31,7 +31,7 @@ def default_client() -> docker.DockerClient:
             client.ping()
         except docker.errors.DockerException as exc:
             raise SandboxError(
-                f"docker engine not reachable: run docker/setup-engine.sh or set DOCKER_HOST ({exc})"
+                f"docker daemon not reachable: run docker/setup-daemon.sh or set DOCKER_HOST ({exc})"
             ) from exc
         _client = client
     return _client
