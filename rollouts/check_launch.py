@@ -1,4 +1,4 @@
-"""`harnessrl tasks check`: load the tasks, check them with a live count, print the table."""
+"""`harnessrl tasks check`: load the tasks, check them with a running count, print the table."""
 
 from __future__ import annotations
 

@@ -1,5 +1,5 @@
 """`harnessrl run`: a run's config (harnessrl/config/jobs.py) made a plan (its tasks, harness and reward
-functions loaded), then played with a live display."""
+functions loaded), then played with a terminal display."""
 
 from __future__ import annotations
 
@@ -90,7 +90,7 @@ def run_plan(config: RunConfig, tasks: list[Task], agent: Harness, rewards: tupl
 
 
 async def _play(plan: RunPlan, gateway_url: str, admin_key: str | None) -> list[RolloutResult]:
-    """The plan's slots played under a live display (slots claimed with leases: several runners share a run)."""
+    """The plan's slots played under a terminal display (slots claimed with leases: several runners share a run)."""
     gateway = GatewayClient(gateway_url, admin_key)
     try:
         if (warning := await context_warning(gateway, plan.harness)) is not None:

@@ -1,4 +1,4 @@
-"""A live view of a run: rollouts done, failed and running, and the mean reward so far."""
+"""A terminal view of a run: rollouts done, failed and running, and the mean reward so far."""
 
 from __future__ import annotations
 

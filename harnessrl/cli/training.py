@@ -14,7 +14,7 @@ from harnessrl.config.jobs import QuickstartConfig
 
 @config_command(QuickstartConfig)
 def quickstart(config: QuickstartConfig) -> None:
-    """Engine, gateway, rollouts and the learner on this machine, with one live display."""
+    """Engine, gateway, rollouts and the learner on this machine, with one terminal display."""
     from harnessrl.cli.quickstart_job import start_quickstart
 
     start_quickstart(config)

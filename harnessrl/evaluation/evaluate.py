@@ -7,7 +7,7 @@ it: rerunning the same command resumes, as ``harnessrl run`` does. The jobs inte
 (index 0 of every task for every policy first), so a partial evaluation compares like with like.
 
 The numbers written at the end (``eval.json``, the table, the PNG) are the gateway's run summary, read
-from the store (``GET /api/runs/{run}/summary``): the same the viewer shows. The live table while it
+from the store (``GET /api/runs/{run}/summary``): the same the viewer shows. The terminal table while it
 runs counts the runner's results as they come in.
 
 A teacher (``teacher:MODEL``, a litellm model string) is one more policy: its rollouts run through a
@@ -123,7 +123,7 @@ class Resolved:
 
     @property
     def live_version(self) -> int:
-        """Its key in the live table: a teacher's is negative (its rows are version 0 of its own run)."""
+        """Its key in the terminal table: a teacher's is negative (its rows are version 0 of its own run)."""
         return -1 - abs(hash(self.asked)) % 1000 if self.teacher else self.version
 
     def run(self, eval_run: str) -> str:
@@ -186,7 +186,7 @@ def pinned_policies(asked: tuple[str, ...], default: str = DEFAULT_POLICY) -> se
 
 @dataclass
 class LiveCounts:
-    """Results so far, per (version, task), for the live table (a pass: total reward >= 1)."""
+    """Results so far, per (version, task), for the terminal table (a pass: total reward >= 1)."""
 
     k: int
     cells: dict[tuple[int, str, str], list[RolloutResult]] = field(default_factory=dict)
@@ -377,7 +377,7 @@ def eval_harness(name: str, sandbox: str) -> Harness:
 
 
 def evaluate(plan: EvalPlan, gateway_url: str, admin_key: str | None, out_dir: Path, console) -> dict:
-    """Run the evaluation under a live table, then print the store's tables; write eval.json and eval.png."""
+    """Run the evaluation under a terminal table, then print the store's tables; write eval.json and eval.png."""
     from rich.live import Live
 
     from harnessrl.evaluation.view import final_tables, live_table

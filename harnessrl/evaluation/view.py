@@ -1,4 +1,4 @@
-"""What `harnessrl eval` shows: the live table, the final table and the PNG of eval.json."""
+"""What `harnessrl eval` shows: the terminal table, the final table and the PNG of eval.json."""
 
 from __future__ import annotations
 

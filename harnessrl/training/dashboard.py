@@ -1,4 +1,4 @@
-"""The quickstart's live table and its reward curve: rewards per round and per policy version,
+"""The quickstart's terminal table and its reward curve: rewards per round and per policy version,
 staleness and throughput, from the runner's results and the learner's step metrics. Each round names
 its phase (a warm start's "warm-up: ..." rounds, then "grpo"); a warm start's SFT is one row between
 them (its steps, last loss and the version it was published as)."""
@@ -20,7 +20,7 @@ from store.records import RolloutStatus
 from store.reports import VersionReward
 from store.store import Store
 
-TABLE_ROUNDS = 12  # rows of rounds the live table shows: the first and the latest
+TABLE_ROUNDS = 12  # rows of rounds the terminal table shows: the first and the latest
 
 
 @dataclass
@@ -67,7 +67,7 @@ class Dashboard:
         self.evals.setdefault(metrics["eval_version"], {})[label] = metrics
 
     def view(self) -> Group | Table:
-        """The live display: the rounds' table and, once there is one, the held-out evaluations'."""
+        """The terminal display: the rounds' table and, once there is one, the held-out evaluations'."""
         return Group(self.render(), self.eval_table()) if self.evals else self.render()
 
     def eval_table(self) -> Table:

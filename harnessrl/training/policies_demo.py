@@ -4,7 +4,7 @@ server, one engine.
 One `harnessrl serve` (vLLM sized for the policies, one gateway, one store), then one `harnessrl quickstart
 --gateway` per agent, side by side, each training its own policy (named after its agent) with its
 `make demo` recipe: pi and the other CLI agents on `builtin:shell` (demonstrations, SFT, GRPO), the builtin
-harness on `builtin:arithmetic` (GRPO). Each quickstart's live table goes to its log; this process prints
+harness on `builtin:arithmetic` (GRPO). Each quickstart's terminal table goes to its log; this process prints
 one line a minute (each policy's served version, the engine's memory) and, at the end, a table: each
 policy's held-out pass@1 before and after, the engine's peak memory, and the share of the calls of each
 policy's runs that its own adapter served (its version's name and digest).

@@ -1,4 +1,4 @@
-"""`harnessrl quickstart` (and `make demo`): everything on one machine with one live display.
+"""`harnessrl quickstart` (and `make demo`): everything on one machine with one terminal display.
 
 vLLM serves the model behind the gateway; rounds of rollouts run the harness on a task set in the
 plan's sandboxes (local bubblewrap by default; docker or harbor:<type> through a served gateway),
@@ -159,7 +159,7 @@ class Quickstart:
                 await self._evaluate(evals, final=True)
                 refresh.cancel()
                 await self._update(client)
-                # the PNG's per-version rewards, read once: the live table does not show them, and the query
+                # the PNG's per-version rewards, read once: the terminal table does not show them, and the query
                 # aggregates every call of the run, too much to repeat every refresh of a long run
                 self.dashboard.versions = await version_rewards(self._store, self.plan.run)
                 live.update(self.dashboard.view())

