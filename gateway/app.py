@@ -102,14 +102,14 @@ def create_app(
     async def metrics(state: StateDep) -> Response:
         if state.policies is not None:
             for policy in state.policies:
-                state.metrics.policy_version.labels(policy.name).set(policy.current_version)
+                state.books.metrics.policy_version.labels(policy.name).set(policy.current_version)
         if state.settings.engine_dtype is not None:
-            state.metrics.engine_dtype.labels(state.settings.engine_dtype).set(1)
-        state.metrics.engines(state.engine.engines())
+            state.books.metrics.engine_dtype.labels(state.settings.engine_dtype).set(1)
+        state.books.metrics.engines(state.engine.engines())
         if state.trace_export is not None:
             export = state.trace_export
-            state.metrics.trace_export(export.exported, export.collector.failed, export.dropped)
-        return Response(state.metrics.exposition(), media_type=CONTENT_TYPE_LATEST)
+            state.books.metrics.trace_export(export.exported, export.collector.failed, export.dropped)
+        return Response(state.books.metrics.exposition(), media_type=CONTENT_TYPE_LATEST)
 
     @app.get("/health", tags=["admin"])
     async def health(state: StateDep) -> JSONResponse:

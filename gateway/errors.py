@@ -146,7 +146,7 @@ def count_failure(app, path: str, exc: GatewayError) -> None:
     state = getattr(app.state, "gateway", None)
     if state is not None:
         engine_kind = exc.code if isinstance(exc, (EngineError, EngineUnavailable, EngineTimeout)) else None
-        state.metrics.failed(path, exc.status_code, engine_kind)
+        state.books.metrics.failed(path, exc.status_code, engine_kind)
 
 
 def internal_error(error_id: str) -> GatewayError:

@@ -11,14 +11,10 @@ from typing import Annotated
 from fastapi import Depends, Request
 
 from gateway.decoding import TokenDecoder, tokenizer_folder
-from gateway.engine.body import EngineBodies
 from gateway.engine.client import base_model_entry
-from gateway.engine.clock import EngineClock
 from gateway.engine.pool import EnginePool
 from gateway.engine.proof import tolerance_for
-from gateway.engine.token_prefix import PrefixArrays
 from gateway.errors import EngineUnavailable, GatewayError, InvalidRequest, NotFound
-from gateway.metrics import GatewayMetrics
 from gateway.policy.adapters import restore_adapters
 from gateway.policy.pins import load_version
 from gateway.policy.policy_set import PolicySet
@@ -28,9 +24,7 @@ from gateway.recording.callgraph import CallGraphIndex
 from gateway.recording.pipeline import ChatPipeline
 from gateway.recording.trace_export import TraceExport
 from gateway.request.identity import require_admin
-from gateway.request.refusals import EngineRefusals
 from gateway.request.resent_bodies import ResentBodies
-from gateway.request.retries import RetryBook
 from gateway.request.session_rate import SessionRate
 from gateway.request.validated_history import ValidatedHistory
 from gateway.settings import GatewaySettings
@@ -49,15 +43,8 @@ class GatewayState:
     engine: EnginePool  # every engine the gateway serves from (one or more)
     policies: PolicySet | None = None  # every policy served; None until the engine's base model is known
     max_model_len: int | None = None
-    graph: CallGraphIndex = field(init=False)
     served_hosts: frozenset[str] = field(init=False)  # the Host names this gateway answers to
     session_rate: SessionRate = field(init=False)  # how fast each live key may open sessions
-    metrics: GatewayMetrics = field(default_factory=GatewayMetrics)
-    engine_clock: EngineClock = field(default_factory=EngineClock)  # per rollout, for engine-paced budgets
-    refusals: EngineRefusals = field(default_factory=EngineRefusals)  # per rollout: refused main-loop calls
-    retries: RetryBook = field(default_factory=RetryBook)  # in-flight and recent calls: SDK retries
-    prefixes: PrefixArrays = field(default_factory=PrefixArrays)  # rollouts' recent token arrays
-    engine_bodies: EngineBodies = field(default_factory=EngineBodies)  # rollouts' last engine messages' JSON
     chat_history: ValidatedHistory = field(default_factory=ValidatedHistory)  # rollouts' validated messages
     resent_bodies: ResentBodies = field(default_factory=ResentBodies)  # rollouts' last chat/messages bodies
     resent_inputs: ResentBodies = field(default_factory=lambda: ResentBodies("input"))  # ... Responses bodies
@@ -70,14 +57,12 @@ class GatewayState:
     publish_lock: asyncio.Lock = field(default_factory=asyncio.Lock)
     refused_versions: set[str] = field(default_factory=set)  # engine adapter names
     trace_export: TraceExport | None = None  # serve --otlp-endpoint  # published elsewhere, failed the probe here
-    # The graph and the books above as one record, built once: each call's pipeline is handed this one.
+    # What the gateway keeps across calls (the call graph, metrics, the engine's clock, refusals, retries, token
+    # arrays, engine bodies), one record built once: each call's pipeline is handed this one.
     books: CallBooks = field(init=False)
 
     def __post_init__(self) -> None:
-        self.graph = CallGraphIndex(self.store.calls.graph_nodes)
-        self.books = CallBooks(
-            self.graph, self.metrics, self.engine_clock, self.refusals, self.retries, self.prefixes, self.engine_bodies
-        )
+        self.books = CallBooks(CallGraphIndex(self.store.calls.graph_nodes))
         self.served_hosts = self.settings.served_hosts()
         self.session_rate = SessionRate(self.settings.live_sessions_per_minute, self.settings.live_session_burst)
 

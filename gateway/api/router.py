@@ -108,7 +108,7 @@ async def get_rollout(rollout_id: Int64, state: StateDep) -> RolloutView:
         raise NotFound(f"rollout {rollout_id} not found")
     rollout, run, task, group, num_calls = found
     graph = GraphStats(**await state.store.calls.graph_stats(rollout_id))
-    answered, refused, last_refusal = state.refusals.of(rollout_id)
+    answered, refused, last_refusal = state.books.refusals.of(rollout_id)
     return RolloutView(
         id=rollout.id,
         run=run,
@@ -128,7 +128,7 @@ async def get_rollout(rollout_id: Int64, state: StateDep) -> RolloutView:
         policy=rollout.policy,
         finished_at=rollout.finished_at,
         # the measured value once it ended; the gateway's clock (in-flight calls included) while it runs
-        engine_s=rollout.engine_s if rollout.engine_s is not None else state.engine_clock.seconds(rollout_id),
+        engine_s=rollout.engine_s if rollout.engine_s is not None else state.books.engine_clock.seconds(rollout_id),
         agent_exit_code=rollout.agent_exit_code,
         agent_log=rollout.agent_log,
         answered_calls=answered,
@@ -164,7 +164,7 @@ async def end_rollout(rollout_id: Int64, body: EndRollout, state: AdminStateDep)
             body.rewards,
             body.reward_details,
             AgentReport(body.agent_exit_code, body.agent_log),
-            state.engine_clock.seconds(rollout_id),
+            state.books.engine_clock.seconds(rollout_id),
         )
     except InvalidReward as exc:
         raise InvalidRequest(str(exc), param="rewards") from None
@@ -172,8 +172,8 @@ async def end_rollout(rollout_id: Int64, body: EndRollout, state: AdminStateDep)
         raise Conflict(str(exc)) from None
     if not found:
         raise NotFound(f"rollout {rollout_id} not found")
-    state.engine_clock.forget(rollout_id)
-    state.refusals.forget(rollout_id)
+    state.books.engine_clock.forget(rollout_id)
+    state.books.refusals.forget(rollout_id)
     if state.trace_export is not None:
         state.trace_export.rollout_ended(rollout_id)
     return await get_rollout(rollout_id, state)

@@ -40,7 +40,7 @@ async def test_the_same_body_sent_while_the_first_is_in_flight_is_a_retry(gatewa
         return await gateway.agent.post("/v1/chat/completions", json=body, headers=auth)
 
     first = asyncio.create_task(send())
-    book = gateway.app.state.gateway.retries
+    book = gateway.app.state.gateway.books.retries
     [attempt] = await until(lambda: book._in_flight.get(rollout["id"]), "the first call in flight")
     # as long as an SDK waits before it retries: the gap from the first's start, not a nap
     await until(lambda: time.monotonic() - attempt.started >= retries.MIN_RETRY_GAP_S, "the SDK's retry gap")
