@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import re
+
 import pytest
 
 from sandboxes import SandboxError
-from sandboxes.kinds import Kind, backend_options, option_pairs, sandbox_kind
+from sandboxes.kinds import Kind, backend_options, kind_names, option_pairs, sandbox_kind
 from sandboxes.urls import public_url
 
 
@@ -36,7 +38,9 @@ async def test_a_kind_without_a_backend_is_refused_naming_the_fix():
 
 @pytest.mark.parametrize("name", ["harbor:", "harbor:  ", "vm", "Docker", "", "podman"])
 def test_other_kind_names_are_refused_listing_the_kinds(name):
-    with pytest.raises(SandboxError, match=r"one of local, docker, harbor:<type>") as refused:
+    listed = ", ".join(kind_names())  # local, docker, harbor:<type>, and any kind added to KINDS
+    assert listed.startswith("local, docker") and listed.endswith("harbor:<type>")
+    with pytest.raises(SandboxError, match=f"one of {re.escape(listed)}") as refused:
         sandbox_kind(name)
     assert repr(name) in str(refused.value)
 
