@@ -37,7 +37,7 @@ def config_command(model: type[Config]):
 
     def decorate(command):
         options = list(key_options(model))
-        names = [option.name for option in options]
+        names = [option.name for option in options] + ["ctx", "config", "show_config"]  # the last three: the wrapper's
         if len(set(names)) != len(names):
             raise TypeError(f"{model.__name__}: two keys have one flag: give one its own with cli(flag=...)")
 

@@ -77,6 +77,12 @@ def test_two_keys_with_one_flag_are_refused_naming_the_fix():
     with pytest.raises(TypeError, match="two keys have one flag"):
         config_command(Clash)(print)
 
+    class Shadowing(Section):
+        config: str = Field("x", description="a key whose flag would be --config")
+
+    with pytest.raises(TypeError, match="two keys have one flag"):
+        config_command(Shadowing)(print)
+
 
 def test_a_section_that_changes_a_default_keeps_the_options_flag_and_help():
     class Narrower(TasksConfig):
