@@ -46,8 +46,12 @@ MAX_PROBE_CHECKS = 64
 TOP_LOGPROBS = 20  # vLLM's default --max-logprobs
 # Mean |Δ log-prob| per probe token that numerics alone explain, by the coarser dtype of the two
 # sides (measured here on SmolLM2-135M: float32 engine vs float32 learner 7e-6, bfloat16 engine vs
-# float32 learner 0.033, max 0.13 on 128 tokens).
-TOLERANCE = {"float32": 1e-3, "float16": 0.05, "bfloat16": 0.1}
+# float32 learner 0.033, max 0.13 on 128 tokens). Under a trained adapter a bfloat16 engine's mean
+# over the 16 checks reached 0.101, 0.105 and 0.134 on machines whose base-model noise was 0.019-0.030
+# (the adapter's error is 4-5x the base's there, past NOISE_MARGIN), so its floor is 0.15: a quickstart
+# must not fail its own v1 on numerics, while an engine serving the base model instead (a trained
+# adapter's effect: 0.5-0.7) is still caught.
+TOLERANCE = {"float32": 1e-3, "float16": 0.05, "bfloat16": 0.15}
 UNKNOWN_DTYPE = "bfloat16"  # an engine that did not say: the loosest tolerance
 # The adapter's tokens may disagree this many times the base model's on the same engine (a LoRA adds
 # small matmuls in the same dtype: its error is the base's, give or take).

@@ -85,7 +85,7 @@ def serve(
             min=0.0,
             help="Mean |engine - learner| log-prob per probe token a published adapter may show before the "
             "publication fails, at least (twice the engine's own noise on the base model widens it) "
-            "[default: by dtype, 0.001 float32, 0.1 bfloat16]",
+            "[default: by dtype, 0.001 float32, 0.15 bfloat16]",
         ),
     ] = None,
     live_sessions_per_minute: Annotated[
