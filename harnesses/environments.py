@@ -18,7 +18,7 @@ For local (bubblewrap) sandboxes the image's file system is exported once per im
 ``$XDG_CACHE_HOME/harnessrl/rootfs/<id>/`` and becomes the sandbox's read-only root, its WORKDIR
 copied into the private workspace. The verifier runs in a fresh sandbox of the same kind, from the
 task's own image with only the agent's work copied in (`Environments.grading_spec`,
-harnesses/grading.py). Without Docker a task with a Dockerfile cannot be built: the error says how to
+harnesses/grading/grade.py). Without Docker a task with a Dockerfile cannot be built: the error says how to
 get an engine.
 """
 
@@ -137,7 +137,7 @@ class Environments:
         return replace(spec, image=None, root=str(await self.rootfs(image)))
 
     async def grading_spec(self, task: Task, backend: str, agent: SandboxSpec) -> SandboxSpec | None:
-        """The fresh sandbox the task's verifier runs in (harnesses/grading.py): the agent's sandbox
+        """The fresh sandbox the task's verifier runs in (harnesses/grading/grade.py): the agent's sandbox
         `agent` as the task alone makes it (the task's own image or root, no agent install, no gateway,
         no files: the agent's work is copied in); None where the task grades in the agent's sandbox."""
         if task.grade_in == "agent_sandbox" or agent.workspace == "/":

@@ -38,7 +38,7 @@ DEFAULT_BUILD_TIMEOUT_S = 600.0
 SIZE_UNITS = {"": 1, "K": 2**-10, "M": 1, "G": 2**10, "T": 2**20}  # -> MiB
 HARBOR_VERIFIER = "bash /tests/test.sh"
 REWARD_SOURCES = ("file", "exit_code")
-# Where the verifier runs (harnesses/grading.py): a fresh sandbox holding only the agent's work, or the
+# Where the verifier runs (harnesses/grading/grade.py): a fresh sandbox holding only the agent's work, or the
 # agent's own sandbox for a verifier that needs what the agent left outside its working directory.
 GRADE_IN = ("fresh_sandbox", "agent_sandbox")
 

@@ -4,7 +4,7 @@ For each task, in parallel: the oracle (the reference solution as the agent) mus
 agent that does nothing should score 0 (a task that passes untouched checks nothing). Each runs as a
 rollout would, in its own sandbox of the task's image, graded where a rollout is graded (a fresh
 sandbox holding only the working directory, unless the task says ``grade_in = "agent_sandbox"``:
-harnesses/grading.py) by the task's own verifier; no gateway and no model are involved. A failure
+harnesses/grading/grade.py) by the task's own verifier; no gateway and no model are involved. A failure
 names the task and the reason: build error, agent or verifier timeout, verifier error, or the reward it
 got with the tests that failed.
 """
@@ -17,7 +17,7 @@ from dataclasses import dataclass
 
 from harnesses.agents.oracle import NopHarness, OracleHarness
 from harnesses.environments import Environments, TaskEnvironmentError
-from harnesses.grading import final_answer, grade
+from harnesses.grading.grade import final_answer, grade
 from harnesses.harness import RolloutTarget
 from harnesses.task import Task
 from sandboxes import Limits, SandboxSpec, create_sandbox

@@ -13,11 +13,11 @@ from rich.console import Console
 from contracts.gateway_client import GatewayClient
 from harnesses.datasets import load_selection
 from harnesses.environments import Environments
+from harnesses.grading.judge import Judge
+from harnesses.grading.reward_functions import RewardFunction, load_reward_function
 from harnesses.harness import Harness
-from harnesses.judge import Judge
 from harnesses.openenv.agent import with_environments
 from harnesses.registry import create_harness
-from harnesses.reward_functions import RewardFunction, load_reward_function
 from harnesses.task import Task, unhonoured_warning
 from rollouts.interrupts import sigterm_cancels_this_task
 from rollouts.progress import RunProgress

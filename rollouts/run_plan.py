@@ -7,11 +7,11 @@ from dataclasses import dataclass, field
 from enum import StrEnum
 
 from harnesses.environments import Environments
+from harnesses.grading.judge import Judge
+from harnesses.grading.reward_functions import RewardFunction
+from harnesses.grading.verify import Verdict
 from harnesses.harness import AgentOutcome, Harness
-from harnesses.judge import Judge
-from harnesses.reward_functions import RewardFunction
 from harnesses.task import Task
-from harnesses.verify import Verdict
 from rollouts.budget import DEFAULT_WALL_FACTOR
 from rollouts.slot_leases import DEFAULT_LEASE_S
 from sandboxes import SandboxSpec

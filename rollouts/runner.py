@@ -9,7 +9,7 @@ running there, and plays them again. A runner only ends rollouts whose lease it 
 was taken over is stopped, not ended. Every rollout ends as `finished` (with its rewards) or `failed`
 (with the reason); the run goes on either way.
 
-With a judge (``harnesses.judge``), finished rollouts also get the reward component ``judge``: per
+With a judge (``harnesses.grading.judge``), finished rollouts also get the reward component ``judge``: per
 rollout as each one finishes, or per group once the task's rollouts of this pass have all been played
 (they end together, so the group becomes ready with every score in place).
 """
@@ -22,12 +22,12 @@ from dataclasses import replace
 
 from contracts.gateway_client import GatewayClient, rebased
 from harnesses.environments import Environments
-from harnesses.grading import final_answer, grade
+from harnesses.grading.grade import final_answer, grade
+from harnesses.grading.judge import JUDGE_COMPONENT, Judgement
+from harnesses.grading.rubric import Trajectory
+from harnesses.grading.verify import VERIFIER, Verdict
 from harnesses.harness import AgentOutcome, RolloutTarget
-from harnesses.judge import JUDGE_COMPONENT, Judgement
-from harnesses.rubric import Trajectory
 from harnesses.task import Task
-from harnesses.verify import VERIFIER, Verdict
 from rollouts.budget import AgentBudget, BudgetExceeded, run_within
 from rollouts.run_plan import Admission, Played, RolloutResult, RunPlan
 from rollouts.slot_leases import INTERRUPTED, LeaseLost, SlotLeases, default_worker_id

@@ -20,7 +20,7 @@ from store.records import ENDED, GroupStatus, RolloutStatus
 from store.tables import Group, Rollout, utcnow
 
 CANCELLED = RolloutStatus.CANCELLED
-VERIFIER = "verifier"  # the task verifier's component and detail, as the runner records them (harnesses/verify.py)
+VERIFIER = "verifier"  # the verifier's component and detail, as the runner records them (harnesses/grading/verify.py)
 
 
 class InvalidReward(ValueError):

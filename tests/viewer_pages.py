@@ -44,7 +44,7 @@ HOSTILE = 'You are welcome. <img src=x onerror="window.__pwned=1"><script>window
 STEPS = 5
 
 
-# The judge's verdict as the runner stores it (harnesses.judge.Judgement.detail); its reasons may quote the agent.
+# The judge's verdict as the runner stores it (harnesses.grading.judge.Judgement.detail); its reasons may quote the agent.
 JUDGE_DETAIL = {
     "score": 0.75,
     "reasons": f"Polite; the agent wrote {HOSTILE}",

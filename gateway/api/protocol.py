@@ -93,7 +93,7 @@ def _bounded_details(details: dict[str, dict[str, Any]]) -> dict[str, dict[str, 
 
 
 MAX_REWARD_DETAIL_BYTES = 16_384
-# The verifier's detail carries its whole output (head and tail when long: harnesses/verify.py).
+# The verifier's detail carries its whole output (head and tail when long: harnesses/grading/verify.py).
 VERIFIER_DETAIL_BYTES = 65_536
 DETAIL_BYTES = {VERIFIER: VERIFIER_DETAIL_BYTES}
 RewardDetails = Annotated[dict[str, dict[str, Any]], AfterValidator(_bounded_details)]

@@ -187,6 +187,6 @@ def with_environments(
             f"--tasks openenv: runs with --harness {BUILTIN} or an agent that speaks MCP "
             f"({', '.join(mcp_agents())}); {harness.name} gets no MCP tools from harnessrl yet"
         )
-    from harnesses.reward_functions import load_reward_function
+    from harnesses.grading.reward_functions import load_reward_function
 
     return OpenEnvToolsHarness(harness, admin_key=admin_key), (*rewards, load_reward_function(REWARD_NAME))

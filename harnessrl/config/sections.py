@@ -132,7 +132,7 @@ class StoreConfig(Section):
 
 
 class JudgeConfig(Section):
-    """An LLM judge adding the reward component ``judge`` (harnesses/judge.py); no model: no judge."""
+    """An LLM judge adding the reward component ``judge`` (harnesses/grading/judge.py); no model: no judge."""
 
     model: str | None = Field(
         None,
@@ -159,8 +159,8 @@ class JudgeConfig(Section):
 
     def settings(self):
         """The judge asked for (None without a model); ValueError naming the missing or bad option."""
-        from harnesses.judge import JudgeSettings
-        from harnesses.rubric import load_rubric
+        from harnesses.grading.judge import JudgeSettings
+        from harnesses.grading.rubric import load_rubric
         from harnessrl.settings import data_home
 
         if self.model is None:

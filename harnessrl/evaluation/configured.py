@@ -7,7 +7,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from harnesses.datasets import load_selection
-from harnesses.judge import Judge, JudgeSettings
+from harnesses.grading.judge import Judge, JudgeSettings
 from harnessrl.config.jobs import EvalConfig
 from harnessrl.evaluation.evaluate import EvalPlan, eval_harness
 

@@ -26,8 +26,8 @@ from pathlib import Path
 from urllib.parse import quote
 
 from contracts.gateway_client import GatewayClient, GatewayRefused
+from harnesses.grading.judge import Judge
 from harnesses.harness import Harness
-from harnesses.judge import Judge
 from harnesses.task import Task
 from rollouts.budget import DEFAULT_WALL_FACTOR
 from rollouts.interrupts import sigterm_cancels_this_task

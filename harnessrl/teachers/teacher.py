@@ -108,7 +108,7 @@ class LitellmTeacher:
         self.settings = settings
 
     async def answer(self, body: dict) -> dict:
-        from harnesses.judge import litellm_module
+        from harnesses.grading.judge import litellm_module
 
         litellm = litellm_module()
         s = self.settings

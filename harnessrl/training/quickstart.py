@@ -24,7 +24,7 @@ from rich.live import Live
 
 from contracts.gateway_client import GatewayClient
 from gateway.settings import GatewaySettings
-from harnesses.judge import Judge
+from harnesses.grading.judge import Judge
 from harnesses.task import Task
 from harnessrl.engine.hardware import machine_dtype
 from harnessrl.engine.process import EngineLaunch, ManagedProcess

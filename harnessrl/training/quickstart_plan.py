@@ -8,8 +8,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from harnesses.builtin_agent import ONE_SHOT, BuiltinHarness, BuiltinSettings
+from harnesses.grading.judge import JudgeSettings
 from harnesses.harness import Harness
-from harnesses.judge import JudgeSettings
 from harnesses.task import Task
 from harnessrl.training.curriculum import TaskSampling
 from harnessrl.training.warm_start import WarmStart, WarmStartResult, learner_keys

@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import pytest
 
-from harnesses.judge import Judge, JudgeSettings
-from harnesses.rubric import Rubric, Trajectory
+from harnesses.grading.judge import Judge, JudgeSettings
+from harnesses.grading.rubric import Rubric, Trajectory
 
 pytestmark = pytest.mark.vllm
 

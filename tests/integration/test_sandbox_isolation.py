@@ -20,8 +20,8 @@ from types import SimpleNamespace
 
 import pytest
 
+from harnesses.grading.verify import verify
 from harnesses.task import builtin_tasks_path, load_tasks
-from harnesses.verify import verify
 from sandboxes import Limits, SandboxSpec, create_sandbox
 from sandboxes.docker import DockerSandbox
 from tests.integration.backends import BACKENDS, BASE_IMAGE, DOCKER_SKIP, backend_spec, create_backend

@@ -17,7 +17,7 @@ from dataclasses import replace
 import pytest
 
 from harnesses.environments import Environments
-from harnesses.grading import grade
+from harnesses.grading.grade import grade
 from harnesses.task import load_harbor
 from tests.integration.backends import BACKENDS, DOCKER_SKIP, backend_spec, create_backend
 from tests.integration.verifier_attacks import (

@@ -14,9 +14,9 @@ import subprocess
 from pathlib import Path
 
 from harnesses.environments import Environments
-from harnesses.grading import grade
+from harnesses.grading.grade import grade
+from harnesses.grading.verify import Verdict
 from harnesses.task import Task, load_harbor
-from harnesses.verify import Verdict
 from sandboxes import Sandbox, SandboxSpec
 from tests.integration.backends import backend_spec, create_backend
 

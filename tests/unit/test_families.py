@@ -7,7 +7,7 @@ import shutil
 import pytest
 
 from harnesses.families import arithmetic_tasks, two_digit_tasks
-from harnesses.verify import verify
+from harnesses.grading.verify import verify
 from sandboxes import SandboxSpec, create_sandbox
 
 

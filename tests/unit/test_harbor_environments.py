@@ -9,8 +9,8 @@ from pathlib import Path
 import pytest
 
 from harnesses.environments import Environments, TaskEnvironmentError, context_hash, task_tag
+from harnesses.grading.verify import verify
 from harnesses.task import TaskError, builtin_tasks_path, load_harbor, load_tasks
-from harnesses.verify import verify
 from rollouts.checks import CheckSettings, check_tasks
 from sandboxes import SandboxSpec, create_sandbox
 from tests.builders import run_config

@@ -9,8 +9,8 @@ import shutil
 
 import pytest
 
+from harnesses.grading.verify import MAX_LOG_BYTES, RewardFileError, Verdict, bounded_log, read_reward, verify
 from harnesses.task import Task, TaskError, load_harbor, load_jsonl
-from harnesses.verify import MAX_LOG_BYTES, RewardFileError, Verdict, bounded_log, read_reward, verify
 from sandboxes import SandboxSpec, create_sandbox
 
 ISOLATION = "bwrap" if shutil.which("bwrap") else "subprocess"

@@ -8,8 +8,8 @@ import re
 
 import pytest
 
-from harnesses.judge import Judge, JudgeSettings
-from harnesses.rubric import Rubric, Trajectory
+from harnesses.grading.judge import Judge, JudgeSettings
+from harnesses.grading.rubric import Rubric, Trajectory
 from tests.judge_server import JudgeServer, Reply, nonce_of, user_text
 
 RUBRIC = Rubric("Give 1 to a correct, clearly explained answer, 0 to a wrong one.")

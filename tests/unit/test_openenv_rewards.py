@@ -6,10 +6,10 @@ import asyncio
 
 import pytest
 
+from harnesses.grading.reward_functions import load_reward_function
+from harnesses.grading.verify import Verdict
 from harnesses.harness import AgentOutcome
-from harnesses.reward_functions import load_reward_function
 from harnesses.task import Task
-from harnesses.verify import Verdict
 from tests.judge_server import JudgeServer, Reply
 
 TASK = Task(name="sum", instruction="What is 40 + 2?")

@@ -9,7 +9,7 @@ import httpx
 import pytest
 
 from contracts.gateway_client import GatewayClient
-from harnesses.reward_functions import RewardFunction
+from harnesses.grading.reward_functions import RewardFunction
 from store.rewards import InvalidReward
 from store.store import Store
 from tests.builders import TEST_ADMIN_KEY

@@ -9,7 +9,7 @@ import pytest
 
 from contracts.gateway_client import GatewayClient
 from harnesses.builtin_agent import BuiltinHarness
-from harnesses.reward_functions import load_reward_function
+from harnesses.grading.reward_functions import load_reward_function
 from harnesses.task import Task, builtin_tasks_path, load_tasks
 from harnessrl.server import BackgroundGateway
 from rollouts.run_plan import RunPlan

@@ -13,8 +13,8 @@ import pytest
 from contracts.gateway_client import GatewayClient
 from harnesses.builtin_agent import BuiltinHarness, BuiltinSettings
 from harnesses.families import arithmetic_tasks
-from harnesses.judge import Judge, JudgeSettings
-from harnesses.rubric import Rubric
+from harnesses.grading.judge import Judge, JudgeSettings
+from harnesses.grading.rubric import Rubric
 from harnessrl.server import BackgroundGateway
 from rollouts.run_plan import RunPlan
 from rollouts.runner import Runner

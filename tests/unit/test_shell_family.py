@@ -8,8 +8,8 @@ from collections import Counter
 import pytest
 
 from harnesses.datasets import Selection, load_dataset, select
+from harnesses.grading.verify import verify
 from harnesses.shell_family import KINDS, TEST_PER_KIND, TRAIN_PER_KIND, WORDS, shell_tasks, unseen_shell_tasks
-from harnesses.verify import verify
 from sandboxes import SandboxSpec, create_sandbox
 
 TASKS = [*shell_tasks(train=2, test=1, seed=7), *unseen_shell_tasks(2, seed=7)]

@@ -7,8 +7,8 @@ import shutil
 
 import pytest
 
+from harnesses.grading.verify import verify
 from harnesses.task import TaskError, builtin_tasks_path, load_tasks
-from harnesses.verify import verify
 from sandboxes import SandboxSpec, create_sandbox
 
 TASKS = load_tasks(builtin_tasks_path())

@@ -25,8 +25,8 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
+from harnesses.grading.verify import Verdict, verify
 from harnesses.task import Task
-from harnesses.verify import Verdict, verify
 from sandboxes import Sandbox, SandboxSpec, create_sandbox
 
 

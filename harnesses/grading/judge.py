@@ -22,7 +22,7 @@ import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-from harnesses.rubric import (
+from harnesses.grading.rubric import (
     PROMPT_VERSION,
     BadVerdict,
     Rubric,
