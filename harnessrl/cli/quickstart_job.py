@@ -30,7 +30,8 @@ def start_quickstart(config: QuickstartConfig) -> None:
     from harnessrl.training.quickstart import Quickstart
 
     plan = quickstart_plan(config)
-    keep_config(config, run_config_path(config.run).with_name(QUICKSTART_CONFIG))
+    kept = config.model_copy(update={"policy": plan.policy})  # as run keeps its config: the policy resolved
+    keep_config(kept, run_config_path(config.run).with_name(QUICKSTART_CONFIG))
     try:
         png, adapter = Quickstart(plan, console).run(config.gateway.url)
     except AgentNotInstalled as exc:

@@ -109,4 +109,5 @@ def test_a_quickstart_keeps_its_config_beside_the_runs_files_once_its_checks_pas
     assert result.exit_code == 0, result.output
     kept = load_config(QuickstartConfig, run_config_path("kept").with_name(QUICKSTART_CONFIG), {})
     assert (kept.run, kept.engine.model, kept.gateway.admin_key) == ("kept", tmp_path, None)  # the key is never kept
+    assert kept.policy == "builtin"  # resolved: the harness's name
     assert [plan.run for plan in plans] == ["kept"] and plans[0].admin_key == "k"
