@@ -45,8 +45,7 @@ def start_run(config: RunConfig) -> None:
     console.print(f"file descriptors: {raise_open_files_limit()}")  # each agent connection holds two
     key = resolve_admin_key(config.gateway.admin_key)
     judge_settings(config.judge)
-    tasks = config.tasks
-    selection = task_selection(tasks.include, tasks.exclude, tasks.split, tasks.test_fraction)
+    selection = task_selection(config.tasks)
     config = config.model_copy(update={"policy": checked_policy(config.policy) or harness_policy(config.harness)})
     try:
         with (

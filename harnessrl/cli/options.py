@@ -103,13 +103,12 @@ def judge_settings(options):
         raise fail(str(exc)) from None
 
 
-def task_selection(include: list[str] | None, exclude: list[str] | None, split: str, test_fraction: float):
-    """The tasks --include, --exclude, --split and --test-fraction choose (harnesses.datasets.Selection)."""
-    from harnesses.datasets import Selection
+def task_selection(tasks):
+    """The tasks a config's ``[tasks]`` chooses (``TasksConfig.selection``), or a CLI error naming the option."""
     from harnesses.task import TaskError
 
     try:
-        return Selection(tuple(include or ()), tuple(exclude or ()), split, test_fraction)
+        return tasks.selection()
     except TaskError as exc:
         raise fail(str(exc)) from None
 
