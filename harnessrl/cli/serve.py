@@ -84,7 +84,8 @@ def serve(
         typer.Option(
             min=0.0,
             help="Mean |engine - learner| log-prob per probe token a published adapter may show before the "
-            "publication fails, at least (twice the engine's own noise on the base model widens it) "
+            "publication fails, at least (8x the engine's own noise on the base model widens it; an engine far "
+            "nearer the adapter than the base model passes) "
             "[default: by dtype, 0.001 float32, 0.15 bfloat16]",
         ),
     ] = None,

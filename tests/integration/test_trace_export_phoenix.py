@@ -120,7 +120,7 @@ def test_phoenix_receives_a_trace_per_rollout_with_the_genai_spans(phoenix, tmp_
 def show_call_attributes(page) -> None:
     """Select a call's span until its details (the GenAI and harnessrl attributes) show. A slow page can
     take the click before the span tree is live, or keep the details hidden while it loads: each try
-    selects again; the whole is bounded by UI_MS, a guard against a hang."""
+    selects again and opens the card if collapsed; the whole is bounded by UI_MS, a guard against a hang."""
     from playwright.sync_api import TimeoutError as PlaywrightTimeout
 
     shown = page.get_by_text("harnessrl.call.id").filter(visible=True).first
@@ -128,12 +128,22 @@ def show_call_attributes(page) -> None:
     while True:
         page.get_by_text("chat policy").filter(visible=True).last.click()
         page.get_by_role("tab", name="Info").click()
+        expand_cards_holding(page, "harnessrl.call.id")
         try:
             shown.wait_for(timeout=RETRY_MS)
             return
         except PlaywrightTimeout:
             if time.monotonic() > deadline:
                 raise AssertionError(f"Phoenix never showed a call's attributes: {why_hidden(page)}") from None
+
+
+def expand_cards_holding(page, text: str) -> None:
+    """Open the collapsed cards that hold ``text``: a click meant for the span tree can land on the
+    details card's header (it carries the span's name too) and collapse it (seen in CI: the attributes
+    in a card body of 0x0)."""
+    cards = page.locator("section.card", has=page.get_by_text(text))
+    for button in cards.locator("button.card__collapsible-button[aria-expanded='false']").all():
+        button.click()
 
 
 def why_hidden(page) -> list[str]:

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from contracts.adapter_proof import AdapterProbe, adapter_digest, judge, probe_tolerance
+from contracts.adapter_proof import NOISE_MARGIN, AdapterProbe, adapter_digest, judge, probe_tolerance
 from learner.adapter_probe import adapter_probe, fallback_probe_ids, probe_ids_from
 from learner.groups import UnusableGroup, check_group, load_group
 from store.store import Store
@@ -132,7 +132,7 @@ async def test_an_engines_own_noise_on_the_base_model_widens_its_tolerance_and_s
     response = await publish(proving_gateway, 1, adapter_folder(tmp_path, 1), probe=fake_probe())
     assert response.status_code == 200, response.text
     [proof] = response.json()["proof"]
-    assert proof["noise"] == pytest.approx(0.05) and proof["tolerance"] == pytest.approx(0.1)
+    assert proof["noise"] == pytest.approx(0.05) and proof["tolerance"] == pytest.approx(NOISE_MARGIN * 0.05)
     assert proof["passed"] and proof["distinguishable"] and proof["mean_abs"] == pytest.approx(0.05)
 
     proving_gateway.fake.ignore_loads = True  # the same noisy engine serving the base model under the name
@@ -254,10 +254,22 @@ def test_the_noise_leaves_out_tokens_the_engine_did_not_rank_and_only_widens_the
     engine = list(probe.logprobs)
     quiet = judge("e", engine, probe, 0.3, engine_base_logprobs=list(probe.base_logprobs))
     assert (quiet.noise, quiet.tolerance) == (0.0, 0.3)
-    off = [x + 0.2 for x in probe.base_logprobs[:-1]] + [-math.inf]
+    off = [x + 0.05 for x in probe.base_logprobs[:-1]] + [-math.inf]
     noisy = judge("e", engine, probe, 0.3, engine_base_logprobs=off)
-    assert noisy.noise == pytest.approx(0.2) and noisy.tolerance == pytest.approx(0.4)
+    assert noisy.noise == pytest.approx(0.05) and noisy.tolerance == pytest.approx(NOISE_MARGIN * 0.05)
     assert not judge("e", [x + 0.5 for x in engine], probe, 0.3, engine_base_logprobs=off).passed
+
+
+def test_an_engine_far_nearer_the_adapter_than_the_base_passes_past_its_tolerance_and_the_base_does_not():
+    # CI's bfloat16 engine: 0.19 nats from a large adapter, past the floor, while the base model is 1.0 away
+    probe = AdapterProbe((1, 2, 3), (2, 3), (7, 8), (-1.0, -2.0), (-2.0, -3.0), "float32")
+    near = judge("e", [-1.19, -2.19], probe, 0.15, engine_base_logprobs=[-2.01, -3.01])
+    assert near.mean_abs == pytest.approx(0.19) and near.mean_abs > near.tolerance and near.passed
+    serving_base = judge("e", [-2.01, -3.01], probe, 0.15, engine_base_logprobs=[-2.01, -3.01])
+    assert serving_base.distinguishable and not serving_base.passed
+    halfway = judge("e", [-1.5, -2.5], probe, 0.15, engine_base_logprobs=[-2.01, -3.01])
+    assert not halfway.passed  # as near the base as the adapter: no proof either way is a failure
+    assert not judge("e", [-math.inf, -math.inf], probe, 0.15).passed
 
 
 def test_the_digest_covers_the_weights_and_config_and_nothing_else(tmp_path):
