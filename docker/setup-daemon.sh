@@ -15,7 +15,7 @@ BASE_IMAGE="${HARNESSRL_BASE_IMAGE:-debian:bookworm-slim}"
 DOCKERD_LOG="${HARNESSRL_DOCKERD_LOG:-/var/log/harnessrl-dockerd.log}"
 SUITE=bookworm
 
-log() { echo "setup-engine: $*" >&2; }
+log() { echo "setup-daemon: $*" >&2; }
 
 install_packages() {
     local need=()
