@@ -6,7 +6,6 @@ from __future__ import annotations
 import asyncio
 import secrets
 import sqlite3
-import time
 from collections.abc import AsyncIterator, Sequence
 from contextlib import asynccontextmanager
 from datetime import UTC, datetime
@@ -32,7 +31,6 @@ from store.records import (
     CallRecord,
     RolloutIdentity,
     RolloutsDeleted,
-    RolloutStatus,
     StoredRollout,
     identity_of,
     record_of,
@@ -52,6 +50,7 @@ from store.rewards import (
 )
 from store.rollout_asks import RUN_AS_IS, UNPINNED, AskedSettings, PolicyPin
 from store.rollout_requests import check_same_body, created_by, request_digest
+from store.rollout_status import InlineStatusReads, RolloutStatuses
 from store.run_settings import ADHOC_RUN, settled_config
 from store.scrub import PERSONAL_TABLES, scrub
 from store.sqlite_inserts import SQLiteInserts
@@ -61,7 +60,6 @@ from store.traces import Traces
 from store.training import Training
 
 DEFAULT_GROUP = "default"
-RUNNING_RECHECK_S = 1.0  # how long a rollout read as running is trusted to run
 FRESH_ROLLOUTS_KEPT = 100_000  # rollouts created here and not called yet, remembered as having no calls
 TOKEN_PREFIX = "hrl-"  # lets the gateway tell its tokens from placeholder API keys
 
@@ -77,8 +75,8 @@ class Store:
         self.listings = Listings(self.sessions)
         self._tokens: dict[str, RolloutIdentity] = {}
         self._adhoc: RolloutIdentity | None = None
-        self._ended: dict[int, str] = {}  # rollout id -> the status it ended with (ended stays ended)
-        self._running_seen: dict[int, float] = {}  # rollout id -> when it was last read as running
+        inline = InlineStatusReads(engine.url.render_as_string(hide_password=False)) if inserts is not None else None
+        self._statuses = RolloutStatuses(self.sessions, None if bind is not None else engine, inline)
         # Rollouts created here with no call recorded yet: their first call reads nothing back.
         self._without_calls: set[int] = set()
         self.calls = CallReads(self.sessions, self._without_calls)
@@ -94,7 +92,6 @@ class Store:
         self.summary = Summaries(self.sessions)
         self.evaluations = Evaluations(self.sessions)
         self.reports = Reports(self.sessions, engine.dialect.name, self.listings, self.training)
-        self._reading_status: dict[int, asyncio.Future[str | None]] = {}  # rollout id -> its read in flight
         self._recent_requests = RecentRequests()  # delta bases for the next calls' requests
 
     @classmethod
@@ -106,6 +103,7 @@ class Store:
         await scrub(self.engine, PERSONAL_TABLES)
 
     async def close(self) -> None:
+        self._statuses.close()
         if self._inserts is not None:
             await asyncio.to_thread(self._inserts.close)
         await self.engine.dispose()
@@ -177,7 +175,7 @@ class Store:
             await session.flush()
             identity = identity_of(rollout.id, run_row.id, rollout.token, config, meta, pin.version, rollout.policy)
         self._tokens[identity.token] = identity
-        self._running_seen[identity.rollout_id] = time.monotonic()  # as if just read: it runs
+        self._statuses.running(identity.rollout_id)  # as if just read: it runs
         if len(self._without_calls) >= FRESH_ROLLOUTS_KEPT:  # rollouts never called: forgetting costs a query
             self._without_calls.clear()
         self._without_calls.add(identity.rollout_id)
@@ -203,35 +201,8 @@ class Store:
         return identity
 
     async def rollout_ended(self, rollout_id: int) -> str | None:
-        """The status a rollout ended with, or None while it runs.
-
-        Ends through this store are seen at once; ends written by another process (a second gateway)
-        within ``RUNNING_RECHECK_S``: a running answer is reused that long, so calls cost no query.
-        Concurrent calls of one rollout share one read (not one connection each, as the agent's
-        parallel calls would otherwise open when the answer expires).
-        """
-        ended = self._ended.get(rollout_id)
-        if ended is not None:
-            return ended
-        seen = self._running_seen.get(rollout_id)
-        if seen is not None and time.monotonic() - seen < RUNNING_RECHECK_S:
-            return None
-        reading = self._reading_status.get(rollout_id)
-        if reading is None:
-            reading = asyncio.ensure_future(self._read_ended(rollout_id))
-            self._reading_status[rollout_id] = reading
-            reading.add_done_callback(lambda _: self._reading_status.pop(rollout_id, None))
-        return await asyncio.shield(reading)
-
-    async def _read_ended(self, rollout_id: int) -> str | None:
-        async with self.sessions() as session:
-            status = await session.scalar(select(Rollout.status).where(Rollout.id == rollout_id))
-        if status is not None and status != RolloutStatus.RUNNING:
-            self._ended[rollout_id] = status
-            self._running_seen.pop(rollout_id, None)
-            return status
-        self._running_seen[rollout_id] = time.monotonic()
-        return None
+        """The status a rollout ended with, or None while it runs (``store.rollout_status``)."""
+        return await self._statuses.ended(rollout_id)
 
     async def adhoc_identity(self) -> RolloutIdentity:
         """The rollout that collects calls made without a token, one per gateway process."""
@@ -356,7 +327,7 @@ class Store:
                 rollout.agent_exit_code, rollout.agent_log = agent.exit_code, storable_text(agent.log)
             rollout.engine_s = engine_s
             await end_rollout(session, rollout, status, storable_text(error))
-        self._ended[rollout_id] = status  # its token is refused from now on
+        self._statuses.finished(rollout_id, status)  # its token is refused from now on
         return True
 
 

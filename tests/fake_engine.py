@@ -348,8 +348,9 @@ def main() -> None:
     parser.add_argument("--port", type=int, default=8123)
     parser.add_argument("--max-model-len", type=int, default=4096)
     parser.add_argument("--reply-tokens", type=int, default=None, help="tokens per answer, the end token included")
+    parser.add_argument("--delay-s", type=float, default=0.0, help="seconds each answer takes (an agent's pace)")
     args = parser.parse_args()
-    engine = FakeEngine(max_model_len=args.max_model_len, record_requests=False)
+    engine = FakeEngine(max_model_len=args.max_model_len, record_requests=False, delay_s=args.delay_s)
     if args.reply_tokens:
         text = ("Hello from the fake engine. " * args.reply_tokens)[: args.reply_tokens - 1]  # a byte a token
         engine.script = lambda _body: FakeReply(content=text)

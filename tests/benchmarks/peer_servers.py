@@ -155,11 +155,12 @@ class Peer:
         return total
 
 
-def start_engine(workdir: Path) -> ManagedProcess:
-    """The fake engine every peer serves, answering REPLY_TOKENS tokens."""
+def start_engine(workdir: Path, delay_s: float = 0.0) -> ManagedProcess:
+    """The fake engine every peer serves, answering REPLY_TOKENS tokens, each answer after ``delay_s``."""
     port = free_port()
     engine = ManagedProcess(
-        [sys.executable, "-m", "tests.fake_engine", "--port", str(port), "--reply-tokens", str(REPLY_TOKENS)],
+        [sys.executable, "-m", "tests.fake_engine", "--port", str(port), "--reply-tokens", str(REPLY_TOKENS)]
+        + ["--delay-s", str(delay_s)],
         f"http://{HOST}:{port}",
         workdir / "engine.log",
     ).start()

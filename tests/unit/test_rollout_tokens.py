@@ -56,10 +56,10 @@ async def test_the_token_of_an_ended_rollout_is_refused_on_every_model_endpoint(
 
 async def test_a_rollout_ended_by_another_gateway_is_refused_soon_after(gateway, sqlite_db, monkeypatch):
     """Two gateways on one store: an end written elsewhere is seen once the running answer expires."""
-    from store import store as store_module
+    from store import rollout_status
     from store.store import Store
 
-    monkeypatch.setattr(store_module, "RUNNING_RECHECK_S", 0.0)
+    monkeypatch.setattr(rollout_status, "RUNNING_RECHECK_S", 0.0)
     rollout = await gateway.new_rollout()
     url = f"/r/{rollout['token']}/v1/chat/completions"
     assert (await gateway.agent.post(url, json=chat_body())).status_code == 200

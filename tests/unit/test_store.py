@@ -182,12 +182,12 @@ def store_counting_statements(url: str) -> tuple[Store, list[str]]:
 
 
 async def test_concurrent_calls_of_a_rollout_share_one_status_read(sqlite_db, monkeypatch):
-    import store.store as store_module
+    import store.rollout_status as status_module
 
     store, statements = store_counting_statements(sqlite_db)
     try:
         identity = await store.create_rollout("run-a", "task-1")
-        monkeypatch.setattr(store_module, "RUNNING_RECHECK_S", 0.0)  # every call reads again
+        monkeypatch.setattr(status_module, "RUNNING_RECHECK_S", 0.0)  # every call reads again
         before = len(statements)
         answers = await asyncio.gather(*(store.rollout_ended(identity.rollout_id) for _ in range(16)))
         assert answers == [None] * 16

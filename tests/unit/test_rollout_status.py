@@ -1,0 +1,83 @@
+"""A rollout's status as a call asks it: read inline on a SQLite file, through a connection when busy."""
+
+from __future__ import annotations
+
+import sqlite3
+
+import pytest
+from sqlalchemy import event
+
+from store import rollout_status
+from store.store import Store
+
+
+def counting_async_statements(store: Store) -> list[str]:
+    """The SQL statements ``store`` sends through its async engine, as they are sent."""
+    statements: list[str] = []
+    event.listen(store.engine.sync_engine, "before_cursor_execute", lambda *a: statements.append(a[2]))
+    return statements
+
+
+def busy(*_args) -> str:
+    exc = sqlite3.OperationalError("database is locked")
+    exc.sqlite_errorcode = sqlite3.SQLITE_BUSY
+    raise exc
+
+
+async def test_a_sqlite_store_reads_a_status_inline_and_sees_an_end_another_process_wrote(sqlite_db, monkeypatch):
+    monkeypatch.setattr(rollout_status, "RUNNING_RECHECK_S", 0.0)  # every call reads again
+    store, other = Store.from_url(sqlite_db), Store.from_url(sqlite_db)
+    try:
+        identity = await store.create_rollout("run-s", "task-1")
+        statements = counting_async_statements(store)
+        assert await store.rollout_ended(identity.rollout_id) is None
+        await other.end_rollout(identity.rollout_id, "failed", None)
+        assert await store.rollout_ended(identity.rollout_id) == "failed"
+        assert not [s for s in statements if "rollouts" in s]  # neither read took the async path
+    finally:
+        await store.close()
+        await other.close()
+
+
+async def test_a_busy_database_reads_the_status_through_a_connection_instead(sqlite_db, monkeypatch):
+    monkeypatch.setattr(rollout_status, "RUNNING_RECHECK_S", 0.0)
+    store = Store.from_url(sqlite_db)
+    try:
+        identity = await store.create_rollout("run-b", "task-1")
+        await store.end_rollout(identity.rollout_id, "cancelled", None)
+        fresh = Store.from_url(sqlite_db)  # knows nothing of the end: it must read it
+        try:
+            monkeypatch.setattr(rollout_status.InlineStatusReads, "status", busy)
+            statements = counting_async_statements(fresh)
+            assert await fresh.rollout_ended(identity.rollout_id) == "cancelled"
+            assert [s for s in statements if "FROM rollouts" in s]
+        finally:
+            await fresh.close()
+    finally:
+        await store.close()
+
+
+async def test_an_inline_read_that_fails_for_another_reason_raises(sqlite_db, monkeypatch):
+    monkeypatch.setattr(rollout_status, "RUNNING_RECHECK_S", 0.0)
+    store = Store.from_url(sqlite_db)
+    try:
+        identity = await store.create_rollout("run-c", "task-1")
+
+        def broken(*_args) -> str:
+            raise sqlite3.OperationalError("no such table: rollouts")
+
+        monkeypatch.setattr(rollout_status.InlineStatusReads, "status", broken)
+        with pytest.raises(sqlite3.OperationalError, match="no such table"):
+            await store.rollout_ended(identity.rollout_id)
+    finally:
+        await store.close()
+
+
+async def test_the_inline_connection_cannot_write(sqlite_db):
+    reads = rollout_status.InlineStatusReads(sqlite_db)
+    try:
+        assert reads.status(10**9) is None  # no such rollout
+        with pytest.raises(sqlite3.OperationalError, match="readonly|read-only|query_only"):
+            reads._connection.execute("DELETE FROM rollouts")
+    finally:
+        reads.close()
