@@ -73,6 +73,8 @@ class Engine:
         self.idle: list[EngineConnection] = []
 
     async def chat(self, body: bytes) -> bytes:
+        while self.idle and self.idle[-1].transport.is_closing():  # the engine closed it (its keep-alive timeout)
+            self.idle.pop()
         if self.idle:
             connection = self.idle.pop()
         else:

@@ -56,7 +56,7 @@ async def _connection(host: str, port: int, requests: Requests, count: int, late
             writer.write(request)
             status = await reader.readline()
             if b" 200 " not in status:
-                raise RuntimeError(f"unexpected response: {status!r}")
+                raise RuntimeError(f"unexpected response: {status!r} {(await reader.read(600))!r}")
             length, chunked = 0, False
             while (line := await reader.readline()) not in (b"\r\n", b""):
                 name, _, value = line.partition(b":")
