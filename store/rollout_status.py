@@ -21,7 +21,6 @@ import sqlite3
 import time
 
 from sqlalchemy import select
-from sqlalchemy.engine import make_url
 from sqlalchemy.ext.asyncio import AsyncEngine, AsyncSession, async_sessionmaker
 
 from store.records import RolloutStatus
@@ -35,8 +34,9 @@ BUSY = (sqlite3.SQLITE_BUSY, sqlite3.SQLITE_LOCKED)
 class InlineStatusReads:
     """A rollout's status read on a SQLite file from the caller's thread, never waiting for a lock."""
 
-    def __init__(self, url: str):
-        self._path = make_url(url).database
+    def __init__(self, path: str):
+        """``path``: the SQLite file (the store's engine URL's database)."""
+        self._path = path
         self._connection: sqlite3.Connection | None = None
 
     def status(self, rollout_id: int) -> str | None:

@@ -67,7 +67,8 @@ TOKEN_PREFIX = "hrl-"  # lets the gateway tell its tokens from placeholder API k
 class Store:
     def __init__(self, engine: AsyncEngine, bind: AsyncConnection | None = None, inserts: SQLiteInserts | None = None):
         """``bind`` runs every session inside one outer connection (tests roll it back);
-        ``inserts`` takes the call inserts off aiosqlite (SQLite files, see ``sqlite_inserts``)."""
+        ``inserts`` takes the call inserts off aiosqlite (SQLite files, see ``sqlite_inserts``); with it, a
+        rollout's status is read on the caller's thread too (``rollout_status``)."""
         self.engine = engine
         self._bind = bind
         self._inserts = inserts
@@ -75,7 +76,7 @@ class Store:
         self.listings = Listings(self.sessions)
         self._tokens: dict[str, RolloutIdentity] = {}
         self._adhoc: RolloutIdentity | None = None
-        inline = InlineStatusReads(engine.url.render_as_string(hide_password=False)) if inserts is not None else None
+        inline = InlineStatusReads(engine.url.database) if inserts is not None else None  # a SQLite file
         self._statuses = RolloutStatuses(self.sessions, None if bind is not None else engine, inline)
         # Rollouts created here with no call recorded yet: their first call reads nothing back.
         self._without_calls: set[int] = set()

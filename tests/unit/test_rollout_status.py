@@ -6,6 +6,7 @@ import sqlite3
 
 import pytest
 from sqlalchemy import event
+from sqlalchemy.engine import make_url
 
 from store import rollout_status
 from store.store import Store
@@ -74,7 +75,7 @@ async def test_an_inline_read_that_fails_for_another_reason_raises(sqlite_db, mo
 
 
 async def test_the_inline_connection_cannot_write(sqlite_db):
-    reads = rollout_status.InlineStatusReads(sqlite_db)
+    reads = rollout_status.InlineStatusReads(make_url(sqlite_db).database)
     try:
         assert reads.status(10**9) is None  # no such rollout
         with pytest.raises(sqlite3.OperationalError, match="readonly|read-only|query_only"):
