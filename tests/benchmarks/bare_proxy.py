@@ -32,16 +32,13 @@ INSERT = "INSERT INTO calls (request, response, prompt_ids, output_ids, output_l
 RECORDING = {"logprobs": True, "return_token_ids": True}  # what the engine must return for a call to be recorded
 
 
-class EngineConnection(asyncio.Protocol):
-    """One kept-alive HTTP/1.1 connection to the engine; one request at a time."""
+class HttpMessages(asyncio.Protocol):
+    """A connection whose messages httptools parses (``parser`` set by the subclass); bodies gathered."""
 
-    def __init__(self) -> None:
-        self.parser = httptools.HttpResponseParser(self)
-        self.body: list[bytes] = []
-        self.answer: asyncio.Future[bytes] | None = None
+    parser: httptools.HttpRequestParser | httptools.HttpResponseParser
 
     def connection_made(self, transport: asyncio.Transport) -> None:
-        self.transport = transport
+        self.transport, self.body = transport, []
 
     def data_received(self, data: bytes) -> None:
         self.parser.feed_data(data)
@@ -49,10 +46,21 @@ class EngineConnection(asyncio.Protocol):
     def on_body(self, body: bytes) -> None:
         self.body.append(body)
 
+    def taken_body(self) -> bytes:
+        body, self.body = b"".join(self.body), []
+        return body
+
+
+class EngineConnection(HttpMessages):
+    """One kept-alive HTTP/1.1 connection to the engine; one request at a time."""
+
+    def __init__(self) -> None:
+        self.parser = httptools.HttpResponseParser(self)
+        self.answer: asyncio.Future[bytes] | None = None
+
     def on_message_complete(self) -> None:
         answer, self.answer = self.answer, None
-        answer.set_result(b"".join(self.body))
-        self.body = []
+        answer.set_result(self.taken_body())
 
     def post(self, head: bytes, body: bytes) -> asyncio.Future[bytes]:
         self.answer = asyncio.get_running_loop().create_future()
@@ -104,25 +112,15 @@ class Recorder:
         self.connection.execute("COMMIT")
 
 
-class ClientConnection(asyncio.Protocol):
+class ClientConnection(HttpMessages):
     """A client's kept-alive connection: each request forwarded, recorded and answered in turn."""
 
     def __init__(self, engine: Engine, recorder: Recorder):
         self.engine, self.recorder = engine, recorder
         self.parser = httptools.HttpRequestParser(self)
-        self.body: list[bytes] = []
-
-    def connection_made(self, transport: asyncio.Transport) -> None:
-        self.transport = transport
-
-    def data_received(self, data: bytes) -> None:
-        self.parser.feed_data(data)
-
-    def on_body(self, body: bytes) -> None:
-        self.body.append(body)
 
     def on_message_complete(self) -> None:
-        request, self.body = b"".join(self.body), []
+        request = self.taken_body()
         if self.parser.get_method() != b"POST":  # a readiness check
             self.transport.write(b"HTTP/1.1 200 OK\r\ncontent-length: 0\r\n\r\n")
             return

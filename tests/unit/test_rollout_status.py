@@ -25,53 +25,46 @@ def busy(*_args) -> str:
     raise exc
 
 
-async def test_a_sqlite_store_reads_a_status_inline_and_sees_an_end_another_process_wrote(sqlite_db, monkeypatch):
+async def test_a_sqlite_store_reads_a_status_inline_and_sees_an_end_another_process_wrote(
+    file_store, sqlite_db, monkeypatch
+):
     monkeypatch.setattr(rollout_status, "RUNNING_RECHECK_S", 0.0)  # every call reads again
-    store, other = Store.from_url(sqlite_db), Store.from_url(sqlite_db)
+    identity = await file_store.create_rollout("run-s", "task-1")
+    statements = counting_async_statements(file_store)
+    assert await file_store.rollout_ended(identity.rollout_id) is None
+    other = Store.from_url(sqlite_db)
     try:
-        identity = await store.create_rollout("run-s", "task-1")
-        statements = counting_async_statements(store)
-        assert await store.rollout_ended(identity.rollout_id) is None
         await other.end_rollout(identity.rollout_id, "failed", None)
-        assert await store.rollout_ended(identity.rollout_id) == "failed"
-        assert not [s for s in statements if "rollouts" in s]  # neither read took the async path
     finally:
-        await store.close()
         await other.close()
+    assert await file_store.rollout_ended(identity.rollout_id) == "failed"
+    assert not [s for s in statements if "rollouts" in s]  # neither read took the async path
 
 
-async def test_a_busy_database_reads_the_status_through_a_connection_instead(sqlite_db, monkeypatch):
+async def test_a_busy_database_reads_the_status_through_a_connection_instead(file_store, sqlite_db, monkeypatch):
     monkeypatch.setattr(rollout_status, "RUNNING_RECHECK_S", 0.0)
-    store = Store.from_url(sqlite_db)
+    identity = await file_store.create_rollout("run-b", "task-1")
+    await file_store.end_rollout(identity.rollout_id, "cancelled", None)
+    fresh = Store.from_url(sqlite_db)  # knows nothing of the end: it must read it
     try:
-        identity = await store.create_rollout("run-b", "task-1")
-        await store.end_rollout(identity.rollout_id, "cancelled", None)
-        fresh = Store.from_url(sqlite_db)  # knows nothing of the end: it must read it
-        try:
-            monkeypatch.setattr(rollout_status.InlineStatusReads, "status", busy)
-            statements = counting_async_statements(fresh)
-            assert await fresh.rollout_ended(identity.rollout_id) == "cancelled"
-            assert [s for s in statements if "FROM rollouts" in s]
-        finally:
-            await fresh.close()
+        monkeypatch.setattr(rollout_status.InlineStatusReads, "status", busy)
+        statements = counting_async_statements(fresh)
+        assert await fresh.rollout_ended(identity.rollout_id) == "cancelled"
+        assert [s for s in statements if "FROM rollouts" in s]
     finally:
-        await store.close()
+        await fresh.close()
 
 
-async def test_an_inline_read_that_fails_for_another_reason_raises(sqlite_db, monkeypatch):
+async def test_an_inline_read_that_fails_for_another_reason_raises(file_store, monkeypatch):
     monkeypatch.setattr(rollout_status, "RUNNING_RECHECK_S", 0.0)
-    store = Store.from_url(sqlite_db)
-    try:
-        identity = await store.create_rollout("run-c", "task-1")
+    identity = await file_store.create_rollout("run-c", "task-1")
 
-        def broken(*_args) -> str:
-            raise sqlite3.OperationalError("no such table: rollouts")
+    def broken(*_args) -> str:
+        raise sqlite3.OperationalError("no such table: rollouts")
 
-        monkeypatch.setattr(rollout_status.InlineStatusReads, "status", broken)
-        with pytest.raises(sqlite3.OperationalError, match="no such table"):
-            await store.rollout_ended(identity.rollout_id)
-    finally:
-        await store.close()
+    monkeypatch.setattr(rollout_status.InlineStatusReads, "status", broken)
+    with pytest.raises(sqlite3.OperationalError, match="no such table"):
+        await file_store.rollout_ended(identity.rollout_id)
 
 
 async def test_the_inline_connection_cannot_write(sqlite_db):
