@@ -19,6 +19,7 @@ from __future__ import annotations
 import asyncio
 import sqlite3
 import time
+from pathlib import Path
 
 from sqlalchemy import select
 from sqlalchemy.ext.asyncio import AsyncEngine, AsyncSession, async_sessionmaker
@@ -42,7 +43,8 @@ class InlineStatusReads:
     def status(self, rollout_id: int) -> str | None:
         """The rollout's status, None when it has no row; ``sqlite3.OperationalError`` when busy."""
         if self._connection is None:
-            self._connection = sqlite3.connect(self._path, isolation_level=None, check_same_thread=False)
+            uri = f"{Path(self._path).resolve().as_uri()}?mode=rw"  # never creates a file that is not there
+            self._connection = sqlite3.connect(uri, uri=True, isolation_level=None, check_same_thread=False)
             self._connection.execute("PRAGMA busy_timeout=0")
             self._connection.execute("PRAGMA query_only=ON")
         row = self._connection.execute(STATUS_SQL, (rollout_id,)).fetchone()

@@ -75,3 +75,10 @@ async def test_the_inline_connection_cannot_write(sqlite_db):
             reads._connection.execute("DELETE FROM rollouts")
     finally:
         reads.close()
+
+
+def test_the_inline_reader_never_creates_a_database_that_is_not_there(tmp_path):
+    reads = rollout_status.InlineStatusReads(str(tmp_path / "gone.db"))
+    with pytest.raises(sqlite3.OperationalError, match="unable to open"):
+        reads.status(1)
+    assert not (tmp_path / "gone.db").exists()
