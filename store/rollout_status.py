@@ -11,7 +11,9 @@ the rest of the call: 2.9-3.3 ms a call with it, 1.5-1.7 without (tests/benchmar
 connection (a primary-key lookup: microseconds), as ``store.sqlite_inserts`` commits a lone call: in
 WAL mode a reader never waits for the writer, and one that finds the database busy anyway (a WAL being
 recovered) reads through a Core connection instead, which is also the path on PostgreSQL. Concurrent
-reads of one rollout there share one query.
+reads of one rollout there share one query. (A re-read alone, CPU: 1.0 ms through the ORM session, 3 µs
+inline; on PostgreSQL 0.92 ms through the Core connection, against 0.94-0.98 through the session: there
+it is still a cost per call at an agent's pace.)
 """
 
 from __future__ import annotations
