@@ -9,6 +9,7 @@ from sqlalchemy import event
 from sqlalchemy.engine import make_url
 
 from store import rollout_status
+from store.database import create_engine
 from store.store import Store
 
 
@@ -82,3 +83,34 @@ def test_the_inline_reader_never_creates_a_database_that_is_not_there(tmp_path):
     with pytest.raises(sqlite3.OperationalError, match="unable to open"):
         reads.status(1)
     assert not (tmp_path / "gone.db").exists()
+
+
+async def test_one_read_serves_every_active_rollout_due_one(sqlite_db):
+    """At an agent's pace each rollout's answer goes stale between its calls: one query reads them all."""
+    store = Store(create_engine(sqlite_db))  # no inline reads: the path a PostgreSQL store takes
+    statements = counting_async_statements(store)
+    try:
+        ids = [(await store.create_rollout("run-p", f"task-{i}")).rollout_id for i in range(3)]
+        age_reads(store, 5.0)  # every answer past RUNNING_RECHECK_S
+        before = len(statements)
+        assert [await store.rollout_ended(rollout_id) for rollout_id in ids] == [None] * 3
+        assert sum("FROM rollouts" in s for s in statements[before:]) == 1
+        await store.end_rollout(ids[2], "finished", None)
+        store._statuses._ended.clear()  # as if another gateway had ended it
+        age_reads(store, 5.0)
+        before = len(statements)
+        assert await store.rollout_ended(ids[0]) is None
+        assert await store.rollout_ended(ids[2]) == "finished"  # read with ids[0]'s
+        assert sum("FROM rollouts" in s for s in statements[before:]) == 1
+        age_reads(store, rollout_status.ACTIVE_S + 1)  # idle a minute: read alone when called again
+        assert await store.rollout_ended(ids[1]) is None
+        assert list(store._statuses._running_seen) == [ids[1]]
+    finally:
+        await store.close()
+
+
+def age_reads(store: Store, seconds: float) -> None:
+    """Every status this store read, read ``seconds`` earlier."""
+    seen = store._statuses._running_seen
+    for rollout_id in seen:
+        seen[rollout_id] -= seconds
