@@ -76,7 +76,7 @@ class RolloutStatuses:
         self._sessions, self._engine, self._inline = sessions, engine, inline
         self._ended: dict[int, str] = {}  # rollout id -> the status it ended with (ended stays ended)
         self._running_seen: dict[int, float] = {}  # rollout id -> when it was last read as running
-        self._reading: dict[int, asyncio.Future[str | None]] = {}  # rollout id -> its read in flight
+        self._reading: dict[int, asyncio.Future[None]] = {}  # rollout id -> the read in flight that covers it
 
     def running(self, rollout_id: int) -> None:
         """A rollout known to run (just created here): as if just read."""
@@ -110,8 +110,12 @@ class RolloutStatuses:
         now = time.monotonic()
         for idle in [r for r, seen in self._running_seen.items() if now - seen >= ACTIVE_S]:
             del self._running_seen[idle]  # not called for a while: its next call reads it alone
-        due = [r for r, seen in self._running_seen.items() if now - seen >= RUNNING_RECHECK_S and r != rollout_id]
-        ids = [rollout_id, *(r for r in due if r not in self._reading)][:SWEPT_AT_MOST]
+        due = (
+            r
+            for r, seen in self._running_seen.items()
+            if now - seen >= RUNNING_RECHECK_S and r != rollout_id and r not in self._reading
+        )
+        ids = [rollout_id, *due][:SWEPT_AT_MOST]
         reading = asyncio.ensure_future(self._read(ids))
         for rid in ids:
             self._reading[rid] = reading

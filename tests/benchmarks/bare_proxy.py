@@ -26,10 +26,11 @@ import orjson
 import uvloop
 from yarl import URL
 
+from tests.benchmarks.peer_servers import RECORDING
+
 SCHEMA = """CREATE TABLE IF NOT EXISTS calls (id INTEGER PRIMARY KEY, request BLOB NOT NULL, response BLOB NOT NULL,
 prompt_ids BLOB NOT NULL, output_ids BLOB NOT NULL, output_logprobs BLOB NOT NULL, created_at REAL NOT NULL)"""
 INSERT = "INSERT INTO calls (request, response, prompt_ids, output_ids, output_logprobs, created_at) VALUES (?, ?, ?, ?, ?, ?)"
-RECORDING = {"logprobs": True, "return_token_ids": True}  # what the engine must return for a call to be recorded
 
 
 class HttpMessages(asyncio.Protocol):

@@ -29,12 +29,25 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # run as a script from anywhere
 from harnessrl.engine.process import ManagedProcess  # noqa: E402
 from tests.benchmarks.loadgen import run_load  # noqa: E402
-from tests.benchmarks.peer_servers import HOST, Peer, free_port, start_engine, start_harnessrl, wait_for  # noqa: E402
+from tests.benchmarks.peer_servers import (  # noqa: E402
+    HOST,
+    RECORDING,
+    Peer,
+    free_port,
+    start_engine,
+    start_harnessrl,
+    wait_for,
+)
 from tests.benchmarks.peers import measured, row  # noqa: E402
+from tests.fake_engine import FakeEngine  # noqa: E402
 
 DEFAULT_OUT = Path(__file__).parent / "results" / "gateway_floor.json"
 CHAT_PATH = "/v1/chat/completions"
-ENGINE_MODEL = "fake-base"  # the fake engine's model: the bare proxy names no policy
+
+
+def engine_session() -> dict[str, str]:
+    """A session of a side that names no policy: the fake engine's own model, on its chat route."""
+    return {"path": CHAT_PATH, "auth": "Bearer none", "model": FakeEngine.model}
 
 
 def start_bare_proxy(workdir: Path, engine_url: str) -> Peer:
@@ -46,9 +59,7 @@ def start_bare_proxy(workdir: Path, engine_url: str) -> Peer:
         workdir / "bare_proxy.log",
     ).start()
     wait_for(f"http://{HOST}:{port}/health", process)
-    return Peer(
-        "bare_proxy", process, port, lambda: {"path": CHAT_PATH, "auth": "Bearer none", "model": ENGINE_MODEL}, {}
-    )
+    return Peer("bare_proxy", process, port, engine_session, {})
 
 
 def paced_row(engine_port: int, sides: dict[str, Peer], concurrency: int, calls: int) -> dict:
@@ -58,8 +69,7 @@ def paced_row(engine_port: int, sides: dict[str, Peer], concurrency: int, calls:
         sessions = [side.request(False) for _ in range(concurrency)]  # in lockstep: one call each per answer
         summary, _ = measured(side, run_load(HOST, side.port, itertools.cycle(sessions), concurrency, calls))
         out[name] = summary
-    direct = Peer("direct", None, engine_port, lambda: {"path": CHAT_PATH, "auth": "Bearer none", "model": ENGINE_MODEL},
-                  {"logprobs": True, "return_token_ids": True})  # fmt: skip
+    direct = Peer("direct", None, engine_port, engine_session, RECORDING)
     out["direct"], _ = measured(None, run_load(HOST, engine_port, direct.request(False), concurrency, calls))
     for name in sides:
         out[name]["added_p50_ms"] = round(out[name]["p50_ms"] - out["direct"]["p50_ms"], 3)
