@@ -16,6 +16,7 @@ from typing import Annotated, Any
 import typer
 from pydantic.fields import FieldInfo
 from pydantic_core import PydanticUndefined
+from rich.markup import escape
 
 from harnessrl.config.files import Section, field_bounds
 from sandboxes.kinds import option_pairs
@@ -85,7 +86,7 @@ def key_option(model: type[Section], name: str, key: str | None = None) -> KeyOp
     option_type, convert = GIVEN_AS.get(extra.get("given_as"), (_option_type(field), _as_given))
     option = typer.Option(
         *[f for f in (extra.get("short"), flag) if f],
-        help=_inherited(model, name, "description"),
+        help=escape(_inherited(model, name, "description")),  # shown as written: "[default: ...]" is no markup
         envvar=extra.get("envvar"),
         **field_bounds(model, name),
     )

@@ -9,6 +9,7 @@ from typing import Annotated
 
 import typer
 
+from contracts.adapter_proof import NOISE_MARGIN, TOLERANCE
 from harnessrl.cli.options import DatabaseUrl
 
 
@@ -39,7 +40,7 @@ def serve(
         int | None,
         typer.Option(
             min=16,
-            help="Context of the managed vLLM in tokens [default: the model's own maximum (config.json "
+            help="Context of the managed vLLM in tokens \\[default: the model's own maximum (config.json "
             "max_position_embeddings)]",
         ),
     ] = None,
@@ -57,7 +58,7 @@ def serve(
         typer.Option(
             envvar="HARNESSRL_ADMIN_KEY",
             help="The control plane's key (/api, /admin, the viewer's data) "
-            "[default: $HARNESSRL_HOME/admin.key, created on first start]",
+            "\\[default: $HARNESSRL_HOME/admin.key, created on first start]",
         ),
     ] = None,
     allowed_host: Annotated[
@@ -70,7 +71,7 @@ def serve(
         typer.Option(
             min=1,
             help="Policies (adapter lineages) served at once: sizes the managed vLLM's --max-loras and "
-            "--max-cpu-loras and the adapters the gateway keeps loaded [default: the policies the store knows]",
+            "--max-cpu-loras and the adapters the gateway keeps loaded \\[default: the policies the store knows]",
         ),
     ] = None,
     tokenizer: Annotated[
@@ -84,9 +85,9 @@ def serve(
         typer.Option(
             min=0.0,
             help="Mean |engine - learner| log-prob per probe token a published adapter may show before the "
-            "publication fails, at least (8x the engine's own noise on the base model widens it; an engine far "
-            "nearer the adapter than the base model passes) "
-            "[default: by dtype, 0.001 float32, 0.15 bfloat16]",
+            f"publication fails, at least ({NOISE_MARGIN:g}x the engine's own noise on the base model widens it; "
+            "an engine far nearer the adapter than the base model passes) "
+            f"\\[default: by dtype, {TOLERANCE['float32']:g} float32, {TOLERANCE['bfloat16']:g} bfloat16]",
         ),
     ] = None,
     live_sessions_per_minute: Annotated[
@@ -108,7 +109,7 @@ def serve(
             help="The address remote sandboxes (other machines: Harbor's environments) are given for this "
             "gateway, e.g. https://gw.example.org:8443; rollouts' base URLs are built on it and its host is "
             "served. The rollout token is the only credential they hold, held to a bridge's caps per token "
-            "[default: the address each request came to]",
+            "\\[default: the address each request came to]",
         ),
     ] = None,
     otlp_endpoint: Annotated[

@@ -40,7 +40,7 @@ def ls(
     admin_key: Annotated[
         str | None,
         typer.Option(
-            envvar="HARNESSRL_ADMIN_KEY", help="With --gateway: its admin key [default: $HARNESSRL_HOME/admin.key]"
+            envvar="HARNESSRL_ADMIN_KEY", help="With --gateway: its admin key \\[default: $HARNESSRL_HOME/admin.key]"
         ),
     ] = None,
 ) -> None:

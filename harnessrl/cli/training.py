@@ -38,7 +38,7 @@ def train(
         typer.Option(
             envvar="HARNESSRL_ADMIN_KEY",
             help="The gateway's admin key, for publishing "
-            "[default: the config's admin_key, else $HARNESSRL_HOME/admin.key]",
+            "\\[default: the config's admin_key, else $HARNESSRL_HOME/admin.key]",
         ),
     ] = None,
 ) -> None:
@@ -76,12 +76,12 @@ def sft(
         ),
     ] = None,
     model: Annotated[Path | None, typer.Option(help="Model folder (default: the config's model_dir)")] = None,
-    lr: Annotated[float | None, typer.Option(help="AdamW learning rate [default: the config's]")] = None,
+    lr: Annotated[float | None, typer.Option(help="AdamW learning rate \\[default: the config's]")] = None,
     token_budget: Annotated[int, typer.Option(min=16, help="Tokens per packed row (longer samples left out)")] = 4096,
     samples_per_step: Annotated[
         int, typer.Option(min=1, help="Trajectories per optimizer step (packed into rows of --token-budget)")
     ] = 8,
-    out: Annotated[Path | None, typer.Option(help="Output folder [default: $HARNESSRL_HOME/sft/RUN]")] = None,
+    out: Annotated[Path | None, typer.Option(help="Output folder \\[default: $HARNESSRL_HOME/sft/RUN]")] = None,
     publish: Annotated[
         str | None, typer.Option(help="A gateway URL: publish the adapter there as the next policy version")
     ] = None,
