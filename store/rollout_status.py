@@ -7,15 +7,14 @@ so a call is refused at most that long after its rollout ended anywhere.
 At an agent's pace (each call waits seconds on the engine) nearly every call finds its rollout's
 last read that old and reads again. Through an async ORM session that read cost about as much CPU as
 the rest of the call: 2.9-3.3 ms a call with it, 1.5-1.7 without (tests/benchmarks/gateway_floor.py
-``--agent-pace-s 1.2``, 64 agents). So on a SQLite file the row is read on the caller's thread through a plain sqlite3
-connection (a primary-key lookup: microseconds), as ``store.sqlite_inserts`` commits a lone call: in
-WAL mode a reader never waits for the writer, and one that finds the database busy anyway (a WAL being
-recovered) reads through a Core connection instead, which is also the path on PostgreSQL. There a read
-costs a round trip and about 0.9 ms of CPU, so one read covers this rollout and every other active
-one due a read (``_sweep``): at an agent's pace about one query a second serves all of a gateway's
-agents, and the rollouts it covers wait for it rather than reading again. A re-read alone, CPU: 1.0 ms
-through the ORM session, 3 µs inline; a check at an agent's pace on PostgreSQL (64 rollouts, each
-checked once a round) 920-936 µs read one by one, 20-23 µs swept.
+``--agent-pace-s 1.2``, 64 agents). So on a SQLite file the row is read on the caller's thread
+(``store.inline_reads``: a primary-key lookup, microseconds), as ``store.sqlite_inserts`` commits a
+lone call; a database found busy is read through a Core connection instead, which is also the path on
+PostgreSQL. There a read costs a round trip and about 0.9 ms of CPU, so one read covers this rollout
+and every other active one due a read (``_sweep``): at an agent's pace about one query a second
+serves all of a gateway's agents, and the rollouts it covers wait for it rather than reading again.
+A re-read alone, CPU: 1.0 ms through the ORM session, 3 µs inline; a check at an agent's pace on
+PostgreSQL (64 rollouts, each checked once a round) 920-936 µs read one by one, 20-23 µs swept.
 """
 
 from __future__ import annotations
@@ -23,43 +22,18 @@ from __future__ import annotations
 import asyncio
 import sqlite3
 import time
-from pathlib import Path
 
 from sqlalchemy import select
 from sqlalchemy.ext.asyncio import AsyncEngine, AsyncSession, async_sessionmaker
 
+from store.inline_reads import InlineReads, is_busy
 from store.records import RolloutStatus
 from store.tables import Rollout
 
 RUNNING_RECHECK_S = 1.0  # how long a rollout read as running is trusted to run
 STATUS_SQL = "SELECT status FROM rollouts WHERE id = ?"
-BUSY = (sqlite3.SQLITE_BUSY, sqlite3.SQLITE_LOCKED)
 ACTIVE_S = 60.0  # a rollout read as running this recently is read again with the others (``_sweep``)
 SWEPT_AT_MOST = 1_000  # rollouts one read covers
-
-
-class InlineStatusReads:
-    """A rollout's status read on a SQLite file from the caller's thread, never waiting for a lock."""
-
-    def __init__(self, path: str):
-        """``path``: the SQLite file (the store's engine URL's database)."""
-        self._path = path
-        self._connection: sqlite3.Connection | None = None
-
-    def status(self, rollout_id: int) -> str | None:
-        """The rollout's status, None when it has no row; ``sqlite3.OperationalError`` when busy."""
-        if self._connection is None:
-            uri = f"{Path(self._path).resolve().as_uri()}?mode=rw"  # never creates a file that is not there
-            self._connection = sqlite3.connect(uri, uri=True, isolation_level=None, check_same_thread=False)
-            self._connection.execute("PRAGMA busy_timeout=0")
-            self._connection.execute("PRAGMA query_only=ON")
-        row = self._connection.execute(STATUS_SQL, (rollout_id,)).fetchone()
-        return None if row is None else row[0]
-
-    def close(self) -> None:
-        if self._connection is not None:
-            self._connection.close()
-            self._connection = None
 
 
 class RolloutStatuses:
@@ -69,7 +43,7 @@ class RolloutStatuses:
         self,
         sessions: async_sessionmaker[AsyncSession],
         engine: AsyncEngine | None,
-        inline: InlineStatusReads | None,
+        inline: InlineReads | None,
     ):
         """``engine``: where a read takes a Core connection of its own; None: through ``sessions`` (a store
         bound to one outer connection, as tests bind it)."""
@@ -96,10 +70,12 @@ class RolloutStatuses:
             return None
         if self._inline is not None:
             try:
-                return self._settled(rollout_id, self._inline.status(rollout_id))
+                row = self._inline.rows(STATUS_SQL, (rollout_id,))
             except sqlite3.OperationalError as exc:
-                if getattr(exc, "sqlite_errorcode", None) not in BUSY:
+                if not is_busy(exc):
                     raise
+            else:
+                return self._settled(rollout_id, row[0][0] if row else None)
         await asyncio.shield(self._reading.get(rollout_id) or self._sweep(rollout_id))
         return self._ended.get(rollout_id)
 
@@ -141,7 +117,3 @@ class RolloutStatuses:
             return status
         self._running_seen[rollout_id] = time.monotonic()
         return None
-
-    def close(self) -> None:
-        if self._inline is not None:
-            self._inline.close()

@@ -20,6 +20,7 @@ from store.calls import CallReads, call_row
 from store.database import create_engine, create_sessionmaker
 from store.evaluation import Evaluations
 from store.health import Health
+from store.inline_reads import InlineReads
 from store.leases import Leases
 from store.listings import Listings
 from store.live_keys import LiveKeys
@@ -50,7 +51,7 @@ from store.rewards import (
 )
 from store.rollout_asks import RUN_AS_IS, UNPINNED, AskedSettings, PolicyPin
 from store.rollout_requests import check_same_body, created_by, request_digest
-from store.rollout_status import InlineStatusReads, RolloutStatuses
+from store.rollout_status import RolloutStatuses
 from store.run_settings import ADHOC_RUN, settled_config
 from store.scrub import PERSONAL_TABLES, scrub
 from store.sqlite_inserts import SQLiteInserts
@@ -76,12 +77,15 @@ class Store:
         self.listings = Listings(self.sessions)
         self._tokens: dict[str, RolloutIdentity] = {}
         self._adhoc: RolloutIdentity | None = None
-        inline = InlineStatusReads(engine.url.database) if inserts is not None else None  # a SQLite file
-        self._statuses = RolloutStatuses(self.sessions, None if bind is not None else engine, inline)
+        # A SQLite file's small hot reads on the caller's thread; a read through a connection of the
+        # engine's own where none (PostgreSQL), or the sessions when bound to one.
+        self._inline = InlineReads(engine.url.database) if inserts is not None else None
+        core = None if bind is not None else engine
+        self._statuses = RolloutStatuses(self.sessions, core, self._inline)
         # Rollouts created here with no call recorded yet: their first call reads nothing back.
         self._without_calls: set[int] = set()
         self.calls = CallReads(self.sessions, self._without_calls)
-        self.adapters = Adapters(self.sessions)
+        self.adapters = Adapters(self.sessions, core, self._inline)
         self.policies = Policies(self.sessions)
         self.leases = Leases(self.sessions)
         self.training = Training(self.sessions)
@@ -104,7 +108,8 @@ class Store:
         await scrub(self.engine, PERSONAL_TABLES)
 
     async def close(self) -> None:
-        self._statuses.close()
+        if self._inline is not None:
+            self._inline.close()
         if self._inserts is not None:
             await asyncio.to_thread(self._inserts.close)
         await self.engine.dispose()

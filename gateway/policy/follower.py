@@ -34,14 +34,15 @@ async def follow_once(state: GatewayState) -> tuple[str, ...]:
     policies = state.policies
     if policies is None:  # the engine was not discovered yet: nothing is served to follow from
         return ()
-    newer = sorted(
-        (
-            a
-            for a in await state.store.adapters.loaded()
-            if a.version > policies.get(a.policy).current_version and a.name not in state.refused_versions
-        ),
-        key=lambda a: (a.policy, a.version),
-    )
+
+    def new_here(policy: str, version: int, name: str) -> bool:
+        return version > policies.get(policy).current_version and name not in state.refused_versions
+
+    # The poll reads names and versions only (microseconds on SQLite); the records when one is new.
+    if not any(new_here(*loaded) for loaded in await state.store.adapters.loaded_versions()):
+        return ()
+    adapters = await state.store.adapters.loaded()
+    newer = sorted((a for a in adapters if new_here(a.policy, a.version, a.name)), key=lambda a: (a.policy, a.version))
     if not newer:
         return ()
     async with state.publish_lock:  # as a publication: the loaded set changes one change at a time

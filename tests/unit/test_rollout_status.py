@@ -8,7 +8,7 @@ import pytest
 from sqlalchemy import event
 from sqlalchemy.engine import make_url
 
-from store import rollout_status
+from store import inline_reads, rollout_status
 from store.database import create_engine
 from store.store import Store
 
@@ -20,7 +20,7 @@ def counting_async_statements(store: Store) -> list[str]:
     return statements
 
 
-def busy(*_args) -> str:
+def busy(*_args) -> list:
     exc = sqlite3.OperationalError("database is locked")
     exc.sqlite_errorcode = sqlite3.SQLITE_BUSY
     raise exc
@@ -48,7 +48,7 @@ async def test_a_busy_database_reads_the_status_through_a_connection_instead(fil
     await file_store.end_rollout(identity.rollout_id, "cancelled", None)
     fresh = Store.from_url(sqlite_db)  # knows nothing of the end: it must read it
     try:
-        monkeypatch.setattr(rollout_status.InlineStatusReads, "status", busy)
+        monkeypatch.setattr(inline_reads.InlineReads, "rows", busy)
         statements = counting_async_statements(fresh)
         assert await fresh.rollout_ended(identity.rollout_id) == "cancelled"
         assert [s for s in statements if "FROM rollouts" in s]
@@ -60,28 +60,28 @@ async def test_an_inline_read_that_fails_for_another_reason_raises(file_store, m
     monkeypatch.setattr(rollout_status, "RUNNING_RECHECK_S", 0.0)
     identity = await file_store.create_rollout("run-c", "task-1")
 
-    def broken(*_args) -> str:
+    def broken(*_args) -> list:
         raise sqlite3.OperationalError("no such table: rollouts")
 
-    monkeypatch.setattr(rollout_status.InlineStatusReads, "status", broken)
+    monkeypatch.setattr(inline_reads.InlineReads, "rows", broken)
     with pytest.raises(sqlite3.OperationalError, match="no such table"):
         await file_store.rollout_ended(identity.rollout_id)
 
 
 async def test_the_inline_connection_cannot_write(sqlite_db):
-    reads = rollout_status.InlineStatusReads(make_url(sqlite_db).database)
+    reads = inline_reads.InlineReads(make_url(sqlite_db).database)
     try:
-        assert reads.status(10**9) is None  # no such rollout
+        assert reads.rows(rollout_status.STATUS_SQL, (10**9,)) == []  # no such rollout
         with pytest.raises(sqlite3.OperationalError, match="readonly|read-only|query_only"):
-            reads._connection.execute("DELETE FROM rollouts")
+            reads.connection().execute("DELETE FROM rollouts")
     finally:
         reads.close()
 
 
 def test_the_inline_reader_never_creates_a_database_that_is_not_there(tmp_path):
-    reads = rollout_status.InlineStatusReads(str(tmp_path / "gone.db"))
+    reads = inline_reads.InlineReads(str(tmp_path / "gone.db"))
     with pytest.raises(sqlite3.OperationalError, match="unable to open"):
-        reads.status(1)
+        reads.rows(rollout_status.STATUS_SQL, (1,))
     assert not (tmp_path / "gone.db").exists()
 
 
