@@ -23,6 +23,7 @@ from store.arrays import pack_deltas, unpack_ids, unpack_logprobs
 from store.tables import Call, CallMismatch, LearnerStep, Rollout, Run
 from tests.builders import ADMIN_HEADERS, TEST_ADMIN_KEY, WEATHER_TOOL
 from tests.fake_tokens import FakeReply, decode
+from tests.waiting import wait_until
 
 playwright_api = pytest.importorskip("playwright.sync_api", reason="needs playwright (in the dev extras)")
 UI_MS = 300_000  # a guard against a hang: a busy machine draws pages slowly
@@ -222,6 +223,16 @@ class Browser:
     def ready(self) -> None:
         """Wait until the routed view finished loading (app.js sets data-state)."""
         self.page.wait_for_function("() => document.getElementById('app').dataset.state === 'ready'")
+
+    def wait_for_errors(self, count: int) -> None:
+        """Until ``count`` console errors were logged: a view that fails on the first of several fetches is
+        drawn before the others' failures reach the console."""
+
+        def logged() -> bool:
+            self.page.wait_for_timeout(20)  # Playwright delivers console events while it waits
+            return len(self.errors) >= count
+
+        wait_until(logged, f"{count} console errors")
 
     def texts(self, selector: str) -> list[str]:
         return self.page.locator(selector).all_inner_texts()

@@ -239,7 +239,9 @@ def test_unknown_things_show_an_error(recorded, browser):
     browser.goto_hash(recorded.url, "/rollouts/999999")
     assert "not found" in browser.page.locator("[data-testid=error]").inner_text()
     # Chromium logs every failed fetch to the console: the 404s asked for here are the only errors allowed.
-    assert browser.errors and all("status of 404" in e for e in browser.errors), browser.errors
+    # The view fetches the rollout and its conversation at once and shows the first failure: both come.
+    browser.wait_for_errors(2)
+    assert all("status of 404" in e for e in browser.errors), browser.errors
     browser.errors.clear()
     browser.goto_hash(recorded.url, "/nowhere")
     assert "no page" in browser.page.locator("[data-testid=error]").inner_text()
