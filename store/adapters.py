@@ -15,6 +15,7 @@ import sqlite3
 from sqlalchemy import select
 from sqlalchemy.ext.asyncio import AsyncEngine, AsyncSession, async_sessionmaker
 
+from store.database import core_rows
 from store.inline_reads import InlineReads, is_busy
 from store.records import StoredAdapter, record_of
 from store.tables import Adapter
@@ -82,11 +83,7 @@ class Adapters:
                 if not is_busy(exc):
                     raise
         query = select(Adapter.policy, Adapter.version, Adapter.name).where(Adapter.loaded.is_(True))
-        if self._engine is None:
-            async with self.sessions() as session:
-                return {tuple(row) for row in (await session.execute(query)).all()}
-        async with self._engine.connect() as connection:  # Core: no ORM session to set up and close
-            return {tuple(row) for row in (await connection.execute(query)).all()}
+        return {tuple(row) for row in await core_rows(self._engine, self.sessions, query)}
 
     async def published(self, policy: str) -> list[StoredAdapter]:
         """Every version of a policy, loaded or not, oldest first."""

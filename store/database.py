@@ -3,9 +3,10 @@
 from __future__ import annotations
 
 import os
+from collections.abc import Sequence
 from pathlib import Path
 
-from sqlalchemy import event
+from sqlalchemy import Executable, Row, event
 from sqlalchemy.engine import make_url
 from sqlalchemy.ext.asyncio import (
     AsyncConnection,
@@ -39,6 +40,19 @@ def with_async_driver(url: str) -> str:
     if parsed.drivername not in ASYNC_DRIVERS.values():
         raise ValueError(f"the store cannot use the driver {parsed.drivername!r} of {url!r}; {ACCEPTED}")
     return url
+
+
+async def core_rows(
+    engine: AsyncEngine | None, sessions: async_sessionmaker[AsyncSession], query: Executable
+) -> Sequence[Row]:
+    """A read's rows through a Core connection of ``engine``'s own (no ORM session to set up and close:
+    the polled reads, ``store.inline_reads``' fallback and PostgreSQL's path), or through ``sessions``
+    when None (a store bound to one outer connection, as tests bind it)."""
+    if engine is None:
+        async with sessions() as session:
+            return (await session.execute(query)).all()
+    async with engine.connect() as connection:
+        return (await connection.execute(query)).all()
 
 
 BUSY_TIMEOUT_MS = 10_000  # how long a SQLite connection waits for another's write lock

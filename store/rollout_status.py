@@ -26,6 +26,7 @@ import time
 from sqlalchemy import select
 from sqlalchemy.ext.asyncio import AsyncEngine, AsyncSession, async_sessionmaker
 
+from store.database import core_rows
 from store.inline_reads import InlineReads, is_busy
 from store.records import RolloutStatus
 from store.tables import Rollout
@@ -100,12 +101,7 @@ class RolloutStatuses:
 
     async def _read(self, ids: list[int]) -> None:
         query = select(Rollout.id, Rollout.status).where(Rollout.id.in_(ids))
-        if self._engine is None:
-            async with self._sessions() as session:
-                found = {row[0]: row[1] for row in (await session.execute(query)).all()}
-        else:
-            async with self._engine.connect() as connection:  # Core: no ORM session to set up and close
-                found = {row[0]: row[1] for row in (await connection.execute(query)).all()}
+        found = {row[0]: row[1] for row in await core_rows(self._engine, self._sessions, query)}
         for rollout_id in ids:
             self._settled(rollout_id, found.get(rollout_id))
 
