@@ -63,7 +63,7 @@ async def launch_run(
     )
     if on_ready is not None:
         on_ready()
-    return summary_line(config.run, await _play(plan, gateway_url, admin_key))
+    return outcome(config.run, await _play(plan, gateway_url, admin_key))
 
 
 def run_plan(config: RunConfig, tasks: list[Task], agent: Harness, rewards: tuple[RewardFunction, ...]) -> RunPlan:
@@ -102,6 +102,21 @@ async def _play(plan: RunPlan, gateway_url: str, admin_key: str | None) -> list[
             return await runner.run()
     finally:
         await gateway.close()
+
+
+class EveryRolloutFailed(RuntimeError):
+    """The run played rollouts and none finished: `harnessrl run` exits non-zero, naming the first error."""
+
+
+def outcome(run: str, results: list[RolloutResult]) -> str:
+    """The summary line of a run in which some rollout finished (or none was left to play); else
+    EveryRolloutFailed with the summary and the first rollout's error (a sandbox that never starts, an
+    unreachable engine: the cause is usually the same for all)."""
+    line = summary_line(run, results)
+    if results and all(r.status != "finished" for r in results):
+        first = next((r.error for r in results if r.error), "no reason given")
+        raise EveryRolloutFailed(f"{line}\nevery rollout failed; the first: {first}")
+    return line
 
 
 def summary_line(run: str, results: list[RolloutResult]) -> str:

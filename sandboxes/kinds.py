@@ -112,4 +112,8 @@ async def checked_options(kind: Kind, allow_unisolated: bool, given: Mapping[str
         from sandboxes.harbor_process import preflight
 
         await preflight(kind.harbor_type, {k: v for k, v in options.items() if k != REGISTRY_OPTION})
+        if kind.harbor_type == "podman":  # a host whose podman cannot start a container fails here, not per rollout
+            from sandboxes.podman_host import preflight_podman
+
+            await preflight_podman()
     return options

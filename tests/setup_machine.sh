@@ -72,12 +72,14 @@ if [ -n "$packages" ]; then
     apt-get install -y -q --no-install-recommends $packages
 fi
 [ "$what" = test ] && bash docker/setup-daemon.sh  # dockerd (no bridge) and the offline debian:bookworm-slim base image
-# podman's default ulimits (1048576 open files) are above this machine kind's hard limits, and every
-# container start fails on them: podman's own default, lowered to what the host allows.
-if [ "$what" = test ] && ! grep -qs default_ulimits /etc/containers/containers.conf; then
-    mkdir -p /etc/containers
-    printf '[containers]\ndefault_ulimits = ["nofile=%s:%s", "nproc=%s:%s"]\n' \
-        "$(ulimit -Hn)" "$(ulimit -Hn)" "$(ulimit -Hu)" "$(ulimit -Hu)" >>/etc/containers/containers.conf
+# podman: a runtime and ulimits under which a container starts on this host, found by starting one and
+# written to a containers.conf drop-in (sandboxes/podman_host.py). Machines of this kind differ: podman's
+# default ulimits are above their hard limits, and where crun refuses the cgroup layout runc starts.
+if [ "$what" = test ]; then
+    base=${HARNESSRL_BASE_IMAGE:-debian:bookworm-slim}  # docker/setup-daemon.sh built it
+    podman image exists "$base" || docker save "$base" | podman load -q >/dev/null
+    .venv/bin/python -m sandboxes.podman_host --image "$base" \
+        || { log "podman cannot start a container on this host (above): --sandbox harbor:podman would fail"; exit 1; }
 fi
 
 for agent in $(missing_agents); do

@@ -212,6 +212,22 @@ def test_run_refuses_an_unknown_harbor_type_before_any_rollout(tmp_path):
     assert result.exit_code != 0 and "no environment type 'vm'" in result.output
 
 
+def test_run_on_a_host_whose_podman_cannot_start_fails_before_any_rollout_naming_the_fix(tmp_path, monkeypatch):
+    refused = tmp_path / "containers.conf"  # what a fresh host of issue 59's kind had: crun at the hard nproc
+    refused.write_text(
+        f'[engine]\nruntime = "crun"\n[containers]\ndefault_ulimits = ["nproc={2**31 - 1}:{2**31 - 1}"]\n'
+    )
+    monkeypatch.setenv("CONTAINERS_CONF", str(refused))  # podman reads this file alone
+    result = CliRunner().invoke(
+        app,
+        ["run", "--tasks", "builtin:arithmetic", "--run", "no-podman", "--sandbox", KIND,
+         "--gateway", "http://127.0.0.1:9", "--admin-key", "k"],
+    )  # fmt: skip
+    assert result.exit_code != 0, result.output
+    assert "podman cannot start a container on this host" in result.output
+    assert "sudo tests/setup_machine.sh" in result.output and "rollouts this time" not in result.output
+
+
 FLOOD = """
 import json, sys, threading, urllib.error, urllib.request
 url, count = sys.argv[1], int(sys.argv[2])
