@@ -28,6 +28,8 @@ from typing import Any
 import torch
 from safetensors.torch import load_file
 
+from learner.adapters import save_adapter
+
 STEP_DIR = re.compile(r"^step-(\d{8})$")
 TMP_PREFIX = ".tmp-"
 
@@ -69,7 +71,7 @@ def save_checkpoint(
     """Write checkpoint ``step`` atomically and return its folder. ``model`` is a peft model."""
 
     def write(tmp: Path) -> None:
-        model.save_pretrained(tmp / "adapter")
+        save_adapter(model, tmp / "adapter")
         torch.save(
             {
                 "optimizer": optimizer.state_dict(),
@@ -85,8 +87,11 @@ def save_checkpoint(
     return atomic_write_dir(step_dir(root, step), write)
 
 
-def load_checkpoint(path: Path, model: Any, optimizer: torch.optim.Optimizer, scheduler: Any) -> TrainerState:
-    """Restore adapter weights, optimizer and scheduler in place from a checkpoint folder."""
+def load_checkpoint(
+    path: Path, model: Any, optimizer: torch.optim.Optimizer, scheduler: Any, adapter_name: str = "default"
+) -> TrainerState:
+    """Restore adapter weights (into the peft adapter ``adapter_name``), optimizer and scheduler in place
+    from a checkpoint folder."""
     from peft import set_peft_model_state_dict
 
     path = Path(path)
@@ -96,7 +101,7 @@ def load_checkpoint(path: Path, model: Any, optimizer: torch.optim.Optimizer, sc
             f"a checkpoint the disk does not hold; was the checkpoint dir moved or deleted?"
         )
     weights = load_file(path / "adapter" / "adapter_model.safetensors")
-    result = set_peft_model_state_dict(model, weights)
+    result = set_peft_model_state_dict(model, weights, adapter_name=adapter_name)
     unexpected = list(getattr(result, "unexpected_keys", []) or [])
     if unexpected:
         raise ValueError(

@@ -50,16 +50,28 @@ class GroupIntake:
 
     async def next_groups(self, taken: set[int], stop: asyncio.Event) -> list[ReadyGroup] | None:
         """The next step's groups (none of ``taken``), usable all; None once ``stop`` is set."""
-        wanted = self.config.batch.groups_per_step
         while not stop.is_set():
-            ids = await self.store.training.ready_group_ids(self.run_id, wanted, taken)
-            if len(ids) >= wanted:
-                groups = [await self._usable(group_id) for group_id in ids]
-                if all(g is not None for g in groups):
-                    return groups
-                continue  # some were quarantined (no longer ready): look for others at once
+            if (groups := await self.ready_groups(taken)) is not None:
+                return groups
             await _sleep_or_stop(stop, self.config.poll_interval_s)
         return None
+
+    async def has_batch(self, taken: set[int]) -> bool:
+        """Whether ``groups_per_step`` ready groups (none of ``taken``) are there now; loads nothing."""
+        wanted = self.config.batch.groups_per_step
+        return len(await self.store.training.ready_group_ids(self.run_id, wanted, taken)) >= wanted
+
+    async def ready_groups(self, taken: set[int]) -> list[ReadyGroup] | None:
+        """The next step's groups if enough usable ones are ready now, else None (without waiting)."""
+        wanted = self.config.batch.groups_per_step
+        while True:
+            ids = await self.store.training.ready_group_ids(self.run_id, wanted, taken)
+            if len(ids) < wanted:
+                return None
+            groups = [await self._usable(group_id) for group_id in ids]
+            if all(g is not None for g in groups):
+                return groups
+            # some were quarantined (no longer ready): look for others at once
 
     async def _usable(self, group_id: int) -> ReadyGroup | None:
         """The group, loaded and checked; None when it is unusable, in which case it is quarantined."""

@@ -28,7 +28,7 @@ import signal
 import threading
 import time
 from collections.abc import Callable
-from dataclasses import asdict, dataclass, field, replace
+from dataclasses import asdict, replace
 from pathlib import Path
 
 import numpy as np
@@ -45,6 +45,7 @@ from learner.groups import ReadyGroup, build_batch, run_temperature
 from learner.intake import GroupCheck, GroupIntake, trained_policy, wait_for_run
 from learner.metrics import Metrics, MetricsSink, StepTimes, step_metrics, step_summary, why_nothing_trained
 from learner.mismatch import call_records, is_alarming
+from learner.progress import LearnerError, LearnerResult, Learning, Progress
 from learner.prometheus import LearnerExporter
 from learner.publish import GatewayUnreachable, Publisher
 from learner.ranks import tell_followers
@@ -63,46 +64,6 @@ MISMATCH_ALARM = (
 )
 
 
-class LearnerError(RuntimeError):
-    """The learner cannot continue as configured; the message says what to change."""
-
-
-@dataclass(frozen=True)
-class LearnerResult:
-    step: int  # steps taken in total (a resumed run counts the earlier ones)
-    version: int  # the policy version the learner ended with
-    reason: str  # "max_steps" or "stopped"
-
-
-@dataclass
-class _Progress:
-    """The loop's moving parts between steps (mutable on purpose; owned by one run_learner call)."""
-
-    step: int = 0
-    version: int = 0  # the policy version the learner holds (0 = the base model)
-    # The weights moved since ``version`` was cut: only then does a publishing step cut a new one
-    # (steps whose groups all lack a learning signal take no optimizer step; publishing their
-    # unchanged adapter would cost a swap and age every running rollout for nothing).
-    changed: bool = False
-    pending: list[ReadyGroup] = field(default_factory=list)  # trained since the last committed checkpoint
-    unpublished: bool = False  # a publication failed on transport: retry at the next publishing step
-    resumed_from: str | None = None  # the committed checkpoint this run started from
-    # the probe every publication of this process is proven on (learner.adapter_probe): the tail of
-    # the first sample it trained; None before any (a fixed sequence then)
-    probe_ids: tuple[int, ...] | None = None
-
-
-@dataclass(frozen=True)
-class _Learning:
-    """What one run_learner call trains with, the same from its first step to its last."""
-
-    config: LearnerConfig  # paths resolved; token budget and max_staleness as the gateway serves them
-    store: Store
-    run: str
-    run_id: int
-    trainer: Trainer
-
-
 async def run_learner(
     config: LearnerConfig,
     store: Store,
@@ -119,7 +80,7 @@ async def run_learner(
     overrides the one built from the config (tests pass one on the in-process gateway).
     """
     stop = stop or asyncio.Event()
-    restore = _install_signal_handlers(stop) if handle_signals else (lambda: None)
+    restore = install_signal_handlers(stop) if handle_signals else (lambda: None)
     own_publisher = config.publish.enabled and publisher is None
     if not config.publish.enabled:
         publisher = None
@@ -139,16 +100,16 @@ async def run_learner(
         run_id = await wait_for_run(store, run, config.poll_interval_s, stop)
         if run_id is None:
             return LearnerResult(0, 0, "stopped")
-        progress = await _resume(store, run_id, config, trainer)
+        progress = await resume(store, run_id, config, trainer)
         tell_followers("resume", progress.resumed_from)
         if publisher is not None:
             publisher.policy = await trained_policy(store, run)  # it publishes that policy's versions only
-            await _sync_published(publisher, trainer, config, progress)
+            await sync_published(publisher, trainer, config, progress)
         sink = MetricsSink(store, run_id, Path(config.tensorboard_dir), _exporter(config))
-        learning = _Learning(config, store, run, run_id, trainer)
+        learning = Learning(config, store, run, run_id, trainer)
         reason = await _train(learning, publisher, sink, progress, stop, on_step)
         if progress.pending:  # graceful stop: keep the work done since the last checkpoint
-            await _checkpoint(learning, progress)
+            await checkpoint(learning, progress)
         return LearnerResult(progress.step, progress.version, reason)
     finally:
         tell_followers("stop")
@@ -169,66 +130,98 @@ async def train_from_url(config: LearnerConfig, database_url: str, run: str) -> 
 
 
 async def _train(
-    learning: _Learning,
+    learning: Learning,
     publisher: Publisher | None,
     sink: MetricsSink,
-    progress: _Progress,
+    progress: Progress,
     stop: asyncio.Event,
     on_step: Callable[[Metrics], None] | None,
 ) -> str:
-    config, store, run_id, trainer = learning.config, learning.store, learning.run_id, learning.trainer
-    check = GroupCheck(await _sampling_temperature(store, run_id, config), _vocab_size(trainer.model))
-    intake = GroupIntake(store, run_id, config, check)
+    intake = await open_intake(learning)
     baselines = RunningBaselines()  # per user, in memory: a restart starts them again (leave-one-out first)
-    while not config.max_steps or progress.step < config.max_steps:
+    while not learning.config.max_steps or progress.step < learning.config.max_steps:
         waited = time.perf_counter()
         groups = await intake.next_groups({g.group_id for g in progress.pending}, stop)
         if groups is None:
             return "stopped"
-        started = time.perf_counter()
-        version = progress.version
-        advantages = None  # GRPO's, per group
-        if config.batch.advantage == "session":  # live sessions: a running baseline per user
-            rewards = [[r.reward for r in g.rollouts] for g in groups]
-            advantages = batch_session_advantages(rewards, [g.users for g in groups], baselines)
-        batch = build_batch(
-            groups, version, config.batch.max_staleness, config.batch.scale_by_std, check.temperature, advantages
+        metrics = await take_step(
+            learning, publisher, sink, progress, intake, baselines, groups, time.perf_counter() - waited
         )
-        if progress.changed:  # stepped since the last publish: the weights are no published version
-            batch = replace(batch, version=None)
-        lr = trainer.lr
-        per_call: dict[int, np.ndarray] = {}
-        result, too_long = await asyncio.to_thread(_lead_step, trainer, batch, config, per_call)
-        progress.step += 1
-        if batch.version is not None:  # per token, what the step's mismatch metrics sum up
-            await store.mismatch.save(run_id, call_records(per_call, progress.step, batch.version))
-            await sink.record_mismatch(batch.version)
-        progress.pending.extend(groups)
-        if progress.probe_ids is None and batch.samples:
-            progress.probe_ids = probe_ids_from(batch.samples[0].sample.input_ids)
-        progress.changed = progress.changed or bool(result.get("optimizer_stepped"))
-        if config.publishes_at(progress.step) and progress.changed:  # cut a new version
-            progress.version, progress.changed = progress.version + 1, False
-        if config.checkpoints_at(progress.step):
-            await _checkpoint(learning, progress)
-        step_s = time.perf_counter() - started
-        cut = progress.version > version
-        swap_s = await _publish(publisher, trainer, config, progress, cut) if publisher else None
-        times = StepTimes(step_s, started - waited, swap_s)
-        metrics = step_metrics(progress.step, version, lr, batch, too_long, result, times, intake.quarantined)
-        intake.quarantined = 0
-        metrics["mismatch_alarmed"] = is_alarming(metrics, config.loss.mismatch_alarm)  # the viewer's banner
-        await sink.record(progress.step, metrics)
-        logger.info("step %d: %s", progress.step, step_summary(metrics))
-        if (nothing := why_nothing_trained(metrics)) is not None:
-            logger.warning("step %d %s", progress.step, nothing)
-        if metrics["mismatch_alarmed"]:
-            logger.warning(MISMATCH_ALARM, progress.step, metrics["mismatch_mean_abs"], config.loss.mismatch_alarm)
         if on_step is not None:
             on_step(metrics)
         if stop.is_set():
             return "stopped"
     return "max_steps"
+
+
+async def open_intake(learning: Learning) -> GroupIntake:
+    """The run's ready groups, checked at its sampling temperature and the model's vocabulary."""
+    check = GroupCheck(
+        await _sampling_temperature(learning.store, learning.run_id, learning.config),
+        _vocab_size(learning.trainer.model),
+    )
+    return GroupIntake(learning.store, learning.run_id, learning.config, check)
+
+
+async def take_step(
+    learning: Learning,
+    publisher: Publisher | None,
+    sink: MetricsSink,
+    progress: Progress,
+    intake: GroupIntake,
+    baselines: RunningBaselines,
+    groups: list[ReadyGroup],
+    wait_s: float,
+) -> Metrics:
+    """One step on ``groups``: train, checkpoint and publish when due, record the metrics (returned)."""
+    config, store, run_id, trainer = learning.config, learning.store, learning.run_id, learning.trainer
+    started = time.perf_counter()
+    version = progress.version
+    advantages = None  # GRPO's, per group
+    if config.batch.advantage == "session":  # live sessions: a running baseline per user
+        rewards = [[r.reward for r in g.rollouts] for g in groups]
+        advantages = batch_session_advantages(rewards, [g.users for g in groups], baselines)
+    batch = build_batch(
+        groups, version, config.batch.max_staleness, config.batch.scale_by_std, intake.check.temperature, advantages
+    )
+    if progress.changed:  # stepped since the last publish: the weights are no published version
+        batch = replace(batch, version=None)
+    lr = trainer.lr
+    per_call: dict[int, np.ndarray] = {}
+    result, too_long = await asyncio.to_thread(_lead_step, trainer, batch, config, per_call)
+    progress.step += 1
+    if batch.version is not None:  # per token, what the step's mismatch metrics sum up
+        await store.mismatch.save(run_id, call_records(per_call, progress.step, batch.version))
+        await sink.record_mismatch(batch.version)
+    progress.pending.extend(groups)
+    if progress.probe_ids is None and batch.samples:
+        progress.probe_ids = probe_ids_from(batch.samples[0].sample.input_ids)
+    progress.changed = progress.changed or bool(result.get("optimizer_stepped"))
+    if config.publishes_at(progress.step) and progress.changed:  # cut a new version
+        progress.version, progress.changed = progress.version + 1, False
+    if config.checkpoints_at(progress.step):
+        await checkpoint(learning, progress)
+    step_s = time.perf_counter() - started
+    cut = progress.version > version
+    swap_s = await _publish(publisher, trainer, config, progress, cut) if publisher else None
+    times = StepTimes(step_s, wait_s, swap_s)
+    metrics = step_metrics(progress.step, version, lr, batch, too_long, result, times, intake.quarantined)
+    intake.quarantined = 0
+    metrics["mismatch_alarmed"] = is_alarming(metrics, config.loss.mismatch_alarm)  # the viewer's banner
+    await sink.record(progress.step, metrics)
+    logger.info("%sstep %d: %s", _label(learning), progress.step, step_summary(metrics))
+    if (nothing := why_nothing_trained(metrics)) is not None:
+        logger.warning("%sstep %d %s", _label(learning), progress.step, nothing)
+    if metrics["mismatch_alarmed"]:
+        logger.warning(
+            _label(learning) + MISMATCH_ALARM, progress.step, metrics["mismatch_mean_abs"], config.loss.mismatch_alarm
+        )
+    return metrics
+
+
+def _label(learning: Learning) -> str:
+    """Beside other policies, each log line names its run; alone, the lines stay as they were."""
+    return f"[{learning.run}] " if learning.trainer.adapter != "default" else ""
 
 
 def _lead_step(trainer: Trainer, batch, config: LearnerConfig, per_call: dict[int, np.ndarray]):
@@ -276,13 +269,18 @@ def _vocab_size(model) -> int | None:
     return getattr(embeddings, "num_embeddings", None)
 
 
-async def _resume(store: Store, run_id: int, config: LearnerConfig, trainer: Trainer) -> _Progress:
+async def resume(store: Store, run_id: int, config: LearnerConfig, trainer: Trainer) -> Progress:
     """Load the checkpoint the store last committed (if any); drop leftovers newer than it."""
     record = await store.training.latest_checkpoint(run_id)
-    step, progress = 0, _Progress(version=config.lora.init_version)  # a published warm start's version
+    step, progress = 0, Progress(version=config.lora.init_version)  # a published warm start's version
     if record is not None:
         state = await asyncio.to_thread(
-            load_checkpoint, Path(record.path), trainer.model, trainer.optimizer, trainer.scheduler
+            load_checkpoint,
+            Path(record.path),
+            trainer.model,
+            trainer.optimizer,
+            trainer.scheduler,
+            trainer.adapter,
         )
         if state.step != record.step:
             raise LearnerError(
@@ -290,7 +288,7 @@ async def _resume(store: Store, run_id: int, config: LearnerConfig, trainer: Tra
                 f"{record.step} there: two runs share this checkpoint dir; give each its own"
             )
         step = record.step
-        progress = _Progress(
+        progress = Progress(
             step=step, version=record.version, changed=bool(state.meta.get("changed")), resumed_from=record.path
         )
         logger.info("resumed run at step %d (version %d) from %s", step, record.version, record.path)
@@ -299,7 +297,7 @@ async def _resume(store: Store, run_id: int, config: LearnerConfig, trainer: Tra
     return progress
 
 
-async def _checkpoint(learning: _Learning, progress: _Progress) -> None:
+async def checkpoint(learning: Learning, progress: Progress) -> None:
     """Write the checkpoint, then commit it together with the groups it consumes."""
     config, trainer = learning.config, learning.trainer
     step, groups, version = progress.step, progress.pending, progress.version
@@ -335,7 +333,7 @@ async def _checkpoint(learning: _Learning, progress: _Progress) -> None:
 
 
 async def _publish(
-    publisher: Publisher, trainer: Trainer, config: LearnerConfig, progress: _Progress, cut: bool
+    publisher: Publisher, trainer: Trainer, config: LearnerConfig, progress: Progress, cut: bool
 ) -> float | None:
     """Publish the version this step cut (``cut``); a gateway that is down is retried next time."""
     if not (cut or progress.unpublished):
@@ -356,7 +354,7 @@ async def _publish(
     return published.swap_s
 
 
-async def _sync_published(publisher: Publisher, trainer: Trainer, config: LearnerConfig, progress: _Progress) -> None:
+async def sync_published(publisher: Publisher, trainer: Trainer, config: LearnerConfig, progress: Progress) -> None:
     """On start: publish the resumed version if the gateway lacks it (a crash between commit and
     publication); refuse a gateway that already serves a newer version than this learner holds."""
     step, want = progress.step, progress.version
@@ -373,7 +371,7 @@ async def _sync_published(publisher: Publisher, trainer: Trainer, config: Learne
         logger.info("published %s (committed before the last stop, not yet served)", published.name)
 
 
-def _install_signal_handlers(stop: asyncio.Event) -> Callable[[], None]:
+def install_signal_handlers(stop: asyncio.Event) -> Callable[[], None]:
     """SIGTERM/SIGINT set ``stop``; returns a function that restores the previous handlers."""
     if threading.current_thread() is not threading.main_thread():
         return lambda: None

@@ -32,6 +32,7 @@ import httpx
 from contracts.adapter_proof import adapter_digest
 from contracts.gateway_client import Backoff, GatewayUnreachable, send
 from learner.adapter_probe import adapter_probe, fallback_probe_ids
+from learner.adapters import save_adapter
 from learner.checkpoint import atomic_write_dir
 from store.policies import DEFAULT_POLICY, adapter_name
 
@@ -120,7 +121,7 @@ class Publisher:
         ``probe_ids`` (default: ``learner.adapter_probe.fallback_probe_ids``)."""
         name = adapter_name(self.policy, version)
         started = time.perf_counter()
-        path = atomic_write_dir(self.adapters_dir / name, lambda tmp: model.save_pretrained(tmp))
+        path = atomic_write_dir(self.adapters_dir / name, lambda tmp: save_adapter(model, tmp))
         digest = adapter_digest(path)
         probe = adapter_probe(model, probe_ids or fallback_probe_ids(model.config.vocab_size))
         save_s = time.perf_counter() - started

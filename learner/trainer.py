@@ -30,6 +30,8 @@ class Trainer:
     scheduler: torch.optim.lr_scheduler.LambdaLR
     # the KL term's reference when it is the warm start's adapter (learner.reference); None: the base model
     reference: ReferenceWeights | None = None
+    # the peft adapter this trainer steps: "default" alone; a policy's own name beside others (learner.adapters)
+    adapter: str = "default"
 
     @property
     def lr(self) -> float:
@@ -39,38 +41,55 @@ class Trainer:
 def build_trainer(config: LearnerConfig) -> Trainer:
     """Load the base model from ``model_dir`` and wrap it with a freshly initialised LoRA adapter, or the
     warm start's (``init_adapter``), whose weights are then also the KL term's reference (beta > 0)."""
-    from peft import LoraConfig, get_peft_model
-    from transformers import AutoModelForCausalLM
+    from peft import get_peft_model
 
-    return_freed_memory()  # long rows: freed per-layer blocks go back to the OS (learner.memory)
     torch.manual_seed(config.lora.seed)  # LoRA's A matrices are random: the same seed gives the same start
-    device = training_device(config)
-    # sdpa for plain forwards; the train step switches to packed attention (learner.forward.packed_mode)
-    base = AutoModelForCausalLM.from_pretrained(
-        config.model_dir, dtype=training_dtype(config, device), attn_implementation="sdpa"
-    ).to(device)
+    base = load_base(config)
     if config.lora.init_adapter:  # a warm start (harnessrl sft): its weights, trainable
         from peft import PeftModel
 
         model = PeftModel.from_pretrained(base, config.lora.init_adapter, is_trainable=True)
     else:
-        lora = LoraConfig(
-            r=config.lora.rank,
-            lora_alpha=config.lora.alpha,
-            lora_dropout=config.lora.dropout,
-            target_modules=list(config.lora.targets),
-            task_type="CAUSAL_LM",
-        )
-        model = get_peft_model(base, lora)
+        model = get_peft_model(base, lora_config(config))
     model.train()  # with lora_dropout 0 (the default) train and eval modes give the same logits
     broadcast_trainable(model)  # under torchrun every rank starts from rank 0's adapter
     # After a warm start the KL keeps the policy near the adapter it began from, not the base model it left
     reference = snapshot(model) if config.lora.init_adapter and config.loss.beta > 0 else None
-    params = [p for p in model.parameters() if p.requires_grad]
+    optimizer, scheduler = optimizer_for([p for p in model.parameters() if p.requires_grad], config)
+    return Trainer(model, optimizer, scheduler, reference)
+
+
+def load_base(config: LearnerConfig) -> Any:
+    """The base model from ``model_dir`` on the training device, in the training dtype (no LoRA yet)."""
+    from transformers import AutoModelForCausalLM
+
+    return_freed_memory()  # long rows: freed per-layer blocks go back to the OS (learner.memory)
+    device = training_device(config)
+    # sdpa for plain forwards; the train step switches to packed attention (learner.forward.packed_mode)
+    return AutoModelForCausalLM.from_pretrained(
+        config.model_dir, dtype=training_dtype(config, device), attn_implementation="sdpa"
+    ).to(device)
+
+
+def lora_config(config: LearnerConfig) -> Any:
+    """A fresh adapter's peft LoraConfig."""
+    from peft import LoraConfig
+
+    return LoraConfig(
+        r=config.lora.rank,
+        lora_alpha=config.lora.alpha,
+        lora_dropout=config.lora.dropout,
+        target_modules=list(config.lora.targets),
+        task_type="CAUSAL_LM",
+    )
+
+
+def optimizer_for(params: list[torch.nn.Parameter], config: LearnerConfig):
+    """AdamW over one adapter's weights and its LR schedule (``lr_factor``)."""
     adam = config.optimizer
     optimizer = torch.optim.AdamW(params, lr=adam.lr, betas=adam.adam_betas, weight_decay=adam.weight_decay)
     scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda k: lr_factor(config, k))
-    return Trainer(model, optimizer, scheduler, reference)
+    return optimizer, scheduler
 
 
 def training_device(config: LearnerConfig) -> torch.device:

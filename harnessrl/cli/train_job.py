@@ -35,7 +35,7 @@ def start_train(settings, run: str, database_url: str | None) -> None:
     from store.training import ConsumeConflict
 
     url = resolve_database_url(database_url)
-    _quiet_logs()
+    quiet_logs()
     try:
         result = _led(settings, run, url)
     except (PublishError, GatewayUnreachable, ConsumeConflict, LearnerError, ConfigError, FileNotFoundError) as exc:
@@ -68,7 +68,7 @@ def _led(settings, run: str, url: str):
                 evaluator.stop()
 
 
-def _quiet_logs() -> None:
+def quiet_logs() -> None:
     """The learner's INFO lines, and no progress bars: the per-step log lines are its display."""
     import logging
 

@@ -21,7 +21,14 @@ def quickstart(config: QuickstartConfig) -> None:
 
 
 def train(
-    run: Annotated[str, typer.Option(help="The run whose ready groups to train on")],
+    run: Annotated[
+        list[str] | None,
+        typer.Option(help="A run whose ready groups to train on; repeat it to train several in one learner"),
+    ] = None,
+    policy: Annotated[
+        list[str] | None,
+        typer.Option(help="Train the runs of this policy (repeatable), beside any --run, in one learner"),
+    ] = None,
     config: Annotated[
         Path | None,
         typer.Option(help="Learner settings (TOML); every key is optional, see --show-config for the defaults"),
@@ -42,14 +49,24 @@ def train(
         ),
     ] = None,
 ) -> None:
-    """Train a LoRA adapter on the run's ready groups, continuously, publishing each new version."""
+    """Train a LoRA adapter on the run's ready groups, continuously, publishing each new version; with
+    several runs or policies, one learner trains an adapter per policy over one copy of the base model."""
     from harnessrl.cli.train_job import show_settings, start_train, train_settings
 
-    settings = train_settings(run, config, max_steps, metrics_port, admin_key)
+    runs, policies = list(dict.fromkeys(run or [])), list(dict.fromkeys(policy or []))
+    if not runs and not policies:
+        raise fail("name what to train: --run RUN (repeatable) or --policy NAME (repeatable)")
+    settings = train_settings(runs[0] if runs else policies[0], config, max_steps, metrics_port, admin_key)
     if show_config:
         show_settings(settings)
         return
-    start_train(settings, run, database_url)
+    if len(runs) == 1 and not policies:  # one run: its own learner, as always
+        start_train(settings, runs[0], database_url)
+        return
+    from harnessrl.cli.train_policies import start_policies
+
+    overrides = {"max_steps": max_steps, "metrics_port": metrics_port, "admin_key": admin_key}
+    start_policies(runs, policies, config, overrides, database_url)
 
 
 def demo(

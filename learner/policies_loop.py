@@ -1,0 +1,207 @@
+"""One learner for every policy: the base model once, one named LoRA adapter per policy, steps in turn.
+
+The loop, each round:
+1. join the runs the source names now whose run exists (a policy added while it runs is picked up:
+   a run not made yet is waited for, as a lone learner waits for its run);
+2. ask each stepping policy whether a batch is ready (a count, nothing loaded);
+3. give the step to the next ready policy after the last one that stepped (learner.turns);
+4. that policy takes one step as a lone learner would (learner.loop.take_step on its slot): its
+   checkpoint commits with the groups it consumed under its own run, its version is published by its
+   own publisher, and only when its weights moved, so adapters that did not step are never published.
+
+A policy whose step or start raises (a sample the step cannot take, a publication the gateway refuses,
+a gateway serving a newer version of it) stops alone and says why; its groups since its last
+committed checkpoint stay ready for the next start. The others keep stepping.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections.abc import Awaitable, Callable, Sequence
+from pathlib import Path
+from typing import Any
+
+from learner.adapters import adapter_parameters
+from learner.config import LearnerConfig
+from learner.distributed import world
+from learner.loop import LearnerError, install_signal_handlers
+from learner.metrics import Metrics
+from learner.policy_slot import PolicySlot, PublisherFor, SlotResult, open_slot, policy_trainer
+from learner.publish import Publisher
+from learner.trainer import load_base
+from learner.turns import Turns
+from store.store import Store
+
+logger = logging.getLogger("learner")
+
+RunSource = Callable[[], Awaitable[Sequence[str]]]  # the runs to train now (re-read every round)
+ConfigFor = Callable[[str], LearnerConfig]  # a run's settings, its paths resolved (its own folders)
+
+
+def fixed_runs(runs: Sequence[str]) -> RunSource:
+    """A source naming the same runs throughout."""
+    names = tuple(runs)
+
+    async def source() -> Sequence[str]:
+        return names
+
+    return source
+
+
+class Policies:
+    """The slots of one learner process and the one model they share (mutable: slots join, step, fail)."""
+
+    def __init__(self, store: Store, configs: ConfigFor, publisher_for: PublisherFor | None):
+        self.store, self.configs, self.publisher_for = store, configs, publisher_for
+        self.slots: dict[str, PolicySlot] = {}
+        self.refused: dict[str, SlotResult] = {}  # runs whose slot could not open, with why
+        self.turns = Turns()
+        self.model: Any = None  # the PeftModel, once the first slot made it
+        self.base: tuple[str, str, str] | None = None  # (model_dir, dtype, device) every policy shares
+        self.waiting: set[str] = set()
+
+    def finished(self, run: str) -> bool:
+        return run in self.refused or (run in self.slots and self.slots[run].done)
+
+    def stepping(self) -> list[PolicySlot]:
+        return [slot for slot in self.slots.values() if not slot.done]
+
+    async def join(self, runs: Sequence[str]) -> None:
+        """Open a slot for each named run that exists and has none yet."""
+        for run in runs:
+            if run in self.slots or run in self.refused:
+                continue
+            run_id = await self.store.listings.run_id(run)
+            if run_id is None:
+                if run not in self.waiting:
+                    logger.warning("run %r does not exist yet; its policy joins at its first rollout", run)
+                    self.waiting.add(run)
+                continue
+            try:
+                self.slots[run] = await self._open(run, run_id)
+                self.turns.join(run)
+                logger.info("[%s] policy %r joined the learner", run, self.slots[run].policy)
+            except Exception as exc:  # noqa: BLE001 - one policy's start must not stop the others
+                self.refused[run] = SlotResult(run, "", 0, 0, "failed", _said(exc))
+                logger.error("[%s] cannot train this run beside the others: %s", run, _said(exc))
+
+    async def _open(self, run: str, run_id: int) -> PolicySlot:
+        config = self.configs(run)
+        self._check_base(config)
+        if self.model is None:
+            self.model = await asyncio.to_thread(load_base, config)
+        adapter = f"p{len(self.slots) + len(self.refused)}"
+        self.model, trainer = await asyncio.to_thread(policy_trainer, self.model, adapter, config)
+        publisher, own = self._publisher(run, config)
+        slot = await open_slot(self.store, run, run_id, config, trainer, publisher, own)
+        clash = next((s.run for s in self.slots.values() if s.policy == slot.policy), None)
+        if clash is not None:
+            await slot.close()
+            raise LearnerError(
+                f"run {run!r} trains policy {slot.policy!r}, which this learner already trains for run {clash!r}: "
+                f"a policy's versions have one learner; give the run a policy of its own (`harnessrl run --policy NAME`)"
+            )
+        return slot
+
+    def _check_base(self, config: LearnerConfig) -> None:
+        base = (config.model_dir, config.dtype, config.device)
+        if self.base is not None and base != self.base:
+            raise LearnerError(
+                f"its settings name the base model {base} but this learner holds {self.base}: every policy "
+                f"of one learner shares the base model; give them the same model_dir, dtype and device"
+            )
+        self.base = base
+
+    def _publisher(self, run: str, config: LearnerConfig) -> tuple[Publisher | None, bool]:
+        if not config.publish.enabled:
+            return None, False
+        if self.publisher_for is not None:
+            return self.publisher_for(run, config), False
+        p = config.publish
+        return Publisher(p.gateway_url, p.admin_key, Path(p.adapters_dir), p.retries, p.timeout_s), True
+
+    async def step(self, slot: PolicySlot) -> Metrics | None:
+        """One step of ``slot``; its failure stops it alone (None then, as when nothing was ready)."""
+        started = time.perf_counter()
+        try:
+            metrics = await slot.step(started - slot.learning_since)
+        except Exception as exc:  # noqa: BLE001 - isolation: the others keep stepping
+            slot.fail(_said(exc))
+            for p in adapter_parameters(self.model, slot.learning.trainer.adapter):
+                p.grad = None  # a step that raised may leave its gradients behind
+            return None
+        slot.learning_since = time.perf_counter()
+        return metrics
+
+    def results(self, reason: str) -> dict[str, SlotResult]:
+        return {**self.refused, **{run: slot.result(reason) for run, slot in self.slots.items()}}
+
+
+async def run_policies(
+    configs: ConfigFor,
+    store: Store,
+    runs: RunSource,
+    *,
+    publisher_for: PublisherFor | None = None,
+    stop: asyncio.Event | None = None,
+    on_step: Callable[[str, Metrics], None] | None = None,
+    poll_interval_s: float = 2.0,
+    handle_signals: bool = True,
+) -> dict[str, SlotResult]:
+    """Train every run ``runs`` names (one policy each) over one base model until each reaches its
+    max_steps or fails, or ``stop`` is set; each run's result. ``publisher_for`` overrides the publishers
+    built from the configs (tests pass recording ones)."""
+    if world()[1] > 1:
+        raise LearnerError(
+            "several policies train in one process for now: start the learner without torchrun, "
+            "or give each policy a learner of its own"
+        )
+    stop = stop or asyncio.Event()
+    restore = install_signal_handlers(stop) if handle_signals else (lambda: None)
+    policies = Policies(store, configs, publisher_for)
+    try:
+        reason = await _rounds(policies, runs, stop, on_step, poll_interval_s)
+        for slot in policies.slots.values():
+            await slot.finish()
+        return policies.results(reason)
+    finally:
+        restore()
+        for slot in policies.slots.values():
+            await slot.close()
+
+
+async def _rounds(
+    policies: Policies,
+    runs: RunSource,
+    stop: asyncio.Event,
+    on_step: Callable[[str, Metrics], None] | None,
+    poll_interval_s: float,
+) -> str:
+    while not stop.is_set():
+        names = list(await runs())
+        await policies.join(names)
+        if names and all(policies.finished(run) for run in names):
+            return "max_steps"
+        ready = {slot.run for slot in policies.stepping() if await slot.has_batch()}
+        pick = policies.turns.next(ready)
+        if pick is None:
+            await _sleep_or_stop(stop, poll_interval_s)
+            continue
+        slot = policies.slots[pick]
+        metrics = await policies.step(slot)
+        if metrics is not None and on_step is not None:
+            on_step(slot.run, metrics)
+    return "stopped"
+
+
+def _said(exc: Exception) -> str:
+    return str(exc) or type(exc).__name__
+
+
+async def _sleep_or_stop(stop: asyncio.Event, seconds: float) -> None:
+    try:
+        await asyncio.wait_for(stop.wait(), seconds)
+    except TimeoutError:
+        pass
