@@ -46,7 +46,7 @@ import docker.errors
 
 import docker
 from sandboxes.bridge import HostBridge
-from sandboxes.docker_daemon import OomKills, call, created, default_client, tar_of
+from sandboxes.docker_daemon import OomKills, call, created, default_client, save_archive, tar_of
 from sandboxes.execs import (
     clean_env_argv,
     exec_env,
@@ -69,6 +69,7 @@ from sandboxes.protocol import (
 )
 from sandboxes.route import Route
 from sandboxes.urls import gateway_target, inside_url
+from sandboxes.workspace_links import Link, refuse_inside
 
 RUN_DIR = "/run/harnessrl"
 SOCKET_DIR_INSIDE = f"{RUN_DIR}/gw"
@@ -289,19 +290,12 @@ class DockerSandbox:
             raise SandboxError(f"copy_workspace_to: {other.id} is not a docker sandbox (grade in the same backend)")
         await self._kill_execs()
         archive = self._dir / "workspace.tar"
-        found = await call(self._save_archive, self.workspace, archive)
+        found = await call(save_archive, self.api, self.container_id, self.workspace, archive)
         await other._replace_workspace(archive if found else None)
 
-    def _save_archive(self, path: str, into: Path) -> bool:
-        """The tar of path (named by its base name) into a host file; False when path is gone."""
-        try:
-            stream, _ = self.api.get_archive(self.container_id, path)
-            with into.open("wb") as file:
-                for chunk in stream:
-                    file.write(chunk)
-        except docker.errors.NotFound:
-            return False
-        return True
+    async def refuse_outside_links(self) -> list[Link]:
+        await self._kill_execs()
+        return await refuse_inside(self.workspace, lambda line: self._exec_quietly(["sh", "-c", line], "root", True))
 
     async def _replace_workspace(self, archive: Path | None) -> None:
         """The workspace emptied (the image's files there go too), then the archive unpacked over it."""
@@ -385,10 +379,14 @@ class DockerSandbox:
             await asyncio.sleep(0.05)
         raise SandboxError(f"sandbox {self.id}: the container's command did not start")
 
-    async def _exec_quietly(self, argv: list[str], user: str = "") -> bytes:
-        """Run a command of ours in the container (as its user, or `user`); its stdout."""
+    async def _exec_quietly(self, argv: list[str], user: str = "", check: bool = False) -> bytes:
+        """Run a command of ours in the container (as its user, or `user`); its output (and with `check`,
+        SandboxError when it fails)."""
         exec_id = (await call(self.api.exec_create, self.container_id, argv, user=user))["Id"]
-        return await call(self.api.exec_start, exec_id) or b""
+        output = await call(self.api.exec_start, exec_id) or b""
+        if check and (code := (await call(self.api.exec_inspect, exec_id))["ExitCode"]) != 0:
+            raise SandboxError(f"sandbox {self.id}: `{shlex.join(argv)[:200]}` failed ({code}): {output[-500:]!r}")
+        return output
 
     async def _expire(self) -> None:
         """Wall time is up: kill the container (every process in it), keep it for inspection."""

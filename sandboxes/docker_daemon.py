@@ -12,6 +12,7 @@ import tarfile
 import time
 from collections.abc import Callable, Mapping
 from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
 
 import docker.errors
 
@@ -62,6 +63,18 @@ def tar_of(files: Mapping[str, bytes], mode: int = 0o644) -> bytes:
             info.size, info.mode, info.mtime = len(data), mode, int(time.time())
             tar.addfile(info, io.BytesIO(data))
     return buffer.getvalue()
+
+
+def save_archive(api, container_id: str, path: str, into: Path) -> bool:
+    """The tar of a container's path (named by its base name) into a host file; False when path is gone."""
+    try:
+        stream, _ = api.get_archive(container_id, path)
+        with into.open("wb") as file:
+            for chunk in stream:
+                file.write(chunk)
+    except docker.errors.NotFound:
+        return False
+    return True
 
 
 class OomKills:

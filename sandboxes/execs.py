@@ -58,6 +58,13 @@ def finished_exec(
     return ExecResult(code, stdout, stderr, timed_out, duration_s, killed)
 
 
+def shell_exit_code(returncode: int | None) -> int:
+    """A process's exit status as a shell reports it: 128 + N for one killed by signal N."""
+    if returncode is None:
+        return -1
+    return 128 - returncode if returncode < 0 else returncode
+
+
 def exec_time_limit(timeout_s: float | None, deadline: float | None, expired: bool) -> tuple[float | None, str]:
     """The tighter of an exec's timeout and the sandbox's remaining wall time (``deadline`` on the
     monotonic clock), and which one it is: "timeout" or "wall_time"."""

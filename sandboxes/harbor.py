@@ -55,6 +55,7 @@ from sandboxes.protocol import (
     verifier_env,
     verifier_site,
 )
+from sandboxes.workspace_links import Link, refuse_inside
 
 MARK = "@@harnessrl-exec-9f2c@@"  # between the exec's parts in Harbor's merged output
 INLINE_FILE_BYTES = 48 * 1024  # a file this small goes inside its exec's command line (Linux: 128 KiB per argument)
@@ -237,6 +238,10 @@ class HarborSandbox:
         local.mkdir()
         await self._request("download_dir", source=self.workspace, target=str(local))
         await other._replace_workspace(local)
+
+    async def refuse_outside_links(self) -> list[Link]:
+        # The agent's processes stopped and the links listed in one round trip.
+        return await refuse_inside(self.workspace, self._run_quietly, first=self._kill_all())
 
     async def _replace_workspace(self, local: Path) -> None:
         if self.workspace == "/":

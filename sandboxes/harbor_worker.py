@@ -25,6 +25,7 @@ import inspect
 import json
 import logging
 import os
+import shutil
 import signal
 import sys
 import tempfile
@@ -155,9 +156,15 @@ class Worker:
         return {}
 
     async def stop(self) -> dict:
+        """The environment stopped and deleted, then its trial folder (also after a start that failed)."""
         environment, self.environment = self.environment, None
-        if environment is not None:
-            await environment.stop(delete=True)
+        trial_dir, self.trial_dir = self.trial_dir, None
+        try:
+            if environment is not None:
+                await environment.stop(delete=True)
+        finally:
+            if trial_dir is not None:
+                shutil.rmtree(trial_dir, ignore_errors=True)
         return {}
 
 

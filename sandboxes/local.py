@@ -22,7 +22,8 @@ writable dirs, which persist across execs.
 
 The verifier (`exec_verifier`) sees the same paths, but $HOME is bound to a new, empty host dir and
 its environment is `verifier_env` alone (with our sitecustomize.py); /usr, /etc and a root are read-only.
-`copy_workspace_to` copies the workspace host dir to another local sandbox's (links as links).
+`copy_workspace_to` copies the workspace host dir to another local sandbox's (links as links), where
+`refuse_outside_links` reads its links with lstat and readlink and judges them by the inside paths.
 
 Limits: `sandboxes.limits` (cgroup, else rlimit); timeouts and the wall time SIGKILL the whole
 process group (and every process left in the cgroup at wall time).
@@ -47,7 +48,7 @@ from urllib.parse import urlsplit
 
 from sandboxes import bwrap
 from sandboxes.bridge import HostBridge
-from sandboxes.execs import finished_exec, in_workspace, start_exec
+from sandboxes.execs import finished_exec, in_workspace, shell_exit_code, start_exec
 from sandboxes.host_tree import copy_tree, prepare_root, recreate, replace_tree, write_file
 from sandboxes.isolation import check_private_mounts, resolve_isolation
 from sandboxes.limits import ProcessLimits
@@ -63,6 +64,7 @@ from sandboxes.protocol import (
 )
 from sandboxes.route import Route
 from sandboxes.urls import gateway_target, inside_url
+from sandboxes.workspace_links import Link, refuse_host_links
 
 MAX_OUTPUT = 16 * 1024 * 1024  # bytes kept per stream; the rest is drained and dropped
 KILL_GRACE_S = 2.0  # after a kill, how long to wait for the pipes to close before giving up on them
@@ -180,6 +182,10 @@ class LocalSandbox:
         source, target = self.layout.binds[self.spec.workspace], other.layout.binds[other.spec.workspace]
         await asyncio.to_thread(replace_tree, source, target)
 
+    async def refuse_outside_links(self) -> list[Link]:
+        await asyncio.to_thread(self._stop_all)
+        return await asyncio.to_thread(refuse_host_links, self.layout.binds[self.spec.workspace], self.workspace)
+
     async def _run(
         self,
         command: str | list[str],
@@ -212,7 +218,7 @@ class LocalSandbox:
             stdout, stderr, timed_out = await _collect(proc, start.limit_s)
         finally:
             self._running.discard(proc)
-        code, oom = _exit_code(proc.returncode), self.limits.oom_kills() > oom_before
+        code, oom = shell_exit_code(proc.returncode), self.limits.oom_kills() > oom_before
         duration = time.monotonic() - started
         return finished_exec(start, code, stdout, stderr, timed_out, duration, oom, self._expired)
 
@@ -387,10 +393,3 @@ async def _drain(stream: asyncio.StreamReader, into: bytearray) -> None:
     while chunk := await stream.read(65536):
         if len(into) < MAX_OUTPUT:
             into += chunk[: MAX_OUTPUT - len(into)]
-
-
-def _exit_code(returncode: int | None) -> int:
-    """Shell convention: 128 + N for a process killed by signal N."""
-    if returncode is None:
-        return -1
-    return 128 - returncode if returncode < 0 else returncode

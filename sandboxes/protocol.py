@@ -15,9 +15,12 @@ import posixpath
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Literal, Protocol, runtime_checkable
+from typing import TYPE_CHECKING, Literal, Protocol, runtime_checkable
 
 from sandboxes.verifier_site import WORKSPACE_VARIABLE
+
+if TYPE_CHECKING:
+    from sandboxes.workspace_links import Link
 
 KilledReason = Literal["timeout", "wall_time", "oom"]
 
@@ -152,6 +155,11 @@ class Sandbox(Protocol):
     async def copy_workspace_to(self, other: Sandbox) -> None:
         """Stop every process in this sandbox, then make `other`'s workspace (a sandbox of the same
         backend) an exact copy of this one's: the agent's work, graded in a fresh sandbox."""
+
+    async def refuse_outside_links(self) -> list[Link]:
+        """Stop every process in this sandbox, then remove each symbolic link of the workspace whose
+        target, resolved in the sandbox's view, leaves the workspace (`sandboxes.workspace_links`):
+        the links removed. Nothing of the agent's may run from here to the verifier's end."""
 
     async def put_file(self, path: str, data: bytes, mode: int = 0o644) -> None:
         """Write a file, creating its parent directories."""

@@ -2,7 +2,10 @@
 
 Nothing the agent wrote counts: right before the tests are uploaded, every process it left running is
 stopped and ``/tests`` and ``/logs/verifier`` are made new and empty, so a planted ``reward.txt`` or a
-fake test file is gone. The reward then comes from where the task says:
+fake test file is gone; and every link in the workspace that leads out of it is removed
+(`Sandbox.refuse_outside_links`), so ``answer.txt -> /tests/expected.txt`` cannot hand the verifier its
+own files. The links removed are named in the verdict's detail (``refused_links``) and its log. The
+reward then comes from where the task says:
 - ``file`` (Harbor tasks, and JSONL tasks with ``"reward_file": true``): Harbor's contract (see
   `read_reward`): the key ``reward`` of ``/logs/verifier/reward.json`` (or the task's ``reward_key``),
   whose other numeric keys are metrics recorded beside it and never added to it; else the number in
@@ -17,13 +20,17 @@ status, the verifier's output with head and tail kept when long) is stored with 
 from __future__ import annotations
 
 import json
+import logging
 import math
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from harnesses.task import Task
 from sandboxes import Sandbox
+from sandboxes.workspace_links import Link
+
+logger = logging.getLogger(__name__)
 
 TESTS_DIR, VERIFIER_DIR = "/tests", "/logs/verifier"
 REWARD_TXT, REWARD_JSON = f"{VERIFIER_DIR}/reward.txt", f"{VERIFIER_DIR}/reward.json"
@@ -34,6 +41,7 @@ MAX_METRICS, MAX_METRIC_NAME = 64, 100  # further metrics, and longer names (byt
 # detail (gateway/api/protocol.py VERIFIER_DETAIL_BYTES, 64 KiB) beside its metrics and error.
 MAX_LOG_BYTES = 48 * 1024
 HEAD_SHARE = 0.25  # of a cut log, the head (setup, the first failure); the rest is the tail (the summary)
+MAX_REFUSED_BYTES = 2048  # of the refused links' names kept in the detail (bytes of JSON); all are counted
 
 
 class RewardFileError(ValueError):
@@ -47,6 +55,7 @@ class Verdict:
     output: str  # the verifier's stdout + stderr, whole or its head and tail (bounded_log)
     error: str | None = None
     metrics: Mapping[str, float] = field(default_factory=dict)  # reward.json's other numbers, never added
+    refused_links: tuple[Link, ...] = ()  # links out of the workspace, removed before the verifier ran
 
     @property
     def components(self) -> dict[str, float | None]:
@@ -56,27 +65,54 @@ class Verdict:
     def detail(self) -> dict[str, Any]:
         """What the rollout keeps of the verifier beside its reward (``reward_details["verifier"]``)."""
         detail = {"exit_code": self.exit_code, "metrics": dict(self.metrics), "log": self.output}
+        if self.refused_links:
+            detail["refused_links"] = refused_detail(self.refused_links)
         return detail | ({"error": self.error} if self.error else {})
 
 
 async def verify(sandbox: Sandbox, task: Task) -> Verdict:
     await sandbox.fresh_dirs(TESTS_DIR, VERIFIER_DIR)
+    # With the agent stopped and before /tests exists: a link may point at a file that is not there yet.
+    refused = tuple(await sandbox.refuse_outside_links())
+    if note := _refusal_note(refused):
+        logger.warning("task %s: %s", task.name, note.strip())
     for path, data in task.tests.items():
         await sandbox.put_file(f"{TESTS_DIR}/{path}", data, mode=0o755)
     # A fresh $HOME and only the task's environment: nothing the agent left can run inside the verifier.
     result = await sandbox.exec_verifier(task.verifier, timeout_s=task.verifier_timeout_s, env=task.verifier_env)
-    output = bounded_log(result.text())
+    output = bounded_log(note + result.text())
+    verdict = Verdict(None, result.exit_code, output, refused_links=refused)
     if result.timed_out:
-        return Verdict(None, result.exit_code, output, f"verifier timed out after {task.verifier_timeout_s:.0f} s")
+        return replace(verdict, error=f"verifier timed out after {task.verifier_timeout_s:.0f} s")
     passed = 1.0 if result.exit_code == 0 else 0.0
     if task.reward_source == "exit_code":
-        return Verdict(passed, result.exit_code, output)
+        return replace(verdict, reward=passed)
     try:
         written = await _text(sandbox, task, REWARD_JSON), await _text(sandbox, task, REWARD_TXT)
         reward, metrics = read_reward(task, *written)
     except RewardFileError as exc:
-        return Verdict(None, result.exit_code, output, str(exc))
-    return Verdict(passed if reward is None else reward, result.exit_code, output, metrics=metrics)
+        return replace(verdict, error=str(exc))
+    return replace(verdict, reward=passed if reward is None else reward, metrics=metrics)
+
+
+def _refusal_note(links: tuple[Link, ...]) -> str:
+    """The verifier's log's first line when links were removed, naming them (bounded_log keeps the head)."""
+    if not links:
+        return ""
+    named = ", ".join(repr(str(link)) for link in links[:8]) + (f" and {len(links) - 8} more" if len(links) > 8 else "")
+    return f"[harnessrl: {len(links)} links out of the workspace removed before the verifier ran: {named[:1000]}]\n"
+
+
+def refused_detail(links: tuple[Link, ...]) -> dict[str, Any]:
+    """The detail's ``refused_links``: how many, and the first of them (``path -> target``) within
+    MAX_REFUSED_BYTES of JSON."""
+    named: list[str] = []
+    for link in links:
+        text = str(link)[:200]
+        if _json_bytes(json.dumps([*named, text])) > MAX_REFUSED_BYTES:
+            break
+        named.append(text)
+    return {"count": len(links), "links": named}
 
 
 async def _text(sandbox: Sandbox, task: Task, path: str) -> str | None:

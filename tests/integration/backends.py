@@ -1,4 +1,5 @@
-"""The two isolated sandbox backends of the integration tests: a docker container and bubblewrap.
+"""The two isolated sandbox backends of the integration tests: a docker container and bubblewrap (and
+Harbor's podman environments, for tests that hold for every backend).
 
 CI starts the engine and builds the base image with docker/setup-daemon.sh before the tests; elsewhere
 the docker half skips, saying so (and the bubblewrap half without bubblewrap).
@@ -10,7 +11,8 @@ import shutil
 
 import pytest
 
-from sandboxes import SandboxSpec, create_sandbox
+from sandboxes import SandboxError, SandboxSpec, create_sandbox
+from sandboxes.harbor_process import harbor_python
 
 BASE_IMAGE = "debian:bookworm-slim"
 
@@ -42,8 +44,24 @@ BACKENDS = [
 ]
 
 
+def _harbor_skip_reason() -> str | None:
+    try:
+        harbor_python()
+    except SandboxError as exc:
+        return str(exc)
+    return None if shutil.which("podman") else "podman not installed: run tests/setup_machine.sh"
+
+
+# Harbor's podman environments, for tests that hold for every backend (podman copies docker's image).
+HARBOR_SKIP = DOCKER_SKIP or _harbor_skip_reason()
+HARBOR_PODMAN = pytest.param(
+    "harbor:podman", marks=pytest.mark.skipif(HARBOR_SKIP is not None, reason=HARBOR_SKIP or "")
+)
+
+
 def backend_spec(backend: str, **fields) -> SandboxSpec:
-    return SandboxSpec(image=BASE_IMAGE if backend == "docker" else None, **fields)
+    runs_images = backend == "docker" or backend.startswith("harbor:")
+    return SandboxSpec(image=BASE_IMAGE if runs_images else None, **fields)
 
 
 async def create_backend(backend: str, spec: SandboxSpec):

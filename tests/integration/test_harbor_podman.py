@@ -139,6 +139,13 @@ async def test_the_right_answer_earns_one_in_the_fresh_environment():
     assert verdict.reward == 1.0, verdict.output
 
 
+async def test_a_closed_harbor_sandbox_leaves_no_trial_folder(tmp_path, monkeypatch):
+    monkeypatch.setenv("TMPDIR", str(tmp_path))  # where the worker (a new process) makes its trial folder
+    async with await create_sandbox(KIND, SandboxSpec(image=IMAGE)):
+        assert list(tmp_path.glob("harnessrl-harbor-*")), "the worker made no trial folder under $TMPDIR"
+    assert list(tmp_path.glob("harnessrl-harbor-*")) == []
+
+
 @pytest.mark.parametrize("agent", ["pi", "qwen-code"])  # qwen-code: one of Harbor's installed agents, as a harness
 async def test_an_agent_solves_a_harbor_task_from_its_dockerfile_reaching_the_gateway_only_at_its_public_url(
     agent, public_gateway, engine, network

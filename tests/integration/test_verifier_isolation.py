@@ -1,5 +1,9 @@
 """The verifier is out of the agent's reach, in bubblewrap and docker sandboxes.
 
+A link the agent leaves in its working directory to the verifier's expected file under /tests (absolute,
+relative, through a chain or a linked folder) is removed before grading and earns nothing, and a link
+inside the working directory still works: in Harbor's podman environments too.
+
 A wrong solution plus code planted for the verifier to load (a user-site usercustomize.py or .pth, a
 login profile setting BASH_ENV or LD_PRELOAD, a replaced python3 or /etc/ld.so.preload where the agent
 is root, a module of the working directory named like one of the standard library's or pytest's, or
@@ -19,16 +23,20 @@ import pytest
 from harnesses.environments import Environments
 from harnesses.grading.grade import grade
 from harnesses.task import load_harbor
-from tests.integration.backends import BACKENDS, DOCKER_SKIP, backend_spec, create_backend
+from tests.integration.backends import BACKENDS, DOCKER_SKIP, HARBOR_PODMAN, backend_spec, create_backend
 from tests.integration.verifier_attacks import (
     ATTACKS,
+    HONEST_LINK,
+    LINK_ATTACKS,
     OWN_MODULE_VERIFIERS,
     PYTEST_ATTACKS,
     RIGHT_CALC,
     WRONG_CALC,
     attacked_verdict,
     calc_task,
+    compare_task,
     graded,
+    linked_verdict,
     own_library,
     pytest_verdict,
     sandbox_kind,
@@ -36,6 +44,7 @@ from tests.integration.verifier_attacks import (
 )
 
 GRADE_IN = ["fresh_sandbox", "agent_sandbox"]
+LINK_BACKENDS = [*BACKENDS, HARBOR_PODMAN]
 
 
 @pytest.fixture(scope="module")
@@ -53,6 +62,26 @@ async def test_code_planted_for_the_verifier_does_not_run_in_it(backend, attack,
     task = wrong_answer_task(verifier, grade_in)
     verdict = await attacked_verdict(backend, backend_spec(backend, files=task.files), task, plant, library)
     assert (verdict.reward, verdict.exit_code) == (0.0, 1), verdict.output
+
+
+@pytest.mark.parametrize("grade_in", GRADE_IN)
+@pytest.mark.parametrize("attack", list(LINK_ATTACKS))
+@pytest.mark.parametrize("backend", LINK_BACKENDS)
+async def test_a_link_to_the_verifiers_expected_file_earns_nothing(backend, attack, grade_in):
+    plant, verifier = LINK_ATTACKS[attack]
+    task = compare_task(verifier, grade_in)
+    verdict = await linked_verdict(backend, backend_spec(backend, files=task.files), task, plant)
+    assert (verdict.reward, verdict.error) == (0.0, None), verdict.output
+    assert "answer.txt" in {link.path for link in verdict.refused_links}, verdict.refused_links
+    assert verdict.detail()["refused_links"]["count"] == len(verdict.refused_links)
+
+
+@pytest.mark.parametrize("grade_in", GRADE_IN)
+@pytest.mark.parametrize("backend", LINK_BACKENDS)
+async def test_a_link_inside_the_workspace_still_scores_one(backend, grade_in):
+    task = compare_task("cmp -s answer.txt /tests/expected.txt && test -L answer.txt", grade_in)
+    verdict = await linked_verdict(backend, backend_spec(backend, files=task.files), task, HONEST_LINK)
+    assert (verdict.reward, verdict.error, verdict.refused_links) == (1.0, None, ()), verdict.output
 
 
 ENV_PROBE = (
@@ -113,7 +142,7 @@ async def test_a_fresh_sandbox_grades_an_exact_copy_of_the_agents_work(backend):
     task = wrong_answer_task("test ! -e gone.txt && test -L link && python3 /tests/check.py", "fresh_sandbox")
     spec = backend_spec(backend, files={**task.files, "gone.txt": b"x"})
     async with await create_backend(backend, spec) as agent:
-        done = await agent.exec("echo 42 > answer.txt && rm gone.txt && ln -s /etc/passwd link", timeout_s=60)
+        done = await agent.exec("echo 42 > answer.txt && rm gone.txt && ln -s answer.txt link", timeout_s=60)
         assert done.ok, done.text()
         verdict = await graded(backend, agent, task)
     assert (verdict.reward, verdict.error) == (1.0, None), verdict.output

@@ -17,7 +17,7 @@ from harnesses.environments import Environments
 from harnesses.grading.grade import grade
 from harnesses.grading.verify import Verdict
 from harnesses.task import Task, load_harbor
-from sandboxes import Sandbox, SandboxSpec
+from sandboxes import Sandbox, SandboxSpec, create_sandbox
 from tests.integration.backends import backend_spec, create_backend
 
 CHECK_PY = b"import sys\nsys.exit(0 if open('answer.txt').read().strip() == '42' else 1)\n"
@@ -111,6 +111,44 @@ async def attacked_verdict(backend: str, spec: SandboxSpec, task: Task, plant: s
             await agent.put_file("own.so", library)
         wrote = await agent.exec(f"echo 41 > answer.txt && {plant}", timeout_s=60)
         assert wrote.ok, wrote.text()
+        return await graded(backend, agent, task)
+
+
+# A verifier comparing the answer to its expected file under /tests, Terminal-Bench's common shape: a link
+# the agent leaves there (the tests are not there yet) would hand the verifier its own file.
+CMP_VERIFIER = "cmp -s answer.txt /tests/expected.txt"
+PYTHON_CMP = "python3 -c \"import sys; sys.exit(open('answer.txt').read() != open('/tests/expected.txt').read())\""
+NO_ANSWER = "rm -f answer.txt && "
+LINK_ATTACKS = {  # name -> (what the agent runs instead of answering, the verifier it fools)
+    "absolute": (f"{NO_ANSWER}ln -s /tests/expected.txt answer.txt", CMP_VERIFIER),
+    "absolute, python": (f"{NO_ANSWER}ln -s /tests/expected.txt answer.txt", PYTHON_CMP),
+    "relative": (f"{NO_ANSWER}ln -s ../tests/expected.txt answer.txt", CMP_VERIFIER),  # the workspace is /workspace
+    "chain": (f"{NO_ANSWER}ln -s /tests/expected.txt .hop && ln -s .hop answer.txt", CMP_VERIFIER),
+    "chain through /tmp": (f"{NO_ANSWER}ln -s /tests/expected.txt /tmp/hop && ln -s /tmp/hop answer.txt", CMP_VERIFIER),
+    "folder": (f"{NO_ANSWER}ln -s /tests t && ln -s t/expected.txt answer.txt", CMP_VERIFIER),
+}
+HONEST_LINK = f"{NO_ANSWER}mkdir -p out && echo 42 > out/answer.txt && ln -s out/answer.txt answer.txt"
+
+
+def compare_task(verifier: str, grade_in: str) -> Task:
+    return Task(
+        name="compare-42",
+        instruction="Write 42 into answer.txt.",
+        files={"answer.txt": b"0\n"},
+        tests={"expected.txt": b"42\n"},
+        verifier=verifier,
+        reward_source="exit_code",
+        grade_in=grade_in,
+    )
+
+
+async def linked_verdict(backend: str, spec: SandboxSpec, task: Task, plant: str) -> Verdict:
+    """What the agent leaves in its workspace (links), then the verifier's verdict (any backend here,
+    harbor:<type> too)."""
+    kind, options = sandbox_kind(backend)
+    async with await create_sandbox(kind, spec, **options) as agent:
+        done = await agent.exec(plant, timeout_s=60)
+        assert done.ok, done.text()
         return await graded(backend, agent, task)
 
 

@@ -1,5 +1,5 @@
 """Our end of the Harbor boundary without Harbor: the exec output's decoding, preflight messages, where
-Harbor's Python is, and the JSON-lines requests against a stand-in worker."""
+Harbor's Python is, the JSON-lines requests against a stand-in worker, and the worker's clean-up."""
 
 from __future__ import annotations
 
@@ -13,6 +13,7 @@ import pytest
 from sandboxes import SandboxError
 from sandboxes.harbor import KILL_ALL, MARK, decoded_exec
 from sandboxes.harbor_process import PYTHON_VARIABLE, HarborFailed, HarborProcess, harbor_python, preflight_message
+from sandboxes.harbor_worker import Worker
 
 GUARD_S = 60  # only against a hang: every answer here comes in well under a second
 
@@ -236,3 +237,26 @@ async def test_a_worker_whose_output_closed_before_it_exited_fails_every_request
     finally:
         until.write_text("go")
         await asyncio.wait_for(worker.close(), GUARD_S)
+
+
+class StoppedEnvironment:
+    """Stands in for a Harbor environment: what its stop was asked."""
+
+    def __init__(self) -> None:
+        self.stops: list[bool] = []
+
+    async def stop(self, delete: bool) -> None:
+        self.stops.append(delete)
+
+
+@pytest.mark.parametrize("started", [True, False], ids=["started", "start failed"])
+async def test_the_worker_removes_its_trial_folder_when_it_stops(tmp_path, started):
+    worker = Worker(answers=None)
+    worker.trial_dir = tmp_path / "harnessrl-harbor-x"
+    (worker.trial_dir / "environment").mkdir(parents=True)
+    environment = StoppedEnvironment() if started else None
+    worker.environment = environment
+    await worker.stop()
+    assert not (tmp_path / "harnessrl-harbor-x").exists()
+    assert environment is None or environment.stops == [True]
+    await worker.stop()  # serve's own stop at exit, after the caller's: nothing left to do

@@ -155,6 +155,31 @@ async def test_the_verifiers_metrics_and_whole_log_are_kept_with_the_rollout_not
 
 
 @needs_bwrap
+async def test_a_link_out_of_the_workspace_is_removed_and_named_in_the_stored_rollout(live_gateway, fake_engine):
+    """The agent answers with a link to the verifier's expected file: it earns nothing, and the rollout
+    the API serves names the link that was removed."""
+    fake_engine.script = solving_script([task := linking_task()])
+    client = GatewayClient(live_gateway.url, TEST_ADMIN_KEY)
+    [result] = await Runner(plan([task], group_size=1), client).run()
+    view = await client.rollout(result.rollout_id)
+    await client.close()
+    assert (result.status, view["reward"]) == ("finished", 0.0), result.error
+    refused = view["reward_details"]["verifier"]["refused_links"]
+    assert refused == {"count": 1, "links": ["answer.txt -> /tests/expected.txt"]}
+
+
+def linking_task() -> Task:
+    return Task(
+        name="linking",
+        instruction="Write the expected answer into answer.txt.",
+        tests={"expected.txt": b"42\n"},
+        verifier="cmp -s answer.txt /tests/expected.txt",
+        reward_source="exit_code",
+        solution="ln -s /tests/expected.txt answer.txt",
+    )
+
+
+@needs_bwrap
 async def test_a_rollout_whose_agent_never_got_an_answer_fails_with_the_cause_and_is_not_scored(
     live_gateway, fake_engine
 ):
