@@ -51,7 +51,7 @@ def create_app(
 
     @asynccontextmanager
     async def lifespan(app: FastAPI):
-        store = Store.from_url(settings.database_url)
+        store = Store.from_url(settings.database_url, rollout_budget=settings.rollout_max_stored_bytes or None)
         writer = CallWriter(store)
         writer.start()
         clients = given or [VLLMEngineClient(url, timeout_s=settings.engine_timeout_s) for url in settings.engines()]

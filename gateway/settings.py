@@ -52,6 +52,9 @@ class GatewaySettings:
     # past it a call that would open one is a 429 with Retry-After. 0: no bound
     live_sessions_per_minute: float = 60.0
     live_session_burst: int = 20
+    # bytes one rollout's recorded calls may take in the store together (store.stored_bytes: requests as stored,
+    # responses, token arrays); past it a call is a 413 in its dialect, what was recorded stays. 0: no bound
+    rollout_max_stored_bytes: int = 256 * 1024 * 1024
     # seconds between looks at the store for versions other gateways published (gateway.policy.follower); 0: never
     follow_interval_s: float = 0.5
     # Who writes the engine's answers (store.records.CALL_SOURCES): "policy" for vLLM; a teacher
@@ -69,6 +72,9 @@ class GatewaySettings:
     # (gateway.boundary.connection_guard; per connection: a head names no token before it is in; HEADER_TIMEOUT_S)
     header_timeout_s: float = 30.0
     token_max_connections: int = 64  # connections one rollout token holds open at once; past it a 429 (MAX_CONNECTIONS)
+    # bytes of a request's line and headers, counted as they arrive; past it a 431 and the connection closes
+    # (gateway.boundary.connection_guard; the parser never sees the rest, so a huge head stalls no one)
+    max_head_bytes: int = 64 * 1024
     # OTLP/HTTP traces endpoint (e.g. http://127.0.0.1:6006/v1/traces): each ended rollout exported as a
     # trace (gateway.recording.trace_export); None: no export
     otlp_endpoint: str | None = None
@@ -83,7 +89,11 @@ class GatewaySettings:
             )
         if self.public_url is not None:
             check_public_url(self.public_url)
-        for name in ("token_max_in_flight", "token_max_connections"):
+        if self.rollout_max_stored_bytes < 0:
+            raise ValueError(
+                f"rollout_max_stored_bytes must be 0 (no bound) or more, got {self.rollout_max_stored_bytes}"
+            )
+        for name in ("token_max_in_flight", "token_max_connections", "max_head_bytes"):
             if getattr(self, name) < 1:
                 raise ValueError(f"{name} must be at least 1, got {getattr(self, name)}")
         for name in ("body_read_timeout_s", "body_timeout_s", "keep_alive_timeout_s", "header_timeout_s"):

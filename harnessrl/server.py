@@ -43,9 +43,7 @@ def uvicorn_server(settings: GatewaySettings, host: str, port: int, log_level: s
         log_level=log_level,
         access_log=False,
         loop="uvloop",
-        http=guarded(
-            settings.header_timeout_s, settings.token_max_connections
-        ),  # httptools: heads timed, connections counted
+        http=guarded(settings),  # httptools: heads timed and sized, early answers closed, connections counted
         timeout_graceful_shutdown=10,
         proxy_headers=False,  # no client address is read: X-Forwarded-* is neither trusted nor parsed per request
         # agents pause between calls: longer than clients' own pool expiry (httpx 5 s, undici 4 s), so they close
@@ -111,5 +109,4 @@ class BackgroundGateway(BackgroundServer):
     """The gateway in a thread (the demo, tests)."""
 
     def __init__(self, settings: GatewaySettings, host: str = "127.0.0.1", port: int | None = None):
-        protocol = guarded(settings.header_timeout_s, settings.token_max_connections)
-        super().__init__(create_app(settings), host, port, protocol, settings.keep_alive_timeout_s)
+        super().__init__(create_app(settings), host, port, guarded(settings), settings.keep_alive_timeout_s)

@@ -11,6 +11,7 @@ from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
 from store import prompt_delta, request_delta
 from store.arrays import IDS, ids_array, logprobs_array, pack_ids, pack_logprobs, unpack_ids
+from store.json_text import EncodedJSON
 from store.listings import is_main_call, stored_call
 from store.records import CallRecord, GraphNode, StoredCall
 from store.samples import Ancestor, CallNode, SampledMarks, prompt_marks
@@ -173,7 +174,8 @@ class CallReads:
 
 
 def call_row(record: CallRecord, request: dict) -> dict:
-    """The row of table ``calls`` a record is stored as (``request``: as stored, maybe a delta)."""
+    """The row of table ``calls`` a record is stored as (``request``: as stored, maybe a delta); its JSON
+    bodies encoded here, once, so their size counts against the rollout's budget (``store.stored_bytes``)."""
     return {
         "rollout_id": record.rollout_id,
         "dialect": record.dialect,
@@ -189,8 +191,8 @@ def call_row(record: CallRecord, request: dict) -> dict:
         "num_prompt_tokens": len(record.prompt_ids),
         "num_output_tokens": len(record.output_ids),
         "finish_reason": record.finish_reason,
-        "request": request,
-        "response": record.response,
+        "request": EncodedJSON(request),
+        "response": EncodedJSON(record.response),
         "tags": list(record.tags),
         "parent_id": record.parent_id,
         "fork_of": record.fork_of,

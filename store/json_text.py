@@ -18,8 +18,21 @@ def json_bytes(value) -> bytes:
         return json.dumps(value, default=_as_list).encode()
 
 
+class EncodedJSON:
+    """A value encoded ahead of its insert, so its size is known (``store.stored_bytes``) without encoding
+    it twice: ``json_text`` writes its text as it is."""
+
+    __slots__ = ("text", "size")
+
+    def __init__(self, value):
+        encoded = json_bytes(value)
+        self.text, self.size = encoded.decode(), len(encoded)
+
+
 def json_text(value) -> str:
     """A JSON column's text (SQLAlchemy's ``json_serializer``)."""
+    if type(value) is EncodedJSON:
+        return value.text
     return json_bytes(value).decode()
 
 

@@ -55,6 +55,7 @@ from store.rollout_status import RolloutStatuses
 from store.run_settings import ADHOC_RUN, settled_config
 from store.scrub import PERSONAL_TABLES, scrub
 from store.sqlite_inserts import SQLiteInserts
+from store.stored_bytes import StoredBytes, stored_size
 from store.summary import Summaries
 from store.tables import Call, Group, Rollout, Run, Task
 from store.traces import Traces
@@ -66,10 +67,17 @@ TOKEN_PREFIX = "hrl-"  # lets the gateway tell its tokens from placeholder API k
 
 
 class Store:
-    def __init__(self, engine: AsyncEngine, bind: AsyncConnection | None = None, inserts: SQLiteInserts | None = None):
+    def __init__(
+        self,
+        engine: AsyncEngine,
+        bind: AsyncConnection | None = None,
+        inserts: SQLiteInserts | None = None,
+        rollout_budget: int | None = None,
+    ):
         """``bind`` runs every session inside one outer connection (tests roll it back);
         ``inserts`` takes the call inserts off aiosqlite (SQLite files, see ``sqlite_inserts``); with it, a
-        rollout's status is read on the caller's thread too (``rollout_status``)."""
+        rollout's status is read on the caller's thread too (``rollout_status``); ``rollout_budget``: the
+        bytes one rollout's calls may take (``stored_bytes``; None: no bound)."""
         self.engine = engine
         self._bind = bind
         self._inserts = inserts
@@ -85,6 +93,7 @@ class Store:
         # Rollouts created here with no call recorded yet: their first call reads nothing back.
         self._without_calls: set[int] = set()
         self.calls = CallReads(self.sessions, self._without_calls)
+        self.stored_bytes = StoredBytes(self.sessions, self._without_calls, rollout_budget)
         self.adapters = Adapters(self.sessions, core, self._inline)
         self.policies = Policies(self.sessions)
         self.leases = Leases(self.sessions)
@@ -100,8 +109,9 @@ class Store:
         self._recent_requests = RecentRequests()  # delta bases for the next calls' requests
 
     @classmethod
-    def from_url(cls, url: str) -> Store:
-        return cls(create_engine(url), inserts=SQLiteInserts(url) if SQLiteInserts.applies_to(url) else None)
+    def from_url(cls, url: str, rollout_budget: int | None = None) -> Store:
+        inserts = SQLiteInserts(url) if SQLiteInserts.applies_to(url) else None
+        return cls(create_engine(url), inserts=inserts, rollout_budget=rollout_budget)
 
     async def scrub(self) -> None:
         """After a redaction or a deletion: the old rows gone from the database's files too (``store.scrub``)."""
@@ -217,6 +227,7 @@ class Store:
             self._adhoc = await self.create_rollout(
                 ADHOC_RUN, "adhoc", group=f"gateway-{started}-{secrets.token_hex(3)}"
             )
+            self.stored_bytes.unbounded.add(self._adhoc.rollout_id)  # every untokened caller's: no budget
         return self._adhoc
 
     # --- calls ------------------------------------------------------------------------------
@@ -226,12 +237,18 @@ class Store:
         ``inline``: on SQLite, try the commit on the calling thread first (``SQLiteInserts.insert``).
 
         A call's request is stored as a delta against its parent's when the parent's is at hand
-        (``request_delta``): the agent resends its history, the store keeps what is new."""
+        (``request_delta``): the agent resends its history, the store keeps what is new. OverBudget (nothing
+        inserted) when some would take their rollout past its byte budget (``stored_bytes``)."""
         rows = [call_row(record, self._stored_request(record)) for record in records]
+        sizes = [stored_size(row) for row in rows]
+        await self.stored_bytes.take(records, sizes)
         try:
             ids = await self._insert_rows(rows, inline)
-        except (IntegrityError, sqlite3.IntegrityError):  # a rollout deleted while its call ran, or a real fault
-            deleted = await self._deleted({record.rollout_id for record in records})
+        except Exception as exc:  # not inserted: uncounted (a cancelled insert may still commit: counted)
+            self.stored_bytes.give_back([(record.rollout_id, size) for record, size in zip(records, sizes)])
+            if not isinstance(exc, (IntegrityError, sqlite3.IntegrityError)):
+                raise
+            deleted = await self._deleted({record.rollout_id for record in records})  # deleted while it ran?
             if deleted:
                 raise RolloutsDeleted(deleted) from None
             raise

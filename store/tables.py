@@ -19,6 +19,7 @@ from sqlalchemy import (
     LargeBinary,
     String,
     Text,
+    TypeDecorator,
     UniqueConstraint,
 )
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
@@ -31,6 +32,19 @@ def utcnow() -> datetime:
     return datetime.now(UTC)
 
 
+class UTCDateTime(TypeDecorator):
+    """A moment, written in UTC and read back in UTC with its offset on every database: SQLite keeps no zone
+    (its values would read naive, and print with no offset in the API's JSON, exports and traces)."""
+
+    impl = DateTime(timezone=True)
+    cache_ok = True
+
+    def process_result_value(self, value: datetime | None, dialect) -> datetime | None:
+        if value is None:
+            return None
+        return value.replace(tzinfo=UTC) if value.tzinfo is None else value.astimezone(UTC)
+
+
 class Base(DeclarativeBase):
     pass
 
@@ -41,7 +55,7 @@ class Run(Base):
     id: Mapped[int] = mapped_column(Id, primary_key=True)
     name: Mapped[str] = mapped_column(String(200), unique=True)
     config: Mapped[dict] = mapped_column(JSON, default=dict)
-    created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utcnow)
+    created_at: Mapped[datetime] = mapped_column(UTCDateTime(), default=utcnow)
 
 
 class Task(Base):
@@ -52,7 +66,7 @@ class Task(Base):
     run_id: Mapped[int] = mapped_column(ForeignKey("runs.id"), index=True)
     name: Mapped[str] = mapped_column(String(400))
     spec: Mapped[dict] = mapped_column(JSON, default=dict)
-    created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utcnow)
+    created_at: Mapped[datetime] = mapped_column(UTCDateTime(), default=utcnow)
 
 
 class Group(Base):
@@ -68,8 +82,8 @@ class Group(Base):
     status: Mapped[str] = mapped_column(String(20), default="open", index=True)
     error: Mapped[str | None] = mapped_column(Text, nullable=True)  # why it was quarantined
     size: Mapped[int | None] = mapped_column(Integer, nullable=True)  # G; None: no readiness tracking
-    ready_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True), nullable=True, index=True)
-    created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utcnow)
+    ready_at: Mapped[datetime | None] = mapped_column(UTCDateTime(), nullable=True, index=True)
+    created_at: Mapped[datetime] = mapped_column(UTCDateTime(), default=utcnow)
 
 
 class Rollout(Base):
@@ -100,8 +114,8 @@ class Rollout(Base):
     pinned_version: Mapped[int | None] = mapped_column(Integer, nullable=True)
     # The policy serving its calls (store.policies): its run's, or the one its pin names; never the agent's choice.
     policy: Mapped[str] = mapped_column(String(64), default="policy", server_default="policy")
-    created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utcnow)
-    finished_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True), nullable=True)
+    created_at: Mapped[datetime] = mapped_column(UTCDateTime(), default=utcnow)
+    finished_at: Mapped[datetime | None] = mapped_column(UTCDateTime(), nullable=True)
     # Kept when it ends: seconds its calls spent in the engine (the gateway's clock forgets them then),
     # the agent's exit status and the tail of its own output (the runner's; null where none ran).
     engine_s: Mapped[float | None] = mapped_column(Float, nullable=True)
@@ -156,7 +170,7 @@ class Call(Base):
     # the digest of the adapter that served the call (adapters.digest of its version); null for the
     # base model, a version published without one, or before revision 0014
     adapter_digest: Mapped[str | None] = mapped_column(String(64), nullable=True)
-    created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utcnow)
+    created_at: Mapped[datetime] = mapped_column(UTCDateTime(), default=utcnow)
 
 
 class RolloutLease(Base):
@@ -179,7 +193,7 @@ class RolloutLease(Base):
     expires_at: Mapped[float] = mapped_column(Float, default=0.0)  # seconds since the epoch, the gateway's clock
     attempts: Mapped[int] = mapped_column(Integer, default=0)  # claims so far (1 + times it was taken over)
     rollout_id: Mapped[int | None] = mapped_column(Id, nullable=True)
-    updated_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utcnow, onupdate=utcnow)
+    updated_at: Mapped[datetime] = mapped_column(UTCDateTime(), default=utcnow, onupdate=utcnow)
 
 
 class Adapter(Base):
@@ -200,7 +214,7 @@ class Adapter(Base):
     digest: Mapped[str | None] = mapped_column(String(64), nullable=True)
     probe: Mapped[dict | None] = mapped_column(JSON, nullable=True)
     proof: Mapped[list | None] = mapped_column(JSON, nullable=True)
-    created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utcnow)
+    created_at: Mapped[datetime] = mapped_column(UTCDateTime(), default=utcnow)
 
 
 class LearnerCheckpoint(Base):
@@ -221,9 +235,9 @@ class LearnerCheckpoint(Base):
     path: Mapped[str] = mapped_column(Text)  # the checkpoint folder
     group_ids: Mapped[list] = mapped_column(JSON)  # groups consumed since the previous checkpoint
     # Consumed position: the last group covered, in (ready_at, id) order (for reports and checks).
-    last_ready_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True), nullable=True)
+    last_ready_at: Mapped[datetime | None] = mapped_column(UTCDateTime(), nullable=True)
     last_group_id: Mapped[int | None] = mapped_column(Id, nullable=True)
-    created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utcnow)
+    created_at: Mapped[datetime] = mapped_column(UTCDateTime(), default=utcnow)
 
 
 class CallMismatch(Base):
@@ -244,7 +258,7 @@ class CallMismatch(Base):
     frac_over: Mapped[float | None] = mapped_column(Float, nullable=True)  # share with |Δ| > 0.1 nats
     # float16 LE, one per output token: learner - sampler log-prob, NaN where not compared
     deltas: Mapped[bytes] = mapped_column(LargeBinary)
-    created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utcnow)
+    created_at: Mapped[datetime] = mapped_column(UTCDateTime(), default=utcnow)
 
 
 class LearnerStep(Base):
@@ -257,7 +271,7 @@ class LearnerStep(Base):
     run_id: Mapped[int] = mapped_column(ForeignKey("runs.id"), index=True)
     step: Mapped[int] = mapped_column(Integer)
     metrics: Mapped[dict] = mapped_column(JSON)
-    created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utcnow)
+    created_at: Mapped[datetime] = mapped_column(UTCDateTime(), default=utcnow)
 
 
 class LiveKey(Base):
@@ -277,5 +291,5 @@ class LiveKey(Base):
     session_rollout_id: Mapped[int | None] = mapped_column(Id, nullable=True)
     session_name: Mapped[str | None] = mapped_column(String(200), nullable=True)
     last_call_at: Mapped[float | None] = mapped_column(Float, nullable=True)
-    created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utcnow)
-    revoked_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True), nullable=True)
+    created_at: Mapped[datetime] = mapped_column(UTCDateTime(), default=utcnow)
+    revoked_at: Mapped[datetime | None] = mapped_column(UTCDateTime(), nullable=True)

@@ -11,7 +11,8 @@ store can (``Store.insert_calls``), never waiting there for a lock.
 A commit that fails (disk full, the database locked by another process) is remembered in
 ``write_failure`` until one succeeds again: ``/health`` reports the gateway degraded meanwhile. A call
 whose rollout was deleted while it ran (``keys forget``) is no such failure: that call alone learns it
-(``RolloutsDeleted``), the others of its batch are committed, and the gateway stays healthy.
+(``RolloutsDeleted``), the others of its batch are committed, and the gateway stays healthy. So is a call
+that would take its rollout past its byte budget (``OverBudget``, ``store.stored_bytes``).
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ import logging
 
 from store.records import CallRecord, RolloutsDeleted
 from store.store import Store
+from store.stored_bytes import OverBudget
 from store.tables import Call
 
 logger = logging.getLogger(__name__)
@@ -62,6 +64,10 @@ class CallWriter:
         await self._queue.put((record, future))
         return await future
 
+    async def check_budget(self, rollout_id: int) -> None:
+        """BudgetSpent when none of the rollout's calls can be recorded any more (``store.stored_bytes``)."""
+        await self._store.stored_bytes.check(rollout_id)
+
     async def add_tag(self, call_id: int, tag: str) -> None:
         """Tag a committed call afterwards (``undelivered``: its response never reached the client)."""
         async with self._store.sessions.begin() as session:
@@ -82,7 +88,7 @@ class CallWriter:
         self._committing += 1
         try:
             [call_id] = await self._store.insert_calls([record], inline=True)
-        except RolloutsDeleted:
+        except (RolloutsDeleted, OverBudget):
             raise
         except Exception as exc:
             self._failed(exc, 1)
@@ -100,8 +106,8 @@ class CallWriter:
         self._committing += 1
         try:
             ids = await self._store.insert_calls([record for record, _ in batch])
-        except RolloutsDeleted as exc:  # only those rollouts' calls fail; the others are committed again
-            kept = _refuse_deleted(batch, exc)
+        except (RolloutsDeleted, OverBudget) as exc:  # only those calls fail; the others are committed again
+            kept = _refuse_deleted(batch, exc) if isinstance(exc, RolloutsDeleted) else _refuse_over(batch, exc)
             if kept:
                 await self._commit(kept)
             return
@@ -129,4 +135,17 @@ def _refuse_deleted(
             kept.append((record, future))
         elif not future.done():
             future.set_exception(deleted)
+    return kept
+
+
+def _refuse_over(
+    batch: list[tuple[CallRecord, asyncio.Future[int]]], over: OverBudget
+) -> list[tuple[CallRecord, asyncio.Future[int]]]:
+    """Fail the calls past their rollouts' budgets, each with its own message; the rest of the batch."""
+    kept = []
+    for record, future in batch:
+        if not any(record is refused for refused in over.refused):
+            kept.append((record, future))
+        elif not future.done():
+            future.set_exception(OverBudget([record], [over.message_for(record)]))
     return kept

@@ -5,7 +5,7 @@ leases held, and hand them back done or unplayed. The admin key only: a rollout 
 from __future__ import annotations
 
 from fastapi import APIRouter
-from pydantic import BaseModel, ConfigDict, Field, StrictFloat, StrictInt
+from pydantic import BaseModel, ConfigDict, Field, StrictBool, StrictFloat, StrictInt
 
 from gateway.api.params import RowId
 from gateway.state import AdminStateDep
@@ -59,7 +59,7 @@ class SlotEnded(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     lease: RowId
-    done: bool  # True: its rollout ended (rollout_id); False: handed back unplayed
+    done: StrictBool  # true: its rollout ended (rollout_id); false: handed back unplayed (a JSON boolean: 0 is no bool)
     rollout_id: RowId | None = None
 
 

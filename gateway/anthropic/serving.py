@@ -56,8 +56,9 @@ class AnthropicServing:
 
     async def messages(self, raw: dict, identity: RolloutIdentity) -> ServedCall | StreamedAnswer:
         request = parse_request(MessagesRequest, raw)
+        undeclared = request.model_extra or ()
         request, notes = await self._prepared(request)
-        body, recorded_raw = chat_body(request), recorded_request(raw, notes)
+        body, recorded_raw = chat_body(request), recorded_request(raw, notes, undeclared)
         if request.stream:
             # Streamed through: thinking and text as sampled, the Message built as for JSON at the end.
             call = await self.pipeline.chat_stream(body, identity, DIALECT, recorded_raw)

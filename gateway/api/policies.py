@@ -4,11 +4,10 @@ reward of the rollouts it served and its held-out pass@1 (``store.policies``, ``
 
 from __future__ import annotations
 
-from datetime import datetime
-
 from pydantic import BaseModel
 
 from contracts.publication import PolicyName
+from gateway.api.protocol import Timestamp
 from gateway.policy.registry import PolicyRegistry
 from gateway.state import AdminStateDep, GatewayState
 from store.passk import policy_results
@@ -33,7 +32,7 @@ class PolicyVersionView(BaseModel):
     version: int  # 0: the base model
     name: str  # the engine's adapter name (the base model's for version 0)
     digest: str | None = None
-    published_at: datetime | None = None
+    published_at: Timestamp | None = None
     loaded: bool  # the engines hold it now
     engines: list[str] = []  # URLs of the engines holding it
     proven: bool | None = None  # every engine passed its probe at publication (None: no probe was sent)

@@ -15,7 +15,8 @@ Outermost first (``install_boundary``):
    and request handler); every other request goes on to the app.
 
 Below them, on each connection, ``connection_guard`` (uvicorn's HTTP protocol, installed by
-``harnessrl.server``): each request's head in time, each rollout token's connections counted.
+``harnessrl.server``): each request's head in time and in size, a body answered early never read on,
+each rollout token's connections counted.
 
 Each is plain ASGI (no ``BaseHTTPMiddleware``): on the hot path a model call pays a few attribute reads
 per layer.

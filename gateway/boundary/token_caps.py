@@ -14,7 +14,7 @@ without one (a sandbox on another machine given ``serve --public-url``, whose on
 
 Calls through a bridge pass here too, after the bridge's own checks (``sandboxes/route.py``): the same
 caps. What ASGI cannot see is held below it, on each connection (``gateway.boundary.connection_guard``:
-heads in time, connections per token; uvicorn's keep-alive timeout), the rest by a front proxy
+heads in time and size, connections per token; uvicorn's keep-alive timeout), the rest by a front proxy
 (docs/security.md).
 """
 

@@ -5,7 +5,7 @@ bridge, the benchmarks) each is a system call that delivers a segment and wakes 
 cost two of each. Here the writes made during one turn of the loop are joined and handed to the real
 transport once, at the end of that turn (``call_soon``): a JSON answer is one write, and the chunks a
 stream produces in one turn are one write too. Nothing waits longer than the current turn, and
-``close`` sends what is pending first.
+``close`` and ``write_eof`` send what is pending first.
 """
 
 from __future__ import annotations
@@ -40,6 +40,11 @@ class BatchedWrites:
     def close(self) -> None:
         self.flush()
         self._transport.close()
+
+    def write_eof(self) -> None:
+        """Send what is pending, then close the sending side (the connection guard's answered connections)."""
+        self.flush()
+        self._transport.write_eof()
 
     def __getattr__(self, name: str):
         return getattr(self._transport, name)

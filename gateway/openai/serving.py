@@ -8,6 +8,7 @@ from gateway.openai.protocol import ChatCompletionRequest, CompletionRequest
 from gateway.openai.stream import chat_stream_events, completion_stream_events
 from gateway.recording.pipeline import ChatPipeline
 from gateway.recording.streaming import ServedCall, StreamedAnswer
+from gateway.request.notes import RequestNotes, recorded_request
 from gateway.request.validated_history import ValidatedHistory
 from gateway.request.validation import parse_request
 from store.records import RolloutIdentity
@@ -20,10 +21,11 @@ class OpenAIServing:
 
     async def chat(self, raw: dict, identity: RolloutIdentity) -> ServedCall | StreamedAnswer:
         request = self.history.parse(ChatCompletionRequest, raw, identity.rollout_id)
+        recorded_raw = _recorded(raw, request)
         if request.stream:
-            call = await self.pipeline.chat_stream(raw, identity, CHAT.name, raw, request.top_logprobs or 0)
+            call = await self.pipeline.chat_stream(raw, identity, CHAT.name, recorded_raw, request.top_logprobs or 0)
             return StreamedAnswer(call, chat_stream_events(call, request, _include_usage(request)))
-        recorded = await self.pipeline.chat(raw, identity, CHAT.name, raw, request.top_logprobs or 0)
+        recorded = await self.pipeline.chat(raw, identity, CHAT.name, recorded_raw, request.top_logprobs or 0)
         return ServedCall(recorded.call_id, _client_chat(recorded.answer, request))
 
     async def completions(self, raw: dict, identity: RolloutIdentity) -> ServedCall | StreamedAnswer:
@@ -35,13 +37,23 @@ class OpenAIServing:
         prompt = request.prompt
         if isinstance(prompt, list) and prompt and isinstance(prompt[0], (str, list)):
             prompt = prompt[0]  # a batch of one
+        recorded_raw = _recorded(raw, request)
         if request.stream:
             call = await self.pipeline.completion_stream(
-                {**raw, "prompt": prompt}, identity, raw, request.logprobs or 0
+                {**raw, "prompt": prompt}, identity, recorded_raw, request.logprobs or 0
             )
             return StreamedAnswer(call, completion_stream_events(call, request, _include_usage(request)))
-        recorded = await self.pipeline.completion({**raw, "prompt": prompt}, identity, raw, request.logprobs or 0)
+        recorded = await self.pipeline.completion(
+            {**raw, "prompt": prompt}, identity, recorded_raw, request.logprobs or 0
+        )
         return ServedCall(recorded.call_id, _client_completion(recorded.answer, request))
+
+
+def _recorded(raw: dict, request: ChatCompletionRequest | CompletionRequest) -> dict:
+    """The body as the store keeps it, less its large undeclared fields (``gateway.request.unknown_fields``);
+    the engine is sent it as received. Most bodies declare every field: they are kept as they are."""
+    undeclared = request.model_extra
+    return recorded_request(raw, RequestNotes(), undeclared) if undeclared else raw
 
 
 def _include_usage(request: ChatCompletionRequest | CompletionRequest) -> bool:

@@ -17,7 +17,7 @@ from gateway.dialects import COMPLETIONS
 from gateway.engine.client import EngineClient
 from gateway.engine.routing import begin_call, served_fields
 from gateway.engine.token_prefix import TokenIds, as_array, prompt_hint
-from gateway.errors import EngineError, NotFound
+from gateway.errors import EngineError, NotFound, PayloadTooLarge
 from gateway.policy.policy_set import PolicySet
 from gateway.policy.registry import ResolvedModel
 from gateway.policy.sampling import engine_sampling, sampled_with
@@ -31,6 +31,7 @@ from gateway.tito.serving import TitoEngine
 from store.arrays import LOGPROBS
 from store.records import CallRecord, RolloutIdentity, RolloutsDeleted
 from store.samples import UNDELIVERED
+from store.stored_bytes import BudgetSpent, OverBudget
 from store.writer import CallWriter
 
 
@@ -246,7 +247,11 @@ class ChatPipeline:
     async def _resolve(self, identity: RolloutIdentity, requested: str) -> ResolvedModel:
         """The version serving this call, of the rollout's own policy (never one the model name picks):
         a pinned rollout's own version (the model it names is ignored), else the registry's choice for
-        the rollout."""
+        the rollout. A rollout past its byte budget is refused first: its call could not be recorded."""
+        try:
+            await self.writer.check_budget(identity.rollout_id)
+        except BudgetSpent as exc:
+            raise over_budget(str(exc)) from None
         begin_call(identity.rollout_id)  # the engine pool routes this call by its rollout (gateway.engine.pool)
         prompt_hint.set(self.prefixes.hint(identity.rollout_id))  # its answer's prompt ids read as a delta
         policy = self.policies.get(identity.policy)
@@ -302,11 +307,19 @@ class ChatPipeline:
                 "its answer was not recorded",
                 code="rollout_deleted",
             ) from None
+        except OverBudget as exc:
+            raise over_budget(exc.messages[0]) from None
         self.metrics.recorded(record.dialect, record.latency_ms, len(record.prompt_ids), len(record.output_ids))
         self.metrics.turn(identity.harness, "side" if tags else link.kind, link.drift_tokens)
         node = GraphNode(call_id, len(record.prompt_ids), memoryview(sequence).cast("B"), bool(tags))  # bytes, no copy
         await self.graph.add(identity.rollout_id, node)
         return RecordedAnswer(call_id, answer, resolved)
+
+
+def over_budget(message: str) -> PayloadTooLarge:
+    """A call its rollout's byte budget has no room for (``store.stored_bytes``): a 413 in the client's
+    dialect (no SDK retries one)."""
+    return PayloadTooLarge(message, code="rollout_budget_exceeded")
 
 
 def only_choice(answer: dict) -> dict:

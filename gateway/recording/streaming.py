@@ -26,7 +26,7 @@ from dataclasses import dataclass, field
 from typing import Protocol
 
 from gateway.engine.token_prefix import TokenIds, token_count
-from gateway.errors import EngineError, failure_of
+from gateway.errors import EngineError, PayloadTooLarge, failure_of
 
 # An SSE comment every dialect's stream carries with its last events: the call id (its HTTP header goes
 # out before the call exists).
@@ -246,7 +246,10 @@ class StreamedCall:
             await self._on_tag(await self._committing, tag)
         elif self.assembler.prompt_ids is not None:
             self.assembler.finish_reason = self.assembler.finish_reason or "abort"
-            await self._commit(self.assembler.answer(), self._latency_ms, [tag])
+            try:
+                await self._commit(self.assembler.answer(), self._latency_ms, [tag])
+            except PayloadTooLarge:  # past its rollout's byte budget: not recorded, and no client to tell
+                pass
 
     def _stop(self) -> None:
         """The engine part is over: drop its connection if still open, stop its clocks (once)."""

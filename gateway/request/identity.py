@@ -26,6 +26,13 @@ class MisdirectedRequest(GatewayError):
     type = "invalid_request_error"
 
 
+# What a rollout token can be (store.store makes TOKEN_PREFIX + token_urlsafe; the prefix holds no pattern
+# characters): a path segment that is not one is refused before the store is asked, whatever it holds
+# (non-ASCII, spaces, another prefix). The OpenAPI document gives the pattern too (gateway.docs).
+TOKEN_PATTERN = TOKEN_PREFIX + "[A-Za-z0-9_-]{1,256}"
+TOKEN_SHAPE = re.compile(TOKEN_PATTERN)
+
+
 def presented_token(request: Request) -> tuple[str | None, bool]:
     """The token the client presented and whether it is explicitly ours (path or our prefix).
 
@@ -35,7 +42,18 @@ def presented_token(request: Request) -> tuple[str | None, bool]:
     path_token = request.path_params.get("token")
     header = _header_key(request)
     if path_token:
-        if header and header.startswith(TOKEN_PREFIX) and not secrets.compare_digest(header, path_token):
+        if TOKEN_SHAPE.fullmatch(path_token) is None or path_token.startswith(LIVE_PREFIX):
+            raise Unauthorized(
+                "the URL path's /r/<token>/ segment is not a rollout token; use the base_url that "
+                "POST /api/rollouts returned (a live key goes in the API key header, on /v1)",
+                code="invalid_api_key",
+            )
+        # as bytes: a header's text is latin-1 and may hold what compare_digest refuses as str
+        if (
+            header
+            and header.startswith(TOKEN_PREFIX)
+            and not secrets.compare_digest(header.encode(), path_token.encode())
+        ):
             raise Unauthorized(
                 "the API key is another rollout's token than the one in the URL path; "
                 "a rollout token opens only its own /r/<token>/v1 endpoints",

@@ -29,26 +29,36 @@ from store.store import Store
 
 SESSION_HEADER = "x-harnessrl-session"
 SESSION_NAME = re.compile(r"[A-Za-z0-9._:-]{1,200}")
-OPEN_TRIES = 3  # calls racing to open a session: each loser takes the winner's, a few times at most
+OPEN_TRIES = 3  # gateways racing to open a key's session: each loser takes the winner's, a few times at most
 
 
 async def live_identity(request: Request, store: Store, key: str, clock=time.time) -> RolloutIdentity:
     """The rollout a live key's call belongs to: its open session, or a new one."""
     name = _session_name(request)
-    for _ in range(OPEN_TRIES):
-        found = await _valid(store, key)
-        now = clock()
-        if _continues(found, name, now):
-            await store.live_keys.touch(found.key.id, found.rollout_id, now)
-            identity = await store.identity_for_token(found.token)
+    found = await _valid(store, key)
+    identity = await _continued(store, found, name, clock())
+    if identity is not None:
+        return identity
+    # A new session: the key's opens take turns, and each looks again once it has the turn (a call before it
+    # may have opened the very session it wants), so a token is spent only by a session that opens.
+    async with request.app.state.gateway.session_rate.opening(found.key.id):
+        for _ in range(OPEN_TRIES):  # another gateway may still move the session between a look and an open
+            found = await _valid(store, key)
+            now = clock()
+            identity = await _continued(store, found, name, now) or await _open(request, store, found, name, now)
             if identity is not None:
                 return identity
-        opened = await _open(request, store, found, name, now)
-        if opened is not None:
-            return opened
     raise Unauthorized(
         "this live key's session kept changing under concurrent calls; retry the call", code="session_conflict"
     )
+
+
+async def _continued(store: Store, found: KeySession, name: str | None, now: float) -> RolloutIdentity | None:
+    """The key's open session, when this call continues it (touched: its idle time starts again), else None."""
+    if not _continues(found, name, now):
+        return None
+    await store.live_keys.touch(found.key.id, found.rollout_id, now)
+    return await store.identity_for_token(found.token)
 
 
 async def _valid(store: Store, key: str) -> KeySession:
@@ -101,8 +111,8 @@ async def _open(
     request: Request, store: Store, found: KeySession, name: str | None, now: float
 ) -> RolloutIdentity | None:
     """A new session for the key; None when another call moved the session first (use that one)."""
-    key = found.key
-    wait_s = request.app.state.gateway.session_rate.take(key.id)
+    key, rate = found.key, request.app.state.gateway.session_rate
+    wait_s = rate.take(key.id)
     if wait_s is not None:
         wait = retry_after_s(wait_s)
         raise TooManyRequests(
@@ -111,11 +121,18 @@ async def _open(
             code="live_sessions_rate",
             retry_after_s=wait,
         )
-    version, served = await _served_version(request, store, key.run)
-    meta = {"live": {"user": key.user, "key": key.id, "train": key.train, "session": name, "served": served}}
-    group = f"session-{secrets.token_hex(6)}"  # no size: never a GRPO group, never ready by itself
-    identity = await store.create_rollout(key.run, live_task(key.user), group=group, meta=meta, pin=PolicyPin(version))
-    if not await store.live_keys.move_session(key.id, found.rollout_id, identity.rollout_id, name, now):
+    try:
+        version, served = await _served_version(request, store, key.run)
+        meta = {"live": {"user": key.user, "key": key.id, "train": key.train, "session": name, "served": served}}
+        group = f"session-{secrets.token_hex(6)}"  # no size: never a GRPO group, never ready by itself
+        pin = PolicyPin(version)
+        identity = await store.create_rollout(key.run, live_task(key.user), group=group, meta=meta, pin=pin)
+        moved = await store.live_keys.move_session(key.id, found.rollout_id, identity.rollout_id, name, now)
+    except BaseException:
+        rate.give_back(key.id)  # no session opened: its token is not spent
+        raise
+    if not moved:
+        rate.give_back(key.id)
         await store.end_rollout(identity.rollout_id, RolloutStatus.CANCELLED, "another call opened the session first")
         return None
     if found.rollout_id is not None and found.running:

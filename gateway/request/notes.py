@@ -8,16 +8,21 @@ in the compatibility tests) rather than being silently dropped:
   ``*``), accepted because they are optional and recorded because nothing used them;
 - ``left_out_tools``: tools offered by the client that the model was not shown (hosted/server tools
   the gateway cannot run, deferred tools nobody loaded);
-- dialect-specific facts (``context_edits``: what ``context_management`` removed from the history).
+- dialect-specific facts (``context_edits``: what ``context_management`` removed from the history);
+- ``omitted_fields``, ``omitted_more``: undeclared fields too large to keep, by name and size
+  (``gateway.request.unknown_fields``).
 
 The key is the gateway's: a client that sends its own ``_gateway`` has it replaced.
 """
 
 from __future__ import annotations
 
+from collections.abc import Collection
 from dataclasses import dataclass, field
 
 from pydantic import BaseModel
+
+from gateway.request.unknown_fields import MAX_NAME_CHARS, omitted_fields
 
 NOTES_KEY = "_gateway"
 MAX_NAMED = 50  # of each list: a hostile client cannot make the record grow without bound
@@ -35,8 +40,8 @@ class RequestNotes:
 
     def as_dict(self) -> dict:
         notes = {
-            "ignored_fields": self.ignored_fields[:MAX_NAMED],
-            "left_out_tools": self.left_out_tools[:MAX_NAMED],
+            "ignored_fields": [_shown(name) for name in self.ignored_fields[:MAX_NAMED]],
+            "left_out_tools": [_shown(name) for name in self.left_out_tools[:MAX_NAMED]],
             **self.extra,
         }
         return {key: value for key, value in notes.items() if value}
@@ -70,12 +75,23 @@ def _walk(node, path: str, found: dict[str, None], skip: frozenset[str]) -> None
             _walk(item, inner, found, skip)
 
 
-def recorded_request(raw: dict, notes: RequestNotes) -> dict:
-    """The client's body as stored: verbatim, plus the gateway's notes when there are any."""
+def _shown(name: str) -> str:
+    """A name as the notes write it: a client chose it, so it is cut to a length (the body holds it whole)."""
+    return name if len(name) <= MAX_NAME_CHARS else f"{name[:MAX_NAME_CHARS]}... ({len(name)} characters)"
+
+
+def recorded_request(raw: dict, notes: RequestNotes, undeclared: Collection[str] = ()) -> dict:
+    """The client's body as stored: verbatim but for the ``undeclared`` top-level fields (pydantic's
+    ``model_extra``) too large to keep, which the notes name with their sizes; plus the gateway's notes
+    when there are any."""
+    omitted = omitted_fields(raw, undeclared, NOTES_KEY) if undeclared else None
+    if omitted is not None:
+        notes.extra.update(omitted.notes())
     noted = notes.as_dict()
     if not noted and NOTES_KEY not in raw:
         return raw
-    body = {key: value for key, value in raw.items() if key != NOTES_KEY}
+    left_out = omitted.names if omitted is not None else ()
+    body = {key: value for key, value in raw.items() if key != NOTES_KEY and key not in left_out}
     if noted:
         body[NOTES_KEY] = noted
     return body

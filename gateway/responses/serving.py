@@ -61,7 +61,7 @@ class ResponsesServing:
             )
         tools = index_tools(request.tools)
         notes = RequestNotes(ignored_fields=ignored_fields(request), left_out_tools=tools.left_out)
-        body, recorded_raw = chat_body(request, raw, tools), recorded_request(raw, notes)
+        body, recorded_raw = chat_body(request, raw, tools), recorded_request(raw, notes, request.model_extra or ())
         if request.stream:
             return await self._stream(body, identity, recorded_raw, request, tools)
         recorded = await self.pipeline.chat(body, identity, RESPONSES.name, recorded_raw)

@@ -97,11 +97,25 @@ def serve(
             help="Sessions one live key may open per minute after a burst of 20; past it: 429 (0: no bound)",
         ),
     ] = 60.0,
+    rollout_max_stored_mib: Annotated[
+        int,
+        typer.Option(
+            min=0,
+            help="MiB one rollout's recorded calls may take in the store; past it its calls get a 413, what it "
+            "recorded is kept (0: no bound)",
+        ),
+    ] = 256,
     token_max_in_flight: Annotated[
         int, typer.Option(min=1, help="Requests one rollout token may have in flight; past it: 429 (a bridge's cap)")
     ] = 32,
     token_max_connections: Annotated[
         int, typer.Option(min=1, help="Connections one rollout token may hold open; past it: 429 (a bridge's cap)")
+    ] = 64,
+    max_head_kib: Annotated[
+        int,
+        typer.Option(
+            min=1, help="KiB of a request's line and headers the gateway reads; past it: 431, the connection closed"
+        ),
     ] = 64,
     public_url: Annotated[
         str | None,
@@ -147,8 +161,10 @@ def serve(
             engine_timeout=engine_timeout,
             adapter_probe_tolerance=adapter_probe_tolerance,
             live_sessions_per_minute=live_sessions_per_minute,
+            rollout_max_stored_mib=rollout_max_stored_mib,
             token_max_in_flight=token_max_in_flight,
             token_max_connections=token_max_connections,
+            max_head_kib=max_head_kib,
             public_url=public_url,
             otlp_endpoint=otlp_endpoint,
         )

@@ -43,8 +43,10 @@ class ServeOptions:
     engine_timeout: float
     adapter_probe_tolerance: float | None
     live_sessions_per_minute: float
+    rollout_max_stored_mib: int
     token_max_in_flight: int
     token_max_connections: int
+    max_head_kib: int
     public_url: str | None
     otlp_endpoint: str | None
 
@@ -135,8 +137,10 @@ def _settings(options: ServeOptions, url: str, key: str, slots: LoraSlots, engin
         otlp_endpoint=options.otlp_endpoint,
         public_url=options.public_url,
         live_sessions_per_minute=options.live_sessions_per_minute,
+        rollout_max_stored_bytes=options.rollout_max_stored_mib * 1024 * 1024,
         token_max_in_flight=options.token_max_in_flight,
         token_max_connections=options.token_max_connections,
+        max_head_bytes=options.max_head_kib * 1024,
     )
 
 

@@ -161,6 +161,14 @@ def rest_schema(app, headers: dict[str, str]):
     return schemathesis.openapi.from_asgi("/openapi.json", app, headers=headers).include(path_regex=r"^/(api|admin)/")
 
 
+def rollout_routes_schema(app, headers: dict[str, str]):
+    """The gateway's own OpenAPI document, its per-rollout model routes only (``/r/{token}/v1/...``): the
+    token is a path parameter there, so each case sends a token of its own."""
+    return schemathesis.openapi.from_asgi("/openapi.json", app, headers=headers).include(
+        path_regex=r"^/r/\{token\}/v1/"
+    )
+
+
 def dialect_schema(app, prefix: str):
     schema = schemathesis.openapi.from_dict(dialect_openapi(prefix))
     schema.app = app

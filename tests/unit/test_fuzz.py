@@ -9,10 +9,11 @@ from schemathesis.python import asgi
 
 from gateway.app import create_app
 from tests.builders import ADMIN_HEADERS, gateway_settings
-from tests.unit.fuzzing import FUZZ_HOST, dialect_schema, fuzz, lifespan_of, rest_schema
+from tests.unit.fuzzing import FUZZ_HOST, dialect_schema, fuzz, lifespan_of, rest_schema, rollout_routes_schema
 
 REST_EXAMPLES = 25  # per operation
 DIALECT_EXAMPLES = 60
+TOKEN_EXAMPLES = 40  # per operation
 
 
 @pytest.fixture
@@ -47,6 +48,26 @@ def test_model_dialects_fuzzed_have_no_server_errors_and_answer_in_their_shapes(
             on_case=lambda case, response: statuses.append(response.status_code),
         )
     assert 200 in statuses and any(400 <= s < 500 for s in statuses)  # both answers and refusals were seen
+
+
+def test_rollout_token_routes_fuzzed_have_no_server_errors_beside_a_running_rollouts_token(fuzz_settings):
+    """Each case names a token of its own in the path (any text: non-ASCII, another prefix) while the API key
+    is a running rollout's token, as an agent holding one may send: a 401 in the route's shape, never a 5xx."""
+    app = create_app(fuzz_settings)
+    with lifespan_of(app):
+        headers = {"authorization": f"Bearer {_new_rollout(app)['token']}"}
+        schema = rollout_routes_schema(app, headers)
+        operations = {result.ok().path for result in schema.get_all_operations()}
+        assert len(operations) == 6 and "/r/{token}/v1/models" in operations, operations
+        statuses: list[int] = []
+        fuzz(
+            schema,
+            fuzz_settings.database_url,
+            headers,
+            TOKEN_EXAMPLES,
+            on_case=lambda case, response: statuses.append(response.status_code),
+        )
+    assert 401 in statuses
 
 
 def _new_rollout(app) -> dict:

@@ -95,3 +95,17 @@ async def test_claims_refuse_unbounded_requests(gateway):
         {**CLAIM, "extra": 1},
     ):
         assert (await gateway.http.post("/admin/leases/claim", json=bad)).status_code == 400
+
+
+@pytest.mark.parametrize("done", [0, 1, "true", "false", None])
+async def test_a_release_takes_done_only_as_a_json_boolean(gateway, done):
+    claimed = (await gateway.http.post("/admin/leases/claim", json=CLAIM)).json()
+    lease = claimed["leases"][0]["id"]
+    refused = await gateway.http.post(
+        "/admin/leases/release", json={"worker": "w1", "leases": [{"lease": lease, "done": done}]}
+    )
+    assert refused.status_code == 400, refused.text
+    error = refused.json()["error"]
+    assert error["type"] == "invalid_request_error" and error["param"] == "leases.0.done", error
+    renewed = await gateway.http.post("/admin/leases/renew", json={"worker": "w1", "leases": [lease], "lease_s": 30.0})
+    assert renewed.json() == {"renewed": [lease], "lost": []}  # still held: nothing was released

@@ -272,3 +272,22 @@ async def test_a_key_opening_sessions_in_a_loop_gets_429s_and_another_key_is_ser
         assert all("x-harnessrl-rollout-id" not in a.headers for a in answers[3:])  # no rollout made
         assert (await call(gateway, flood, session="s2")).status_code == 200  # its open session goes on
         assert (await call(gateway, calm)).status_code == 200
+
+
+async def test_concurrent_opens_of_new_sessions_spend_the_burst_on_sessions_that_open(
+    sqlite_db, fake_engine, fake_engine_server
+):
+    """60 calls at once, each naming a new session: the burst's 20 open (one each), the other 40 are 429s;
+    no token goes to a call that joined, or lost, another call's open."""
+    from tests.gateway_harness import start_gateway
+
+    # a rate so slow that no token comes back during the test: the burst is all there is
+    settings = gateway_settings(sqlite_db, fake_engine_server.url, live_sessions_per_minute=0.001)
+    async for gateway in start_gateway(settings, fake_engine):
+        key = await new_key(gateway, "mallory")
+        answers = await asyncio.gather(*(call(gateway, key, session=f"s{n}") for n in range(60)))
+        opened = [a for a in answers if a.status_code == 200]
+        refused = [a for a in answers if a.status_code == 429]
+        assert (len(opened), len(refused)) == (20, 40), sorted(a.status_code for a in answers)
+        assert len({a.headers["x-harnessrl-rollout-id"] for a in opened}) == 20  # each in a session of its own
+        assert {a.json()["error"]["code"] for a in refused} == {"live_sessions_rate"}

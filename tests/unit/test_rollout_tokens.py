@@ -108,3 +108,22 @@ async def test_an_unknown_token_is_refused_and_a_running_one_is_served(strict_ga
     assert unknown.status_code == 401 and unknown.json()["error"]["code"] == "invalid_api_key"
     ok = await strict_gateway.agent.post(f"/r/{rollout['token']}/v1/chat/completions", json=chat_body())
     assert ok.status_code == 200
+
+
+# Path segments that cannot be a rollout token (percent-encoded as a client sends them): non-ASCII, no prefix,
+# characters tokens never hold (a NUL, which PostgreSQL refuses, never reaches the store), a live key (which the
+# path never takes).
+NOT_TOKENS = ["%C3%A0", "hrl-%C3%A0", "hrl-x%20y", "hrl-%00", "sk-1234", "hrl-", "hrl-live-abc"]
+
+
+@pytest.mark.parametrize("header", ["authorization", "x-api-key"])
+@pytest.mark.parametrize(("method", "path", "body", "shape"), ENDPOINTS, ids=IDS)
+async def test_a_path_token_that_cannot_be_a_token_is_a_401_in_the_routes_dialect(
+    gateway, method, path, body, shape, header
+):
+    key = "Bearer hrl-x" if header == "authorization" else "hrl-x"  # a made-up key with the rollout prefix
+    for token in NOT_TOKENS:
+        refused = await gateway.agent.request(method, f"/r/{token}/v1{path}", json=body, headers={header: key})
+        assert refused.status_code == 401, (token, refused.text)
+        assert error_of(refused, shape)["message"]
+    assert await num_calls(gateway) == 0

@@ -40,3 +40,13 @@ def test_no_rate_means_no_bound_and_retry_after_is_whole_seconds():
     rate = SessionRate(per_minute=0.0, burst=0)
     assert all(rate.take(1) is None for _ in range(1000))
     assert retry_after_s(0.2) == 1 and retry_after_s(10.0) == 10 and retry_after_s(10.1) == 11
+
+
+def test_a_token_given_back_for_a_session_that_did_not_open_can_be_taken_again_and_never_beyond_the_burst():
+    clock = Clock()
+    rate = SessionRate(per_minute=1.0, burst=2, clock=clock)
+    assert rate.take(1) is None and rate.take(1) is None and rate.take(1) is not None
+    rate.give_back(1)
+    assert rate.take(1) is None and rate.take(1) is not None
+    rate.give_back(1), rate.give_back(1), rate.give_back(1)
+    assert rate.take(1) is None and rate.take(1) is None and rate.take(1) is not None

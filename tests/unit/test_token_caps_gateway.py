@@ -146,3 +146,14 @@ def test_serve_sets_the_per_token_caps_a_load_test_raises(tmp_path, monkeypatch)
     assert (settings.token_max_in_flight, settings.token_max_connections) == (8, 9)
     refused, _ = serve(tmp_path, monkeypatch, "--token-max-in-flight", "0")
     assert refused.exit_code != 0
+
+
+def test_serve_sets_the_head_size_cap_in_kib_and_defaults_to_64(tmp_path, monkeypatch):
+    result, settings = serve(tmp_path, monkeypatch)
+    assert result.exit_code == 0, result.output
+    assert settings.max_head_bytes == 64 * 1024
+    result, settings = serve(tmp_path, monkeypatch, "--max-head-kib", "8")
+    assert result.exit_code == 0, result.output
+    assert settings.max_head_bytes == 8 * 1024
+    refused, _ = serve(tmp_path, monkeypatch, "--max-head-kib", "0")
+    assert refused.exit_code != 0

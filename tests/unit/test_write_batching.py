@@ -12,7 +12,7 @@ class RecordingTransport:
 
     def __init__(self) -> None:
         self.writes: list[bytes] = []
-        self.closed = False
+        self.closed = self.ended = False
 
     def write(self, data: bytes) -> None:
         self.writes.append(data)
@@ -22,6 +22,9 @@ class RecordingTransport:
 
     def close(self) -> None:
         self.closed = True
+
+    def write_eof(self) -> None:
+        self.ended = True
 
     def get_extra_info(self, name: str):
         return ("127.0.0.1", 1) if name == "peername" else None
@@ -54,6 +57,15 @@ async def test_close_sends_what_is_pending_first_and_a_closed_transport_gets_not
     batched.write(b"late")
     await next_turn()
     assert transport.writes == [b"HTTP/1.1 408 Request Timeout\r\n\r\n"]
+
+
+async def test_write_eof_sends_what_is_pending_before_the_end_of_the_sending_side():
+    transport = RecordingTransport()
+    batched = BatchedWrites(transport, asyncio.get_running_loop())
+    batched.write(b"HTTP/1.1 404 Not Found\r\n\r\n")
+    assert not transport.writes
+    batched.write_eof()
+    assert transport.writes == [b"HTTP/1.1 404 Not Found\r\n\r\n"] and transport.ended and not transport.closed
 
 
 async def test_every_other_attribute_is_the_transports():
