@@ -65,10 +65,11 @@ demo-arithmetic: install
 	$(BIN)/harnessrl models prepare
 	$(BIN)/harnessrl quickstart --config harnessrl/recipes/arithmetic.toml $(DEMO_ARGS)
 
-# Several harness adapters at once on one engine: one `harnessrl serve` and one quickstart per agent through
-# it (pi with make demo's recipe, the builtin harness with demo-arithmetic's; DEMO_POLICIES=pi,opencode for
-# OpenCode), each training its own policy; ends with each policy's held-out pass@1 before and after, the
-# engine's memory and the share of calls its own adapter served.
+# Several harness adapters at once on one engine and one learner: one `harnessrl serve`, one `harnessrl train`
+# for every policy, and one quickstart per agent through them (pi with make demo's recipe, the builtin
+# harness with demo-arithmetic's; DEMO_POLICIES=pi,opencode for OpenCode), each training its own policy;
+# ends with each policy's held-out pass@1 before and after, the engine's and the learner's memory and the
+# share of calls its own adapter served.
 DEMO_POLICIES ?= pi,builtin
 demo-policies: install
 	bash tests/setup_machine.sh demo

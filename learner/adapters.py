@@ -42,6 +42,20 @@ def add_adapter(base_or_model: Any, name: str, lora: Any, seed: int) -> Any:
     return model
 
 
+def load_adapter(base_or_model: Any, name: str, folder: str, seed: int) -> Any:
+    """``base_or_model`` with the saved adapter at ``folder`` (a warm start's) loaded as adapter ``name``,
+    trainable: a PeftModel made of a bare base model, or the adapter loaded beside the others."""
+    from peft import PeftModel
+
+    torch.manual_seed(seed)  # as a lone learner seeds before its warm start
+    if isinstance(base_or_model, PeftModel):
+        base_or_model.load_adapter(folder, adapter_name=name, is_trainable=True)
+        return base_or_model
+    model = PeftModel.from_pretrained(base_or_model, folder, adapter_name=name, is_trainable=True)
+    model.train()
+    return model
+
+
 def activate(model: Any, name: str) -> None:
     """Make ``name`` the adapter the forward applies and the only trainable one (a no-op when it is)."""
     if getattr(model, "active_adapter", DEFAULT) != name:

@@ -9,6 +9,10 @@ The loop, each round:
    checkpoint commits with the groups it consumed under its own run, its version is published by its
    own publisher, and only when its weights moved, so adapters that did not step are never published.
 
+A run's settings may come later than its run (``ConfigFor`` returns None until they are there: it is
+waited for), and its job may stop it alone (``Hooks.stops``): it keeps its work and the others go on.
+Each policy's result is handed over when it ends (``Hooks.on_end``), not only when the learner does.
+
 A policy whose step or start raises (a sample the step cannot take, a publication the gateway refuses,
 a gateway serving a newer version of it) stops alone and says why; its groups since its last
 committed checkpoint stay ready for the next start. The others keep stepping.
@@ -20,6 +24,7 @@ import asyncio
 import logging
 import time
 from collections.abc import Awaitable, Callable, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -37,7 +42,17 @@ from store.store import Store
 logger = logging.getLogger("learner")
 
 RunSource = Callable[[], Awaitable[Sequence[str]]]  # the runs to train now (re-read every round)
-ConfigFor = Callable[[str], LearnerConfig]  # a run's settings, its paths resolved (its own folders)
+# a run's settings, its paths resolved (its own folders); None: not written yet (the run waits for them)
+ConfigFor = Callable[[str], LearnerConfig | None]
+
+
+@dataclass(frozen=True)
+class Hooks:
+    """What the caller hears and says while policies train (each optional)."""
+
+    on_step: Callable[[str, Metrics], None] | None = None  # (run, its step's metrics)
+    stops: Callable[[str], bool] | None = None  # has the job of this run asked its training to stop?
+    on_end: Callable[[SlotResult], None] | None = None  # a policy's result, once, as it stops, fails or ends
 
 
 def fixed_runs(runs: Sequence[str]) -> RunSource:
@@ -53,8 +68,15 @@ def fixed_runs(runs: Sequence[str]) -> RunSource:
 class Policies:
     """The slots of one learner process and the one model they share (mutable: slots join, step, fail)."""
 
-    def __init__(self, store: Store, configs: ConfigFor, publisher_for: PublisherFor | None):
-        self.store, self.configs, self.publisher_for = store, configs, publisher_for
+    def __init__(
+        self,
+        store: Store,
+        configs: ConfigFor,
+        publisher_for: PublisherFor | None,
+        hooks: Hooks,
+    ):
+        self.store, self.configs, self.publisher_for, self.hooks = store, configs, publisher_for, hooks
+        self.reported: set[str] = set()  # runs whose result on_end was given
         self.slots: dict[str, PolicySlot] = {}
         self.refused: dict[str, SlotResult] = {}  # runs whose slot could not open, with why
         self.turns = Turns()
@@ -75,20 +97,44 @@ class Policies:
                 continue
             run_id = await self.store.listings.run_id(run)
             if run_id is None:
-                if run not in self.waiting:
-                    logger.warning("run %r does not exist yet; its policy joins at its first rollout", run)
-                    self.waiting.add(run)
+                self._wait(run, "does not exist yet; its policy joins at its first rollout")
                 continue
             try:
-                self.slots[run] = await self._open(run, run_id)
+                config = self.configs(run)
+                if config is None:
+                    self._wait(run, "has no settings yet; its policy joins once its job wrote them")
+                    continue
+                self.slots[run] = await self._open(run, run_id, config)
                 self.turns.join(run)
                 logger.info("[%s] policy %r joined the learner", run, self.slots[run].policy)
             except Exception as exc:  # noqa: BLE001 - one policy's start must not stop the others
                 self.refused[run] = SlotResult(run, "", 0, 0, "failed", _said(exc))
                 logger.error("[%s] cannot train this run beside the others: %s", run, _said(exc))
 
-    async def _open(self, run: str, run_id: int) -> PolicySlot:
-        config = self.configs(run)
+    def _wait(self, run: str, why: str) -> None:
+        if run not in self.waiting:
+            logger.warning("run %r %s", run, why)
+            self.waiting.add(run)
+
+    async def honour_stops(self) -> None:
+        """Stop each stepping policy whose job asked (it keeps its work); hand over the results of those
+        that ended since the last call."""
+        for slot in self.stepping():
+            if self.hooks.stops is not None and self.hooks.stops(slot.run):
+                await slot.stop()
+        self.report("stopped")
+
+    def report(self, reason: str, everyone: bool = False) -> None:
+        """Hand ``on_end`` the result of each run that ended (``everyone``: the learner ends) and was not yet."""
+        if self.hooks.on_end is None:
+            return
+        for run, result in self.results(reason).items():
+            ended = everyone or run in self.refused or self.slots[run].done
+            if ended and run not in self.reported:
+                self.reported.add(run)
+                self.hooks.on_end(result)
+
+    async def _open(self, run: str, run_id: int, config: LearnerConfig) -> PolicySlot:
         self._check_base(config)
         if self.model is None:
             self.model = await asyncio.to_thread(load_base, config)
@@ -146,13 +192,14 @@ async def run_policies(
     *,
     publisher_for: PublisherFor | None = None,
     stop: asyncio.Event | None = None,
-    on_step: Callable[[str, Metrics], None] | None = None,
+    hooks: Hooks = Hooks(),
     poll_interval_s: float = 2.0,
     handle_signals: bool = True,
 ) -> dict[str, SlotResult]:
     """Train every run ``runs`` names (one policy each) over one base model until each reaches its
-    max_steps or fails, or ``stop`` is set; each run's result. ``publisher_for`` overrides the publishers
-    built from the configs (tests pass recording ones)."""
+    max_steps, fails or is stopped by its job (``hooks.stops``), or ``stop`` is set; each run's result,
+    also handed to ``hooks.on_end`` as each ends. ``publisher_for`` overrides the publishers built from the configs
+    (tests pass recording ones)."""
     if world()[1] > 1:
         raise LearnerError(
             "several policies train in one process for now: start the learner without torchrun, "
@@ -160,11 +207,12 @@ async def run_policies(
         )
     stop = stop or asyncio.Event()
     restore = install_signal_handlers(stop) if handle_signals else (lambda: None)
-    policies = Policies(store, configs, publisher_for)
+    policies = Policies(store, configs, publisher_for, hooks)
     try:
-        reason = await _rounds(policies, runs, stop, on_step, poll_interval_s)
+        reason = await _rounds(policies, runs, stop, poll_interval_s)
         for slot in policies.slots.values():
             await slot.finish()
+        policies.report(reason, everyone=True)
         return policies.results(reason)
     finally:
         restore()
@@ -176,12 +224,12 @@ async def _rounds(
     policies: Policies,
     runs: RunSource,
     stop: asyncio.Event,
-    on_step: Callable[[str, Metrics], None] | None,
     poll_interval_s: float,
 ) -> str:
     while not stop.is_set():
         names = list(await runs())
         await policies.join(names)
+        await policies.honour_stops()
         if names and all(policies.finished(run) for run in names):
             return "max_steps"
         ready = {slot.run for slot in policies.stepping() if await slot.has_batch()}
@@ -191,6 +239,7 @@ async def _rounds(
             continue
         slot = policies.slots[pick]
         metrics = await policies.step(slot)
+        on_step = policies.hooks.on_step
         if metrics is not None and on_step is not None:
             on_step(slot.run, metrics)
     return "stopped"

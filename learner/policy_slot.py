@@ -17,13 +17,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from learner.adapters import activate, adapter_parameters, add_adapter
+from learner.adapters import activate, adapter_parameters, add_adapter, load_adapter
 from learner.config import LearnerConfig
 from learner.intake import GroupIntake, trained_policy
 from learner.loop import checkpoint, open_intake, resume, sync_published, take_step
 from learner.metrics import Metrics, MetricsSink
-from learner.progress import LearnerError, Learning, Progress
+from learner.progress import Learning, Progress
 from learner.publish import Publisher
+from learner.reference import ReferenceWeights
 from learner.served_settings import resolve_max_staleness, resolve_token_budget
 from learner.session_advantages import RunningBaselines
 from learner.trainer import Trainer, lora_config, optimizer_for
@@ -59,6 +60,7 @@ class PolicySlot:
     own_publisher: bool
     baselines: RunningBaselines = field(default_factory=RunningBaselines)
     error: str | None = None  # set: the slot failed and takes no more steps
+    stopped: bool = False  # its job asked it to stop (learner.policies_loop's ``stops``): it takes no more
     learning_since: float = field(default_factory=time.perf_counter)  # its last step's end: its wait starts
 
     @property
@@ -68,7 +70,7 @@ class PolicySlot:
     @property
     def done(self) -> bool:
         limit = self.learning.config.max_steps
-        return self.error is not None or bool(limit and self.progress.step >= limit)
+        return self.error is not None or self.stopped or bool(limit and self.progress.step >= limit)
 
     def taken(self) -> set[int]:
         return {g.group_id for g in self.progress.pending}
@@ -93,6 +95,12 @@ class PolicySlot:
             activate(self.learning.trainer.model, self.learning.trainer.adapter)
             await checkpoint(self.learning, self.progress)
 
+    async def stop(self) -> None:
+        """Its job asked it to stop: it keeps its work (``finish``) and takes no more steps."""
+        await self.finish()
+        self.stopped = True
+        logger.info("[%s] policy %r stopped at step %d, as its job asked", self.run, self.policy, self.progress.step)
+
     def fail(self, error: str) -> None:
         self.error = error
         logger.error(
@@ -104,7 +112,13 @@ class PolicySlot:
         )
 
     def result(self, reason: str) -> SlotResult:
-        reason = "failed" if self.error is not None else ("max_steps" if self.done else reason)
+        limit = self.learning.config.max_steps
+        if self.error is not None:
+            reason = "failed"
+        elif limit and self.progress.step >= limit:
+            reason = "max_steps"
+        elif self.stopped:
+            reason = "stopped"
         return SlotResult(self.run, self.policy, self.progress.step, self.progress.version, reason, self.error)
 
     async def close(self) -> None:
@@ -114,16 +128,20 @@ class PolicySlot:
 
 
 def policy_trainer(model: Any, adapter: str, config: LearnerConfig) -> tuple[Any, Trainer]:
-    """A fresh adapter ``adapter`` on ``model`` (a bare base model for the first), with its own AdamW and
-    schedule: (the PeftModel, the slot's trainer over the shared model)."""
-    if config.lora.init_adapter:
-        raise LearnerError(
-            "lora.init_adapter (a warm start) is not supported beside other policies yet: "
-            "train that policy with a learner of its own (`harnessrl train --run RUN`)"
-        )
-    model = add_adapter(model, adapter, lora_config(config), config.lora.seed)
-    optimizer, scheduler = optimizer_for(adapter_parameters(model, adapter), config)
-    return model, Trainer(model, optimizer, scheduler, None, adapter)
+    """Adapter ``adapter`` on ``model`` (a bare base model for the first), with its own AdamW and schedule:
+    (the PeftModel, the slot's trainer over the shared model). A fresh LoRA, or a warm start's
+    (``lora.init_adapter``), whose weights are then also its KL reference (beta > 0), as alone."""
+    warm = config.lora.init_adapter
+    if warm:
+        model = load_adapter(model, adapter, warm, config.lora.seed)
+    else:
+        model = add_adapter(model, adapter, lora_config(config), config.lora.seed)
+    params = adapter_parameters(model, adapter)
+    reference = None
+    if warm and config.loss.beta > 0:  # the policy's start, copied before any checkpoint is restored
+        reference = ReferenceWeights(tuple(p.detach().clone() for p in params))
+    optimizer, scheduler = optimizer_for(params, config)
+    return model, Trainer(model, optimizer, scheduler, reference, adapter)
 
 
 async def open_slot(

@@ -71,6 +71,7 @@ def quickstart_plan(config: QuickstartConfig):
         group_size=config.group_size,
         concurrency=config.concurrency,
         learner_metrics_port=free_port() if metrics_port is None else metrics_port,
+        learner_folder=config.learner.folder,
         admin_key=resolve_admin_key(config.gateway.admin_key, create=True),
         eval_every=config.evaluation.every,
         eval_tasks=held_out,
@@ -103,6 +104,8 @@ def _check_choices(config: QuickstartConfig) -> None:
         )
     check_choice("--capture", config.capture, CaptureMode)
     check_choice("--task-sampling", config.task_sampling, TaskSampling)
+    if config.learner.folder is not None and config.gateway.url is None:
+        raise fail("--learner-folder hands the run to a server's learner: add --gateway URL (`harnessrl serve`'s)")
     if config.teacher.model and not config.warm_start.enabled:
         raise fail("--upstream names the warm start's teacher: add --warm-start")
 

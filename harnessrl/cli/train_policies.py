@@ -45,6 +45,7 @@ def start_policies(
 
     try:
         loaded = load_config(file, max_steps=overrides["max_steps"], metrics_port=overrides["metrics_port"])
+        run_settings(loaded, [*runs, *policies][0], True, overrides["admin_key"])  # refused before anything starts
     except ConfigError as exc:
         raise fail(str(exc)) from None
     if loaded.metrics_port:
@@ -56,16 +57,61 @@ def start_policies(
     except LookupError as exc:
         raise fail(str(exc)) from None
     quiet_logs()
+
+    def settings_of(run: str):
+        return run_settings(loaded, run, True, overrides["admin_key"])
+
     try:
-        results = asyncio.run(_train(url, runs, policies, loaded, overrides["admin_key"]))
+        results = asyncio.run(_train(url, settings_of, _named(runs, policies), loaded.poll_interval_s, None))
     except (LearnerError, ConfigError) as exc:
         raise fail(str(exc)) from None
+    _print_results(results)
+
+
+def start_folder(runs: list[str], folder: Path, admin_key: str | None, database_url: str | None) -> None:
+    """Train each of ``runs`` once its job wrote its settings into ``folder`` (harnessrl.training.learner_folder):
+    the one learner of a server's jobs, each policy on its job's own settings; a job's stop ends its run alone."""
+    import asyncio
+
+    from harnessrl.cli.train_job import quiet_logs
+    from harnessrl.training.learner_folder import LearnerFolder
+    from harnessrl.training.learner_settings import learner_settings
+    from learner.config import ConfigError
+    from learner.loop import LearnerError
+    from learner.policies_loop import Hooks
+
+    if not runs:
+        raise fail("name the runs the folder's jobs train: --run RUN (repeatable) with --settings-dir")
+    url = resolve_database_url(database_url)
+    upgrade_store(url)
+    shared = LearnerFolder(folder)
+    shared.claim()
+    quiet_logs()
+
+    def settings_of(run: str):
+        found = shared.settings(run)
+        return None if found is None else learner_settings(found, run, admin_key)
+
+    hooks = Hooks(stops=shared.stop_asked, on_end=shared.write_result)
+    try:
+        results = asyncio.run(_train(url, settings_of, _named(runs, []), 1.0, hooks))
+    except (LearnerError, ConfigError) as exc:
+        raise fail(str(exc)) from None
+    _print_results(results)
+
+
+def _print_results(results: dict) -> None:
+    """Each policy's end, and the learner's peak resident memory (every policy's, the base model once)."""
+    import resource
+
     for result in results.values():
         said = f": {result.error}" if result.error else ""
         console.print(
             f"{result.run} ({result.policy or '?'}): stopped ({result.reason}) at step {result.step}, "
             f"version {result.version}{said}"
         )
+    peak_gib = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20  # KiB on Linux
+    console.print(f"learner resident memory: {peak_gib:.2f} GiB at most, {len(results)} policies in one process")
     if any(result.error for result in results.values()):
         raise fail("some policies stopped on an error (above); the others trained on")
 
@@ -90,9 +136,25 @@ async def _check_names(url: str, runs: list[str], policies: list[str]) -> None:
         await store.close()
 
 
-async def _train(url: str, runs: list[str], policies: list[str], loaded, admin_key: str | None):
+def _named(runs: list[str], policies: list[str]):
+    """The source of runs to train, made of the store: the named runs, and each named policy's runs as
+    they are now (a new one joins)."""
+
+    def source_of(store):
+        async def source() -> list[str]:
+            bound = [s.runs for s in await store.policies.summaries() if s.name in policies]
+            return list(dict.fromkeys([*runs, *(run for names in bound for run in names)]))
+
+        return source
+
+    return source_of
+
+
+async def _train(url: str, settings_of, source_of, poll_interval_s: float, hooks):
+    """``run_policies`` over the store at ``url``; ``settings_of(run)``: its resolved settings, None until
+    there are; each run's held-out evaluation (eval_every) starts with its settings."""
     from harnessrl.training.learner_settings import eval_thread
-    from learner.policies_loop import run_policies
+    from learner.policies_loop import Hooks, run_policies
     from store.store import Store
 
     store = Store.from_url(url)
@@ -101,18 +163,16 @@ async def _train(url: str, runs: list[str], policies: list[str], loaded, admin_k
 
     def config(run: str):
         if run not in settings:
-            settings[run] = run_settings(loaded, run, True, admin_key)
-            evaluators.append(eval_thread(settings[run], run, url))
+            found = settings_of(run)
+            if found is None:
+                return None
+            settings[run] = found
+            evaluators.append(eval_thread(found, run, url))
         return settings[run]
 
-    async def source() -> list[str]:
-        """The named runs, and each named policy's runs as they are now (a new one joins)."""
-        bound = [s.runs for s in await store.policies.summaries() if s.name in policies]
-        return list(dict.fromkeys([*runs, *(run for names in bound for run in names)]))
-
-    first = config(runs[0]) if runs else loaded
     try:
-        return await run_policies(config, store, source, poll_interval_s=first.poll_interval_s)
+        source = source_of(store)
+        return await run_policies(config, store, source, hooks=hooks or Hooks(), poll_interval_s=poll_interval_s)
     finally:
         for evaluator in evaluators:
             if evaluator is not None:

@@ -40,6 +40,13 @@ def train(
         typer.Option(help="Serve Prometheus /metrics on 127.0.0.1:PORT (0: off; overrides the config's metrics_port)"),
     ] = None,
     show_config: Annotated[bool, typer.Option(help="Print the resolved settings as TOML and exit")] = False,
+    settings_dir: Annotated[
+        Path | None,
+        typer.Option(
+            help="Each --run's settings are SETTINGS_DIR/<run>.toml, trained once its job writes them "
+            "(`quickstart --learner-folder`): one learner for every policy of a server, each on its own settings"
+        ),
+    ] = None,
     admin_key: Annotated[
         str | None,
         typer.Option(
@@ -54,6 +61,10 @@ def train(
     from harnessrl.cli.train_job import show_settings, start_train, train_settings
 
     runs, policies = list(dict.fromkeys(run or [])), list(dict.fromkeys(policy or []))
+    if settings_dir is not None:
+        from harnessrl.cli.train_policies import start_folder
+
+        return start_folder(runs, settings_dir, admin_key, database_url)
     if not runs and not policies:
         raise fail("name what to train: --run RUN (repeatable) or --policy NAME (repeatable)")
     settings = train_settings(runs[0] if runs else policies[0], config, max_steps, metrics_port, admin_key)

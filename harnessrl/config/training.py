@@ -47,6 +47,12 @@ class LearnerSection(Section):
         description="Port of the learner's Prometheus /metrics on 127.0.0.1 [default: a free one; 0: off]",
         json_schema_extra=cli("--learner-metrics-port"),
     )
+    folder: LoosePath | None = Field(
+        None,
+        description="With --gateway: hand the run to the server's one learner (`harnessrl train --run RUN "
+        "--settings-dir FOLDER`, every policy's) through this folder instead of starting a learner of its own",
+        json_schema_extra=cli("--learner-folder"),
+    )
 
 
 class EvaluationConfig(Section):

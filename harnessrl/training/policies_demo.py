@@ -1,19 +1,24 @@
 """`harnessrl demo-policies` (`make demo-policies`): several agents' harness adapters trained at once on one
 server, one engine.
 
-One `harnessrl serve` (vLLM sized for the policies, one gateway, one store), then one `harnessrl quickstart
---gateway` per agent, side by side, each training its own policy (named after its agent) with its
-`make demo` recipe: pi and the other CLI agents on `builtin:shell` (demonstrations, SFT, GRPO), the builtin
-harness on `builtin:arithmetic` (GRPO). Each quickstart's terminal table goes to its log; this process prints
-one line a minute (each policy's served version, the engine's memory) and, at the end, a table: each
-policy's held-out pass@1 before and after, the engine's peak memory, and the share of the calls of each
-policy's runs that its own adapter served (its version's name and digest).
+One `harnessrl serve` (vLLM sized for the policies, one gateway, one store), one `harnessrl train` for every
+policy (the base model held once, an adapter per policy), then one `harnessrl quickstart --gateway` per
+agent, side by side, each training its own policy (named after its agent) with its `make demo` recipe:
+pi and the other CLI agents on `builtin:shell` (demonstrations, SFT, GRPO), the builtin harness on
+`builtin:arithmetic` (GRPO). Each quickstart hands its run, with its recipe's learner settings, to the one
+learner when it is ready to train (after its warm start) through a settings folder
+(harnessrl.training.learner_folder), and stops it there when its time is up. Each quickstart's terminal table
+goes to its log; this process prints one line a minute (each policy's served version, the engine's and
+the learner's memory) and, at the end, a table: each policy's held-out pass@1 before and after, the
+engine's and the learner's peak memory, and the share of the calls of each policy's runs that its own
+adapter served (its version's name and digest).
 """
 
 from __future__ import annotations
 
 import json
 import os
+import shutil
 import sys
 import time
 from dataclasses import asdict, dataclass
@@ -46,6 +51,11 @@ class DemoPlan:
 
     def run_of(self, agent: str) -> str:
         return f"demo-policies-{agent}"
+
+    @property
+    def learner_folder(self) -> Path:
+        """Where each quickstart hands its run to the one learner (harnessrl.training.learner_folder)."""
+        return self.home / "learner-settings"
 
 
 @dataclass(frozen=True)
@@ -88,10 +98,30 @@ def quickstart_process(plan: DemoPlan, agent: str, gateway_url: str) -> ManagedP
     command = [
         sys.executable, "-m", "harnessrl.cli", "quickstart", "--gateway", gateway_url, "--harness", agent,
         "--policy", agent, "--run", plan.run_of(agent), "--minutes", str(plan.minutes), "--model",
-        str(plan.model_dir), "--database-url", plan.database_url, "--admin-key", plan.admin_key, *recipe(agent),
+        str(plan.model_dir), "--database-url", plan.database_url, "--admin-key", plan.admin_key,
+        "--learner-folder", str(plan.learner_folder), *recipe(agent),
     ]  # fmt: skip
     env = {**os.environ, "COLUMNS": "160"}
     return ManagedProcess(command, gateway_url, plan.home / f"quickstart-{agent}.log", env)
+
+
+def learner_process(plan: DemoPlan, gateway_url: str) -> ManagedProcess:
+    """One `harnessrl train` for every agent's run, each trained once its quickstart hands it over."""
+    runs = [option for agent in plan.agents for option in ("--run", plan.run_of(agent))]
+    command = [sys.executable, "-m", "harnessrl.cli", "train", *runs, "--settings-dir", str(plan.learner_folder)]
+    command += ["--database-url", plan.database_url]
+    env = {**os.environ, "HARNESSRL_ADMIN_KEY": plan.admin_key, "COLUMNS": "160"}
+    return ManagedProcess(command, gateway_url, plan.home / "learner.log", env)
+
+
+def learner_rss_gib(learner: ManagedProcess) -> float:
+    """Resident memory of the learner process, GiB (0 once it ended)."""
+    if learner.pid is None:  # never started (psutil would measure this process)
+        return 0.0
+    try:
+        return psutil.Process(learner.pid).memory_info().rss / 2**30
+    except psutil.NoSuchProcess:
+        return 0.0
 
 
 def engine_rss_gib(serve: ManagedProcess) -> float:
@@ -107,28 +137,47 @@ def engine_rss_gib(serve: ManagedProcess) -> float:
 
 def run_demo(plan: DemoPlan, console: Console) -> list[PolicyOutcome]:
     plan.home.mkdir(parents=True, exist_ok=True)
-    peak = 0.0
+    shutil.rmtree(plan.learner_folder, ignore_errors=True)  # an earlier demo's hand-overs and results
     with serve_process(plan) as serve:
         with console.status(f"starting vLLM-CPU and the gateway (log: {serve.log_path})"):
             serve.wait_healthy()
-        quickstarts = {agent: quickstart_process(plan, agent, serve.url).start() for agent in plan.agents}
-        for agent, process in quickstarts.items():
-            console.print(f"{agent}: quickstart of policy {agent!r}, log {process.log_path}")
+        learner = learner_process(plan, serve.url).start()
+        console.print(f"one learner for {len(plan.agents)} policies, log {learner.log_path}")
         try:
-            while any(p.alive() for p in quickstarts.values()):
-                peak = max(peak, engine_rss_gib(serve))
-                console.print(_progress(serve.url, plan, peak))
-                wait_any(quickstarts.values(), POLL_S)
+            peak, learner_peak = _train_all(plan, serve, learner, console)
         finally:
-            for process in quickstarts.values():
-                process.stop(timeout_s=300)
-        peak = max(peak, engine_rss_gib(serve))
+            learner.stop(timeout_s=300)  # it ended when each quickstart stopped its run; else it finishes its step
     outcomes = _outcomes(plan)
     console.print(_table(outcomes, peak))
-    summary = {"peak_engine_rss_gib": peak, "minutes": plan.minutes, "policies": [asdict(o) for o in outcomes]}
+    console.print(f"learner: {learner_peak:.2f} GiB resident at most (sampled), one process for every policy")
+    for line in learner.tail(10).splitlines():  # its own measure at its end (peak RSS, not sampled)
+        if "learner resident memory" in line:
+            console.print(line.strip(), markup=False, highlight=False)
+    summary = {"peak_engine_rss_gib": peak, "peak_learner_rss_gib": learner_peak, "minutes": plan.minutes}
+    summary["policies"] = [asdict(o) for o in outcomes]
     (plan.home / "summary.json").write_text(json.dumps(summary, indent=1))
     console.print(f"summary: {plan.home / 'summary.json'}")
     return outcomes
+
+
+def _train_all(plan: DemoPlan, serve: ManagedProcess, learner: ManagedProcess, console: Console) -> tuple[float, float]:
+    """Every agent's quickstart to its end beside the one learner: (the engine's, the learner's) peak GiB."""
+    quickstarts = {agent: quickstart_process(plan, agent, serve.url).start() for agent in plan.agents}
+    for agent, process in quickstarts.items():
+        console.print(f"{agent}: quickstart of policy {agent!r}, log {process.log_path}")
+    peak, learner_peak, ended = 0.0, 0.0, False
+    try:
+        while any(p.alive() for p in quickstarts.values()):
+            peak, learner_peak = max(peak, engine_rss_gib(serve)), max(learner_peak, learner_rss_gib(learner))
+            console.print(f"{_progress(serve.url, plan, peak)}; learner {learner_peak:.2f} GiB at most")
+            if not learner.alive() and not ended:  # the quickstarts see it too and end
+                console.print(f"the learner ended: {learner.why()}", markup=False, highlight=False)
+                ended = True
+            wait_any(quickstarts.values(), POLL_S)
+    finally:
+        for process in quickstarts.values():
+            process.stop(timeout_s=300)
+    return max(peak, engine_rss_gib(serve)), max(learner_peak, learner_rss_gib(learner))
 
 
 def wait_any(processes, timeout_s: float, sleep=time.sleep, clock=time.monotonic) -> None:

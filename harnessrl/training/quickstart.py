@@ -2,7 +2,8 @@
 
 vLLM serves the model behind the gateway; rounds of rollouts run the harness on a task set in the
 plan's sandboxes (local bubblewrap by default; docker or harbor:<type> through a served gateway),
-group by group; the learner (`harnessrl train`, its own process) trains on every ready group and
+group by group; the learner (`harnessrl train`, its own process; with ``learner_folder``, the server's one
+learner for every policy, harnessrl.training.learner_folder) trains on every ready group and
 hot-swaps each new adapter into vLLM while the next rounds keep running.
 At the end: a reward-curve PNG and the path of the final adapter. With a warm start
 (``harnessrl.training.warm_start``) a warm-up run and SFT come first and the learner continues from its adapter.
@@ -34,6 +35,7 @@ from harnessrl.settings import admin_key, data_home, logs_dir
 from harnessrl.teachers.demonstrations import demonstrator
 from harnessrl.training.curriculum import next_round
 from harnessrl.training.dashboard import Dashboard, capture_line, save_reward_curve, step_rows, version_rewards
+from harnessrl.training.learner_folder import LearnerFolder, SharedLearner
 from harnessrl.training.quickstart_evals import HeldOutSets, current_version, eval_line, evaluate_sets, held_out_sets
 from harnessrl.training.quickstart_plan import (
     QuickstartPlan,
@@ -60,6 +62,7 @@ class SftInterrupted(Exception):
     """Raised inside the SFT thread to end it when the quickstart is interrupted."""
 
 
+Learner = ManagedProcess | SharedLearner  # its own process, or its run in the server's one learner
 LEARNER_STOP_S = 120.0  # for the learner to finish its step, checkpoint and publish before it is killed
 
 
@@ -119,9 +122,15 @@ class Quickstart:
         png = save_reward_curve(self.dashboard, self.home / "reward_curve.png")
         return png, self._final_adapter()
 
-    def _start_learner(self, gateway_url: str, warm: WarmStartResult | None) -> ManagedProcess:
+    def _start_learner(self, gateway_url: str, warm: WarmStartResult | None) -> Learner:
+        settings = learner_config(self.plan, gateway_url, self.home / "learner", warm)
+        if self.plan.learner_folder is not None:  # the server's one learner trains it beside the other policies
+            folder = LearnerFolder(self.plan.learner_folder)
+            folder.offer(self.plan.run, settings)
+            self._learner = SharedLearner(folder, self.plan.run)
+            return self._learner
         config = self.home / "learner.toml"
-        config.write_text(dump_toml(learner_config(self.plan, gateway_url, self.home / "learner", warm)))
+        config.write_text(dump_toml(settings))
         command = [sys.executable, "-m", "harnessrl.cli", "train", "--run", self.plan.run, "--config", str(config)]
         command += ["--database-url", self.plan.database_url]
         env = {**os.environ, "HARNESSRL_ADMIN_KEY": self.admin_key}
@@ -178,7 +187,7 @@ class Quickstart:
         self,
         client: GatewayClient,
         deadline: float,
-        learner: ManagedProcess,
+        learner: Learner,
         warm: WarmStartResult | None,
         evals: HeldOutSets,
         evaluating: asyncio.Task,
@@ -310,7 +319,7 @@ class Quickstart:
             self.console.print(eval_line(label, metrics))
 
     async def _going(
-        self, client: GatewayClient, deadline: float, learner: ManagedProcess, until: int, rounds: int = 1
+        self, client: GatewayClient, deadline: float, learner: Learner, until: int, rounds: int = 1
     ) -> bool:
         """Rounds go on while the learner lives: at least one (a warm start that spent the time budget on a
         slow or busy machine still gets its GRPO round), to the time budget, then until it published
@@ -321,7 +330,7 @@ class Quickstart:
             return True
         return until > await current_version(client, self.plan.policy)
 
-    async def _pace(self, client: GatewayClient, deadline: float, learner: ManagedProcess, until: int) -> Admission:
+    async def _pace(self, client: GatewayClient, deadline: float, learner: Learner, until: int) -> Admission:
         """May a GRPO round begin another group? Not while ``backlog_steps`` learner steps' worth of groups
         wait (their samples would go stale, and new rollouts take the CPU the learner needs); none once the
         learner died, or past the time budget once it published ``until``."""

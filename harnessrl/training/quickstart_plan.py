@@ -51,6 +51,8 @@ class QuickstartPlan:
     backlog_steps: int = 2  # rollouts pause while this many learner steps' worth of groups wait
     learner: dict = field(default_factory=dict)  # more learner settings (learner.config.with_overrides names)
     learner_metrics_port: int = 0  # the learner's Prometheus /metrics on 127.0.0.1; 0 = off
+    # a running learner's settings folder (harnessrl.training.learner_folder) to hand the run to; None: its own
+    learner_folder: Path | None = None
     admin_key: str | None = None  # the gateway's key; default: $HARNESSRL_ADMIN_KEY or $HARNESSRL_HOME/admin.key
     # Held-out evaluation (harnessrl.evaluation.periodic): the base model first, then every `eval_every` versions
     # and the last one, `eval_k` pinned rollouts per held-out task, into the run "<run>-eval"; 0: off

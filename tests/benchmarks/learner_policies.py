@@ -68,7 +68,7 @@ def worker(args: argparse.Namespace) -> None:
     """One process: train ``args.runs`` (shared) or its one run (alone); print its figures as JSON."""
     from learner.config import LearnerConfig, resolve_paths, with_overrides
     from learner.loop import run_learner
-    from learner.policies_loop import fixed_runs, run_policies
+    from learner.policies_loop import Hooks, fixed_runs, run_policies
     from store.store import Store
 
     out, runs = Path(args.work), args.runs.split(",")
@@ -91,7 +91,7 @@ def worker(args: argparse.Namespace) -> None:
             if args.mode == "shared":
                 await run_policies(
                     config, store, fixed_runs(runs), publisher_for=lambda run, _: publishers[run],
-                    on_step=lambda _, m: record(m), poll_interval_s=0.02, handle_signals=False,
+                    hooks=Hooks(on_step=lambda _, m: record(m)), poll_interval_s=0.02, handle_signals=False,
                 )  # fmt: skip
             else:
                 (run,) = runs

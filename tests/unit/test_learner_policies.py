@@ -13,6 +13,7 @@ import pytest
 import torch
 
 import learner.loop
+from learner.policies_loop import Hooks
 from store.database import sqlite_url
 from store.store import Store
 from tests.learner_policies import (
@@ -104,7 +105,9 @@ async def test_a_policy_whose_group_becomes_ready_steps_within_one_step(store, t
         await end_rollouts(store, late, SIGNAL)
 
     maker = asyncio.create_task(make_late_ready())
-    results = await train_policies(configs, store, ["busy", "late"], on_step=lambda run, _: order.append(run))
+    results = await train_policies(
+        configs, store, ["busy", "late"], hooks=Hooks(on_step=lambda run, _: order.append(run))
+    )
     await maker
 
     assert results["late"].step == 1 and results["busy"].step == 10

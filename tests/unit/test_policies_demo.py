@@ -3,8 +3,13 @@ its own adapter served, read from what the gateway recorded."""
 
 from __future__ import annotations
 
+import io
 from pathlib import Path
 
+import pytest
+from rich.console import Console
+
+from harnessrl.training import policies_demo
 from harnessrl.training.policies_demo import DemoPlan, _outcome, quickstart_process, recipe, wait_any
 from tests.policy_calls import policy_rollout, publish_policy, served_call
 
@@ -39,6 +44,7 @@ def test_each_agent_runs_its_recipe_through_the_shared_gateway_as_its_own_policy
     assert command[at("--gateway") + 1] == "http://127.0.0.1:9" and command[at("--policy") + 1] == "pi"
     assert command[at("--run") + 1] == "demo-policies-pi" and "--eval-every" in command
     assert command[at("--config") + 1].endswith("harnessrl/recipes/demo.toml")
+    assert command[at("--learner-folder") + 1] == str(plan.learner_folder)  # handed to the one learner
     assert recipe("builtin")[1].endswith("harnessrl/recipes/arithmetic.toml")
 
 
@@ -54,3 +60,55 @@ def test_the_progress_wait_lasts_its_interval_once_one_quickstart_has_ended():
     slept, ticks = [], iter(range(1000))
     wait_any([Ended(False), Ended(True)], 5.0, sleep=slept.append, clock=lambda: next(ticks))
     assert len(slept) >= 4  # it waited the interval (it returned at once and printed a line every few ms)
+
+
+class Process:
+    """A process the demo would start: its command recorded, ended at once."""
+
+    started: list[list[str]] = []
+
+    def __init__(self, command, url, log_path, env=None):
+        self.command, self.url, self.log_path, self.pid = command, url, log_path, None
+
+    def start(self):
+        Process.started.append(self.command)
+        return self
+
+    def alive(self) -> bool:
+        return False
+
+    def wait_healthy(self) -> None: ...
+
+    def stop(self, timeout_s: float = 20.0) -> None: ...
+
+    def tail(self, lines: int = 30) -> str:
+        return ""
+
+    def why(self) -> str:
+        return ""
+
+    def __enter__(self):
+        return self.start()
+
+    def __exit__(self, *exc) -> None: ...
+
+
+@pytest.mark.parametrize("agents", [("pi", "builtin"), ("pi", "builtin", "opencode")])
+def test_one_learner_process_trains_every_policys_run(tmp_path, monkeypatch, agents):
+    plan = DemoPlan(agents, 5.0, tmp_path, "sqlite:///x.db", "k", tmp_path / "home")
+    Process.started = []
+    monkeypatch.setattr(policies_demo, "ManagedProcess", Process)
+    monkeypatch.setattr(policies_demo, "engine_rss_gib", lambda serve: 0.0)
+    monkeypatch.setattr(policies_demo, "_outcomes", lambda plan: [])
+
+    policies_demo.run_demo(plan, Console(file=io.StringIO()))
+
+    learners = [c for c in Process.started if "train" in c]
+    quickstarts = [c for c in Process.started if "quickstart" in c]
+    assert len(learners) == 1 and len(quickstarts) == len(agents)
+    (learner,) = learners
+    runs = [learner[k + 1] for k, option in enumerate(learner) if option == "--run"]
+    assert runs == [plan.run_of(agent) for agent in agents]
+    folder = learner[learner.index("--settings-dir") + 1]
+    assert all(c[c.index("--learner-folder") + 1] == folder for c in quickstarts)
+    assert all(c[c.index("--run") + 1] in runs for c in quickstarts)

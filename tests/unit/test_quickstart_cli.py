@@ -25,6 +25,7 @@ def quickstart(tmp_path, *args: str):
         (["--warm-start", "--upstream", "solutions"], "add --harness pi"),
         (["--tasks", "builtin:shell", "--unseen-tasks", "builtin:shell-unseen"], "add --eval-every N"),
         (["--eval-every", "2", "--unseen-tasks", "builtin:nope"], "unknown built-in dataset 'builtin:nope'"),
+        (["--learner-folder", "shared"], "--learner-folder hands the run to a server's learner: add --gateway URL"),
     ],
 )
 def test_quickstart_refuses_a_plan_that_cannot_run(tmp_path, monkeypatch, args, message):

@@ -207,3 +207,19 @@ async def test_an_evaluation_beside_the_next_phase_starts_after_the_one_before_i
     first_may_end.set()
     await asyncio.wait_for(second, timeout=600)
     assert order == ["base starts", "base ends", "sft starts", "sft ends"]
+
+
+def test_with_a_learner_folder_the_run_is_handed_to_the_servers_learner_with_its_warm_start(tmp_path, monkeypatch):
+    from harnessrl.training.learner_folder import LearnerFolder, SharedLearner
+    from harnessrl.training.warm_start import WarmStartResult
+
+    run = quickstart(tmp_path, monkeypatch, learner_folder=tmp_path / "shared")
+    monkeypatch.setattr("harnessrl.training.quickstart.ManagedProcess", None)  # starting a process would fail
+    warm = WarmStartResult(adapter=tmp_path / "sft-adapter", version=2, rollouts=3)
+
+    learner = run._start_learner("http://127.0.0.1:9", warm)
+
+    assert isinstance(learner, SharedLearner) and learner.alive()  # no learner up yet: it is waited for
+    settings = LearnerFolder(tmp_path / "shared").settings("q")
+    assert settings.lora.init_adapter == str(tmp_path / "sft-adapter") and settings.lora.init_version == 2
+    assert settings.output_dir == str(run.home / "learner")  # the adapters _final_adapter looks for
