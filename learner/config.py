@@ -9,6 +9,7 @@
     [publish]    gateway_url = "..."     # PublishSettings
     [checkpoint] every = 1               # CheckpointSettings
     [eval]       every = 0               # EvalSettings
+    [parallel]   shard = "none"          # ParallelSettings (under torchrun)
 
 Every key is optional; the defaults are the dataclasses' (``harnessrl train --show-config`` prints them
 as TOML). A key no section knows is an error that names it, so a typo (``rnak``) never silently trains
@@ -38,6 +39,7 @@ from learner.step import StepConfig
 logger = logging.getLogger(__name__)
 
 Scheduler = Literal["constant", "linear", "cosine"]
+Shard = Literal["none", "fsdp"]
 DType = Literal["auto", "float32", "bfloat16", "float16"]
 ALL_LINEAR = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj")
 
@@ -126,6 +128,15 @@ class EvalSettings:
 
 
 @dataclass(frozen=True)
+class ParallelSettings:
+    """How ranks under torchrun split the work (one process: both are the same)."""
+
+    # none: data parallelism, every rank holds the whole base (learner.distributed); fsdp: the base's
+    # decoder layers sharded across ranks with FSDP2, the LoRA weights whole on each (learner.sharding)
+    shard: Shard = "none"
+
+
+@dataclass(frozen=True)
 class LearnerConfig:
     model_dir: str = ""  # Hugging Face folder of the base model the engine serves (required)
     # training dtype of the base weights: auto = bfloat16 on CUDA, float32 on CPU (LoRA weights stay float32)
@@ -145,6 +156,7 @@ class LearnerConfig:
     publish: PublishSettings = field(default_factory=PublishSettings)
     checkpoint: CheckpointSettings = field(default_factory=CheckpointSettings)
     eval: EvalSettings = field(default_factory=EvalSettings)
+    parallel: ParallelSettings = field(default_factory=ParallelSettings)
 
     def __post_init__(self) -> None:
         _validate(self)
@@ -251,6 +263,7 @@ def _validate(c: LearnerConfig) -> None:
             f"optimizer.scheduler = {o.scheduler!r} decays until max_steps: set max_steps, or scheduler = 'constant'"
         )
     _check_choice("dtype", c.dtype, typing.get_args(DType))
+    _check_choice("parallel.shard", c.parallel.shard, typing.get_args(Shard))
     _check_choice("forward.kernel", c.forward.kernel, KERNELS)
     _check_choice("loss.is_correction", c.loss.is_correction, IS_CORRECTIONS)
     _check_choice("batch.advantage", c.batch.advantage, ("group", "session"))

@@ -6,6 +6,9 @@ Run under torchrun (gloo on CPU); each rank writes its LoRA weights and step met
 
     python -m torch.distributed.run --standalone --nproc_per_node 2 -m learner.ddp_check --out DIR
 
+``--shard fsdp`` first shards the base's decoder layers with FSDP2 (``learner.sharding``); rank 0 then
+also saves the adapter as publishing does (``OUT/adapter``).
+
 The batch is built so that every code path that must agree across ranks is exercised: rows of
 unequal length split unevenly, old log-probs perturbed off-policy so some tokens are masked by the
 importance ratio and some clipped, and a gradient norm above ``max_grad_norm`` so clipping uses the
@@ -21,9 +24,11 @@ import numpy as np
 import torch
 
 from learner.distributed import broadcast_trainable, shard, world
+from learner.forward import ForwardConfig
 from learner.loss import token_logprobs
 from learner.packing import PackedRow, pack_samples
 from learner.ranks import process_group
+from learner.sharding import SHARD_CHOICES, frozen_numel, match_forwards, shard_base
 from learner.step import StepConfig, train_step
 from learner.tiny_model import tiny_base, tiny_lora
 from store.samples import Sample
@@ -32,6 +37,8 @@ VOCAB = 256
 TOKEN_BUDGET = 64
 LR = 1e-2
 MAX_GRAD_NORM = 0.1  # below this batch's norm (~0.3): clipping is on
+# rows of 32+ tokens recompute their layers in the backward (exact): sharded layers are gathered again there
+FORWARD = ForwardConfig(checkpoint_min_tokens=32)
 
 
 def tiny_lora_model(seed: int = 0) -> torch.nn.Module:
@@ -59,10 +66,19 @@ def fixed_rows(model: torch.nn.Module, seed: int = 0, n: int = 12) -> list[Packe
     return list(pack_samples(samples, advantages, TOKEN_BUDGET).rows)
 
 
-def run_steps(model: torch.nn.Module, rows: list[PackedRow], steps: int = 2) -> list[dict]:
-    """``steps`` AdamW steps on the same rows (the second one also checks the optimizer state agrees)."""
+def run_steps(
+    model: torch.nn.Module, rows: list[PackedRow], steps: int = 2, batch: list[PackedRow] | None = None
+) -> list[dict]:
+    """``steps`` AdamW steps on the same rows (the second one also checks the optimizer state agrees).
+    ``batch``: every rank's rows, when ``rows`` is this rank's share and the base is sharded (the rank
+    then pads its forwards to the busiest rank's, as ``learner.trainer.train_batch`` does)."""
     optimizer = torch.optim.AdamW([p for p in model.parameters() if p.requires_grad], lr=LR)
-    return [train_step(model, optimizer, rows, StepConfig(max_grad_norm=MAX_GRAD_NORM)) for _ in range(steps)]
+    config = StepConfig(max_grad_norm=MAX_GRAD_NORM, forward=FORWARD)
+    metrics = []
+    for _ in range(steps):
+        padding = match_forwards(model, batch, config, *world()) if batch is not None else 0
+        metrics.append({**train_step(model, optimizer, rows, config), "padding_rows": padding})
+    return metrics
 
 
 def lora_weights(model: torch.nn.Module) -> dict[str, torch.Tensor]:
@@ -73,17 +89,29 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--out", type=Path, required=True, help="folder for rank{R}.pt")
     parser.add_argument("--steps", type=int, default=2)
+    parser.add_argument("--samples", type=int, default=12, help="samples in the fixed batch (fixed_rows' n)")
+    parser.add_argument("--shard", choices=SHARD_CHOICES, default="none", help="fsdp: shard the base (FSDP2)")
     args = parser.parse_args()
     with process_group():
         rank, size = world()
         model = tiny_lora_model()
         broadcast_trainable(model)
-        rows = fixed_rows(model)  # every rank builds the same batch, then takes its share
+        rows = fixed_rows(model, n=args.samples)  # the same batch on every rank, then each takes its share
+        if args.shard == "fsdp":
+            shard_base(model, "cpu")
         mine = shard(rows, [row.num_tokens for row in rows], rank, size)
-        metrics = run_steps(model, mine, args.steps)
+        metrics = run_steps(model, mine, args.steps, batch=rows)
         args.out.mkdir(parents=True, exist_ok=True)
+        if rank == 0 and args.shard == "fsdp":
+            model.save_pretrained(args.out / "adapter")  # as publishing and checkpoints save it
         torch.save(
-            {"weights": lora_weights(model), "metrics": metrics, "rows": len(mine), "of_rows": len(rows)},
+            {
+                "weights": lora_weights(model),
+                "metrics": metrics,
+                "rows": len(mine),
+                "of_rows": len(rows),
+                "base_numel": frozen_numel(model),
+            },
             args.out / f"rank{rank}.pt",
         )
 

@@ -20,6 +20,7 @@ import numpy as np
 import torch
 import torch.distributed as dist
 from torch import nn
+from torch.distributed.tensor import DTensor
 
 from learner.loss import LossStats
 from learner.mismatch import MismatchStats, merge_call_deltas
@@ -71,6 +72,11 @@ def all_reduce_gradients(params: Sequence[nn.Parameter]) -> None:
     """
     if not is_distributed() or not params:
         return
+    if any(isinstance(p, DTensor) for p in params):  # summing FSDP's already reduced shards would double them
+        raise RuntimeError(
+            "the trainable weights are FSDP-sharded, and FSDP reduces their gradients itself: shard the base "
+            "with learner.sharding.shard_base, which keeps them whole on every rank"
+        )
     device = params[0].device
     has_grad = torch.tensor([p.grad is not None for p in params], dtype=torch.float32, device=device)
     flat = torch.cat([_grad_or_zeros(p).reshape(-1).float() for p in params])

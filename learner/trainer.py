@@ -12,12 +12,13 @@ import numpy as np
 import torch
 
 from learner.config import LearnerConfig
-from learner.distributed import broadcast_trainable, gather_call_deltas, shard, world
+from learner.distributed import broadcast_trainable, gather_call_deltas, is_distributed, shard, world
 from learner.groups import Batch
 from learner.memory import return_freed_memory
 from learner.mismatch import RowDeltas, call_deltas
 from learner.packing import pack_samples
 from learner.reference import ReferenceWeights, snapshot
+from learner.sharding import match_forwards, shard_base
 from learner.step import train_step
 
 
@@ -40,17 +41,22 @@ class Trainer:
 
 def build_trainer(config: LearnerConfig) -> Trainer:
     """Load the base model from ``model_dir`` and wrap it with a freshly initialised LoRA adapter, or the
-    warm start's (``init_adapter``), whose weights are then also the KL term's reference (beta > 0)."""
+    warm start's (``init_adapter``), whose weights are then also the KL term's reference (beta > 0).
+    Under torchrun with ``[parallel] shard = "fsdp"`` the base's layers are then sharded over the ranks
+    (``learner.sharding``): loaded on the CPU first, so no device ever holds the whole base."""
     from peft import get_peft_model
 
     torch.manual_seed(config.lora.seed)  # LoRA's A matrices are random: the same seed gives the same start
-    base = load_base(config)
+    sharded = config.parallel.shard == "fsdp" and is_distributed()
+    base = load_base(config, torch.device("cpu") if sharded else None)
     if config.lora.init_adapter:  # a warm start (harnessrl sft): its weights, trainable
         from peft import PeftModel
 
         model = PeftModel.from_pretrained(base, config.lora.init_adapter, is_trainable=True)
     else:
         model = get_peft_model(base, lora_config(config))
+    if sharded:
+        shard_base(model, training_device(config))
     model.train()  # with lora_dropout 0 (the default) train and eval modes give the same logits
     broadcast_trainable(model)  # under torchrun every rank starts from rank 0's adapter
     # After a warm start the KL keeps the policy near the adapter it began from, not the base model it left
@@ -59,8 +65,9 @@ def build_trainer(config: LearnerConfig) -> Trainer:
     return Trainer(model, optimizer, scheduler, reference)
 
 
-def load_base(config: LearnerConfig) -> Any:
-    """The base model from ``model_dir`` on the training device, in the training dtype (no LoRA yet)."""
+def load_base(config: LearnerConfig, on: torch.device | None = None) -> Any:
+    """The base model from ``model_dir`` on ``on`` (default: the training device), in the training
+    device's dtype (no LoRA yet)."""
     from transformers import AutoModelForCausalLM
 
     return_freed_memory()  # long rows: freed per-layer blocks go back to the OS (learner.memory)
@@ -68,7 +75,7 @@ def load_base(config: LearnerConfig) -> Any:
     # sdpa for plain forwards; the train step switches to packed attention (learner.forward.packed_mode)
     return AutoModelForCausalLM.from_pretrained(
         config.model_dir, dtype=training_dtype(config, device), attn_implementation="sdpa"
-    ).to(device)
+    ).to(on or device)
 
 
 def lora_config(config: LearnerConfig) -> Any:
@@ -151,6 +158,7 @@ def train_batch(
     rows = shard(packing.rows, [row.num_tokens for row in packing.rows], *world())  # all of them in one process
     # log-probs at the temperature the run sampled at (the batch says it: every rank gets the batch)
     step = replace(config.step(), temperature=batch.temperature)
+    match_forwards(trainer.model, packing.rows, step, *world())  # a sharded base: as many forwards on every rank
     deltas: list[RowDeltas] = []  # every rank: rank 0 stores them all (a collective below)
     result = train_step(trainer.model, trainer.optimizer, rows, step, batch.version, deltas, trainer.reference)
     per_call = gather_call_deltas(call_deltas(deltas, [s.sample for s in batch.samples]))

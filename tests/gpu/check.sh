@@ -16,6 +16,10 @@
 #   bf16_step             one optimizer step in bf16 (LoRA in float32) moves the adapter, ratios ~1
 #   peak_memory           peak CUDA memory and time of one step on one sample of 8k and 32k tokens
 #   memory_linear         32k peak <= 1.125 x 4 x the 8k peak
+# Then (tests/gpu/fsdp_check.py; FSDP_CHECK=0 leaves it out) the base sharded by FSDP2 over every GPU
+# (at most 8), in float32:
+#   fsdp_step             2 steps sharded equal data parallelism on as many GPUs (1e-6) and one GPU alone
+#                         (1e-4); with one GPU, FSDP2 over one rank against the whole base
 # Then (tests/gpu/pi_round.py, needs pi 0.73.1 and bubblewrap: `sudo tests/setup_machine.sh demo`; and
 # vLLM with CUDA in the same Python; PI_ROUND=0 leaves it out) a short GRPO round with pi on MODEL_DIR:
 #   quickstart            `harnessrl quickstart --harness pi` finished within 8 minutes (wall_s)
@@ -38,6 +42,9 @@ PY
 export HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1
 status=0
 "$PYTHON" tests/gpu/check.py "$MODEL_DIR" --lengths "${LENGTHS:-8192,32768}" || status=1
+if [ "${FSDP_CHECK:-1}" != 0 ]; then
+  "$PYTHON" tests/gpu/fsdp_check.py "$MODEL_DIR" || status=1
+fi
 if [ "${PI_ROUND:-1}" != 0 ]; then
   if ! command -v pi >/dev/null || ! command -v bwrap >/dev/null; then
     echo '{"check": "pi_round", "ok": false, "why": "pi or bubblewrap missing: sudo tests/setup_machine.sh demo"}'
