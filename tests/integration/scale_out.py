@@ -156,8 +156,16 @@ def worker(
 
 
 def learner(
-    run: str, gateway_url: str, database_url: str, model_dir: Path, home: Path, logs: Path, name: str = "learner"
+    run: str | tuple[str, ...],
+    gateway_url: str,
+    database_url: str,
+    model_dir: Path,
+    home: Path,
+    logs: Path,
+    name: str = "learner",
 ) -> subprocess.Popen:
+    """`harnessrl train` of ``run`` (several: one learner process for all their policies)."""
+    runs = [option for each in ((run,) if isinstance(run, str) else run) for option in ("--run", each)]
     config = home / "learner.toml"
     config.parent.mkdir(parents=True, exist_ok=True)
     config.write_text(
@@ -172,8 +180,7 @@ def learner(
                 "-m",
                 "harnessrl.cli",
                 "train",
-                "--run",
-                run,
+                *runs,
                 "--config",
                 str(config),
                 "--database-url",

