@@ -2,13 +2,16 @@
 
 from __future__ import annotations
 
+import shutil
 from collections.abc import AsyncIterator, Iterator
+from pathlib import Path
 
 import httpx2
 import pytest
 
 from gateway.tito.template import ModelText
 from harnessrl.server import BackgroundServer
+from store.database import sqlite_url
 from store.store import Store
 from tests.builders import gateway_settings
 from tests.fake_engine import FakeEngine, create_fake_engine_app
@@ -65,6 +68,16 @@ async def tito_gateway(
 async def file_store(sqlite_db: str) -> AsyncIterator[Store]:
     """A store on a SQLite file as the gateway opens it (call inserts on their own thread)."""
     store = Store.from_url(sqlite_db)
+    yield store
+    await store.close()
+
+
+@pytest.fixture
+async def second_store(tmp_path: Path, migrated_sqlite_file: Path) -> AsyncIterator[Store]:
+    """A second migrated store on a file of its own: the same data trained another way, for comparison."""
+    path = tmp_path / "second.db"
+    shutil.copyfile(migrated_sqlite_file, path)
+    store = Store.from_url(sqlite_url(path))
     yield store
     await store.close()
 

@@ -5,8 +5,6 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import shutil
-from collections.abc import AsyncIterator
 from pathlib import Path
 
 import numpy as np
@@ -16,7 +14,6 @@ import learner.loop
 import learner.served_settings
 import learner.trainer
 from learner.groups import ReadyGroup, RolloutData, build_batch
-from store.database import sqlite_url
 from store.listings import GroupFilter
 from store.rollout_asks import AskedSettings
 from store.samples import Sample
@@ -45,20 +42,8 @@ from tests.waiting import until
 
 
 @pytest.fixture
-async def store(sqlite_db: str) -> AsyncIterator[Store]:
-    store = Store.from_url(sqlite_db)
-    yield store
-    await store.close()
-
-
-@pytest.fixture
-async def reference_store(tmp_path: Path, migrated_sqlite_file: Path) -> AsyncIterator[Store]:
-    """A second migrated store, to train the same data straight through for comparison."""
-    path = tmp_path / "reference.db"
-    shutil.copyfile(migrated_sqlite_file, path)
-    store = Store.from_url(sqlite_url(path))
-    yield store
-    await store.close()
+def store(file_store: Store) -> Store:
+    return file_store
 
 
 # --- order and exactly once --------------------------------------------------------------------
@@ -104,12 +89,12 @@ async def test_the_learner_waits_for_enough_ready_groups_and_stops_when_asked(st
 
 
 async def test_a_crash_between_steps_resumes_without_training_a_group_twice(
-    store, reference_store, tiny_model_dir, tmp_path, monkeypatch
+    store, second_store, tiny_model_dir, tmp_path, monkeypatch
 ):
     groups = await fill(store, 8)
-    await fill(reference_store, 8)  # the same data, trained straight through
+    await fill(second_store, 8)  # the same data, trained straight through
     reference = config_for(tiny_model_dir, tmp_path / "ref", max_steps=4, checkpoint_every=2)
-    await train(reference, reference_store)
+    await train(reference, second_store)
 
     # checkpoint_every = 2: the crash in step 4 also loses step 3, whose groups must be trained again.
     config = config_for(tiny_model_dir, tmp_path / "out", max_steps=4, checkpoint_every=2)
@@ -137,7 +122,7 @@ async def test_a_crash_between_steps_resumes_without_training_a_group_twice(
 
 
 async def test_a_crash_after_the_checkpoint_write_before_the_commit_reloads_the_committed_one(
-    store, reference_store, tiny_model_dir, tmp_path, monkeypatch
+    store, second_store, tiny_model_dir, tmp_path, monkeypatch
 ):
     groups = await fill(store, 6)
     config = config_for(tiny_model_dir, tmp_path / "out", max_steps=3)
@@ -166,9 +151,9 @@ async def test_a_crash_after_the_checkpoint_write_before_the_commit_reloads_the_
     assert set((await statuses(store)).values()) == {"consumed"}
     # The resumed run reloaded step 1, retrained groups 2-3 and wrote step 2 again: the same weights as
     # training the same data straight through.
-    await fill(reference_store, 6)
+    await fill(second_store, 6)
     straight = config_for(tiny_model_dir, tmp_path / "straight", max_steps=3)
-    await train(straight, reference_store)
+    await train(straight, second_store)
     assert_same_weights(final_adapter(config, 3), final_adapter(straight, 3))
 
 

@@ -5,16 +5,12 @@ policy that appears while the learner runs joins it."""
 from __future__ import annotations
 
 import asyncio
-import shutil
-from collections.abc import AsyncIterator
-from pathlib import Path
 
 import pytest
 import torch
 
 import learner.loop
 from learner.policies_loop import Hooks
-from store.database import sqlite_url
 from store.store import Store
 from tests.learner_policies import (
     FLAT,
@@ -33,19 +29,8 @@ from tests.waiting import until
 
 
 @pytest.fixture
-async def store(sqlite_db: str) -> AsyncIterator[Store]:
-    store = Store.from_url(sqlite_db)
-    yield store
-    await store.close()
-
-
-@pytest.fixture
-async def alone_store(tmp_path: Path, migrated_sqlite_file: Path) -> AsyncIterator[Store]:
-    path = tmp_path / "alone.db"
-    shutil.copyfile(migrated_sqlite_file, path)
-    store = Store.from_url(sqlite_url(path))
-    yield store
-    await store.close()
+def store(file_store: Store) -> Store:
+    return file_store
 
 
 def assert_close(a: dict[str, torch.Tensor], b: dict[str, torch.Tensor]) -> None:
@@ -55,11 +40,11 @@ def assert_close(a: dict[str, torch.Tensor], b: dict[str, torch.Tensor]) -> None
 
 
 async def test_a_policy_trained_beside_another_gets_the_adapter_it_gets_alone(
-    store, alone_store, tiny_model_dir, tmp_path
+    store, second_store, tiny_model_dir, tmp_path
 ):
-    await fill_run(alone_store, "ada", 6, seed=0)
+    await fill_run(second_store, "ada", 6, seed=0)
     alone = configs_for(tiny_model_dir, tmp_path / "alone", max_steps=3)("ada")
-    await train_run(alone, alone_store, "ada")
+    await train_run(alone, second_store, "ada")
     await fill_run(store, "bob", 6, seed=100)  # another policy's data, ready first
     await fill_run(store, "ada", 6, seed=0)
     configs = configs_for(tiny_model_dir, tmp_path / "shared", max_steps=3)
@@ -165,14 +150,14 @@ class Killed(BaseException):
 
 
 async def test_a_learner_killed_mid_step_resumes_each_policy_at_its_own_checkpoint(
-    store, alone_store, tiny_model_dir, tmp_path, monkeypatch
+    store, second_store, tiny_model_dir, tmp_path, monkeypatch
 ):
     runs = ["a", "b", "c"]
     for k, run in enumerate(runs):
         await fill_run(store, run, 4, seed=10 * k)
-        await fill_run(alone_store, run, 4, seed=10 * k)
+        await fill_run(second_store, run, 4, seed=10 * k)
     straight = configs_for(tiny_model_dir, tmp_path / "straight", max_steps=2)
-    await train_policies(straight, alone_store, runs)  # the same data, never killed
+    await train_policies(straight, second_store, runs)  # the same data, never killed
     real, calls = learner.loop.train_batch, {"n": 0}
 
     def killed_in_the_fourth_step(*args, **kwargs):

@@ -4,8 +4,6 @@ a run's settings come from its job's folder when it writes them, and its job sto
 from __future__ import annotations
 
 import asyncio
-import shutil
-from collections.abc import AsyncIterator
 from pathlib import Path
 
 import pytest
@@ -17,7 +15,6 @@ from harnessrl.training.learner_folder import LearnerFolder, SharedLearner
 from learner.adapters import save_adapter
 from learner.policies_loop import Hooks
 from learner.trainer import build_trainer
-from store.database import sqlite_url
 from store.store import Store
 from tests.learner_policies import checkpoint_adapter, configs_for, fill_run, train_policies
 from tests.learner_runs import tiny_learner_config, train_run
@@ -25,19 +22,8 @@ from tests.waiting import until
 
 
 @pytest.fixture
-async def store(sqlite_db: str) -> AsyncIterator[Store]:
-    store = Store.from_url(sqlite_db)
-    yield store
-    await store.close()
-
-
-@pytest.fixture
-async def alone_store(tmp_path: Path, migrated_sqlite_file: Path) -> AsyncIterator[Store]:
-    path = tmp_path / "alone.db"
-    shutil.copyfile(migrated_sqlite_file, path)
-    store = Store.from_url(sqlite_url(path))
-    yield store
-    await store.close()
+def store(file_store: Store) -> Store:
+    return file_store
 
 
 def warm_adapter(model_dir: Path, folder: Path) -> Path:
@@ -52,12 +38,12 @@ def warm_adapter(model_dir: Path, folder: Path) -> Path:
 
 
 async def test_a_warm_started_policy_beside_another_gets_the_adapter_it_gets_alone(
-    store, alone_store, tiny_model_dir, tmp_path
+    store, second_store, tiny_model_dir, tmp_path
 ):
     warm = {"init_adapter": str(warm_adapter(tiny_model_dir, tmp_path)), "beta": 0.1, "max_steps": 2}
-    await fill_run(alone_store, "ada", 4, seed=0)
+    await fill_run(second_store, "ada", 4, seed=0)
     alone = configs_for(tiny_model_dir, tmp_path / "alone", **warm)("ada")
-    await train_run(alone, alone_store, "ada")
+    await train_run(alone, second_store, "ada")
     await fill_run(store, "bob", 4, seed=100)
     await fill_run(store, "ada", 4, seed=0)
     configs = configs_for(tiny_model_dir, tmp_path / "shared", {"ada": warm}, max_steps=2)
