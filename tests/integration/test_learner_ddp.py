@@ -166,7 +166,8 @@ def _consumed_and_losses(db: Path) -> tuple[list, list]:
     return consumed, losses
 
 
-def test_harnessrl_train_under_torchrun_matches_one_process(tmp_path, tiny_model_dir, migrated_sqlite_file):
+@pytest.mark.parametrize("shard", ["none", "fsdp"])  # fsdp: the base sharded by FSDP2 (learner/sharding.py)
+def test_harnessrl_train_under_torchrun_matches_one_process(shard, tmp_path, tiny_model_dir, migrated_sqlite_file):
     import asyncio
     import shutil
 
@@ -179,8 +180,8 @@ def test_harnessrl_train_under_torchrun_matches_one_process(tmp_path, tiny_model
     config.write_text(
         f'model_dir = "{tiny_model_dir}"\ngroups_per_step = 2\nlr = 0.001\nlora_rank = 4\n'
         f"lora_alpha = 8\nmax_staleness = 100\npublish = false\npoll_interval_s = 0.05\n"
-        f"token_budget = 64\n"
-    )  # several packed rows per step: both ranks get a share
+        f'token_budget = 64\n\n[parallel]\nshard = "{shard}"\n'
+    )  # several packed rows per step: both ranks get a share; one process ignores shard (the reference)
     one, two = tmp_path / "one.db", tmp_path / "two.db"
     shutil.copyfile(template, one)
     shutil.copyfile(template, two)
@@ -194,6 +195,7 @@ def test_harnessrl_train_under_torchrun_matches_one_process(tmp_path, tiny_model
     )
 
     assert "rank 1: rank 0 stopped after 2 steps here" in ranks.stderr
+    assert ("FSDP2: rank 1 holds" in ranks.stderr) == (shard == "fsdp")  # the base was sharded, or not
     assert_same_weights(_adapter(tmp_path / "home-two"), _adapter(tmp_path / "home-one"))
     (consumed_one, losses_one), (consumed_two, losses_two) = _consumed_and_losses(one), _consumed_and_losses(two)
     assert consumed_two == consumed_one and len(consumed_one) == 2 * STEPS
