@@ -5,6 +5,7 @@ shared ``PeftModel`` (learner.adapters), its AdamW state and LR schedule, step c
 pending groups, checkpoints (committed with the groups they consumed, under its run), publisher,
 metrics sink and intake. Only the base model's weights are shared. Every use of the model by a slot
 activates its adapter first, so a slot's step, checkpoint, publication and proof see its adapter alone.
+On an accelerator, a slot's optimizer moments wait in host memory between its steps (learner.parking).
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ from learner.config import LearnerConfig
 from learner.intake import GroupIntake, trained_policy
 from learner.loop import checkpoint, open_intake, resume, sync_published, take_step
 from learner.metrics import Metrics, MetricsSink
+from learner.parking import park, unpark
 from learner.progress import Learning, Progress
 from learner.publish import Publisher
 from learner.reference import ReferenceWeights
@@ -83,11 +85,15 @@ class PolicySlot:
         groups = await self.intake.ready_groups(self.taken())
         if groups is None:
             return None
-        activate(self.learning.trainer.model, self.learning.trainer.adapter)
-        learning = self.learning
-        return await take_step(
-            learning, self.publisher, self.sink, self.progress, self.intake, self.baselines, groups, wait_s
-        )
+        learning, trainer = self.learning, self.learning.trainer
+        activate(trainer.model, trainer.adapter)
+        unpark(trainer.optimizer, trainer.model)  # an idle policy's moments wait in host memory (learner.parking)
+        try:
+            return await take_step(
+                learning, self.publisher, self.sink, self.progress, self.intake, self.baselines, groups, wait_s
+            )
+        finally:
+            park(trainer.optimizer, trainer.model)
 
     async def finish(self) -> None:
         """Keep the work done since the last checkpoint (a graceful stop; a failed slot keeps none)."""
@@ -158,6 +164,7 @@ async def open_slot(
     activate(trainer.model, trainer.adapter)
     config = await resolve_max_staleness(await resolve_token_budget(config, publisher, trainer), publisher)
     progress = await resume(store, run_id, config, trainer)
+    park(trainer.optimizer, trainer.model)  # a restored optimizer's moments come back beside the weights
     policy = await trained_policy(store, run)
     if publisher is not None:
         publisher.policy = policy  # it publishes that policy's versions only

@@ -117,6 +117,41 @@ def check_memory(trainer, config: LearnerConfig, vocab: int, length: int) -> dic
     )
 
 
+def check_parking(trainer, config: LearnerConfig, vocab: int) -> dict:
+    """An idle policy's moments in host memory (learner.parking): the accelerator's memory drops by their
+    size, and a step after they come back equals a step of a copy whose moments never left."""
+    import copy
+
+    from learner.parking import moments, park, unpark
+
+    rows = list(pack_samples([sample(np.random.default_rng(2).integers(0, vocab, 512), 256)], [1.0], 512).rows)
+    twin_model = copy.deepcopy(trainer.model)
+    twin_optimizer = type(trainer.optimizer)(
+        [p for p in twin_model.parameters() if p.requires_grad], **trainer.optimizer.defaults
+    )
+    twin_optimizer.load_state_dict(trainer.optimizer.state_dict())
+    torch.cuda.synchronize()
+    held = torch.cuda.memory_allocated()
+    moved = park(trainer.optimizer, trainer.model)
+    torch.cuda.synchronize()
+    freed = held - torch.cuda.memory_allocated()
+    on_host = all(t.device.type == "cpu" and t.is_pinned() for _, _, t in moments(trainer.optimizer))
+    unpark(trainer.optimizer, trainer.model)
+    train_step(trainer.model, trainer.optimizer, rows, config.step())
+    train_step(twin_model, twin_optimizer, rows, config.step())
+    trained = [p for p in trainer.model.parameters() if p.requires_grad]
+    twin = [p for p in twin_model.parameters() if p.requires_grad]
+    diff = max((a - b).abs().max().item() for a, b in zip(trained, twin, strict=True))
+    ok = bool(moved > 0 and freed >= moved * 0.9 and on_host and diff <= 1e-6)  # atomics: not bit for bit
+    return emit(
+        check="park_optimizer",
+        ok=ok,
+        moved_mib=round(moved / 2**20, 1),
+        freed_mib=round(freed / 2**20, 1),
+        max_diff=diff,
+    )
+
+
 def main() -> int:
     parser = argparse.ArgumentParser()
     parser.add_argument("model_dir")
@@ -138,6 +173,7 @@ def main() -> int:
         kernel=resolve_kernel(config.forward.kernel, device),
     )
     results = [check_rows(trainer, config, vocab), check_step(trainer, config, vocab)]
+    results.append(check_parking(trainer, config, vocab))  # after a step: the optimizer has moments
     memory = [check_memory(trainer, config, vocab, int(n)) for n in args.lengths.split(",")]
     if len(memory) >= 2:
         growth = memory[-1]["peak_step_gib"] / max(memory[0]["peak_step_gib"], 1e-9)

@@ -14,6 +14,8 @@
 #   packed_vs_per_sample  log-probs of tree rows (a shared 1.5k prompt, 4 branches) and flat rows against
 #                         each sample forwarded alone by plain transformers; max |diff| < 0.05 nats in bf16
 #   bf16_step             one optimizer step in bf16 (LoRA in float32) moves the adapter, ratios ~1
+#   park_optimizer        an idle policy's AdamW moments parked in pinned host memory free their GPU memory,
+#                         and the step after they come back equals one whose moments stayed (learner/parking.py)
 #   peak_memory           peak CUDA memory and time of one step on one sample of 8k and 32k tokens
 #   memory_linear         32k peak <= 1.125 x 4 x the 8k peak
 # Then (tests/gpu/fsdp_check.py; FSDP_CHECK=0 leaves it out) the base sharded by FSDP2 over every GPU
