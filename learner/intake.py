@@ -31,7 +31,7 @@ async def wait_for_run(store: Store, run: str, poll_s: float, stop: asyncio.Even
         if not announced:
             logger.warning("run %r does not exist yet; waiting for its first rollout", run)
             announced = True
-        await _sleep_or_stop(stop, poll_s)
+        await sleep_or_stop(stop, poll_s)
     return None
 
 
@@ -53,7 +53,7 @@ class GroupIntake:
         while not stop.is_set():
             if (groups := await self.ready_groups(taken)) is not None:
                 return groups
-            await _sleep_or_stop(stop, self.config.poll_interval_s)
+            await sleep_or_stop(stop, self.config.poll_interval_s)
         return None
 
     async def has_batch(self, taken: set[int]) -> bool:
@@ -86,7 +86,7 @@ class GroupIntake:
             return None
 
 
-async def _sleep_or_stop(stop: asyncio.Event, seconds: float) -> None:
+async def sleep_or_stop(stop: asyncio.Event, seconds: float) -> None:
     try:
         await asyncio.wait_for(stop.wait(), seconds)
     except TimeoutError:

@@ -85,13 +85,7 @@ async def run_learner(
     if not config.publish.enabled:
         publisher = None
     elif own_publisher:
-        publisher = Publisher(
-            config.publish.gateway_url,
-            config.publish.admin_key,
-            Path(config.publish.adapters_dir),
-            config.publish.retries,
-            config.publish.timeout_s,
-        )
+        publisher = Publisher.of(config.publish)
     sink = None
     try:
         trainer = await asyncio.to_thread(build_trainer, config)  # under torchrun, with the other ranks

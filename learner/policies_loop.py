@@ -25,12 +25,12 @@ import logging
 import time
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 from learner.adapters import adapter_parameters
 from learner.config import LearnerConfig
 from learner.distributed import world
+from learner.intake import sleep_or_stop
 from learner.loop import LearnerError, install_signal_handlers
 from learner.metrics import Metrics
 from learner.policy_slot import PolicySlot, PublisherFor, SlotResult, open_slot, policy_trainer
@@ -165,8 +165,7 @@ class Policies:
             return None, False
         if self.publisher_for is not None:
             return self.publisher_for(run, config), False
-        p = config.publish
-        return Publisher(p.gateway_url, p.admin_key, Path(p.adapters_dir), p.retries, p.timeout_s), True
+        return Publisher.of(config.publish), True
 
     async def step(self, slot: PolicySlot) -> Metrics | None:
         """One step of ``slot``; its failure stops it alone (None then, as when nothing was ready)."""
@@ -235,7 +234,7 @@ async def _rounds(
         ready = {slot.run for slot in policies.stepping() if await slot.has_batch()}
         pick = policies.turns.next(ready)
         if pick is None:
-            await _sleep_or_stop(stop, poll_interval_s)
+            await sleep_or_stop(stop, poll_interval_s)
             continue
         slot = policies.slots[pick]
         metrics = await policies.step(slot)
@@ -247,10 +246,3 @@ async def _rounds(
 
 def _said(exc: Exception) -> str:
     return str(exc) or type(exc).__name__
-
-
-async def _sleep_or_stop(stop: asyncio.Event, seconds: float) -> None:
-    try:
-        await asyncio.wait_for(stop.wait(), seconds)
-    except TimeoutError:
-        pass

@@ -34,6 +34,7 @@ from contracts.gateway_client import Backoff, GatewayUnreachable, send
 from learner.adapter_probe import adapter_probe, fallback_probe_ids
 from learner.adapters import save_adapter
 from learner.checkpoint import atomic_write_dir
+from learner.config import PublishSettings
 from store.policies import DEFAULT_POLICY, adapter_name
 
 MAX_DELAY_S = 10.0
@@ -85,6 +86,12 @@ class Publisher:
         self._own_client = client is None
         self.client = client or httpx.AsyncClient(timeout=timeout_s)
         self._sleep = sleep
+
+    @classmethod
+    def of(cls, settings: PublishSettings) -> Publisher:
+        """The publisher a learner's ``[publish]`` settings describe (its own client)."""
+        s = settings
+        return cls(s.gateway_url, s.admin_key, Path(s.adapters_dir), s.retries, s.timeout_s)
 
     async def close(self) -> None:
         if self._own_client:

@@ -60,6 +60,10 @@ class RolloutsDeleted(LookupError):
         super().__init__(f"rollouts {sorted(rollout_ids)} were deleted")
         self.rollout_ids = rollout_ids
 
+    def refusal_for(self, record: CallRecord) -> Exception | None:
+        """What ``record``'s caller is told, None when its rollout was not deleted."""
+        return self if record.rollout_id in self.rollout_ids else None
+
 
 @dataclass(frozen=True)
 class GraphNode:

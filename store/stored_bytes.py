@@ -33,8 +33,10 @@ class OverBudget(Exception):
         self.refused = list(refused)  # the records refused (the writer fails exactly these)
         self.messages = list(messages)
 
-    def message_for(self, record: object) -> str:
-        return next(m for r, m in zip(self.refused, self.messages) if r is record)
+    def refusal_for(self, record: object) -> OverBudget | None:
+        """What ``record``'s caller is told (its own message), None when it was not refused."""
+        message = next((m for r, m in zip(self.refused, self.messages) if r is record), None)
+        return None if message is None else OverBudget([record], [message])
 
 
 class BudgetSpent(Exception):

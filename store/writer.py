@@ -107,7 +107,7 @@ class CallWriter:
         try:
             ids = await self._store.insert_calls([record for record, _ in batch])
         except (RolloutsDeleted, OverBudget) as exc:  # only those calls fail; the others are committed again
-            kept = _refuse_deleted(batch, exc) if isinstance(exc, RolloutsDeleted) else _refuse_over(batch, exc)
+            kept = _refuse(batch, exc)
             if kept:
                 await self._commit(kept)
             return
@@ -125,27 +125,15 @@ class CallWriter:
                 future.set_result(call_id)
 
 
-def _refuse_deleted(
-    batch: list[tuple[CallRecord, asyncio.Future[int]]], deleted: RolloutsDeleted
+def _refuse(
+    batch: list[tuple[CallRecord, asyncio.Future[int]]], refused: RolloutsDeleted | OverBudget
 ) -> list[tuple[CallRecord, asyncio.Future[int]]]:
-    """Fail the calls of deleted rollouts; the rest of the batch."""
+    """Fail the calls ``refused`` names (each with its own refusal); the rest of the batch."""
     kept = []
     for record, future in batch:
-        if record.rollout_id not in deleted.rollout_ids:
+        refusal = refused.refusal_for(record)
+        if refusal is None:
             kept.append((record, future))
         elif not future.done():
-            future.set_exception(deleted)
-    return kept
-
-
-def _refuse_over(
-    batch: list[tuple[CallRecord, asyncio.Future[int]]], over: OverBudget
-) -> list[tuple[CallRecord, asyncio.Future[int]]]:
-    """Fail the calls past their rollouts' budgets, each with its own message; the rest of the batch."""
-    kept = []
-    for record, future in batch:
-        if not any(record is refused for refused in over.refused):
-            kept.append((record, future))
-        elif not future.done():
-            future.set_exception(OverBudget([record], [over.message_for(record)]))
+            future.set_exception(refusal)
     return kept
