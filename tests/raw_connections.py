@@ -30,15 +30,14 @@ class RawConnection:
         self.sock.sendall(data.encode() if isinstance(data, str) else data)
 
     def answer(self) -> tuple[int, bytes]:
-        """The next answer (a content-length body): its status and body."""
+        """The next answer (a content-length body): its status and body; its headers in ``self.headers``."""
         status_line = self._reader.readline()
         assert status_line, "the connection closed before an answer"
-        length = 0
+        self.headers: dict[str, str] = {}
         while (line := self._reader.readline()) not in (b"\r\n", b""):
             name, _, value = line.decode("latin-1").partition(":")
-            if name.lower() == "content-length":
-                length = int(value)
-        return int(status_line.split()[1]), self._reader.read(length)
+            self.headers[name.lower()] = value.strip()
+        return int(status_line.split()[1]), self._reader.read(int(self.headers.get("content-length", 0)))
 
     def ask(self, head: str) -> tuple[int, bytes]:
         """Send a whole head (no body) and read its answer."""

@@ -12,10 +12,10 @@ ASGI layer sees neither a connection nor a head before it is in. Here:
   request's head; past it the gateway answers 408 and closes it, as a bridge does;
 - a head gets ``max_head_bytes``, counted as its bytes arrive, before the parser sees them: past it a 431
   and the connection closes (a head arriving right behind a body in one read may pass by that read);
-- an answer sent before its request's body was in (a 401, 404 or 405 that reads no body) ends the
-  connection when more of that body comes: the gateway closes its side, drops what arrives unparsed, and
-  closes the whole of it when the client does or after ``LINGER_S`` (so the client reads the answer, not a
-  reset). A body left unsent is an idle connection, closed by the keep-alive timeout;
+- an answer that starts before its request's body was in (a 401, 404, 405 or 413 that reads no body) says
+  ``connection: close`` (so no client sends its next request on a connection about to end) and ends the
+  connection once it is out: the gateway closes its side, drops what arrives unparsed, and closes the whole
+  of it when the client does or after ``LINGER_S`` (so the client reads the answer, not a reset);
 - a connection counts against the rollout token of its latest request (the ``/r/<token>/`` path as the
   routes read it, percent-decoded, else on ``/v1/`` a rollout token as the API key, as
   ``gateway.boundary.token_caps`` reads it), so a connection opened under a made-up token carries a real
@@ -31,10 +31,11 @@ from __future__ import annotations
 
 import asyncio
 import json
+from collections.abc import Callable
 from urllib.parse import unquote
 
 import httptools
-from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
+from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol, RequestResponseCycle
 
 from gateway.boundary.token_caps import RETRY_AFTER_S, request_token
 from gateway.boundary.write_batching import BatchedWrites
@@ -44,6 +45,18 @@ from gateway.settings import GatewaySettings
 TIMED_OUT = b"HTTP/1.1 408 Request Timeout\r\ncontent-length: 0\r\nconnection: close\r\n\r\n"
 LINGER_S = 5.0  # seconds an answered connection's leftovers are dropped before it closes (nginx's lingering_timeout)
 PATH_TOKEN = ROLLOUT_PREFIX.encode()
+CONNECTION_CLOSE = (b"connection", b"close")
+
+
+class LingeringClose:
+    """A request's transport whose close lingers (``Guarded._linger``): its answer went out before its body
+    was in, and the client may still be sending it."""
+
+    def __init__(self, transport: asyncio.Transport, linger: Callable[[], None]):
+        self._transport, self.close = transport, linger
+
+    def __getattr__(self, name: str):
+        return getattr(self._transport, name)
 
 
 class OverCap(Exception):
@@ -124,8 +137,6 @@ def guarded(settings: GatewaySettings) -> type[HttpToolsProtocol]:
             if left is None:  # after a head: its body, until the parser has it all (no callback of ours: cheaper)
                 cycle = self.cycle
                 if cycle is not None and cycle.more_body:
-                    if cycle.response_complete:  # answered before its body was in: the rest is never read
-                        return self._linger()
                     return super().data_received(data)
                 left = max_head_bytes  # the request is in: what comes is the next head
             if len(data) <= left:
@@ -162,6 +173,20 @@ def guarded(settings: GatewaySettings) -> type[HttpToolsProtocol]:
             if self._prefix is None or not self.url.startswith(self._prefix):  # else: the same token's path
                 self._bind(connection_token(self.url, self.headers))
             super().on_headers_complete()
+            self._close_if_answered_early(self.cycle)
+
+        def _close_if_answered_early(self, cycle: RequestResponseCycle) -> None:
+            """An answer to ``cycle`` that starts before its body is all in says ``connection: close``
+            (uvicorn then closes once it is out), and that close lingers."""
+            send = cycle.send
+
+            async def send_closing(message) -> None:
+                if message["type"] == "http.response.start" and cycle.more_body:
+                    cycle.transport = LingeringClose(cycle.transport, self._linger)
+                    message = {**message, "headers": [*message.get("headers", ()), CONNECTION_CLOSE]}
+                await send(message)
+
+            cycle.send = send_closing
 
         def _bind(self, token: str | None) -> None:
             """Count this connection against ``token`` (None: against none); raises OverCap past its cap."""

@@ -103,6 +103,18 @@ def test_an_answer_sent_before_its_body_was_read_ends_the_connection_however_the
         assert raw.trickle_until_closed(bound_s=30.0)  # a byte every few ms: no body timer would cut it
 
 
+@pytest.mark.parametrize(("path", "status"), EARLY_ANSWERS, ids=[str(s) for _, s in EARLY_ANSWERS])
+def test_an_answer_sent_before_its_body_was_in_tells_the_client_not_to_reuse_the_connection(
+    sqlite_db, fake_engine_server, path, status
+):
+    settings = gateway_settings(sqlite_db, fake_engine_server.url)
+    with BackgroundGateway(settings) as served, RawConnection(served.url) as raw:
+        raw.send(post_head(path, declared=1_000_000) + "{")  # a client's next request would race the close
+        assert raw.answer()[0] == status
+        assert raw.headers["connection"] == "close"
+        assert raw.at_end()
+
+
 def test_a_client_sending_a_large_body_to_an_early_answer_reads_the_answer_not_a_reset(sqlite_db, fake_engine_server):
     settings = gateway_settings(sqlite_db, fake_engine_server.url)
     body = b"x" * (8 * 1024 * 1024)
@@ -118,6 +130,7 @@ def test_a_body_read_in_full_keeps_its_connection_alive(sqlite_db, fake_engine_s
         for _ in range(2):  # the whole body sent with its head: the 401 leaves the connection for the next
             raw.send(post_head("/api/rollouts", declared=2) + "{}")
             assert raw.answer()[0] == 401
+            assert "connection" not in raw.headers
         assert raw.ask(get_head("/health"))[0] == 200
 
 
