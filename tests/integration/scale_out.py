@@ -163,15 +163,17 @@ def learner(
     home: Path,
     logs: Path,
     name: str = "learner",
+    extra: str = "",
 ) -> subprocess.Popen:
-    """`harnessrl train` of ``run`` (several: one learner process for all their policies)."""
+    """`harnessrl train` of ``run`` (several: one learner process for all their policies); ``extra``: more
+    of its config's TOML (tables after its own)."""
     runs = [option for each in ((run,) if isinstance(run, str) else run) for option in ("--run", each)]
     config = home / "learner.toml"
     config.parent.mkdir(parents=True, exist_ok=True)
     config.write_text(
         f'model_dir = "{model_dir}"\npoll_interval_s = 0.2\noutput_dir = "{home / "learner"}"\n'
         f'[publish]\ngateway_url = "{gateway_url}"\nadmin_key = "{TEST_ADMIN_KEY}"\n'
-        f"[batch]\ngroups_per_step = {GROUPS_PER_STEP}\n[lora]\nrank = 8\n"
+        f"[batch]\ngroups_per_step = {GROUPS_PER_STEP}\n[lora]\nrank = 8\n{extra}"
     )
     with open(logs / f"{name}.log", "ab") as out:
         return subprocess.Popen(

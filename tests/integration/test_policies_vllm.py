@@ -3,7 +3,9 @@ model), every part real: PostgreSQL, two `harnessrl run` workers in bubblewrap s
 policy), one `harnessrl train` learner for both (the base model held once, an adapter per policy). Both
 policies publish several versions while both runs' rollouts go on; every recorded call was served by its
 own policy's adapter (its digest the published one), none failed while the other policy published; the
-learner prints its resident memory; a restarted gateway serves both latest versions again, proven."""
+learner prints its resident memory and evaluates each policy on the held-out split (base and a trained
+version: pass@1 recorded per policy, before and after); a restarted gateway serves both latest versions
+again, proven."""
 
 from __future__ import annotations
 
@@ -14,6 +16,7 @@ import pytest
 from sqlalchemy import select
 
 from harnesses.task import builtin_tasks_path, load_tasks
+from harnessrl.evaluation.periodic import held_out_results
 from migrations.runner import upgrade
 from store.store import Store
 from store.tables import Adapter, Call, Rollout, Run
@@ -27,6 +30,10 @@ TASKS = [t for t in load_tasks(builtin_tasks_path()) if t.dockerfile is None][:6
 LEASE_S = 30.0
 VERSIONS = 2  # each learner publishes at least this many
 BASE = "base"  # the engine's served name for the base model (EngineLaunch's)
+# the learner's held-out evaluations (one of the 6 tasks at 0.5): the base model, then every VERSIONS versions
+HELD_OUT = (
+    f'[eval]\nevery = {VERSIONS}\ntasks = "{{tasks}}"\ntest_fraction = 0.5\nk = 2\nsandbox = "local"\nconcurrency = 2\n'
+)
 
 
 async def _read(database_url: str):
@@ -56,9 +63,16 @@ async def _read(database_url: str):
             statuses = (
                 await session.execute(select(Run.name, Rollout.status).join(Run, Run.id == Rollout.run_id))
             ).all()
-        return calls, adapters, statuses
+        held_out = {run: await held_out_results(store, run) for run in POLICIES.values()}
+        return calls, adapters, statuses, held_out
     finally:
         await store.close()
+
+
+def evaluated_versions(database_url: str) -> dict[str, set[int]]:
+    """Each policy's versions its learner has evaluated on the held-out split so far."""
+    *_, held_out = asyncio.run(_read(database_url))
+    return {policy: {r.version for r in held_out[run]} for policy, run in POLICIES.items()}
 
 
 def served_version(url: str, policy: str) -> int:
@@ -102,7 +116,10 @@ def test_two_policies_train_and_are_served_side_by_side_on_one_engine(vllm_serve
             workers[policy] = scale_out.worker(policy, gateway.url, run, tasks_file, home, logs, LEASE_S, policy=policy)
         runs = tuple(POLICIES.values())
         waiting.wait_until(lambda: set(runs) <= known_runs(gateway.url), "the workers creating both runs", 300)
-        learner = scale_out.learner(runs, gateway.url, database_url, tiny_model_dir, home / "learner", logs)
+        held_out = HELD_OUT.format(tasks=tasks_file)
+        learner = scale_out.learner(
+            runs, gateway.url, database_url, tiny_model_dir, home / "learner", logs, extra=held_out
+        )
         for worker in workers.values():
             assert worker.process.wait(timeout=1500) == 0, worker.log.read_text()[-3000:]
 
@@ -111,6 +128,12 @@ def test_two_policies_train_and_are_served_side_by_side_on_one_engine(vllm_serve
             return all(served_version(gateway.url, policy) >= VERSIONS for policy in POLICIES)
 
         waiting.wait_until(published, f"both policies publishing v{VERSIONS}", timeout_s=900, interval_s=1.0)
+        waiting.wait_until(
+            lambda: all(0 in v and max(v) >= VERSIONS for v in evaluated_versions(database_url).values()),
+            f"the base model and a version from v{VERSIONS} on evaluated for both policies",
+            timeout_s=900,
+            interval_s=2.0,
+        )
         learner.send_signal(signal.SIGTERM)
         learner.wait(300)
         learned = (logs / "learner.log").read_text()
@@ -124,10 +147,10 @@ def test_two_policies_train_and_are_served_side_by_side_on_one_engine(vllm_serve
         views = {p["policy"]: p for p in http.get(f"{restarted.url}/admin/policies", headers=ADMIN_HEADERS).json()}
         for policy, run in POLICIES.items():
             assert views[policy]["current_version"] == latest[policy]
-            assert views[policy]["runs"] == [run]
+            assert views[policy]["runs"] == [run, f"{run}-eval"]  # its training run and its held-out one
             after = one_call(restarted.url, run)  # naming another policy's adapter changes nothing
             assert (after["policy"], after["engine_model"]) == (policy, f"{policy}-v{latest[policy]}")
-        calls, adapters, statuses = asyncio.run(_read(database_url))
+        calls, adapters, statuses, held_out = asyncio.run(_read(database_url))
     finally:
         for worker in workers.values():
             if worker.process.poll() is None:
@@ -145,13 +168,20 @@ def test_two_policies_train_and_are_served_side_by_side_on_one_engine(vllm_serve
     by_policy = {policy: 0 for policy in POLICIES}
     for run, rollout_policy, policy, version, engine_model, digest, _ in calls:
         assert policy == rollout_policy, (run, policy, rollout_policy)
-        assert run == POLICIES[policy], (run, policy)  # 0 calls served by the other policy
+        assert run.removesuffix("-eval") == POLICIES[policy], (run, policy)  # 0 calls served by the other policy
         if version:
             assert engine_model == f"{policy}-v{version}" and digest == digests[(policy, version)]
             by_policy[policy] += 1
         else:
             assert engine_model == BASE and digest is None
     assert all(count > 0 for count in by_policy.values()), by_policy  # each policy's calls used its adapters
+    for policy, run in POLICIES.items():  # held-out pass@1 per policy, before and after training
+        results = {r.version: r for r in held_out[run]}
+        assert 0 in results and max(results) >= VERSIONS, (policy, sorted(results))
+        assert all(r.policy in (policy, None) or r.version == 0 for r in results.values()), results
+        before, after = results[0], results[max(results)]
+        assert before.pass_at_1 is not None and after.pass_at_1 is not None
+        print(f"{policy}: held-out pass@1 base {before.pass_at_1:.3f} -> v{after.version} {after.pass_at_1:.3f}")
     failed = [(run, status) for run, status in statuses if status != "finished"]
     assert failed == [], failed
     # one policy published while the other's rollouts were making calls: none of those calls failed
