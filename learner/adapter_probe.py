@@ -12,6 +12,7 @@ or, before any, a fixed pseudo-random sequence (``fallback_probe_ids``).
 
 from __future__ import annotations
 
+import weakref
 from collections.abc import Sequence
 
 import numpy as np
@@ -23,6 +24,8 @@ PROBE_TOKENS = 128  # ids in a probe sequence
 PROBE_CHECKS = 16  # prefixes checked: one sampled token each, per engine and publication
 FALLBACK_SEED = 20261204
 MIN_LOGPROB = -1000.0  # a token the model finds impossible is clamped here (the wire wants finite numbers)
+# each model's base-model log-probs by probe (``_base_logprobs``)
+_BASE: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
 
 
 def probe_ids_from(input_ids: Sequence[int] | np.ndarray, length: int = PROBE_TOKENS) -> tuple[int, ...]:
@@ -43,22 +46,37 @@ def adapter_probe(model, token_ids: Sequence[int], checks: int = PROBE_CHECKS) -
     no gradient; the model's train/eval mode is restored)."""
     device = next(model.parameters()).device
     ids = torch.tensor([list(token_ids)], dtype=torch.long, device=device)
+    n = len(token_ids)
+    prefixes = tuple(range(max(1, n - checks + 1), n + 1))  # the logits after the last len(prefixes) tokens
     training = model.training
     model.eval()
     try:
         with torch.no_grad():
-            adapted = torch.log_softmax(model(input_ids=ids).logits[0].float(), dim=-1)
-            with model.disable_adapter():
-                base = torch.log_softmax(model(input_ids=ids).logits[0].float(), dim=-1)
+            adapted = _logprobs(model, ids, len(prefixes))
+            base = _base_logprobs(model, ids, len(prefixes))
     finally:
         model.train(training)
-    n = len(token_ids)
-    prefixes = tuple(range(max(1, n - checks + 1), n + 1))
-    rows = torch.tensor([length - 1 for length in prefixes], device=device)  # the logits after each prefix
-    targets = adapted[rows].argmax(dim=-1)
+    targets = adapted.argmax(dim=-1)
+    rows = torch.arange(len(prefixes), device=device)
     chosen = lambda table: table[rows, targets].clamp(MIN_LOGPROB, 0.0).tolist()  # noqa: E731
     dtype = str(getattr(model, "dtype", torch.float32)).removeprefix("torch.")
     return AdapterProbe(
         tuple(int(i) for i in token_ids), prefixes, tuple(int(t) for t in targets.tolist()), tuple(chosen(adapted)),
         tuple(chosen(base)), dtype,
     )  # fmt: skip
+
+
+def _logprobs(model, ids: torch.Tensor, kept: int) -> torch.Tensor:
+    """Log-probs [kept, V] after each of the last ``kept`` tokens (the output head runs on those alone)."""
+    return torch.log_softmax(model(input_ids=ids, logits_to_keep=kept).logits[0].float(), dim=-1)
+
+
+def _base_logprobs(model, ids: torch.Tensor, kept: int) -> torch.Tensor:
+    """The base model's ``_logprobs``, computed once per probe: LoRA never trains the base model's weights,
+    so every publication of a process (one probe per policy) finds the same table."""
+    key = (tuple(ids[0].tolist()), kept, str(ids.device), str(getattr(model, "dtype", "")))
+    cached = _BASE.setdefault(model, {})
+    if key not in cached:
+        with model.disable_adapter():
+            cached[key] = _logprobs(model, ids, kept)
+    return cached[key]

@@ -1,7 +1,7 @@
 """Checkpoints on disk: adapter, optimizer, scheduler, step and consumed position, written atomically.
 
 A checkpoint is a folder ``step-{N:08d}`` under the checkpoint dir:
-    adapter/      peft ``save_pretrained`` (adapter_config.json, adapter_model.safetensors)
+    adapter/      adapter_config.json, adapter_model.safetensors (``learner.adapters.save_adapter``)
     trainer.pt    optimizer and scheduler state dicts, step, version, torch RNG state
     meta.json     run, step, version, the groups it consumes and the consumed position
 It is written into a hidden temporary folder, every file and folder fsynced, then renamed into
@@ -28,7 +28,7 @@ from typing import Any
 import torch
 from safetensors.torch import load_file
 
-from learner.adapters import save_adapter
+from learner.adapters import remember_saved, save_adapter
 
 STEP_DIR = re.compile(r"^step-(\d{8})$")
 TMP_PREFIX = ".tmp-"
@@ -84,7 +84,9 @@ def save_checkpoint(
         )
         (tmp / "meta.json").write_text(json.dumps({**meta, "step": step, "version": version}, default=str, indent=1))
 
-    return atomic_write_dir(step_dir(root, step), write)
+    path = atomic_write_dir(step_dir(root, step), write)
+    remember_saved(model, path / "adapter")  # the version published next links these weights
+    return path
 
 
 def load_checkpoint(
@@ -108,6 +110,7 @@ def load_checkpoint(
             f"checkpoint {path} holds weights this adapter lacks ({unexpected[:3]}...): "
             f"lora_rank / lora_targets differ from the config it was trained with"
         )
+    remember_saved(model, path / "adapter", adapter_name)  # a resumed version published on start links them
     state = torch.load(path / "trainer.pt", weights_only=True)
     optimizer.load_state_dict(state["optimizer"])
     scheduler.load_state_dict(state["scheduler"])

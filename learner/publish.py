@@ -16,6 +16,9 @@ Each publication carries the adapter's digest and a probe (``learner.adapter_pro
 checks that every engine computes with the adapter before it serves it (``contracts.adapter_proof``);
 an engine that does not fails the publication with a 502 that names the fix. The request and its answer
 are ``contracts.publication``'s wire.
+
+The learner's half (the folder, its digest, the probe: ``prepare``) runs in a worker thread, as a
+checkpoint does, so the event loop stays served; each phase's seconds are in ``Published.metrics``.
 """
 
 from __future__ import annotations
@@ -29,7 +32,7 @@ from typing import Any
 
 import httpx
 
-from contracts.adapter_proof import adapter_digest
+from contracts.adapter_proof import AdapterProbe, adapter_digest
 from contracts.gateway_client import Backoff, GatewayUnreachable, send
 from learner.adapter_probe import adapter_probe, fallback_probe_ids
 from learner.adapters import save_adapter
@@ -43,7 +46,31 @@ UNREACHABLE_HINT = (
     "or set publish = false to train without publishing"
 )
 
-__all__ = ["GatewayUnreachable", "PublishError", "Published", "Publisher"]
+__all__ = [
+    "PHASE_METRICS",
+    "GatewayUnreachable",
+    "PublishError",
+    "Prepared",
+    "Published",
+    "Publisher",
+    "prepare",
+    "publication_metrics",
+]
+
+
+# a step's metrics of its publication's phases (``Published.metrics``); None where it published nothing
+PHASE_METRICS = (
+    "publish_write_s",
+    "publish_digest_s",
+    "publish_probe_s",
+    "publish_gateway_s",
+    "publish_engine_load_s",
+)
+
+
+def publication_metrics(published: Published | None) -> dict[str, float | None]:
+    """The step's ``PHASE_METRICS``: its publication's (``Published.metrics``), or None each."""
+    return published.metrics() if published is not None else dict.fromkeys(PHASE_METRICS)
 
 
 class PublishError(RuntimeError):
@@ -62,6 +89,44 @@ class Published:
     attempts: int
     digest: str = ""  # sha256 of the adapter's config and weights (contracts.adapter_proof)
     proof: tuple[dict, ...] = ()  # each engine's answer to the probe, as the gateway reports it
+    write_s: float = 0.0  # save_s's parts: writing (or linking) the folder, its digest, the probe
+    digest_s: float = 0.0
+    probe_s: float = 0.0
+
+    def metrics(self) -> dict[str, float | None]:
+        """The publication's phases, for the step's metrics: the learner's three, then the gateway's
+        (its answer, which loads the adapter and proves it on every engine) and the engine's load in it."""
+        phases = (self.write_s, self.digest_s, self.probe_s, self.swap_s - self.save_s, self.engine_load_s)
+        return dict(zip(PHASE_METRICS, phases, strict=True))
+
+
+@dataclass(frozen=True)
+class Prepared:
+    """The learner's half of a publication: the adapter folder, its digest and probe, and their seconds."""
+
+    path: Path
+    digest: str
+    probe: AdapterProbe
+    write_s: float
+    digest_s: float
+    probe_s: float
+
+    @property
+    def save_s(self) -> float:
+        return self.write_s + self.digest_s + self.probe_s
+
+
+def prepare(model: Any, folder: Path, probe_ids: tuple[int, ...] | None = None) -> Prepared:
+    """Write ``model``'s active adapter at ``folder`` (atomically; the weights linked from its checkpoint
+    when unchanged, ``learner.adapters``), its digest, and its probe on ``probe_ids``."""
+    started = time.perf_counter()
+    path = atomic_write_dir(folder, lambda tmp: save_adapter(model, tmp))
+    written = time.perf_counter()
+    digest = adapter_digest(path)
+    digested = time.perf_counter()
+    probe = adapter_probe(model, probe_ids or fallback_probe_ids(model.config.vocab_size))
+    probed = time.perf_counter()
+    return Prepared(path, digest, probe, written - started, digested - written, probed - digested)
 
 
 class Publisher:
@@ -126,28 +191,37 @@ class Publisher:
     async def publish(self, model: Any, version: int, probe_ids: tuple[int, ...] | None = None) -> Published:
         """Save ``model`` (a peft model) as <policy>-v{version} and make the gateway serve it, proven on
         ``probe_ids`` (default: ``learner.adapter_probe.fallback_probe_ids``)."""
-        name = adapter_name(self.policy, version)
         started = time.perf_counter()
-        path = atomic_write_dir(self.adapters_dir / name, lambda tmp: save_adapter(model, tmp))
-        digest = adapter_digest(path)
-        probe = adapter_probe(model, probe_ids or fallback_probe_ids(model.config.vocab_size))
-        save_s = time.perf_counter() - started
+        ready = await asyncio.to_thread(prepare, model, self.folder(version), probe_ids)
+        return await self.send(ready, version, started)
+
+    def folder(self, version: int) -> Path:
+        """Where <policy>-v{version} is saved for the engine to load."""
+        return self.adapters_dir / adapter_name(self.policy, version)
+
+    async def send(self, ready: Prepared, version: int, started: float) -> Published:
+        """Ask the gateway to load and prove a prepared version (its folder and probe are fixed: the model
+        may train on meanwhile). ``started``: when its preparation began, where swap_s counts from."""
+        name = adapter_name(self.policy, version)
         body = {
             "policy": self.policy,
             "version": version,
-            "path": str(path),
-            "digest": digest,
-            "probe": probe.as_json(),
+            "path": str(ready.path),
+            "digest": ready.digest,
+            "probe": ready.probe.as_json(),
         }
         attempts, response = await self._send_counted("POST", "/admin/adapters", body)
         swap_s = time.perf_counter() - started
-        if response.status_code == 409 and await self._serves(version, name):
-            # an earlier attempt landed (its answer was lost to a timeout): the version is served
-            return Published(version, name, str(path), save_s, swap_s, None, attempts, digest)
-        _raise_for(response, version, self.policy)
-        answer = response.json()
-        proof = tuple(answer.get("proof") or ())
-        return Published(version, name, str(path), save_s, swap_s, answer.get("load_s"), attempts, digest, proof)
+        load_s, proof = None, ()
+        # a 409 for a version the gateway serves: an earlier attempt landed, its answer lost to a timeout
+        if not (response.status_code == 409 and await self._serves(version, name)):
+            _raise_for(response, version, self.policy)
+            answer = response.json()
+            load_s, proof = answer.get("load_s"), tuple(answer.get("proof") or ())
+        return Published(
+            version, name, str(ready.path), ready.save_s, swap_s, load_s, attempts, ready.digest, proof,
+            ready.write_s, ready.digest_s, ready.probe_s,
+        )  # fmt: skip
 
     async def _serves(self, version: int, name: str) -> bool:
         """Whether ``name`` is the gateway's current version (published by us, answer lost)."""

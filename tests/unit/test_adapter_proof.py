@@ -5,6 +5,7 @@ log-prob by ``adapter_shift`` under a loaded adapter, or not at all when it igno
 
 from __future__ import annotations
 
+import copy
 import math
 from collections.abc import AsyncIterator
 from contextlib import AsyncExitStack
@@ -301,6 +302,23 @@ def test_the_learners_probe_is_its_log_probs_with_and_without_the_adapter():
         assert probe.base_logprobs[j] == pytest.approx(float(base[probe.targets[j]]), abs=1e-5)
     assert judge("e", probe.logprobs, probe, 1e-3).distinguishable  # a moved adapter shows on it
     assert probe_ids_from(torch.arange(300).numpy(), 5) == (295, 296, 297, 298, 299)
+
+
+def test_the_base_models_log_probs_are_taken_once_per_probe(monkeypatch):
+    model = lora_model(moved=True)
+    ids = fallback_probe_ids(VOCAB, length=16)
+    adapter_probe(model, ids, checks=4)
+    with torch.no_grad():  # a step: the adapter moves, the base model's weights never do
+        for name, p in model.named_parameters():
+            if "lora_B" in name:
+                p.add_(0.05)
+    fresh = adapter_probe(copy.deepcopy(model), ids, checks=4)  # another model: its base computed anew
+    calls = []
+    real = model.disable_adapter
+    monkeypatch.setattr(model, "disable_adapter", lambda: calls.append(1) or real())
+    assert adapter_probe(model, ids, checks=4) == fresh and calls == []
+    adapter_probe(model, ids[:-1], checks=4)  # another probe: its own base log-probs
+    assert calls == [1]
 
 
 async def test_the_learner_refuses_a_group_served_by_another_adapter_than_its_versions(sqlite_db):
