@@ -34,9 +34,10 @@ import torch.nn.functional as F
 from torch import Tensor
 from torch.nn.attention import SDPBackend, sdpa_kernel
 
+from learner.step_settings import KERNELS
+
 PACKED_ATTENTION = "harnessrl_packed"
 SDPA_QUERY_CHUNK = 4096  # query rows per masked SDPA call: the mask is at most 4096 x keys booleans
-KERNELS = ("auto", "sdpa", "flash")
 
 
 @dataclass(frozen=True)

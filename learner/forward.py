@@ -17,7 +17,6 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass
 
 import torch
 from torch import Tensor, nn
@@ -29,16 +28,7 @@ from learner.attention import (
     register,
     resolve_kernel,
 )
-
-DEFAULT_CHUNK_TOKENS = 512  # output-layer rows per chunk: chunk_tokens x V float32 logits at a time
-
-
-@dataclass(frozen=True)
-class ForwardConfig:
-    kernel: str = "auto"  # packed attention kernel: auto | sdpa | flash (learner.attention.resolve_kernel)
-    chunk_tokens: int = DEFAULT_CHUNK_TOKENS
-    checkpoint_min_tokens: int = 1024  # rows at least this long recompute layer activations; 0: every row
-    activation_checkpointing: bool = True  # False: keep every activation (fastest, memory grows with L)
+from learner.step_settings import DEFAULT_CHUNK_TOKENS, ForwardConfig
 
 
 def chunked_token_logprobs(

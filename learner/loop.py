@@ -28,7 +28,7 @@ import signal
 import threading
 import time
 from collections.abc import Callable
-from dataclasses import asdict, replace
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
@@ -47,7 +47,7 @@ from learner.metrics import Metrics, MetricsSink, StepTimes, step_metrics, step_
 from learner.mismatch import call_records, is_alarming
 from learner.progress import LearnerError, LearnerResult, Learning, Progress
 from learner.prometheus import LearnerExporter
-from learner.publish import GatewayUnreachable, Publisher
+from learner.publish import GatewayUnreachable, Published, Publisher, publication_metrics
 from learner.ranks import tell_followers
 from learner.served_settings import resolve_max_staleness, resolve_token_budget
 from learner.session_advantages import RunningBaselines, batch_session_advantages
@@ -86,7 +86,7 @@ async def run_learner(
         publisher = None
     elif own_publisher:
         publisher = Publisher.of(config.publish)
-    sink = None
+    sink = exporter = None
     try:
         trainer = await asyncio.to_thread(build_trainer, config)  # under torchrun, with the other ranks
         config = await resolve_max_staleness(await resolve_token_budget(config, publisher, trainer), publisher)
@@ -96,10 +96,12 @@ async def run_learner(
             return LearnerResult(0, 0, "stopped")
         progress = await resume(store, run_id, config, trainer)
         tell_followers("resume", progress.resumed_from)
+        policy = await trained_policy(store, run)
         if publisher is not None:
-            publisher.policy = await trained_policy(store, run)  # it publishes that policy's versions only
+            publisher.policy = policy  # it publishes that policy's versions only
             await sync_published(publisher, trainer, config, progress)
-        sink = MetricsSink(store, run_id, Path(config.tensorboard_dir), _exporter(config))
+        exporter = serve_exporter(config.metrics_port)
+        sink = MetricsSink(store, run_id, Path(config.tensorboard_dir), exporter and exporter.policy(policy))
         learning = Learning(config, store, run, run_id, trainer)
         reason = await _train(learning, publisher, sink, progress, stop, on_step)
         if progress.pending:  # graceful stop: keep the work done since the last checkpoint
@@ -110,6 +112,8 @@ async def run_learner(
         restore()
         if sink is not None:
             sink.close()
+        if exporter is not None:
+            exporter.close()
         if own_publisher and publisher is not None:
             await publisher.close()
 
@@ -197,9 +201,10 @@ async def take_step(
         await checkpoint(learning, progress)
     step_s = time.perf_counter() - started
     cut = progress.version > version
-    swap_s = await _publish(publisher, trainer, config, progress, cut) if publisher else None
-    times = StepTimes(step_s, wait_s, swap_s)
+    published = await _publish(publisher, trainer, config, progress, cut) if publisher else None
+    times = StepTimes(step_s, wait_s, published.swap_s if published else None)
     metrics = step_metrics(progress.step, version, lr, batch, too_long, result, times, intake.quarantined)
+    metrics.update(publication_metrics(published))  # where a publication's time goes: writing, probe, gateway
     intake.quarantined = 0
     metrics["mismatch_alarmed"] = is_alarming(metrics, config.loss.mismatch_alarm)  # the viewer's banner
     await sink.record(progress.step, metrics)
@@ -223,19 +228,19 @@ def _lead_step(trainer: Trainer, batch, config: LearnerConfig, per_call: dict[in
     return train_batch(trainer, batch, config, per_call)
 
 
-def _exporter(config: LearnerConfig) -> LearnerExporter | None:
-    """The Prometheus endpoint, when metrics_port asks for one."""
-    if not config.metrics_port:
+def serve_exporter(port: int | None) -> LearnerExporter | None:
+    """The learner process's Prometheus endpoint (every policy's series), when metrics_port asks for one."""
+    if not port:
         return None
     exporter = LearnerExporter()
     try:
-        exporter.serve(config.metrics_port)
+        exporter.serve(port)
     except OSError as exc:
         raise LearnerError(
-            f"cannot serve learner metrics on 127.0.0.1:{config.metrics_port}: {exc}; "
-            f"set metrics_port to a free port, or 0 for none"
+            f"cannot serve learner metrics on 127.0.0.1:{port}: {exc}; "
+            f"set metrics_port to a free port, or 0 for none (train --metrics-port PORT)"
         ) from None
-    logger.info("Prometheus metrics on http://127.0.0.1:%d/metrics", config.metrics_port)
+    logger.info("Prometheus metrics on http://127.0.0.1:%d/metrics", port)
     return exporter
 
 
@@ -301,7 +306,7 @@ async def checkpoint(learning: Learning, progress: Progress) -> None:
         "group_ids": [g.group_id for g in groups],
         "changed": progress.changed,
         "last_ready_at": last.ready_at.isoformat() if last and last.ready_at else None,
-        "config": {k: v for k, v in asdict(config).items() if k != "admin_key"},
+        "config": config.model_dump(mode="json"),  # the admin key is a secret, never dumped
     }
     path = await asyncio.to_thread(
         save_checkpoint,
@@ -328,7 +333,7 @@ async def checkpoint(learning: Learning, progress: Progress) -> None:
 
 async def _publish(
     publisher: Publisher, trainer: Trainer, config: LearnerConfig, progress: Progress, cut: bool
-) -> float | None:
+) -> Published | None:
     """Publish the version this step cut (``cut``); a gateway that is down is retried next time."""
     if not (cut or progress.unpublished):
         return None
@@ -345,7 +350,7 @@ async def _publish(
         return None
     progress.unpublished = False
     logger.info("published %s in %.2f s", published.name, published.swap_s)
-    return published.swap_s
+    return published
 
 
 async def sync_published(publisher: Publisher, trainer: Trainer, config: LearnerConfig, progress: Progress) -> None:

@@ -21,28 +21,11 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
+from learner.step_settings import LossConfig
+
 # exp(20) ~ 4.9e8: the k3 estimator's log-ratio is clamped here so one diverged token cannot make the
 # loss infinite; past the clamp that token's KL gradient is zero, like a clipped ratio's.
 KL_LOG_RATIO_LIMIT = 20.0
-IS_CORRECTIONS = ("mask", "truncate")  # LossConfig.is_correction
-
-
-@dataclass(frozen=True)
-class LossConfig:
-    epsilon: float = 0.2  # PPO clip below: ratio floored at 1 - epsilon (for negative advantages)
-    epsilon_high: float = 0.28  # DAPO clip above: ratio capped at 1 + epsilon_high (positive advantages)
-    is_min: float | None = 0.125  # tokens with ratio < is_min are masked out; None = no lower bound
-    is_max: float | None = 8.0  # tokens with ratio > is_max are masked out; None = no upper bound
-    # "mask": tokens outside [is_min, is_max] are dropped (masked IS). "truncate": truncated IS, every
-    # sampled token is trained and a ratio above is_max counts as is_max (value and gradient weight),
-    # so a token the sampler underrated keeps a bounded say instead of none; is_min is not used.
-    is_correction: str = "mask"
-    # KL coefficient; 0 disables it (no reference forward needed). The reference is the base model, or the
-    # adapter a warm-started learner began from (learner.reference)
-    beta: float = 0.0
-    # nats: a step whose mean |learner - sampler| log-prob on the tokens its own version sampled is
-    # above this is warned about (learner.mismatch; a float32 engine measures ~1e-5, bfloat16 ~0.03)
-    mismatch_alarm: float = 0.1
 
 
 def token_logprobs(logits: Tensor, input_ids: Tensor, temperature: float = 1.0) -> Tensor:

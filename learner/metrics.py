@@ -4,7 +4,7 @@ and Prometheus.
 Stored as one JSON row per (run, step) in ``learner_steps`` so dashboards and tests read them from
 the same store as the trajectories; a step replayed after a crash overwrites its row. TensorBoard
 gets every numeric value under ``learner/<key>``; the Prometheus exporter (``learner.prometheus``,
-when ``metrics_port`` is set) the same dict.
+when ``metrics_port`` is set) the same dict, under the policy's label.
 """
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from learner.groups import Batch
-from learner.prometheus import LearnerExporter
+from learner.prometheus import PolicyExport
 from store.store import Store
 
 Metrics = dict[str, float | int | bool | None]
@@ -147,11 +147,10 @@ def _finite(value: Any) -> Any:
 
 
 class MetricsSink:
-    """Writes each step's metrics to the store, to TensorBoard and to the Prometheus exporter."""
+    """Writes each step's metrics to the store, to TensorBoard and to the policy's Prometheus series
+    (``exporter``: its owner, the learner, serves and closes the endpoint, which may outlive the sink)."""
 
-    def __init__(
-        self, store: Store, run_id: int, tensorboard_dir: Path | None, exporter: LearnerExporter | None = None
-    ):
+    def __init__(self, store: Store, run_id: int, tensorboard_dir: Path | None, exporter: PolicyExport | None = None):
         self.store = store
         self.run_id = run_id
         self.exporter = exporter
@@ -179,8 +178,6 @@ class MetricsSink:
     def close(self) -> None:
         if self.writer is not None:
             self.writer.close()
-        if self.exporter is not None:
-            self.exporter.close()
 
 
 def step_summary(metrics: Metrics) -> str:

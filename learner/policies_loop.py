@@ -13,6 +13,10 @@ A run's settings may come later than its run (``ConfigFor`` returns None until t
 waited for), and its job may stop it alone (``Hooks.stops``): it keeps its work and the others go on.
 Each policy's result is handed over when it ends (``Hooks.on_end``), not only when the learner does.
 
+With ``Hooks.metrics`` (the process's one Prometheus endpoint, served by the caller: learner.loop's
+``serve_exporter``), each policy's steps feed series labelled with its name; one that ends keeps its
+last values with ``training`` 0 (learner.prometheus).
+
 A policy whose step or start raises (a sample the step cannot take, a publication the gateway refuses,
 a gateway serving a newer version of it) stops alone and says why; its groups since its last
 committed checkpoint stay ready for the next start. The others keep stepping.
@@ -34,6 +38,7 @@ from learner.intake import sleep_or_stop
 from learner.loop import LearnerError, install_signal_handlers
 from learner.metrics import Metrics
 from learner.policy_slot import PolicySlot, PublisherFor, SlotResult, open_slot, policy_trainer
+from learner.prometheus import LearnerExporter
 from learner.publish import Publisher
 from learner.trainer import load_base
 from learner.turns import Turns
@@ -53,6 +58,7 @@ class Hooks:
     on_step: Callable[[str, Metrics], None] | None = None  # (run, its step's metrics)
     stops: Callable[[str], bool] | None = None  # has the job of this run asked its training to stop?
     on_end: Callable[[SlotResult], None] | None = None  # a policy's result, once, as it stops, fails or ends
+    metrics: LearnerExporter | None = None  # the process's Prometheus series (the caller serves and closes it)
 
 
 def fixed_runs(runs: Sequence[str]) -> RunSource:
@@ -125,14 +131,16 @@ class Policies:
         self.report("stopped")
 
     def report(self, reason: str, everyone: bool = False) -> None:
-        """Hand ``on_end`` the result of each run that ended (``everyone``: the learner ends) and was not yet."""
-        if self.hooks.on_end is None:
-            return
+        """Hand ``on_end`` the result of each run that ended (``everyone``: the learner ends) and was not
+        yet, and mark its policy's series ended."""
         for run, result in self.results(reason).items():
             ended = everyone or run in self.refused or self.slots[run].done
             if ended and run not in self.reported:
                 self.reported.add(run)
-                self.hooks.on_end(result)
+                if self.hooks.metrics is not None and result.policy:  # a run refused at its start has no series
+                    self.hooks.metrics.policy(result.policy).ended(failed=result.error is not None)
+                if self.hooks.on_end is not None:
+                    self.hooks.on_end(result)
 
     async def _open(self, run: str, run_id: int, config: LearnerConfig) -> PolicySlot:
         self._check_base(config)
@@ -149,6 +157,8 @@ class Policies:
                 f"run {run!r} trains policy {slot.policy!r}, which this learner already trains for run {clash!r}: "
                 f"a policy's versions have one learner; give the run a policy of its own (`harnessrl run --policy NAME`)"
             )
+        if self.hooks.metrics is not None:
+            slot.sink.exporter = self.hooks.metrics.policy(slot.policy)  # the slot's steps feed its labelled series
         return slot
 
     def _check_base(self, config: LearnerConfig) -> None:

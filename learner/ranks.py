@@ -22,7 +22,7 @@ import torch
 import torch.distributed as dist
 
 from learner.checkpoint import load_checkpoint
-from learner.config import LearnerConfig, with_overrides
+from learner.config import LearnerConfig
 from learner.distributed import is_distributed, world
 from learner.trainer import build_trainer, train_batch
 
@@ -77,7 +77,7 @@ def follow(config: LearnerConfig) -> int:
     while True:
         kind, payload = _instruction()
         if kind == "budget":  # rank 0 resolved token_budget = 0 (the engine's max model length)
-            config = with_overrides(config, token_budget=payload)
+            config = config.updated(batch={"token_budget": payload})
         elif kind == "resume" and payload is not None:
             load_checkpoint(Path(payload), trainer.model, trainer.optimizer, trainer.scheduler)
         elif kind == "batch":

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import logging
 
-from learner.config import LearnerConfig, with_overrides
+from learner.config import LearnerConfig
 from learner.memory import memory_estimate
 from learner.publish import GatewayUnreachable, Publisher
 from learner.trainer import Trainer
@@ -39,7 +39,7 @@ async def resolve_token_budget(config: LearnerConfig, publisher: Publisher | Non
             budget,
             estimate.max_tokens,
         )
-    return with_overrides(config, token_budget=budget)
+    return config.updated(batch={"token_budget": budget})
 
 
 async def resolve_max_staleness(config: LearnerConfig, publisher: Publisher | None) -> LearnerConfig:
@@ -54,4 +54,4 @@ async def resolve_max_staleness(config: LearnerConfig, publisher: Publisher | No
         return config
     if served != config.batch.max_staleness:
         logger.info("max_staleness = %d (the gateway's)", served)
-    return with_overrides(config, max_staleness=served)
+    return config.updated(batch={"max_staleness": served})

@@ -18,8 +18,9 @@ async def stored_checkpoints(store: Store, run: str) -> list[CheckpointRecord]:
     return [] if run_id is None else await store.training.checkpoints(run_id)
 
 
-def policy_series(exporter) -> dict[tuple[str, str, str], dict[str, float]]:
-    """The exporter's per-policy mismatch series: (harness, model, version) -> {summary key: value}."""
+def policy_series(exporter, policy: str | None = None) -> dict[tuple[str, str, str], dict[str, float]]:
+    """The exporter's per-version mismatch series (of ``policy`` alone when named):
+    (harness, model, version) -> {summary key: value}."""
     from prometheus_client.parser import text_string_to_metric_families
 
     from learner.prometheus import POLICY_GAUGES, PREFIX
@@ -28,7 +29,29 @@ def policy_series(exporter) -> dict[tuple[str, str, str], dict[str, float]]:
     series: dict[tuple[str, str, str], dict[str, float]] = {}
     for family in text_string_to_metric_families(exporter.exposition().decode()):
         for sample in family.samples:
-            if sample.name in keys:
+            if sample.name in keys and policy in (None, sample.labels["policy"]):
                 labels = (sample.labels["harness"], sample.labels["model"], sample.labels["version"])
                 series.setdefault(labels, {})[keys[sample.name]] = sample.value
+    return series
+
+
+def scrape(port: int) -> dict[str, dict[str, float]]:
+    """The learner's endpoint over HTTP, per policy label: {policy: {sample name: value}} (see by_policy)."""
+    from tests import http_calls as http
+
+    return by_policy(http.get(f"http://127.0.0.1:{port}/metrics", timeout=60).text)
+
+
+def by_policy(text: str) -> dict[str, dict[str, float]]:
+    """Each policy's step series of an exposition: {policy: {name: value}}, a histogram bucket's name
+    with its bound (``..._bucket{le=1.0}``); the per-version mismatch series are policy_series'."""
+    from prometheus_client.parser import text_string_to_metric_families
+
+    series: dict[str, dict[str, float]] = {}
+    for family in text_string_to_metric_families(text):
+        for sample in family.samples:
+            if set(sample.labels) - {"policy", "le"}:
+                continue
+            name = sample.name + (f"{{le={sample.labels['le']}}}" if "le" in sample.labels else "")
+            series.setdefault(sample.labels["policy"], {})[name] = sample.value
     return series

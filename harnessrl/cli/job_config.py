@@ -11,14 +11,15 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 import typer
+from pydantic import BaseModel
 from rich.markup import escape
 
 from harnessrl.cli.key_options import ConfigFile, Sets, ShowConfig, key_options
 from harnessrl.cli.options import fail
-from harnessrl.config.files import ConfigError, MissingKey, Section, load_config
+from harnessrl.config.files import ConfigError, MissingKey, load_config, to_toml
 
 GIVEN = ("COMMANDLINE", "ENVIRONMENT")  # click's ParameterSource names; DEFAULT sets nothing
-Config = TypeVar("Config", bound=Section)
+Config = TypeVar("Config", bound=BaseModel)
 
 
 def option_keys(command) -> dict[str, Sets]:
@@ -30,13 +31,13 @@ def option_keys(command) -> dict[str, Sets]:
     return found
 
 
-def config_command(model: type[Config]):
+def config_command(model: type[Config], prefixed: bool = False):
     """Decorate ``command(config: model)``: the command typer sees takes an option for every key of ``model``,
     --config and --show-config, and calls ``command`` with the config they describe. Adding a key to the config
-    adds its option."""
+    adds its option. ``prefixed``: a section's keys are ``--<section>-<key>`` (``key_options``)."""
 
     def decorate(command):
-        options = list(key_options(model))
+        options = list(key_options(model, prefixed=prefixed))
         names = [option.name for option in options] + ["ctx", "config", "show_config"]  # the last three: the wrapper's
         if len(set(names)) != len(names):
             raise TypeError(f"{model.__name__}: two keys have one flag: give one its own with cli(flag=...)")
@@ -70,7 +71,7 @@ def command_config(model: type[Config], context: typer.Context, file: Path | Non
     except (ConfigError, RuntimeError) as exc:  # RuntimeError: a bad --sandbox-option pair
         raise fail(escape(str(exc))) from None  # escaped: "[sandbox]" is a table, not markup
     if show:
-        typer.echo(config.to_toml(), nl=False)
+        typer.echo(to_toml(config), nl=False)
         raise typer.Exit()
     return config
 

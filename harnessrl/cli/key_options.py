@@ -14,11 +14,12 @@ from pathlib import Path
 from typing import Annotated, Any
 
 import typer
+from pydantic import BaseModel
 from pydantic.fields import FieldInfo
 from pydantic_core import PydanticUndefined
 from rich.markup import escape
 
-from harnessrl.config.files import Section, field_bounds
+from harnessrl.config.files import field_bounds, is_section
 from sandboxes.kinds import option_pairs
 
 
@@ -68,21 +69,23 @@ class KeyOption:
         )
 
 
-def key_options(model: type[Section], prefix: str = "") -> Iterator[KeyOption]:
+def key_options(model: type[BaseModel], prefix: str = "", prefixed: bool = False) -> Iterator[KeyOption]:
     """An option for each key of ``model`` in field order, its sections' keys in place; a key whose type allows
-    one value (a ``Literal`` of one) is fixed and has none."""
+    one value (a ``Literal`` of one) is fixed and has none. ``prefixed``: a section's key is ``--<section>-<key>``
+    (``--lora-rank``) unless its field names its flag, so keys of two sections never share one."""
     for name, field in model.model_fields.items():
-        if isinstance(field.annotation, type) and issubclass(field.annotation, Section):
-            yield from key_options(field.annotation, f"{prefix}{name}.")
+        if is_section(field.annotation):
+            yield from key_options(field.annotation, f"{prefix}{name}.", prefixed)
         elif len(typing.get_args(field.annotation)) != 1 or typing.get_origin(field.annotation) is not typing.Literal:
-            yield key_option(model, name, prefix + name)
+            yield key_option(model, name, prefix + name, prefix.replace(".", "-") if prefixed else "")
 
 
-def key_option(model: type[Section], name: str, key: str | None = None) -> KeyOption:
-    """The option of ``model``'s field ``name``, setting ``key`` (default: the name)."""
+def key_option(model: type[BaseModel], name: str, key: str | None = None, flag_prefix: str = "") -> KeyOption:
+    """The option of ``model``'s field ``name``, setting ``key`` (default: the name); its flag ``--<flag_prefix>
+    <name>`` unless the field names one."""
     field = model.model_fields[name]
     extra = _inherited(model, name, "json_schema_extra") or {}
-    flag = extra.get("flag") or "--" + name.replace("_", "-")
+    flag = extra.get("flag") or "--" + (flag_prefix + name).replace("_", "-")
     option_type, convert = GIVEN_AS.get(extra.get("given_as"), (_option_type(field), _as_given))
     option = typer.Option(
         *[f for f in (extra.get("short"), flag) if f],
@@ -94,7 +97,7 @@ def key_option(model: type[Section], name: str, key: str | None = None) -> KeyOp
     return KeyOption(key or name, flag.removeprefix("--").replace("-", "_"), annotation, _shown_default(field, extra))
 
 
-def _inherited(model: type[Section], name: str, attribute: str) -> Any:
+def _inherited(model: type[BaseModel], name: str, attribute: str) -> Any:
     """The field's ``attribute`` (description, json_schema_extra), or the nearest base section's: a section that
     only changes a key's default keeps its option."""
     for base in model.__mro__:
@@ -107,12 +110,14 @@ def _inherited(model: type[Section], name: str, attribute: str) -> Any:
 
 
 def _option_type(field: FieldInfo) -> Any:
-    """The type typer parses the option as: the field's, a list repeatable and None when not given."""
+    """The type typer parses the option as: the field's, a list (or a tuple of any length) repeatable and None
+    when not given, a union of a list and a table (given as names) a list."""
     annotation = _plain(field.annotation)
     args = [_plain(arg) for arg in typing.get_args(annotation)]
-    if typing.get_origin(annotation) is list:
+    origin = typing.get_origin(annotation)
+    if origin is list or (origin is tuple and args[-1:] == [Ellipsis]) or list in map(typing.get_origin, args):
         return list[str] | None
-    if typing.get_origin(annotation) is typing.Literal:
+    if origin is typing.Literal:
         return str
     if type(None) in args:  # X | None
         return next(arg for arg in args if arg is not type(None)) | None
@@ -129,4 +134,5 @@ def _shown_default(field: FieldInfo, extra: dict) -> Any:
     default = field.default
     if isinstance(default, list) and extra.get("given_as") == "comma_list":
         return ",".join(default)
-    return None if default is PydanticUndefined or isinstance(default, (dict, list)) else default
+    repeated = isinstance(default, tuple) and _option_type(field) == list[str] | None
+    return None if default is PydanticUndefined or isinstance(default, (dict, list)) or repeated else default

@@ -1,30 +1,21 @@
-"""What `harnessrl train` does: the learner's settings from its TOML file and the options over it
-(harnessrl/training/learner_settings.py), then the learner's loop on the run's ready groups, under torchrun
-on every rank (rank 0 leads, the others follow), with its errors as CLI messages naming the fix."""
+"""What `harnessrl train` does with one run alone (beside others: harnessrl/cli/train_policies.py): its learner
+settings resolved (harnessrl/training/learner_settings.py), then the learner's loop on the run's ready groups,
+under torchrun on every rank (rank 0 leads, the others follow), with its errors as CLI messages naming the fix."""
 
 from __future__ import annotations
-
-from pathlib import Path
 
 from harnessrl.cli.options import console, fail, resolve_database_url, upgrade_store
 
 
-def train_settings(run: str, file: Path | None, max_steps: int | None, metrics_port: int | None, admin_key: str | None):
-    """The learner's settings (learner.config.LearnerConfig): ``file``'s, the options over them."""
+def train_settings(settings, run: str):
+    """``run``'s learner settings (learner.config.LearnerConfig) resolved: model folder, admin key, folders."""
     from harnessrl.training.learner_settings import learner_settings
     from learner.config import ConfigError
-    from learner.config_file import load_config
 
     try:
-        return learner_settings(load_config(file, max_steps=max_steps, metrics_port=metrics_port), run, admin_key)
+        return learner_settings(settings, run)
     except ConfigError as exc:
         raise fail(f"{exc}") from None
-
-
-def show_settings(settings) -> None:
-    from learner.config_file import dump_toml
-
-    print(dump_toml(settings), end="")
 
 
 def start_train(settings, run: str, database_url: str | None) -> None:

@@ -1,6 +1,8 @@
 """`harnessrl train` with several runs or policies: one learner process for all of them (the base model
 once, one adapter per policy; learner.policies_loop). Each run gets the settings a lone learner of it
-would get, in folders of its own; names the store does not know are refused before anything is written."""
+would get, in folders of its own; names the store does not know are refused before anything is written.
+``metrics_port`` (``--metrics-port``) serves one Prometheus endpoint for the process, each policy's series
+under its ``policy`` label (learner.prometheus)."""
 
 from __future__ import annotations
 
@@ -28,49 +30,52 @@ def run_settings(loaded, run: str, several: bool, admin_key: str | None):
                     f"leave it empty (each run gets <output_dir>/<run>/...)"
                 )
         if loaded.output_dir:
-            loaded = replace(loaded, output_dir=str(Path(loaded.output_dir) / run))
+            loaded = loaded.model_copy(update={"output_dir": str(Path(loaded.output_dir) / run)})
     return learner_settings(loaded, run, admin_key)
 
 
-def start_policies(
-    runs: list[str], policies: list[str], file: Path | None, overrides: dict, database_url: str | None
-) -> None:
-    """Train every named run and every run of each named policy over one base model until each stops."""
+def start_policies(config) -> None:
+    """Train every run ``config`` (harnessrl.config.train.TrainConfig) names and every run of each policy it names
+    over one base model until each stops; a policy's runs on its settings (its table over the shared ones)."""
     import asyncio
 
     from harnessrl.cli.train_job import quiet_logs
     from learner.config import ConfigError
-    from learner.config_file import load_config
     from learner.loop import LearnerError
+    from learner.policies_loop import Hooks
+
+    runs, policies, admin_key = list(dict.fromkeys(config.runs)), config.policy_names(), config.publish.admin_key
+    policy_of: dict[str, str] = {}  # a run's policy, as the store says when it joins
+
+    def settings_of(run: str):
+        return run_settings(config.policy_settings(policy_of.get(run)), run, True, admin_key or None)
 
     try:
-        loaded = load_config(file, max_steps=overrides["max_steps"], metrics_port=overrides["metrics_port"])
-        run_settings(loaded, [*runs, *policies][0], True, overrides["admin_key"])  # refused before anything starts
+        for policy in [None, *policies]:  # refused before anything starts
+            run_settings(config.policy_settings(policy), [*runs, *policies][0], True, admin_key or None)
     except ConfigError as exc:
         raise fail(str(exc)) from None
-    if loaded.metrics_port:
-        console.print("metrics_port is ignored beside other policies (no per-policy labels yet): see the store's steps")
-    url = resolve_database_url(database_url)
+    url = resolve_database_url(config.store.url)
     upgrade_store(url)
     try:
         asyncio.run(_check_names(url, runs, policies))
     except LookupError as exc:
         raise fail(str(exc)) from None
     quiet_logs()
-
-    def settings_of(run: str):
-        return run_settings(loaded, run, True, overrides["admin_key"])
-
     try:
-        results = asyncio.run(_train(url, settings_of, _named(runs, policies), loaded.poll_interval_s, None))
+        source = _named(runs, policies, policy_of)
+        results = asyncio.run(_train(url, settings_of, source, config.poll_interval_s, Hooks(), config.metrics_port))
     except (LearnerError, ConfigError) as exc:
         raise fail(str(exc)) from None
     _print_results(results)
 
 
-def start_folder(runs: list[str], folder: Path, admin_key: str | None, database_url: str | None) -> None:
+def start_folder(
+    runs: list[str], folder: Path, admin_key: str | None, database_url: str | None, metrics_port: int | None = None
+) -> None:
     """Train each of ``runs`` once its job wrote its settings into ``folder`` (harnessrl.training.learner_folder):
-    the one learner of a server's jobs, each policy on its job's own settings; a job's stop ends its run alone."""
+    the one learner of a server's jobs, each policy on its job's own settings; a job's stop ends its run alone.
+    ``metrics_port``: the learner's one Prometheus endpoint (the jobs' own metrics_port settings are not read)."""
     import asyncio
 
     from harnessrl.cli.train_job import quiet_logs
@@ -94,7 +99,7 @@ def start_folder(runs: list[str], folder: Path, admin_key: str | None, database_
 
     hooks = Hooks(stops=shared.stop_asked, on_end=shared.write_result)
     try:
-        results = asyncio.run(_train(url, settings_of, _named(runs, []), 1.0, hooks))
+        results = asyncio.run(_train(url, settings_of, _named(runs, []), 1.0, hooks, metrics_port))
     except (LearnerError, ConfigError) as exc:
         raise fail(str(exc)) from None
     _print_results(results)
@@ -136,13 +141,16 @@ async def _check_names(url: str, runs: list[str], policies: list[str]) -> None:
         await store.close()
 
 
-def _named(runs: list[str], policies: list[str]):
+def _named(runs: list[str], policies: list[str], policy_of: dict[str, str] | None = None):
     """The source of runs to train, made of the store: the named runs, and each named policy's runs as
-    they are now (a new one joins)."""
+    they are now (a new one joins); ``policy_of`` learns each run's policy."""
 
     def source_of(store):
         async def source() -> list[str]:
-            bound = [s.runs for s in await store.policies.summaries() if s.name in policies]
+            summaries = await store.policies.summaries()
+            if policy_of is not None:
+                policy_of.update({run: s.name for s in summaries for run in s.runs})
+            bound = [s.runs for s in summaries if s.name in policies]
             return list(dict.fromkeys([*runs, *(run for names in bound for run in names)]))
 
         return source
@@ -150,13 +158,17 @@ def _named(runs: list[str], policies: list[str]):
     return source_of
 
 
-async def _train(url: str, settings_of, source_of, poll_interval_s: float, hooks):
+async def _train(url: str, settings_of, source_of, poll_interval_s: float, hooks, metrics_port: int | None):
     """``run_policies`` over the store at ``url``; ``settings_of(run)``: its resolved settings, None until
-    there are; each run's held-out evaluation (eval_every) starts with its settings."""
+    there are; each run's held-out evaluation (eval_every) starts with its settings; ``metrics_port``: the
+    process's one Prometheus endpoint, every policy's series labelled with its name."""
     from harnessrl.training.learner_settings import eval_thread
-    from learner.policies_loop import Hooks, run_policies
+    from learner.loop import serve_exporter
+    from learner.policies_loop import run_policies
     from store.store import Store
 
+    exporter = serve_exporter(metrics_port)  # a taken port is refused here, before any model loads
+    hooks = replace(hooks, metrics=exporter)
     store = Store.from_url(url)
     settings: dict = {}
     evaluators = []
@@ -172,9 +184,11 @@ async def _train(url: str, settings_of, source_of, poll_interval_s: float, hooks
 
     try:
         source = source_of(store)
-        return await run_policies(config, store, source, hooks=hooks or Hooks(), poll_interval_s=poll_interval_s)
+        return await run_policies(config, store, source, hooks=hooks, poll_interval_s=poll_interval_s)
     finally:
         for evaluator in evaluators:
             if evaluator is not None:
                 evaluator.stop()
         await store.close()
+        if exporter is not None:
+            exporter.close()

@@ -6,10 +6,12 @@ from pathlib import Path
 from typing import Annotated
 
 import typer
+from rich.markup import escape
 
 from harnessrl.cli.job_config import config_command
 from harnessrl.cli.options import AdminKey, DatabaseUrl, console, fail, resolve_admin_key, resolve_database_url
 from harnessrl.config.jobs import QuickstartConfig
+from harnessrl.config.train import TrainConfig
 
 
 @config_command(QuickstartConfig)
@@ -20,64 +22,22 @@ def quickstart(config: QuickstartConfig) -> None:
     start_quickstart(config)
 
 
-def train(
-    run: Annotated[
-        list[str] | None,
-        typer.Option(help="A run whose ready groups to train on; repeat it to train several in one learner"),
-    ] = None,
-    policy: Annotated[
-        list[str] | None,
-        typer.Option(help="Train the runs of this policy (repeatable), beside any --run, in one learner"),
-    ] = None,
-    config: Annotated[
-        Path | None,
-        typer.Option(help="Learner settings (TOML); every key is optional, see --show-config for the defaults"),
-    ] = None,
-    database_url: DatabaseUrl = None,
-    max_steps: Annotated[int | None, typer.Option(help="Stop after this many steps in total (0: never)")] = None,
-    metrics_port: Annotated[
-        int | None,
-        typer.Option(help="Serve Prometheus /metrics on 127.0.0.1:PORT (0: off; overrides the config's metrics_port)"),
-    ] = None,
-    show_config: Annotated[bool, typer.Option(help="Print the resolved settings as TOML and exit")] = False,
-    settings_dir: Annotated[
-        Path | None,
-        typer.Option(
-            help="Each --run's settings are SETTINGS_DIR/<run>.toml, trained once its job writes them "
-            "(`quickstart --learner-folder`): one learner for every policy of a server, each on its own settings"
-        ),
-    ] = None,
-    admin_key: Annotated[
-        str | None,
-        typer.Option(
-            envvar="HARNESSRL_ADMIN_KEY",
-            help="The gateway's admin key, for publishing "
-            "\\[default: the config's admin_key, else $HARNESSRL_HOME/admin.key]",
-        ),
-    ] = None,
-) -> None:
+@config_command(TrainConfig, prefixed=True)
+def train(config: TrainConfig) -> None:
     """Train a LoRA adapter on the run's ready groups, continuously, publishing each new version; with
     several runs or policies, one learner trains an adapter per policy over one copy of the base model."""
-    from harnessrl.cli.train_job import show_settings, start_train, train_settings
+    from harnessrl.cli.train_job import start_train, train_settings
+    from harnessrl.cli.train_policies import start_folder, start_policies
 
-    runs, policies = list(dict.fromkeys(run or [])), list(dict.fromkeys(policy or []))
-    if settings_dir is not None:
-        from harnessrl.cli.train_policies import start_folder
-
-        return start_folder(runs, settings_dir, admin_key, database_url)
-    if not runs and not policies:
+    runs = list(dict.fromkeys(config.runs))
+    if config.settings_dir is not None:  # the runs of jobs handing them over, each on its job's settings
+        admin_key = config.publish.admin_key or None
+        return start_folder(runs, config.settings_dir, admin_key, config.store.url, config.metrics_port)
+    if not runs and not config.policies:
         raise fail("name what to train: --run RUN (repeatable) or --policy NAME (repeatable)")
-    settings = train_settings(runs[0] if runs else policies[0], config, max_steps, metrics_port, admin_key)
-    if show_config:
-        show_settings(settings)
-        return
-    if len(runs) == 1 and not policies:  # one run: its own learner, as always
-        start_train(settings, runs[0], database_url)
-        return
-    from harnessrl.cli.train_policies import start_policies
-
-    overrides = {"max_steps": max_steps, "metrics_port": metrics_port, "admin_key": admin_key}
-    start_policies(runs, policies, config, overrides, database_url)
+    if len(runs) == 1 and not config.policies:  # one run: its own learner, as always
+        return start_train(train_settings(config.learner(), runs[0]), runs[0], config.store.url)
+    return start_policies(config)
 
 
 def demo(
@@ -117,16 +77,17 @@ def sft(
     database_url: DatabaseUrl = None,
 ) -> None:
     """Warm start: train a LoRA adapter on the sampled tokens of a run's successful trajectories."""
+    from harnessrl.config.files import ConfigError, load_config
     from harnessrl.settings import data_home
     from harnessrl.training.sft import SftPlan, run_sft
-    from learner.config import ConfigError
-    from learner.config_file import load_config
     from learner.sft import SftConfig
 
-    try:
-        settings = load_config(config, model_dir=str(model) if model else None, lr=lr)
+    given = {"model_dir": str(model) if model else None, "optimizer.lr": lr}
+    try:  # the learner's settings, read as `train --config` reads them
+        loaded = load_config(TrainConfig, config, {key: value for key, value in given.items() if value is not None})
+        settings = loaded.learner()
     except ConfigError as exc:
-        raise fail(str(exc)) from None
+        raise fail(escape(str(exc))) from None
     if not settings.model_dir:
         raise fail("no model: give --model DIR (the folder the engine serves) or model_dir in --config")
     plan = SftPlan(

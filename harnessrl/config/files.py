@@ -35,17 +35,10 @@ class Section(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True, strict=True)
 
     def to_toml(self) -> str:
-        """The whole config as TOML, read back as it is: an unset key as a comment (TOML has no null), and
-        secrets (excluded fields) left out."""
-        values = self.model_dump(mode="json")
-        lines = _unset_comments(values, "") + tomli_w.dumps(_without_none(values)).splitlines()
-        for table, value in _tables(values):
-            at = lines.index(f"[{table}]") + 1
-            lines[at:at] = _unset_comments(value, table)
-        return "\n".join(lines) + "\n"
+        return to_toml(self)
 
 
-Config = TypeVar("Config", bound=Section)
+Config = TypeVar("Config", bound=BaseModel)
 
 
 def cli(flag: str | None = None, *, envvar: str | None = None, short: str | None = None, given_as: str | None = None):
@@ -77,9 +70,21 @@ def load_config(model: type[Config], path: Path | None, overrides: Mapping[str, 
     _with_sections(model, values)
     try:
         return model.model_validate(values)
-    except ValidationError as exc:  # an unknown key first (a misspelt one may be why another is missing)
-        first = min(exc.errors(), key=lambda error: ERROR_ORDER.get(error["type"], 1))
-        raise _explained(first, model, path, overrides) from None
+    except ValidationError as exc:
+        raise _explained(first_error(exc), model, path, overrides) from None
+
+
+def to_toml(config: BaseModel) -> str:
+    """The whole config as TOML, read back as it is: an unset key as a comment (TOML has no null), and secrets
+    (excluded fields) left out."""
+    values = config.model_dump(mode="json")
+    lines = _unset_comments(values) + tomli_w.dumps(_without_none(values)).splitlines()
+    for table, value in _tables(values):
+        comments = _unset_comments(value)
+        if comments:
+            at = lines.index(f"[{table}]") + 1
+            lines[at:at] = comments
+    return "\n".join(lines) + "\n"
 
 
 def read_toml(path: Path) -> dict[str, Any]:
@@ -96,7 +101,7 @@ def defaults(model: type[Config]) -> Config:
     return model.model_construct(**{name: defaults(sub) for name, sub in _sections(model).items()})
 
 
-def field_bounds(model: type[Section], key: str) -> dict[str, float]:
+def field_bounds(model: type[BaseModel], key: str) -> dict[str, float]:
     """The ``min`` and ``max`` the field at dotted ``key`` allows, as typer.Option takes them."""
     *sections, name = key.split(".")
     for section in sections:
@@ -122,16 +127,21 @@ def _tables(values: dict[str, Any], prefix: str = ""):
             yield from _tables(value, f"{prefix}{key}.")
 
 
-def _unset_comments(values: dict[str, Any], table: str) -> list[str]:
+def _unset_comments(values: dict[str, Any]) -> list[str]:
     return [f"# {key}: not set (its default applies)" for key, value in values.items() if value is None]
 
 
-def _sections(model: type[Section]) -> dict[str, type[Section]]:
+def _sections(model: type[BaseModel]) -> dict[str, type[BaseModel]]:
+    """The fields of ``model`` that are tables of keys (a harnessrl Section, a learner's settings)."""
     fields = model.model_fields.items()
-    return {n: f.annotation for n, f in fields if isinstance(f.annotation, type) and issubclass(f.annotation, Section)}
+    return {n: f.annotation for n, f in fields if is_section(f.annotation)}
 
 
-def _with_sections(model: type[Section], values: dict[str, Any]) -> None:
+def is_section(annotation: Any) -> bool:
+    return isinstance(annotation, type) and issubclass(annotation, BaseModel)
+
+
+def _with_sections(model: type[BaseModel], values: dict[str, Any]) -> None:
     """Every absent section given as an empty table, so a missing key is named as ``section.key``."""
     for name, section in _sections(model).items():
         if isinstance(values.setdefault(name, {}), dict):
@@ -146,23 +156,52 @@ def _put(values: dict[str, Any], keys: list[str], value: Any) -> None:
     values[keys[-1]] = value
 
 
-def _explained(error: dict, model: type[Section], path: Path | None, overrides: Mapping[str, Any]) -> ConfigError:
+def _explained(error: dict, model: type[BaseModel], path: Path | None, overrides: Mapping[str, Any]) -> ConfigError:
     """The first of pydantic's errors as a sentence naming where it came from, the key and the fix."""
     key = ".".join(str(part) for part in error["loc"])
     where = FROM_CLI if key in overrides or path is None else str(path)
     if error["type"] == "missing":
         return MissingKey(f"{where}: missing key {key}: give it ({SHOW_HINT})", key)
+    return ConfigError(f"{where}: {explained(error, model)} ({SHOW_HINT})")
+
+
+def first_error(exc: ValidationError) -> dict:
+    """The error to tell first: an unknown key (a misspelt one may be why another is missing), a wrong value."""
+    return min(exc.errors(), key=lambda error: ERROR_ORDER.get(error["type"], 1))
+
+
+def explained(error: dict, model: type[BaseModel], prefix: str = "") -> str:
+    """pydantic's ``error`` in ``model`` as a sentence naming the key (after ``prefix``, where ``model``'s values
+    sit in a bigger config) and the fix."""
+    key = ".".join(str(part) for part in error["loc"])
+    if not key:  # a rule between keys (a model's validator): its message names them
+        return _said(error)
     owner, name = _owner(model, key)
     if error["type"] == "extra_forbidden":
-        table = f"[{key.rpartition('.')[0]}]" if "." in key else "the top level"
-        return ConfigError(
-            f"{where}: unknown key {key}: {table} takes {', '.join(owner.model_fields)}; fix its spelling or "
-            f"remove it ({SHOW_HINT})"
+        table = f"[{(prefix + key).rpartition('.')[0]}]" if "." in prefix + key else "the top level"
+        return (
+            f"unknown key {prefix}{key}: {table} takes {', '.join(owner.model_fields)}; {_moved(owner, name)}fix its "
+            "spelling or remove it"
         )
-    return ConfigError(f"{where}: {key} = {error['input']!r}: {error['msg']}; {_example(owner, name)} ({SHOW_HINT})")
+    return f"{prefix}{key} = {error['input']!r}: {_said(error)}; {_example(owner, name)}"
 
 
-def _owner(model: type[Section], key: str) -> tuple[type[Section], str]:
+def _said(error: dict) -> str:
+    """pydantic's message; a validator's own (a ValueError's) without pydantic's "Value error, " before it."""
+    return str(error["ctx"]["error"]) if error["type"] == "value_error" else error["msg"]
+
+
+def _moved(model: type[BaseModel], name: str) -> str:
+    """Where a key of that name lives in one of ``model``'s tables (``lr``, or the old flat ``lora_rank``), as a
+    hint; empty when none has it."""
+    for section, sub in _sections(model).items():
+        for key in sub.model_fields:
+            if name in (key, f"{section}_{key}"):
+                return f"did you mean [{section}] {key}? "
+    return ""
+
+
+def _owner(model: type[BaseModel], key: str) -> tuple[type[BaseModel], str]:
     """The section holding dotted ``key`` and the key's last name (as far as the sections go)."""
     *sections, name = key.split(".")
     for section in sections:
@@ -172,7 +211,7 @@ def _owner(model: type[Section], key: str) -> tuple[type[Section], str]:
     return model, name
 
 
-def _example(model: type[Section], name: str) -> str:
+def _example(model: type[BaseModel], name: str) -> str:
     """How to write the key: its default as TOML, else its type."""
     field = model.model_fields.get(name)
     if field is None:

@@ -1,7 +1,7 @@
 """One config per job: ``RunConfig`` (`harnessrl run`), ``EvalConfig`` (`harnessrl eval`) and
 ``QuickstartConfig`` (`harnessrl quickstart`), each its own keys and the sections it shares with the others
 (``harnessrl.config.sections``, ``harnessrl.config.training``). `harnessrl train`'s is the learner's
-(learner/config_file.py). Each key is its command's option (its help the field's description)."""
+settings and its own keys (``harnessrl.config.train``). Each key is its command's option (its help the field's description)."""
 
 from __future__ import annotations
 

@@ -18,8 +18,8 @@ from typing import TYPE_CHECKING
 
 import psutil
 
+from harnessrl.config.files import load_config, to_toml
 from learner.config import LearnerConfig
-from learner.config_file import dump_toml, load_config
 
 if TYPE_CHECKING:
     from learner.policy_slot import SlotResult
@@ -37,12 +37,12 @@ class LearnerFolder:
         self.path.mkdir(parents=True, exist_ok=True)
         for stale in (".stop", ".result.json"):
             self._file(run, stale).unlink(missing_ok=True)
-        _write(self._file(run, ".toml"), dump_toml(settings))  # no admin key: the learner has its own
+        _write(self._file(run, ".toml"), to_toml(settings))  # no admin key (a secret): the learner has its own
 
     def settings(self, run: str) -> LearnerConfig | None:
         """``run``'s settings, None until its job wrote them."""
         file = self._file(run, ".toml")
-        return load_config(file) if file.exists() else None
+        return load_config(LearnerConfig, file, {}) if file.exists() else None
 
     def ask_stop(self, run: str) -> None:
         self._file(run, ".stop").touch()

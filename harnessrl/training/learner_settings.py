@@ -3,14 +3,14 @@ publishes with, its output folders, and the held-out evaluation beside it (`eval
 
 from __future__ import annotations
 
-from dataclasses import replace
 from pathlib import Path
 
-from learner.config import ConfigError, LearnerConfig, resolve_paths, with_overrides
+from learner.config import ConfigError, LearnerConfig, resolve_paths
 
 
 def learner_settings(settings: LearnerConfig, run: str, admin_key: str | None = None) -> LearnerConfig:
-    """Fill what the config left to the environment: model folder, admin key, output folders."""
+    """Fill what the config left to the environment: model folder, admin key (``admin_key`` when given, else
+    the config's, else $HARNESSRL_HOME/admin.key), output folders."""
     from harnessrl.engine.model_prep import SMOLLM2_DIRNAME, default_cache_root
     from harnessrl.settings import data_home
 
@@ -21,14 +21,14 @@ def learner_settings(settings: LearnerConfig, run: str, admin_key: str | None = 
                 "no model_dir in the config and no prepared SmolLM2: set model_dir to the folder "
                 "the engine serves, or run `harnessrl models prepare`"
             )
-        settings = replace(settings, model_dir=str(prepared))
+        settings = settings.model_copy(update={"model_dir": str(prepared)})
     if not (Path(settings.model_dir) / "config.json").exists():
         raise ConfigError(
             f"model_dir {settings.model_dir} is not a Hugging Face model folder (no config.json); "
             f"point it at the folder `harnessrl serve --model` was given"
         )
     key = publishing_key(admin_key or settings.publish.admin_key, settings.publish.enabled)
-    settings = with_overrides(settings, admin_key=key)
+    settings = settings.updated(publish={"admin_key": key})
     return resolve_paths(settings, data_home() / "learner" / run)
 
 

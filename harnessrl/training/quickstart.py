@@ -27,6 +27,7 @@ from contracts.gateway_client import GatewayClient
 from gateway.settings import GatewaySettings
 from harnesses.grading.judge import Judge
 from harnesses.task import Task
+from harnessrl.config.files import to_toml
 from harnessrl.engine.hardware import machine_dtype
 from harnessrl.engine.process import EngineLaunch, ManagedProcess
 from harnessrl.evaluation.periodic import eval_run_name
@@ -48,8 +49,7 @@ from harnessrl.training.quickstart_plan import (
 )
 from harnessrl.training.sft import run_sft
 from harnessrl.training.warm_start import WarmStartResult, result_of, sft_plan, warm_up_run
-from learner.config import LearnerConfig, with_overrides
-from learner.config_file import dump_toml
+from learner.config import LearnerConfig
 from rollouts.interrupts import sigterm_cancels_this_task
 from rollouts.run_plan import Admission, RunPlan
 from rollouts.runner import Runner
@@ -130,7 +130,7 @@ class Quickstart:
             self._learner = SharedLearner(folder, self.plan.run)
             return self._learner
         config = self.home / "learner.toml"
-        config.write_text(dump_toml(settings))
+        config.write_text(to_toml(settings))
         command = [sys.executable, "-m", "harnessrl.cli", "train", "--run", self.plan.run, "--config", str(config)]
         command += ["--database-url", self.plan.database_url]
         env = {**os.environ, "HARNESSRL_ADMIN_KEY": self.admin_key}
@@ -284,7 +284,7 @@ class Quickstart:
         plan = sft_plan(
             warm,
             self.plan.run,
-            with_overrides(LearnerConfig(), model_dir=str(self.plan.model_dir), lora_rank=16),
+            LearnerConfig(model_dir=str(self.plan.model_dir), lora={"rank": 16}),
             self.plan.database_url,
             self.home / "sft",
             gateway_url,

@@ -13,7 +13,7 @@ from harnesses.harness import Harness
 from harnesses.task import Task
 from harnessrl.training.curriculum import TaskSampling
 from harnessrl.training.warm_start import WarmStart, WarmStartResult, learner_keys
-from learner.config import LearnerConfig, with_overrides
+from learner.config import LearnerConfig
 from sandboxes import Limits, SandboxSpec
 from sandboxes.kinds import sandbox_kind
 from store.policies import DEFAULT_POLICY
@@ -49,7 +49,7 @@ class QuickstartPlan:
     groups_per_step: int = 4  # the learner's batch
     lr: float | None = None  # GRPO's learning rate; None: FRESH_LR, or WARM_LR after a warm start
     backlog_steps: int = 2  # rollouts pause while this many learner steps' worth of groups wait
-    learner: dict = field(default_factory=dict)  # more learner settings (learner.config.with_overrides names)
+    learner: dict = field(default_factory=dict)  # more learner keys, as LearnerConfig.updated takes them
     learner_metrics_port: int = 0  # the learner's Prometheus /metrics on 127.0.0.1; 0 = off
     # a running learner's settings folder (harnessrl.training.learner_folder) to hand the run to; None: its own
     learner_folder: Path | None = None
@@ -93,21 +93,17 @@ def learner_config(
     plan: QuickstartPlan, gateway_url: str, output_dir: Path, warm: WarmStartResult | None = None
 ) -> LearnerConfig:
     """The learner quickstart starts: its batch, the engine's context as token budget, GRPO's lr."""
-    return with_overrides(
-        LearnerConfig(),
+    settings = LearnerConfig(
         model_dir=str(plan.model_dir),
-        gateway_url=gateway_url,
         output_dir=str(output_dir),
-        token_budget=packed_row_tokens(plan),
-        groups_per_step=plan.groups_per_step,
-        lora_rank=16,
-        lr=grpo_lr(plan, warm),
-        weight_sync_steps=1,
         poll_interval_s=1.0,
         metrics_port=plan.learner_metrics_port,
-        **learner_keys(warm),
-        **plan.learner,
+        lora={"rank": 16},
+        optimizer={"lr": grpo_lr(plan, warm)},
+        batch={"token_budget": packed_row_tokens(plan), "groups_per_step": plan.groups_per_step},
+        publish={"gateway_url": gateway_url, "weight_sync_steps": 1},
     )
+    return settings.updated(**learner_keys(warm)).updated(**plan.learner)
 
 
 def grpo_lr(plan: QuickstartPlan, warm: WarmStartResult | None) -> float:

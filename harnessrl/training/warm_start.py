@@ -22,7 +22,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from harnessrl.training.sft import SftOutcome, SftPlan
-from learner.config import LearnerConfig, with_overrides
+from learner.config import LearnerConfig
 from learner.sft import SftConfig
 
 WARMUP_SUFFIX = "-warmup"
@@ -70,7 +70,7 @@ def sft_plan(
     return SftPlan(
         run=warm_up_run(run),
         database_url=database_url,
-        learner=with_overrides(learner, lr=warm.lr),
+        learner=learner.updated(optimizer={"lr": warm.lr}),
         out_dir=out_dir,
         sft=SftConfig(epochs=warm.epochs, token_budget=token_budget),
         min_reward=warm.min_reward,
@@ -87,5 +87,6 @@ def result_of(outcome: SftOutcome) -> WarmStartResult:
 
 
 def learner_keys(result: WarmStartResult | None) -> dict:
-    """Learner config keys continuing from the warm start (none without one)."""
-    return {} if result is None else {"init_adapter": str(result.adapter), "init_version": result.version}
+    """Learner config keys continuing from the warm start (none without one), as ``LearnerConfig.updated``
+    takes them."""
+    return {} if result is None else {"lora": {"init_adapter": str(result.adapter), "init_version": result.version}}

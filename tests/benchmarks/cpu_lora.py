@@ -39,7 +39,7 @@ from harnessrl.engine.model_prep import prepare_smollm2  # noqa: E402
 from harnessrl.engine.process import EngineLaunch, ManagedProcess  # noqa: E402
 from harnessrl.engine.vllm_cpu_lora import ROWS_ENV  # noqa: E402
 from harnessrl.server import free_port  # noqa: E402
-from learner.config import LearnerConfig, with_overrides  # noqa: E402
+from learner.config import LearnerConfig  # noqa: E402
 from learner.trainer import build_trainer  # noqa: E402
 
 DEFAULT_OUT = Path(__file__).parent / "results" / "cpu_lora.json"
@@ -49,7 +49,7 @@ PROMPT_TOKENS = 1500
 
 def random_adapter(model_dir: Path, folder: Path) -> Path:
     """A rank-16 LoRA on every linear layer with random weights (peft starts B at 0: no effect, no cost)."""
-    trainer = build_trainer(with_overrides(LearnerConfig(), model_dir=str(model_dir), lora_rank=16))
+    trainer = build_trainer(LearnerConfig(model_dir=str(model_dir), lora={"rank": 16}))
     generator = torch.Generator().manual_seed(0)
     with torch.no_grad():
         for name, param in trainer.model.named_parameters():

@@ -6,8 +6,8 @@ For N = 1, 2, 4 (``--policies``), each policy a run with ready groups in its own
 Every process is fresh (its peak RSS is its own: ``ru_maxrss``); ``separate`` reports the sum of its
 processes' peaks. Steps/s are steps of all policies over the wall time from the first to the last step.
 Each policy publishes every step to a local publisher that does the learner's half of a publication
-(save the adapter, its digest, the probe: ``learner.publish.Publisher.publish`` without the gateway's
-load, which needs an engine); its share is that time over the step's and its own together
+(save the adapter, its digest, the probe: ``learner.publish.prepare``, ``Publisher.publish`` without the
+gateway's load, which needs an engine); its share is that time over the step's and its own together
 (``swap_time_s / (step_time_s + swap_time_s)``).
 
 Run: ``.venv/bin/python tests/benchmarks/learner_policies.py [--model DIR] [--steps 6] [--policies 1,2,4]``
@@ -49,24 +49,20 @@ class LocalPublisher:
         return None
 
     async def publish(self, model, version: int, probe_ids=None):
-        from contracts.adapter_proof import adapter_digest
-        from learner.adapter_probe import adapter_probe, fallback_probe_ids
-        from learner.adapters import save_adapter
-        from learner.checkpoint import atomic_write_dir
-        from learner.publish import Published
+        from learner.publish import Published, prepare
 
-        started = time.perf_counter()
-        path = atomic_write_dir(self.folder / f"{self.policy}-v{version}", lambda tmp: save_adapter(model, tmp))
-        digest = adapter_digest(path)
-        adapter_probe(model, probe_ids or fallback_probe_ids(model.config.vocab_size))
-        took = time.perf_counter() - started
+        ready = prepare(model, self.folder / f"{self.policy}-v{version}", probe_ids)
         self.version = version
-        return Published(version, path.name, str(path), took, took, None, 1, digest)
+        took = ready.save_s
+        return Published(
+            version, ready.path.name, str(ready.path), took, took, None, 1, ready.digest, (), ready.write_s,
+            ready.digest_s, ready.probe_s,
+        )  # fmt: skip
 
 
 def worker(args: argparse.Namespace) -> None:
     """One process: train ``args.runs`` (shared) or its one run (alone); print its figures as JSON."""
-    from learner.config import LearnerConfig, resolve_paths, with_overrides
+    from learner.config import LearnerConfig, resolve_paths
     from learner.loop import run_learner
     from learner.policies_loop import Hooks, fixed_runs, run_policies
     from store.store import Store
@@ -75,11 +71,11 @@ def worker(args: argparse.Namespace) -> None:
     steps: list[tuple[float, float, float]] = []  # (end time, step_time_s, swap_time_s)
 
     def config(run: str) -> LearnerConfig:
-        values = dict(
-            model_dir=args.model, groups_per_step=2, max_steps=args.steps, lora_rank=8, lora_alpha=16,
-            max_staleness=100, poll_interval_s=0.02, admin_key="x", token_budget=4096,
+        settings = LearnerConfig(
+            model_dir=args.model, max_steps=args.steps, poll_interval_s=0.02, lora={"rank": 8, "alpha": 16},
+            batch={"groups_per_step": 2, "max_staleness": 100, "token_budget": 4096}, publish={"admin_key": "x"},
         )  # fmt: skip
-        return resolve_paths(with_overrides(LearnerConfig(), **values), out / run)
+        return resolve_paths(settings, out / run)
 
     def record(metrics) -> None:
         steps.append((time.perf_counter(), metrics["step_time_s"], metrics.get("swap_time_s") or 0.0))

@@ -49,7 +49,7 @@ from harnessrl.evaluation.evaluate import EvalPlan, run_evaluation  # noqa: E402
 from harnessrl.live.privacy import scan_sessions  # noqa: E402
 from harnessrl.server import BackgroundGateway, free_port  # noqa: E402
 from harnessrl.training.quickstart_evals import current_version  # noqa: E402
-from learner.config import LearnerConfig, resolve_paths, with_overrides  # noqa: E402
+from learner.config import LearnerConfig, resolve_paths  # noqa: E402
 from migrations.runner import upgrade  # noqa: E402
 from store.database import sqlite_url  # noqa: E402
 from store.store import Store  # noqa: E402
@@ -115,19 +115,15 @@ async def feedback(gateway_url: str, graded: list[tuple[int, float]], inverted: 
 def learner_settings(
     model_dir: Path, gateway_url: str, out: Path, steps: int, per_step: int, lr: float
 ) -> LearnerConfig:
-    config = with_overrides(
-        LearnerConfig(),
+    config = LearnerConfig(
         model_dir=str(model_dir),
-        gateway_url=gateway_url,
-        admin_key=ADMIN_KEY,
         output_dir=str(out),
-        groups_per_step=per_step,  # a session is a group of one
-        advantage="session",
         max_steps=steps,
-        lora_rank=16,
-        lr=lr,
-        weight_sync_steps=1,
         poll_interval_s=1.0,
+        lora={"rank": 16},
+        optimizer={"lr": lr},
+        batch={"groups_per_step": per_step, "advantage": "session"},  # a session is a group of one
+        publish={"gateway_url": gateway_url, "admin_key": ADMIN_KEY, "weight_sync_steps": 1},
     )
     return resolve_paths(config, out)  # checkpoints, adapters and logs under out, as `harnessrl train` puts them
 

@@ -34,7 +34,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # run as a script 
 import numpy as np
 import torch
 
-from learner.config import LearnerConfig, with_overrides
+from learner.config import LearnerConfig
 from learner.forward import packed_mode
 from learner.packing import pack_samples
 from learner.step import row_logprobs, train_step
@@ -70,7 +70,7 @@ def with_own_logprobs(trainer, samples: list[Sample], config: LearnerConfig, tre
 
 
 def one_step(model_dir: str, samples: list[Sample], advantages: list[float], budget: int, tree: bool) -> dict:
-    config = with_overrides(LearnerConfig(model_dir=model_dir), token_budget=budget, tree_packing=tree)
+    config = LearnerConfig(model_dir=model_dir, batch={"token_budget": budget, "tree_packing": tree})
     trainer = build_trainer(config)
     for group in trainer.optimizer.param_groups:
         group["lr"] = 0.0

@@ -45,7 +45,7 @@ from harnesses.environments import Environments  # noqa: E402
 from harnesses.shell_family import shell_tasks, unseen_shell_tasks  # noqa: E402
 from harnesses.task import Task  # noqa: E402
 from harnessrl.training.sft import successful_samples  # noqa: E402
-from learner.config import LearnerConfig, with_overrides  # noqa: E402
+from learner.config import LearnerConfig  # noqa: E402
 from learner.sft import SftConfig, train_sft  # noqa: E402
 from learner.trainer import build_trainer  # noqa: E402
 from rollouts.checks import CheckSettings, attempt  # noqa: E402
@@ -178,7 +178,7 @@ def measure(model_dir: str, samples: list, held: list[HeldOut], setting: Setting
 
     tokenizer = AutoTokenizer.from_pretrained(model_dir)
     lr = setting.lr if setting else 1e-4
-    trainer = build_trainer(with_overrides(LearnerConfig(), model_dir=model_dir, lora_rank=16, lr=lr, device="cpu"))
+    trainer = build_trainer(LearnerConfig(model_dir=model_dir, device="cpu", lora={"rank": 16}, optimizer={"lr": lr}))
     row: dict = {"setting": asdict(setting) if setting else "base"}
     if setting:
         started = time.monotonic()

@@ -19,7 +19,7 @@ import numpy as np
 import torch
 
 from learner.attention import resolve_kernel
-from learner.config import LearnerConfig, with_overrides
+from learner.config import LearnerConfig
 from learner.forward import packed_mode
 from learner.loss import token_logprobs
 from learner.packing import pack_samples
@@ -161,7 +161,7 @@ def main() -> int:
         emit(check="cuda", ok=False, error="torch sees no CUDA device")
         return 1
     device = torch.device("cuda", 0)
-    config = with_overrides(LearnerConfig(model_dir=args.model_dir), token_budget=32768)  # dtype auto: bfloat16 on CUDA
+    config = LearnerConfig(model_dir=args.model_dir, batch={"token_budget": 32768})  # dtype auto: bfloat16 on CUDA
     trainer = build_trainer(config)
     vocab = trainer.model.get_input_embeddings().weight.shape[0]
     emit(

@@ -70,7 +70,7 @@ def worker(model_dir: str, out: Path, sharded: bool) -> None:
     if device.type == "cuda":
         torch.cuda.set_device(device)
     dist.init_process_group("nccl" if device.type == "cuda" else "gloo")  # also for one rank: FSDP2 needs one
-    parallel = ParallelSettings("fsdp" if sharded else "none")
+    parallel = ParallelSettings(shard="fsdp" if sharded else "none")
     config = LearnerConfig(model_dir=model_dir, dtype="float32", device=str(device), parallel=parallel)
     model = build_trainer(config).model  # sharded there under 2+ ranks, as `harnessrl train` does
     if sharded and not is_sharded(model):  # one rank: FSDP2 over it alone

@@ -17,7 +17,7 @@ from harnesses.task import load_harbor
 from harnessrl.teachers.demonstrations import FINAL, SOLUTIONS, demonstrator
 from harnessrl.teachers.teacher import PolicyRendering, TeacherSettings, teacher_gateway
 from harnessrl.training.sft import SftPlan, run_sft
-from learner.config import LearnerConfig, with_overrides
+from learner.config import LearnerConfig
 from learner.sft import SftConfig
 from rollouts.run_plan import RunPlan
 from rollouts.runner import Runner
@@ -82,7 +82,7 @@ async def test_pi_plays_each_tasks_solution_as_its_own_bash_call_and_sft_trains_
         await store.close()
     assert [len(build_samples(n)) for n in nodes] == [1] * len(tasks)  # one two-turn sample per rollout
 
-    learner = with_overrides(LearnerConfig(), model_dir=str(tiny_model_dir), lora_rank=4, lr=1e-3)
+    learner = LearnerConfig(model_dir=str(tiny_model_dir), lora={"rank": 4}, optimizer={"lr": 1e-3})
     plan = SftPlan(run="demos", database_url=sqlite_db, learner=learner, out_dir=tmp_path / "sft",
                    sft=SftConfig(epochs=1, token_budget=8192), min_reward=1.0)  # fmt: skip
     outcome = await asyncio.to_thread(run_sft, plan)  # it runs its own event loop

@@ -13,7 +13,7 @@ from harnesses.builtin_agent import BuiltinHarness, BuiltinSettings
 from harnesses.families import arithmetic_tasks
 from harnessrl.teachers.teacher import PolicyRendering, TeacherSettings, teacher_gateway
 from harnessrl.training.sft import SftPlan, run_sft
-from learner.config import LearnerConfig, with_overrides
+from learner.config import LearnerConfig
 from learner.groups import UnusableGroup, check_group, load_group
 from learner.sft import SftConfig
 from rollouts.run_plan import RunPlan
@@ -67,7 +67,9 @@ async def test_a_teacher_run_on_vllm_is_recorded_refused_by_grpo_and_taken_by_sf
             database_url=sqlite_db,
             out_dir=tmp_path / "sft",
             min_reward=0.0,
-            learner=with_overrides(LearnerConfig(model_dir=str(tiny_model_dir), device="cpu"), lora_rank=4, lr=1e-3),
+            learner=LearnerConfig(
+                model_dir=str(tiny_model_dir), device="cpu", lora={"rank": 4}, optimizer={"lr": 1e-3}
+            ),
             sft=SftConfig(epochs=2, token_budget=2048),
         ),
     )

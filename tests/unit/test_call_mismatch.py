@@ -157,9 +157,10 @@ async def test_the_run_summary_pools_tokens_per_harness_model_and_version(gatewa
 async def test_the_learner_exports_the_mismatch_of_the_version_it_trained_per_harness_and_model(gateway):
     store = gateway.state.store
     await plant_mismatch(store)
-    sink = MetricsSink(store, await store.listings.run_id("summed"), None, LearnerExporter())
+    exporter = LearnerExporter()
+    sink = MetricsSink(store, await store.listings.run_id("summed"), None, exporter.policy("policy"))
     await sink.record_mismatch(1)
-    series = policy_series(sink.exporter)
+    series = policy_series(exporter, "policy")
     assert series[("pi", "policy", "1")]["mean_abs"] == pytest.approx((0.05 + 0.05 + 0.3 + 0.5) / 4, rel=1e-3)
     assert series[("opencode", "policy", "1")]["tokens"] == 1
     assert not any(labels[2] == "2" for labels in series)  # v2's calls were not trained by this step

@@ -1,19 +1,17 @@
-"""The learner's config in sections: what quickstart writes and `train --show-config` prints load back."""
+"""The learner's config in sections, read and written by the one loader every job's config uses: what quickstart
+writes loads back, unknown keys and wrong values are errors naming the key."""
 
 from __future__ import annotations
 
-import logging
 import tomllib
 from pathlib import Path
 
 import pytest
 import torch
-from typer.testing import CliRunner
 
-import learner.loop
-import learner.served_settings
 import learner.trainer
-from harnessrl.cli.app import app
+from harnessrl.config.files import ConfigError as FileError
+from harnessrl.config.files import load_config, to_toml
 from harnessrl.training.quickstart_plan import (
     FRESH_LR,
     PACKED_ROW_TOKENS,
@@ -22,8 +20,13 @@ from harnessrl.training.quickstart_plan import (
     learner_config,
 )
 from harnessrl.training.warm_start import WarmStartResult
-from learner.config import ConfigError, LearnerConfig, with_overrides
-from learner.config_file import config_from_dict, dump_toml, load_config
+from learner.config import ConfigError, LearnerConfig, resolve_paths
+
+
+def loaded(tmp_path: Path, text: str) -> LearnerConfig:
+    path = tmp_path / "learner.toml"
+    path.write_text(text)
+    return load_config(LearnerConfig, path, {})
 
 
 def test_quickstarts_learner_toml_loads_back_as_the_config_it_built(tmp_path):
@@ -33,12 +36,12 @@ def test_quickstarts_learner_toml_loads_back_as_the_config_it_built(tmp_path):
         tasks=[],
         database_url="sqlite+aiosqlite://",
         learner_metrics_port=9100,
-        learner={"beta": 0.01},
+        learner={"loss": {"beta": 0.01}},
     )
     warm = WarmStartResult(tmp_path / "adapter", 3, 5)
     built = learner_config(plan, "http://127.0.0.1:8123", tmp_path / "out", warm)
-    written = tomllib.loads(dump_toml(built))
-    assert config_from_dict(written) == built
+    assert loaded(tmp_path, to_toml(built)) == built
+    written = tomllib.loads(to_toml(built))
     assert written["publish"]["gateway_url"] == "http://127.0.0.1:8123" and written["metrics_port"] == 9100
     assert written["lora"]["init_version"] == 3 and written["loss"]["beta"] == 0.01
     # rows hold at least 8k tokens, so an agent's groups pack as trees sharing their long first prompt
@@ -55,64 +58,56 @@ def test_grpo_after_a_warm_start_takes_the_smaller_learning_rate_unless_one_is_g
     assert learner_config(given, "http://127.0.0.1:8123", tmp_path / "out", warm).optimizer.lr == 3e-4
 
 
-def test_show_config_prints_sections_without_the_admin_key(tmp_path, monkeypatch):
-    monkeypatch.setenv("HARNESSRL_HOME", str(tmp_path))
-    model = tmp_path / "model"
-    model.mkdir()
-    (model / "config.json").write_text("{}")
-    config = tmp_path / "learner.toml"
-    config.write_text(
-        dump_toml(with_overrides(LearnerConfig(model_dir=str(model)), lora_rank=8, admin_key="s3cret"), secrets=True)
-    )
-    result = CliRunner().invoke(app, ["train", "--run", "r", "--config", str(config), "--show-config"])
-    assert result.exit_code == 0, result.output
-    shown = tomllib.loads(result.stdout)
-    assert shown["lora"]["rank"] == 8 and shown["publish"]["admin_key"] == "" and "s3cret" not in result.stdout
-    assert set(shown) >= {"lora", "optimizer", "loss", "forward", "batch", "publish", "checkpoint", "eval"}
+def test_the_admin_key_is_a_secret_the_toml_never_holds():
+    keyed = LearnerConfig().updated(publish={"admin_key": "s3cret"})
+    assert keyed.publish.admin_key == "s3cret" and keyed.updated(max_steps=3).publish.admin_key == "s3cret"
+    assert "s3cret" not in to_toml(keyed) and "s3cret" not in repr(keyed)
+    assert "admin_key" not in tomllib.loads(to_toml(keyed))["publish"]
 
 
-def test_an_override_names_what_is_unknown():
-    try:
-        with_overrides(LearnerConfig(), lora_rnak=4)
-    except ValueError as exc:
-        assert "lora_rnak" in str(exc) and "lora_rank" in str(exc)
-    else:
-        raise AssertionError("an unknown override was accepted")
+def test_an_update_names_what_is_unknown():
+    with pytest.raises(ConfigError, match="lora.rnak"):
+        LearnerConfig().updated(lora={"rnak": 4})
 
 
 def test_paths_resolve_under_output_dir(tmp_path):
-    from learner.config import resolve_paths
-
     resolved = resolve_paths(LearnerConfig(), Path(tmp_path))
     assert resolved.checkpoint.dir == str(tmp_path / "checkpoints")
     assert resolved.publish.adapters_dir == str(tmp_path / "adapters")
     assert resolved.tensorboard_dir == str(tmp_path / "tensorboard")
 
 
-def test_the_importance_correction_is_chosen_in_the_loss_section_and_checked():
-    truncated = with_overrides(LearnerConfig(), is_correction="truncate")
+def test_the_importance_correction_is_chosen_in_the_loss_section_and_checked(tmp_path):
+    truncated = LearnerConfig().updated(loss={"is_correction": "truncate"})
     assert truncated.loss.is_correction == "truncate"
-    assert tomllib.loads(dump_toml(truncated))["loss"]["is_correction"] == "truncate"
-    assert config_from_dict(tomllib.loads(dump_toml(truncated))) == truncated
+    assert loaded(tmp_path, to_toml(truncated)) == truncated
     with pytest.raises(ConfigError, match="is_correction"):
-        with_overrides(LearnerConfig(), is_correction="clip")
+        LearnerConfig().updated(loss={"is_correction": "clip"})
 
 
-def test_unknown_config_keys_are_errors_naming_the_key(tmp_path):
-    path = tmp_path / "learner.toml"
-    path.write_text('model_dir = "/m"\nlora_rnak = 8\n')
-    with pytest.raises(ConfigError, match="unknown key 'lora_rnak'"):
-        load_config(path)
-    with pytest.raises(ConfigError, match="unknown key \\[lora\\] 'rnak'"):
-        config_from_dict({"lora": {"rnak": 8}})
-    with pytest.raises(ConfigError, match="optimizer.lr .* must be like"):
-        config_from_dict({"lr": "fast"})
-    with pytest.raises(ConfigError, match="scheduler = 'cosine' decays until max_steps"):
-        config_from_dict({"scheduler": "cosine"})
-    with pytest.raises(ConfigError, match="forward.kernel must be one of auto, sdpa, flash"):
-        config_from_dict({"attn_implementation": "eager"})  # the packed path never takes a dense mask
-    with pytest.raises(ConfigError, match="token_budget must not be negative"):
-        config_from_dict({"token_budget": -1})
+@pytest.mark.parametrize(
+    ("text", "said"),
+    [
+        ('model_dir = "/m"\nlora_rnak = 8\n', "unknown key lora_rnak: the top level takes model_dir"),
+        ("[lora]\nrnak = 8\n", r"unknown key lora.rnak: \[lora\] takes rank, alpha"),
+        ('[optimizer]\nlr = "fast"\n', "optimizer.lr = 'fast': Input should be a valid number; write it like lr = "),
+        ('[optimizer]\nscheduler = "cosine"\n', "scheduler = 'cosine' decays until max_steps"),
+        ('[forward]\nkernel = "eager"\n', "forward.kernel = 'eager': Input should be 'auto', 'sdpa' or 'flash'"),
+        ("[batch]\ntoken_budget = -1\n", "batch.token_budget = -1: Input should be greater than or equal to 0"),
+        ("[eval]\nevery = 2\n", "eval.every needs eval.tasks"),
+        ("[loss]\nis_max = 0.5\n", "loss.is_max = 0.5: Input should be greater than or equal to 1"),
+    ],
+)
+def test_a_config_key_that_does_not_exist_or_does_not_fit_is_an_error_naming_it(tmp_path, text, said):
+    with pytest.raises(FileError, match=said):
+        loaded(tmp_path, text)
+
+
+def test_an_old_flat_key_is_refused_naming_its_section(tmp_path):
+    with pytest.raises(FileError, match=r"unknown key lora_rank: .*did you mean \[lora\] rank\?"):
+        loaded(tmp_path, "lora_rank = 8\n")
+    with pytest.raises(FileError, match=r"unknown key lr: .*did you mean \[optimizer\] lr\?"):
+        loaded(tmp_path, "lr = 0.01\n")
 
 
 def test_the_learner_config_defaults_to_long_rows_and_the_machines_dtype():
@@ -124,34 +119,8 @@ def test_the_learner_config_defaults_to_long_rows_and_the_machines_dtype():
     assert learner.trainer.training_dtype(config, torch.device("cpu")) == torch.float32
 
 
-def test_the_default_config_round_trips_through_toml(tmp_path):
-    path = tmp_path / "learner.toml"
-    path.write_text(dump_toml(LearnerConfig()))
-    assert load_config(path) == LearnerConfig()
-    path.write_text("lr = 1\nlora_targets = ['q_proj']\nadam_betas = [0.9, 1]\n")
-    loaded = load_config(path, max_steps=5)
-    assert (
-        loaded.optimizer.lr == 1.0 and loaded.lora.targets == ("q_proj",) and loaded.optimizer.adam_betas == (0.9, 1.0)
-    )
-    assert loaded.max_steps == 5
-
-
-def test_a_sectioned_config_loads_and_the_old_flat_form_still_does_naming_the_sections(tmp_path, caplog):
-    sectioned, flat = tmp_path / "sectioned.toml", tmp_path / "flat.toml"
-    sectioned.write_text(
-        'model_dir = "/m"\n[lora]\nrank = 8\n[optimizer]\nlr = 0.01\n'
-        "[publish]\nenabled = false\n[checkpoint]\nkeep = 3\n"
-    )
-    flat.write_text('model_dir = "/m"\nlora_rank = 8\nlr = 0.01\npublish = false\nkeep_checkpoints = 3\n')
-    with caplog.at_level(logging.WARNING, logger="learner.config"):
-        assert load_config(sectioned) == load_config(flat)
-    assert "lora_rank -> [lora] rank" in caplog.text and "publish -> [publish] enabled" in caplog.text
-    assert str(sectioned) not in caplog.text  # only the flat file is warned about
-    loaded = load_config(sectioned)
-    assert (loaded.lora.rank, loaded.optimizer.lr, loaded.publish.enabled, loaded.checkpoint.keep) == (
-        8,
-        0.01,
-        False,
-        3,
-    )
-    assert loaded.loss == LearnerConfig().loss  # [loss] is learner.loss.LossConfig itself, its own defaults
+def test_the_default_config_round_trips_through_toml_and_lists_become_tuples(tmp_path):
+    assert loaded(tmp_path, to_toml(LearnerConfig())) == LearnerConfig()
+    given = loaded(tmp_path, "[optimizer]\nlr = 1\nadam_betas = [0.9, 1]\n[lora]\ntargets = ['q_proj']\n")
+    assert (given.optimizer.lr, given.lora.targets, given.optimizer.adam_betas) == (1.0, ("q_proj",), (0.9, 1.0))
+    assert given.loss == LearnerConfig().loss  # [loss] is learner.step_settings.LossConfig itself, its defaults

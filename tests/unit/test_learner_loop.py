@@ -263,7 +263,7 @@ SIGNAL, FLAT = [[0.0, 1.0, 0.0, 1.0]] * 2, [[1.0, 1.0, 1.0, 1.0]] * 2  # two gro
 async def test_a_step_without_a_learning_signal_cuts_no_new_version(store, tiny_model_dir, tmp_path):
     for seed, rewards in enumerate((SIGNAL, FLAT, SIGNAL)):
         await add_groups(store, rewards, seed * 10)
-    config = config_for(tiny_model_dir, tmp_path / "out", max_steps=3, weight_sync_steps=1, publish=True)
+    config = config_for(tiny_model_dir, tmp_path / "out", max_steps=3, weight_sync_steps=1, publish_enabled=True)
     publisher = FlakyPublisher()
     publisher.failures = 0
     result = await train(config, store, publisher=publisher)
@@ -277,12 +277,12 @@ async def test_a_step_without_a_learning_signal_cuts_no_new_version(store, tiny_
 async def test_weights_changed_before_a_restart_still_cut_a_version_after_it(store, tiny_model_dir, tmp_path):
     await add_groups(store, SIGNAL, 0)
     await add_groups(store, FLAT, 10)
-    first = config_for(tiny_model_dir, tmp_path / "out", max_steps=1, weight_sync_steps=2, publish=True)
+    first = config_for(tiny_model_dir, tmp_path / "out", max_steps=1, weight_sync_steps=2, publish_enabled=True)
     publisher = FlakyPublisher()
     publisher.failures = 0
     await train(first, store, publisher=publisher)  # trained, checkpointed, not a publishing step
     assert publisher.published == []
-    again = config_for(tiny_model_dir, tmp_path / "out", max_steps=2, weight_sync_steps=2, publish=True)
+    again = config_for(tiny_model_dir, tmp_path / "out", max_steps=2, weight_sync_steps=2, publish_enabled=True)
     result = await train(again, store, publisher=publisher)  # step 2 is flat, but step 1 changed the weights
     assert publisher.published == [1] and result.version == 1
 

@@ -61,7 +61,7 @@ async def test_only_adapters_that_stepped_are_published(store, tiny_model_dir, t
     await fill_run(store, "ada", 4, seed=0)
     await fill_run(store, "flat", 4, seed=50, rewards=FLAT)  # no reward spread: no optimizer step
     publishers = {run: RecordingPublisher(tmp_path / "served" / run) for run in ("ada", "flat")}
-    configs = configs_for(tiny_model_dir, tmp_path / "out", max_steps=2, publish=True)
+    configs = configs_for(tiny_model_dir, tmp_path / "out", max_steps=2, publish_enabled=True)
 
     results = await train_policies(configs, store, ["ada", "flat"], publisher_for=lambda run, _: publishers[run])
 

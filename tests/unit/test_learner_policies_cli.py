@@ -76,3 +76,17 @@ def test_one_train_command_trains_every_run_and_policy_it_names(sqlite_db, tiny_
     for run in ("ada", "bob"):  # each in folders of its own under output_dir
         (record,) = asyncio.run(_checkpoints(sqlite_db, run))
         assert Path(record.path).parent == tmp_path / "out" / run / "checkpoints"
+
+
+def test_a_policys_table_in_the_config_sets_its_runs_keys_and_no_others(sqlite_db, tiny_model_dir, tmp_path):
+    asyncio.run(_fill(sqlite_db, {"ada": 2, "bob": 4}))
+    config = learner_toml(tmp_path, tiny_model_dir)
+    config.write_text(config.read_text() + "[policies.bob]\nmax_steps = 2\n")  # bob's runs: 2 steps, ada's: 1
+
+    result = CliRunner().invoke(
+        app, ["train", "--run", "ada", "--max-steps", "1", "--config", str(config), "--database-url", sqlite_db]
+    )
+
+    assert result.exit_code == 0, result.output
+    assert "ada (ada): stopped (max_steps) at step 1" in result.output
+    assert "bob (bob): stopped (max_steps) at step 2" in result.output

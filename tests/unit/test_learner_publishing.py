@@ -13,7 +13,7 @@ import pytest
 import learner.loop
 import learner.served_settings
 import learner.trainer
-from learner.config import LearnerConfig, with_overrides
+from learner.config import LearnerConfig
 from learner.publish import GatewayUnreachable, Published, Publisher, PublishError
 from store.store import Store
 from tests.builders import gateway_settings
@@ -44,7 +44,7 @@ def gateway_publisher(gateway: GatewayHarness, config: LearnerConfig) -> Publish
 
 async def test_each_new_version_is_published_through_the_admin_endpoint(admin_gateway, store, tiny_model_dir, tmp_path):
     await fill(store, 6)
-    config = config_for(tiny_model_dir, tmp_path / "out", max_steps=3, weight_sync_steps=1, publish=True)
+    config = config_for(tiny_model_dir, tmp_path / "out", max_steps=3, weight_sync_steps=1, publish_enabled=True)
     await train(config, store, publisher=gateway_publisher(admin_gateway, config))
     policy = (await admin_gateway.http.get("/admin/policy")).json()
     assert policy["current_version"] == 3
@@ -69,7 +69,7 @@ async def test_each_new_version_is_published_through_the_admin_endpoint(admin_ga
 
 async def test_an_unreachable_gateway_delays_publishing_but_not_training(store, tiny_model_dir, tmp_path):
     await fill(store, 6)
-    config = config_for(tiny_model_dir, tmp_path / "out", max_steps=3, weight_sync_steps=1, publish=True)
+    config = config_for(tiny_model_dir, tmp_path / "out", max_steps=3, weight_sync_steps=1, publish_enabled=True)
     publisher = FlakyPublisher()
     result = await train(config, store, publisher=publisher)
     assert result.step == 3 and publisher.published == [2, 3]
@@ -80,7 +80,7 @@ async def test_an_unreachable_gateway_delays_publishing_but_not_training(store, 
 async def test_the_token_budget_defaults_to_the_engines_max_model_len(
     admin_gateway, store, tiny_model_dir, tmp_path, caplog
 ):
-    config = config_for(tiny_model_dir, tmp_path / "out", publish=True)
+    config = config_for(tiny_model_dir, tmp_path / "out", publish_enabled=True)
     assert config.batch.token_budget == 0  # the default: ask the gateway
     trainer = learner.trainer.build_trainer(config)
     view = (await admin_gateway.http.get("/admin/policy", headers={"x-admin-key": ADMIN})).json()
@@ -93,9 +93,13 @@ async def test_the_token_budget_defaults_to_the_engines_max_model_len(
     assert resolved.batch.token_budget == served
     assert f"token_budget = {served} (the engine's max model length)" in caplog.text
     assert "tokens fit in one step" in caplog.text  # how long a sample the memory holds
-    kept = await learner.served_settings.resolve_token_budget(with_overrides(config, token_budget=777), None, trainer)
+    kept = await learner.served_settings.resolve_token_budget(
+        config.updated(batch={"token_budget": 777}), None, trainer
+    )
     assert kept.batch.token_budget == 777  # the config's override wins
-    offline = await learner.served_settings.resolve_token_budget(with_overrides(config, publish=False), None, trainer)
+    offline = await learner.served_settings.resolve_token_budget(
+        config.updated(publish={"enabled": False}), None, trainer
+    )
     assert offline.batch.token_budget == learner.served_settings.FALLBACK_TOKEN_BUDGET
 
 
@@ -111,10 +115,10 @@ async def test_a_committed_version_not_yet_published_is_published_on_restart(
     admin_gateway, store, tiny_model_dir, tmp_path
 ):
     await fill(store, 4)
-    offline = config_for(tiny_model_dir, tmp_path / "out", max_steps=2, weight_sync_steps=2, publish=False)
+    offline = config_for(tiny_model_dir, tmp_path / "out", max_steps=2, weight_sync_steps=2, publish_enabled=False)
     await train(offline, store)  # step 2 committed; as if killed before its publication
     assert (await admin_gateway.http.get("/admin/policy")).json()["current_version"] == 0
-    online = config_for(tiny_model_dir, tmp_path / "out", max_steps=2, weight_sync_steps=2, publish=True)
+    online = config_for(tiny_model_dir, tmp_path / "out", max_steps=2, weight_sync_steps=2, publish_enabled=True)
     result = await train(online, store, publisher=gateway_publisher(admin_gateway, online))
     assert result.step == 2  # nothing trained again
     assert (await admin_gateway.http.get("/admin/policy")).json()["current_version"] == 1
@@ -173,7 +177,7 @@ async def test_a_publishing_learner_drops_samples_by_the_gateways_max_staleness(
     settings = gateway_settings(sqlite_db, fake_engine_server.url, admin_key=ADMIN, max_staleness=0)
     async for gateway in start_gateway(settings, fake_engine):
         await fill(store, 4)  # every call sampled by version 0; the config would keep 100 versions
-        config = config_for(tiny_model_dir, tmp_path / "out", max_steps=2, publish=True)
+        config = config_for(tiny_model_dir, tmp_path / "out", max_steps=2, publish_enabled=True)
         await train(config, store, publisher=gateway_publisher(gateway, config))
     first, second = await stored_steps(store, RUN)
     assert first["samples_stale"] == 0 and second["version"] == 1 and second["samples_stale"] == 8
@@ -231,11 +235,11 @@ class WarmStartedGateway:
 
 async def test_a_learner_starting_at_the_warm_starts_version_publishes_the_next_ones(store, tiny_model_dir, tmp_path):
     await fill(store, 4)
-    config = config_for(tiny_model_dir, tmp_path / "out", max_steps=2, weight_sync_steps=1, publish=True)
+    config = config_for(tiny_model_dir, tmp_path / "out", max_steps=2, weight_sync_steps=1, publish_enabled=True)
     with pytest.raises(learner.loop.LearnerError, match="serves policy-v1, newer"):
         await train(config, store, publisher=WarmStartedGateway())  # without init_version: refused
     gateway = WarmStartedGateway()
-    result = await train(with_overrides(config, init_version=1), store, publisher=gateway)
+    result = await train(config.updated(lora={"init_version": 1}), store, publisher=gateway)
     assert (result.step, result.version, gateway.published) == (2, 3, [1, 2, 3])
 
 

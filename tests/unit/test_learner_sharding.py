@@ -7,8 +7,8 @@ from dataclasses import dataclass
 
 import pytest
 
+from harnessrl.config.files import load_config
 from learner.config import ConfigError, LearnerConfig, ParallelSettings
-from learner.config_file import config_from_dict
 from learner.distributed import shard
 from learner.sharding import padding_rows
 
@@ -49,8 +49,10 @@ def test_no_padding_when_no_row_trains_a_token():
     assert padding_rows([Row(40, 0), Row(30, 0), Row(5, 0)], 1, 2) == []
 
 
-def test_the_shard_setting_reads_from_toml_and_refuses_unknown_values():
-    assert config_from_dict({"parallel": {"shard": "fsdp"}}).parallel == ParallelSettings("fsdp")
+def test_the_shard_setting_reads_from_toml_and_refuses_unknown_values(tmp_path):
+    path = tmp_path / "learner.toml"
+    path.write_text('[parallel]\nshard = "fsdp"\n')
+    assert load_config(LearnerConfig, path, {}).parallel == ParallelSettings(shard="fsdp")
     assert LearnerConfig().parallel.shard == "none"
     with pytest.raises(ConfigError, match="parallel.shard"):
-        LearnerConfig(parallel=ParallelSettings("fsdp2"))
+        LearnerConfig().updated(parallel={"shard": "fsdp2"})

@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 import torch
 
-from learner.config import LearnerConfig, with_overrides
+from learner.config import LearnerConfig
 from learner.groups import ReadyGroup, RolloutData, build_batch
 from learner.tiny_model import VOCAB, tiny_base, tiny_lora
 from learner.trainer import Trainer, train_batch
@@ -46,7 +46,7 @@ def one_step(model, batch) -> dict:
     trainer = Trainer(model, optimizer, torch.optim.lr_scheduler.LambdaLR(optimizer, lambda k: 1.0))
     # The config's temperature is not the run's: the batch's must win.
     result, refused = train_batch(
-        trainer, batch, with_overrides(LearnerConfig(model_dir="-"), token_budget=64, temperature=1.0)
+        trainer, batch, LearnerConfig(model_dir="-", temperature=1.0, batch={"token_budget": 64})
     )
     assert refused == 0
     return result

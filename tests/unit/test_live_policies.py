@@ -47,7 +47,7 @@ async def test_each_users_feedback_trains_and_promotes_only_their_own_policy(
         groups_per_step=2,
         max_steps=1,
         advantage="session",
-        publish=True,
+        publish_enabled=True,
         is_correction="truncate",  # the fake engine's log-probs are no model's: masking would leave no token
     )
     publisher = Publisher("http://gateway", "", tmp_path / "adapters", client=gateway.http)

@@ -9,7 +9,7 @@ import pytest
 import torch
 
 from harnessrl.live.privacy import scan_sessions
-from learner.config import ConfigError, LearnerConfig, with_overrides
+from learner.config import ConfigError, LearnerConfig
 from learner.session_advantages import RunningBaselines, batch_session_advantages
 from store.listings import GroupFilter
 from tests.learner_runs import tiny_learner_config, train_run
@@ -77,4 +77,4 @@ def test_a_batch_of_sessions_is_baselined_leave_one_out_until_a_user_has_history
 
 def test_the_advantage_setting_names_its_choices():
     with pytest.raises(ConfigError, match="batch.advantage"):
-        with_overrides(LearnerConfig(), advantage="grpo")
+        LearnerConfig().updated(batch={"advantage": "grpo"})

@@ -114,12 +114,11 @@ def test_the_training_thread_evaluates_beside_the_learner_and_stops_cleanly(live
 
 
 def test_eval_every_in_the_learner_config_needs_the_tasks_to_evaluate():
-    from learner.config import ConfigError
-    from learner.config_file import config_from_dict
+    from learner.config import ConfigError, LearnerConfig
 
     with pytest.raises(ConfigError, match="eval.every needs eval.tasks"):
-        config_from_dict({"eval_every": 2})
-    assert config_from_dict({"eval_every": 2, "eval_tasks": "builtin:arithmetic"}).eval.k == 4
+        LearnerConfig().updated(eval={"every": 2})
+    assert LearnerConfig().updated(eval={"every": 2, "tasks": "builtin:arithmetic"}).eval.k == 4
 
 
 async def test_an_evaluation_runs_own_pinned_rollouts_are_its_report_results(sqlite_db):

@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 import torch
 
-from learner.config import LearnerConfig, with_overrides
+from learner.config import LearnerConfig
 from learner.forward import ForwardConfig
 from learner.packing import pack_samples
 from learner.sft import SftConfig, sft_step, train_sft, trainable
@@ -94,9 +94,9 @@ def saved_warm_start(config: LearnerConfig, folder):
 
 
 def test_the_learner_starts_from_a_warm_start_adapter_when_given(tiny_model_dir, tmp_path):
-    config = with_overrides(LearnerConfig(model_dir=str(tiny_model_dir), device="cpu"), lora_rank=4)
+    config = LearnerConfig(model_dir=str(tiny_model_dir), device="cpu", lora={"rank": 4})
     warm = saved_warm_start(config, tmp_path / "adapter")
-    started = build_trainer(with_overrides(config, init_adapter=str(tmp_path / "adapter"))).model
+    started = build_trainer(config.updated(lora={"init_adapter": str(tmp_path / "adapter")})).model
     fresh = build_trainer(config).model
     trained = {n: p for n, p in started.named_parameters() if p.requires_grad}
     assert trained and all(n.count("lora_") for n in trained)
@@ -105,12 +105,12 @@ def test_the_learner_starts_from_a_warm_start_adapter_when_given(tiny_model_dir,
 
 
 def test_a_warm_started_learner_with_a_kl_term_keeps_its_start_adapter_as_the_reference(tiny_model_dir, tmp_path):
-    config = with_overrides(LearnerConfig(model_dir=str(tiny_model_dir), device="cpu"), lora_rank=4)
+    config = LearnerConfig(model_dir=str(tiny_model_dir), device="cpu", lora={"rank": 4})
     saved_warm_start(config, tmp_path / "adapter")
-    started = with_overrides(config, init_adapter=str(tmp_path / "adapter"))
+    started = config.updated(lora={"init_adapter": str(tmp_path / "adapter")})
     assert build_trainer(started).reference is None  # beta = 0: no KL term, nothing held
-    assert build_trainer(with_overrides(config, beta=0.05)).reference is None  # fresh: the base model
-    trainer = build_trainer(with_overrides(started, beta=0.05))
+    assert build_trainer(config.updated(loss={"beta": 0.05})).reference is None  # fresh: the base model
+    trainer = build_trainer(started.updated(loss={"beta": 0.05}))
     trained = [p for p in trainer.model.parameters() if p.requires_grad]
     assert len(trainer.reference.tensors) == len(trained)
     assert all(torch.equal(r, p) and r.data_ptr() != p.data_ptr() for r, p in zip(trainer.reference.tensors, trained))
