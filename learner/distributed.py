@@ -56,12 +56,16 @@ def shard(items: Sequence[T], sizes: Sequence[int], rank: int, world_size: int) 
 
 def broadcast_trainable(model: nn.Module, src: int = 0) -> None:
     """Give every rank rank ``src``'s trainable weights (LoRA init is random: seeds may differ)."""
+    broadcast_params([p for p in model.parameters() if p.requires_grad], src)
+
+
+def broadcast_params(params: Sequence[nn.Parameter], src: int = 0) -> None:
+    """Give every rank rank ``src``'s values of ``params`` (the same list, in the same order, on every rank)."""
     if not is_distributed():
         return
     with torch.no_grad():
-        for p in model.parameters():
-            if p.requires_grad:
-                dist.broadcast(p.data, src)
+        for p in params:
+            dist.broadcast(p.data, src)
 
 
 def all_reduce_gradients(params: Sequence[nn.Parameter]) -> None:

@@ -90,12 +90,12 @@ async def run_learner(
     try:
         trainer = await asyncio.to_thread(build_trainer, config)  # under torchrun, with the other ranks
         config = await resolve_max_staleness(await resolve_token_budget(config, publisher, trainer), publisher)
-        tell_followers("budget", config.batch.token_budget)
+        tell_followers("budget", (trainer.adapter, config.batch.token_budget))
         run_id = await wait_for_run(store, run, config.poll_interval_s, stop)
         if run_id is None:
             return LearnerResult(0, 0, "stopped")
         progress = await resume(store, run_id, config, trainer)
-        tell_followers("resume", progress.resumed_from)
+        tell_followers("resume", (trainer.adapter, progress.resumed_from))
         policy = await trained_policy(store, run)
         if publisher is not None:
             publisher.policy = policy  # it publishes that policy's versions only
@@ -224,7 +224,7 @@ def _label(learning: Learning) -> str:
 
 
 def _lead_step(trainer: Trainer, batch, config: LearnerConfig, per_call: dict[int, np.ndarray]):
-    tell_followers("batch", batch)  # under torchrun the other ranks take their share of this batch
+    tell_followers("batch", (trainer.adapter, batch))  # under torchrun the other ranks take their share of it
     return train_batch(trainer, batch, config, per_call)
 
 

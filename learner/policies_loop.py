@@ -17,6 +17,10 @@ With ``Hooks.metrics`` (the process's one Prometheus endpoint, served by the cal
 ``serve_exporter``), each policy's steps feed series labelled with its name; one that ends keeps its
 last values with ``training`` 0 (learner.prometheus).
 
+Under torchrun (``[parallel] shard = "none"``) rank 0 runs this loop and every other rank mirrors each
+policy's adapter and steps on its own copy of the base (learner.policy_followers): data parallelism per
+step. An FSDP-sharded base is refused beside other policies.
+
 A policy whose step or start raises (a sample the step cannot take, a publication the gateway refuses,
 a gateway serving a newer version of it) stops alone and says why; its groups since its last
 committed checkpoint stay ready for the next start. The others keep stepping.
@@ -37,9 +41,11 @@ from learner.distributed import world
 from learner.intake import sleep_or_stop
 from learner.loop import LearnerError, install_signal_handlers
 from learner.metrics import Metrics
-from learner.policy_slot import PolicySlot, PublisherFor, SlotResult, open_slot, policy_trainer
+from learner.policy_followers import lead_join, refuse_sharded
+from learner.policy_slot import PolicySlot, PublisherFor, SlotResult, open_slot
 from learner.prometheus import LearnerExporter
 from learner.publish import Publisher
+from learner.ranks import tell_followers
 from learner.trainer import load_base
 from learner.turns import Turns
 from store.store import Store
@@ -147,7 +153,7 @@ class Policies:
         if self.model is None:
             self.model = await asyncio.to_thread(load_base, config)
         adapter = f"p{len(self.slots) + len(self.refused)}"
-        self.model, trainer = await asyncio.to_thread(policy_trainer, self.model, adapter, config)
+        self.model, trainer = await asyncio.to_thread(lead_join, self.model, adapter, config)  # followers mirror it
         publisher, own = self._publisher(run, config)
         slot = await open_slot(self.store, run, run_id, config, trainer, publisher, own)
         clash = next((s.run for s in self.slots.values() if s.policy == slot.policy), None)
@@ -162,6 +168,7 @@ class Policies:
         return slot
 
     def _check_base(self, config: LearnerConfig) -> None:
+        refuse_sharded(config, world()[1])
         base = (config.model_dir, config.dtype, config.device)
         if self.base is not None and base != self.base:
             raise LearnerError(
@@ -209,11 +216,6 @@ async def run_policies(
     max_steps, fails or is stopped by its job (``hooks.stops``), or ``stop`` is set; each run's result,
     also handed to ``hooks.on_end`` as each ends. ``publisher_for`` overrides the publishers built from the configs
     (tests pass recording ones)."""
-    if world()[1] > 1:
-        raise LearnerError(
-            "several policies train in one process for now: start the learner without torchrun, "
-            "or give each policy a learner of its own"
-        )
     stop = stop or asyncio.Event()
     restore = install_signal_handlers(stop) if handle_signals else (lambda: None)
     policies = Policies(store, configs, publisher_for, hooks)
@@ -224,6 +226,7 @@ async def run_policies(
         policies.report(reason, everyone=True)
         return policies.results(reason)
     finally:
+        tell_followers("stop")  # under torchrun the other ranks end with this one
         restore()
         for slot in policies.slots.values():
             await slot.close()

@@ -26,6 +26,7 @@ from learner.metrics import Metrics, MetricsSink
 from learner.parking import park, unpark
 from learner.progress import Learning, Progress
 from learner.publish import Publisher
+from learner.ranks import tell_followers
 from learner.reference import ReferenceWeights
 from learner.served_settings import resolve_max_staleness, resolve_token_budget
 from learner.session_advantages import RunningBaselines
@@ -163,7 +164,9 @@ async def open_slot(
     committed checkpoint, its resumed version published if the gateway lacks it."""
     activate(trainer.model, trainer.adapter)
     config = await resolve_max_staleness(await resolve_token_budget(config, publisher, trainer), publisher)
+    tell_followers("budget", (trainer.adapter, config.batch.token_budget))  # under torchrun: learner.policy_followers
     progress = await resume(store, run_id, config, trainer)
+    tell_followers("resume", (trainer.adapter, progress.resumed_from))
     park(trainer.optimizer, trainer.model)  # a restored optimizer's moments come back beside the weights
     policy = await trained_policy(store, run)
     if publisher is not None:

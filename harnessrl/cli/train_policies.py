@@ -36,7 +36,8 @@ def run_settings(loaded, run: str, several: bool, admin_key: str | None):
 
 def start_policies(config) -> None:
     """Train every run ``config`` (harnessrl.config.train.TrainConfig) names and every run of each policy it names
-    over one base model until each stops; a policy's runs on its settings (its table over the shared ones)."""
+    over one base model until each stops; a policy's runs on its settings (its table over the shared ones).
+    Under torchrun rank 0 trains and the other ranks follow it (learner.policy_followers)."""
     import asyncio
 
     from harnessrl.cli.train_job import quiet_logs
@@ -50,24 +51,53 @@ def start_policies(config) -> None:
     def settings_of(run: str):
         return run_settings(config.policy_settings(policy_of.get(run)), run, True, admin_key or None)
 
-    try:
-        for policy in [None, *policies]:  # refused before anything starts
-            run_settings(config.policy_settings(policy), [*runs, *policies][0], True, admin_key or None)
-    except ConfigError as exc:
-        raise fail(str(exc)) from None
+    _check_settings(config, [None, *policies], [*runs, *policies][0])  # refused before anything starts
     url = resolve_database_url(config.store.url)
-    upgrade_store(url)
-    try:
-        asyncio.run(_check_names(url, runs, policies))
-    except LookupError as exc:
-        raise fail(str(exc)) from None
     quiet_logs()
-    try:
+
+    def lead():
+        upgrade_store(url)
+        try:
+            asyncio.run(_check_names(url, runs, policies))
+        except LookupError as exc:
+            raise fail(str(exc)) from None
         source = _named(runs, policies, policy_of)
-        results = asyncio.run(_train(url, settings_of, source, config.poll_interval_s, Hooks(), config.metrics_port))
+        return asyncio.run(_train(url, settings_of, source, config.poll_interval_s, Hooks(), config.metrics_port))
+
+    try:
+        results = _on_every_rank(lead)
     except (LearnerError, ConfigError) as exc:
         raise fail(str(exc)) from None
-    _print_results(results)
+    if results is not None:  # None: a following rank
+        _print_results(results)
+
+
+def _check_settings(config, policies: list[str | None], run: str) -> None:
+    """Each policy's settings as ``run``'s, refused (the CLI's error) where they cannot train beside others."""
+    import os
+
+    from learner.config import ConfigError
+    from learner.loop import LearnerError
+    from learner.policy_followers import refuse_sharded
+
+    try:
+        for policy in policies:
+            settings = run_settings(config.policy_settings(policy), run, True, config.publish.admin_key or None)
+            refuse_sharded(settings, int(os.environ.get("WORLD_SIZE", "1")))  # torchrun's, before the group is joined
+    except (ConfigError, LearnerError) as exc:
+        raise fail(str(exc)) from None
+
+
+def _on_every_rank(lead):
+    """``lead()``'s result on rank 0; under torchrun the other ranks follow it and get None."""
+    from learner.policy_followers import follow_policies
+    from learner.ranks import is_leader, process_group
+
+    with process_group():
+        if not is_leader():
+            follow_policies()
+            return None
+        return lead()
 
 
 def start_folder(
@@ -75,7 +105,8 @@ def start_folder(
 ) -> None:
     """Train each of ``runs`` once its job wrote its settings into ``folder`` (harnessrl.training.learner_folder):
     the one learner of a server's jobs, each policy on its job's own settings; a job's stop ends its run alone.
-    ``metrics_port``: the learner's one Prometheus endpoint (the jobs' own metrics_port settings are not read)."""
+    ``metrics_port``: the learner's one Prometheus endpoint (the jobs' own metrics_port settings are not read).
+    Under torchrun rank 0 trains and the other ranks follow it (learner.policy_followers)."""
     import asyncio
 
     from harnessrl.cli.train_job import quiet_logs
@@ -88,21 +119,25 @@ def start_folder(
     if not runs:
         raise fail("name the runs the folder's jobs train: --run RUN (repeatable) with --settings-dir")
     url = resolve_database_url(database_url)
-    upgrade_store(url)
     shared = LearnerFolder(folder)
-    shared.claim()
     quiet_logs()
 
     def settings_of(run: str):
         found = shared.settings(run)
         return None if found is None else learner_settings(found, run, admin_key)
 
-    hooks = Hooks(stops=shared.stop_asked, on_end=shared.write_result)
+    def lead():
+        upgrade_store(url)
+        shared.claim()
+        hooks = Hooks(stops=shared.stop_asked, on_end=shared.write_result)
+        return asyncio.run(_train(url, settings_of, _named(runs, []), 1.0, hooks, metrics_port))
+
     try:
-        results = asyncio.run(_train(url, settings_of, _named(runs, []), 1.0, hooks, metrics_port))
+        results = _on_every_rank(lead)
     except (LearnerError, ConfigError) as exc:
         raise fail(str(exc)) from None
-    _print_results(results)
+    if results is not None:  # None: a following rank
+        _print_results(results)
 
 
 def _print_results(results: dict) -> None:

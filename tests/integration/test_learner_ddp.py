@@ -178,9 +178,9 @@ def test_harnessrl_train_under_torchrun_matches_one_process(shard, tmp_path, tin
     asyncio.run(_fill(sqlite_url(template), groups=2 * STEPS))
     config = tmp_path / "learner.toml"
     config.write_text(
-        f'model_dir = "{tiny_model_dir}"\ngroups_per_step = 2\nlr = 0.001\nlora_rank = 4\n'
-        f"lora_alpha = 8\nmax_staleness = 100\npublish = false\npoll_interval_s = 0.05\n"
-        f'token_budget = 64\n\n[parallel]\nshard = "{shard}"\n'
+        f'model_dir = "{tiny_model_dir}"\npoll_interval_s = 0.05\n[lora]\nrank = 4\nalpha = 8\n'
+        f"[optimizer]\nlr = 0.001\n[batch]\ngroups_per_step = 2\nmax_staleness = 100\ntoken_budget = 64\n"
+        f'[publish]\nenabled = false\n[parallel]\nshard = "{shard}"\n'
     )  # several packed rows per step: both ranks get a share; one process ignores shard (the reference)
     one, two = tmp_path / "one.db", tmp_path / "two.db"
     shutil.copyfile(template, one)

@@ -79,9 +79,9 @@ async def test_kill_9_and_restart_consume_every_group_exactly_once(database_url,
         groups = await fill(store)
         config = tmp_path / "learner.toml"
         config.write_text(
-            f'model_dir = "{tiny_model_dir}"\ngroups_per_step = 1\nmax_steps = {GROUPS}\n'
-            f"publish = false\npoll_interval_s = 0.2\n"
-            f"max_staleness = 1000\ncheckpoint_every = 2\n"
+            f'model_dir = "{tiny_model_dir}"\nmax_steps = {GROUPS}\npoll_interval_s = 0.2\n'
+            f"[batch]\ngroups_per_step = 1\nmax_staleness = 1000\n"
+            f"[publish]\nenabled = false\n[checkpoint]\nevery = 2\n"
         )
         rng = random.Random(0)
         seen = 0

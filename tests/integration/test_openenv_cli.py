@@ -98,8 +98,8 @@ def test_run_then_train_on_an_openenv_environment_from_the_cli(gateway, sqlite_d
 
     config = tmp_path / "learner.toml"
     config.write_text(
-        f'model_dir = "{tiny_model_dir}"\ngroups_per_step = 1\npublish = false\n'
-        "poll_interval_s = 0.2\nmax_staleness = 1000\nlora_rank = 4\n"
+        f'model_dir = "{tiny_model_dir}"\npoll_interval_s = 0.2\n[batch]\ngroups_per_step = 1\nmax_staleness = 1000\n'
+        "[publish]\nenabled = false\n[lora]\nrank = 4\n"
     )
     trained = cli("train", "--run", RUN, "--config", str(config), "--database-url", sqlite_db, "--max-steps", "1")
     assert trained.returncode == 0, trained.stdout + trained.stderr
