@@ -7,13 +7,15 @@ from tests.builders import chat_body
 
 async def test_the_engine_time_of_an_ended_rollout_is_the_measured_one_not_zero(gateway):
     rollout = await gateway.new_rollout()
-    gateway.fake.delay_s = 0.2  # the engine takes a while: the rollout's engine time is at least that
+    # the engine takes a while: the rollout's engine time is about that (the fake's sleep and the gateway's clock
+    # differ by tens of microseconds either way)
+    gateway.fake.delay_s = 0.2
     reply = await gateway.agent.post(
         "/v1/chat/completions", json=chat_body(), headers={"authorization": f"Bearer {rollout['token']}"}
     )
     assert reply.status_code == 200, reply.text
     running = (await gateway.http.get(f"/api/rollouts/{rollout['id']}")).json()["engine_s"]
-    assert running >= 0.2
+    assert running >= 0.15
     ended = await gateway.http.post(f"/api/rollouts/{rollout['id']}/end", json={"status": "finished"})
     assert ended.json()["engine_s"] == running
     assert (await gateway.http.get(f"/api/rollouts/{rollout['id']}")).json()["engine_s"] == running
