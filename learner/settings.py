@@ -43,7 +43,12 @@ def described(exc: ValidationError) -> str:
     return "; ".join(_sentence(error) for error in exc.errors())
 
 
+def error_message(error: Any) -> str:
+    """pydantic's message for one error; a validator's own (a ValueError's) without pydantic's "Value error, "."""
+    return str(error["ctx"]["error"]) if error["type"] == "value_error" else error["msg"]
+
+
 def _sentence(error: Any) -> str:
     key = ".".join(str(part) for part in error["loc"])
-    said = str(error["ctx"]["error"]) if error["type"] == "value_error" else f"{error['msg']}, got {error['input']!r}"
+    said = error_message(error) + ("" if error["type"] == "value_error" else f", got {error['input']!r}")
     return f"{key}: {said}" if key else said

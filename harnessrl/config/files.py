@@ -13,6 +13,8 @@ import tomli_w
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from pydantic_core import PydanticUndefined
 
+from learner.settings import error_message
+
 FROM_CLI = "the command line"
 SHOW_HINT = "--show-config prints every key with its value"
 # What a key's type is called in a message, by a word of its annotation (the first found).
@@ -175,7 +177,7 @@ def explained(error: dict, model: type[BaseModel], prefix: str = "") -> str:
     sit in a bigger config) and the fix."""
     key = ".".join(str(part) for part in error["loc"])
     if not key:  # a rule between keys (a model's validator): its message names them
-        return _said(error)
+        return error_message(error)
     owner, name = _owner(model, key)
     if error["type"] == "extra_forbidden":
         table = f"[{(prefix + key).rpartition('.')[0]}]" if "." in prefix + key else "the top level"
@@ -183,12 +185,7 @@ def explained(error: dict, model: type[BaseModel], prefix: str = "") -> str:
             f"unknown key {prefix}{key}: {table} takes {', '.join(owner.model_fields)}; {_moved(owner, name)}fix its "
             "spelling or remove it"
         )
-    return f"{prefix}{key} = {error['input']!r}: {_said(error)}; {_example(owner, name)}"
-
-
-def _said(error: dict) -> str:
-    """pydantic's message; a validator's own (a ValueError's) without pydantic's "Value error, " before it."""
-    return str(error["ctx"]["error"]) if error["type"] == "value_error" else error["msg"]
+    return f"{prefix}{key} = {error['input']!r}: {error_message(error)}; {_example(owner, name)}"
 
 
 def _moved(model: type[BaseModel], name: str) -> str:
