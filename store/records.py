@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass, field, fields
 from datetime import datetime
-from enum import StrEnum
+from enum import IntEnum, StrEnum
 from typing import TypeVar
 
 from store.capture_modes import DEFAULT_CAPTURE, capture_of
@@ -48,6 +48,20 @@ class CallTag(StrEnum):
 
     UNDELIVERED = "undelivered"  # its response never reached its client
     RETRIED = "retried"  # the client sent the same body again: this one is superseded
+
+
+class TokenRole(IntEnum):
+    """Where a prompt token came from: one byte per token in ``calls.prompt_roles`` and ``Sample.roles``.
+
+    A sampled (output) token is ``ASSISTANT``. ``UNKNOWN`` where the gateway could not tell (an engine
+    capture whose rendering it could not reproduce, a call stored before revision 0018)."""
+
+    UNKNOWN = 0
+    SYSTEM = 1  # the system prompt and the tools' descriptions
+    USER = 2
+    TOOL = 3  # a tool result: what the environment said back
+    ASSISTANT = 4  # the model's own turns
+    TEMPLATE = 5  # the chat template's glue (role headers, turn ends, the generation prompt)
 
 
 FALSE_FORK_TOKENS = 64  # a new root sharing this many leading tokens with an earlier call continues it

@@ -40,6 +40,9 @@ class Sample:
     policy_versions: np.ndarray  # int32 [T]: version that sampled the token, -1 where loss_mask is 0
     # (start, end) of each path call's output in input_ids, aligned with call_ids; () when built by hand
     output_spans: tuple[tuple[int, int], ...] = ()
+    # int8 [T]: each token's store.records.TokenRole (output tokens ASSISTANT); None: not known (built by
+    # hand, or read from calls stored without roles)
+    roles: np.ndarray | None = None
 
     @property
     def num_turns(self) -> int:
