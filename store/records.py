@@ -158,6 +158,8 @@ class CallRecord:
     source: str = "policy"  # who wrote the output: one of CALL_SOURCES
     adapter_digest: str | None = None  # content digest of the adapter that served it (contracts.adapter_proof)
     policy: str = "policy"  # the policy that served it (store.policies)
+    # uint8 [len(prompt_ids)]: each prompt token's TokenRole; None: not known (stored as NULL)
+    prompt_roles: bytes | None = None
 
 
 def record_of(kind: type[R], row) -> R:
