@@ -78,7 +78,7 @@ class EnginePool:
         self.router: Router = router or StickyLeastLoaded()
         self.adapters: dict[str, str] = {}  # engine name -> path: what every engine must hold
         # engine name -> (the learner's probe, its tolerance): what an engine holding it must answer
-        # (gateway.policy.proof); an engine back from a failure passes each before it serves again
+        # (gateway.engine.proof); an engine back from a failure passes each before it serves again
         self.probes: dict[str, tuple[AdapterProbe, float]] = {}
         self.base_model: str | None = None
 
