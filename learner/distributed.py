@@ -117,13 +117,17 @@ def all_reduce_stats(stats: LossStats, device: torch.device | str = "cpu") -> Lo
             stats.kl_sum,
             stats.entropy_sum,
             stats.ratio_sum,
+            stats.echo_tokens,
+            stats.echo_nll_sum,
         ],
         device,
     )
     extremes = torch.tensor([stats.ratio_min, -stats.ratio_max], dtype=torch.float64, device=device)
     dist.all_reduce(extremes, op=dist.ReduceOp.MIN)  # the max as the min of its negation: one call
     low, neg_high = extremes.tolist()
-    return LossStats(int(s[0]), int(s[1]), int(s[2]), int(s[3]), s[4], s[5], s[6], s[7], low, -neg_high)
+    return LossStats(
+        int(s[0]), int(s[1]), int(s[2]), int(s[3]), s[4], s[5], s[6], s[7], low, -neg_high, int(s[8]), s[9]
+    )
 
 
 def all_reduce_mismatch(stats: MismatchStats, device: torch.device | str = "cpu") -> MismatchStats:

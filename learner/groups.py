@@ -20,6 +20,7 @@ from datetime import datetime
 import numpy as np
 
 from learner.advantages import GroupAdvantages, group_advantages
+from learner.echo import has_echo_targets
 from store.samples import Sample, build_samples
 from store.store import Store
 
@@ -52,7 +53,9 @@ class ReadyGroup:
 @dataclass(frozen=True)
 class TrainSample:
     sample: Sample
-    advantage: float  # its rollout's group-standardised reward
+    # its rollout's group-standardised reward; None: trained by ECHO alone (a group without reward spread,
+    # or an unscored rollout, kept for its tool results when echo_weight > 0)
+    advantage: float | None
     staleness: int  # learner version - the oldest version that sampled one of its tokens
     group_id: int
     rollout_id: int
@@ -72,6 +75,7 @@ class Batch:
     # the version the learner's weights are (None: they moved since it was published): tokens it
     # sampled measure the train/inference mismatch (learner.mismatch)
     version: int | None = None
+    samples_echo_only: int = 0  # of ``samples``: no advantage, kept for ECHO's term on their tool results
 
     @property
     def group_ids(self) -> tuple[int, ...]:
@@ -146,6 +150,8 @@ def _sample_problem(sample: Sample, vocab_size: int | None) -> str | None:
     length = len(sample.input_ids)
     if any(len(a) != length for a in (sample.loss_mask, sample.old_logprobs, sample.policy_versions)):
         return "its token, mask, logprob and version arrays differ in length"
+    if sample.roles is not None and len(sample.roles) != length:
+        return "its token and role arrays differ in length"
     if length and (sample.input_ids.min() < 0 or (vocab_size is not None and sample.input_ids.max() >= vocab_size)):
         return f"a token id outside the model's vocabulary of {vocab_size}"
     if not np.isin(sample.loss_mask, (0, 1)).all():
@@ -171,9 +177,14 @@ def build_batch(
     scale_by_std: bool = True,
     temperature: float = 1.0,
     advantages: GroupAdvantages | None = None,
+    echo: bool = False,
 ) -> Batch:
     """Advantages per group (GRPO's, unless ``advantages`` are given: live sessions' estimator), then the
     samples worth training: scored, non-empty, fresh enough.
+
+    ``echo`` (``[loss] echo_weight`` > 0): a fresh sample without an advantage (its group had no reward
+    spread, or its rollout was not scored) is kept, advantage None, when it has a tool-result token
+    (learner.echo): ECHO trains on it, GRPO does not (its GRPO term would be 0; it adds no GRPO token).
 
     Advantages use every scored rollout of a group, stale or not: a reward is a fact about the task
     whichever policy earned it, so the group's baseline stays the mean of all G rollouts.
@@ -182,7 +193,7 @@ def build_batch(
         advantages = group_advantages([[r.reward for r in g.rollouts] for g in groups], scale_by_std=scale_by_std)
     kept: list[TrainSample] = []
     staleness: list[int] = []
-    stale = unscored = empty = 0
+    stale = unscored = empty = echo_only = 0
     for group, group_adv in zip(groups, advantages.advantages):
         for rollout, advantage in zip(group.rollouts, group_adv):
             for sample in rollout.samples:
@@ -192,11 +203,12 @@ def build_batch(
                     continue
                 age = learner_version - version
                 staleness.append(age)
-                if advantage is None:
+                if advantage is None and not (echo and has_echo_targets(sample)):
                     unscored += 1
                 elif age > max_staleness:
                     stale += 1
                 else:
+                    echo_only += advantage is None
                     kept.append(TrainSample(sample, advantage, age, group.group_id, rollout.rollout_id))
     return Batch(
         tuple(groups),
@@ -209,4 +221,5 @@ def build_batch(
         tuple(staleness),
         temperature,
         learner_version,
+        echo_only,
     )

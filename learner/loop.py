@@ -180,7 +180,13 @@ async def take_step(
         rewards = [[r.reward for r in g.rollouts] for g in groups]
         advantages = batch_session_advantages(rewards, [g.users for g in groups], baselines)
     batch = build_batch(
-        groups, version, config.batch.max_staleness, config.batch.scale_by_std, intake.check.temperature, advantages
+        groups,
+        version,
+        config.batch.max_staleness,
+        config.batch.scale_by_std,
+        intake.check.temperature,
+        advantages,
+        echo=config.loss.echo_weight > 0,  # groups without reward spread still teach ECHO their tool results
     )
     if progress.changed:  # stepped since the last publish: the weights are no published version
         batch = replace(batch, version=None)

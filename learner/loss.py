@@ -171,6 +171,8 @@ class LossStats:
     ratio_sum: float  # sum of the ratio over trained tokens
     ratio_min: float  # min ratio over trained tokens; +inf when none
     ratio_max: float  # max ratio over trained tokens; -inf when none
+    echo_tokens: int = 0  # ECHO's targets (tool-result tokens) the step trained on
+    echo_nll_sum: float = 0.0  # sum of their NLL (nats, temperature 1), unweighted
 
     @staticmethod
     def empty() -> LossStats:
@@ -188,6 +190,8 @@ class LossStats:
             self.ratio_sum + other.ratio_sum,
             min(self.ratio_min, other.ratio_min),
             max(self.ratio_max, other.ratio_max),
+            self.echo_tokens + other.echo_tokens,
+            self.echo_nll_sum + other.echo_nll_sum,
         )
 
     def _per_trained(self, total: float) -> float | None:
@@ -213,7 +217,28 @@ class LossStats:
             "ratio_mean": self._per_trained(self.ratio_sum),
             "ratio_min": self.ratio_min if trained else None,
             "ratio_max": self.ratio_max if trained else None,
+            "echo_tokens": self.echo_tokens,
+            # mean NLL per tool-result token, not multiplied by echo_weight; None where the step had none
+            "echo_loss": self.echo_nll_sum / self.echo_tokens if self.echo_tokens else None,
         }
+
+
+def echo_loss(logprobs: Tensor, weight: float, normaliser: float | None = None) -> tuple[Tensor, float]:
+    """ECHO's term: ``weight`` x the NLL of the tool-result tokens, per token.
+
+    logprobs: float [E], the policy's log-probs of the echo targets at temperature 1 (carries the gradient;
+        learner.step takes them from the same forward as GRPO's, the output layer applied at their predictors).
+    weight: ``[loss] echo_weight`` (>= 0).
+    normaliser: the tokens the mean is over; None: these E (the plain mean). learner.step passes the step's
+        scale so that, once it divides the summed gradients by its count, the term is weight x the mean NLL
+        over *all* the step's echo targets (every row, every rank): per token over the batch, like GRPO's.
+        normaliser <= 0 or E = 0 gives a zero term.
+    Returns (the term, a scalar to add to the loss; the summed NLL of the E targets, detached, for metrics).
+    """
+    total = -logprobs.sum()
+    count = logprobs.shape[0] if normaliser is None else normaliser
+    term = total * (weight / count) if count > 0 else total * 0.0
+    return term, float(total.detach())
 
 
 @dataclass(frozen=True)

@@ -28,6 +28,8 @@ TRAIN_KEYS = (
     "mismatch_k3",
     "mismatch_frac_over",
     "loss",
+    "echo_loss",  # ECHO: mean NLL per tool-result token (not times echo_weight); None: none that step
+    "echo_tokens",  # ECHO: tool-result tokens its term covered (0 at echo_weight 0)
     "kl",
     "entropy",
     "grad_norm",
@@ -60,6 +62,7 @@ def batch_metrics(batch: Batch, samples_too_long: int) -> Metrics:
         "rollouts_unscored": adv.rollouts_unscored,
         "samples_read": batch.samples_read,
         "samples": len(batch.samples) - samples_too_long,  # trained on
+        "samples_echo_only": batch.samples_echo_only,  # of samples: no advantage, trained by ECHO alone
         "samples_stale": batch.samples_stale,
         "samples_unscored": batch.samples_unscored,
         "samples_empty": batch.samples_empty,
@@ -190,6 +193,7 @@ def step_summary(metrics: Metrics) -> str:
         "samples_stale",
         "staleness_max",
         "loss",
+        "echo_loss",
         "grad_norm",
         "step_time_s",
         "swap_time_s",

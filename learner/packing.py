@@ -11,6 +11,13 @@ A row carries its loss targets separately from its tokens: one entry per trained
 several samples (an earlier turn on two paths of one rollout) is an entry of each, with that sample's
 old log-prob and advantage, exactly as if the samples were forwarded one by one.
 
+ECHO's targets (``echo=True``; learner.echo: the tool-result tokens) are carried the same way, separately:
+``echo_predictors`` / ``echo_targets`` / ``echo_samples`` [E], one entry per tool token per sample. A tool
+token shared by several samples of a tree (an earlier turn's tool result on two paths of one rollout) is an
+entry of each, as GRPO's targets are: tree and flat packing then give the same loss, and a tool result
+counts as often as the samples that read it. A sample whose advantage is None trains ECHO only (no GRPO
+entry: it neither adds to nor dilutes GRPO's per-token mean); a sample without roles has no echo entry.
+
 Conventions:
 - units (a tree, or one sample) are planned first-fit decreasing by the tokens they forward; ties by
   first sample index; deterministic for a given input order;
@@ -33,9 +40,11 @@ import torch
 from torch import Tensor
 
 from learner.attention import AttentionLayout, flat_layout, tree_layout
+from learner.echo import echo_mask
 from learner.prefix_tree import PrefixTree, build_tree, split_by_budget
 
 MIN_SAVED_TOKENS = 128  # a tree that saves fewer tokens is packed flat (its gathers would cost more)
+_NONE = torch.zeros(0, dtype=torch.int64)  # no echo entries (read-only by convention: never written to)
 
 
 class SampleLike(Protocol):
@@ -45,6 +54,7 @@ class SampleLike(Protocol):
     loss_mask: np.ndarray
     old_logprobs: np.ndarray
     policy_versions: np.ndarray  # the version that sampled each token, -1 where none did
+    roles: np.ndarray | None  # int8 [T], a store.records.TokenRole per token; None: unknown (no ECHO)
 
 
 @dataclass(frozen=True)
@@ -61,6 +71,9 @@ class PackedRow:
     target_versions: Tensor  # long [M], the policy version that sampled it
     sample_indices: tuple[int, ...]  # which of the given samples, in row order
     sample_tokens: int  # the samples' tokens counted one by one: what flat packing forwards
+    echo_predictors: Tensor = _NONE  # long [E], row position of the hidden state that predicts each echo target
+    echo_targets: Tensor = _NONE  # long [E], the tool-result tokens ECHO trains (empty unless packed with echo)
+    echo_samples: Tensor = _NONE  # long [E], k: the entry belongs to sample_indices[k]
 
     @property
     def num_tokens(self) -> int:
@@ -69,6 +82,15 @@ class PackedRow:
     @property
     def num_targets(self) -> int:
         return int(self.targets.shape[0])
+
+    @property
+    def num_echo_targets(self) -> int:
+        return int(self.echo_targets.shape[0])
+
+    @property
+    def trains(self) -> bool:
+        """A GRPO or an echo target: the row has a loss to forward and back-propagate."""
+        return self.num_targets > 0 or self.num_echo_targets > 0
 
     @property
     def is_tree(self) -> bool:
@@ -111,12 +133,16 @@ def plan_rows(lengths: Sequence[int], token_budget: int) -> tuple[list[list[int]
 
 def pack_samples(
     samples: Sequence[SampleLike],
-    advantages: Sequence[float],
+    advantages: Sequence[float | None],
     token_budget: int,
     tree: bool = True,
     min_saved_tokens: int = MIN_SAVED_TOKENS,
+    echo: bool = False,
 ) -> Packing:
-    """Pack samples (each with its advantage) into rows of at most token_budget tokens."""
+    """Pack samples (each with its advantage) into rows of at most token_budget tokens.
+
+    echo: also carry each sample's echo targets (its tool-result tokens, learner.echo); False: none, and the
+    rows are exactly those packed before ECHO. An advantage of None: the sample has no GRPO entry (echo only)."""
     if len(samples) != len(advantages):
         raise ValueError(f"{len(samples)} samples but {len(advantages)} advantages")
     if token_budget < 1:
@@ -126,7 +152,7 @@ def pack_samples(
     fits = [i for i, s in enumerate(seqs) if 0 < len(s) <= token_budget]
     units = _units(seqs, fits, token_budget, min_saved_tokens) if tree else [build_tree(seqs, [i]) for i in fits]
     plan, _ = plan_rows([u.unique_tokens for u in units], token_budget)
-    rows = tuple(_build_row(samples, advantages, [units[u] for u in row]) for row in plan)
+    rows = tuple(_build_row(samples, advantages, [units[u] for u in row], echo) for row in plan)
     return Packing(rows, tuple(refused))
 
 
@@ -145,7 +171,9 @@ def _units(seqs: list[np.ndarray], fits: list[int], budget: int, min_saved: int)
     return units
 
 
-def _build_row(samples: Sequence[SampleLike], advantages: Sequence[float], units: list[PrefixTree]) -> PackedRow:
+def _build_row(
+    samples: Sequence[SampleLike], advantages: Sequence[float | None], units: list[PrefixTree], echo: bool
+) -> PackedRow:
     ids, positions, ranges, ancestors = [], [], [], []
     paths: dict[int, np.ndarray] = {}  # sample -> row positions of its tokens
     order: list[int] = []
@@ -166,6 +194,8 @@ def _build_row(samples: Sequence[SampleLike], advantages: Sequence[float], units
     flat = all(not a for a in ancestors)
     layout = flat_layout([e - s for s, e in ranges]) if flat else tree_layout(ranges, ancestors)
     targets = _targets(samples, advantages, order, paths)
+    if echo:
+        targets.update(_echo_targets(samples, order, paths))
     return PackedRow(
         input_ids=torch.from_numpy(np.concatenate(ids).astype(np.int64)),
         position_ids=torch.from_numpy(np.concatenate(positions).astype(np.int64)),
@@ -177,7 +207,7 @@ def _build_row(samples: Sequence[SampleLike], advantages: Sequence[float], units
 
 
 def _targets(
-    samples: Sequence[SampleLike], advantages: Sequence[float], order: list[int], paths: dict[int, np.ndarray]
+    samples: Sequence[SampleLike], advantages: Sequence[float | None], order: list[int], paths: dict[int, np.ndarray]
 ) -> dict[str, Tensor]:
     """One entry per trained token of each sample: predictor position, token, old log-prob, advantage."""
     parts: dict[str, list[np.ndarray]] = {
@@ -188,6 +218,8 @@ def _targets(
     }  # fmt: skip
     for k, m in enumerate(order):
         s = samples[m]
+        if advantages[m] is None:  # echo only
+            continue
         t = np.flatnonzero(_trainable_mask(s))  # token offsets trained, all >= 1
         parts["predictors"].append(paths[m][t - 1])
         parts["targets"].append(np.asarray(s.input_ids)[t])
@@ -196,6 +228,21 @@ def _targets(
         parts["target_samples"].append(np.full(len(t), k))
         parts["target_offsets"].append(t)
         parts["target_versions"].append(np.asarray(s.policy_versions)[t])
+    return _tensors(parts)
+
+
+def _echo_targets(samples: Sequence[SampleLike], order: list[int], paths: dict[int, np.ndarray]) -> dict[str, Tensor]:
+    """One entry per echo target (tool-result token) of each sample: predictor position, token, sample."""
+    parts: dict[str, list[np.ndarray]] = {"echo_predictors": [], "echo_targets": [], "echo_samples": []}
+    for k, m in enumerate(order):
+        t = np.flatnonzero(echo_mask(samples[m]))  # all >= 1
+        parts["echo_predictors"].append(paths[m][t - 1])
+        parts["echo_targets"].append(np.asarray(samples[m].input_ids)[t])
+        parts["echo_samples"].append(np.full(len(t), k))
+    return _tensors(parts)
+
+
+def _tensors(parts: dict[str, list[np.ndarray]]) -> dict[str, Tensor]:
     dtypes = {"old_logprobs": np.float32, "advantages": np.float32}
     return {
         k: torch.from_numpy(
@@ -218,6 +265,7 @@ class PaddedBatch:
     loss_mask: Tensor  # bool [B, T], False on padding and on each sample's first token
     old_logprobs: Tensor  # float32 [B, T], 0 on padding
     advantages: Tensor  # float32 [B], one per sample (learner.loss broadcasts it)
+    echo_mask: Tensor  # bool [B, T], the echo targets (learner.echo): tool-result tokens, False on padding
 
 
 def pad_samples(samples: Sequence[SampleLike], advantages: Sequence[float], pad_id: int = 0) -> PaddedBatch:
@@ -229,15 +277,18 @@ def pad_samples(samples: Sequence[SampleLike], advantages: Sequence[float], pad_
     attention = np.zeros((len(samples), width), np.int64)
     mask = np.zeros((len(samples), width), bool)
     old = np.zeros((len(samples), width), np.float32)
+    echo = np.zeros((len(samples), width), bool)
     for b, s in enumerate(samples):
         n = len(s.input_ids)
         ids[b, :n], attention[b, :n], mask[b, :n], old[b, :n] = s.input_ids, 1, _trainable_mask(s), s.old_logprobs
+        echo[b, :n] = echo_mask(s)
     return PaddedBatch(
         torch.from_numpy(ids),
         torch.from_numpy(attention),
         torch.from_numpy(mask),
         torch.from_numpy(old),
         torch.tensor(list(advantages), dtype=torch.float32),
+        torch.from_numpy(echo),
     )
 
 

@@ -47,6 +47,7 @@ GAUGES = (
     ("reward_mean", "reward_mean", "Mean reward of every scored rollout of the step's groups"),
     ("reward_mean_kept", "reward_mean_kept", "Mean reward of the rollouts of groups with a learning signal"),
     ("loss", "loss", "Policy loss of the step"),
+    ("echo_loss", "echo_loss", "ECHO: mean NLL per tool-result token of the step (not times echo_weight)"),
     ("kl", "kl", "KL to the base model (0 when beta = 0)"),
     ("entropy", "entropy", "Mean entropy of the trained tokens"),
     ("grad_norm", "grad_norm", "Global L2 norm of the LoRA gradients before clipping"),
@@ -76,6 +77,7 @@ GAUGES = (
 COUNTERS = (
     ("samples", "samples_trained", "Samples trained on"),
     ("tokens_trained", "tokens_trained", "Tokens the loss covered (sampled, not masked)"),
+    ("echo_tokens", "echo_tokens", "Tool-result tokens ECHO's term covered"),
     ("tokens", "tokens_processed", "Tokens of every packed row (prompt and sampled) through forward/backward"),
     ("samples_stale", "samples_stale", "Samples dropped for being more than max_staleness versions behind"),
     ("groups", "groups_consumed", "Groups taken by steps (consumed once their checkpoint commits)"),

@@ -96,12 +96,12 @@ def padding_rows(rows: Sequence[PackedRow], rank: int, world_size: int) -> list[
     """Rows this rank must forward and back-propagate, beyond its share (``learner.distributed.shard``),
     so that every rank runs as many forwards with a trained token as the busiest one.
 
-    Each is the batch's smallest row with a trained token (cheapest); none when no row has one (then no
+    Each is the batch's smallest row with a trained (GRPO or echo) token (cheapest); none when no row has one (then no
     rank forwards anything) or when this rank is the busiest.
     """
     sizes = [row.num_tokens for row in rows]
-    counts = [sum(row.num_targets > 0 for row in shard(rows, sizes, r, world_size)) for r in range(world_size)]
-    trained = [row for row in rows if row.num_targets > 0]
+    counts = [sum(row.trains for row in shard(rows, sizes, r, world_size)) for r in range(world_size)]
+    trained = [row for row in rows if row.trains]
     if not trained:
         return []
     smallest = min(trained, key=lambda row: row.num_tokens)

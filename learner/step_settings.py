@@ -19,7 +19,7 @@ DEFAULT_CHUNK_TOKENS = 512  # output-layer rows per chunk: chunk_tokens x V floa
 
 
 class LossConfig(Settings):
-    """GRPO's loss: the clipped surrogate, the importance correction of stale samples, and KL."""
+    """GRPO's loss: the clipped surrogate, the importance correction of stale samples, KL, and ECHO's term."""
 
     epsilon: float = Field(
         0.2, gt=0, description="PPO clip below: the ratio is floored at 1 - epsilon (for negative advantages)"
@@ -44,6 +44,14 @@ class LossConfig(Settings):
         ge=0,
         description="KL coefficient; 0 disables it (no reference forward). The reference is the base model, or the "
         "adapter a warm-started learner began from (learner.reference)",
+    )
+    echo_weight: float = Field(
+        0.0,
+        ge=0,
+        allow_inf_nan=False,
+        description="ECHO: weight of a cross-entropy term on the tool-result tokens (TokenRole.TOOL) of every "
+        "sample, groups without reward spread included, in the same forward as GRPO; the mean NLL per tool token "
+        "at temperature 1 (learner.loss.echo_loss). 0: no such term, today's loss bit for bit",
     )
     mismatch_alarm: float = Field(
         0.1,

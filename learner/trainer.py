@@ -154,6 +154,7 @@ def train_batch(
         config.batch.token_budget,
         tree=config.batch.tree_packing,
         min_saved_tokens=config.batch.min_saved_tokens,
+        echo=config.loss.echo_weight > 0,  # the tool-result tokens ECHO trains on; none at weight 0
     )
     rows = shard(packing.rows, [row.num_tokens for row in packing.rows], *world())  # all of them in one process
     # log-probs at the temperature the run sampled at (the batch says it: every rank gets the batch)

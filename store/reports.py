@@ -44,6 +44,8 @@ class StepPoint:
     mismatch_mean_abs: float | None = None
     mismatch_max_abs: float | None = None
     mismatch_alarmed: bool = False  # above the learner's [loss] mismatch_alarm
+    loss: float | None = None  # GRPO's term, per trained token
+    echo_loss: float | None = None  # ECHO's mean NLL per tool-result token, before its weight; None: no ECHO
 
     @property
     def trained_tokens_per_s(self) -> float | None:
@@ -107,6 +109,8 @@ def _step_point(step: int, m: dict) -> StepPoint:
         mismatch_mean_abs=m.get("mismatch_mean_abs"),
         mismatch_max_abs=m.get("mismatch_max_abs"),
         mismatch_alarmed=bool(m.get("mismatch_alarmed")),
+        loss=m.get("loss"),
+        echo_loss=m.get("echo_loss"),
     )
 
 

@@ -3,7 +3,8 @@
 One figure per question: is the reward rising (per learner step, per policy version), how old is
 the data the learner trains on (staleness), how fast do the engine and the learner go (generation
 and training throughput). A figure without data (no learner steps yet, no calls) is skipped with
-a note saying why, never drawn empty. A run warm-started by `quickstart --warm-start` (its warm-up
+a note saying why, never drawn empty. A run trained with ECHO (``[loss] echo_weight``) also gets ``loss.png``:
+GRPO's loss and ECHO's per step. A run warm-started by `quickstart --warm-start` (its warm-up
 run ``<run>-warmup`` exists) also gets ``warm_start.png``: the phases side by side.
 """
 
@@ -38,6 +39,8 @@ def write_report(
     out_dir.mkdir(parents=True, exist_ok=True)
     paths, notes = [], []
     plots = _plots(data)
+    if any(p.echo_loss is not None for p in data.steps):  # only runs trained with ECHO: no note for the others
+        plots.append(("loss", lambda fig: _losses(fig, data), None))
     if held_out:  # only runs evaluated with eval_every have it: no note for the others
         plots.append(("eval_per_version", lambda fig: _held_out(fig, held_out), None))
     if warm_up is not None:
@@ -301,6 +304,19 @@ def _mismatch(figure, data: ReportData) -> None:
         title="train/inference mismatch (tokens sampled by the learner's own version)",
     )
     _finish(ax)
+
+
+def _losses(figure, data: ReportData) -> None:
+    """GRPO's loss and ECHO's (mean NLL per tool-result token, [loss] echo_weight), one panel each."""
+    grpo, echo = figure.subplots(2, 1, sharex=True)
+    steps = [p.step for p in data.steps]
+    grpo.plot(steps, [_nan(p.loss) for p in data.steps], color=BLUE, marker=".")
+    grpo.set(ylabel="GRPO loss", title="losses per learner step (ECHO: the tool results' NLL, before its weight)")
+    grpo.grid(alpha=0.3)
+    echo.plot(steps, [_nan(p.echo_loss) for p in data.steps], color=ORANGE, marker=".")
+    echo.set(xlabel="learner step", ylabel="ECHO loss (nats / tool token)")
+    echo.xaxis.get_major_locator().set_params(integer=True)
+    echo.grid(alpha=0.3)
 
 
 def _finish(ax) -> None:

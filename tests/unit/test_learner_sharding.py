@@ -19,20 +19,25 @@ class Row:
 
     num_tokens: int
     num_targets: int
+    num_echo_targets: int = 0  # ECHO's (tool-result tokens): a row of them alone is forwarded too
+
+    @property
+    def trains(self) -> bool:
+        return self.num_targets > 0 or self.num_echo_targets > 0
 
 
 def forwards(rows: list[Row], rank: int, world_size: int) -> int:
     mine = shard(rows, [r.num_tokens for r in rows], rank, world_size)
-    return sum(r.num_targets > 0 for r in mine) + len(padding_rows(rows, rank, world_size))
+    return sum(r.trains for r in mine) + len(padding_rows(rows, rank, world_size))
 
 
-def test_every_rank_forwards_as_many_trained_rows_as_the_busiest():
-    rows = [Row(64, 10), Row(60, 5), Row(20, 3), Row(12, 2), Row(50, 0)]
+@pytest.mark.parametrize("echo", [0, 7])
+def test_every_rank_forwards_as_many_trained_rows_as_the_busiest(echo):
+    rows = [Row(64, 10), Row(60, 5), Row(20, 3), Row(12, 2), Row(50, 0, echo), Row(30, 0)]
     for world_size in (2, 3, 4):
         counts = [forwards(rows, r, world_size) for r in range(world_size)]
         busiest = max(
-            sum(r.num_targets > 0 for r in shard(rows, [r.num_tokens for r in rows], k, world_size))
-            for k in range(world_size)
+            sum(r.trains for r in shard(rows, [r.num_tokens for r in rows], k, world_size)) for k in range(world_size)
         )
         assert counts == [busiest] * world_size, world_size
 
