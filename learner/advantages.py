@@ -1,4 +1,4 @@
-"""GRPO advantages: each rollout's reward standardised within its group.
+"""GRPO advantages: each rollout's reward standardised within its group; or MaxRL's, divided by its mean.
 
 Conventions (fixed here so every caller and metric agrees):
 - std is the *population* std (ddof = 0) over the group's scored rollouts, so the kept advantages of
@@ -8,6 +8,25 @@ Conventions (fixed here so every caller and metric agrees):
 - a group whose std is at most ``eps`` (all rewards equal, or a single scored rollout) carries no
   learning signal: every rollout of it is dropped and the group is counted as zero-std;
 - a group with no scored rollout at all is counted as empty (neither kept nor zero-std).
+
+MaxRL (``[batch] advantage = "maxrl"``; ``maxrl_advantages``): (r - mean) / mean instead of (r - mean) / std,
+the group's mean reward being its estimated success rate p. Source: Tajwar, Zeng, Zhou, Song, Arora, Jiang,
+Schneider, Salakhutdinov, Feng, Zanette, "Maximum Likelihood Reinforcement Learning" (arXiv 2602.02710, 2026;
+https://zanette-labs.github.io/MaxRL), whose released verl estimator ``compute_maxrl_outcome_advantage`` is
+(reward - group mean) / (group mean + epsilon), without whitening. Why: log p = -sum_k (1 - p)^k / k, so
+grad log p = sum_k grad pass@k / k. The paper's estimator averages the score function over the K successes of
+N rollouts, (1/K) sum_{r_i = 1} grad log pi(z_i) (zero when K = 0), unbiased for the gradient of the order-N
+truncation -sum_{k<=N} (1 - p)^k / k of log p; less the control variate (1/N) sum_i grad log pi(z_i), that is
+(1/N) sum_i (r_i / mean - 1) grad log pi(z_i): advantage (r_i - mean) / mean, the 1/N being the loss's mean over
+samples. In expectation it weighs grad p by ~1/p, where GRPO's (r - mean) / std weighs it by 1/sqrt(p (1 - p))
+and r - mean by 1 (pass@1). A success in a group of N with K successes gets (N - K) / K, a failure -1: hard
+prompts (small p) weigh more. Conventions here:
+- rewards must lie in [0, 1] (pass/fail, or a fraction of success): the mean must be a success rate. A reward
+  outside is refused (ValueError naming the key; the intake quarantines such a group), not divided by |mean|:
+  with negative rewards the mean can be ~0 while the rewards spread, and the division has no likelihood to follow;
+- a group whose mean is at most ``eps`` (no success) carries no signal, exactly as a zero-std group, and is
+  counted as one (with rewards in [0, 1] a mean of 0 means every reward is 0, std 0 too);
+- ``scale_by_std`` does not apply (the config refuses maxrl with scale_by_std = false).
 """
 
 from __future__ import annotations
@@ -16,14 +35,18 @@ import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+import numpy as np
+
+MAXRL_KEY = 'batch.advantage = "maxrl"'  # named in every refusal of a reward MaxRL cannot use
+
 
 @dataclass(frozen=True)
 class GroupAdvantages:
     # advantages[g][i]: advantage of rollout i of group g (unitless); None = not trained on
     # (unscored, or its group was dropped). Same nesting as the rewards given.
     advantages: tuple[tuple[float | None, ...], ...]
-    groups_kept: int  # groups with std > eps
-    groups_zero_std: int  # dropped: all scored rewards equal, or a single scored rollout
+    groups_kept: int  # groups with std > eps (and, under MaxRL, mean > eps)
+    groups_zero_std: int  # dropped: all scored rewards equal, or a single scored rollout (MaxRL: or mean <= eps)
     groups_empty: int  # dropped: no scored rollout
     rollouts_kept: int  # rollouts with an advantage
     rollouts_unscored: int  # reward None
@@ -37,7 +60,7 @@ class GroupAdvantages:
 
 
 def group_advantages(
-    rewards: Sequence[Sequence[float | None]], eps: float = 1e-6, scale_by_std: bool = True
+    rewards: Sequence[Sequence[float | None]], eps: float = 1e-6, scale_by_std: bool = True, maxrl: bool = False
 ) -> GroupAdvantages:
     """Advantages for several groups at once.
 
@@ -45,7 +68,10 @@ def group_advantages(
     eps: a group whose population std is <= eps is dropped as zero-std (rewards equal up to rounding).
     scale_by_std: False gives the mean-centred advantage r - mean without the division ("Dr. GRPO");
         zero-std groups are dropped either way, since all their advantages are zero.
-    Raises ValueError on a NaN or infinite reward: that is a bug upstream, not a training signal.
+    maxrl: True gives MaxRL's (r - mean) / mean (``maxrl_advantages``; ``scale_by_std`` is not used): a group whose
+        mean is <= eps is dropped and counted as zero-std, as one whose std is.
+    Raises ValueError on a NaN or infinite reward: that is a bug upstream, not a training signal; under ``maxrl``
+    also on a reward outside [0, 1], naming the key.
     """
     per_group: list[tuple[float | None, ...]] = []
     kept = zero_std = empty = rollouts_kept = unscored = 0
@@ -53,6 +79,8 @@ def group_advantages(
     scored_kept: list[float] = []
     for group in rewards:
         scored = [_checked(r) for r in group if r is not None]
+        if maxrl:
+            _check_success_rates(scored)
         unscored += len(group) - len(scored)
         scored_all.extend(scored)
         if not scored:
@@ -60,15 +88,19 @@ def group_advantages(
             per_group.append((None,) * len(group))
             continue
         mean, std = _mean_std(scored)
-        if std <= eps:
+        if std <= eps or (maxrl and mean <= eps):
             zero_std += 1
             per_group.append((None,) * len(group))
             continue
         kept += 1
         rollouts_kept += len(scored)
         scored_kept.extend(scored)
-        scale = std if scale_by_std else 1.0
-        per_group.append(tuple(None if r is None else (r - mean) / scale for r in group))
+        if maxrl:
+            values = iter(maxrl_advantages(np.array(scored), eps).tolist())
+            per_group.append(tuple(None if r is None else next(values) for r in group))
+        else:
+            scale = std if scale_by_std else 1.0
+            per_group.append(tuple(None if r is None else (r - mean) / scale for r in group))
     with_score = kept + zero_std
     return GroupAdvantages(
         advantages=tuple(per_group),
@@ -81,6 +113,27 @@ def group_advantages(
         reward_mean_kept=_mean_or_none(scored_kept),
         frac_reward_zero_std=zero_std / with_score if with_score else None,
     )
+
+
+def maxrl_advantages(rewards: np.ndarray, eps: float = 1e-6) -> np.ndarray:
+    """MaxRL's advantages (module docstring): (r - mean) / mean within each group.
+
+    rewards: float [..., N], the last axis one group's N scored rewards, each in [0, 1].
+    Returns float64 [..., N]; a group whose mean is <= eps or whose population std is <= eps (no success, or
+    all rewards equal) gets zeros: it carries no signal (``group_advantages`` drops such a group instead).
+    Raises ValueError, naming the key, on a reward outside [0, 1] or not finite.
+    """
+    values = np.asarray(rewards, dtype=np.float64)
+    _check_success_rates(values.ravel().tolist())
+    mean = values.mean(axis=-1, keepdims=True)
+    signal = (mean > eps) & (values.std(axis=-1, keepdims=True) > eps)
+    return np.where(signal, (values - mean) / np.where(signal, mean, 1.0), 0.0)
+
+
+def _check_success_rates(rewards: list[float]) -> None:
+    for reward in rewards:
+        if not (0.0 <= reward <= 1.0):  # NaN fails this too
+            raise ValueError(f"reward {reward!r} is outside [0, 1]: {MAXRL_KEY} needs success rates (pass/fail)")
 
 
 def _checked(reward: float) -> float:

@@ -101,11 +101,12 @@ class BatchSettings(Settings):
     )
     min_saved_tokens: int = Field(128, ge=0, description="A tree saving fewer tokens than this is packed flat")
     include_side: bool = Field(False, description="Also train on side calls (titles, summaries)")
-    scale_by_std: bool = Field(True, description='Advantage (r - mean) / std; false: r - mean ("Dr. GRPO")')
-    advantage: Literal["group", "session"] = Field(
+    scale_by_std: bool = Field(True, description='advantage = group: (r - mean) / std; false: r - mean ("Dr. GRPO")')
+    advantage: Literal["group", "session", "maxrl"] = Field(
         "group",
         description="group: GRPO's, within each group; session: live sessions' (learner.session_advantages), a "
-        "running baseline per user, leave-one-out across the batch for users with few sessions yet",
+        "running baseline per user, leave-one-out across the batch for users with few sessions yet; maxrl: "
+        "MaxRL's (r - mean) / mean within each group, for rewards in [0, 1] (learner.advantages)",
     )
     max_staleness: int = Field(
         2,
@@ -207,6 +208,11 @@ class LearnerConfig(Settings):
             raise ConfigError(
                 f"optimizer.scheduler = {self.optimizer.scheduler!r} decays until max_steps: set max_steps, or "
                 "scheduler = 'constant'"
+            )
+        if self.batch.advantage == "maxrl" and not self.batch.scale_by_std:
+            raise ConfigError(
+                "batch.scale_by_std = false is Dr. GRPO's r - mean; batch.advantage = 'maxrl' divides by the "
+                "group's mean reward instead: leave scale_by_std at true, or advantage = 'group'"
             )
         if self.eval.every and not self.eval.tasks:
             raise ConfigError(

@@ -115,9 +115,10 @@ async def load_group(store: Store, group_id: int, include_side: bool = False) ->
     )
 
 
-def check_group(group: ReadyGroup, temperature: float, vocab_size: int | None = None) -> None:
-    """UnusableGroup unless the learner can train on the group: its rewards pass the advantage checks,
-    its calls sampled at ``temperature``, its samples are consistent and in the model's vocabulary."""
+def check_group(group: ReadyGroup, temperature: float, vocab_size: int | None = None, maxrl: bool = False) -> None:
+    """UnusableGroup unless the learner can train on the group: its rewards pass the advantage checks
+    (``maxrl``: MaxRL's too, rewards in [0, 1]), its calls sampled at ``temperature``, its samples are consistent
+    and in the model's vocabulary."""
     if group.teachers:
         raise UnusableGroup(
             f"its rollouts were served by the teacher {group.teachers[0]}, which samples no "
@@ -131,7 +132,7 @@ def check_group(group: ReadyGroup, temperature: float, vocab_size: int | None = 
             f"learner trained; check that every gateway on this store runs this release"
         )
     try:
-        group_advantages([[r.reward for r in group.rollouts]])
+        group_advantages([[r.reward for r in group.rollouts]], maxrl=maxrl)
     except (ValueError, TypeError) as exc:
         raise UnusableGroup(f"its rewards cannot be used: {exc}") from None
     other = [t for t in group.temperatures if abs(t - temperature) > TEMPERATURE_TOLERANCE]

@@ -77,7 +77,9 @@ class GroupIntake:
         """The group, loaded and checked; None when it is unusable, in which case it is quarantined."""
         try:
             group = await load_group(self.store, group_id, self.config.batch.include_side)
-            check_group(group, self.check.temperature, self.check.vocab_size)
+            check_group(
+                group, self.check.temperature, self.check.vocab_size, maxrl=self.config.batch.advantage == "maxrl"
+            )
             return group
         except UnusableGroup as exc:
             await self.store.training.quarantine_group(self.run_id, group_id, str(exc))

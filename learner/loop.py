@@ -34,6 +34,7 @@ from pathlib import Path
 import numpy as np
 
 from learner.adapter_probe import probe_ids_from
+from learner.advantages import group_advantages
 from learner.checkpoint import (
     load_checkpoint,
     prune_checkpoints,
@@ -176,9 +177,11 @@ async def take_step(
     started = time.perf_counter()
     version = progress.version
     advantages = None  # GRPO's, per group
+    rewards = [[r.reward for r in g.rollouts] for g in groups]
     if config.batch.advantage == "session":  # live sessions: a running baseline per user
-        rewards = [[r.reward for r in g.rollouts] for g in groups]
         advantages = batch_session_advantages(rewards, [g.users for g in groups], baselines)
+    elif config.batch.advantage == "maxrl":  # per group, (r - mean) / mean (the intake refused rewards outside [0, 1])
+        advantages = group_advantages(rewards, maxrl=True)
     batch = build_batch(
         groups,
         version,
