@@ -1,7 +1,10 @@
 """`harnessrl run`'s outcome: a summary line, or a failure naming the first error when no rollout finished."""
 
 import pytest
+from typer.testing import CliRunner
 
+import rollouts.launch
+from harnessrl.cli.app import app
 from rollouts.launch import EveryRolloutFailed, outcome
 from rollouts.run_plan import RolloutResult
 
@@ -26,3 +29,19 @@ def test_a_run_with_one_finished_rollout_succeeds_with_its_summary():
 
 def test_a_run_with_nothing_left_to_play_succeeds():
     assert outcome("r", []).startswith("run 'r': 0 rollouts this time")
+
+
+def test_harnessrl_run_exits_non_zero_naming_the_first_error_when_every_rollout_failed(monkeypatch):
+    async def launch_run(config, gateway_url, admin_key, on_ready=None):
+        failed = [result(0, "failed", error="sandbox start: crun refused"), result(1, "failed", error="other")]
+        return outcome(config.run, failed)
+
+    monkeypatch.setattr(rollouts.launch, "launch_run", launch_run)
+    ran = CliRunner().invoke(
+        app,
+        ["run", "--tasks", "builtin:shell", "--run", "all-failed", "--admin-key", "k"],
+        env={"COLUMNS": "300"},
+    )
+    assert ran.exit_code == 1, ran.output
+    assert "every rollout failed; the first: sandbox start: crun refused" in ran.output
+    assert "Traceback" not in ran.output
