@@ -32,6 +32,9 @@ from pathlib import Path
 from sandboxes.protocol import SandboxError
 
 MAX_HOPS = 40  # links one resolution may follow (Linux's MAXSYMLINKS): a longer chain or a loop is refused
+# The verifier's folders: a link into one is refused even where the workspace holds them (a workspace of
+# "/", an image whose WORKDIR is the root), as they are made or filled only after this check.
+VERIFIER_FOLDERS = frozenset({"tests", "logs", "solution"})
 REMOVAL_BATCH = 60_000  # base64 characters per removal command (Linux: at most 128 KiB per argument)
 
 # Every link under the workspace ($1): its path and target, NUL-separated, base64 (Harbor's exec merges
@@ -86,7 +89,7 @@ def _leaves(root: tuple[str, ...], links: Mapping[tuple[str, ...], str], link: t
             path.pop()
             continue
         path.append(name)
-        if not _on_the_way(root, path):
+        if not _on_the_way(root, path) or path[0] in VERIFIER_FOLDERS:
             return True
         target = links.get(tuple(path))
         if target is not None:

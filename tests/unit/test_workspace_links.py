@@ -44,6 +44,12 @@ def test_links_into_the_verifiers_folders_are_refused_though_their_targets_do_no
     assert refused(links) == set(links)
 
 
+def test_a_workspace_at_the_root_still_refuses_links_into_the_verifiers_folders():
+    links = {"/answer.txt": "/tests/expected.txt", "/work/r": "../logs/verifier/reward.txt", "/s": "solution/x"}
+    links |= {"/work/kept": "/work/data.txt", "/etc-link": "/etc/passwd"}
+    assert {link.path for link in outside_links("/", links)} == {"answer.txt", "work/r", "s"}
+
+
 def test_relative_links_climbing_out_are_refused():
     links = {"up": "..", "tests": "../tests/expected.txt", "deep/er": "../../tests/x", "via/sub": "x/../../../etc"}
     assert refused(links) == set(links)
