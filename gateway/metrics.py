@@ -63,8 +63,18 @@ class GatewayMetrics:
             ["outcome"],
             registry=r,
         )
+        self.unknown_roles = Counter(
+            "harnessrl_unknown_roles",
+            "Recorded chat calls whose prompt token roles are unknown, by capture mode and reason: no_renderer "
+            "(no tokenizer and template for the model), render_failed or mismatch (engine capture: the gateway's "
+            "rendering raised, or its ids are not the engine's; the call's roles are all unknown), unplaced (a "
+            "turn whose contents could not be placed in its rendering: that turn's tokens are unknown)",
+            ["capture", "reason"],
+            registry=r,
+        )
         self._recorded_children: dict[str, tuple] = {}  # dialect -> its labelled calls, latency, tokens
         self._turn_children: dict[tuple[str, str], object] = {}  # (harness, link) -> its counter
+        self._role_children: dict[tuple[str, str], object] = {}  # (capture, reason) -> its counter
         self.calls_in_flight = 0  # the gauge's value, readable (the writer commits inline when it is 0)
 
     def trace_export(self, exported: int, failed: int, dropped: int) -> None:
@@ -106,6 +116,12 @@ class GatewayMetrics:
         child.inc()
         if drift_tokens:
             self.drift_tokens.labels(harness or "").inc(drift_tokens)
+
+    def roles_unknown(self, capture: str, reason: str) -> None:
+        child = self._role_children.get((capture, reason))
+        if child is None:  # as in recorded(): every call of a gateway without a tokenizer comes here
+            child = self._role_children[(capture, reason)] = self.unknown_roles.labels(capture, reason)
+        child.inc()
 
     def failed(self, path: str, status_code: int, engine_kind: str | None) -> None:
         self.calls.labels(dialect_at(path).name, str(status_code)).inc()

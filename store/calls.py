@@ -14,6 +14,7 @@ from store.arrays import IDS, ids_array, logprobs_array, pack_ids, pack_logprobs
 from store.json_text import EncodedJSON
 from store.listings import is_main_call, stored_call
 from store.records import CallRecord, GraphNode, StoredCall
+from store.roles import roles_array, stored_roles
 from store.samples import Ancestor, CallNode, SampledMarks, prompt_marks
 from store.tables import Call, utcnow
 
@@ -25,20 +26,20 @@ class CallReads:
         self.without_calls = without_calls
 
     async def read_whole(self, calls: Sequence[Call]) -> None:
-        """Detached calls as received: whole requests and whole prompts in place of the stored deltas
-        (one query per rollout for the bases they need)."""
+        """Detached calls as received: whole requests, prompts and prompt roles in place of the stored
+        deltas (one query per rollout for the bases they need)."""
         stored_whole = {c.id for c in calls if not request_delta.is_delta(c.request) and not c.prompt_offset}
         for rollout_id, last in prompt_delta.last_ids(calls, lambda c: c.id not in stored_whole).items():
-            query = select(Call.request, *prompt_delta.STORED_COLUMNS).where(
-                Call.rollout_id == rollout_id, Call.id <= last
-            )
+            query = select(Call.request, *prompt_delta.WITH_ROLES).where(Call.rollout_id == rollout_id, Call.id <= last)
             async with self.sessions() as session:
                 rows = (await session.execute(query)).all()
             requests = request_delta.decode_all({row.id: row.request for row in rows})
             mine = [c for c in calls if c.rollout_id == rollout_id and c.id not in stored_whole]
-            prompts = prompt_delta.whole_prompts((prompt_delta.as_stored(row) for row in rows), {c.id for c in mine})
+            stored, wanted = [prompt_delta.as_stored(row) for row in rows], {c.id for c in mine}
+            prompts, roles = prompt_delta.whole_prompts(stored, wanted), prompt_delta.whole_roles(stored, wanted)
             for call in mine:
                 call.request, call.prompt_ids, call.prompt_offset = requests[call.id], prompts[call.id], 0
+                call.prompt_roles = roles[call.id]
 
     async def graph_nodes(self, rollout_id: int, limit: int) -> list[GraphNode]:
         """The rollout's last ``limit`` calls as call-graph nodes, oldest first."""
@@ -55,24 +56,26 @@ class CallReads:
         ]
 
     async def nodes(self, rollout_id: int) -> list[CallNode]:
-        """Every call of the rollout with its tokens (no bodies), for building samples."""
+        """Every call of the rollout with its tokens and prompt roles (no bodies), for building samples."""
         query = (
-            select(*prompt_delta.STORED_COLUMNS, Call.output_logprobs, Call.policy_version, Call.tags)
+            select(*prompt_delta.WITH_ROLES, Call.output_logprobs, Call.policy_version, Call.tags)
             .where(Call.rollout_id == rollout_id)
             .order_by(Call.id)
         )
         async with self.sessions() as session:
             rows = (await session.execute(query)).all()
-        prompts = prompt_delta.whole_prompts(prompt_delta.as_stored(row) for row in rows)
+        stored = [prompt_delta.as_stored(row) for row in rows]
+        prompts, roles = prompt_delta.whole_prompts(stored), prompt_delta.whole_roles(stored)
         return [
             CallNode(
                 r.id,
                 r.parent_id,
-                ids_array(prompts[r.id]),
+                prompt := ids_array(prompts[r.id]),
                 outputs := ids_array(r.output_ids),
                 logprobs_array(r.output_logprobs, len(outputs)),
                 r.policy_version,
                 tuple(r.tags or ()),
+                roles_array(roles[r.id], len(prompt)),
             )
             for r in rows
         ]
@@ -185,6 +188,7 @@ def call_row(record: CallRecord, request: dict) -> dict:
         "policy_version": record.policy_version,
         "prompt_ids": prompt_delta.stored_ids(record.prompt_ids, record.prompt_offset),
         "prompt_offset": record.prompt_offset,
+        "prompt_roles": stored_roles(record.prompt_roles, len(record.prompt_ids), record.prompt_offset),
         "output_ids": pack_ids(record.output_ids),
         "output_logprobs": pack_logprobs(record.output_logprobs),
         "source": record.source,

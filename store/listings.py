@@ -29,6 +29,7 @@ from store.records import (
     StoredStep,
     record_of,
 )
+from store.roles import role_runs, roles_array
 from store.tables import Call, Group, LearnerStep, Rollout, Run, Task
 
 
@@ -93,23 +94,25 @@ CALL_COLUMNS = (
     Call.adapter_digest,
     Call.created_at,
 )
-TOKEN_COLUMNS = (Call.prompt_ids, Call.prompt_offset, Call.output_ids, Call.output_logprobs)
+TOKEN_COLUMNS = (Call.prompt_ids, Call.prompt_offset, Call.output_ids, Call.output_logprobs, Call.prompt_roles)
 
 
 def stored_call(source, tokens: bool = True, bodies: bool = False) -> StoredCall:
     """``source`` (a Call, or a row of ``CALL_COLUMNS`` plus ``TOKEN_COLUMNS`` with ``tokens``; its prompt
-    already whole) as the store's record; token arrays only with ``tokens``, request and response only
-    with ``bodies``."""
+    and prompt roles already whole) as the store's record; token arrays and roles only with ``tokens``,
+    request and response only with ``bodies``."""
     fields = {column.key: getattr(source, column.key) for column in CALL_COLUMNS}
     fields["tags"] = fields["tags"] or []
     if tokens:
+        prompt_ids = unpack_ids(source.prompt_ids)
         fields.update(
-            prompt_ids=unpack_ids(source.prompt_ids),
+            prompt_ids=prompt_ids,
+            prompt_roles=role_runs(roles_array(source.prompt_roles, len(prompt_ids))),
             output_ids=unpack_ids(source.output_ids),
             output_logprobs=unpack_logprobs(source.output_logprobs),
         )
     else:
-        fields.update(prompt_ids=[], output_ids=[], output_logprobs=[])
+        fields.update(prompt_ids=[], prompt_roles=[], output_ids=[], output_logprobs=[])
     if bodies:
         fields.update(request=source.request, response=source.response)
     return StoredCall(**fields)
@@ -288,8 +291,13 @@ class Listings:
             rows = list((await session.execute(query)).all())
             if not tokens:
                 return [stored_call(row, tokens=False) for row in rows]
-            prompts = await prompt_delta.fill_whole_prompts(session, rows)
-        return [stored_call(SimpleNamespace(**{**row._asdict(), "prompt_ids": prompts[row.id]})) for row in rows]
+            prompts, roles = await prompt_delta.fill_whole(session, rows)
+        return [
+            stored_call(
+                SimpleNamespace(**{**row._asdict(), "prompt_ids": prompts[row.id], "prompt_roles": roles[row.id]})
+            )
+            for row in rows
+        ]
 
 
 def is_main_call():

@@ -323,6 +323,7 @@ class LiveKeys:
                         model=REDACTED_MODEL,  # the name the agent sent: a credential may hide there too
                         prompt_ids=b"",
                         prompt_offset=0,
+                        prompt_roles=None,
                         output_ids=b"",
                         output_logprobs=None,
                     )

@@ -268,6 +268,9 @@ class StoredCall:
     policy: str = "policy"  # the policy that served it (store.policies)
     policy_version: int
     prompt_ids: list[int]  # [] in listings asked without tokens
+    # the prompt's TokenRoles as runs (name, start, end), end exclusive (store.roles); None: unknown;
+    # [] in listings asked without tokens
+    prompt_roles: list[tuple[str, int, int]] | None = None
     output_ids: list[int]
     output_logprobs: list[float] | None  # None: not sampled by the policy (see source)
     source: str = "policy"  # who wrote the output: policy | teacher | demonstration

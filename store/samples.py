@@ -15,7 +15,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from store.records import CallTag
+from store.records import CallTag, TokenRole
 
 UNDELIVERED = CallTag.UNDELIVERED  # the tag of a call whose response never reached its client
 
@@ -29,6 +29,8 @@ class CallNode:
     output_logprobs: np.ndarray  # float32 [output_len], the sampler's logprobs (NaN: a teacher's call)
     policy_version: int
     tags: tuple[str, ...]  # side-call tags; empty for the agent's main loop
+    # uint8 [prompt_len]: each prompt token's TokenRole (store.roles); None: not known
+    prompt_roles: np.ndarray | None = None
 
 
 @dataclass(frozen=True)
@@ -105,7 +107,7 @@ def root_to_leaf_paths(nodes: list[CallNode], include_side: bool = False) -> lis
 
 
 def sample_from_path(path: list[CallNode]) -> Sample:
-    """Input ids, loss mask, old logprobs and versions for one root-to-leaf path.
+    """Input ids, loss mask, old logprobs, versions and token roles for one root-to-leaf path.
 
     Shapes: every array is [T] with T = len(leaf.prompt_ids) + len(leaf.output_ids).
     """
@@ -122,7 +124,19 @@ def sample_from_path(path: list[CallNode]) -> Sample:
             f"call {node.call_id} is not a prefix of call {leaf.call_id}",
         )
     spans = tuple((len(n.prompt_ids), len(n.prompt_ids) + len(n.output_ids)) for n in path)
-    return Sample(tuple(n.call_id for n in path), input_ids, marks.mask, marks.logprobs, marks.versions, spans)
+    roles = sample_roles(leaf, marks.mask)
+    return Sample(tuple(n.call_id for n in path), input_ids, marks.mask, marks.logprobs, marks.versions, spans, roles)
+
+
+def sample_roles(leaf: CallNode, sampled: np.ndarray) -> np.ndarray | None:
+    """int8 [T]: the leaf's prompt roles then ASSISTANT over its output, and ASSISTANT on every token a
+    call of the path sampled (``sampled``: the loss mask); None when the leaf's roles are not known."""
+    if leaf.prompt_roles is None or len(leaf.prompt_roles) != len(leaf.prompt_ids):
+        return None
+    roles = np.full(len(sampled), TokenRole.ASSISTANT, dtype=np.int8)
+    roles[: len(leaf.prompt_roles)] = leaf.prompt_roles
+    roles[sampled.astype(bool)] = TokenRole.ASSISTANT
+    return roles
 
 
 def build_samples(nodes: list[CallNode], include_side: bool = False) -> list[Sample]:

@@ -3,7 +3,7 @@
 An agent decides what it sends, and the store keeps what it sends (its history as deltas, its answers, the
 token arrays): without a bound one rollout could fill the store's disk, 32 calls in flight at a time. So
 each call is counted as it is inserted, by the bytes it takes there (its request as stored, its response,
-its token arrays: ``stored_size``), and a call that would take its rollout past ``budget`` is not inserted:
+its token arrays and prompt roles: ``stored_size``), and a call that would take its rollout past ``budget`` is not inserted:
 ``OverBudget`` names it, the others of its batch are committed, and what the rollout recorded before stays.
 A rollout this process has not counted yet is summed from its rows once (a gateway restarted mid-rollout).
 
@@ -46,13 +46,14 @@ class BudgetSpent(Exception):
 def stored_size(row: dict) -> int:
     """The bytes a ``calls`` row takes (its JSON encoded already: ``store.calls.call_row``), less its
     fixed-size columns."""
-    logprobs = row["output_logprobs"]
+    logprobs, roles = row["output_logprobs"], row.get("prompt_roles")
     return (
         row["request"].size
         + row["response"].size
         + len(row["prompt_ids"])
         + len(row["output_ids"])
         + (len(logprobs) if logprobs is not None else 0)
+        + (len(roles) if roles is not None else 0)
     )
 
 
@@ -81,6 +82,7 @@ _STORED_SQL_SIZE = (
     + func.length(Call.prompt_ids)
     + func.length(Call.output_ids)
     + func.coalesce(func.length(Call.output_logprobs), 0)
+    + func.coalesce(func.length(Call.prompt_roles), 0)
 )
 
 

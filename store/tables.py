@@ -145,6 +145,9 @@ class Call(Base):
     prompt_ids: Mapped[bytes] = mapped_column(LargeBinary)
     prompt_offset: Mapped[int] = mapped_column(Integer, default=0, server_default="0")
     output_ids: Mapped[bytes] = mapped_column(LargeBinary)  # int32 LE
+    # uint8, one store.records.TokenRole per prompt token from prompt_offset on (the prefix's are the
+    # parent's, its output's ASSISTANT: store.roles); null: unknown (and every call before revision 0018)
+    prompt_roles: Mapped[bytes | None] = mapped_column(LargeBinary, nullable=True)
     # float32 LE, one per output id; null for a call the policy did not sample (source is not "policy")
     output_logprobs: Mapped[bytes | None] = mapped_column(LargeBinary, nullable=True)
     # who wrote the output: "policy" (sampled by the engine), "teacher" (an external model through

@@ -72,6 +72,9 @@ class FakeEngine:
     # The "tokenizer" of sampled text: bytes by default; tito tests plug in a real model's.
     encode_text: Callable[[str], list[int]] = encode
     decode_ids: Callable[[list[int]], str] = decode
+    # A chat body's prompt ids: ChatML over bytes by default; a real model's template where a test needs
+    # the ids vLLM would render (engine capture's token roles: tests/role_calls.py).
+    render_prompt: Callable[[dict], list[int]] = field(default=lambda body: render_chat(body["messages"]))
     _ids: itertools.count = field(default_factory=itertools.count)
 
     def restart(self) -> None:
@@ -171,7 +174,7 @@ async def _chat(request: Request) -> Response:
     if engine.record_requests and not probe:
         engine.requests.append(body)
     error = engine.check_model(body.get("model", "")) or engine.failing()
-    prompt_ids = render_chat(body["messages"])
+    prompt_ids = engine.render_prompt(body)
     error = error or engine.too_long(len(prompt_ids), body.get("max_tokens"))
     if error:
         return error

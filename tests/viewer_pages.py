@@ -20,6 +20,7 @@ from sqlalchemy.orm import Session
 
 from store import prompt_delta
 from store.arrays import pack_deltas, unpack_ids, unpack_logprobs
+from store.roles import ROLE_NAMES
 from store.tables import Call, CallMismatch, LearnerStep, Rollout, Run
 from tests.builders import ADMIN_HEADERS, TEST_ADMIN_KEY, WEATHER_TOOL
 from tests.fake_tokens import FakeReply, decode
@@ -336,6 +337,24 @@ def check_token_view(browser: Browser, call: Call, calls: dict[int, Call]) -> No
     assert "".join(shown_output).replace("↵", "") == decode(output) + "<|im_end|>"
     assert browser.texts("[data-testid=finish-reason]") == [call.finish_reason]
     assert browser.page.locator("[data-testid=output-text]").inner_text() == decode(output) + "<|im_end|>"
+    roles = prompt_delta.whole_roles(prompt_delta.as_stored(c) for c in calls.values())[call.id]
+    expected = [None] * len(prompt) if roles is None else [ROLE_NAMES[r] for r in roles]
+    assert browser.attrs("[data-testid=token].prompt", "data-role") == expected  # each token's role, if known
+
+
+@contextmanager
+def prompt_roles_written(db_path: Path, call_id: int, roles: bytes) -> Iterator[None]:
+    """A call's stored prompt roles (store.roles) replaced while the block runs, then put back."""
+    engine = create_engine(f"sqlite:///{db_path}")
+    try:
+        with Session(engine) as session, session.begin():
+            call = session.get(Call, call_id)
+            before, call.prompt_roles = call.prompt_roles, roles
+        yield
+    finally:
+        with Session(engine) as session, session.begin():
+            session.get(Call, call_id).prompt_roles = before
+        engine.dispose()
 
 
 def write_mismatch(db_path: Path, call: Call, deltas: np.ndarray) -> None:

@@ -18,7 +18,9 @@ from store.mismatch import CallMismatchRecord
 from store.records import StoredCall
 from store.samples import SampledMarks
 
-Tokens = Annotated[bool, Query(description="false leaves prompt_ids, output_ids and output_logprobs empty")]
+Tokens = Annotated[
+    bool, Query(description="false leaves prompt_ids, prompt_roles, output_ids and output_logprobs empty")
+]
 
 
 def call_view(call: StoredCall) -> CallView:

@@ -14,6 +14,7 @@ from contracts.publication import PolicyName
 from store.capture_modes import CaptureMode
 from store.records import AGENT_LOG_CHARS, StoredCall
 from store.rewards import VERIFIER
+from store.roles import ROLE_NAMES
 
 T = TypeVar("T")
 
@@ -194,9 +195,17 @@ def record_view(name: str, record: type, left_out: tuple[str, ...], **wire_types
     return create_model(name, **fields)
 
 
+# Token roles (store.roles) as runs [role, start, end): one per stretch of tokens of one role; null: unknown.
+ROLES_DOC = (
+    "Token roles as runs [role, start, end] (end exclusive) covering the tokens in order; role: system (system "
+    "prompt, tools), user, tool (a tool result: the environment), assistant (the model's own turns, every sampled "
+    "token), template (the chat template's glue), unknown. null: not recorded (an older store, an unknown capture)."
+)
+RoleRuns = Annotated[list[tuple[Literal[ROLE_NAMES], int, int]] | None, Field(description=ROLES_DOC)]  # type: ignore
+
 # A recorded call: store.records.StoredCall, its fields documented there, but its request and response
 # (GET /api/calls/{id} adds them: CallDetail). Listings asked with tokens=false leave the arrays empty.
-CallView = record_view("CallView", StoredCall, ("request", "response"), created_at=Timestamp)
+CallView = record_view("CallView", StoredCall, ("request", "response"), created_at=Timestamp, prompt_roles=RoleRuns)
 
 
 class CallMismatchView(BaseModel):
@@ -238,6 +247,7 @@ class SampleView(BaseModel):
     # the sampler's logprobs, 0 where loss_mask is 0, null on tokens a teacher wrote (no sampler's)
     old_logprobs: list[float | None]
     policy_versions: list[int]  # version that sampled each token, -1 where loss_mask is 0
+    roles: RoleRuns = None  # over input_ids: the leaf's prompt roles, assistant on every sampled token
     pieces: list[str] | None = None  # decode=true with a tokenizer: one decoded string per input id
 
 

@@ -40,6 +40,7 @@ from store.arrays import logprobs_or_none
 from store.policies import run_policy
 from store.records import AgentReport, StoredRollout
 from store.rewards import GroupClosed, InvalidReward, RolloutEnded
+from store.roles import role_runs
 from store.rollout_asks import AskedSettings, PolicyPin
 from store.rollout_requests import RequestConflict
 from store.run_settings import RunConflict
@@ -225,6 +226,7 @@ async def list_rollout_samples(
                 loss_mask=s.loss_mask.tolist(),
                 old_logprobs=logprobs_or_none(s.old_logprobs),
                 policy_versions=s.policy_versions.tolist(),
+                roles=role_runs(s.roles),
                 pieces=p,
             )
             for s, p in zip(samples, pieces)

@@ -61,7 +61,7 @@ class ChatPipeline:
         # What the gateway keeps across calls, each an attribute here: one lookup per use on the hot path.
         self.graph, self.metrics, self.engine_clock = books.graph, books.metrics, books.engine_clock
         self.refusals, self.retries = books.refusals, books.retries
-        self.prefixes, self.engine_bodies = books.prefixes, books.engine_bodies
+        self.prefixes, self.engine_bodies, self.roles = books.prefixes, books.engine_bodies, books.roles
 
     async def chat(
         self, chat_body: dict, identity: RolloutIdentity, dialect: str, client_request: dict, top_logprobs: int = 0
@@ -163,7 +163,8 @@ class ChatPipeline:
         sampling = sampled_with(chat_body)
         record = _record(identity, dialect, client_request, resolved, read, latency_ms, sampling, self.source)
         tags = side_call_tags(chat_body.get("messages") or [], bool(chat_body.get("tools")), identity.side_patterns)
-        return await self._commit(identity, record, read.sequence, answer, resolved, [*tags, *extra_tags])
+        roles = await self.roles.of(identity, chat_body, read.prompt, self._tito, self.metrics)
+        return await self._commit(identity, record, read.sequence, answer, resolved, [*tags, *extra_tags], roles)
 
     async def _settle_retries(self, attempt: Attempt, call_id: int) -> None:
         """A call a retry replaced is tagged ``retried`` (and ``undelivered``: its client gave up on it)."""
@@ -285,6 +286,7 @@ class ChatPipeline:
         answer: dict,
         resolved: ResolvedModel,
         tags: list[str],
+        prompt_roles: bytes | None = None,
     ) -> RecordedAnswer:
         """Link the call into its rollout's graph, tag it, and wait until it is committed."""
         self.refusals.answered(identity.rollout_id, tags)
@@ -296,6 +298,7 @@ class ChatPipeline:
             prompt_offset=link.parent_tokens,
             fork_of=link.fork_of,
             drift_tokens=link.drift_tokens,
+            prompt_roles=prompt_roles,
             **served_fields(),
         )
         # No other call in flight: nothing the commit could hold up, so it may skip the writer's hops.

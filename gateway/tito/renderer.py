@@ -10,7 +10,8 @@ prompt + output by construction, however the agent re-serialized it.
 A prompt is made as an int32 array with its JSON (``RenderedPrompt``): each turn's ids are written
 as JSON once, when the turn is first rendered, and a request's prompt is its turns' JSON joined. So
 a turn costs the gateway one copy of the resent history's ids (and one of their JSON, straight into
-the request), no Python int per resent token.
+the request), no Python int per resent token. Each turn's token roles (``gateway.tito.roles``) are
+worked out with its ids and kept beside them, a uint8 array: the prompt's roles cost one copy too.
 """
 
 from __future__ import annotations
@@ -25,49 +26,27 @@ import numpy as np
 import orjson
 
 from gateway.engine.token_prefix import IDS
+from gateway.tito.messages import arguments, for_template, message_text
+from gateway.tito.roles import ROLES, TurnRoles, filled
 from gateway.tito.template import ModelText
+from store.records import TokenRole
+
+__all__ = ["RenderedPrompt", "RolloutText", "TurnRenderer", "fingerprint", "for_template", "split_turns"]
 
 CONVERSATIONS_PER_ROLLOUT = 4  # main loop, subagents, side calls
 SAMPLED_PER_ROLLOUT = 512  # assistant turns remembered for splicing
 _NO_IDS = np.zeros(0, IDS)
-
-
-def _text(content) -> str:
-    if isinstance(content, str):
-        return content
-    if isinstance(content, list):
-        return "\n".join(p.get("text", "") for p in content if isinstance(p, dict) and p.get("text") is not None)
-    return ""
-
-
-def _arguments(arguments):
-    if isinstance(arguments, str):
-        try:
-            return json.loads(arguments) if arguments.strip() else {}
-        except ValueError:
-            return arguments  # not JSON: compared and rendered as the raw string
-    return arguments if arguments is not None else {}
+_NO_ROLES = np.zeros(0, ROLES)
+PENDING_ROLES = 16  # per rollout: prompts sent and not yet recorded (calls in flight)
 
 
 def fingerprint(message: dict) -> str:
     """An assistant turn's identity by parsed content and tool calls, never by raw strings."""
     calls = [
-        [(c.get("function") or c).get("name"), _arguments((c.get("function") or c).get("arguments"))]
+        [(c.get("function") or c).get("name"), arguments((c.get("function") or c).get("arguments"))]
         for c in message.get("tool_calls") or []
     ]
-    return json.dumps([_text(message.get("content")).strip(), calls], sort_keys=True, ensure_ascii=False)
-
-
-def for_template(message: dict) -> dict:
-    """Tool-call arguments as objects, as vLLM hands them to the template."""
-    if not message.get("tool_calls"):
-        return message
-    calls = []
-    for call in message["tool_calls"]:
-        function = dict(call.get("function") or {})
-        function["arguments"] = _arguments(function.get("arguments"))
-        calls.append({**call, "function": function})
-    return {**message, "tool_calls": calls}
+    return json.dumps([message_text(message.get("content")).strip(), calls], sort_keys=True, ensure_ascii=False)
 
 
 def split_turns(messages: list[dict], turns: list[list[dict]] | None = None) -> list[list[dict]]:
@@ -86,6 +65,8 @@ def split_turns(messages: list[dict], turns: list[list[dict]] | None = None) -> 
 class RenderedPrompt:
     ids: np.ndarray  # int32, read-only: the turns' ids one after the other, then the generation prompt
     json: tuple[bytes, ...]  # the ids as a JSON array, in parts that join to it (b"[", a turn's, b",", ...)
+    roles: np.ndarray  # uint8, read-only: each id's TokenRole (gateway.tito.roles)
+    unplaced: int = 0  # turns whose contents could not be placed (their roles UNKNOWN)
 
 
 @dataclass
@@ -96,6 +77,8 @@ class Conversation:
     json: list[bytes]  # per turn: its ids as JSON, no brackets (b"1,2,3")
     flat: np.ndarray  # int32, read-only: the turns' ids one after the other
     ends: list[int]  # where each turn's ids end in ``flat``
+    roles: np.ndarray  # uint8, read-only: each of ``flat``'s ids' TokenRole
+    unplaced: list[int]  # per turn: how many turns up to it (itself included) have UNKNOWN roles
 
 
 @dataclass
@@ -104,6 +87,19 @@ class RolloutText:
 
     conversations: list[Conversation] = field(default_factory=list)
     sampled: OrderedDict[str, list[int]] = field(default_factory=OrderedDict)
+    # Prompts rendered for calls not recorded yet, by the id of their ids' array: their roles.
+    pending: OrderedDict[int, RenderedPrompt] = field(default_factory=OrderedDict)
+
+    def sent(self, prompt: RenderedPrompt) -> None:
+        """A prompt sent to the engine: its roles wait for its call's record (``take_roles``)."""
+        self.pending[id(prompt.ids)] = prompt
+        while len(self.pending) > PENDING_ROLES:
+            self.pending.popitem(last=False)
+
+    def take_roles(self, prompt_ids: np.ndarray) -> RenderedPrompt | None:
+        """The prompt rendered for these very ids (the array the answer carries), once."""
+        prompt = self.pending.pop(id(prompt_ids), None)
+        return prompt if prompt is not None and prompt.ids is prompt_ids else None
 
     def remember(self, message: dict, output_ids: list[int]) -> None:
         self.sampled[fingerprint(message)] = output_ids
@@ -115,9 +111,12 @@ class RolloutText:
 class TurnRenderer:
     def __init__(self, text: ModelText):
         self.text = text
-        self.generation_prompt = text.encode(text.template.render([], add_generation_prompt=True))
+        header = text.template.render([], add_generation_prompt=True)
+        self.generation_prompt = text.encode(header)
         self._generation_json = orjson.dumps(self.generation_prompt)[1:-1]
+        self._generation_roles = filled(TokenRole.TEMPLATE, len(self.generation_prompt))
         self._after_eos = self._suffix_after_eos()
+        self.roles = TurnRoles(text, header)
 
     def _suffix_after_eos(self) -> list[int]:
         """Ids the template puts after an assistant turn's end token (ChatML: a newline)."""
@@ -132,32 +131,56 @@ class TurnRenderer:
 
     def prompt_ids(self, messages: list[dict], tools: list[dict] | None, state: RolloutText) -> RenderedPrompt:
         turns, cached, shared = _turns(state.conversations, messages, tools)
-        # The shared turns' ids and JSON are reused: a turn costs work in proportion to what it adds.
-        known = cached.flat[: cached.ends[shared - 1]] if cached is not None and shared else _NO_IDS
+        # The shared turns' ids, roles and JSON are reused: a turn costs work in proportion to what it adds.
+        end = cached.ends[shared - 1] if cached is not None and shared else 0
+        known, known_roles = (cached.flat[:end], cached.roles[:end]) if end else (_NO_IDS, _NO_ROLES)
         json = cached.json[:shared] if cached is not None else []
         ends = cached.ends[:shared] if cached is not None else []
-        new = []
+        unplaced = cached.unplaced[:shared] if cached is not None else []
+        new, new_roles = [], []
         for index in range(shared, len(turns)):
-            new.append(self._turn_ids(turns[index], tools if index == 0 else None, state))
-            json.append(orjson.dumps(new[-1])[1:-1])
-            ends.append((ends[-1] if ends else 0) + len(new[-1]))
+            turn_ids, roles = self._turn(turns[index], tools if index == 0 else None, state)
+            new.append(turn_ids)
+            new_roles.append(roles)
+            json.append(orjson.dumps(turn_ids)[1:-1])
+            ends.append((ends[-1] if ends else 0) + len(turn_ids))
+            unknown = int(len(roles) > 0 and roles[0] == TokenRole.UNKNOWN)  # an unplaced turn is UNKNOWN throughout
+            unplaced.append((unplaced[-1] if unplaced else 0) + unknown)
         ids = np.concatenate((known, np.array([*chain.from_iterable(new), *self.generation_prompt], IDS)))
-        ids.flags.writeable = False  # ``flat`` is a view of it, kept for the rollout's next turn
-        flat = ids[: len(ids) - len(self.generation_prompt)]
-        _store(state, Conversation(tools, list(messages), turns, json, flat, ends))
-        return RenderedPrompt(ids, _json_array([*json, self._generation_json]))
+        roles = np.concatenate((known_roles, *new_roles, self._generation_roles))
+        ids.flags.writeable = roles.flags.writeable = False  # ``flat`` is a view of it, kept for the next turn
+        end = len(ids) - len(self.generation_prompt)
+        flat, flat_roles = ids[:end], roles[:end]
+        _store(state, Conversation(tools, list(messages), turns, json, flat, ends, flat_roles, unplaced))
+        return RenderedPrompt(ids, _json_array([*json, self._generation_json]), roles, unplaced[-1] if unplaced else 0)
 
-    def _turn_ids(self, turn: list[dict], tools: list[dict] | None, state: RolloutText) -> list[int]:
+    def _turn(self, turn: list[dict], tools: list[dict] | None, state: RolloutText) -> tuple[list[int], np.ndarray]:
+        """A turn's ids and their roles: the exact sampled ids of an assistant turn sent back, else the
+        turn rendered and tokenized."""
         message = turn[0]
         if message.get("role") == "assistant" and not tools:
             sampled = state.sampled.get(fingerprint(message))
             if sampled is not None:
-                return self.spliced(sampled)
-        return self.text.encode(self.text.template.render([for_template(m) for m in turn], tools))
+                return self.spliced(sampled), self._spliced_roles(sampled)
+        rendered = self.text.template.render([for_template(m) for m in turn], tools)
+        encoding = self.text.encoding(rendered)
+        return encoding.ids, self.roles.of(turn, tools, rendered, encoding)
 
     def spliced(self, sampled: list[int]) -> list[int]:
         closed = sampled if sampled and sampled[-1] == self.text.eos_id else [*sampled, self.text.eos_id]
         return [*self.generation_prompt, *closed, *self._after_eos]
+
+    def _spliced_roles(self, sampled: list[int]) -> np.ndarray:
+        """The header and the glue after the end of turn are the template's, the sampled ids the model's
+        (an end of turn the model did not sample, closing a truncated turn, is the template's too)."""
+        closing = 0 if sampled and sampled[-1] == self.text.eos_id else 1
+        return np.concatenate(
+            (
+                self._generation_roles,
+                filled(TokenRole.ASSISTANT, len(sampled)),
+                filled(TokenRole.TEMPLATE, closing + len(self._after_eos)),
+            )
+        )
 
 
 def _json_array(items: list[bytes]) -> tuple[bytes, ...]:

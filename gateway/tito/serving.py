@@ -17,7 +17,7 @@ from gateway.engine.body import EncodedBody, with_json
 from gateway.engine.client import EngineClient
 from gateway.errors import InvalidRequest
 from gateway.tito.parser import parse_output
-from gateway.tito.renderer import RolloutText, TurnRenderer
+from gateway.tito.renderer import RenderedPrompt, RolloutText, TurnRenderer
 from gateway.tito.stream import TitoStream
 from gateway.tito.template import ModelText
 
@@ -46,6 +46,7 @@ class TitoEngine:
         self.renderer = TurnRenderer(text)
         self._recent_outputs = recent_outputs
         self._rollouts: OrderedDict[int, RolloutText] = OrderedDict()
+        self._engine_rollouts: OrderedDict[int, RolloutText] = OrderedDict()  # engine capture's roles
 
     async def chat(
         self, body: dict, engine_model: str, rollout_id: int, max_model_len: int | None, top_logprobs: int
@@ -87,6 +88,7 @@ class TitoEngine:
         the prompt ids."""
         _check_supported(body)
         prompt = self.renderer.prompt_ids(body["messages"], body.get("tools") or None, state)
+        state.sent(prompt)  # its roles wait for the call's record (``take_roles``)
         request = {
             "model": engine_model,
             "prompt": prompt.ids,
@@ -144,6 +146,29 @@ class TitoEngine:
             "prompt_token_ids": prompt_ids,
         }
 
+    def take_roles(self, rollout_id: int, prompt_ids: np.ndarray) -> RenderedPrompt | None:
+        """The rendered prompt (its roles) of a tito call whose answer carries these very prompt ids."""
+        state = self._rollouts.get(rollout_id)
+        return None if state is None else state.take_roles(prompt_ids)
+
+    def engine_roles(self, rollout_id: int, body: dict, prompt_ids: np.ndarray) -> tuple[RenderedPrompt | None, str]:
+        """An engine-captured call's prompt as this gateway renders it (no splicing: vLLM renders what the
+        agent sent), and why there is none: "render_failed" (the gateway's rendering raised), "mismatch"
+        (its ids are not the engine's). Each rollout's turns are cached as tito's are, apart from them."""
+        state = self._engine_rollouts.get(rollout_id)
+        if state is None:
+            state = self._engine_rollouts[rollout_id] = RolloutText()
+            if len(self._engine_rollouts) > ROLLOUTS_CACHED:
+                self._engine_rollouts.popitem(last=False)
+        self._engine_rollouts.move_to_end(rollout_id)
+        try:
+            prompt = self.renderer.prompt_ids(body["messages"], vllm_tools(body.get("tools")), state)
+        except Exception:  # a template error, or a message it cannot take: the engine rendered it its own way
+            return None, "render_failed"
+        if not np.array_equal(prompt.ids, prompt_ids):
+            return None, "mismatch"
+        return prompt, ""
+
     async def _state(self, rollout_id: int) -> RolloutText:
         state = self._rollouts.get(rollout_id)
         if state is None:
@@ -155,6 +180,24 @@ class TitoEngine:
                 self._rollouts.popitem(last=False)
         self._rollouts.move_to_end(rollout_id)
         return state
+
+
+def vllm_tools(tools: list[dict] | None) -> list[dict] | None:
+    """Function tools as vLLM's chat endpoint hands them to the template (its pydantic models dumped):
+    ``type`` then ``function`` of ``name``, ``description`` (null when absent), ``parameters``, and
+    ``strict`` / ``defer_loading`` only when set."""
+    if not tools:
+        return None
+    dumped = []
+    for tool in tools:
+        function = tool.get("function") if isinstance(tool, dict) else None
+        if not isinstance(function, dict) or tool.get("type", "function") != "function":
+            dumped.append(tool)
+            continue
+        fields = {k: function.get(k) for k in ("name", "description", "parameters")}
+        fields.update({k: function[k] for k in ("strict", "defer_loading") if function.get(k) is not None})
+        dumped.append({"type": "function", "function": fields})
+    return dumped
 
 
 def _tools_enabled(body: dict) -> bool:

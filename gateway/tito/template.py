@@ -14,7 +14,7 @@ from pathlib import Path
 import jinja2
 import jinja2.ext
 from jinja2.sandbox import ImmutableSandboxedEnvironment
-from tokenizers import Tokenizer
+from tokenizers import Encoding, Tokenizer
 
 from gateway.model_tokenizer import model_tokenizer
 
@@ -55,11 +55,18 @@ class ModelText:
         special = {k: _token_text(config.get(k)) for k in ("bos_token", "eos_token", "pad_token", "unk_token")}
         self.template = ChatTemplate(source, {k: v for k, v in special.items() if v is not None})
         self.tokenizer = _backend_tokenizer(model_dir)
+        self._spans = _untrimmed(self.tokenizer)
         eos = special.get("eos_token")
         self.eos_id = self.tokenizer.token_to_id(eos) if eos else None
+        self.eos_text = eos
 
     def encode(self, text: str) -> list[int]:
         return self.tokenizer.encode(text, add_special_tokens=False).ids
+
+    def encoding(self, text: str) -> Encoding:
+        """``text`` encoded with each token's character span (``offsets``) untrimmed: the same ids as
+        ``encode``, and spans that tile the text (token roles read them: ``gateway.tito.roles``)."""
+        return self._spans.encode(text, add_special_tokens=False)
 
     def decode(self, ids: list[int]) -> str:
         return self.tokenizer.decode(ids, skip_special_tokens=False)
@@ -72,6 +79,17 @@ def _backend_tokenizer(model_dir: Path) -> Tokenizer:
     one), so ``tokenizer.json`` read directly can split text differently from the engine.
     """
     return model_tokenizer(model_dir).backend_tokenizer
+
+
+def _untrimmed(tokenizer: Tokenizer) -> Tokenizer:
+    """``tokenizer``, or a copy whose post-processor does not trim spaces off the tokens' offsets (a
+    byte-level ``trim_offsets``: a token of spaces would cover no character). The post-processor adds
+    no id to text encoded without special tokens, so the copy's ids are the same."""
+    if "trim_offsets=True" not in repr(tokenizer.post_processor):
+        return tokenizer
+    copy = Tokenizer.from_str(tokenizer.to_str())
+    copy.post_processor = None
+    return copy
 
 
 def _token_text(value) -> str | None:

@@ -1,12 +1,16 @@
 """`harnessrl export`: a run's training samples as JSONL or Parquet (or OpenEnv traces, see openenv_export).
 
 Each record follows the data contract other async RL stacks read:
-``{"gen_id", "group_id", "prompt", "prompt_ids", "completion": {"text", "completion_ids",
-"old_logprobs", "action_mask", "reward"}, "metadata": {"timestamp", "status", "num_turns", "metrics", "policy"}}``,
+``{"gen_id", "group_id", "prompt", "prompt_ids", "prompt_roles", "completion": {"text", "completion_ids",
+"old_logprobs", "action_mask", "roles", "reward"}, "metadata": {"timestamp", "status", "num_turns", "metrics",
+"policy"}}``,
 where ``metrics`` are the verifier's metrics (reward.json's numbers beside the reward, never part of it;
 in Parquet a list of ``{"name", "value"}``, as Hugging Face datasets reads no Arrow maps).
 The prompt is everything before the first sampled token; the completion is the rest of the
 conversation, with ``action_mask`` 1 on sampled tokens (tool output and later prompts are 0).
+``prompt_roles`` and ``completion.roles`` hold each token's ``store.records.TokenRole`` (0 unknown,
+1 system, 2 user, 3 tool result, 4 assistant, 5 template glue), aligned with the ids; null where the
+store has no roles for the sample (calls recorded before revision 0018).
 Rollouts are read a page at a time, so a large run is never held in memory.
 """
 
@@ -21,6 +25,7 @@ import numpy as np
 from store.arrays import logprobs_or_none
 from store.records import StoredRollout
 from store.rewards import verifier_metrics
+from store.roles import role_list
 from store.samples import Sample, build_samples
 from store.store import Store
 
@@ -33,16 +38,19 @@ def sample_record(
     sampled = np.flatnonzero(sample.loss_mask)
     split = int(sampled[0]) if sampled.size else len(sample.input_ids)
     prompt_ids, completion_ids = sample.input_ids[:split].tolist(), sample.input_ids[split:].tolist()
+    roles = role_list(sample.roles)
     return {
         "gen_id": f"{rollout.id}-{index}",
         "group_id": f"{rollout.group_id}:{group}",
         "prompt": decode(prompt_ids) if decode else "",
         "prompt_ids": prompt_ids,
+        "prompt_roles": None if roles is None else roles[:split],
         "completion": {
             "text": decode(completion_ids) if decode else "",
             "completion_ids": completion_ids,
             "old_logprobs": logprobs_or_none(sample.old_logprobs[split:]),  # null: a teacher's token
             "action_mask": sample.loss_mask[split:].astype(int).tolist(),
+            "roles": None if roles is None else roles[split:],
             "reward": rollout.reward,
         },
         "metadata": {
@@ -111,6 +119,7 @@ def parquet_schema():
             ("completion_ids", pa.list_(pa.int32())),
             ("old_logprobs", pa.list_(pa.float32())),
             ("action_mask", pa.list_(pa.int8())),
+            ("roles", pa.list_(pa.int8())),
             ("reward", pa.float64()),
         ]
     )
@@ -129,6 +138,7 @@ def parquet_schema():
             ("group_id", pa.string()),
             ("prompt", pa.string()),
             ("prompt_ids", pa.list_(pa.int32())),
+            ("prompt_roles", pa.list_(pa.int8())),
             ("completion", completion),
             ("metadata", metadata),
         ]

@@ -12,9 +12,12 @@ context-only prompt; unique node ids).
 Retained calls are those our samples train on (``store/samples.py``): side calls (unless
 ``--include-side``) and undelivered calls are left out, and a kept call whose parent was left out
 becomes a root. Each turn's metadata carries ``node_id`` (the call id), ``parent_node_id``, the policy
-version, tags and the rollout's reward (a mirror, as OpenEnv's ``TraceEntry.reward``: None is
-unscored, never 0), so ``trace_nodes`` rebuilds the call graph and ``build_samples`` the very samples
-the learner reads, token for token.
+version, tags, the rollout's reward (a mirror, as OpenEnv's ``TraceEntry.reward``: None is
+unscored, never 0) and ``prompt_roles`` (one ``store.records.TokenRole`` per prompt token, aligned with
+``prompt_token_ids`` as ``loss_mask`` is: 0 unknown, 1 system, 2 user, 3 tool result, 4 assistant,
+5 template glue; null: not recorded). OpenEnv's ``TrainingTurn`` (schema 1) has a loss mask but no role
+mask, and forbids extra fields, so the roles ride in its metadata. ``trace_nodes`` rebuilds the call graph
+and ``build_samples`` the very samples the learner reads, token for token, roles included.
 """
 
 from __future__ import annotations
@@ -28,6 +31,7 @@ import numpy as np
 from store.arrays import logprobs_or_none
 from store.records import StoredRollout
 from store.rewards import verifier_metrics
+from store.roles import ROLE_NAMES, ROLES, role_list
 from store.samples import CallNode, trained_on
 from store.store import Store
 
@@ -53,6 +57,7 @@ def turn_entry(node: CallNode, parent: int | None, reward: float | None) -> dict
             "policy_version": node.policy_version,
             "tags": list(node.tags),
             "reward": reward,
+            "prompt_roles": role_list(node.prompt_roles),
         },
     }
 
@@ -98,9 +103,19 @@ def trace_nodes(record: dict) -> list[CallNode]:
                 np.asarray(turn.per_token_logps, dtype=np.float32),
                 int(meta["policy_version"]),
                 tuple(meta.get("tags", ())),
+                _roles(meta.get("prompt_roles"), len(turn.prompt_token_ids)),
             )
         )
     return nodes
+
+
+def _roles(values, length: int) -> np.ndarray | None:
+    """A turn's prompt roles back (None: unknown, or not one valid role per prompt token)."""
+    if not isinstance(values, list) or len(values) != length:
+        return None
+    if not all(isinstance(v, int) and 0 <= v < len(ROLE_NAMES) for v in values):
+        return None
+    return np.asarray(values, dtype=ROLES)
 
 
 async def run_traces(store: Store, run: str, include_side: bool) -> AsyncIterator[dict]:

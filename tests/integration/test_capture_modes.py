@@ -3,13 +3,28 @@ reports the forks it measures. Every sample must reproduce the engine's token id
 
 from __future__ import annotations
 
+import numpy as np
 from openai import OpenAI
 
+from store.records import TokenRole
 from tests import http_calls as http
 from tests.builders import ADMIN_HEADERS
 from tests.integration.sample_checks import assert_samples_reproduce_calls
 
 TURNS = 10
+# An earlier tool exchange every call resends: its result's tokens are marked TOOL, exactly (issue 61).
+TOOL_RESULT = "Notes: α = 1\n    β = 2 ✓ (naïve)\nend of notes"
+HISTORY = [
+    {"role": "user", "content": "Read notes.txt."},
+    {
+        "role": "assistant",
+        "content": None,
+        "tool_calls": [
+            {"id": "call_1", "type": "function", "function": {"name": "read_file", "arguments": '{"path":"notes.txt"}'}}
+        ],
+    },
+    {"role": "tool", "tool_call_id": "call_1", "content": TOOL_RESULT},
+]
 
 
 def converse(gateway, capture: str, turns: int = TURNS) -> dict:
@@ -19,7 +34,7 @@ def converse(gateway, capture: str, turns: int = TURNS) -> dict:
         json={"run": f"capture-{capture}", "task": "chat", "capture": capture},
     ).json()
     client = OpenAI(base_url=rollout["base_url"], api_key=rollout["token"], max_retries=0, timeout=300)
-    messages = [{"role": "system", "content": "You are a helpful assistant."}]
+    messages = [{"role": "system", "content": "You are a helpful assistant."}, *HISTORY]
     for turn in range(turns):
         messages.append({"role": "user", "content": f"Tell me one fact about the number {turn + 1}."})
         reply = client.chat.completions.create(
@@ -42,16 +57,45 @@ def rollout_view(gateway, rollout: dict) -> tuple[dict, list[dict], list[dict]]:
     return view, calls, samples
 
 
-def test_tito_conversation_is_one_sample_without_forks(live_gateway):
+def recorded(gateway, monkeypatch) -> list:
+    """The call records the gateway hands its store's writer from now on (their prompt roles)."""
+    records, writer = [], gateway.app.state.gateway.writer
+    original = writer.record
+
+    async def record(call, **kwargs):
+        records.append(call)
+        return await original(call, **kwargs)
+
+    monkeypatch.setattr(writer, "record", record)
+    return records
+
+
+def assert_roles_mark_the_tool_result(engine, records: list) -> None:
+    """Every call's prompt roles are known, and its TOOL tokens are the tool result exactly (as the
+    engine detokenizes them)."""
+    assert len(records) == TURNS
+    for record in records:
+        assert record.prompt_roles is not None, "the gateway's rendering did not reproduce the engine's ids"
+        roles, ids = np.frombuffer(record.prompt_roles, np.uint8), np.asarray(record.prompt_ids)
+        assert len(roles) == len(ids) and TokenRole.UNKNOWN not in roles
+        tool = ids[roles == TokenRole.TOOL].tolist()
+        text = http.post(f"{engine.url}/detokenize", json={"model": "base", "tokens": tool}).json()["prompt"]
+        assert text == TOOL_RESULT
+
+
+def test_tito_conversation_is_one_sample_without_forks(live_gateway, engine, monkeypatch):
+    records = recorded(live_gateway, monkeypatch)
     rollout = converse(live_gateway, "tito")
     view, calls, samples = rollout_view(live_gateway, rollout)
     assert view["graph"] == {"calls": TURNS, "roots": 1, "forks": 0, "drift_tokens": 0}
     [sample] = samples
     assert sample["input_ids"] == calls[-1]["prompt_ids"] + calls[-1]["output_ids"]
     assert_samples_reproduce_calls(calls, samples)
+    assert_roles_mark_the_tool_result(engine, records)
 
 
-def test_engine_mode_reports_measured_forks_and_exact_samples(live_gateway):
+def test_engine_mode_reports_measured_forks_and_exact_samples(live_gateway, engine, monkeypatch):
+    records = recorded(live_gateway, monkeypatch)
     rollout = converse(live_gateway, "engine")
     view, calls, samples = rollout_view(live_gateway, rollout)
     graph = view["graph"]
@@ -62,6 +106,7 @@ def test_engine_mode_reports_measured_forks_and_exact_samples(live_gateway):
     parents = {c["parent_id"] for c in calls}
     assert len(samples) == sum(1 for c in calls if c["id"] not in parents)  # one per leaf
     assert_samples_reproduce_calls(calls, samples)
+    assert_roles_mark_the_tool_result(engine, records)  # recovered by rendering as vLLM did
     print(f"engine mode, {live_gateway.url}: {graph}")
 
 

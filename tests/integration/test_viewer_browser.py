@@ -21,6 +21,8 @@ from sqlalchemy.orm import Session
 from harnessrl.server import BackgroundGateway, BackgroundServer
 from store.arrays import deltas_array, pack_deltas, unpack_ids, unpack_logprobs
 from store.database import sqlite_url
+from store.records import TokenRole
+from store.roles import ROLE_NAMES
 from store.tables import Call, Group, Rollout, Run
 from tests.builders import TEST_ADMIN_KEY, gateway_settings
 from tests.fake_engine import FakeEngine, create_fake_engine_app
@@ -39,6 +41,7 @@ from tests.viewer_pages import (
     check_token_view,
     earlier_logprobs,
     mask_sum,
+    prompt_roles_written,
     record_run,
     reward_text,
     viewer_script,
@@ -347,3 +350,24 @@ def test_a_trained_calls_mismatch_is_a_heatmap_that_shows_both_log_probs(recorde
     mean = float(browser.texts("[data-testid=mismatch-mean]")[0].split()[0])
     assert mean == pytest.approx(float(np.abs(deltas[np.isfinite(deltas)]).mean()), abs=1e-5)
     browser.shot("call-mismatch")
+
+
+def test_a_calls_tool_result_tokens_are_shaded_and_every_role_is_marked(recorded, db, browser):
+    root = db.scalars(
+        select(Call).where(Call.rollout_id == recorded.weather_rollout, Call.prompt_offset == 0).order_by(Call.id)
+    ).first()
+    n = root.num_prompt_tokens
+    order = [TokenRole.SYSTEM, TokenRole.USER, TokenRole.TOOL, TokenRole.TEMPLATE, TokenRole.ASSISTANT]
+    roles = bytes(order[i * len(order) // n] for i in range(n))  # five stretches over the whole prompt
+    with prompt_roles_written(recorded.db_path, root.id, roles):
+        browser.goto_hash(recorded.url, f"/calls/{root.id}")
+        assert browser.attrs("[data-testid=token].prompt", "data-role") == [ROLE_NAMES[r] for r in roles]
+        tool = browser.page.locator("[data-testid=token].prompt.tr-tool")
+        assert tool.count() == roles.count(TokenRole.TOOL) > 0
+        shade = tool.first.evaluate("e => getComputedStyle(e).backgroundColor")
+        user = browser.page.locator("[data-testid=token].prompt.tr-user").first
+        assert shade != user.evaluate("e => getComputedStyle(e).backgroundColor")  # tool results stand out
+        assert "role: tool result" in tool.first.get_attribute("title")
+        assert browser.page.locator(".legend .tr-tool").count() == 1  # the legend names every role
+        assert browser.page.locator("[data-testid=roles-unknown]").count() == 0
+        browser.shot("call-roles")

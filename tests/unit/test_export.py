@@ -49,7 +49,8 @@ async def test_parquet_export_loads_with_datasets(gateway, tmp_path):
     assert await export_run(gateway.app.state.gateway.store, "parquet-run", "parquet", out) == 2
     loaded = datasets.load_dataset("parquet", data_files=str(out), split="train")
     assert loaded.num_rows == 2
-    assert set(loaded.column_names) == {"gen_id", "group_id", "prompt", "prompt_ids", "completion", "metadata"}
+    columns = {"gen_id", "group_id", "prompt", "prompt_ids", "prompt_roles", "completion", "metadata"}
+    assert set(loaded.column_names) == columns
     assert loaded[0]["completion"]["action_mask"][0] == 1
 
 

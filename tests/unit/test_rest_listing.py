@@ -234,10 +234,11 @@ async def test_rollout_calls_without_tokens_leave_the_arrays_empty(gateway):
     light = (await gateway.http.get(f"/api/rollouts/{rollout['id']}/calls", params={"tokens": "false"})).json()["data"]
     assert full[1]["prompt_ids"] == [1, 2, 3, 1] and full[1]["output_ids"] == [5, 5]
     assert full[1]["num_prompt_tokens"] == 4 and full[1]["num_output_tokens"] == 2
+    tokens = ("prompt_ids", "prompt_roles", "output_ids", "output_logprobs")
     for call in light:
-        assert call["prompt_ids"] == call["output_ids"] == call["output_logprobs"] == []
-    assert [{k: v for k, v in c.items() if k not in ("prompt_ids", "output_ids", "output_logprobs")} for c in full] == [
-        {k: v for k, v in c.items() if k not in ("prompt_ids", "output_ids", "output_logprobs")} for c in light
+        assert call["prompt_ids"] == call["prompt_roles"] == call["output_ids"] == call["output_logprobs"] == []
+    assert [{k: v for k, v in c.items() if k not in tokens} for c in full] == [
+        {k: v for k, v in c.items() if k not in tokens} for c in light
     ]
     titles = (await gateway.http.get(f"/api/rollouts/{rollout['id']}/calls", params={"tag": "title"})).json()["data"]
     assert [c["tags"] for c in titles] == [["title"]]

@@ -37,7 +37,8 @@ def stored_bytes(database_url: str, rollout_id: int) -> int:
     with sqlite3.connect(make_url(database_url).database) as connection:
         (total,) = connection.execute(
             "SELECT coalesce(sum(length(request) + length(response) + length(prompt_ids) + length(output_ids)"
-            " + coalesce(length(output_logprobs), 0)), 0) FROM calls WHERE rollout_id = ?",
+            " + coalesce(length(output_logprobs), 0) + coalesce(length(prompt_roles), 0)), 0)"
+            " FROM calls WHERE rollout_id = ?",
             (rollout_id,),
         ).fetchone()
     return total

@@ -59,7 +59,8 @@ def test_a_new_turn_costs_only_its_own_rendering(model_text, monkeypatch):
     original = model_text.template.render
     monkeypatch.setattr(model_text.template, "render", lambda m, *a, **k: rendered.append(m) or original(m, *a, **k))
     prompt = renderer.prompt_ids(conversation(21), [TOOL], state)
-    assert [[m["role"] for m in turn] for turn in rendered] == [["assistant"], ["tool"]]
+    # The tool turn twice: with its content, and with a marker in its place (where its roles lie).
+    assert [[m["role"] for m in turn] for turn in rendered] == [["assistant"], ["tool"], ["tool"]]
     whole = TurnRenderer(model_text).prompt_ids(conversation(21), [TOOL], RolloutText())
     assert prompt.ids.tolist() == whole.ids.tolist() == orjson.loads(b"".join(prompt.json))
     assert not prompt.ids.flags.writeable  # the next turn's prompt is made from a view of it
@@ -77,7 +78,7 @@ def test_a_resent_history_lends_its_turns_and_a_tool_result_joining_the_last_tur
     monkeypatch.setattr(model_text.template, "render", lambda m, *a, **k: rendered.append(m) or original(m, *a, **k))
     joined = [*messages, {"role": "tool", "tool_call_id": "c4", "content": "second result"}]  # the same objects
     prompt = renderer.prompt_ids(joined, [TOOL], state)
-    assert [[m["role"] for m in turn] for turn in rendered] == [["tool", "tool"]]
+    assert [[m["role"] for m in turn] for turn in rendered] == [["tool", "tool"]] * 2  # and its roles' marked one
     assert len(first.turns[-1]) == 1  # the cached turn was not changed
     whole = TurnRenderer(model_text).prompt_ids(joined, [TOOL], RolloutText())
     assert prompt.ids.tolist() == whole.ids.tolist() == orjson.loads(b"".join(prompt.json))

@@ -4,10 +4,29 @@
 // the learner trains on; both are shaded by the sampler's logprob (prompt_logprobs for the prompt's),
 // and the prompt's carry a mark of their own: an earlier call sampled them. Prompt tokens the model
 // did not sample (the template, user text, tool output: prompt_mask = 0) are dimmed.
+//
+// Each prompt token also shows its role (call.prompt_roles: runs [role, start, end), null when the
+// store has none): tool results, what the environment said back, are shaded; the other roles carry a
+// mark of their own (see tokenLegend). A role's class is built from ROLES only, never from the data.
 
 import { fmtNum, h } from "./dom.js";
 
 const WORST_LOGPROB = -5; // red at or below this; green at 0
+
+// The API's role names (store.roles.ROLE_NAMES) and how the legend names them.
+const ROLES = { system: "system / tools", user: "user", tool: "tool result", assistant: "model's earlier turn",
+                template: "template glue", unknown: "unknown" };
+
+/** One role name (or null) per prompt token, from the API's runs; names it does not know are left out. */
+function promptRoles(call) {
+  const roles = new Array(call.prompt_ids.length).fill(null);
+  for (const run of call.prompt_roles || []) {
+    const [name, start, end] = Array.isArray(run) ? run : [];
+    if (!Object.hasOwn(ROLES, name)) continue;
+    for (let i = Math.max(0, start); i < Math.min(end, roles.length); i++) roles[i] = name;
+  }
+  return roles;
+}
 
 /** Background for a sampled token: hue 120 (green) at logprob 0 down to 0 (red) at WORST_LOGPROB. */
 export function logprobColor(logprob) {
@@ -28,15 +47,17 @@ function describe(sampled, logprob, version) {
 }
 
 /** sampled: true (this call's output), "earlier" (a prompt token an ancestor sampled) or false. */
-function tokenSpan(id, piece, { part, index, sampled, logprob, version }) {
+function tokenSpan(id, piece, { part, index, sampled, logprob, version, role }) {
   const known = piece !== null && piece !== undefined;
   const text = known ? shown(piece) : `[${id}]`;
   const title = [`${part} ${index}`, `id ${id}`, known ? JSON.stringify(piece) : null,
-                 ...describe(sampled, logprob, version)].filter(Boolean).join(" · ");
+                 ...describe(sampled, logprob, version), role ? `role: ${ROLES[role]}` : null].filter(Boolean).join(" · ");
   const kind = sampled ? `sampled${sampled === "earlier" ? " earlier" : ""}` : "masked";
-  const span = h("span", { class: `tok ${kind} ${part}${known ? "" : " id-only"}`, testid: "token", title });
+  const roleClass = role ? ` tr-${role}` : "";
+  const span = h("span", { class: `tok ${kind} ${part}${known ? "" : " id-only"}${roleClass}`, testid: "token", title });
   span.textContent = text;
   if (sampled) span.dataset.sampled = "1";
+  if (role) span.dataset.role = role;
   if (logprob !== undefined) {
     span.dataset.logprob = String(logprob);
     span.style.backgroundColor = logprobColor(logprob);
@@ -45,23 +66,24 @@ function tokenSpan(id, piece, { part, index, sampled, logprob, version }) {
 }
 
 /** The options of prompt token i: sampled earlier (prompt_mask 1) with its logprob when the API gives it. */
-function promptToken(call, i) {
-  if (!call.prompt_mask || call.prompt_mask[i] !== 1) return { part: "prompt", index: i, sampled: false };
+function promptToken(call, i, role) {
+  if (!call.prompt_mask || call.prompt_mask[i] !== 1) return { part: "prompt", index: i, sampled: false, role };
   const logprob = call.prompt_logprobs?.[i];
   return { part: "prompt", index: i, sampled: "earlier", logprob: typeof logprob === "number" ? logprob : undefined,
-           version: call.prompt_versions?.[i] };
+           version: call.prompt_versions?.[i], role };
 }
 
 /**
- * call: a CallDetail with prompt_ids, output_ids, output_logprobs, and when decoded prompt_pieces,
- * output_pieces, prompt_mask, prompt_logprobs, prompt_versions. Returns the element (built in one
+ * call: a CallDetail with prompt_ids, prompt_roles, output_ids, output_logprobs, and when decoded
+ * prompt_pieces, output_pieces, prompt_mask, prompt_logprobs, prompt_versions. Returns the element (built in one
  * fragment: prompts run to 32k tokens).
  */
 export function tokenView(call) {
   const frag = document.createDocumentFragment();
   const promptPieces = call.prompt_pieces || [];
   const outputPieces = call.output_pieces || [];
-  call.prompt_ids.forEach((id, i) => frag.append(tokenSpan(id, promptPieces[i], promptToken(call, i))));
+  const roles = promptRoles(call);
+  call.prompt_ids.forEach((id, i) => frag.append(tokenSpan(id, promptPieces[i], promptToken(call, i, roles[i]))));
   frag.append(h("span", { class: "tok-divider", testid: "output-start", title: "the call's output starts here" },
     "▶ output"));
   call.output_ids.forEach((id, i) => frag.append(
@@ -70,7 +92,8 @@ export function tokenView(call) {
   return h("div", { class: "tokens", testid: "token-view" }, frag);
 }
 
-export function tokenLegend(hasPieces) {
+/** hasRoles: the call's prompt roles are known (prompt_roles is not null). */
+export function tokenLegend(hasPieces, hasRoles) {
   const sample = (cls, text, color) => {
     const span = h("span", { class: `tok ${cls}` }, text);
     if (color) span.style.backgroundColor = color;
@@ -81,6 +104,9 @@ export function tokenLegend(hasPieces) {
     sample("sampled", "−2.5", logprobColor(-2.5)), " ", sample("sampled", "≤ −5", logprobColor(-5)),
     " · ", sample("sampled earlier prompt", "sampled by an earlier call", logprobColor(-0.5)),
     " · ", sample("masked prompt", "not sampled (masked)"),
+    h("br"), "Prompt roles: ",
+    hasRoles ? Object.entries(ROLES).map(([role, label]) => [sample(`masked prompt tr-${role}`, label), " "])
+      : h("span", { testid: "roles-unknown" }, "not recorded for this call"),
     hasPieces ? null : h("span", { class: "warn" }, " · no tokenizer on the gateway: token ids shown"));
 }
 

@@ -84,7 +84,7 @@ export async function callView(ctx, id) {
   ctx.show(
     h("h1", {}, `Call #${call.id}`),
     header(call),
-    section("Tokens", tokenLegend(hasPieces), tokenView(call)),
+    section("Tokens", tokenLegend(hasPieces, Array.isArray(call.prompt_roles)), tokenView(call)),
     mismatchCard(call),
     textCard(call),
     section("Raw", lazyJson("request (as the client sent it)", call.request, "raw-request"),
