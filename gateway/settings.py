@@ -1,4 +1,5 @@
-"""Gateway settings (the composition root builds them from CLI flags and the environment)."""
+"""Gateway settings. The composition root builds them in one place, from `harnessrl serve`'s config
+(harnessrl/config/serve.py, whose keys take the defaults written here); tests build them directly."""
 
 from __future__ import annotations
 

@@ -87,9 +87,13 @@ def key_option(model: type[BaseModel], name: str, key: str | None = None, flag_p
     extra = _inherited(model, name, "json_schema_extra") or {}
     flag = extra.get("flag") or "--" + (flag_prefix + name).replace("_", "-")
     option_type, convert = GIVEN_AS.get(extra.get("given_as"), (_option_type(field), _as_given))
+    help = escape(_inherited(model, name, "description"))  # shown as written: "[default: ...]" is no markup
+    if extra.get("argument"):  # positional and required: typer says when it is missing
+        argument = typer.Argument(help=help, metavar=name.upper(), show_default=False, **field_bounds(model, name))
+        return KeyOption(key or name, name, Annotated[option_type, argument, Sets(key or name, convert)], ...)
     option = typer.Option(
         *[f for f in (extra.get("short"), flag) if f],
-        help=escape(_inherited(model, name, "description")),  # shown as written: "[default: ...]" is no markup
+        help=help,
         envvar=extra.get("envvar"),
         **field_bounds(model, name),
     )

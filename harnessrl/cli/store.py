@@ -8,6 +8,7 @@ from typing import Annotated
 
 import typer
 
+from harnessrl.cli.job_config import config_command
 from harnessrl.cli.options import (
     DatabaseUrl,
     console,
@@ -17,53 +18,27 @@ from harnessrl.cli.options import (
     upgrade_store,
     with_store,
 )
+from harnessrl.config.listing import ListConfig
 
 db_app = typer.Typer(help="The trajectory store.", no_args_is_help=True)
 
 
-def ls(
-    what: Annotated[str, typer.Argument(help="policies | runs | groups | rollouts")],
-    run: Annotated[str | None, typer.Option(help="Only this run (runs: names containing it)")] = None,
-    status: Annotated[
-        str | None, typer.Option(help="groups: open|ready|consumed; rollouts: running|finished|failed")
-    ] = None,
-    task: Annotated[str | None, typer.Option(help="Only this task (groups, rollouts)")] = None,
-    harness: Annotated[str | None, typer.Option(help="Rollouts of this harness")] = None,
-    policy_version: Annotated[int | None, typer.Option(help="Rollouts with a call of this version")] = None,
-    reward_min: Annotated[float | None, typer.Option(help="Rollouts with reward >= this")] = None,
-    reward_max: Annotated[float | None, typer.Option(help="Rollouts with reward <= this")] = None,
-    limit: int = 50,
-    database_url: DatabaseUrl = None,
-    gateway: Annotated[
-        str | None, typer.Option(help="Read through this gateway's REST API instead of opening the store")
-    ] = None,
-    admin_key: Annotated[
-        str | None,
-        typer.Option(
-            envvar="HARNESSRL_ADMIN_KEY", help="With --gateway: its admin key \\[default: $HARNESSRL_HOME/admin.key]"
-        ),
-    ] = None,
-) -> None:
+@config_command(ListConfig)
+def ls(config: ListConfig) -> None:
     """List policies (every adapter lineage the server knows, with the runs and live users bound to it), runs,
     groups or rollouts, filtered as GET /admin/policies, /api/runs, /api/groups and /api/rollouts are."""
     from harnessrl.reports.remote_views import GatewayReadError, gateway_list_view
     from harnessrl.reports.views import list_view, render
-    from store.listings import RolloutFilter
 
-    where = RolloutFilter(
-        run=run,
-        task=task,
-        status=status,
-        harness=harness,
-        policy_version=policy_version,
-        reward_min=reward_min,
-        reward_max=reward_max,
-    )
+    what, where, limit = config.what, config.where(), config.limit
     try:
-        if gateway:
-            render(gateway_list_view(gateway, resolve_admin_key(admin_key), what, where, limit))
+        if config.gateway.url:
+            render(
+                gateway_list_view(config.gateway.url, resolve_admin_key(config.gateway.admin_key), what, where, limit)
+            )
         else:
-            render(with_store(resolve_database_url(database_url), lambda store: list_view(store, what, where, limit)))
+            url = resolve_database_url(config.store.url)
+            render(with_store(url, lambda store: list_view(store, what, where, limit)))
     except (ValueError, GatewayReadError) as exc:
         raise fail(str(exc)) from None
 

@@ -43,11 +43,19 @@ class Section(BaseModel):
 Config = TypeVar("Config", bound=BaseModel)
 
 
-def cli(flag: str | None = None, *, envvar: str | None = None, short: str | None = None, given_as: str | None = None):
+def cli(
+    flag: str | None = None,
+    *,
+    envvar: str | None = None,
+    short: str | None = None,
+    given_as: str | None = None,
+    argument: bool | None = None,
+):
     """How a key is given on the command line when not as ``--<its name>``, for ``Field(json_schema_extra=...)``:
-    its flag, the environment variable that may give it, a one-letter flag, and ``given_as`` ``comma_list``
-    (a list given as "a,b") or ``pairs`` (a table given as repeated key=value)."""
-    given = {"flag": flag, "envvar": envvar, "short": short, "given_as": given_as}
+    its flag, the environment variable that may give it, a one-letter flag, ``given_as`` ``comma_list``
+    (a list given as "a,b") or ``pairs`` (a table given as repeated key=value), and ``argument``: a positional
+    argument, required (``harnessrl ls runs``)."""
+    given = {"flag": flag, "envvar": envvar, "short": short, "given_as": given_as, "argument": argument}
     return {name: value for name, value in given.items() if value is not None}
 
 

@@ -1,7 +1,9 @@
 """One config per job: ``RunConfig`` (`harnessrl run`), ``EvalConfig`` (`harnessrl eval`) and
 ``QuickstartConfig`` (`harnessrl quickstart`), each its own keys and the sections it shares with the others
 (``harnessrl.config.sections``, ``harnessrl.config.training``). `harnessrl train`'s is the learner's
-settings and its own keys (``harnessrl.config.train``). Each key is its command's option (its help the field's description)."""
+settings and its own keys (``harnessrl.config.train``); `serve`'s, `sft`'s and `ls`'s are in
+``harnessrl.config.serve``, ``harnessrl.config.sft`` and ``harnessrl.config.listing``. Each key is its command's
+option (its help the field's description)."""
 
 from __future__ import annotations
 
@@ -15,6 +17,7 @@ from harnessrl.config.sections import (
     GatewayConfig,
     JudgeConfig,
     OwnGatewayConfig,
+    PolicyName,
     RolloutJudgeConfig,
     RunSandboxConfig,
     RunTeacherConfig,
@@ -34,7 +37,7 @@ from harnessrl.config.training import (
     QuickstartTasksConfig,
     WarmStartConfig,
 )
-from store.capture_modes import DEFAULT_CAPTURE, capture_help
+from store.capture_modes import DEFAULT_CAPTURE, CaptureMode, capture_help
 
 HARNESS_HELP = harness_help() + " (oneshot: the builtin agent as quickstart runs it, one reply, no tools)"
 POLICY_HELP = "The policy (named adapter lineage) {what}; a new name starts one [default: the harness's name]"
@@ -46,10 +49,10 @@ class RunConfig(Section):
     tasks: TasksConfig  # first: a command line missing both names --tasks first, as it always did
     run: str = Field(description="The run's name; rerunning the same command resumes it")
     harness: str = Field("builtin", description=HARNESS_HELP)
-    policy: str | None = Field(None, description=POLICY_HELP.format(what="the run trains and is served"))
+    policy: PolicyName | None = Field(None, description=POLICY_HELP.format(what="the run trains and is served"))
     group_size: int = Field(4, ge=1, description="G: rollouts per task (one GRPO group)")
     concurrency: int = Field(4, ge=1, description="Rollouts at once")
-    capture: str | None = Field(None, description=capture_help() + ", for a new run")
+    capture: CaptureMode | None = Field(None, description=capture_help() + ", for a new run")
     rewards: list[str] = Field([], description="module:function, repeatable", json_schema_extra=cli("--reward"))
     sandbox: RunSandboxConfig = RunSandboxConfig()
     sampling: SamplingConfig = SamplingConfig()
@@ -75,7 +78,7 @@ class EvalConfig(Section):
         "--database-url)",
         json_schema_extra=cli(given_as="comma_list"),
     )
-    policy: str | None = Field(  # None: the server's default
+    policy: PolicyName | None = Field(  # None: the server's default
         None, description="The policy that base and latest name [default: the server's default, policy]"
     )
     k: int = Field(8, ge=1, description="Rollouts per task per policy (pass@k)", json_schema_extra=cli(short="-k"))
@@ -105,10 +108,10 @@ class QuickstartConfig(Section):
         "builtin",
         description="The agent: " + harness_help(agent_names()) + " (builtin: one-shot; the others: real CLI agents)",
     )
-    policy: str | None = Field(None, description=POLICY_HELP.format(what="it trains, serves and evaluates"))
+    policy: PolicyName | None = Field(None, description=POLICY_HELP.format(what="it trains, serves and evaluates"))
     group_size: int = Field(4, ge=1, description="G: rollouts per task (one GRPO group)")
     concurrency: int = Field(8, ge=1, description="Rollouts at once")
-    capture: str | None = Field(  # None: the gateway's
+    capture: CaptureMode | None = Field(  # None: the gateway's
         None, description=f"How the policy's runs are captured: {capture_help()} [default: {DEFAULT_CAPTURE}]"
     )
     call_max_tokens: int = Field(256, ge=16, description="A CLI agent's max tokens per model call")

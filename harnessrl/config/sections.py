@@ -7,9 +7,9 @@ Each key is also its command-line option, declared here once: its help is the fi
 
 from __future__ import annotations
 
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
-from pydantic import Field
+from pydantic import AfterValidator, Field
 
 from harnessrl.config.files import LoosePath, Section, cli
 from rollouts.budget import DEFAULT_WALL_FACTOR
@@ -17,6 +17,18 @@ from rollouts.slot_leases import DEFAULT_LEASE_S
 from sandboxes.kinds import choices as kind_choices
 
 DEFAULT_GATEWAY = "http://127.0.0.1:8000"
+
+
+def policy_name(name: str) -> str:
+    """``name`` when it is a policy's name (store.policies.POLICY_NAME), else InvalidPolicyName (a ValueError)
+    naming the rule."""
+    from store.policies import check_policy_name  # here: the store's SQL stays out of the CLI's start
+
+    return check_policy_name(name)
+
+
+# A policy's name (store.policies.POLICY_NAME), checked when a config is read: --show-config refuses a bad one.
+PolicyName = Annotated[str, AfterValidator(policy_name)]
 TASKS_HELP = (
     "A folder of Harbor tasks (nested), a .jsonl file, a list file (one path a line), or "
     "builtin:arithmetic | builtin:tasks, or resolved by OpenEnv: harbor:FOLDER | harbor:ORG/NAME | "

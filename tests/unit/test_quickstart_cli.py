@@ -20,7 +20,6 @@ def quickstart(tmp_path, *args: str):
     "args, message",
     [
         (["--harness", "aider"], "unknown harness 'aider': choose builtin or one of opencode, pi"),
-        (["--capture", "text"], "--capture text: choose engine or tito"),
         (["--task-sampling", "hardest"], "--task-sampling hardest: choose pass or learnable"),
         (["--warm-start", "--upstream", "solutions"], "add --harness pi"),
         (["--tasks", "builtin:shell", "--unseen-tasks", "builtin:shell-unseen"], "add --eval-every N"),

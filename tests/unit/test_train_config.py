@@ -152,7 +152,20 @@ def test_nothing_named_to_train_says_how_to_name_it():
 def test_sft_reads_its_learner_settings_with_the_same_loader(tmp_path):
     path = tmp_path / "learner.toml"
     path.write_text("[lora]\nrnak = 8\n")
-    result = CliRunner().invoke(app, ["sft", "--run", "r", "--config", str(path)])
+    result = CliRunner().invoke(app, ["sft", "--run", "r", "--learner-config", str(path)])
     assert result.exit_code == 1 and "unknown key lora.rnak" in told(result)
     result = CliRunner().invoke(app, ["sft", "--run", "r", "--lr", "-1"])
     assert result.exit_code == 1 and "optimizer.lr = -1.0" in told(result)
+
+
+def test_a_negative_or_non_finite_echo_weight_is_an_error_naming_the_key(tmp_path):
+    path = tmp_path / "train.toml"
+    for value in ("-1.0", "nan", "inf"):
+        path.write_text(f"[loss]\necho_weight = {value}\n")
+        result = train("--config", str(path))
+        assert result.exit_code != 0 and f"{path}: loss.echo_weight = " in told(result), told(result)
+    result = train("--loss-echo-weight", "-1")
+    assert result.exit_code != 0 and "--loss-echo-weight" in told(result)
+    result = train("--loss-echo-weight", "inf")
+    assert result.exit_code != 0 and "loss.echo_weight = inf: Input should be a finite number" in told(result)
+    assert "echo_weight = 0.5" in shown("--run", "a", "--loss-echo-weight", "0.5")
