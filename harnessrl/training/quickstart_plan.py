@@ -14,8 +14,10 @@ from harnesses.task import Task
 from harnessrl.training.curriculum import TaskSampling
 from harnessrl.training.warm_start import WarmStart, WarmStartResult, learner_keys
 from learner.config import LearnerConfig
+from rollouts.run_plan import RolloutResult
 from sandboxes import Limits, SandboxSpec
 from sandboxes.kinds import sandbox_kind
+from store.evaluation import PASS_REWARD
 from store.policies import DEFAULT_POLICY
 
 # One reply per rollout, short: the arithmetic family is graded on the final answer (`eval --harness oneshot`).
@@ -39,6 +41,9 @@ class QuickstartPlan:
     minutes: float = 15.0  # rollouts stop starting after this; the learner finishes its step
     until_version: int = 0  # and not before the learner has published this version (a step count, not a time)
     max_rounds: int = 0  # GRPO rounds at most, whatever the two above say; 0: no limit
+    # GRPO rounds stop once a whole round's train pass@1 (``round_pass_at_1``) reaches this, whatever the
+    # three above say: the sanity bar's stop (tests/integration/test_learning.py); 0: off
+    until_pass_at_1: float = 0.0
     group_size: int = 4
     concurrency: int = 8
     max_model_len: int = 2048
@@ -117,6 +122,20 @@ def grpo_until(plan: QuickstartPlan, start: int) -> int:
     """The version rounds go on to past the time budget: the plan's, and at least one GRPO step past
     ``start`` (the version GRPO starts from: a warm start that spent the budget still gets its step)."""
     return max(plan.until_version, start + 1)
+
+
+def round_pass_at_1(results: list[RolloutResult], played: int) -> float | None:
+    """A GRPO round's train pass@1: the share of the ``played`` rollouts it was to play (its tasks x the group
+    size) that scored at least ``PASS_REWARD`` (a verifier's "solved"; a failed rollout is no pass); None for a
+    round cut short (fewer results: the time budget, a dead learner)."""
+    if played == 0 or len(results) < played:
+        return None
+    return sum(r.reward is not None and r.reward >= PASS_REWARD for r in results) / played
+
+
+def reached_the_bar(plan: QuickstartPlan, pass_at_1: float | None) -> bool:
+    """Does a round's train pass@1 end the GRPO rounds (``until_pass_at_1``)?"""
+    return plan.until_pass_at_1 > 0 and pass_at_1 is not None and pass_at_1 >= plan.until_pass_at_1
 
 
 def agent_context(harness: str, call_max_tokens: int) -> int:

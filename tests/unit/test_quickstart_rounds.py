@@ -1,4 +1,5 @@
-"""When quickstart's rounds stop: the time budget, then a step count (``until_version``), never a dead learner."""
+"""When quickstart's rounds stop: the time budget, then a step count (``until_version``), never a dead learner;
+the sanity bar's stop, a whole round's train pass@1 (``until_pass_at_1``), whatever those say."""
 
 from __future__ import annotations
 
@@ -9,10 +10,10 @@ import time
 import pytest
 
 from harnessrl.training.quickstart import Quickstart
-from harnessrl.training.quickstart_plan import QuickstartPlan, grpo_until
+from harnessrl.training.quickstart_plan import QuickstartPlan, grpo_until, reached_the_bar, round_pass_at_1
 from harnessrl.training.warm_start import WarmStart
 from learner.sft import SftStep
-from rollouts.run_plan import Admission
+from rollouts.run_plan import Admission, RolloutResult
 from store.records import GroupStatus
 
 
@@ -223,3 +224,42 @@ def test_with_a_learner_folder_the_run_is_handed_to_the_servers_learner_with_its
     settings = LearnerFolder(tmp_path / "shared").settings("q")
     assert settings.lora.init_adapter == str(tmp_path / "sft-adapter") and settings.lora.init_version == 2
     assert settings.output_dir == str(run.home / "learner")  # the adapters _final_adapter looks for
+
+
+def results(rewards: list[float | None]) -> list[RolloutResult]:
+    return [RolloutResult("t", n, n, "finished" if r is not None else "failed", r) for n, r in enumerate(rewards)]
+
+
+def test_a_rounds_train_pass_at_1_counts_solved_rollouts_of_all_it_was_to_play():
+    assert round_pass_at_1(results([1.0, 0.0, 1.5, 0.5]), 4) == 0.5  # at least PASS_REWARD passes
+    assert round_pass_at_1(results([1.0, None, 1.0, 1.0]), 4) == 0.75  # a failed rollout is no pass
+    assert round_pass_at_1(results([1.0, 1.0, 1.0]), 4) is None  # cut short: no pass@1 of a whole round
+    assert round_pass_at_1([], 0) is None
+
+
+@pytest.mark.parametrize(("bar", "pass_at_1", "reached"), [(0.0, 1.0, False), (0.95, 0.9, False), (0.95, 0.95, True)])
+def test_the_bar_is_reached_by_a_whole_round_at_or_above_it(tmp_path, bar, pass_at_1, reached):
+    plan = QuickstartPlan(run="q", model_dir=tmp_path, tasks=[], database_url="sqlite://", until_pass_at_1=bar)
+    assert reached_the_bar(plan, pass_at_1) is reached
+    assert not reached_the_bar(plan, None)
+
+
+@pytest.mark.parametrize(("bar", "rounds"), [(0.95, 3), (0.0, 5)])
+async def test_grpo_rounds_stop_after_the_first_whole_round_at_the_bar(tmp_path, monkeypatch, bar, rounds):
+    from harnesses.families import arithmetic_tasks
+
+    tasks = arithmetic_tasks(2)
+    monkeypatch.setenv("HARNESSRL_HOME", str(tmp_path / "home"))
+    plan = QuickstartPlan(
+        run="q", model_dir=tmp_path, tasks=tasks, database_url="sqlite://", group_size=2, until_pass_at_1=bar,
+        max_rounds=5,
+    )  # fmt: skip
+    run = Quickstart(plan)
+    played = iter([[1.0, 0.0, 0.0, 0.0], [1.0, 1.0, 1.0], [1.0, 1.0, 1.0, 1.0], [1.0] * 4, [1.0] * 4])
+
+    async def one_round(client, round_, pace, tasks):
+        return run.dashboard.next_round("grpo"), results(next(played))
+
+    monkeypatch.setattr(run, "_one_round", one_round)
+    await run._grpo(Gateway(0), AHEAD, Learner(True), None, [], asyncio.get_running_loop().create_future())
+    assert list(run.train_pass_at_1.values()) == [0.25, None, 1.0, 1.0, 1.0][:rounds]  # the cut-short round: None
