@@ -28,6 +28,7 @@ from urllib.parse import urlsplit
 
 import httpx
 
+from store.capture_modes import CaptureMode
 from store.records import AGENT_LOG_CHARS
 from store.round_slots import RoundSlots
 
@@ -148,7 +149,7 @@ class GatewayClient:
         group: str,
         group_size: int,
         meta: dict,
-        capture: str | None = None,
+        capture: CaptureMode | None = None,
         sampling: dict | None = None,
         policy: str | None = None,
     ) -> dict:

@@ -41,7 +41,7 @@ from harnesses.images import DOCKER_DIR
 from harnesses.registry import cli_agents
 from harnesses.task import Task, TaskEnvironment
 from sandboxes import Limits, SandboxSpec
-from sandboxes.kinds import sandbox_kind
+from sandboxes.kinds import Kind, as_kind
 
 IMAGE_PREFIX = "harnessrl-task"
 FORWARDER_IMAGE = "debian:bookworm-slim"  # python3 inside (docker/setup-daemon.sh builds it so)
@@ -115,14 +115,14 @@ class Environments:
                 "get the host's network: pass --allow-internet to allow it, or exclude the task"
             )
 
-    async def sandbox_spec(self, task: Task, harness: str, backend: str, base: SandboxSpec) -> SandboxSpec:
+    async def sandbox_spec(self, task: Task, harness: str, backend: Kind | str, base: SandboxSpec) -> SandboxSpec:
         """``base`` with the task's image (docker) or exported root (local), WORKDIR, env and limits."""
         env = task.environment
         if env is None:
             return base
         self.check(task)
         image = await self.image_for(task, harness)
-        images = sandbox_kind(backend).runs_images
+        images = as_kind(backend).runs_images
         image_env = image.env if images else {k: v for k, v in image.env.items() if k != "HOME"}
         # (a local root is read-only: $HOME stays the sandbox's own writable home)
         spec = replace(
@@ -136,7 +136,7 @@ class Environments:
             return replace(spec, image=image.tag, forwarder_image=FORWARDER_IMAGE)
         return replace(spec, image=None, root=str(await self.rootfs(image)))
 
-    async def grading_spec(self, task: Task, backend: str, agent: SandboxSpec) -> SandboxSpec | None:
+    async def grading_spec(self, task: Task, backend: Kind | str, agent: SandboxSpec) -> SandboxSpec | None:
         """The fresh sandbox the task's verifier runs in (harnesses/grading/grade.py): the agent's sandbox
         `agent` as the task alone makes it (the task's own image or root, no agent install, no gateway,
         no files: the agent's work is copied in); None where the task grades in the agent's sandbox."""
@@ -154,15 +154,15 @@ class Environments:
         if task.environment is None:
             return spec
         image = await self.task_image(task)
-        if sandbox_kind(backend).runs_images:
+        if as_kind(backend).runs_images:
             return replace(spec, image=image.tag)
         return replace(spec, root=str(await self.rootfs(image)))
 
     @staticmethod
-    def with_plain_image(spec: SandboxSpec, backend: str) -> SandboxSpec:
+    def with_plain_image(spec: SandboxSpec, backend: Kind | str) -> SandboxSpec:
         """A sandbox of an image's kind for a task without an image of its own (builtin tasks: files,
         instruction, verifier) played by a harness that brings none (builtin, oracle): the plain base image."""
-        return replace(spec, image=PLAIN_IMAGE) if sandbox_kind(backend).runs_images and not spec.image else spec
+        return replace(spec, image=PLAIN_IMAGE) if as_kind(backend).runs_images and not spec.image else spec
 
     async def image_for(self, task: Task, harness: str) -> ImageConfig:
         """The task's image, or for a CLI agent the image derived from it with the agent inside."""

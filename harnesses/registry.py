@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
     from harnesses.harness import Harness
+    from sandboxes.kinds import Kind
 
 BUILTIN = "builtin"
 ONESHOT = "oneshot"
@@ -49,7 +50,7 @@ def harness_help(names: list[str] | tuple[str, ...] | None = None) -> str:
     return " | ".join(names or harness_names())
 
 
-def create_harness(name: str, sandbox: str = "local") -> Harness:
+def create_harness(name: str, sandbox: Kind | str = "local") -> Harness:
     """The harness for ``name``; CLI agents are set up for the sandbox kind they will run in."""
     if name in (BUILTIN, ONESHOT):
         from harnesses.builtin_agent import ONE_SHOT, BuiltinHarness

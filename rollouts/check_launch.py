@@ -15,13 +15,14 @@ def launch_check(
     path: Path, sandbox: str, concurrency: int, allow_internet: bool, allow_unisolated: bool, console
 ) -> int:
     """0 when every task is sound, 1 otherwise (the table says which and why)."""
-    options = asyncio.run(checked_options(sandbox_kind(sandbox), allow_unisolated))
+    kind = sandbox_kind(sandbox)  # read once: every check's sandboxes take the Kind
+    options = asyncio.run(checked_options(kind, allow_unisolated))
     tasks = load_tasks(path)
     if not tasks:
         raise ValueError(f"no tasks under {path}")
     if (ignored := unhonoured_warning(tasks)) is not None:
         console.print(ignored, markup=False, highlight=False)
-    settings = CheckSettings(sandbox=sandbox, concurrency=concurrency, sandbox_options=options)
+    settings = CheckSettings(sandbox=kind, concurrency=concurrency, sandbox_options=options)
     environments = Environments(allow_internet=allow_internet)
     done = []
 

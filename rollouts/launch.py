@@ -23,7 +23,7 @@ from rollouts.interrupts import sigterm_cancels_this_task
 from rollouts.progress import RunProgress
 from rollouts.run_plan import RolloutResult, RunPlan
 from rollouts.runner import Runner
-from sandboxes.kinds import checked_options, sandbox_kind
+from sandboxes.kinds import checked_options
 from store.capture_modes import TEACHER_CAPTURE
 
 if TYPE_CHECKING:  # the config is read, never imported: harnessrl builds on harnesses, not the reverse
@@ -41,7 +41,7 @@ async def launch_run(
     it there unless ``config.sandbox.gateway`` names another URL (a kind without a bridge, harbor:<type>,
     uses the gateway's public URL). ``on_ready``: called once the checks passed, before any rollout.
     """
-    kind = sandbox_kind(config.sandbox.kind)
+    kind = config.sandbox.kind  # parsed when the config was read
     options = await checked_options(kind, config.sandbox.allow_unisolated, config.sandbox.options)
     chosen = load_selection(config.tasks.source, config.tasks.selection())
     if (ignored := unhonoured_warning(chosen)) is not None:

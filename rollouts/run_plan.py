@@ -15,6 +15,8 @@ from harnesses.task import Task
 from rollouts.budget import DEFAULT_WALL_FACTOR
 from rollouts.slot_leases import DEFAULT_LEASE_S
 from sandboxes import SandboxSpec
+from sandboxes.kinds import Kind, as_kind
+from store.capture_modes import CaptureMode
 
 
 class Admission(StrEnum):
@@ -33,10 +35,10 @@ class RunPlan:
     harness: Harness
     group_size: int  # G
     concurrency: int  # rollouts at once
-    sandbox: str  # "local" | "docker" | "harbor:<type>" (sandboxes.kinds)
+    sandbox: Kind  # local, docker, harbor:<type> (sandboxes.kinds), as the config read it
     base_spec: SandboxSpec = field(default_factory=SandboxSpec)  # limits and options every sandbox shares
     rewards: tuple[RewardFunction, ...] = ()
-    capture: str | None = None  # the run's capture mode when the runner creates it
+    capture: CaptureMode | None = None  # the run's capture mode when the runner creates it
     sampling: dict | None = None  # the run's {"temperature", "top_p"} when the runner creates it
     policy: str | None = None  # the policy the run trains and is served (store.policies); None: the server's default
     sandbox_options: dict = field(default_factory=dict)  # e.g. {"isolation": "bwrap"} for local, Harbor's options
@@ -53,6 +55,9 @@ class RunPlan:
     # Asked before each claim (None: always GO): the quickstart holds new groups back while the learner has
     # enough waiting, and stops the round at its time budget.
     pace: Callable[[], Awaitable[Admission]] | None = None
+
+    def __post_init__(self):  # a kind's name (the quickstart's plan, tests) is read here, once per plan
+        object.__setattr__(self, "sandbox", as_kind(self.sandbox))
 
     @property
     def group(self) -> str:

@@ -33,7 +33,6 @@ from rollouts.run_plan import Admission, Played, RolloutResult, RunPlan
 from rollouts.slot_leases import INTERRUPTED, LeaseLost, SlotLeases, default_worker_id
 from sandboxes import create_sandbox
 from sandboxes.bridge_limits import raise_open_files_limit
-from sandboxes.kinds import sandbox_kind
 from sandboxes.urls import public_url
 from store.records import ENDED, SCORED, RolloutStatus
 
@@ -321,8 +320,8 @@ class Runner:
     async def _attempt(self, task: Task, index: int, rollout: dict) -> Played:
         plan = self.plan
         base_url = rebased(rollout["base_url"], plan.sandbox_gateway)  # the bridge connects to its host:port
-        if not sandbox_kind(plan.sandbox).bridged:
-            base_url = public_url(base_url, plan.sandbox)  # given to the sandbox as is
+        if not plan.sandbox.bridged:
+            base_url = public_url(base_url, plan.sandbox.name)  # given to the sandbox as is
         target = RolloutTarget(base_url, rollout["token"])
         base = replace(plan.base_spec, gateway_url=base_url, name=f"{task.name}-{index}"[:40])
         base = await self.environments.sandbox_spec(task, plan.harness.name, plan.sandbox, base)

@@ -10,9 +10,14 @@ Harbor's, driven in Harbor's own Python: `sandboxes.harbor`). This package impor
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from sandboxes.protocol import WORKSPACE, ExecResult, KilledReason, Limits, Sandbox, SandboxError, SandboxSpec
 
-SandboxKind = str  # "local" | "docker" | "harbor:<type>" (sandboxes.kinds)
+if TYPE_CHECKING:
+    from sandboxes.kinds import Kind
+
+SandboxKind = str  # a kind's name: "local" | "docker" | "harbor:<type>" (sandboxes.kinds)
 
 __all__ = [
     "WORKSPACE",
@@ -27,10 +32,10 @@ __all__ = [
 ]
 
 
-async def create_sandbox(kind: SandboxKind, spec: SandboxSpec, **options) -> Sandbox:
+async def create_sandbox(kind: Kind | SandboxKind, spec: SandboxSpec, **options) -> Sandbox:
     """Create and start a sandbox of ``kind`` (``sandboxes.kinds``: SandboxError naming the kinds for another).
     Options go to the backend: `isolation` for local ("auto" | "bwrap" | "subprocess"), `client` (a
     docker.DockerClient) for docker, the environment's own options (Harbor's kwargs) for harbor:<type>."""
-    from sandboxes.kinds import sandbox_kind
+    from sandboxes.kinds import as_kind
 
-    return await sandbox_kind(kind).create(spec, options)
+    return await as_kind(kind).create(spec, options)

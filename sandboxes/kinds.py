@@ -32,6 +32,9 @@ class Kind:
     # Class.create(spec, **options) starts one, or Class.create(spec, harbor_type, options) for harbor:<type>.
     backend: str = ""
 
+    def __str__(self) -> str:  # as --sandbox names it, in messages and --show-config
+        return self.name
+
     async def create(self, spec: SandboxSpec, options: Mapping[str, object]):
         """A started sandbox of this kind: the backend's ``create`` with the kind's options."""
         module, _, name = self.backend.partition(":")
@@ -71,6 +74,13 @@ def sandbox_kind(name: str) -> Kind:
         harbor_type = name[len(HARBOR) :].strip()
         return Kind(name, runs_images=True, bridged=False, harbor_type=harbor_type, backend=HARBOR_BACKEND)
     raise SandboxError(f"--sandbox must be one of {', '.join(kind_names())} (e.g. harbor:podman), not {name!r}")
+
+
+def as_kind(kind: Kind | str) -> Kind:
+    """``kind`` itself, or the kind a name names (``sandbox_kind``): a config reads its kind once
+    (harnessrl.config.sections.SandboxKind) and passes the ``Kind`` down; a name is for callers of
+    `sandboxes.create_sandbox` and the like that have only the name."""
+    return kind if isinstance(kind, Kind) else sandbox_kind(kind)
 
 
 def bridged_kinds() -> list[str]:

@@ -14,6 +14,7 @@ from harnesses.agents.hermes import HermesHarness
 from harnesses.agents.opencode import OpenCodeHarness
 from harnesses.agents.pi import PiHarness
 from harnesses.agents.qwen_code import QwenCodeHarness
+from sandboxes.kinds import Kind
 
 # The one list of CLI agents, by each class's own name (harnesses.registry reads it): a new agent is one entry.
 AGENTS: dict[str, type[CliAgentHarness]] = {
@@ -36,7 +37,7 @@ __all__ = [
 ]
 
 
-def create(name: str, sandbox: str = "local", settings: AgentSettings | None = None) -> CliAgentHarness:
+def create(name: str, sandbox: Kind | str = "local", settings: AgentSettings | None = None) -> CliAgentHarness:
     """The harness of agent ``name``, for sandboxes of kind ``sandbox`` (``sandboxes.kinds``)."""
     if name not in AGENTS:
         raise ValueError(f"unknown agent {name!r}; choose one of {', '.join(AGENTS)}")

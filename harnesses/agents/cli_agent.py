@@ -23,7 +23,7 @@ from harnesses.harness import AgentOutcome, RolloutTarget
 from harnesses.task import Task
 from sandboxes import ExecResult, Sandbox, SandboxSpec
 from sandboxes.bwrap import SYSTEM_DIRS
-from sandboxes.kinds import sandbox_kind
+from sandboxes.kinds import Kind, as_kind
 
 PROVIDER_ID = "harnessrl"  # our own provider id: an agent's built-in "openai" provider has quirks
 FALLBACK_HOME = "/tmp/harnessrl-agent"  # when the sandbox has no usable $HOME
@@ -110,8 +110,8 @@ class CliAgentHarness:
     side_call_patterns: dict[str, str] = {}
     shell_tool: ShellTool  # its tool that runs a shell command (demonstrations call it)
 
-    def __init__(self, sandbox: str = "local", settings: AgentSettings | None = None):
-        self.sandbox, self.kind = sandbox, sandbox_kind(sandbox)
+    def __init__(self, sandbox: Kind | str = "local", settings: AgentSettings | None = None):
+        self.kind = as_kind(sandbox)  # a name (tests, the quickstart's plan) is read here
         self.settings = settings or AgentSettings()
 
     # -- what each agent defines ------------------------------------------------------------------

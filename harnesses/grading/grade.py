@@ -28,10 +28,11 @@ from collections.abc import Mapping
 from harnesses.grading.verify import Verdict, verify
 from harnesses.task import Task
 from sandboxes import Sandbox, SandboxSpec, create_sandbox
+from sandboxes.kinds import Kind
 
 
 async def grade(
-    kind: str,
+    kind: Kind | str,  # sandboxes.kinds
     agent: Sandbox,
     task: Task,
     fresh: SandboxSpec | None,

@@ -50,6 +50,7 @@ ConfigFile = Annotated[
 ShowConfig = Annotated[
     bool, typer.Option("--show-config", help="Print the settings (file, options, defaults) as TOML and exit")
 ]
+TYPER_TYPES = (str, int, float, bool, Path)  # an option of another type is given by name
 # How a list or a table is written on the command line (cli(given_as=...)): its option's type, its conversion.
 GIVEN_AS = {"comma_list": (str, comma_list), "pairs": (list[str] | None, option_pairs)}
 
@@ -125,6 +126,8 @@ def _option_type(field: FieldInfo) -> Any:
         return str
     if type(None) in args:  # X | None
         return next(arg for arg in args if arg is not type(None)) | None
+    if origin is None and isinstance(annotation, type) and not issubclass(annotation, (*TYPER_TYPES, BaseModel)):
+        return str  # given by name, parsed by the field's validator (a sandbox Kind)
     return annotation
 
 
@@ -139,4 +142,7 @@ def _shown_default(field: FieldInfo, extra: dict) -> Any:
     if isinstance(default, list) and extra.get("given_as") == "comma_list":
         return ",".join(default)
     repeated = isinstance(default, tuple) and _option_type(field) == list[str] | None
-    return None if default is PydanticUndefined or isinstance(default, (dict, list)) or repeated else default
+    if default is PydanticUndefined or isinstance(default, (dict, list)) or repeated:
+        return None
+    given_by_name = _option_type(field) is str and default is not None and not isinstance(default, str)
+    return str(default) if given_by_name else default  # a sandbox Kind: its name

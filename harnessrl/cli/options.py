@@ -11,7 +11,7 @@ from rich.console import Console
 
 from harnessrl.cli.key_options import key_option
 from harnessrl.config.sections import GatewayConfig, StoreConfig
-from sandboxes.kinds import option_pairs
+from sandboxes.kinds import Kind, option_pairs
 
 console = Console(stderr=True)
 
@@ -130,7 +130,7 @@ def with_store(url: str, work):
 
 
 def checked_sandbox(
-    sandbox: str,
+    sandbox: Kind | str,
     pairs: list[str] | dict | None,
     allow_unisolated: bool = False,
     loopback_gateway: bool = False,
@@ -141,14 +141,14 @@ def checked_sandbox(
     ``loopback_gateway``: the command's gateway listens on loopback only, which a sandbox without a bridge
     (harbor:<type>, given the gateway's public URL) never reaches. ``local_later``: local's bubblewrap
     is left to the first sandbox to check (quickstart names a missing agent first)."""
-    if local_later and sandbox == "local" and not pairs:
+    if local_later and str(sandbox) == "local" and not pairs:
         return {}
     import asyncio
 
-    from sandboxes.kinds import bridged_kinds, checked_options, sandbox_kind
+    from sandboxes.kinds import as_kind, bridged_kinds, checked_options
 
     try:
-        kind = sandbox_kind(sandbox)
+        kind = as_kind(sandbox)  # a config's Kind, or a name
         if loopback_gateway and not kind.bridged:
             raise RuntimeError(
                 f"--sandbox {sandbox} sandboxes reach the gateway at its public URL, and this command's gateway "

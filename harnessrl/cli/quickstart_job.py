@@ -87,7 +87,7 @@ def quickstart_plan(config: QuickstartConfig):
         capture=config.capture,
         task_sampling=config.task_sampling,
         policy=checked_policy(config.policy) or harness_policy(config.harness),
-        sandbox=sandbox.kind,
+        sandbox=sandbox.kind.name,  # QuickstartPlan.sandbox is still a name (harnessrl/training/quickstart_plan.py)
         sandbox_options=sandbox_options,
     )
 

@@ -10,7 +10,7 @@ from typing import Annotated, Any, TypeVar
 
 import annotated_types
 import tomli_w
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError
 from pydantic_core import PydanticUndefined
 
 from learner.settings import error_message
@@ -224,4 +224,6 @@ def _example(model: type[BaseModel], name: str) -> str:
     if field.default in (None, PydanticUndefined) or isinstance(field.default, (dict, list)):
         kind = next((said for word, said in KINDS if word in str(field.annotation)), str(field.annotation))
         return f"{name} takes {kind}"
-    return "write it like " + " ".join(tomli_w.dumps({name: field.default}).split())
+    typed = Annotated[(field.annotation, *field.metadata)] if field.metadata else field.annotation
+    written = TypeAdapter(typed).dump_python(field.default, mode="json")  # a sandbox Kind by its name
+    return "write it like " + " ".join(tomli_w.dumps({name: written}).split())

@@ -9,11 +9,12 @@ from __future__ import annotations
 
 from typing import Annotated, Any, Literal
 
-from pydantic import AfterValidator, Field
+from pydantic import AfterValidator, Field, PlainSerializer, PlainValidator, WithJsonSchema
 
 from harnessrl.config.files import LoosePath, Section, cli
 from rollouts.budget import DEFAULT_WALL_FACTOR
 from rollouts.slot_leases import DEFAULT_LEASE_S
+from sandboxes.kinds import KINDS, Kind, sandbox_kind
 from sandboxes.kinds import choices as kind_choices
 
 DEFAULT_GATEWAY = "http://127.0.0.1:8000"
@@ -29,6 +30,25 @@ def policy_name(name: str) -> str:
 
 # A policy's name (store.policies.POLICY_NAME), checked when a config is read: --show-config refuses a bad one.
 PolicyName = Annotated[str, AfterValidator(policy_name)]
+
+
+def parsed_kind(value: Any) -> Kind:
+    """The sandbox kind a config names (``sandboxes.kinds.sandbox_kind``), read once when the config is; a
+    ValueError listing the kinds for another name."""
+    if isinstance(value, Kind):
+        return value
+    if not isinstance(value, str):
+        raise ValueError(f"a sandbox kind is a string ({kind_choices()})")
+    try:
+        return sandbox_kind(value)
+    except RuntimeError as exc:  # SandboxError
+        raise ValueError(str(exc)) from None
+
+
+# A sandbox kind, parsed when a config is read and passed down as the Kind; written (TOML, --show-config) by name.
+SandboxKind = Annotated[
+    Kind, PlainValidator(parsed_kind), PlainSerializer(str, return_type=str), WithJsonSchema({"type": "string"})
+]
 TASKS_HELP = (
     "A folder of Harbor tasks (nested), a .jsonl file, a list file (one path a line), or "
     "builtin:arithmetic | builtin:tasks, or resolved by OpenEnv: harbor:FOLDER | harbor:ORG/NAME | "
@@ -64,8 +84,8 @@ class EvalTasksConfig(TasksConfig):
 class SandboxKindConfig(Section):
     """Where rollouts run (sandboxes/kinds.py)."""
 
-    kind: str = Field(
-        "local",
+    kind: SandboxKind = Field(
+        KINDS["local"],
         description=f"{kind_choices()}: an environment type of Harbor's (podman, daytona, modal, e2b, gke, ...; "
         "docs/running.md)",
         json_schema_extra=cli("--sandbox"),

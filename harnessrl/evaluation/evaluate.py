@@ -34,7 +34,8 @@ from rollouts.interrupts import sigterm_cancels_this_task
 from rollouts.run_plan import RolloutResult, RunPlan
 from rollouts.runner import Runner
 from sandboxes import SandboxSpec
-from store.capture_modes import TEACHER_CAPTURE
+from sandboxes.kinds import KINDS, Kind
+from store.capture_modes import TEACHER_CAPTURE, CaptureMode
 from store.passk import TaskCount, policy_label, policy_results
 from store.policies import DEFAULT_POLICY, LATEST, InvalidPolicyName, parse_pin
 from store.records import RolloutStatus
@@ -51,7 +52,7 @@ class EvalPlan:
     policies: tuple[str, ...]  # as asked: base | latest | <policy>@latest | <policy>@v<N> | <policy>-v<N> | teacher:M
     k: int  # rollouts per task per policy
     concurrency: int
-    sandbox: str = "local"
+    sandbox: Kind = KINDS["local"]
     sampling: dict = field(default_factory=lambda: {"temperature": 1.0, "top_p": 1.0})  # the eval run's
     base_spec: SandboxSpec = field(default_factory=SandboxSpec)
     sandbox_options: dict = field(default_factory=dict)
@@ -62,7 +63,9 @@ class EvalPlan:
     database_url: str | None = None
     policy_model: Path | None = None
     teacher_base_url: str | None = None
-    capture: str | None = None  # the policies' runs' capture mode (store.capture_modes); a teacher's is TEACHER_CAPTURE
+    capture: CaptureMode | None = (
+        None  # the policies' runs' capture mode (store.capture_modes); a teacher's is TEACHER_CAPTURE
+    )
     policy: str = DEFAULT_POLICY  # the policy a pin without one names (base, latest)
 
     @property
@@ -369,7 +372,7 @@ def write_outputs(document: dict, out_dir: Path) -> tuple[Path, Path]:
     return path, save_eval_png(document, out_dir / "eval.png")
 
 
-def eval_harness(name: str, sandbox: str) -> Harness:
+def eval_harness(name: str, sandbox: Kind | str) -> Harness:
     """The harness by name (``harnesses.registry``)."""
     from harnesses.registry import create_harness
 

@@ -59,15 +59,16 @@ def eval_thread(settings: LearnerConfig, run: str, database_url: str):
     from sandboxes.kinds import backend_options, sandbox_kind
 
     try:
+        kind = sandbox_kind(held_out.sandbox)  # read once: the learner's settings name it
         tasks = load_selection(held_out.tasks, Selection(split="test", test_fraction=held_out.test_fraction))
         every = EvalEvery(
             every=held_out.every,
             tasks=tasks,
-            harness=eval_harness(held_out.harness, held_out.sandbox),
+            harness=eval_harness(held_out.harness, kind),
             k=held_out.k,
             concurrency=held_out.concurrency,
-            sandbox=held_out.sandbox,
-            sandbox_options=backend_options(sandbox_kind(held_out.sandbox), allow_unisolated=False),
+            sandbox=kind,
+            sandbox_options=backend_options(kind, allow_unisolated=False),
             temperature=settings.temperature,
             policy=None,  # the run's, read when its first rollout made it
         )

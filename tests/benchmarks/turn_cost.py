@@ -151,7 +151,8 @@ class NaiveTito(TitoEngine):
         ids = self.text.encode(
             self.text.template.render([for_template(m) for m in messages], tools, add_generation_prompt=True)
         )
-        return RenderedPrompt(np.asarray(ids, "<i4"), (orjson.dumps(ids),))
+        unknown = np.zeros(len(ids), np.uint8)  # naive re-rendering places no contents: every role UNKNOWN
+        return RenderedPrompt(np.asarray(ids, "<i4"), (orjson.dumps(ids),), unknown, unplaced=1)
 
 
 @functools.cache

@@ -182,7 +182,7 @@ def test_a_missing_agent_names_the_install_command(monkeypatch, name, hint):
 
 
 def test_registry_creates_the_cli_agents():
-    assert create_harness("opencode").name == "opencode" and create_harness("hermes").sandbox == "local"
+    assert create_harness("opencode").name == "opencode" and create_harness("hermes").kind.name == "local"
     with pytest.raises(ValueError, match="opencode, pi, hermes"):
         create("claude")
 

@@ -63,7 +63,7 @@ def test_a_file_gives_the_keys_it_names_and_the_rest_are_the_defaults(tmp_path):
     path.write_text('run = "r"\n[tasks]\nsource = "builtin:shell"\n[sandbox]\nmemory_gib = 4\n')
     config = load_config(RunConfig, path, {})
     assert config == run_config("builtin:shell", "r", **{"sandbox.memory_gib": 4.0})
-    assert (config.group_size, config.sandbox.kind, config.sandbox.memory_gib) == (4, "local", 4.0)
+    assert (config.group_size, config.sandbox.kind.name, config.sandbox.memory_gib) == (4, "local", 4.0)
 
 
 def test_an_option_on_the_command_line_wins_over_the_file_and_an_unset_one_leaves_it(tmp_path):

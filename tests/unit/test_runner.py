@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import shutil
+import sys
 from collections.abc import Iterator
 
 import pytest
@@ -14,7 +15,7 @@ from harnesses.task import Task, builtin_tasks_path, load_tasks
 from harnessrl.server import BackgroundGateway
 from rollouts.run_plan import RunPlan
 from rollouts.runner import Runner
-from tests.builders import TEST_ADMIN_KEY, gateway_settings
+from tests.builders import TEST_ADMIN_KEY, gateway_settings, run_config
 from tests.fake_tokens import FakeReply
 
 TASKS = load_tasks(builtin_tasks_path())
@@ -194,3 +195,27 @@ async def test_a_rollout_whose_agent_never_got_an_answer_fails_with_the_cause_an
     assert all(v["error"].startswith("no answer from the model: first prompt ") for v in views), views[0]["error"]
     assert all(v["reward"] is None and v["rewards"] == {} for v in views)  # no zero reward to train on
     assert "; 2 failed: no answer from the model: first prompt" in summary_line("r", results)
+
+
+@needs_bwrap
+async def test_a_runs_sandbox_kind_is_parsed_once_when_its_config_is_read(live_gateway, fake_engine, monkeypatch):
+    """--sandbox becomes a Kind when the config is read (harnessrl/config/sections.py); the launch, the harness,
+    the runner, the task environments, the grader and the sandboxes take that Kind as it is."""
+    from rollouts.launch import launch_run
+    from sandboxes import kinds
+
+    parsed, original = [], kinds.sandbox_kind
+
+    def counted(name: str):
+        parsed.append(name)
+        return original(name)
+
+    for module in list(sys.modules.values()):  # every module that imported the parse, by name or as kinds'
+        if vars(module).get("sandbox_kind") is original:
+            monkeypatch.setattr(module, "sandbox_kind", counted)
+    fake_engine.script = solving_script(TASKS)
+    keys = {"tasks.include": [TASKS[0].name], "sandbox.kind": "local"}
+    config = run_config(builtin_tasks_path(), "kind-once", group_size=2, concurrency=2, **keys)
+    summary = await launch_run(config, live_gateway.url, TEST_ADMIN_KEY)
+    assert "2 rollouts this time (2 finished, 0 failed)" in summary
+    assert parsed == ["local"]
