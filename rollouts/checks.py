@@ -21,7 +21,7 @@ from harnesses.grading.grade import final_answer, grade
 from harnesses.harness import RolloutTarget
 from harnesses.task import Task
 from sandboxes import Limits, SandboxSpec, create_sandbox
-from sandboxes.kinds import KINDS, Kind, as_kind
+from sandboxes.kinds import KINDS, Kind
 
 NO_GATEWAY = RolloutTarget(base_url="http://127.0.0.1:9/r/none/v1", token="none")  # neither agent calls it
 
@@ -52,13 +52,10 @@ class TaskCheck:
 
 @dataclass(frozen=True)
 class CheckSettings:
-    sandbox: Kind = KINDS["docker"]  # a kind of sandboxes.kinds; a name (tests) is read once, in __post_init__
+    sandbox: Kind = KINDS["docker"]  # a kind of sandboxes.kinds, as `tasks check --sandbox` named it
     concurrency: int = 4  # tasks at once (each runs its two agents one after the other)
     sandbox_options: dict | None = None  # e.g. {"isolation": "bwrap"}
     limits: Limits = Limits(memory_bytes=2 * 2**30, cpus=1.0)
-
-    def __post_init__(self):
-        object.__setattr__(self, "sandbox", as_kind(self.sandbox))
 
 
 async def check_tasks(

@@ -15,7 +15,7 @@ from harnesses.task import Task
 from rollouts.budget import DEFAULT_WALL_FACTOR
 from rollouts.slot_leases import DEFAULT_LEASE_S
 from sandboxes import SandboxSpec
-from sandboxes.kinds import Kind, as_kind
+from sandboxes.kinds import Kind
 from store.capture_modes import CaptureMode
 
 
@@ -55,9 +55,6 @@ class RunPlan:
     # Asked before each claim (None: always GO): the quickstart holds new groups back while the learner has
     # enough waiting, and stops the round at its time budget.
     pace: Callable[[], Awaitable[Admission]] | None = None
-
-    def __post_init__(self):  # a kind's name (the quickstart's plan, tests) is read here, once per plan
-        object.__setattr__(self, "sandbox", as_kind(self.sandbox))
 
     @property
     def group(self) -> str:

@@ -92,11 +92,13 @@ def call_row(rollout_id: int, request: dict | None = None) -> dict:
 async def run_single_rollout(
     harness, gateway_url: str, run: str, task, sandbox: str, options: dict, admin_key: str = TEST_ADMIN_KEY
 ):
-    """One rollout of ``task`` by ``harness`` through the real runner (2 GiB, 1 CPU); its result."""
+    """One rollout of ``task`` by ``harness`` through the real runner (2 GiB, 1 CPU) in sandboxes of the kind
+    ``sandbox`` names; its result."""
     from contracts.gateway_client import GatewayClient
     from rollouts.run_plan import RunPlan
     from rollouts.runner import Runner
     from sandboxes import Limits, SandboxSpec
+    from sandboxes.kinds import sandbox_kind
 
     plan = RunPlan(
         run=run,
@@ -104,7 +106,7 @@ async def run_single_rollout(
         harness=harness,
         group_size=1,
         concurrency=1,
-        sandbox=sandbox,
+        sandbox=sandbox_kind(sandbox),
         sandbox_options=options,
         base_spec=SandboxSpec(limits=Limits(memory_bytes=2 * 2**30, cpus=1.0)),
     )

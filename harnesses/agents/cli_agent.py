@@ -111,7 +111,7 @@ class CliAgentHarness:
     shell_tool: ShellTool  # its tool that runs a shell command (demonstrations call it)
 
     def __init__(self, sandbox: Kind | str = "local", settings: AgentSettings | None = None):
-        self.kind = as_kind(sandbox)  # a name (tests, the quickstart's plan) is read here
+        self.kind = as_kind(sandbox)  # a name (tests, `create(name, sandbox="docker")`) is read here
         self.settings = settings or AgentSettings()
 
     # -- what each agent defines ------------------------------------------------------------------

@@ -8,7 +8,6 @@ import re
 from pathlib import Path
 
 from harnessrl.cli.options import (
-    checked_policy,
     checked_sandbox,
     console,
     fail,
@@ -46,7 +45,7 @@ def start_run(config: RunConfig) -> None:
     key = resolve_admin_key(config.gateway.admin_key)
     judge_settings(config.judge)
     selection = task_selection(config.tasks)
-    config = config.model_copy(update={"policy": checked_policy(config.policy) or harness_policy(config.harness)})
+    config = config.model_copy(update={"policy": config.policy or harness_policy(config.harness)})
     try:
         with (
             _teacher_gateway(config, key, selection) if config.teacher.model else nullcontext(config.gateway.url) as url
@@ -118,7 +117,7 @@ def _resolved_eval(config: EvalConfig) -> EvalConfig:
     from harnessrl.settings import data_home
     from store.policies import DEFAULT_POLICY
 
-    policy = checked_policy(config.policy) or DEFAULT_POLICY
+    policy = config.policy or DEFAULT_POLICY  # a PolicyName: checked when the config was read
     name = config.run or time.strftime("eval-%Y%m%d-%H%M%S", time.gmtime())
     return config.model_copy(update={"policy": policy, "run": name, "out": config.out or data_home() / "eval" / name})
 

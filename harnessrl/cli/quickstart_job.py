@@ -7,7 +7,6 @@ from __future__ import annotations
 from harnessrl.cli.jobs import keep_config, run_config_path
 from harnessrl.cli.options import (
     check_choice,
-    checked_policy,
     checked_sandbox,
     console,
     fail,
@@ -86,15 +85,14 @@ def quickstart_plan(config: QuickstartConfig):
         lr=config.learner.lr,
         capture=config.capture,
         task_sampling=config.task_sampling,
-        policy=checked_policy(config.policy) or harness_policy(config.harness),
-        sandbox=sandbox.kind.name,  # QuickstartPlan.sandbox is still a name (harnessrl/training/quickstart_plan.py)
+        policy=config.policy or harness_policy(config.harness),  # a PolicyName: checked when the config was read
+        sandbox=sandbox.kind,
         sandbox_options=sandbox_options,
     )
 
 
 def _check_choices(config: QuickstartConfig) -> None:
     from harnessrl.training.curriculum import TaskSampling
-    from store.capture_modes import CaptureMode
 
     source = config.tasks.source
     if source.startswith("openenv:"):  # its rounds run the one-shot builtin agent, which has no environment tools
@@ -102,7 +100,6 @@ def _check_choices(config: QuickstartConfig) -> None:
             f"quickstart trains on task files and families; an OpenEnv environment runs with `harnessrl run "
             f"--tasks {source} --harness builtin|opencode --run NAME` and `harnessrl train --run NAME`"
         )
-    check_choice("--capture", config.capture, CaptureMode)
     check_choice("--task-sampling", config.task_sampling, TaskSampling)
     if config.learner.folder is not None and config.gateway.url is None:
         raise fail("--learner-folder hands the run to a server's learner: add --gateway URL (`harnessrl serve`'s)")

@@ -22,7 +22,7 @@ from harnesses.task import Task
 from harnessrl.evaluation.evaluate import EvalPlan, run_evaluation
 from learner.intake import trained_policy
 from sandboxes import SandboxSpec
-from sandboxes.kinds import KINDS, Kind, as_kind
+from sandboxes.kinds import KINDS, Kind
 from store.capture_modes import CaptureMode
 from store.passk import policy_label
 from store.policies import DEFAULT_POLICY
@@ -43,15 +43,12 @@ class EvalEvery:
     harness: Harness
     k: int = 4
     concurrency: int = 4
-    sandbox: Kind = KINDS["local"]  # a name (the quickstart's plan) is read once, in __post_init__
+    sandbox: Kind = KINDS["local"]  # as the config (or the learner's settings) read it
     sandbox_options: dict = field(default_factory=dict)
     base_spec: SandboxSpec = field(default_factory=SandboxSpec)
     temperature: float = 1.0
     capture: CaptureMode | None = None  # the eval run's capture mode (store.capture_modes); None: the gateway's default
     policy: str | None = DEFAULT_POLICY  # the policy whose versions are evaluated (store.policies); None: the run's
-
-    def __post_init__(self):
-        object.__setattr__(self, "sandbox", as_kind(self.sandbox))
 
 
 async def served_version(client: GatewayClient, policy: str = DEFAULT_POLICY) -> int:

@@ -16,7 +16,8 @@ from harnessrl.training.warm_start import WarmStart, WarmStartResult, learner_ke
 from learner.config import LearnerConfig
 from rollouts.run_plan import RolloutResult
 from sandboxes import Limits, SandboxSpec
-from sandboxes.kinds import sandbox_kind
+from sandboxes.kinds import KINDS, Kind
+from store.capture_modes import CaptureMode
 from store.evaluation import PASS_REWARD
 from store.policies import DEFAULT_POLICY
 
@@ -54,7 +55,7 @@ class QuickstartPlan:
     groups_per_step: int = 4  # the learner's batch
     lr: float | None = None  # GRPO's learning rate; None: FRESH_LR, or WARM_LR after a warm start
     backlog_steps: int = 2  # rollouts pause while this many learner steps' worth of groups wait
-    learner: dict = field(default_factory=dict)  # more learner keys, as LearnerConfig.updated takes them
+    learner_overrides: dict = field(default_factory=dict)  # more learner keys, as LearnerConfig.updated takes them
     learner_metrics_port: int = 0  # the learner's Prometheus /metrics on 127.0.0.1; 0 = off
     # a running learner's settings folder (harnessrl.training.learner_folder) to hand the run to; None: its own
     learner_folder: Path | None = None
@@ -70,16 +71,16 @@ class QuickstartPlan:
     # sandboxes, each model call capped at `call_max_tokens`.
     harness: str = "builtin"
     call_max_tokens: int = 256
-    # Where rounds and evaluations run (sandboxes.kinds: local, docker, harbor:<type>) and the options of
-    # that kind's sandboxes ({} for local: bubblewrap, checked when the first starts).
-    sandbox: str = "local"
+    # Where rounds and evaluations run (sandboxes.kinds: local, docker, harbor:<type>), the Kind the config read,
+    # and the options of that kind's sandboxes ({} for local: bubblewrap, checked when the first starts).
+    sandbox: Kind = KINDS["local"]
     sandbox_options: dict = field(default_factory=dict)
     engine_gpu_memory: float | None = None  # GPUs: vLLM's share of the GPU's memory, the rest the learner's
     # A whole kind of task never trained on, evaluated beside `eval_tasks` into "<run>-unseen-eval".
     unseen_tasks: list[Task] = field(default_factory=list)
     # How the policy's runs (GRPO rounds, evaluations) are captured: engine (vLLM renders the chat) or tito
     # (the gateway renders and splices the sampled ids of turns the agent sends back); None: the gateway's.
-    capture: str | None = None
+    capture: CaptureMode | None = None
     # Which tasks a GRPO round plays: "pass", every train task once (shuffled); "learnable", rounds of
     # ``round_groups`` tasks drawn by their family's chance of a reward spread (harnessrl.training.curriculum).
     task_sampling: TaskSampling = "pass"
@@ -108,7 +109,7 @@ def learner_config(
         batch={"token_budget": packed_row_tokens(plan), "groups_per_step": plan.groups_per_step},
         publish={"gateway_url": gateway_url, "weight_sync_steps": 1},
     )
-    return settings.updated(**learner_keys(warm)).updated(**plan.learner)
+    return settings.updated(**learner_keys(warm)).updated(**plan.learner_overrides)
 
 
 def grpo_lr(plan: QuickstartPlan, warm: WarmStartResult | None) -> float:
@@ -238,6 +239,6 @@ def create_agent(plan: QuickstartPlan) -> Harness:
     from harnesses.agents import AgentSettings, create
 
     agent = create(plan.harness, sandbox=plan.sandbox, settings=AgentSettings(max_tokens=plan.call_max_tokens))
-    if not sandbox_kind(plan.sandbox).runs_images:  # local sandboxes run the host's install
+    if not plan.sandbox.runs_images:  # local sandboxes run the host's install
         agent.host_install()  # AgentNotInstalled, naming the install command, before any engine starts
     return agent

@@ -38,6 +38,7 @@ from harnessrl.teachers.teacher import TeacherSettings, teacher_gateway  # noqa:
 from migrations.runner import upgrade  # noqa: E402
 from rollouts.run_plan import RunPlan
 from rollouts.runner import Runner  # noqa: E402
+from sandboxes.kinds import KINDS  # noqa: E402
 from store.database import sqlite_url  # noqa: E402
 from store.samples import Sample, build_samples  # noqa: E402
 from store.store import Store  # noqa: E402
@@ -72,7 +73,7 @@ async def demonstrations(agent_name: str, tasks: list, model_dir: Path, workdir:
             harness=agent,
             group_size=1,
             concurrency=2,
-            sandbox="local",
+            sandbox=KINDS["local"],
             sandbox_options={"isolation": "bwrap"},
             capture="engine",
             teacher=SOLUTIONS,

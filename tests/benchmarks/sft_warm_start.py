@@ -49,6 +49,7 @@ from learner.config import LearnerConfig  # noqa: E402
 from learner.sft import SftConfig, train_sft  # noqa: E402
 from learner.trainer import build_trainer  # noqa: E402
 from rollouts.checks import CheckSettings, attempt  # noqa: E402
+from sandboxes.kinds import KINDS  # noqa: E402
 from store.store import Store  # noqa: E402
 
 DEFAULT_OUT = Path(__file__).parent / "results" / "sft_warm_start.json"
@@ -145,7 +146,7 @@ def common_prefix(prompts: list[list[int]]) -> list[int]:
 
 
 async def passes(held: list[HeldOut], commands: list[str | None]) -> list[bool]:
-    settings = CheckSettings(sandbox="local", sandbox_options={"isolation": "bwrap"})
+    settings = CheckSettings(sandbox=KINDS["local"], sandbox_options={"isolation": "bwrap"})
     environments, results = Environments(), []
     for h, command in zip(held, commands, strict=True):
         if command is None:

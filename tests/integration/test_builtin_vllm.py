@@ -12,6 +12,7 @@ from harnesses.task import builtin_tasks_path, load_tasks
 from harnessrl.server import BackgroundGateway
 from rollouts.run_plan import RunPlan
 from rollouts.runner import Runner
+from sandboxes.kinds import KINDS
 from tests import http_calls as http
 from tests.builders import ADMIN_HEADERS, TEST_ADMIN_KEY, gateway_settings
 
@@ -29,7 +30,7 @@ async def test_builtin_harness_runs_the_task_set_on_smollm2(vllm_servers, sqlite
             harness=harness,
             group_size=1,
             concurrency=8,
-            sandbox="local",
+            sandbox=KINDS["local"],
             sandbox_options={"isolation": "bwrap"},
         )
         try:

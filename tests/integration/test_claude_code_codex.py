@@ -24,6 +24,7 @@ from harnesses.agents import create
 from harnesses.task import Task
 from harnessrl.server import BackgroundGateway
 from sandboxes import WORKSPACE
+from sandboxes.kinds import KINDS
 from tests import http_calls as http
 from tests.builders import ADMIN_HEADERS, TEST_ADMIN_KEY, gateway_settings, run_single_rollout
 from tests.fake_engine import FakeEngine
@@ -175,7 +176,7 @@ async def test_tito_rollout_of_the_agent_is_one_sample_without_forks(name, tito_
         harness=local_harness(name),
         group_size=1,
         concurrency=1,
-        sandbox="local",
+        sandbox=KINDS["local"],
         sandbox_options={"isolation": "bwrap"},
         capture="tito",
         base_spec=SandboxSpec(limits=Limits(memory_bytes=2 * 2**30, cpus=1.0)),

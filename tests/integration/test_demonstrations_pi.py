@@ -21,6 +21,7 @@ from learner.config import LearnerConfig
 from learner.sft import SftConfig
 from rollouts.run_plan import RunPlan
 from rollouts.runner import Runner
+from sandboxes.kinds import KINDS
 from store.samples import build_samples
 from store.store import Store
 from tests.builders import TEST_ADMIN_KEY
@@ -40,7 +41,7 @@ async def demonstrations(tasks, sqlite_db: str, model_dir: Path) -> tuple[list, 
             harness=pi,
             group_size=1,
             concurrency=3,
-            sandbox="local",
+            sandbox=KINDS["local"],
             sandbox_options={"isolation": "bwrap"},
             capture="engine",
             teacher=SOLUTIONS,

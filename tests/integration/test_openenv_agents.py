@@ -24,6 +24,7 @@ from harnessrl.server import BackgroundGateway, BackgroundServer
 from rollouts.run_plan import RunPlan
 from rollouts.runner import Runner
 from sandboxes import Limits, SandboxSpec
+from sandboxes.kinds import KINDS
 from store.store import Store
 from tests import http_calls as http
 from tests.builders import ADMIN_HEADERS, TEST_ADMIN_KEY, gateway_settings
@@ -61,7 +62,7 @@ async def play(gateway: BackgroundGateway, run: str, harness, tasks, group_size:
         harness=harness,
         group_size=group_size,
         concurrency=group_size,
-        sandbox="docker",
+        sandbox=KINDS["docker"],
         rewards=rewards,
         base_spec=SandboxSpec(limits=Limits(memory_bytes=2 * 2**30, cpus=1.0)),
     )

@@ -20,6 +20,7 @@ from harnesses.openenv.tasks import REWARD_NAME, EnvServer, EnvTaskRef
 from harnessrl.server import BackgroundGateway, BackgroundServer
 from rollouts.run_plan import RunPlan
 from rollouts.runner import Runner
+from sandboxes.kinds import KINDS
 from store.store import Store
 from tests import http_calls as http
 from tests.builders import ADMIN_HEADERS, TEST_ADMIN_KEY, gateway_settings, run_config
@@ -75,7 +76,7 @@ async def play(gateway: BackgroundGateway, run: str, tasks, group_size: int = 2)
         harness=harness,
         group_size=group_size,
         concurrency=group_size,
-        sandbox="local",
+        sandbox=KINDS["local"],
         rewards=rewards,
     )
     try:

@@ -20,6 +20,7 @@ from harnessrl.reports.openenv_export import trace_nodes
 from harnessrl.server import BackgroundGateway
 from rollouts.run_plan import RunPlan
 from rollouts.runner import Runner
+from sandboxes.kinds import KINDS
 from store.samples import build_samples
 from tests import http_calls as http
 from tests.builders import ADMIN_HEADERS, TEST_ADMIN_KEY, gateway_settings
@@ -37,7 +38,7 @@ async def test_real_rollouts_export_as_valid_traces_that_rebuild_our_samples(vll
             harness=BuiltinHarness(BuiltinSettings(max_turns=3, max_tokens=48)),
             group_size=2,
             concurrency=4,
-            sandbox="local",
+            sandbox=KINDS["local"],
         )
         try:
             results = await Runner(plan, client).run()

@@ -12,6 +12,7 @@ from harnesses.task import builtin_tasks_path, load_tasks
 from harnessrl.server import BackgroundGateway
 from rollouts.run_plan import RunPlan
 from rollouts.runner import Runner
+from sandboxes.kinds import KINDS
 from tests import http_calls as http
 from tests.builders import ADMIN_HEADERS, TEST_ADMIN_KEY, gateway_settings
 
@@ -35,7 +36,7 @@ async def test_an_llm_judge_rubric_scores_rollouts_through_vllm(vllm_servers, sq
             harness=BuiltinHarness(BuiltinSettings(max_turns=1, max_tokens=32)),
             group_size=2,
             concurrency=2,
-            sandbox="local",
+            sandbox=KINDS["local"],
             rewards=(load_reward_function(JUDGE),),
         )
         try:

@@ -10,6 +10,7 @@ from harnesses.environments import Environments
 from harnesses.families import sum_task
 from harnesses.registry import create_harness
 from rollouts.checks import CheckSettings, check_task
+from sandboxes.kinds import KINDS
 from tests.builders import run_single_rollout
 from tests.fake_engine import FakeEngine
 from tests.fake_tokens import FakeReply
@@ -35,5 +36,5 @@ async def test_the_builtin_harness_plays_a_task_without_an_image_in_a_docker_san
 
 
 async def test_tasks_check_runs_the_oracle_and_nothing_on_a_task_without_an_image_in_docker():
-    check = await check_task(TASK, CheckSettings(sandbox="docker"), Environments())
+    check = await check_task(TASK, CheckSettings(sandbox=KINDS["docker"]), Environments())
     assert (check.oracle.reward, check.nop.reward) == (1.0, 0.0), (check.oracle.reason, check.nop.reason)

@@ -12,6 +12,7 @@ import pytest
 from harnesses.environments import Environments
 from harnesses.task import load_tasks
 from rollouts.checks import CheckSettings, check_tasks
+from sandboxes.kinds import KINDS
 
 DATASET = Path(__file__).resolve().parents[1] / "fixtures" / "harbor_public"
 SANDBOXES = ["docker", "local"]
@@ -92,7 +93,9 @@ async def test_tasks_check_names_each_broken_task_and_its_reason(tmp_path, sandb
     )
     options = {"isolation": "bwrap"} if sandbox == "local" else {}
     checks = await check_tasks(
-        load_tasks(tmp_path), CheckSettings(sandbox=sandbox, concurrency=4, sandbox_options=options), Environments()
+        load_tasks(tmp_path),
+        CheckSettings(sandbox=KINDS[sandbox], concurrency=4, sandbox_options=options),
+        Environments(),
     )
     reasons = {c.task: " | ".join(c.reasons) for c in checks}
     assert reasons["sound"] == "" and reasons["relative-paths"] == ""

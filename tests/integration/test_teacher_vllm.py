@@ -18,6 +18,7 @@ from learner.groups import UnusableGroup, check_group, load_group
 from learner.sft import SftConfig
 from rollouts.run_plan import RunPlan
 from rollouts.runner import Runner
+from sandboxes.kinds import KINDS
 from store.store import Store
 from tests.builders import TEST_ADMIN_KEY
 
@@ -39,7 +40,7 @@ async def test_a_teacher_run_on_vllm_is_recorded_refused_by_grpo_and_taken_by_sf
             harness=BuiltinHarness(agent),
             group_size=2,
             concurrency=2,
-            sandbox="local",
+            sandbox=KINDS["local"],
             sandbox_options={"isolation": "bwrap"},
             capture="engine",
             teacher=settings.model,

@@ -16,6 +16,7 @@ from harnessrl.server import BackgroundGateway
 from rollouts.budget import AgentBudget, BudgetExceeded, run_within
 from rollouts.run_plan import RunPlan
 from rollouts.runner import Runner
+from sandboxes.kinds import KINDS
 from tests.builders import TEST_ADMIN_KEY, gateway_settings
 from tests.fake_tokens import FakeReply
 
@@ -120,7 +121,7 @@ async def run_one(gateway_url: str) -> list:
         harness=BuiltinHarness(),
         group_size=1,
         concurrency=1,
-        sandbox="local",
+        sandbox=KINDS["local"],
         sandbox_options={"isolation": "bwrap"},
     )
     try:

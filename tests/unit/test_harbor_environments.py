@@ -13,6 +13,7 @@ from harnesses.grading.verify import verify
 from harnesses.task import TaskError, builtin_tasks_path, load_harbor, load_tasks
 from rollouts.checks import CheckSettings, check_tasks
 from sandboxes import SandboxSpec, create_sandbox
+from sandboxes.kinds import KINDS
 from tests.builders import run_config
 
 DATASET = Path(__file__).resolve().parents[1] / "fixtures" / "harbor_public"
@@ -133,7 +134,7 @@ async def test_reward_json_gives_one_reward_and_its_other_keys_are_metrics():
 @pytest.mark.skipif(ISOLATION != "bwrap", reason="verifiers write /logs: apt-get install bubblewrap")
 async def test_oracle_scores_one_and_doing_nothing_zero_on_builtin_tasks_and_a_missing_solution_is_named():
     tasks = [t for t in load_tasks(builtin_tasks_path()) if t.name in ("fix-add", "harbor-gcd", "arith-add-small")]
-    settings = CheckSettings(sandbox="local", sandbox_options={"isolation": ISOLATION})
+    settings = CheckSettings(sandbox=KINDS["local"], sandbox_options={"isolation": ISOLATION})
     checks = await check_tasks(tasks, settings, Environments())
     assert [(c.task, c.oracle.reward, c.nop.reward, c.ok) for c in checks] == [(t.name, 1.0, 0.0, True) for t in tasks]
     unsolved = type(tasks[0])(**{**tasks[0].__dict__, "solution": None})

@@ -36,7 +36,7 @@ def test_quickstarts_learner_toml_loads_back_as_the_config_it_built(tmp_path):
         tasks=[],
         database_url="sqlite+aiosqlite://",
         learner_metrics_port=9100,
-        learner={"loss": {"beta": 0.01}},
+        learner_overrides={"loss": {"beta": 0.01}},
     )
     warm = WarmStartResult(tmp_path / "adapter", 3, 5)
     built = learner_config(plan, "http://127.0.0.1:8123", tmp_path / "out", warm)

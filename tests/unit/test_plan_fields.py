@@ -28,15 +28,19 @@ MADE = {
     "EvalPlan": {"tasks", "harness", "sandbox", "judge", "sampling"},
     "EvalEvery": {"tasks", "harness", "sandbox"},
     "CheckSettings": {"sandbox"},  # the Kind `tasks check --sandbox` names
-    "QuickstartPlan": {"tasks", "unseen_tasks", "judge"},
+    # the WarmStart of [warm_start] and [teacher], the admin key resolved (its env var or key file, created), the
+    # engine's context chosen for the model and the agent (engine.max_model_len only asks)
+    "QuickstartPlan": {"tasks", "unseen_tasks", "judge", "sandbox", "warm_start", "admin_key", "max_model_len"},
 }
 # Copies left to convert. RunPlan lives in rollouts/, which harnessrl/ builds on: it cannot hold harnessrl.config's
 # sections without the sections moving below it (rollouts/ or a shared package); it is also built field by field
 # by harnessrl/training/quickstart.py (out of this change's bounds) and by a dozen tests. EvalPlan and EvalEvery
 # are built from the learner's settings and the quickstart's plan as well as from EvalConfig, whose sandbox
 # limits a SandboxConfig does not express (an unlimited SandboxSpec). QuickstartPlan
-# (harnessrl/training/quickstart_plan.py) was out of this change's bounds: it still copies QuickstartConfig's
-# keys, its `sandbox` and `capture` are still a name and `str | None`.
+# (harnessrl/training/quickstart_plan.py) still copies QuickstartConfig's top-level keys (typed: `capture` a
+# CaptureMode, `policy` resolved to the harness's name when none is given), which have no section to hold, and
+# `lr` of [learner], whose other keys it holds resolved (learner_metrics_port: a free port when none is given);
+# it is also built field by field by a dozen tests.
 COPIED = {
     "RunPlan": {"run", "group_size", "concurrency", "capture", "policy", "teacher", "wall_factor", "lease_s"},
     "EvalPlan": {"run", "policies", "k", "concurrency", "capture", "policy", "policy_model", "wall_factor"},
@@ -49,17 +53,12 @@ COPIED = {
         "concurrency",
         "capture",
         "policy",
-        "sandbox",
         "minutes",
         "until_version",
         "call_max_tokens",
         "train_temperature",
         "task_sampling",
-        "learner",
         "lr",
-        "max_model_len",
-        "warm_start",
-        "admin_key",
     },
 }
 

@@ -8,6 +8,7 @@ from typer.testing import CliRunner
 
 from harnessrl.cli.app import app
 from harnessrl.training.quickstart_plan import QuickstartPlan, create_agent
+from sandboxes.kinds import KINDS
 
 
 def quickstart(*args: str):
@@ -39,7 +40,7 @@ def test_local_sandboxes_take_no_options():
 
 def test_the_rounds_agent_is_made_for_the_plans_sandbox_kind():
     plan = QuickstartPlan(
-        run="q", model_dir=Path("/m"), tasks=[], database_url="sqlite://", harness="pi", sandbox="docker"
+        run="q", model_dir=Path("/m"), tasks=[], database_url="sqlite://", harness="pi", sandbox=KINDS["docker"]
     )
     agent = create_agent(plan)
     assert agent.kind.runs_images and agent.command("hi", endpoint_stub())[0] == agent.executable

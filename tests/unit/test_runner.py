@@ -15,6 +15,7 @@ from harnesses.task import Task, builtin_tasks_path, load_tasks
 from harnessrl.server import BackgroundGateway
 from rollouts.run_plan import RunPlan
 from rollouts.runner import Runner
+from sandboxes.kinds import KINDS
 from tests.builders import TEST_ADMIN_KEY, gateway_settings, run_config
 from tests.fake_tokens import FakeReply
 
@@ -51,7 +52,7 @@ def plan(tasks, **overrides) -> RunPlan:
         harness=BuiltinHarness(),
         group_size=2,
         concurrency=4,
-        sandbox="local",
+        sandbox=KINDS["local"],
         sandbox_options=OPTIONS,
     )
     fields.update(overrides)

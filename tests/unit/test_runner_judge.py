@@ -18,6 +18,7 @@ from harnesses.grading.rubric import Rubric
 from harnessrl.server import BackgroundGateway
 from rollouts.run_plan import RunPlan
 from rollouts.runner import Runner
+from sandboxes.kinds import KINDS
 from tests.builders import TEST_ADMIN_KEY, gateway_settings
 from tests.fake_tokens import FakeReply
 from tests.judge_server import JudgeServer, Reply, nonce_of, user_text
@@ -62,7 +63,7 @@ def judged_plan(judge_server: JudgeServer, mode: str = "rollout", **overrides) -
         harness=BuiltinHarness(AGENT),
         group_size=3,
         concurrency=4,
-        sandbox="local",
+        sandbox=KINDS["local"],
         sandbox_options={"isolation": "bwrap"},
         judge=judge,
     )

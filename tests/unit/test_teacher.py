@@ -18,6 +18,7 @@ from harnessrl.training.sft import successful_samples
 from learner.groups import UnusableGroup, check_group, load_group
 from rollouts.run_plan import RunPlan
 from rollouts.runner import Runner
+from sandboxes.kinds import KINDS
 from store.samples import build_samples
 from store.store import Store
 from tests.builders import TEST_ADMIN_KEY, call_record
@@ -43,7 +44,7 @@ async def test_a_teacher_run_is_recorded_with_the_policys_tokens_and_marked(sqli
                 tasks=TASKS,
                 group_size=2,
                 concurrency=4,
-                sandbox="local",
+                sandbox=KINDS["local"],
                 harness=BuiltinHarness(BuiltinSettings(max_turns=1, max_tokens=32, system=None, tools=False)),
                 sandbox_options={"isolation": "bwrap"},
                 capture="engine",
