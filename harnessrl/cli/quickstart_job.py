@@ -83,6 +83,7 @@ def quickstart_plan(config: QuickstartConfig):
         max_model_len=context,
         unseen_tasks=unseen,
         lr=config.learner.lr,
+        learner_overrides={"loss": {"echo_weight": config.learner.echo_weight}} if config.learner.echo_weight else {},
         capture=config.capture,
         task_sampling=config.task_sampling,
         policy=config.policy or harness_policy(config.harness),  # a PolicyName: checked when the config was read

@@ -42,6 +42,14 @@ class LearnerSection(Section):
         description="GRPO's learning rate (LoRA) [default: 5e-4 from a fresh LoRA, 1e-4 after --warm-start, "
         "where 5e-4 was measured to collapse the SFT policy]",
     )
+    echo_weight: float = Field(
+        0.0,
+        ge=0.0,
+        allow_inf_nan=False,
+        description="The learner's [loss] echo_weight: ECHO, a cross-entropy term on the tool results' tokens "
+        "beside GRPO (0: off)",
+        json_schema_extra=cli("--echo-weight"),
+    )
     metrics_port: int | None = Field(
         None,
         description="Port of the learner's Prometheus /metrics on 127.0.0.1 [default: a free one; 0: off]",

@@ -111,3 +111,20 @@ def test_a_quickstart_keeps_its_config_beside_the_runs_files_once_its_checks_pas
     assert (kept.run, kept.engine.model, kept.gateway.admin_key) == ("kept", tmp_path, None)  # the key is never kept
     assert kept.policy == "builtin"  # resolved: the harness's name
     assert [plan.run for plan in plans] == ["kept"] and plans[0].admin_key == "k"
+
+
+def test_the_echo_weight_reaches_the_learner_and_a_negative_one_is_refused_naming_the_key(tmp_path, monkeypatch):
+    from harnessrl.cli import quickstart_job
+    from harnessrl.training.quickstart_plan import learner_config
+
+    assert shown(tmp_path, "--echo-weight", "0.25").learner.echo_weight == 0.25
+    config = load_config(QuickstartConfig, None, {"learner": {"echo_weight": 0.25}})
+    monkeypatch.setattr(quickstart_job, "_model", lambda config: (tmp_path, 2048))
+    plan = quickstart_job.quickstart_plan(config)
+    assert learner_config(plan, "http://127.0.0.1:1", tmp_path).loss.echo_weight == 0.25
+    plain = quickstart_job.quickstart_plan(load_config(QuickstartConfig, None, {}))
+    assert learner_config(plain, "http://127.0.0.1:1", tmp_path).loss.echo_weight == 0.0
+    path = tmp_path / "recipe.toml"
+    path.write_text("[learner]\necho_weight = -0.5\n")
+    result = invoke("--config", str(path), "--show-config")
+    assert result.exit_code == 1 and "learner.echo_weight = -0.5" in " ".join(result.output.split())
