@@ -125,9 +125,9 @@ async def test_metrics_carry_only_aggregate_counters(gateway):
     labels = set(re.findall(r'(\w+)="', text))
     # harness: a rollout's, set through the control plane; link: one of a fixed few (gateway.recording.callgraph)
     # policy: names the control plane chose (runs, keys), never an agent; few, like engines
-    assert labels <= {"dialect", "status", "kind", "dtype", "le", "reason", "engine", "harness", "link", "policy"}, (
-        labels
-    )
+    # capture: a run's capture mode (store.capture_modes: engine | tito), the roles' unknown counter's
+    fixed = {"dialect", "status", "kind", "dtype", "le", "reason", "engine", "harness", "link", "policy", "capture"}
+    assert labels <= fixed, labels
     assert set(re.findall(r'engine="([^"]*)"', text)) == {"0"}  # an engine by its position, never its address
     engine_url = gateway.app.state.gateway.engine.engines()[0]["url"]
     for secret in (ids["token"], "test-run", "task-1", TEST_ADMIN_KEY, engine_url):
