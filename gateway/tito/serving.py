@@ -155,12 +155,7 @@ class TitoEngine:
         """An engine-captured call's prompt as this gateway renders it (no splicing: vLLM renders what the
         agent sent), and why there is none: "render_failed" (the gateway's rendering raised), "mismatch"
         (its ids are not the engine's). Each rollout's turns are cached as tito's are, apart from them."""
-        state = self._engine_rollouts.get(rollout_id)
-        if state is None:
-            state = self._engine_rollouts[rollout_id] = RolloutText()
-            if len(self._engine_rollouts) > ROLLOUTS_CACHED:
-                self._engine_rollouts.popitem(last=False)
-        self._engine_rollouts.move_to_end(rollout_id)
+        state = _kept(self._engine_rollouts, rollout_id, self._engine_rollouts.get(rollout_id) or RolloutText())
         try:
             prompt = self.renderer.prompt_ids(body["messages"], vllm_tools(body.get("tools")), state)
         except Exception:  # a template error, or a message it cannot take: the engine rendered it its own way
@@ -172,14 +167,20 @@ class TitoEngine:
     async def _state(self, rollout_id: int) -> RolloutText:
         state = self._rollouts.get(rollout_id)
         if state is None:
-            loaded = RolloutText()
+            state = RolloutText()
             for message, output_ids in await self._recent_outputs(rollout_id, 256):
-                loaded.remember(message, output_ids)  # splicing survives a gateway restart
-            state = self._rollouts.setdefault(rollout_id, loaded)
-            if len(self._rollouts) > ROLLOUTS_CACHED:
-                self._rollouts.popitem(last=False)
-        self._rollouts.move_to_end(rollout_id)
-        return state
+                state.remember(message, output_ids)  # splicing survives a gateway restart
+        return _kept(self._rollouts, rollout_id, state)
+
+
+def _kept(cache: OrderedDict[int, RolloutText], rollout_id: int, state: RolloutText) -> RolloutText:
+    """The rollout's state in ``cache`` (``state`` where it has none yet, as another call may have put one there
+    meanwhile), now its most recent; the least recent dropped past ROLLOUTS_CACHED."""
+    state = cache.setdefault(rollout_id, state)
+    cache.move_to_end(rollout_id)
+    if len(cache) > ROLLOUTS_CACHED:
+        cache.popitem(last=False)
+    return state
 
 
 def vllm_tools(tools: list[dict] | None) -> list[dict] | None:
