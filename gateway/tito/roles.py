@@ -26,8 +26,8 @@ from tokenizers import Encoding
 from gateway.tito.messages import for_template, message_text
 from gateway.tito.template import ModelText
 from store.records import TokenRole
+from store.roles import ROLES  # one TokenRole a token, as the store keeps them
 
-ROLES = np.uint8  # one TokenRole a token
 ROLE_OF_MESSAGE = {
     "system": TokenRole.SYSTEM,
     "developer": TokenRole.SYSTEM,
